@@ -1,0 +1,1 @@
+"""Analytic models: pure, vectorized functions with no I/O and no printing."""

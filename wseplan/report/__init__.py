@@ -1,0 +1,1 @@
+"""Output writers: tables, JSON, CSV, Markdown (and later reports and plots)."""
