@@ -10,7 +10,7 @@ from wseplan.sim import _fabric as fb
 def brute_multicast(t0, ready, a, m, h, s, depth):
     """Per-wavelet evaluation of the recurrence in multicast_line's Notes (iterated to a fixed point)."""
     length = len(ready)
-    d = np.arange(length) * h
+    d = np.arange(length) * h + s
     t = np.full(m, -np.inf)
     st_ = np.full((length, m), -np.inf)
     for _ in range(4 * m + 4):

@@ -58,7 +58,8 @@ def multicast_line(*, t0, ready, consume_cycles, num_wavelets, hop_cycles, wavel
     Notes
     -----
     The recurrence (rigid front: a multicast colour stalls everywhere when any receiver queue is full,
-    router buffering folded into D), with ``d_i = i * hop_cycles``::
+    router buffering folded into D), with ``d_i = i * hop_cycles + s`` (hops of the head plus the wavelet's
+    own serialisation)::
 
         T_j    = max(t0 + j*s, T_{j-1} + s, max_i S_i(j-D) - d_i)       (source injects wavelet j)
         S_i(l) = max(T_l + d_i, ready_i, S_i(l-1) + a_i)                 (PE i starts consuming l)
@@ -75,7 +76,8 @@ def multicast_line(*, t0, ready, consume_cycles, num_wavelets, hop_cycles, wavel
     s = float(wavelet_cycles)
     m_last = int(num_wavelets) - 1
     depth = int(queue_depth)
-    dist = np.arange(length) * float(hop_cycles)
+    # Head-to-tail: wavelet j is complete at PE i at T_j + i*h + s.
+    dist = np.arange(length) * float(hop_cycles) + s
     b_minus_d = ready - dist
     neg = np.full(t0.shape, -np.inf)
 
