@@ -221,6 +221,15 @@ def _table_out(rows: list[dict], fmt: str, title: str = "") -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+def _register_commands() -> None:
+    from .commands import register_all
+
+    register_all(app)
+
+
+_register_commands()
+
+
 def _one_line(msg: str) -> str:
     return " ".join(str(msg).split())
 
