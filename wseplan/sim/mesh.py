@@ -44,6 +44,7 @@ __all__ = [
     "allreduce",
     "gemv",
     "gemm",
+    "decode_layer",
 ]
 
 
@@ -235,6 +236,13 @@ class KernelResult:
     fits: bool
     reason: str
     bottleneck: str
+
+    def part_cycles(self) -> dict:
+        """Sum of ``phase_cycles`` by part (the text before the first '.') [cycles]."""
+        out: dict = {}
+        for k, v in self.phase_cycles.items():
+            out[k.split(".")[0]] = out.get(k.split(".")[0], 0.0) + v
+        return out
 
     def to_row(self) -> dict:
         """Flat dict (phase cycles as ``phase_<name>_cycles``) for a DataFrame row."""
@@ -819,3 +827,6 @@ def allreduce(params: MeshParams, *, nbytes: float, region=None, algo: ReduceAlg
     fin = _allreduce_into(tr, ready=np.zeros((P, Q)), nbytes=nbytes, dtype_bytes=dtype_bytes,
                           algo=None if algo is None else ReduceAlgo(algo), name="allreduce")
     return tr.result(float(fin.max()))
+
+
+from wseplan.sim._decode import decode_layer  # noqa: E402  (composed from the kernels above)
