@@ -45,7 +45,8 @@ def default_catalog_dir() -> Path:
 
 
 def _fmt_validation(path: Path, where: str, exc: ValidationError) -> str:
-    err = exc.errors()[0]
+    errs = exc.errors()
+    err = next((e for e in errs if e.get("type") == "extra_forbidden"), errs[0])
     loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("function-after", "function-before"))
     msg = err.get("msg", "invalid").removeprefix("Value error, ")
     full = f"{where}.{loc}" if loc else where
@@ -180,7 +181,7 @@ def _check_references(cat: Catalog) -> None:
         elif isinstance(obj, dict):
             for k, v in obj.items():
                 check(f"{where}.{k}", v)
-        elif hasattr(obj, "model_fields"):
+        elif hasattr(type(obj), "model_fields"):
             for name in type(obj).model_fields:
                 check(f"{where}.{name}", getattr(obj, name))
             if isinstance(obj, (Model, GenericModel)):

@@ -1,0 +1,220 @@
+"""Fit acceptance cases (issue 2) and hand-calculated memory accounting."""
+import json
+
+import pytest
+
+from wseplan.catalog.schema import Model
+from wseplan.cli import main
+from wseplan.fit import fit
+from wseplan.workload import total_params
+
+RECORD_FIELDS = {"schema_version", "fits", "num_devices", "capacity_bytes", "weights_bytes", "kv_cache_bytes",
+                 "activation_bytes", "optimizer_bytes", "total_bytes", "headroom_bytes", "binding",
+                 "max_tokens_in_flight", "stages"}
+
+
+def _check_stages(res, num_blocks):
+    covered = []
+    for s in res.stages:
+        assert s.bytes <= res.capacity_bytes
+        covered.extend(range(s.first_layer, s.last_layer + 1))
+    assert covered == list(range(num_blocks))  # contiguous, each block exactly once, in order
+    assert res.stages[0].embedding and res.stages[-1].lm_head
+
+
+def test_llama3_70b_needs_four_wse3(catalog):
+    """Cerebras serves Llama 3.1 70B with 16-bit weights on four CS-3 (hardware.md B.5)."""
+    res = fit("llama-70b", "wse3", catalog=catalog)
+    assert res.fits and res.num_devices == 4
+    assert 140e9 < res.weights_bytes < 142e9
+    _check_stages(res, 80)
+
+
+def test_llama3_8b_fits_one_wse3(catalog):
+    res = fit("llama-3-8b", "wse3", catalog=catalog)
+    assert res.fits and res.num_devices == 1 and res.binding == "none"
+
+
+def test_llama31_405b_needs_21_or_22_wse3(catalog):
+    """~6.4 GB per layer; 16-bit weights alone need >= 19 wafers (hardware.md F.13)."""
+    res = fit("llama-405b", "wse3", catalog=catalog)
+    assert res.fits and res.num_devices in (21, 22)
+    _check_stages(res, 126)
+
+
+def test_20b_model_fits_one_cs3(catalog, tmp_path):
+    """Cerebras: '20B models fit on a single CS-3' (hardware.md B.5). A 20B-class config at 2K context."""
+    cfg = {"num_hidden_layers": 48, "hidden_size": 6144, "num_attention_heads": 48, "num_key_value_heads": 8,
+           "intermediate_size": 17408, "vocab_size": 32000, "hidden_act": "silu"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    res = fit(str(p), "cs3", context=2048, catalog=catalog)
+    from wseplan.workload import model_from_hf_config
+
+    assert 19.5e9 < total_params(model_from_hf_config(p)) < 20.5e9
+    assert res.fits and res.num_devices == 1
+
+
+def test_fixed_count_reports_shortfall(catalog):
+    res = fit("llama-70b", "cs3x3", catalog=catalog)
+    assert not res.fits and res.num_devices == 3
+    assert res.shortfall_bytes > 0 and res.headroom_bytes < 0
+    # the shortfall is what the fullest wafer lacks: 141 GB / 3 wafers > 41.2 GB usable
+    assert res.shortfall_bytes == pytest.approx(max(s.bytes for s in res.stages) - res.capacity_bytes, rel=1e-12)
+
+
+def test_wafer_capacity_is_usable_grid_times_48kib_less_reserve(catalog):
+    res = fit("llama-3-8b", "wse3", catalog=catalog)
+    assert res.capacity_bytes == pytest.approx(755 * 1170 * 49152 * (1 - 0.05), rel=1e-12)
+
+
+def test_hand_calc_wafer_inference_totals(catalog):
+    """Llama-2-13B fp16 on WSE-2, batch 2, context 4096: weights + KV + activation working set."""
+    m = catalog.models["llama-2-13b"]
+    res = fit("llama-2-13b", "wse2", precision="fp16", batch=2, context=4096, catalog=catalog)
+    weights = 2 * total_params(m)
+    kv = 40 * 2 * 40 * 128 * 2 * 2 * 4096  # layers x (K,V) x heads x head_dim x bytes x batch x context
+    act = 2 * (4 * 5120 + 2 * 13824) * 2  # 16-bit x (4 d + 2 d_ff) per token x 2 tokens in flight (decode)
+    assert res.weights_bytes == pytest.approx(weights, rel=1e-12)
+    assert res.kv_cache_bytes == pytest.approx(kv, rel=1e-12)
+    assert res.activation_bytes == pytest.approx(act * res.num_devices, rel=1e-12)
+    assert res.total_bytes == pytest.approx(weights + kv + act * res.num_devices, rel=1e-12)
+
+
+def test_hand_calc_gpu_training_zero0(catalog):
+    """Llama-3-8B bf16 training, TP1 PP1 DP1, ZeRO-0, full recompute, 1 x 2048 tokens on one B200."""
+    m = catalog.models["llama-3-8b"]
+    P = total_params(m)
+    res = fit("llama-3-8b", "b200x1", phase="train", batch=1, context=2048, zero_stage=0, recompute="full", catalog=catalog)
+    assert res.weights_bytes == pytest.approx(2 * P, rel=1e-12)
+    assert res.optimizer_bytes == pytest.approx((2 + 12) * P, rel=1e-12)  # 16-bit grads + fp32 master, m, v
+    ckpt = 32 * 4096 * 2 * 2048  # layer inputs: 32 layers x d x 2 B x 2048 tokens
+    d, ff, kvd = 4096, 14336, 8 * 128
+    # full activations of the layer being recomputed: norm in, QKV in, Q, K, V, attention out (6 d + 2 kvd
+    # counting the MLP's norm in and input) and gate, up, down-input (3 d_ff), 16-bit, 2048 tokens
+    one_layer = 2 * (6 * d + 2 * kvd + 3 * ff) * 2048
+    assert res.activation_bytes == pytest.approx(ckpt + one_layer, rel=1e-12)
+    assert res.fits  # 16 x 8.03e9 = 128.5 GB + ~3 GB < 162 GB usable
+
+
+def test_hand_calc_gpu_inference_tp(catalog):
+    """Llama-2-70B bf16 decode on 8 x H100, TP8: weights/8 + KV/8 per GPU."""
+    m = catalog.models["llama-2-70b"]
+    res = fit("llama-2-70b", "h100x8", batch=8, context=4096, catalog=catalog)
+    assert res.layout.tensor_parallel * res.layout.pipeline_parallel * res.layout.data_parallel == 8
+    assert res.fits
+    kv_total = 80 * 2 * 8 * 128 * 2 * 8 * 4096
+    assert res.kv_cache_bytes == pytest.approx(kv_total, rel=1e-12)
+    assert res.weights_bytes == pytest.approx(2 * total_params(m), rel=1e-3)
+
+
+def test_405b_does_not_fit_one_h100_node(catalog):
+    res = fit("llama-405b", "h100x8", catalog=catalog)
+    assert not res.fits and res.shortfall_bytes > 0
+    assert res.binding == "weights"
+
+
+def test_gpu_finds_smallest_count(catalog):
+    res = fit("llama-405b", "h100", catalog=catalog)
+    assert res.fits
+    # 811.7 GB of bf16 weights over 72 GB usable per H100 needs at least 12 GPUs
+    assert res.num_devices >= 12
+    smaller = fit("llama-405b", f"h100x{res.num_devices - 1}", catalog=catalog)
+    assert not smaller.fits
+
+
+def test_wafer_training_bounds(catalog):
+    res = fit("gpt3-175b", "wse3", phase="train", batch=4, context=2048, catalog=catalog)
+    assert res.memoryx.fits
+    assert res.memoryx.required_bytes == pytest.approx(16 * total_params(catalog.models["gpt-3-175b"]), rel=1e-12)
+    # hardware.md C: T >= P / 1.5e11 tokens per system per step for 16-bit weights (~1e5 on CS-3)
+    assert res.streaming.min_tokens_compute_bound == pytest.approx(883_350 * 16 * 1.1e9 / 150e9, rel=0.02)
+    assert not res.streaming.feasible_compute_bound  # checkpoints (2.36 MB/token) outgrow the wafer first
+    assert res.fits
+
+
+def test_json_record_fields(capsys):
+    rc = main(["fit", "llama-70b", "--target", "wse3", "--format", "json"])
+    assert rc == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert RECORD_FIELDS <= set(rec)
+    assert rec["num_devices"] == 4 and rec["fits"] is True
+    assert set(rec["stages"][0]) == {"device", "first_layer", "last_layer", "embedding", "lm_head", "bytes"}
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "md"])
+def test_other_formats(capsys, fmt):
+    assert main(["fit", "llama-3-8b", "--target", "h100", "--format", fmt]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_generic_layer_list(tmp_path, capsys):
+    p = tmp_path / "unet.yaml"
+    p.write_text("name: tiny-unet\nlayers:\n" + "".join(
+        f"  - {{name: l{i}, params: 1.0e6, flop_per_sample: 2.0e9, activation_bytes_per_sample: 4.0e6}}\n" for i in range(10)))
+    assert main(["fit", str(p), "--target", "wse2", "--phase", "train", "--batch", "4", "--context", "1", "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["fits"]
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["fit", "no-such-model", "--target", "wse3"], "model"),
+    (["fit", "llama-70b", "--target", "tpu-v99"], "target"),
+    (["fit", "llama-70b", "--target", "wse3", "--batch", "-4"], "batch"),
+    (["fit", "llama-70b", "--target", "wse3", "--context", "0"], "context"),
+    (["fit", "llama-70b", "--target", "wse3", "--precision", "fp12"], "precision"),
+    (["fit", "llama-70b", "--target", "wse3", "--phase", "serve"], "phase"),
+    (["fit", "llama-70b", "--target", "wse3", "--reserve", "1.5"], "reserve"),
+    (["fit", "llama-70b", "--target", "wse3", "--format", "xml"], "format"),
+    (["fit", "missing.json", "--target", "wse3"], "model"),
+])
+def test_bad_input_one_line_exit_2(capsys, argv, fragment):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and fragment in err
+
+
+def test_config_json_missing_fields(tmp_path, capsys):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"hidden_size": 4096}))
+    assert main(["fit", str(p), "--target", "wse3"]) == 2
+    err = capsys.readouterr().err
+    assert "num_hidden_layers" in err and err.count("\n") == 1
+
+
+def test_malformed_catalog_yaml(tmp_path, capsys):
+    d = tmp_path / "cat"
+    d.mkdir()
+    (d / "x.yaml").write_text("gpus: {h100-sxm: [unclosed\n")
+    assert main(["fit", "llama-70b", "--target", "wse3", "--catalog", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "malformed YAML" in err and err.count("\n") == 1
+
+
+def test_unknown_catalog_key(tmp_path, capsys):
+    d = tmp_path / "cat"
+    d.mkdir()
+    (d / "x.yaml").write_text("models:\n  m:\n    name: m\n    source: wseplan-estimate\n    basis: estimate\n    note: x\n"
+                              "    num_layers: 2\n    d_model: 64\n    num_heads: 4\n    num_kv_heads: 4\n    d_ff: 256\n"
+                              "    gated_mlp: true\n    vocab_size: 100\n    tied_embeddings: false\n    colour: blue\n")
+    assert main(["fit", "m", "--target", "wse3", "--catalog", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "colour" in err and "unknown key" in err
+
+
+def test_catalog_commands(capsys):
+    assert main(["catalog", "list", "hardware", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "wse3" in out and "h100-sxm" in out and "mi300x" in out
+    assert main(["catalog", "show", "h100", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    hbm = next(r for r in rows if r["field"] == "hbm_bytes")
+    assert hbm["si"] == 80e9 and hbm["source"]
+    assert main(["catalog", "show", "h1000"]) == 2
+
+
+def test_model_object_api(catalog):
+    m = Model(name="tiny", source="wseplan-estimate", basis="estimate", note="test", num_layers=2, d_model=64,
+              num_heads=4, num_kv_heads=2, d_ff=128, gated_mlp=True, vocab_size=100, tied_embeddings=True)
+    res = fit(m, "a100", catalog=catalog)
+    assert res.fits and res.num_devices == 1
