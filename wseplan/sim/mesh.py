@@ -773,24 +773,24 @@ def _allreduce_into(tr: _Trace, *, ready, nbytes, dtype_bytes, algo, name, rows=
     view.phase_colors = tr.phase_colors
     alg_r = _pick_reduce(view, algo, ready=sub, ready_step=0.0, num_wavelets=M, dtype_bytes=dtype_bytes,
                          epw=epw, other_colors=2)
+    row_busy = None
     row_done = _reduce_phase(view, axis="row", algo=alg_r, ready=sub, ready_step=0.0, num_wavelets=M,
                              dtype_bytes=dtype_bytes, epw=epw)
+    row_busy = view.busy.copy()
     col_in = row_done[:, :1].T                                   # (1, P)
     alg_c = _pick_reduce(view, algo, ready=col_in, ready_step=0.0, num_wavelets=M, dtype_bytes=dtype_bytes,
                          epw=epw, other_colors=2)
-    col_done = _reduce_phase(view, axis="col", algo=alg_c, ready=np.broadcast_to(col_in, (Q, P)) * 0 + col_in,
+    col_done = _reduce_phase(view, axis="col", algo=alg_c, ready=np.repeat(col_in, Q, axis=0),
                              ready_step=0.0, num_wavelets=M, dtype_bytes=dtype_bytes, epw=epw)
     # Only column 0 actually reduces: undo the loads and busy time booked for the other columns.
     if Q > 1:
         view.south[:, 1:] = 0.0
         view.north[:, 1:] = 0.0
+        view.busy[:, 1:] = row_busy[:, 1:]
     root = float(col_done[0, 0])
-    view.busy[:, 1:] -= 0  # the row reduction's busy time is real on every row
     tr.end_phase(f"{name}.reduce", root)
     _, col_have = _bcast_phase(view, axis="col", algo=BroadcastAlgo.CHAIN, t0=np.array([root]),
                                ready=sub[:, :1].T.copy(), consume_total=M * store, num_wavelets=M, name=name)
-    if Q > 1:
-        view.south[:, 1:] = np.where(view.south[:, 1:] > 0, view.south[:, 1:], 0)
     _, fin = _bcast_phase(view, axis="row", algo=BroadcastAlgo.CHAIN, t0=col_have[0], ready=sub.copy(),
                           consume_total=M * store, num_wavelets=M, name=name)
     view.busy += 2 * M * store
