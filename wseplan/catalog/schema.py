@@ -142,6 +142,7 @@ class Wafer(_Checked):
     routing_colors: Quantity
     free_routing_colors: Quantity
     input_queue_depth_wavelets: Quantity
+    ramp_latency_cycles: Quantity
 
     @property
     def num_pes(self) -> int:
