@@ -1,0 +1,129 @@
+"""Loader for ``catalogs/calibration/gpu_efficiency.yaml``: the fitted achievable-efficiency constants of the
+GPU time models (:mod:`wseplan.analytic.gpu_time`).
+
+The file is not read by the core catalog loader; this module owns it. Each constant is a catalog
+:class:`~wseplan.catalog.schema.Quantity` (value, source, basis, note); the file also lists the validation
+row ids the constants were fitted on (``fitted_on``) and the fit method. :func:`gpu_calibration` returns a
+plain frozen dataclass of floats (:class:`GpuCalibration`) for the hot path.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .catalog.load import default_catalog_dir, read_yaml
+from .catalog.schema import Quantity
+from .errors import CatalogError
+
+
+@dataclass(frozen=True)
+class GpuCalibration:
+    """Achievable-efficiency constants of the GPU time models (fractions, seconds, counts).
+
+    Attributes
+    ----------
+    gemm_max_frac_16bit, gemm_max_frac_8bit, gemm_max_frac_4bit : float
+        Asymptotic fraction of the dense peak a large GEMM reaches, by operand width [fraction].
+    gemm_half_intensity : float
+        GEMM arithmetic intensity ``1/(1/M + 1/N + 1/K)`` at which a GEMM reaches half its asymptotic
+        efficiency [FLOP/element-ish, dimensionless].
+    attention_frac : float
+        Fraction of the dense peak reached by (flash) attention score/context products [fraction].
+    hbm_frac : float
+        Achievable fraction of the HBM bandwidth [fraction].
+    elementwise_vectors_per_token : float
+        Memory traffic of a block's non-GEMM operators (norms, activations, residuals, rotary, dropout) per
+        token in the forward pass, in d_model-wide 16-bit vectors [count].
+    nvlink_frac, network_frac : float
+        Achieved fraction of the scale-up (NVLink) and scale-out (InfiniBand/RoCE) per-GPU bandwidth [fraction].
+    nvlink_latency_s, network_latency_s : float
+        Per-step latency (alpha) of collectives inside and across nodes [s].
+    tp_overlap_frac : float
+        Share of tensor-parallel communication hidden behind compute in training [fraction].
+    dp_overlap_frac : float
+        Share of the step's compute time that data-parallel gradient/parameter collectives can hide behind
+        [fraction].
+    layer_overhead_s : float
+        Fixed cost per transformer block per forward pass in inference (kernel launches, scheduling) [s].
+    step_overhead_s : float
+        Fixed cost per inference forward pass (sampling, scheduling, host) [s].
+    engine_max_batch : float
+        Largest batch an inference engine runs when the concurrency is not given [sequences].
+    benchmark_eval_overhead_frac : float
+        Share of a timed benchmark training run spent in its periodic evaluation [fraction].
+    """
+
+    gemm_max_frac_16bit: float = 0.80
+    gemm_max_frac_8bit: float = 0.65
+    gemm_max_frac_4bit: float = 0.55
+    gemm_half_intensity: float = 60.0
+    attention_frac: float = 0.5
+    hbm_frac: float = 0.8
+    elementwise_vectors_per_token: float = 20.0
+    nvlink_frac: float = 0.7
+    network_frac: float = 0.7
+    nvlink_latency_s: float = 1.0e-5
+    network_latency_s: float = 2.0e-5
+    tp_overlap_frac: float = 0.0
+    dp_overlap_frac: float = 0.5
+    layer_overhead_s: float = 2.0e-5
+    step_overhead_s: float = 1.0e-3
+    engine_max_batch: float = 256.0
+    benchmark_eval_overhead_frac: float = 0.05
+
+    def replace(self, **kw) -> "GpuCalibration":
+        return dataclasses.replace(self, **kw)
+
+
+CALIBRATION_KEYS = tuple(f.name for f in dataclasses.fields(GpuCalibration))
+
+
+class GpuEfficiencyFile(BaseModel):
+    """Schema of ``catalogs/calibration/gpu_efficiency.yaml``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    description: str
+    method: str
+    fitted_on: list[str]
+    residuals: dict[str, float] = {}
+    constants: dict[str, Quantity]
+
+
+def calibration_path(base_dir: str | Path | None = None) -> Path:
+    base = Path(base_dir) if base_dir is not None else default_catalog_dir()
+    return base / "calibration" / "gpu_efficiency.yaml"
+
+
+def read_gpu_efficiency(path: str | Path | None = None) -> GpuEfficiencyFile:
+    """Read and validate the calibration file; raise :class:`CatalogError` with one line on a bad file."""
+    p = Path(path) if path is not None else calibration_path()
+    data = read_yaml(p)
+    if not isinstance(data, dict) or "gpu_efficiency" not in data:
+        raise CatalogError(f"{p}: must hold a 'gpu_efficiency' mapping")
+    try:
+        f = GpuEfficiencyFile.model_validate(data["gpu_efficiency"])
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise CatalogError(f"{p}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
+    unknown = sorted(set(f.constants) - set(CALIBRATION_KEYS))
+    if unknown:
+        raise CatalogError(f"{p}: unknown constant(s) {', '.join(unknown)}; allowed: {', '.join(CALIBRATION_KEYS)}")
+    return f
+
+
+@lru_cache(maxsize=4)
+def _cached(path: str) -> GpuCalibration:
+    p = Path(path)
+    if not p.is_file():
+        return GpuCalibration()
+    f = read_gpu_efficiency(p)
+    return GpuCalibration(**{k: float(q.si) for k, q in f.constants.items()})
+
+
+def gpu_calibration(path: str | Path | None = None) -> GpuCalibration:
+    """The calibrated constants (defaults of :class:`GpuCalibration` for any the file does not give)."""
+    return _cached(str(Path(path) if path is not None else calibration_path()))

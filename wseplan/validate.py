@@ -1,0 +1,504 @@
+"""Validate the time models against published measurements (``wseplan validate CASES.csv``).
+
+Reads the validation-case format documented in ``catalogs/validation/README`` (the shared
+``validation-README.md``): one published measurement per row, with the workload, the system, the parallel
+layout, one metric and its value. Every row is predicted with :func:`wseplan.timing.predict_time` and the
+prediction converted to the row's own metric and unit; ``rel_error = predicted / measured - 1``.
+
+A row is skipped only when its metric is not a performance quantity (power fractions, ratios to other
+hardware, goodput percentages, maximum generation length) or when a named input is missing; every skip
+carries its reason. :func:`fit_gpu_efficiency` refits the GPU efficiency constants
+(``catalogs/calibration/gpu_efficiency.yaml``) with scipy.optimize, reproducibly.
+"""
+from __future__ import annotations
+
+import csv
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .catalog.schema import Model
+from .errors import InputError
+
+REQUIRED_COLUMNS = ("id", "category", "phase", "model", "metric", "value", "unit", "hardware", "quality")
+ALL_COLUMNS = ("id", "category", "phase", "model", "n_params_b", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
+               "vocab", "n_experts", "experts_per_token", "seq_len", "input_len", "output_len", "global_batch",
+               "concurrency", "precision", "hardware", "n_devices", "tp", "pp", "dp", "cp", "ep", "vpp", "recompute",
+               "zero_stage", "flops_convention", "metric", "value", "unit", "quality", "source", "notes")
+INT_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", "n_experts", "experts_per_token", "seq_len",
+               "input_len", "output_len", "global_batch", "concurrency", "n_devices", "tp", "pp", "dp", "cp", "ep", "vpp",
+               "zero_stage")
+CATEGORIES = ("gpu-train", "gpu-infer", "wse-infer", "wse-train", "micro")
+NON_PERFORMANCE = {
+    "effective_training_time_pct": "goodput percentage, not a performance quantity",
+    "max_decode_output_tokens": "maximum generation length, a memory bound rather than a performance quantity",
+    "latency_per_token_ratio_vs_h100": "ratio to other hardware, not a performance quantity of this row",
+    "decode_power_frac_tdp": "power fraction, not a performance quantity",
+    "idle_power_frac_tdp": "power fraction, not a performance quantity",
+    "comm_energy_per_byte_ratio_h100_over_cs3": "energy ratio to other hardware, not a performance quantity",
+}
+OUTPUT_COLUMNS = ("id", "category", "metric", "unit", "measured", "predicted", "rel_error", "status", "reason")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validation row with typed fields (None where the cell is empty)."""
+
+    id: str
+    category: str
+    phase: str
+    model: str
+    metric: str
+    value: float
+    unit: str
+    hardware: str
+    quality: str
+    fields: dict
+    source: str
+    notes: str
+
+    def get(self, key: str):
+        return self.fields.get(key)
+
+
+class SkipRow(Exception):
+    """A row that cannot be predicted; the message is the reason."""
+
+
+# ---------------------------------------------------------------------------------------------
+def read_cases(path: str | Path) -> list[Case]:
+    """Parse a validation CSV; raise :class:`InputError` naming the row and column on a malformed file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cases: cannot read {p} ({exc.__class__.__name__}); give a validation CSV") from None
+    reader = csv.DictReader(text.splitlines())
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise InputError(f"cases: {p} lacks column(s) {', '.join(missing)}; see the validation format README")
+    cases, seen = [], set()
+    for i, raw in enumerate(reader, start=2):
+        if None in raw:
+            raise InputError(f"cases: {p} line {i} has more cells than the header; quote cells that hold commas")
+        row = {k: (v.strip() if isinstance(v, str) else v) for k, v in raw.items()}
+        rid = row.get("id") or ""
+        if not rid:
+            raise InputError(f"cases: {p} line {i}: empty id")
+        if rid in seen:
+            raise InputError(f"cases: {p} line {i}: duplicate id {rid}")
+        seen.add(rid)
+        for c in ("category", "phase", "metric", "unit", "hardware", "quality"):
+            if not row.get(c):
+                raise InputError(f"cases: {p} row {rid}: empty {c}")
+        try:
+            value = float(row["value"])
+        except (TypeError, ValueError):
+            raise InputError(f"cases: {p} row {rid}: value {row.get('value')!r} is not a number") from None
+        fields = {}
+        for c in header:
+            v = row.get(c)
+            if v in (None, ""):
+                fields[c] = None
+            elif c in INT_COLUMNS:
+                try:
+                    fields[c] = int(v)
+                except ValueError:
+                    raise InputError(f"cases: {p} row {rid}: {c} {v!r} is not an integer") from None
+            elif c == "n_params_b":
+                try:
+                    fields[c] = float(v)
+                except ValueError:
+                    raise InputError(f"cases: {p} row {rid}: n_params_b {v!r} is not a number") from None
+            else:
+                fields[c] = v
+        cases.append(Case(id=rid, category=row["category"], phase=row["phase"], model=row.get("model") or "",
+                          metric=row["metric"], value=value, unit=row["unit"], hardware=row["hardware"].lower(),
+                          quality=row["quality"], fields=fields, source=row.get("source") or "",
+                          notes=row.get("notes") or ""))
+    return cases
+
+
+def note_hint(notes: str, key: str) -> str | None:
+    """The value of a ``key=value`` hint in ``notes`` (regex ``\\b<key>=([0-9x.]+)``), or None."""
+    m = re.search(rf"\b{re.escape(key)}=([0-9x.]+)", notes or "")
+    return m.group(1).rstrip(".") if m else None
+
+
+def source_key(case: Case) -> str:
+    """A short source label for grouping (the citation up to its first comma)."""
+    return (case.source.split(",")[0] or case.source).strip()
+
+
+# ---------------------------------------------------------------------------------------------
+def case_model(case: Case, catalog) -> Model:
+    """The architecture of a row: inline columns when given, else the catalog entry named by ``model``."""
+    f = case.fields
+    L, d, h = f.get("n_layers"), f.get("d_model"), f.get("n_heads")
+    if L and d:
+        h = h or max(d // 128, 1)
+        kvh = f.get("n_kv_heads") or h
+        d_ff = f.get("d_ff") or 4 * d
+        gated = d_ff != 4 * d
+        vocab = f.get("vocab")
+        if vocab is None:
+            try:
+                sec, key = catalog.resolve_model_name(case.model)
+                vocab = getattr(catalog, sec)[key].vocab_size
+            except Exception:  # noqa: BLE001 - no catalog match; GPT-2 BPE padded vocabulary
+                vocab = 51200
+        E = f.get("n_experts") or 1
+        k = f.get("experts_per_token") or 1
+        try:
+            return Model(name=case.model or case.id, source="wseplan-estimate", basis="estimate",
+                         note=f"validation row {case.id}", num_layers=L, d_model=d, num_heads=h,
+                         num_kv_heads=kvh if h % kvh == 0 else h, d_ff=d_ff, gated_mlp=gated, vocab_size=vocab,
+                         tied_embeddings=False, num_experts=E, experts_per_token=min(k, E),
+                         norm="rmsnorm" if gated else "layernorm", linear_bias=not gated)
+        except Exception as exc:  # pydantic: inconsistent shape
+            raise SkipRow(f"architecture columns are inconsistent ({str(exc).splitlines()[-1].strip()})") from None
+    try:
+        sec, key = catalog.resolve_model_name(case.model)
+    except InputError:
+        raise SkipRow("architecture not given (n_layers, d_model) and the model name is not in the catalog") from None
+    m = getattr(catalog, sec)[key]
+    if not isinstance(m, Model):
+        raise SkipRow("the catalog model is not a transformer")
+    return m
+
+
+def _target(case: Case, catalog, count: int | None):
+    from .targets import parse_target
+
+    text = case.hardware if not count else f"{case.hardware}x{count}"
+    return parse_target(text, catalog)
+
+
+def _train_tokens(case: Case) -> float:
+    tok = note_hint(case.notes, "train_tokens")
+    if tok:
+        return float(tok)
+    samples = note_hint(case.notes, "train_samples")
+    seq = case.get("seq_len")
+    if samples and seq:
+        return float(samples) * seq
+    raise SkipRow("train_tokens (or train_samples) not given in notes")
+
+
+def _flop_multiplier(case: Case, recompute: str) -> float:
+    conv = case.get("flops_convention") or "model"
+    return 4.0 if conv == "hardware" and recompute == "full" else 3.0
+
+
+def _recompute(case: Case) -> str:
+    r = case.get("recompute")
+    if r:
+        return r
+    # not stated: a row that counts hardware FLOPs (an extra forward) ran with full recompute
+    return "full" if case.get("flops_convention") == "hardware" else "selective"
+
+
+def _is_lora(case: Case) -> bool:
+    return "lora" in case.model.lower()
+
+
+def _best_micro_batch(model, gpu, catalog, case, *, precision, seq, gb, tp, pp, dp, cp, vpp, rec, zs, trainable, cal):
+    """Micro-batch a practitioner would pick: the fastest of 1, 2, 4, ... that fits HBM and divides the batch."""
+    from .analytic import gpu_time as G
+    from .fit import gpu_layout_memory
+    from .workload import transformer_workload
+
+    per_replica = max(gb // dp, 1)
+    mbs = np.array([b for b in (1, 2, 4, 8, 16) if per_replica % b == 0] or [1], dtype=float)
+    w = transformer_workload(model, precision=precision, phase="train", batch=gb, context=seq)
+    cap = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
+    ok = np.array([float(gpu_layout_memory(w, tp=tp * cp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog,
+                                           micro_batch=int(b))["total"]) <= cap for b in mbs])
+    r = G.train_step(model, gpu, precision=precision, seq_len=seq, global_batch=gb, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp,
+                     micro_batch=mbs, recompute=rec, zero_stage=zs, trainable=trainable, cal=cal)
+    t = np.where(ok, r["step_s"], np.inf)
+    return int(mbs[int(np.argmin(t))]) if np.isfinite(t).any() else 1
+
+
+def predict_case(case: Case, catalog, cal=None) -> float:
+    """Predicted value of one row in its own unit; raises :class:`SkipRow` with the reason."""
+    if case.metric in NON_PERFORMANCE:
+        raise SkipRow(NON_PERFORMANCE[case.metric])
+    if case.hardware.startswith("wse"):
+        return _predict_wafer(case, catalog)
+    if case.phase == "kernel":
+        return _predict_gpu_kernel(case, catalog, cal)
+    if case.phase == "train":
+        return _predict_gpu_train(case, catalog, cal)
+    return _predict_gpu_infer(case, catalog, cal)
+
+
+def _predict_gpu_train(case, catalog, cal):
+    from .analytic import gpu_time as G
+    from .timing import predict_time
+
+    model = case_model(case, catalog)
+    f = case.fields
+    precision = f.get("precision") or "bf16"
+    seq = f.get("seq_len")
+    if not seq:
+        raise SkipRow("seq_len not given")
+    n = f.get("n_devices")
+    tp, pp, cp, vpp = f.get("tp") or 1, f.get("pp") or 1, f.get("cp") or 1, f.get("vpp") or 1
+    single = case.metric == "layer_fwd_bwd_ms"
+    gb = f.get("global_batch")
+    if not gb:
+        raise SkipRow("global_batch not given")
+    if single:
+        dp, n = 1, tp
+    else:
+        if not n:
+            raise SkipRow("n_devices not given")
+        if f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
+            raise SkipRow("parallel layout (tp, pp, dp) not given")
+        dp = f.get("dp") or max(n // (tp * pp * cp), 1)
+    rec = _recompute(case)
+    zs = f.get("zero_stage")
+    zs = 1 if zs is None else zs
+    trainable = "lora" if _is_lora(case) else "full"
+    target = _target(case, catalog, tp * pp * dp * cp)
+    cal = cal or G.gpu_calibration()
+    mb = 1 if single else _best_micro_batch(model, target.device, catalog, case, precision=precision, seq=seq, gb=gb, tp=tp,
+                                             pp=pp, dp=dp, cp=cp, vpp=vpp, rec=rec, zs=zs, trainable=trainable, cal=cal)
+    if single:
+        mb = gb
+    res = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
+                       tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, context_parallel=cp, virtual_pipeline=vpp,
+                       micro_batch=mb, recompute=rec, zero_stage=zs, trainable=trainable, single_layer=single or None,
+                       calibration=cal)
+    step = res.step_s
+    if single:
+        return step * 1e3
+    n_gpus = tp * pp * dp * cp
+    tokens_step = gb * seq
+    tok_s = tokens_step / step
+    peak = target.device.peak_flop_per_s(precision)
+    if case.metric in ("tflops_per_gpu", "mfu", "pct_of_peak"):
+        mult = _flop_multiplier(case, rec)
+        flop_tok = G.model_flop_per_token(model, seq_len=seq) * mult / 3.0
+        per_gpu = flop_tok * tok_s / n_gpus
+        if case.metric == "tflops_per_gpu":
+            return per_gpu / 1e12
+        frac = per_gpu / peak
+        return frac if case.metric == "mfu" else 100.0 * frac
+    if case.metric == "time_per_iter_s":
+        return step
+    if case.metric == "tokens_per_s":
+        return tok_s
+    if case.metric == "time_to_train_min":
+        tokens = _train_tokens(case)
+        return tokens / tok_s * (1.0 + cal.benchmark_eval_overhead_frac) / 60.0
+    if case.metric == "gpu_hours":
+        tokens = _train_tokens(case)
+        return tokens / tok_s * n_gpus / 3600.0
+    raise SkipRow(f"metric {case.metric} is not predicted for training rows")
+
+
+def _infer_layout(case):
+    f = case.fields
+    n = f.get("n_devices")
+    tp, pp, dp = f.get("tp"), f.get("pp") or 1, f.get("dp")
+    if tp is None:
+        if n is None:
+            raise SkipRow("n_devices and tp not given")
+        tp = max(n // (pp * (dp or 1)), 1)
+    if dp is None:
+        dp = max((n or tp * pp) // (tp * pp), 1)
+    return tp, pp, dp
+
+
+def _predict_gpu_infer(case, catalog, cal):
+    from .timing import predict_time
+
+    model = case_model(case, catalog)
+    f = case.fields
+    precision = f.get("precision") or "bf16"
+    tp, pp, dp = _infer_layout(case)
+    target = _target(case, catalog, tp * pp)
+    inp = f.get("input_len")
+    out = f.get("output_len")
+    conc = f.get("concurrency")
+    opts = dict(tensor_parallel=tp, pipeline_parallel=pp, calibration=cal)
+    if not inp:
+        raise SkipRow("input_len not given")
+    if case.metric in ("ttft_ms", "prefill_tokens_per_s") or case.phase == "prefill":
+        r = predict_time(model, target, phase="prefill", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
+                         **opts)
+        if case.metric == "ttft_ms":
+            return r.ttft_s * 1e3
+        if case.metric == "prefill_tokens_per_s":
+            return inp / r.ttft_s
+        raise SkipRow(f"metric {case.metric} is not predicted for prefill rows")
+    if case.phase == "decode":
+        r = predict_time(model, target, phase="decode", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
+                         **opts)
+        engine_tok_s = r.tokens_per_s
+        per_user = 1.0 / r.tpot_s
+    else:
+        if not out:
+            raise SkipRow("output_len not given")
+        r = predict_time(model, target, phase="decode", precision=precision, batch=conc, context=inp, output_tokens=out,
+                         catalog=catalog, **opts)
+        engine_tok_s = r.tokens_per_s
+        per_user = r.tokens_per_s_per_user
+    if case.metric == "tokens_per_s_per_user":
+        return per_user
+    if case.metric == "tokens_per_s_per_gpu":
+        return engine_tok_s / (tp * pp)
+    if case.metric == "tokens_per_s":
+        return engine_tok_s * dp
+    if case.metric == "latency_ms":
+        return r.step_s * 1e3
+    raise SkipRow(f"metric {case.metric} is not predicted for inference rows")
+
+
+_GEMV = re.compile(r"GEMV\s*\[\s*(\d+)\s*,\s*(\d+)([KkMm]?)\s*\]\s*x\s*\[\s*(\d+)([KkMm]?)\s*,\s*(\d+)([KkMm]?)\s*\]")
+
+
+def _dim(num: str, suffix: str) -> int:
+    return int(num) * {"": 1, "k": 1024, "m": 1024 ** 2}[suffix.lower()]
+
+
+def gemv_shape(text: str) -> tuple[int, int, int] | None:
+    """(M, K, N) of a ``GEMV [M,K]x[K,N]`` model string (16K = 16384), or None."""
+    m = _GEMV.search(text or "")
+    if not m:
+        return None
+    return int(m.group(1)), _dim(m.group(2), m.group(3)), _dim(m.group(6), m.group(7))
+
+
+def _predict_gpu_kernel(case, catalog, cal):
+    from .analytic import gpu_time as G
+
+    shape = gemv_shape(case.model)
+    if shape is None or case.metric != "latency_ms":
+        raise SkipRow("kernel is not a GEMV latency; no model for it")
+    tp = case.get("tp") or case.get("n_devices") or 1
+    target = _target(case, catalog, tp)
+    precision = case.get("precision") or "fp16"
+    t = G.gemv_time_s(target.device, m=shape[0], k=shape[1], n=shape[2], tp=tp, precision=precision,
+                      cal=cal or G.gpu_calibration())
+    return float(t) * 1e3
+
+
+def _predict_wafer(case, catalog):
+    try:
+        from .analytic import wse_time
+    except ImportError:
+        raise SkipRow("wafer model unavailable") from None
+    if case.phase == "kernel":
+        shape = gemv_shape(case.model)
+        fn = getattr(wse_time, "gemv_latency_s", None)
+        if shape is None or fn is None or case.metric != "latency_ms":
+            raise SkipRow("wafer model unavailable" if fn is None else "kernel is not a GEMV latency; no model for it")
+        target = _target(case, catalog, None)
+        kw = dict(k=shape[1], n=shape[2], m=shape[0], wafer=target.device, precision=case.get("precision") or "fp16")
+        grid = note_hint(case.notes, "wse_core_grid")
+        if grid and "x" in grid:
+            r_, _, c_ = grid.partition("x")
+            kw.update(region_rows=int(float(r_)), region_cols=int(float(c_)))
+        try:
+            return float(fn(**kw)) * 1e3
+        except (NotImplementedError, TypeError):
+            raise SkipRow("wafer model unavailable") from None
+    from .timing import predict_time
+
+    model = case_model(case, catalog)
+    f = case.fields
+    precision = f.get("precision") or "fp16"
+    inp, out, conc = f.get("input_len"), f.get("output_len"), f.get("concurrency") or 1
+    if not inp:
+        raise SkipRow("input_len not given")
+    target = _target(case, catalog, f.get("n_devices"))
+    opts = {}
+    if not callable(getattr(wse_time, "predict", None)):
+        raise SkipRow("wafer model unavailable")
+    params = inspect.signature(wse_time.predict).parameters
+    accepts = lambda k: k in params or any(p.kind == p.VAR_KEYWORD for p in params.values())  # noqa: E731
+    for key in ("wse_core_grid", "wse_core_grid_prefill", "wse_core_grid_decode"):
+        v = note_hint(case.notes, key)
+        if v and accepts("core_grid"):
+            rows, _, cols = v.partition("x")
+            if rows and cols:
+                want = key == "wse_core_grid" or key.endswith(case.phase if case.phase != "e2e-infer" else "_")
+                if want or "core_grid" not in opts:
+                    opts["core_grid"] = (int(float(rows)), int(float(cols)))
+    phase = "prefill" if case.phase == "prefill" else "decode"
+    try:
+        r = predict_time(model, target, phase=phase, precision=precision, batch=conc, context=inp,
+                         output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog, **opts)
+    except (NotImplementedError, ImportError, AttributeError):
+        raise SkipRow("wafer model unavailable") from None
+    m = case.metric
+    if m == "prefill_tokens_per_s":
+        return inp / (r.ttft_s or r.step_s)
+    if m == "ttft_ms":
+        return (r.ttft_s or r.step_s) * 1e3
+    if m == "tokens_per_s_per_user":
+        if case.phase == "decode":
+            return 1.0 / (r.tpot_s or r.step_s)
+        return r.tokens_per_s_per_user
+    if m == "tokens_per_s":
+        return r.tokens_per_s
+    raise SkipRow(f"metric {m} is not predicted for wafer rows")
+
+
+# ---------------------------------------------------------------------------------------------
+def validate_cases(cases: list[Case], catalog, cal=None) -> list[dict]:
+    """One record per case: the OUTPUT_COLUMNS plus quality and source."""
+    out = []
+    for c in cases:
+        rec = {"id": c.id, "category": c.category, "metric": c.metric, "unit": c.unit, "measured": c.value,
+               "predicted": None, "rel_error": None, "status": "skipped", "reason": "", "quality": c.quality,
+               "source": source_key(c)}
+        try:
+            v = float(predict_case(c, catalog, cal))
+            if not math.isfinite(v) or v <= 0:
+                raise SkipRow(f"prediction is not a positive number ({v})")
+            rec.update(predicted=v, rel_error=v / c.value - 1.0 if c.value else None, status="ok")
+        except SkipRow as exc:
+            rec["reason"] = str(exc)
+        except InputError as exc:
+            rec["reason"] = f"input: {exc}"
+        out.append(rec)
+    return out
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """Median |rel_error| per category: strong+medium rows counted, weak reported separately."""
+    rows = []
+    cats = sorted({r["category"] for r in records})
+    for cat in cats:
+        rs = [r for r in records if r["category"] == cat]
+        for label, qual in (("strong+medium", ("strong", "medium")), ("weak", ("weak",))):
+            sel = [r for r in rs if r.get("quality") in qual]
+            if not sel:
+                continue
+            ok = [abs(r["rel_error"]) for r in sel if r["status"] == "ok" and r["rel_error"] is not None]
+            rows.append({"category": cat, "quality": label, "rows": len(sel), "predicted": len(ok),
+                         "predicted_frac": len(ok) / len(sel),
+                         "median_abs_rel_error": float(np.median(ok)) if ok else None,
+                         "max_abs_rel_error": float(np.max(ok)) if ok else None})
+    return rows
+
+
+def validate_file(path: str | Path, catalog=None, cal=None) -> list[dict]:
+    from .catalog.load import load_catalog
+
+    return validate_cases(read_cases(path), catalog or load_catalog(), cal)
+
+
+def default_cases_path() -> Path:
+    from .catalog.load import default_catalog_dir
+
+    return default_catalog_dir() / "validation" / "validation-public.csv"
