@@ -1,0 +1,420 @@
+"""On-wafer mesh (fabric) closed forms: messages, line broadcast/reduce, all-reduce, GEMV and GEMM on a
+P x Q region of processing elements (PEs), and cross-wafer hops over the systems' Ethernet.
+
+A PLMR-style model (He et al., OSDI 2025: Parallelism, Latency, Memory per PE, Routing): a 2-D mesh of PEs,
+each with local SRAM and a router to its four neighbours. A message of ``b`` bytes over ``h`` hops costs
+``h * hop_latency_cycles + ceil(b / wavelet_bytes) * wavelet_bytes / link_bytes_per_cycle`` cycles
+(cut-through: the hop latency is paid once per hop, the serialisation once per message). Compute on a PE is
+limited by its FLOP/cycle and its SRAM bytes/cycle. Every kernel adds a fixed ``per_kernel_overhead_cycles``
+(task activation, synchronisation, colour switch) that the published WSE-2 measurements show to be the
+largest term of small-batch decode.
+
+All physics functions are keyword-only and numpy-vectorized (scalars or arrays broadcast); times are in cycles
+unless the name ends in ``_s``. The calibrated constants (``per_kernel_overhead_cycles``,
+``gemm_step_overhead_cycles``, ...) live in ``catalogs/calibration/fabric.yaml`` with their source and basis
+and are loaded by :func:`load_fabric_constants`; the simulator in :mod:`wseplan.sim.mesh` is the reference
+they are later fitted against.
+
+References
+----------
+He, C. et al., "WaferLLM: Large Language Model Inference at Wafer Scale", USENIX OSDI 2025
+(arXiv:2502.04563): PLMR model, MeshGEMV (tree all-reduce), MeshGEMM (cyclic shifts), Tables 2-6.
+Cerebras SDK documentation, "A Conceptual View" (wavelets of 32 bits, one per link per cycle).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ..catalog.schema import Quantity
+from ..errors import CatalogError, InputError
+
+BROADCAST_ALGOS = ("chain", "store_forward", "tree")
+REDUCE_ALGOS = ("chain", "tree", "best")
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 1, "fp4": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration constants (catalogs/calibration/fabric.yaml)
+# ---------------------------------------------------------------------------------------------
+class FabricConstants(BaseModel):
+    """Calibrated constants of the fabric closed forms (each a :class:`Quantity` with source and basis)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wavelet_bytes: Quantity
+    ramp_latency_cycles: Quantity
+    per_kernel_overhead_cycles: Quantity
+    gemv_mac_efficiency_frac: Quantity
+    gemm_mac_efficiency_frac: Quantity
+    gemm_step_overhead_cycles: Quantity
+    cross_system_latency_s: Quantity
+
+    def values(self) -> dict[str, float]:
+        """Name -> SI value, for passing as keyword arguments."""
+        return {k: getattr(self, k).si for k in type(self).model_fields}
+
+
+class FabricFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int
+    fitted_on: list[str] = []
+    fabric: FabricConstants
+
+
+def default_calibration_dir() -> Path:
+    from ..catalog.load import default_catalog_dir
+
+    return default_catalog_dir() / "calibration"
+
+
+@lru_cache(maxsize=8)
+def _load_fabric(path: str) -> FabricConstants:
+    from pydantic import ValidationError
+
+    from ..catalog.load import read_yaml
+
+    data = read_yaml(Path(path))
+    try:
+        return FabricFile.model_validate(data).fabric
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        raise CatalogError(f"{path}: {loc}: {e['msg']}; fix the calibration file") from None
+
+
+def load_fabric_constants(path: str | Path | None = None) -> FabricConstants:
+    """Read ``catalogs/calibration/fabric.yaml`` (or ``path``) into :class:`FabricConstants`."""
+    p = Path(path) if path is not None else default_calibration_dir() / "fabric.yaml"
+    if not p.is_file():
+        raise CatalogError(f"{p}: fabric calibration file not found; restore catalogs/calibration/fabric.yaml")
+    return _load_fabric(str(p))
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages and lines
+# ---------------------------------------------------------------------------------------------
+def num_wavelets(*, message_bytes, wavelet_bytes=4.0):
+    """Wavelets carrying ``message_bytes`` [count] (at least one)."""
+    return np.maximum(1.0, np.ceil(np.asarray(message_bytes, dtype=float) / wavelet_bytes))
+
+
+def message_cycles(*, hops, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0):
+    """Point-to-point message over ``hops`` mesh hops [cycles].
+
+    Notes
+    -----
+    Cut-through routing: ``hops * hop_latency_cycles + wavelets * wavelet_bytes / link_bytes_per_cycle``.
+    """
+    w = num_wavelets(message_bytes=message_bytes, wavelet_bytes=wavelet_bytes)
+    return np.asarray(hops, dtype=float) * hop_latency_cycles + w * wavelet_bytes / link_bytes_per_cycle
+
+
+def line_broadcast_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
+                          ramp_latency_cycles=0.0, algo: str = "chain"):
+    """Broadcast ``message_bytes`` from the first PE of a line of ``length_pes`` PEs to all of them [cycles].
+
+    Notes
+    -----
+    With ``M`` wavelets, ``s = wavelet_bytes / link_bytes_per_cycle`` and ``h`` the hop latency:
+    chain (hardware multicast, pipelined): ``(L-1) h + M s``; store-and-forward: ``(L-1)(h + ramp + M s)``;
+    binary tree (store-and-forward per level): ``sum over levels (stride h + ramp + M s)`` =
+    ``(L-1) h + ceil(log2 L)(ramp + M s)`` for a power-of-two line.
+    """
+    if algo not in BROADCAST_ALGOS:
+        raise InputError(f"algo: unknown broadcast {algo!r}; use one of {', '.join(BROADCAST_ALGOS)}")
+    L = np.asarray(length_pes, dtype=float)
+    M = num_wavelets(message_bytes=message_bytes, wavelet_bytes=wavelet_bytes)
+    s = wavelet_bytes / link_bytes_per_cycle
+    if algo == "chain":
+        t = (L - 1.0) * hop_latency_cycles + M * s
+    elif algo == "store_forward":
+        t = (L - 1.0) * (hop_latency_cycles + ramp_latency_cycles + M * s)
+    else:
+        levels = np.ceil(np.log2(np.maximum(L, 1.0)))
+        t = (L - 1.0) * hop_latency_cycles + levels * (ramp_latency_cycles + M * s)
+    return np.where(L > 1, t, 0.0)
+
+
+def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
+                       ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0, algo: str = "best"):
+    """Sum a vector of ``message_bytes`` held by every PE of a line into its first PE [cycles].
+
+    Notes
+    -----
+    Per-wavelet service ``a = max(s, add_cycles_per_wavelet)``. Chain (pipelined add-and-forward through
+    every PE): ``(L-1)(h + ramp) + M a``. Binary tree (one pipelined pairwise transfer per level):
+    ``(L-1) h + ceil(log2 L)(ramp + M a)``. ``best`` takes the faster (as WaferLLM's K-tree all-reduce picks
+    its fan-in).
+    """
+    if algo not in REDUCE_ALGOS:
+        raise InputError(f"algo: unknown reduce {algo!r}; use one of {', '.join(REDUCE_ALGOS)}")
+    L = np.asarray(length_pes, dtype=float)
+    M = num_wavelets(message_bytes=message_bytes, wavelet_bytes=wavelet_bytes)
+    a = np.maximum(wavelet_bytes / link_bytes_per_cycle, add_cycles_per_wavelet)
+    chain = (L - 1.0) * (hop_latency_cycles + ramp_latency_cycles) + M * a
+    tree = (L - 1.0) * hop_latency_cycles + np.ceil(np.log2(np.maximum(L, 1.0))) * (ramp_latency_cycles + M * a)
+    t = chain if algo == "chain" else tree if algo == "tree" else np.minimum(chain, tree)
+    return np.where(L > 1, t, 0.0)
+
+
+def allreduce_cycles(*, rows, cols, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
+                     ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0):
+    """All-reduce a vector held by every PE of a rows x cols region (result on every PE) [cycles].
+
+    Notes
+    -----
+    Reduce along rows, then down the first column, then broadcast back up the column and along the rows
+    (four line phases, as :func:`wseplan.sim.mesh.allreduce`).
+    """
+    kw = dict(message_bytes=message_bytes, hop_latency_cycles=hop_latency_cycles,
+              link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
+              ramp_latency_cycles=ramp_latency_cycles)
+    red = (line_reduce_cycles(length_pes=cols, add_cycles_per_wavelet=add_cycles_per_wavelet, **kw)
+           + line_reduce_cycles(length_pes=rows, add_cycles_per_wavelet=add_cycles_per_wavelet, **kw))
+    bc = line_broadcast_cycles(length_pes=rows, **kw) + line_broadcast_cycles(length_pes=cols, **kw)
+    return red + bc
+
+
+# ---------------------------------------------------------------------------------------------
+# Local compute
+# ---------------------------------------------------------------------------------------------
+def mac_cycles(*, flop_per_cycle, sram_bytes_per_cycle, dtype_bytes=2.0, efficiency_frac=1.0):
+    """Cycles per multiply-accumulate on one PE [cycles/MAC].
+
+    Notes
+    -----
+    ``max(2 / flop_per_cycle, 3 * dtype_bytes / sram_bytes_per_cycle) / efficiency_frac``: a MAC is 2 FLOP
+    and, in the AXPY form the kernels use, reads the weight and reads and writes the accumulator. On WSE-2
+    (8 FLOP and 24 B per cycle, 16-bit) both limits give 4 MAC/cycle; on WSE-3 the SRAM limit binds.
+    """
+    ideal = np.maximum(2.0 / np.asarray(flop_per_cycle, dtype=float),
+                       3.0 * dtype_bytes / np.asarray(sram_bytes_per_cycle, dtype=float))
+    return ideal / efficiency_frac
+
+
+def _ceil_div(a, b):
+    return np.ceil(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMV and GEMM on a region
+# ---------------------------------------------------------------------------------------------
+def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_latency_cycles,
+                link_bytes_per_cycle, m=1, dtype_bytes=2.0, wavelet_bytes=4.0, ramp_latency_cycles=0.0,
+                per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, reduce_algo: str = "best"):
+    """``y[m, n] = x[m, k] @ W[k, n]`` with W stationary on a rows x cols region (MeshGEMV) [cycles].
+
+    Parameters
+    ----------
+    k, n : array_like
+        Matrix dimensions [elements]; k is split over the rows, n over the columns.
+    rows, cols : array_like
+        Region [PEs].
+    m : array_like
+        Activation rows streamed through (1 for a GEMV, the batch in batched decode) [rows].
+    flop_per_cycle, sram_bytes_per_cycle : float
+        Per-PE compute [FLOP/cycle] and SRAM bandwidth [bytes/cycle].
+    hop_latency_cycles, link_bytes_per_cycle : float
+        Router latency per hop [cycles] and link width per direction [bytes/cycle].
+    per_kernel_overhead_cycles : float
+        Fixed cost of one kernel (task launch, synchronisation) [cycles].
+    mac_efficiency_frac : float
+        Achieved share of the PE's MAC rate [0-1].
+
+    Returns
+    -------
+    ndarray
+        Latency [cycles].
+
+    Notes
+    -----
+    ``T = c_k + [(Q-1) h + M_x s] + m kt nt t_mac + T_reduce(P, M_y)`` with ``kt = ceil(k/P)``,
+    ``nt = ceil(n/Q)``, ``M_x`` the wavelets of the ``m kt`` input values broadcast along each row (the MACs
+    consume them as they stream in, so only the pipeline fill is exposed), and ``T_reduce`` the faster of the
+    chain and tree line reductions of the ``m nt`` partial sums along each column
+    (:func:`line_reduce_cycles`), each partial-sum wavelet added at the MAC rate.
+    """
+    P, Q = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
+    kt, nt = _ceil_div(k, P), _ceil_div(n, Q)
+    m = np.asarray(m, dtype=float)
+    tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+                    dtype_bytes=dtype_bytes, efficiency_frac=mac_efficiency_frac)
+    compute = m * kt * nt * tm
+    bcast = line_broadcast_cycles(length_pes=Q, message_bytes=m * kt * dtype_bytes, hop_latency_cycles=hop_latency_cycles,
+                                  link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes)
+    epw = max(1.0, wavelet_bytes / dtype_bytes)
+    red = line_reduce_cycles(length_pes=P, message_bytes=m * nt * dtype_bytes, hop_latency_cycles=hop_latency_cycles,
+                             link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
+                             ramp_latency_cycles=ramp_latency_cycles, add_cycles_per_wavelet=epw * tm / 3.0,
+                             algo=reduce_algo)
+    return per_kernel_overhead_cycles + bcast + compute + red
+
+
+def gemv_parts_cycles(**kw) -> dict[str, np.ndarray]:
+    """The terms of :func:`gemv_cycles` by name (overhead, latency, serialisation, compute) [cycles]."""
+    P, Q = np.asarray(kw["rows"], dtype=float), np.asarray(kw["cols"], dtype=float)
+    zero_lat = dict(kw, hop_latency_cycles=0.0, ramp_latency_cycles=0.0, per_kernel_overhead_cycles=0.0)
+    no_comp = dict(zero_lat, mac_efficiency_frac=1e30)
+    total = gemv_cycles(**kw)
+    overhead = np.full_like(np.asarray(total, dtype=float), kw.get("per_kernel_overhead_cycles", 0.0))
+    serial = gemv_cycles(**no_comp)
+    compute = gemv_cycles(**zero_lat) - serial
+    latency = total - overhead - serial - compute
+    del P, Q
+    return {"overhead": overhead, "latency": latency, "serialization": serial, "compute": compute}
+
+
+def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_latency_cycles,
+                link_bytes_per_cycle, dtype_bytes=2.0, wavelet_bytes=4.0, ramp_latency_cycles=0.0,
+                per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, step_overhead_cycles=0.0):
+    """``C[m, n] = A[m, k] @ B[k, n]`` on a rows x cols region by cyclic shifts (MeshGEMM / Cannon) [cycles].
+
+    Parameters
+    ----------
+    m, k, n : array_like
+        Matrix dimensions [elements] (m: tokens).
+    step_overhead_cycles : float
+        Fixed cost of each shift step (synchronisation, task switch) [cycles].
+
+    Other parameters as :func:`gemv_cycles`.
+
+    Returns
+    -------
+    ndarray
+        Latency [cycles].
+
+    Notes
+    -----
+    ``S = max(P, Q)`` steps; each PE multiplies an ``mt x kt`` tile of A by a ``kt x nt`` tile of B
+    (``mt = ceil(m/P)``, ``kt = ceil(k/S)``, ``nt = ceil(n/Q)``, padding included) while the next tiles
+    shift in over two hops (the interleaved ring of MeshGEMM):
+    ``T = c_k + S [c_step + max(mt kt nt t_mac, 2 (h + ramp) + W s)]`` with ``W`` the wavelets of the
+    larger tile. The ``S c_step`` term grows with the region side, so a bigger region helps prefill only
+    while the compute term dominates (He et al. 2025, Table 3).
+    """
+    P, Q = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
+    S = np.maximum(P, Q)
+    mt, kt, nt = _ceil_div(m, P), _ceil_div(k, S), _ceil_div(n, Q)
+    tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+                    dtype_bytes=dtype_bytes, efficiency_frac=mac_efficiency_frac)
+    compute = mt * kt * nt * tm
+    tile_bytes = np.maximum(mt * kt, kt * nt) * dtype_bytes
+    shift = 2.0 * (hop_latency_cycles + ramp_latency_cycles) + num_wavelets(
+        message_bytes=tile_bytes, wavelet_bytes=wavelet_bytes) * wavelet_bytes / link_bytes_per_cycle
+    return per_kernel_overhead_cycles + S * (step_overhead_cycles + np.maximum(compute, shift))
+
+
+def gemm_parts_cycles(**kw) -> dict[str, np.ndarray]:
+    """The terms of :func:`gemm_cycles` by name (overhead, compute, fabric) [cycles]."""
+    P, Q = np.asarray(kw["rows"], dtype=float), np.asarray(kw["cols"], dtype=float)
+    S = np.maximum(P, Q)
+    total = np.asarray(gemm_cycles(**kw), dtype=float)
+    overhead = kw.get("per_kernel_overhead_cycles", 0.0) + S * kw.get("step_overhead_cycles", 0.0)
+    fabric_only = gemm_cycles(**dict(kw, mac_efficiency_frac=1e30, per_kernel_overhead_cycles=0.0,
+                                     step_overhead_cycles=0.0))
+    body = total - overhead
+    compute = np.where(body > fabric_only, body, 0.0)
+    fabric = body - compute
+    return {"overhead": np.broadcast_to(overhead, total.shape) * 1.0, "compute": compute, "fabric": fabric}
+
+
+# ---------------------------------------------------------------------------------------------
+# Convenience on a catalog wafer
+# ---------------------------------------------------------------------------------------------
+def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstants | None = None) -> dict:
+    """Keyword arguments of the kernels above for a catalog :class:`~wseplan.catalog.schema.Wafer`."""
+    c = constants or load_fabric_constants()
+    key = precision if precision in wafer.flop_per_cycle_per_pe else "fp16"
+    return dict(flop_per_cycle=wafer.flop_per_cycle_per_pe[key].si,
+                sram_bytes_per_cycle=wafer.sram_bytes_per_cycle_per_pe.si,
+                hop_latency_cycles=wafer.hop_latency_cycles.si,
+                link_bytes_per_cycle=wafer.link_width_bytes_per_cycle.si,
+                dtype_bytes=float(DTYPE_BYTES.get(precision, 2)),
+                wavelet_bytes=c.wavelet_bytes.si,
+                ramp_latency_cycles=c.ramp_latency_cycles.si,
+                per_kernel_overhead_cycles=c.per_kernel_overhead_cycles.si)
+
+
+def default_region(wafer) -> tuple[int, int]:
+    """The largest square region of the wafer's usable PE grid [PEs]."""
+    side = int(min(wafer.pe_rows.si, wafer.pe_cols.si))
+    return side, side
+
+
+def _check_region(wafer, region_rows, region_cols) -> tuple[int, int]:
+    R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
+    for name, v in (("region_rows", region_rows), ("region_cols", region_cols)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name}: must be a positive integer number of PEs, got {v!r}")
+    if region_rows * region_cols > R * C:
+        raise InputError(f"region: {region_rows}x{region_cols} PEs exceeds the wafer's {R}x{C} grid; use a smaller region")
+    return int(region_rows), int(region_cols)
+
+
+def gemv_latency_s(*, k: int, n: int, region_rows: int | None = None, region_cols: int | None = None, wafer,
+                   precision: str = "fp16", m: int = 1, constants: FabricConstants | None = None) -> float:
+    """Latency of one GEMV ``[m, k] x [k, n]`` on a region of a catalog wafer [s].
+
+    Parameters
+    ----------
+    k, n : int
+        Matrix dimensions [elements].
+    region_rows, region_cols : int, optional
+        Region [PEs]; default the largest square of the wafer (:func:`default_region`).
+    wafer : Wafer
+        Catalog wafer entry (clock, per-PE compute and SRAM bandwidth, hop latency, link width).
+    precision : str
+        Weight/activation format (sets bytes per element and FLOP/cycle).
+    m : int
+        Activation rows [rows].
+    constants : FabricConstants, optional
+        Default: ``catalogs/calibration/fabric.yaml``.
+
+    Returns
+    -------
+    float
+        Latency [s]: :func:`gemv_cycles` divided by the clock.
+
+    Examples
+    --------
+    WaferLLM Table 6 measures 1.2 us for ``[1,16K]x[16K,16K]`` on WSE-2.
+    """
+    for name, v in (("k", k), ("n", n), ("m", m)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name}: must be a positive integer, got {v!r}")
+    c = constants or load_fabric_constants()
+    if region_rows is None or region_cols is None:
+        dr, dc = default_region(wafer)
+        region_rows = dr if region_rows is None else region_rows
+        region_cols = dc if region_cols is None else region_cols
+    P, Q = _check_region(wafer, region_rows, region_cols)
+    P, Q = min(P, k), min(Q, n)
+    kw = wafer_fabric_kwargs(wafer, precision, c)
+    cyc = gemv_cycles(k=k, n=n, m=m, rows=P, cols=Q, mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, **kw)
+    return float(cyc) / wafer.clock_hz.si
+
+
+# ---------------------------------------------------------------------------------------------
+# Between wafers
+# ---------------------------------------------------------------------------------------------
+def cross_system_transfer_s(*, message_bytes, bandwidth_bytes_per_s, latency_s, num_hops=1):
+    """Activation transfer between systems over Ethernet [s]: ``hops * latency + bytes / bandwidth``."""
+    return np.asarray(num_hops, dtype=float) * latency_s + np.asarray(message_bytes, dtype=float) / bandwidth_bytes_per_s
+
+
+def cycles_to_s(cycles, clock_hz: float):
+    """Cycles -> seconds."""
+    return np.asarray(cycles, dtype=float) / clock_hz
+
+
+__all__ = [
+    "FabricConstants", "load_fabric_constants", "num_wavelets", "message_cycles", "line_broadcast_cycles",
+    "line_reduce_cycles", "allreduce_cycles", "mac_cycles", "gemv_cycles", "gemv_parts_cycles", "gemm_cycles",
+    "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_latency_s", "cross_system_transfer_s",
+    "cycles_to_s",
+]
