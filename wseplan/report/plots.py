@@ -1,0 +1,148 @@
+"""Deterministic PNG plots for reports (matplotlib, Agg canvas, no pyplot state).
+
+Every function takes plain data and returns PNG bytes. Figures have a fixed size and DPI, the default style
+reset through ``rc_context`` (a user's matplotlibrc cannot change the output), and PNG metadata stripped, so the
+same data gives the same bytes with the pinned matplotlib version (``matplotlib==3.11.2``).
+
+Axis labels always carry units in brackets.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+FIGSIZE_IN = (7.0, 4.2)
+DPI = 110
+_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
+
+
+@dataclass(frozen=True)
+class Series:
+    """One labelled line: x and y values (same length), an optional band (low/high) and line style."""
+
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+    low: Sequence[float] | None = None
+    high: Sequence[float] | None = None
+    style: str = "-"
+    marker: bool = True
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A vertical (``axis='x'``) or horizontal (``axis='y'``) reference line with a label."""
+
+    value: float
+    label: str
+    axis: str = "x"
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A whole figure: series, reference lines, axis labels (with units) and scales."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    series: list[Series] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    logx: bool = False
+    logy: bool = False
+    ylim_zero: bool = False
+    legend_loc: str = "best"
+
+
+def _rc() -> dict:
+    import matplotlib
+
+    rc = dict(matplotlib.rcParamsDefault)
+    rc.update({
+        "backend": "agg",
+        "font.family": "DejaVu Sans",
+        "font.size": 9.0,
+        "axes.titlesize": 10.5,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "legend.fontsize": 8.0,
+        "legend.framealpha": 0.9,
+        "svg.hashsalt": "wseplan",
+        "path.simplify": False,
+        "figure.dpi": DPI,
+        "savefig.dpi": DPI,
+        "axes.formatter.useoffset": False,
+    })
+    return rc
+
+
+def render(plot: Plot) -> bytes:
+    """Render ``plot`` to PNG bytes (deterministic)."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(rc=_rc()):
+        fig = Figure(figsize=FIGSIZE_IN, dpi=DPI)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+        for i, s in enumerate(plot.series):
+            color = _COLORS[i % len(_COLORS)]
+            xs = [float(v) for v in s.x]
+            ys = [float(v) for v in s.y]
+            ax.plot(xs, ys, s.style, color=color, label=s.label, linewidth=1.6,
+                    marker=_MARKERS[i % len(_MARKERS)] if s.marker else None, markersize=4)
+            if s.low is not None and s.high is not None:
+                ax.fill_between(xs, [float(v) for v in s.low], [float(v) for v in s.high], color=color, alpha=0.18,
+                                linewidth=0)
+        for j, m in enumerate(plot.markers):
+            if m.axis == "x":
+                ax.axvline(m.value, color="#444444", linestyle=":", linewidth=1.2, label=m.label)
+            else:
+                ax.axhline(m.value, color="#444444", linestyle="--", linewidth=1.0, label=m.label)
+        if plot.logx:
+            ax.set_xscale("log")
+        if plot.logy:
+            ax.set_yscale("log")
+        if plot.ylim_zero and not plot.logy:
+            ax.set_ylim(bottom=0)
+        ax.set_title(plot.title)
+        ax.set_xlabel(plot.xlabel)
+        ax.set_ylabel(plot.ylabel)
+        if plot.series or plot.markers:
+            ax.legend(loc=plot.legend_loc)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------- builders
+def roofline_plot(*, targets: Sequence[dict], points: Sequence[dict] = (), title: str = "Roofline") -> Plot:
+    """Attainable FLOP/s vs arithmetic intensity for each target.
+
+    ``targets``: dicts with ``label``, ``peak_flop_per_s`` and ``bandwidth_bytes_per_s`` (the memory that feeds
+    the compute: HBM for a GPU, on-wafer SRAM for a wafer). ``points``: dicts with ``label``,
+    ``intensity_flop_per_byte`` and ``attainable_flop_per_s`` (a workload placed on a roof).
+    Attainable = min(peak, intensity x bandwidth) (Williams, Waterman and Patterson, CACM 52(4), 2009).
+    """
+    import numpy as np
+
+    lo = 0.1
+    hi = max([t["peak_flop_per_s"] / t["bandwidth_bytes_per_s"] for t in targets] + [1.0]) * 30
+    xs = np.geomspace(lo, hi, 60)
+    series = []
+    for t in targets:
+        ys = np.minimum(t["peak_flop_per_s"], xs * t["bandwidth_bytes_per_s"]) / 1e12
+        series.append(Series(label=t["label"], x=xs, y=ys, marker=False))
+    p = Plot(title=title, xlabel="arithmetic intensity [FLOP/byte]", ylabel="attainable [TFLOP/s]", series=series,
+             logx=True, logy=True, legend_loc="lower right")
+    for pt in points:
+        p.series.append(Series(label=pt["label"], x=[pt["intensity_flop_per_byte"]],
+                               y=[pt["attainable_flop_per_s"] / 1e12], style="", marker=True))
+    return p
+
+
+def save_plot(plot: Plot) -> bytes:
+    return render(plot)
