@@ -51,6 +51,8 @@ class GpuCalibration:
         Fixed cost per transformer block per forward pass in inference (kernel launches, scheduling) [s].
     step_overhead_s : float
         Fixed cost per inference forward pass (sampling, scheduling, host) [s].
+    train_step_overhead_s : float
+        Fixed cost per training step (optimizer launch, gradient-norm synchronisation, data loading) [s].
     engine_max_batch : float
         Largest batch an inference engine runs when the concurrency is not given [sequences].
     benchmark_eval_overhead_frac : float
@@ -72,6 +74,7 @@ class GpuCalibration:
     dp_overlap_frac: float = 0.5
     layer_overhead_s: float = 2.0e-5
     step_overhead_s: float = 1.0e-3
+    train_step_overhead_s: float = 0.1
     engine_max_batch: float = 256.0
     benchmark_eval_overhead_frac: float = 0.05
 

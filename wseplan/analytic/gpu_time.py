@@ -174,10 +174,11 @@ class _Links:
         tp = np.asarray(tp, dtype=float)
         inside = tp <= self.domain
         t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=self.nvlink_bw,
-                                link_latency_s=self.nvlink_lat)
+                                link_latency_s=self.nvlink_lat, algorithm="tree")
         t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
                                               intra_bandwidth_bytes_per_s=self.nvlink_bw, intra_latency_s=self.nvlink_lat,
-                                              inter_bandwidth_bytes_per_s=self.net_bw, inter_latency_s=self.net_lat)
+                                              inter_bandwidth_bytes_per_s=self.net_bw, inter_latency_s=self.net_lat,
+                                              algorithm="tree")
         return np.where(inside, t_in, t_out)
 
 
@@ -258,7 +259,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
     opt_params = params_stage / tp / np.where(zs >= 1, ranks, 1.0)
     t_opt = opt_params * 36.0 / hbm
-    step = t_pipe + exposed + t_opt
+    step = t_pipe + exposed + t_opt + cal.train_step_overhead_s
     return {"step_s": step, "layer_s": t_layer, "compute_s": nmb * t_mb, "tp_comm_s": nmb * layers_stage * t_tp,
             "bubble_s": bubble, "p2p_s": nmb * t_p2p, "dp_exposed_s": exposed, "dp_comm_s": t_dp,
             "optimizer_s": t_opt, "num_microbatches": nmb}
@@ -557,3 +558,118 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision),
                         efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorized layout search
+# ---------------------------------------------------------------------------------------------
+def layout_grid(*, num_gpus: int, num_layers: int, tp_values, micro_batches, virtual_stages=(1,), recomputes=("none", "selective", "full"),
+                zero_stages=(0, 1, 2, 3)):
+    """The Cartesian grid of candidates as flat numpy arrays (no Python object per candidate).
+
+    Axes: tp (given values) x pp (1..num_layers) x micro-batch x virtual stages x recompute x ZeRO stage;
+    ``dp = num_gpus / (tp pp)`` (fractional where tp*pp does not divide the count — such candidates are
+    infeasible). Returns a dict of arrays ``tp, pp, dp, micro_batch, vpp, recompute, zero_stage``.
+    """
+    tp = np.asarray(tp_values, dtype=float)
+    pp = np.arange(1, num_layers + 1, dtype=float)
+    mb = np.asarray(micro_batches, dtype=float)
+    v = np.asarray(virtual_stages, dtype=float)
+    rc = np.asarray([RECOMPUTE_CODES[r] for r in recomputes], dtype=float)
+    zs = np.asarray(zero_stages, dtype=float)
+    grids = np.meshgrid(tp, pp, mb, v, rc, zs, indexing="ij")
+    T, P, M, V, R, Z = (g.ravel() for g in grids)
+    return {"tp": T, "pp": P, "dp": num_gpus / (T * P), "micro_batch": M, "vpp": V, "recompute": R, "zero_stage": Z}
+
+
+def _layout_memory(w, grid: dict, catalog) -> np.ndarray:
+    """Per-GPU bytes for every candidate: :func:`wseplan.fit.gpu_layout_memory` per (ZeRO, recompute) slice."""
+    from ..fit import gpu_layout_memory
+
+    total = np.empty_like(grid["tp"])
+    codes = {v: k for k, v in RECOMPUTE_CODES.items()}
+    for z in np.unique(grid["zero_stage"]):
+        for r in np.unique(grid["recompute"]):
+            sel = (grid["zero_stage"] == z) & (grid["recompute"] == r)
+            if not sel.any():
+                continue
+            dp = np.maximum(grid["dp"][sel], 1.0)
+            total[sel] = gpu_layout_memory(w, tp=grid["tp"][sel], pp=grid["pp"][sel], dp=dp, zero_stage=int(z),
+                                           recompute=codes[int(r)], catalog=catalog,
+                                           micro_batch=grid["micro_batch"][sel])["total"]
+    return total
+
+
+def evaluate_layouts(m, gpu, catalog, grid: dict, *, num_gpus: int, global_batch: int, seq_len: int, precision: str,
+                     cal: GpuCalibration, workload=None):
+    """Step time [s] (inf where infeasible) and the feasibility mask of every candidate in ``grid``.
+
+    A candidate is infeasible when ``tp pp`` does not divide ``num_gpus``, the micro-batch does not divide
+    the per-replica batch, the virtual stages do not divide the blocks per stage, TP exceeds the heads, or
+    the fullest stage's per-GPU memory exceeds usable HBM.
+    """
+    from ..workload import transformer_workload
+
+    w = workload or transformer_workload(m, precision=precision, phase="train", batch=global_batch, context=seq_len)
+    tp, pp, dp, mb, v = grid["tp"], grid["pp"], grid["dp"], grid["micro_batch"], grid["vpp"]
+    per_replica = global_batch / dp
+    ok = (dp >= 1) & (np.abs(dp - np.round(dp)) < 1e-9)
+    ok &= np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9
+    ok &= (v == 1) | ((pp > 1) & (np.mod(m.num_layers, pp * v) == 0))
+    ok &= np.mod(m.num_heads, tp) == 0
+    cap = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
+    mem = _layout_memory(w, grid, catalog)
+    ok &= mem <= cap
+    r = train_step(m, gpu, precision=precision, seq_len=seq_len, global_batch=global_batch, tp=tp, pp=pp,
+                   dp=np.maximum(dp, 1.0), vpp=v, micro_batch=mb, recompute=grid["recompute"],
+                   zero_stage=grid["zero_stage"], cal=cal)
+    return np.where(ok, r["step_s"], np.inf), ok
+
+
+def search_layouts(m, target, catalog, *, num_gpus: int, global_batch: int, seq_len: int, precision: str = "bf16",
+                   micro_batches=None, virtual_stages=(1, 2, 4), recomputes=("none", "selective", "full"),
+                   zero_stages=(0, 1, 2, 3), cal: GpuCalibration | None = None, chunk: int = 1 << 18) -> dict:
+    """Find the fastest TP x PP x DP x micro-batch x virtual-stage x recompute x ZeRO layout by enumeration.
+
+    Every candidate of :func:`layout_grid` goes through the memory fit and the step-time model as numpy
+    arrays, in chunks of ``chunk`` candidates. Returns a dict: ``best`` (layout dict with ``step_s``),
+    ``num_evaluated``, ``num_infeasible``, ``num_feasible``.
+
+    Raises
+    ------
+    InfeasibleError
+        When no candidate fits (the message names the smallest per-GPU memory need).
+    """
+    from ..errors import InfeasibleError
+    from ..workload import transformer_workload
+
+    gpu = target.device
+    cal = cal or gpu_calibration()
+    domain = int(gpu.scale_up_domain_gpus.si)
+    limit = domain if domain > 8 else min(domain, int(catalog.defaults.gpu_max_tensor_parallel.si))
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, num_gpus)]
+    if micro_batches is None:
+        micro_batches = [b for b in (1, 2, 4, 8, 16, 32) if b <= global_batch]
+    grid = layout_grid(num_gpus=num_gpus, num_layers=m.num_layers, tp_values=tps, micro_batches=micro_batches,
+                       virtual_stages=virtual_stages, recomputes=recomputes, zero_stages=zero_stages)
+    n = len(grid["tp"])
+    w = transformer_workload(m, precision=precision, phase="train", batch=global_batch, context=seq_len)
+    best_t, best_i, feasible = np.inf, -1, 0
+    for s in range(0, n, chunk):
+        part = {k: a[s:s + chunk] for k, a in grid.items()}
+        t, ok = evaluate_layouts(m, gpu, catalog, part, num_gpus=num_gpus, global_batch=global_batch, seq_len=seq_len,
+                                 precision=precision, cal=cal, workload=w)
+        feasible += int(ok.sum())
+        if ok.any():
+            i = int(np.argmin(t))
+            if t[i] < best_t:
+                best_t, best_i = float(t[i]), s + i
+    if best_i < 0:
+        raise InfeasibleError(f"layout: no TP x PP x DP layout of {m.name} fits {num_gpus} x {gpu.name} at global batch "
+                              f"{global_batch}, sequence {seq_len}; add GPUs or lower the batch")
+    codes = {v: k for k, v in RECOMPUTE_CODES.items()}
+    best = {"tensor_parallel": int(grid["tp"][best_i]), "pipeline_parallel": int(grid["pp"][best_i]),
+            "data_parallel": int(round(grid["dp"][best_i])), "micro_batch": int(grid["micro_batch"][best_i]),
+            "virtual_pipeline": int(grid["vpp"][best_i]), "recompute": codes[int(grid["recompute"][best_i])],
+            "zero_stage": int(grid["zero_stage"][best_i]), "step_s": best_t}
+    return {"best": best, "num_evaluated": n, "num_infeasible": n - feasible, "num_feasible": feasible}
