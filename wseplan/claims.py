@@ -311,22 +311,44 @@ def _fit_bound(c: Claim, cat, phase: str, batch: int, context: int, t):
 
 
 # --------------------------------------------------------------------------------------------- error
-def validated_error_frac(kind: str, device_kind: str, catalog=None) -> tuple[float, str]:
-    """The validated relative error of wseplan's prediction for this kind of claim, and where it comes from.
+ERROR_PERCENTILE = 80
 
-    Reads the per-category error from the validation results (:func:`wseplan.validate.error_by_category` when
-    that module exists); raises :class:`InputError` when no validated error is available, so a claim is never
-    called optimistic on an unvalidated model.
+
+def validated_errors(catalog=None) -> dict[str, tuple[float, str]]:
+    """The validated relative error of each kind of prediction, from the validation results.
+
+    Runs :func:`wseplan.validate.validate_file` on the bundled validation set and takes, per category
+    (gpu-train, gpu-infer, wse-infer, wse-train), the 80th percentile of |rel_error| over the strong and
+    medium rows that were predicted: a claim better than the estimate by more than this is beyond the error
+    band that covers four in five published measurements. Categories without predicted rows are absent, and
+    claims of that kind are never called optimistic.
+
+    Returns
+    -------
+    dict
+        category -> (error [fraction], a sentence naming where it comes from).
     """
+    import numpy as np
+
+    from .validate import default_cases_path, validate_file
+
+    records = validate_file(default_cases_path(), catalog)
+    out = {}
+    for cat_name in sorted({r["category"] for r in records}):
+        errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r["status"] == "ok"
+                and r["rel_error"] is not None and r.get("quality") in ("strong", "medium")]
+        if errs:
+            val = float(np.percentile(errs, ERROR_PERCENTILE))
+            out[cat_name] = (val, f"P{ERROR_PERCENTILE} |rel_error| of {len(errs)} strong/medium {cat_name} rows "
+                                  f"of the validation set")
+    return out
+
+
+def validated_error_frac(kind: str, device_kind: str, errors: dict) -> tuple[float, str]:
+    """(error fraction, its source) for this kind of claim; LookupError when none is validated."""
     cat_name = _category(kind, device_kind)
-    try:
-        from . import validate as V  # noqa: F401  (issue 3; optional)
-    except ImportError:
-        V = None
-    if V is not None and hasattr(V, "error_by_category"):
-        errs = V.error_by_category()
-        if cat_name in errs:
-            return float(errs[cat_name]), f"median |rel_error| of {cat_name} rows in the validation set"
+    if cat_name in errors:
+        return errors[cat_name]
     raise LookupError(cat_name)
 
 
@@ -337,11 +359,14 @@ def _category(kind: str, device_kind: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------- checking
-def check_claim(c: Claim, catalog=None) -> Verdict:
-    """Judge one claim (see the module docstring)."""
+def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdict:
+    """Judge one claim (see the module docstring). ``errors`` as from :func:`validated_errors` (computed when
+    not given)."""
     from .catalog.load import load_catalog
 
     cat = catalog or load_catalog()
+    if errors is None and c.kind not in ("fits", "peak_flop_per_s", "bandwidth_bytes_per_s", "hop_latency_s"):
+        errors = validated_errors(cat)
     claimed = claimed_si(c)
     unit, lower_better = _KIND_UNIT[c.kind]
     kind = c.kind
@@ -403,12 +428,16 @@ def check_claim(c: Claim, catalog=None) -> Verdict:
                            bound_unit="bytes",
                            reason=f"the weights alone take {_fmt(floor, 'bytes')} at {c.precision}; the claim is "
                                   f"{floor / claimed:.3g}x smaller")
+    elif kind == "power_w":
+        _need(c, "target")
+        estimate, est_note = _estimate(c, cat, t, c.phase or "decode", c.batch or 1, c.context)
     else:
         _need(c, "model", "target")
         bounds, estimate, est_note, capacity = _performance(c, cat, t)
-        return _judge(c, claimed, unit, lower_better, bounds, estimate, est_note, device_kind, cat, capacity)
+        return _judge(c, claimed, unit, lower_better, bounds, estimate, est_note, device_kind, cat, capacity,
+                      errors)
 
-    return _judge(c, claimed, unit, lower_better, bounds, estimate, est_note, device_kind, cat)
+    return _judge(c, claimed, unit, lower_better, bounds, estimate, est_note, device_kind, cat, None, errors)
 
 
 def _bandwidth_bound(c: Claim, t, cat) -> dict[str, float]:
@@ -498,7 +527,7 @@ def _estimate(c: Claim, cat, t, phase: str, batch: int, context: int | None):
     if kind == "power_w":
         if t.kind == "wafer":
             q = cat.system_for_wafer(t.key).power_w
-            return q.si * t.count, f"catalog CS system power x {t.count} (range {q.bound('low'):.3g}-{q.bound('high'):.3g} W each)"
+            return q.si * t.count, f"catalog CS system power x {t.count} (range {_fmt(q.bound("low"), "W")} to {_fmt(q.bound("high"), "W")} each)"
         g = t.device
         nodes = math.ceil(t.count / g.gpus_per_node.si)
         return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)"
@@ -559,7 +588,7 @@ def _usd_per_mtok(c, cat, t, batch, context):
 
 
 def _judge(c: Claim, claimed: float, unit: str, lower_better: bool, bounds: dict[str, float], estimate, est_note: str,
-           device_kind, cat, capacity=None) -> Verdict:
+           device_kind, cat, capacity=None, errors=None) -> Verdict:
     def better(x: float, ref: float) -> bool:
         return x < ref if lower_better else x > ref
 
@@ -588,7 +617,7 @@ def _judge(c: Claim, claimed: float, unit: str, lower_better: bool, bounds: dict
                        reason=f"{text} by {m:.3g}x{extra}" + (f"; also breaks {', '.join(others)}" if others else ""))
     tight = None
     if bounds:
-        tight = min(bounds.items(), key=lambda nb: ratio(claimed, nb[1]) if nb[1] else math.inf)
+        tight = max(bounds.items(), key=lambda nb: ratio(claimed, nb[1]) if nb[1] else -math.inf)
     if estimate is None or not isinstance(estimate, (int, float)) or estimate <= 0:
         return Verdict(id=c.id, kind=c.kind, verdict="consistent", bound=None, claimed_value=claimed, estimate=None,
                        unit=unit, reason=f"no hard bound broken; {est_note or 'no estimate'}, so not judged optimistic")
@@ -596,7 +625,7 @@ def _judge(c: Claim, claimed: float, unit: str, lower_better: bool, bounds: dict
         return Verdict(id=c.id, kind=c.kind, verdict="consistent", claimed_value=claimed, estimate=estimate,
                        margin=ratio(claimed, estimate), unit=unit,
                        reason=f"within the {est_note} ({_fmt(estimate, unit)})")
-    err, err_src = _error_for(c, device_kind, cat)
+    err, err_src = _error_for(c, device_kind, cat, errors or {})
     m = ratio(claimed, estimate)
     if err is None:
         return Verdict(id=c.id, kind=c.kind, verdict="consistent", claimed_value=claimed, estimate=estimate, margin=m,
@@ -613,7 +642,7 @@ def _judge(c: Claim, claimed: float, unit: str, lower_better: bool, bounds: dict
                           + (f"; tightest bound {tight[0]} {_fmt(tight[1], unit)}" if tight else ""))
 
 
-def _error_for(c: Claim, device_kind, cat) -> tuple[float | None, str]:
+def _error_for(c: Claim, device_kind, cat, errors: dict) -> tuple[float | None, str]:
     if c.kind == "power_w":
         t = _target(c, cat)
         if t.kind == "wafer":
@@ -623,7 +652,7 @@ def _error_for(c: Claim, device_kind, cat) -> tuple[float | None, str]:
         lo = q.bound("low")
         return (q.si / lo - 1.0 if lo > 0 else 0.0), f"catalog power range of {q.source_ids[0]}"
     try:
-        return validated_error_frac(c.kind, device_kind or "gpu", cat)
+        return validated_error_frac(c.kind, device_kind or "gpu", errors)
     except LookupError as exc:
         return None, f"no validated error for {exc.args[0]} predictions yet"
 
@@ -640,7 +669,8 @@ def check(claims: str | Path | list[Claim], catalog=None) -> list[Verdict]:
 
     cat = catalog or load_catalog()
     items = load_claims(claims) if isinstance(claims, (str, Path)) else list(claims)
-    return [check_claim(c, cat) for c in items]
+    errors = validated_errors(cat)
+    return [check_claim(c, cat, errors=errors) for c in items]
 
 
 def to_frame(verdicts: list[Verdict]):

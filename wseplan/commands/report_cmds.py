@@ -107,7 +107,9 @@ def register(app: typer.Typer) -> None:
             return
         table = claims_table(verdicts)
         if fmt == "csv":
-            _emit(table.to_csv())
+            from wseplan.report.formats import to_csv
+
+            _emit(to_csv(records))
         elif fmt == "md":
             _emit(table.to_markdown())
         else:
