@@ -1,0 +1,574 @@
+"""Bad input, fuzzed (issue 7, item 5): malformed input of every kind the CLI reads gives one line, exit 2.
+
+Each property drives ``wseplan.cli.main(argv)`` in-process with hypothesis-generated malformed input of one
+kind, and checks the contract of ``wseplan/cli.py``: exit status 2, exactly one line on stderr (Python
+warnings, which the CLI would print to stderr, count as lines), no traceback, nothing on stdout, and
+nothing written to the working directory (each call runs in an empty folder that must stay empty).
+
+Kinds: ``fit`` arguments; catalog YAML read with ``--catalog DIR``; Hugging Face ``config.json`` files;
+layer-list YAML models; ``catalog show`` names; ``catalog list`` sections. Every generated input is a
+mutation that makes a valid input invalid on purpose; ``test_bases_are_valid`` checks that the unmutated
+inputs are accepted, so an error can only come from the mutation. ``test_fuzz_distinct_count`` checks
+that together the properties tried at least 1,000 distinct inputs.
+
+Regression tests for bugs found by this fuzzing are at the end, marked ``xfail(strict=True)``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+import shutil
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from wseplan.catalog import default_catalog_dir, load_catalog
+from wseplan.catalog.schema import Defaults, Gpu, Model, Quantity, Wafer, expected_dimension
+from wseplan.cli import main
+
+# ---------------------------------------------------------------------------------------------
+# settings and shared state
+# ---------------------------------------------------------------------------------------------
+_SUPPRESS = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much,
+             HealthCheck.data_too_large]
+
+
+def fuzz_settings(n: int):
+    """Deterministic hypothesis settings: ``n`` examples, no deadline, no example database."""
+    return settings(max_examples=n, deadline=None, derandomize=True, database=None, suppress_health_check=_SUPPRESS,
+                    print_blob=False)
+
+
+#: distinct inputs tried per kind (checked by test_fuzz_distinct_count)
+SEEN: dict[str, set] = defaultdict(set)
+KINDS = ("fit-args", "catalog-yaml", "config-json", "layer-yaml", "catalog-show", "catalog-list")
+
+CAT = load_catalog()
+HW_NAMES = set(CAT.hardware_keys())
+MODEL_NAMES = {k.lower() for sec in ("models", "generic_models") for k in getattr(CAT, sec)} | {
+    a.lower() for sec in ("models", "generic_models") for e in getattr(CAT, sec).values() for a in e.aliases}
+SOURCE_IDS = set(CAT.sources)
+SHOW_NAMES = HW_NAMES | MODEL_NAMES | {s.lower() for s in SOURCE_IDS}
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
+PHASES = ("train", "prefill", "decode")
+FORMATS = ("table", "json", "csv", "md")
+RECOMPUTES = ("none", "selective", "full")
+MEMORYX_OPTIONS = {o for mx in CAT.memoryx.values() for o in mx.capacity_options_bytes}
+BASES = ("official", "official-secondary", "measured", "third-party", "estimate", "unverified")
+#: arguments click treats specially anywhere on the line: --help prints help (exit 0), --debug re-raises
+_SPECIAL_ARGS = {"--help", "--debug"}
+_COUNT = re.compile(r"^(?P<key>.+?)x(?P<n>\d+)$")
+
+
+def _valid_target(text: str) -> bool:
+    raw = text.strip().lower()
+    if raw in HW_NAMES:
+        return True
+    m = _COUNT.match(raw)
+    return bool(m and m.group("key") in HW_NAMES and int(m.group("n")) > 0)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """An empty working folder (must stay empty) and a folder for the generated input files."""
+    root = tmp_path_factory.mktemp("fuzz")
+    work, inputs = root / "work", root / "inputs"
+    work.mkdir()
+    inputs.mkdir()
+    return work, inputs
+
+
+def assert_one_line_error(capsys, argv: list[str], work: Path) -> str:
+    """Run the CLI in ``work``; assert exit 2, one stderr line, no traceback, no stdout, nothing written."""
+    capsys.readouterr()
+    assert os.listdir(work) == []
+    old = os.getcwd()
+    os.chdir(work)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rc = main(list(argv))
+    finally:
+        os.chdir(old)
+    out, err = capsys.readouterr()
+    lines = err.splitlines() + [f"{w.category.__name__}: {w.message}" for w in caught]
+    assert rc == 2, f"exit status {rc} for {argv!r}; stderr={err!r}"
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, f"{len(lines)} stderr lines for {argv!r}: {lines!r}"
+    assert lines[0].lstrip("\x1b[31m").startswith("error: "), lines[0]
+    assert out == "", f"stdout not empty for {argv!r}: {out[:200]!r}"
+    assert os.listdir(work) == [], f"{argv!r} wrote {os.listdir(work)} into the working folder"
+    return lines[0]
+
+
+def _write(path: Path, text: str | bytes) -> Path:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. fit arguments
+# ---------------------------------------------------------------------------------------------
+_ident = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
+_text = st.text(max_size=24)
+_float_text = st.floats(allow_nan=True, allow_infinity=True).filter(
+    lambda x: not (math.isfinite(x) and x == int(x))).map(repr)
+_non_integer = st.one_of(
+    _float_text,
+    st.from_regex(r"[A-Za-z][A-Za-z0-9_.]{0,8}", fullmatch=True),
+    st.just(""),
+    st.builds(lambda m, e: f"{m}e{e}", st.integers(1, 99), st.integers(1, 30)),
+    st.builds(lambda a, b: f"{a}.{b}", st.integers(0, 10**6), st.integers(1, 999).filter(lambda b: b % 10)),
+    st.builds(lambda n: f"0x{n:x}", st.integers(1, 10**6)),
+)
+_bad_count = st.one_of(st.integers(max_value=0).map(str), _non_integer)
+_bad_reserve = st.one_of(
+    st.floats(max_value=-1e-300, allow_infinity=True).map(repr),
+    st.floats(min_value=1.0, allow_infinity=True).map(repr),
+    st.sampled_from(["nan", "NaN", "inf", "-inf", "Infinity"]),
+    st.from_regex(r"[A-Za-z][A-Za-z_]{0,8}", fullmatch=True).filter(lambda s: s.lower() not in ("nan", "inf", "infinity")),
+)
+
+
+def _not_in(choices):
+    return _text.filter(lambda s: s not in choices and s not in _SPECIAL_ARGS)
+
+
+_unknown_model = _text.filter(lambda s: s.strip().lower() not in MODEL_NAMES and s not in _SPECIAL_ARGS)
+_unknown_target = st.one_of(
+    _text.filter(lambda s: not _valid_target(s) and s not in _SPECIAL_ARGS),
+    st.builds(lambda k, z: f"{k}x{z}", st.sampled_from(sorted(HW_NAMES)), st.sampled_from(["0", "00", "000"])),
+    st.builds(lambda k, n: f"{k}y{n}", st.sampled_from(sorted(HW_NAMES)), st.integers(1, 64)),
+)
+_models = st.sampled_from(["llama-70b", "llama-3-8b"])
+_targets = st.sampled_from(["wse3", "cs3x4", "h100x8", "h100", "wse2"])
+
+_fit_args = st.one_of(
+    st.tuples(_unknown_model, _targets, st.just(())),
+    st.tuples(_models, _unknown_target, st.just(())),
+    st.tuples(_models, _targets, _bad_count.map(lambda v: ("--batch", v))),
+    st.tuples(_models, _targets, _bad_count.map(lambda v: ("--context", v))),
+    st.tuples(_models, _targets, _not_in(PRECISIONS).map(lambda v: ("--precision", v))),
+    st.tuples(_models, _targets, _not_in(PHASES).map(lambda v: ("--phase", v))),
+    st.tuples(_models, _targets, _not_in(FORMATS).map(lambda v: ("--format", v))),
+    st.tuples(_models, _targets, _not_in(RECOMPUTES).map(lambda v: ("--recompute", v, "--phase", "train"))),
+    st.tuples(_models, _targets, _bad_reserve.map(lambda v: ("--reserve", v))),
+    st.tuples(_models, _targets, st.integers().filter(lambda z: z not in (0, 1, 2, 3)).map(lambda z: ("--zero", str(z)))),
+    st.tuples(_models, st.sampled_from(["wse3", "cs3x2"]),
+              _not_in(MEMORYX_OPTIONS | {""}).map(lambda v: ("--memoryx", v, "--phase", "train"))),
+    st.tuples(_models, _targets, st.sampled_from([("--no-such-option",), ("--batch",), ("--target",), ("extra-arg",),
+                                                  ("-z", "1")])),
+)
+
+
+@fuzz_settings(320)
+@given(args=_fit_args)
+def test_fuzz_fit_arguments(capsys, dirs, args):
+    model, target, extra = args
+    argv = ["fit", model, "--target", target, *extra]
+    SEEN["fit-args"].add(tuple(argv))
+    assert_one_line_error(capsys, argv, dirs[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. catalog YAML given with --catalog DIR
+# ---------------------------------------------------------------------------------------------
+def _raw_section(rel: str, section: str) -> dict:
+    with open(default_catalog_dir() / rel, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)[section]
+
+
+_GPUS = _raw_section("hardware/gpus.yaml", "gpus")
+_WAFERS = _raw_section("hardware/wafers.yaml", "wafers")
+_MODELS = _raw_section("models/transformers.yaml", "models")
+_DEFAULTS = _raw_section("defaults.yaml", "defaults")
+#: (section, key, entry, schema); entries replace the bundled ones of the same key, or are added as new keys
+_CAT_BASES = [
+    ("gpus", "h100-sxm", _GPUS["h100-sxm"], Gpu),
+    ("wafers", "wse3", _WAFERS["wse3"], Wafer),
+    ("models", "llama-3-70b", _MODELS["llama-3-70b"], Model),
+    ("defaults", None, _DEFAULTS, Defaults),
+]
+_BAD_UNITS = ["furlong", "parsec", "ZB", "YB", "gb", "Tflops", "mph", "kelvin", "lbs", "GBq", "XB", "Qs", "TBps",
+              "GHZ", "watts", "bytes/h", "PFLOPs", "km"]
+_OTHER_DIM_UNIT = {"bytes": "W", "bytes/s": "GB", "flop/s": "GB/s", "1/s": "GB", "W": "TFLOP/s", "s": "GB",
+                   "USD": "GB"}
+_BAD_YAML = ["[unclosed", "{a: 1", "'unterminated", '"unterminated', "a: b: c", "*undefined_alias",
+             "!!python/object/apply:os.system ['true']", "@reserved", "`reserved", "- item\n  bad: [", "\t- tab", "%"]
+
+
+def _quantity_fields(schema) -> list[str]:
+    return [n for n, f in schema.model_fields.items() if f.annotation is Quantity and f.is_required()]
+
+
+@st.composite
+def _catalog_yaml(draw) -> str:
+    section, key, base, schema = draw(st.sampled_from(_CAT_BASES))
+    entry = copy.deepcopy(base)
+    qfields = [f for f in _quantity_fields(schema) if f in entry]
+    kinds = ["unknown-key", "bad-yaml", "top-level", "not-mapping"]
+    if section == "models":
+        kinds += ["model-int", "model-bool", "model-missing", "unknown-source", "bad-basis"]
+    else:
+        kinds += ["q-type", "q-negative", "q-nonfinite", "q-unit", "q-dimension", "q-unknown-key", "q-source",
+                  "q-basis", "q-estimate-no-note", "q-missing-source"]
+        if section != "defaults":  # defaults merge with the bundled ones, so a dropped key is not an error
+            kinds.append("missing-key")
+    kind = draw(st.sampled_from(kinds))
+    qname = draw(st.sampled_from(qfields)) if qfields else None
+    q = dict(entry[qname]) if qname else None
+    if kind == "unknown-key":
+        entry["zz_" + draw(_ident)] = draw(st.one_of(st.integers(), _text, st.booleans()))
+    elif kind == "missing-key":
+        req = [n for n, f in schema.model_fields.items() if f.is_required() and n in entry]
+        del entry[draw(st.sampled_from(req))]
+    elif kind == "q-type":
+        entry[qname] = draw(st.one_of(st.integers(), _text, st.lists(st.integers(), max_size=3), st.none()))
+    elif kind == "q-negative":
+        neg = draw(st.one_of(st.floats(max_value=-1e-6, allow_infinity=False), st.integers(max_value=-1)))
+        unit = draw(st.sampled_from(["", " GB", " W", " GHz", " s"])) if expected_dimension(qname) else ""
+        # a unit of the right dimension keeps the error about the sign (or the dimension) only
+        q["value"] = neg if not unit else f"{neg!r}{unit}"
+        entry[qname] = q
+    elif kind == "q-nonfinite":
+        q["value"] = draw(st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, "nan", "inf", "nan GB"]),
+                                    st.builds(lambda m, e: f"{m}e{e}", st.integers(1, 9), st.integers(309, 9999)),
+                                    st.builds(lambda m, e: f"{m}e{e} GB", st.integers(1, 9), st.integers(309, 9999))))
+        entry[qname] = q
+    elif kind == "q-unit":
+        q["value"] = f"{draw(st.integers(1, 10**6))} {draw(st.sampled_from(_BAD_UNITS))}"
+        entry[qname] = q
+    elif kind == "q-dimension":
+        dimmed = [f for f in qfields if expected_dimension(f) in _OTHER_DIM_UNIT]
+        assume(dimmed)
+        qname = draw(st.sampled_from(dimmed))
+        q = dict(entry[qname])
+        q["value"] = f"{draw(st.integers(1, 10**6))} {_OTHER_DIM_UNIT[expected_dimension(qname)]}"
+        entry[qname] = q
+    elif kind == "q-unknown-key":
+        q["zz_" + draw(_ident)] = draw(st.integers())
+        entry[qname] = q
+    elif kind == "q-source":
+        q["source"] = "nosuch-" + draw(_ident)
+        entry[qname] = q
+    elif kind == "q-missing-source":
+        q.pop("source", None)
+        entry[qname] = q
+    elif kind == "q-basis":
+        q["basis"] = draw(_text.filter(lambda s: s not in BASES))
+        entry[qname] = q
+    elif kind == "q-estimate-no-note":
+        q["basis"] = draw(st.sampled_from(["estimate", "unverified"]))
+        q.pop("note", None)
+        entry[qname] = q
+    elif kind == "model-int":
+        f = draw(st.sampled_from(["num_layers", "d_model", "num_heads", "num_kv_heads", "d_ff", "vocab_size"]))
+        entry[f] = draw(st.one_of(st.integers(max_value=0), st.floats(allow_nan=True).filter(
+            lambda x: not (math.isfinite(x) and x == int(x))), st.from_regex(r"[a-z]{1,6}", fullmatch=True),
+            st.lists(st.integers(1, 9), min_size=1, max_size=2)))
+    elif kind == "model-bool":
+        f = draw(st.sampled_from(["gated_mlp", "tied_embeddings"]))
+        entry[f] = draw(st.one_of(st.floats(min_value=2.0, max_value=1e9), st.lists(st.booleans(), min_size=1, max_size=2),
+                                  st.from_regex(r"[b-e][a-z]{3,6}", fullmatch=True)))
+    elif kind == "model-missing":
+        del entry[draw(st.sampled_from(["num_layers", "d_model", "num_heads", "num_kv_heads", "d_ff", "gated_mlp",
+                                        "vocab_size", "tied_embeddings", "source", "basis", "name"]))]
+    elif kind == "unknown-source":
+        entry["source"] = "nosuch-" + draw(_ident)
+    elif kind == "bad-basis":
+        entry["basis"] = draw(_text.filter(lambda s: s not in BASES))
+    body = {section: entry} if section == "defaults" else {
+        section: {(key if draw(st.booleans()) else "fuzz-" + draw(_ident)): entry}}
+    if kind == "top-level":
+        body = {draw(_ident.filter(lambda s: s not in ("sources", "wafers", "systems", "memoryx", "swarmx", "gpus",
+                                                       "models", "generic_models", "defaults"))): body[section]}
+    elif kind == "not-mapping":
+        shape = draw(st.sampled_from(["list", "scalar", "section", "entry"]))
+        if shape == "list":
+            body = [body]
+        elif shape == "scalar":
+            body = draw(st.one_of(st.integers(), _ident))
+        elif shape == "section":
+            body = {section: draw(st.one_of(st.lists(st.integers(), min_size=1, max_size=3), st.integers(), _ident))}
+        else:
+            body = {section: {"fuzz-" + draw(_ident): draw(st.one_of(st.integers(), _ident))}} \
+                if section != "defaults" else {section: draw(st.one_of(st.integers(1), _ident))}
+    text = yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
+    if kind == "bad-yaml":
+        text = text + draw(st.sampled_from(_BAD_YAML)) + draw(_ident) + "\n"
+    return text
+
+
+@fuzz_settings(300)
+@given(text=_catalog_yaml())
+def test_fuzz_catalog_yaml(capsys, dirs, text):
+    work, inputs = dirs
+    cat_dir = inputs / "catalog"
+    shutil.rmtree(cat_dir, ignore_errors=True)
+    cat_dir.mkdir()
+    _write(cat_dir / "fuzz.yaml", text)
+    SEEN["catalog-yaml"].add(text)
+    assert_one_line_error(capsys, ["fit", "llama-70b", "--target", "h100x8", "--catalog", str(cat_dir)], work)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. config.json files
+# ---------------------------------------------------------------------------------------------
+_HF_BASE = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "intermediate_size": 688, "vocab_size": 1000, "hidden_act": "silu",
+            "max_position_embeddings": 4096, "tie_word_embeddings": False}
+_HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+_not_positive_int = st.one_of(
+    st.integers(max_value=0), st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: x != int(x)),
+    st.text(max_size=8), st.booleans(), st.none(), st.lists(st.integers(1, 9), max_size=2),
+    st.dictionaries(_ident, st.integers(), max_size=2))
+
+
+@st.composite
+def _config_json(draw) -> str:
+    cfg = dict(_HF_BASE)
+    kind = draw(st.sampled_from(["missing", "wrong-type", "invalid-json", "not-object", "negative", "shape",
+                                 "optional-negative"]))
+    if kind == "missing":
+        for k in draw(st.lists(st.sampled_from(_HF_REQUIRED), min_size=1, max_size=5, unique=True)):
+            del cfg[k]
+    elif kind == "wrong-type":
+        cfg[draw(st.sampled_from(_HF_REQUIRED))] = draw(_not_positive_int)
+    elif kind == "negative":
+        cfg[draw(st.sampled_from(_HF_REQUIRED))] = draw(st.integers(-10**9, 0))
+    elif kind == "optional-negative":
+        cfg[draw(st.sampled_from(["num_key_value_heads", "head_dim", "max_position_embeddings"]))] = \
+            draw(st.integers(-10**6, -1))
+    elif kind == "shape":  # heads not a multiple of kv heads, or d_model not a multiple of heads
+        if draw(st.booleans()):
+            cfg["num_key_value_heads"] = draw(st.integers(1, 64).filter(lambda k: 8 % k))
+        else:
+            cfg["hidden_size"] = draw(st.integers(9, 4096).filter(lambda d: d % 8))
+    if kind == "invalid-json":
+        text = json.dumps(cfg)
+        return text[: draw(st.integers(0, len(text) - 1))] + draw(st.sampled_from(["", ",", "}}", "]", "'x'", "NaN("]))
+    if kind == "not-object":
+        return json.dumps(draw(st.one_of(st.lists(st.integers(), max_size=3), st.integers(), st.text(max_size=8),
+                                         st.none(), st.booleans())))
+    return json.dumps(cfg, allow_nan=True)
+
+
+@fuzz_settings(220)
+@given(text=_config_json())
+def test_fuzz_config_json(capsys, dirs, text):
+    work, inputs = dirs
+    p = _write(inputs / "config.json", text)
+    SEEN["config-json"].add(text)
+    assert_one_line_error(capsys, ["fit", str(p), "--target", "h100x8"], work)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. generic layer-list YAML models
+# ---------------------------------------------------------------------------------------------
+_LAYER = {"name": "conv1", "params": 1.0e6, "flop_per_sample": 2.0e9, "activation_bytes_per_sample": 4.0e6}
+
+
+@st.composite
+def _layer_yaml(draw) -> str:
+    layers = [dict(_LAYER, name=f"l{i}") for i in range(draw(st.integers(1, 4)))]
+    doc = {"name": "fuzz-net", "layers": layers}
+    kind = draw(st.sampled_from(["missing", "empty", "layer-type", "layer-missing", "negative", "nan", "wrong-type",
+                                 "unknown-key", "layer-unknown-key", "bad-yaml", "top-level", "bad-basis", "name-type"]))
+    i = draw(st.integers(0, len(layers) - 1))
+    field = draw(st.sampled_from(["params", "flop_per_sample", "activation_bytes_per_sample"]))
+    if kind == "missing":
+        del doc[draw(st.sampled_from(["name", "layers"]))]
+    elif kind == "empty":
+        doc["layers"] = draw(st.sampled_from([[], None, {}]))
+    elif kind == "layer-type":
+        layers[i] = draw(st.one_of(st.integers(), _ident, st.lists(st.integers(), max_size=2)))
+    elif kind == "layer-missing":
+        del layers[i][draw(st.sampled_from(["name", "params", "flop_per_sample", "activation_bytes_per_sample"]))]
+    elif kind == "negative":
+        layers[i][field] = draw(st.one_of(st.floats(max_value=-1e-9, allow_infinity=False), st.integers(max_value=-1)))
+    elif kind == "nan":
+        layers[i][field] = math.nan
+    elif kind == "wrong-type":
+        layers[i][field] = draw(st.one_of(st.from_regex(r"[a-zA-Z][a-zA-Z ]{0,8}", fullmatch=True).filter(
+            lambda s: s.strip().lower() not in ("nan", "inf", "infinity")),
+            st.lists(st.integers(), min_size=1, max_size=3), st.dictionaries(_ident, st.integers(), min_size=1, max_size=2)))
+    elif kind == "unknown-key":
+        doc["zz_" + draw(_ident)] = draw(st.integers())
+    elif kind == "layer-unknown-key":
+        layers[i]["zz_" + draw(_ident)] = draw(st.integers())
+    elif kind == "bad-basis":
+        doc["basis"] = draw(_text.filter(lambda s: s not in BASES))
+    elif kind == "name-type":
+        doc["name"] = draw(st.one_of(st.integers(), st.lists(_ident, min_size=1, max_size=2), st.none()))
+    if kind == "top-level":
+        return yaml.safe_dump(draw(st.one_of(st.lists(st.integers(), max_size=3), st.integers(), _ident)))
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if kind == "bad-yaml":
+        text = text + draw(st.sampled_from(_BAD_YAML)) + draw(_ident) + "\n"
+    return text
+
+
+@fuzz_settings(220)
+@given(text=_layer_yaml(), target=st.sampled_from(["wse3", "h100x8", "cs3x2"]))
+def test_fuzz_layer_yaml(capsys, dirs, text, target):
+    work, inputs = dirs
+    p = _write(inputs / "net.yaml", text)
+    SEEN["layer-yaml"].add((text, target))
+    assert_one_line_error(capsys, ["fit", str(p), "--target", target], work)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. catalog show names, 6. catalog list sections
+# ---------------------------------------------------------------------------------------------
+@fuzz_settings(160)
+@given(name=st.one_of(_text, st.text(min_size=30, max_size=300), st.builds(lambda k, s: k + s, st.sampled_from(
+    sorted(SHOW_NAMES)), st.sampled_from(["x", "-", "_2", "!", "/.."]))).filter(
+    lambda s: s.lower() not in SHOW_NAMES and s not in _SPECIAL_ARGS),
+    fmt=st.sampled_from(FORMATS))
+def test_fuzz_catalog_show(capsys, dirs, name, fmt):
+    SEEN["catalog-show"].add((name, fmt))
+    assert_one_line_error(capsys, ["catalog", "show", name, "--format", fmt], dirs[0])
+
+
+@fuzz_settings(60)
+@given(section=_text.filter(lambda s: s not in ("all", "hardware", "models", "sources") and s not in _SPECIAL_ARGS))
+def test_fuzz_catalog_list(capsys, dirs, section):
+    SEEN["catalog-list"].add(section)
+    assert_one_line_error(capsys, ["catalog", "list", section], dirs[0])
+
+
+# ---------------------------------------------------------------------------------------------
+def test_bases_are_valid(capsys, dirs):
+    """The unmutated inputs the fuzzers start from are accepted (exit 0), so each error comes from a mutation."""
+    work, inputs = dirs
+    cat_dir = inputs / "valid-catalog"
+    cat_dir.mkdir(exist_ok=True)
+    for section, key, entry, _ in _CAT_BASES:
+        body = {section: entry} if section == "defaults" else {section: {key: entry, "fuzz-new": entry}}
+        _write(cat_dir / "fuzz.yaml", yaml.safe_dump(body, sort_keys=False))
+        assert main(["fit", "llama-70b", "--target", "h100x8", "--catalog", str(cat_dir), "-f", "json"]) == 0
+    cfg = _write(inputs / "valid-config.json", json.dumps(_HF_BASE))
+    assert main(["fit", str(cfg), "--target", "h100x8", "-f", "json"]) == 0
+    net = _write(inputs / "valid-net.yaml", yaml.safe_dump({"name": "fuzz-net", "layers": [_LAYER]}))
+    for target in ("wse3", "h100x8", "cs3x2"):
+        assert main(["fit", str(net), "--target", target, "-f", "csv"]) == 0
+    for name in ("wse3", "h100", "llama-70b"):
+        assert main(["catalog", "show", name, "-f", "json"]) == 0
+    assert main(["fit", "llama-70b", "--target", "wse3", "--batch", "2", "--context", "4096", "--reserve", "0.1",
+                 "--zero", "3", "--memoryx", "12tb", "--phase", "train", "--precision", "fp16", "-f", "md"]) == 0
+    capsys.readouterr()
+    assert os.listdir(work) == []
+
+
+def test_fuzz_distinct_count():
+    """Together the properties above tried >= 1,000 distinct malformed inputs across >= 5 kinds."""
+    if any(not SEEN[k] for k in KINDS):
+        pytest.skip("run the whole file to count the distinct inputs of every kind")
+    counts = {k: len(SEEN[k]) for k in KINDS}
+    assert sum(counts.values()) >= 1000, counts
+    assert sum(1 for v in counts.values() if v >= 50) >= 5, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Regression tests for bugs this fuzzing found (strict xfail: they pass, and must be unmarked, once fixed)
+# ---------------------------------------------------------------------------------------------
+def _run_captured(capsys, argv, work):
+    try:
+        assert_one_line_error(capsys, argv, work)
+    finally:
+        for p in work.iterdir():  # keep the shared working folder empty for the other tests
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+@pytest.mark.xfail(strict=True, reason="bug: model_from_hf_config accepts huge integer sizes; num_hidden_layers=1e30 "
+                   "escapes as ValueError('Maximum allowed dimension exceeded') from np.full in transformer_workload, "
+                   "hidden_size/head_dim=1e30 give exit 0 with overflowing numbers")
+@pytest.mark.parametrize("field", ["num_hidden_layers", "hidden_size", "head_dim"])
+def test_bug_config_json_huge_sizes(capsys, dirs, field):
+    work, inputs = dirs
+    p = _write(inputs / "huge.json", json.dumps(dict(_HF_BASE, **{field: 10**30})))
+    _run_captured(capsys, ["fit", str(p), "--target", "wse3"], work)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: model_from_hf_config calls int() on num_local_experts / "
+                   "num_experts_per_tok outside its try block, so a non-numeric value escapes as ValueError")
+@pytest.mark.parametrize("extra", [{"num_local_experts": "a"}, {"num_local_experts": 2, "num_experts_per_tok": "x"}])
+def test_bug_config_json_non_numeric_experts(capsys, dirs, extra):
+    work, inputs = dirs
+    p = _write(inputs / "experts.json", json.dumps(dict(_HF_BASE, **extra)))
+    _run_captured(capsys, ["fit", str(p), "--target", "h100x8"], work)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: model_from_hf_config reads tie_word_embeddings with bool(), so the "
+                   "string 'no' (or 'false') means tied; a non-boolean should be an error")
+def test_bug_config_json_string_boolean(capsys, dirs):
+    work, inputs = dirs
+    p = _write(inputs / "tied.json", json.dumps(dict(_HF_BASE, tie_word_embeddings="no")))
+    _run_captured(capsys, ["fit", str(p), "--target", "h100x8"], work)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: LayerSpec (catalog/schema.py) accepts params=.inf / 1e300; "
+                   "fit_wafer_train then raises OverflowError/ValueError from math.ceil, and decode on wse3x2 "
+                   "prints numpy RuntimeWarnings (min_max_partition) and exits 0")
+@pytest.mark.parametrize("value,target,phase", [(".inf", "wse3", "train"), ("1.0e+300", "wse3", "train"),
+                                                (".inf", "wse3x2", "decode")])
+def test_bug_layer_yaml_non_finite_params(capsys, dirs, value, target, phase):
+    work, inputs = dirs
+    p = _write(inputs / "inf.yaml", f"name: n\nlayers: [{{name: l, params: {value}, flop_per_sample: 1, "
+                                    "activation_bytes_per_sample: 1}]\n")
+    _run_captured(capsys, ["fit", str(p), "--target", target, "--phase", phase], work)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a layer-list YAML may name any source id (e.g. 'nope'); unlike "
+                   "--catalog files it is never checked against catalogs/sources.yaml")
+def test_bug_layer_yaml_unknown_source(capsys, dirs):
+    work, inputs = dirs
+    p = _write(inputs / "src.yaml", yaml.safe_dump({"name": "n", "source": "nosuch-source", "layers": [_LAYER]}))
+    _run_captured(capsys, ["fit", str(p), "--target", "h100x8"], work)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: fit accepts any batch/context (no upper bound); batch=1e30 exits 0 and "
+                   "fit_wafer_inference reports weights_bytes 4.2e9 for a 141 GB model (weights = sum(x - kv) "
+                   "cancels catastrophically when kv >> weights)")
+@pytest.mark.parametrize("option", ["--batch", "--context"])
+def test_bug_huge_batch_or_context(capsys, dirs, option):
+    _run_captured(capsys, ["fit", "llama-70b", "--target", "wse3", option, str(10**30)], dirs[0])
+
+
+@pytest.mark.xfail(strict=True, reason="bug: catalog defaults accept default_batch=1e300 (Defaults has no bound "
+                   "or integer check); fit then overflows with numpy RuntimeWarnings on stderr and exits 0")
+def test_bug_catalog_huge_default_batch(capsys, dirs):
+    work, inputs = dirs
+    cat_dir = inputs / "huge-defaults"
+    cat_dir.mkdir(exist_ok=True)
+    _write(cat_dir / "d.yaml", "defaults: {default_batch: {value: 1.0e+300, source: vllm-docs, basis: estimate, "
+                               "note: fuzz}}\n")
+    _run_captured(capsys, ["fit", "llama-70b", "--target", "h100x8", "--catalog", str(cat_dir)], work)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a catalog model with num_layers=1e20 loads, then np.full raises "
+                   "ValueError('Maximum allowed dimension exceeded') in transformer_workload (traceback)")
+def test_bug_catalog_huge_num_layers(capsys, dirs):
+    work, inputs = dirs
+    cat_dir = inputs / "huge-model"
+    cat_dir.mkdir(exist_ok=True)
+    entry = dict(_MODELS["llama-3-70b"], num_layers=10**20)
+    _write(cat_dir / "m.yaml", yaml.safe_dump({"models": {"llama-3-70b": entry}}))
+    _run_captured(capsys, ["fit", "llama-70b", "--target", "wse3", "--catalog", str(cat_dir)], work)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: fit uses `memoryx_option or default`, so --memoryx '' silently means "
+                   "the default capacity instead of an unknown option")
+def test_bug_empty_memoryx_option(capsys, dirs):
+    _run_captured(capsys, ["fit", "llama-70b", "--target", "wse3", "--phase", "train", "--memoryx", ""], dirs[0])
