@@ -35,7 +35,7 @@ INT_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", 
 CATEGORIES = ("gpu-train", "gpu-infer", "wse-infer", "wse-train", "micro")
 NON_PERFORMANCE = {
     "effective_training_time_pct": "goodput percentage, not a performance quantity",
-    "max_decode_output_tokens": "maximum generation length, a memory bound rather than a performance quantity",
+    "max_decode_output_tokens": "maximum generation length (a memory bound), not a performance quantity",
     "latency_per_token_ratio_vs_h100": "ratio to other hardware, not a performance quantity of this row",
     "decode_power_frac_tdp": "power fraction, not a performance quantity",
     "idle_power_frac_tdp": "power fraction, not a performance quantity",

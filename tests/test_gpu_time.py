@@ -1,0 +1,251 @@
+"""GPU time models: formulas, properties, the layout search against brute force, and the time command."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wseplan.analytic import gpu_time as G
+from wseplan.calibration_data import GpuCalibration, gpu_calibration, read_gpu_efficiency
+from wseplan.cli import main
+from wseplan.errors import InputError
+from wseplan.fit import gpu_layout_memory, resolve_model
+from wseplan.targets import parse_target
+from wseplan.timing import predict_time
+from wseplan.workload import transformer_workload
+
+
+def _scaled(gpu, *, bw=1.0, compute=1.0):
+    """A copy of a catalog GPU with every bandwidth scaled by ``bw`` and every peak by ``compute``."""
+    def q(x, k):
+        return x.model_copy(update={"si": x.si * k})
+
+    upd = {f: q(getattr(gpu, f), bw) for f in ("hbm_bandwidth_bytes_per_s", "scale_up_bandwidth_bytes_per_s",
+                                                "scale_out_bandwidth_bytes_per_s")}
+    upd["dense_peak_flop_per_s"] = {p: q(v, compute) for p, v in gpu.dense_peak_flop_per_s.items()}
+    return gpu.model_copy(update=upd)
+
+
+def test_pipeline_bubble_formulas():
+    # Narayanan et al. 2021: 1F1B bubble (p-1)/(m+p-1); interleaved overhead (p-1)/(v m) of the ideal time
+    assert G.pipeline_bubble_frac(num_stages=8, num_microbatches=96) == pytest.approx(7 / 103, rel=1e-12)
+    f = G.pipeline_bubble_frac(num_stages=8, num_microbatches=96, virtual_stages=2)
+    assert f / (1 - f) == pytest.approx(7 / (2 * 96), rel=1e-12)
+    assert G.pipeline_bubble_frac(num_stages=1, num_microbatches=5) == 0.0
+
+
+def test_gemm_efficiency_saturates_with_shape():
+    e = G.gemm_efficiency_frac(m=np.array([1, 64, 1024, 65536]), n=8192, k=8192, max_frac=0.8, half_intensity=50.0)
+    assert np.all(np.diff(e) > 0)
+    assert e[-1] < 0.8
+    # intensity 1/(1/M+1/N+1/K) = 100 when M=N=K=300: eff = 0.8 * 100/150
+    assert G.gemm_efficiency_frac(m=300, n=300, k=300, max_frac=0.8, half_intensity=50.0) == pytest.approx(0.8 * 100 / 150)
+
+
+def test_calibration_file_loads_and_lists_fitted_rows():
+    f = read_gpu_efficiency()
+    assert f.fitted_on and all(r.startswith("R") for r in f.fitted_on)
+    cal = gpu_calibration()
+    for k, q in f.constants.items():
+        assert getattr(cal, k) == pytest.approx(q.si)
+        assert q.source == "wseplan-gpu-calibration"
+
+
+def test_train_step_hand_composition(catalog):
+    """Step = pipeline (m + (p-1)/v) x per-micro-batch time + exposed DP + optimizer + fixed overhead."""
+    m = resolve_model("gpt-3-175b", catalog)
+    gpu = catalog.gpus["a100-80gb"]
+    cal = gpu_calibration()
+    r = G.train_step(m, gpu, precision="bf16", seq_len=2048, global_batch=1536, tp=8, pp=12, dp=16, vpp=2, micro_batch=1,
+                     recompute="full", zero_stage=1, cal=cal)
+    nmb = 1536 / 16
+    t_unit = (r["compute_s"] + r["p2p_s"]) / nmb
+    expect = t_unit * (nmb + 11 / 2) + r["dp_exposed_s"] + r["optimizer_s"] + cal.train_step_overhead_s
+    assert r["step_s"] == pytest.approx(expect, rel=1e-9)
+    assert r["bubble_s"] == pytest.approx(t_unit * 11 / 2, rel=1e-9)
+
+
+def test_recompute_and_interleaving_effects(catalog):
+    m = resolve_model("gpt-3-175b", catalog)
+    gpu = catalog.gpus["a100-80gb"]
+    cal = gpu_calibration()
+    kw = dict(precision="bf16", seq_len=2048, global_batch=512, tp=8, pp=16, dp=4, micro_batch=1, zero_stage=1, cal=cal)
+    none, sel, full = (G.train_step(m, gpu, recompute=r, **kw)["step_s"] for r in ("none", "selective", "full"))
+    assert none < sel < full
+    assert full / none == pytest.approx(4 / 3, rel=0.1)  # an extra forward on a GEMM-bound step
+    v1 = G.train_step(m, gpu, recompute="full", vpp=1, **kw)["bubble_s"]
+    v2 = G.train_step(m, gpu, recompute="full", vpp=3, **kw)["bubble_s"]
+    assert v2 < v1
+
+
+def test_narayanan_145b_within_10pct(catalog):
+    """Narayanan et al. 2021, Table 1: 145.6B on 1,536 A100 (TP8 PP8 DP24, batch 2304): 148 TFLOP/s per GPU."""
+    from wseplan.validate import predict_case, read_cases, default_cases_path
+
+    case = next(c for c in read_cases(default_cases_path()) if c.id == "R013")
+    assert case.value == 148 and case.get("tp") == 8 and case.get("pp") == 8 and case.get("dp") == 24
+    pred = predict_case(case, catalog)
+    assert abs(pred / 148 - 1) <= 0.10
+
+
+def test_predict_time_train_record(catalog):
+    r = predict_time("gpt-3-175b", "a100x1536", phase="train", batch=2304, context=2048, catalog=catalog,
+                     tensor_parallel=8, pipeline_parallel=8, recompute="full", zero_stage=0)
+    assert r.num_devices == 1536 and r.layout["data_parallel"] == 24
+    assert r.bottleneck in r.breakdown_s
+    assert 0 < r.model_flop_utilization_frac <= 1
+    assert r.tokens_per_s == pytest.approx(2304 * 2048 / r.step_s)
+
+
+def test_inference_bottlenecks(catalog):
+    dec = predict_time("llama-2-13b", "a100x1", phase="decode", batch=1, context=4096, catalog=catalog)
+    assert dec.bottleneck == "hbm_bandwidth"
+    assert dec.tokens_per_s_per_user == pytest.approx(1 / dec.tpot_s)
+    pre = predict_time("llama-3-8b", "h100x1", phase="prefill", batch=1, context=8192, catalog=catalog)
+    assert pre.bottleneck == "compute"
+    e2e = predict_time("llama-3-8b", "h100x1", phase="decode", batch=8, context=1024, output_tokens=256, catalog=catalog)
+    assert e2e.step_s == pytest.approx(e2e.ttft_s + 255 * e2e.tpot_s, rel=1e-9)
+    assert e2e.tokens_per_s == pytest.approx(8 * 256 / e2e.step_s, rel=1e-9)
+
+
+def test_kv_occupancy_limits_the_batch(catalog):
+    r = predict_time("llama-2-70b", "h100x2", phase="decode", batch=4096, context=4096, output_tokens=512, catalog=catalog,
+                     tensor_parallel=2)
+    assert r.layout["batch_in_flight"] < 4096
+    assert any("waves" in n for n in r.notes)
+
+
+def test_bad_options(catalog):
+    with pytest.raises(InputError):
+        predict_time("llama-3-8b", "h100x8", phase="train", batch=8, context=2048, catalog=catalog, recompute="some")
+    with pytest.raises(InputError):
+        predict_time("llama-3-8b", "h100x8", phase="decode", batch=8, context=2048, catalog=catalog, recompute="full")
+    with pytest.raises(InputError):
+        predict_time("llama-3-8b", "h100x6", phase="train", batch=8, context=2048, catalog=catalog, tensor_parallel=4)
+
+
+# -- properties -------------------------------------------------------------------------------
+_LAYOUTS = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]),
+                     st.sampled_from(["none", "selective", "full"]), st.sampled_from([0, 1, 3]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=_LAYOUTS, k=st.floats(1.0, 8.0), which=st.sampled_from(["bw", "compute"]))
+def test_train_time_never_rises_with_more_bandwidth_or_compute(catalog, layout, k, which):
+    tp, pp, mb, rec, zs = layout
+    m = resolve_model("llama-2-13b", catalog)
+    gpu = catalog.gpus["h100-sxm"]
+    fast = _scaled(gpu, **{which: k})
+    kw = dict(precision="bf16", seq_len=4096, global_batch=256, tp=tp, pp=pp, dp=4, micro_batch=mb, recompute=rec,
+              zero_stage=zs, cal=gpu_calibration())
+    assert G.train_step(m, fast, **kw)["step_s"] <= G.train_step(m, gpu, **kw)["step_s"] * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 512), ctx=st.integers(1, 16384), tp=st.sampled_from([1, 2, 4, 8]), k=st.floats(1.0, 8.0),
+       which=st.sampled_from(["bw", "compute"]), new=st.sampled_from([1, 512]))
+def test_inference_time_never_rises_with_more_bandwidth_or_compute(catalog, batch, ctx, tp, k, which, new):
+    m = resolve_model("llama-3-8b", catalog)
+    gpu = catalog.gpus["a100-80gb"]
+    kw = dict(precision="bf16", batch=batch, new_tokens=new, context=ctx, tp=tp, cal=gpu_calibration())
+    t0, _ = G.forward_pass_time_s(m, gpu, **kw)
+    t1, _ = G.forward_pass_time_s(m, _scaled(gpu, **{which: k}), **kw)
+    assert t1 <= t0 * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ctx=st.integers(128, 32768), tp=st.sampled_from([1, 2, 4, 8]), k=st.floats(0.02, 1.0))
+def test_bandwidth_bound_decode_scales_as_one_over_k(catalog, ctx, tp, k):
+    """Batch-1 decode with no fixed overheads is bandwidth-bound: every bandwidth x k gives time / k."""
+    m = resolve_model("llama-3-8b", catalog)
+    gpu = catalog.gpus["h100-sxm"]
+    cal = gpu_calibration().replace(layer_overhead_s=0.0, step_overhead_s=0.0, nvlink_latency_s=0.0, network_latency_s=0.0)
+    kw = dict(precision="bf16", batch=1, new_tokens=1, context=ctx, tp=tp, cal=cal)
+    t1, _ = G.forward_pass_time_s(m, gpu, **kw)
+    tk, _ = G.forward_pass_time_s(m, _scaled(gpu, bw=k), **kw)
+    assert tk == pytest.approx(t1 / k, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=_LAYOUTS, gb=st.sampled_from([64, 256, 1024]), seq=st.sampled_from([512, 2048, 8192]))
+def test_fractions_stay_in_unit_interval(catalog, layout, gb, seq):
+    tp, pp, mb, rec, zs = layout
+    r = predict_time("llama-2-7b", f"h100x{tp * pp * 4}", phase="train", batch=gb, context=seq, catalog=catalog,
+                     tensor_parallel=tp, pipeline_parallel=pp, micro_batch=mb, recompute=rec, zero_stage=zs)
+    assert 0.0 <= r.model_flop_utilization_frac <= 1.0
+    f = G.pipeline_bubble_frac(num_stages=pp, num_microbatches=max(gb / (4 * mb), 1))
+    assert 0.0 <= f < 1.0
+    e = G.gemm_efficiency_frac(m=seq * mb, n=4096 / tp, k=4096, max_frac=gpu_calibration().gemm_max_frac_16bit,
+                               half_intensity=gpu_calibration().gemm_half_intensity)
+    assert 0.0 <= e <= 1.0
+
+
+# -- layout search ----------------------------------------------------------------------------------
+def test_vectorized_search_matches_brute_force(catalog):
+    m = resolve_model("llama-2-7b", catalog)
+    target = parse_target("a100-40gbx16", catalog)
+    gpu = target.device
+    cal = gpu_calibration()
+    N, gb, seq = 16, 64, 2048
+    mbs, vs, recs, zss = (1, 2, 4), (1, 2), ("none", "selective", "full"), (0, 1, 3)
+    res = G.search_layouts(m, target, catalog, num_gpus=N, global_batch=gb, seq_len=seq, micro_batches=mbs,
+                           virtual_stages=vs, recomputes=recs, zero_stages=zss, cal=cal, chunk=1000)
+    # brute force: one Python iteration per candidate, scalar memory fit and scalar step time
+    w = transformer_workload(m, precision="bf16", phase="train", batch=gb, context=seq)
+    cap = gpu.hbm_bytes.si * (1 - catalog.defaults.gpu_hbm_reserve_frac.si)
+    best, best_t, count, infeasible = None, math.inf, 0, 0
+    for tp, pp, mb, v, rec, zs in itertools.product((1, 2, 4, 8), range(1, m.num_layers + 1), mbs, vs, recs, zss):
+        count += 1
+        if N % (tp * pp) or m.num_heads % tp:
+            infeasible += 1
+            continue
+        dp = N // (tp * pp)
+        if (gb // dp) % mb or gb % dp or (v > 1 and (pp == 1 or m.num_layers % (pp * v))):
+            infeasible += 1
+            continue
+        mem = float(gpu_layout_memory(w, tp=tp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog, micro_batch=mb)["total"])
+        if mem > cap:
+            infeasible += 1
+            continue
+        t = float(G.train_step(m, gpu, precision="bf16", seq_len=seq, global_batch=gb, tp=tp, pp=pp, dp=dp, vpp=v,
+                               micro_batch=mb, recompute=rec, zero_stage=zs, cal=cal)["step_s"])
+        if t < best_t:
+            best_t, best = t, dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, micro_batch=mb,
+                                   virtual_pipeline=v, recompute=rec, zero_stage=zs)
+    got = dict(res["best"])
+    assert got.pop("step_s") == pytest.approx(best_t, rel=1e-9)
+    assert got == best
+    assert res["num_evaluated"] == count
+    assert res["num_infeasible"] == infeasible
+
+
+def test_search_infeasible_raises(catalog):
+    from wseplan.errors import InfeasibleError
+
+    m = resolve_model("gpt-3-175b", catalog)
+    with pytest.raises(InfeasibleError):
+        G.search_layouts(m, parse_target("a100-40gbx2", catalog), catalog, num_gpus=2, global_batch=8, seq_len=2048)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+def test_time_cli_json_and_csv(capsys):
+    import json
+
+    rc = main(["time", "llama-3-8b", "--target", "h100x1", "--phase", "decode", "--batch", "4", "--context", "1024",
+               "--output-tokens", "64", "--format", "json"])
+    rec = json.loads(capsys.readouterr().out)
+    assert rc == 0 and rec["phase"] == "decode" and rec["output_tokens"] == 64 and rec["bottleneck"]
+    rc = main(["time", "gpt-3-175b", "--target", "h100x1024", "--phase", "train", "--batch", "1536", "--context", "2048",
+               "--search", "--format", "csv"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0 and len(out) == 2 and "search_num_evaluated" in out[0]
+
+
+def test_time_cli_bad_input(capsys):
+    assert main(["time", "llama-3-8b", "--target", "h100x1", "--phase", "decode", "--recompute", "full"]) == 2
+    assert main(["time", "llama-3-8b", "--target", "h100x1", "--phase", "warp"]) == 2
+    assert main(["time", "llama-3-8b", "--target", "h100", "--phase", "train", "--search"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 3

@@ -1,0 +1,124 @@
+"""`wseplan validate`: file parsing, the CSV contract, and the accuracy reached on the public set."""
+import csv
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from wseplan.cli import main
+from wseplan.errors import InputError
+from wseplan.validate import (OUTPUT_COLUMNS, default_cases_path, gemv_shape, note_hint, read_cases, summarize,
+                              validate_cases)
+
+PUBLIC = str(default_cases_path())
+
+
+@pytest.fixture(scope="module")
+def records():
+    from wseplan.catalog import load_catalog
+
+    return validate_cases(read_cases(PUBLIC), load_catalog())
+
+
+def test_public_file_is_the_shared_copy():
+    rows = read_cases(PUBLIC)
+    assert len(rows) == 216 and rows[0].id == "R001"
+    assert len({r.id for r in rows}) == len(rows)
+
+
+def test_csv_has_one_row_per_case_and_the_contract_columns(capsys):
+    rc = main(["validate", PUBLIC, "--format", "csv"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert tuple(rows[0].keys()) == OUTPUT_COLUMNS
+    assert [r["id"] for r in rows] == [c.id for c in read_cases(PUBLIC)]
+    for r in rows:
+        assert r["status"] in ("ok", "skipped")
+        if r["status"] == "ok":
+            assert float(r["rel_error"]) == pytest.approx(float(r["predicted"]) / float(r["measured"]) - 1, rel=1e-9, abs=1e-12)
+            assert r["reason"] == ""
+        else:
+            assert r["reason"] and r["predicted"] == ""
+
+
+def test_table_md_json_formats(capsys):
+    assert main(["validate", PUBLIC, "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "Median |rel_error| per category" in md and "| gpu-train | strong+medium |" in md
+    assert main(["validate", PUBLIC, "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert len(rec["rows"]) == 216 and rec["summary"]
+
+
+@pytest.mark.parametrize("content, why", [
+    ("id,category\nR001,gpu-train\n", "missing columns"),
+    ("id,category,phase,model,metric,value,unit,hardware,quality\nR001,gpu-train,train,x,mfu,abc,fraction,h100-sxm,strong\n", "value"),
+    ("id,category,phase,model,metric,value,unit,hardware,quality\nR001,gpu-train,train,x,mfu,0.4,fraction,h100-sxm,strong\n"
+     "R001,gpu-train,train,x,mfu,0.4,fraction,h100-sxm,strong\n", "duplicate"),
+    ("id,category,phase,model,metric,value,unit,hardware,quality,tp\nR001,gpu-train,train,x,mfu,0.4,fraction,h100-sxm,strong,two\n", "integer"),
+])
+def test_malformed_file_exits_2(tmp_path, capsys, content, why):
+    p = tmp_path / "bad.csv"
+    p.write_text(content)
+    assert main(["validate", str(p), "--format", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(InputError):
+        read_cases(p)
+
+
+def test_missing_file_exits_2(tmp_path):
+    assert main(["validate", str(tmp_path / "nope.csv")]) == 2
+
+
+def test_skips_have_reasons_and_only_allowed_kinds(records):
+    for r in records:
+        if r["status"] == "skipped":
+            assert r["reason"]
+            assert any(w in r["reason"] for w in ("not a performance quantity", "not given", "unavailable", "no model"))
+
+
+def test_hints_and_shapes():
+    assert note_hint("a | train_tokens=2264924160 | b", "train_tokens") == "2264924160"
+    assert note_hint("wse_core_grid=600x595.", "wse_core_grid") == "600x595"
+    assert note_hint("nothing here", "train_tokens") is None
+    assert gemv_shape("GEMV [1,16K]x[16K,16K]") == (1, 16384, 16384)
+
+
+def test_a_user_file_with_one_row(tmp_path, capsys):
+    """A row given only by catalog name: the architecture comes from the catalog."""
+    src = read_cases(PUBLIC)
+    p = tmp_path / "one.csv"
+    with open(PUBLIC, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    row = next(r for r in rows if r["id"] == "R338")
+    for k in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab"):
+        row[k] = ""
+    row["model"] = "llama-3-8b"
+    with open(p, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerow(row)
+    assert main(["validate", str(p), "--format", "csv"]) == 0
+    out = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(out) == 1 and out[0]["status"] == "ok"
+    assert src  # the public file is untouched
+
+
+def test_narayanan_row_within_10pct(records):
+    r = next(r for r in records if r["id"] == "R013")
+    assert r["status"] == "ok" and abs(r["rel_error"]) <= 0.10
+
+
+def test_public_set_accuracy_bounds(records):
+    """Regression guard on the accuracy reached (strong+medium rows; see docs/validation.md)."""
+    s = {(r["category"], r["quality"]): r for r in summarize(records)}
+    assert s[("gpu-train", "strong+medium")]["median_abs_rel_error"] <= 0.08
+    assert s[("gpu-infer", "strong+medium")]["median_abs_rel_error"] <= 0.15
+    assert s[("gpu-infer", "strong+medium")]["predicted_frac"] >= 0.9
+    assert s[("micro", "strong+medium")]["median_abs_rel_error"] <= 0.15
+    gpu = [r for r in records if r["category"] in ("gpu-train", "gpu-infer") and r["quality"] != "weak"]
+    assert np.mean([r["status"] == "ok" for r in gpu]) >= 0.9
