@@ -54,6 +54,7 @@ class StreamConstants(BaseModel):
     memoryx_update_bytes_per_s: Quantity
     gpu_dp_compute_efficiency_frac: Quantity
     gpu_dp_overlap_frac: Quantity
+    gpu_dp_link_latency_s: Quantity
 
 
 class StreamFile(BaseModel):
@@ -336,7 +337,8 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
         MemoryX capacity option; its tier (DRAM or flash) sets the stream bandwidth.
     micro_batch : int, optional
         Sequences per pass on each system (gradient accumulation): each pass streams the weights again and
-        holds only its own activations. Default: the whole per-system batch in one pass.
+        holds only its own activations. Default: the whole per-system batch in one pass when one layer's
+        working set for it fits on the wafer, else the largest number of sequences whose working set does.
 
     Notes
     -----
@@ -389,14 +391,18 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
     lat = mx.link_latency_s.si + levels * sx.per_level_latency_s.si
     rate = wafer.peak_flop_per_s(precision) * c.compute_efficiency_frac.si
     per_sys = batch / N
-    if mb is None or mb >= per_sys:
-        passes, tokens = 1, per_sys * context
-    else:
-        passes, tokens = math.ceil(per_sys / mb), mb * context
     reserve = d.wafer_sram_reserve_frac.si if reserve is None else reserve
     cap = wafer.usable_sram_bytes * (1.0 - reserve)
     avail = cap - wafer_stream_buffer_bytes(w.weight_bytes)
     ck, act = w.checkpoint_bytes_per_token, w.activation_bytes_per_token
+    if mb is None:  # auto: the whole share in one pass if one layer's working set fits, else the largest that does
+        act_max = float(act.max(initial=0.0))
+        fit_seqs = int(max(avail, 0.0) // (act_max * context)) if act_max > 0 else math.inf
+        mb = None if fit_seqs >= per_sys else max(1, fit_seqs)
+    if mb is None or mb >= per_sys:
+        passes, tokens = 1, per_sys * context
+    else:
+        passes, tokens = math.ceil(per_sys / mb), mb * context
     per_tok = {p: activation_bytes_per_token(policy=p, checkpoint_bytes_per_token=ck, activation_bytes_per_token=act)
                for p in ("store", "checkpoint", "recompute")}
     opt_s = w.params * mx.optimizer_bytes_per_param.si * 2.0 / c.memoryx_update_bytes_per_s.si
@@ -460,14 +466,15 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
     min_batch = max(1, math.ceil(t_min * N / context))
     max_batch = int(min(mt * N // context, 2**62)) if math.isfinite(mt) else 2**62
     link_busy = passes * float((w.weight_bytes / stream_bw).sum() * 2.0 + (0.0 if spill is None else 2.0 * spill.sum() / io_bw))
+    parts = {"compute": compute - float(res["recompute_s"]), "recompute": float(res["recompute_s"]),
+             "weight_stream": exposed - exposed_spill, "spill_io": exposed_spill,
+             "optimizer": float(res["optimizer_exposed_s"])}
     if not ok:
         bottleneck = "sram"
-    elif link_busy > compute:
+    elif link_busy > compute:  # the link is busier than the wafer
         bottleneck = "spill_io" if exposed_spill > exposed - exposed_spill else "weight_stream"
-    elif float(res["optimizer_exposed_s"]) > 0.5 * step:
-        bottleneck = "optimizer"
     else:
-        bottleneck = "compute"
+        bottleneck = max(parts, key=lambda k: parts[k])
     if chosen in ("recompute", "spill") and policy == "auto":
         other = "spill" if chosen == "recompute" else "recompute"
         notes.append(f"checkpoints do not fit on the wafer: {chosen} is faster than {other} "
