@@ -65,7 +65,7 @@ def wse_rows(model, target, catalog, *, precision: str, global_batch: int, conte
                         num_systems=n, micro_batch=micro_batch)
         rows.append(dict(target=target.key, num_systems=n, num_devices=n, step_s=r.step_s, tokens_per_s=r.tokens_per_s,
                          per_system_batch=r.per_system_batch,
-                        min_batch_compute_bound=math.ceil(r.min_tokens_compute_bound / n / context),
+                        min_batch_compute_bound=r.min_batch_compute_bound,
                          utilization_frac=r.utilization_frac, bottleneck=r.bottleneck))
     return rows
 

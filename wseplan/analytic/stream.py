@@ -264,7 +264,14 @@ def swarmx_tree_levels(*, num_systems, fanout) -> np.ndarray:
 # Composition on catalog entries
 # ---------------------------------------------------------------------------------------------
 class StreamResult(BaseModel):
-    """One weight-streaming training prediction (``wseplan stream``). Units: s, tokens, bytes, fractions."""
+    """One weight-streaming training prediction (``wseplan stream``). Units: s, tokens, bytes, fractions.
+
+    ``min_tokens_compute_bound`` / ``max_tokens_on_wafer`` and ``min_batch_compute_bound`` /
+    ``max_batch_on_wafer`` are per system and per pass: the streaming minimum (tokens whose forward compute
+    hides every layer's weight load) and the SRAM maximum under the chosen activation policy.
+    ``spill_bytes`` counts bytes written and read back over the step; ``alternatives_step_s`` holds the step
+    time of recompute and spill when the checkpoints did not fit.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -463,8 +470,8 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
     max_tok = {p: max(0.0, avail / v) if v > 0 else math.inf for p, v in per_tok.items()}
     max_tok["spill"] = max(0.0, avail / float(act.max(initial=1.0)))
     mt = max_tok[chosen] if chosen in max_tok else max_tok["checkpoint"]
-    min_batch = max(1, math.ceil(t_min * N / context))
-    max_batch = int(min(mt * N // context, 2**62)) if math.isfinite(mt) else 2**62
+    min_batch = max(1, math.ceil(t_min / context))  # per system (per pass)
+    max_batch = int(min(mt // context, 2**62)) if math.isfinite(mt) else 2**62
     link_busy = passes * float((w.weight_bytes / stream_bw).sum() * 2.0 + (0.0 if spill is None else 2.0 * spill.sum() / io_bw))
     parts = {"compute": compute - float(res["recompute_s"]), "recompute": float(res["recompute_s"]),
              "weight_stream": exposed - exposed_spill, "spill_io": exposed_spill,
@@ -488,9 +495,9 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
                         utilization_frac=float(res["utilization_frac"]), model_flop_per_s=model_flop / step,
                         model_flop_utilization_frac=float(min(1.0, model_flop / step / peak_all)),
                         stream_bandwidth_bytes_per_s=stream_bw, io_bandwidth_bytes_per_s=io_bw, transfer_latency_s=lat,
-                        memoryx_tier=tier, min_tokens_compute_bound=t_min * N, max_tokens_on_wafer=float(min(mt, 1e300)),
+                        memoryx_tier=tier, min_tokens_compute_bound=t_min, max_tokens_on_wafer=float(min(mt, 1e300)),
                         min_batch_compute_bound=min_batch, max_batch_on_wafer=max_batch,
-                        feasible_compute_bound=t_min <= mt, spill_bytes=0.0 if spill is None else float(2 * spill.sum()),
+                        feasible_compute_bound=t_min <= mt, spill_bytes=0.0 if spill is None else float(2 * passes * spill.sum()),
                         bottleneck=bottleneck, alternatives_step_s=alternatives, notes=notes)
 
 
