@@ -832,7 +832,7 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
         dec = _time_call(model=m, target=t, phase="decode", precision=precision, batch=batch,
                          context=context + max(1, output_tokens // 2), output_tokens=output_tokens, catalog=cat)
         prefill_s = pre.step_s if pre.step_s is not None else pre.ttft_s
-        dec_s = dec.step_s if dec.step_s is not None else dec.tpot_s
+        dec_s = dec.tpot_s if dec.tpot_s is not None else dec.step_s  # one decode step of the batch
         if prefill_s is None or dec_s is None:
             raise InputError("time model returned no prefill step_s/ttft_s or decode step_s/tpot_s; cannot cost serving")
         times = TimeInputs(phase="serve", num_devices=n_dev, num_systems=n_sys, prefill_s=float(prefill_s),

@@ -1,0 +1,645 @@
+"""Fleet ILP: the cheapest mix of systems (CS-3, H100 nodes, ...) that meets a demand.
+
+Given workloads (serving at an output-token rate under a latency SLA, or training runs by a deadline) and a
+menu of system types with their TCO, choose integer replica counts per (workload, configuration) and integer
+system counts per type that minimise the yearly TCO subject to
+
+* demand: the replicas of each workload supply its rate (tokens/s) or its runs by the deadline;
+* SLA: only configurations whose predicted TTFT / TPOT (serving) or run time (training) meet the SLA may
+  serve it (the time models decide, :func:`wseplan.timing.predict_time`);
+* systems: a type's systems hold the devices its replicas use (8 GPUs per node);
+* caps: facility power (peak IT x PUE), rack units and capex budget.
+
+Then each cap, demand and SLA is relaxed by 10% in turn and the problem re-solved: a constraint is binding
+when that lowers the optimum, and the saving is reported. An infeasible demand raises
+:class:`~wseplan.errors.InfeasibleError` naming the constraint that makes it so.
+
+``build_problem`` calls the time and cost models (slow, once); ``solve_fleet`` is the ILP alone (fast).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import InfeasibleError, InputError, WseplanError
+
+SCHEMA_VERSION = 1
+CAPS = ("power_cap_w", "rack_units_cap", "budget_usd")
+RELAX_FRAC = 0.10
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------
+# Demand file schema
+# ---------------------------------------------------------------------------------------------
+def _num(v, field: str) -> float:
+    from ..units import parse_quantity
+
+    x, _ = parse_quantity(v, field=field)
+    return x
+
+
+class Sla(_Frozen):
+    ttft_s: float | None = Field(default=None, gt=0)
+    tpot_s: float | None = Field(default=None, gt=0)
+
+
+class WorkloadSpec(_Frozen):
+    """One workload of a demand file."""
+
+    name: str
+    model: str
+    kind: str  # serve | train
+    precision: str = "bf16"
+    # serving
+    output_tokens_per_s: float | None = Field(default=None, gt=0)
+    prompt_tokens: int = Field(default=2048, gt=0)
+    output_tokens: int = Field(default=256, gt=0)
+    batches: list[int] = [1, 4, 16, 64]
+    sla: Sla = Sla()
+    # training
+    train_tokens: float | None = Field(default=None, gt=0)
+    runs: int = Field(default=1, gt=0)
+    deadline_days: float | None = Field(default=None, gt=0)
+    batch: int = Field(default=1024, gt=0)
+    context: int = Field(default=2048, gt=0)
+    device_counts: dict[str, list[int]] = {}
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v):
+        if v not in ("serve", "train"):
+            raise ValueError(f"kind must be serve or train, got {v!r}")
+        return v
+
+
+class SystemSpec(_Frozen):
+    hardware: str
+    name: str | None = None
+    max_systems: int | None = Field(default=None, ge=0)
+
+
+class Caps(_Frozen):
+    power_cap_w: float | None = None
+    rack_units_cap: float | None = None
+    budget_usd: float | None = None
+
+
+class DemandSpec(_Frozen):
+    """A demand file (``wseplan fleet DEMAND.yaml``); see studies/demand-example.yaml."""
+
+    name: str = "demand"
+    description: str | None = None
+    prices: list[str] = []
+    set: dict[str, float] = {}
+    constraints: Caps = Caps()
+    systems: list[SystemSpec] = Field(min_length=1)
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+
+
+def read_demand(path: str | Path) -> DemandSpec:
+    """Read and validate a demand YAML file; errors are one line naming the field."""
+    from ..catalog.load import read_yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"demand: file {path} not found; check the path")
+    raw = read_yaml(p)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: top level must be a mapping with systems and workloads")
+    raw = dict(raw)
+    caps = dict(raw.get("constraints") or {})
+    for k in list(caps):
+        if k in CAPS and caps[k] is not None:
+            caps[k] = _num(caps[k], f"constraints.{k}")
+    raw["constraints"] = caps
+    wls = []
+    for i, wl in enumerate(raw.get("workloads") or []):
+        if isinstance(wl, dict):
+            wl = dict(wl)
+            for k in ("output_tokens_per_s", "train_tokens"):
+                if wl.get(k) is not None:
+                    wl[k] = _num(wl[k], f"workloads[{i}].{k}")
+        wls.append(wl)
+    raw["workloads"] = wls
+    if isinstance(raw.get("prices"), str):
+        raw["prices"] = [raw["prices"]]
+    raw["prices"] = [str((p.parent / q).resolve()) if not Path(q).is_absolute() else q for q in raw.get("prices") or []]
+    try:
+        spec = DemandSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key; remove it or fix its spelling"
+        elif err.get("type") == "missing":
+            msg = "required key is missing; add it"
+        raise InputError(f"{path}: {loc}: {msg}") from None
+    names = [w.name for w in spec.workloads]
+    if len(set(names)) != len(names):
+        raise InputError(f"{path}: workloads: names must be unique, got {names}")
+    for w in spec.workloads:
+        if w.kind == "serve" and w.output_tokens_per_s is None:
+            raise InputError(f"{path}: workloads.{w.name}: serve needs output_tokens_per_s")
+        if w.kind == "train" and (w.deadline_days is None):
+            raise InputError(f"{path}: workloads.{w.name}: train needs deadline_days")
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# The ILP's data: system types and configurations (one replica of a workload on one system type)
+# ---------------------------------------------------------------------------------------------
+class SystemType(_Frozen):
+    """One menu entry with its per-system cost, power and space (traceable to the prices catalog)."""
+
+    name: str
+    hardware: str
+    price_key: str
+    devices_per_system: int
+    capex_usd: float  # per system incl. network share and installation
+    annual_usd: float  # yearly TCO of one system
+    peak_facility_power_w: float  # peak IT power x PUE
+    rack_units: float
+    max_systems: int | None = None
+    cost_inputs: dict[str, float] = {}
+
+
+class Config(_Frozen):
+    """One way to run a replica of a workload: system type, devices, batch, and what the time model says."""
+
+    workload: str
+    system: str
+    num_devices: int
+    batch: int
+    supply: float  # tokens/s (serve) or runs by the deadline (train)
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    run_s: float | None = None
+    extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
+    extra_annual_usd: float = 0.0
+
+
+class Demand(_Frozen):
+    name: str
+    kind: str
+    model: str
+    amount: float  # output tokens/s or runs
+    unit: str
+    sla: Sla = Sla()
+    deadline_s: float | None = None
+
+
+class FleetProblem(_Frozen):
+    demands: list[Demand]
+    systems: list[SystemType]
+    configs: list[Config]
+    power_cap_w: float | None = None
+    rack_units_cap: float | None = None
+    budget_usd: float | None = None
+    notes: list[str] = []
+
+
+def meets_sla(c: Config, d: Demand, factor: float = 1.0) -> bool:
+    """Does configuration ``c`` meet demand ``d``'s SLA (limits scaled by ``factor``)?"""
+    if d.kind == "train":
+        return c.run_s is not None and c.supply >= 1
+    if d.sla.ttft_s is not None and (c.ttft_s is None or c.ttft_s > d.sla.ttft_s * factor):
+        return False
+    if d.sla.tpot_s is not None and (c.tpot_s is None or c.tpot_s > d.sla.tpot_s * factor):
+        return False
+    return c.supply > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+class SystemRow(_Frozen):
+    system: str
+    hardware: str
+    count: int
+    devices: int
+    capex_usd: float
+    annual_usd: float
+    peak_facility_power_w: float
+    rack_units: float
+
+
+class AllocationRow(_Frozen):
+    workload: str
+    system: str
+    replicas: int
+    devices_per_replica: int
+    batch: int
+    supply_per_replica: float
+    supply: float
+    demand: float
+    unit: str
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    run_s: float | None = None
+
+
+class ConstraintRow(_Frozen):
+    """A constraint of the solved plan; ``saving_usd_per_year`` comes from re-solving with it relaxed 10%."""
+
+    name: str
+    kind: str  # cap | demand | sla
+    lhs: float | None = None
+    rhs: float | None = None
+    slack: float | None = None
+    binding: bool
+    relaxed_usd_per_year: float | None = None
+    saving_usd_per_year: float | None = None
+    note: str | None = None
+
+
+class FleetPlan(_Frozen):
+    """The fleet record (``wseplan fleet --format json``); documented in docs/cli-output-cost.md."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    status: str
+    optimal: bool
+    total_usd_per_year: float
+    capex_usd: float
+    peak_facility_power_w: float
+    rack_units: float
+    solver: str
+    solve_s: float
+    num_variables: int
+    num_constraints: int
+    systems: list[SystemRow]
+    allocations: list[AllocationRow]
+    constraints: list[ConstraintRow]
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def to_row(self) -> dict:
+        rec = self.to_record()
+        row = {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
+        for s in self.systems:
+            row[f"count_{s.system}"] = s.count
+        return row
+
+    def to_frames(self) -> dict:
+        """``{"systems", "allocations", "constraints"}`` DataFrames for notebooks."""
+        import pandas as pd
+
+        return {k: pd.DataFrame([r.model_dump() for r in getattr(self, k)]) for k in ("systems", "allocations", "constraints")}
+
+
+# ---------------------------------------------------------------------------------------------
+# The ILP
+# ---------------------------------------------------------------------------------------------
+class _Solved(_Frozen):
+    status: str
+    optimal: bool
+    objective: float | None
+    replicas: dict[int, int] = {}
+    systems: dict[int, int] = {}
+    solve_s: float
+    num_variables: int
+    num_constraints: int
+    solver: str
+    usage: dict[str, float] = {}
+
+
+def _solve_once(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0,
+                caps: dict[str, float | None] | None = None, demand_scale: dict[str, float] | None = None,
+                sla_factor: dict[str, float] | None = None, minimise: str | None = None) -> _Solved:
+    import pulp
+
+    from .placement import _solver, _status
+
+    slv, slv_name = _solver(solver, time_limit_s)
+    caps = caps if caps is not None else {k: getattr(pb, k) for k in CAPS}
+    demand_scale = demand_scale or {}
+    sla_factor = sla_factor or {}
+    dem = {d.name: d for d in pb.demands}
+    sys_idx = {s.name: i for i, s in enumerate(pb.systems)}
+    ok = [i for i, c in enumerate(pb.configs) if c.workload in dem and c.system in sys_idx
+          and meets_sla(c, dem[c.workload], sla_factor.get(c.workload, 1.0))]
+    prob = pulp.LpProblem("fleet", pulp.LpMinimize)
+    n = {i: pulp.LpVariable(f"n_{i}", lowBound=0, cat="Integer") for i in ok}
+    S = {j: pulp.LpVariable(f"S_{j}", lowBound=0, upBound=s.max_systems, cat="Integer") for j, s in enumerate(pb.systems)}
+    ncons = 0
+    for d in pb.demands:
+        terms = [pb.configs[i].supply * n[i] for i in ok if pb.configs[i].workload == d.name]
+        if not terms:
+            return _Solved(status="infeasible", optimal=False, objective=None, solve_s=0.0, num_variables=len(n) + len(S),
+                           num_constraints=ncons, solver=slv_name, usage={"no_config": 1.0, "workload": float(pb.demands.index(d))})
+        prob += pulp.lpSum(terms) >= d.amount * demand_scale.get(d.name, 1.0), f"demand_{d.name}"
+        ncons += 1
+    for j, s in enumerate(pb.systems):
+        used = [pb.configs[i].num_devices * n[i] for i in ok if pb.configs[i].system == s.name]
+        if used:
+            prob += s.devices_per_system * S[j] >= pulp.lpSum(used), f"devices_{j}"
+            ncons += 1
+        else:
+            S[j].upBound = 0
+    power = pulp.lpSum(s.peak_facility_power_w * S[j] for j, s in enumerate(pb.systems))
+    racks = pulp.lpSum(s.rack_units * S[j] for j, s in enumerate(pb.systems))
+    capex = (pulp.lpSum(s.capex_usd * S[j] for j, s in enumerate(pb.systems))
+             + pulp.lpSum(pb.configs[i].extra_capex_usd * n[i] for i in ok))
+    annual = (pulp.lpSum(s.annual_usd * S[j] for j, s in enumerate(pb.systems))
+              + pulp.lpSum(pb.configs[i].extra_annual_usd * n[i] for i in ok))
+    exprs = {"power_cap_w": power, "rack_units_cap": racks, "budget_usd": capex}
+    for k, e in exprs.items():
+        if caps.get(k) is not None:
+            prob += e <= caps[k], k
+            ncons += 1
+    prob += {"power_cap_w": power, "rack_units_cap": racks, "budget_usd": capex}.get(minimise, annual)
+    t0 = time.perf_counter()
+    prob.solve(slv)
+    solve_s = float(getattr(prob, "solutionTime", None) or (time.perf_counter() - t0))
+    status, optimal = _status(prob)
+    nv = len(n) + len(S)
+    if status == "infeasible":
+        return _Solved(status=status, optimal=False, objective=None, solve_s=solve_s, num_variables=nv,
+                       num_constraints=ncons, solver=slv_name)
+    reps = {i: int(round(v.value() or 0)) for i, v in n.items()}
+    syss = {j: int(round(v.value() or 0)) for j, v in S.items()}
+    use = {"power_cap_w": sum(pb.systems[j].peak_facility_power_w * c for j, c in syss.items()),
+           "rack_units_cap": sum(pb.systems[j].rack_units * c for j, c in syss.items()),
+           "budget_usd": sum(pb.systems[j].capex_usd * c for j, c in syss.items())
+           + sum(pb.configs[i].extra_capex_usd * r for i, r in reps.items())}
+    obj = sum(pb.systems[j].annual_usd * c for j, c in syss.items()) + sum(pb.configs[i].extra_annual_usd * r for i, r in reps.items())
+    return _Solved(status=status, optimal=optimal, objective=float(obj), replicas=reps, systems=syss, solve_s=solve_s,
+                   num_variables=nv, num_constraints=ncons, solver=slv_name, usage=use)
+
+
+_CAP_LABEL = {"power_cap_w": "power cap", "rack_units_cap": "rack-space cap", "budget_usd": "capex budget"}
+_CAP_UNIT = {"power_cap_w": "W", "rack_units_cap": "U", "budget_usd": "USD"}
+
+
+def _diagnose(pb: FleetProblem, solver: str) -> str:
+    """One line naming the constraint(s) that make the demand infeasible."""
+    dem = {d.name: d for d in pb.demands}
+    for d in pb.demands:
+        cands = [c for c in pb.configs if c.workload == d.name]
+        if not cands:
+            return f"workload {d.name}: no configuration of {d.model} fits any system in the menu"
+        if not any(meets_sla(c, dem[d.name]) for c in cands):
+            if d.kind == "train":
+                best = min((c.run_s for c in cands if c.run_s is not None), default=None)
+                return (f"workload {d.name}: no configuration finishes a run within the deadline of "
+                        f"{d.deadline_s / 86400:.4g} days (fastest run {best / 86400:.4g} days); relax deadline_days")
+            sla = ", ".join(f"{k} <= {v}" for k, v in d.sla.model_dump().items() if v is not None)
+            return f"workload {d.name}: no configuration meets its SLA ({sla}) on any system in the menu; relax the SLA"
+    active = [k for k in CAPS if getattr(pb, k) is not None]
+    base = {k: getattr(pb, k) for k in CAPS}
+    for k in active:
+        trial = dict(base, **{k: None})
+        if _solve_once(pb, solver=solver, caps=trial).status != "infeasible":
+            need = _solve_once(pb, solver=solver, caps=trial, minimise=k)
+            amount = need.usage.get(k) if need.status != "infeasible" else None
+            extra = f"; the demand needs at least {amount:.4g} {_CAP_UNIT[k]}" if amount is not None else ""
+            return f"the {_CAP_LABEL[k]} ({k} = {base[k]:.4g} {_CAP_UNIT[k]}) makes the demand infeasible{extra}"
+    for a in range(len(active)):
+        for b in range(a + 1, len(active)):
+            trial = dict(base, **{active[a]: None, active[b]: None})
+            if _solve_once(pb, solver=solver, caps=trial).status != "infeasible":
+                return (f"the {_CAP_LABEL[active[a]]} and the {_CAP_LABEL[active[b]]} together make the demand "
+                        "infeasible; raise either")
+    if active:
+        return f"the caps together ({', '.join(active)}) make the demand infeasible; raise them"
+    return "no integer plan meets the demand with the systems in the menu (check max_systems)"
+
+
+def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0, analyze: bool = True,
+                name: str = "demand") -> FleetPlan:
+    """Solve the fleet ILP; with ``analyze``, relax each cap, demand and SLA by 10% and re-solve.
+
+    Raises
+    ------
+    InfeasibleError
+        When no plan meets the demand; the message names the constraint that makes it so.
+    """
+    base = _solve_once(pb, solver=solver, time_limit_s=time_limit_s)
+    if base.status == "infeasible":
+        raise InfeasibleError(f"fleet {name}: infeasible: {_diagnose(pb, solver)}")
+    dem = {d.name: d for d in pb.demands}
+    systems = []
+    for j, s in enumerate(pb.systems):
+        c = base.systems.get(j, 0)
+        if c:
+            systems.append(SystemRow(system=s.name, hardware=s.hardware, count=c, devices=c * s.devices_per_system,
+                                     capex_usd=c * s.capex_usd, annual_usd=c * s.annual_usd,
+                                     peak_facility_power_w=c * s.peak_facility_power_w, rack_units=c * s.rack_units))
+    allocs = []
+    for i, r in sorted(base.replicas.items()):
+        if r <= 0:
+            continue
+        c = pb.configs[i]
+        d = dem[c.workload]
+        allocs.append(AllocationRow(workload=c.workload, system=c.system, replicas=r, devices_per_replica=c.num_devices,
+                                    batch=c.batch, supply_per_replica=c.supply, supply=c.supply * r, demand=d.amount,
+                                    unit=d.unit, ttft_s=c.ttft_s, tpot_s=c.tpot_s, run_s=c.run_s))
+    cons = []
+    obj = base.objective
+    for k in CAPS:
+        rhs = getattr(pb, k)
+        if rhs is None:
+            continue
+        lhs = base.usage[k]
+        row = dict(name=k, kind="cap", lhs=lhs, rhs=rhs, slack=rhs - lhs)
+        if analyze:
+            caps = {q: getattr(pb, q) for q in CAPS}
+            caps[k] = rhs * (1 + RELAX_FRAC)
+            rel = _solve_once(pb, solver=solver, time_limit_s=time_limit_s, caps=caps)
+            row.update(_relaxed(obj, rel))
+        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > 1e-9 * max(obj, 1.0)) or abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
+        cons.append(ConstraintRow(**row))
+    for d in pb.demands:
+        supply = sum(pb.configs[i].supply * r for i, r in base.replicas.items() if pb.configs[i].workload == d.name)
+        row = dict(name=f"demand_{d.name}", kind="demand", lhs=supply, rhs=d.amount, slack=supply - d.amount)
+        rows_sla = None
+        if analyze:
+            rel = _solve_once(pb, solver=solver, time_limit_s=time_limit_s, demand_scale={d.name: 1 - RELAX_FRAC})
+            row.update(_relaxed(obj, rel))
+            if d.kind == "serve" and (d.sla.ttft_s is not None or d.sla.tpot_s is not None):
+                rel2 = _solve_once(pb, solver=solver, time_limit_s=time_limit_s, sla_factor={d.name: 1 + RELAX_FRAC})
+                sla = ", ".join(f"{k} <= {v:g}" for k, v in d.sla.model_dump().items() if v is not None)
+                rows_sla = dict(name=f"sla_{d.name}", kind="sla", note=f"{sla}; relaxed: limits x {1 + RELAX_FRAC:g}",
+                                **_relaxed(obj, rel2))
+                rows_sla["binding"] = bool((rows_sla.get("saving_usd_per_year") or 0) > 1e-9 * max(obj, 1.0))
+        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > 1e-9 * max(obj, 1.0))
+        cons.append(ConstraintRow(**row))
+        if rows_sla:
+            cons.append(ConstraintRow(**rows_sla))
+    capex = base.usage["budget_usd"]
+    return FleetPlan(name=name, status=base.status, optimal=base.optimal, total_usd_per_year=obj, capex_usd=capex,
+                     peak_facility_power_w=base.usage["power_cap_w"], rack_units=base.usage["rack_units_cap"],
+                     solver=base.solver, solve_s=base.solve_s, num_variables=base.num_variables,
+                     num_constraints=base.num_constraints, systems=systems, allocations=allocs, constraints=cons,
+                     notes=list(pb.notes))
+
+
+def _relaxed(obj: float, rel: _Solved) -> dict:
+    if rel.status == "infeasible" or rel.objective is None:
+        return {"relaxed_usd_per_year": None, "saving_usd_per_year": None}
+    return {"relaxed_usd_per_year": rel.objective, "saving_usd_per_year": max(0.0, obj - rel.objective)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the problem from a demand file (calls the time and cost models)
+# ---------------------------------------------------------------------------------------------
+def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemType, dict]:
+    from ..analytic.cost import apply_overrides, cost_params, deployment_cost, hardware_price_key, nominal
+    from ..targets import parse_target
+
+    t = parse_target(spec.hardware, catalog)
+    params = apply_overrides(cost_params(prices, catalog, t), overrides, hardware_key=hardware_price_key(t))
+    p = nominal(params)
+    d = deployment_cost(num_systems=1, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"],
+                        extra_capex_usd=0.0, installation_frac=p["installation_frac"],
+                        amortization_years=p["amortization_years"], maintenance_frac_per_year=p["maintenance_frac_per_year"],
+                        peak_power_per_system_w=p["peak_power_w"], busy_power_frac=p["busy_power_frac"],
+                        idle_power_frac=p["idle_power_frac"], utilization_frac=p["utilization_frac"], pue=p["pue"],
+                        electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
+                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"])
+    per_sys = 1 if t.kind == "wafer" else int(t.device.gpus_per_node.si)
+    st = SystemType(name=spec.name or t.key if t.kind == "gpu" else (spec.name or t.device.system), hardware=t.key,
+                    price_key=hardware_price_key(t), devices_per_system=per_sys, capex_usd=float(d["capex_usd"]),
+                    annual_usd=float(d["total_usd_per_year"]), peak_facility_power_w=float(d["peak_facility_power_w"]),
+                    rack_units=float(p["rack_units"]), max_systems=spec.max_systems, cost_inputs=p)
+    return st, {"target": t, "params": p}
+
+
+def _memoryx_extra(catalog, prices, t, p) -> tuple[float, float]:
+    """(capex, yearly cost) of the default MemoryX option of a wafer system for one training replica."""
+    from ..analytic.cost import memoryx_capex_usd
+
+    sysm = catalog.systems[t.device.system]
+    mx = catalog.memoryx[sysm.memoryx]
+    cap = mx.capacity_options_bytes[mx.default_capacity].si
+    hw = float(memoryx_capex_usd(capacity_bytes=cap, dram_capacity_bytes=mx.dram_capacity_bytes.si,
+                                 dram_usd_per_tb=prices.memoryx.dram_usd_per_tb.si,
+                                 flash_usd_per_tb=prices.memoryx.flash_usd_per_tb.si))
+    capex = hw * (1 + p["installation_frac"])
+    return capex, capex / p["amortization_years"] + hw * p["maintenance_frac_per_year"]
+
+
+def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dict[str, float] | None = None) -> FleetProblem:
+    """Turn a demand file into a :class:`FleetProblem`: cost every system type, time every configuration."""
+    from ..analytic.cost import load_prices
+    from ..catalog.load import load_catalog
+    from ..fit import fit as fit_fn, resolve_model
+    from ..targets import Target
+    from ..timing import predict_time
+
+    cat = catalog or load_catalog()
+    prices = prices or load_prices(spec.prices, catalog=cat)
+    ov = dict(spec.set)
+    ov.update(overrides or {})
+    notes: list[str] = []
+    systems, ctx = [], {}
+    for s in spec.systems:
+        st, info = _system_type(s, cat, prices, ov)
+        if st.name in ctx:
+            raise InputError(f"systems: {st.name} listed twice; give each entry a distinct name")
+        systems.append(st)
+        ctx[st.name] = info
+    demands, configs = [], []
+    for wl in spec.workloads:
+        m = resolve_model(wl.model, cat)
+        if wl.kind == "serve":
+            demands.append(Demand(name=wl.name, kind="serve", model=m.name, amount=wl.output_tokens_per_s,
+                                  unit="output tokens/s", sla=wl.sla))
+        else:
+            demands.append(Demand(name=wl.name, kind="train", model=m.name, amount=float(wl.runs), unit="runs",
+                                  deadline_s=wl.deadline_days * 86400.0))
+        for st in systems:
+            t0 = ctx[st.name]["target"]
+            p = ctx[st.name]["params"]
+            try:
+                if wl.kind == "serve":
+                    for b in wl.batches:
+                        fr = fit_fn(m, t0, precision=wl.precision, phase="decode", batch=b,
+                                    context=wl.prompt_tokens + wl.output_tokens, catalog=cat)
+                        if not fr.fits:
+                            continue
+                        t = Target(text=f"{t0.key}x{fr.num_devices}", kind=t0.kind, key=t0.key, device=t0.device,
+                                   count=fr.num_devices)
+                        pre = predict_time(m, t, phase="prefill", precision=wl.precision, batch=b,
+                                           context=wl.prompt_tokens, catalog=cat)
+                        dec = predict_time(m, t, phase="decode", precision=wl.precision, batch=b,
+                                           context=wl.prompt_tokens + wl.output_tokens // 2,
+                                           output_tokens=wl.output_tokens, catalog=cat)
+                        ttft = pre.step_s if pre.step_s is not None else pre.ttft_s
+                        tpot = dec.tpot_s if dec.tpot_s is not None else dec.step_s
+                        cycle = ttft + wl.output_tokens * tpot  # one batch of requests, prefill then decode
+                        configs.append(Config(workload=wl.name, system=st.name, num_devices=fr.num_devices, batch=b,
+                                              supply=b * wl.output_tokens / cycle, ttft_s=ttft, tpot_s=tpot))
+                else:
+                    counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or (
+                        [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])
+                    tokens = wl.train_tokens
+                    if tokens is None:
+                        from ..workload import total_params
+
+                        tokens = prices.site.train_tokens_per_param.si * total_params(m)
+                    for k in counts:
+                        t = Target(text=f"{t0.key}x{k}", kind=t0.kind, key=t0.key, device=t0.device, count=int(k))
+                        if t0.kind == "gpu" and not fit_fn(m, t, precision=wl.precision, phase="train", batch=wl.batch,
+                                                           context=wl.context, catalog=cat).fits:
+                            continue
+                        tr = predict_time(m, t, phase="train", precision=wl.precision, batch=wl.batch,
+                                          context=wl.context, catalog=cat)
+                        if tr.step_s is None or tr.step_s <= 0:
+                            continue
+                        run_s = tokens / (wl.batch * wl.context) * tr.step_s
+                        runs = math.floor(wl.deadline_days * 86400.0 / run_s)
+                        cx, cy = (_memoryx_extra(cat, prices, t0, p) if t0.kind == "wafer" else (0.0, 0.0))
+                        configs.append(Config(workload=wl.name, system=st.name, num_devices=int(k), batch=wl.batch,
+                                              supply=float(runs), run_s=run_s, extra_capex_usd=cx, extra_annual_usd=cy))
+            except (WseplanError, ImportError, NotImplementedError) as exc:
+                notes.append(f"{wl.name} on {st.name}: skipped ({' '.join(str(exc).split())[:160]})")
+    return FleetProblem(demands=demands, systems=systems, configs=configs,
+                        power_cap_w=spec.constraints.power_cap_w, rack_units_cap=spec.constraints.rack_units_cap,
+                        budget_usd=spec.constraints.budget_usd, notes=notes)
+
+
+def plan_fleet(demand: str | Path | DemandSpec, *, catalog=None, prices_files: list[str] | tuple = (),
+               overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True) -> FleetPlan:
+    """Read a demand file, build the problem and solve it (the API behind ``wseplan fleet``)."""
+    from ..analytic.cost import load_prices
+    from ..catalog.load import load_catalog
+
+    spec = demand if isinstance(demand, DemandSpec) else read_demand(demand)
+    cat = catalog or load_catalog()
+    prices = load_prices([*spec.prices, *prices_files], catalog=cat)
+    pb = build_problem(spec, catalog=cat, prices=prices, overrides=overrides)
+    return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name)
+
+
+def synthetic_problem(num_systems: int, num_workloads: int, *, seed: int = 0, configs_per_pair: int = 4) -> FleetProblem:
+    """A random but well-posed problem of the given size (benchmarks and property tests)."""
+    rng = np.random.default_rng(seed)
+    systems = [SystemType(name=f"sys{j}", hardware=f"hw{j}", price_key=f"hw{j}", devices_per_system=int(rng.choice([1, 8])),
+                          capex_usd=float(rng.uniform(2e5, 3e6)), annual_usd=float(rng.uniform(8e4, 1.2e6)),
+                          peak_facility_power_w=float(rng.uniform(8e3, 3e4)), rack_units=float(rng.choice([6, 8, 15])))
+               for j in range(num_systems)]
+    demands, configs = [], []
+    for w in range(num_workloads):
+        tpot = float(rng.uniform(0.02, 0.08))
+        demands.append(Demand(name=f"w{w}", kind="serve", model="m", amount=float(rng.uniform(1e3, 5e5)),
+                              unit="output tokens/s", sla=Sla(tpot_s=tpot)))
+        for s in systems:
+            for _ in range(configs_per_pair):
+                devs = int(rng.integers(1, 5)) * s.devices_per_system
+                configs.append(Config(workload=f"w{w}", system=s.name, num_devices=devs, batch=int(rng.choice([1, 8, 64])),
+                                      supply=float(rng.uniform(50, 2e4)), ttft_s=float(rng.uniform(0.1, 2)),
+                                      tpot_s=float(rng.uniform(0.005, 0.1))))
+    return FleetProblem(demands=demands, systems=systems, configs=configs, power_cap_w=5e7, rack_units_cap=1e5,
+                        budget_usd=5e10)
