@@ -125,11 +125,23 @@ def _time(model, t, catalog, *, phase, precision, batch, context):
 
 
 def compare_one(model, target: str, *, phase: str, precision: str, batch: int, context: int,
-                output_tokens: int | None, train_tokens: float | None, catalog, prices=None, uncertainty: int = 0,
-                seed: int = 0) -> CompareRow:
-    """Fit, time and cost of ``model`` on one target.
+                output_tokens: int | None = None, train_tokens: float | None = None, catalog=None, prices=None,
+                uncertainty: int = 0,
+                seed: int = 0, overrides: dict | None = None) -> CompareRow:
+    """Fit, time and cost of ``model`` on one target (see :func:`compare_case`)."""
+    return compare_case(model, target, phase=phase, precision=precision, batch=batch, context=context,
+                        output_tokens=output_tokens, train_tokens=train_tokens, catalog=catalog, prices=prices,
+                        uncertainty=uncertainty, seed=seed, overrides=overrides)[0]
 
-    Inference costs combine the prefill time of a ``context``-token prompt with the per-token decode step at
+
+def compare_case(model, target: str, *, phase: str, precision: str, batch: int, context: int,
+                 output_tokens: int | None = None, train_tokens: float | None = None, catalog=None, prices=None,
+                 uncertainty: int = 0,
+                 seed: int = 0, overrides: dict | None = None):
+    """Fit, time and cost of ``model`` on one target: ``(CompareRow, TimeInputs or None, cost params or None)``.
+
+    The time inputs and cost parameters let a caller re-evaluate the cost for other inputs
+    (:func:`wseplan.analytic.cost.evaluate`) without re-running the time models. Inference costs combine the prefill time of a ``context``-token prompt with the per-token decode step at
     KV length ``context`` (``output_tokens`` per request); training costs use the step time and ``train_tokens``.
     """
     import math
@@ -153,7 +165,7 @@ def compare_one(model, target: str, *, phase: str, precision: str, batch: int, c
     weights_fit = fr.fits or (phase == "train" and t.kind == "wafer" and fr.memoryx is not None and fr.memoryx.fits)
     if not weights_fit:
         notes.append(f"does not fit ({fr.binding} binds); no time or cost")
-        return CompareRow(**base, notes=notes)
+        return CompareRow(**base, notes=notes), None, None
     if not fr.fits:
         notes.append("activation checkpoints exceed the wafer at this batch; the time model handles them "
                      "(recompute or spill)")
@@ -168,7 +180,7 @@ def compare_one(model, target: str, *, phase: str, precision: str, batch: int, c
             dec = tr
     except WseplanError as exc:
         notes.append(f"time model: {exc}")
-        return CompareRow(**base, notes=notes)
+        return CompareRow(**base, notes=notes), None, None
     row = dict(base, step_s=tr.step_s, ttft_s=tr.ttft_s, tpot_s=tr.tpot_s, tokens_per_s=tr.tokens_per_s,
                tokens_per_s_per_user=tr.tokens_per_s_per_user,
                model_flop_utilization_frac=tr.model_flop_utilization_frac, bottleneck=tr.bottleneck)
@@ -178,6 +190,7 @@ def compare_one(model, target: str, *, phase: str, precision: str, batch: int, c
         row["ttft_s"] = tr.step_s
     try:
         params = C.cost_params(prices, catalog, t, include_memoryx=(phase == "train"))
+        params = C.apply_overrides(params, overrides or {}, hardware_key=C.hardware_price_key(t))
         if phase == "train":
             if train_tokens is None:
                 from .workload import total_params
@@ -198,7 +211,7 @@ def compare_one(model, target: str, *, phase: str, precision: str, batch: int, c
                                seed=seed, prices_date=prices.date)
     except WseplanError as exc:
         notes.append(f"cost model: {exc}")
-        return CompareRow(**row, notes=notes)
+        return CompareRow(**row, notes=notes), None, None
     metric = {"train": "usd_per_mtok_trained", "prefill": "input_usd_per_mtok"}.get(phase, "output_usd_per_mtok")
     energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token"}.get(
         phase, "energy_j_per_output_token")
@@ -210,12 +223,13 @@ def compare_one(model, target: str, *, phase: str, precision: str, batch: int, c
     if band is not None:
         row.update(usd_per_mtok_p10=band.p10, usd_per_mtok_p50=band.p50, usd_per_mtok_p90=band.p90)
     notes += [n for n in cr.notes if n not in notes]
-    return CompareRow(**row, notes=notes)
+    return CompareRow(**row, notes=notes), times, params
 
 
 def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
             context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
-            catalog=None, prices=None, uncertainty: int = 0, seed: int = 0) -> CompareResult:
+            catalog=None, prices=None, uncertainty: int = 0, seed: int = 0,
+            overrides: dict | None = None) -> CompareResult:
     """Compare ``model`` across ``targets`` (the API behind ``wseplan compare``).
 
     Parameters
@@ -234,6 +248,8 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         Train: tokens of the whole run [tokens]; default from the price catalog's tokens-per-parameter.
     uncertainty, seed : int
         Monte Carlo samples of the cost inputs (0: none) and their seed; adds P10/P50/P90 of $/M tokens.
+    overrides : dict
+        Cost inputs pinned to a value, ``{name: value}`` or ``{"HW.name": value}`` (as ``wseplan cost --set``).
     """
     from .analytic import cost as C
     from .catalog.load import load_catalog
@@ -253,7 +269,7 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     prices = prices or C.load_prices(catalog=cat)
     rows = [compare_one(m, t, phase=phase, precision=precision, batch=batch, context=context,
                         output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat, prices=prices,
-                        uncertainty=uncertainty, seed=seed)
+                        uncertainty=uncertainty, seed=seed, overrides=overrides)
             for t in targets]
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
