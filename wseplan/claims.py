@@ -527,7 +527,7 @@ def _estimate(c: Claim, cat, t, phase: str, batch: int, context: int | None):
     if kind == "power_w":
         if t.kind == "wafer":
             q = cat.system_for_wafer(t.key).power_w
-            return q.si * t.count, f"catalog CS system power x {t.count} (range {_fmt(q.bound("low"), "W")} to {_fmt(q.bound("high"), "W")} each)"
+            return q.si * t.count, f"catalog CS system power x {t.count} (range {_fmt(q.bound('low'), 'W')} to {_fmt(q.bound('high'), 'W')} each)"
         g = t.device
         nodes = math.ceil(t.count / g.gpus_per_node.si)
         return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)"
