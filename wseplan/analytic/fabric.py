@@ -250,7 +250,7 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
     epw = max(1.0, wavelet_bytes / dtype_bytes)
     red = line_reduce_cycles(length_pes=P, message_bytes=m * nt * dtype_bytes, hop_latency_cycles=hop_latency_cycles,
                              link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
-                             ramp_latency_cycles=ramp_latency_cycles, add_cycles_per_wavelet=epw * tm / 3.0,
+                             ramp_latency_cycles=ramp_latency_cycles, add_cycles_per_wavelet=epw * tm,
                              algo=reduce_algo)
     return per_kernel_overhead_cycles + bcast + compute + red
 

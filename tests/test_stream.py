@@ -1,0 +1,178 @@
+"""Weight-streaming closed forms and plan (wseplan/analytic/stream.py)."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wseplan.analytic import stream as S
+from wseplan.catalog import load_catalog
+from wseplan.errors import InputError
+from wseplan.fit import resolve_model
+from wseplan.targets import parse_target
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def test_slot_sequence_hand():
+    # compute-bound, double buffered: first load 2, then max(3, next load 2) x 2, then the last compute 3
+    assert S.slot_sequence_time_s(load_s=[2, 2, 2], compute_s=[3, 3, 3]) == pytest.approx(2 + 3 + 3 + 3)
+    # no prefetch: every load exposed
+    assert S.slot_sequence_time_s(load_s=[2, 2, 2], compute_s=[3, 3, 3], prefetch_layers=0) == pytest.approx(15)
+    # stream-bound: 5 + 5 + 5 + 1
+    assert S.slot_sequence_time_s(load_s=[5, 5, 5], compute_s=[1, 1, 1]) == pytest.approx(16)
+    # no overlap at all (eta = 0): 2 + (3 + 2) + (3 + 2) + 3
+    assert S.slot_sequence_time_s(load_s=[2, 2, 2], compute_s=[3, 3, 3], overlap_efficiency_frac=0.0) == pytest.approx(15)
+    # latency: paid on the first load, on each prefetched load, and on the last outbound transfer
+    assert S.slot_sequence_time_s(load_s=[2, 2], compute_s=[3, 3], latency_s=0.5) == pytest.approx(2 + 0.5 + 3 + 3 + 0.5)
+
+
+def test_training_step_hand():
+    # two layers of 1 GB at 100 GB/s (10 ms per load); 1 GFLOP/token x 1000 tokens at 1 PFLOP/s = 1 ms forward
+    r = S.training_step_time_s(weight_bytes=[1e9, 1e9], flop_per_token=[1e9, 1e9], tokens=1000, compute_flop_per_s=1e15,
+                               stream_bandwidth_bytes_per_s=1e11, io_bandwidth_bytes_per_s=1e11)
+    fwd = 0.010 + max(0.001, 0.010) + 0.001                      # 21 ms
+    bwd = 0.010 + max(0.002, 0.010) + max(0.002, 0.010) + 0.010  # 40 ms: grads go out on the other direction
+    hidden = min(0.010, 0.001)                                   # first backward load prefetched in the forward
+    assert float(r["step_s"]) == pytest.approx(fwd + bwd - hidden, rel=1e-9)
+    assert float(r["compute_s"]) == pytest.approx(0.006, rel=1e-9)
+    assert float(r["utilization_frac"]) == pytest.approx(0.006 / (fwd + bwd - hidden), rel=1e-9)
+
+
+def test_training_step_spill_and_recompute_hand():
+    # one layer; compute-bound so all transfers hide; recompute adds one forward pass to the backward
+    r = S.training_step_time_s(weight_bytes=[1e6], flop_per_token=[1e9], tokens=1000, compute_flop_per_s=1e12,
+                               stream_bandwidth_bytes_per_s=1e12, io_bandwidth_bytes_per_s=1e12, extra_forward_passes=1.0,
+                               spill_bytes=[5e5])
+    assert float(r["recompute_s"]) == pytest.approx(1.0)          # 1e12 FLOP / 1e12 FLOP/s
+    assert float(r["spill_io_s"]) == pytest.approx(2 * 5e5 / 1e12)
+    # fwd: load 1 us + compute 1 s + spilled 0.5 us out; bwd: load 1.5 us + 3 s + grads 1 us; hidden 1.5 us
+    assert float(r["step_s"]) == pytest.approx(1e-6 + 1.0 + 0.5e-6 + 1.5e-6 + 3.0 + 1e-6 - 1.5e-6, rel=1e-12)
+
+
+def test_recompute_segment_and_policy_bytes():
+    k = S.recompute_segment_layers(96)  # ceil(96/k) + k >= 2 sqrt(96) = 19.6, reached (20) at k = 8, 9, 10
+    assert math.ceil(96 / k) + k == 20
+    ck, act = np.full(4, 10.0), np.full(4, 100.0)
+    assert S.activation_bytes_per_token(policy="store", checkpoint_bytes_per_token=ck, activation_bytes_per_token=act) == 400
+    assert S.activation_bytes_per_token(policy="checkpoint", checkpoint_bytes_per_token=ck, activation_bytes_per_token=act) == 140
+    # L = 4 -> k = 2: (2 + 2) x 10 + 100
+    assert S.activation_bytes_per_token(policy="recompute", checkpoint_bytes_per_token=ck, activation_bytes_per_token=act) == 140
+    with pytest.raises(InputError):
+        S.activation_bytes_per_token(policy="nope", checkpoint_bytes_per_token=ck, activation_bytes_per_token=act)
+
+
+def test_swarmx_levels():
+    assert S.swarmx_tree_levels(num_systems=1, fanout=4) == 0
+    assert S.swarmx_tree_levels(num_systems=4, fanout=4) == 1
+    assert S.swarmx_tree_levels(num_systems=16, fanout=4) == 2
+    assert S.swarmx_tree_levels(num_systems=17, fanout=4) == 3
+
+
+def test_plan_min_tokens_is_peak_over_bandwidth(cat):
+    """The LM head binds: its 2-byte weights (vocab x d, plus the final norm's d) see 2 FLOP per weight per token,
+    so T_min = achieved FLOP/s / stream bandwidth x (vocab d + d) / (vocab d)."""
+    m, t = resolve_model("llama-3-8b", cat), parse_target("cs3", cat)
+    c = S.load_stream_constants()
+    r = S.plan_stream(m, t, cat, batch=8, context=2048)
+    rate = cat.wafers["wse3"].peak_flop_per_s("bf16") * c.compute_efficiency_frac.si
+    assert r.stream_bandwidth_bytes_per_s == pytest.approx(150e9)
+    V, d = m.vocab_size, m.d_model
+    want = rate / 150e9 * (V * d + d) / (V * d)
+    assert r.min_tokens_compute_bound == pytest.approx(want, rel=1e-9)
+    assert r.min_batch_compute_bound == math.ceil(want / 2048)
+
+
+def test_plan_small_batch_is_stream_bound_and_large_batch_compute_bound(cat):
+    m, t = resolve_model("llama-3-8b", cat), parse_target("cs3", cat)
+    small = S.plan_stream(m, t, cat, batch=2, context=2048)
+    assert small.activation_policy == "store" and small.bottleneck == "weight_stream"
+    big = S.plan_stream(m, t, cat, batch=128, context=2048)
+    assert big.utilization_frac > small.utilization_frac
+    for r in (small, big):
+        for f in ("utilization_frac", "model_flop_utilization_frac"):
+            assert 0.0 <= getattr(r, f) <= 1.0
+        assert r.step_s >= r.compute_s
+
+
+def test_plan_checkpoints_overflow_reports_recompute_vs_spill(cat):
+    m, t = resolve_model("llama-3-8b", cat), parse_target("cs3", cat)
+    r = S.plan_stream(m, t, cat, batch=64, context=2048)
+    assert r.activation_policy in ("recompute", "spill")
+    assert set(r.alternatives_step_s) == {"recompute", "spill"}
+    assert r.step_s == pytest.approx(min(r.alternatives_step_s.values()))
+    assert any("faster than" in n for n in r.notes)
+    forced = S.plan_stream(m, t, cat, batch=64, context=2048, policy="recompute")
+    assert forced.recompute_s > 0 and forced.spill_bytes == 0
+
+
+def test_plan_multi_system_latency_and_split(cat):
+    m, t = resolve_model("llama-3-8b", cat), parse_target("cs3x16", cat)
+    r = S.plan_stream(m, t, cat, batch=256, context=2048)
+    mx, sx = cat.memoryx["memoryx-cs3"], cat.swarmx["swarmx"]
+    assert r.num_systems == 16 and r.per_system_batch == 16
+    assert r.transfer_latency_s == pytest.approx(mx.link_latency_s.si + 2 * sx.per_level_latency_s.si)
+    r1 = S.plan_stream(m, parse_target("cs3", cat), cat, batch=256, context=2048)
+    assert r.tokens_per_s > r1.tokens_per_s
+
+
+def test_plan_errors(cat):
+    m = resolve_model("llama-3-8b", cat)
+    with pytest.raises(InputError):
+        S.plan_stream(m, parse_target("h100", cat), cat, batch=8, context=2048)
+    with pytest.raises(InputError):
+        S.plan_stream(m, parse_target("cs3", cat), cat, batch=8, context=2048, policy="magic")
+    with pytest.raises(InputError):
+        S.plan_stream(m, parse_target("cs3", cat), cat, batch=8, context=2048, num_systems=100000)
+    with pytest.raises(InputError):
+        S.plan_stream(m, parse_target("cs3", cat), cat, batch=0, context=2048)
+    with pytest.raises(InputError):
+        S.plan_stream(m, parse_target("cs3", cat), cat, batch=8, context=2048, memoryx_option="9pb")
+
+
+def test_calibration_sources_exist(cat):
+    c = S.load_stream_constants()
+    for name in type(c).model_fields:
+        for sid in getattr(c, name).source_ids:
+            assert sid in cat.sources, (name, sid)
+
+
+layers = st.lists(st.floats(min_value=1e6, max_value=1e10), min_size=1, max_size=8)
+
+
+@settings(max_examples=50, deadline=None)
+@given(w=layers, tokens=st.floats(min_value=1.0, max_value=1e6), k=st.floats(min_value=1.01, max_value=8.0))
+def test_step_never_slower_with_more_bandwidth_or_compute(w, tokens, k):
+    f = [2.0 * x for x in w]
+    base = dict(weight_bytes=w, flop_per_token=f, tokens=tokens, compute_flop_per_s=1e15, stream_bandwidth_bytes_per_s=1e11,
+                io_bandwidth_bytes_per_s=1e11, latency_s=1e-5, optimizer_s=[1e-3] * len(w))
+    t0 = float(S.training_step_time_s(**base)["step_s"])
+    for key in ("compute_flop_per_s", "stream_bandwidth_bytes_per_s", "io_bandwidth_bytes_per_s"):
+        assert float(S.training_step_time_s(**dict(base, **{key: base[key] * k}))["step_s"]) <= t0 * (1 + 1e-12)
+    u = float(S.training_step_time_s(**base)["utilization_frac"])
+    assert 0.0 <= u <= 1.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(w=layers, k=st.floats(min_value=1.5, max_value=16.0))
+def test_stream_bound_step_scales_inversely_with_bandwidth(w, k):
+    """No compute and no latency: the step is pure transfer, so k x every bandwidth gives 1/k the time."""
+    base = dict(weight_bytes=w, flop_per_token=[0.0] * len(w), tokens=1.0, compute_flop_per_s=1e15,
+                stream_bandwidth_bytes_per_s=1e11, io_bandwidth_bytes_per_s=1e11, spill_bytes=[0.5 * x for x in w])
+    t1 = float(S.training_step_time_s(**base)["step_s"])
+    tk = float(S.training_step_time_s(**dict(base, stream_bandwidth_bytes_per_s=1e11 * k,
+                                             io_bandwidth_bytes_per_s=1e11 * k))["step_s"])
+    assert tk == pytest.approx(t1 / k, rel=1e-9)
+
+
+def test_vectorized_over_tokens():
+    r = S.training_step_time_s(weight_bytes=[1e9, 2e9], flop_per_token=[2e9, 4e9], tokens=np.array([1e3, 1e5]),
+                               compute_flop_per_s=1e15, stream_bandwidth_bytes_per_s=1e11, io_bandwidth_bytes_per_s=1e11)
+    assert r["step_s"].shape == (2,)
+    one = S.training_step_time_s(weight_bytes=[1e9, 2e9], flop_per_token=[2e9, 4e9], tokens=1e5,
+                                 compute_flop_per_s=1e15, stream_bandwidth_bytes_per_s=1e11, io_bandwidth_bytes_per_s=1e11)
+    assert r["step_s"][1] == pytest.approx(float(one["step_s"]))
