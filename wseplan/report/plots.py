@@ -96,15 +96,31 @@ def render(plot: Plot) -> bytes:
             if s.low is not None and s.high is not None:
                 ax.fill_between(xs, [float(v) for v in s.low], [float(v) for v in s.high], color=color, alpha=0.18,
                                 linewidth=0)
+        styles = [":", "-.", "--", (0, (5, 1, 1, 1))]
         for j, m in enumerate(plot.markers):
+            ls = styles[j % len(styles)]
             if m.axis == "x":
-                ax.axvline(m.value, color="#444444", linestyle=":", linewidth=1.2, label=m.label)
+                ax.axvline(m.value, color="#444444", linestyle=ls, linewidth=1.2, label=m.label)
             else:
-                ax.axhline(m.value, color="#444444", linestyle="--", linewidth=1.0, label=m.label)
+                ax.axhline(m.value, color="#444444", linestyle=ls, linewidth=1.0, label=m.label)
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        from .markdown import fmt_num
+
+        def _fmt(v, _pos=None):
+            return fmt_num(float(v), 3) if v > 0 else ""
+
         if plot.logx:
             ax.set_xscale("log")
         if plot.logy:
             ax.set_yscale("log")
+        for on, axis, lim in ((plot.logx, ax.xaxis, ax.get_xlim), (plot.logy, ax.yaxis, ax.get_ylim)):
+            if on:
+                lo, hi = lim()
+                subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) < 1e4 else (1.0,)
+                axis.set_major_locator(LogLocator(base=10.0, subs=subs))
+                axis.set_major_formatter(FuncFormatter(_fmt))
+                axis.set_minor_formatter(NullFormatter())
         if plot.ylim_zero and not plot.logy:
             ax.set_ylim(bottom=0)
         ax.set_title(plot.title)
@@ -124,14 +140,18 @@ def roofline_plot(*, targets: Sequence[dict], points: Sequence[dict] = (), title
 
     ``targets``: dicts with ``label``, ``peak_flop_per_s`` and ``bandwidth_bytes_per_s`` (the memory that feeds
     the compute: HBM for a GPU, on-wafer SRAM for a wafer). ``points``: dicts with ``label``,
-    ``intensity_flop_per_byte`` and ``attainable_flop_per_s`` (a workload placed on a roof).
+    ``intensity_flop_per_byte`` (a workload's intensity, drawn as a vertical line crossing every roof).
     Attainable = min(peak, intensity x bandwidth) (Williams, Waterman and Patterson, CACM 52(4), 2009).
     """
     import numpy as np
 
-    lo = 0.1
-    hi = max([t["peak_flop_per_s"] / t["bandwidth_bytes_per_s"] for t in targets] + [1.0]) * 30
-    xs = np.geomspace(lo, hi, 60)
+    from .markdown import fmt_num
+
+    ridges = [t["peak_flop_per_s"] / t["bandwidth_bytes_per_s"] for t in targets]
+    ais = [p["intensity_flop_per_byte"] for p in points]
+    lo = min([0.1] + [a / 3 for a in ais])
+    hi = max(ridges + [1.0] + [a * 3 for a in ais]) * 10
+    xs = np.unique(np.concatenate([np.geomspace(lo, hi, 60), ridges]))
     series = []
     for t in targets:
         ys = np.minimum(t["peak_flop_per_s"], xs * t["bandwidth_bytes_per_s"]) / 1e12
@@ -139,8 +159,8 @@ def roofline_plot(*, targets: Sequence[dict], points: Sequence[dict] = (), title
     p = Plot(title=title, xlabel="arithmetic intensity [FLOP/byte]", ylabel="attainable [TFLOP/s]", series=series,
              logx=True, logy=True, legend_loc="lower right")
     for pt in points:
-        p.series.append(Series(label=pt["label"], x=[pt["intensity_flop_per_byte"]],
-                               y=[pt["attainable_flop_per_s"] / 1e12], style="", marker=True))
+        p.markers.append(Marker(pt["intensity_flop_per_byte"],
+                                f"{pt['label']}: {fmt_num(pt['intensity_flop_per_byte'], 3)} FLOP/byte"))
     return p
 
 

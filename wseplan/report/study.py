@@ -196,7 +196,8 @@ def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path |
         body = _training(st, cat)
     else:
         body = _claims(st, cat, base)
-    assumptions, sources = _assumptions_and_sources(st, cat, body.get("params", {}), body.get("extra_sources", []))
+    assumptions, sources = _assumptions_and_sources(st, cat, body.get("params", {}), body.get("extra_sources", []),
+                                                    body.get("targets"), body.get("assumption_rows"))
     md = _markdown(st, body, assumptions, sources)
     return StudyResult(study=st, answer=body["answer"], tables=body["tables"], plots=body["plots"],
                        assumptions=assumptions, sources=sources, markdown=md)
@@ -297,8 +298,9 @@ def _serving(st: Study, cat) -> dict:
         markers=[Marker(sv.min_tokens_per_s_per_user, f"per-user target {fmt_num(sv.min_tokens_per_s_per_user)} "
                                                        "tokens/s", axis="y")])
     plots["roofline"] = _roofline(st, m, cat, phase="decode", batches=sv.batches, context=sv.prompt_tokens)
-    plots["cost_vs_utilization"], util_rows = _cost_vs_util(st, cases, {f["target"]: f.get("batch") for f in fleet},
-                                                            "output_usd_per_mtok", "output [$/M tokens]")
+    chosen = {f["target"]: (f["batch"], f"{f['target']} at batch {f['batch']}") for f in fleet if f.get("batch")}
+    plots["cost_vs_utilization"], util_rows = _cost_vs_util(st, cases, chosen, "output_usd_per_mtok",
+                                                            "output [$/M tokens]")
     plots["cost_bands"] = Plot(
         title="Monte Carlo cost bands (P10-P90 shaded, median line) vs batch",
         xlabel="batch [concurrent requests]", ylabel="output cost [$/M tokens]", logx=True, logy=True,
@@ -380,7 +382,7 @@ def _training(st: Study, cat) -> dict:
                                               uncertainty=st.cost.uncertainty, seed=st.cost.seed,
                                               overrides=st.cost.set)
             rec = row.to_row()
-            rec.update(family=tgt, size=n, target=label)
+            rec.update(family=tgt, size=n, target=label, notes=row.notes[-1] if row.run_s is None and row.notes else "")
             rec["meets_deadline"] = bool(rec["run_s"] is not None and rec["run_s"] <= tr.deadline_days * 86400)
             rec["energy_j_per_run"] = (rec["energy_j_per_token"] * tr.tokens
                                        if rec["energy_j_per_token"] is not None else None)
@@ -438,14 +440,14 @@ def _training(st: Study, cat) -> dict:
                        y=[r["run_s"] / 86400 for r in sweep if r["family"] == t and r["run_s"]]) for t in st.targets],
         markers=[Marker(tr.deadline_days, f"deadline {fmt_num(tr.deadline_days)} days", axis="y")])
     plots["cost_bands"] = Plot(
-        title="Monte Carlo run cost (P10-P90 shaded, median line) vs cluster size", logx=True,
+        title="Monte Carlo run cost (P10-P90 shaded, median line) vs cluster size", logx=True, logy=True,
         xlabel="systems or 8-GPU nodes [count]", ylabel="cost of the run [$M]",
         series=[Series(label=t, x=[r["size"] for r in sweep if r["family"] == t and r.get("usd_per_run_p50")],
                        y=[r["usd_per_run_p50"] / 1e6 for r in sweep if r["family"] == t and r.get("usd_per_run_p50")],
                        low=[r["usd_per_run_p10"] / 1e6 for r in sweep if r["family"] == t and r.get("usd_per_run_p50")],
                        high=[r["usd_per_run_p90"] / 1e6 for r in sweep
                              if r["family"] == t and r.get("usd_per_run_p50")]) for t in st.targets])
-    chosen = {p["family"]: p.get("size") for p in plan}
+    chosen = {p["family"]: (p.get("size"), p["target"]) for p in plan if p.get("size")}
     plots["cost_vs_utilization"], util_rows = _cost_vs_util(st, cases, chosen, "usd_per_run", "run cost [$M]",
                                                             scale=1e6)
     stream_rows = []
@@ -459,8 +461,10 @@ def _training(st: Study, cat) -> dict:
     tables = [plan_t, sweep_t, util_t]
     if stream_rows:
         tables.append(Table(name="weight_streaming", title=f"Weight streaming on one {wafer_targets[0]} versus batch",
-                            columns=[Column("batch", "batch [sequences]"), Column("tokens", "tokens per step"),
-                                     Column("compute_s", "compute [s]"), Column("weight_load_s", "weight load [s]"),
+                            columns=[Column("batch", "batch [sequences]"), Column("tokens", "tokens per step [tokens]"),
+                                     Column("forward_compute_s", "forward compute [s]"),
+                                     Column("weight_load_s", "weight load per pass [s]"),
+                                     Column("compute_s", "compute incl. recompute [s]"),
                                      Column("exposed_load_s", "exposed load [s]"), Column("step_s", "step [s]"),
                                      Column("activation_policy", "activations"), Column("bottleneck", "bottleneck")],
                             rows=stream_rows))
@@ -475,8 +479,9 @@ _TRAINING_CAPTIONS = {
     "time_to_train": "Wall-clock time for the whole token budget; the dashed line is the deadline.",
     "cost_bands": "P10-P90 of the Monte Carlo over the cost inputs' ranges; the line is the median.",
     "cost_vs_utilization": "Amortised run cost when the cluster is busy for this share of its life.",
-    "weight_streaming": "One system, per step: compute time grows with the batch while the weight stream from "
-                        "MemoryX does not; the dotted line is the batch above which the stream is hidden.",
+    "weight_streaming": "One system: a pass's compute grows with the batch while its weight stream from MemoryX "
+                        "does not; above the dotted line each layer's compute hides its load. The step adds the "
+                        "backward pass, recompute or activation spill, and the exposed optimizer update.",
     "roofline": "Attainable FLOP/s of one device against arithmetic intensity; points: a training step at batch 1 "
                 "and at the global batch (FLOPs per weight byte read).",
 }
@@ -533,18 +538,19 @@ def _stream_plot(st: Study, m, cat, tgt: str):
     threshold = None
     for b in tr.stream_batches:
         r = S.plan_stream(m, t, cat, precision=st.precision, batch=b, context=tr.seq_len)
-        load = 2.0 * w.total_weight_bytes / r.stream_bandwidth_bytes_per_s  # in for forward and again for backward
-        rows.append({"batch": b, "tokens": r.tokens_per_step, "compute_s": r.compute_s, "weight_load_s": load,
-                     "exposed_load_s": r.exposed_load_s, "step_s": r.step_s, "activation_policy": r.activation_policy,
-                     "bottleneck": r.bottleneck})
+        load = w.total_weight_bytes / r.stream_bandwidth_bytes_per_s  # one pass over every layer's weights
+        fwd = (r.compute_s - r.recompute_s) / 3.0  # forward share of forward + backward (2x forward)
+        rows.append({"batch": b, "tokens": r.tokens_per_step, "forward_compute_s": fwd, "weight_load_s": load,
+                     "compute_s": r.compute_s, "exposed_load_s": r.exposed_load_s, "step_s": r.step_s,
+                     "activation_policy": r.activation_policy, "bottleneck": r.bottleneck})
         threshold = r.min_tokens_compute_bound / tr.seq_len
-    series = [Series(label="compute (incl. recompute)", x=[r["batch"] for r in rows], y=[r["compute_s"] for r in rows]),
-              Series(label="weight load (MemoryX stream, fwd + bwd)", x=[r["batch"] for r in rows],
-                     y=[r["weight_load_s"] for r in rows], style="--"),
-              Series(label="exposed load", x=[r["batch"] for r in rows], y=[max(r["exposed_load_s"], 1e-6) for r in rows],
-                     style=":"),
-              Series(label="step", x=[r["batch"] for r in rows], y=[r["step_s"] for r in rows])]
-    markers = [Marker(threshold, f"compute-bound above batch {fmt_num(threshold)}")] if threshold else []
+    xs = [r["batch"] for r in rows]
+    series = [Series(label="forward compute, one pass", x=xs, y=[r["forward_compute_s"] for r in rows]),
+              Series(label="weight load, one pass (MemoryX stream)", x=xs, y=[r["weight_load_s"] for r in rows],
+                     style="--"),
+              Series(label="exposed load per step", x=xs, y=[max(r["exposed_load_s"], 1e-6) for r in rows], style=":"),
+              Series(label="step (fwd + bwd + recompute/spill + optimizer)", x=xs, y=[r["step_s"] for r in rows])]
+    markers = [Marker(threshold, f"load hidden above batch {fmt_num(threshold)}")] if threshold else []
     plot = Plot(title=f"{m.name} on one {tgt}: weight streaming vs batch ({tr.seq_len}-token sequences)",
                 xlabel="batch per system [sequences]", ylabel="time per step [s]", logx=True, logy=True,
                 series=series, markers=markers, legend_loc="upper left")
@@ -561,23 +567,18 @@ def _cost_vs_util(st: Study, cases: dict, chosen: dict, metric: str, ylabel: str
     utils = np.asarray(st.cost.utilizations, dtype=float)
     series, rows = [], []
     for tgt in st.targets:
-        key = (tgt, chosen.get(tgt))
-        if key not in cases:
+        if tgt not in chosen or (tgt, chosen[tgt][0]) not in cases:
             continue
-        times, params = cases[key]
+        times, params = cases[(tgt, chosen[tgt][0])]
         p = C.nominal(params)
         p["utilization_frac"] = utils
         vals = np.broadcast_to(np.asarray(C.evaluate(p, times)[metric], dtype=float), utils.shape)
-        label = tgt if chosen.get(tgt) is None else f"{tgt} ({_chosen_label(st, chosen[tgt])})"
+        label = chosen[tgt][1]
         series.append(Series(label=label, x=list(utils), y=[float(v) / scale for v in vals]))
         rows += [{"target": label, "utilization_frac": float(u), "value": float(v)} for u, v in zip(utils, vals)]
     plot = Plot(title="Cost versus utilisation (share of hours the fleet does paid work)",
                 xlabel="utilisation [fraction of hours]", ylabel=ylabel, series=series, logy=True)
     return plot, rows
-
-
-def _chosen_label(st: Study, v) -> str:
-    return f"batch {v}" if st.kind == "serving" else f"{v} systems/nodes"
 
 
 def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int) -> Plot:
@@ -608,10 +609,7 @@ def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int
         else:  # a training step reads each weight for forward and backward: FLOPs per weight byte read
             flop = 3.0 * float(w.flop_per_token.sum()) * b * context
             moved = 2.0 * w.total_weight_bytes
-        ai = flop / moved
-        # place the point on the lowest roof (the GPU's, when present) to show where it lands
-        att = min(min(r["peak_flop_per_s"], ai * r["bandwidth_bytes_per_s"]) for r in roofs)
-        points.append({"label": f"{phase} batch {b}", "intensity_flop_per_byte": ai, "attainable_flop_per_s": att})
+        points.append({"label": f"{phase}, batch {b}", "intensity_flop_per_byte": flop / moved})
     title = f"Roofline: {m.name} {phase} ({st.precision})"
     return roofline_plot(targets=roofs, points=points, title=title)
 
@@ -658,7 +656,27 @@ def _claims(st: Study, cat, base: Path) -> dict:
     return {"answer": answer, "tables": [table], "plots": {"claims_margin": plot}, "params": {},
             "plot_captions": {"claims_margin": f"Margins above 1 mean the claim is better than the bound or "
                                                f"estimate. Claim numbers: {ids}."},
-            "extra_sources": _claim_sources(claims, cat)}
+            "extra_sources": _claim_sources(claims, cat), "targets": _claim_targets(claims, cat),
+            "assumption_rows": _error_rows(cat)}
+
+
+def _claim_targets(claims, cat) -> list[str]:
+    from ..targets import parse_target
+
+    keys = []
+    for c in claims:
+        if c.target:
+            k = parse_target(c.target, cat).key
+            if k not in keys:
+                keys.append(k)
+    return keys
+
+
+def _error_rows(cat) -> list[dict]:
+    from ..claims import validated_errors
+
+    return [{"input": f"validated error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
+             "basis": "measured", "source": text} for name, (err, text) in sorted(validated_errors(cat).items())]
 
 
 def _show(v, unit: str) -> str:
@@ -711,14 +729,15 @@ def _model_sources(name: str, cat) -> list[str]:
     return [src] if isinstance(src, str) else list(src)
 
 
-def _assumptions_and_sources(st: Study, cat, params: dict, extra: list[str]) -> tuple[Table, list[dict]]:
+def _assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targets: list[str] | None = None,
+                             extra_rows: list[dict] | None = None) -> tuple[Table, list[dict]]:
     from ..targets import parse_target
 
-    rows = []
+    rows = list(extra_rows or [])
     ids: list[str] = []
     if st.model:
         ids += _model_sources(st.model, cat)
-    for tgt in st.targets:
+    for tgt in (targets if targets is not None else st.targets):
         t = parse_target(tgt, cat)
         ids += _entry_sources(t, cat)
         dev = t.device
