@@ -57,7 +57,7 @@ def register(app) -> None:
         context: Optional[int] = typer.Option(None, "--context", "-c", help="Tokens per sequence / KV length (default 8192)."),
         reserve: Optional[float] = typer.Option(None, "--reserve", help="Fraction of SRAM/HBM kept back (default: catalog)."),
         tensor_parallel: int = typer.Option(1, "--tensor-parallel", "--tp", help="GPU: GPUs per pipeline stage."),
-        solver: str = typer.Option("highs", "--solver", help="highs (HiGHS via highspy) | cbc (bundled with PuLP)."),
+        solver: str = typer.Option("cbc", "--solver", help="cbc (bundled with PuLP) | highs (HiGHS via highspy)."),
         time_limit: float = typer.Option(30.0, "--time-limit", help="Solver time limit [s]."),
         fmt: str = typer.Option("table", "--format", "-f", help=FMT_HELP),
         catalog: Optional[list[str]] = typer.Option(None, "--catalog", help="Extra catalog folder(s)."),
@@ -74,11 +74,10 @@ def register(app) -> None:
         res = place(model, target, objective=objective, precision=precision, phase=phase, batch=batch, context=context,
                     reserve=reserve, tensor_parallel=tensor_parallel, solver=solver, time_limit_s=time_limit, catalog=cat)
         _render_place(res, fmt)
-        if res.status == "infeasible":
-            import sys
+        if res.status == "infeasible":  # the record is printed; the exit status and one line say why
+            from ..errors import InfeasibleError
 
-            sys.stderr.write(f"error: placement infeasible: {res.notes[-1] if res.notes else 'no stage fits'}\n")
-            raise typer.Exit(code=2)
+            raise InfeasibleError(f"placement infeasible: {res.notes[-1] if res.notes else 'no stage fits a device'}")
 
     @app.command("fleet")
     def fleet_cmd(

@@ -319,7 +319,7 @@ def _solve_once(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
                 sla_factor: dict[str, float] | None = None, minimise: str | None = None) -> _Solved:
     import pulp
 
-    from .placement import _solver, _status
+    from .placement import _solver, _status, new_var
 
     slv, slv_name = _solver(solver, time_limit_s)
     caps = caps if caps is not None else {k: getattr(pb, k) for k in CAPS}
@@ -330,8 +330,8 @@ def _solve_once(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
     ok = [i for i, c in enumerate(pb.configs) if c.workload in dem and c.system in sys_idx
           and meets_sla(c, dem[c.workload], sla_factor.get(c.workload, 1.0))]
     prob = pulp.LpProblem("fleet", pulp.LpMinimize)
-    n = {i: pulp.LpVariable(f"n_{i}", lowBound=0, cat="Integer") for i in ok}
-    S = {j: pulp.LpVariable(f"S_{j}", lowBound=0, upBound=s.max_systems, cat="Integer") for j, s in enumerate(pb.systems)}
+    n = {i: new_var(prob, f"n_{i}", low=0, cat="Integer") for i in ok}
+    S = {j: new_var(prob, f"S_{j}", low=0, up=s.max_systems, cat="Integer") for j, s in enumerate(pb.systems)}
     ncons = 0
     for d in pb.demands:
         terms = [pb.configs[i].supply * n[i] for i in ok if pb.configs[i].workload == d.name]

@@ -1,0 +1,325 @@
+"""Cost model: hand-checked TCO cases, named overrides, Monte Carlo and tornado, the `wseplan cost` command."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wseplan.analytic import cost as C
+from wseplan.catalog import load_catalog
+from wseplan.errors import CatalogError, InputError
+from wseplan.targets import parse_target
+from wseplan.timing import TimeResult
+
+H = 8766.0  # hours in a Julian year
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def prices(cat):
+    return C.load_prices(catalog=cat)
+
+
+def _hand_hourly(p, n_sys, extra=0.0):
+    """The TCO arithmetic written out independently of the module (same formula as the docs)."""
+    hardware = n_sys * p["capex_usd"] * (1 + p["network_frac"]) + extra
+    capex = hardware * (1 + p["installation_frac"])
+    per_year = capex / p["amortization_years"] + hardware * p["maintenance_frac_per_year"]
+    peak = n_sys * p["peak_power_w"]
+    u = p["utilization_frac"]
+    avg = peak * (u * p["busy_power_frac"] + (1 - u) * p["idle_power_frac"])
+    per_year += avg * p["pue"] / 1000 * H * p["electricity_usd_per_kwh"]
+    per_year += peak / 1000 * p["facility_usd_per_kw_month"] * 12
+    return per_year, per_year / H / u, peak * p["busy_power_frac"]
+
+
+def test_cs3_cluster_serving_hand_check(cat, prices):
+    """4 CS-3 serving a 70B model: every metric equals the hand arithmetic to 1e-9."""
+    t = parse_target("cs3x4", cat)
+    params = C.cost_params(prices, cat, t)
+    p = C.nominal(params)
+    # inputs trace to the catalogs: CS-3 capex from prices, power from the hardware catalog
+    assert p["capex_usd"] == prices.hardware["cs3"].capex_usd.si == 2.5e6
+    assert p["peak_power_w"] == cat.systems["cs3"].power_w.si == 23e3
+    times = C.TimeInputs(phase="serve", num_devices=4, num_systems=4, prefill_s=0.8, prompt_tokens=8 * 2048,
+                         decode_step_s=0.0015, output_tokens_per_step=8)
+    res = C.cost_from_times(params, times, model="m", target="cs3x4", hardware="wse3", price_key="cs3", batch=8,
+                            context=2048, prices_date=prices.date)
+    per_year, busy_hour, busy_w = _hand_hourly(p, 4)
+    facility_w = busy_w * p["pue"]
+    expect = {
+        "total_usd_per_year": per_year,
+        "usd_per_busy_hour": busy_hour,
+        "usd_per_system_hour": per_year / H / 4,
+        "input_usd_per_mtok": busy_hour / 3600 * 0.8 / (8 * 2048) * 1e6,
+        "output_usd_per_mtok": busy_hour / 3600 * 0.0015 / 8 * 1e6,
+        "energy_j_per_output_token": facility_w * 0.0015 / 8,
+        "energy_j_per_input_token": facility_w * 0.8 / (8 * 2048),
+        "peak_facility_power_w": 4 * 23e3 * p["pue"],
+        "rack_units": 4 * 15,
+    }
+    for k, v in expect.items():
+        assert res.metric(k) == pytest.approx(v, rel=1e-9), k
+    assert res.headline_metric == "output_usd_per_mtok"
+
+
+def test_h100_cluster_serving_and_rental_hand_check(cat, prices):
+    """16 H100 (2 DGX nodes): owned TCO and the rental alternative equal the hand arithmetic to 1e-9."""
+    t = parse_target("h100-sxmx16", cat)
+    params = C.cost_params(prices, cat, t)
+    p = C.nominal(params)
+    assert p["peak_power_w"] == cat.gpus["h100-sxm"].node_power_w.si == 10.2e3
+    assert p["cloud_usd_per_device_hour"] == 3.49
+    times = C.TimeInputs(phase="serve", num_devices=16, num_systems=2, prefill_s=0.3, prompt_tokens=32 * 1024,
+                         decode_step_s=0.025, output_tokens_per_step=32)
+    res = C.cost_from_times(params, times, model="m", target="h100-sxmx16", hardware="h100-sxm", price_key="h100-sxm",
+                            batch=32, context=1024, prices_date=prices.date)
+    per_year, busy_hour, _ = _hand_hourly(p, 2)
+    assert res.metric("total_usd_per_year") == pytest.approx(per_year, rel=1e-9)
+    assert res.metric("usd_per_device_hour") == pytest.approx(per_year / H / 16, rel=1e-9)
+    assert res.metric("output_usd_per_mtok") == pytest.approx(busy_hour / 3600 * 0.025 / 32 * 1e6, rel=1e-9)
+    rent = 3.49 * 16
+    assert res.metric("rental_usd_per_hour") == pytest.approx(rent, rel=1e-9)
+    assert res.metric("rental_output_usd_per_mtok") == pytest.approx(rent / 3600 * 0.025 / 32 * 1e6, rel=1e-9)
+    assert res.metric("rental_input_usd_per_mtok") == pytest.approx(rent / 3600 * 0.3 / (32 * 1024) * 1e6, rel=1e-9)
+
+
+def test_training_run_with_memoryx_hand_check(cat, prices):
+    t = parse_target("cs3x16", cat)
+    params = C.cost_params(prices, cat, t, include_memoryx=True)
+    p = C.nominal(params)
+    mx = cat.memoryx["memoryx-cs3"]
+    cap = mx.capacity_options_bytes[mx.default_capacity].si
+    dram = min(cap, mx.dram_capacity_bytes.si)
+    extra = dram / 1e12 * p["memoryx_dram_usd_per_tb"] + (cap - dram) / 1e12 * p["memoryx_flash_usd_per_tb"]
+    times = C.TimeInputs(phase="train", num_devices=16, num_systems=16, step_s=2.0, tokens_per_step=1024 * 2048,
+                         train_tokens=3e11)
+    res = C.cost_from_times(params, times, model="m", target="cs3x16", hardware="wse3", price_key="cs3", batch=1024,
+                            context=2048, prices_date=prices.date)
+    per_year, busy_hour, busy_w = _hand_hourly(p, 16, extra)
+    run_s = 3e11 / (1024 * 2048) * 2.0
+    assert res.metric("memoryx_capex_usd") == pytest.approx(extra, rel=1e-9)
+    assert res.metric("run_s") == pytest.approx(run_s, rel=1e-9)
+    assert res.metric("usd_per_run") == pytest.approx(run_s / 3600 * busy_hour, rel=1e-9)
+    assert res.metric("energy_j_per_run") == pytest.approx(busy_w * p["pue"] * run_s, rel=1e-9)
+    assert res.headline_metric == "usd_per_run"
+
+
+def test_every_price_has_a_known_source_and_a_range(cat, prices):
+    for where, q in C._iter_quantities(prices):
+        assert set(q.source_ids) <= cat.all_source_ids(), where
+        assert q.bound("low") <= q.si <= q.bound("high"), where
+
+
+def test_overrides_pin_inputs_and_reject_bad_names(cat, prices):
+    t = parse_target("cs3x4", cat)
+    params = C.cost_params(prices, cat, t)
+    out = C.apply_overrides(params, C.parse_overrides(["electricity_usd_per_kwh=0.12", "cs3.capex_usd=2e6",
+                                                       "h100-sxm.capex_usd=1"]), hardware_key="cs3")
+    assert out["electricity_usd_per_kwh"].value == 0.12 and not out["electricity_usd_per_kwh"].uncertain
+    assert out["capex_usd"].value == 2e6  # the h100-only override does not touch a CS-3
+    with pytest.raises(InputError, match="electricity_usd_per_kwh"):
+        C.apply_overrides(params, {"electricity_usd_per_kw": 0.1})
+    with pytest.raises(InputError, match="fraction"):
+        C.apply_overrides(params, {"utilization_frac": 1.5})
+    with pytest.raises(InputError, match="NAME=VALUE"):
+        C.parse_overrides(["pue"])
+    with pytest.raises(InputError, match="number"):
+        C.parse_overrides(["pue=abc"])
+
+
+def test_user_prices_file_merges_field_by_field(cat, tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("site:\n  pue: {value: 1.4, low: 1.3, high: 1.5, source: uptime-pue-2024, basis: third-party}\n")
+    pr = C.load_prices([f], catalog=cat)
+    assert pr.site.pue.si == 1.4
+    assert pr.site.electricity_usd_per_kwh.si == 0.0832  # untouched
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("site:\n  puee: {value: 1.4, source: uptime-pue-2024, basis: third-party}\n")
+    with pytest.raises(CatalogError, match="unknown key"):
+        C.load_prices([bad], catalog=cat)
+    unk = tmp_path / "unk.yaml"
+    unk.write_text("site:\n  pue: {value: 1.4, source: nowhere-id, basis: third-party}\n")
+    with pytest.raises(CatalogError, match="unknown source id"):
+        C.load_prices([unk], catalog=cat)
+
+
+# --------------------------------------------------------------------------------------------- uncertainty
+def _serve_case(cat, prices):
+    t = parse_target("cs3x4", cat)
+    params = C.cost_params(prices, cat, t)
+    times = C.TimeInputs(phase="serve", num_devices=4, num_systems=4, prefill_s=0.5, prompt_tokens=4096,
+                         decode_step_s=0.002, output_tokens_per_step=4)
+    return params, times
+
+
+def test_monte_carlo_reproducible_with_seed(cat, prices):
+    params, times = _serve_case(cat, prices)
+    kw = dict(model="m", target="cs3x4", hardware="wse3", price_key="cs3", batch=4, context=1024, uncertainty=400)
+    a = C.cost_from_times(params, times, seed=7, **kw)
+    b = C.cost_from_times(params, times, seed=7, **kw)
+    c = C.cost_from_times(params, times, seed=8, **kw)
+    assert a.to_record() == b.to_record()
+    assert a.to_record()["metrics"] != c.to_record()["metrics"]
+    m = {r.metric: r for r in a.metrics}["output_usd_per_mtok"]
+    # the samples move with capex and utilisation: the band is not degenerate and holds the nominal value
+    assert m.p10 < m.p50 < m.p90
+    lo = C.evaluate({k: (p.low if k in ("capex_usd",) else p.value) for k, p in params.items()}, times)
+    assert m.p10 > 0 and m.p90 > float(lo["output_usd_per_mtok"])
+
+
+def test_sampled_inputs_stay_in_their_ranges(cat, prices):
+    params, _ = _serve_case(cat, prices)
+    s = C.sample_params(params, 1000, seed=1)
+    for k, p in params.items():
+        assert s[k].min() >= p.low - 1e-12 and s[k].max() <= p.high + 1e-12, k
+    with pytest.raises(InputError):
+        C.sample_params(params, 1, seed=1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 300), prefill=st.floats(1e-3, 10.0),
+       step=st.floats(1e-4, 1.0), batch=st.integers(1, 256))
+def test_percentiles_are_ordered(seed, n, prefill, step, batch):
+    cat = load_catalog()
+    prices = C.load_prices(catalog=cat)
+    params = C.cost_params(prices, cat, parse_target("h100-sxmx8", cat))
+    times = C.TimeInputs(phase="serve", num_devices=8, num_systems=1, prefill_s=prefill, prompt_tokens=batch * 512,
+                         decode_step_s=step, output_tokens_per_step=batch)
+    rows = C.monte_carlo(params, lambda p: C.evaluate(p, times), n=n, seed=seed)
+    for r in rows:
+        assert r.p10 <= r.p50 <= r.p90, r.metric
+
+
+def test_tornado_signs_and_order(cat, prices):
+    params, times = _serve_case(cat, prices)
+    rows = C.tornado(params, lambda p: C.evaluate(p, times), "output_usd_per_mtok")
+    by = {r.param: r for r in rows}
+    assert by["capex_usd"].swing > 0  # dearer systems, dearer tokens
+    assert by["utilization_frac"].swing < 0  # busier systems, cheaper tokens
+    assert by["amortization_years"].swing < 0
+    swings = [abs(r.swing) for r in rows]
+    assert swings == sorted(swings, reverse=True)
+    assert "rack_units_per_rack" not in by  # fixed inputs have no swing
+    # each end equals a direct evaluation with that one input moved
+    hi = C.evaluate(dict(C.nominal(params), capex_usd=params["capex_usd"].high), times)
+    assert by["capex_usd"].metric_at_high == pytest.approx(float(hi["output_usd_per_mtok"]), rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------- API and CLI
+def _fake_predict(model, target, *, phase="decode", precision="bf16", batch=None, context=None, output_tokens=None,
+                  catalog=None, **kw):
+    """A stand-in time model with simple closed forms, so the cost path is tested on its own."""
+    from wseplan.catalog import load_catalog as lc
+    from wseplan.targets import parse_target as pt
+
+    t = pt(target, catalog or lc()) if isinstance(target, str) else target
+    n = t.count or 1
+    if phase == "prefill":
+        step = 1e-4 * batch * context / n
+        return TimeResult(model="m", target=t.label, hardware=t.key, device_kind=t.kind, precision=precision, phase=phase,
+                          batch=batch, context=context, num_devices=n, step_s=step, ttft_s=step, bottleneck="compute")
+    if phase == "decode":
+        tpot = 0.01 / n + 1e-5 * batch
+        return TimeResult(model="m", target=t.label, hardware=t.key, device_kind=t.kind, precision=precision, phase=phase,
+                          batch=batch, context=context, num_devices=n, step_s=tpot * (output_tokens or 1), tpot_s=tpot,
+                          bottleneck="memory")
+    step = 1e-3 * batch * context / n
+    return TimeResult(model="m", target=t.label, hardware=t.key, device_kind=t.kind, precision=precision, phase=phase,
+                      batch=batch, context=context, num_devices=n, step_s=step, bottleneck="compute")
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    import wseplan.timing
+
+    monkeypatch.setattr(wseplan.timing, "predict_time", _fake_predict)
+
+
+def test_cost_api_uses_the_time_model_and_fit(fake_time, cat):
+    res = C.cost("llama-3.1-70b", "cs3", batch=8, context=2048, output_tokens=256, catalog=cat)
+    from wseplan.fit import fit
+
+    n = fit("llama-3.1-70b", "cs3", batch=8, context=2048 + 256, catalog=cat).num_devices
+    assert res.num_devices == n and res.target == f"wse3x{n}"
+    tpot = 0.01 / n + 1e-5 * 8
+    assert res.times.decode_step_s == pytest.approx(tpot, rel=1e-12)
+    busy_hour = res.metric("usd_per_busy_hour")
+    assert res.metric("output_usd_per_mtok") == pytest.approx(busy_hour / 3600 * tpot / 8 * 1e6, rel=1e-9)
+    # the Cerebras per-token service price is the rental alternative for wafer serving
+    assert res.metric("service_output_usd_per_mtok") == 0.60
+    assert isinstance(res.to_frame().attrs["prices_date"], str)
+
+
+def test_cost_train_default_tokens(fake_time, cat):
+    from wseplan.workload import total_params
+
+    res = C.cost("gpt-3-175b", "h100-sxmx256", phase="train", batch=1024, context=2048, catalog=cat)
+    m = cat.models["gpt-3-175b"]
+    assert res.times.train_tokens == pytest.approx(20 * total_params(m), rel=1e-12)
+    assert res.metric("rental_usd_per_run") == pytest.approx(3.49 * 256 * res.metric("run_s") / 3600, rel=1e-9)
+
+
+def test_cli_cost_json_and_overrides(fake_time, capsys):
+    from wseplan.cli import main
+
+    rc = main(["cost", "llama-3.1-70b", "--target", "h100-sxmx8", "--batch", "4", "--context", "1024",
+               "--set", "electricity_usd_per_kwh=0.12", "--uncertainty", "200", "--seed", "3", "--format", "json"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rec = json.loads(out)
+    params = {p["name"]: p for p in rec["params"]}
+    assert params["electricity_usd_per_kwh"]["value"] == 0.12
+    assert rec["samples"] == 200 and rec["seed"] == 3
+    m = {r["metric"]: r for r in rec["metrics"]}
+    assert m["output_usd_per_mtok"]["p10"] <= m["output_usd_per_mtok"]["p50"] <= m["output_usd_per_mtok"]["p90"]
+    assert rec["tornado"] and rec["tornado"][0]["metric"] == "output_usd_per_mtok"
+    for fmt in ("table", "csv", "md"):
+        assert main(["cost", "llama-3.1-70b", "--target", "h100-sxmx8", "--format", fmt]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--set", "electricity=0.1"], "unknown cost input"),
+    (["--uncertainty", "1"], "uncertainty"),
+    (["--phase", "finetune"], "phase"),
+    (["--prices", "/nonexistent.yaml"], "not found"),
+])
+def test_cli_cost_bad_input_one_line(fake_time, capsys, args, needle):
+    from wseplan.cli import main
+
+    rc = main(["cost", "llama-3.1-70b", "--target", "cs3x4", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and err.count("\n") == 1
+
+
+def test_cli_cost_without_time_model(monkeypatch, capsys):
+    import wseplan.timing
+    from wseplan.cli import main
+
+    def missing(*a, **k):
+        raise NotImplementedError("wafer time model")
+
+    monkeypatch.setattr(wseplan.timing, "predict_time", missing)
+    rc = main(["cost", "llama-3.1-70b", "--target", "cs3x4"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "time model" in err and err.count("\n") == 1
+
+
+def test_pure_functions_broadcast_over_arrays():
+    d = C.deployment_cost(num_systems=np.array([1, 2, 4]), capex_per_system_usd=1e6, network_frac=0.1, extra_capex_usd=0.0,
+                          installation_frac=0.0, amortization_years=4, maintenance_frac_per_year=0.0,
+                          peak_power_per_system_w=1e4, busy_power_frac=1.0, idle_power_frac=1.0, utilization_frac=1.0,
+                          pue=1.0, electricity_usd_per_kwh=0.1, facility_usd_per_kw_month=0.0)
+    # 1.1e6/4 per system-year of capex + 10 kW all year at $0.1/kWh
+    per_sys = 1.1e6 / 4 + 10 * H * 0.1
+    np.testing.assert_allclose(d["total_usd_per_year"], per_sys * np.array([1, 2, 4]), rtol=1e-12)
+    assert math.isclose(float(d["usd_per_hour"][0]), per_sys / H, rel_tol=1e-12)

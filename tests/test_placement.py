@@ -1,0 +1,154 @@
+"""Placement ILP: agrees with the exact dynamic program and with brute force; matches fit's device count."""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wseplan.analytic.partition import greedy_stages, min_max_partition
+from wseplan.catalog import load_catalog
+from wseplan.fit import fit
+from wseplan.optimize.placement import place, solve_partition
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def _compositions(n: int, k: int):
+    """Every split of n items into k non-empty contiguous stages (brute force)."""
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        b = (0, *cuts, n)
+        yield [(b[s], b[s + 1] - 1) for s in range(k)]
+
+
+items = st.lists(st.integers(0, 50), min_size=1, max_size=9).map(lambda v: np.array(v, dtype=float))
+
+
+@settings(max_examples=40, deadline=None)
+@given(x=items, k=st.integers(1, 9), const=st.sampled_from([0.0, 3.0]))
+def test_latency_ilp_equals_dp_and_beats_every_candidate(x, k, const):
+    k = min(k, len(x))
+    sol = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=1e9, stage_const_cost=const, stage_const_bytes=const,
+                          objective="latency", num_stages=k)
+    dp, _ = min_max_partition(x, k, const)
+    assert sol.status == "optimal" and sol.optimal
+    assert sol.objective == pytest.approx(dp, rel=1e-9, abs=1e-9)
+    assert sol.num_stages == k
+    # contiguous cover of every item, in order
+    assert sol.stages[0][0] == 0 and sol.stages[-1][1] == len(x) - 1
+    assert all(a[1] + 1 == b[0] for a, b in zip(sol.stages, sol.stages[1:]))
+    best = min(max(x[a : b + 1].sum() + const for a, b in cand) for cand in _compositions(len(x), k))
+    assert sol.objective <= best + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(x=items, cap_mult=st.floats(1.0, 4.0), const=st.sampled_from([0.0, 2.0]))
+def test_devices_ilp_equals_greedy_and_brute_force(x, cap_mult, const):
+    cap = (x.max() + const) * cap_mult
+    sol = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=cap, stage_const_bytes=const, objective="devices")
+    g = greedy_stages(x, cap, const)
+    assert sol.status == "optimal"
+    assert sol.num_stages == len(g)
+    brute = min(k for k in range(1, len(x) + 1)
+                for cand in _compositions(len(x), k) if all(x[a : b + 1].sum() + const <= cap for a, b in cand))
+    assert sol.num_stages == brute
+    assert all(x[a : b + 1].sum() + const <= cap * (1 + 1e-12) for a, b in sol.stages)
+
+
+def test_memory_cap_constrains_latency_stages():
+    """Costs and bytes differ: the slowest stage is minimised among memory-feasible splits only."""
+    cost = np.array([1.0, 1.0, 10.0, 1.0, 1.0])
+    mem = np.array([5.0, 5.0, 1.0, 5.0, 5.0])
+    sol = solve_partition(item_cost=cost, item_bytes=mem, capacity_bytes=10.0, objective="latency", num_stages=3)
+    best = min(max(cost[a : b + 1].sum() for a, b in c) for c in _compositions(5, 3)
+               if all(mem[a : b + 1].sum() <= 10.0 for a, b in c))
+    assert sol.objective == best
+    infeasible = solve_partition(item_cost=cost, item_bytes=mem, capacity_bytes=10.0, objective="latency", num_stages=2)
+    assert infeasible.status == "infeasible" and not infeasible.optimal
+    too_big = solve_partition(item_cost=cost, item_bytes=mem, capacity_bytes=4.0, objective="devices")
+    assert too_big.status == "infeasible" and "item 0" in too_big.reason
+
+
+def test_cbc_agrees_with_highs():
+    x = np.array([3.0, 7, 2, 9, 4, 4, 1, 8, 6, 5])
+    a = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=1e9, objective="latency", num_stages=4, solver="highs")
+    b = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=1e9, objective="latency", num_stages=4, solver="cbc")
+    assert a.objective == b.objective == min_max_partition(x, 4)[0]
+    assert b.solver == "cbc"
+
+
+@pytest.mark.parametrize("k", [22, 26, 32])
+def test_llama_405b_on_up_to_32_wafers_is_proved_optimal_fast(cat, k):
+    res = place("llama-3.1-405b", f"cs3x{k}", catalog=cat)
+    assert res.status == "optimal" and res.optimal
+    assert res.solve_s <= 1.0
+    assert res.num_devices == k and len(res.stages) == k
+    # the same item bytes through the dynamic program
+    from wseplan.fit import build_workload
+
+    w = build_workload(cat.models["llama-3.1-405b"], cat, precision="bf16", phase="decode", batch=1, context=8192)
+    x = w.weight_bytes + w.kv_bytes_per_token * 8192
+    act = w.working_set_bytes_per_token * 1
+    dp, _ = min_max_partition(x, k, act)
+    assert res.objective == pytest.approx(dp, rel=1e-9)
+    assert res.objective <= res.capacity_bytes
+
+
+@pytest.mark.parametrize("model,batch,context", [("llama-3.1-405b", 1, 8192), ("llama-3.1-70b", 1, 8192),
+                                                 ("llama-3.1-70b", 16, 4096), ("llama-3.1-8b", 1, 8192),
+                                                 ("gpt-3-175b", 4, 2048)])
+def test_devices_objective_matches_fit(cat, model, batch, context):
+    r = place(model, "cs3", objective="devices", batch=batch, context=context, catalog=cat)
+    f = fit(model, "cs3", batch=batch, context=context, catalog=cat)
+    assert r.status == "optimal"
+    assert r.num_devices == f.num_devices == int(r.objective)
+    assert r.objective_unit == "devices"
+    # fit's stage encoding: contiguous 0-based inclusive blocks, embedding on the first, head on the last
+    blocks = [(s.first_layer, s.last_layer) for s in r.stages if s.first_layer >= 0]
+    assert blocks[0][0] == 0 and blocks[-1][1] == cat.models[model].num_layers - 1
+    assert all(a[1] + 1 == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert r.stages[0].embedding and r.stages[-1].lm_head
+    assert max(s.bytes for s in r.stages) <= r.capacity_bytes
+
+
+def test_gpu_pipeline_stages(cat):
+    r = place("llama-3.1-70b", "h100-sxmx8", tensor_parallel=2, batch=8, context=4096, catalog=cat)
+    assert r.status == "optimal" and r.num_stages == 4 and r.devices_per_stage == 2 and r.num_devices == 8
+    assert max(s.bytes for s in r.stages) <= r.capacity_bytes
+
+
+def test_cli_place_json_record_and_speed(capsys):
+    from wseplan.cli import main
+
+    t0 = time.perf_counter()
+    rc = main(["place", "llama-3.1-405b", "--target", "cs3x32", "--format", "json"])
+    wall = time.perf_counter() - t0
+    rec = json.loads(capsys.readouterr().out)
+    assert rc == 0 and wall <= 3.0
+    for k in ("status", "optimal", "objective", "objective_unit", "solver", "solve_s", "stages"):
+        assert k in rec
+    assert rec["status"] == "optimal" and rec["optimal"] is True and rec["solver"] in ("highs", "cbc")
+    assert set(rec["stages"][0]) == {"device", "first_layer", "last_layer", "embedding", "lm_head", "bytes"}
+    for fmt in ("table", "csv", "md"):
+        assert main(["place", "llama-3.1-70b", "--target", "cs3", "--objective", "devices", "--format", fmt]) == 0
+    capsys.readouterr()
+
+
+def test_cli_place_infeasible_and_bad_input(capsys):
+    from wseplan.cli import main
+
+    rc = main(["place", "llama-3.1-405b", "--target", "cs3x20", "--format", "json"])
+    cap = capsys.readouterr()
+    assert rc == 2 and json.loads(cap.out)["status"] == "infeasible" and cap.err.count("\n") == 1
+    for args, needle in ((["--objective", "speed"], "objective"), (["--phase", "train"], "phase"),
+                         (["--solver", "gurobi"], "solver")):
+        rc = main(["place", "llama-3.1-8b", "--target", "cs3x2", *args])
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and err.count("\n") == 1
