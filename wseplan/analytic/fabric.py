@@ -351,7 +351,7 @@ def _check_region(wafer, region_rows, region_cols) -> tuple[int, int]:
     for name, v in (("region_rows", region_rows), ("region_cols", region_cols)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name}: must be a positive integer number of PEs, got {v!r}")
-    if region_rows * region_cols > R * C:
+    if not ((region_rows <= R and region_cols <= C) or (region_rows <= C and region_cols <= R)):
         raise InputError(f"region: {region_rows}x{region_cols} PEs exceeds the wafer's {R}x{C} grid; use a smaller region")
     return int(region_rows), int(region_cols)
 

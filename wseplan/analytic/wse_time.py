@@ -143,8 +143,8 @@ def _parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
     except (TypeError, ValueError):
         raise InputError(f"{name}: expected (rows, cols) PEs, got {value!r}") from None
     R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
-    if r < 1 or c < 1 or r * c > R * C:
-        raise InputError(f"{name}: {r}x{c} PEs must be positive and at most the wafer's {R}x{C} grid")
+    if r < 1 or c < 1 or not ((r <= R and c <= C) or (r <= C and c <= R)):
+        raise InputError(f"{name}: {r}x{c} PEs must be positive and fit the wafer's {R}x{C} grid")
     return r, c
 
 
