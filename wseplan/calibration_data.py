@@ -66,11 +66,11 @@ class GpuCalibration:
     attention_frac: float = 0.5
     hbm_frac: float = 0.8
     elementwise_vectors_per_token: float = 20.0
-    nvlink_frac: float = 0.7
+    nvlink_frac: float = 0.75
     network_frac: float = 0.7
     nvlink_latency_s: float = 1.0e-5
     network_latency_s: float = 2.0e-5
-    tp_overlap_frac: float = 0.0
+    tp_overlap_frac: float = 0.1
     dp_overlap_frac: float = 0.5
     layer_overhead_s: float = 2.0e-5
     step_overhead_s: float = 1.0e-3

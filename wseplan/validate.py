@@ -207,22 +207,37 @@ def _is_lora(case: Case) -> bool:
     return "lora" in case.model.lower()
 
 
-def _best_micro_batch(model, gpu, catalog, case, *, precision, seq, gb, tp, pp, dp, cp, vpp, rec, zs, trainable, cal):
-    """Micro-batch a practitioner would pick: the fastest of 1, 2, 4, ... that fits HBM and divides the batch."""
+def _best_schedule(model, gpu, catalog, *, precision, seq, gb, tp, pp, dp, cp, vpp, rec, zs, trainable, cal):
+    """(micro-batch, virtual stages) a practitioner would pick when the row does not state them.
+
+    The fastest pair among micro-batches 1, 2, 4, ... that divide the per-replica batch and fit HBM, and
+    (when ``vpp`` is not given and ``pp > 1``) interleaving degrees up to the blocks per stage.
+    """
     from .analytic import gpu_time as G
     from .fit import gpu_layout_memory
     from .workload import transformer_workload
 
     per_replica = max(gb // dp, 1)
-    mbs = np.array([b for b in (1, 2, 4, 8, 16) if per_replica % b == 0] or [1], dtype=float)
+    mbs = [b for b in (1, 2, 4, 8, 16) if per_replica % b == 0] or [1]
+    if vpp is not None:
+        vs = [vpp]
+    elif pp > 1:
+        # uneven splits are common (Llama 3 trims the first and last stages), so any v up to the blocks per stage
+        vs = list(range(1, min(model.num_layers // pp, 16) + 1)) or [1]
+    else:
+        vs = [1]
     w = transformer_workload(model, precision=precision, phase="train", batch=gb, context=seq)
     cap = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
-    ok = np.array([float(gpu_layout_memory(w, tp=tp * cp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog,
-                                           micro_batch=int(b))["total"]) <= cap for b in mbs])
-    r = G.train_step(model, gpu, precision=precision, seq_len=seq, global_batch=gb, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp,
-                     micro_batch=mbs, recompute=rec, zero_stage=zs, trainable=trainable, cal=cal)
-    t = np.where(ok, r["step_s"], np.inf)
-    return int(mbs[int(np.argmin(t))]) if np.isfinite(t).any() else 1
+    fits = {b: float(gpu_layout_memory(w, tp=tp * cp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog,
+                                       micro_batch=int(b))["total"]) <= cap for b in mbs}
+    MB, V = (a.ravel() for a in np.meshgrid(np.array(mbs, dtype=float), np.array(vs, dtype=float), indexing="ij"))
+    ok = np.array([fits[int(b)] for b in MB])
+    r = G.train_step(model, gpu, precision=precision, seq_len=seq, global_batch=gb, tp=tp, pp=pp, dp=dp, cp=cp, vpp=V,
+                     micro_batch=MB, recompute=rec, zero_stage=zs, trainable=trainable, cal=cal)
+    # the run happened, so it fitted: when the memory model finds no fit, fall back to the fastest schedule
+    t = np.where(ok, r["step_s"], np.inf) if ok.any() else r["step_s"]
+    i = int(np.argmin(t))
+    return int(MB[i]), int(V[i])
 
 
 def predict_case(case: Case, catalog, cal=None) -> float:
@@ -249,7 +264,7 @@ def _predict_gpu_train(case, catalog, cal):
     if not seq:
         raise SkipRow("seq_len not given")
     n = f.get("n_devices")
-    tp, pp, cp, vpp = f.get("tp") or 1, f.get("pp") or 1, f.get("cp") or 1, f.get("vpp") or 1
+    tp, pp, cp, vpp = f.get("tp") or 1, f.get("pp") or 1, f.get("cp") or 1, f.get("vpp")
     single = case.metric == "layer_fwd_bwd_ms"
     gb = f.get("global_batch")
     if not gb:
@@ -268,10 +283,11 @@ def _predict_gpu_train(case, catalog, cal):
     trainable = "lora" if _is_lora(case) else "full"
     target = _target(case, catalog, tp * pp * dp * cp)
     cal = cal or G.gpu_calibration()
-    mb = 1 if single else _best_micro_batch(model, target.device, catalog, case, precision=precision, seq=seq, gb=gb, tp=tp,
-                                             pp=pp, dp=dp, cp=cp, vpp=vpp, rec=rec, zs=zs, trainable=trainable, cal=cal)
     if single:
-        mb = gb
+        mb, vpp = gb, 1
+    else:
+        mb, vpp = _best_schedule(model, target.device, catalog, precision=precision, seq=seq, gb=gb, tp=tp, pp=pp, dp=dp,
+                                 cp=cp, vpp=vpp, rec=rec, zs=zs, trainable=trainable, cal=cal)
     res = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
                        tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, context_parallel=cp, virtual_pipeline=vpp,
                        micro_batch=mb, recompute=rec, zero_stage=zs, trainable=trainable, single_layer=single or None,
@@ -516,7 +532,6 @@ FIT_BOUNDS = {
     "attention_frac": (0.1, 0.95),
     "hbm_frac": (0.4, 0.98),
     "elementwise_vectors_per_token": (1.0, 200.0),
-    "nvlink_frac": (0.2, 0.98),
     "network_frac": (0.05, 0.98),
     "nvlink_latency_s": (1e-6, 2e-4),
     "dp_overlap_frac": (0.01, 0.99),
@@ -527,6 +542,16 @@ FIT_BOUNDS = {
     "benchmark_eval_overhead_frac": (0.001, 0.5),
 }
 GPU_CATEGORIES = ("gpu-train", "gpu-infer", "micro")
+#: why each constant that is not fitted has the value it has
+UNFITTED_NOTES = {
+    "nvlink_frac": "not fitted: NCCL all-reduce bus bandwidth inside DGX A100/H100 nodes reaches about three quarters "
+                   "of the per-direction NVLink bandwidth for large messages (nccl-tests); fitting it let a few "
+                   "inconsistent tensor-parallel rows drag it to ~0.2, which broke the TTFT rows",
+    "network_latency_s": "not fitted: typical InfiniBand/RoCE collective step latency (a few to tens of microseconds); "
+                         "no public row constrains it",
+    "engine_max_batch": "not fitted: a serving engine's default maximum batch (vLLM max_num_seqs 256); used only when a "
+                        "row or the user gives no concurrency",
+}
 
 
 def fit_cases(cases: list[Case]) -> list[Case]:
@@ -603,7 +628,7 @@ def write_gpu_efficiency(cal, fitted_on: list[str], path: str | Path | None = No
         fitted = k in FIT_BOUNDS
         constants[k] = {"value": float(f"{v:.6g}"), "source": "wseplan-gpu-calibration", "basis": "estimate",
                         "note": ("fitted by wseplan.validate.fit_gpu_efficiency on the rows in fitted_on" if fitted
-                                 else "planning default, not fitted (no public row constrains it)")}
+                                 else UNFITTED_NOTES.get(k, "planning default, not fitted"))}
     doc = {"gpu_efficiency": {
         "description": "Achievable-efficiency constants of the GPU time models (wseplan.analytic.gpu_time).",
         "method": "scipy.optimize.least_squares, log(predicted/measured) residuals, soft_l1 loss (f_scale 0.1), "
@@ -619,9 +644,12 @@ def write_gpu_efficiency(cal, fitted_on: list[str], path: str | Path | None = No
     return p
 
 
-def refit_and_write(max_nfev: int = 60) -> Path:
-    """Refit on the public set and write the calibration file (the reproducible calibration step)."""
-    cal, ids, med = fit_gpu_efficiency(max_nfev=max_nfev)
+def refit_and_write(max_nfev: int = 200) -> Path:
+    """Refit on the public set from the documented defaults of :class:`GpuCalibration` and write the
+    calibration file (the reproducible calibration step: same file in, same constants out)."""
+    from .calibration_data import GpuCalibration
+
+    cal, ids, med = fit_gpu_efficiency(max_nfev=max_nfev, start=GpuCalibration())
     return write_gpu_efficiency(cal, ids, residuals={"median_abs_rel_error": round(med, 4)})
 
 
