@@ -175,9 +175,6 @@ def test_no_eval_or_exec_in_package():
     assert hits == [], "eval/exec in the package: " + "; ".join(hits)
 
 
-@pytest.mark.xfail(strict=False, reason="bug (lead: fix, then drop this marker): wseplan/claims.py line 530 nests "
-                   "double quotes inside a double-quoted f-string, valid only from Python 3.12; the project requires "
-                   ">= 3.11, where `wseplan check` dies with a SyntaxError traceback")
 def test_package_parses_on_this_python():
     """Every module of the package parses on the running Python (requires-python >= 3.11)."""
     assert _unparsable() == []
