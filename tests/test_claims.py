@@ -1,0 +1,179 @@
+"""wseplan check: verdicts from hard bounds (hand-calculated here from datasheet numbers) and estimates."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from wseplan.claims import BOUNDS, Claim, check, check_claim, claimed_si, decode_floors, load_claims
+from wseplan.cli import main
+from wseplan.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "studies" / "claims-examples.yaml"
+
+
+@pytest.fixture(scope="module")
+def verdicts(catalog):
+    return {v.id: v for v in check(EXAMPLES, catalog=catalog)}
+
+
+def test_wse3_125pf_dense_is_impossible_compute_peak(verdicts, catalog):
+    v = verdicts["wse3-125pf-dense"]
+    assert v.verdict == "impossible" and v.bound == "compute_peak"
+    # hand calculation: usable PEs x 16 FLOP/cycle x 1.1 GHz (hardware.md: ~15.5 PF over 883,350 PEs)
+    pes = 1170 * 755
+    assert v.bound_value == pytest.approx(pes * 16 * 1.1e9, rel=1e-9)
+    assert 15.5e15 <= v.bound_value <= 15.8e15
+    assert v.margin == pytest.approx(125e15 / v.bound_value, rel=1e-9)
+
+
+def test_sparse_marketing_peak_is_consistent(verdicts):
+    assert verdicts["wse3-125pf-sparse"].verdict == "consistent"
+
+
+def test_405b_in_one_cs3_breaks_sram_capacity(verdicts):
+    v = verdicts["llama-405b-one-cs3"]
+    assert v.verdict == "impossible" and v.bound == "sram_capacity"
+    # 405B parameters x 2 bytes = 810 GB against < 44 GB of SRAM: about 19x over
+    assert v.bound_value < 44e9
+    assert v.margin > 810e9 / 44e9
+
+
+def test_h100x8_70b_1000tps_breaks_memory_bandwidth(verdicts):
+    v = verdicts["h100x8-70b-1000tps"]
+    assert v.verdict == "impossible" and v.bound == "memory_bandwidth"
+    # HBM floor: ~138 GB of bf16 weights (+ a 1k-token KV cache) over 8 x 3.35 TB/s = ~5.2 ms/token
+    floor_s = 1.0 / v.bound_value
+    assert floor_s == pytest.approx(138e9 / (8 * 3.35e12), rel=0.03)
+    assert 4.5e-3 < floor_s < 6e-3
+    assert v.margin == pytest.approx(1000 * floor_s, rel=1e-9)
+
+
+def test_a100x8_gpt3_month_breaks_compute_peak(verdicts):
+    v = verdicts["a100x8-gpt3-month"]
+    assert v.verdict == "impossible" and v.bound == "compute_peak"
+    # 6 x 175e9 x 300e9 / (8 x 312e12) = 1.26e8 s, about 4 years (attention FLOPs add ~2%)
+    hand_s = 6 * 175e9 * 300e9 / (8 * 312e12)
+    assert v.bound_value == pytest.approx(hand_s, rel=0.05)
+    assert 3.5 < v.bound_value / (365.25 * 86400) < 4.5
+
+
+def test_llama3_8b_wse2_2000tps_is_not_impossible(verdicts):
+    v = verdicts["wse2-llama3-8b-2000tps"]
+    assert v.verdict == "consistent"
+    assert v.bound is None
+
+
+def test_io_and_power_claims(verdicts):
+    assert verdicts["cs3-io-10tbs"].bound == "io_bandwidth"
+    assert verdicts["cs3-io-10tbs"].bound_value == pytest.approx(1.2e12 / 8, rel=1e-9)  # 12 x 100 GbE
+    assert verdicts["h100-hbm-3tbs"].verdict == "consistent"
+    assert verdicts["cs3-power-15kw"].verdict == "optimistic"  # below the catalog's 20 kW low end
+
+
+def test_every_impossible_names_a_bound_from_the_fixed_list(verdicts):
+    for v in verdicts.values():
+        if v.verdict == "impossible":
+            assert v.bound in BOUNDS and v.bound_value > 0 and v.margin > 1
+        else:
+            assert v.bound is None
+
+
+def test_optimistic_needs_estimate_beyond_validated_error(verdicts):
+    v = verdicts["h100x8-70b-150tps"]
+    assert v.verdict == "optimistic"
+    assert v.margin > 1 + v.error_frac
+    assert v.claimed_value < 1.0 / (138e9 / (8 * 3.35e12))  # below the HBM floor, so not impossible
+
+
+def test_verdict_logic_is_general_not_a_lookup(catalog):
+    """The same physics judges an invented claim: doubling an H100 node's bandwidth floor claim."""
+    base = dict(id="x", text="t", kind="tokens_per_s_per_user", model="llama-2-70b", precision="bf16", batch=1,
+                context=1024, unit="tokens/s")
+    v8 = check_claim(Claim(**base, target="h100x8", value=300), catalog)
+    v16 = check_claim(Claim(**base, target="h100x16", value=300), catalog)
+    assert v8.verdict == "impossible" and v8.bound == "memory_bandwidth"
+    assert v16.verdict != "impossible"  # twice the HBM bandwidth lifts the floor above 300 tokens/s
+    # claims at or below the estimate are consistent
+    slow = check_claim(Claim(**base, target="h100x8", value=1), catalog)
+    assert slow.verdict == "consistent"
+
+
+def test_decode_floor_scales_with_bandwidth(catalog):
+    from wseplan.fit import build_workload, resolve_model
+    from wseplan.targets import parse_target
+
+    m = resolve_model("llama-2-70b", catalog)
+    w = build_workload(m, catalog, precision="bf16", phase="decode", batch=1, context=1)
+    f8 = decode_floors(w, parse_target("h100x8", catalog))
+    f16 = decode_floors(w, parse_target("h100x16", catalog))
+    assert f16["memory_bandwidth"] == pytest.approx(f8["memory_bandwidth"] / 2, rel=1e-12)
+
+
+def test_units_are_converted():
+    c = Claim(id="a", text="t", kind="time_to_train_s", value=2, unit="days", model="m", target="t")
+    assert claimed_si(c) == 2 * 86400
+    c = Claim(id="a", text="t", kind="peak_flop_per_s", value="125 PFLOP/s", target="wse3")
+    assert claimed_si(c) == 125e15
+    c = Claim(id="a", text="t", kind="latency_per_token_s", value=5, unit="ms", target="h100x8", model="m")
+    assert claimed_si(c) == pytest.approx(5e-3)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def test_cli_json_records(capsys):
+    rc = main(["check", str(EXAMPLES), "--format", "json"])
+    assert rc == 0
+    recs = json.loads(capsys.readouterr().out)
+    assert {r["id"] for r in recs} >= {"wse3-125pf-dense", "llama-405b-one-cs3"}
+    for r in recs:
+        assert set(r) >= {"id", "verdict", "bound", "bound_value", "claimed_value", "estimate", "margin", "reason"}
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "md"])
+def test_cli_formats(capsys, fmt):
+    assert main(["check", str(EXAMPLES), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert "compute_peak" in out and "impossible" in out
+
+
+BAD = {
+    "no_claims_key": "items: []\n",
+    "empty_list": "claims: []\n",
+    "missing_text": "claims:\n  - {id: a, kind: fits, value: true, model: llama-3-8b, target: wse3}\n",
+    "unknown_kind": "claims:\n  - {id: a, text: t, kind: speed, value: 1}\n",
+    "unknown_key": "claims:\n  - {id: a, text: t, kind: fits, value: true, modle: x}\n",
+    "bad_yaml": "claims: [\n",
+    "bad_unit": "claims:\n  - {id: a, text: t, kind: tokens_per_s_per_user, value: 5, unit: furlongs, model: llama-3-8b, target: h100x8}\n",
+    "missing_model": "claims:\n  - {id: a, text: t, kind: tokens_per_s, value: 5, target: h100x8}\n",
+    "duplicate_id": "claims:\n  - {id: a, text: t, kind: peak_flop_per_s, value: 1, target: wse3}\n"
+                    "  - {id: a, text: t, kind: peak_flop_per_s, value: 1, target: wse3}\n",
+    "bad_target": "claims:\n  - {id: a, text: t, kind: peak_flop_per_s, value: 1, target: nosuchchip}\n",
+    "fits_not_bool": "claims:\n  - {id: a, text: t, kind: fits, value: 3.5, model: llama-3-8b, target: wse3}\n",
+    "negative_batch": "claims:\n  - {id: a, text: t, kind: fits, value: true, batch: -1, model: llama-3-8b, target: wse3}\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_malformed_claims_exit_2_one_line(tmp_path, capsys, name):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(BAD[name])
+    rc = main(["check", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("error:") and err.count("\n") == 1
+
+
+def test_missing_file(capsys):
+    assert main(["check", "no/such/claims.yaml"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_load_claims_api(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("claims:\n  - {id: a, text: t, kind: peak_flop_per_s, value: 1, target: wse3}\n")
+    assert load_claims(p)[0].id == "a"
+    p.write_text("claims:\n  - {id: a}\n")
+    with pytest.raises(InputError, match=r"claims\[0\]"):
+        load_claims(p)

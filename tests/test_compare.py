@@ -1,0 +1,123 @@
+"""wseplan compare: one table across targets, composed from fit, time and cost (checked against each)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from wseplan.analytic import cost as C
+from wseplan.cli import main
+from wseplan.compare import compare, compare_case
+from wseplan.fit import fit
+from wseplan.timing import predict_time
+
+
+@pytest.fixture(scope="module")
+def decode(catalog):
+    return compare("llama-3-70b", ["wse3", "cs3x4", "h100x8", "h200x8", "b200x8"], phase="decode", batch=4,
+                   context=2048, catalog=catalog)
+
+
+def test_rows_follow_fit_and_time(decode, catalog):
+    assert [r.target for r in decode.rows][1:] == ["cs3x4", "h100x8", "h200x8", "b200x8"]
+    auto = decode.rows[0]
+    fr = fit("llama-3-70b", "wse3", phase="decode", batch=4, context=2048, catalog=catalog)
+    assert auto.num_devices == fr.num_devices and auto.target == f"wse3 (x{fr.num_devices})"
+    for r in decode.rows[1:]:
+        tr = predict_time("llama-3-70b", r.target, phase="decode", batch=4, context=2048, catalog=catalog)
+        assert r.tokens_per_s == pytest.approx(tr.tokens_per_s, rel=1e-12)
+        assert r.bottleneck == tr.bottleneck
+
+
+def test_cost_columns_match_cost_model(decode, catalog):
+    """$/M tokens and J/token are the cost model's, evaluated on the same prefill and decode times."""
+    r = decode.rows[2]  # h100x8
+    row, times, params = compare_case(catalog.models["llama-3-70b"], "h100x8", phase="decode", precision="bf16",
+                                      batch=4, context=2048, catalog=catalog, prices=C.load_prices(catalog=catalog))
+    out = C.evaluate(C.nominal(params), times)
+    assert r.usd_per_mtok == pytest.approx(float(out["output_usd_per_mtok"]), rel=1e-12)
+    assert r.usd_per_hour == pytest.approx(float(out["usd_per_hour"]), rel=1e-12)
+    # the decode step fed to the cost model is one token for the batch (not a whole request)
+    assert times.decode_step_s == pytest.approx(r.tpot_s, rel=1e-12)
+    # hand check: output $/M tokens = busy-hour cost x decode share / tokens per busy hour, bounded by the whole
+    per_token_hour = r.tokens_per_s * 3600
+    assert r.usd_per_mtok >= float(out["usd_per_busy_hour"]) / per_token_hour * 1e6 * 0.999
+
+
+def test_energy_is_power_over_throughput_order(decode):
+    for r in decode.rows:
+        if r.energy_j_per_token is not None:
+            # J/token >= busy IT power / tokens/s (PUE >= 1 and prefill adds energy)
+            assert r.energy_j_per_token >= r.power_w / r.tokens_per_s * 0.999
+
+
+def test_not_fitting_target_is_a_row_not_an_error(catalog):
+    res = compare("llama-3.1-405b", ["h100x1", "h100x16"], phase="decode", batch=1, context=1024, catalog=catalog)
+    no = res.rows[0]
+    assert no.fits is False and no.tokens_per_s is None and "does not fit" in no.notes[-1]
+    assert res.table().to_markdown().count("does not fit") == 1
+
+
+def test_train_has_run_cost(catalog):
+    res = compare("gpt-3-175b", ["h100x512"], phase="train", batch=1536, context=2048, train_tokens=300e9,
+                  catalog=catalog)
+    r = res.rows[0]
+    assert r.run_s == pytest.approx(300e9 / r.tokens_per_s, rel=1e-9)
+    assert r.usd_per_run > 0 and r.energy_j_per_token > 0
+
+
+def test_monte_carlo_band_is_ordered(catalog):
+    res = compare("llama-3-8b", ["h100x1"], phase="decode", batch=8, context=1024, uncertainty=200, seed=3,
+                  catalog=catalog)
+    r = res.rows[0]
+    assert r.usd_per_mtok_p10 <= r.usd_per_mtok_p50 <= r.usd_per_mtok_p90
+
+
+def test_overrides_move_cost(catalog):
+    a = compare("llama-3-8b", ["h100x1"], batch=8, context=1024, catalog=catalog).rows[0]
+    b = compare("llama-3-8b", ["h100x1"], batch=8, context=1024, catalog=catalog,
+                overrides={"electricity_usd_per_kwh": 0.5}).rows[0]
+    assert b.usd_per_hour > a.usd_per_hour and b.tokens_per_s == a.tokens_per_s
+
+
+def test_frame(decode):
+    df = decode.to_frame()
+    assert list(df["target"])[1:] == ["cs3x4", "h100x8", "h200x8", "b200x8"]
+    assert df.attrs["phase"] == "decode"
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def test_cli_json(capsys):
+    assert main(["compare", "llama-3-8b", "--targets", "wse3,h100x1", "--context", "1024", "-f", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["model"] == "Llama-3-8B" and len(rec["rows"]) == 2
+
+
+def test_cli_csv_has_units_in_headers(capsys):
+    assert main(["compare", "llama-3-8b", "--targets", "h100x1", "--context", "1024", "-f", "csv"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert "time per output token [ms]" in rows[0] and "output [$/M tokens]" in rows[0]
+    for cell in rows[1]:
+        if cell.replace(".", "").replace("e", "").replace("-", "").isdigit():
+            assert len(cell.replace("-", "").replace(".", "").split("e")[0]) <= 6  # no 17-digit floats
+
+
+@pytest.mark.parametrize("fmt", ["table", "md"])
+def test_cli_human_formats(capsys, fmt):
+    assert main(["compare", "llama-3-8b", "--targets", "h100x1,h200x1", "--context", "1024", "-f", fmt]) == 0
+    out = capsys.readouterr().out
+    assert "h200x1" in out
+
+
+@pytest.mark.parametrize("args", [
+    ["compare", "llama-3-8b", "--targets", "nosuch"],
+    ["compare", "llama-3-8b", "--phase", "sleep"],
+    ["compare", "nosuchmodel"],
+    ["compare", "llama-3-8b", "--targets", ","],
+    ["compare", "llama-3-8b", "--format", "xml"],
+])
+def test_cli_bad_input(capsys, args):
+    assert main(args) == 2
+    assert capsys.readouterr().err.count("\n") == 1

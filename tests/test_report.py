@@ -1,0 +1,211 @@
+"""Report building blocks: atomic writes, path sanitising, readable numbers, deterministic PNGs, study schema."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wseplan.cli import main
+from wseplan.errors import InputError
+from wseplan.report.atomic import safe_filename, write_files_atomically
+from wseplan.report.markdown import Column, Table, csv_num, fmt_num, fmt_quantity
+from wseplan.report.plots import Marker, Plot, Series, render, roofline_plot
+from wseplan.report.study import Study, load_study
+
+
+# ------------------------------------------------------------------------------------------------ atomic
+def test_atomic_write_replaces_whole_folder(tmp_path):
+    out = tmp_path / "rep"
+    write_files_atomically(out, {"a.md": "old", "b.csv": "x\n"})
+    write_files_atomically(out, {"a.md": "new"})
+    assert sorted(os.listdir(out)) == ["a.md"] and (out / "a.md").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no temp or old folders left behind
+
+
+def test_failure_mid_write_leaves_previous_report_intact(tmp_path):
+    out = tmp_path / "rep"
+    write_files_atomically(out, {"report.md": "v1", "t.csv": "1\n"})
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def boom(name):
+        if name == "report.md":  # the second of three files (sorted): fail mid-write
+            raise KeyboardInterrupt("killed")
+
+    with pytest.raises(KeyboardInterrupt):
+        write_files_atomically(out, {"a.png": b"\x89PNG", "report.md": "v2", "t.csv": "2\n"}, _after_each=boom)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["rep"]
+
+
+def test_failure_on_first_report_leaves_nothing(tmp_path):
+    out = tmp_path / "new"
+
+    def boom(name):
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        write_files_atomically(out, {"report.md": "v1"}, _after_each=boom)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["../escape.md", "/etc/passwd", "a/../../b", "..", "", "a\\b"])
+def test_names_cannot_escape(tmp_path, name):
+    with pytest.raises(InputError):
+        write_files_atomically(tmp_path / "rep", {name: "x"})
+    assert not (tmp_path / "escape.md").exists()
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_safe_filename_is_one_plain_component(name):
+    s = safe_filename(name)
+    assert s and "/" not in s and "\\" not in s and s not in (".", "..") and not s.startswith(".")
+    assert all(c.isascii() and (c.isalnum() or c in "._-") for c in s)
+
+
+def test_safe_filename_examples():
+    assert safe_filename("../../etc/passwd") == "etc_passwd"
+    assert safe_filename("serve llama-3 70B") == "serve_llama-3_70B"
+    assert safe_filename("...") == "item"
+
+
+def test_study_name_with_path_is_sanitised(tmp_path):
+    st_ = Study(name="../../outside", title="t", kind="claims", question="q", claims="c.yaml")
+    assert st_.slug == "outside"
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+@pytest.mark.parametrize("v, text", [
+    (1234567.0, "1,235,000"), (12.3456, "12.35"), (0.00123456, "0.001235"), (1.5e13, "1.500e+13"),
+    (999.96, "1,000"), (0.5, "0.5"), (100.0, "100"), (3, "3"), (True, "yes"), (None, "–"), (-45.678, "-45.68"),
+])
+def test_fmt_num(v, text):
+    assert fmt_num(v) == text
+
+
+@given(st.floats(min_value=-1e15, max_value=1e15, allow_nan=False))
+def test_fmt_num_never_long(v):
+    digits = [c for c in fmt_num(v).split("e")[0] if c.isdigit()]
+    assert len(digits) <= 13  # at most 4 significant digits (plus zeros of magnitude), never 17
+    assert len(fmt_num(v)) <= 18
+
+
+def test_fmt_quantity():
+    assert fmt_quantity(1.27e8, "s") == "4.024 years"
+    assert fmt_quantity(5.2e-3, "s") == "5.2 ms"
+    assert fmt_quantity(41.25e9, "bytes") == "41.25 GB"
+    assert fmt_quantity(15.55e15, "FLOP/s") == "15.55 PFLOP/s"
+
+
+def test_csv_cells_rounded():
+    assert csv_num(0.1 + 0.2) == "0.3"
+    assert csv_num(1 / 3) == "0.333333"
+    assert csv_num(True) == "true" and csv_num(None) == ""
+
+
+def test_table_units_and_scale():
+    t = Table(name="t", title="T", columns=[Column("step_s", "step [ms]", 1e-3), Column("name", "name")],
+              rows=[{"step_s": 0.0123456, "name": "a|b"}])
+    md = t.to_markdown()
+    assert "| step [ms] | name |" in md and "12.35" in md and "a\\|b" in md
+    assert t.to_csv() == "step [ms],name\n12.3456,a|b\n"
+
+
+# ------------------------------------------------------------------------------------------------ plots
+def _plot():
+    return Plot(title="t", xlabel="x [s]", ylabel="y [W]", logx=True, logy=True,
+                series=[Series("a", [1, 2, 4], [3, 2, 1], low=[2, 1, 0.5], high=[4, 3, 2])],
+                markers=[Marker(2.0, "m"), Marker(1.5, "h", axis="y")])
+
+
+def test_png_is_deterministic_and_metadata_free():
+    a, b = render(_plot()), render(_plot())
+    assert a == b and a[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"Software" not in a and b"matplotlib" not in a.lower() and b"tIME" not in a
+
+
+def test_png_ignores_user_rcparams():
+    import matplotlib
+
+    a = render(_plot())
+    with matplotlib.rc_context({"lines.linewidth": 9, "font.size": 20, "figure.facecolor": "red"}):
+        b = render(_plot())
+    assert a == b
+
+
+def test_roofline_attainable_is_min_of_roofs():
+    p = roofline_plot(targets=[{"label": "g", "peak_flop_per_s": 1e15, "bandwidth_bytes_per_s": 2e12}],
+                      points=[{"label": "decode", "intensity_flop_per_byte": 1.0}])
+    s = p.series[0]
+    for x, y in zip(s.x, s.y):
+        assert y == pytest.approx(min(1e15, x * 2e12) / 1e12)
+    assert p.xlabel.endswith("[FLOP/byte]") and p.ylabel.endswith("[TFLOP/s]")
+    assert p.markers[0].value == 1.0
+
+
+# ------------------------------------------------------------------------------------------------ study files
+BAD_STUDIES = {
+    "extra_key": "name: a\ntitle: t\nkind: claims\nquestion: q\nclaims: c.yaml\ncolour: red\n",
+    "missing_section": "name: a\ntitle: t\nkind: serving\nquestion: q\nmodel: llama-3-8b\ntargets: [h100x1]\n",
+    "bad_kind": "name: a\ntitle: t\nkind: party\nquestion: q\n",
+    "bad_batches": "name: a\ntitle: t\nkind: serving\nquestion: q\nmodel: m\ntargets: [h100x1]\nserving: {prompt_tokens: 1, "
+                   "output_tokens: 1, demand_tokens_per_s: 1, min_tokens_per_s_per_user: 1, batches: [0]}\n",
+    "not_mapping": "- a\n- b\n",
+    "bad_yaml": "name: [\n",
+    "util_out_of_range": "name: a\ntitle: t\nkind: claims\nquestion: q\nclaims: c.yaml\ncost: {utilizations: [1.5]}\n",
+}
+
+
+@pytest.mark.parametrize("key", sorted(BAD_STUDIES))
+def test_bad_study_files(tmp_path, key, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(BAD_STUDIES[key])
+    with pytest.raises(InputError):
+        load_study(p)
+    assert main(["report", str(p), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_claims_path_cannot_escape(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: a\ntitle: t\nkind: claims\nquestion: q\nclaims: ../../etc/claims.yaml\n")
+    assert main(["report", str(p), "--out", str(tmp_path / "out")]) == 2
+    assert "inside the study" in capsys.readouterr().err
+
+
+def test_report_cli_writes_files(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text(
+        "claims:\n  - {id: peak, text: 'WSE-3 does 125 PF dense', kind: peak_flop_per_s, target: wse3, "
+        "precision: fp16, value: 125, unit: PFLOP/s}\n")
+    (tmp_path / "s.yaml").write_text("name: ../../evil name\ntitle: Mini audit\nkind: claims\nquestion: q?\n"
+                                     "claims: c.yaml\n")
+    out = tmp_path / "out"
+    assert main(["report", str(tmp_path / "s.yaml"), "--out", str(out), "-f", "json"]) == 0
+    files = sorted(os.listdir(out))
+    assert files == ["assumptions.csv", "claims.csv", "claims_margin.png", "report.md"]
+    md = (out / "report.md").read_text()
+    assert md.startswith("# Mini audit\n\n**Answer.** Of 1 claims, 1 are impossible")
+    assert "## Sources used" in md and "](claims_margin.png)" in md
+    assert main(["report", str(tmp_path / "s.yaml"), "--out", str(out)]) == 0  # overwrite in place
+    assert sorted(os.listdir(out)) == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "out", "s.yaml"]
+
+
+def test_default_out_dir_uses_slug(tmp_path, monkeypatch):
+    (tmp_path / "c.yaml").write_text("claims:\n  - {id: p, text: t, kind: peak_flop_per_s, target: wse3, value: 1}\n")
+    (tmp_path / "s.yaml").write_text("name: ../up\ntitle: T\nkind: claims\nquestion: q\nclaims: c.yaml\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "s.yaml"]) == 0
+    assert (tmp_path / "reports" / "up" / "report.md").is_file()
+    assert not (tmp_path.parent / "up").exists()
+
+
+def test_study_files_parse():
+    root = Path(__file__).resolve().parents[1] / "studies"
+    for name in ("serve-llama3-70b.yaml", "train-175b.yaml", "claims-audit.yaml"):
+        st_, _ = load_study(root / name)
+        assert st_.slug == name.removesuffix(".yaml")
