@@ -1,0 +1,225 @@
+"""Fleet ILP: brute-force optimum on small cases, binding constraints and their savings, infeasibility
+diagnosis, the example demand traced to the catalogs, and the `wseplan fleet` command."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wseplan.errors import InfeasibleError
+from wseplan.optimize.fleet import (Config, Demand, FleetProblem, Sla, SystemType, build_problem, meets_sla, plan_fleet,
+                                    read_demand, solve_fleet, synthetic_problem)
+from wseplan.timing import TimeResult
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "studies" / "demand-example.yaml"
+
+
+def _sys(name, capex, annual, power=1.0, ru=1.0, per=1):
+    return SystemType(name=name, hardware=name, price_key=name, devices_per_system=per, capex_usd=capex,
+                      annual_usd=annual, peak_facility_power_w=power, rack_units=ru)
+
+
+def _brute(pb: FleetProblem, caps=None):
+    """Cheapest plan by enumeration: replicas of each SLA-meeting config up to what it needs alone."""
+    caps = caps or {k: getattr(pb, k) for k in ("power_cap_w", "rack_units_cap", "budget_usd")}
+    dem = {d.name: d for d in pb.demands}
+    cfg = [c for c in pb.configs if meets_sla(c, dem[c.workload])]
+    ranges = [range(0, math.ceil(dem[c.workload].amount / c.supply) + 1) for c in cfg]
+    sysd = {s.name: s for s in pb.systems}
+    best = None
+    for n in itertools.product(*ranges):
+        if any(sum(c.supply * k for c, k in zip(cfg, n) if c.workload == d.name) < d.amount - 1e-9 for d in pb.demands):
+            continue
+        counts = {s: math.ceil(sum(c.num_devices * k for c, k in zip(cfg, n) if c.system == s) / sysd[s].devices_per_system)
+                  for s in sysd}
+        use = {"power_cap_w": sum(sysd[s].peak_facility_power_w * v for s, v in counts.items()),
+               "rack_units_cap": sum(sysd[s].rack_units * v for s, v in counts.items()),
+               "budget_usd": sum(sysd[s].capex_usd * v for s, v in counts.items())
+               + sum(c.extra_capex_usd * k for c, k in zip(cfg, n))}
+        if any(caps[k] is not None and use[k] > caps[k] + 1e-9 for k in use):
+            continue
+        cost = sum(sysd[s].annual_usd * v for s, v in counts.items()) + sum(c.extra_annual_usd * k for c, k in zip(cfg, n))
+        best = cost if best is None else min(best, cost)
+    return best
+
+
+def _budget_case(budget=730.0, power=100.0):
+    # A: cheap to buy, dear to run, supplies 1; B: dear to buy, cheaper per unit of supply, supplies 3.
+    systems = [_sys("A", 100, 10), _sys("B", 400, 25)]
+    demands = [Demand(name="w", kind="serve", model="m", amount=6, unit="tok/s", sla=Sla(tpot_s=0.05))]
+    configs = [Config(workload="w", system="A", num_devices=1, batch=1, supply=1, ttft_s=0.1, tpot_s=0.01),
+               Config(workload="w", system="B", num_devices=1, batch=1, supply=3, ttft_s=0.1, tpot_s=0.01)]
+    return FleetProblem(demands=demands, systems=systems, configs=configs, budget_usd=budget, power_cap_w=power)
+
+
+def test_budget_binds_and_relaxing_it_saves_what_enumeration_says():
+    pb = _budget_case()
+    plan = solve_fleet(pb)
+    # hand: 1 B + 3 A costs 25 + 30 = 55/yr for 700 capex; 2 B (50/yr) needs 800 > 730
+    assert plan.status == "optimal" and plan.total_usd_per_year == pytest.approx(55.0)
+    assert plan.capex_usd == pytest.approx(700.0)
+    cons = {c.name: c for c in plan.constraints}
+    b = cons["budget_usd"]
+    assert b.binding and b.slack == pytest.approx(30.0)
+    assert b.relaxed_usd_per_year == pytest.approx(_brute(pb, {"budget_usd": 730 * 1.1, "power_cap_w": 100,
+                                                               "rack_units_cap": None}))
+    assert b.saving_usd_per_year == pytest.approx(5.0)
+    assert not cons["power_cap_w"].binding and cons["power_cap_w"].saving_usd_per_year == 0.0
+    # 10% less demand (5.4 tok/s) still needs 1 B + 3 A within the budget: tight (slack 0) but no saving
+    less = pb.model_copy(update={"demands": [pb.demands[0].model_copy(update={"amount": 5.4})]})
+    assert cons["demand_w"].slack == 0.0
+    assert cons["demand_w"].relaxed_usd_per_year == pytest.approx(_brute(less))
+    assert not cons["demand_w"].binding
+    assert plan.to_frames()["systems"]["count"].sum() == 4
+
+
+small = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(0, 10_000))
+
+
+@settings(max_examples=25, deadline=None)
+@given(small)
+def test_ilp_equals_brute_force_on_small_cases(args):
+    ns, nw, seed = args
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    systems = [_sys(f"s{j}", float(rng.integers(50, 500)), float(rng.integers(5, 60)), power=float(rng.integers(1, 5)),
+                    ru=float(rng.integers(1, 4)), per=int(rng.choice([1, 2]))) for j in range(ns)]
+    demands, configs = [], []
+    for w in range(nw):
+        demands.append(Demand(name=f"w{w}", kind="serve", model="m", amount=float(rng.integers(1, 9)), unit="tok/s",
+                              sla=Sla(tpot_s=0.05)))
+        for s in systems:
+            for _ in range(2):
+                configs.append(Config(workload=f"w{w}", system=s.name, num_devices=int(rng.integers(1, 3)), batch=1,
+                                      supply=float(rng.integers(2, 6)), ttft_s=0.1, tpot_s=float(rng.choice([0.01, 0.2]))))
+    caps = dict(power_cap_w=float(rng.integers(20, 60)), rack_units_cap=None, budget_usd=float(rng.integers(800, 4000)))
+    pb = FleetProblem(demands=demands, systems=systems, configs=configs, **caps)
+    best = _brute(pb)
+    if best is None:
+        with pytest.raises(InfeasibleError):
+            solve_fleet(pb, analyze=False)
+    else:
+        plan = solve_fleet(pb, analyze=False)
+        assert plan.total_usd_per_year == pytest.approx(best, rel=1e-9)
+        assert all(a.tpot_s <= 0.05 for a in plan.allocations)  # only SLA-meeting configurations serve
+
+
+def test_infeasible_power_cap_is_named():
+    pb = _budget_case(budget=None, power=1.0)
+    with pytest.raises(InfeasibleError, match=r"power cap .* needs at least 2 W") as exc:
+        solve_fleet(pb)
+    assert "\n" not in str(exc.value)
+
+
+def test_infeasible_sla_is_named():
+    pb = _budget_case()
+    pb = pb.model_copy(update={"demands": [pb.demands[0].model_copy(update={"sla": Sla(tpot_s=0.001)})]})
+    with pytest.raises(InfeasibleError, match="workload w: no configuration meets its SLA"):
+        solve_fleet(pb)
+
+
+def test_eight_systems_twenty_workloads_solve_fast():
+    pb = synthetic_problem(8, 20, seed=1)
+    plan = solve_fleet(pb, analyze=False)
+    assert plan.status == "optimal"
+    assert plan.solve_s <= 2.0
+    # every workload is served
+    served = {a.workload for a in plan.allocations}
+    assert served == {d.name for d in pb.demands}
+
+
+# --------------------------------------------------------------------------------------------- example demand
+def _fake_predict(model, target, *, phase="decode", precision="bf16", batch=None, context=None, output_tokens=None,
+                  catalog=None, **kw):
+    n = target.count or 1
+    common = dict(model="m", target=target.label, hardware=target.key, device_kind=target.kind, precision=precision,
+                  phase=phase, batch=batch, context=context, num_devices=n, bottleneck="compute")
+    if phase == "prefill":
+        step = 2e-5 * batch * context / n
+        return TimeResult(step_s=step, ttft_s=step, **common)
+    if phase == "decode":
+        tpot = 0.04 / n + 1e-4 * batch
+        return TimeResult(step_s=tpot, tpot_s=tpot, **common)
+    return TimeResult(step_s=20.0 * batch * context / 3e6 / (n / 64 if target.kind == "wafer" else n / 512), **common)
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    import wseplan.timing
+
+    monkeypatch.setattr(wseplan.timing, "predict_time", _fake_predict)
+
+
+def test_example_demand_traces_to_catalog_inputs(fake_time):
+    from wseplan.analytic.cost import HOURS_PER_YEAR, load_prices
+    from wseplan.catalog import load_catalog
+
+    cat = load_catalog()
+    prices = load_prices(catalog=cat)
+    spec = read_demand(EXAMPLE)
+    pb = build_problem(spec, catalog=cat, prices=prices)
+    site = {k: getattr(prices.site, k).si for k in type(prices.site).model_fields}
+    for s in pb.systems:
+        hp = prices.hardware[s.price_key]
+        if s.price_key == "cs3":
+            power, ru = cat.systems["cs3"].power_w.si, cat.systems["cs3"].rack_units.si
+        else:
+            g = cat.gpus[s.hardware]
+            power, ru = g.node_power_w.si, g.node_rack_units.si
+        hw = hp.capex_usd.si * (1 + hp.network_frac.si)
+        u = site["utilization_frac"]
+        annual = (hw * (1 + site["installation_frac"]) / site["amortization_years"] + hw * site["maintenance_frac_per_year"]
+                  + power * (u * site["busy_power_frac"] + (1 - u) * site["idle_power_frac"]) * site["pue"] / 1000
+                  * HOURS_PER_YEAR * site["electricity_usd_per_kwh"] + power / 1000 * site["facility_usd_per_kw_month"] * 12)
+        assert s.annual_usd == pytest.approx(annual, rel=1e-9), s.name
+        assert s.capex_usd == pytest.approx(hw * (1 + site["installation_frac"]), rel=1e-9)
+        assert s.peak_facility_power_w == pytest.approx(power * site["pue"], rel=1e-9)
+        assert s.rack_units == ru
+    plan = solve_fleet(pb, name=spec.name)
+    sysd = {s.name: s for s in pb.systems}
+    total = sum(r.count * sysd[r.system].annual_usd for r in plan.systems)
+    total += sum(a.replicas * c.extra_annual_usd for a in plan.allocations for c in pb.configs
+                 if c.workload == a.workload and c.system == a.system and c.num_devices == a.devices_per_replica
+                 and c.batch == a.batch)
+    assert plan.total_usd_per_year == pytest.approx(total, rel=1e-9)
+    # supply meets demand, SLAs hold, caps hold
+    for d in pb.demands:
+        assert sum(a.supply for a in plan.allocations if a.workload == d.name) >= d.amount
+    for a in plan.allocations:
+        if a.tpot_s is not None:
+            assert a.tpot_s <= 0.05 and a.ttft_s <= 2.0
+        if a.run_s is not None:
+            assert a.run_s <= 30 * 86400
+    assert plan.peak_facility_power_w <= spec.constraints.power_cap_w
+    assert plan.capex_usd <= spec.constraints.budget_usd
+
+
+def test_cli_fleet_example_and_infeasible(fake_time, capsys, tmp_path):
+    from wseplan.cli import main
+
+    rc = main(["fleet", str(EXAMPLE), "--format", "json"])
+    rec = json.loads(capsys.readouterr().out)
+    assert rc == 0 and rec["status"] == "optimal" and rec["systems"] and rec["constraints"]
+    for fmt in ("table", "csv", "md"):
+        assert main(["fleet", str(EXAMPLE), "--no-analysis", "--format", fmt]) == 0
+    capsys.readouterr()
+    text = EXAMPLE.read_text().replace('power_cap_w: "1.6 MW"', 'power_cap_w: "20 kW"')
+    bad = tmp_path / "tight.yaml"
+    bad.write_text(text)
+    rc = main(["fleet", str(bad)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "power cap" in err and err.count("\n") == 1
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(EXAMPLE.read_text().replace("deadline_days:", "deadline_dayz:"))
+    rc = main(["fleet", str(typo)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "deadline_dayz" in err and err.count("\n") == 1
+    rc = main(["fleet", str(tmp_path / "missing.yaml")])
+    assert rc == 2 and "not found" in capsys.readouterr().err
