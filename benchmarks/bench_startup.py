@@ -1,0 +1,135 @@
+"""Cold start-up: wall time of ``wseplan fit llama-70b --target wse3`` and ``wseplan --help`` (issue 7, item 2).
+
+Each run is a fresh interpreter started with :mod:`subprocess` (a cold process; the OS file cache is warm
+after one unmeasured run, as it is for a user's second command). The median of the runs is compared with
+the target of 0.35 s on the 2-core reference machine. Then ``python -X importtime`` shows where the time
+goes: self time summed per top-level package, the slowest wseplan modules, and a split of one run into
+interpreter start, ``import wseplan.cli`` and the command itself (lazy imports, catalog, fit, rendering).
+
+Run: ``python benchmarks/bench_startup.py [--runs N]`` (or through ``python benchmarks/run.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import figure, quick  # noqa: E402
+
+TARGET_S = 0.35
+FIT = ["fit", "llama-70b", "--target", "wse3"]
+HELP = ["--help"]
+HEAVY = ("pandas", "scipy", "pulp", "matplotlib")
+
+
+def cli_command() -> tuple[list[str], str]:
+    """The installed ``wseplan`` console script next to this interpreter, else the same entry point via -c."""
+    exe = Path(sys.executable).parent / "wseplan"
+    if exe.is_file():
+        return [str(exe)], str(exe)
+    code = "import sys; from wseplan.cli import console; sys.argv[0] = 'wseplan'; console()"
+    return [sys.executable, "-c", code], f"{sys.executable} -c 'from wseplan.cli import console; console()'"
+
+
+def time_cold(cmd: list[str], runs: int, cwd: str) -> list[float]:
+    subprocess.run(cmd, cwd=cwd, capture_output=True, check=True)  # unmeasured: fills the OS file cache, .pyc
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+_IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def import_profile(argv: list[str], cwd: str) -> tuple[collections.Counter, list[tuple[int, str]], float, list[str]]:
+    """Self time per top-level package and per wseplan module [us] from ``-X importtime``; heavy imports seen."""
+    code = ("import sys, io, contextlib; from wseplan.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(%r)\n"
+            "print('HEAVY=' + ','.join(m for m in %r if m in sys.modules))") % (argv, HEAVY)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=cwd, capture_output=True, text=True)
+    per_pkg: collections.Counter = collections.Counter()
+    ws = []
+    for line in proc.stderr.splitlines():
+        m = _IMPORT_LINE.match(line)
+        if m:
+            self_us, name = int(m.group(1)), m.group(4)
+            per_pkg[name.split(".")[0]] += self_us
+            if name.startswith("wseplan"):
+                ws.append((self_us, name))
+    heavy = [h for h in proc.stdout.split("HEAVY=")[-1].strip().split(",") if h]
+    return per_pkg, sorted(ws, reverse=True), sum(per_pkg.values()) / 1e6, heavy
+
+
+_SPLIT = """
+import time, io, contextlib, json, sys
+t1 = time.perf_counter()
+import wseplan.cli
+t2 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    wseplan.cli.main(%r)
+t3 = time.perf_counter()
+print(json.dumps([t2 - t1, t3 - t2]))
+"""
+
+
+def split_run(argv: list[str], runs: int, cwd: str) -> tuple[float, float, float]:
+    """Median interpreter start (python -c pass), import of wseplan.cli, and main() [s]."""
+    base = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], cwd=cwd, check=True)
+        base.append(time.perf_counter() - t0)
+    imp, run = [], []
+    for _ in range(runs):
+        a, b = json.loads(subprocess.run([sys.executable, "-c", _SPLIT % (argv,)], cwd=cwd, capture_output=True,
+                                         text=True, check=True).stdout)
+        imp.append(a)
+        run.append(b)
+    return statistics.median(base), statistics.median(imp), statistics.median(run)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="cold start-up of the wseplan CLI")
+    ap.add_argument("--runs", type=int, default=5 if quick() else 11, help="measured runs per command (>= 5)")
+    args = ap.parse_args()
+    runs = max(5, args.runs)
+    cmd, shown = cli_command()
+    cwd = tempfile.mkdtemp(prefix="wseplan-bench-")
+    try:
+        print(f"command: {shown} ...; {runs} cold runs each after one unmeasured run; cwd {cwd}")
+        ok = True
+        for label, argv in (("wseplan fit llama-70b --target wse3", FIT), ("wseplan --help", HELP)):
+            ts = time_cold(cmd + argv, runs, cwd)
+            ok &= figure(f"cold start, {label}", statistics.median(ts), "s", TARGET_S, higher_is_better=False,
+                         detail=f"median of {runs}; min {min(ts):.3f}, max {max(ts):.3f}")
+        base, imp, run = split_run(FIT, max(5, runs // 2), cwd)
+        print(f"split of `fit` (medians): interpreter start {base * 1e3:.0f} ms; import wseplan.cli {imp * 1e3:.0f} ms; "
+              f"main() {run * 1e3:.0f} ms (lazy imports of the fit path, catalog load, fit, rendering)")
+        for label, argv in (("fit", FIT), ("--help", HELP)):
+            per_pkg, ws, total, heavy = import_profile(argv, cwd)
+            top = ", ".join(f"{k} {v / 1e3:.1f}" for k, v in per_pkg.most_common(10))
+            print(f"imports for `{label}` (python -X importtime, self time summed per package, ms; total {total * 1e3:.0f} ms "
+                  f"with the profiler's overhead): {top}")
+            if label == "fit":
+                print("  slowest wseplan modules (self ms): " + ", ".join(f"{n} {u / 1e3:.1f}" for u, n in ws[:8]))
+            print(f"  heavy libraries imported: {', '.join(heavy) if heavy else 'none'} (of {', '.join(HEAVY)})")
+            ok &= not heavy
+        return 0
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
