@@ -46,7 +46,7 @@ from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 TRAIN_OPTIONS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel", "virtual_pipeline",
                  "micro_batch", "recompute", "zero_stage", "sequence_parallel", "global_batch", "trainable",
-                 "single_layer", "calibration")
+                 "single_layer", "train_tokens", "calibration")
 INFER_OPTIONS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "concurrency", "input_tokens",
                  "calibration")
 
@@ -113,7 +113,7 @@ def _block_gemms(m, tp):
 
 
 def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
-                         cal: GpuCalibration, batch_sequences=None):
+                         cal: GpuCalibration, sequence_parallel: bool = True):
     """Forward time of one block's compute on one GPU [s] and its parts (gemm, attention, elementwise).
 
     ``tokens`` are the tokens the GPU processes in this pass (M of every GEMM); ``context_attended`` is the
@@ -144,7 +144,7 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
         gemm_mem = gemm_mem + np.where(t_m > t_c, t_m, 0.0)
     attn_flop = 4.0 * m.num_heads * m.head_dim_ * np.asarray(context_attended, dtype=float) * tokens / tp
     attn = attn_flop / (peak_flop_per_s * cal.attention_frac)
-    elem = cal.elementwise_vectors_per_token * 2.0 * m.d_model * tokens / tp / hbm_bytes_per_s
+    elem = cal.elementwise_vectors_per_token * 2.0 * m.d_model * tokens / (tp if sequence_parallel else 1.0) / hbm_bytes_per_s
     return gemm + attn + elem, {"gemm": gemm, "gemm_memory_bound": gemm_mem, "attention": attn, "elementwise": elem}
 
 
@@ -206,7 +206,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     tokens = mb * s / cp  # tokens per micro-batch per GPU's sequence shard
     attended = (s + 1.0) / 2.0  # causal
     t_fwd, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
-                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal)
+                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal,
+                                        sequence_parallel=sequence_parallel)
     # backward: activation gradients (1x) + weight gradients (1x, not for frozen LoRA bases)
     bwd_factor = 1.0 if trainable == "lora" else 2.0
     t_recompute = np.where(rc >= 2, t_fwd, np.where(rc >= 1, parts["attention"], 0.0))
@@ -263,6 +264,12 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     return {"step_s": step, "layer_s": t_layer, "compute_s": nmb * t_mb, "tp_comm_s": nmb * layers_stage * t_tp,
             "bubble_s": bubble, "p2p_s": nmb * t_p2p, "dp_exposed_s": exposed, "dp_comm_s": t_dp,
             "optimizer_s": t_opt, "num_microbatches": nmb}
+
+
+def time_to_train(*, step_s, tokens_per_step, train_tokens, num_gpus):
+    """Wall time [s] and GPU-hours [GPU-h] to train ``train_tokens`` at ``tokens_per_step`` per ``step_s``."""
+    secs = np.asarray(train_tokens, dtype=float) / np.asarray(tokens_per_step, dtype=float) * np.asarray(step_s, dtype=float)
+    return secs, secs * num_gpus / 3600.0
 
 
 def _stage_params(m, pp, trainable="full"):
@@ -452,14 +459,20 @@ def predict(model, target, catalog, *, phase: str, precision: str, batch=None, c
                 raise InputError(f"{name}: must be a positive integer, got {v!r}")
         gb = int(batch) if batch is not None else int(_opt(options, "global_batch", dp * mb))
         single = bool(options.get("single_layer"))
+        sp = bool(_opt(options, "sequence_parallel", True))
         r = train_step(model, gpu, precision=precision, seq_len=ctx, global_batch=gb, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp,
-                       micro_batch=mb, recompute=rec, zero_stage=zs, trainable=trainable, single_layer=single, cal=cal)
+                       micro_batch=mb, recompute=rec, zero_stage=zs, trainable=trainable, single_layer=single,
+                       sequence_parallel=sp, cal=cal)
         r = {k: float(v) for k, v in r.items()}
         n_gpus = tp * pp * dp * cp
         step = r["step_s"]
         tokens = gb * ctx
         flops = model_flop_per_token(model, seq_len=ctx) * tokens
         peak = gpu.peak_flop_per_s(precision)
+        train_tokens = options.get("train_tokens")
+        if train_tokens and not single:
+            secs, gpu_h = time_to_train(step_s=step, tokens_per_step=tokens, train_tokens=float(train_tokens), num_gpus=n_gpus)
+            notes.append(f"time to train {float(train_tokens):.4g} tokens: {secs / 86400:.4g} days, {gpu_h:.4g} GPU-hours")
         breakdown = {"compute": r["compute_s"] - r["tp_comm_s"], "nvlink": r["tp_comm_s"], "pipeline_bubble": r["bubble_s"],
                      "pipeline_p2p": r["p2p_s"], "network": r["dp_exposed_s"], "optimizer": r["optimizer_s"]}
         if single:

@@ -30,6 +30,7 @@ def register(app) -> None:
         recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full."),
         zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
         search: bool = typer.Option(False, "--search", help="GPU train: search the fastest layout that fits first."),
+        train_tokens: Optional[float] = typer.Option(None, "--train-tokens", help="Train: also report wall time and GPU-hours for N tokens."),
         fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json | csv | md."),
         catalog: Optional[list[str]] = typer.Option(None, "--catalog", help="Extra catalog folder(s)."),
     ) -> None:
@@ -77,15 +78,28 @@ def register(app) -> None:
                     "data_parallel": b["data_parallel"], "virtual_pipeline": b["virtual_pipeline"],
                     "micro_batch": b["micro_batch"], "recompute": b["recompute"], "zero_stage": b["zero_stage"]}
             batch, context = gb, seq
+        if train_tokens is not None:
+            if phase != "train":
+                raise InputError("--train-tokens: applies to --phase train")
+            if not train_tokens > 0:
+                raise InputError(f"--train-tokens: must be > 0, got {train_tokens!r}")
+            if t.kind == "gpu":
+                opts["train_tokens"] = train_tokens
         res = predict_time(m, t, phase=phase, precision=precision, batch=batch, context=context,
                            output_tokens=output_tokens, catalog=cat, **opts)
+        extra = {}
+        if train_tokens is not None and res.step_s and res.tokens_per_s:
+            secs = train_tokens / res.tokens_per_s
+            extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "gpu_hours": secs * res.num_devices / 3600.0}
         if fmt == "json":
             rec = res.to_record()
+            rec.update(extra)
             if searched:
                 rec["search"] = {k: searched[k] for k in ("num_evaluated", "num_feasible", "num_infeasible")}
             _emit(F.to_json(rec))
             return
         row = res.to_row()
+        row.update(extra)
         if searched:
             row.update({f"search_{k}": searched[k] for k in ("num_evaluated", "num_feasible", "num_infeasible")})
         if fmt == "csv":
