@@ -332,7 +332,8 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     Wafer targets: one stage per wafer, memory as ``wseplan fit`` counts it (weights + KV cache for
     batch x context + per-wafer activation working set, a tied LM head copied to the last wafer), capacity
     usable SRAM x (1 - reserve). GPU targets: one pipeline stage per group of ``tensor_parallel`` GPUs
-    holding weights + KV in HBM x tp x (1 - reserve). With a device count in the target (``cs3x32``) and
+    holding weights + KV in HBM x tp x (1 - reserve); bytes and capacity are reported per GPU, as fit does
+    (a stage's bytes / tp). With a device count in the target (``cs3x32``) and
     ``latency``, exactly that many stages; without one, the fewest devices that fit.
 
     The stage cost is the stage's weight + KV bytes, which a bandwidth-bound decode step reads once per
@@ -403,19 +404,21 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     x = single if sol.num_stages <= 1 else multi
     if sol.reason:
         notes.append(sol.reason)
-    loads = [float(x[a : e + 1].sum() + act_const) for a, e in sol.stages]
+    # per device, as fit reports it: a GPU stage's bytes are split over its tp GPUs
+    loads = [float(x[a : e + 1].sum() + act_const) / tp for a, e in sol.stages]
     stages = _stage_records(w, sol.stages, loads) if sol.stages else []
     n_stages = sol.num_stages
+    max_cost = sol.max_stage_cost / tp if sol.max_stage_cost is not None else None
     if objective == "latency":
-        obj, unit = sol.max_stage_cost, "bytes"
+        obj, unit = max_cost, "bytes"
     else:
         obj, unit = (float(n_stages * tp) if sol.objective is not None else None), "devices"
     return PlacementResult(model=w.model_name, target=t.label, hardware=t.key, device_kind=t.kind, precision=precision,
                            phase=phase, batch=batch, context=context, objective_kind=objective, status=sol.status,
                            optimal=sol.optimal, objective=obj, objective_unit=unit, solver=sol.solver,
                            solve_s=sol.solve_s, num_devices=(t.count if t.count is not None else n_stages * tp),
-                           num_stages=n_stages, devices_per_stage=tp, capacity_bytes=cap,
-                           max_stage_bytes=max(loads) if loads else None, max_stage_cost=sol.max_stage_cost,
+                           num_stages=n_stages, devices_per_stage=tp, capacity_bytes=cap / tp,
+                           max_stage_bytes=max(loads) if loads else None, max_stage_cost=max_cost,
                            cost_unit="bytes", num_variables=sol.num_variables, num_constraints=sol.num_constraints,
                            stages=stages, notes=notes)
 
