@@ -212,7 +212,9 @@ def _pipeline_time(arch, phase, *, layers, stage_bytes, batch, context, grid, wa
     per_wafer_regions = (int(wafer.pe_rows.si) // rows) * (int(wafer.pe_cols.si) // cols)
     tokens_moved = micro_batch * (context if phase == "prefill" else 1)
     act_bytes = tokens_moved * arch.d_model * fk["dtype_bytes"]
-    hop = float(fab.message_cycles(hops=rows + cols, message_bytes=act_bytes, hop_latency_cycles=fk["hop_latency_cycles"],
+    # hand-over to the next region: across the shared boundary, min(rows, cols) links in parallel
+    hop = float(fab.message_cycles(hops=rows + cols, message_bytes=act_bytes / min(rows, cols),
+                                   hop_latency_cycles=fk["hop_latency_cycles"],
                                    link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"]))
     hop += fk["per_kernel_overhead_cycles"]
     placed_ok = True
@@ -280,7 +282,9 @@ def predict(model, target, catalog, *, phase, precision, batch, context, output_
         A wafer target; ``count`` wafers (pipeline stages for inference, data-parallel systems for training).
     catalog : Catalog
     phase : str
-        ``train`` (weight streaming with MemoryX, :mod:`.stream`), ``prefill``, ``decode`` or ``e2e``.
+        ``train`` (weight streaming with MemoryX, :mod:`.stream`), ``prefill``, ``decode`` or ``e2e``
+        (``e2e-infer`` is accepted as an alias). ``decode`` with ``output_tokens`` reports the time per output
+        token at the mean KV length ``context + output_tokens / 2``.
     precision : str
     batch : int
         Training: sequences per step (all systems). Inference: concurrent sequences.
@@ -299,6 +303,7 @@ def predict(model, target, catalog, *, phase, precision, batch, context, output_
     """
     from ..timing import TimeResult
 
+    phase = {"e2e-infer": "e2e"}.get(phase, phase)  # the validation file's phase name
     if phase not in PHASES:
         raise InputError(f"phase: unknown {phase!r}; use one of {', '.join(PHASES)}")
     d = catalog.defaults
