@@ -107,7 +107,7 @@ def slot_sequence_time_s(*, load_s, compute_s, out_s=0.0, latency_s=0.0, prefetc
     prefetch_layers : int
         Weight buffers beyond the computing layer; 0 means no overlap.
     overlap_efficiency_frac : array_like
-        Share of the shorter of (compute, transfer) hidden behind the longer [0-1].
+        Share of the shorter of (compute, next load) hidden behind the longer [0-1].
 
     Returns
     -------
@@ -116,23 +116,32 @@ def slot_sequence_time_s(*, load_s, compute_s, out_s=0.0, latency_s=0.0, prefetc
 
     Notes
     -----
-    Prefetch >= 1: ``T = l_0 + lat + sum_i [max(c_i, x_i) + (1 - eta) min(c_i, x_i)] + o_last + lat`` with
-    ``x_i = max(l_{i+1}, o_{i-1})`` the transfers that run while slot i computes. Prefetch 0:
-    ``T = sum_i (l_i + lat + c_i) + o_last + lat``.
+    Prefetch >= 1 (the next slot's load runs while this slot computes): slot j lasts
+    ``d_j = max(c_j, x_j) + (1 - eta) min(c_j, x_j)`` with ``x_j = l_{j+1} + lat`` (``d_{S-1} = c_{S-1}``), so
+    slot i computes until ``E_i = l_0 + lat + sum_{j<i} d_j + c_i``. The outbound direction is its own FIFO
+    queue: ``out_end = max_i (E_i + sum_{j>=i} o_j) + lat``. ``T = max(E_{S-1}, out_end)``.
+    Prefetch 0: ``d_j = c_j + l_{j+1} + lat``. This matches the event simulation
+    :func:`wseplan.sim.memoryx.simulate_stream` exactly for uniform layers.
     """
     load = np.asarray(load_s, dtype=float)
     comp = np.asarray(compute_s, dtype=float)
-    out = np.broadcast_to(np.asarray(out_s, dtype=float), np.broadcast_shapes(load.shape, comp.shape))
-    load, comp = np.broadcast_arrays(load, comp)
+    shape = np.broadcast_shapes(load.shape, comp.shape, np.shape(out_s))
+    load, comp = np.broadcast_to(load, shape), np.broadcast_to(comp, shape)
+    out = np.broadcast_to(np.asarray(out_s, dtype=float), shape)
     lat = np.asarray(latency_s, dtype=float)
     eta = np.clip(np.asarray(overlap_efficiency_frac, dtype=float), 0.0, 1.0)
-    if int(prefetch_layers) <= 0:
-        return (load + comp).sum(axis=0) + load.shape[0] * lat + out[-1] + lat
     nxt = np.concatenate([load[1:], np.zeros_like(load[:1])])
-    prev_out = np.concatenate([np.zeros_like(out[:1]), out[:-1]])
-    x = np.maximum(nxt + np.where(nxt > 0, lat, 0.0), prev_out)
-    body = np.maximum(comp, x) + (1.0 - eta) * np.minimum(comp, x)
-    return load[0] + lat + body.sum(axis=0) + out[-1] + lat
+    x = nxt + np.where(nxt > 0, lat, 0.0)
+    if int(prefetch_layers) <= 0:
+        d = comp + x
+    else:
+        d = np.maximum(comp, x) + (1.0 - eta) * np.minimum(comp, x)
+    d = np.concatenate([d[:-1], comp[-1:]])
+    before = np.cumsum(d, axis=0) - d  # sum_{j<i} d_j
+    E = load[0] + lat + before + comp
+    tail_out = np.flip(np.cumsum(np.flip(out, axis=0), axis=0), axis=0)  # sum_{j>=i} o_j
+    out_end = np.max(E + tail_out, axis=0) + np.where(out.sum(axis=0) > 0, lat, 0.0)
+    return np.maximum(E[-1], out_end)
 
 
 def recompute_segment_layers(num_layers: int) -> int:
