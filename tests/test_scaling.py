@@ -35,6 +35,9 @@ def test_efficiency_and_dp_step_hand():
     # all-reduce 2 s, 80% overlappable but only 1 s of backward to hide it in: 3 + 2 - 1
     assert SC.gpu_dp_step_s(compute_s=3.0, backward_s=1.0, allreduce_s=2.0, overlap_frac=0.8) == pytest.approx(4.0)
     assert SC.gpu_dp_step_s(compute_s=3.0, backward_s=5.0, allreduce_s=2.0, overlap_frac=0.8) == pytest.approx(3.4)
+    # 4 stages, 12 micro-batches: 3 / 15
+    assert SC.pipeline_bubble_frac(num_stages=4, num_micro_batches=12) == pytest.approx(0.2)
+    assert SC.pipeline_bubble_frac(num_stages=1, num_micro_batches=3) == 0.0
 
 
 @settings(max_examples=50, deadline=None)
@@ -76,11 +79,16 @@ def test_gpu_rows_hand_one_node(cat):
     c = load_stream_constants()
     f = fit(m, "h100", precision="bf16", phase="train", batch=1, context=2048, catalog=cat)
     R = f.layout.tensor_parallel * f.layout.pipeline_parallel
+    R = 1 << (R - 1).bit_length()  # rounded up to a power of two so that replicas tile the node
+    assert R <= 8
+    tp = min(f.layout.tensor_parallel, R)
+    pp = R // tp
     dp = 8 // R
     w = build_workload(m, cat, precision="bf16", phase="train", batch=1, context=2048)
     gpu = t.device
     rate = gpu.peak_flop_per_s("bf16") * c.gpu_dp_compute_efficiency_frac.si
-    compute = 3 * float(w.flop_per_token.sum()) * 64 * 2048 / dp / (R * rate)
+    m_b = 64 / dp  # one-sequence micro-batches per replica
+    compute = 3 * float(w.flop_per_token.sum()) * 64 * 2048 / dp / (R * rate) / (1 - (pp - 1) / (m_b + pp - 1))
     ar = float(coll.hierarchical_allreduce_time_s(
         message_bytes=w.total_params * 2 / R, num_ranks=dp, ranks_per_node=8 // R,
         intra_bandwidth_bytes_per_s=gpu.scale_up_bandwidth_bytes_per_s.si, intra_latency_s=c.gpu_dp_link_latency_s.si,

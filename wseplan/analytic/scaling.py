@@ -6,6 +6,8 @@
   batch each system's share shrinks as ``B / N``; scaling is near-linear while that share stays above the
   streaming minimum (``min_batch_compute_bound``) and falls off below it, where the weight stream is exposed.
 * **GPU**: data-parallel replicas of the smallest tensor x pipeline layout that fits (:func:`wseplan.fit.fit`),
+  rounded up to a power of two GPUs (or of nodes) so that replicas tile the nodes, with the pipeline bubble
+  ``(p - 1)/(m + p - 1)`` of one-sequence micro-batches,
   compute at an achievable fraction of peak, and the gradient all-reduce (ring, hierarchical NVLink/InfiniBand,
   :mod:`wseplan.analytic.collectives`) partly overlapped with the backward pass.
 
@@ -52,6 +54,19 @@ def gpu_dp_step_s(*, compute_s, backward_s, allreduce_s, overlap_frac):
     return np.asarray(compute_s, dtype=float) + ar - hidden
 
 
+def pipeline_bubble_frac(*, num_stages, num_micro_batches):
+    """Idle share of a synchronous pipeline (GPipe/1F1B): ``(p - 1) / (m + p - 1)`` [fraction]."""
+    p = np.asarray(num_stages, dtype=float)
+    m = np.asarray(num_micro_batches, dtype=float)
+    return (p - 1.0) / (m + p - 1.0)
+
+
+def _gpu_bottleneck(step_s: float, *, bubble_s: float, exposed_allreduce_s: float) -> str:
+    """``pipeline_bubble`` or ``dp_allreduce`` when that loss is the larger one and exceeds 10% of the step."""
+    name, loss = max((("pipeline_bubble", bubble_s), ("dp_allreduce", exposed_allreduce_s)), key=lambda x: x[1])
+    return name if loss > 0.1 * step_s else "compute"
+
+
 def wse_rows(model, target, catalog, *, precision: str, global_batch: int, context: int, counts: list[int],
              policy: str = "auto", micro_batch: int | None = None) -> list[dict]:
     """One row per system count for a wafer target (see module notes)."""
@@ -81,6 +96,11 @@ def gpu_rows(model, target, catalog, *, precision: str, global_batch: int, conte
     f = fit(model, target.key, precision=precision, phase="train", batch=1, context=context, catalog=catalog)
     lo = f.layout
     R = lo.tensor_parallel * lo.pipeline_parallel if lo is not None else 1
+    # replicas tile the nodes exactly: a power of two up to a node, whole powers of two of nodes above it
+    R = 1 << max(0, math.ceil(math.log2(R)))
+    R = R if R <= gpn else gpn * (1 << max(0, math.ceil(math.log2(R / gpn))))
+    tp = min(lo.tensor_parallel if lo is not None else 1, R)
+    pp = max(1, R // tp)
     w = build_workload(model, catalog, precision=precision, phase="train", batch=1, context=context)
     flop_tok = float(w.flop_per_token.sum())
     peak = gpu.peak_flop_per_s(precision) * c.gpu_dp_compute_efficiency_frac.si
@@ -92,7 +112,9 @@ def gpu_rows(model, target, catalog, *, precision: str, global_batch: int, conte
         if dp < 1 or global_batch < dp:
             continue
         tokens = global_batch * context / dp
-        compute = 3.0 * flop_tok * tokens / (R * peak)
+        bubble = pipeline_bubble_frac(num_stages=pp, num_micro_batches=global_batch / dp)
+        ideal = 3.0 * flop_tok * tokens / (R * peak)
+        compute = ideal / (1.0 - bubble)
         backward = compute * 2.0 / 3.0
         ar = float(coll.hierarchical_allreduce_time_s(
             message_bytes=grad_bytes, num_ranks=dp, ranks_per_node=max(1, gpn // R),
@@ -102,7 +124,7 @@ def gpu_rows(model, target, catalog, *, precision: str, global_batch: int, conte
         rows.append(dict(target=target.key, num_systems=n, num_devices=dp * R, step_s=step,
                          tokens_per_s=global_batch * context / step, per_system_batch=global_batch / n,
                          min_batch_compute_bound=None, utilization_frac=compute / step,
-                         bottleneck="dp_allreduce" if ar > backward else "compute"))
+                         bottleneck=_gpu_bottleneck(step, bubble_s=compute - ideal, exposed_allreduce_s=step - compute)))
     return rows
 
 

@@ -418,7 +418,8 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
     if mb is None or mb >= per_sys:
         passes, tokens = 1, per_sys * context
     else:
-        passes, tokens = math.ceil(per_sys / mb), mb * context
+        passes = math.ceil(per_sys / mb)
+        tokens = per_sys * context / passes  # equal passes of at most mb sequences
     per_tok = {p: activation_bytes_per_token(policy=p, checkpoint_bytes_per_token=ck, activation_bytes_per_token=act)
                for p in ("store", "checkpoint", "recompute")}
     opt_s = w.params * mx.optimizer_bytes_per_param.si * 2.0 / c.memoryx_update_bytes_per_s.si
@@ -465,7 +466,7 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
                      "use a smaller batch or micro-batch, more systems, or another policy")
     res, spill = run(chosen)
     if passes > 1:
-        notes.append(f"{passes} passes of {mb} sequences per system (gradient accumulation)")
+        notes.append(f"{passes} passes of {per_sys / passes:.4g} sequences per system (gradient accumulation)")
     base = run("checkpoint")[0] if chosen == "spill" else res  # the same step without the spill traffic
     base_step = float(base["step_s"])
     step = float(res["step_s"])
