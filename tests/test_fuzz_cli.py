@@ -481,7 +481,7 @@ def test_fuzz_distinct_count():
 
 
 # ---------------------------------------------------------------------------------------------
-# Regression tests for bugs this fuzzing found (strict xfail: they pass, and must be unmarked, once fixed)
+# Regression tests for bugs this fuzzing found (all fixed; kept as regressions)
 # ---------------------------------------------------------------------------------------------
 def _run_captured(capsys, argv, work):
     try:
@@ -491,9 +491,6 @@ def _run_captured(capsys, argv, work):
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: model_from_hf_config accepts huge integer sizes; num_hidden_layers=1e30 "
-                   "escapes as ValueError('Maximum allowed dimension exceeded') from np.full in transformer_workload, "
-                   "hidden_size/head_dim=1e30 give exit 0 with overflowing numbers")
 @pytest.mark.parametrize("field", ["num_hidden_layers", "hidden_size", "head_dim"])
 def test_bug_config_json_huge_sizes(capsys, dirs, field):
     work, inputs = dirs
@@ -501,8 +498,6 @@ def test_bug_config_json_huge_sizes(capsys, dirs, field):
     _run_captured(capsys, ["fit", str(p), "--target", "wse3"], work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: model_from_hf_config calls int() on num_local_experts / "
-                   "num_experts_per_tok outside its try block, so a non-numeric value escapes as ValueError")
 @pytest.mark.parametrize("extra", [{"num_local_experts": "a"}, {"num_local_experts": 2, "num_experts_per_tok": "x"}])
 def test_bug_config_json_non_numeric_experts(capsys, dirs, extra):
     work, inputs = dirs
@@ -510,17 +505,12 @@ def test_bug_config_json_non_numeric_experts(capsys, dirs, extra):
     _run_captured(capsys, ["fit", str(p), "--target", "h100x8"], work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: model_from_hf_config reads tie_word_embeddings with bool(), so the "
-                   "string 'no' (or 'false') means tied; a non-boolean should be an error")
 def test_bug_config_json_string_boolean(capsys, dirs):
     work, inputs = dirs
     p = _write(inputs / "tied.json", json.dumps(dict(_HF_BASE, tie_word_embeddings="no")))
     _run_captured(capsys, ["fit", str(p), "--target", "h100x8"], work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LayerSpec (catalog/schema.py) accepts params=.inf / 1e300; "
-                   "fit_wafer_train then raises OverflowError/ValueError from math.ceil, and decode on wse3x2 "
-                   "prints numpy RuntimeWarnings (min_max_partition) and exits 0")
 @pytest.mark.parametrize("value,target,phase", [(".inf", "wse3", "train"), ("1.0e+300", "wse3", "train"),
                                                 (".inf", "wse3x2", "decode")])
 def test_bug_layer_yaml_non_finite_params(capsys, dirs, value, target, phase):
@@ -530,24 +520,17 @@ def test_bug_layer_yaml_non_finite_params(capsys, dirs, value, target, phase):
     _run_captured(capsys, ["fit", str(p), "--target", target, "--phase", phase], work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a layer-list YAML may name any source id (e.g. 'nope'); unlike "
-                   "--catalog files it is never checked against catalogs/sources.yaml")
 def test_bug_layer_yaml_unknown_source(capsys, dirs):
     work, inputs = dirs
     p = _write(inputs / "src.yaml", yaml.safe_dump({"name": "n", "source": "nosuch-source", "layers": [_LAYER]}))
     _run_captured(capsys, ["fit", str(p), "--target", "h100x8"], work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: fit accepts any batch/context (no upper bound); batch=1e30 exits 0 and "
-                   "fit_wafer_inference reports weights_bytes 4.2e9 for a 141 GB model (weights = sum(x - kv) "
-                   "cancels catastrophically when kv >> weights)")
 @pytest.mark.parametrize("option", ["--batch", "--context"])
 def test_bug_huge_batch_or_context(capsys, dirs, option):
     _run_captured(capsys, ["fit", "llama-70b", "--target", "wse3", option, str(10**30)], dirs[0])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: catalog defaults accept default_batch=1e300 (Defaults has no bound "
-                   "or integer check); fit then overflows with numpy RuntimeWarnings on stderr and exits 0")
 def test_bug_catalog_huge_default_batch(capsys, dirs):
     work, inputs = dirs
     cat_dir = inputs / "huge-defaults"
@@ -557,8 +540,6 @@ def test_bug_catalog_huge_default_batch(capsys, dirs):
     _run_captured(capsys, ["fit", "llama-70b", "--target", "h100x8", "--catalog", str(cat_dir)], work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a catalog model with num_layers=1e20 loads, then np.full raises "
-                   "ValueError('Maximum allowed dimension exceeded') in transformer_workload (traceback)")
 def test_bug_catalog_huge_num_layers(capsys, dirs):
     work, inputs = dirs
     cat_dir = inputs / "huge-model"
@@ -568,7 +549,5 @@ def test_bug_catalog_huge_num_layers(capsys, dirs):
     _run_captured(capsys, ["fit", "llama-70b", "--target", "wse3", "--catalog", str(cat_dir)], work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: fit uses `memoryx_option or default`, so --memoryx '' silently means "
-                   "the default capacity instead of an unknown option")
 def test_bug_empty_memoryx_option(capsys, dirs):
     _run_captured(capsys, ["fit", "llama-70b", "--target", "wse3", "--phase", "train", "--memoryx", ""], dirs[0])

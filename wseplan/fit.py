@@ -124,7 +124,15 @@ def resolve_model(name: str, catalog: Catalog) -> Model | GenericModel:
     if name.endswith((".yaml", ".yml")):
         if not p.is_file():
             raise InputError(f"model: file {name} not found; check the path")
-        return generic_model_from_file(p)
+        g = generic_model_from_file(p)
+        ids = [g.source] if isinstance(g.source, str) else list(g.source)
+        unknown = [i for i in ids if i not in catalog.sources]
+        if unknown:
+            from .errors import suggest
+
+            raise InputError(f"model: {p}: unknown source id {unknown[0]!r}{suggest(unknown[0], catalog.sources)}; "
+                             "use an id from catalogs/sources.yaml or add one with --catalog")
+        return g
     sec, key = catalog.resolve_model_name(name)
     return getattr(catalog, sec)[key]
 
@@ -174,12 +182,14 @@ def fit_wafer_inference(w: Workload, target: Target, catalog: Catalog, reserve_f
     act_const = w.working_set_bytes_per_token * _tokens_in_flight(w, catalog.defaults.prefill_chunk_tokens.si)
     notes: list[str] = []
 
-    def items(multi: bool) -> np.ndarray:
-        x = w.weight_bytes + kv_items
+    def weights_of(multi: bool) -> np.ndarray:
+        wb = w.weight_bytes.copy()
         if multi and w.tied_head_bytes:
-            x = x.copy()
-            x[-1] += w.tied_head_bytes  # the last wafer needs its own copy of a tied LM head
-        return x
+            wb[-1] += w.tied_head_bytes  # the last wafer needs its own copy of a tied LM head
+        return wb
+
+    def items(multi: bool) -> np.ndarray:
+        return weights_of(multi) + kv_items
 
     n_items = len(w.kind)
     if target.count is None:
@@ -204,16 +214,17 @@ def fit_wafer_inference(w: Workload, target: Target, catalog: Catalog, reserve_f
         if target.count > n_items:
             notes.append(f"only {n_items} layers to place; {target.count - n_items} wafers left idle")
         fits_all = True
+    wb = weights_of(len(stages) > 1)
     loads = [float(x[a : b + 1].sum() + act_const) for a, b in stages]
     fits = fits_all and max(loads) <= cap
     num = len(stages) if target.count is None else target.count
-    weights = float(sum(x[a : b + 1].sum() - kv_items[a : b + 1].sum() for a, b in stages))
+    weights = float(sum(wb[a : b + 1].sum() for a, b in stages))
     kv_total = float(kv_items.sum())
     act_total = act_const * len(stages)
     total = weights + kv_total + act_total
     fullest = int(np.argmax(loads))
     a, b = stages[fullest]
-    parts = {"weights": float(x[a : b + 1].sum() - kv_items[a : b + 1].sum()), "kv_cache": float(kv_items[a : b + 1].sum()),
+    parts = {"weights": float(wb[a : b + 1].sum()), "kv_cache": float(kv_items[a : b + 1].sum()),
              "activations": act_const, "optimizer": 0.0}
     headroom = cap - max(loads)
     shortfall = 0.0
@@ -221,7 +232,7 @@ def fit_wafer_inference(w: Workload, target: Target, catalog: Catalog, reserve_f
         shortfall = max(loads) - cap  # extra bytes per wafer that would make these wafers enough
     # largest batch x context that fits with the same stages (activations held at this batch)
     kv_per_tok = [float(w.kv_bytes_per_token[a : b + 1].sum()) for a, b in stages]
-    w_stage = [float(x[a : b + 1].sum() - kv_items[a : b + 1].sum()) for a, b in stages]
+    w_stage = [float(wb[a : b + 1].sum()) for a, b in stages]
     room = [(cap - ws - act_const) / kt if kt > 0 else math.inf for ws, kt in zip(w_stage, kv_per_tok)]
     mt = min(room)
     max_tokens = 0 if mt < 0 else (int(mt) if math.isfinite(mt) else 0)
@@ -238,7 +249,7 @@ def fit_wafer_train(w: Workload, target: Target, catalog: Catalog, reserve_frac:
     wafer = target.device
     system = catalog.system_for_wafer(target.key)
     mx = catalog.memoryx[system.memoryx]
-    option = memoryx_option or mx.default_capacity
+    option = mx.default_capacity if memoryx_option is None else memoryx_option
     if option not in mx.capacity_options_bytes:
         raise InputError(f"memoryx: unknown option {option!r}; choose one of {', '.join(mx.capacity_options_bytes)}")
     mx_cap = mx.capacity_options_bytes[option].si
@@ -433,8 +444,12 @@ def fit(model: str | Model | GenericModel, target: str | Target, *, precision: s
     """
     cat = catalog or load_catalog()
     d = cat.defaults
-    batch = int(d.default_batch.si) if batch is None else batch
-    context = int(d.default_context_tokens.si) if context is None else context
+    if batch is None:
+        batch = d.default_batch.si
+        batch = int(batch) if float(batch).is_integer() and abs(batch) < 2**62 else batch
+    if context is None:
+        context = d.default_context_tokens.si
+        context = int(context) if float(context).is_integer() and abs(context) < 2**62 else context
     check_positive_int(batch, "batch")
     check_positive_int(context, "context")
     if zero_stage not in (0, 1, 2, 3):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+
+from pydantic import ValidationError
 from pathlib import Path
 
 import numpy as np
@@ -43,9 +45,17 @@ def activation_bytes_per_element(precision: str) -> float:
     return 4.0 if precision in ("fp32", "tf32") else 2.0
 
 
-def check_positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InputError(f"{name}: must be a positive integer, got {value!r}")
+#: largest batch [sequences] and context [tokens] accepted, so every byte count stays finite and exact
+MAX_BATCH = 10_000_000
+MAX_CONTEXT = 100_000_000
+
+
+def check_positive_int(value, name: str, maximum: int | None = None) -> int:
+    """Return ``value`` as int if it is an integer in [1, maximum]; else raise InputError naming ``name``."""
+    if maximum is None:
+        maximum = {"batch": MAX_BATCH, "context": MAX_CONTEXT}.get(name, 2**53)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 < value <= maximum:
+        raise InputError(f"{name}: must be an integer from 1 to {maximum:,}, got {value!r}")
     return int(value)
 
 
@@ -323,25 +333,43 @@ def model_from_hf_config(path: str | Path) -> Model:
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu"))).lower()
     mtype = str(cfg.get("model_type", "")).lower()
     gated = act in ("silu", "swiglu", "swish") or mtype in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma")
-    experts = int(cfg.get("num_local_experts", cfg.get("num_experts", 1)) or 1)
-    topk = int(cfg.get("num_experts_per_tok", 1) or 1) if experts > 1 else 1
-    kv = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+
+    def opt_int(key: str, default: int) -> int:
+        v = cfg.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise InputError(f"model: {p}: {key} must be a positive integer, got {v!r}")
+        return v
+
+    def opt_bool(key: str, default: bool) -> bool:
+        v = cfg.get(key, default)
+        if not isinstance(v, bool):
+            raise InputError(f"model: {p}: {key} must be true or false, got {v!r}")
+        return v
+
+    experts = opt_int("num_local_experts", opt_int("num_experts", 1))
+    topk = opt_int("num_experts_per_tok", 1) if experts > 1 else 1
+    kv = opt_int("num_key_value_heads", cfg["num_attention_heads"])
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None:
+        head_dim = opt_int("head_dim", 1)
     try:
         return Model(
             name=str(cfg.get("_name_or_path") or p.parent.name or p.stem),
             source="wseplan-estimate", basis="official", note=f"parsed from {p.name}",
             num_layers=cfg["num_hidden_layers"], d_model=cfg["hidden_size"], num_heads=cfg["num_attention_heads"],
-            num_kv_heads=kv, head_dim=cfg.get("head_dim"), d_ff=cfg["intermediate_size"], gated_mlp=gated,
-            vocab_size=cfg["vocab_size"], tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            num_kv_heads=kv, head_dim=head_dim, d_ff=cfg["intermediate_size"], gated_mlp=gated,
+            vocab_size=cfg["vocab_size"], tied_embeddings=opt_bool("tie_word_embeddings", False),
             num_experts=experts, experts_per_token=topk,
             norm="layernorm" if "layer_norm_epsilon" in cfg or mtype in ("gpt2", "gpt_neox", "opt") else "rmsnorm",
-            qkv_bias=bool(cfg.get("attention_bias", mtype.startswith("qwen2"))),
-            max_context=int(cfg.get("max_position_embeddings", 8192) or 8192),
+            qkv_bias=opt_bool("attention_bias", mtype.startswith("qwen2")),
+            max_context=opt_int("max_position_embeddings", 8192),
         )
-    except Exception as exc:  # pydantic ValidationError -> one line
-        msg = str(exc).splitlines()
-        detail = msg[2].strip() if len(msg) > 2 else msg[0]
-        raise InputError(f"model: {p}: {detail}") from None
+    except ValidationError as exc:  # -> one line naming the field
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"]) or "config"
+        raise InputError(f"model: {p}: {loc}: {e['msg'].removeprefix('Value error, ')}") from None
 
 
 def generic_model_from_file(path: str | Path) -> GenericModel:

@@ -236,22 +236,23 @@ class Model(_Frozen):
     source: str | list[str]
     basis: Basis
     note: str | None = None
-    num_layers: int = Field(gt=0)
-    d_model: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    d_ff: int = Field(gt=0)
+    # upper bounds keep arithmetic and per-layer arrays finite (the largest published models are far below)
+    num_layers: int = Field(gt=0, le=4096)
+    d_model: int = Field(gt=0, le=1_048_576)
+    num_heads: int = Field(gt=0, le=65_536)
+    num_kv_heads: int = Field(gt=0, le=65_536)
+    head_dim: int | None = Field(default=None, gt=0, le=65_536)
+    d_ff: int = Field(gt=0, le=16_777_216)
     gated_mlp: bool
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, le=100_000_000)
     tied_embeddings: bool
-    num_experts: int = Field(default=1, gt=0)
-    experts_per_token: int = Field(default=1, gt=0)
+    num_experts: int = Field(default=1, gt=0, le=65_536)
+    experts_per_token: int = Field(default=1, gt=0, le=65_536)
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     qkv_bias: bool = False
     linear_bias: bool = False
-    learned_pos_embeddings: int = Field(default=0, ge=0)
-    max_context: int = Field(default=8192, gt=0)
+    learned_pos_embeddings: int = Field(default=0, ge=0, le=100_000_000)
+    max_context: int = Field(default=8192, gt=0, le=1_000_000_000)
 
     @model_validator(mode="after")
     def _shape(self):
@@ -271,10 +272,12 @@ class Model(_Frozen):
 class LayerSpec(_Frozen):
     """One layer of a generic (non-transformer) model."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
     name: str
-    params: float = Field(ge=0)
-    flop_per_sample: float = Field(ge=0)
-    activation_bytes_per_sample: float = Field(ge=0)
+    params: float = Field(ge=0, le=1e16)
+    flop_per_sample: float = Field(ge=0, le=1e22)
+    activation_bytes_per_sample: float = Field(ge=0, le=1e16)
 
 
 class GenericModel(_Frozen):
@@ -285,7 +288,7 @@ class GenericModel(_Frozen):
     source: str | list[str]
     basis: Basis
     note: str | None = None
-    layers: list[LayerSpec] = Field(min_length=1)
+    layers: list[LayerSpec] = Field(min_length=1, max_length=4096)
 
 
 class Defaults(_Checked):
