@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import CatalogError, InputError
 from .atomic import safe_filename, write_files_atomically
@@ -133,6 +133,7 @@ class StudyResult(BaseModel):
     assumptions: Table
     sources: list[dict]
     markdown: str
+    _files: dict | None = PrivateAttr(default=None)
 
     def table(self, name: str) -> Table:
         for t in self.tables:
@@ -145,13 +146,16 @@ class StudyResult(BaseModel):
         return self.table(name).to_frame()
 
     def files(self) -> dict[str, bytes]:
-        """Every output file: ``report.md``, ``<table>.csv`` and ``<plot>.png``."""
+        """Every output file: ``report.md``, ``<table>.csv`` and ``<plot>.png`` (rendered once, then reused)."""
+        if self._files is not None:
+            return dict(self._files)
         out: dict[str, bytes] = {"report.md": self.markdown.encode("utf-8")}
         for t in [*self.tables, self.assumptions]:
             out[f"{safe_filename(t.name)}.csv"] = t.to_csv().encode("utf-8")
         for name, p in self.plots.items():
             out[f"{safe_filename(name)}.png"] = render(p)
-        return out
+        self._files = out
+        return dict(out)
 
 
 # --------------------------------------------------------------------------------------------- loading

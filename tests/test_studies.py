@@ -1,0 +1,97 @@
+"""Studies: the notebooks run top to bottom, and the committed reports/ are exactly what the studies regenerate."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wseplan.report.study import load_study, run_study, write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = ROOT / "studies"
+REPORTS = ROOT / "reports"
+NAMES = ["serve-llama3-70b", "train-175b", "claims-audit"]
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory, catalog):
+    out = tmp_path_factory.mktemp("reports")
+    results = {}
+    for name in NAMES:
+        res = run_study(STUDIES / f"{name}.yaml", catalog=catalog)
+        write_report(res, out / name)
+        results[name] = res
+    return out, results
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_report_matches_regeneration(regenerated, name):
+    out, _ = regenerated
+    committed = REPORTS / name
+    assert committed.is_dir(), f"reports/{name} missing; run `wseplan report studies/{name}.yaml`"
+    new = {p.name: p.read_bytes() for p in (out / name).iterdir()}
+    old = {p.name: p.read_bytes() for p in committed.iterdir()}
+    assert sorted(new) == sorted(old), f"reports/{name}: file list drifted; regenerate with `wseplan report`"
+    drifted = sorted(k for k in new if new[k] != old[k])
+    assert not drifted, (f"reports/{name}: {', '.join(drifted)} differ from what studies/{name}.yaml regenerates; "
+                         f"run `wseplan report studies/{name}.yaml` and commit")
+
+
+def test_two_runs_give_identical_files(regenerated, catalog):
+    _, results = regenerated
+    for name in ("claims-audit", "train-175b"):
+        again = run_study(STUDIES / f"{name}.yaml", catalog=catalog).files()
+        assert again == results[name].files()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_report_reads_well(regenerated, name):
+    """The answer comes first, every table has a CSV, every PNG is embedded, sources are listed, no long floats."""
+    import re
+
+    out, res = regenerated
+    md = (out / name / "report.md").read_text()
+    lines = md.splitlines()
+    assert lines[0].startswith("# ") and lines[2].startswith("**Answer.** ")
+    for t in res[name].tables:
+        assert f"]({t.name}.csv)" in md
+        for c in t.columns:  # units in every numeric column header
+            vals = [r.get(c.key) for r in t.rows if isinstance(r.get(c.key), (int, float))
+                    and not isinstance(r.get(c.key), bool)]
+            if vals:
+                assert "[" in c.header, f"{name}/{t.name}: column {c.header!r} has no unit"
+    for png in (out / name).glob("*.png"):
+        assert f"]({png.name})" in md
+    assert "## Sources used" in md and "<https://" in md
+    shown = lines[2] + md.split("## Results")[1].split("## Plots")[0]  # the answer and the result tables
+    for num in re.findall(r"\d[\d,]*\.\d+", shown):  # at most 4 significant digits
+        assert _significant(num.replace(",", "")) <= 4, f"{name}: {num} in report.md"
+    for path in [out / name / f"{t.name}.csv" for t in res[name].tables]:  # at most 6 in the result CSVs
+        for cell in re.findall(r"(?<![\w.])\d+\.\d+(?:e[-+]\d+)?", path.read_text()):
+            assert _significant(cell) <= 6, f"{path.name}: {cell}"
+
+
+def _significant(num: str) -> int:
+    mant = num.lower().split("e")[0].replace(".", "").lstrip("0")
+    return len(mant)
+
+
+def test_studies_define_no_models():
+    for name in NAMES:
+        st, _ = load_study(STUDIES / f"{name}.yaml")
+        text = (STUDIES / f"{name}.ipynb").read_text()
+        assert "class " not in text and "def predict" not in text
+        assert st.name == name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_top_to_bottom(name):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(STUDIES / f"{name}.ipynb", as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(STUDIES)}})
+    client.execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    assert sum(1 for c in nb.cells if c.cell_type == "code" and c.get("outputs")) >= 4
