@@ -148,6 +148,15 @@ def _parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
     return r, c
 
 
+def _largest_layer_bytes(arch, *, precision, batch, context) -> float:
+    """SRAM of the largest single layer: a block's weights + its KV cache, or the LM head [bytes]."""
+    from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
+
+    wb = weight_bytes_per_param(precision, "decode")
+    kv = 2.0 * arch.num_kv_heads * arch.head_dim_ * kv_bytes_per_element(precision) * batch * context
+    return max(block_params(arch)[0] * wb + kv, arch.vocab_size * arch.d_model * wb)
+
+
 def _stage_layer_counts(model, target, catalog, *, precision, batch, context) -> tuple[list[int], list[float], list[str]]:
     """Blocks and SRAM bytes (weights + KV) of each wafer's pipeline stage, from :func:`wseplan.fit.fit`."""
     from ..fit import fit
@@ -163,9 +172,13 @@ def _stage_layer_counts(model, target, catalog, *, precision, batch, context) ->
     return layers, stage_bytes, notes
 
 
-def _region_candidates(wafer) -> np.ndarray:
-    side = int(min(wafer.pe_rows.si, wafer.pe_cols.si))
-    return np.unique(np.clip(np.round(np.geomspace(32, side, 48)).astype(int), 1, side))
+def _region_candidates(wafer, min_side: int = 32) -> np.ndarray:
+    """Square region sides that tile the wafer maximally: ``min(R // a, C // b)`` for a x b regions [PEs]."""
+    R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
+    a = np.arange(1, max(R // min_side, 1) + 1)
+    b = np.arange(1, max(C // min_side, 1) + 1)
+    sides = np.minimum.outer(R // a, C // b).ravel()
+    return np.unique(sides[sides >= min(min_side, min(R, C))])
 
 
 def _groups_needed(stage_bytes, side_rows, side_cols, wafer, reserve_frac):
@@ -251,16 +264,17 @@ def _pipeline_time(arch, phase, *, layers, stage_bytes, batch, context, grid, wa
     return sum(stage_times), max(stage_times), parts_s, n_stages, notes
 
 
-def _best_grid(arch, phase, *, layers, stage_bytes, batch, context, wafer, fk, c, reserve_frac):
-    """Default region: the square side (over a geometric ladder) that minimises this phase's latency, among
-    those whose layer groups fit on the wafer."""
+def _best_grid(arch, phase, *, layers, stage_bytes, layer_bytes, batch, context, wafer, fk, c, reserve_frac):
+    """Default region: the square side that minimises this phase's latency among the sides that tile the wafer
+    (:func:`_region_candidates`), hold the largest layer (``layer_bytes``) and leave room for every layer group."""
     sides = _region_candidates(wafer)
     R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
     mb = batch if phase == "decode" else 1
     parts = _phase_parts(arch, phase, batch=mb, context=context, rows=sides, cols=sides, fk=fk, c=c)
     blk = sum(np.asarray(v, dtype=float) for v in parts["block"].values())
     regions = (R // sides) * (C // sides)
-    ok = np.ones(len(sides), dtype=bool)
+    cap = sides.astype(float) ** 2 * wafer.sram_per_pe_bytes.si * (1.0 - reserve_frac)
+    ok = cap >= layer_bytes  # one layer (or the LM head) must fit its region
     for nl, sb in zip(layers, stage_bytes):
         ok &= _groups_needed(sb, sides, sides, wafer, reserve_frac) <= np.maximum(regions, 1)
     cost = np.where(ok, blk * max(max(layers), 1), np.inf)
@@ -337,12 +351,16 @@ def predict(model, target, catalog, *, phase, precision, batch, context, output_
                                                      context=kv_context)
     base = _parse_grid(options.get("core_grid"), "core_grid", wafer)
     grids = {}
+    layer_bytes = _largest_layer_bytes(model, precision=precision, batch=batch, context=kv_context)
     for ph in ("prefill", "decode"):
         g = _parse_grid(options.get(f"core_grid_{ph}"), f"core_grid_{ph}", wafer) or base
         if g is None:
             ctx = context if ph == "prefill" else context + out_tok // 2
-            g = _best_grid(model, ph, layers=layers, stage_bytes=stage_bytes, batch=batch, context=ctx, wafer=wafer,
-                           fk=fk, c=c, reserve_frac=reserve)
+            g = _best_grid(model, ph, layers=layers, stage_bytes=stage_bytes, layer_bytes=layer_bytes, batch=batch,
+                           context=ctx, wafer=wafer, fk=fk, c=c, reserve_frac=reserve)
+        elif g[0] * g[1] * wafer.sram_per_pe_bytes.si * (1.0 - reserve) < layer_bytes:
+            notes.append(f"core_grid_{ph} {g[0]}x{g[1]} holds less than one layer ({layer_bytes:.3e} B); time as if "
+                         "the layer's share per PE fitted")
         grids[ph] = g
     common = dict(layers=layers, stage_bytes=stage_bytes, wafer=wafer, system=system, fk=fk, c=c, reserve_frac=reserve)
     result: dict = {}
