@@ -164,3 +164,20 @@ def test_decode_block_never_slower_with_faster_hardware(side, ctx, k):
     for key in ("flop_per_cycle", "sram_bytes_per_cycle", "link_bytes_per_cycle"):
         assert total(**{key: fk[key] * k}) <= t0 * (1 + 1e-12)
     assert total(hop_latency_cycles=fk["hop_latency_cycles"] / k) <= t0 * (1 + 1e-12)
+
+
+def test_default_region_holds_one_layer(cat):
+    """Llama-3.1-70B on 4 CS-3: the chosen region's SRAM holds a whole block (weights + KV) and the layer groups
+    of each wafer fit in the regions that tile it."""
+    from wseplan.workload import block_params
+
+    r = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", context=2048, catalog=cat)
+    side = int(r.layout["core_grid_decode"].split("x")[0])
+    w = cat.wafers["wse3"]
+    m = cat.models["llama-3.1-70b"]
+    block = block_params(m)[0] * 2 + 2 * m.num_kv_heads * m.head_dim_ * 2 * 2048
+    cap = side * side * w.sram_per_pe_bytes.si * (1 - cat.defaults.wafer_sram_reserve_frac.si)
+    assert cap >= block
+    regions = (int(w.pe_rows.si) // side) * (int(w.pe_cols.si) // side)
+    assert r.layout["pipeline_stages_decode"] <= 4 * regions
+    assert not r.notes
