@@ -213,10 +213,13 @@ def training_step_time_s(*, weight_bytes, flop_per_token, tokens, compute_flop_p
 
     Notes
     -----
-    Forward slot i: load ``w_i / B_s``, compute ``f_i T / R``, out ``spill_i / B_io``. Backward slot i (reverse
-    order): load ``w_i / B_s + spill_i / B_io``, compute ``(2 + r) f_i T / R``, out
-    ``max(g_i / B_s, ...)``. Each sequence by :func:`slot_sequence_time_s`; the backward's first load overlaps
-    the forward's last compute.
+    Forward slot i: load ``w_i / B_s``, compute ``f_i T / R``, outbound ``spill_i / B_io``. Backward slot i
+    (reverse order): load ``w_i / B_s + spill_i / B_io`` (weights again plus the reloaded checkpoints),
+    compute ``(2 + r) f_i T / R`` with ``r = extra_forward_passes``, outbound gradients ``g_i / B_s`` on the
+    other direction of the full-duplex link. Each pass is timed by :func:`slot_sequence_time_s`; the backward's
+    first load is prefetched during the forward's last compute. The MemoryX update of each layer starts when its
+    gradient arrives, so ``optimizer_exposed = max(o_0, sum(o) - (T_bwd - o_0))``.
+    ``step = max(T_fwd + T_bwd - hidden + optimizer_exposed, compute)``.
     """
     w = np.asarray(weight_bytes, dtype=float)
     f = np.asarray(flop_per_token, dtype=float)
