@@ -181,3 +181,19 @@ def test_default_region_holds_one_layer(cat):
     regions = (int(w.pe_rows.si) // side) * (int(w.pe_cols.si) // side)
     assert r.layout["pipeline_stages_decode"] <= 4 * regions
     assert not r.notes
+
+
+def test_decode_layer_floor(cat):
+    """The floor is the overhead + latency part of a block: below the block time, growing with the region side,
+    and untouched by faster PEs (hand check: 9 kernels x the per-kernel overhead is part of it)."""
+    m, w = cat.models["llama-3-8b"], cat.wafers["wse2"]
+    c = F.load_fabric_constants()
+    f420 = W.decode_layer_floor_s(m, w, rows=420, cols=420)
+    f660 = W.decode_layer_floor_s(m, w, rows=660, cols=660)
+    assert f660 > f420 > 9 * c.per_kernel_overhead_cycles.si / w.clock_hz.si
+    fk = F.wafer_fabric_kwargs(w, "fp16", c)
+    parts = W.decode_block_cycles(arch=m, batch=1, context=1, rows=420, cols=420, fk=fk, gemv_mac_efficiency_frac=1.0)
+    assert f420 < sum(float(v) for v in parts.values()) / w.clock_hz.si
+    fast = W.decode_block_cycles(arch=m, batch=1, context=1, rows=420, cols=420,
+                                 fk=dict(fk, flop_per_cycle=64.0, sram_bytes_per_cycle=192.0), gemv_mac_efficiency_frac=1.0)
+    assert float(fast["overhead"] + fast["latency"]) / w.clock_hz.si == pytest.approx(f420, rel=1e-12)

@@ -87,6 +87,18 @@ def _add_allreduce(parts, rows, cols, nbytes, fk):
     parts["serialization"] = parts["serialization"] + serial
 
 
+def decode_layer_floor_s(arch, wafer, *, rows: int, cols: int, precision: str = "fp16", context: int = 1,
+                         constants=None) -> float:
+    """Latency floor of one decode block on a rows x cols region [s]: the kernel overheads and hop/pass-through
+    latencies that no amount of compute or link bandwidth removes (the parts ``overhead`` + ``latency`` of
+    :func:`decode_block_cycles`), divided by the clock."""
+    c = constants or fab.load_fabric_constants()
+    fk = fab.wafer_fabric_kwargs(wafer, precision, c)
+    parts = decode_block_cycles(arch=arch, batch=1, context=context, rows=rows, cols=cols, fk=fk,
+                                gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
+    return float(parts["overhead"] + parts["latency"]) / wafer.clock_hz.si
+
+
 def head_decode_cycles(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
     """Final norm + LM head GEMV + arg-max for ``batch`` sequences [cycles], by part."""
     D = _dims(arch)
