@@ -109,6 +109,7 @@ def test_cli_human_formats(capsys, fmt):
     assert main(["compare", "llama-3-8b", "--targets", "h100x1,h200x1", "--context", "1024", "-f", fmt]) == 0
     out = capsys.readouterr().out
     assert "h200x1" in out
+    assert "[ms]" in out and "[$/h]" in out  # units survive rich markup
 
 
 @pytest.mark.parametrize("args", [
@@ -117,6 +118,9 @@ def test_cli_human_formats(capsys, fmt):
     ["compare", "nosuchmodel"],
     ["compare", "llama-3-8b", "--targets", ","],
     ["compare", "llama-3-8b", "--format", "xml"],
+    ["compare", "llama-3-8b", "--targets", "h100x1", "--set", "nosuch_input=1"],
+    ["compare", "llama-3-8b", "--targets", "h100x1", "--set", "pue=0.5"],
+    ["compare", "llama-3-8b", "--targets", "h100x1", "--uncertainty", "1"],
 ])
 def test_cli_bad_input(capsys, args):
     assert main(args) == 2

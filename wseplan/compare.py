@@ -188,9 +188,9 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int, 
         row["tpot_s"] = tr.step_s
     if phase == "prefill" and row["ttft_s"] is None:
         row["ttft_s"] = tr.step_s
+    params = C.cost_params(prices, catalog, t, include_memoryx=(phase == "train"))
+    params = C.apply_overrides(params, overrides or {}, hardware_key=C.hardware_price_key(t))  # bad input raises
     try:
-        params = C.cost_params(prices, catalog, t, include_memoryx=(phase == "train"))
-        params = C.apply_overrides(params, overrides or {}, hardware_key=C.hardware_price_key(t))
         if phase == "train":
             if train_tokens is None:
                 from .workload import total_params

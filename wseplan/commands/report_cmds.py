@@ -22,6 +22,9 @@ def register(app: typer.Typer) -> None:
         context: Optional[int] = typer.Option(None, "--context", "-c", help="Tokens per sequence / KV length."),
         output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Inference: tokens generated per request."),
         train_tokens: Optional[float] = typer.Option(None, "--train-tokens", help="Train: tokens of the whole run (for $/run)."),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),
+        uncertainty: int = typer.Option(0, "--uncertainty", help="Monte Carlo samples of the cost inputs (adds P10/P50/P90 $/M tokens)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the Monte Carlo."),
         fmt: str = FormatOpt,
         catalog: Optional[list[str]] = CatalogOpt,
     ) -> None:
@@ -29,14 +32,19 @@ def register(app: typer.Typer) -> None:
 
         Example: wseplan compare llama-3-70b --targets wse3,cs3x4,h100x8,h200x8,b200x8 --phase decode
         """
+        from wseplan.analytic.cost import parse_overrides
         from wseplan.cli import _catalog, _check_format, _emit
         from wseplan.compare import compare as compare_fn
+        from wseplan.errors import InputError
 
         _check_format(fmt)
+        if uncertainty < 0 or uncertainty == 1:
+            raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
         cat = _catalog(catalog)
         names = [t.strip() for t in targets.split(",") if t.strip()]
         res = compare_fn(model, names, phase=phase, precision=precision, batch=batch, context=context,
-                         output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat)
+                         output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
+                         overrides=parse_overrides(set_), uncertainty=uncertainty, seed=seed)
         if fmt == "json":
             from wseplan.report.formats import to_json
 
@@ -146,14 +154,15 @@ def _show(v, unit: str) -> str:
 
 
 def _print_table(table, title: str) -> None:
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     from wseplan.report.formats import print_table
     from wseplan.report.markdown import fmt_num
 
-    t = RichTable(title=title)
+    t = RichTable(title=escape(title))
     for c in table.columns:
-        t.add_column(c.header, overflow="fold")
+        t.add_column(escape(c.header), overflow="fold")
     for r in table.rows:
-        t.add_row(*[fmt_num(table._value(r, c)) for c in table.columns])
+        t.add_row(*[escape(fmt_num(table._value(r, c))) for c in table.columns])
     print_table(t)

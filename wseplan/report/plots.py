@@ -53,6 +53,7 @@ class Plot:
     logy: bool = False
     ylim_zero: bool = False
     legend_loc: str = "best"
+    yticks: list[tuple[float, str]] = field(default_factory=list)  # categorical labels (top to bottom)
 
 
 def _rc() -> dict:
@@ -91,8 +92,8 @@ def render(plot: Plot) -> bytes:
             color = _COLORS[i % len(_COLORS)]
             xs = [float(v) for v in s.x]
             ys = [float(v) for v in s.y]
-            ax.plot(xs, ys, s.style, color=color, label=s.label, linewidth=1.6,
-                    marker=_MARKERS[i % len(_MARKERS)] if s.marker else None, markersize=4)
+            ax.plot(xs, ys, color=color, label=s.label, linewidth=1.6, linestyle=s.style or "none",
+                    marker=_MARKERS[i % len(_MARKERS)] if s.marker else None, markersize=4 if s.style else 6)
             if s.low is not None and s.high is not None:
                 ax.fill_between(xs, [float(v) for v in s.low], [float(v) for v in s.high], color=color, alpha=0.18,
                                 linewidth=0)
@@ -123,6 +124,9 @@ def render(plot: Plot) -> bytes:
                 axis.set_minor_formatter(NullFormatter())
         if plot.ylim_zero and not plot.logy:
             ax.set_ylim(bottom=0)
+        if plot.yticks:
+            ax.set_yticks([v for v, _ in plot.yticks], [t for _, t in plot.yticks])
+            ax.set_ylim(max(v for v, _ in plot.yticks) + 0.5, min(v for v, _ in plot.yticks) - 0.5)
         ax.set_title(plot.title)
         ax.set_xlabel(plot.xlabel)
         ax.set_ylabel(plot.ylabel)
