@@ -223,3 +223,11 @@ def test_cli_fleet_example_and_infeasible(fake_time, capsys, tmp_path):
     assert rc == 2 and "deadline_dayz" in err and err.count("\n") == 1
     rc = main(["fleet", str(tmp_path / "missing.yaml")])
     assert rc == 2 and "not found" in capsys.readouterr().err
+
+
+def test_example_demand_with_the_time_models():
+    """The example demand is feasible with the real time models and every workload is served."""
+    plan = plan_fleet(EXAMPLE, analyze=False)
+    assert plan.status == "optimal"
+    assert {a.workload for a in plan.allocations} == {"chat-70b", "train-175b"}
+    assert plan.peak_facility_power_w <= 1.6e6 and plan.capex_usd <= 60e6 and plan.rack_units <= 1008

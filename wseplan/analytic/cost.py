@@ -852,6 +852,9 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
             raise InputError(f"train_tokens: must be a positive number, got {train_tokens!r}")
         times = TimeInputs(phase="train", num_devices=n_dev, num_systems=n_sys, step_s=float(tr.step_s),
                            tokens_per_step=float(batch * context), train_tokens=float(train_tokens))
+    if ph == "train" and t.kind == "wafer":
+        notes.append("MemoryX capex is estimated from DRAM/flash prices; MemoryX and SwarmX power are not included "
+                     "(no published figure)")
     service = None
     if t.kind == "wafer":
         key = next((k for k, sp in prices.service_prices.items()
