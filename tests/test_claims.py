@@ -177,3 +177,46 @@ def test_load_claims_api(tmp_path):
     p.write_text("claims:\n  - {id: a}\n")
     with pytest.raises(InputError, match=r"claims\[0\]"):
         load_claims(p)
+
+
+KIND_CASES = [
+    # (claim, expected verdict, expected bound) — each bound hand-checked in the comment
+    (dict(kind="memory_bytes", model="llama-3-70b", value=40, unit="GB"), "impossible", "hbm_capacity"),  # 141 GB of weights
+    (dict(kind="latency_per_token_s", model="llama-3-8b", target="h100x1", value=1, unit="ms", context=1024),
+     "impossible", "memory_bandwidth"),  # 16 GB / 3.35 TB/s = 4.8 ms
+    (dict(kind="ttft_s", model="llama-3-70b", target="h100x8", context=8192, value=10, unit="ms"),
+     "impossible", "compute_peak"),  # 2 x 70e9 x 8192 / (8 x 989e12) = 145 ms
+    (dict(kind="step_time_s", model="gpt-3-175b", target="cs3x16", batch=1536, context=2048, value=1, unit="s"),
+     "impossible", "compute_peak"),  # 6 x 175e9 x 3.1e6 / (16 x 15.5e15) = 13 s
+    (dict(kind="hop_latency_s", target="wse3", value=0.1, unit="ns"), "impossible", "hop_latency_floor"),  # 1/1.1 GHz
+    (dict(kind="bandwidth_bytes_per_s", target="wse3", scope="fabric", value=214, unit="Pb/s"), "consistent", None),
+    (dict(kind="tokens_per_s", phase="train", model="llama-3-8b", target="h100x8", value=1.0e7, unit="tokens/s",
+          context=2048), "impossible", "compute_peak"),  # 8 x 989e12 / (6 x 8e9) = 165k tokens/s
+    (dict(kind="fits", model="llama-3-8b", target="h100x1", value=False), "consistent", None),
+    (dict(kind="fits", model="gpt-3-175b", target="cs3x1", phase="train", value=True, batch=1, context=2048),
+     "consistent", None),  # weights stream from MemoryX (12 TB holds 175e9 x 16 B = 2.8 TB)
+]
+
+
+@pytest.mark.parametrize("i", range(len(KIND_CASES)))
+def test_each_kind(catalog, i):
+    spec, verdict, bound = KIND_CASES[i]
+    v = check_claim(Claim(id=f"k{i}", text="t", **spec), catalog)
+    assert (v.verdict, v.bound) == (verdict, bound)
+
+
+def test_hop_latency_bound_is_one_cycle(catalog):
+    v = check_claim(Claim(id="h", text="t", kind="hop_latency_s", target="wse3", value=0.1, unit="ns"), catalog)
+    assert v.bound_value == pytest.approx(1 / 1.1e9, rel=1e-12)
+
+
+def test_ttft_compute_floor_hand_calculation(catalog):
+    from wseplan.fit import build_workload, resolve_model
+
+    v = check_claim(Claim(id="t", text="t", kind="ttft_s", model="llama-3-70b", target="h100x8", context=8192,
+                          value=10, unit="ms"), catalog)
+    w = build_workload(resolve_model("llama-3-70b", catalog), catalog, precision="bf16", phase="prefill", batch=1,
+                       context=8192)
+    hand = float(w.flop_per_token.sum()) * 8192 / (8 * 989.4e12)
+    assert v.bound_value == pytest.approx(hand, rel=1e-3)
+    assert 0.12 < v.bound_value < 0.2  # ~2 x 70.6e9 x 8192 / 7.9 PF = 0.146 s plus attention

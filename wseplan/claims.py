@@ -296,15 +296,25 @@ def decode_floors(w, t) -> dict[str, float]:
 
 
 def _fit_bound(c: Claim, cat, phase: str, batch: int, context: int, t):
-    """(fits, bound name, capacity of the whole target, bytes needed) from :func:`wseplan.fit.fit`."""
+    """(fits, bound name, capacity of the whole target, bytes needed, FitResult) from :func:`wseplan.fit.fit`.
+
+    A hard bound must be generous: GPU training is fitted with ZeRO-3 and full recompute (the least memory any
+    layout needs); wafer training only needs MemoryX to hold weights and optimizer state and the wafer to hold
+    the double-buffered largest layer (activations can be recomputed or spilled).
+    """
     from .fit import fit
 
-    r = fit(c.model, t, precision=c.precision, phase=phase, batch=batch, context=context, catalog=cat)
+    kw = {"zero_stage": 3, "recompute": "full"} if phase == "train" and t.kind == "gpu" else {}
+    r = fit(c.model, t, precision=c.precision, phase=phase, batch=batch, context=context, catalog=cat, **kw)
     if r.memoryx is not None and not r.memoryx.fits:
         return False, "memoryx_capacity", r.memoryx.capacity_bytes, r.memoryx.required_bytes, r
     name = "sram_capacity" if t.kind == "wafer" else "hbm_capacity"
     cap = r.capacity_bytes * r.num_devices
-    need = r.total_bytes if r.device_kind == "gpu" or phase == "train" else r.total_bytes
+    if t.kind == "wafer" and phase == "train":
+        # weights_bytes of a streaming fit is the double-buffered largest layer, needed on every wafer
+        ok = r.weights_bytes <= r.capacity_bytes
+        return ok, name, r.capacity_bytes, r.weights_bytes, r
+    need = r.total_bytes
     if not r.fits:
         need = max(need, cap + r.shortfall_bytes)
     return r.fits, name, cap, need, r
