@@ -132,7 +132,8 @@ _non_integer = st.one_of(
     st.builds(lambda a, b: f"{a}.{b}", st.integers(0, 10**6), st.integers(1, 999).filter(lambda b: b % 10)),
     st.builds(lambda n: f"0x{n:x}", st.integers(1, 10**6)),
 )
-_bad_count = st.one_of(st.integers(max_value=0).map(str), _non_integer)
+_huge_int = st.integers(10**12, 10**40)  # far above any real batch, context or model dimension
+_bad_count = st.one_of(st.integers(max_value=0).map(str), _non_integer, _huge_int.map(str))
 _bad_reserve = st.one_of(
     st.floats(max_value=-1e-300, allow_infinity=True).map(repr),
     st.floats(min_value=1.0, allow_infinity=True).map(repr),
@@ -274,7 +275,7 @@ def _catalog_yaml(draw) -> str:
         entry[qname] = q
     elif kind == "model-int":
         f = draw(st.sampled_from(["num_layers", "d_model", "num_heads", "num_kv_heads", "d_ff", "vocab_size"]))
-        entry[f] = draw(st.one_of(st.integers(max_value=0), st.floats(allow_nan=True).filter(
+        entry[f] = draw(st.one_of(st.integers(max_value=0), _huge_int, st.floats(allow_nan=True).filter(
             lambda x: not (math.isfinite(x) and x == int(x))), st.from_regex(r"[a-z]{1,6}", fullmatch=True),
             st.lists(st.integers(1, 9), min_size=1, max_size=2)))
     elif kind == "model-bool":
@@ -339,7 +340,7 @@ _not_positive_int = st.one_of(
 def _config_json(draw) -> str:
     cfg = dict(_HF_BASE)
     kind = draw(st.sampled_from(["missing", "wrong-type", "invalid-json", "not-object", "negative", "shape",
-                                 "optional-negative"]))
+                                 "optional-negative", "huge"]))
     if kind == "missing":
         for k in draw(st.lists(st.sampled_from(_HF_REQUIRED), min_size=1, max_size=5, unique=True)):
             del cfg[k]
@@ -347,6 +348,9 @@ def _config_json(draw) -> str:
         cfg[draw(st.sampled_from(_HF_REQUIRED))] = draw(_not_positive_int)
     elif kind == "negative":
         cfg[draw(st.sampled_from(_HF_REQUIRED))] = draw(st.integers(-10**9, 0))
+    elif kind == "huge":
+        cfg[draw(st.sampled_from(_HF_REQUIRED + ("num_key_value_heads", "head_dim", "num_local_experts")))] = \
+            draw(_huge_int)
     elif kind == "optional-negative":
         cfg[draw(st.sampled_from(["num_key_value_heads", "head_dim", "max_position_embeddings"]))] = \
             draw(st.integers(-10**6, -1))
@@ -384,7 +388,8 @@ def _layer_yaml(draw) -> str:
     layers = [dict(_LAYER, name=f"l{i}") for i in range(draw(st.integers(1, 4)))]
     doc = {"name": "fuzz-net", "layers": layers}
     kind = draw(st.sampled_from(["missing", "empty", "layer-type", "layer-missing", "negative", "nan", "wrong-type",
-                                 "unknown-key", "layer-unknown-key", "bad-yaml", "top-level", "bad-basis", "name-type"]))
+                                 "unknown-key", "layer-unknown-key", "bad-yaml", "top-level", "bad-basis", "name-type",
+                                 "huge", "unknown-source"]))
     i = draw(st.integers(0, len(layers) - 1))
     field = draw(st.sampled_from(["params", "flop_per_sample", "activation_bytes_per_sample"]))
     if kind == "missing":
@@ -399,6 +404,10 @@ def _layer_yaml(draw) -> str:
         layers[i][field] = draw(st.one_of(st.floats(max_value=-1e-9, allow_infinity=False), st.integers(max_value=-1)))
     elif kind == "nan":
         layers[i][field] = math.nan
+    elif kind == "huge":  # above 1e22 FLOP or 1e16 parameters/bytes per sample, or not finite
+        layers[i][field] = draw(st.one_of(st.floats(1e23, 1e308), st.sampled_from([math.inf, -math.inf])))
+    elif kind == "unknown-source":
+        doc["source"] = "nosuch-" + draw(_ident)
     elif kind == "wrong-type":
         layers[i][field] = draw(st.one_of(st.from_regex(r"[a-zA-Z][a-zA-Z ]{0,8}", fullmatch=True).filter(
             lambda s: s.strip().lower() not in ("nan", "inf", "infinity")),
