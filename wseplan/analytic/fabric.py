@@ -256,8 +256,9 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
 
 
 def gemv_parts_cycles(**kw) -> dict[str, np.ndarray]:
-    """The terms of :func:`gemv_cycles` by name (overhead, latency, serialisation, compute) [cycles]."""
-    P, Q = np.asarray(kw["rows"], dtype=float), np.asarray(kw["cols"], dtype=float)
+    """The terms of :func:`gemv_cycles` by name [cycles]: ``overhead`` (fixed per kernel), ``serialization``
+    (message wavelets, no hops, no MACs), ``compute`` (MACs, no hops) and ``latency`` (the rest: hops and core
+    pass-through). They sum to :func:`gemv_cycles`."""
     zero_lat = dict(kw, hop_latency_cycles=0.0, ramp_latency_cycles=0.0, per_kernel_overhead_cycles=0.0)
     no_comp = dict(zero_lat, mac_efficiency_frac=1e30)
     total = gemv_cycles(**kw)
@@ -265,7 +266,6 @@ def gemv_parts_cycles(**kw) -> dict[str, np.ndarray]:
     serial = gemv_cycles(**no_comp)
     compute = gemv_cycles(**zero_lat) - serial
     latency = total - overhead - serial - compute
-    del P, Q
     return {"overhead": overhead, "latency": latency, "serialization": serial, "compute": compute}
 
 
@@ -310,7 +310,9 @@ def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, ho
 
 
 def gemm_parts_cycles(**kw) -> dict[str, np.ndarray]:
-    """The terms of :func:`gemm_cycles` by name (overhead, compute, fabric) [cycles]."""
+    """The terms of :func:`gemm_cycles` by name [cycles]: ``overhead`` (per kernel and per step), and the rest
+    of each step attributed to ``compute`` when the local tile product is longer than the tile shift, else to
+    ``fabric``. They sum to :func:`gemm_cycles`."""
     P, Q = np.asarray(kw["rows"], dtype=float), np.asarray(kw["cols"], dtype=float)
     S = np.maximum(P, Q)
     total = np.asarray(gemm_cycles(**kw), dtype=float)
