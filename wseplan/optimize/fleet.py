@@ -388,7 +388,9 @@ def _diagnose(pb: FleetProblem, solver: str) -> str:
     for d in pb.demands:
         cands = [c for c in pb.configs if c.workload == d.name]
         if not cands:
-            return f"workload {d.name}: no configuration of {d.model} fits any system in the menu"
+            why = next((n for n in pb.notes if n.startswith(f"{d.name} on ")), None)
+            return (f"workload {d.name}: no configuration of {d.model} fits any system in the menu"
+                    + (f" ({why})" if why else ""))
         if not any(meets_sla(c, dem[d.name]) for c in cands):
             if d.kind == "train":
                 best = min((c.run_s for c in cands if c.run_s is not None), default=None)
