@@ -116,7 +116,15 @@ def test_gemv_latency_s_catalog_and_errors():
     want = float(F.gemv_cycles(k=16384, n=16384, rows=750, cols=750, mac_efficiency_frac=c.gemv_mac_efficiency_frac.si,
                                **kw)) / w2.clock_hz.si
     assert t == pytest.approx(want, rel=1e-12)
-    assert F.gemv_latency_s(k=16384, n=16384, wafer=w2) == pytest.approx(t)  # default: largest square (750 x 750)
+    # default: the fastest square whose PEs hold their tiles; never slower than the whole 750 x 750 square
+    r, q = F.gemv_region(k=16384, n=16384, wafer=w2)
+    assert F.gemv_latency_s(k=16384, n=16384, wafer=w2) == pytest.approx(
+        F.gemv_latency_s(k=16384, n=16384, region_rows=r, region_cols=q, wafer=w2), rel=1e-12)
+    assert F.gemv_latency_s(k=16384, n=16384, wafer=w2) <= t
+    kt, nt = math.ceil(16384 / r), math.ceil(16384 / q)
+    assert (kt * nt + kt + 2 * nt) * 2 <= w2.sram_per_pe_bytes.si
+    # 16K x 16K x 2 B needs at least 537 MB / 48 KiB = 10,923 PEs
+    assert r * q >= 16384 * 16384 * 2 / w2.sram_per_pe_bytes.si
     with pytest.raises(InputError):
         F.gemv_latency_s(k=0, n=16, wafer=w2)
     with pytest.raises(InputError):

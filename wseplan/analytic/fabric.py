@@ -348,6 +348,26 @@ def default_region(wafer) -> tuple[int, int]:
     return side, side
 
 
+def gemv_region(*, k: int, n: int, wafer, precision: str = "fp16", m: int = 1,
+                constants: FabricConstants | None = None) -> tuple[int, int]:
+    """The square region a mapper would pick for one GEMV [PEs]: the side with the lowest
+    :func:`gemv_cycles` among those whose PEs hold their weight tile and vector buffers
+    (``(kt nt + m kt + 2 m nt) * dtype_bytes <= sram_per_pe_bytes``). Falls back to :func:`default_region`
+    when even the whole square cannot hold the matrix."""
+    c = constants or load_fabric_constants()
+    kw = wafer_fabric_kwargs(wafer, precision, c)
+    side_max = int(min(wafer.pe_rows.si, wafer.pe_cols.si))
+    sides = np.arange(1, side_max + 1, dtype=float)
+    P, Q = np.minimum(sides, k), np.minimum(sides, n)
+    kt, nt = np.ceil(k / P), np.ceil(n / Q)
+    fits = (kt * nt + m * kt + 2 * m * nt) * kw["dtype_bytes"] <= wafer.sram_per_pe_bytes.si
+    if not fits.any():
+        return default_region(wafer)
+    cyc = gemv_cycles(k=k, n=n, m=m, rows=P, cols=Q, mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, **kw)
+    s = int(sides[int(np.argmin(np.where(fits, cyc, np.inf)))])
+    return s, s
+
+
 def _check_region(wafer, region_rows, region_cols) -> tuple[int, int]:
     R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
     for name, v in (("region_rows", region_rows), ("region_cols", region_cols)):
@@ -367,7 +387,7 @@ def gemv_latency_s(*, k: int, n: int, region_rows: int | None = None, region_col
     k, n : int
         Matrix dimensions [elements].
     region_rows, region_cols : int, optional
-        Region [PEs]; default the largest square of the wafer (:func:`default_region`).
+        Region [PEs]; default the fastest square whose PEs hold their tiles (:func:`gemv_region`).
     wafer : Wafer
         Catalog wafer entry (clock, per-PE compute and SRAM bandwidth, hop latency, link width).
     precision : str
@@ -391,7 +411,7 @@ def gemv_latency_s(*, k: int, n: int, region_rows: int | None = None, region_col
             raise InputError(f"{name}: must be a positive integer, got {v!r}")
     c = constants or load_fabric_constants()
     if region_rows is None or region_cols is None:
-        dr, dc = default_region(wafer)
+        dr, dc = gemv_region(k=k, n=n, wafer=wafer, precision=precision, m=m, constants=c)
         region_rows = dr if region_rows is None else region_rows
         region_cols = dc if region_cols is None else region_cols
     P, Q = _check_region(wafer, region_rows, region_cols)
@@ -417,6 +437,6 @@ def cycles_to_s(cycles, clock_hz: float):
 __all__ = [
     "FabricConstants", "load_fabric_constants", "num_wavelets", "message_cycles", "line_broadcast_cycles",
     "line_reduce_cycles", "allreduce_cycles", "mac_cycles", "gemv_cycles", "gemv_parts_cycles", "gemm_cycles",
-    "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_latency_s", "cross_system_transfer_s",
+    "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_region", "gemv_latency_s", "cross_system_transfer_s",
     "cycles_to_s",
 ]
