@@ -231,3 +231,22 @@ def test_example_demand_with_the_time_models():
     assert plan.status == "optimal"
     assert {a.workload for a in plan.allocations} == {"chat-70b", "train-175b"}
     assert plan.peak_facility_power_w <= 1.6e6 and plan.capex_usd <= 60e6 and plan.rack_units <= 1008
+
+
+def test_overrides_apply_per_system_type(fake_time):
+    from wseplan.catalog import load_catalog
+    from wseplan.errors import InputError
+
+    cat = load_catalog()
+    spec = read_demand(EXAMPLE)
+    base = {s.name: s for s in build_problem(spec, catalog=cat).systems}
+    pb = build_problem(spec, catalog=cat, overrides={"h100-sxm.capex_usd": 200000.0, "memoryx_dram_usd_per_tb": 1e5,
+                                                      "cloud_usd_per_device_hour": 2.0})
+    new = {s.name: s for s in pb.systems}
+    assert new["h100-sxm"].cost_inputs["capex_usd"] == 200000.0
+    assert new["h200-sxm"].capex_usd == base["h200-sxm"].capex_usd  # untouched
+    assert new["cs3"].cost_inputs["memoryx_dram_usd_per_tb"] == 1e5
+    wafer_train = [c for c in pb.configs if c.system == "cs3" and c.run_s is not None]
+    assert wafer_train and all(c.extra_capex_usd > 0 for c in wafer_train)
+    with pytest.raises(InputError, match="unknown cost input"):
+        build_problem(spec, catalog=cat, overrides={"electricity": 0.1})

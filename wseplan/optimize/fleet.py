@@ -505,7 +505,11 @@ def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemTy
     from ..targets import parse_target
 
     t = parse_target(spec.hardware, catalog)
-    params = apply_overrides(cost_params(prices, catalog, t), overrides, hardware_key=hardware_price_key(t))
+    params = cost_params(prices, catalog, t, include_memoryx=t.kind == "wafer")
+    key = hardware_price_key(t)
+    # an override applies to the types that have that input (cloud prices: GPUs; MemoryX: wafers)
+    mine = {k: v for k, v in overrides.items() if k.split(".", 1)[-1] in params}
+    params = apply_overrides(params, mine, hardware_key=key)
     p = nominal(params)
     d = deployment_cost(num_systems=1, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"],
                         extra_capex_usd=0.0, installation_frac=p["installation_frac"],
@@ -526,12 +530,9 @@ def _memoryx_extra(catalog, prices, t, p) -> tuple[float, float]:
     """(capex, yearly cost) of the default MemoryX option of a wafer system for one training replica."""
     from ..analytic.cost import memoryx_capex_usd
 
-    sysm = catalog.systems[t.device.system]
-    mx = catalog.memoryx[sysm.memoryx]
-    cap = mx.capacity_options_bytes[mx.default_capacity].si
-    hw = float(memoryx_capex_usd(capacity_bytes=cap, dram_capacity_bytes=mx.dram_capacity_bytes.si,
-                                 dram_usd_per_tb=prices.memoryx.dram_usd_per_tb.si,
-                                 flash_usd_per_tb=prices.memoryx.flash_usd_per_tb.si))
+    hw = float(memoryx_capex_usd(capacity_bytes=p["memoryx_capacity_bytes"],
+                                 dram_capacity_bytes=p["memoryx_dram_capacity_bytes"],
+                                 dram_usd_per_tb=p["memoryx_dram_usd_per_tb"], flash_usd_per_tb=p["memoryx_flash_usd_per_tb"]))
     capex = hw * (1 + p["installation_frac"])
     return capex, capex / p["amortization_years"] + hw * p["maintenance_frac_per_year"]
 
@@ -550,6 +551,19 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
     ov.update(overrides or {})
     notes: list[str] = []
     systems, ctx = [], {}
+    known: set[str] = set()
+    for s in spec.systems:
+        from ..analytic.cost import cost_params
+        from ..targets import parse_target
+
+        tt = parse_target(s.hardware, cat)
+        known |= set(cost_params(prices, cat, tt, include_memoryx=tt.kind == "wafer"))
+    for k in ov:
+        if k.split(".", 1)[-1] not in known:
+            from ..errors import suggest
+
+            raise InputError(f"set: unknown cost input {k!r}{suggest(k.split('.', 1)[-1], known)}; "
+                             f"inputs here: {', '.join(sorted(known))}")
     for s in spec.systems:
         st, info = _system_type(s, cat, prices, ov)
         if st.name in ctx:
