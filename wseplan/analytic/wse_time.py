@@ -309,8 +309,8 @@ def predict(model, target, catalog, *, phase, precision, batch, context, output_
     catalog : Catalog
     phase : str
         ``train`` (weight streaming with MemoryX, :mod:`.stream`), ``prefill``, ``decode`` or ``e2e``
-        (``e2e-infer`` is accepted as an alias). ``decode`` with ``output_tokens`` reports the time per output
-        token at the mean KV length ``context + output_tokens / 2``.
+        (``e2e-infer`` is accepted as an alias). ``decode`` with ``output_tokens`` is a whole request, as
+        ``e2e`` (the convention of ``wseplan time --output-tokens``); without it, one decode step.
     precision : str
     batch : int
         Training: sequences per step (all systems). Inference: concurrent sequences.
@@ -411,12 +411,12 @@ def predict(model, target, catalog, *, phase, precision, batch, context, output_
         result.update(step_s=total, ttft_s=total, tokens_per_s=batch * context / total,
                       tokens_per_s_per_user=None)
         model_flop_per_s = flop_tok * batch * context / total
-    elif phase == "decode":
+    elif phase == "decode" and not out_tok:
         tpot, parts = decode_time(context)
         breakdown.update(parts)
         result.update(step_s=tpot, tpot_s=tpot, tokens_per_s=batch / tpot, tokens_per_s_per_user=1.0 / tpot)
         model_flop_per_s = flop_tok * batch / tpot
-    else:
+    else:  # e2e, or decode with output_tokens: a whole request (the convention of `wseplan time`)
         _, ttft, p_parts = prefill_time()
         tpot, d_parts = decode_time(context + out_tok // 2)
         e2e = ttft + out_tok * tpot
