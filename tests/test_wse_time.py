@@ -197,3 +197,15 @@ def test_decode_layer_floor(cat):
     fast = W.decode_block_cycles(arch=m, batch=1, context=1, rows=420, cols=420,
                                  fk=dict(fk, flop_per_cycle=64.0, sram_bytes_per_cycle=192.0), gemv_mac_efficiency_frac=1.0)
     assert float(fast["overhead"] + fast["latency"]) / w.clock_hz.si == pytest.approx(f420, rel=1e-12)
+
+
+def test_decode_with_output_tokens_is_a_whole_request(cat):
+    kw = dict(precision="fp16", batch=1, context=2048, output_tokens=256, catalog=cat, core_grid=(420, 420))
+    d = predict_time("llama-3-8b", "wse2", phase="decode", **kw)
+    e = predict_time("llama-3-8b", "wse2", phase="e2e", **kw)
+    assert d.phase == "decode" and e.phase == "e2e"
+    assert d.step_s == pytest.approx(e.step_s, rel=1e-12)
+    assert d.tokens_per_s_per_user == pytest.approx(256 / (d.ttft_s + 256 * d.tpot_s), rel=1e-12)
+    one = predict_time("llama-3-8b", "wse2", phase="decode", precision="fp16", batch=1, context=2048 + 128,
+                       catalog=cat, core_grid=(420, 420))
+    assert d.tpot_s == pytest.approx(one.tpot_s, rel=1e-12)  # decode at the mean KV length 2048 + 256 / 2
