@@ -27,6 +27,8 @@ def fmt_num(v, sig: int = 4) -> str:
         if v == 0:
             return "0"
         a = abs(v)
+        if v.is_integer() and a < 1e9:  # a whole number (a count held as float) is shown exactly
+            return f"{int(v):,}"
         if a >= 1e12 or a < 1e-4:
             return f"{v:.{sig - 1}e}"
         digits = sig - 1 - int(math.floor(math.log10(a)))

@@ -343,13 +343,13 @@ def _serving_answer(st: Study, m, ok: list[dict], failed: list[dict]) -> str:
         return head + "none of the targets meets the per-user speed at any swept batch."
     b = ok[0]
     parts = [head + f"the cheapest fleet is {b['replicas']} x {b['target']} ({b['devices']} devices) at batch "
-             f"{b['batch']}: {fmt_num(b['usd_per_hour'])} $/h ({fmt_num(b['usd_per_year'] / 1e6)} $M/yr), "
-             f"{fmt_num(b['usd_per_mtok'])} $/M output tokens (P10-P90 {fmt_num(b['usd_per_mtok_p10'])}-"
+             f"{b['batch']}: ${fmt_num(b['usd_per_hour'])}/h (${fmt_num(b['usd_per_year'] / 1e6)}M/yr), "
+             f"${fmt_num(b['usd_per_mtok'])} per million output tokens (P10-P90 ${fmt_num(b['usd_per_mtok_p10'])}-"
              f"{fmt_num(b['usd_per_mtok_p90'])}), {fmt_num(b['power_w'] / 1e3)} kW, "
              f"{fmt_num(b['tokens_per_s_per_user'])} tokens/s per user."]
     for f in ok[1:]:
         parts.append(f"{f['replicas']} x {f['target']} costs {fmt_num(f['usd_per_hour'] / b['usd_per_hour'])}x as "
-                     f"much per hour ({fmt_num(f['usd_per_mtok'])} $/M tokens, "
+                     f"much per hour (${fmt_num(f['usd_per_mtok'])} per million tokens, "
                      f"{fmt_num(f['tokens_per_s_per_user'])} tokens/s per user).")
     for f in failed:
         parts.append(f"{f['target']} cannot meet the per-user speed ({f['note']}).")
@@ -511,11 +511,11 @@ def _training_answer(st: Study, m, plan: list[dict]) -> str:
         return head + "no swept cluster meets the deadline. " + " ".join(f"{p['family']}: {p['note']}." for p in plan)
     b = ok[0]
     parts = [head + f"the cheapest option is {b['target']} ({b['num_devices']} devices): "
-             f"{fmt_num(b['run_s'] / 86400)} days, {fmt_num(b['usd_per_run'] / 1e6)} $M "
-             f"(P10-P90 {fmt_num(b['usd_per_run_p10'] / 1e6)}-{fmt_num(b['usd_per_run_p90'] / 1e6)} $M), "
+             f"{fmt_num(b['run_s'] / 86400)} days, ${fmt_num(b['usd_per_run'] / 1e6)}M "
+             f"(P10-P90 ${fmt_num(b['usd_per_run_p10'] / 1e6)}M-${fmt_num(b['usd_per_run_p90'] / 1e6)}M), "
              f"{fmt_num(b['energy_j_per_run'] / 3.6e9)} MWh."]
     for p in ok[1:]:
-        parts.append(f"{p['target']} takes {fmt_num(p['run_s'] / 86400)} days for {fmt_num(p['usd_per_run'] / 1e6)} $M "
+        parts.append(f"{p['target']} takes {fmt_num(p['run_s'] / 86400)} days for ${fmt_num(p['usd_per_run'] / 1e6)}M "
                      f"({fmt_num(p['energy_j_per_run'] / 3.6e9)} MWh).")
     for p in plan:
         if not p["meets_deadline"]:
@@ -846,6 +846,9 @@ def _markdown(st: Study, body: dict, assumptions: Table, sources: list[dict]) ->
     bullets = [f"Model: {st.model} at {st.precision}." if st.model else "",
                f"Cost: {st.cost.uncertainty} Monte Carlo samples (seed {st.cost.seed}) over each input's low-high "
                f"range (triangular)." if st.kind != "claims" else "",
+               "Costs are amortised TCO (capex over the amortisation years, maintenance, facility and electricity "
+               "at the site PUE) for the hours used, spread over busy hours at the stated utilisation; not a "
+               "purchase price." if st.kind != "claims" else "",
                ("Pinned cost inputs: " + ", ".join(f"{k} = {fmt_num(v)}" for k, v in sorted(st.cost.set.items())) + ".")
                if st.cost.set else "",
                *st.notes]
