@@ -152,3 +152,11 @@ def test_cli_place_infeasible_and_bad_input(capsys):
         rc = main(["place", "llama-3.1-8b", "--target", "cs3x2", *args])
         err = capsys.readouterr().err
         assert rc == 2 and needle in err and err.count("\n") == 1
+
+
+def test_devices_objective_with_a_count_reports_what_suffices(cat):
+    r = place("llama-3.1-70b", "cs3x8", objective="devices", catalog=cat)
+    f = fit("llama-3.1-70b", "cs3", catalog=cat)
+    assert r.num_devices == f.num_devices < 8 and any("suffice" in n for n in r.notes)
+    tight = place("llama-3.1-70b", f"cs3x{f.num_devices - 1}", objective="devices", catalog=cat)
+    assert tight.status == "infeasible" and tight.stages == []

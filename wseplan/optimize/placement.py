@@ -409,6 +409,9 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     stages = _stage_records(w, sol.stages, loads) if sol.stages else []
     n_stages = sol.num_stages
     max_cost = sol.max_stage_cost / tp if sol.max_stage_cost is not None else None
+    num_devices = t.count if (t.count is not None and objective == "latency") else n_stages * tp
+    if objective == "devices" and t.count is not None and sol.status != "infeasible" and n_stages * tp < t.count:
+        notes.append(f"{n_stages * tp} of the {t.count} devices suffice")
     if objective == "latency":
         obj, unit = max_cost, "bytes"
     else:
@@ -416,7 +419,7 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     return PlacementResult(model=w.model_name, target=t.label, hardware=t.key, device_kind=t.kind, precision=precision,
                            phase=phase, batch=batch, context=context, objective_kind=objective, status=sol.status,
                            optimal=sol.optimal, objective=obj, objective_unit=unit, solver=sol.solver,
-                           solve_s=sol.solve_s, num_devices=(t.count if t.count is not None else n_stages * tp),
+                           solve_s=sol.solve_s, num_devices=num_devices,
                            num_stages=n_stages, devices_per_stage=tp, capacity_bytes=cap / tp,
                            max_stage_bytes=max(loads) if loads else None, max_stage_cost=max_cost,
                            cost_unit="bytes", num_variables=sol.num_variables, num_constraints=sol.num_constraints,
