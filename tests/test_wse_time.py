@@ -209,3 +209,14 @@ def test_decode_with_output_tokens_is_a_whole_request(cat):
     one = predict_time("llama-3-8b", "wse2", phase="decode", precision="fp16", batch=1, context=2048 + 128,
                        catalog=cat, core_grid=(420, 420))
     assert d.tpot_s == pytest.approx(one.tpot_s, rel=1e-12)  # decode at the mean KV length 2048 + 256 / 2
+
+
+def test_concurrency_frame(cat):
+    from wseplan.targets import parse_target
+
+    df = W.concurrency_frame(cat.models["llama-3.1-70b"], parse_target("cs3x4", cat), cat, batches=(1, 4, 16))
+    assert list(df.columns) == ["batch", "ttft_s", "tpot_s", "tokens_per_s_per_user", "tokens_per_s",
+                                "micro_batches_in_flight", "bottleneck"]
+    assert df.tokens_per_s.is_monotonic_increasing          # more requests in flight fill the 4-wafer pipeline
+    assert df.tokens_per_s_per_user.is_monotonic_decreasing  # ... and each request waits for the others
+    np.testing.assert_allclose(df.tokens_per_s, df.batch * df.tokens_per_s_per_user, rtol=1e-12)

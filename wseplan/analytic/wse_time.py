@@ -392,14 +392,15 @@ def predict(model, target, catalog, *, phase, precision, batch, context, output_
         lat1, mx1, parts1, ns, nts = _pipeline_time(model, "decode", batch=batch, context=ctx, grid=grids["decode"],
                                                     micro_batch=batch, **common)
         best = (lat1, parts1, 1)
-        n_mb = min(ns, batch)
-        if n_mb > 1:
-            mb = math.ceil(batch / n_mb)
+        top = min(ns, batch)
+        for n_mb in sorted({1 << i for i in range(1, top.bit_length())} | {top}):
+            if n_mb < 2:
+                continue
             lat, mx, parts, _, _ = _pipeline_time(model, "decode", batch=batch, context=ctx, grid=grids["decode"],
-                                                  micro_batch=mb, **common)
-            round_s = max(lat, n_mb * mx)
+                                                  micro_batch=math.ceil(batch / n_mb), **common)
+            round_s = max(lat, n_mb * mx)  # every stage serves n_mb micro-batches per token round
             if round_s < best[0]:
-                best = (round_s, parts, n_mb)
+                best = (round_s, {k: v * round_s / lat for k, v in parts.items()}, n_mb)
         notes.extend(n for n in nts if n not in notes)
         layout.update(core_grid_decode=f"{grids['decode'][0]}x{grids['decode'][1]}", pipeline_stages_decode=ns,
                       micro_batches_in_flight=best[2])
@@ -438,3 +439,26 @@ def _active_params(model) -> float:
     from ..workload import block_params
 
     return model.num_layers * block_params(model)[1] + model.vocab_size * model.d_model
+
+
+def concurrency_frame(model, target, catalog, *, batches=(1, 2, 4, 8, 16, 32, 64), precision: str = "fp16",
+                      context: int = 2048, output_tokens: int = 256, **options):
+    """Serving on a wafer target versus concurrency, as a pandas DataFrame (one row per batch).
+
+    Columns: ``batch, ttft_s, tpot_s, tokens_per_s_per_user, tokens_per_s, micro_batches_in_flight,
+    bottleneck``; each row is :func:`predict` with ``phase='e2e'`` (requests of ``context`` prompt tokens and
+    ``output_tokens`` generated tokens).
+    """
+    import pandas as pd
+
+    rows = []
+    for b in batches:
+        r = predict(model, target, catalog, phase="e2e", precision=precision, batch=int(b), context=context,
+                    output_tokens=output_tokens, **options)
+        rows.append(dict(batch=int(b), ttft_s=r.ttft_s, tpot_s=r.tpot_s, tokens_per_s_per_user=r.tokens_per_s_per_user,
+                         tokens_per_s=r.tokens_per_s, micro_batches_in_flight=r.layout.get("micro_batches_in_flight"),
+                         bottleneck=r.bottleneck))
+    df = pd.DataFrame(rows)
+    df.attrs.update(model=getattr(model, "name", str(model)), target=target.label, context=context,
+                    output_tokens=output_tokens, precision=precision)
+    return df
