@@ -9,6 +9,7 @@ Axis labels always carry units in brackets.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -109,7 +110,13 @@ def render(plot: Plot) -> bytes:
         from .markdown import fmt_num
 
         def _fmt(v, _pos=None):
-            return fmt_num(float(v), 3) if v > 0 else ""
+            if v <= 0:
+                return ""
+            if v >= 1e5 or v < 1e-3:  # compact powers of ten on wide axes
+                e = math.floor(math.log10(v) + 1e-9)
+                m = v / 10**e
+                return f"1e{e}" if abs(m - 1) < 1e-6 else f"{m:.0f}e{e}"
+            return fmt_num(float(v), 3)
 
         if plot.logx:
             ax.set_xscale("log")

@@ -486,8 +486,9 @@ _TRAINING_CAPTIONS = {
     "weight_streaming": "One system: a pass's compute grows with the batch while its weight stream from MemoryX "
                         "does not; above the dotted line each layer's compute hides its load. The step adds the "
                         "backward pass, recompute or activation spill, and the exposed optimizer update.",
-    "roofline": "Attainable FLOP/s of one device against arithmetic intensity; points: a training step at batch 1 "
-                "and at the global batch (FLOPs per weight byte read).",
+    "roofline": "Attainable FLOP/s of one device against arithmetic intensity (FLOPs per weight byte read); the "
+                "lines mark a training step at batch 1 and at the global batch on one device. A wafer's weights "
+                "arrive over the MemoryX stream, whose roof sets the batch a system needs.",
 }
 
 
@@ -605,6 +606,11 @@ def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int
             mem = "HBM"
         roofs.append({"label": f"{tgt if st.kind != 'training' else t.key} ({mem})", "peak_flop_per_s": peak,
                       "bandwidth_bytes_per_s": bw})
+        if t.kind == "wafer" and phase == "train":  # weights stream in from MemoryX over the system I/O
+            sysm = cat.systems[t.device.system]
+            mx = cat.memoryx[sysm.memoryx]
+            roofs.append({"label": f"{t.key} (MemoryX weight stream)", "peak_flop_per_s": peak,
+                          "bandwidth_bytes_per_s": mx.dram_stream_bandwidth_bytes_per_s.si * n})
     for b in sorted({lo_b, hi_b}):
         w = build_workload(m, cat, precision=st.precision, phase=phase, batch=b, context=context)
         if phase == "decode":
