@@ -160,3 +160,23 @@ def test_devices_objective_with_a_count_reports_what_suffices(cat):
     assert r.num_devices == f.num_devices < 8 and any("suffice" in n for n in r.notes)
     tight = place("llama-3.1-70b", f"cs3x{f.num_devices - 1}", objective="devices", catalog=cat)
     assert tight.status == "infeasible" and tight.stages == []
+
+
+def test_prefill_balances_flops_within_memory(cat):
+    """Prefill minimises the slowest stage by FLOPs; any memory-feasible split (here the bytes-balanced DP
+    partition) is a candidate it must not lose to."""
+    from wseplan.fit import build_workload
+
+    k = 24
+    r = place("llama-3.1-405b", f"cs3x{k}", phase="prefill", context=8192, catalog=cat)
+    assert r.status == "optimal" and r.objective_unit == "FLOP"
+    w = build_workload(cat.models["llama-3.1-405b"], cat, precision="bf16", phase="prefill", batch=1, context=8192)
+    tif = min(8192, cat.defaults.prefill_chunk_tokens.si)
+    flop = w.flop_per_token * tif
+    x = w.weight_bytes + w.kv_bytes_per_token * 8192
+    x[-1] += w.tied_head_bytes
+    act = w.working_set_bytes_per_token * tif
+    _, dp_stages = min_max_partition(x, k, act)
+    assert max(x[a : b + 1].sum() + act for a, b in dp_stages) <= r.capacity_bytes
+    assert r.objective <= max(flop[a : b + 1].sum() for a, b in dp_stages) * (1 + 1e-12)
+    assert max(s.bytes for s in r.stages) <= r.capacity_bytes

@@ -336,8 +336,9 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     (a stage's bytes / tp). With a device count in the target (``cs3x32``) and
     ``latency``, exactly that many stages; without one, the fewest devices that fit.
 
-    The stage cost is the stage's weight + KV bytes, which a bandwidth-bound decode step reads once per
-    token, so the slowest stage by bytes is the slowest stage by time at equal device bandwidth.
+    The stage cost stands for its time at equal device speed: in decode (bandwidth-bound) the stage's weight +
+    KV bytes, which a step reads once; in prefill (compute-bound) its FLOPs for the tokens in flight
+    (``objective_unit`` says which). Per-layer times from the time models would replace these proxies.
     """
     from ..catalog.load import load_catalog
     from ..fit import _stage_records, build_workload, resolve_model
@@ -379,6 +380,13 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     if w.tied_head_bytes:
         multi[-1] += w.tied_head_bytes  # the last device needs its own copy of a tied LM head
     n_items = len(single)
+    if phase == "prefill":
+        # prefill is compute-bound: a stage's time is its FLOPs for the tokens in flight at equal device peak
+        flop = np.asarray(w.flop_per_token, dtype=float) * in_flight
+        cost_of, const_cost, cost_unit = (lambda xb: flop), 0.0, "FLOP"
+    else:
+        # decode is bandwidth-bound: a stage's time is the weight + KV bytes it reads per step
+        cost_of, const_cost, cost_unit = (lambda xb: xb), act_const, "bytes"
     if t.count is not None:
         if t.count % tp:
             raise InputError(f"target: {t.count} GPUs is not a multiple of --tensor-parallel {tp}")
@@ -387,7 +395,7 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
             notes.append(f"only {n_items} layers to place; {k - n_items} devices left idle")
         x = single if k == 1 else multi
         if objective == "latency":
-            sol = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=cap, stage_const_cost=act_const,
+            sol = solve_partition(item_cost=cost_of(x), item_bytes=x, capacity_bytes=cap, stage_const_cost=const_cost,
                                   stage_const_bytes=act_const, objective="latency", num_stages=k, solver=solver,
                                   time_limit_s=time_limit_s)
         else:
@@ -397,7 +405,7 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
         if objective == "latency" and sol.status != "infeasible":
             # the fewest devices first, then the most even split over them (the latency objective)
             x = single if sol.num_stages == 1 else multi
-            sol2 = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=cap, stage_const_cost=act_const,
+            sol2 = solve_partition(item_cost=cost_of(x), item_bytes=x, capacity_bytes=cap, stage_const_cost=const_cost,
                                    stage_const_bytes=act_const, objective="latency", num_stages=sol.num_stages,
                                    solver=solver, time_limit_s=time_limit_s)
             sol = sol2.model_copy(update={"solve_s": sol.solve_s + sol2.solve_s})
@@ -408,12 +416,13 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     loads = [float(x[a : e + 1].sum() + act_const) / tp for a, e in sol.stages]
     stages = _stage_records(w, sol.stages, loads) if sol.stages else []
     n_stages = sol.num_stages
-    max_cost = sol.max_stage_cost / tp if sol.max_stage_cost is not None else None
+    c_items = cost_of(x)
+    max_cost = (max(float(c_items[a : e + 1].sum()) + const_cost for a, e in sol.stages) / tp) if sol.stages else None
     num_devices = t.count if (t.count is not None and objective == "latency") else n_stages * tp
     if objective == "devices" and t.count is not None and sol.status != "infeasible" and n_stages * tp < t.count:
         notes.append(f"{n_stages * tp} of the {t.count} devices suffice")
     if objective == "latency":
-        obj, unit = max_cost, "bytes"
+        obj, unit = max_cost, cost_unit
     else:
         obj, unit = (float(n_stages * tp) if sol.objective is not None else None), "devices"
     return PlacementResult(model=w.model_name, target=t.label, hardware=t.key, device_kind=t.kind, precision=precision,
@@ -422,7 +431,7 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
                            solve_s=sol.solve_s, num_devices=num_devices,
                            num_stages=n_stages, devices_per_stage=tp, capacity_bytes=cap / tp,
                            max_stage_bytes=max(loads) if loads else None, max_stage_cost=max_cost,
-                           cost_unit="bytes", num_variables=sol.num_variables, num_constraints=sol.num_constraints,
+                           cost_unit=cost_unit, num_variables=sol.num_variables, num_constraints=sol.num_constraints,
                            stages=stages, notes=notes)
 
 
