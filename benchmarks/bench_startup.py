@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -40,14 +42,18 @@ def cli_command() -> tuple[list[str], str]:
     return [sys.executable, "-c", code], f"{sys.executable} -c 'from wseplan.cli import console; console()'"
 
 
-def time_cold(cmd: list[str], runs: int, cwd: str) -> list[float]:
+def time_cold(cmd: list[str], runs: int, cwd: str) -> tuple[list[float], list[float]]:
+    """Wall times and CPU times (user + system of the child) of ``runs`` fresh processes [s]."""
     subprocess.run(cmd, cwd=cwd, capture_output=True, check=True)  # unmeasured: fills the OS file cache, .pyc
-    out = []
+    wall, cpu = [], []
     for _ in range(runs):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        out.append(time.perf_counter() - t0)
-    return out
+        wall.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
+    return wall, cpu
 
 
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
@@ -111,9 +117,10 @@ def main() -> int:
         print(f"command: {shown} ...; {runs} cold runs each after one unmeasured run; cwd {cwd}")
         ok = True
         for label, argv in (("wseplan fit llama-70b --target wse3", FIT), ("wseplan --help", HELP)):
-            ts = time_cold(cmd + argv, runs, cwd)
+            ts, cpu = time_cold(cmd + argv, runs, cwd)
             ok &= figure(f"cold start, {label}", statistics.median(ts), "s", TARGET_S, higher_is_better=False,
-                         detail=f"median of {runs}; min {min(ts):.3f}, max {max(ts):.3f}")
+                         detail=f"median of {runs}; min {min(ts):.3f}, max {max(ts):.3f}; CPU (user+sys) median "
+                                f"{statistics.median(cpu):.3f} s; load average {os.getloadavg()[0]:.2f}")
         base, imp, run = split_run(FIT, max(5, runs // 2), cwd)
         print(f"split of `fit` (medians): interpreter start {base * 1e3:.0f} ms; import wseplan.cli {imp * 1e3:.0f} ms; "
               f"main() {run * 1e3:.0f} ms (lazy imports of the fit path, catalog load, fit, rendering)")
