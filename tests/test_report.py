@@ -19,9 +19,9 @@ from wseplan.report.study import Study, load_study
 # ------------------------------------------------------------------------------------------------ atomic
 def test_atomic_write_replaces_whole_folder(tmp_path):
     out = tmp_path / "rep"
-    write_files_atomically(out, {"a.md": "old", "b.csv": "x\n"})
-    write_files_atomically(out, {"a.md": "new"})
-    assert sorted(os.listdir(out)) == ["a.md"] and (out / "a.md").read_text() == "new"
+    write_files_atomically(out, {"report.md": "old", "b.csv": "x\n"})
+    write_files_atomically(out, {"report.md": "new"})
+    assert sorted(os.listdir(out)) == ["report.md"] and (out / "report.md").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no temp or old folders left behind
 
 
@@ -49,6 +49,29 @@ def test_failure_on_first_report_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         write_files_atomically(out, {"report.md": "v1"}, _after_each=boom)
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_refuses_to_replace_folders_that_are_not_reports(tmp_path, monkeypatch):
+    keep = tmp_path / "studies"
+    keep.mkdir()
+    (keep / "study.yaml").write_text("precious")
+    with pytest.raises(InputError, match="not a wseplan report"):
+        write_files_atomically(keep, {"report.md": "x"})
+    assert (keep / "study.yaml").read_text() == "precious"
+    sub = tmp_path / "rep"
+    write_files_atomically(sub, {"report.md": "x"})
+    (sub / "nested").mkdir()
+    with pytest.raises(InputError):
+        write_files_atomically(sub, {"report.md": "y"})
+    monkeypatch.chdir(keep)
+    for out in (".", "..", "/"):
+        with pytest.raises(InputError, match="current folder"):
+            write_files_atomically(out, {"report.md": "x"})
+    assert (keep / "study.yaml").read_text() == "precious"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    write_files_atomically(empty, {"report.md": "ok"})
+    assert (empty / "report.md").read_text() == "ok"
 
 
 @pytest.mark.parametrize("name", ["../escape.md", "/etc/passwd", "a/../../b", "..", "", "a\\b"])

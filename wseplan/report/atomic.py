@@ -40,21 +40,43 @@ def _inside(root: Path, rel: str) -> Path:
     return path
 
 
+REPORT_SUFFIXES = (".md", ".csv", ".png")
+
+
+def _check_replaceable(out: Path) -> None:
+    """Refuse to replace anything but a missing folder, an empty one, or a previous report folder.
+
+    A report folder holds only ``report.md`` and ``.md``/``.csv``/``.png`` files, no sub-folders; the current
+    folder, its ancestors and the filesystem root are never replaced.
+    """
+    resolved = out.resolve()
+    cwd = Path.cwd().resolve()
+    if not out.name or resolved == cwd or resolved in cwd.parents or resolved == Path(resolved.anchor):
+        raise InputError(f"--out: {out} is the current folder or one of its parents; name a report folder")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InputError(f"--out: {out} exists and is not a folder; choose another path")
+    entries = list(out.iterdir())
+    if entries and (not (out / "report.md").is_file()
+                    or any(e.is_dir() or e.suffix not in REPORT_SUFFIXES for e in entries)):
+        raise InputError(f"--out: {out} holds files that are not a wseplan report; choose a new or empty folder")
+
+
 def write_files_atomically(out_dir: str | Path, files: Mapping[str, bytes | str],
                            *, _after_each: Callable[[str], None] | None = None) -> Path:
     """Write ``files`` (relative name -> content) as the whole content of ``out_dir``, atomically.
 
-    The files go into a temporary sibling folder first; the old ``out_dir`` (if any) is renamed aside, the new
-    folder renamed into place, and the old one deleted. Any exception before the swap removes the temporary
+    The files go into a temporary sibling folder first; the old ``out_dir`` (if any, and only if it is empty or a
+    previous report folder) is renamed aside, the new folder renamed into place, and the old one deleted. Any exception before the swap removes the temporary
     folder and leaves ``out_dir`` untouched. ``_after_each`` is a test hook called after each file is written.
 
     Returns the output folder.
     """
     out = Path(out_dir)
-    parent = out.parent if str(out.parent) else Path(".")
+    _check_replaceable(out)
+    parent = out.parent
     parent.mkdir(parents=True, exist_ok=True)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out: {out} exists and is not a folder; choose another path")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     try:
         for rel in sorted(files):
