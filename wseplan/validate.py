@@ -131,8 +131,12 @@ def note_hint(notes: str, key: str) -> str | None:
 
 
 def source_key(case: Case) -> str:
-    """A short source label for grouping (the citation up to its first comma)."""
-    return (case.source.split(",")[0] or case.source).strip()
+    """A short source label for grouping: the citation up to its first comma or parenthesis (MLCommons
+    results grouped by round, e.g. ``MLCommons training_results_v5.0``)."""
+    s = (case.source.split(",")[0] or case.source).split(" (")[0].strip()
+    if s.startswith("MLCommons"):
+        s = " ".join(s.split()[:2])
+    return s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,12 +669,13 @@ def leave_one_source_out(cases_path: str | Path | None = None, *, catalog=None, 
     out = []
     for src in sorted({source_key(c) for c in cases}):
         rows = [c for c in cases if source_key(c) == src]
-        cal, _, _ = fit_gpu_efficiency(path, exclude_sources=(src,), catalog=cat, max_nfev=max_nfev, start=full)
-        ins, held = validate_cases(rows, cat, full), validate_cases(rows, cat, cal)
+        ins = validate_cases(rows, cat, full)
         e_in = [abs(r["rel_error"]) for r in ins if r["status"] == "ok"]
-        e_out = [abs(r["rel_error"]) for r in held if r["status"] == "ok"]
         if not e_in:
             continue
+        cal, _, _ = fit_gpu_efficiency(path, exclude_sources=(src,), catalog=cat, max_nfev=max_nfev, start=full)
+        held = validate_cases(rows, cat, cal)
+        e_out = [abs(r["rel_error"]) for r in held if r["status"] == "ok"]
         out.append({"source": src, "category": ",".join(sorted({c.category for c in rows})), "rows": len(e_in),
                     "median_abs_rel_error_in_sample": float(np.median(e_in)),
                     "median_abs_rel_error_held_out": float(np.median(e_out)) if e_out else None})
