@@ -445,14 +445,13 @@ def _predict_wafer(case, catalog):
         raise SkipRow("wafer model unavailable")
     params = inspect.signature(wse_time.predict).parameters
     accepts = lambda k: k in params or any(p.kind == p.VAR_KEYWORD for p in params.values())  # noqa: E731
-    for key in ("wse_core_grid", "wse_core_grid_prefill", "wse_core_grid_decode"):
+    for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
+                     ("wse_core_grid_decode", "core_grid_decode")):
         v = note_hint(case.notes, key)
-        if v and accepts("core_grid"):
+        if v and accepts(opt):
             rows, _, cols = v.partition("x")
             if rows and cols:
-                want = key == "wse_core_grid" or key.endswith(case.phase if case.phase != "e2e-infer" else "_")
-                if want or "core_grid" not in opts:
-                    opts["core_grid"] = (int(float(rows)), int(float(cols)))
+                opts[opt] = (int(float(rows)), int(float(cols)))
     phase = "prefill" if case.phase == "prefill" else "decode"
     try:
         r = predict_time(model, target, phase=phase, precision=precision, batch=conc, context=inp,
