@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"
 REPORTS = ROOT / "reports"
 NAMES = ["serve-llama3-70b", "train-175b", "claims-audit"]
+PINNED_MATPLOTLIB = "3.11.2"  # as in pyproject.toml
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,10 @@ def test_committed_report_matches_regeneration(regenerated, name):
     new = {p.name: p.read_bytes() for p in (out / name).iterdir()}
     old = {p.name: p.read_bytes() for p in committed.iterdir()}
     assert sorted(new) == sorted(old), f"reports/{name}: file list drifted; regenerate with `wseplan report`"
-    drifted = sorted(k for k in new if new[k] != old[k])
+    import matplotlib
+
+    pinned = matplotlib.__version__ == PINNED_MATPLOTLIB  # PNG bytes are only reproducible with the pinned version
+    drifted = sorted(k for k in new if new[k] != old[k] and (pinned or not k.endswith(".png")))
     assert not drifted, (f"reports/{name}: {', '.join(drifted)} differ from what studies/{name}.yaml regenerates; "
                          f"run `wseplan report studies/{name}.yaml` and commit")
 
