@@ -47,8 +47,7 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 TRAIN_OPTIONS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel", "virtual_pipeline",
                  "micro_batch", "recompute", "zero_stage", "sequence_parallel", "global_batch", "trainable",
                  "single_layer", "train_tokens", "calibration")
-INFER_OPTIONS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "concurrency", "input_tokens",
-                 "calibration")
+INFER_OPTIONS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "concurrency", "calibration")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,7 +230,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     layers_stage = np.ceil(L / pp)
     t_head = _head_forward_time_s(m, tokens=tokens, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
                                   precision=precision, cal=cal) * 3.0
-    t_mb = layers_stage * t_layer + t_head / np.where(pp > 1, 1.0, 1.0)
+    t_mb = layers_stage * t_layer + t_head  # the last stage (the slowest) also runs the LM head
     # point-to-point between stages (scatter/gather: 1/tp of the activation each), fwd + bwd, v times
     p2p_bytes = ab * tokens * m.d_model / tp
     cross = tp * cp * dp >= links.per_node  # neighbours in the pipeline sit in other nodes
@@ -247,7 +246,6 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     params_stage = _stage_params(m, pp, trainable)
     grad_bytes = params_stage / tp * 2.0
     ranks = dp * cp
-    ranks_node = np.maximum(links.per_node / (tp * np.minimum(pp, np.maximum(links.per_node / tp, 1.0))), 1.0)
     ranks_node = np.maximum(np.floor(links.per_node / tp), 1.0)
     ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=np.minimum(ranks_node, ranks),
                                        intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
@@ -466,6 +464,19 @@ def predict(model, target, catalog, *, phase: str, precision: str, batch=None, c
         r = {k: float(v) for k, v in r.items()}
         n_gpus = tp * pp * dp * cp
         step = r["step_s"]
+        if not single:
+            from ..fit import gpu_layout_memory
+            from ..workload import transformer_workload
+
+            w = transformer_workload(model, precision=precision, phase="train", batch=gb, context=ctx)
+            # weights/optimizer: split over TP (ZeRO over dp*cp); activations: the sequence is split over cp too
+            mw = gpu_layout_memory(w, tp=tp, pp=pp, dp=dp * cp, zero_stage=zs, recompute=rec, catalog=catalog, micro_batch=mb)
+            ma = gpu_layout_memory(w, tp=tp * cp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog, micro_batch=mb)
+            need = float(mw["weights"] + mw["optimizer"] + ma["activations"])
+            cap = gpu.hbm_bytes.si * (1.0 - d.gpu_hbm_reserve_frac.si)
+            if need > cap:
+                notes.append(f"this layout needs about {need:.3e} B per GPU; usable HBM is {cap:.3e} B "
+                             "(more TP/PP, ZeRO or recompute would be needed)")
         tokens = gb * ctx
         flops = model_flop_per_token(model, seq_len=ctx) * tokens
         peak = gpu.peak_flop_per_s(precision)
