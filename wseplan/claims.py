@@ -648,7 +648,9 @@ def _judge(c: Claim, claimed: float, unit: str, lower_better: bool, bounds: dict
                               f"more than the validated error {err:.0%} ({err_src})")
     return Verdict(id=c.id, kind=c.kind, verdict="consistent", claimed_value=claimed, estimate=estimate, margin=m,
                    error_frac=err, unit=unit,
-                   reason=f"within {err:.0%} of (or worse than) wseplan's estimate {_fmt(estimate, unit)} ({est_note})"
+                   reason=(f"no better than wseplan's estimate {_fmt(estimate, unit)} ({est_note})" if m <= 1.0 else
+                           f"{m:.3g}x better than wseplan's estimate {_fmt(estimate, unit)} ({est_note}), within the "
+                           f"validated error {err:.0%} ({err_src})")
                           + (f"; tightest bound {tight[0]} {_fmt(tight[1], unit)}" if tight else ""))
 
 
