@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wseplan.claims import BOUNDS, Claim, check, check_claim, claimed_si, decode_floors, load_claims
 from wseplan.cli import main
@@ -220,3 +222,27 @@ def test_ttft_compute_floor_hand_calculation(catalog):
     hand = float(w.flop_per_token.sum()) * 8192 / (8 * 989.4e12)
     assert v.bound_value == pytest.approx(hand, rel=1e-3)
     assert 0.12 < v.bound_value < 0.2  # ~2 x 70.6e9 x 8192 / 7.9 PF = 0.146 s plus attention
+
+
+@pytest.fixture(scope="module")
+def errors(catalog):
+    from wseplan.claims import validated_errors
+
+    return validated_errors(catalog)
+
+
+_SEVERITY = {"consistent": 0, "optimistic": 1, "impossible": 2}
+
+
+@given(a=st.floats(min_value=1.0, max_value=5000.0), b=st.floats(min_value=1.0, max_value=5000.0))
+@settings(max_examples=25, deadline=None)
+def test_a_bolder_claim_is_never_judged_milder(catalog, errors, a, b):
+    """Verdict severity never falls as the claimed speed rises (same model, target and workload)."""
+    lo, hi = sorted((a, b))
+    base = dict(id="p", text="t", kind="tokens_per_s_per_user", model="llama-3-8b", target="h100x1", batch=1,
+                context=512, unit="tokens/s")
+    v_lo = check_claim(Claim(**base, value=lo), catalog, errors=errors)
+    v_hi = check_claim(Claim(**base, value=hi), catalog, errors=errors)
+    assert _SEVERITY[v_hi.verdict] >= _SEVERITY[v_lo.verdict]
+    if v_lo.estimate and lo <= v_lo.estimate:
+        assert v_lo.verdict == "consistent"  # at or below the estimate is always consistent
