@@ -326,8 +326,8 @@ _SERVING_CAPTIONS = {
     "latency_throughput": "Each point is one batch size; up and to the right is better. The dotted line is the "
                           "per-user speed the study asks for.",
     "roofline": "Attainable FLOP/s of one replica against arithmetic intensity (roofs: dense peak and the "
-                "memory that holds the weights, SRAM on a wafer, HBM on a GPU). Points: decode at the smallest and "
-                "largest swept batch.",
+                "memory that holds the weights, SRAM on a wafer, HBM on a GPU). The vertical lines mark decode at "
+                "the smallest and largest swept batch (FLOPs per byte of weights and KV cache read).",
     "cost_vs_utilization": "Amortised cost per output token falls as the share of busy hours rises.",
     "cost_bands": "P10-P90 of the Monte Carlo over the cost inputs' ranges (prices, power, PUE, utilisation, "
                   "amortisation).",
