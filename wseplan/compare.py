@@ -160,6 +160,8 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int, 
     notes: list[str] = list(fr.notes)
     n_dev = int(t.count)
     n_sys = n_dev if t.kind == "wafer" else int(math.ceil(n_dev / t.device.gpus_per_node.si))
+    if t.kind == "gpu" and n_dev % int(t.device.gpus_per_node.si):
+        notes.append(f"power and cost count {n_sys} whole {int(t.device.gpus_per_node.si)}-GPU node(s)")
     base = dict(target=label, hardware=t.key, device_kind=t.kind, fits=fr.fits, num_devices=n_dev,
                 num_systems=n_sys, binding=fr.binding)
     weights_fit = fr.fits or (phase == "train" and t.kind == "wafer" and fr.memoryx is not None and fr.memoryx.fits)

@@ -51,13 +51,14 @@ def register(app: typer.Typer) -> None:
             _emit(to_json(res.to_record()))
         elif fmt == "csv":
             _emit(res.table().to_csv())
-        elif fmt == "md":
+        notes = list(res.notes) + [f"{r.target}: {n}" for r in res.rows for n in r.notes]
+        if fmt == "md":
             _emit(f"## {res.model}: {res.phase}, {res.precision}\n\n" + res.table().to_markdown()
-                  + "".join(f"\n- {n}" for n in res.notes) + ("\n" if res.notes else ""))
-        else:
+                  + "".join(f"\n- {n}" for n in notes) + ("\n" if notes else ""))
+        elif fmt == "table":
             _print_table(res.table(), title=f"{res.model}: {res.phase}, {res.precision}, batch {res.batch}, "
                                             f"context {res.context}")
-            for n in res.notes:
+            for n in notes:
                 _emit(f"note: {n}\n")
 
     @app.command()
