@@ -300,8 +300,12 @@ def fit_wafer_train(w: Workload, target: Target, catalog: Catalog, reserve_frac:
 
 # ---------------------------------------------------------------------------------------------
 def gpu_layout_memory(w: Workload, *, tp, pp, dp, zero_stage: int, recompute: str, catalog: Catalog,
-                      micro_batch: int = 1) -> dict[str, np.ndarray]:
+                      micro_batch=1, batch=None, context=None) -> dict[str, np.ndarray]:
     """Per-GPU memory of the fullest pipeline stage for arrays of layouts (tp, pp, dp broadcast) [bytes].
+
+    ``batch`` and ``context`` (arrays, broadcast with the layout) default to the workload's; every term is
+    exact for any of them because weights do not depend on them and the KV, activation and working-set terms
+    are computed from per-token quantities.
 
     The first stage holds the embedding, the last the LM head; blocks are split as evenly as possible
     (``ceil(L/pp)`` on the fullest stage). Weights, gradients and optimizer state are split over TP and PP and,
@@ -309,6 +313,9 @@ def gpu_layout_memory(w: Workload, *, tp, pp, dp, zero_stage: int, recompute: st
     """
     d = catalog.defaults
     tp, pp, dp = (np.asarray(v, dtype=float) for v in (tp, pp, dp))
+    B = np.asarray(w.batch if batch is None else batch, dtype=float)
+    C = np.asarray(w.context if context is None else context, dtype=float)
+    micro_batch = np.asarray(micro_batch, dtype=float)
     L = max(w.num_blocks, 1)
     per_stage = np.ceil(L / pp)
     blocks = w.kind == KIND_BLOCK
@@ -336,18 +343,19 @@ def gpu_layout_memory(w: Workload, *, tp, pp, dp, zero_stage: int, recompute: st
         repl = (4.0 * w.arch.d_model if w.arch is not None else 0.0)
         per_tok = gpu_activation_bytes_per_token_layer(activation_bytes_per_token=act_l, checkpoint_bytes_per_token=ck_l,
                                                        replicated_bytes_per_token=repl, tp=tp, recompute=recompute)
-        seqs_per_replica = np.ceil(w.batch / dp)
+        seqs_per_replica = np.ceil(B / dp)
         in_flight = np.minimum(pp, np.ceil(seqs_per_replica / micro_batch))
-        tok_mb = micro_batch * w.context
+        tok_mb = micro_batch * C
         act = per_tok * tok_mb * per_stage * in_flight
         if recompute == "full":  # one layer's full activations during its recomputed backward
             act = act + act_l / tp * tok_mb
         out.update(weights=weights, optimizer=opt + grads, kv_cache=np.zeros_like(weights), activations=act)
     else:
-        kv = per_stage * kv_layer * w.batch * w.context / np.minimum(tp, kv_heads)
-        tif = _tokens_in_flight(w, d.prefill_chunk_tokens.si)
-        act = np.full_like(weights, w.working_set_bytes_per_token * tif) / tp
-        out.update(weights=weights, optimizer=np.zeros_like(weights), kv_cache=kv, activations=act)
+        kv = per_stage * kv_layer * B * C / np.minimum(tp, kv_heads)
+        chunk = d.prefill_chunk_tokens.si
+        tif = B if w.phase == "decode" else np.minimum(B * C, chunk)
+        act = w.working_set_bytes_per_token * tif / tp * np.ones_like(weights)
+        out.update(weights=weights * np.ones_like(kv), optimizer=np.zeros_like(kv), kv_cache=kv, activations=act)
     out["total"] = out["weights"] + out["optimizer"] + out["kv_cache"] + out["activations"]
     return out
 
