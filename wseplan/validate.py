@@ -278,17 +278,32 @@ def _predict_gpu_train(case, catalog, cal):
     else:
         if not n:
             raise SkipRow("n_devices not given")
-        if f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
-            raise SkipRow("parallel layout (tp, pp, dp) not given")
         dp = f.get("dp") or max(n // (tp * pp * cp), 1)
     rec = _recompute(case)
     zs = f.get("zero_stage")
     zs = 1 if zs is None else zs
+    searched = None
+    if not single and f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
+        # layout not stated: the fastest layout that fits, as the team that ran it would have tuned it
+        from .errors import InfeasibleError
+
+        cal = cal or G.gpu_calibration()
+        try:
+            searched = G.search_layouts(model, _target(case, catalog, n), catalog, num_gpus=n, global_batch=gb, seq_len=seq,
+                                        precision=precision, recomputes=(rec,) if f.get("recompute") else
+                                        ("none", "selective", "full"), zero_stages=(zs,) if f.get("zero_stage") is not None
+                                        else (0, 1, 2, 3), cal=cal)["best"]
+        except InfeasibleError:
+            raise SkipRow("parallel layout (tp, pp, dp) not given and no layout fits") from None
+        tp, pp, dp = searched["tensor_parallel"], searched["pipeline_parallel"], searched["data_parallel"]
+        rec, zs, vpp = searched["recompute"], searched["zero_stage"], searched["virtual_pipeline"]
     trainable = "lora" if _is_lora(case) else "full"
     target = _target(case, catalog, tp * pp * dp * cp)
     cal = cal or G.gpu_calibration()
     if single:
         mb, vpp = gb, 1
+    elif searched:
+        mb = searched["micro_batch"]
     else:
         mb, vpp = _best_schedule(model, target.device, catalog, precision=precision, seq=seq, gb=gb, tp=tp, pp=pp, dp=dp,
                                  cp=cp, vpp=vpp, rec=rec, zs=zs, trainable=trainable, cal=cal)
@@ -299,29 +314,8 @@ def _predict_gpu_train(case, catalog, cal):
     step = res.step_s
     if single:
         return step * 1e3
-    n_gpus = tp * pp * dp * cp
-    tokens_step = gb * seq
-    tok_s = tokens_step / step
-    peak = target.device.peak_flop_per_s(precision)
-    if case.metric in ("tflops_per_gpu", "mfu", "pct_of_peak"):
-        mult = _flop_multiplier(case, rec)
-        flop_tok = G.model_flop_per_token(model, seq_len=seq) * mult / 3.0
-        per_gpu = flop_tok * tok_s / n_gpus
-        if case.metric == "tflops_per_gpu":
-            return per_gpu / 1e12
-        frac = per_gpu / peak
-        return frac if case.metric == "mfu" else 100.0 * frac
-    if case.metric == "time_per_iter_s":
-        return step
-    if case.metric == "tokens_per_s":
-        return tok_s
-    if case.metric == "time_to_train_min":
-        tokens = _train_tokens(case)
-        return tokens / tok_s * (1.0 + cal.benchmark_eval_overhead_frac) / 60.0
-    if case.metric == "gpu_hours":
-        tokens = _train_tokens(case)
-        return tokens / tok_s * n_gpus / 3600.0
-    raise SkipRow(f"metric {case.metric} is not predicted for training rows")
+    return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=tp * pp * dp * cp,
+                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec, cal=cal)
 
 
 def _infer_layout(case):
@@ -358,6 +352,11 @@ def _predict_gpu_infer(case, catalog, cal):
             return r.ttft_s * 1e3
         if case.metric == "prefill_tokens_per_s":
             return inp / r.ttft_s
+        if case.metric in ("tokens_per_s", "tokens_per_s_per_gpu") and case.phase == "prefill":
+            sys_tok = r.tokens_per_s * dp  # prompt tokens/s of all replicas
+            return sys_tok if case.metric == "tokens_per_s" else sys_tok / (tp * pp * dp)
+        if case.metric == "latency_ms":
+            return r.ttft_s * 1e3
         raise SkipRow(f"metric {case.metric} is not predicted for prefill rows")
     if case.phase == "decode":
         r = predict_time(model, target, phase="decode", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
@@ -377,8 +376,10 @@ def _predict_gpu_infer(case, catalog, cal):
         return engine_tok_s / (tp * pp)
     if case.metric == "tokens_per_s":
         return engine_tok_s * dp
-    if case.metric == "latency_ms":
-        return r.step_s * 1e3
+    if case.metric == "latency_ms":  # decode: one output token; e2e: the whole request
+        return (r.tpot_s if case.phase == "decode" else r.step_s) * 1e3
+    if case.metric == "ttft_ms":
+        return r.ttft_s * 1e3
     raise SkipRow(f"metric {case.metric} is not predicted for inference rows")
 
 
@@ -435,6 +436,8 @@ def _predict_wafer(case, catalog):
 
     model = case_model(case, catalog)
     f = case.fields
+    if case.phase == "train":
+        return _predict_wafer_train(case, catalog, model)
     precision = f.get("precision") or "fp16"
     inp, out, conc = f.get("input_len"), f.get("output_len"), f.get("concurrency") or 1
     if not inp:
@@ -469,7 +472,60 @@ def _predict_wafer(case, catalog):
         return r.tokens_per_s_per_user
     if m == "tokens_per_s":
         return r.tokens_per_s
+    if m == "tokens_per_s_per_gpu":
+        return r.tokens_per_s / max(r.num_devices, 1)
+    if m == "latency_ms" and case.phase == "decode":
+        return (r.tpot_s or r.step_s) * 1e3
     raise SkipRow(f"metric {m} is not predicted for wafer rows")
+
+
+def _train_metric(case, model, *, step_s: float, tokens_per_step: float, num_devices: int, peak_flop_per_s: float,
+                  recompute: str, cal) -> float:
+    """Convert a training step time to the row's metric (shared by GPU and wafer rows)."""
+    from .analytic import gpu_time as G
+
+    tok_s = tokens_per_step / step_s
+    seq = case.get("seq_len")
+    flop_tok = G.model_flop_per_token(model, seq_len=seq) * _flop_multiplier(case, recompute) / 3.0
+    metric = case.metric
+    if metric in ("tflops_per_gpu", "mfu", "pct_of_peak", "pflops"):
+        per_dev = flop_tok * tok_s / num_devices
+        if metric == "tflops_per_gpu":
+            return per_dev / 1e12
+        if metric == "pflops":
+            return per_dev * num_devices / 1e15
+        frac = per_dev / peak_flop_per_s
+        return frac if metric == "mfu" else 100.0 * frac
+    if metric == "time_per_iter_s":
+        return step_s
+    if metric == "tokens_per_s":
+        return tok_s
+    if metric == "tokens_per_s_per_gpu":
+        return tok_s / num_devices
+    if metric == "time_to_train_min":
+        return _train_tokens(case) / tok_s * (1.0 + cal.benchmark_eval_overhead_frac) / 60.0
+    if metric == "gpu_hours":
+        return _train_tokens(case) / tok_s * num_devices / 3600.0
+    raise SkipRow(f"metric {metric} is not predicted for training rows")
+
+
+def _predict_wafer_train(case, catalog, model):
+    from .analytic import gpu_time as G
+    from .timing import predict_time
+
+    f = case.fields
+    seq, gb, n = f.get("seq_len"), f.get("global_batch"), f.get("n_devices") or 1
+    if not seq or not gb:
+        raise SkipRow("seq_len and global_batch needed for a wafer training row")
+    precision = f.get("precision") or "bf16"
+    target = _target(case, catalog, n)
+    try:
+        r = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog)
+    except (NotImplementedError, ImportError, AttributeError):
+        raise SkipRow("wafer model unavailable") from None
+    return _train_metric(case, model, step_s=r.step_s, tokens_per_step=gb * seq, num_devices=r.num_devices or n,
+                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=_recompute(case),
+                         cal=G.gpu_calibration())
 
 
 # ---------------------------------------------------------------------------------------------
