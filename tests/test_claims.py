@@ -197,6 +197,11 @@ KIND_CASES = [
     (dict(kind="fits", model="llama-3-8b", target="h100x1", value=False), "consistent", None),
     (dict(kind="fits", model="gpt-3-175b", target="cs3x1", phase="train", value=True, batch=1, context=2048),
      "consistent", None),  # weights stream from MemoryX (12 TB holds 175e9 x 16 B = 2.8 TB)
+    # no batch stated: any batch may be meant, so only the compute peak bounds system throughput:
+    # 8 x 989.4e12 / (2 x 69e9 FLOP/token) = ~57,000 tokens/s
+    (dict(kind="tokens_per_s", model="llama-2-70b", target="h100x8", value=10000, unit="tokens/s"), "consistent", None),
+    (dict(kind="tokens_per_s", model="llama-2-70b", target="h100x8", value=100000, unit="tokens/s"),
+     "impossible", "compute_peak"),
 ]
 
 

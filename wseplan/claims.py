@@ -478,8 +478,6 @@ def _io_from_catalog(t, cat) -> float:
 
 def _performance(c: Claim, cat, t):
     """Bounds (as limits on the claimed quantity) and the time-model estimate for time/throughput claims."""
-    from .timing import predict_time
-
     kind = c.kind
     phase = c.phase or {"ttft_s": "prefill", "step_time_s": "train", "time_to_train_s": "train"}.get(kind, "decode")
     if kind in ("power_w", "usd_per_mtok"):
@@ -488,14 +486,19 @@ def _performance(c: Claim, cat, t):
     bounds: dict[str, float] = {}
     if kind == "time_to_train_s":
         _need(c, "tokens")
+    if kind == "ttft_s" or (kind == "tokens_per_s" and phase == "prefill"):
+        _need(c, "context")  # a prompt's length sets its work
+    # bounds must be generous: without a stated context, one token of context (the least work and memory)
+    ctx = c.context or 1
     capacity = None  # (bound name, capacity, bytes needed) when the model does not fit the target
-    if kind not in ("power_w",):
-        ctx_floor = c.context or (1 if phase == "decode" else 2048)
-        ok, name, cap, need, r = _fit_bound(c, cat, phase, batch, ctx_floor, t)
-        if not ok:
-            capacity = (name, cap, need)
-    ctx = c.context or (1 if phase == "decode" else 2048)
-    if kind in ("latency_per_token_s", "tokens_per_s_per_user", "tokens_per_s") and phase == "decode":
+    ok, name, cap, need, r = _fit_bound(c, cat, phase, batch, ctx, t)
+    if not ok:
+        capacity = (name, cap, need)
+    if kind == "tokens_per_s" and phase == "decode" and c.batch is None:
+        # no batch stated: any batch could be meant, so only the compute peak bounds system throughput
+        w = _workload(c, cat, "decode", 1, ctx)
+        bounds["compute_peak"] = _peak(t, c.precision) / float(w.flop_per_token.sum())
+    elif kind in ("latency_per_token_s", "tokens_per_s_per_user", "tokens_per_s") and phase == "decode":
         w = _workload(c, cat, "decode", batch, ctx)
         floors = decode_floors(w, t)
         for name, step_s in floors.items():
@@ -519,7 +522,10 @@ def _performance(c: Claim, cat, t):
             bounds["compute_peak"] = flop_per_token * c.tokens / peak
         else:
             bounds["compute_peak"] = peak / flop_per_token
-    est, note = _estimate(c, cat, t, phase, batch, c.context)
+    if c.batch is None and kind in ("tokens_per_s", "time_to_train_s", "step_time_s"):
+        est, note = None, "no batch stated, so no estimate to compare with"
+    else:
+        est, note = _estimate(c, cat, t, phase, batch, c.context)
     return bounds, est, note, capacity
 
 
