@@ -122,3 +122,51 @@ def test_public_set_accuracy_bounds(records):
     assert s[("micro", "strong+medium")]["median_abs_rel_error"] <= 0.15
     gpu = [r for r in records if r["category"] in ("gpu-train", "gpu-infer") and r["quality"] != "weak"]
     assert np.mean([r["status"] == "ok" for r in gpu]) >= 0.9
+
+
+def _write_rows(path, rows):
+    with open(PUBLIC, newline="") as fh:
+        header = next(csv.reader(fh))
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=header)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in header})
+
+
+def test_row_without_layout_uses_the_layout_search(tmp_path, capsys):
+    p = tmp_path / "nolayout.csv"
+    base = dict(category="gpu-train", phase="train", model="llama-2-7b", seq_len=4096, global_batch=256, precision="bf16",
+                hardware="a100-80gb", n_devices=64, metric="tokens_per_s", value=200000, unit="tok/s", quality="medium")
+    _write_rows(p, [dict(base, id="R900"), dict(base, id="R901", metric="mfu", value=0.5, unit="fraction",
+                                                flops_convention="model")])
+    assert main(["validate", str(p), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    # two views of one prediction: tokens/s and MFU agree through 6N + attention FLOPs per token
+    from wseplan.analytic.gpu_time import model_flop_per_token
+    from wseplan.catalog import load_catalog
+    from wseplan.fit import resolve_model
+
+    cat = load_catalog()
+    m = resolve_model("llama-2-7b", cat)
+    mfu = rows[0]["predicted"] * model_flop_per_token(m, seq_len=4096) / (64 * cat.gpus["a100-80gb"].peak_flop_per_s("bf16"))
+    assert rows[1]["predicted"] == pytest.approx(mfu, rel=1e-9)
+
+
+@pytest.mark.parametrize("gpu", ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h800", "h200-sxm", "b200", "gb200",
+                                 "mi300x", "tpu-v4"])
+def test_every_gpu_predicts_inference_and_training(gpu, tmp_path, capsys):
+    p = tmp_path / "g.csv"
+    inf = dict(category="gpu-infer", phase="e2e-infer", model="mixtral-8x7b", input_len=512, output_len=128, concurrency=16,
+               precision="bf16", hardware=gpu, n_devices=8, tp=8, metric="tokens_per_s_per_gpu", value=100, unit="tok/s/GPU",
+               quality="medium")
+    tr = dict(category="gpu-train", phase="train", model="llama-3-8b", seq_len=8192, global_batch=64, precision="bf16",
+              hardware=gpu, n_devices=16, tp=2, pp=2, dp=4, recompute="selective", zero_stage=1, metric="tflops_per_gpu",
+              value=100, unit="TFLOP/s", quality="medium", flops_convention="model")
+    _write_rows(p, [dict(inf, id="R901"), dict(tr, id="R902")])
+    assert main(["validate", str(p), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    for r in rows:
+        assert r["status"] == "ok", r["reason"]
+        assert np.isfinite(r["predicted"]) and r["predicted"] > 0
