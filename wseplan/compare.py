@@ -94,7 +94,8 @@ class CompareResult(_Frozen):
             cols += [Column("ttft_s", "time to first token [ms]", 1e-3),
                      Column("tokens_per_s", "prompt throughput [tokens/s]")]
         else:
-            cols += [Column("tpot_s", "time per output token [ms]", 1e-3),
+            cols += [Column("ttft_s", "time to first token [ms]", 1e-3),
+                     Column("tpot_s", "time per output token [ms]", 1e-3),
                      Column("tokens_per_s_per_user", "per user [tokens/s]"),
                      Column("tokens_per_s", "per system [tokens/s]")]
         cols += [Column("power_w", "power [kW]", 1e3), Column("usd_per_hour", "cost [$/h]")]
@@ -188,6 +189,8 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int, 
                model_flop_utilization_frac=tr.model_flop_utilization_frac, bottleneck=tr.bottleneck)
     if phase == "decode" and row["tpot_s"] is None:
         row["tpot_s"] = tr.step_s
+    if phase == "decode" and row["ttft_s"] is None:  # the prompt's prefill, timed for the cost model anyway
+        row["ttft_s"] = pre.ttft_s if pre.ttft_s is not None else pre.step_s
     if phase == "prefill" and row["ttft_s"] is None:
         row["ttft_s"] = tr.step_s
     params = C.cost_params(prices, catalog, t, include_memoryx=(phase == "train"))

@@ -285,6 +285,7 @@ def _serving(st: Study, cat) -> dict:
     sweep_t = Table(
         name="batch_sweep", title="Latency and throughput per replica versus batch",
         columns=[Column("target", "replica"), Column("batch", "batch [requests]"), Column("fits", "fits"),
+                 Column("ttft_s", "time to first token [ms]", 1e-3),
                  Column("tpot_s", "time per output token [ms]", 1e-3),
                  Column("tokens_per_s_per_user", "per user [tokens/s]"),
                  Column("tokens_per_s", "per replica [tokens/s]"), Column("bottleneck", "bottleneck"),
