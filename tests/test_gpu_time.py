@@ -191,7 +191,7 @@ def test_vectorized_search_matches_brute_force(catalog):
     N, gb, seq = 16, 64, 2048
     mbs, vs, recs, zss = (1, 2, 4), (1, 2), ("none", "selective", "full"), (0, 1, 3)
     res = G.search_layouts(m, target, catalog, num_gpus=N, global_batch=gb, seq_len=seq, micro_batches=mbs,
-                           virtual_stages=vs, recomputes=recs, zero_stages=zss, cal=cal, chunk=1000)
+                           virtual_stages=vs, recomputes=recs, zero_stages=zss, cal=cal)
     # brute force: one Python iteration per candidate, scalar memory fit and scalar step time
     w = transformer_workload(m, precision="bf16", phase="train", batch=gb, context=seq)
     cap = gpu.hbm_bytes.si * (1 - catalog.defaults.gpu_hbm_reserve_frac.si)

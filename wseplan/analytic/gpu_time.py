@@ -587,82 +587,85 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
 # ---------------------------------------------------------------------------------------------
 # Vectorized layout search
 # ---------------------------------------------------------------------------------------------
-def layout_grid(*, num_gpus: int, num_layers: int, tp_values, micro_batches, virtual_stages=(1,), recomputes=("none", "selective", "full"),
-                zero_stages=(0, 1, 2, 3)):
-    """The Cartesian grid of candidates as flat numpy arrays (no Python object per candidate).
+def layout_axes(*, num_gpus: int, num_layers: int, tp_values, micro_batches, virtual_stages=(1,),
+                recomputes=("none", "selective", "full"), zero_stages=(0, 1, 2, 3)) -> dict:
+    """The candidate grid as an open mesh: one numpy axis per decision, shaped to broadcast.
 
-    Axes: tp (given values) x pp (1..num_layers) x micro-batch x virtual stages x recompute x ZeRO stage;
-    ``dp = num_gpus / (tp pp)`` (fractional where tp*pp does not divide the count — such candidates are
-    infeasible). Returns a dict of arrays ``tp, pp, dp, micro_batch, vpp, recompute, zero_stage``.
+    Axes (in order): tp (given values) x pp (1..num_layers) x micro-batch x virtual stages x recompute code x
+    ZeRO stage; ``dp = num_gpus / (tp pp)`` broadcasts from the first two (fractional where tp*pp does not
+    divide the count — such candidates are infeasible). Every array operation on these axes evaluates the
+    full Cartesian product without one Python object per candidate, and terms that depend on few axes
+    (a block's GEMM time depends only on tp and the micro-batch) are computed once per distinct value.
     """
-    tp = np.asarray(tp_values, dtype=float)
-    pp = np.arange(1, num_layers + 1, dtype=float)
-    mb = np.asarray(micro_batches, dtype=float)
-    v = np.asarray(virtual_stages, dtype=float)
-    rc = np.asarray([RECOMPUTE_CODES[r] for r in recomputes], dtype=float)
-    zs = np.asarray(zero_stages, dtype=float)
-    grids = np.meshgrid(tp, pp, mb, v, rc, zs, indexing="ij")
-    T, P, M, V, R, Z = (g.ravel() for g in grids)
-    return {"tp": T, "pp": P, "dp": num_gpus / (T * P), "micro_batch": M, "vpp": V, "recompute": R, "zero_stage": Z}
+    def ax(values, k):
+        shape = [1] * 6
+        shape[k] = -1
+        return np.asarray(values, dtype=float).reshape(shape)
+
+    tp = ax(tp_values, 0)
+    pp = ax(np.arange(1, num_layers + 1), 1)
+    return {"tp": tp, "pp": pp, "dp": num_gpus / (tp * pp), "micro_batch": ax(micro_batches, 2),
+            "vpp": ax(virtual_stages, 3), "recompute": ax([RECOMPUTE_CODES[r] for r in recomputes], 4),
+            "zero_stage": ax(zero_stages, 5)}
 
 
-def _layout_memory(w, grid: dict, catalog) -> np.ndarray:
-    """Per-GPU bytes for every candidate: :func:`wseplan.fit.gpu_layout_memory` per (ZeRO, recompute) slice."""
+def _layout_memory(w, axes: dict, catalog, shape) -> np.ndarray:
+    """Per-GPU bytes of every candidate: :func:`wseplan.fit.gpu_layout_memory` once per (recompute, ZeRO) value,
+    each call vectorized over the tp x pp x micro-batch sub-grid."""
     from ..fit import gpu_layout_memory
 
-    total = np.empty_like(grid["tp"])
     codes = {v: k for k, v in RECOMPUTE_CODES.items()}
-    for z in np.unique(grid["zero_stage"]):
-        for r in np.unique(grid["recompute"]):
-            sel = (grid["zero_stage"] == z) & (grid["recompute"] == r)
-            if not sel.any():
-                continue
-            dp = np.maximum(grid["dp"][sel], 1.0)
-            total[sel] = gpu_layout_memory(w, tp=grid["tp"][sel], pp=grid["pp"][sel], dp=dp, zero_stage=int(z),
-                                           recompute=codes[int(r)], catalog=catalog,
-                                           micro_batch=grid["micro_batch"][sel])["total"]
+    total = np.empty(shape)
+    dp = np.maximum(axes["dp"], 1.0)
+    for ri, r in enumerate(axes["recompute"].ravel()):
+        for zi, z in enumerate(axes["zero_stage"].ravel()):
+            mem = gpu_layout_memory(w, tp=axes["tp"][..., 0, 0], pp=axes["pp"][..., 0, 0], dp=dp[..., 0, 0],
+                                    zero_stage=int(z), recompute=codes[int(r)], catalog=catalog,
+                                    micro_batch=axes["micro_batch"][..., 0, 0])["total"]
+            total[:, :, :, :, ri, zi] = np.broadcast_to(mem, shape[:4])
     return total
 
 
-def evaluate_layouts(m, gpu, catalog, grid: dict, *, num_gpus: int, global_batch: int, seq_len: int, precision: str,
+def evaluate_layouts(m, gpu, catalog, axes: dict, *, num_gpus: int, global_batch: int, seq_len: int, precision: str,
                      cal: GpuCalibration, workload=None):
-    """Step time [s] (inf where infeasible) and the feasibility mask of every candidate in ``grid``.
+    """Step time [s] (inf where infeasible) and the feasibility mask of every candidate of ``axes``.
 
     A candidate is infeasible when ``tp pp`` does not divide ``num_gpus``, the micro-batch does not divide
-    the per-replica batch, the virtual stages do not divide the blocks per stage, TP exceeds the heads, or
-    the fullest stage's per-GPU memory exceeds usable HBM.
+    the per-replica batch, the virtual stages do not divide the blocks per stage, TP does not divide the
+    heads, or the fullest stage's per-GPU memory exceeds usable HBM. Both arrays have the full grid shape.
     """
     from ..workload import transformer_workload
 
     w = workload or transformer_workload(m, precision=precision, phase="train", batch=global_batch, context=seq_len)
-    tp, pp, dp, mb, v = grid["tp"], grid["pp"], grid["dp"], grid["micro_batch"], grid["vpp"]
+    tp, pp, dp, mb, v = axes["tp"], axes["pp"], axes["dp"], axes["micro_batch"], axes["vpp"]
+    shape = np.broadcast_shapes(*(a.shape for a in axes.values()))
     per_replica = global_batch / dp
     ok = (dp >= 1) & (np.abs(dp - np.round(dp)) < 1e-9)
-    ok &= np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9
-    ok &= (v == 1) | ((pp > 1) & (np.mod(m.num_layers, pp * v) == 0))
-    ok &= np.mod(m.num_heads, tp) == 0
+    ok = ok & (np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9)
+    ok = ok & ((v == 1) | ((pp > 1) & (np.mod(m.num_layers, pp * v) == 0)))
+    ok = ok & (np.mod(m.num_heads, tp) == 0)
     cap = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
-    mem = _layout_memory(w, grid, catalog)
-    ok &= mem <= cap
+    ok = np.broadcast_to(ok, shape) & (_layout_memory(w, axes, catalog, shape) <= cap)
     r = train_step(m, gpu, precision=precision, seq_len=seq_len, global_batch=global_batch, tp=tp, pp=pp,
-                   dp=np.maximum(dp, 1.0), vpp=v, micro_batch=mb, recompute=grid["recompute"],
-                   zero_stage=grid["zero_stage"], cal=cal)
-    return np.where(ok, r["step_s"], np.inf), ok
+                   dp=np.maximum(dp, 1.0), vpp=v, micro_batch=mb, recompute=axes["recompute"],
+                   zero_stage=axes["zero_stage"], cal=cal)
+    return np.where(ok, np.broadcast_to(r["step_s"], shape), np.inf), ok
 
 
 def search_layouts(m, target, catalog, *, num_gpus: int, global_batch: int, seq_len: int, precision: str = "bf16",
                    micro_batches=None, virtual_stages=(1, 2, 4), recomputes=("none", "selective", "full"),
-                   zero_stages=(0, 1, 2, 3), cal: GpuCalibration | None = None, chunk: int = 1 << 18) -> dict:
+                   zero_stages=(0, 1, 2, 3), cal: GpuCalibration | None = None) -> dict:
     """Find the fastest TP x PP x DP x micro-batch x virtual-stage x recompute x ZeRO layout by enumeration.
 
-    Every candidate of :func:`layout_grid` goes through the memory fit and the step-time model as numpy
-    arrays, in chunks of ``chunk`` candidates. Returns a dict: ``best`` (layout dict with ``step_s``),
-    ``num_evaluated``, ``num_infeasible``, ``num_feasible``.
+    Every candidate of :func:`layout_axes` goes through the memory fit and the step-time model as numpy
+    arrays over the whole grid. Ties go to the first candidate in grid order (smaller tp, pp, micro-batch,
+    v, recompute, ZeRO stage). Returns a dict: ``best`` (layout dict with ``step_s``), ``num_evaluated``,
+    ``num_infeasible``, ``num_feasible``.
 
     Raises
     ------
     InfeasibleError
-        When no candidate fits (the message names the smallest per-GPU memory need).
+        When no candidate fits.
     """
     from ..errors import InfeasibleError
     from ..workload import transformer_workload
@@ -674,26 +677,24 @@ def search_layouts(m, target, catalog, *, num_gpus: int, global_batch: int, seq_
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, num_gpus)]
     if micro_batches is None:
         micro_batches = [b for b in (1, 2, 4, 8, 16, 32) if b <= global_batch]
-    grid = layout_grid(num_gpus=num_gpus, num_layers=m.num_layers, tp_values=tps, micro_batches=micro_batches,
+    axes = layout_axes(num_gpus=num_gpus, num_layers=m.num_layers, tp_values=tps, micro_batches=micro_batches,
                        virtual_stages=virtual_stages, recomputes=recomputes, zero_stages=zero_stages)
-    n = len(grid["tp"])
     w = transformer_workload(m, precision=precision, phase="train", batch=global_batch, context=seq_len)
-    best_t, best_i, feasible = np.inf, -1, 0
-    for s in range(0, n, chunk):
-        part = {k: a[s:s + chunk] for k, a in grid.items()}
-        t, ok = evaluate_layouts(m, gpu, catalog, part, num_gpus=num_gpus, global_batch=global_batch, seq_len=seq_len,
-                                 precision=precision, cal=cal, workload=w)
-        feasible += int(ok.sum())
-        if ok.any():
-            i = int(np.argmin(t))
-            if t[i] < best_t:
-                best_t, best_i = float(t[i]), s + i
-    if best_i < 0:
+    t, ok = evaluate_layouts(m, gpu, catalog, axes, num_gpus=num_gpus, global_batch=global_batch, seq_len=seq_len,
+                             precision=precision, cal=cal, workload=w)
+    n, feasible = int(t.size), int(ok.sum())
+    if feasible == 0:
         raise InfeasibleError(f"layout: no TP x PP x DP layout of {m.name} fits {num_gpus} x {gpu.name} at global batch "
                               f"{global_batch}, sequence {seq_len}; add GPUs or lower the batch")
+    idx = np.unravel_index(int(np.argmin(t)), t.shape)
+
+    def pick(key):
+        a = axes[key]
+        return float(a[tuple(i if a.shape[k] > 1 else 0 for k, i in enumerate(idx))])
+
     codes = {v: k for k, v in RECOMPUTE_CODES.items()}
-    best = {"tensor_parallel": int(grid["tp"][best_i]), "pipeline_parallel": int(grid["pp"][best_i]),
-            "data_parallel": int(round(grid["dp"][best_i])), "micro_batch": int(grid["micro_batch"][best_i]),
-            "virtual_pipeline": int(grid["vpp"][best_i]), "recompute": codes[int(grid["recompute"][best_i])],
-            "zero_stage": int(grid["zero_stage"][best_i]), "step_s": best_t}
+    best = {"tensor_parallel": int(pick("tp")), "pipeline_parallel": int(pick("pp")),
+            "data_parallel": int(round(pick("dp"))), "micro_batch": int(pick("micro_batch")),
+            "virtual_pipeline": int(pick("vpp")), "recompute": codes[int(pick("recompute"))],
+            "zero_stage": int(pick("zero_stage")), "step_s": float(t[idx])}
     return {"best": best, "num_evaluated": n, "num_infeasible": n - feasible, "num_feasible": feasible}
