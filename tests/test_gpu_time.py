@@ -249,3 +249,20 @@ def test_time_cli_bad_input(capsys):
     assert main(["time", "llama-3-8b", "--target", "h100", "--phase", "train", "--search"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 3
+
+
+def test_time_to_train_hand_calculation():
+    secs, gpu_h = G.time_to_train(step_s=10.0, tokens_per_step=4e6, train_tokens=4e11, num_gpus=1024)
+    assert secs == pytest.approx(1e6) and gpu_h == pytest.approx(1e6 * 1024 / 3600)
+
+
+def test_time_cli_train_tokens(capsys):
+    import json
+
+    rc = main(["time", "gpt-3-175b", "--target", "a100x1536", "--phase", "train", "--batch", "1536", "--context", "2048",
+               "--tp", "8", "--pp", "8", "--train-tokens", "3e11", "--format", "json"])
+    rec = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert rec["time_to_train_s"] == pytest.approx(3e11 / rec["tokens_per_s"], rel=1e-9)
+    assert rec["gpu_hours"] == pytest.approx(rec["time_to_train_s"] * 1536 / 3600, rel=1e-9)
+    assert main(["time", "llama-3-8b", "--target", "h100x1", "--phase", "decode", "--train-tokens", "1e9"]) == 2
