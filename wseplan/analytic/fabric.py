@@ -96,6 +96,100 @@ def load_fabric_constants(path: str | Path | None = None) -> FabricConstants:
 
 
 # ---------------------------------------------------------------------------------------------
+# Simulator-fitted constants (catalogs/calibration/fabric_sim_fit.yaml, written by `wseplan calibrate`)
+# ---------------------------------------------------------------------------------------------
+SIM_FIT_NAMES = ("reduce_stage_cycles", "tree_level_cycles", "tree_level_overlap_frac", "broadcast_overlap_frac")
+SIM_FIT_IDENTITY = {name: 0.0 for name in SIM_FIT_NAMES}
+
+
+class FitStats(BaseModel):
+    """Residuals of a fit over a grid: ``rel_error = closed_form / simulator - 1``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_points: int
+    median_abs_rel_error: float
+    max_abs_rel_error: float
+    rms_rel_error: float
+
+
+class GridInfo(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    description: str
+    num_points: int
+
+
+class FabricSimConstants(BaseModel):
+    """Closed-form constants the mesh simulator resolves (contention, pipelining of tree levels, overlap of the
+    input stream with the MACs), fitted by :mod:`wseplan.sim.calibrate`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reduce_stage_cycles: Quantity
+    tree_level_cycles: Quantity
+    tree_level_overlap_frac: Quantity
+    broadcast_overlap_frac: Quantity
+
+    def values(self) -> dict[str, float]:
+        return {k: getattr(self, k).si for k in type(self).model_fields}
+
+
+class FabricSimSection(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wafer: str
+    constants: FabricSimConstants
+    fit: FitStats
+    holdout: FitStats
+    grid: GridInfo
+    holdout_grid: GridInfo
+
+
+class FabricSimFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int
+    method: str
+    targets: dict[str, FabricSimSection]
+
+
+@lru_cache(maxsize=8)
+def _load_fabric_sim(path: str) -> FabricSimFile:
+    from pydantic import ValidationError
+
+    from ..catalog.load import read_yaml
+
+    try:
+        return FabricSimFile.model_validate(read_yaml(Path(path)))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        raise CatalogError(f"{path}: {loc}: {e['msg']}; rerun `wseplan calibrate`") from None
+
+
+def load_fabric_sim_fit(path: str | Path | None = None) -> FabricSimFile | None:
+    """Read ``catalogs/calibration/fabric_sim_fit.yaml`` (or ``path``); None when the default file is absent."""
+    p = Path(path) if path is not None else default_calibration_dir() / "fabric_sim_fit.yaml"
+    if not p.is_file():
+        if path is not None:
+            raise CatalogError(f"{p}: fabric simulator-fit file not found; run `wseplan calibrate --out DIR`")
+        return None
+    return _load_fabric_sim(str(p))
+
+
+def sim_fit_values(wafer, sim_fit: FabricSimFile | None = None) -> dict[str, float]:
+    """Simulator-fitted constants for a catalog wafer (matched by name) [cycles, fractions]; the identity
+    (the closed forms as written, no fitted correction) for a wafer the file does not cover."""
+    f = sim_fit if sim_fit is not None else load_fabric_sim_fit()
+    if f is not None:
+        for sec in f.targets.values():
+            if sec.wafer == wafer.name:
+                return sec.constants.values()
+    return dict(SIM_FIT_IDENTITY)
+
+
+# ---------------------------------------------------------------------------------------------
 # Messages and lines
 # ---------------------------------------------------------------------------------------------
 def num_wavelets(*, message_bytes, wavelet_bytes=4.0):
@@ -141,41 +235,70 @@ def line_broadcast_cycles(*, length_pes, message_bytes, hop_latency_cycles, link
 
 
 def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
-                       ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0, algo: str = "best"):
+                       ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0, algo: str = "best",
+                       reduce_stage_cycles=0.0, tree_level_cycles=0.0, tree_level_overlap_frac=0.0,
+                       max_tree_levels=np.inf):
     """Sum a vector of ``message_bytes`` held by every PE of a line into its first PE [cycles].
+
+    Parameters
+    ----------
+    reduce_stage_cycles, tree_level_cycles : float
+        Extra cycles of each add-and-forward stage (chain) and of each tree level (send, receive and add)
+        beyond hop and ramp latency [cycles]; fitted to the simulator
+        (``catalogs/calibration/fabric_sim_fit.yaml``), 0 by default.
+    tree_level_overlap_frac : float
+        Share of each further tree level's message time that overlaps the previous level (the levels are
+        pipelined) [0-1]; fitted to the simulator, 0 by default (every level pays the whole message).
+    max_tree_levels : float
+        Tree levels the routing colours allow (one colour per level); ``best`` falls back to the chain when
+        the tree needs more [levels]. Default: no limit.
 
     Notes
     -----
-    Per-wavelet service ``a = max(s, add_cycles_per_wavelet)``. Chain (pipelined add-and-forward through
-    every PE): ``(L-1)(h + ramp) + M a``. Binary tree (one pipelined pairwise transfer per level):
-    ``(L-1) h + ceil(log2 L)(ramp + M a)``. ``best`` takes the faster (as WaferLLM's K-tree all-reduce picks
-    its fan-in).
+    Per-wavelet service ``a = max(s, add_cycles_per_wavelet)``, ``c`` = ``reduce_stage_cycles``,
+    ``c_t`` = ``tree_level_cycles``, ``phi`` = ``tree_level_overlap_frac``. Chain (pipelined add-and-forward
+    through every PE): ``(L-1)(h + ramp + c) + M a``. Binary tree (one pipelined pairwise transfer per level,
+    ``lv`` levels): ``(L-1) h + lv (ramp + c_t) + M a (1 + (lv - 1)(1 - phi))``; with ``c_t = phi = 0`` this is
+    ``(L-1) h + lv (ramp + M a)``. ``best`` takes the faster (as WaferLLM's K-tree all-reduce picks its
+    fan-in) among those the colour budget allows.
     """
     if algo not in REDUCE_ALGOS:
         raise InputError(f"algo: unknown reduce {algo!r}; use one of {', '.join(REDUCE_ALGOS)}")
     L = np.asarray(length_pes, dtype=float)
     M = num_wavelets(message_bytes=message_bytes, wavelet_bytes=wavelet_bytes)
     a = np.maximum(wavelet_bytes / link_bytes_per_cycle, add_cycles_per_wavelet)
-    chain = (L - 1.0) * (hop_latency_cycles + ramp_latency_cycles) + M * a
-    tree = (L - 1.0) * hop_latency_cycles + np.ceil(np.log2(np.maximum(L, 1.0))) * (ramp_latency_cycles + M * a)
-    t = chain if algo == "chain" else tree if algo == "tree" else np.minimum(chain, tree)
+    lv = np.ceil(np.log2(np.maximum(L, 1.0)))
+    chain = (L - 1.0) * (hop_latency_cycles + ramp_latency_cycles + reduce_stage_cycles) + M * a
+    tree = ((L - 1.0) * hop_latency_cycles + lv * (ramp_latency_cycles + tree_level_cycles)
+            + M * a * (1.0 + np.maximum(lv - 1.0, 0.0) * (1.0 - tree_level_overlap_frac)))
+    if algo == "chain":
+        t = chain
+    elif algo == "tree":
+        t = tree
+    else:
+        t = np.where(lv <= max_tree_levels, np.minimum(chain, tree), chain)
     return np.where(L > 1, t, 0.0)
 
 
 def allreduce_cycles(*, rows, cols, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
-                     ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0):
+                     ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0, reduce_stage_cycles=0.0,
+                     tree_level_cycles=0.0, tree_level_overlap_frac=0.0, num_colors=np.inf):
     """All-reduce a vector held by every PE of a rows x cols region (result on every PE) [cycles].
 
     Notes
     -----
     Reduce along rows, then down the first column, then broadcast back up the column and along the rows
-    (four line phases, as :func:`wseplan.sim.mesh.allreduce`).
+    (four line phases, as :func:`wseplan.sim.mesh.allreduce`). The two broadcasts hold two colours, so a
+    reduction tree may use ``num_colors - 2`` levels; ``reduce_stage_cycles``, ``tree_level_cycles`` and
+    ``tree_level_overlap_frac``
+    as :func:`line_reduce_cycles`.
     """
     kw = dict(message_bytes=message_bytes, hop_latency_cycles=hop_latency_cycles,
               link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
               ramp_latency_cycles=ramp_latency_cycles)
-    red = (line_reduce_cycles(length_pes=cols, add_cycles_per_wavelet=add_cycles_per_wavelet, **kw)
-           + line_reduce_cycles(length_pes=rows, add_cycles_per_wavelet=add_cycles_per_wavelet, **kw))
+    rk = dict(kw, add_cycles_per_wavelet=add_cycles_per_wavelet, reduce_stage_cycles=reduce_stage_cycles,
+              tree_level_cycles=tree_level_cycles, tree_level_overlap_frac=tree_level_overlap_frac, max_tree_levels=num_colors - 2.0)
+    red = line_reduce_cycles(length_pes=cols, **rk) + line_reduce_cycles(length_pes=rows, **rk)
     bc = line_broadcast_cycles(length_pes=rows, **kw) + line_broadcast_cycles(length_pes=cols, **kw)
     return red + bc
 
@@ -206,7 +329,9 @@ def _ceil_div(a, b):
 # ---------------------------------------------------------------------------------------------
 def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_latency_cycles,
                 link_bytes_per_cycle, m=1, dtype_bytes=2.0, wavelet_bytes=4.0, ramp_latency_cycles=0.0,
-                per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, reduce_algo: str = "best"):
+                per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, reduce_algo: str = "best",
+                broadcast_overlap_frac=0.0, reduce_stage_cycles=0.0, tree_level_cycles=0.0,
+                tree_level_overlap_frac=0.0, num_colors=np.inf):
     """``y[m, n] = x[m, k] @ W[k, n]`` with W stationary on a rows x cols region (MeshGEMV) [cycles].
 
     Parameters
@@ -225,6 +350,16 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
         Fixed cost of one kernel (task launch, synchronisation) [cycles].
     mac_efficiency_frac : float
         Achieved share of the PE's MAC rate [0-1].
+    broadcast_overlap_frac : float
+        Share of the shorter of (streamed serialisation, MACs) hidden behind the longer [0-1]: the input
+        ``M_x s`` streams into the MACs, and with ``m > 1`` the partial sums of the first ``m - 1`` rows
+        (``(M_y - M_y1) a``) are reduced while later rows compute; fitted to the simulator
+        (``fabric_sim_fit.yaml``), 0 by default.
+    reduce_stage_cycles, tree_level_cycles, tree_level_overlap_frac : float
+        Constants of the partial-sum reduction (:func:`line_reduce_cycles`); fitted to the simulator.
+    num_colors : float
+        Routing colours free for the kernel; the input broadcast holds one, so the reduction tree may use
+        ``num_colors - 1`` levels [count]. Default: no limit.
 
     Returns
     -------
@@ -233,7 +368,8 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
 
     Notes
     -----
-    ``T = c_k + [(Q-1) h + M_x s] + m kt nt t_mac + T_reduce(P, M_y)`` with ``kt = ceil(k/P)``,
+    ``T = c_k + [(Q-1) h + M_x s] + m kt nt t_mac - psi min(M_x s + (M_y - M_y1) a, m kt nt t_mac)
+    + T_reduce(P, M_y)`` with ``kt = ceil(k/P)``,
     ``nt = ceil(n/Q)``, ``M_x`` the wavelets of the ``m kt`` input values broadcast along each row (the MACs
     consume them as they stream in, so only the pipeline fill is exposed), and ``T_reduce`` the faster of the
     chain and tree line reductions of the ``m nt`` partial sums along each column
@@ -247,19 +383,28 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
     compute = m * kt * nt * tm
     bcast = line_broadcast_cycles(length_pes=Q, message_bytes=m * kt * dtype_bytes, hop_latency_cycles=hop_latency_cycles,
                                   link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes)
+    s = wavelet_bytes / link_bytes_per_cycle
+    serial_x = np.where(Q > 1, num_wavelets(message_bytes=m * kt * dtype_bytes, wavelet_bytes=wavelet_bytes) * s, 0.0)
     epw = max(1.0, wavelet_bytes / dtype_bytes)
+    a = np.maximum(s, epw * tm)
+    early = (num_wavelets(message_bytes=m * nt * dtype_bytes, wavelet_bytes=wavelet_bytes)
+             - num_wavelets(message_bytes=nt * dtype_bytes, wavelet_bytes=wavelet_bytes)) * a
+    serial_y = np.where(P > 1, early, 0.0)
+    hidden = broadcast_overlap_frac * np.minimum(serial_x + serial_y, compute)
     red = line_reduce_cycles(length_pes=P, message_bytes=m * nt * dtype_bytes, hop_latency_cycles=hop_latency_cycles,
                              link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
                              ramp_latency_cycles=ramp_latency_cycles, add_cycles_per_wavelet=epw * tm,
-                             algo=reduce_algo)
-    return per_kernel_overhead_cycles + bcast + compute + red
+                             algo=reduce_algo, reduce_stage_cycles=reduce_stage_cycles,
+                             tree_level_cycles=tree_level_cycles, tree_level_overlap_frac=tree_level_overlap_frac, max_tree_levels=num_colors - 1.0)
+    return per_kernel_overhead_cycles + bcast + compute - hidden + red
 
 
 def gemv_parts_cycles(**kw) -> dict[str, np.ndarray]:
     """The terms of :func:`gemv_cycles` by name [cycles]: ``overhead`` (fixed per kernel), ``serialization``
     (message wavelets, no hops, no MACs), ``compute`` (MACs, no hops) and ``latency`` (the rest: hops and core
     pass-through). They sum to :func:`gemv_cycles`."""
-    zero_lat = dict(kw, hop_latency_cycles=0.0, ramp_latency_cycles=0.0, per_kernel_overhead_cycles=0.0)
+    zero_lat = dict(kw, hop_latency_cycles=0.0, ramp_latency_cycles=0.0, per_kernel_overhead_cycles=0.0,
+                    reduce_stage_cycles=0.0, tree_level_cycles=0.0)
     no_comp = dict(zero_lat, mac_efficiency_frac=1e30)
     total = gemv_cycles(**kw)
     overhead = np.full_like(np.asarray(total, dtype=float), kw.get("per_kernel_overhead_cycles", 0.0))
@@ -271,7 +416,9 @@ def gemv_parts_cycles(**kw) -> dict[str, np.ndarray]:
 
 def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_latency_cycles,
                 link_bytes_per_cycle, dtype_bytes=2.0, wavelet_bytes=4.0, ramp_latency_cycles=0.0,
-                per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, step_overhead_cycles=0.0):
+                per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, step_overhead_cycles=0.0,
+                broadcast_overlap_frac=0.0, reduce_stage_cycles=0.0, tree_level_cycles=0.0,
+                tree_level_overlap_frac=0.0, num_colors=np.inf):
     """``C[m, n] = A[m, k] @ B[k, n]`` on a rows x cols region by cyclic shifts (MeshGEMM / Cannon) [cycles].
 
     Parameters
@@ -280,6 +427,9 @@ def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, ho
         Matrix dimensions [elements] (m: tokens).
     step_overhead_cycles : float
         Fixed cost of each shift step (synchronisation, task switch) [cycles].
+    broadcast_overlap_frac, reduce_stage_cycles, tree_level_cycles, tree_level_overlap_frac, num_colors
+        Not used (the shift algorithm has no line broadcast or reduction); accepted so that one set of
+        :func:`wafer_fabric_kwargs` serves every kernel.
 
     Other parameters as :func:`gemv_cycles`.
 
@@ -328,8 +478,20 @@ def gemm_parts_cycles(**kw) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 # Convenience on a catalog wafer
 # ---------------------------------------------------------------------------------------------
-def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstants | None = None) -> dict:
-    """Keyword arguments of the kernels above for a catalog :class:`~wseplan.catalog.schema.Wafer`."""
+def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstants | None = None,
+                        use_sim_fit: bool = False) -> dict:
+    """Keyword arguments of the kernels above for a catalog :class:`~wseplan.catalog.schema.Wafer`.
+
+    Hardware numbers come from the wafer, kernel constants from ``fabric.yaml`` and the simulator-fitted
+    constants (``reduce_stage_cycles``, ``tree_level_cycles``, ``tree_level_overlap_frac``,
+    ``broadcast_overlap_frac``) from
+    ``fabric_sim_fit.yaml`` (:func:`sim_fit_values`) when ``use_sim_fit`` is true. Off by default: the
+    WaferLLM-fitted kernel constants of ``fabric.yaml`` (``per_kernel_overhead_cycles`` ...) were fitted to the
+    closed forms without them, and switching them on without refitting those makes the wse-infer validation
+    worse (median |rel_error| 5.0% -> 6.3%); refit fabric.yaml on top of them before turning them on for
+    :mod:`.wse_time`. The routing-colour limit is not included either: the decode model assumes a mapper finds
+    a colour-feasible reduction tree (pass ``num_colors`` to apply the limit).
+    """
     c = constants or load_fabric_constants()
     key = precision if precision in wafer.flop_per_cycle_per_pe else "fp16"
     return dict(flop_per_cycle=wafer.flop_per_cycle_per_pe[key].si,
@@ -339,7 +501,8 @@ def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstan
                 dtype_bytes=float(DTYPE_BYTES.get(precision, 2)),
                 wavelet_bytes=c.wavelet_bytes.si,
                 ramp_latency_cycles=c.ramp_latency_cycles.si,
-                per_kernel_overhead_cycles=c.per_kernel_overhead_cycles.si)
+                per_kernel_overhead_cycles=c.per_kernel_overhead_cycles.si,
+                **(sim_fit_values(wafer) if use_sim_fit else SIM_FIT_IDENTITY))
 
 
 def default_region(wafer) -> tuple[int, int]:
@@ -435,7 +598,7 @@ def cycles_to_s(cycles, clock_hz: float):
 
 
 __all__ = [
-    "FabricConstants", "load_fabric_constants", "num_wavelets", "message_cycles", "line_broadcast_cycles",
+    "FabricConstants", "load_fabric_constants", "FabricSimConstants", "load_fabric_sim_fit", "sim_fit_values", "num_wavelets", "message_cycles", "line_broadcast_cycles",
     "line_reduce_cycles", "allreduce_cycles", "mac_cycles", "gemv_cycles", "gemv_parts_cycles", "gemm_cycles",
     "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_region", "gemv_latency_s", "cross_system_transfer_s",
     "cycles_to_s",

@@ -55,6 +55,7 @@ class StreamConstants(BaseModel):
     gpu_dp_compute_efficiency_frac: Quantity
     gpu_dp_overlap_frac: Quantity
     gpu_dp_link_latency_s: Quantity
+    latency_exposed_frac: Quantity | None = None
 
 
 class StreamFile(BaseModel):
@@ -77,21 +78,66 @@ def _load(path: str) -> StreamConstants:
         raise CatalogError(f"{path}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}; fix the calibration file") from None
 
 
+class StreamSimFitConstants(BaseModel):
+    """The stream constants fitted to the MemoryX simulator (``stream_sim_fit.yaml``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    overlap_efficiency_frac: Quantity
+    latency_exposed_frac: Quantity
+
+
+class StreamSimFitFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int
+    method: str
+    stream: StreamSimFitConstants
+    fit: dict
+    holdout: dict
+    grid: dict
+    holdout_grid: dict
+
+
+@lru_cache(maxsize=8)
+def _load_sim_fit(path: str) -> StreamSimFitFile:
+    from pydantic import ValidationError
+
+    from ..catalog.load import read_yaml
+
+    try:
+        return StreamSimFitFile.model_validate(read_yaml(Path(path)))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise CatalogError(f"{path}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}; rerun `wseplan calibrate`") from None
+
+
 def load_stream_constants(path: str | Path | None = None) -> StreamConstants:
-    """Read ``catalogs/calibration/stream.yaml`` (or ``path``)."""
+    """Read ``catalogs/calibration/stream.yaml`` (or ``path``).
+
+    The constants fitted to the MemoryX simulator (``overlap_efficiency_frac``, ``latency_exposed_frac``) are
+    taken from ``stream_sim_fit.yaml`` in the same folder when it exists (written by ``wseplan calibrate``);
+    they replace the same names of ``stream.yaml``.
+    """
     from .fabric import default_calibration_dir
 
     p = Path(path) if path is not None else default_calibration_dir() / "stream.yaml"
     if not p.is_file():
         raise CatalogError(f"{p}: stream calibration file not found; restore catalogs/calibration/stream.yaml")
-    return _load(str(p))
+    base = _load(str(p))
+    fit_path = p.parent / "stream_sim_fit.yaml"
+    if not fit_path.is_file():
+        return base
+    fitted = _load_sim_fit(str(fit_path)).stream
+    return base.model_copy(update={"overlap_efficiency_frac": fitted.overlap_efficiency_frac,
+                                   "latency_exposed_frac": fitted.latency_exposed_frac})
 
 
 # ---------------------------------------------------------------------------------------------
 # Pure closed forms
 # ---------------------------------------------------------------------------------------------
 def slot_sequence_time_s(*, load_s, compute_s, out_s=0.0, latency_s=0.0, prefetch_layers=1,
-                         overlap_efficiency_frac=1.0):
+                         overlap_efficiency_frac=1.0, latency_exposed_frac=1.0):
     """Time of a sequence of layer slots fed over a full-duplex link [s].
 
     Parameters
@@ -108,6 +154,10 @@ def slot_sequence_time_s(*, load_s, compute_s, out_s=0.0, latency_s=0.0, prefetc
         Weight buffers beyond the computing layer; 0 means no overlap.
     overlap_efficiency_frac : array_like
         Share of the shorter of (compute, next load) hidden behind the longer [0-1].
+    latency_exposed_frac : array_like
+        Share of each prefetched load's latency exposed in its slot [0-1]; a load is requested
+        ``prefetch_layers`` slots ahead, so its latency is spread over them (fitted to the simulator in
+        ``stream_sim_fit.yaml``; 1 with one prefetch buffer exposes the whole latency in each slot).
 
     Returns
     -------
@@ -118,7 +168,8 @@ def slot_sequence_time_s(*, load_s, compute_s, out_s=0.0, latency_s=0.0, prefetc
     -----
     Prefetch >= 1 (the next slot's load runs while this slot computes): slot j lasts
     ``d_j = max(c_j, x_j) + (1 - eta) min(c_j, x_j)`` with ``x_j = l_{j+1} + lat`` (``d_{S-1} = c_{S-1}``), so
-    slot i computes until ``E_i = l_0 + lat + sum_{j<i} d_j + c_i``. The outbound direction is its own FIFO
+    slot i computes until ``E_i = l_0 + lat + sum_{j<i} d_j + c_i``; with prefetch ``N``, ``x_j`` carries
+    ``latency_exposed_frac * lat / N`` instead of ``lat``. The outbound direction is its own FIFO
     queue: ``out_end = max_i (E_i + sum_{j>=i} o_j) + lat``. ``T = max(E_{S-1}, out_end)``.
     Prefetch 0: ``d_j = c_j + l_{j+1} + lat``. This matches the event simulation
     :func:`wseplan.sim.memoryx.simulate_stream` exactly for uniform layers.
@@ -134,7 +185,9 @@ def slot_sequence_time_s(*, load_s, compute_s, out_s=0.0, latency_s=0.0, prefetc
     x = nxt + np.where(nxt > 0, lat, 0.0)
     if int(prefetch_layers) <= 0:
         d = comp + x
-    else:
+    elif int(prefetch_layers) > 0:
+        lam = np.clip(np.asarray(latency_exposed_frac, dtype=float), 0.0, 1.0)
+        x = nxt + np.where(nxt > 0, lam * lat / int(prefetch_layers), 0.0)
         d = np.maximum(comp, x) + (1.0 - eta) * np.minimum(comp, x)
     d = np.concatenate([d[:-1], comp[-1:]])
     before = np.cumsum(d, axis=0) - d  # sum_{j<i} d_j
@@ -178,7 +231,7 @@ def recompute_forward_passes(policy: str) -> float:
 def training_step_time_s(*, weight_bytes, flop_per_token, tokens, compute_flop_per_s, stream_bandwidth_bytes_per_s,
                          io_bandwidth_bytes_per_s, latency_s=0.0, grad_bytes=None, spill_bytes=None,
                          extra_forward_passes=0.0, prefetch_layers=1, overlap_efficiency_frac=1.0,
-                         optimizer_s=None) -> dict:
+                         optimizer_s=None, latency_exposed_frac=1.0) -> dict:
     """One weight-streaming training step on one system [s], with its parts.
 
     Parameters
@@ -201,6 +254,8 @@ def training_step_time_s(*, weight_bytes, flop_per_token, tokens, compute_flop_p
         Checkpoint bytes of each layer written out in the forward pass and read back in the backward [bytes].
     extra_forward_passes : float
         Recomputed forward passes (0 store, 1 per-layer checkpoints, 2 segment recompute) [passes].
+    latency_exposed_frac : array_like
+        As :func:`slot_sequence_time_s`.
     optimizer_s : array_like, shape (L,), optional
         MemoryX optimizer update time of each layer [s]; the update of layer 0 (the last gradient, the first
         weight the next step needs) is exposed, the rest overlaps the backward pass unless it takes longer.
@@ -244,10 +299,12 @@ def training_step_time_s(*, weight_bytes, flop_per_token, tokens, compute_flop_p
     fwd_c = fl * T / R
     bwd_c = (2.0 + extra_forward_passes) * fl * T / R
     fwd = slot_sequence_time_s(load_s=wl / Bs, compute_s=fwd_c, out_s=sp / Bio, latency_s=latency_s,
-                               prefetch_layers=prefetch_layers, overlap_efficiency_frac=overlap_efficiency_frac)
+                               prefetch_layers=prefetch_layers, overlap_efficiency_frac=overlap_efficiency_frac,
+                               latency_exposed_frac=latency_exposed_frac)
     bl = (wl / Bs + sp / Bio)[::-1]
     bwd = slot_sequence_time_s(load_s=bl, compute_s=bwd_c[::-1], out_s=(g / Bs)[::-1], latency_s=latency_s,
-                               prefetch_layers=prefetch_layers, overlap_efficiency_frac=overlap_efficiency_frac)
+                               prefetch_layers=prefetch_layers, overlap_efficiency_frac=overlap_efficiency_frac,
+                               latency_exposed_frac=latency_exposed_frac)
     # the backward's first load was prefetched during the forward's last layer
     hidden = np.minimum(bl[0], fwd_c[-1]) if int(prefetch_layers) > 0 else 0.0
     compute = fwd_c.sum(axis=0) + bwd_c.sum(axis=0)
@@ -429,7 +486,8 @@ def plan_stream(model, target, catalog, *, precision: str = "bf16", batch: int =
     common = dict(weight_bytes=w.weight_bytes, flop_per_token=w.flop_per_token, tokens=tokens, compute_flop_per_s=rate,
                   stream_bandwidth_bytes_per_s=stream_bw, io_bandwidth_bytes_per_s=io_bw, latency_s=lat,
                   prefetch_layers=int(c.prefetch_layers.si), overlap_efficiency_frac=c.overlap_efficiency_frac.si,
-                  optimizer_s=opt_s)
+                  optimizer_s=opt_s,
+                  latency_exposed_frac=1.0 if c.latency_exposed_frac is None else c.latency_exposed_frac.si)
 
     def run(p):
         spill = None
