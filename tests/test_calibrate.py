@@ -1,0 +1,168 @@
+"""Calibration of the closed forms against the simulators (wseplan/sim/calibrate.py, `wseplan calibrate`).
+
+Tolerance stated here and in docs/validation-sim.md: with the shipped simulator-fit constants the closed forms
+agree with the simulators within 10% (max |closed_form / simulator - 1|) at every point of the calibration
+grid and of the held-out grid.
+"""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from wseplan.analytic import fabric as F
+from wseplan.analytic import stream as S
+from wseplan.catalog import load_catalog
+from wseplan.cli import main
+from wseplan.sim import calibrate as C
+from wseplan.sim import gemv
+from wseplan.sim.catalog_params import mesh_params_from_catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+CAL = ROOT / "catalogs" / "calibration"
+TOL = 0.10
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def fabric_runs(cat):
+    """Simulated cycles on both grids for both wafers (run once)."""
+    out = {}
+    for t in C.CAL_TARGETS:
+        p = mesh_params_from_catalog(cat.wafers[t])
+        for which in ("fit", "holdout"):
+            cases = C.fabric_grid(p, which)
+            out[t, which] = (p, cases, C.simulate_fabric(p, cases))
+    return out
+
+
+@pytest.mark.parametrize("target", C.CAL_TARGETS)
+@pytest.mark.parametrize("which", ["fit", "holdout"])
+def test_fabric_closed_form_tracks_simulator(cat, fabric_runs, target, which):
+    p, cases, sim = fabric_runs[target, which]
+    shipped = F.sim_fit_values(cat.wafers[target], F.load_fabric_sim_fit(CAL / "fabric_sim_fit.yaml"))
+    assert set(shipped) == set(F.SIM_FIT_NAMES)
+    rel = C.closed_form_fabric(p, cases, shipped) / sim - 1.0
+    assert len(cases) >= 60 and {c.kind for c in cases} == {"gemv", "gemm", "reduce", "broadcast", "allreduce"}
+    assert np.max(np.abs(rel)) <= TOL, cases[int(np.argmax(np.abs(rel)))]
+    # the fitted constants matter: the uncorrected closed form misses by far more on the same points
+    raw = C.closed_form_fabric(p, cases, F.SIM_FIT_IDENTITY) / sim - 1.0
+    assert np.max(np.abs(raw)) > 2 * np.max(np.abs(rel))
+
+
+def test_holdout_grid_is_disjoint_from_fit_grid(fabric_runs):
+    for t in C.CAL_TARGETS:
+        fit = set(fabric_runs[t, "fit"][1])
+        held = set(fabric_runs[t, "holdout"][1])
+        assert not fit & held
+
+
+@pytest.mark.parametrize("which", ["fit", "holdout"])
+def test_stream_closed_form_tracks_simulator(cat, which):
+    rate = C.stream_rate_flop_per_s(cat)
+    cases = C.stream_cases(cat, which, rate)
+    shipped = S.load_stream_constants(CAL / "stream.yaml")
+    consts = {"overlap_efficiency_frac": shipped.overlap_efficiency_frac.si,
+              "latency_exposed_frac": shipped.latency_exposed_frac.si}
+    pred, ref = C.closed_form_stream(cases, rate, consts)
+    assert pred.size >= 50
+    assert np.max(np.abs(pred / ref - 1.0)) <= TOL
+    assert shipped.overlap_efficiency_frac.source == C.SOURCE_ID  # the sim-fit file replaces stream.yaml's value
+
+
+def test_stream_latency_spread_hand():
+    """Two uniform layers, prefetch 2, latency 4: slot 0 lasts max(c, l + lam * lat / 2) (hand calculation)."""
+    got = S.slot_sequence_time_s(load_s=np.array([1.0, 1.0]), compute_s=np.array([1.0, 1.0]), latency_s=4.0,
+                                 prefetch_layers=2, latency_exposed_frac=0.5)
+    # l0 + lat = 5, slot 0: max(1, 1 + 0.5 * 4 / 2) = 2, slot 1 compute 1 -> 8
+    assert float(got) == pytest.approx(8.0, rel=1e-12)
+
+
+def test_reduce_tree_constants_hand():
+    """L = 8 tree, 4 wavelets, a = 1: 7 h + 3 (ramp + c_t) + 4 a (1 + 2 (1 - phi)) (hand calculation)."""
+    got = F.line_reduce_cycles(length_pes=8, message_bytes=16, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
+                               ramp_latency_cycles=2.0, add_cycles_per_wavelet=0.5, algo="tree",
+                               tree_level_cycles=1.5, tree_level_overlap_frac=0.75)
+    assert float(got) == pytest.approx(7 + 3 * 3.5 + 4 * (1 + 2 * 0.25), rel=1e-12)
+    # the colour limit forces the chain: 7 (h + ramp + c) + 4 a
+    chain = F.line_reduce_cycles(length_pes=8, message_bytes=16, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
+                                 ramp_latency_cycles=2.0, add_cycles_per_wavelet=0.5, reduce_stage_cycles=1.0,
+                                 tree_level_cycles=1.5, tree_level_overlap_frac=0.75, max_tree_levels=2)
+    assert float(chain) == pytest.approx(7 * 4 + 4, rel=1e-12)
+
+
+def test_check_passes_in_process(capsys):
+    assert main(["calibrate", "--check"]) == 0
+    assert "matches" in capsys.readouterr().out
+
+
+def test_regenerated_files_are_identical(tmp_path, capsys):
+    """Deterministic: a fresh calibration writes the shipped files byte for byte."""
+    assert main(["calibrate", "--out", str(tmp_path), "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert '"gemv_validation"' in out
+    for name in ("fabric_sim_fit.yaml", "stream_sim_fit.yaml"):
+        assert (tmp_path / name).read_bytes() == (CAL / name).read_bytes()
+
+
+def _copy_cal(tmp_path):
+    for name in ("fabric_sim_fit.yaml", "stream_sim_fit.yaml"):
+        shutil.copy(CAL / name, tmp_path / name)
+    return tmp_path
+
+
+def test_tampered_constant_fails_check(tmp_path, capsys):
+    d = _copy_cal(tmp_path)
+    doc = yaml.safe_load((d / "fabric_sim_fit.yaml").read_text())
+    q = doc["targets"]["wse2"]["constants"]["tree_level_cycles"]
+    q["value"] = q["value"] * 1.05
+    (d / "fabric_sim_fit.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--check", "--out", str(d)])
+    assert exc.value.code == 1
+    assert "tree_level_cycles" in capsys.readouterr().out
+
+
+def test_missing_residuals_fail_check(tmp_path, capsys):
+    d = _copy_cal(tmp_path)
+    doc = yaml.safe_load((d / "stream_sim_fit.yaml").read_text())
+    del doc["holdout"]
+    (d / "stream_sim_fit.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--check", "--out", str(d)])
+    assert exc.value.code == 1
+    assert "residuals missing" in capsys.readouterr().out
+
+
+def test_bad_input_exits_2(tmp_path, capsys):
+    assert main(["calibrate", "--target", "wse9"]) == 2
+    assert main(["calibrate", "--format", "xml"]) == 2
+    assert main(["calibrate", "--check", "--out", str(tmp_path / "nowhere")]) == 2
+    capsys.readouterr()
+
+
+def test_gemv_validation_within_2x(cat):
+    """WaferLLM Table 6 (rows R358, R362): simulated GEMV on the 750 x 750 square of WSE-2 within 2x."""
+    rows = C.gemv_validation(cat)
+    assert [r["id"] for r in rows] == ["R358", "R362"]
+    p = mesh_params_from_catalog(cat.wafers["wse2"])
+    over = F.load_fabric_constants().per_kernel_overhead_cycles.si
+    for r, k in zip(rows, (16384, 32768)):
+        assert r["fits"] and r["within_2x"] and 0.5 <= 1 + r["rel_error"] <= 2.0
+        sim = gemv(p, k=k, n=k, region=(750, 750)).cycles
+        assert r["predicted_us"] == pytest.approx((sim + over) / p.clock_hz * 1e6, rel=1e-12)
+    assert rows[0]["measured_us"] == pytest.approx(1.2) and rows[1]["measured_us"] == pytest.approx(2.03)
+
+
+def test_sim_fit_defaults_leave_wse_time_unchanged(cat):
+    """The decode model keeps the closed forms its WaferLLM constants were fitted with unless asked."""
+    w = cat.wafers["wse2"]
+    base = F.wafer_fabric_kwargs(w)
+    fitted = F.wafer_fabric_kwargs(w, use_sim_fit=True)
+    assert all(base[k] == 0.0 for k in F.SIM_FIT_NAMES)
+    assert fitted["tree_level_cycles"] > 0 and fitted["broadcast_overlap_frac"] > 0
