@@ -42,14 +42,25 @@ def cli_command() -> tuple[list[str], str]:
     return [sys.executable, "-c", code], f"{sys.executable} -c 'from wseplan.cli import console; console()'"
 
 
-def time_cold(cmd: list[str], runs: int, cwd: str) -> tuple[list[float], list[float]]:
+def envs(cache_dir: str) -> dict[str, dict[str, str]]:
+    """Two environments: Python's normal bytecode cache (kept under ``cache_dir``, so the checkout is not
+    touched), as after ``pip install``; and no bytecode cache (``PYTHONDONTWRITEBYTECODE=1``, as some
+    sandboxes set), where every wseplan module is compiled from source on each start."""
+    cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    cached["PYTHONPYCACHEPREFIX"] = cache_dir
+    uncached = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    uncached["PYTHONDONTWRITEBYTECODE"] = "1"
+    return {"bytecode cached": cached, "no bytecode cache": uncached}
+
+
+def time_cold(cmd: list[str], runs: int, cwd: str, env: dict[str, str]) -> tuple[list[float], list[float]]:
     """Wall times and CPU times (user + system of the child) of ``runs`` fresh processes [s]."""
-    subprocess.run(cmd, cwd=cwd, capture_output=True, check=True)  # unmeasured: fills the OS file cache, .pyc
+    subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, check=True)  # unmeasured: OS file cache, .pyc
     wall, cpu = [], []
     for _ in range(runs):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         wall.append(time.perf_counter() - t0)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
@@ -59,12 +70,14 @@ def time_cold(cmd: list[str], runs: int, cwd: str) -> tuple[list[float], list[fl
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
-def import_profile(argv: list[str], cwd: str) -> tuple[collections.Counter, list[tuple[int, str]], float, list[str]]:
+def import_profile(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[collections.Counter, list[tuple[int, str]], float, list[str]]:
     """Self time per top-level package and per wseplan module [us] from ``-X importtime``; heavy imports seen."""
     code = ("import sys, io, contextlib; from wseplan.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(%r)\n"
             "print('HEAVY=' + ','.join(m for m in %r if m in sys.modules))") % (argv, HEAVY)
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=cwd, capture_output=True, text=True)
+    subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True)  # bytecode cache
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=cwd, env=env, capture_output=True,
+                          text=True)
     per_pkg: collections.Counter = collections.Counter()
     ws = []
     for line in proc.stderr.splitlines():
@@ -90,17 +103,18 @@ print(json.dumps([t2 - t1, t3 - t2]))
 """
 
 
-def split_run(argv: list[str], runs: int, cwd: str) -> tuple[float, float, float]:
+def split_run(argv: list[str], runs: int, cwd: str, env: dict[str, str]) -> tuple[float, float, float]:
     """Median interpreter start (python -c pass), import of wseplan.cli, and main() [s]."""
     base = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], cwd=cwd, check=True)
+        subprocess.run([sys.executable, "-c", "pass"], cwd=cwd, env=env, check=True)
         base.append(time.perf_counter() - t0)
     imp, run = [], []
+    subprocess.run([sys.executable, "-c", _SPLIT % (argv,)], cwd=cwd, env=env, capture_output=True)
     for _ in range(runs):
-        a, b = json.loads(subprocess.run([sys.executable, "-c", _SPLIT % (argv,)], cwd=cwd, capture_output=True,
-                                         text=True, check=True).stdout)
+        a, b = json.loads(subprocess.run([sys.executable, "-c", _SPLIT % (argv,)], cwd=cwd, env=env,
+                                         capture_output=True, text=True, check=True).stdout)
         imp.append(a)
         run.append(b)
     return statistics.median(base), statistics.median(imp), statistics.median(run)
@@ -116,16 +130,28 @@ def main() -> int:
     try:
         print(f"command: {shown} ...; {runs} cold runs each after one unmeasured run; cwd {cwd}")
         ok = True
+        env_by = envs(os.path.join(cwd, "pycache"))
+        env = env_by["bytecode cached"]
         for label, argv in (("wseplan fit llama-70b --target wse3", FIT), ("wseplan --help", HELP)):
-            ts, cpu = time_cold(cmd + argv, runs, cwd)
-            ok &= figure(f"cold start, {label}", statistics.median(ts), "s", TARGET_S, higher_is_better=False,
-                         detail=f"median of {runs}; min {min(ts):.3f}, max {max(ts):.3f}; CPU (user+sys) median "
-                                f"{statistics.median(cpu):.3f} s; load average {os.getloadavg()[0]:.2f}")
-        base, imp, run = split_run(FIT, max(5, runs // 2), cwd)
+            for kind, e in env_by.items():
+                ts, cpu = time_cold(cmd + argv, runs, cwd, e)
+                detail = (f"median of {runs}; min {min(ts):.3f}, max {max(ts):.3f}; CPU (user+sys) median "
+                          f"{statistics.median(cpu):.3f} s; load average {os.getloadavg()[0]:.2f}")
+                if kind == "bytecode cached":
+                    ok &= figure(f"cold start, {label}", statistics.median(ts), "s", TARGET_S,
+                                 higher_is_better=False, detail=detail)
+                else:
+                    print(f"  same without a bytecode cache (PYTHONDONTWRITEBYTECODE=1): {statistics.median(ts):.3f} s "
+                          f"[{detail}]")
+        if "OPENBLAS_NUM_THREADS" not in os.environ:  # OpenBLAS starts its thread pool when numpy is imported
+            ts, cpu = time_cold(cmd + FIT, runs, cwd, dict(env, OPENBLAS_NUM_THREADS="1"))
+            print(f"  `fit` with OPENBLAS_NUM_THREADS=1 (no BLAS thread pool at numpy import): median "
+                  f"{statistics.median(ts):.3f} s, CPU (user+sys) median {statistics.median(cpu):.3f} s")
+        base, imp, run = split_run(FIT, max(5, runs // 2), cwd, env)
         print(f"split of `fit` (medians): interpreter start {base * 1e3:.0f} ms; import wseplan.cli {imp * 1e3:.0f} ms; "
               f"main() {run * 1e3:.0f} ms (lazy imports of the fit path, catalog load, fit, rendering)")
         for label, argv in (("fit", FIT), ("--help", HELP)):
-            per_pkg, ws, total, heavy = import_profile(argv, cwd)
+            per_pkg, ws, total, heavy = import_profile(argv, cwd, env)
             top = ", ".join(f"{k} {v / 1e3:.1f}" for k, v in per_pkg.most_common(10))
             print(f"imports for `{label}` (python -X importtime, self time summed per package, ms; total {total * 1e3:.0f} ms "
                   f"with the profiler's overhead): {top}")
