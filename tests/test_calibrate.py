@@ -166,3 +166,68 @@ def test_sim_fit_defaults_leave_wse_time_unchanged(cat):
     fitted = F.wafer_fabric_kwargs(w, use_sim_fit=True)
     assert all(base[k] == 0.0 for k in F.SIM_FIT_NAMES)
     assert fitted["tree_level_cycles"] > 0 and fitted["broadcast_overlap_frac"] > 0
+
+
+# ---------------------------------------------------------------------------------- off-grid points
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_CAT = None
+
+
+def _catalog():
+    global _CAT
+    if _CAT is None:
+        _CAT = load_catalog()
+    return _CAT
+
+
+@settings(max_examples=40, deadline=None)
+@given(target=st.sampled_from(C.CAL_TARGETS), kind=st.sampled_from(["gemv", "reduce", "broadcast", "allreduce"]),
+       k=st.integers(512, 20000), n=st.integers(512, 30000), a=st.integers(8, 750), b=st.integers(8, 750),
+       words=st.integers(1, 300), algo=st.sampled_from(["chain", "tree", "best"]))
+def test_fabric_off_grid_points_within_tolerance(target, kind, k, n, a, b, words, algo):
+    """Random points anywhere in the calibrated domain (not only the grids): GEMV (m = 1) on a square whose
+    tiles fit, line reduce/broadcast and all-reduce of 4 B - 1.2 kB on lines/regions of 8 PEs up to the wafer side (the
+    domain of the grids; a 2-PE tree is off by up to 14%)."""
+    cat = _catalog()
+    p = mesh_params_from_catalog(cat.wafers[target])
+    side = min(a, p.rows, p.cols)
+    if kind == "gemv":
+        side = min(side, k, n)
+        kt, nt = -(-k // side), -(-n // side)
+        if (kt * nt + 2 * nt) * 2 > p.sram_per_pe_bytes:
+            return
+        case = C.FabricCase("gemv", side, side, k=k, n=n)
+    elif kind == "allreduce":
+        case = C.FabricCase("allreduce", side, min(b, p.rows, p.cols), nbytes=4.0 * words)
+    else:
+        algo = "chain" if (kind == "broadcast" and algo == "best") else algo
+        case = C.FabricCase(kind, 1, side, nbytes=4.0 * words, algo=algo)
+    sim = C.simulate_fabric(p, [case])
+    cf = C.closed_form_fabric(p, [case], F.sim_fit_values(cat.wafers[target]))
+    assert abs(cf[0] / sim[0] - 1.0) <= TOL, case
+
+
+@settings(max_examples=20, deadline=None)
+@given(model=st.sampled_from(["llama-2-7b", "llama-3.1-70b", "mixtral-8x7b", "gpt-3-175b"]),
+       log_tokens=st.floats(3.0, 6.3), log_bw=st.floats(10.4, 11.6), latency_s=st.floats(0.0, 300e-6),
+       prefetch=st.integers(1, 4))
+def test_stream_off_grid_points_within_tolerance(model, log_tokens, log_bw, latency_s, prefetch):
+    """Catalog layer stacks not in either grid, at random batch, bandwidth, latency and prefetch depth."""
+    from wseplan.fit import build_workload
+    from wseplan.sim import simulate_stream
+
+    cat = _catalog()
+    w = build_workload(cat.models[model], cat, precision="bf16", phase="train", batch=1, context=2048)
+    wb, f = np.asarray(w.weight_bytes, dtype=float), np.asarray(w.flop_per_token, dtype=float)
+    rate = C.stream_rate_flop_per_s(cat)
+    tokens, bw = 10.0 ** log_tokens, 10.0 ** log_bw
+    c = S.load_stream_constants()
+    sim = simulate_stream(layer_weight_bytes=wb, fwd_flop_per_token=f, tokens_per_step=tokens, compute_flop_per_s=rate,
+                          link_bandwidth_bytes_per_s=bw, link_latency_s=latency_s, prefetch_layers=prefetch)
+    cf = S.training_step_time_s(weight_bytes=wb, flop_per_token=f, tokens=tokens, compute_flop_per_s=rate,
+                                stream_bandwidth_bytes_per_s=bw, io_bandwidth_bytes_per_s=bw, latency_s=latency_s,
+                                prefetch_layers=prefetch, overlap_efficiency_frac=c.overlap_efficiency_frac.si,
+                                latency_exposed_frac=c.latency_exposed_frac.si)["step_s"]
+    assert abs(float(cf) / float(sim.step_time_s) - 1.0) <= TOL
