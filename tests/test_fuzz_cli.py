@@ -173,7 +173,7 @@ _fit_args = st.one_of(
 )
 
 
-@fuzz_settings(320)
+@fuzz_settings(360)
 @given(args=_fit_args)
 def test_fuzz_fit_arguments(capsys, dirs, args):
     model, target, extra = args
@@ -311,7 +311,7 @@ def _catalog_yaml(draw) -> str:
     return text
 
 
-@fuzz_settings(300)
+@fuzz_settings(210)
 @given(text=_catalog_yaml())
 def test_fuzz_catalog_yaml(capsys, dirs, text):
     work, inputs = dirs
@@ -440,7 +440,7 @@ def test_fuzz_layer_yaml(capsys, dirs, text, target):
 # ---------------------------------------------------------------------------------------------
 # 5. catalog show names, 6. catalog list sections
 # ---------------------------------------------------------------------------------------------
-@fuzz_settings(160)
+@fuzz_settings(220)
 @given(name=st.one_of(_text, st.text(min_size=30, max_size=300), st.builds(lambda k, s: k + s, st.sampled_from(
     sorted(SHOW_NAMES)), st.sampled_from(["x", "-", "_2", "!", "/.."]))).filter(
     lambda s: s.lower() not in SHOW_NAMES and s not in _SPECIAL_ARGS),
@@ -450,7 +450,7 @@ def test_fuzz_catalog_show(capsys, dirs, name, fmt):
     assert_one_line_error(capsys, ["catalog", "show", name, "--format", fmt], dirs[0])
 
 
-@fuzz_settings(60)
+@fuzz_settings(80)
 @given(section=_text.filter(lambda s: s not in ("all", "hardware", "models", "sources") and s not in _SPECIAL_ARGS))
 def test_fuzz_catalog_list(capsys, dirs, section):
     SEEN["catalog-list"].add(section)
