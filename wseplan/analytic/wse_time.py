@@ -462,3 +462,75 @@ def concurrency_frame(model, target, catalog, *, batches=(1, 2, 4, 8, 16, 32, 64
     df.attrs.update(model=getattr(model, "name", str(model)), target=target.label, context=context,
                     output_tokens=output_tokens, precision=precision)
     return df
+
+
+# ---------------------------------------------------------------------------------------------
+# Array-capable forms (batch, context and region sides broadcast), for vectorized sweeps
+# ---------------------------------------------------------------------------------------------
+def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
+    """:func:`decode_block_cycles` with ``batch``, ``context``, ``rows`` and ``cols`` as broadcasting arrays
+    [cycles]; the same kernels and the same arithmetic."""
+    D = _dims(arch)
+    b = np.asarray(batch, dtype=float)
+    ctx = np.asarray(context, dtype=float)
+    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemv_mac_efficiency_frac)
+    mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], ctx * b), (1.0, ctx * b, D["q"]), (b, D["q"], D["d"]),
+            (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"])]
+    parts = {"overhead": 0.0, "latency": 0.0, "serialization": 0.0, "compute": 0.0}
+    for m, k, n in mats:
+        p = fab.gemv_parts_cycles(m=m, k=k, n=n, **g)
+        for key in parts:
+            parts[key] = parts[key] + p[key]
+    for nbytes in (4.0 * b, 4.0 * b, 8.0 * b * D["heads"]):
+        _add_allreduce(parts, rows, cols, nbytes, fk)
+    return parts
+
+
+def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
+    """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles]."""
+    D = _dims(arch)
+    b = np.asarray(batch, dtype=float)
+    parts = fab.gemv_parts_cycles(m=b, k=D["d"], n=D["vocab"], rows=rows, cols=cols,
+                                  mac_efficiency_frac=gemv_mac_efficiency_frac, **fk)
+    parts = {k: v * 1.0 for k, v in parts.items()}
+    _add_allreduce(parts, rows, cols, 4.0 * b, fk)
+    _add_allreduce(parts, rows, cols, 8.0 * b, fk)
+    return parts
+
+
+def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficiency_frac: float,
+                               gemm_step_overhead_cycles: float, batch=1, causal: bool = True) -> dict:
+    """:func:`prefill_block_cycles` with broadcasting ``tokens``, ``batch``, ``rows``, ``cols`` [cycles]."""
+    D = _dims(arch)
+    tok = np.asarray(tokens, dtype=float)
+    att = (tok + 1.0) / 2.0 if causal else tok
+    t = tok * np.asarray(batch, dtype=float)
+    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemm_mac_efficiency_frac,
+             step_overhead_cycles=gemm_step_overhead_cycles)
+    mats = [(t, D["d"], D["q"] + 2 * D["kv"]), (t, D["q"], att), (t, att, D["q"]), (t, D["q"], D["d"]),
+            (t, D["d"], D["ff_in"]), (t, D["ff"], D["d"])]
+    parts = {"overhead": 0.0, "compute": 0.0, "fabric": 0.0}
+    for m, k, n in mats:
+        p = fab.gemm_parts_cycles(m=m, k=k, n=n, **g)
+        for key in parts:
+            parts[key] = parts[key] + p[key]
+    mt = np.ceil(t / np.asarray(rows, dtype=float))
+    for nbytes in (4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]):
+        lr = fab.line_reduce_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
+                                    link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
+                                    ramp_latency_cycles=fk["ramp_latency_cycles"])
+        lb = fab.line_broadcast_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
+                                       link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"])
+        parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
+        parts["fabric"] = parts["fabric"] + lr + lb
+    return parts
+
+
+def largest_layer_bytes_array(arch, *, precision, batch, context):
+    """:func:`_largest_layer_bytes` for broadcasting ``batch`` and ``context`` arrays [bytes]."""
+    from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
+
+    wb = weight_bytes_per_param(precision, "decode")
+    kv = (2.0 * arch.num_kv_heads * arch.head_dim_ * kv_bytes_per_element(precision)
+          * np.asarray(batch, dtype=float) * np.asarray(context, dtype=float))
+    return np.maximum(block_params(arch)[0] * wb + kv, arch.vocab_size * arch.d_model * wb)
