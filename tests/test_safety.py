@@ -295,3 +295,32 @@ def test_bug_huge_layer_count_bounded_memory(tmp_path):
     assert proc.returncode == 0, proc.stderr[-500:]
     rc, err = json.loads(proc.stdout.strip().splitlines()[-1])
     assert rc in (0, 2) and len(err.splitlines()) <= 1, err
+
+
+# ---------------------------------------------------------------------------------------------
+# bounded time on the largest accepted input (found while fuzzing)
+# ---------------------------------------------------------------------------------------------
+_CPU_LIMITED = """
+import resource, sys, io, contextlib
+resource.setrlimit(resource.RLIMIT_CPU, ({limit}, {limit}))
+from wseplan.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main({argv!r})
+sys.exit(rc)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="bug: min_max_partition (analytic/partition.py) is O(k n^2); a 4,096-layer "
+                   "model (the Model schema's limit) that needs ~1,000 wafers takes ~80 s of CPU in "
+                   "fit_wafer_inference; a bottleneck search (binary search over loads with the greedy packer) "
+                   "gives the same partition in milliseconds")
+def test_bug_deepest_model_fits_in_bounded_time(tmp_path):
+    cfg = {"num_hidden_layers": 4096, "hidden_size": 16384, "num_attention_heads": 128, "intermediate_size": 65536,
+           "vocab_size": 32000}
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    code = _CPU_LIMITED.format(limit=5, argv=["fit", str(path), "--target", "wse3", "--format", "csv"])
+    proc = _run_python(code, work, env={"OPENBLAS_NUM_THREADS": "1"})
+    assert proc.returncode == 0, f"exit {proc.returncode} (killed after 5 CPU-seconds?) {proc.stderr[-300:]}"
