@@ -46,7 +46,7 @@ BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "overhead", "prefill", "pip
                "network", "optimizer", "kernel_overhead", "fabric_latency", "fabric_bandwidth", "fabric",
                "cross_region_link", "recompute", "weight_stream", "spill_io", "sram")
 DEFAULT_CHUNK = 1 << 17
-MAX_CONFIGURATIONS = 10**9
+MAX_CONFIGURATIONS = 10**8
 
 
 # =============================================================================================
@@ -405,10 +405,18 @@ def _gpu_infer(g: Group, cfg: dict) -> dict:
         out["prefill_s"] = t * waves
     else:
         single = O <= 0
-        t_dec1, p1 = forward_pass_time_s(m, gpu, precision=prec, batch=run_b, new_tokens=1, context=C, tp=tp, pp=pp, cal=cal)
-        t_pre, _ = forward_pass_time_s(m, gpu, precision=prec, batch=run_b, new_tokens=C, context=0, tp=tp, pp=pp, cal=cal)
-        t_dec, p2 = forward_pass_time_s(m, gpu, precision=prec, batch=run_b, new_tokens=1, context=C + O / 2.0,
-                                        tp=tp, pp=pp, cal=cal)
+        kw = dict(precision=prec, batch=run_b, tp=tp, pp=pp, cal=cal)
+        if single.all():  # one decode step only: the request passes are not needed
+            t_dec1, p1 = forward_pass_time_s(m, gpu, new_tokens=1, context=C, **kw)
+            t_pre, t_dec, p2 = t_dec1, t_dec1, p1
+        elif not single.any():
+            t_pre, _ = forward_pass_time_s(m, gpu, new_tokens=C, context=0, **kw)
+            t_dec, p2 = forward_pass_time_s(m, gpu, new_tokens=1, context=C + O / 2.0, **kw)
+            t_dec1, p1 = t_dec, p2
+        else:
+            t_dec1, p1 = forward_pass_time_s(m, gpu, new_tokens=1, context=C, **kw)
+            t_pre, _ = forward_pass_time_s(m, gpu, new_tokens=C, context=0, **kw)
+            t_dec, p2 = forward_pass_time_s(m, gpu, new_tokens=1, context=C + O / 2.0, **kw)
         steps = np.maximum(O - 1.0, 0.0)
         req = t_pre + steps * t_dec
         bd1 = _infer_breakdown(p1, 1.0)
