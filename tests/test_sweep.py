@@ -408,3 +408,51 @@ def test_parquet_output(tmp_path, capsys):
     assert rc == 0
     df = pd.read_parquet(tmp_path / "o" / "r.parquet")
     assert len(df) == S.plan_sweep(sw).size
+
+
+def test_wafer_edge_cases_agree_with_fit_and_time(catalog):
+    """A layer that alone outgrows a wafer (one stage per item, does not fit) and a fixed count that is too small."""
+    from wseplan.fit import fit
+
+    sw = S.parse_sweep(dict(name="e", phase="decode", models=["llama-3.1-70b"], targets=["wse2", "cs3x3"],
+                            batches=[1, 1024], contexts=[1024, 65536]))
+    df = S.run_sweep(sw, catalog=catalog)
+    assert not df["fits"].all() and df["fits"].any()
+    for _, r in df.iterrows():
+        f = fit(r["model"], r["target"], phase="decode", batch=int(r["batch"]), context=int(r["context"]), catalog=catalog)
+        assert f.fits == r["fits"] and f.num_devices == r["num_devices"]
+        assert _close(f.capacity_bytes - f.headroom_bytes, r["per_device_bytes"])
+    _check_time(df, catalog, n=len(df), seed=0)
+
+
+def test_groups_survive_pickling_for_remote_workers(catalog):
+    import pickle
+
+    plan = S.plan_sweep(_sweep(targets=["h100-sxmx8", "cs3"], batches=[1, 2, 3]), catalog)
+    for g in plan.groups:
+        g2 = pickle.loads(pickle.dumps(g))
+        a, b = S.evaluate_task(g, 0, g.size), S.evaluate_task(g2, 0, g2.size)
+        for k in a:
+            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path, capsys, monkeypatch):
+    import sys
+
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nphase: prefill\nmodels: [llama-3.1-8b]\ntargets: [h100-sxmx8]\nbatches: [1, 2]\ncontexts: [64]\n")
+    monkeypatch.setattr(S, "PROGRESS_MIN_CONFIGURATIONS", 0)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "a"), "--format", "csv"]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    seen = []
+    real = S.evaluate_columns
+
+    def spy(plan, *, chunk, progress):
+        seen.append(progress)
+        return real(plan, chunk=chunk, progress=progress)
+
+    monkeypatch.setattr(S, "evaluate_columns", spy)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "b"), "--format", "csv", "--chunk", "5"]) == 0
+    assert seen and seen[0] is not None
+    assert (tmp_path / "a" / "x.csv").read_bytes() == (tmp_path / "b" / "x.csv").read_bytes()

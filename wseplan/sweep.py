@@ -47,6 +47,8 @@ BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "overhead", "prefill", "pip
                "cross_region_link", "recompute", "weight_stream", "spill_io", "sram")
 DEFAULT_CHUNK = 1 << 17
 MAX_CONFIGURATIONS = 10**8
+#: the CLI shows a progress bar (on a terminal) from this many configurations
+PROGRESS_MIN_CONFIGURATIONS = 200_000
 
 
 # =============================================================================================

@@ -48,7 +48,7 @@ def register(app) -> None:
         name = spec.output_name()
         cat = _catalog(catalog)
         plan = S.plan_sweep(spec, cat)
-        show = sys.stderr.isatty() and plan.size >= 200_000
+        show = sys.stderr.isatty() and plan.size >= S.PROGRESS_MIN_CONFIGURATIONS
         progress = None
         bar = None
         if show:
