@@ -340,3 +340,22 @@ def test_min_max_partition_matches_brute_force(x, const, data):
     assert len(stages) == k and stages[0][0] == 0 and stages[-1][1] == n - 1
     assert all(stages[i + 1][0] == stages[i][1] + 1 for i in range(k - 1)) and all(a <= b for a, b in stages)
     assert max(x[a : b + 1].sum() + const for a, b in stages) == best
+
+
+def test_bottleneck_search_equals_dp_on_random_cases():
+    """The large-instance partition (bisection on the bottleneck) gives the DP's optimum exactly."""
+    import numpy as np
+
+    from wseplan.analytic import partition as P
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        x = rng.random(n) * rng.integers(1, 100, n)
+        k = int(rng.integers(1, n + 1))
+        c = float(rng.random() * 3)
+        best_dp, _ = P.min_max_partition(x, k, c)
+        best_bs, stages = P._bottleneck_partition(x, k, c)
+        assert abs(best_dp - best_bs) <= 1e-9 * best_dp
+        assert len(stages) == k and stages[0][0] == 0 and stages[-1][1] == n - 1
+        assert all(stages[i][1] + 1 == stages[i + 1][0] for i in range(k - 1))

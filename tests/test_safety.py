@@ -310,10 +310,6 @@ sys.exit(rc)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="bug: min_max_partition (analytic/partition.py) is O(k n^2); a 4,096-layer "
-                   "model (the Model schema's limit) that needs ~1,000 wafers takes ~80 s of CPU in "
-                   "fit_wafer_inference; a bottleneck search (binary search over loads with the greedy packer) "
-                   "gives the same partition in milliseconds")
 def test_bug_deepest_model_fits_in_bounded_time(tmp_path):
     cfg = {"num_hidden_layers": 4096, "hidden_size": 16384, "num_attention_heads": 128, "intermediate_size": 65536,
            "vocab_size": 32000}

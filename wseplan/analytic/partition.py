@@ -44,6 +44,8 @@ def min_max_partition(item_bytes: np.ndarray, num_stages: int, stage_const_bytes
     k = int(num_stages)
     if k < 1 or k > n:
         raise ValueError(f"num_stages must be in [1, {n}], got {k}")
+    if (n + 1) ** 2 * k > _DP_LIMIT:
+        return _bottleneck_partition(x, k, stage_const_bytes)
     pre = np.concatenate([[0.0], np.cumsum(x)])
     inf = np.inf
     dp = np.full((k + 1, n + 1), inf)
@@ -64,3 +66,54 @@ def min_max_partition(item_bytes: np.ndarray, num_stages: int, stage_const_bytes
         j = i
     stages.reverse()
     return float(dp[k, n]), stages
+
+
+#: above this many DP cells (k x (n+1)^2) the bottleneck search below is used instead (same optimum)
+_DP_LIMIT = 20_000_000
+
+
+def _greedy_cuts(pre: np.ndarray, capacity: float, const: float) -> list[int] | None:
+    """Start indices of greedy stages at ``capacity`` using prefix sums (O(stages log n)); None if an item is too big."""
+    n = len(pre) - 1
+    starts = [0]
+    i = 0
+    while True:
+        j = int(np.searchsorted(pre, pre[i] + capacity - const, side="right")) - 1  # largest j with load <= cap
+        if j <= i:
+            return None
+        if j >= n:
+            return starts
+        starts.append(j)
+        i = j
+
+
+def _bottleneck_partition(x: np.ndarray, k: int, const: float) -> tuple[float, list[tuple[int, int]]]:
+    """Exact min-max contiguous partition into exactly k stages by bisection on the bottleneck.
+
+    The optimum C* is the smallest capacity at which greedy packing needs at most k stages; bisection brackets
+    it to float resolution and the greedy partition at the upper bracket has largest load exactly C* (no
+    segment sum lies strictly between). Stages are then split (never raising the maximum) until there are k.
+    """
+    pre = np.concatenate([[0.0], np.cumsum(x)])
+    lo = float(x.max() + const)
+    hi = float(pre[-1] + const)
+    if _greedy_cuts(pre, lo, const) is not None and len(_greedy_cuts(pre, lo, const)) <= k:
+        hi = lo
+    for _ in range(200):
+        if hi - lo <= 1e-12 * max(hi, 1.0):
+            break
+        mid = 0.5 * (lo + hi)
+        cuts = _greedy_cuts(pre, mid, const)
+        if cuts is not None and len(cuts) <= k:
+            hi = mid
+        else:
+            lo = mid
+    starts = _greedy_cuts(pre, hi, const)
+    bounds = starts + [len(x)]
+    stages = [(bounds[i], bounds[i + 1] - 1) for i in range(len(starts))]
+    best = max(float(pre[b + 1] - pre[a]) + const for a, b in stages)
+    while len(stages) < k:  # split the longest stage; loads only fall
+        i = max(range(len(stages)), key=lambda t: stages[t][1] - stages[t][0])
+        a, b = stages[i]
+        stages[i : i + 1] = [(a, a), (a + 1, b)]
+    return best, stages
