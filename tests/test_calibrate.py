@@ -46,7 +46,7 @@ def fabric_runs(cat):
 def test_fabric_closed_form_tracks_simulator(cat, fabric_runs, target, which):
     p, cases, sim = fabric_runs[target, which]
     shipped = F.sim_fit_values(cat.wafers[target], F.load_fabric_sim_fit(CAL / "fabric_sim_fit.yaml"))
-    assert set(shipped) == set(F.SIM_FIT_NAMES)
+    assert set(shipped) == set(F.SIM_FIT_NAMES) | {"tree_model"} and shipped["tree_model"] == "critical_path"
     rel = C.closed_form_fabric(p, cases, shipped) / sim - 1.0
     assert len(cases) >= 60 and {c.kind for c in cases} == {"gemv", "gemm", "reduce", "broadcast", "allreduce"}
     assert np.max(np.abs(rel)) <= TOL, cases[int(np.argmax(np.abs(rel)))]
@@ -169,12 +169,29 @@ def test_gemv_validation_within_2x(cat):
     assert rows[0]["measured_us"] == pytest.approx(1.2) and rows[1]["measured_us"] == pytest.approx(2.03)
 
 
+def test_tree_critical_path_hand():
+    """L = 11 = 8 + 3, h = 1, send = 3, skip = 1: T(2) = max(1, 4) = 4, T(3) = max(F(2) + 1, T(1) + 2 + 3) = 5,
+    T(11) = max(F(8) + 1, T(3) + 8 + 3) = max(7 + 9 + 1, 16) = 17; a power-of-two line gives the levels model."""
+    got = F.tree_path_cycles(length_pes=np.array([2, 3, 11, 16]), hop_latency_cycles=1.0, send_cycles=3.0,
+                             skip_cycles=1.0)
+    np.testing.assert_allclose(got, [4.0, 5.0, 17.0, 15 + 4 * 3.0], rtol=1e-12)
+    # tree broadcast of 1 wavelet on 11 PEs (h 1, ramp 2, s 1): 17 cycles, as the simulator's recurrence
+    b = F.line_broadcast_cycles(length_pes=11, message_bytes=4, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
+                                ramp_latency_cycles=2.0, algo="tree", tree_model="critical_path")
+    assert float(b) == pytest.approx(17.0, rel=1e-12)
+    from wseplan.errors import InputError
+
+    with pytest.raises(InputError):
+        F.line_broadcast_cycles(length_pes=11, message_bytes=4, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
+                                algo="tree", tree_model="exact")
+
+
 def test_sim_fit_defaults_leave_wse_time_unchanged(cat):
     """The decode model keeps the closed forms its WaferLLM constants were fitted with unless asked."""
     w = cat.wafers["wse2"]
     base = F.wafer_fabric_kwargs(w)
     fitted = F.wafer_fabric_kwargs(w, use_sim_fit=True)
-    assert all(base[k] == 0.0 for k in F.SIM_FIT_NAMES)
+    assert all(base[k] == 0.0 for k in F.SIM_FIT_NAMES) and base["tree_model"] == "levels"
     assert fitted["tree_level_cycles"] > 0 and fitted["broadcast_overlap_frac"] > 0
 
 
@@ -194,12 +211,12 @@ def _catalog():
 
 @settings(max_examples=40, deadline=None)
 @given(target=st.sampled_from(C.CAL_TARGETS), kind=st.sampled_from(["gemv", "reduce", "broadcast", "allreduce"]),
-       k=st.integers(512, 20000), n=st.integers(512, 30000), a=st.integers(8, 750), b=st.integers(8, 750),
+       k=st.integers(512, 20000), n=st.integers(512, 30000), a=st.integers(4, 750), b=st.integers(4, 750),
        words=st.integers(1, 300), algo=st.sampled_from(["chain", "tree", "best"]))
 def test_fabric_off_grid_points_within_tolerance(target, kind, k, n, a, b, words, algo):
     """Random points anywhere in the calibrated domain (not only the grids): GEMV (m = 1) on a square whose
-    tiles fit, line reduce/broadcast and all-reduce of 4 B - 1.2 kB on lines/regions of 8 PEs up to the wafer side (the
-    domain of the grids; a 2-PE tree is off by up to 14%)."""
+    tiles fit, line reduce/broadcast and all-reduce of 4 B - 1.2 kB on lines/regions of 4 PEs up to the wafer side (2- and
+    3-PE trees are off by up to 14%)."""
     cat = _catalog()
     p = mesh_params_from_catalog(cat.wafers[target])
     side = min(a, p.rows, p.cols)

@@ -34,6 +34,7 @@ from ..errors import CatalogError, InputError
 
 BROADCAST_ALGOS = ("chain", "store_forward", "tree")
 REDUCE_ALGOS = ("chain", "tree", "best")
+TREE_MODELS = ("levels", "critical_path")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 1, "fp4": 1}
 
 
@@ -100,6 +101,7 @@ def load_fabric_constants(path: str | Path | None = None) -> FabricConstants:
 # ---------------------------------------------------------------------------------------------
 SIM_FIT_NAMES = ("reduce_stage_cycles", "tree_level_cycles", "tree_level_overlap_frac", "broadcast_overlap_frac")
 SIM_FIT_IDENTITY = {name: 0.0 for name in SIM_FIT_NAMES}
+SIM_FIT_IDENTITY["tree_model"] = "levels"
 
 
 class FitStats(BaseModel):
@@ -139,6 +141,7 @@ class FabricSimSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     wafer: str
+    tree_model: str
     constants: FabricSimConstants
     fit: FitStats
     holdout: FitStats
@@ -179,13 +182,14 @@ def load_fabric_sim_fit(path: str | Path | None = None) -> FabricSimFile | None:
 
 
 def sim_fit_values(wafer, sim_fit: FabricSimFile | None = None) -> dict[str, float]:
-    """Simulator-fitted constants for a catalog wafer (matched by name) [cycles, fractions]; the identity
-    (the closed forms as written, no fitted correction) for a wafer the file does not cover."""
+    """Simulator-fitted constants for a catalog wafer (matched by name) [cycles, fractions], with the
+    ``tree_model`` they were fitted with; the identity (the closed forms as written, no fitted correction,
+    ``tree_model='levels'``) for a wafer the file does not cover."""
     f = sim_fit if sim_fit is not None else load_fabric_sim_fit()
     if f is not None:
         for sec in f.targets.values():
             if sec.wafer == wafer.name:
-                return sec.constants.values()
+                return dict(sec.constants.values(), tree_model=_check_tree_model(sec.tree_model))
     return dict(SIM_FIT_IDENTITY)
 
 
@@ -208,8 +212,48 @@ def message_cycles(*, hops, message_bytes, hop_latency_cycles, link_bytes_per_cy
     return np.asarray(hops, dtype=float) * hop_latency_cycles + w * wavelet_bytes / link_bytes_per_cycle
 
 
+def _check_tree_model(tree_model: str) -> str:
+    if tree_model not in TREE_MODELS:
+        raise InputError(f"tree_model: unknown {tree_model!r}; use one of {', '.join(TREE_MODELS)}")
+    return tree_model
+
+
+def tree_path_cycles(*, length_pes, hop_latency_cycles, send_cycles, skip_cycles):
+    """Critical path of a binary tree over a line of ``length_pes`` PEs (strides 1, 2, 4, ...) [cycles].
+
+    Notes
+    -----
+    With ``L = 2^J + r`` (``1 <= r <= 2^J``): the first ``2^J`` PEs form a full tree, the last ``r`` a tree of
+    their own joined to it over ``2^J`` hops::
+
+        T(L) = max(F(2^J) + skip, T(r) + 2^J h + send),   F(N) = (N - 1) h + log2(N) send,   T(1) = 0
+
+    ``send`` is the cost of one level's transfer beyond its hops, ``skip`` what the other side pays for it.
+    For a power-of-two line this is ``(L-1) h + log2(L) send`` (the ``levels`` model); just above a power of
+    two the last subtree is shallow and the path is up to ~30% shorter. Evaluated by unrolling the
+    remainders (at most ``log2 L`` steps), vectorized.
+    """
+    L = np.asarray(length_pes, dtype=float)
+    h = float(hop_latency_cycles)
+    L, send, skip = np.broadcast_arrays(L, np.asarray(send_cycles, dtype=float), np.asarray(skip_cycles, dtype=float))
+    steps = []
+    cur = L.copy()
+    while np.any(cur > 1):
+        active = cur > 1
+        J = np.where(active, np.ceil(np.log2(np.maximum(cur, 2.0))) - 1.0, 0.0)
+        N = 2.0 ** J
+        X = (N - 1.0) * h + J * send + skip
+        Y = N * h + send
+        steps.append((active, X, Y))
+        cur = np.where(active, cur - N, cur)
+    T = np.zeros(L.shape)
+    for active, X, Y in reversed(steps):
+        T = np.where(active, np.maximum(X, Y + T), T)
+    return T
+
+
 def line_broadcast_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
-                          ramp_latency_cycles=0.0, algo: str = "chain"):
+                          ramp_latency_cycles=0.0, algo: str = "chain", tree_model: str = "levels"):
     """Broadcast ``message_bytes`` from the first PE of a line of ``length_pes`` PEs to all of them [cycles].
 
     Notes
@@ -217,8 +261,11 @@ def line_broadcast_cycles(*, length_pes, message_bytes, hop_latency_cycles, link
     With ``M`` wavelets, ``s = wavelet_bytes / link_bytes_per_cycle`` and ``h`` the hop latency:
     chain (hardware multicast, pipelined): ``(L-1) h + M s``; store-and-forward: ``(L-1)(h + ramp + M s)``;
     binary tree (store-and-forward per level): ``sum over levels (stride h + ramp + M s)`` =
-    ``(L-1) h + ceil(log2 L)(ramp + M s)`` for a power-of-two line.
+    ``(L-1) h + ceil(log2 L)(ramp + M s)`` (``tree_model='levels'``, exact for a power-of-two line), or the
+    critical path of the tree (``'critical_path'``, :func:`tree_path_cycles` with ``send = ramp + M s`` and
+    ``skip = M s``: the root's sends are serialised).
     """
+    _check_tree_model(tree_model)
     if algo not in BROADCAST_ALGOS:
         raise InputError(f"algo: unknown broadcast {algo!r}; use one of {', '.join(BROADCAST_ALGOS)}")
     L = np.asarray(length_pes, dtype=float)
@@ -228,6 +275,9 @@ def line_broadcast_cycles(*, length_pes, message_bytes, hop_latency_cycles, link
         t = (L - 1.0) * hop_latency_cycles + M * s
     elif algo == "store_forward":
         t = (L - 1.0) * (hop_latency_cycles + ramp_latency_cycles + M * s)
+    elif tree_model == "critical_path":
+        t = tree_path_cycles(length_pes=L, hop_latency_cycles=hop_latency_cycles,
+                             send_cycles=ramp_latency_cycles + M * s, skip_cycles=M * s)
     else:
         levels = np.ceil(np.log2(np.maximum(L, 1.0)))
         t = (L - 1.0) * hop_latency_cycles + levels * (ramp_latency_cycles + M * s)
@@ -237,7 +287,7 @@ def line_broadcast_cycles(*, length_pes, message_bytes, hop_latency_cycles, link
 def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
                        ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0, algo: str = "best",
                        reduce_stage_cycles=0.0, tree_level_cycles=0.0, tree_level_overlap_frac=0.0,
-                       max_tree_levels=np.inf):
+                       max_tree_levels=np.inf, tree_model: str = "levels"):
     """Sum a vector of ``message_bytes`` held by every PE of a line into its first PE [cycles].
 
     Parameters
@@ -252,6 +302,9 @@ def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_by
     max_tree_levels : float
         Tree levels the routing colours allow (one colour per level); ``best`` falls back to the chain when
         the tree needs more [levels]. Default: no limit.
+    tree_model : {'levels', 'critical_path'}
+        ``levels``: every PE path pays ``ceil(log2 L)`` levels and ``L-1`` hops (exact for a power-of-two
+        line); ``critical_path``: :func:`tree_path_cycles` with ``send = ramp + c_t`` and ``skip = a``.
 
     Notes
     -----
@@ -269,8 +322,12 @@ def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_by
     a = np.maximum(wavelet_bytes / link_bytes_per_cycle, add_cycles_per_wavelet)
     lv = np.ceil(np.log2(np.maximum(L, 1.0)))
     chain = (L - 1.0) * (hop_latency_cycles + ramp_latency_cycles + reduce_stage_cycles) + M * a
-    tree = ((L - 1.0) * hop_latency_cycles + lv * (ramp_latency_cycles + tree_level_cycles)
-            + M * a * (1.0 + np.maximum(lv - 1.0, 0.0) * (1.0 - tree_level_overlap_frac)))
+    if _check_tree_model(tree_model) == "critical_path":
+        path = tree_path_cycles(length_pes=L, hop_latency_cycles=hop_latency_cycles,
+                                send_cycles=ramp_latency_cycles + tree_level_cycles, skip_cycles=a)
+    else:
+        path = (L - 1.0) * hop_latency_cycles + lv * (ramp_latency_cycles + tree_level_cycles)
+    tree = path + M * a * (1.0 + np.maximum(lv - 1.0, 0.0) * (1.0 - tree_level_overlap_frac))
     if algo == "chain":
         t = chain
     elif algo == "tree":
@@ -282,7 +339,8 @@ def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_by
 
 def allreduce_cycles(*, rows, cols, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
                      ramp_latency_cycles=0.0, add_cycles_per_wavelet=1.0, reduce_stage_cycles=0.0,
-                     tree_level_cycles=0.0, tree_level_overlap_frac=0.0, num_colors=np.inf):
+                     tree_level_cycles=0.0, tree_level_overlap_frac=0.0, num_colors=np.inf,
+                     tree_model: str = "levels"):
     """All-reduce a vector held by every PE of a rows x cols region (result on every PE) [cycles].
 
     Notes
@@ -297,7 +355,8 @@ def allreduce_cycles(*, rows, cols, message_bytes, hop_latency_cycles, link_byte
               link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
               ramp_latency_cycles=ramp_latency_cycles)
     rk = dict(kw, add_cycles_per_wavelet=add_cycles_per_wavelet, reduce_stage_cycles=reduce_stage_cycles,
-              tree_level_cycles=tree_level_cycles, tree_level_overlap_frac=tree_level_overlap_frac, max_tree_levels=num_colors - 2.0)
+              tree_level_cycles=tree_level_cycles, tree_level_overlap_frac=tree_level_overlap_frac,
+              max_tree_levels=num_colors - 2.0, tree_model=tree_model)
     red = line_reduce_cycles(length_pes=cols, **rk) + line_reduce_cycles(length_pes=rows, **rk)
     bc = line_broadcast_cycles(length_pes=rows, **kw) + line_broadcast_cycles(length_pes=cols, **kw)
     return red + bc
@@ -331,7 +390,7 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
                 link_bytes_per_cycle, m=1, dtype_bytes=2.0, wavelet_bytes=4.0, ramp_latency_cycles=0.0,
                 per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, reduce_algo: str = "best",
                 broadcast_overlap_frac=0.0, reduce_stage_cycles=0.0, tree_level_cycles=0.0,
-                tree_level_overlap_frac=0.0, num_colors=np.inf):
+                tree_level_overlap_frac=0.0, num_colors=np.inf, tree_model: str = "levels"):
     """``y[m, n] = x[m, k] @ W[k, n]`` with W stationary on a rows x cols region (MeshGEMV) [cycles].
 
     Parameters
@@ -360,6 +419,8 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
     num_colors : float
         Routing colours free for the kernel; the input broadcast holds one, so the reduction tree may use
         ``num_colors - 1`` levels [count]. Default: no limit.
+    tree_model : {'levels', 'critical_path'}
+        Path model of the reduction tree (:func:`line_reduce_cycles`).
 
     Returns
     -------
@@ -395,7 +456,8 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
                              link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
                              ramp_latency_cycles=ramp_latency_cycles, add_cycles_per_wavelet=epw * tm,
                              algo=reduce_algo, reduce_stage_cycles=reduce_stage_cycles,
-                             tree_level_cycles=tree_level_cycles, tree_level_overlap_frac=tree_level_overlap_frac, max_tree_levels=num_colors - 1.0)
+                             tree_level_cycles=tree_level_cycles, tree_model=tree_model,
+                             tree_level_overlap_frac=tree_level_overlap_frac, max_tree_levels=num_colors - 1.0)
     return per_kernel_overhead_cycles + bcast + compute - hidden + red
 
 
@@ -418,7 +480,7 @@ def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, ho
                 link_bytes_per_cycle, dtype_bytes=2.0, wavelet_bytes=4.0, ramp_latency_cycles=0.0,
                 per_kernel_overhead_cycles=0.0, mac_efficiency_frac=1.0, step_overhead_cycles=0.0,
                 broadcast_overlap_frac=0.0, reduce_stage_cycles=0.0, tree_level_cycles=0.0,
-                tree_level_overlap_frac=0.0, num_colors=np.inf):
+                tree_level_overlap_frac=0.0, num_colors=np.inf, tree_model: str = "levels"):
     """``C[m, n] = A[m, k] @ B[k, n]`` on a rows x cols region by cyclic shifts (MeshGEMM / Cannon) [cycles].
 
     Parameters
@@ -427,7 +489,7 @@ def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, ho
         Matrix dimensions [elements] (m: tokens).
     step_overhead_cycles : float
         Fixed cost of each shift step (synchronisation, task switch) [cycles].
-    broadcast_overlap_frac, reduce_stage_cycles, tree_level_cycles, tree_level_overlap_frac, num_colors
+    broadcast_overlap_frac, reduce_stage_cycles, tree_level_cycles, tree_level_overlap_frac, num_colors, tree_model
         Not used (the shift algorithm has no line broadcast or reduction); accepted so that one set of
         :func:`wafer_fabric_kwargs` serves every kernel.
 
@@ -601,5 +663,5 @@ __all__ = [
     "FabricConstants", "load_fabric_constants", "FabricSimConstants", "load_fabric_sim_fit", "sim_fit_values", "num_wavelets", "message_cycles", "line_broadcast_cycles",
     "line_reduce_cycles", "allreduce_cycles", "mac_cycles", "gemv_cycles", "gemv_parts_cycles", "gemm_cycles",
     "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_region", "gemv_latency_s", "cross_system_transfer_s",
-    "cycles_to_s",
+    "cycles_to_s", "tree_path_cycles", "TREE_MODELS",
 ]

@@ -46,6 +46,7 @@ FABRIC_X0 = {"reduce_stage_cycles": 1.0, "tree_level_cycles": 1.0, "tree_level_o
              "broadcast_overlap_frac": 0.5}
 STREAM_BOUNDS = {"overlap_efficiency_frac": (0.0, 1.0), "latency_exposed_frac": (0.0, 1.0)}
 STREAM_X0 = {"overlap_efficiency_frac": 0.5, "latency_exposed_frac": 0.5}
+TREE_MODEL = "critical_path"  # path model of reduction/broadcast trees used with the fitted constants
 TOLERANCE_FRAC = 0.10  # stated agreement of closed form and simulator (max |rel_error|) on both grids
 
 FABRIC_NOTES = {
@@ -181,7 +182,9 @@ def closed_form_fabric(params: MeshParams, cases: list[FabricCase], constants: d
                 wavelet_bytes=hw["wavelet_bytes"], ramp_latency_cycles=hw["ramp_latency_cycles"])
     epw = max(1.0, hw["wavelet_bytes"] / hw["dtype_bytes"])
     add = epw * max(1.0 / hw["flop_per_cycle"], hw["dtype_bytes"] / hw["sram_bytes_per_cycle"])
+    tm = constants.get("tree_model", TREE_MODEL)
     red = dict(reduce_stage_cycles=constants["reduce_stage_cycles"], tree_level_cycles=constants["tree_level_cycles"],
+               tree_model=tm,
                tree_level_overlap_frac=constants["tree_level_overlap_frac"])
     out = np.empty(len(cases))
     kinds = np.array([c.kind for c in cases])
@@ -202,7 +205,7 @@ def closed_form_fabric(params: MeshParams, cases: list[FabricCase], constants: d
         sel = (kinds == "broadcast") & (algos == algo)
         if sel.any():
             out[sel] = fab.line_broadcast_cycles(length_pes=arr["cols"][sel], message_bytes=arr["nbytes"][sel],
-                                                 algo=algo, **line)
+                                                 algo=algo, tree_model=tm, **line)
     sel = kinds == "allreduce"
     if sel.any():
         out[sel] = fab.allreduce_cycles(rows=arr["rows"][sel], cols=arr["cols"][sel], message_bytes=arr["nbytes"][sel],
@@ -363,7 +366,7 @@ def _quantity(name, value, notes) -> dict:
 
 
 def fabric_section(wafer, result: FitResult) -> dict:
-    return {"wafer": wafer.name,
+    return {"wafer": wafer.name, "tree_model": TREE_MODEL,
             "constants": {k: _quantity(k, result.values[k], FABRIC_NOTES) for k in fab.SIM_FIT_NAMES},
             "fit": result.fit, "holdout": result.holdout, "grid": result.grid, "holdout_grid": result.holdout_grid}
 
