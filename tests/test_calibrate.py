@@ -258,3 +258,20 @@ def test_stream_off_grid_points_within_tolerance(model, log_tokens, log_bw, late
                                 prefetch_layers=prefetch, overlap_efficiency_frac=c.overlap_efficiency_frac.si,
                                 latency_exposed_frac=c.latency_exposed_frac.si)["step_s"]
     assert abs(float(cf) / float(sim.step_time_s) - 1.0) <= TOL
+
+
+def test_sim_fit_files_provenance(cat):
+    """Every simulator-fitted constant names a known source, basis estimate and a note; each section carries its
+    grids and residuals."""
+    fab_file = F.load_fabric_sim_fit(CAL / "fabric_sim_fit.yaml")
+    assert set(fab_file.targets) == set(C.CAL_TARGETS)
+    quantities = []
+    for t, sec in fab_file.targets.items():
+        assert sec.wafer == cat.wafers[t].name
+        assert sec.grid.num_points == sec.fit.num_points and sec.holdout_grid.num_points == sec.holdout.num_points
+        quantities += [getattr(sec.constants, k) for k in F.SIM_FIT_NAMES]
+    c = S.load_stream_constants(CAL / "stream.yaml")
+    quantities += [c.overlap_efficiency_frac, c.latency_exposed_frac]
+    for q in quantities:
+        assert q.source_ids == [C.SOURCE_ID] and C.SOURCE_ID in cat.sources
+        assert q.basis == "estimate" and q.note
