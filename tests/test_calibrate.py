@@ -132,9 +132,7 @@ def test_tampered_constant_fails_check(tmp_path, capsys):
     q = doc["targets"]["wse2"]["constants"]["tree_level_cycles"]
     q["value"] = q["value"] * 1.05
     (d / "fabric_sim_fit.yaml").write_text(yaml.safe_dump(doc))
-    with pytest.raises(SystemExit) as exc:
-        main(["calibrate", "--check", "--out", str(d)])
-    assert exc.value.code == 1
+    assert main(["calibrate", "--check", "--out", str(d)]) == 1
     assert "tree_level_cycles" in capsys.readouterr().out
 
 
@@ -143,9 +141,7 @@ def test_missing_residuals_fail_check(tmp_path, capsys):
     doc = yaml.safe_load((d / "stream_sim_fit.yaml").read_text())
     del doc["holdout"]
     (d / "stream_sim_fit.yaml").write_text(yaml.safe_dump(doc))
-    with pytest.raises(SystemExit) as exc:
-        main(["calibrate", "--check", "--out", str(d)])
-    assert exc.value.code == 1
+    assert main(["calibrate", "--check", "--out", str(d)]) == 1
     assert "residuals missing" in capsys.readouterr().out
 
 

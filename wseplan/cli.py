@@ -244,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("WSEPLAN_DEBUG") == "1"
     try:
-        app(args=args, prog_name="wseplan", standalone_mode=False)
+        rv = app(args=args, prog_name="wseplan", standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool):  # typer.Exit(code) is returned, not raised
+            return rv
     except Exit as exc:
         return getattr(exc, "exit_code", 0)
     except Abort:

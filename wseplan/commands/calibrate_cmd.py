@@ -46,9 +46,10 @@ def register(app) -> None:
             if problems:
                 for p in problems:
                     _emit(f"calibrate --check: {p}\n")
-                # exit status 1 (not 2: the input was fine, the shipped constants are stale); SystemExit passes
-                # through wseplan.cli.main, which maps only errors to 2
-                raise SystemExit(1)
+                # exit status 1 (not 2: the input was fine, the shipped constants are stale)
+                import typer
+
+                raise typer.Exit(1)
             _emit(f"calibrate --check: {cal_dir} matches a fresh calibration ({', '.join(targets)}, stream) within 1%\n")
             return
         results = C.run_calibration(cat, targets)
