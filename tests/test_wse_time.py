@@ -82,8 +82,13 @@ def test_decode_block_parts_hand(cat):
     mats = [(4096, q + 2 * kv), (q, 4096), (4096, q), (q, d), (d, 2 * ff), (ff, d)]
     want = sum(float(F.gemv_cycles(k=k, n=n, rows=420, cols=420, mac_efficiency_frac=1.0, **fk)) for k, n in mats)
     lk = dict(length_pes=420, link_bytes_per_cycle=4.0, wavelet_bytes=4.0, hop_latency_cycles=1.0)
+    # the statistic's reduction uses the simulator-fitted constants; the broadcast of the result holds one of
+    # WSE-2's 21 free colours, so the tree may use 20 levels (a 420-PE line needs 9)
+    rk = {k: fk[k] for k in ("reduce_stage_cycles", "tree_level_cycles", "tree_level_overlap_frac", "tree_model")}
+    assert fk["num_colors"] == 21 and fk["tree_model"] == "critical_path"
     for nbytes in (4.0, 4.0, 8.0 * 32):
-        want += fk["per_kernel_overhead_cycles"] + float(F.line_reduce_cycles(message_bytes=nbytes, ramp_latency_cycles=2.0, **lk)) \
+        want += fk["per_kernel_overhead_cycles"] + float(F.line_reduce_cycles(message_bytes=nbytes, ramp_latency_cycles=2.0,
+                                                                             max_tree_levels=20, **rk, **lk)) \
             + float(F.line_broadcast_cycles(message_bytes=nbytes, **lk))
     assert sum(float(v) for v in parts.values()) == pytest.approx(want, rel=1e-9)
 
@@ -220,3 +225,83 @@ def test_concurrency_frame(cat):
     assert df.tokens_per_s.is_monotonic_increasing          # more requests in flight fill the 4-wafer pipeline
     assert df.tokens_per_s_per_user.is_monotonic_decreasing  # ... and each request waits for the others
     np.testing.assert_allclose(df.tokens_per_s, df.batch * df.tokens_per_s_per_user, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ simulator fit, colour limit, measurement refit
+def test_wse_time_uses_sim_fit_and_colour_limit(cat):
+    """The kernel constants of fabric.yaml declare they were fitted on top of fabric_sim_fit.yaml, so the wafer
+    kwargs carry the simulator-fitted constants and the catalog colour limit (WSE-3: 6 free colours)."""
+    c = F.load_fabric_constants()
+    assert c.fabric_model == "sim_fit"
+    sim = F.load_fabric_sim_fit()
+    for key in ("wse2", "wse3"):
+        w = cat.wafers[key]
+        fk = F.wafer_fabric_kwargs(w, "fp16", c)
+        sec = next(s for s in sim.targets.values() if s.wafer == w.name)
+        for name in F.SIM_FIT_NAMES:
+            assert fk[name] == getattr(sec.constants, name).si
+        assert fk["tree_model"] == sec.tree_model
+        assert fk["num_colors"] == w.free_routing_colors.si
+    assert F.wafer_fabric_kwargs(cat.wafers["wse3"], "fp16", c)["num_colors"] == 6
+    # explicit choice wins; bare call = the closed forms as written
+    assert F.wafer_fabric_kwargs(cat.wafers["wse2"], "fp16", c, use_sim_fit=False)["num_colors"] == np.inf
+
+
+def test_colour_limit_forces_chain_on_wse3(cat):
+    """WSE-3: the input broadcast holds one of 6 colours, so a reduction tree may have 5 levels (32 PEs); on a
+    600-PE column (10 levels) the GEMV reduction is the chain - hand form (L-1)(h + ramp + c) + M a."""
+    c = F.load_fabric_constants()
+    w = cat.wafers["wse3"]
+    fk = F.wafer_fabric_kwargs(w, "fp16", c)
+    g = dict(k=4096, n=4096, rows=600, cols=600, mac_efficiency_frac=1.0)
+    limited = float(F.gemv_cycles(**g, **fk))
+    free = float(F.gemv_cycles(**g, **dict(fk, num_colors=np.inf)))
+    chain = float(F.gemv_cycles(**g, **dict(fk, reduce_algo="chain")))
+    assert limited == pytest.approx(chain, rel=1e-12) and free < limited
+    # the chain part by hand: nt = ceil(4096/600) = 7 fp16 values = 4 wavelets, a = max(1, 2 * t_mac)
+    tm = max(2 / w.flop_per_cycle_per_pe["fp16"].si, 3 * 2 / w.sram_bytes_per_cycle_per_pe.si)
+    a = max(1.0, 2 * tm)
+    hand = 599 * (1.0 + 2.0 + fk["reduce_stage_cycles"]) + 4 * a
+    red = float(F.line_reduce_cycles(length_pes=600, message_bytes=7 * 2, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
+                                     ramp_latency_cycles=2.0, add_cycles_per_wavelet=2 * tm, algo="chain",
+                                     reduce_stage_cycles=fk["reduce_stage_cycles"]))
+    assert red == pytest.approx(hand, rel=1e-12)
+    # and the decode model sees it: a WSE-3 decode block on 600 x 600 is slower with the limit than without
+    m = cat.models["llama-3-8b"]
+    lim = W.decode_block_cycles(arch=m, batch=1, context=4096, rows=600, cols=600, fk=fk, gemv_mac_efficiency_frac=1.0)
+    unl = W.decode_block_cycles(arch=m, batch=1, context=4096, rows=600, cols=600, fk=dict(fk, num_colors=np.inf),
+                                gemv_mac_efficiency_frac=1.0)
+    assert sum(float(v) for v in lim.values()) > sum(float(v) for v in unl.values())
+
+
+def test_measurement_refit_reproduces_fabric_yaml(tmp_path):
+    """fit_wse_overheads rewrites catalogs/calibration/fabric.yaml byte for byte (deterministic scipy fit from
+    the documented start, fitted rows and residuals recorded) and fits only the measurement-level constants."""
+    from wseplan.analytic import wse_fit as WF
+
+    src = ROOT / "catalogs/calibration/fabric.yaml"
+    if not (ROOT / "catalogs/validation/validation-public.csv").is_file():
+        pytest.skip("validation-public.csv not available")
+    p = tmp_path / "fabric.yaml"
+    p.write_bytes(src.read_bytes())
+    res = WF.fit_wse_overheads(path=p)
+    assert p.read_bytes() == src.read_bytes(), "fabric.yaml is stale; rerun wseplan.analytic.wse_fit.fit_wse_overheads()"
+    assert set(WF.FIT_BOUNDS) | set(WF.FIXED) == {"per_kernel_overhead_cycles", "gemv_mac_efficiency_frac",
+                                                  "gemm_mac_efficiency_frac", "gemm_step_overhead_cycles"}
+    rec = res.record
+    assert rec.in_sample.median_abs_rel_error <= 0.10 and set(rec.leave_one_model_out) == {"LLaMA3-8B", "LLaMA2-13B"}
+    assert all(r.startswith("R") for r in rec.in_sample.rows) and len(rec.in_sample.rows) == len(rec.residuals) >= 20
+
+
+def test_fit_predictions_equal_validate(cat):
+    """The fit predicts each row exactly as `wseplan validate` does (same hints, same metric conversion)."""
+    from wseplan.analytic import wse_fit as WF
+    from wseplan.validate import default_cases_path, predict_case, read_cases
+
+    if not default_cases_path().is_file():
+        pytest.skip("validation-public.csv not available")
+    c = F.load_fabric_constants()
+    rows = WF.fit_rows(read_cases(default_cases_path()))
+    assert {r.category for r in rows} == {"wse-infer"} and {r.quality for r in rows} <= {"strong", "medium"}
+    for r in rows:
+        assert WF.predict_row(r, cat, c) == pytest.approx(predict_case(r, cat), rel=1e-12)

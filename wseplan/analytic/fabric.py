@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from ..catalog.schema import Quantity
 from ..errors import CatalogError, InputError
@@ -53,17 +54,58 @@ class FabricConstants(BaseModel):
     gemm_mac_efficiency_frac: Quantity
     gemm_step_overhead_cycles: Quantity
     cross_system_latency_s: Quantity
+    _fabric_model: str = PrivateAttr(default="closed_form")
+
+    @property
+    def fabric_model(self) -> str:
+        """The fabric closed forms these kernel constants were fitted with (the file's ``fabric_model``):
+        ``closed_form`` (as written) or ``sim_fit`` (with ``fabric_sim_fit.yaml`` and the colour limit)."""
+        return self._fabric_model
+
+    def with_fabric_model(self, fabric_model: str) -> "FabricConstants":
+        """A copy declaring ``fabric_model`` (``closed_form`` | ``sim_fit``)."""
+        if fabric_model not in ("closed_form", "sim_fit"):
+            raise InputError(f"fabric_model: unknown {fabric_model!r}; use closed_form or sim_fit")
+        c = self.model_copy()
+        c._fabric_model = fabric_model
+        return c
 
     def values(self) -> dict[str, float]:
         """Name -> SI value, for passing as keyword arguments."""
         return {k: getattr(self, k).si for k in type(self).model_fields}
 
 
+class WseFitStats(BaseModel):
+    """Residuals ``rel_error = predicted / measured - 1`` of the measurement fit over a set of rows."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rows: list[str]
+    median_abs_rel_error: float
+    max_abs_rel_error: float
+
+
+class WseFitRecord(BaseModel):
+    """How the measurement-level constants of ``fabric.yaml`` were fitted (written by
+    :func:`wseplan.analytic.wse_fit.fit_wse_overheads`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: str
+    fitted: list[str]
+    start: dict[str, float]
+    in_sample: WseFitStats
+    residuals: dict[str, float]
+    leave_one_model_out: dict[str, WseFitStats] = {}
+
+
 class FabricFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int
+    fabric_model: Literal["closed_form", "sim_fit"] = "closed_form"
     fitted_on: list[str] = []
+    fit: WseFitRecord | None = None
     fabric: FabricConstants
 
 
@@ -81,7 +123,8 @@ def _load_fabric(path: str) -> FabricConstants:
 
     data = read_yaml(Path(path))
     try:
-        return FabricFile.model_validate(data).fabric
+        f = FabricFile.model_validate(data)
+        return f.fabric.with_fabric_model(f.fabric_model)
     except ValidationError as exc:
         e = exc.errors()[0]
         loc = ".".join(str(x) for x in e["loc"])
@@ -541,20 +584,26 @@ def gemm_parts_cycles(**kw) -> dict[str, np.ndarray]:
 # Convenience on a catalog wafer
 # ---------------------------------------------------------------------------------------------
 def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstants | None = None,
-                        use_sim_fit: bool = False) -> dict:
+                        use_sim_fit: bool | None = None) -> dict:
     """Keyword arguments of the kernels above for a catalog :class:`~wseplan.catalog.schema.Wafer`.
 
-    Hardware numbers come from the wafer, kernel constants from ``fabric.yaml`` and the simulator-fitted
-    constants (``reduce_stage_cycles``, ``tree_level_cycles``, ``tree_level_overlap_frac``,
-    ``broadcast_overlap_frac``) from
-    ``fabric_sim_fit.yaml`` (:func:`sim_fit_values`) when ``use_sim_fit`` is true. Off by default: the
-    WaferLLM-fitted kernel constants of ``fabric.yaml`` (``per_kernel_overhead_cycles`` ...) were fitted to the
-    closed forms without them, and switching them on without refitting those makes the wse-infer validation
-    worse (median |rel_error| 5.0% -> 6.3%); refit fabric.yaml on top of them before turning them on for
-    :mod:`.wse_time`. The routing-colour limit is not included either: the decode model assumes a mapper finds
-    a colour-feasible reduction tree (pass ``num_colors`` to apply the limit).
+    Hardware numbers come from the wafer, kernel constants from ``fabric.yaml`` (or ``constants``) and, with
+    the simulator fit, the simulator-fitted constants (``reduce_stage_cycles``, ``tree_level_cycles``,
+    ``tree_level_overlap_frac``, ``broadcast_overlap_frac``, ``tree_model``) from ``fabric_sim_fit.yaml``
+    (:func:`sim_fit_values`) plus the wafer's routing-colour limit ``num_colors`` (catalog
+    ``free_routing_colors``; a reduction tree needs one colour per level, so long lines fall back to the chain).
+
+    Parameters
+    ----------
+    use_sim_fit : bool, optional
+        True / False: with / without the simulator fit. None (default): as the kernel ``constants`` passed
+        declare (``fabric_model: sim_fit`` in ``fabric.yaml``: they were fitted on top of the simulator fit,
+        so the two must be used together, as :mod:`.wse_time` and :func:`gemv_latency_s` do); without
+        ``constants``, the closed forms as written (no fitted correction, no colour limit).
     """
     c = constants or load_fabric_constants()
+    if use_sim_fit is None:
+        use_sim_fit = constants is not None and constants.fabric_model == "sim_fit"
     key = precision if precision in wafer.flop_per_cycle_per_pe else "fp16"
     return dict(flop_per_cycle=wafer.flop_per_cycle_per_pe[key].si,
                 sram_bytes_per_cycle=wafer.sram_bytes_per_cycle_per_pe.si,
@@ -564,6 +613,7 @@ def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstan
                 wavelet_bytes=c.wavelet_bytes.si,
                 ramp_latency_cycles=c.ramp_latency_cycles.si,
                 per_kernel_overhead_cycles=c.per_kernel_overhead_cycles.si,
+                num_colors=float(wafer.free_routing_colors.si) if use_sim_fit else np.inf,
                 **(sim_fit_values(wafer) if use_sim_fit else SIM_FIT_IDENTITY))
 
 
@@ -660,7 +710,7 @@ def cycles_to_s(cycles, clock_hz: float):
 
 
 __all__ = [
-    "FabricConstants", "load_fabric_constants", "FabricSimConstants", "load_fabric_sim_fit", "sim_fit_values", "num_wavelets", "message_cycles", "line_broadcast_cycles",
+    "FabricConstants", "WseFitRecord", "WseFitStats", "load_fabric_constants", "FabricSimConstants", "load_fabric_sim_fit", "sim_fit_values", "num_wavelets", "message_cycles", "line_broadcast_cycles",
     "line_reduce_cycles", "allreduce_cycles", "mac_cycles", "gemv_cycles", "gemv_parts_cycles", "gemm_cycles",
     "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_region", "gemv_latency_s", "cross_system_transfer_s",
     "cycles_to_s", "tree_path_cycles", "TREE_MODELS",

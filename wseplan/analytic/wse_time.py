@@ -14,6 +14,12 @@ and context (the KV cache is the stationary operand), a softmax (all-reduce), th
 (up/gate, down). Decode maps each matrix product to :func:`.fabric.gemv_cycles`, prefill to
 :func:`.fabric.gemm_cycles` (causal attention attends to ``(t+1)/2`` tokens on average).
 
+Constants: hardware from the catalog wafer; the fabric constants the mesh simulator resolves
+(``fabric_sim_fit.yaml``, ``wseplan calibrate``) and the wafer's routing-colour limit (``free_routing_colors``:
+reduction trees deeper than the free colours allow fall back to the chain) through
+:func:`.fabric.wafer_fabric_kwargs`; the kernel constants fitted to the WaferLLM measurements on top of them
+(``fabric.yaml``, :func:`.wse_fit.fit_wse_overheads`).
+
 References
 ----------
 He, C. et al., "WaferLLM: Large Language Model Inference at Wafer Scale", USENIX OSDI 2025.
@@ -73,14 +79,26 @@ def decode_block_cycles(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_
     return parts
 
 
+def _reduce_kwargs(fk: dict) -> dict:
+    """Line-reduction constants of the fabric kwargs ``fk`` (:func:`.fabric.wafer_fabric_kwargs`): the
+    simulator-fitted stage/level costs and tree model, and the tree depth the routing colours allow (the
+    broadcast of the result holds one colour, each tree level one more)."""
+    return dict(reduce_stage_cycles=fk.get("reduce_stage_cycles", 0.0), tree_level_cycles=fk.get("tree_level_cycles", 0.0),
+                tree_level_overlap_frac=fk.get("tree_level_overlap_frac", 0.0),
+                tree_model=fk.get("tree_model", "levels"), max_tree_levels=fk.get("num_colors", np.inf) - 1.0)
+
+
 def _add_allreduce(parts, rows, cols, nbytes, fk):
     """A norm/softmax statistic: the vector lives along one line of the region (the root line of the previous
     reduction), so its all-reduce is one line reduction plus one line broadcast of ``nbytes``."""
     kw = dict(length_pes=cols, message_bytes=nbytes, link_bytes_per_cycle=fk["link_bytes_per_cycle"],
               wavelet_bytes=fk["wavelet_bytes"])
-    full = (fab.line_reduce_cycles(hop_latency_cycles=fk["hop_latency_cycles"], ramp_latency_cycles=fk["ramp_latency_cycles"], **kw)
+    rk = _reduce_kwargs(fk)
+    full = (fab.line_reduce_cycles(hop_latency_cycles=fk["hop_latency_cycles"], ramp_latency_cycles=fk["ramp_latency_cycles"],
+                                   **rk, **kw)
             + fab.line_broadcast_cycles(hop_latency_cycles=fk["hop_latency_cycles"], **kw))
-    serial = (fab.line_reduce_cycles(hop_latency_cycles=0.0, ramp_latency_cycles=0.0, **kw)
+    serial = (fab.line_reduce_cycles(hop_latency_cycles=0.0, ramp_latency_cycles=0.0,
+                                     **dict(rk, reduce_stage_cycles=0.0, tree_level_cycles=0.0), **kw)
               + fab.line_broadcast_cycles(hop_latency_cycles=0.0, **kw))
     parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
     parts["latency"] = parts["latency"] + (full - serial)
@@ -131,7 +149,7 @@ def prefill_block_cycles(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficie
     for nbytes in (4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]):
         lr = fab.line_reduce_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
                                     link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
-                                    ramp_latency_cycles=fk["ramp_latency_cycles"])
+                                    ramp_latency_cycles=fk["ramp_latency_cycles"], **_reduce_kwargs(fk))
         lb = fab.line_broadcast_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
                                        link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"])
         parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
@@ -518,7 +536,7 @@ def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_e
     for nbytes in (4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]):
         lr = fab.line_reduce_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
                                     link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
-                                    ramp_latency_cycles=fk["ramp_latency_cycles"])
+                                    ramp_latency_cycles=fk["ramp_latency_cycles"], **_reduce_kwargs(fk))
         lb = fab.line_broadcast_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
                                        link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"])
         parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
