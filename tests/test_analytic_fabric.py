@@ -189,3 +189,24 @@ def test_vectorized_over_regions():
     assert out.shape == (3,)
     for i, s in enumerate(sides):
         assert out[i] == pytest.approx(float(F.gemv_cycles(k=4096, n=4096, rows=int(s), cols=int(s), **KW)))
+
+
+def test_fabric_model_declaration_and_kwargs(tmp_path):
+    """fabric.yaml's `fabric_model` travels with the loaded constants and decides wafer_fabric_kwargs' default;
+    an unknown value is a CatalogError naming the file."""
+    from wseplan.errors import CatalogError
+
+    w2 = load_catalog().wafers["wse2"]
+    c = F.load_fabric_constants()
+    assert c.fabric_model == "sim_fit" and "fabric_model" not in c.values()
+    closed = c.with_fabric_model("closed_form")
+    kw = F.wafer_fabric_kwargs(w2, "fp16", closed)
+    assert all(kw[k] == 0.0 for k in F.SIM_FIT_NAMES) and kw["num_colors"] == np.inf
+    assert F.wafer_fabric_kwargs(w2, "fp16", closed, use_sim_fit=True)["num_colors"] == 21
+    with pytest.raises(InputError):
+        c.with_fabric_model("exact")
+    text = (F.default_calibration_dir() / "fabric.yaml").read_text()
+    bad = tmp_path / "fabric.yaml"
+    bad.write_text(text.replace("fabric_model: sim_fit", "fabric_model: simulated"))
+    with pytest.raises(CatalogError, match="fabric_model"):
+        F.load_fabric_constants(bad)
