@@ -65,7 +65,7 @@ class Claim(BaseModel):
     unit: str | None = None
     model: str | None = None
     target: str | None = None
-    precision: str = "bf16"
+    precision: Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"] = "bf16"
     phase: Literal["train", "prefill", "decode"] | None = None
     batch: int | None = Field(default=None, gt=0)
     context: int | None = Field(default=None, gt=0)
@@ -79,6 +79,8 @@ class Claim(BaseModel):
     def _finite(cls, v):
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError("must be finite")
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+            raise ValueError("a claimed rate, time, size, power or price must be positive")
         return v
 
 

@@ -32,15 +32,15 @@ HOURS_PER_YEAR = 8766.0  # 365.25 days
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ServingSpec(_Frozen):
     """Serving load: prompt and output tokens per request, service demand and per-user speed."""
 
-    prompt_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
-    demand_tokens_per_s: float = Field(gt=0, description="output tokens/s the whole service must produce")
+    prompt_tokens: int = Field(gt=0, le=100_000_000)
+    output_tokens: int = Field(gt=0, le=100_000_000)
+    demand_tokens_per_s: float = Field(gt=0, le=1e15, description="output tokens/s the whole service must produce")
     min_tokens_per_s_per_user: float = Field(gt=0, description="slowest acceptable output speed per request")
     batches: list[int] = Field(min_length=1, description="concurrent requests per replica to sweep")
 
