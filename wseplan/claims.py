@@ -91,7 +91,7 @@ class ClaimsFile(BaseModel):
 
 
 class Verdict(BaseModel):
-    """The verdict on one claim (``wseplan check --format json`` record; see docs/cli-output-report.md)."""
+    """The verdict on one claim (``wseplan check --format json`` record; see docs/cli-output.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

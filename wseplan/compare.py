@@ -53,7 +53,7 @@ class CompareRow(_Frozen):
 
 
 class CompareResult(_Frozen):
-    """The compare record (``wseplan compare --format json``; see docs/cli-output-report.md)."""
+    """The compare record (``wseplan compare --format json``; see docs/cli-output.md)."""
 
     schema_version: int = SCHEMA_VERSION
     model: str

@@ -10,7 +10,7 @@ the layers of a model (partitions) and over candidate region sides, never once p
 :func:`run_sweep` runs the tasks locally or on a Dask distributed cluster and concatenates them in task order,
 so both engines give the same rows.
 
-Per configuration (columns documented in ``docs/cli-output-sweep.md``):
+Per configuration (columns documented in ``docs/cli-output.md``):
 
 * **fit** - per-device bytes of the fullest device, usable capacity, ``fits`` (GPUs:
   :func:`wseplan.fit.gpu_layout_memory`; wafers: the stage partition of :func:`wseplan.fit.fit`, computed for

@@ -659,7 +659,7 @@ class MetricRow(_Frozen):
 
 
 class CostResult(_Frozen):
-    """The cost record (``wseplan cost --format json``); documented in docs/cli-output-cost.md."""
+    """The cost record (``wseplan cost --format json``); documented in docs/cli-output.md."""
 
     schema_version: int = SCHEMA_VERSION
     model: str

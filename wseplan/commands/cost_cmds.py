@@ -1,6 +1,6 @@
 """`wseplan cost`, `wseplan place` and `wseplan fleet`: TCO and $/token, layer placement ILP, fleet ILP.
 
-Records are documented in docs/cli-output-cost.md. Heavy libraries (scipy, pulp, pandas) load only inside
+Records are documented in docs/cli-output.md. Heavy libraries (scipy, pulp, pandas) load only inside
 the command functions.
 """
 from __future__ import annotations

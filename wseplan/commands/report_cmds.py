@@ -1,4 +1,4 @@
-"""Commands ``compare``, ``report`` and ``check`` (records documented in docs/cli-output-report.md)."""
+"""Commands ``compare``, ``report`` and ``check`` (records documented in docs/cli-output.md)."""
 from __future__ import annotations
 
 from typing import Optional

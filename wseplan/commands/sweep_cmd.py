@@ -1,7 +1,7 @@
 """`wseplan sweep SWEEP.yaml`: fit, time and cost of every configuration of a design space, as numpy arrays.
 
 The rows go to a CSV (or Parquet) file in ``--out``; the terminal gets a summary per model x target. The file
-and the record are documented in docs/cli-output-sweep.md. numpy/pandas (and dask, for ``--engine dask``) load
+and the record are documented in docs/cli-output.md. numpy/pandas (and dask, for ``--engine dask``) load
 only inside the command.
 """
 from __future__ import annotations

@@ -262,7 +262,7 @@ class ConstraintRow(_Frozen):
 
 
 class FleetPlan(_Frozen):
-    """The fleet record (``wseplan fleet --format json``); documented in docs/cli-output-cost.md."""
+    """The fleet record (``wseplan fleet --format json``); documented in docs/cli-output.md."""
 
     schema_version: int = SCHEMA_VERSION
     name: str

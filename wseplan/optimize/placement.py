@@ -278,7 +278,7 @@ def solve_partition(*, item_cost, item_bytes, capacity_bytes: float, stage_const
 
 # ---------------------------------------------------------------------------------------------
 class PlacementResult(_Frozen):
-    """The placement record (``wseplan place --format json``), documented in docs/cli-output-cost.md.
+    """The placement record (``wseplan place --format json``), documented in docs/cli-output.md.
 
     ``stages`` use fit's encoding: 0-based inclusive transformer-block indices per device.
     """
