@@ -55,28 +55,13 @@ def _dims(arch) -> dict:
 def decode_block_cycles(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
     """One transformer block of one decode step for ``batch`` sequences on a rows x cols region [cycles].
 
-    Returns the parts ``overhead``, ``latency``, ``serialization``, ``compute`` (they sum to the block time).
+    Returns the parts ``overhead``, ``latency``, ``serialization``, ``compute`` (they sum to the block time):
+    the QKV, score, context, output and MLP GEMVs (the KV cache of each sequence is its own stationary
+    operand) plus the all-reduces of two norms and one softmax. Scalar form of
+    :func:`decode_block_cycles_array` (one implementation).
     """
-    D = _dims(arch)
-    b = float(batch)
-    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemv_mac_efficiency_frac)
-    mats = [  # (m, k, n): weights are (k, n); KV cache per sequence is its own stationary operand
-        (b, D["d"], D["q"] + 2 * D["kv"]),
-        (1.0, D["q"], context * b),
-        (1.0, context * b, D["q"]),
-        (b, D["q"], D["d"]),
-        (b, D["d"], D["ff_in"]),
-        (b, D["ff"], D["d"]),
-    ]
-    parts = {"overhead": 0.0, "latency": 0.0, "serialization": 0.0, "compute": 0.0}
-    for m, k, n in mats:
-        p = fab.gemv_parts_cycles(m=m, k=k, n=n, **g)
-        for key in parts:
-            parts[key] = parts[key] + p[key]
-    # two norms (sum of squares) and one softmax (max and sum per head): all-reduces of small vectors
-    for nbytes in (4.0 * b, 4.0 * b, 8.0 * b * D["heads"]):
-        _add_allreduce(parts, rows, cols, nbytes, fk)
-    return parts
+    return decode_block_cycles_array(arch=arch, batch=batch, context=context, rows=rows, cols=cols, fk=fk,
+                                     gemv_mac_efficiency_frac=gemv_mac_efficiency_frac)
 
 
 def _reduce_kwargs(fk: dict) -> dict:
@@ -118,48 +103,25 @@ def decode_layer_floor_s(arch, wafer, *, rows: int, cols: int, precision: str = 
 
 
 def head_decode_cycles(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
-    """Final norm + LM head GEMV + arg-max for ``batch`` sequences [cycles], by part."""
-    D = _dims(arch)
-    parts = fab.gemv_parts_cycles(m=float(batch), k=D["d"], n=D["vocab"], rows=rows, cols=cols,
-                                  mac_efficiency_frac=gemv_mac_efficiency_frac, **fk)
-    parts = {k: v * 1.0 for k, v in parts.items()}
-    _add_allreduce(parts, rows, cols, 4.0 * batch, fk)
-    _add_allreduce(parts, rows, cols, 8.0 * batch, fk)
-    return parts
+    """Final norm + LM head GEMV + arg-max for ``batch`` sequences [cycles], by part (scalar form of
+    :func:`head_decode_cycles_array`)."""
+    return head_decode_cycles_array(arch=arch, batch=batch, rows=rows, cols=cols, fk=fk,
+                                    gemv_mac_efficiency_frac=gemv_mac_efficiency_frac)
 
 
 def prefill_block_cycles(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficiency_frac: float,
                          gemm_step_overhead_cycles: float, batch: int = 1, causal: bool = True) -> dict:
     """One transformer block over ``batch`` prompts of ``tokens`` tokens on a rows x cols region [cycles], by
-    part (``overhead``, ``compute``, ``fabric``). Attention attends within each prompt."""
-    D = _dims(arch)
-    att = (float(tokens) + 1.0) / 2.0 if causal else float(tokens)
-    t = float(tokens) * batch
-    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemm_mac_efficiency_frac,
-             step_overhead_cycles=gemm_step_overhead_cycles)
-    mats = [(t, D["d"], D["q"] + 2 * D["kv"]), (t, D["q"], att), (t, att, D["q"]), (t, D["q"], D["d"]),
-            (t, D["d"], D["ff_in"]), (t, D["ff"], D["d"])]
-    parts = {"overhead": 0.0, "compute": 0.0, "fabric": 0.0}
-    for m, k, n in mats:
-        p = fab.gemm_parts_cycles(m=m, k=k, n=n, **g)
-        for key in parts:
-            parts[key] = parts[key] + p[key]
-    # norms and softmax: per-token statistics reduced along each row and broadcast back
-    mt = np.ceil(t / np.asarray(rows, dtype=float))
-    for nbytes in (4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]):
-        lr = fab.line_reduce_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
-                                    link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
-                                    ramp_latency_cycles=fk["ramp_latency_cycles"], **_reduce_kwargs(fk))
-        lb = fab.line_broadcast_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
-                                       link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"])
-        parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
-        parts["fabric"] = parts["fabric"] + lr + lb
-    return parts
+    part (``overhead``, ``compute``, ``fabric``). Attention attends within each prompt; norms and softmax
+    reduce per-token statistics along each row and broadcast them back. Scalar form of
+    :func:`prefill_block_cycles_array`."""
+    return prefill_block_cycles_array(arch=arch, tokens=tokens, rows=rows, cols=cols, fk=fk,
+                                      gemm_mac_efficiency_frac=gemm_mac_efficiency_frac,
+                                      gemm_step_overhead_cycles=gemm_step_overhead_cycles, batch=batch, causal=causal)
 
 
 # ---------------------------------------------------------------------------------------------
-# Mapping: regions (layer groups) on each wafer
-# ---------------------------------------------------------------------------------------------
+
 def _parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
     if value is None:
         return None
