@@ -180,3 +180,17 @@ def test_prefill_balances_flops_within_memory(cat):
     assert max(x[a : b + 1].sum() + act for a, b in dp_stages) <= r.capacity_bytes
     assert r.objective <= max(flop[a : b + 1].sum() for a, b in dp_stages) * (1 + 1e-12)
     assert max(s.bytes for s in r.stages) <= r.capacity_bytes
+
+
+@pytest.mark.parametrize("model,target", [("llama-70b", "h100"), ("llama-405b", "h100"), ("llama-405b", "b200"),
+                                          ("llama-3-8b", "a100")])
+def test_devices_objective_matches_fit_on_gpus(model, target):
+    """`place --objective devices` needs as many GPUs as `fit` finds (both count HBM the same way)."""
+    from wseplan.fit import fit
+    from wseplan.optimize import place
+
+    cat = load_catalog()
+    f = fit(model, target, catalog=cat)
+    p = place(model, target, objective="devices", catalog=cat)
+    assert p.status == "optimal"
+    assert p.num_devices == f.num_devices
