@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .catalog.load import default_catalog_dir, read_yaml
 from .catalog.schema import Quantity
-from .errors import CatalogError
+from .errors import CatalogError, validation_detail
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,8 @@ def read_gpu_efficiency(path: str | Path | None = None) -> GpuEfficiencyFile:
     try:
         f = GpuEfficiencyFile.model_validate(data["gpu_efficiency"])
     except ValidationError as exc:
-        e = exc.errors()[0]
-        raise CatalogError(f"{p}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
+        loc, msg = validation_detail(exc)
+        raise CatalogError(f"{p}: {loc}: {msg}") from None
     unknown = sorted(set(f.constants) - set(CALIBRATION_KEYS))
     if unknown:
         raise CatalogError(f"{p}: unknown constant(s) {', '.join(unknown)}; allowed: {', '.join(CALIBRATION_KEYS)}")

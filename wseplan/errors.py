@@ -28,3 +28,20 @@ def suggest(name: str, choices: Iterable[str], n: int = 3) -> str:
     """Return a ' (did you mean: a, b?)' hint for ``name`` among ``choices``, or ''."""
     close = difflib.get_close_matches(name.lower(), sorted(set(choices)), n=n, cutoff=0.5)
     return f" (did you mean: {', '.join(close)}?)" if close else ""
+
+
+def validation_detail(exc) -> tuple[str, str]:
+    """(field path, one-line message) of a pydantic ``ValidationError`` for a user-facing error.
+
+    A misspelt key (``extra_forbidden``) is reported before anything else, since it usually causes the other
+    errors; pydantic's wording is replaced by the fix for unknown and missing keys.
+    """
+    errs = exc.errors()
+    err = next((e for e in errs if e.get("type") == "extra_forbidden"), errs[0])
+    loc = ".".join(str(x) for x in err.get("loc", ()) if not str(x).startswith("function-"))
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown key; remove it or fix its spelling"
+    elif err.get("type") == "missing":
+        msg = "required key is missing; add it"
+    return loc, msg

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import InputError
+from .errors import InputError, validation_detail
 
 SCHEMA_VERSION = 1
 PHASES = ("train", "prefill", "decode")
@@ -171,13 +171,8 @@ def parse_sweep(data: dict, *, where: str = "sweep") -> Sweep:
     try:
         return Sweep.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown key; remove it or fix its spelling"
-        elif err.get("type") == "missing":
-            msg = "required key is missing; add it"
+        loc, msg = validation_detail(exc)
+        loc = loc or "(top level)"
         raise InputError(f"sweep: {where}: {loc}: {msg}") from None
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .catalog.schema import PRECISIONS, GenericModel, LayerSpec, Model
-from .errors import InputError
+from .errors import InputError, validation_detail
 
 KIND_EMBEDDING, KIND_BLOCK, KIND_HEAD = 0, 1, 2
 PHASES = ("train", "prefill", "decode")
@@ -367,9 +367,8 @@ def model_from_hf_config(path: str | Path) -> Model:
             max_context=opt_int("max_position_embeddings", 8192),
         )
     except ValidationError as exc:  # -> one line naming the field
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"]) or "config"
-        raise InputError(f"model: {p}: {loc}: {e['msg'].removeprefix('Value error, ')}") from None
+        loc, msg = validation_detail(exc)
+        raise InputError(f"model: {p}: {loc or 'config'}: {msg}") from None
 
 
 def generic_model_from_file(path: str | Path) -> GenericModel:
@@ -390,6 +389,5 @@ def generic_model_from_file(path: str | Path) -> GenericModel:
     try:
         return GenericModel.model_validate(data)
     except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        raise InputError(f"model: {p}: {loc}: {e['msg']}") from None
+        loc, msg = validation_detail(exc)
+        raise InputError(f"model: {p}: {loc}: {msg}") from None

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..catalog.schema import Quantity
-from ..errors import CatalogError, InputError, suggest
+from ..errors import CatalogError, InputError, suggest, validation_detail
 
 #: hours in a Julian year (365.25 d) [h]; a unit definition, not a catalog input
 HOURS_PER_YEAR = 8766.0
@@ -352,13 +352,7 @@ def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices
         prices = Prices.model_validate(raw)
     except (ValidationError, InputError) as exc:
         if isinstance(exc, ValidationError):
-            err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err.get("loc", ()))
-            msg = err.get("msg", "invalid").removeprefix("Value error, ")
-            if err.get("type") == "extra_forbidden":
-                msg = "unknown key; remove it or fix its spelling"
-            elif err.get("type") == "missing":
-                msg = "required key is missing; add it"
+            loc, msg = validation_detail(exc)
             raise CatalogError(f"prices ({used[-1]}): {loc}: {msg}") from None
         raise CatalogError(f"prices ({used[-1]}): {exc}") from None
     if catalog is not None:

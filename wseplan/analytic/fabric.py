@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from ..catalog.schema import Quantity
-from ..errors import CatalogError, InputError
+from ..errors import CatalogError, InputError, validation_detail
 
 BROADCAST_ALGOS = ("chain", "store_forward", "tree")
 REDUCE_ALGOS = ("chain", "tree", "best")
@@ -126,9 +126,8 @@ def _load_fabric(path: str) -> FabricConstants:
         f = FabricFile.model_validate(data)
         return f.fabric.with_fabric_model(f.fabric_model)
     except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        raise CatalogError(f"{path}: {loc}: {e['msg']}; fix the calibration file") from None
+        loc, msg = validation_detail(exc)
+        raise CatalogError(f"{path}: {loc}: {msg}; fix the calibration file") from None
 
 
 def load_fabric_constants(path: str | Path | None = None) -> FabricConstants:
@@ -209,9 +208,8 @@ def _load_fabric_sim(path: str) -> FabricSimFile:
     try:
         return FabricSimFile.model_validate(read_yaml(Path(path)))
     except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        raise CatalogError(f"{path}: {loc}: {e['msg']}; rerun `wseplan calibrate`") from None
+        loc, msg = validation_detail(exc)
+        raise CatalogError(f"{path}: {loc}: {msg}; rerun `wseplan calibrate`") from None
 
 
 def load_fabric_sim_fit(path: str | Path | None = None) -> FabricSimFile | None:

@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..catalog.schema import Quantity
-from ..errors import CatalogError, InputError
+from ..errors import CatalogError, InputError, validation_detail
 from .memory import stream_min_tokens_compute_bound, wafer_stream_buffer_bytes
 
 POLICIES = ("auto", "store", "checkpoint", "recompute", "spill")
@@ -74,8 +74,8 @@ def _load(path: str) -> StreamConstants:
     try:
         return StreamFile.model_validate(read_yaml(Path(path))).stream
     except ValidationError as exc:
-        e = exc.errors()[0]
-        raise CatalogError(f"{path}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}; fix the calibration file") from None
+        loc, msg = validation_detail(exc)
+        raise CatalogError(f"{path}: {loc}: {msg}; fix the calibration file") from None
 
 
 class StreamSimFitConstants(BaseModel):
@@ -108,8 +108,8 @@ def _load_sim_fit(path: str) -> StreamSimFitFile:
     try:
         return StreamSimFitFile.model_validate(read_yaml(Path(path)))
     except ValidationError as exc:
-        e = exc.errors()[0]
-        raise CatalogError(f"{path}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}; rerun `wseplan calibrate`") from None
+        loc, msg = validation_detail(exc)
+        raise CatalogError(f"{path}: {loc}: {msg}; rerun `wseplan calibrate`") from None
 
 
 def load_stream_constants(path: str | Path | None = None) -> StreamConstants:

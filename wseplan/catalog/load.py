@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from ..errors import CatalogError, InputError, suggest
+from ..errors import CatalogError, InputError, suggest, validation_detail
 from .schema import Defaults, GenericModel, Gpu, MemoryX, Model, Source, SwarmX, System, Wafer
 
 try:  # libyaml is much faster when present
@@ -45,15 +45,8 @@ def default_catalog_dir() -> Path:
 
 
 def _fmt_validation(path: Path, where: str, exc: ValidationError) -> str:
-    errs = exc.errors()
-    err = next((e for e in errs if e.get("type") == "extra_forbidden"), errs[0])
-    loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("function-after", "function-before"))
-    msg = err.get("msg", "invalid").removeprefix("Value error, ")
+    loc, msg = validation_detail(exc)
     full = f"{where}.{loc}" if loc else where
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown key; remove it or fix its spelling"
-    elif err.get("type") == "missing":
-        msg = "required key is missing; add it"
     return f"{path}: {full}: {msg}"
 
 

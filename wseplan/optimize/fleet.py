@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import InfeasibleError, InputError, WseplanError
+from ..errors import InfeasibleError, InputError, WseplanError, validation_detail
 
 SCHEMA_VERSION = 1
 CAPS = ("power_cap_w", "rack_units_cap", "budget_usd")
@@ -135,13 +135,7 @@ def read_demand(path: str | Path) -> DemandSpec:
     try:
         spec = DemandSpec.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown key; remove it or fix its spelling"
-        elif err.get("type") == "missing":
-            msg = "required key is missing; add it"
+        loc, msg = validation_detail(exc)
         raise InputError(f"{path}: {loc}: {msg}") from None
     names = [w.name for w in spec.workloads]
     if len(set(names)) != len(names):

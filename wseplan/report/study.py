@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from ..errors import CatalogError, InputError
+from ..errors import CatalogError, InputError, validation_detail
 from .atomic import safe_filename, write_files_atomically
 from .markdown import Column, Document, Table, fmt_num, fmt_quantity
 from .plots import Marker, Plot, Series, render, roofline_plot
@@ -175,13 +175,7 @@ def load_study(path: str | Path) -> tuple[Study, Path]:
     try:
         return Study.model_validate(data), p.parent
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown key; remove it or fix its spelling"
-        elif err.get("type") == "missing":
-            msg = "required key is missing; add it"
+        loc, msg = validation_detail(exc)
         raise InputError(f"{path}: {loc + ': ' if loc else ''}{msg}") from None
 
 
