@@ -17,11 +17,11 @@ from .analytic.partition import greedy_stages, min_max_partition
 from .catalog.load import Catalog, load_catalog
 from .catalog.schema import GenericModel, Model
 from .errors import InputError
+from .records import RecordHead
 from .targets import Target, parse_target
 from .workload import (KIND_BLOCK, KIND_EMBEDDING, KIND_HEAD, Workload, check_positive_int, generic_model_from_file,
                        generic_workload, model_from_hf_config, transformer_workload)
 
-SCHEMA_VERSION = 1
 
 
 class _Frozen(BaseModel):
@@ -65,18 +65,9 @@ class StreamingFit(_Frozen):
     feasible_compute_bound: bool
 
 
-class FitResult(_Frozen):
+class FitResult(RecordHead):
     """The fit record (``--format json``); fields documented in docs/cli-output.md."""
 
-    schema_version: int = SCHEMA_VERSION
-    model: str
-    target: str
-    hardware: str
-    device_kind: str
-    precision: str
-    phase: str
-    batch: int
-    context: int
     fits: bool
     num_devices: int
     capacity_bytes: float

@@ -5,26 +5,15 @@ the GPU models (:mod:`wseplan.analytic.gpu_time`). Every result names its bottle
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from .records import RecordHead
 
 
-class TimeResult(BaseModel):
+class TimeResult(RecordHead):
     """One time prediction. Fields that do not apply to a phase are None.
 
     Units: seconds, tokens/s, FLOP/s, watts; fractions end in ``_frac``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: int = 1
-    model: str
-    target: str
-    hardware: str
-    device_kind: str
-    precision: str
-    phase: str
-    batch: int
-    context: int
     num_devices: int
     output_tokens: int | None = None
     step_s: float | None = None  # train: one optimizer step; prefill: the prompt; decode: one token for the batch

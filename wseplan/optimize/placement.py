@@ -32,10 +32,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import InputError
+from ..records import RecordHead
 
 OBJECTIVES = ("latency", "devices")
 SOLVERS = ("highs", "cbc")
-SCHEMA_VERSION = 1
 
 
 class _Frozen(BaseModel):
@@ -277,21 +277,12 @@ def solve_partition(*, item_cost, item_bytes, capacity_bytes: float, stage_const
 
 
 # ---------------------------------------------------------------------------------------------
-class PlacementResult(_Frozen):
+class PlacementResult(RecordHead):
     """The placement record (``wseplan place --format json``), documented in docs/cli-output.md.
 
     ``stages`` use fit's encoding: 0-based inclusive transformer-block indices per device.
     """
 
-    schema_version: int = SCHEMA_VERSION
-    model: str
-    target: str
-    hardware: str
-    device_kind: str
-    precision: str
-    phase: str
-    batch: int
-    context: int
     objective_kind: str
     status: str
     optimal: bool
