@@ -19,6 +19,7 @@ from .catalog.schema import GenericModel, Model
 from .errors import InputError
 from .records import RecordHead
 from .targets import Target, parse_target
+from .workload import build_workload, resolve_model  # noqa: F401  (moved; re-exported)
 from .workload import (KIND_BLOCK, KIND_EMBEDDING, KIND_HEAD, Workload, check_positive_int, generic_model_from_file,
                        generic_workload, model_from_hf_config, transformer_workload)
 
@@ -103,40 +104,6 @@ class FitResult(RecordHead):
 
 
 # ---------------------------------------------------------------------------------------------
-def resolve_model(name: str, catalog: Catalog) -> Model | GenericModel:
-    """A catalog name or alias, a Hugging Face ``config.json`` path, or a layer-list YAML path."""
-    if not isinstance(name, str) or not name.strip():
-        raise InputError("model: empty; give a catalog name such as llama-70b, or a config.json path")
-    p = Path(name)
-    if name.endswith(".json") or (p.is_file() and p.suffix == ".json"):
-        if not p.is_file():
-            raise InputError(f"model: file {name} not found; check the path")
-        return model_from_hf_config(p)
-    if name.endswith((".yaml", ".yml")):
-        if not p.is_file():
-            raise InputError(f"model: file {name} not found; check the path")
-        g = generic_model_from_file(p)
-        ids = [g.source] if isinstance(g.source, str) else list(g.source)
-        unknown = [i for i in ids if i not in catalog.sources]
-        if unknown:
-            from .errors import suggest
-
-            raise InputError(f"model: {p}: unknown source id {unknown[0]!r}{suggest(unknown[0], catalog.sources)}; "
-                             "use an id from catalogs/sources.yaml or add one with --catalog")
-        return g
-    sec, key = catalog.resolve_model_name(name)
-    return getattr(catalog, sec)[key]
-
-
-def build_workload(model: Model | GenericModel, catalog: Catalog, *, precision: str, phase: str, batch: int,
-                   context: int) -> Workload:
-    d = catalog.defaults
-    if isinstance(model, GenericModel):
-        return generic_workload(model, precision=precision, phase=phase, batch=batch, context=context)
-    return transformer_workload(model, precision=precision, phase=phase, batch=batch, context=context,
-                                working_set_factor=d.wafer_activation_working_set_factor.si)
-
-
 def _tokens_in_flight(w: Workload, chunk: float) -> float:
     if w.phase == "decode":
         return float(w.batch)

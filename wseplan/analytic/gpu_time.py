@@ -201,7 +201,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     hbm = links.hbm_bw
     L = m.num_layers
     ab = activation_bytes_per_element(precision)
-    s = float(seq_len)
+    s = np.asarray(seq_len, dtype=float)
     tokens = mb * s / cp  # tokens per micro-batch per GPU's sequence shard
     attended = (s + 1.0) / 2.0  # causal
     t_fwd, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
@@ -299,41 +299,65 @@ def model_flop_per_token(m, *, seq_len, recompute_counted=False) -> float:
 # ---------------------------------------------------------------------------------------------
 # Inference
 # ---------------------------------------------------------------------------------------------
+def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, logits_rows, tp, pp=1,
+                cal: GpuCalibration):
+    """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
+
+    Parameters (arrays broadcast)
+    -----------------------------
+    tokens : new tokens the pass processes (the M of every GEMM: decode sequences + prompt-chunk tokens)
+    attn_pairs : query-key pairs of its attention (each new token x the keys it attends to)
+    kv_read_tokens : cached tokens whose K/V the pass reads from HBM (split over ``min(tp, kv_heads)``)
+    logits_rows : rows of the LM head (one per sequence that emits a token)
+
+    Returns ``(latency_s, stage_s, parts)``: the pass's latency, the busy time of its slowest pipeline stage
+    (the last: its blocks plus the LM head; equal to the latency at ``pp = 1``) and the parts [s].
+    """
+    tokens = np.maximum(np.asarray(tokens, dtype=float), 1e-12)
+    tp = np.asarray(tp, dtype=float)
+    peak = gpu.peak_flop_per_s(precision)
+    links = _Links(gpu, cal)
+    hbm = links.hbm_bw
+    attended = np.asarray(attn_pairs, dtype=float) / tokens
+    t_blk, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
+                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal)
+    kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / np.minimum(tp, m.num_kv_heads)
+    t_kv = kv_tok * np.asarray(kv_read_tokens, dtype=float) / hbm
+    t_attn = np.maximum(parts["attention"], t_kv)  # attention is compute- or KV-read-bound
+    t_blk = t_blk - parts["attention"] + t_attn
+    msg = activation_bytes_per_element(precision) * tokens * m.d_model
+    t_tp = 2.0 * links.tp_allreduce(msg, tp)
+    t_layer = t_blk + t_tp + cal.layer_overhead_s
+    t_head = _head_forward_time_s(m, tokens=logits_rows, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                  precision=precision, cal=cal)
+    pp = np.asarray(pp, dtype=float)
+    hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
+    p2p = (pp - 1.0) * hop
+    L = m.num_layers
+    total = L * t_layer + t_head + p2p + cal.step_overhead_s
+    stage = np.ceil(L / pp) * t_layer + t_head + np.where(pp > 1, hop, 0.0) + cal.step_overhead_s
+    stage = np.minimum(stage, total)
+    parts = {"gemm": L * parts["gemm"], "gemm_memory_bound": L * parts["gemm_memory_bound"], "attention": L * t_attn,
+             "kv_read": L * t_kv, "elementwise": L * parts["elementwise"], "tp_comm": L * t_tp,
+             "overhead": L * cal.layer_overhead_s + cal.step_overhead_s, "lm_head": t_head, "p2p": p2p}
+    return total, stage, parts
+
+
 def forward_pass_time_s(m, gpu, *, precision: str, batch, new_tokens, context, tp, pp=1, cal: GpuCalibration,
                         logits_tokens=None):
     """One forward pass over ``batch`` sequences, each adding ``new_tokens`` on top of ``context`` cached ones.
 
     Prefill: ``new_tokens`` = prompt, ``context`` = 0. Decode step: ``new_tokens`` = 1, ``context`` = KV length.
-    Returns (time [s], parts dict). The KV cache is read once per pass (HBM), split over ``min(tp, kv_heads)``.
+    Returns (time [s], parts dict): :func:`pass_time_s` with ``tokens = batch * new_tokens``, each token attending
+    to ``context + (new_tokens + 1) / 2`` keys (causal), ``batch * (context + new_tokens)`` KV tokens read.
     """
-    batch = np.asarray(batch, dtype=float)
-    tp = np.asarray(tp, dtype=float)
-    peak = gpu.peak_flop_per_s(precision)
-    links = _Links(gpu, cal)
-    hbm = links.hbm_bw
-    tokens = batch * new_tokens
-    attended = context + (new_tokens + 1.0) / 2.0
-    t_blk, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
-                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal)
-    kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / np.minimum(tp, m.num_kv_heads)
-    t_kv = kv_tok * batch * (context + new_tokens) / hbm
-    # attention is compute- or KV-read-bound
-    t_attn = np.maximum(parts["attention"], t_kv)
-    t_blk = t_blk - parts["attention"] + t_attn
-    msg = activation_bytes_per_element(precision) * tokens * m.d_model
-    t_tp = 2.0 * links.tp_allreduce(msg, tp)
-    t_layer = t_blk + t_tp + cal.layer_overhead_s
-    lt = batch if logits_tokens is None else logits_tokens
-    t_head = _head_forward_time_s(m, tokens=lt, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                  precision=precision, cal=cal)
-    pp = np.asarray(pp, dtype=float)
-    p2p = (pp - 1.0) * send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw,
-                                        link_latency_s=links.nvlink_lat)
-    total = m.num_layers * t_layer + t_head + p2p + cal.step_overhead_s
-    return total, {"gemm": m.num_layers * parts["gemm"], "gemm_memory_bound": m.num_layers * parts["gemm_memory_bound"], "attention": m.num_layers * t_attn,
-                   "kv_read": m.num_layers * t_kv, "elementwise": m.num_layers * parts["elementwise"],
-                   "tp_comm": m.num_layers * t_tp, "overhead": m.num_layers * cal.layer_overhead_s + cal.step_overhead_s,
-                   "lm_head": t_head, "p2p": p2p}
+    b = np.asarray(batch, dtype=float)
+    tokens = b * new_tokens
+    t, _, parts = pass_time_s(m, gpu, precision=precision, tokens=tokens,
+                              attn_pairs=tokens * (np.asarray(context, dtype=float) + (new_tokens + 1.0) / 2.0),
+                              kv_read_tokens=b * (np.asarray(context, dtype=float) + new_tokens),
+                              logits_rows=b if logits_tokens is None else logits_tokens, tp=tp, pp=pp, cal=cal)
+    return t, parts
 
 
 def max_batch_in_memory(m, gpu, *, precision: str, context, tp, pp=1, reserve_frac=0.1, activation_tokens=2048) -> int:

@@ -117,3 +117,89 @@ def _bottleneck_partition(x: np.ndarray, k: int, const: float) -> tuple[float, l
         a, b = stages[i]
         stages[i : i + 1] = [(a, a), (a + 1, b)]
     return best, stages
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorized over many item vectors (one per configuration)
+# ---------------------------------------------------------------------------------------------
+def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: np.ndarray, capacity: float) -> np.ndarray:
+    """Fewest contiguous stages per row (:func:`greedy_stages`, vectorized over rows) [count].
+
+    ``x_single`` (N, n) are the item bytes when everything sits on one device, ``x_multi`` (N, n) when the
+    items are spread (e.g. a tied LM head needs its own copy); ``stage_const`` (N,) bytes every stage holds.
+    A row whose single item alone exceeds the capacity gets ``n`` stages (one per item: it cannot fit).
+    """
+    a = np.asarray(stage_const, dtype=float)
+    N, n = x_multi.shape
+    single_ok = x_single.sum(axis=1) + a <= capacity
+    load = a.copy()
+    stages = np.ones(N, dtype=np.int64)
+    fail = np.zeros(N, dtype=bool)
+    for i in range(n):
+        b = x_multi[:, i]
+        fail |= a + b > capacity
+        new = load + b > capacity
+        stages += new
+        load = np.where(new, a, load) + b
+    return np.where(single_ok, 1, np.where(fail, n, stages))
+
+
+def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndarray, *, chunk: int = 128):
+    """:func:`min_max_partition` for many item vectors at once: the same dynamic program, the same tie-breaking
+    (first minimal split point), vectorized over rows; identical rows are solved once.
+
+    ``x`` (N, n) item bytes, ``k`` (N,) stage counts (1..n), ``stage_const`` (N,). Returns ``(start, end, loads)``,
+    each (N, K) with ``K = max(k)``: inclusive item indices of each stage (-1 beyond a row's ``k`` stages) and the
+    stage loads (-inf there).
+    """
+    x = np.asarray(x, dtype=float)
+    N, n = x.shape
+    k = np.clip(np.asarray(k, dtype=np.int64), 1, n)
+    a_all = np.asarray(stage_const, dtype=float)
+    K = int(k.max()) if N else 1
+    start = np.full((N, K), -1, dtype=np.int64)
+    end = np.full((N, K), -1, dtype=np.int64)
+    one = k == 1
+    start[one, 0], end[one, 0] = 0, n - 1
+    multi = np.nonzero(~one)[0]
+    if len(multi):
+        key = np.column_stack([x[multi], a_all[multi], k[multi]])
+        uniq, first_idx, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        src = multi[first_idx]
+        us = np.full((len(src), K), -1, dtype=np.int64)
+        ue = np.full((len(src), K), -1, dtype=np.int64)
+        tri = np.tril_indices(n + 1)
+        for c0 in range(0, len(src), chunk):
+            sl = slice(c0, min(c0 + chunk, len(src)))
+            rows_ = src[sl]
+            xs, ks, a = x[rows_], k[rows_], a_all[rows_]
+            M = xs.shape[0]
+            Kc = int(ks.max())
+            pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
+            seg = pre[:, None, :] - pre[:, :, None] + a[:, None, None]
+            seg[:, tri[0], tri[1]] = np.inf
+            dp = np.full((M, n + 1), np.inf)
+            dp[:, 0] = 0.0
+            args = np.zeros((Kc + 1, M, n + 1), dtype=np.int64)
+            r = np.arange(M)
+            for s in range(1, Kc + 1):
+                cand = np.maximum(dp[:, :, None], seg)
+                arg = np.argmin(cand, axis=1)
+                args[s] = arg
+                dp = np.take_along_axis(cand, arg[:, None, :], axis=1)[:, 0, :]
+            j = np.full(M, n, dtype=np.int64)
+            for t in range(Kc):
+                s = ks - t
+                act = s >= 1
+                i = args[np.maximum(s, 1), r, j]
+                idx = np.maximum(s - 1, 0)
+                us[sl][r[act], idx[act]] = i[act]
+                ue[sl][r[act], idx[act]] = j[act] - 1
+                j = np.where(act, i, j)
+        start[multi] = us[inv.ravel()]
+        end[multi] = ue[inv.ravel()]
+    valid = start >= 0
+    pre = np.concatenate([np.zeros((N, 1)), np.cumsum(x, axis=1)], axis=1)
+    rows = np.arange(N)[:, None]
+    loads = np.where(valid, pre[rows, np.maximum(end, 0) + 1] - pre[rows, np.maximum(start, 0)] + a_all[:, None], -np.inf)
+    return start, end, loads

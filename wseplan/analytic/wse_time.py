@@ -479,11 +479,14 @@ def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_effi
 
 
 def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficiency_frac: float,
-                               gemm_step_overhead_cycles: float, batch=1, causal: bool = True) -> dict:
-    """:func:`prefill_block_cycles` with broadcasting ``tokens``, ``batch``, ``rows``, ``cols`` [cycles]."""
+                               gemm_step_overhead_cycles: float, batch=1, causal: bool = True, prior_tokens=0.0) -> dict:
+    """:func:`prefill_block_cycles` with broadcasting ``tokens``, ``batch``, ``rows``, ``cols`` [cycles].
+
+    ``prior_tokens``: earlier tokens of the same prompt already in the KV cache (chunked prefill), which every
+    token of the chunk also attends to."""
     D = _dims(arch)
     tok = np.asarray(tokens, dtype=float)
-    att = (tok + 1.0) / 2.0 if causal else tok
+    att = np.asarray(prior_tokens, dtype=float) + ((tok + 1.0) / 2.0 if causal else tok)
     t = tok * np.asarray(batch, dtype=float)
     g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemm_mac_efficiency_frac,
              step_overhead_cycles=gemm_step_overhead_cycles)

@@ -228,6 +228,30 @@ class Gpu(_Checked):
         raise ValueError(f"{self.name} has no dense peak for {precision}")
 
 
+class DeviceEntry(_Checked):
+    """Base of the catalog entries of plug-in device families (the ``devices:`` section of a catalog file).
+
+    ``kind`` names the family's hardware kind; the family registers a subclass with its own fields through
+    :func:`wseplan.devices.register` (``entry_schema=``). Cost needs ``system_power_w``, ``rack_units`` and
+    ``devices_per_system`` on every kind.
+    """
+
+    kind: str
+    name: str
+    aliases: list[str] = []
+
+
+#: hardware kind -> schema of its entries in the ``devices:`` section (filled by device families)
+DEVICE_ENTRY_SCHEMAS: dict[str, type[DeviceEntry]] = {}
+
+
+def register_device_schema(kind: str, schema: type[DeviceEntry]) -> None:
+    """Declare the catalog entry schema of a plug-in hardware kind."""
+    if not (isinstance(schema, type) and issubclass(schema, DeviceEntry)):
+        raise TypeError("entry_schema must subclass wseplan.catalog.schema.DeviceEntry")
+    DEVICE_ENTRY_SCHEMAS[kind] = schema
+
+
 class Model(_Frozen):
     """A transformer architecture. ``source``/``basis`` cover every field of the entry."""
 
@@ -303,3 +327,6 @@ class Defaults(_Checked):
     wafer_activation_working_set_factor: Quantity
     gpu_max_tensor_parallel: Quantity
     prefill_chunk_tokens: Quantity
+    default_output_tokens: Quantity
+    default_train_batch: Quantity
+    default_train_context_tokens: Quantity
