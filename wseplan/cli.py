@@ -117,8 +117,7 @@ def _render_fit(res, fmt: str) -> None:
     t.add_row("binding", res.binding)
     t.add_row("max tokens in flight", f"{res.max_tokens_in_flight:,}")
     if res.layout:
-        lo = res.layout
-        t.add_row("layout", f"TP{lo.tensor_parallel} PP{lo.pipeline_parallel} DP{lo.data_parallel} ZeRO-{lo.zero_stage} recompute={lo.recompute}")
+        t.add_row("layout", " ".join(f"{k}={v}" for k, v in res.layout.items()))
     if res.memoryx:
         mx = res.memoryx
         t.add_row("MemoryX", f"{mx.option}: needs {F.fmt_bytes(mx.required_bytes)} of {F.fmt_bytes(mx.capacity_bytes)}")

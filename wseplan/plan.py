@@ -220,3 +220,90 @@ def row(arrays: dict[str, np.ndarray], i: int = 0) -> dict:
 
 def target_with_count(t: Target, count: int) -> Target:
     return Target(text=f"{t.key}x{count}", kind=t.kind, key=t.key, device=t.device, count=count)
+
+
+# =============================================================================================
+# The scalar chain: one configuration, one record
+# =============================================================================================
+def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
+         context: int | None = None, output_tokens: int | None = None, layout: dict | None = None,
+         software: str | None = None, options: dict | None = None, catalog: Catalog | None = None):
+    """One question through the chain (the array chain at size one). Returns a :class:`~wseplan.records.PlanRecord`.
+
+    Parameters
+    ----------
+    model, target : str or resolved objects
+        A catalog model name/alias, config.json or layer-list path; a target ``<hardware key>[x<N>]``.
+    phase : str
+        ``train``, ``prefill``, ``decode`` or ``serve`` (whole requests; ``decode`` with ``output_tokens`` too).
+    batch, context, output_tokens : int
+        Sequences (train: per step; inference: concurrent per replica), tokens per sequence (train: sequence
+        length; prefill/serve: prompt; decode: KV length), generated tokens per request (serve). Defaults:
+        ``catalogs/defaults.yaml``.
+    layout : dict
+        Layout values to use (GPU: ``tp``, ``pp``, ``dp``, ``micro_batch``, ``vpp``, ``recompute``, ``zero_stage``;
+        wafer: ``num_wafers``; streaming: ``num_systems``); a layout the user gives is used as given (reported
+        with ``fits: false`` and no time when it does not fit); without one the layout is searched.
+    software : str
+        Software profile name (default: the family's default profile).
+    options : dict
+        Family options (``reserve``, ``zero_stage``, ``recompute``, ``policy``, ``memoryx_option``, ``core_grid`` ...).
+    """
+    cat = catalog or load_catalog()
+    phase = normalise_phase(phase, output_tokens)
+    s = setup(model, target, phase=phase, precision=precision, software=software, options=options, catalog=cat)
+    b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens)
+    cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
+    given = {k: v for k, v in (layout or {}).items() if v is not None}
+    cols = s.layout_columns
+    bad = sorted(set(given) - set(cols))
+    if bad:
+        raise InputError(f"layout: {', '.join(bad)} not a layout of the {s.family.name} family; use {', '.join(cols)}")
+    if given:
+        for k, v in given.items():
+            if isinstance(v, str) and k == "recompute":
+                from .analytic.memory import RECOMPUTE
+
+                if v not in RECOMPUTE:
+                    raise InputError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {v!r}")
+                given[k] = RECOMPUTE.index(v)
+            elif isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if k in ("zero_stage", "recompute") else 1):
+                raise InputError(f"{k}: must be a positive integer, got {v!r}")
+        filled = s.family.default_layout(s.ctx, given, b) if hasattr(s.family, "default_layout") else given
+        for k in cols:
+            cfg[k] = np.array([float(filled[k])])
+    src["layout"] = "given" if given else "searched"
+    arr = evaluate(s, cfg)
+    return record(s, arr, 0, sources=src)
+
+
+def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None):
+    """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
+    from .records import PlanRecord
+
+    q, fam = s.query, s.family
+    r = row(arr, i)
+    fits = bool(r["fits"])
+    n_dev = int(round(r["num_devices"]))
+    t = q.target
+    label = t.label if t.count else f"{t.key}x{n_dev}" if n_dev > 1 else t.key
+    cap, load = r["capacity_bytes"], r["per_device_bytes"]
+    lay, details, notes = fam.describe(s.ctx, r) if hasattr(fam, "describe") else ({}, {}, [])
+    if not fits:
+        notes = [f"does not fit: the fullest device needs {load:,.0f} B of {cap:,.0f} B usable "
+                 f"({r and binding_name(r['binding'])} bind); no time or cost is given"] + list(notes)
+    timed = fits and r.get("step_s") is not None
+    bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
+    return PlanRecord(
+        model=getattr(q.model, "name", str(q.model)), target=label, hardware=t.key, device_kind=t.kind,
+        precision=q.precision, phase=q.phase, batch=int(r["batch"]), context=int(r["context"]),
+        family=fam.name, software=q.software.name, output_tokens=int(r["output_tokens"]) or None,
+        sources=dict(sources or {}), fits=fits, num_devices=n_dev, num_replicas=int(round(r["num_replicas"])),
+        capacity_bytes=cap, per_device_bytes=load, weights_bytes=r["weights_bytes"], kv_cache_bytes=r["kv_cache_bytes"],
+        activation_bytes=r["activation_bytes"], optimizer_bytes=r["optimizer_bytes"], total_bytes=r["total_bytes"],
+        headroom_bytes=cap - load, shortfall_bytes=max(0.0, load - cap), binding=binding_name(r["binding"]),
+        max_tokens_in_flight=int(min(r["max_tokens_in_flight"] or 0, 2**62)), layout=lay,
+        **{k: (r.get(k) if timed else None) for k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s",
+                                                      "tokens_per_s_per_user", "request_s", "requests_per_s",
+                                                      "model_flop_per_s", "model_flop_utilization_frac")},
+        bottleneck=bottleneck_name(r["bottleneck"]) if timed else None, breakdown_s=bd, details=details, notes=notes)

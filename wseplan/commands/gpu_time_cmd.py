@@ -1,8 +1,8 @@
 """`wseplan time MODEL --target T --phase train|prefill|decode` — step, prefill and decode time on any target.
 
-Calls :func:`wseplan.timing.predict_time`, which dispatches to the wafer models (``wse_time``) or the GPU
-models (``gpu_time``). ``--search`` (GPU training) picks the fastest TP x PP x DP x micro-batch x recompute x
-ZeRO layout by vectorized enumeration first.
+Calls :func:`wseplan.timing.predict_time`, a view of the planning chain (:func:`wseplan.plan.plan`). Without a
+layout option the layout is searched (the fastest that fits); a given layout that does not fit is reported
+with ``fits: false`` and no time.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ def register(app) -> None:
     def time_cmd(
         model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b) or a config.json path."),
         target: str = typer.Option(..., "--target", "-t", help="<hardware key>[x<N>]: wse3, cs3x4, h100x8, a100x1536 …"),
-        phase: str = typer.Option("decode", "--phase", help="train | prefill | decode"),
+        phase: str = typer.Option("decode", "--phase", help="train | prefill | decode | serve (whole requests)"),
         precision: str = typer.Option("bf16", "--precision", "-p", help="fp32 | tf32 | bf16 | fp16 | fp8 | int8 | int4 | fp4"),
         batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Train: global batch [sequences]; inference: concurrent requests."),
         context: Optional[int] = typer.Option(None, "--context", "-c", help="Train: sequence length; prefill: prompt; decode: KV length."),
-        output_tokens: Optional[int] = typer.Option(None, "--output-tokens", "-o", help="Decode: generate a whole request of N tokens (e2e)."),
+        output_tokens: Optional[int] = typer.Option(None, "--output-tokens", "-o", help="Serve: generated tokens per request (decode with -o = serve)."),
         tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree (GPU)."),
         pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel degree (GPU)."),
         dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (GPU train: default count/(tp*pp*cp))."),
@@ -29,7 +29,7 @@ def register(app) -> None:
         micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train)."),
         recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full."),
         zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
-        search: bool = typer.Option(False, "--search", help="GPU train: search the fastest layout that fits first."),
+        search: bool = typer.Option(False, "--search", help="Search the layout (the default whenever no layout option is given)."),
         train_tokens: Optional[float] = typer.Option(None, "--train-tokens", help="Train: also report wall time and GPU-hours for N tokens."),
         fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json | csv | md."),
         catalog: Optional[list[str]] = typer.Option(None, "--catalog", help="Extra catalog folder(s)."),
@@ -41,52 +41,24 @@ def register(app) -> None:
         """
         from ..cli import _catalog, _check_format, _emit
         from ..errors import InputError
-        from ..fit import resolve_model
         from ..report import formats as F
-        from ..targets import parse_target
         from ..timing import predict_time
 
         _check_format(fmt)
         cat = _catalog(catalog)
-        m = resolve_model(model, cat)
-        t = parse_target(target, cat)
-        opts = {}
-        if t.kind == "gpu":
-            opts = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, context_parallel=cp,
-                                          virtual_pipeline=vpp, micro_batch=micro_batch, recompute=recompute,
-                                          zero_stage=zero).items() if v is not None}
-            if phase != "train":
-                bad = [k for k in ("data_parallel", "context_parallel", "virtual_pipeline", "micro_batch", "recompute", "zero_stage")
-                       if k in opts and k != "data_parallel"]
-                if bad:
-                    raise InputError(f"--{bad[0].replace('_', '-')}: applies to --phase train only")
-        elif any(v is not None for v in (tp, pp, dp, cp, vpp, micro_batch, recompute, zero)) or search:
-            raise InputError("--tp/--pp/--dp/--cp/--vpp/--micro-batch/--recompute/--zero/--search: GPU targets only")
+        lay = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, virtual_pipeline=vpp,
+                                      micro_batch=micro_batch).items() if v is not None}
+        opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero).items() if v is not None}
+        if search and lay:
+            raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
         searched = None
-        if search:
-            if t.kind != "gpu" or phase != "train":
-                raise InputError("--search: applies to GPU training (--phase train)")
-            if not t.count:
-                raise InputError("--search: give the GPU count in the target, e.g. h100x1024")
-            from ..analytic.gpu_time import search_layouts
-
-            seq = context or int(cat.defaults.default_context_tokens.si)
-            gb = batch or t.count
-            searched = search_layouts(m, t, cat, num_gpus=t.count, global_batch=gb, seq_len=seq, precision=precision)
-            b = searched["best"]
-            opts = {"tensor_parallel": b["tensor_parallel"], "pipeline_parallel": b["pipeline_parallel"],
-                    "data_parallel": b["data_parallel"], "virtual_pipeline": b["virtual_pipeline"],
-                    "micro_batch": b["micro_batch"], "recompute": b["recompute"], "zero_stage": b["zero_stage"]}
-            batch, context = gb, seq
         if train_tokens is not None:
             if phase != "train":
                 raise InputError("--train-tokens: applies to --phase train")
             if not train_tokens > 0:
                 raise InputError(f"--train-tokens: must be > 0, got {train_tokens!r}")
-            if t.kind == "gpu":
-                opts["train_tokens"] = train_tokens
-        res = predict_time(m, t, phase=phase, precision=precision, batch=batch, context=context,
-                           output_tokens=output_tokens, catalog=cat, **opts)
+        res = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
+                           output_tokens=output_tokens, catalog=cat, **lay, **opts)
         extra = {}
         if train_tokens is not None and res.step_s and res.tokens_per_s:
             secs = train_tokens / res.tokens_per_s

@@ -14,8 +14,8 @@ _POLICY = typer.Option("auto", "--policy", help="Activations for the backward pa
 def stream(
     model: str = typer.Argument(..., help="Catalog model name/alias (llama-3-70b), a config.json or a layer-list YAML."),
     target: str = typer.Option(..., "--target", "-t", help="A wafer target: cs3, wse3, cs2, cs3x16 (x N = data-parallel systems)."),
-    batch: int = typer.Option(512, "--batch", "-b", help="Global batch [sequences per optimizer step]."),
-    context: int = typer.Option(2048, "--context", "-c", help="Sequence length [tokens]."),
+    batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Global batch [sequences per optimizer step] (default: catalog)."),
+    context: Optional[int] = typer.Option(None, "--context", "-c", help="Sequence length [tokens] (default: catalog)."),
     precision: str = _PREC,
     policy: str = _POLICY,
     memoryx: Optional[str] = typer.Option(None, "--memoryx", help="MemoryX capacity option (e.g. 12tb); sets the DRAM/flash tier."),
@@ -29,22 +29,14 @@ def stream(
 
     Example: wseplan stream llama-3-70b --target cs3x4 --batch 512 --context 2048
     """
-    from ..analytic.stream import plan_stream
     from ..cli import _catalog, _check_format, _emit
-    from ..errors import InputError
-    from ..fit import resolve_model
     from ..report import formats as F
-    from ..targets import parse_target
+    from ..timing import stream as stream_fn
 
     _check_format(fmt)
     cat = _catalog(catalog)
-    m = resolve_model(model, cat)
-    t = parse_target(target, cat)
-    if t.kind != "wafer":
-        raise InputError(f"--target: weight streaming runs on wafers (cs2, cs3, cs3x4 ...), got {target!r}; "
-                         "use `wseplan time --phase train` for GPUs")
-    res = plan_stream(m, t, cat, precision=precision, batch=batch, context=context, policy=policy,
-                      memoryx_option=memoryx, num_systems=systems, micro_batch=micro_batch)
+    res = stream_fn(model, target, precision=precision, batch=batch, context=context, policy=policy,
+                    memoryx_option=memoryx, num_systems=systems, micro_batch=micro_batch, catalog=cat)
     if fmt == "json":
         _emit(F.to_json(res.to_record()))
     elif fmt == "csv":

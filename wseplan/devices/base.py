@@ -157,9 +157,10 @@ class Family:
         raise NotImplementedError
 
     # -- scalar records ---------------------------------------------------------------------------
-    def describe(self, ctx, row: dict[str, float], fit_row: dict) -> dict:
-        """Extra, family-specific fields of a one-row record (stages, MemoryX, streaming bounds ...)."""
-        return {}
+    def describe(self, ctx, row: dict) -> tuple[dict, dict, list[str]]:
+        """The layout (long names), family-specific details (stages, MemoryX, streaming bounds ...) and notes of
+        one evaluated row (:func:`wseplan.plan.row`)."""
+        return {}, {}, []
 
     def objective(self, q: Query, tim: dict[str, np.ndarray]) -> np.ndarray:
         """Smaller is better: how :mod:`wseplan.plan` chooses among candidate layouts of one configuration."""

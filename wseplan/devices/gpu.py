@@ -86,24 +86,43 @@ class GpuFamily(InferenceMixin, Family):
                         system_rack_units=g.node_rack_units.si, price_key=ctx.q.target.key, system_name=f"{g.name} node")
 
     # -- layouts ------------------------------------------------------------------------------------
-    def default_layout(self, ctx: GpuContext, given: dict) -> dict:
-        """Fill the layout columns the user did not give (used when at least one is given)."""
+    def default_layout(self, ctx: GpuContext, given: dict, batch: int) -> dict:
+        """Complete a partly given layout: pp 1, dp the rest of the device count (1 without a count), tp the rest
+        after pp and dp; training micro-batch 1, no interleaving, recompute/ZeRO from the options (selective, 1)."""
         out = dict(given)
-        tp = out.get("tp")
-        pp = out.get("pp", 1)
-        if tp is None:
-            n = ctx.count or 1
-            tp = max(1, n // (pp * out.get("dp", 1)))
-        out.setdefault("tp", tp)
-        out.setdefault("pp", pp)
+        n = ctx.count
+        out.setdefault("pp", 1)
+        if "tp" not in out:
+            out["tp"] = max(1, (n or 1) // (out["pp"] * out.get("dp", 1))) if n else 1
         if "dp" not in out:
-            out["dp"] = max(1, (ctx.count or out["tp"] * out["pp"]) // (out["tp"] * out["pp"])) if ctx.count else 1
+            out["dp"] = n // (out["tp"] * out["pp"]) if n and n % (out["tp"] * out["pp"]) == 0 else 1
+        if n is not None and out["tp"] * out["pp"] * out["dp"] * ctx.cp != n:
+            raise InputError(f"layout: tp {out['tp']} x pp {out['pp']} x dp {out['dp']}"
+                             f"{f' x cp {ctx.cp:g}' if ctx.cp > 1 else ''} does not use the target's {n} GPUs; "
+                             "give a layout whose product is the count, or a target without a count")
         if ctx.q.phase == "train":
             out.setdefault("micro_batch", 1)
             out.setdefault("vpp", 1)
             out.setdefault("recompute", RECOMPUTE.index(ctx.q.options.get("recompute", "selective")))
             out.setdefault("zero_stage", int(ctx.q.options.get("zero_stage", 1)))
         return out
+
+    def describe(self, ctx: GpuContext, r: dict):
+        tp, pp, dp = (int(r[k]) for k in ("tp", "pp", "dp"))
+        lay = {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp}
+        if ctx.q.phase == "train":
+            lay.update(micro_batch=int(r["micro_batch"]), virtual_pipeline=int(r["vpp"]),
+                       recompute=RECOMPUTE[int(r["recompute"])], zero_stage=int(r["zero_stage"]),
+                       context_parallel=int(ctx.cp))
+            if r.get("time.num_microbatches") is not None:
+                lay["num_microbatches"] = int(round(r["time.num_microbatches"]))
+        elif r.get("time.micro_batches") is not None:
+            lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
+        L = ctx.m.num_layers
+        edges = np.linspace(0, L, pp + 1).round().astype(int)
+        stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
+                       lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
+        return lay, {"stages": stages}, []
 
     def candidates(self, ctx: GpuContext, cfg: dict) -> tuple[dict, np.ndarray]:
         cols = self.columns(ctx.q.phase)
@@ -199,11 +218,11 @@ class GpuFamily(InferenceMixin, Family):
         if ph != "train":
             kv_tok = mem["kv_cache"] / np.maximum(B * (C + O), 1.0)
         max_tok = np.where(kv_tok > 0, np.maximum(kv_room, 0.0) / np.where(kv_tok > 0, kv_tok, 1.0), 0.0)
-        per_replica = tp * pp * (ctx.cp if ph == "train" else 1.0)
         return dict(num_devices=devices, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
-                    weights_bytes=mem["weights"], kv_cache_bytes=mem["kv_cache"], activation_bytes=mem["activations"],
-                    optimizer_bytes=mem["optimizer"], total_bytes=total * per_replica * np.where(ph == "train", dp, 1.0),
-                    binding=binding_code(parts, total, cap, fits), max_tokens_in_flight=np.floor(max_tok))
+                    weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices,
+                    activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,
+                    total_bytes=total * devices, binding=binding_code(parts, total, cap, fits),
+                    max_tokens_in_flight=np.floor(max_tok))
 
     def kv_and_working_tokens(self, ctx, B, C, O):
         """KV length held per sequence and activation tokens in flight per pass, by phase and engine."""

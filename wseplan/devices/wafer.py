@@ -176,21 +176,28 @@ class WaferFamily(InferenceMixin, Family):
         max_tok = np.where(np.isfinite(mt), np.maximum(np.floor(mt), 0.0), 0.0)
         k = np.asarray(cfg["num_wafers"], dtype=float)
         replicas = np.maximum(np.floor((ctx.count or k) / k), 1.0) if ctx.count else np.ones(n)
-        total = pre_w[:, -1] + kvt.sum() * B * kv + a * valid.sum(axis=1)
+        nst = valid.sum(axis=1)
+        w_all, kv_all, a_all = pre_w[:, -1] * replicas, kvt.sum() * B * kv * replicas, a * nst * replicas
         return dict(num_devices=k * replicas, num_replicas=replicas, per_device_bytes=maxload,
-                    capacity_bytes=np.full(n, ctx.cap), fits=fits, weights_bytes=w_full, kv_cache_bytes=kv_full,
-                    activation_bytes=a, optimizer_bytes=np.zeros(n), total_bytes=total,
+                    capacity_bytes=np.full(n, ctx.cap), fits=fits, weights_bytes=w_all, kv_cache_bytes=kv_all,
+                    activation_bytes=a_all, optimizer_bytes=np.zeros(n), total_bytes=w_all + kv_all + a_all,
                     binding=binding_code(parts, maxload, ctx.cap, fits), max_tokens_in_flight=max_tok,
                     stage_start=start, stage_end=end, stage_loads=loads)
 
-    def describe(self, ctx: WaferContext, row: dict, fit_row: dict) -> dict:
-        """Stage records of one configuration (0-based inclusive transformer blocks per wafer)."""
+    def default_layout(self, ctx: WaferContext, given: dict, batch: int) -> dict:
+        k = int(given["num_wafers"])
+        if ctx.count is not None and k > ctx.count:
+            raise InputError(f"num_wafers: {k} wafers per replica exceed the target's {ctx.count}")
+        return given
+
+    def describe(self, ctx: WaferContext, r: dict):
+        """Layout, stage records (0-based inclusive transformer blocks per wafer) and notes of one row."""
         from ..workload import KIND_EMBEDDING, KIND_HEAD
 
         w = ctx.w
         block_idx = np.cumsum(w.kind == KIND_BLOCK) - 1
         stages = []
-        for dev, (a, b, load) in enumerate(zip(fit_row["stage_start"], fit_row["stage_end"], fit_row["stage_loads"])):
+        for dev, (a, b, load) in enumerate(zip(r["fit.stage_start"], r["fit.stage_end"], r["fit.stage_loads"])):
             if a < 0:
                 continue
             a, b = int(a), int(b)
@@ -200,7 +207,19 @@ class WaferFamily(InferenceMixin, Family):
                                last_layer=int(block_idx[blocks[-1]]) if len(blocks) else -1,
                                embedding=bool((kinds == KIND_EMBEDDING).any()), lm_head=bool((kinds == KIND_HEAD).any()),
                                bytes=float(load)))
-        return {"stages": stages}
+        k = int(r["num_wafers"])
+        lay = {"num_wafers": k, "num_replicas": int(r["num_replicas"])}
+        for ph in ("decode", "prefill"):
+            rr, cc = r.get(f"time.region_{ph}_rows"), r.get(f"time.region_{ph}_cols")
+            if rr is not None:
+                lay[f"core_grid_{ph}"] = f"{int(rr)}x{int(cc)}"
+                lay[f"pipeline_stages_{ph}"] = int(r[f"time.pipeline_stages_{ph}"])
+        if r.get("time.micro_batches") is not None:
+            lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
+        notes = []
+        if ctx.count and ctx.count % k:
+            notes.append(f"{ctx.count % k} of {ctx.count} wafers left idle ({ctx.count // k} replicas of {k})")
+        return lay, {"stages": stages}, notes
 
     # -- time --------------------------------------------------------------------------------------------------
     def pipeline_stages(self, ctx, cfg):
@@ -251,8 +270,9 @@ class WaferFamily(InferenceMixin, Family):
                 cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))
             cfg[f"_groups_{ph[0]}"] = self._groups(ctx, cfg, cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"]).sum(axis=1)
         out = self.infer_time(ctx, cfg)
-        out["region_decode"] = cfg["_rows_d"]
-        out["region_prefill"] = cfg["_rows_p"]
+        for ph in ("decode", "prefill"):
+            out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
+            out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
         out["pipeline_stages_decode"] = cfg["_groups_d"]
         out["pipeline_stages_prefill"] = cfg["_groups_p"]
         return out

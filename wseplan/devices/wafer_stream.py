@@ -114,8 +114,9 @@ class WaferStreamFamily(Family):
                                     np.where(out["activation_bytes"] >= out["buffer_bytes"], BINDING_CODE["activations"],
                                              BINDING_CODE["weights"])), BINDING_CODE["memoryx"])
         res = dict(num_devices=N, num_replicas=np.ones(n), per_device_bytes=load, capacity_bytes=cap, fits=fits,
-                   weights_bytes=out["buffer_bytes"], kv_cache_bytes=np.zeros(n), activation_bytes=out["activation_bytes"],
-                   optimizer_bytes=np.zeros(n), total_bytes=load * N, binding=binding,
+                   weights_bytes=out["buffer_bytes"] * N, kv_cache_bytes=np.zeros(n),
+                   activation_bytes=out["activation_bytes"] * N, optimizer_bytes=np.zeros(n), total_bytes=load * N,
+                   binding=binding,
                    max_tokens_in_flight=np.floor(np.minimum(out["max_tokens_on_wafer"], 2.0 ** 62)))
         res.update({k: out[k] for k in STREAM_FIELDS})
         return res
@@ -217,6 +218,40 @@ class WaferStreamFamily(Family):
                     max_batch_on_wafer=np.where(np.isfinite(max_tok), np.floor(np.minimum(max_tok, 2.0 ** 62) / s), 2.0 ** 62),
                     spill_bytes=np.where(is_spill, 2.0 * passes * spill.sum(axis=0), 0.0),
                     alt_recompute_step_s=runs["recompute"]["step_s"], alt_spill_step_s=runs["spill"]["step_s"])
+
+    def default_layout(self, ctx: StreamContext, given: dict, batch: int) -> dict:
+        return given
+
+    def describe(self, ctx: StreamContext, r: dict):
+        f = {k[4:]: v for k, v in r.items() if k.startswith("fit.")}
+        policy = POLICY_ORDER[int(f["policy"])]
+        tier = "dram" if f["memoryx_tier"] == 0 else "flash"
+        lay = {"num_systems": int(r["num_systems"]), "activation_policy": policy, "memoryx_tier": tier,
+               "passes": int(f["passes"])}
+        mx = {"option": ctx.option, "capacity_bytes": f["memoryx_capacity_bytes"],
+              "required_bytes": f["memoryx_required_bytes"], "fits": bool(f["memoryx_fits"])}
+        st = {"stream_bandwidth_bytes_per_s": f["stream_bandwidth_bytes_per_s"],
+              "min_tokens_compute_bound": f["min_tokens_compute_bound"], "max_tokens_on_wafer": f["max_tokens_on_wafer"],
+              "min_batch_compute_bound": int(f["min_batch_compute_bound"]),
+              "max_batch_on_wafer": int(f["max_batch_on_wafer"]),
+              "feasible_compute_bound": bool(f["min_tokens_compute_bound"] <= f["max_tokens_on_wafer"])}
+        notes = []
+        if not mx["fits"]:
+            notes.append(f"MemoryX option {ctx.option} holds {mx['capacity_bytes']:,.0f} B; weights + optimizer state "
+                         f"need {mx['required_bytes']:,.0f} B; choose a larger option")
+        if f["passes"] > 1:
+            notes.append(f"{int(f['passes'])} passes of {f['per_system_batch'] / f['passes']:.4g} sequences per system "
+                         "(gradient accumulation)")
+        if not st["feasible_compute_bound"]:
+            notes.append(f"no pass both hides the weight stream (>= {st['min_tokens_compute_bound']:,.0f} tokens) and "
+                         f"fits the wafer under policy {policy} (<= {st['max_tokens_on_wafer']:,.0f} tokens)")
+        if policy in ("recompute", "spill") and ctx.policy == "auto":
+            other = "spill" if policy == "recompute" else "recompute"
+            notes.append(f"checkpoints do not fit on the wafer: {policy} is faster than {other} "
+                         f"({f[f'alt_{policy}_step_s']:.4g} s vs {f[f'alt_{other}_step_s']:.4g} s per step)")
+        raw = {k: f[k] for k in STREAM_FIELDS if k in f}
+        raw.update(io_bandwidth_bytes_per_s=ctx.io_bw, activation_policy=policy, memoryx_tier=tier)
+        return lay, {"memoryx": mx, "streaming": st, "stream": raw}, notes
 
     def time(self, ctx: StreamContext, cfg: dict, fit: dict | None = None) -> dict:
         f = fit if fit is not None else self.fit(ctx, cfg)
