@@ -676,6 +676,7 @@ class CostResult(_Frozen):
     seed: int | None = None
     prices_date: str
     notes: list[str] = []
+    plan: dict | None = None
 
     def to_record(self) -> dict:
         return self.model_dump(mode="json")
@@ -718,16 +719,21 @@ class CostResult(_Frozen):
 def cost_from_times(params: dict[str, Param], times: TimeInputs, *, model: str, target: str, hardware: str,
                     price_key: str, batch: int, context: int, output_tokens: int | None = None,
                     uncertainty: int = 0, seed: int = 0, prices_date: str = "", service: ServicePrice | None = None,
-                    notes: list[str] | None = None) -> CostResult:
+                    notes: list[str] | None = None, headline_metric: str | None = None, plan: dict | None = None) -> CostResult:
     """Cost of a case whose times are known (pure apart from scipy sampling): metrics, P10/P50/P90, tornado."""
-    fn = lambda p: evaluate(p, times)  # noqa: E731
+    def fn(p):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return evaluate(p, times)
+
     nom = fn(nominal(params))
-    headline = "output_usd_per_mtok" if times.phase == "serve" else "usd_per_run"
+    headline = headline_metric or ("output_usd_per_mtok" if times.phase == "serve" else "usd_per_run")
     pct = {}
     if uncertainty:
         pct = {r.metric: r for r in monte_carlo(params, fn, n=uncertainty, seed=seed)}
     rows = []
     for k, v in nom.items():
+        if not math.isfinite(float(v)):  # a metric that does not apply to this phase (e.g. input cost of decode)
+            continue
         r = pct.get(k)
         rows.append(MetricRow(metric=k, unit=UNITS.get(k, ""), value=float(v), p10=r.p10 if r else None,
                               p50=r.p50 if r else None, p90=r.p90 if r else None))
@@ -740,7 +746,7 @@ def cost_from_times(params: dict[str, Param], times: TimeInputs, *, model: str, 
                       num_systems=times.num_systems, headline_metric=headline, headline_value=float(nom[headline]),
                       times=times, metrics=rows, params=list(params.values()), tornado=tornado(params, fn, headline),
                       samples=int(uncertainty), seed=seed if uncertainty else None, prices_date=prices_date,
-                      notes=list(notes or []))
+                      notes=list(notes or []), plan=plan)
 
 
 def _time_call(**kw):

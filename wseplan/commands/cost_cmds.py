@@ -17,7 +17,7 @@ def register(app) -> None:
     def cost_cmd(
         model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b) or a config.json path."),
         target: str = typer.Option(..., "--target", "-t", help="<hardware key>[x<N>]: cs3x4, h100-sxmx8 … (no count: the fewest that fit)."),
-        phase: str = typer.Option("serve", "--phase", help="serve (prefill + decode) | train."),
+        phase: str = typer.Option("serve", "--phase", help="serve (whole requests) | prefill (input side) | decode (output side) | train."),
         precision: str = typer.Option("bf16", "--precision", "-p", help="fp32 | tf32 | bf16 | fp16 | fp8 | int8 | int4 | fp4"),
         batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Serve: concurrent requests; train: sequences per step."),
         context: Optional[int] = typer.Option(None, "--context", "-c", help="Serve: prompt tokens; train: sequence length."),
@@ -36,8 +36,9 @@ def register(app) -> None:
         Example: wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --context 2048 --uncertainty 2000 ;
         wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json
         """
-        from ..analytic.cost import cost, parse_overrides
+        from ..analytic.cost import parse_overrides
         from ..cli import _catalog, _check_format
+        from ..costing import cost
 
         _check_format(fmt)
         cat = _catalog(catalog)

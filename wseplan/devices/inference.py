@@ -67,11 +67,13 @@ class InferenceMixin:
         if phase == "decode":
             tpot, parts, nmb = self._decode(ctx, cfg, rows, B, C)
             out.update(step_s=tpot, tpot_s=tpot, tokens_per_s=R * B / tpot, tokens_per_s_per_user=1.0 / tpot,
-                       micro_batches=nmb)
+                       micro_batches=nmb, cost_prefill_s=np.zeros(n), cost_prompt_tokens=np.zeros(n),
+                       cost_decode_s=tpot, cost_output_tokens=R * B)
             flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C)
         elif phase == "prefill":
             t, parts = self._prefill(ctx, cfg, rows, B, C)
-            out.update(step_s=t, ttft_s=t, tokens_per_s=R * B * C / t)
+            out.update(step_s=t, ttft_s=t, tokens_per_s=R * B * C / t, cost_prefill_s=t, cost_prompt_tokens=R * B * C,
+                       cost_decode_s=np.zeros(n), cost_output_tokens=np.zeros(n))
             flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C / 2.0)
         else:
             eng = ctx.engine
@@ -82,6 +84,7 @@ class InferenceMixin:
                 request = ttft + steps * tpot
                 parts = {k: p_parts.get(k, 0.0) + steps * d_parts.get(k, 0.0) for k in set(p_parts) | set(d_parts)}
                 tokens_per_s = R * B * O / request
+                acct = dict(cost_prefill_s=ttft, cost_prompt_tokens=R * B * C, cost_decode_s=tpot, cost_output_tokens=R * B)
             else:
                 budget = np.full(n, eng.token_budget.si)
                 pre_per_seq = E.steady_state_prefill_tokens(batch=1.0, input_tokens=C, output_tokens=O)
@@ -97,9 +100,13 @@ class InferenceMixin:
                     self.pipeline_stages(ctx, cfg), 1.0)), passes=passes)
                 request = ttft + steps * tpot
                 tokens_per_s = R * B / tpot
+                alone, _, _ = self._decode(ctx, cfg, rows, B, C + O / 2.0)  # the same round without prompt chunks
+                pre_tok = np.minimum(pre_per_seq * B, np.maximum(budget - B / nmb, 0.0) * nmb)
+                acct = dict(cost_prefill_s=np.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
+                            cost_decode_s=np.minimum(alone, tpot), cost_output_tokens=R * B)
             out.update(step_s=request, ttft_s=ttft, tpot_s=tpot, tokens_per_s=tokens_per_s,
                        tokens_per_s_per_user=1.0 / tpot, request_s=request, requests_per_s=tokens_per_s / np.maximum(O, 1.0),
-                       micro_batches=nmb)
+                       micro_batches=nmb, **acct)
             flop_rate = tokens_per_s * (self.flop_per_token(ctx, C + O / 2.0) + C / np.maximum(O, 1.0)
                                         * self.flop_per_token(ctx, C / 2.0))
         out["model_flop_per_s"] = flop_rate
