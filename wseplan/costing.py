@@ -168,6 +168,16 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
         raise InputError(f"{rec.model} does not fit {rec.target} at batch {b}, context {c} ({rec.binding} binds, "
                          f"{rec.shortfall_bytes:,.0f} B short per device); no cost for a configuration that cannot run "
                          "— lower the batch or context, or add devices")
+    return price_record(s, arr, rec, prices, overrides=overrides, train_tokens=train_tokens, uncertainty=uncertainty,
+                        seed=seed)
+
+
+def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_tokens=None, uncertainty: int = 0,
+                 seed: int = 0):
+    """The :class:`~wseplan.analytic.cost.CostResult` of row 0 of ``arr`` (a configuration that fits)."""
+    phase = s.query.phase
+    cat = s.query.catalog
+    b, c, o = rec.batch, rec.context, rec.output_tokens or 0
     params = params_for(s, prices, overrides=overrides)
     notes = list(rec.notes)
     tt = train_tokens

@@ -235,3 +235,22 @@ class StreamResult(_Frozen):
         for k, v in self.alternatives_step_s.items():
             row[f"step_s_if_{k}"] = v
         return row
+
+
+_SHORT = (("tensor_parallel", "TP{}"), ("pipeline_parallel", "PP{}"), ("data_parallel", "DP{}"),
+          ("context_parallel", "CP{}"), ("virtual_pipeline", "v{}"), ("micro_batch", "mb{}"), ("zero_stage", "ZeRO-{}"),
+          ("recompute", "recompute={}"), ("num_wafers", "{} wafers"), ("num_replicas", "x{} replicas"),
+          ("num_systems", "{} systems"), ("activation_policy", "{}"))
+
+
+def layout_label(layout: dict | None) -> str:
+    """A short human label of a layout dict: ``TP4 PP8 DP32 v4 mb1 ZeRO-1 recompute=none``, ``4 wafers``."""
+    if not layout:
+        return ""
+    parts = []
+    for key, fmt in _SHORT:
+        v = layout.get(key)
+        if v is None or (key in ("context_parallel", "virtual_pipeline", "num_replicas") and v == 1):
+            continue
+        parts.append(fmt.format(v))
+    return " ".join(parts)

@@ -65,7 +65,7 @@ def scale(
 
     Example: wseplan scale llama-3-8b --targets wse3,h100 --max-systems 64 --batch 1024 --format csv
     """
-    from ..analytic.scaling import scaling_frame
+    from ..scale import scaling_frame
     from ..cli import _catalog, _check_format, _table_out
     from ..errors import InputError
     from ..fit import resolve_model
