@@ -43,42 +43,27 @@ class ArrayTimes:
     train_tokens: np.ndarray | float | None = None
 
 
-def params_for(s: Setup, prices, *, overrides: dict | None = None, memoryx_option: str | None = None) -> dict:
-    """The named cost inputs of the setup's target (site, capex, network share, power, rack space ...)."""
+def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
+    """The named cost inputs of the setup's target (site, capex, network share, power, rack space, and MemoryX for
+    wafer training): :func:`wseplan.analytic.cost.cost_params` for the built-in kinds, the family's
+    :class:`~wseplan.devices.base.Hardware` figures for plug-in kinds."""
     hw = s.family.hardware(s.ctx)
     q = s.query
-    out = {name: C.Param.from_quantity(name, getattr(prices.site, name)) for name in C.SitePrices.model_fields}
-    hp = prices.hardware.get(hw.price_key)
-    if hp is None:
-        raise InputError(f"prices: no capex for {hw.price_key!r} ({hw.system_name}); add hardware.{hw.price_key}.capex_usd "
-                         "and network_frac to a prices file (--prices FILE)")
-    dev = q.target.device
-    power = getattr(dev, "node_power_w", None) if q.target.kind == "gpu" else None
-    if q.target.kind == "wafer":
-        sysm = q.catalog.systems[dev.system]
-        out["peak_power_w"] = C.Param.from_quantity("peak_power_w", sysm.power_w)
-        out["rack_units"] = C.Param.from_quantity("rack_units", sysm.rack_units)
-    elif power is not None:
-        out["peak_power_w"] = C.Param.from_quantity("peak_power_w", dev.node_power_w)
-        out["rack_units"] = C.Param.from_quantity("rack_units", dev.node_rack_units)
+    stream = s.family.name == "wafer_streaming"
+    if q.target.kind in ("gpu", "wafer"):
+        out = C.cost_params(prices, q.catalog, q.target, include_memoryx=stream,
+                            memoryx_option=getattr(s.ctx, "option", None) if stream else None)
     else:
-        out["peak_power_w"] = C.Param(name="peak_power_w", value=hw.system_power_w, low=hw.system_power_w,
-                                      high=hw.system_power_w, source=["catalog"], basis="estimate",
-                                      note=f"{hw.system_name} power from its catalog entry")
-        out["rack_units"] = C.Param(name="rack_units", value=hw.system_rack_units, low=hw.system_rack_units,
-                                    high=hw.system_rack_units, source=["catalog"], basis="estimate",
-                                    note=f"{hw.system_name} rack units from its catalog entry")
-    out["capex_usd"] = C.Param.from_quantity("capex_usd", hp.capex_usd)
-    out["network_frac"] = C.Param.from_quantity("network_frac", hp.network_frac)
-    if hp.cloud_usd_per_device_hour is not None:
-        out["cloud_usd_per_device_hour"] = C.Param.from_quantity("cloud_usd_per_device_hour", hp.cloud_usd_per_device_hour)
-    if s.family.name == "wafer_streaming":
-        ctx = s.ctx
-        mx = ctx.mx
-        out["memoryx_capacity_bytes"] = C.Param.from_quantity("memoryx_capacity_bytes", mx.capacity_options_bytes[ctx.option])
-        out["memoryx_dram_capacity_bytes"] = C.Param.from_quantity("memoryx_dram_capacity_bytes", mx.dram_capacity_bytes)
-        out["memoryx_dram_usd_per_tb"] = C.Param.from_quantity("memoryx_dram_usd_per_tb", prices.memoryx.dram_usd_per_tb)
-        out["memoryx_flash_usd_per_tb"] = C.Param.from_quantity("memoryx_flash_usd_per_tb", prices.memoryx.flash_usd_per_tb)
+        out = {name: C.Param.from_quantity(name, getattr(prices.site, name)) for name in C.SitePrices.model_fields}
+        hp = prices.hardware.get(hw.price_key)
+        if hp is None:
+            raise InputError(f"prices: no capex for {hw.price_key!r} ({hw.system_name}); add hardware.{hw.price_key}."
+                             "capex_usd and network_frac to a prices file (--prices FILE)")
+        for name, value in (("peak_power_w", hw.system_power_w), ("rack_units", hw.system_rack_units)):
+            out[name] = C.Param(name=name, value=value, low=value, high=value, source=["catalog"], basis="estimate",
+                                note=f"{hw.system_name}: from its catalog entry")
+        out["capex_usd"] = C.Param.from_quantity("capex_usd", hp.capex_usd)
+        out["network_frac"] = C.Param.from_quantity("network_frac", hp.network_frac)
     return C.apply_overrides(out, overrides or {}, hardware_key=hw.price_key)
 
 

@@ -535,9 +535,10 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
     """Turn a demand file into a :class:`FleetProblem`: cost every system type, time every configuration."""
     from ..analytic.cost import load_prices
     from ..catalog.load import load_catalog
-    from ..fit import fit as fit_fn, resolve_model
+    from ..plan import plan
+    from ..serving import replica_options
     from ..targets import Target
-    from ..timing import predict_time
+    from ..workload import resolve_model
 
     cat = catalog or load_catalog()
     prices = prices or load_prices(spec.prices, catalog=cat)
@@ -578,23 +579,11 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
             p = ctx[st.name]["params"]
             try:
                 if wl.kind == "serve":
-                    for b in wl.batches:
-                        fr = fit_fn(m, t0, precision=wl.precision, phase="decode", batch=b,
-                                    context=wl.prompt_tokens + wl.output_tokens, catalog=cat)
-                        if not fr.fits:
-                            continue
-                        t = Target(text=f"{t0.key}x{fr.num_devices}", kind=t0.kind, key=t0.key, device=t0.device,
-                                   count=fr.num_devices)
-                        pre = predict_time(m, t, phase="prefill", precision=wl.precision, batch=b,
-                                           context=wl.prompt_tokens, catalog=cat)
-                        dec = predict_time(m, t, phase="decode", precision=wl.precision, batch=b,
-                                           context=wl.prompt_tokens + wl.output_tokens // 2,
-                                           output_tokens=wl.output_tokens, catalog=cat)
-                        ttft = pre.step_s if pre.step_s is not None else pre.ttft_s
-                        tpot = dec.tpot_s if dec.tpot_s is not None else dec.step_s
-                        cycle = ttft + wl.output_tokens * tpot  # one batch of requests, prefill then decode
-                        configs.append(Config(workload=wl.name, system=st.name, num_devices=fr.num_devices, batch=b,
-                                              supply=b * wl.output_tokens / cycle, ttft_s=ttft, tpot_s=tpot))
+                    for r in replica_options(m, t0.key, precision=wl.precision, input_tokens=wl.prompt_tokens,
+                                             output_tokens=wl.output_tokens, batches=wl.batches, catalog=cat):
+                        configs.append(Config(workload=wl.name, system=st.name, num_devices=r["num_devices"],
+                                              batch=r["batch"], supply=r["tokens_per_s"], ttft_s=r["ttft_s"],
+                                              tpot_s=r["tpot_s"]))
                 else:
                     counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or (
                         [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])
@@ -605,11 +594,10 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                         tokens = prices.site.train_tokens_per_param.si * total_params(m)
                     for k in counts:
                         t = Target(text=f"{t0.key}x{k}", kind=t0.kind, key=t0.key, device=t0.device, count=int(k))
-                        if t0.kind == "gpu" and not fit_fn(m, t, precision=wl.precision, phase="train", batch=wl.batch,
-                                                           context=wl.context, catalog=cat).fits:
+                        tr = plan(m, t, phase="train", precision=wl.precision, batch=wl.batch, context=wl.context,
+                                  catalog=cat)
+                        if not tr.fits:
                             continue
-                        tr = predict_time(m, t, phase="train", precision=wl.precision, batch=wl.batch,
-                                          context=wl.context, catalog=cat)
                         if tr.step_s is None or tr.step_s <= 0:
                             continue
                         run_s = tokens / (wl.batch * wl.context) * tr.step_s
