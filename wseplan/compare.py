@@ -136,10 +136,11 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     (:func:`wseplan.analytic.cost.evaluate`) without re-running the time models.
     """
     from . import costing
-    from .plan import default_sizes, evaluate, record, setup
+    from .plan import default_sizes, evaluate, normalise_phase, record, setup
 
-    s = setup(model, target, phase=phase, precision=precision, software=software, catalog=catalog)
-    b, c, o, src = default_sizes(s.query.catalog, phase, batch, context, output_tokens)
+    s = setup(model, target, phase=normalise_phase(phase, output_tokens), precision=precision, software=software,
+              catalog=catalog)
+    b, c, o, src = default_sizes(s.query.catalog, s.query.phase, batch, context, output_tokens)
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
     arr = evaluate(s, cfg)
     rec = record(s, arr, 0, sources=src)
@@ -163,6 +164,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
             raise
         notes.append(f"cost model: {exc}")
         return CompareRow(**row, notes=notes), None, None
+    phase = s.query.phase
     metric = costing.HEADLINE[phase] if phase != "train" else "usd_per_mtok_trained"
     energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token"}.get(
         phase, "energy_j_per_output_token")

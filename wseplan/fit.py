@@ -50,9 +50,17 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     """
     from .plan import plan
 
-    opts = {"reserve": reserve, "zero_stage": zero_stage, "recompute": recompute, "memoryx_option": memoryx_option}
+    opts = {"reserve": reserve, "memoryx_option": memoryx_option}
+    lay = dict(layout or {})
+    if zero_stage is not None:
+        lay["zero_stage"] = zero_stage
+    if recompute is not None:
+        lay["recompute"] = recompute
+    opts = _family_options(target, phase, opts, catalog)
+    if lay and phase != "train":
+        lay = {k: v for k, v in lay.items() if k not in ("zero_stage", "recompute")}
     return fit_view(plan(model, target, phase=phase, precision=precision, batch=batch, context=context,
-                         output_tokens=output_tokens, layout=layout, software=software, options=_family_options(target, phase, opts, catalog),
+                         output_tokens=output_tokens, layout=lay or None, software=software, options=opts,
                          catalog=catalog))
 
 

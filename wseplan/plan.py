@@ -269,10 +269,13 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
                 given[k] = RECOMPUTE.index(v)
             elif isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if k in ("zero_stage", "recompute") else 1):
                 raise InputError(f"{k}: must be a positive integer, got {v!r}")
-        filled = s.family.default_layout(s.ctx, given, b) if hasattr(s.family, "default_layout") else given
+        if not hasattr(s.family, "default_layout"):
+            missing = [k for k in cols if k not in given]
+            if missing:
+                raise InputError(f"layout: give {', '.join(missing)} too, or no layout to search one")
         for k in cols:
-            cfg[k] = np.array([float(filled[k])])
-    src["layout"] = "given" if given else "searched"
+            cfg[k] = np.array([float(given[k]) if k in given else np.nan])
+    src["layout"] = "searched" if not given else "given" if set(given) >= set(cols) else "partly searched"
     arr = evaluate(s, cfg)
     return record(s, arr, 0, sources=src)
 

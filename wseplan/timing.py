@@ -10,7 +10,8 @@ from .records import PlanRecord, TimeResult
 
 #: family options accepted by :func:`predict_time` as keyword arguments; layout keys go to ``layout``
 LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "micro_batch": "micro_batch",
-               "virtual_pipeline": "vpp", "num_wafers": "num_wafers", "num_systems": "num_systems"}
+               "virtual_pipeline": "vpp", "recompute": "recompute", "zero_stage": "zero_stage",
+               "num_wafers": "num_wafers", "num_systems": "num_systems"}
 
 
 def time_view(r: PlanRecord) -> TimeResult:

@@ -13,7 +13,6 @@ carries its reason. :func:`fit_gpu_efficiency` refits the GPU efficiency constan
 from __future__ import annotations
 
 import csv
-import inspect
 import math
 import re
 from dataclasses import dataclass
@@ -211,37 +210,26 @@ def _is_lora(case: Case) -> bool:
     return "lora" in case.model.lower()
 
 
-def _best_schedule(model, gpu, catalog, *, precision, seq, gb, tp, pp, dp, cp, vpp, rec, zs, trainable, cal):
-    """(micro-batch, virtual stages) a practitioner would pick when the row does not state them.
+def _software(cal):
+    """The default GPU software profile with a trial calibration's constants (None: the profile as shipped)."""
+    if cal is None:
+        return None
+    import dataclasses
 
-    The fastest pair among micro-batches 1, 2, 4, ... that divide the per-replica batch and fit HBM, and
-    (when ``vpp`` is not given and ``pp > 1``) interleaving degrees up to the blocks per stage.
-    """
-    from .analytic import gpu_time as G
-    from .fit import gpu_layout_memory
-    from .workload import transformer_workload
+    from .catalog.load import load_catalog
+    from .catalog.schema import Quantity
+    from .catalog.software import resolve_software
 
-    per_replica = max(gb // dp, 1)
-    mbs = [b for b in (1, 2, 4, 8, 16) if per_replica % b == 0] or [1]
-    if vpp is not None:
-        vs = [vpp]
-    elif pp > 1:
-        # uneven splits are common (Llama 3 trims the first and last stages), so any v up to the blocks per stage
-        vs = list(range(1, min(model.num_layers // pp, 16) + 1)) or [1]
-    else:
-        vs = [1]
-    w = transformer_workload(model, precision=precision, phase="train", batch=gb, context=seq)
-    cap = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
-    fits = {b: float(gpu_layout_memory(w, tp=tp * cp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog,
-                                       micro_batch=int(b))["total"]) <= cap for b in mbs}
-    MB, V = (a.ravel() for a in np.meshgrid(np.array(mbs, dtype=float), np.array(vs, dtype=float), indexing="ij"))
-    ok = np.array([fits[int(b)] for b in MB])
-    r = G.train_step(model, gpu, precision=precision, seq_len=seq, global_batch=gb, tp=tp, pp=pp, dp=dp, cp=cp, vpp=V,
-                     micro_batch=MB, recompute=rec, zero_stage=zs, trainable=trainable, cal=cal)
-    # the run happened, so it fitted: when the memory model finds no fit, fall back to the fastest schedule
-    t = np.where(ok, r["step_s"], np.inf) if ok.any() else r["step_s"]
-    i = int(np.argmin(t))
-    return int(MB[i]), int(V[i])
+    prof = resolve_software(None, "gpu", load_catalog())
+    consts = {f.name: Quantity(value=float(getattr(cal, f.name)), source="wseplan-estimate", basis="estimate",
+                               note="calibration trial") for f in dataclasses.fields(cal)}
+    return prof.model_copy(update={"constants": consts})
+
+
+def _need_fit(r):
+    if not r.fits:
+        raise SkipRow(f"does not fit in the memory model ({r.notes[0] if r.notes else ''})")
+    return r
 
 
 def predict_case(case: Case, catalog, cal=None) -> float:
@@ -279,43 +267,34 @@ def _predict_gpu_train(case, catalog, cal):
         if not n:
             raise SkipRow("n_devices not given")
         dp = f.get("dp") or max(n // (tp * pp * cp), 1)
-    rec = _recompute(case)
-    zs = f.get("zero_stage")
-    zs = 1 if zs is None else zs
-    searched = None
-    if not single and f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
-        # layout not stated: the fastest layout that fits, as the team that ran it would have tuned it
-        from .errors import InfeasibleError
-
-        cal = cal or G.gpu_calibration()
-        try:
-            searched = G.search_layouts(model, _target(case, catalog, n), catalog, num_gpus=n, global_batch=gb, seq_len=seq,
-                                        precision=precision, recomputes=(rec,) if f.get("recompute") else
-                                        ("none", "selective", "full"), zero_stages=(zs,) if f.get("zero_stage") is not None
-                                        else (0, 1, 2, 3), cal=cal)["best"]
-        except InfeasibleError:
-            raise SkipRow("parallel layout (tp, pp, dp) not given and no layout fits") from None
-        tp, pp, dp = searched["tensor_parallel"], searched["pipeline_parallel"], searched["data_parallel"]
-        rec, zs, vpp = searched["recompute"], searched["zero_stage"], searched["virtual_pipeline"]
-    trainable = "lora" if _is_lora(case) else "full"
-    target = _target(case, catalog, tp * pp * dp * cp)
-    cal = cal or G.gpu_calibration()
+    layout = {"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "recompute": f.get("recompute") or _recompute(case),
+              "zero_stage": f.get("zero_stage"), "micro_batch": gb if single else None}
     if single:
-        mb, vpp = gb, 1
-    elif searched:
-        mb = searched["micro_batch"]
-    else:
-        mb, vpp = _best_schedule(model, target.device, catalog, precision=precision, seq=seq, gb=gb, tp=tp, pp=pp, dp=dp,
-                                 cp=cp, vpp=vpp, rec=rec, zs=zs, trainable=trainable, cal=cal)
+        layout.update(vpp=1, zero_stage=layout["zero_stage"] or 1, dp=1)
+    elif f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
+        # layout not stated: the fastest layout that fits, as the team that ran it would have tuned it
+        layout = {"recompute": f.get("recompute"), "zero_stage": f.get("zero_stage")}
+        if layout["recompute"] is None and f.get("flops_convention") == "hardware":
+            layout["recompute"] = "full"
+    elif f.get("zero_stage") is None:
+        layout["zero_stage"] = 1
+    trainable = "lora" if _is_lora(case) else "full"
+    count = tp if single else n
+    target = _target(case, catalog, count)
     res = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
-                       tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, context_parallel=cp, virtual_pipeline=vpp,
-                       micro_batch=mb, recompute=rec, zero_stage=zs, trainable=trainable, single_layer=single or None,
-                       calibration=cal)
+                       layout={k: v for k, v in layout.items() if v is not None}, context_parallel=cp,
+                       trainable=trainable, single_layer=single or None, software=_software(cal))
+    if not res.fits:
+        raise SkipRow("the stated layout does not fit HBM in the memory model" if f.get("tp") or f.get("pp")
+                      else "parallel layout (tp, pp, dp) not given and no layout fits")
     step = res.step_s
     if single:
         return step * 1e3
-    return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=tp * pp * dp * cp,
-                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec, cal=cal)
+    lay = res.layout or {}
+    rec = lay.get("recompute", _recompute(case))
+    return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=res.num_devices,
+                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec,
+                         cal=cal or G.gpu_calibration())
 
 
 def _infer_layout(case):
@@ -342,12 +321,13 @@ def _predict_gpu_infer(case, catalog, cal):
     inp = f.get("input_len")
     out = f.get("output_len")
     conc = f.get("concurrency")
-    opts = dict(tensor_parallel=tp, pipeline_parallel=pp, calibration=cal)
+    opts = dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=1, software=_software(cal))
     if not inp:
         raise SkipRow("input_len not given")
     if case.metric in ("ttft_ms", "prefill_tokens_per_s") or case.phase == "prefill":
         r = predict_time(model, target, phase="prefill", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
                          **opts)
+        _need_fit(r)
         if case.metric == "ttft_ms":
             return r.ttft_s * 1e3
         if case.metric == "prefill_tokens_per_s":
@@ -361,6 +341,7 @@ def _predict_gpu_infer(case, catalog, cal):
     if case.phase == "decode":
         r = predict_time(model, target, phase="decode", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
                          **opts)
+        _need_fit(r)
         engine_tok_s = r.tokens_per_s
         per_user = 1.0 / r.tpot_s
     else:
@@ -368,8 +349,9 @@ def _predict_gpu_infer(case, catalog, cal):
             raise SkipRow("output_len not given")
         r = predict_time(model, target, phase="decode", precision=precision, batch=conc, context=inp, output_tokens=out,
                          catalog=catalog, **opts)
+        _need_fit(r)
         engine_tok_s = r.tokens_per_s
-        per_user = r.tokens_per_s_per_user
+        per_user = out / r.request_s  # e2e rows: output tokens over prefill + decode of the request
     if case.metric == "tokens_per_s_per_user":
         return per_user
     if case.metric == "tokens_per_s_per_gpu":
@@ -444,14 +426,10 @@ def _predict_wafer(case, catalog):
         raise SkipRow("input_len not given")
     target = _target(case, catalog, f.get("n_devices"))
     opts = {}
-    if not callable(getattr(wse_time, "predict", None)):
-        raise SkipRow("wafer model unavailable")
-    params = inspect.signature(wse_time.predict).parameters
-    accepts = lambda k: k in params or any(p.kind == p.VAR_KEYWORD for p in params.values())  # noqa: E731
     for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
                      ("wse_core_grid_decode", "core_grid_decode")):
         v = note_hint(case.notes, key)
-        if v and accepts(opt):
+        if v:
             rows, _, cols = v.partition("x")
             if rows and cols:
                 opts[opt] = (int(float(rows)), int(float(cols)))
@@ -459,6 +437,7 @@ def _predict_wafer(case, catalog):
     try:
         r = predict_time(model, target, phase=phase, precision=precision, batch=conc, context=inp,
                          output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog, **opts)
+        _need_fit(r)
     except (NotImplementedError, ImportError, AttributeError):
         raise SkipRow("wafer model unavailable") from None
     m = case.metric
@@ -469,7 +448,7 @@ def _predict_wafer(case, catalog):
     if m == "tokens_per_s_per_user":
         if case.phase == "decode":
             return 1.0 / (r.tpot_s or r.step_s)
-        return r.tokens_per_s_per_user
+        return out / r.request_s
     if m == "tokens_per_s":
         return r.tokens_per_s
     if m == "tokens_per_s_per_gpu":
@@ -521,6 +500,7 @@ def _predict_wafer_train(case, catalog, model):
     target = _target(case, catalog, n)
     try:
         r = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog)
+        _need_fit(r)
     except (NotImplementedError, ImportError, AttributeError):
         raise SkipRow("wafer model unavailable") from None
     return _train_metric(case, model, step_s=r.step_s, tokens_per_step=gb * seq, num_devices=r.num_devices or n,

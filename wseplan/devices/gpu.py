@@ -59,6 +59,7 @@ class GpuContext:
         self.sequence_parallel = bool(q.options.get("sequence_parallel", True))
         self.trainable = q.options.get("trainable", "full")
         self.cp = float(q.options.get("context_parallel", 1))
+        self.single_layer = bool(q.options.get("single_layer", False))
         domain = int(self.gpu.scale_up_domain_gpus.si)
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and self.m.num_heads % t == 0]
@@ -68,7 +69,7 @@ class GpuFamily(InferenceMixin, Family):
     name = "gpu"
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
-    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "recompute", "zero_stage")
+    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer")
 
     @property
     def layout_columns(self):  # both sets; a query uses one
@@ -87,8 +88,8 @@ class GpuFamily(InferenceMixin, Family):
 
     # -- layouts ------------------------------------------------------------------------------------
     def default_layout(self, ctx: GpuContext, given: dict, batch: int) -> dict:
-        """Complete a partly given layout: pp 1, dp the rest of the device count (1 without a count), tp the rest
-        after pp and dp; training micro-batch 1, no interleaving, recompute/ZeRO from the options (selective, 1)."""
+        """Complete a partly given layout outside the search grid: pp 1, dp the rest of the device count (1 without a
+        count), tp the rest after pp and dp; training micro-batch 1, no interleaving, selective recompute, ZeRO-1."""
         out = dict(given)
         n = ctx.count
         out.setdefault("pp", 1)
@@ -103,8 +104,8 @@ class GpuFamily(InferenceMixin, Family):
         if ctx.q.phase == "train":
             out.setdefault("micro_batch", 1)
             out.setdefault("vpp", 1)
-            out.setdefault("recompute", RECOMPUTE.index(ctx.q.options.get("recompute", "selective")))
-            out.setdefault("zero_stage", int(ctx.q.options.get("zero_stage", 1)))
+            out.setdefault("recompute", RECOMPUTE.index("selective"))
+            out.setdefault("zero_stage", 1)
         return out
 
     def describe(self, ctx: GpuContext, r: dict):
@@ -125,22 +126,41 @@ class GpuFamily(InferenceMixin, Family):
         return lay, {"stages": stages}, []
 
     def candidates(self, ctx: GpuContext, cfg: dict) -> tuple[dict, np.ndarray]:
+        """Rows with every layout column given stay as they are; in other rows the missing columns are searched
+        over :meth:`_grid` with the given ones held (a given combination outside the grid is completed with
+        :meth:`default_layout` and may not fit)."""
         cols = self.columns(ctx.q.phase)
         n = len(cfg["batch"])
-        search = np.isnan(cfg[cols[0]]) if cols[0] in cfg else np.ones(n, dtype=bool)
-        keep = {k: np.asarray(v)[~search] for k, v in cfg.items()}
-        parent = [np.nonzero(~search)[0]]
-        parts = [keep]
-        for i in np.nonzero(search)[0]:
-            grid = self._grid(ctx, float(cfg["batch"][i]))
-            g = len(grid["tp"])
-            row = {k: np.full(g, np.asarray(v)[i]) for k, v in cfg.items() if k not in grid}
-            row.update(grid)
+        vals = np.stack([np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan) for c in cols], axis=1)
+        known = ~np.isnan(vals)
+        full = known.all(axis=1)
+        parts, parent = [], []
+        if full.any():
+            parts.append({k: np.asarray(v, dtype=float)[full] for k, v in cfg.items()} | {c: vals[full, j] for j, c in enumerate(cols)})
+            parent.append(np.nonzero(full)[0])
+        grids: dict = {}
+        for i in np.nonzero(~full)[0]:
+            b = float(cfg["batch"][i])
+            if b not in grids:
+                grids[b] = self._grid(ctx, b)
+            grid = grids[b]
+            keep = np.ones(len(grid["tp"]), dtype=bool)
+            for j, c in enumerate(cols):
+                if known[i, j]:
+                    keep &= grid[c] == vals[i, j]
+            if keep.any():
+                cand = {c: grid[c][keep] for c in cols}
+            else:
+                given = {c: int(vals[i, j]) for j, c in enumerate(cols) if known[i, j]}
+                filled = self.default_layout(ctx, given, b)
+                cand = {c: np.asarray([float(filled[c])]) for c in cols}
+            g = len(cand["tp"])
+            row = {k: np.full(g, float(np.asarray(v)[i])) for k, v in cfg.items() if k not in cols}
+            row.update(cand)
             parts.append(row)
             parent.append(np.full(g, i))
-        keys = parts[0].keys() | set().union(*(p.keys() for p in parts))
-        out = {k: np.concatenate([np.asarray(p.get(k, np.full(len(p["batch"]), np.nan)), dtype=float) for p in parts])
-               for k in keys}
+        keys = set().union(*(p.keys() for p in parts))
+        out = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in parts]) for k in keys}
         return out, np.concatenate(parent).astype(np.int64)
 
     def _grid(self, ctx: GpuContext, batch: float) -> dict:
@@ -166,13 +186,11 @@ class GpuFamily(InferenceMixin, Family):
                              "choose a count that is a multiple of a power of two")
         if ctx.q.phase != "train":
             return {"tp": T, "pp": P, "dp": D}
-        opts = ctx.q.options
-        fixed = N is None
+        fixed = N is None  # the fewest GPUs that fit: the plainest schedule
         mbs = [1] if fixed else [b for b in (1, 2, 4, 8, 16, 32) if b <= batch]
         vps = [1] if fixed else [1, 2, 4]
-        rcs = [RECOMPUTE.index(opts["recompute"])] if "recompute" in opts else (
-            [RECOMPUTE.index("selective")] if fixed else [0, 1, 2])
-        zss = [int(opts["zero_stage"])] if "zero_stage" in opts else ([1] if fixed else [0, 1, 2, 3])
+        rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2]
+        zss = [1] if fixed else [0, 1, 2, 3]
         i, mb, v, rc, zs = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, vps, rcs, zss, indexing="ij"))
         T, P, D = T[i], P[i], D[i]
         per_replica = batch / D
@@ -278,7 +296,7 @@ class GpuFamily(InferenceMixin, Family):
         r = G.train_step(ctx.m, ctx.gpu, precision=ctx.q.precision, seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"],
                          dp=cfg["dp"], cp=ctx.cp, vpp=cfg["vpp"], micro_batch=cfg["micro_batch"], recompute=cfg["recompute"],
                          zero_stage=cfg["zero_stage"], sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable,
-                         cal=ctx.cal)
+                         single_layer=ctx.single_layer, cal=ctx.cal)
         step = r["step_s"]
         tokens = B * C
         flops = G.model_flop_per_token(ctx.m, seq_len=C) * tokens

@@ -220,7 +220,7 @@ def _prices(cat):
 def _serving(st: Study, cat) -> dict:
     from ..analytic import cost as C
     from ..compare import compare_case
-    from ..fit import resolve_model
+    from ..workload import resolve_model
 
     sv = st.serving
     m = resolve_model(st.model, cat)
@@ -366,7 +366,7 @@ def _size_target(tgt: str, n: int, cat) -> tuple[str, int]:
 
 def _training(st: Study, cat) -> dict:
     from ..compare import compare_case
-    from ..fit import resolve_model
+    from ..workload import resolve_model
 
     tr = st.training
     m = resolve_model(st.model, cat)
@@ -526,10 +526,10 @@ def _is_wafer(tgt: str, cat) -> bool:
 
 
 def _stream_plot(st: Study, m, cat, tgt: str):
-    """Weight streaming on one system versus batch, from :func:`wseplan.analytic.stream.plan_stream`."""
-    from ..analytic import stream as S
-    from ..fit import build_workload
+    """Weight streaming on one system versus batch, from :func:`wseplan.timing.stream` (the plan chain)."""
     from ..targets import parse_target
+    from ..timing import stream
+    from ..workload import build_workload
 
     tr = st.training
     t = parse_target(f"{tgt}x1", cat)
@@ -537,7 +537,7 @@ def _stream_plot(st: Study, m, cat, tgt: str):
     rows = []
     threshold = None
     for b in tr.stream_batches:
-        r = S.plan_stream(m, t, cat, precision=st.precision, batch=b, context=tr.seq_len)
+        r = stream(m, t, precision=st.precision, batch=b, context=tr.seq_len, catalog=cat)
         load = w.total_weight_bytes / r.stream_bandwidth_bytes_per_s  # one pass over every layer's weights
         fwd = (r.compute_s - r.recompute_s) / 3.0  # forward share of forward + backward (2x forward)
         rows.append({"batch": b, "tokens": r.tokens_per_step, "forward_compute_s": fwd, "weight_load_s": load,
@@ -583,7 +583,7 @@ def _cost_vs_util(st: Study, cases: dict, chosen: dict, metric: str, ylabel: str
 
 def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int) -> Plot:
     """Roofs of each target (one replica or one device) and the workload's points on them."""
-    from ..fit import build_workload
+    from ..workload import build_workload
     from ..targets import parse_target
 
     roofs, points = [], []
@@ -727,7 +727,7 @@ def _entry_sources(t, cat) -> list[str]:
 
 
 def _model_sources(name: str, cat) -> list[str]:
-    from ..fit import resolve_model
+    from ..workload import resolve_model
 
     m = resolve_model(name, cat)
     src = getattr(m, "source", [])
