@@ -429,3 +429,19 @@ def build_workload(model: Model | GenericModel, catalog, *, precision: str, phas
         return generic_workload(model, precision=precision, phase=phase, batch=batch, context=context)
     return transformer_workload(model, precision=precision, phase=phase, batch=batch, context=context,
                                 working_set_factor=d.wafer_activation_working_set_factor.si)
+
+
+def stage_records(w: Workload, stages, loads) -> list[dict]:
+    """Item-index stages ``[(first, last), ...]`` (rows include the embedding and head) as per-device records with
+    0-based inclusive transformer-block indices (-1/-1 for a device without blocks) and the stage's bytes."""
+    block_idx = np.cumsum(w.kind == KIND_BLOCK) - 1
+    out = []
+    for dev, ((a, b), load) in enumerate(zip(stages, loads)):
+        a, b = int(a), int(b)
+        kinds = w.kind[a: b + 1]
+        blocks = np.nonzero(kinds == KIND_BLOCK)[0] + a
+        out.append(dict(device=dev, first_layer=int(block_idx[blocks[0]]) if len(blocks) else -1,
+                        last_layer=int(block_idx[blocks[-1]]) if len(blocks) else -1,
+                        embedding=bool((kinds == KIND_EMBEDDING).any()), lm_head=bool((kinds == KIND_HEAD).any()),
+                        bytes=float(load)))
+    return out

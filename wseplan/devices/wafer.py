@@ -192,21 +192,10 @@ class WaferFamily(InferenceMixin, Family):
 
     def describe(self, ctx: WaferContext, r: dict):
         """Layout, stage records (0-based inclusive transformer blocks per wafer) and notes of one row."""
-        from ..workload import KIND_EMBEDDING, KIND_HEAD
+        from ..workload import stage_records
 
-        w = ctx.w
-        block_idx = np.cumsum(w.kind == KIND_BLOCK) - 1
-        stages = []
-        for dev, (a, b, load) in enumerate(zip(r["fit.stage_start"], r["fit.stage_end"], r["fit.stage_loads"])):
-            if a < 0:
-                continue
-            a, b = int(a), int(b)
-            kinds = w.kind[a: b + 1]
-            blocks = np.nonzero(kinds == KIND_BLOCK)[0] + a
-            stages.append(dict(device=dev, first_layer=int(block_idx[blocks[0]]) if len(blocks) else -1,
-                               last_layer=int(block_idx[blocks[-1]]) if len(blocks) else -1,
-                               embedding=bool((kinds == KIND_EMBEDDING).any()), lm_head=bool((kinds == KIND_HEAD).any()),
-                               bytes=float(load)))
+        st = [(a, b, load) for a, b, load in zip(r["fit.stage_start"], r["fit.stage_end"], r["fit.stage_loads"]) if a >= 0]
+        stages = stage_records(ctx.w, [(a, b) for a, b, _ in st], [load for _, _, load in st])
         k = int(r["num_wafers"])
         lay = {"num_wafers": k, "num_replicas": int(r["num_replicas"])}
         for ph in ("decode", "prefill"):

@@ -332,7 +332,7 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     (``objective_unit`` says which). Per-layer times from the time models would replace these proxies.
     """
     from ..catalog.load import load_catalog
-    from ..fit import _stage_records, build_workload, resolve_model
+    from ..workload import build_workload, resolve_model, stage_records
     from ..targets import parse_target
     from ..workload import check_positive_int
 
@@ -405,7 +405,9 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
         notes.append(sol.reason)
     # per device, as fit reports it: a GPU stage's bytes are split over its tp GPUs
     loads = [float(x[a : e + 1].sum() + act_const) / tp for a, e in sol.stages]
-    stages = _stage_records(w, sol.stages, loads) if sol.stages else []
+    from ..records import Stage
+
+    stages = [Stage(**r) for r in stage_records(w, sol.stages, loads)] if sol.stages else []
     n_stages = sol.num_stages
     c_items = cost_of(x)
     max_cost = (max(float(c_items[a : e + 1].sum()) + const_cost for a, e in sol.stages) / tp) if sol.stages else None
