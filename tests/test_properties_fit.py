@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from wseplan.analytic.partition import greedy_stages, min_max_partition
 from wseplan.catalog import load_catalog
 from wseplan.catalog.schema import Model
-from wseplan.fit import build_workload, fit, gpu_layout_memory
+from wseplan.devices.gpu import layout_memory
+from wseplan.fit import build_workload, fit
 from wseplan.workload import KIND_BLOCK, transformer_workload
 
 PROPS = settings(max_examples=200, deadline=None, derandomize=True, database=None, print_blob=False,
@@ -120,7 +121,7 @@ def _check_stage_cover(res, num_blocks: int) -> None:
 def test_gpu_layout_memory_monotone_in_batch_and_context(m, phase, precision, b, c, tp, pp, dp, zero, recompute):
     def mem(batch, context):
         w = build_workload(m, CAT, precision=precision, phase=phase, batch=batch, context=context)
-        return w, gpu_layout_memory(w, tp=[tp], pp=[pp], dp=[dp], zero_stage=zero, recompute=recompute, catalog=CAT)
+        return w, layout_memory(w, CAT, tp=[tp], pp=[pp], dp=[dp], zero_stage=zero, recompute=recompute)
 
     w_lo, lo = mem(b[0], c[0])
     w_mid, mid = mem(b[1], c[0])
@@ -287,10 +288,16 @@ def test_gpu_fit_never_exceeds_capacity(m, phase, precision, batch, context, cou
     res = fit(m, f"{gpu}x{count}", precision=precision, phase=phase, batch=batch, context=context, catalog=CAT,
               zero_stage=zero, recompute=recompute)
     lo = res.layout
-    assert lo.tensor_parallel * lo.pipeline_parallel * lo.data_parallel <= count
+    assert lo["tensor_parallel"] * lo["pipeline_parallel"] * lo["data_parallel"] == count
     w = build_workload(m, CAT, precision=precision, phase=phase, batch=batch, context=context)
-    per_gpu = gpu_layout_memory(w, tp=[lo.tensor_parallel], pp=[lo.pipeline_parallel], dp=[lo.data_parallel],
-                                zero_stage=zero, recompute=recompute, catalog=CAT)["total"][0]
+    if phase == "train":
+        per_gpu = layout_memory(w, CAT, tp=[lo["tensor_parallel"]], pp=[lo["pipeline_parallel"]], dp=[lo["data_parallel"]],
+                                zero_stage=zero, recompute=recompute, micro_batch=lo["micro_batch"],
+                                vpp=lo["virtual_pipeline"])["total"][0]
+    else:  # the tokens in flight of the default engine: a decode step's batch, or the whole batch's prompts at once
+        work = batch if phase == "decode" else batch * context
+        per_gpu = layout_memory(w, CAT, tp=[lo["tensor_parallel"]], pp=[lo["pipeline_parallel"]], dp=[1],
+                                working_tokens=work)["total"][0]
     cap = CAT.gpus[res.hardware].hbm_bytes.si * (1.0 - CAT.defaults.gpu_hbm_reserve_frac.si)
     assert math.isclose(res.capacity_bytes, cap, rel_tol=1e-12)
     event(f"fits: {res.fits}")

@@ -147,7 +147,7 @@ class FitResult(RecordHead):
 
     def to_row(self) -> dict:
         """Flat scalar fields (no stages), for tables and CSV."""
-        return _flat(self.to_record(), ("layout", "memoryx", "streaming"))
+        return _flat(self.to_record(), ("layout", "sources", "memoryx", "streaming"))
 
 
 class TimeResult(RecordHead):
@@ -177,7 +177,7 @@ class TimeResult(RecordHead):
         return self.model_dump(mode="json")
 
     def to_row(self) -> dict:
-        row = _flat(self.to_record(), ("layout",))
+        row = _flat(self.to_record(), ("layout", "sources"))
         for k, v in (self.breakdown_s or {}).items():
             row[f"breakdown_{k}_s"] = v
         return row

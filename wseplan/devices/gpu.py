@@ -28,6 +28,20 @@ TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stag
 INFER_COLUMNS = ("tp", "pp", "dp")
 
 
+def layout_memory(w, catalog, *, tp, pp, dp, zero_stage=1, recompute="selective", micro_batch=1, vpp=1, batch=None,
+                  context=None, working_tokens=None, reserve=None) -> dict:
+    """Per-GPU memory of layouts (arrays broadcast) with the catalog's defaults: :func:`~wseplan.analytic.memory.
+    gpu_layout_memory` with the gradient and Adam bytes per parameter and the prefill chunk from
+    ``catalogs/defaults.yaml``; ``batch``/``context`` default to the workload's. [bytes]"""
+    d = catalog.defaults
+    return gpu_layout_memory(w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute, micro_batch=micro_batch,
+                             virtual_stages=vpp, batch=w.batch if batch is None else batch,
+                             context=w.context if context is None else context,
+                             gradient_bytes_per_param=d.gradient_bytes_per_param.si,
+                             adam_state_bytes_per_param=d.adam_state_bytes_per_param.si,
+                             prefill_chunk_tokens=d.prefill_chunk_tokens.si, working_tokens=working_tokens)
+
+
 class GpuContext:
     """Everything a GPU query needs, computed once."""
 
