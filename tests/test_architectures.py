@@ -446,3 +446,15 @@ def test_moe_notes_hints_override_phrases():
                        shared_expert_d_ff=512)
     assert moe_layout_from_notes("first 3 layers dense; two shared experts") == dict(first_dense_layers=3,
                                                                                       num_shared_experts=2)
+
+
+@pytest.mark.parametrize("key", ["mixtral-8x7b", "llama-3-8b", "gpt-3-175b"])
+def test_uniform_fast_path_equals_the_per_layer_grouping(catalog, key):
+    """Naming every layer full attention takes the per-layer path; the result is the uniform one."""
+    m = catalog.models[key]
+    explicit = m.model_copy(update={"layer_types": ["full_attention"] * m.num_layers})
+    assert _structure(explicit) == _structure(m)
+    w1, w2 = (transformer_workload(x, precision="bf16", phase="prefill", batch=2, context=300) for x in (m, explicit))
+    for f in ("params", "active_params", "matmul_flop_per_token", "attention_flop_per_token", "kv_bytes_per_token",
+              "activation_bytes_per_token"):
+        assert np.array_equal(getattr(w1, f), getattr(w2, f)), f

@@ -232,6 +232,32 @@ def _layer_key(m: Model, i: int) -> tuple:
     return (is_moe_layer(m, i), *layer_span(m, i))
 
 
+def _layer_groups(m: Model) -> dict[tuple, range | list[int]]:
+    """Layer indices grouped by (MoE, span, window), in order of first appearance."""
+    L = m.num_layers
+    same_mlp = m.num_experts == 1 or (m.first_dense_layers == 0 and m.moe_layer_step == 1 and not m.dense_layers)
+    if m.layer_types is None and same_mlp:  # a uniform model: no per-layer loop
+        return {(m.num_experts > 1, "full", None): range(L)}
+    groups: dict[tuple, list[int]] = {}
+    for i in range(L):
+        groups.setdefault(_layer_key(m, i), []).append(i)
+    return groups
+
+
+def _group_table(m: Model) -> list[tuple]:
+    """Per group: (layer indices, params, active params, non-matmul params, MLP width a token uses, Attention).
+
+    Non-matmul parameters are the norms, MLA latent norms, QK norms and attention sinks."""
+    _, a_params, a_extra = _attention_parts(m)
+    norms = m.norms_per_block * _norm_size(m, m.d_model)
+    rows = []
+    for (moe, span, window), idx in _layer_groups(m).items():
+        _, m_params, m_active, width = _mlp_parts(m, moe)
+        rows.append((idx, a_params + m_params + norms, a_params + m_active + norms, norms + a_extra, width,
+                     _attention_core(m, span, window)))
+    return rows
+
+
 def block_types(m: Model) -> tuple[BlockType, ...]:
     """The model's transformer layers grouped by identical structure, in order of first appearance.
 
@@ -239,35 +265,15 @@ def block_types(m: Model) -> tuple[BlockType, ...]:
     A uniform model (every entry of the catalog before the optional fields) has one block type whose
     GEMMs are QKV, attention output, MLP up (gate + up) and down.
     """
-    groups: dict[tuple, list[int]] = {}
-    for i in range(m.num_layers):
-        groups.setdefault(_layer_key(m, i), []).append(i)
     a_gemms, a_params, _ = _attention_parts(m)
     norms = m.norms_per_block * _norm_size(m, m.d_model)
     out = []
-    for (moe, span, window), idx in groups.items():
+    for (moe, span, window), idx in _layer_groups(m).items():
         m_gemms, m_params, m_active, _ = _mlp_parts(m, moe)
         out.append(BlockType(count=len(idx), gemms=a_gemms + m_gemms, attention=_attention_core(m, span, window),
                              params=float(a_params + m_params + norms), active_params=float(a_params + m_active + norms),
                              layers=tuple(idx), moe=moe))
     return tuple(out)
-
-
-def _layer_table(m: Model):
-    """Per-layer (params, active, non-matmul params, active MLP width, attention) for i = 0..L-1."""
-    _, a_params, a_extra = _attention_parts(m)
-    norms = m.norms_per_block * _norm_size(m, m.d_model)
-    cache: dict[tuple, tuple] = {}
-    rows = []
-    for i in range(m.num_layers):
-        key = _layer_key(m, i)
-        if key not in cache:
-            moe, span, window = key
-            _, m_params, m_active, width = _mlp_parts(m, moe)
-            cache[key] = (a_params + m_params + norms, a_params + m_active + norms, norms + a_extra, width,
-                          _attention_core(m, span, window))
-        rows.append(cache[key])
-    return rows
 
 
 def mean_attended_tokens(span: str, window: int | None, context, *, phase: str, causal: bool = True):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 # the structure of a transformer (block types, their GEMMs and attention) lives in .architecture; re-exported here
-from .architecture import (SPANS, Attention, BlockType, Gemm, _layer_table, _mlp_parts,  # noqa: F401
+from .architecture import (SPANS, Attention, BlockType, Gemm, _group_table, _layer_groups, _mlp_parts,  # noqa: F401
                            block_types, cached_tokens, is_moe_layer, layer_span, mean_attended_tokens)
 from .catalog.schema import PRECISIONS, GenericModel, LayerSpec, Model
 from .errors import InputError, validation_detail
@@ -136,7 +136,7 @@ def active_params(m: Model, *, count_embedding: bool = True) -> float:
 def _mlp_width_used(m: Model, layer: int | None) -> int:
     if layer is not None:
         return _mlp_parts(m, is_moe_layer(m, layer))[3]
-    return max(_mlp_parts(m, moe)[3] for moe in {is_moe_layer(m, i) for i in range(m.num_layers)})
+    return max(_mlp_parts(m, moe)[3] for moe, _, _ in _layer_groups(m))
 
 
 def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attention: bool = True, seq_len: int = 0,
@@ -288,38 +288,31 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
     wbp = weight_bytes_per_param(precision, phase)
     ab = activation_bytes_per_element(precision)
     kvb = kv_bytes_per_element(precision)
-    table = _layer_table(m)
     emb, head = embedding_params(m), head_params(m)
     n = L + 2
     kind = np.full(n, KIND_BLOCK, dtype=np.int8)
     kind[0], kind[-1] = KIND_EMBEDDING, KIND_HEAD
-    params = np.array([emb] + [float(r[0]) for r in table] + [head])
-    active = np.array([emb - m.encoder_params] + [float(r[1]) for r in table] + [head])
-    weight_bytes = params * wbp
-    # matmul FLOPs: 2 per active weight of the block's matrices (norms, QK norms and sinks are not matmuls;
-    # biases are negligible and kept)
-    mm = np.zeros(n)
-    mm[1:-1] = [2.0 * (r[1] - r[2]) for r in table]
+    params, active, mm = np.empty(n), np.empty(n), np.zeros(n)
+    params[0], params[-1] = emb, head
+    active[0], active[-1] = emb - m.encoder_params, head
     mm[-1] = 2.0 * m.vocab_size * m.d_model  # LM head (computed even when tied); the embedding is a lookup
-    attn = np.zeros(n)
-    act = np.zeros(n)
-    kv = np.zeros(n)
-    kv_cached = np.zeros(n)
+    attn, act, kv, kv_cached = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     window = np.full(n, np.inf)
-    memo: dict = {}
-    for i, r in enumerate(table, start=1):
-        att: Attention = r[4]
-        key = (att, r[3])
-        if key not in memo:
-            act_b = block_activation_bytes_per_token(m, ab, flash_attention=flash_attention, seq_len=context, layer=i - 1)
-            per_tok = kvb * att.kv_elems_per_token
-            kept = per_tok if att.window is None else per_tok * min(context, att.window) / context
-            memo[key] = (att.flop_per_pair * mean_attended_tokens(att.span, att.window, context, phase=phase,
-                                                                  causal=causal),
-                         act_b, kept, per_tok)
-        attn[i], act[i], kv[i], kv_cached[i] = memo[key]
+    for idx, p_, a_, nonmm, _, att in _group_table(m):
+        rows = np.asarray(idx) + 1 if not isinstance(idx, range) else slice(idx.start + 1, idx.stop + 1)
+        params[rows], active[rows] = float(p_), float(a_)
+        # matmul FLOPs: 2 per active weight of the block's matrices (norms, QK norms and sinks are not
+        # matmuls; biases are negligible and kept)
+        mm[rows] = 2.0 * (float(a_) - nonmm)
+        attn[rows] = att.flop_per_pair * mean_attended_tokens(att.span, att.window, context, phase=phase, causal=causal)
+        act[rows] = block_activation_bytes_per_token(m, ab, flash_attention=flash_attention, seq_len=context,
+                                                     layer=idx[0])
+        per_tok = kvb * att.kv_elems_per_token
+        kv[rows] = per_tok if att.window is None else per_tok * min(context, att.window) / context
+        kv_cached[rows] = per_tok
         if att.window is not None:
-            window[i] = att.window
+            window[rows] = att.window
+    weight_bytes = params * wbp
     ckpt = np.zeros(n)
     ckpt[1:-1] = ab * m.d_model
     ws = ab * (working_set_factor * m.d_model + 2.0 * _mlp_width_used(m, None))
