@@ -139,10 +139,84 @@ def source_key(case: Case) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "eight": 8}
+#: (regex on the notes, Model field, how the match becomes the value); the key=value hints come first
+_MOE_PHRASES = (
+    (r"\bmoe (?:on )?every (\d+)(?:st|nd|rd|th)? layer", "moe_layer_step", int),
+    (r"\bfirst (\d+) layers? (?:are |is )?dense", "first_dense_layers", int),
+    (r"\bdense\b[^.;|]*?\b(?:ffn|mlp)\b(?: width)?\s*(\d+)", "dense_d_ff", int),
+    (r"\b(\d+|one|two|three|four|eight) (?:always-on )?shared experts?\b", "num_shared_experts",
+     lambda v: _NUMBER_WORDS.get(v, None) or int(v)),
+    (r"\bshared experts? (?:of )?width (\d+)", "shared_expert_d_ff", int),
+)
+_MOE_HINTS = ("moe_layer_step", "moe_layer_offset", "first_dense_layers", "dense_d_ff", "num_shared_experts",
+              "shared_expert_d_ff")
+
+
+def moe_layout_from_notes(notes: str) -> dict:
+    """MoE layout stated in a row's notes, as :class:`Model` fields.
+
+    ``key=value`` hints (``moe_layer_step=2``, ``moe_layer_offset=1``, ``first_dense_layers=3``,
+    ``dense_d_ff=16384``, ``num_shared_experts=1``, ``shared_expert_d_ff=2048``) take precedence over phrases:
+    "MoE every 2nd layer" (step 2; the MoE layers are the 2nd, 4th, ... as Llama 4's
+    ``interleave_moe_layer_step``, so offset 1), "first 3 layers dense", "dense ... FFN 16384" / "dense MLP
+    width 16384" (the dense layers' width), "one shared expert" / "2 shared experts", "shared expert width
+    2048".
+    """
+    out: dict = {}
+    text = (notes or "").lower()
+    for pattern, key, conv in _MOE_PHRASES:
+        m = re.search(pattern, text)
+        if m:
+            out[key] = conv(m.group(1))
+    if "moe_layer_step" in out:
+        out["moe_layer_offset"] = out["moe_layer_step"] - 1
+    for key in _MOE_HINTS:
+        v = note_hint(notes, key)
+        if v is not None and v.isdigit():
+            out[key] = int(v)
+    return out
+
+
+def _catalog_moe_model(case: Case, catalog) -> Model | None:
+    """The catalog transformer an MoE row names (its name, or the name without a parenthesised remark, with
+    spaces as hyphens), when every architecture column the row gives agrees with it (``d_ff`` may be the
+    expert or the dense width)."""
+    f = case.fields
+    base = re.sub(r"\s*\(.*?\)", "", case.model or "").strip()
+    for name in dict.fromkeys([case.model, base, re.sub(r"[\s_]+", "-", base.lower())]):
+        if not name:
+            continue
+        try:
+            sec, key = catalog.resolve_model_name(name)
+        except InputError:
+            continue
+        m = getattr(catalog, sec)[key]
+        if not isinstance(m, Model):
+            continue
+        stated = {"n_layers": {m.num_layers}, "d_model": {m.d_model}, "n_heads": {m.num_heads},
+                  "n_kv_heads": {m.num_kv_heads, m.num_heads} if m.attention == "mla" else {m.num_kv_heads},
+                  "d_ff": {m.d_ff, m.dense_d_ff or m.d_ff}, "vocab": {m.vocab_size}, "n_experts": {m.num_experts},
+                  "experts_per_token": {m.experts_per_token}}
+        if all(f.get(k) is None or f.get(k) in v for k, v in stated.items()):
+            return m
+    return None
+
+
 def case_model(case: Case, catalog) -> Model:
-    """The architecture of a row: inline columns when given, else the catalog entry named by ``model``."""
+    """The architecture of a row: inline columns when given, else the catalog entry named by ``model``.
+
+    An MoE row (``n_experts`` > 1) takes the catalog entry its model name matches when the row's columns
+    agree with it (interleaved dense/MoE layers, shared experts, attention variants come with the entry);
+    otherwise its columns are completed with the layout its notes state (:func:`moe_layout_from_notes`).
+    """
     f = case.fields
     L, d, h = f.get("n_layers"), f.get("d_model"), f.get("n_heads")
+    E = f.get("n_experts") or 1
+    if E > 1:
+        m = _catalog_moe_model(case, catalog)
+        if m is not None:
+            return m
     if L and d:
         h = h or max(d // 128, 1)
         kvh = f.get("n_kv_heads") or h
@@ -155,14 +229,14 @@ def case_model(case: Case, catalog) -> Model:
                 vocab = getattr(catalog, sec)[key].vocab_size
             except Exception:  # noqa: BLE001 - no catalog match; GPT-2 BPE padded vocabulary
                 vocab = 51200
-        E = f.get("n_experts") or 1
         k = f.get("experts_per_token") or 1
+        layout = moe_layout_from_notes(case.notes) if E > 1 else {}
         try:
             return Model(name=case.model or case.id, source="wseplan-estimate", basis="estimate",
                          note=f"validation row {case.id}", num_layers=L, d_model=d, num_heads=h,
                          num_kv_heads=kvh if h % kvh == 0 else h, d_ff=d_ff, gated_mlp=gated, vocab_size=vocab,
                          tied_embeddings=False, num_experts=E, experts_per_token=min(k, E),
-                         norm="rmsnorm" if gated else "layernorm", linear_bias=not gated)
+                         norm="rmsnorm" if gated else "layernorm", linear_bias=not gated, **layout)
         except Exception as exc:  # pydantic: inconsistent shape
             raise SkipRow(f"architecture columns are inconsistent ({str(exc).splitlines()[-1].strip()})") from None
     try:
