@@ -637,3 +637,16 @@ def stage_records(w: Workload, stages, loads) -> list[dict]:
                         embedding=bool((kinds == KIND_EMBEDDING).any()), lm_head=bool((kinds == KIND_HEAD).any()),
                         bytes=float(load)))
     return out
+
+
+def kv_bytes_rows(w: Workload, batch, context) -> np.ndarray:
+    """KV-cache bytes of every row for ``batch`` sequences of ``context`` tokens, per configuration [bytes].
+
+    ``batch`` and ``context`` are arrays of one length N (or scalars); the result is (N, rows). A sliding- or
+    chunked-window layer caches at most its window of tokens per sequence.
+    """
+    b = np.atleast_1d(np.asarray(batch, dtype=float))[:, None]
+    c = np.atleast_1d(np.asarray(context, dtype=float))[:, None]
+    if w.kv_bytes_per_cached_token is None:
+        return w.kv_bytes_per_token[None, :] * b * c
+    return w.kv_bytes_per_cached_token[None, :] * b * np.minimum(c, w.kv_window_tokens[None, :])

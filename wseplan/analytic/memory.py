@@ -80,7 +80,8 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     ``w`` is the :class:`~wseplan.workload.Workload` (its phase decides training vs inference accounting; its
     batch and context are not used: ``batch`` and ``context`` arrays are). Every other argument broadcasts
     (``recompute`` as codes 0 none, 1 selective, 2 full). The first stage holds the embedding, the last the LM
-    head; blocks split as evenly as possible (``ceil(L / pp)`` on the fullest stage). Inference keeps the KV
+    head; blocks split as evenly as possible (``ceil(L / pp)`` on the fullest stage, each at the largest block's
+    weights and the mean block's KV cache, so layers of different sizes are bounded and windowed layers counted). Inference keeps the KV
     cache of ``batch x context`` tokens and the activation working set of ``working_tokens`` tokens in flight
     (default: the batch in decode, one prefill chunk in prefill). Weights, gradients and
     Adam state split over TP and PP and, by ZeRO stage, over DP (1: optimizer state, 2: + gradients, 3: +
@@ -111,8 +112,10 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     stage_w = per_stage * blk_w + np.where(single, float(w.weight_bytes[~blocks].sum()), edge_w)
     stage_p = per_stage * blk_p + np.where(single, float(w.params[~blocks].sum()), edge_p)
     weights = stage_w / tp
-    kv_heads = w.arch.num_kv_heads if w.arch is not None else 1
-    kv_layer = float(w.kv_bytes_per_token[blocks].max()) if blocks.any() else 0.0
+    # KV heads split over TP up to their number; a latent (MLA) cache is one vector per token, replicated on every
+    # TP rank (DeepSeek-V3 report, sec. 2.1.1)
+    mla = w.arch is not None and getattr(w.arch, "attention", "standard") == "mla"
+    kv_heads = 1 if mla else (w.arch.num_kv_heads if w.arch is not None else 1)
     if w.phase == "train":
         weights = np.where(zs >= 3, weights / dp, weights)
         grads = stage_p * gradient_bytes_per_param / tp
@@ -132,7 +135,12 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
         kv = np.zeros_like(weights * act)
         out = dict(weights=weights + 0.0 * act, optimizer=opt + grads + 0.0 * act, kv_cache=kv, activations=act)
     else:
-        kv = per_stage * kv_layer * B * C / np.minimum(tp, kv_heads)
+        from ..workload import kv_bytes_rows
+
+        shape = np.broadcast_shapes(np.shape(B), np.shape(C))
+        kv_rows = kv_bytes_rows(w, np.broadcast_to(B, shape).ravel(), np.broadcast_to(C, shape).ravel())
+        kv_block = (kv_rows[:, blocks].mean(axis=1) if blocks.any() else np.zeros(len(kv_rows))).reshape(shape)
+        kv = per_stage * kv_block / np.minimum(tp, kv_heads)
         if working_tokens is not None:
             tif = np.asarray(working_tokens, dtype=float)
         else:

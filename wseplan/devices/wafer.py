@@ -22,7 +22,7 @@ from ..analytic import wse_time as wt
 from ..analytic.partition import greedy_stage_counts, min_max_partition_batched
 from ..catalog.schema import Model
 from ..errors import InputError
-from ..workload import KIND_BLOCK, build_workload
+from ..workload import KIND_BLOCK, build_workload, kv_bytes_rows
 from . import register
 from .base import Family, Hardware, Query, binding_code
 from .inference import InferenceMixin
@@ -81,12 +81,16 @@ class WaferContext:
                       for ph in ("decode", "prefill")}
         self.peak = self.wafer.peak_flop_per_s(q.precision)
 
-    def items(self, kv_tokens, multi):
-        """Per-row item bytes (N, items): weights (+ the tied head's own copy on multi-wafer rows) + KV."""
-        wb = np.broadcast_to(self.w.weight_bytes, (len(kv_tokens), self.n_items)).copy()
+    def weights(self, n, multi):
+        """Per-configuration item weight bytes (n, items), with the tied head's own copy on multi-wafer rows."""
+        wb = np.broadcast_to(self.w.weight_bytes, (n, self.n_items)).copy()
         if self.w.tied_head_bytes:
             wb[:, -1] += np.where(multi, self.w.tied_head_bytes, 0.0)
-        return wb + self.w.kv_bytes_per_token[None, :] * np.asarray(kv_tokens, dtype=float)[:, None]
+        return wb
+
+    def items(self, batch, kv_len, multi):
+        """Per-configuration item bytes (N, items): weights + the KV cache of ``batch`` sequences of ``kv_len``."""
+        return self.weights(len(batch), multi) + kv_bytes_rows(self.w, batch, kv_len)
 
 
 class WaferFamily(InferenceMixin, Family):
@@ -124,7 +128,7 @@ class WaferFamily(InferenceMixin, Family):
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         a = ctx.w.working_set_bytes_per_token * work
-        kmin = greedy_stage_counts(ctx.items(B * kv, np.ones(n, dtype=bool)), ctx.items(B * kv, np.zeros(n, dtype=bool)),
+        kmin = greedy_stage_counts(ctx.items(B, kv, np.ones(n, dtype=bool)), ctx.items(B, kv, np.zeros(n, dtype=bool)),
                                    a, ctx.cap)
         N = ctx.count
         reps = []
@@ -147,37 +151,45 @@ class WaferFamily(InferenceMixin, Family):
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         k = np.minimum(cfg["num_wafers"], ctx.n_items).astype(np.int64)
         a = ctx.w.working_set_bytes_per_token * np.asarray(work, dtype=float)
-        x = ctx.items(B * kv, k > 1)
+        kvr = kv_bytes_rows(ctx.w, B, kv)
+        x = ctx.weights(len(B), k > 1) + kvr
         start, end, loads = min_max_partition_batched(x, k, a)
-        return x, a, start, end, loads, kv
+        return x, kvr, a, start, end, loads
 
     def fit(self, ctx: WaferContext, cfg: dict) -> dict:
         B = cfg["batch"]
         n = len(B)
-        x, a, start, end, loads, kv = self._stages(ctx, cfg)
+        x, kvr, a, start, end, loads = self._stages(ctx, cfg)
         valid = start >= 0
         maxload = np.where(valid, loads, -np.inf).max(axis=1)
         fullest = np.argmax(np.where(valid, loads, -np.inf), axis=1)
         fits = maxload <= ctx.cap
         rows = np.arange(n)
         s0, e0 = start[rows, fullest], end[rows, fullest]
-        wb = x - ctx.w.kv_bytes_per_token[None, :] * (B * kv)[:, None]
+        wb = x - kvr
         pre_w = np.concatenate([np.zeros((n, 1)), np.cumsum(wb, axis=1)], axis=1)
-        kvt = ctx.w.kv_bytes_per_token
-        pre_kv = np.concatenate([[0.0], np.cumsum(kvt)])
+        pre_kv = np.concatenate([np.zeros((n, 1)), np.cumsum(kvr, axis=1)], axis=1)
         w_full = pre_w[rows, e0 + 1] - pre_w[rows, s0]
-        kv_full = (pre_kv[e0 + 1] - pre_kv[s0]) * B * kv
+        kv_full = pre_kv[rows, e0 + 1] - pre_kv[rows, s0]
         parts = {"weights": w_full, "kv_cache": kv_full, "activations": a, "optimizer": np.zeros(n)}
-        # tokens of KV the same stages could hold: the tightest wafer's room over its KV bytes per token
+        # tokens of KV per sequence the same stages could hold: the tightest wafer's room over its KV bytes per
+        # token (windowed layers count in full: an upper bound on what more context adds)
+        per_tok = np.where(np.isfinite(ctx.w.kv_window_tokens), 0.0, ctx.w.kv_bytes_per_cached_token) \
+            if ctx.w.kv_bytes_per_cached_token is not None else ctx.w.kv_bytes_per_token
+        pre_pt = np.concatenate([[0.0], np.cumsum(per_tok)])
         w_stage = np.where(valid, pre_w[rows[:, None], np.maximum(end, 0) + 1] - pre_w[rows[:, None], np.maximum(start, 0)], 0.0)
-        kv_stage = np.where(valid, pre_kv[np.maximum(end, 0) + 1] - pre_kv[np.maximum(start, 0)], 0.0)
-        room = np.where(valid & (kv_stage > 0), (ctx.cap - w_stage - a[:, None]) / np.where(kv_stage > 0, kv_stage, 1.0), np.inf)
+        kv_now = np.where(valid, pre_kv[rows[:, None], np.maximum(end, 0) + 1] - pre_kv[rows[:, None], np.maximum(start, 0)], 0.0)
+        pt_stage = np.where(valid, pre_pt[np.maximum(end, 0) + 1] - pre_pt[np.maximum(start, 0)], 0.0)
+        room = np.where(valid & (pt_stage > 0), (ctx.cap - w_stage - kv_now - a[:, None]) / np.where(pt_stage > 0, pt_stage, 1.0),
+                        np.inf)
         mt = room.min(axis=1)
-        max_tok = np.where(np.isfinite(mt), np.maximum(np.floor(mt), 0.0), 0.0)
+        B_ = np.asarray(cfg["batch"], dtype=float)
+        kv_len, _ = self.kv_and_working_tokens(ctx, B_, cfg["context"], cfg["output_tokens"])
+        max_tok = np.where(np.isfinite(mt), np.maximum(np.floor(B_ * kv_len + mt), 0.0), 0.0)
         k = np.asarray(cfg["num_wafers"], dtype=float)
         replicas = np.maximum(np.floor((ctx.count or k) / k), 1.0) if ctx.count else np.ones(n)
         nst = valid.sum(axis=1)
-        w_all, kv_all, a_all = pre_w[:, -1] * replicas, kvt.sum() * B * kv * replicas, a * nst * replicas
+        w_all, kv_all, a_all = pre_w[:, -1] * replicas, pre_kv[:, -1] * replicas, a * nst * replicas
         return dict(num_devices=k * replicas, num_replicas=replicas, per_device_bytes=maxload,
                     capacity_bytes=np.full(n, ctx.cap), fits=fits, weights_bytes=w_all, kv_cache_bytes=kv_all,
                     activation_bytes=a_all, optimizer_bytes=np.zeros(n), total_bytes=w_all + kv_all + a_all,

@@ -249,9 +249,12 @@ class WaferStreamFamily(Family):
             other = "spill" if policy == "recompute" else "recompute"
             notes.append(f"checkpoints do not fit on the wafer: {policy} is faster than {other} "
                          f"({f[f'alt_{policy}_step_s']:.4g} s vs {f[f'alt_{other}_step_s']:.4g} s per step)")
+        nb = int((ctx.workload(int(r["context"])).kind == 1).sum())
+        stages = [dict(device=i, first_layer=0, last_layer=nb - 1, embedding=True, lm_head=True,
+                       bytes=float(r["per_device_bytes"])) for i in range(int(r["num_systems"]))]
         raw = {k: f[k] for k in STREAM_FIELDS if k in f}
         raw.update(io_bandwidth_bytes_per_s=ctx.io_bw, activation_policy=policy, memoryx_tier=tier)
-        return lay, {"memoryx": mx, "streaming": st, "stream": raw}, notes
+        return lay, {"memoryx": mx, "streaming": st, "stream": raw, "stages": stages}, notes
 
     def time(self, ctx: StreamContext, cfg: dict, fit: dict | None = None) -> dict:
         f = fit if fit is not None else self.fit(ctx, cfg)
