@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import InputError
+from ..errors import InputError, WseplanError
 
 SOLVERS = ("highs", "cbc")
 #: relative MIP gap at which a solve counts as optimal (HiGHS's default is 1e-4; tighter keeps the relaxation
@@ -179,7 +179,48 @@ def _gap(obj: float | None, bound: float | None) -> float | None:
     return max(0.0, (obj - bound) / max(abs(obj), 1e-300)) if obj != 0 else max(0.0, -bound)
 
 
+def _consistent(m: Milp, res: MilpResult, relax: bool = False) -> bool:
+    """Does a reported solution hold up: objective = c.x, x within its bounds and rows and integral, and the
+    bound not above the objective? (Guards against solver defects, e.g. HiGHS 1.16 returning a MIP start as
+    "optimal" with objective 0 after presolve; see ERGO-Code/HiGHS issue 2900 for the same symptom.)"""
+    if res.x is None or res.objective is None:
+        return True
+    x = res.x
+    scale = max(1.0, abs(res.objective))
+    if abs(float(np.dot(m.c, x) + m.offset) - res.objective) > 1e-6 * scale:
+        return False
+    ax = m.A @ x
+    tol_r = 1e-6 * np.maximum(1.0, np.abs(np.where(np.isfinite(m.row_lo), m.row_lo, m.row_hi)))
+    if np.any(ax < m.row_lo - tol_r) or np.any(ax > m.row_hi + tol_r):
+        return False
+    if np.any(x < m.col_lo - 1e-6) or np.any(x > m.col_hi + 1e-6):
+        return False
+    if not relax and np.any(np.abs(x[m.integer] - np.round(x[m.integer])) > 1e-5):
+        return False
+    return res.bound is None or res.bound <= res.objective + 1e-6 * scale
+
+
 def _solve_highs(m: Milp, *, time_limit_s, start, relax, mip_rel_gap) -> MilpResult:
+    """HiGHS, checked: a solution that does not hold up is solved again without the start, then without
+    presolve; ``extra["retries"]`` counts the repeats."""
+    t0 = time.perf_counter()
+    res = _solve_highs_once(m, time_limit_s=time_limit_s, start=start, relax=relax, mip_rel_gap=mip_rel_gap,
+                            presolve=True)
+    retries = 0
+    for use_start, presolve in ((False, True), (False, False)):
+        if _consistent(m, res, relax):
+            break
+        retries += 1
+        res = _solve_highs_once(m, time_limit_s=time_limit_s, start=start if use_start else None, relax=relax,
+                                mip_rel_gap=mip_rel_gap, presolve=presolve)
+    if not _consistent(m, res, relax):
+        raise WseplanError("HiGHS returned a solution that violates its own model three times; try --solver cbc")
+    res.solve_s = time.perf_counter() - t0
+    res.extra["retries"] = retries
+    return res
+
+
+def _solve_highs_once(m: Milp, *, time_limit_s, start, relax, mip_rel_gap, presolve: bool) -> MilpResult:
     import highspy
     import scipy.sparse as sp
 
@@ -189,6 +230,8 @@ def _solve_highs(m: Milp, *, time_limit_s, start, relax, mip_rel_gap) -> MilpRes
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(max(time_limit_s, 0.0)))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    if not presolve:
+        h.setOptionValue("presolve", "off")
     A = sp.csc_matrix(m.A)
     A.sort_indices()
 
@@ -219,7 +262,7 @@ def _solve_highs(m: Milp, *, time_limit_s, start, relax, mip_rel_gap) -> MilpRes
     elif st in (S.kTimeLimit, S.kIterationLimit, S.kInterrupt, S.kMemoryLimit):
         status = "no_solution"
     else:
-        raise RuntimeError(f"HiGHS: unexpected model status {h.modelStatusToString(st)}")
+        raise WseplanError(f"HiGHS: unexpected model status {h.modelStatusToString(st)}")
     if status in ("infeasible", "no_solution"):
         return MilpResult(status=status, x=None, objective=None, bound=None, gap_frac=None, solve_s=solve_s)
     sol = h.getSolution()
@@ -289,9 +332,10 @@ def _solve_cbc(m: Milp, *, time_limit_s, start, relax, mip_rel_gap) -> MilpResul
     obj = float(np.dot(m.c, x) + m.offset)
     if relax or not np.any(m.integer):
         duals = np.zeros(m.num_rows)
+        get = getattr(prob, "get_constraint_by_name", None) or prob.constraints.__getitem__  # PuLP >= 3.3 / older
         for (name, _kind) in rows:
             r = int(name[1:].split("_")[0])
-            duals[r] += float(prob.constraints[name].pi or 0.0)
+            duals[r] += float(get(name).pi or 0.0)
         dj = np.array([float(v.dj or 0.0) for v in xs])
         return MilpResult(status=status, x=x, objective=obj, bound=obj if status == "optimal" else None,
                           gap_frac=0.0 if status == "optimal" else None, solve_s=solve_s, row_dual=duals, col_dual=dj)
