@@ -356,3 +356,18 @@ def test_unknown_solver_is_an_input_error():
 
     with pytest.raises(InputError, match="solver"):
         solve_fleet(_budget_case(), solver="gurobi")
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_time_limit_gives_the_best_plan_found_with_its_gap(solver):
+    """Stopped at once, the solve still returns a plan (the greedy start: each workload on its cheapest
+    configuration per unit supplied) with status time_limit and its gap to the LP bound, never infeasible."""
+    pb = synthetic_problem(4, 6, seed=0)
+    plan = solve_fleet(pb, time_limit_s=0.0, analyze=False, solver=solver)
+    best = solve_fleet(pb, analyze=False, solver=solver)
+    assert plan.status == "time_limit" and not plan.optimal
+    assert plan.status_detail == f"time limit, best found, gap {100 * plan.gap_frac:.3g}%"
+    assert plan.best_bound_usd_per_year <= best.total_usd_per_year <= plan.total_usd_per_year
+    assert plan.gap_frac == pytest.approx(1 - plan.best_bound_usd_per_year / plan.total_usd_per_year)
+    for d in pb.demands:
+        assert sum(a.supply for a in plan.allocations if a.workload == d.name) >= d.amount

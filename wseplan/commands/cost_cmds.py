@@ -91,8 +91,9 @@ def register(app) -> None:
         demand: str = typer.Argument(..., help="Demand YAML (workloads, system menu, caps); see studies/demand-example.yaml."),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="Pin a cost input: NAME=VALUE (HW.NAME for one system type). Repeatable."),
         prices: Optional[list[str]] = typer.Option(None, "--prices", help="Prices YAML merged over catalogs/prices (repeatable)."),
-        solver: str = typer.Option("highs", "--solver", help="highs | cbc"),
-        no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip re-solving with each constraint relaxed 10%."),
+        solver: str = typer.Option("highs", "--solver", help="highs (HiGHS via highspy) | cbc (bundled with PuLP)."),
+        time_limit: float = typer.Option(60.0, "--time-limit", help="Time limit of each integer solve [s]; a stopped solve reports the best plan and its gap."),
+        no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the analysis of each constraint relaxed 10% (and the shadow prices)."),
         fmt: str = typer.Option("table", "--format", "-f", help=FMT_HELP),
         catalog: Optional[list[str]] = typer.Option(None, "--catalog", help="Extra catalog folder(s)."),
     ) -> None:
@@ -107,7 +108,7 @@ def register(app) -> None:
         _check_format(fmt)
         cat = _catalog(catalog)
         plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=parse_overrides(set_),
-                          solver=solver, analyze=not no_analysis)
+                          solver=solver, analyze=not no_analysis, time_limit_s=time_limit)
         _render_fleet(plan, fmt)
 
 
@@ -183,10 +184,10 @@ def _render_fleet(plan, fmt: str) -> None:
     cons = [{k: v for k, v in c.model_dump().items() if v is not None} for c in plan.constraints]
     if fmt == "md":
         _emit(f"## Fleet plan: {plan.name}\n\n" + F.to_markdown(summary) + "\n### Systems\n\n" + F.to_markdown(systems)
-              + "\n### Allocations\n\n" + F.to_markdown(allocs) + "\n### Constraints (relaxed 10%)\n\n" + F.to_markdown(cons))
+              + "\n### Allocations\n\n" + F.to_markdown(allocs) + "\n### Constraints (each relaxed 10%; shadow prices of the LP relaxation)\n\n" + F.to_markdown(cons))
     else:
         F.print_table(F.rich_table([{"field": k, "value": v} for k, v in summary[0].items()], title=f"fleet plan: {plan.name}"),
                       F.rich_table(systems, title="systems"),
-                      F.rich_table(allocs, title="allocations"), F.rich_table(cons, title="constraints (each relaxed 10%, re-solved)"))
+                      F.rich_table(allocs, title="allocations"), F.rich_table(cons, title="constraints (each relaxed 10%; LP shadow prices)"))
     for n in plan.notes:
         _emit(f"note: {n}\n")

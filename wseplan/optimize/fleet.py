@@ -28,11 +28,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import InfeasibleError, InputError, WseplanError, validation_detail
+from .fleet_model import CAPS, RELAX_FRAC  # noqa: F401 (public names of this module)
 from .milp import SolverRun
 
 SCHEMA_VERSION = 1
-CAPS = ("power_cap_w", "rack_units_cap", "budget_usd")
-RELAX_FRAC = 0.10
 
 
 class _Frozen(BaseModel):
@@ -393,8 +392,6 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
     return "no integer plan meets the demand with the systems in the menu (check max_systems)"
 
 
-_SHADOW_UNIT = {"power_cap_w": "USD/year per W", "rack_units_cap": "USD/year per U", "budget_usd": "USD/year per USD"}
-
 
 def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0, analyze: bool = True,
                 name: str = "demand") -> FleetPlan:
@@ -424,6 +421,11 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
     if res["status"] not in ("optimal", "time_limit"):
         raise WseplanError(f"fleet {name}: the solver stopped at its time limit ({time_limit_s:g} s) before finding "
                            "any plan; raise the time limit")
+    if res["status"] == "time_limit" and res.get("bound") is None:  # the LP relaxation bounds the gap
+        lp = model.lp_duals(model.admissible(), {k: getattr(pb, k) for k in CAPS})
+        if lp.get("status") == "optimal":
+            res = dict(res, bound=lp["objective"],
+                       gap=max(0.0, (res["objective"] - lp["objective"]) / max(abs(res["objective"]), 1e-300)))
     base = _as_solved(model, res, main_s)
     dem = {d.name: d for d in pb.demands}
     systems = []
@@ -443,10 +445,12 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
                                     batch=c.batch, supply_per_replica=c.supply, supply=c.supply * r, demand=d.amount,
                                     unit=d.unit, ttft_s=c.ttft_s, tpot_s=c.tpot_s, run_s=c.run_s))
     obj = base.objective
+    from .fleet_model import relaxation_analysis
+
     t1 = time.perf_counter()
-    cons = _analysis(pb, model, res, obj, analyze)
+    rows, lp_obj = relaxation_analysis(pb, model, res, analyze)
+    cons = [ConstraintRow(**r) for r in rows]
     analysis_s = time.perf_counter() - t1 if analyze else None
-    lp_obj = cons.pop() if analyze else None
     gap = base.gap_frac
     run = SolverRun(name=model.solver, version=model.version, requested=solver, fallback_reason=model.fallback,
                     status=base.status, status_detail=status_detail(base.status, gap), solve_s=model.solve_s,
@@ -460,88 +464,6 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
                      solver=model.solver, solve_s=main_s, solver_run=run, method=res.get("method", ""),
                      num_variables=base.num_variables, num_constraints=base.num_constraints, analysis_s=analysis_s,
                      lp_usd_per_year=lp_obj, systems=systems, allocations=allocs, constraints=cons, notes=notes)
-
-
-def _analysis(pb: FleetProblem, model, base: dict, obj: float, analyze: bool) -> list:
-    """Constraint rows (and, with ``analyze``, the LP optimum appended last)."""
-    tol = 1e-9 * max(abs(obj), 1.0)
-    lp = model.lp_duals(model.admissible(), {k: getattr(pb, k) for k in CAPS}) if analyze else {}
-    lp_ok = lp.get("status") == "optimal"
-    start = {"replicas": base["replicas"], "systems": base["systems"]}
-    cons = []
-
-    def relaxed(rel: dict, how: str) -> dict:
-        if rel["status"] not in ("optimal", "time_limit"):
-            return {"relaxed_usd_per_year": None, "saving_usd_per_year": None, "analysis": how}
-        saving = max(0.0, obj - rel["objective"])
-        if rel["status"] == "time_limit":
-            how += f" (time limit, gap {100 * (rel.get('gap') or 0):.3g}%)"
-        return {"relaxed_usd_per_year": rel["objective"], "saving_usd_per_year": saving, "analysis": how}
-
-    for k in CAPS:
-        rhs = getattr(pb, k)
-        if rhs is None:
-            continue
-        lhs = base["usage"][k]
-        row = dict(name=k, kind="cap", lhs=lhs, rhs=rhs, slack=rhs - lhs)
-        if analyze:
-            caps = {q: getattr(pb, q) for q in CAPS}
-            caps[k] = rhs * (1 + RELAX_FRAC)
-            before = model.mip_solves
-            rel = model.solve(caps=caps, start=start)
-            how = ("proved unchanged: the plan without the caps meets them" if base.get("decomposed")
-                   and model.mip_solves == before else "integer re-solve of the full model, warm-started")
-            row.update(relaxed(rel, how))
-            if lp_ok:
-                row.update(shadow_price=-lp["caps"].get(k, 0.0) + 0.0, shadow_price_unit=_SHADOW_UNIT[k])
-        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > tol) or abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
-        cons.append(ConstraintRow(**row))
-    for di, d in enumerate(pb.demands):
-        supply = sum(pb.configs[i].supply * r for i, r in base["replicas"].items() if pb.configs[i].workload == d.name)
-        row = dict(name=f"demand_{d.name}", kind="demand", lhs=supply, rhs=d.amount, slack=supply - d.amount)
-        rows_sla = None
-        if analyze:
-            rel = model.solve(demand_scale={d.name: 1 - RELAX_FRAC}, start=start)
-            row.update(relaxed(rel, _how(base, rel)))
-            if lp_ok:
-                row.update(shadow_price=float(lp["demand"][di]) + 0.0, shadow_price_unit=f"USD/year per {_unit1(d.unit)}")
-            if d.kind == "serve" and (d.sla.ttft_s is not None or d.sla.tpot_s is not None):
-                ok0 = model.admissible()
-                ok1 = model.admissible({d.name: 1 + RELAX_FRAC})
-                new = ok1 & ~ok0
-                sla = ", ".join(f"{k} <= {v:g}" for k, v in d.sla.model_dump().items() if v is not None)
-                rows_sla = dict(name=f"sla_{d.name}", kind="sla", note=f"{sla}; relaxed: limits x {1 + RELAX_FRAC:g}")
-                if not new.any():
-                    rows_sla.update(relaxed(base, "same problem: no configuration lies between the limits and 1.1 x "
-                                                  "the limits"))
-                else:
-                    before = model.mip_solves
-                    rel2 = model.solve(sla_factor={d.name: 1 + RELAX_FRAC}, start=start)
-                    how = (f"proved unchanged: the {int(new.sum())} configuration(s) it admits are dominated (no more "
-                           "supply for less cost)" if rel2.get("decomposed") and model.mip_solves == before
-                           else _how(base, rel2) + f"; admits {int(new.sum())} more configuration(s)")
-                    rows_sla.update(relaxed(rel2, how))
-                    if lp_ok:
-                        rows_sla["reduced_cost_usd_per_year"] = float(np.nanmin(lp["reduced_cost"][new])) + 0.0
-                rows_sla["binding"] = bool((rows_sla.get("saving_usd_per_year") or 0) > tol)
-        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > tol)
-        cons.append(ConstraintRow(**row))
-        if rows_sla:
-            cons.append(ConstraintRow(**rows_sla))
-    if analyze:
-        cons.append(lp.get("objective") if lp_ok else None)
-    return cons
-
-
-def _how(base: dict, rel: dict) -> str:
-    if rel.get("decomposed"):
-        return "integer re-solve of the workload's component, warm-started from the plan"
-    return "integer re-solve of the full model, warm-started from the plan"
-
-
-def _unit1(unit: str) -> str:
-    """'output tokens/s' -> 'output token/s'; 'runs' -> 'run'."""
-    return {"runs": "run", "output tokens/s": "output token/s"}.get(unit, unit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -678,16 +600,20 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
 
 
 def plan_fleet(demand: str | Path | DemandSpec, *, catalog=None, prices_files: list[str] | tuple = (),
-               overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True) -> FleetPlan:
+               overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True,
+               time_limit_s: float = 60.0) -> FleetPlan:
     """Read a demand file, build the problem and solve it (the API behind ``wseplan fleet``)."""
     from ..analytic.cost import load_prices
     from ..catalog.load import load_catalog
 
+    from .milp import resolve_solver
+
+    resolve_solver(solver)  # a bad name fails before the time models run
     spec = demand if isinstance(demand, DemandSpec) else read_demand(demand)
     cat = catalog or load_catalog()
     prices = load_prices([*spec.prices, *prices_files], catalog=cat)
     pb = build_problem(spec, catalog=cat, prices=prices, overrides=overrides)
-    return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name)
+    return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name, time_limit_s=time_limit_s)
 
 
 def synthetic_problem(num_systems: int, num_workloads: int, *, seed: int = 0, configs_per_pair: int = 4) -> FleetProblem:

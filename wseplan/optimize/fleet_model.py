@@ -34,6 +34,7 @@ import numpy as np
 from .milp import Milp, MilpResult, resolve_solver, solve_milp
 
 CAPS = ("power_cap_w", "rack_units_cap", "budget_usd")
+RELAX_FRAC = 0.10  # each constraint is relaxed by this fraction in the analysis
 
 
 class FleetModel:
@@ -214,16 +215,29 @@ class FleetModel:
         m = Milp(c=c, A=A, row_lo=np.concatenate([amounts[ws], np.zeros(npool)]),
                  row_hi=np.full(nd + npool, np.inf), col_lo=np.zeros(nc + npool),
                  col_hi=np.concatenate([np.full(nc, np.inf), self.max_sys[pooled]]), integer=np.ones(nc + npool, dtype=bool))
-        x0 = None
-        if start is not None:
-            x0 = np.zeros(nc + npool)
-            for q, i in enumerate(idx):
-                x0[q] = start["replicas"].get(int(i), 0)
+        def completed(reps: np.ndarray) -> np.ndarray | None:
+            """Replica counts plus the pooled systems they need; None if that is not feasible here."""
+            x = np.concatenate([reps, np.zeros(npool)])
             for j in pooled:
-                use = float(np.dot(self.dev[idx[pidx]], x0[pidx] * (self.sy[idx[pidx]] == j)))
-                x0[pool_col[int(j)]] = math.ceil(use / self.per[j] - 1e-9)
-            if not (np.all(A @ x0 >= m.row_lo - 1e-9 * np.maximum(1.0, np.abs(m.row_lo))) and np.all(x0 <= m.col_hi)):
-                x0 = None
+                use = float(np.dot(self.dev[idx[pidx]], x[pidx] * (self.sy[idx[pidx]] == j)))
+                x[pool_col[int(j)]] = math.ceil(use / self.per[j] - 1e-9)
+            ok_rows = np.all(A @ x >= m.row_lo - 1e-9 * np.maximum(1.0, np.abs(m.row_lo)))
+            return x if ok_rows and np.all(x <= m.col_hi) else None
+
+        x0 = None
+        if start is not None:  # the base plan restricted to this component
+            x0 = completed(np.array([start["replicas"].get(int(i), 0) for i in idx], dtype=float))
+        if x0 is None:  # a greedy start: each workload on its cheapest configuration per unit supplied
+            reps = np.zeros(nc)
+            unit = (c[:nc] + np.where(is_pooled, self.annual[self.sy[idx]] * self.dev[idx] / self.per[self.sy[idx]], 0.0)
+                    ) / self.supply[idx]
+            wl_c = self.wl[idx]
+            for w in ws:
+                mine = np.nonzero(wl_c == w)[0]
+                if len(mine):
+                    q = mine[np.argmin(unit[mine])]
+                    reps[q] = math.ceil(amounts[w] / self.supply[idx[q]] - 1e-12)
+            x0 = completed(reps)
         res = self._solve(m, start=x0)
         out = {"status": res.status, "objective": res.objective, "bound": res.bound, "gap": res.gap_frac,
                "n_vars": nc + npool, "n_rows": nd + npool, "idx": idx, "pooled": pooled,
@@ -282,8 +296,14 @@ class FleetModel:
                 plan = self._combine(comps)
                 if all(caps.get(k) is None or plan["usage"][k] <= caps[k] * (1 + 1e-9) + 1e-9 for k in CAPS):
                     status = "optimal" if all(c["status"] == "optimal" for c in comps) else "time_limit"
-                    bound = sum(c["bound"] if c["bound"] is not None else c["objective"] for c in comps)
-                    gap = max(0.0, (plan["objective"] - bound) / max(abs(plan["objective"]), 1e-300))
+                    bounds = [c["objective"] if c["status"] == "optimal" else c["bound"] for c in comps]
+                    if all(b is not None and np.isfinite(b) for b in bounds):
+                        bound = float(sum(bounds))
+                        gap = max(0.0, (plan["objective"] - bound) / max(abs(plan["objective"]), 1e-300))
+                        if status == "optimal":
+                            gap = max(c["gap"] or 0.0 for c in comps)
+                    else:
+                        bound, gap = None, None
                     plan.update(status=status, bound=bound, gap=gap, method=f"decomposed: {len(comps)} independent components",
                                 n_vars=sum(c["n_vars"] for c in comps), n_rows=sum(c["n_rows"] for c in comps),
                                 decomposed=True, num_components=len(comps))
@@ -348,8 +368,99 @@ class FleetModel:
 
     def _solve(self, m: Milp, *, start=None, relax: bool = False) -> MilpResult:
         t0 = time.perf_counter()
-        res = solve_milp(m, self.solver, time_limit_s=self.time_limit_s, start=start, relax=relax)
+        # the LP relaxation is cheap and gives the bounds and duals: it is not held to a MIP time limit of zero
+        limit = max(self.time_limit_s, 30.0) if relax else self.time_limit_s
+        res = solve_milp(m, self.solver, time_limit_s=limit, start=start, relax=relax)
         self.solve_s += time.perf_counter() - t0
         if not relax:
             self.mip_solves += 1
         return res
+
+
+# ---------------------------------------------------------------------------------------------
+# The relaxation analysis
+# ---------------------------------------------------------------------------------------------
+_SHADOW_UNIT = {"power_cap_w": "USD/year per W", "rack_units_cap": "USD/year per U", "budget_usd": "USD/year per USD"}
+
+
+def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool) -> tuple[list[dict], float | None]:
+    """Rows of :class:`~wseplan.optimize.fleet.ConstraintRow` for each cap, demand and SLA of the solved plan
+    ``base``, and the LP relaxation's optimum. With ``analyze``, each is relaxed 10% and the plan re-solved
+    (only the part that changes, warm-started from ``base``), and the LP duals are attached."""
+    obj = base["objective"]
+    tol = 1e-9 * max(abs(obj), 1.0)
+    lp = model.lp_duals(model.admissible(), {k: getattr(pb, k) for k in CAPS}) if analyze else {}
+    lp_ok = lp.get("status") == "optimal"
+    start = {"replicas": base["replicas"], "systems": base["systems"]}
+    cons = []
+
+    def relaxed(rel: dict, how: str) -> dict:
+        if rel["status"] not in ("optimal", "time_limit"):
+            return {"relaxed_usd_per_year": None, "saving_usd_per_year": None, "analysis": how}
+        saving = max(0.0, obj - rel["objective"])
+        if rel["status"] == "time_limit":
+            how += f" (time limit, gap {100 * (rel.get('gap') or 0):.3g}%)"
+        return {"relaxed_usd_per_year": rel["objective"], "saving_usd_per_year": saving, "analysis": how}
+
+    for k in CAPS:
+        rhs = getattr(pb, k)
+        if rhs is None:
+            continue
+        lhs = base["usage"][k]
+        row = dict(name=k, kind="cap", lhs=lhs, rhs=rhs, slack=rhs - lhs)
+        if analyze:
+            caps = {q: getattr(pb, q) for q in CAPS}
+            caps[k] = rhs * (1 + RELAX_FRAC)
+            before = model.mip_solves
+            rel = model.solve(caps=caps, start=start)
+            how = ("proved unchanged: the plan without the caps meets them" if base.get("decomposed")
+                   and model.mip_solves == before else "integer re-solve of the full model, warm-started")
+            row.update(relaxed(rel, how))
+            if lp_ok:
+                row.update(shadow_price=-lp["caps"].get(k, 0.0) + 0.0, shadow_price_unit=_SHADOW_UNIT[k])
+        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > tol) or abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
+        cons.append(row)
+    for di, d in enumerate(pb.demands):
+        supply = sum(pb.configs[i].supply * r for i, r in base["replicas"].items() if pb.configs[i].workload == d.name)
+        row = dict(name=f"demand_{d.name}", kind="demand", lhs=supply, rhs=d.amount, slack=supply - d.amount)
+        rows_sla = None
+        if analyze:
+            rel = model.solve(demand_scale={d.name: 1 - RELAX_FRAC}, start=start)
+            row.update(relaxed(rel, _how(base, rel)))
+            if lp_ok:
+                row.update(shadow_price=float(lp["demand"][di]) + 0.0, shadow_price_unit=f"USD/year per {_unit1(d.unit)}")
+            if d.kind == "serve" and (d.sla.ttft_s is not None or d.sla.tpot_s is not None):
+                ok0 = model.admissible()
+                ok1 = model.admissible({d.name: 1 + RELAX_FRAC})
+                new = ok1 & ~ok0
+                sla = ", ".join(f"{k} <= {v:g}" for k, v in d.sla.model_dump().items() if v is not None)
+                rows_sla = dict(name=f"sla_{d.name}", kind="sla", note=f"{sla}; relaxed: limits x {1 + RELAX_FRAC:g}")
+                if not new.any():
+                    rows_sla.update(relaxed(base, "same problem: no configuration lies between the limits and 1.1 x "
+                                                  "the limits"))
+                else:
+                    before = model.mip_solves
+                    rel2 = model.solve(sla_factor={d.name: 1 + RELAX_FRAC}, start=start)
+                    how = (f"proved unchanged: the {int(new.sum())} configuration(s) it admits are dominated (no more "
+                           "supply for less cost)" if rel2.get("decomposed") and model.mip_solves == before
+                           else _how(base, rel2) + f"; admits {int(new.sum())} more configuration(s)")
+                    rows_sla.update(relaxed(rel2, how))
+                    if lp_ok:
+                        rows_sla["reduced_cost_usd_per_year"] = float(np.nanmin(lp["reduced_cost"][new])) + 0.0
+                rows_sla["binding"] = bool((rows_sla.get("saving_usd_per_year") or 0) > tol)
+        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > tol)
+        cons.append(row)
+        if rows_sla:
+            cons.append(rows_sla)
+    return cons, (lp.get("objective") if lp_ok else None)
+
+
+def _how(base: dict, rel: dict) -> str:
+    if rel.get("decomposed"):
+        return "integer re-solve of the workload's component, warm-started from the plan"
+    return "integer re-solve of the full model, warm-started from the plan"
+
+
+def _unit1(unit: str) -> str:
+    """'output tokens/s' -> 'output token/s'; 'runs' -> 'run'."""
+    return {"runs": "run", "output tokens/s": "output token/s"}.get(unit, unit)
