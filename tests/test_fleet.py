@@ -371,3 +371,21 @@ def test_time_limit_gives_the_best_plan_found_with_its_gap(solver):
     assert plan.gap_frac == pytest.approx(1 - plan.best_bound_usd_per_year / plan.total_usd_per_year)
     for d in pb.demands:
         assert sum(a.supply for a in plan.allocations if a.workload == d.name) >= d.amount
+
+
+def test_lp_analysis_mode_by_hand():
+    """analysis='lp': the demand row is answered by the LP relaxation. By hand (budget case): at D = 5.4 the LP
+    buys B only, S_B = 1.8 (capex 720 <= 730), 45 USD/year, against 53.5 at D = 6: an LP saving of 8.5; the
+    integer fields stay empty and the row says the LP answered it. The caps are still re-solved exactly."""
+    plan = solve_fleet(_budget_case(), analysis="lp")
+    cons = {c.name: c for c in plan.constraints}
+    dem = cons["demand_w"]
+    assert dem.lp_saving_usd_per_year == pytest.approx(8.5, rel=1e-9)
+    assert dem.saving_usd_per_year is None and dem.relaxed_usd_per_year is None
+    assert dem.analysis.startswith("LP relaxation") and dem.binding
+    assert cons["budget_usd"].saving_usd_per_year == pytest.approx(5.0)  # integer, as in the exact mode
+    assert plan.analysis_mode == "lp"
+    exact = solve_fleet(_budget_case(), analysis="exact")
+    assert {c.name: c.saving_usd_per_year for c in exact.constraints}["demand_w"] == 0.0
+    with pytest.raises(Exception, match="analysis"):
+        solve_fleet(_budget_case(), analysis="fast")

@@ -94,6 +94,7 @@ def register(app) -> None:
         solver: str = typer.Option("highs", "--solver", help="highs (HiGHS via highspy) | cbc (bundled with PuLP)."),
         time_limit: float = typer.Option(60.0, "--time-limit", help="Time limit of each integer solve [s]; a stopped solve reports the best plan and its gap."),
         no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the analysis of each constraint relaxed 10% (and the shadow prices)."),
+        analysis: str = typer.Option("auto", "--analysis", help="auto | exact | lp: where the LP relaxation may answer 'what if 10% looser' instead of integer re-solves (auto: exact unless a large plan's caps bind)."),
         fmt: str = typer.Option("table", "--format", "-f", help=FMT_HELP),
         catalog: Optional[list[str]] = typer.Option(None, "--catalog", help="Extra catalog folder(s)."),
     ) -> None:
@@ -108,7 +109,7 @@ def register(app) -> None:
         _check_format(fmt)
         cat = _catalog(catalog)
         plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=parse_overrides(set_),
-                          solver=solver, analyze=not no_analysis, time_limit_s=time_limit)
+                          solver=solver, analyze=not no_analysis, time_limit_s=time_limit, analysis=analysis)
         _render_fleet(plan, fmt)
 
 

@@ -247,7 +247,9 @@ class ConstraintRow(_Frozen):
     """A constraint of the solved plan: its use, its LP shadow price, and what relaxing it 10% saves.
 
     ``saving_usd_per_year`` is exact (integer re-solve, or a proof that nothing changes; ``analysis`` says
-    which); ``shadow_price`` is the LP relaxation's marginal value, in ``shadow_price_unit``.
+    which); where the LP relaxation answered instead (large plans whose caps bind), ``lp_saving_usd_per_year``
+    holds its saving and the integer fields are empty. ``shadow_price`` is the LP relaxation's marginal value,
+    in ``shadow_price_unit``.
     """
 
     name: str
@@ -258,6 +260,7 @@ class ConstraintRow(_Frozen):
     binding: bool
     relaxed_usd_per_year: float | None = None
     saving_usd_per_year: float | None = None
+    lp_saving_usd_per_year: float | None = None  # the LP relaxation's saving, where the LP answered the row
     shadow_price: float | None = None  # USD/year saved per unit the constraint is loosened (LP relaxation)
     shadow_price_unit: str | None = None
     reduced_cost_usd_per_year: float | None = None  # sla: best LP reduced cost among the configurations it admits
@@ -286,6 +289,7 @@ class FleetPlan(_Frozen):
     num_variables: int
     num_constraints: int
     analysis_s: float | None = None
+    analysis_mode: str | None = None  # auto | exact | lp (None: no analysis)
     lp_usd_per_year: float | None = None  # the LP relaxation's optimum (a lower bound)
     systems: list[SystemRow]
     allocations: list[AllocationRow]
@@ -394,7 +398,7 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
 
 
 def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0, analyze: bool = True,
-                name: str = "demand") -> FleetPlan:
+                name: str = "demand", analysis: str = "auto") -> FleetPlan:
     """Solve the fleet ILP; with ``analyze``, the relaxation analysis of every cap, demand and SLA.
 
     The analysis asks of each constraint "what if it were 10% looser" (caps x 1.1, demand x 0.9, SLA limits
@@ -403,15 +407,19 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
     the caps do not bind; an SLA that admits no new configuration). One LP relaxation of the full model adds
     the shadow price of every demand and cap row, with units, and the reduced costs of the configurations an
     SLA excludes; these are marginal values of the LP, which the integer plan follows only in whole systems.
+    ``analysis`` (``auto``, ``exact`` or ``lp``) chooses where the LP relaxation may answer instead of integer
+    re-solves: see :func:`wseplan.optimize.fleet_model.relaxation_analysis`.
 
     Raises
     ------
     InfeasibleError
         When no plan meets the demand; the message names the constraint that makes it so.
     """
-    from .fleet_model import FleetModel
+    from .fleet_model import ANALYSIS_MODES, FleetModel
     from .milp import SolverRun, status_detail
 
+    if analysis not in ANALYSIS_MODES:
+        raise InputError(f"analysis: unknown {analysis!r}; use one of {', '.join(ANALYSIS_MODES)}")
     model = FleetModel(pb, solver=solver, time_limit_s=time_limit_s)
     t0 = time.perf_counter()
     res = model.solve()
@@ -448,7 +456,7 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
     from .fleet_model import relaxation_analysis
 
     t1 = time.perf_counter()
-    rows, lp_obj = relaxation_analysis(pb, model, res, analyze)
+    rows, lp_obj = relaxation_analysis(pb, model, res, analyze, analysis)
     cons = [ConstraintRow(**r) for r in rows]
     analysis_s = time.perf_counter() - t1 if analyze else None
     gap = base.gap_frac
@@ -463,6 +471,7 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
                      peak_facility_power_w=base.usage["power_cap_w"], rack_units=base.usage["rack_units_cap"],
                      solver=model.solver, solve_s=main_s, solver_run=run, method=res.get("method", ""),
                      num_variables=base.num_variables, num_constraints=base.num_constraints, analysis_s=analysis_s,
+                     analysis_mode=analysis if analyze else None,
                      lp_usd_per_year=lp_obj, systems=systems, allocations=allocs, constraints=cons, notes=notes)
 
 
@@ -601,7 +610,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
 
 def plan_fleet(demand: str | Path | DemandSpec, *, catalog=None, prices_files: list[str] | tuple = (),
                overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True,
-               time_limit_s: float = 60.0) -> FleetPlan:
+               time_limit_s: float = 60.0, analysis: str = "auto") -> FleetPlan:
     """Read a demand file, build the problem and solve it (the API behind ``wseplan fleet``)."""
     from ..analytic.cost import load_prices
     from ..catalog.load import load_catalog
@@ -613,7 +622,7 @@ def plan_fleet(demand: str | Path | DemandSpec, *, catalog=None, prices_files: l
     cat = catalog or load_catalog()
     prices = load_prices([*spec.prices, *prices_files], catalog=cat)
     pb = build_problem(spec, catalog=cat, prices=prices, overrides=overrides)
-    return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name, time_limit_s=time_limit_s)
+    return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name, time_limit_s=time_limit_s, analysis=analysis)
 
 
 def synthetic_problem(num_systems: int, num_workloads: int, *, seed: int = 0, configs_per_pair: int = 4) -> FleetProblem:

@@ -158,6 +158,13 @@ class FleetModel:
         return {"status": "optimal", "objective": res.objective, "demand": res.row_dual[:nd],
                 "caps": {k: float(res.row_dual[r]) for k, r in m.cap_row.items()}, "reduced_cost": rc}
 
+    def lp_objective(self, ok: np.ndarray, amounts: np.ndarray, caps: dict) -> float | None:
+        """The LP relaxation's optimum of a variant (None when the LP is not solved)."""
+        m, _ = self.full_milp(ok, amounts, caps)
+        res = self._solve(m, relax=True)
+        self.lp_solves += 1
+        return res.objective if res.status == "optimal" else None
+
     # -- components ----------------------------------------------------------------------------
     def components(self, ok: np.ndarray) -> list[np.ndarray]:
         """Workload groups that share systems (fractional occupancy, or a type with max_systems)."""
@@ -383,15 +390,36 @@ class FleetModel:
 _SHADOW_UNIT = {"power_cap_w": "USD/year per W", "rack_units_cap": "USD/year per U", "budget_usd": "USD/year per USD"}
 
 
-def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool) -> tuple[list[dict], float | None]:
+#: with the caps binding, demand and SLA rows are answered by integer re-solves of the full model up to this
+#: many integer columns under ``mode="auto"`` (each such re-solve costs about as much as the plan itself)
+AUTO_EXACT_MAX_COLUMNS = 200
+ANALYSIS_MODES = ("auto", "exact", "lp")
+
+
+def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool,
+                        mode: str = "auto") -> tuple[list[dict], float | None]:
     """Rows of :class:`~wseplan.optimize.fleet.ConstraintRow` for each cap, demand and SLA of the solved plan
-    ``base``, and the LP relaxation's optimum. With ``analyze``, each is relaxed 10% and the plan re-solved
-    (only the part that changes, warm-started from ``base``), and the LP duals are attached."""
+    ``base``, and the LP relaxation's optimum.
+
+    With ``analyze`` each constraint is relaxed 10% and the plan re-solved, only the part that changes and
+    warm-started from ``base`` (which stays feasible), and the LP duals are attached. ``mode``: ``exact``
+    re-solves every row as an integer program; ``lp`` answers demand and SLA rows by the LP relaxation (caps
+    are always re-solved: there are at most three); ``auto`` re-solves exactly wherever the plan decomposes
+    (no cap binds) or the full model is small (<= :data:`AUTO_EXACT_MAX_COLUMNS` integer columns), and uses
+    the LP relaxation for demand and SLA rows otherwise. Each row's ``analysis`` says which answered it.
+    """
     obj = base["objective"]
     tol = 1e-9 * max(abs(obj), 1.0)
-    lp = model.lp_duals(model.admissible(), {k: getattr(pb, k) for k in CAPS}) if analyze else {}
+    caps0 = {k: getattr(pb, k) for k in CAPS}
+    lp = model.lp_duals(model.admissible(), caps0) if analyze else {}
     lp_ok = lp.get("status") == "optimal"
     start = {"replicas": base["replicas"], "systems": base["systems"]}
+    full_cols = int(model.admissible().sum()) + len(model.per)
+    use_lp = analyze and (mode == "lp" or (mode == "auto" and not base.get("decomposed")
+                                            and full_cols > AUTO_EXACT_MAX_COLUMNS))
+    lp_why = (f"LP relaxation: the caps bind, so an exact answer re-solves the full model ({full_cols} integer "
+              "columns) once per row; mode 'exact' does that. The integer saving moves in whole systems and may differ"
+              if mode == "auto" else "LP relaxation (mode 'lp'); the integer saving moves in whole systems and may differ")
     cons = []
 
     def relaxed(rel: dict, how: str) -> dict:
@@ -402,6 +430,16 @@ def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool) -> tup
             how += f" (time limit, gap {100 * (rel.get('gap') or 0):.3g}%)"
         return {"relaxed_usd_per_year": rel["objective"], "saving_usd_per_year": saving, "analysis": how}
 
+    def by_lp(**variant) -> dict:
+        amounts = model.amount * np.array([variant.get("demand_scale", {}).get(d.name, 1.0) for d in pb.demands])
+        rel = model.lp_objective(model.admissible(variant.get("sla_factor")), amounts, caps0)
+        if rel is None or not lp_ok:
+            return {"analysis": lp_why + " (LP not solved)"}
+        return {"lp_saving_usd_per_year": max(0.0, lp["objective"] - rel) + 0.0, "analysis": lp_why}
+
+    def binding(row: dict) -> bool:
+        return bool((row.get("saving_usd_per_year") or 0) > tol or (row.get("lp_saving_usd_per_year") or 0) > tol)
+
     for k in CAPS:
         rhs = getattr(pb, k)
         if rhs is None:
@@ -409,7 +447,7 @@ def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool) -> tup
         lhs = base["usage"][k]
         row = dict(name=k, kind="cap", lhs=lhs, rhs=rhs, slack=rhs - lhs)
         if analyze:
-            caps = {q: getattr(pb, q) for q in CAPS}
+            caps = dict(caps0)
             caps[k] = rhs * (1 + RELAX_FRAC)
             before = model.mip_solves
             rel = model.solve(caps=caps, start=start)
@@ -418,15 +456,18 @@ def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool) -> tup
             row.update(relaxed(rel, how))
             if lp_ok:
                 row.update(shadow_price=-lp["caps"].get(k, 0.0) + 0.0, shadow_price_unit=_SHADOW_UNIT[k])
-        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > tol) or abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
+        row["binding"] = binding(row) or abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
         cons.append(row)
     for di, d in enumerate(pb.demands):
         supply = sum(pb.configs[i].supply * r for i, r in base["replicas"].items() if pb.configs[i].workload == d.name)
         row = dict(name=f"demand_{d.name}", kind="demand", lhs=supply, rhs=d.amount, slack=supply - d.amount)
         rows_sla = None
         if analyze:
-            rel = model.solve(demand_scale={d.name: 1 - RELAX_FRAC}, start=start)
-            row.update(relaxed(rel, _how(base, rel)))
+            if use_lp:
+                row.update(by_lp(demand_scale={d.name: 1 - RELAX_FRAC}))
+            else:
+                rel = model.solve(demand_scale={d.name: 1 - RELAX_FRAC}, start=start)
+                row.update(relaxed(rel, _how(base, rel)))
             if lp_ok:
                 row.update(shadow_price=float(lp["demand"][di]) + 0.0, shadow_price_unit=f"USD/year per {_unit1(d.unit)}")
             if d.kind == "serve" and (d.sla.ttft_s is not None or d.sla.tpot_s is not None):
@@ -439,16 +480,19 @@ def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool) -> tup
                     rows_sla.update(relaxed(base, "same problem: no configuration lies between the limits and 1.1 x "
                                                   "the limits"))
                 else:
-                    before = model.mip_solves
-                    rel2 = model.solve(sla_factor={d.name: 1 + RELAX_FRAC}, start=start)
-                    how = (f"proved unchanged: the {int(new.sum())} configuration(s) it admits are dominated (no more "
-                           "supply for less cost)" if rel2.get("decomposed") and model.mip_solves == before
-                           else _how(base, rel2) + f"; admits {int(new.sum())} more configuration(s)")
-                    rows_sla.update(relaxed(rel2, how))
+                    if use_lp:
+                        rows_sla.update(by_lp(sla_factor={d.name: 1 + RELAX_FRAC}))
+                    else:
+                        before = model.mip_solves
+                        rel2 = model.solve(sla_factor={d.name: 1 + RELAX_FRAC}, start=start)
+                        how = (f"proved unchanged: the {int(new.sum())} configuration(s) it admits are dominated (no "
+                               "more supply for less cost)" if rel2.get("decomposed") and model.mip_solves == before
+                               else _how(base, rel2) + f"; admits {int(new.sum())} more configuration(s)")
+                        rows_sla.update(relaxed(rel2, how))
                     if lp_ok:
                         rows_sla["reduced_cost_usd_per_year"] = float(np.nanmin(lp["reduced_cost"][new])) + 0.0
-                rows_sla["binding"] = bool((rows_sla.get("saving_usd_per_year") or 0) > tol)
-        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > tol)
+                rows_sla["binding"] = binding(rows_sla)
+        row["binding"] = binding(row)
         cons.append(row)
         if rows_sla:
             cons.append(rows_sla)
