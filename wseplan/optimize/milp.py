@@ -276,13 +276,20 @@ def _solve_highs_once(m: Milp, *, time_limit_s, start, relax, mip_rel_gap, preso
     return MilpResult(status=status, x=x, objective=obj, bound=bound, gap_frac=_gap(obj, bound), solve_s=solve_s)
 
 
+def new_var(prob, name: str, *, low=None, up=None, cat: str = "Continuous"):
+    """A PuLP variable attached to ``prob`` (``add_variable`` on PuLP >= 3.3, the constructor before)."""
+    import pulp
+
+    if hasattr(prob, "add_variable"):
+        return prob.add_variable(name, low, up, cat=cat)
+    return pulp.LpVariable(name, lowBound=low, upBound=up, cat=cat)
+
+
 def _solve_cbc(m: Milp, *, time_limit_s, start, relax, mip_rel_gap) -> MilpResult:
     import warnings
 
     import pulp
     import scipy.sparse as sp
-
-    from .placement import new_var
 
     prob = pulp.LpProblem("milp", pulp.LpMinimize)
     lo = np.asarray(m.col_lo, dtype=float)

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import InputError
 from ..records import RecordHead
-from .milp import SOLVERS, SolverRun, highs_available, resolve_solver, status_detail  # noqa: F401 (re-exported)
+from .milp import SOLVERS, SolverRun, highs_available, new_var, resolve_solver, status_detail  # noqa: F401 (re-exported)
 
 OBJECTIVES = ("latency", "devices")
 METHODS = ("auto", "dp", "ilp")
@@ -80,18 +80,6 @@ class PartitionSolution(_Frozen):
     best_bound: float | None = None
     stage_groups: list[int] = []  # device group of each stage (mixed devices)
     solver_run: SolverRun
-
-
-# ---------------------------------------------------------------------------------------------
-# PuLP helpers kept for callers that build PuLP models
-# ---------------------------------------------------------------------------------------------
-def new_var(prob, name: str, *, low=None, up=None, cat: str = "Continuous"):
-    """A PuLP variable attached to ``prob`` (``add_variable`` on PuLP >= 3.3, the constructor before)."""
-    import pulp
-
-    if hasattr(prob, "add_variable"):
-        return prob.add_variable(name, low, up, cat=cat)
-    return pulp.LpVariable(name, lowBound=low, upBound=up, cat=cat)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,8 +219,7 @@ def _solve_dp(c, b, cap, cc, cb, objective, k_exact, max_stages, solver) -> Part
         k = k_exact
     res = bottleneck_partition(c, k, item_bytes=b, capacity_bytes=cap, stage_const_cost=cc, stage_const_bytes=cb)
     if not res.feasible:
-        return infeasible(f"memory: no {k} contiguous stages fit each device's {cap:.4g} B "
-                          f"({res.binding.split(': ', 1)[-1]})")
+        return infeasible(res.binding)
     s = time.perf_counter() - t0
     obj = float(k) if objective == "devices" else res.max_stage_cost
     bound = obj if objective == "devices" else res.lower_bound

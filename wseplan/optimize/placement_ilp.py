@@ -24,15 +24,13 @@ class _Ilp(NamedTuple):
     arc_cost: np.ndarray
     num_y: int
     vals: np.ndarray  # thresholds (latency)
-    kidx: np.ndarray  # arc -> threshold index (-1: at or below the lower bound)
-    r_of_arc: np.ndarray  # arc -> suffix variable column (-1: none)
     r_next: np.ndarray  # suffix column -> next suffix column (-1: none)
     r_arc: np.ndarray  # suffix column -> its arc
     lb: float
 
 
 def _build_ilp(c, b, groups: list[DeviceGroup], cc, cb, objective, *, exact_k: int | None, max_total: int | None,
-               lb: float, ub: float | None, min_len_other: int = 0) -> _Ilp | None:
+               lb: float, ub: float | None) -> _Ilp | None:
     """The DAG model over arcs (i, j, g) as arrays; None when no arc can start or end the path."""
     import scipy.sparse as sp
 
@@ -52,7 +50,10 @@ def _build_ilp(c, b, groups: list[DeviceGroup], cc, cb, objective, *, exact_k: i
         cost = seg_c * grp.cost_scale
         if objective == "latency" and ub is not None:
             keep &= cost <= ub * (1 + 1e-12)
-        A_i.append(ii[keep]); A_j.append(jj[keep]); A_g.append(np.full(int(keep.sum()), g)); A_c.append(cost[keep])
+        A_i.append(ii[keep])
+        A_j.append(jj[keep])
+        A_g.append(np.full(int(keep.sum()), g))
+        A_c.append(cost[keep])
     ai, aj, ag, acost = (np.concatenate(v) for v in (A_i, A_j, A_g, A_c))
     order = np.lexsort((aj, ag, ai))  # by start node, group, end node
     ai, aj, ag, acost = ai[order], aj[order], ag[order], acost[order]
@@ -83,7 +84,6 @@ def _build_ilp(c, b, groups: list[DeviceGroup], cc, cb, objective, *, exact_k: i
     ncol = na
     vals = np.zeros(0)
     kidx = np.full(na, -1)
-    r_of_arc = np.full(na, -1)
     r_next_l, r_arc_l = [], []
     obj = np.zeros(0)
     offset = 0.0
@@ -108,7 +108,6 @@ def _build_ilp(c, b, groups: list[DeviceGroup], cc, cb, objective, *, exact_k: i
                     break
                 col = ncol
                 ncol += 1
-                r_of_arc[a] = col
                 r_next_l.append(nxt)
                 r_arc_l.append(a)
                 # r_a - y_a - r_next = 0
@@ -136,7 +135,7 @@ def _build_ilp(c, b, groups: list[DeviceGroup], cc, cb, objective, *, exact_k: i
     col_hi = np.ones(ncol)
     m = Milp(c=obj, A=A, row_lo=np.asarray(row_lo), row_hi=np.asarray(row_hi), col_lo=col_lo, col_hi=col_hi,
              integer=integer, offset=offset)
-    return _Ilp(m, ai, aj, ag, acost, na, vals, kidx, r_of_arc, np.asarray(r_next_l, dtype=int),
+    return _Ilp(m, ai, aj, ag, acost, na, vals, np.asarray(r_next_l, dtype=int),
                 np.asarray(r_arc_l, dtype=int), lb)
 
 
