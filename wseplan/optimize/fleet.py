@@ -464,6 +464,10 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
                     status=base.status, status_detail=status_detail(base.status, gap), solve_s=model.solve_s,
                     gap_frac=gap, best_bound=base.bound, num_solves=model.mip_solves + model.lp_solves)
     notes = list(pb.notes)
+    if analyze:
+        notes.append("shadow prices are the LP relaxation's marginal values (USD/year saved per unit loosened); the "
+                     "integer plan moves in whole systems and replicas, so saving_usd_per_year (an exact re-solve with "
+                     "the constraint 10% looser) answers 'what if'")
     if model.fallback:
         notes.append(f"solver: {model.fallback}")
     return FleetPlan(name=name, status=base.status, status_detail=run.status_detail, optimal=base.optimal, gap_frac=gap,
