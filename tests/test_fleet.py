@@ -309,8 +309,9 @@ def test_analysis_equals_independent_full_solves(frac):
 
 
 def test_highs_start_is_checked():
-    """HiGHS 1.16 returns the MIP start of this knapsack (workload w8 of the 32 x 80 benchmark, SLA relaxed 10%)
-    as "optimal" with objective 0 after presolve; the solver layer notices and re-solves without the start."""
+    """Workload w8 of the 32 x 80 benchmark as a knapsack: the plan at its SLA is the start for the SLA relaxed
+    10%. HiGHS 1.16 returns that start as "optimal" with objective 0 after presolve; the solver layer notices
+    (objective != cost of the solution) and re-solves without the start, reaching the cold optimum."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -319,18 +320,23 @@ def test_highs_start_is_checked():
     pb = synthetic_problem(32, 80, seed=0)
     d = pb.demands[8]
     cfg = [c for c in pb.configs if c.workload == d.name and c.tpot_s <= d.sla.tpot_s * 1.1]
-    annual = {s.name: s.annual_usd / s.devices_per_system for s in pb.systems}
-    cost = np.array([annual[c.system] * c.num_devices for c in cfg])
+    per_device = {s.name: s.annual_usd / s.devices_per_system for s in pb.systems}
+    cost = np.array([per_device[c.system] * c.num_devices for c in cfg])
     supply = np.array([c.supply for c in cfg])
-    m = Milp(c=cost, A=sp.csr_matrix(supply[None, :]), row_lo=np.array([d.amount]), row_hi=np.array([np.inf]),
-             col_lo=np.zeros(len(cfg)), col_hi=np.full(len(cfg), np.inf), integer=np.ones(len(cfg), dtype=bool))
-    cold = solve_milp(m, "highs")
-    start = np.zeros(len(cfg))
-    start[int(np.argmin(cost * np.ceil(d.amount / supply)))] = np.ceil(d.amount / supply.min())  # feasible, poor
-    warm = solve_milp(m, "highs", start=start)
-    assert warm.status == cold.status == "optimal"
+
+    def knapsack(col_hi):
+        return Milp(c=cost, A=sp.csr_matrix(supply[None, :]), row_lo=np.array([d.amount]), row_hi=np.array([np.inf]),
+                    col_lo=np.zeros(len(cfg)), col_hi=col_hi, integer=np.ones(len(cfg), dtype=bool))
+
+    at_sla = np.array([c.tpot_s <= d.sla.tpot_s for c in cfg])
+    base = solve_milp(knapsack(np.where(at_sla, np.inf, 0.0)), "highs")
+    relaxed = knapsack(np.full(len(cfg), np.inf))
+    cold = solve_milp(relaxed, "highs")
+    warm = solve_milp(relaxed, "highs", start=base.x)
+    assert warm.status == cold.status == "optimal" and cold.objective < base.objective
     assert warm.objective == pytest.approx(cold.objective, rel=1e-6)
     assert warm.objective == pytest.approx(float(cost @ warm.x), rel=1e-9)
+    assert warm.extra["retries"] <= 2
 
 
 def test_highs_missing_falls_back_to_cbc_and_records_it(monkeypatch):
