@@ -58,14 +58,16 @@ def register(app) -> None:
         context: Optional[int] = typer.Option(None, "--context", "-c", help="Tokens per sequence / KV length (default 8192)."),
         reserve: Optional[float] = typer.Option(None, "--reserve", help="Fraction of SRAM/HBM kept back (default: catalog)."),
         tensor_parallel: int = typer.Option(1, "--tensor-parallel", "--tp", help="GPU: GPUs per pipeline stage."),
-        solver: str = typer.Option("cbc", "--solver", help="cbc (bundled with PuLP) | highs (HiGHS via highspy)."),
-        time_limit: float = typer.Option(30.0, "--time-limit", help="Solver time limit [s]."),
+        also: Optional[list[str]] = typer.Option(None, "--also", help="Mixed devices: another target with a count (cs2x4), placed together with --target (ILP). Repeatable."),
+        method: str = typer.Option("auto", "--method", help="auto (exact partition; ILP for mixed devices) | dp | ilp."),
+        solver: str = typer.Option("highs", "--solver", help="ILP solver: highs (HiGHS via highspy) | cbc (bundled with PuLP)."),
+        time_limit: float = typer.Option(30.0, "--time-limit", help="ILP time limit [s]; a stopped search reports the best placement and its gap."),
         fmt: str = typer.Option("table", "--format", "-f", help=FMT_HELP),
         catalog: Optional[list[str]] = typer.Option(None, "--catalog", help="Extra catalog folder(s)."),
     ) -> None:
-        """Place contiguous layers on wafers (or GPU pipeline stages) by ILP: the slowest stage or the fewest devices.
+        """Place contiguous layers on wafers (or GPU pipeline stages): the slowest stage or the fewest devices.
 
-        Example: wseplan place llama-3.1-405b --target cs3x32 ; wseplan place llama-3.1-70b --target cs3 --objective devices --format json
+        Example: wseplan place llama-3.1-405b --target cs3x32 ; wseplan place llama-3.1-70b --target cs3 --objective devices --format json ; wseplan place llama-3.1-70b --target cs3x2 --also cs2x3
         """
         from ..cli import _catalog, _check_format, _emit
         from ..optimize.placement import place
@@ -73,20 +75,27 @@ def register(app) -> None:
         _check_format(fmt)
         cat = _catalog(catalog)
         res = place(model, target, objective=objective, precision=precision, phase=phase, batch=batch, context=context,
-                    reserve=reserve, tensor_parallel=tensor_parallel, solver=solver, time_limit_s=time_limit, catalog=cat)
+                    reserve=reserve, tensor_parallel=tensor_parallel, solver=solver, time_limit_s=time_limit, method=method,
+                    also_targets=list(also or []), catalog=cat)
         _render_place(res, fmt)
         if res.status == "infeasible":  # the record is printed; the exit status and one line say why
             from ..errors import InfeasibleError
 
             raise InfeasibleError(f"placement infeasible: {res.notes[-1] if res.notes else 'no stage fits a device'}")
+        if not res.stages:  # stopped by the time limit before any placement
+            from ..errors import WseplanError
+
+            raise WseplanError(f"placement: {res.notes[-1] if res.notes else 'no placement found'}")
 
     @app.command("fleet")
     def fleet_cmd(
         demand: str = typer.Argument(..., help="Demand YAML (workloads, system menu, caps); see studies/demand-example.yaml."),
         set_: Optional[list[str]] = typer.Option(None, "--set", help="Pin a cost input: NAME=VALUE (HW.NAME for one system type). Repeatable."),
         prices: Optional[list[str]] = typer.Option(None, "--prices", help="Prices YAML merged over catalogs/prices (repeatable)."),
-        solver: str = typer.Option("highs", "--solver", help="highs | cbc"),
-        no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip re-solving with each constraint relaxed 10%."),
+        solver: str = typer.Option("highs", "--solver", help="highs (HiGHS via highspy) | cbc (bundled with PuLP)."),
+        time_limit: float = typer.Option(60.0, "--time-limit", help="Time limit of each integer solve [s]; a stopped solve reports the best plan and its gap."),
+        no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the analysis of each constraint relaxed 10% (and the shadow prices)."),
+        analysis: str = typer.Option("auto", "--analysis", help="auto | exact | lp: where the LP relaxation may answer 'what if 10% looser' instead of integer re-solves (auto: exact unless a large plan's caps bind)."),
         fmt: str = typer.Option("table", "--format", "-f", help=FMT_HELP),
         catalog: Optional[list[str]] = typer.Option(None, "--catalog", help="Extra catalog folder(s)."),
     ) -> None:
@@ -101,7 +110,7 @@ def register(app) -> None:
         _check_format(fmt)
         cat = _catalog(catalog)
         plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=parse_overrides(set_),
-                          solver=solver, analyze=not no_analysis)
+                          solver=solver, analyze=not no_analysis, time_limit_s=time_limit, analysis=analysis)
         _render_fleet(plan, fmt)
 
 
@@ -149,6 +158,8 @@ def _render_place(res, fmt: str) -> None:
     summary = res.to_row()
     stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": s.embedding,
                "lm_head": s.lm_head, "bytes": s.bytes} for s in res.stages]
+    for row, hw in zip(stages, res.stage_hardware):
+        row["hardware"] = hw
     if fmt == "md":
         _emit(f"## Placement: {res.model} on {res.target}\n\n" + F.to_markdown([summary]) + "\n### Stages\n\n"
               + (F.to_markdown(stages) if stages else "(none)\n"))
@@ -175,10 +186,10 @@ def _render_fleet(plan, fmt: str) -> None:
     cons = [{k: v for k, v in c.model_dump().items() if v is not None} for c in plan.constraints]
     if fmt == "md":
         _emit(f"## Fleet plan: {plan.name}\n\n" + F.to_markdown(summary) + "\n### Systems\n\n" + F.to_markdown(systems)
-              + "\n### Allocations\n\n" + F.to_markdown(allocs) + "\n### Constraints (relaxed 10%)\n\n" + F.to_markdown(cons))
+              + "\n### Allocations\n\n" + F.to_markdown(allocs) + "\n### Constraints (each relaxed 10%; shadow prices of the LP relaxation)\n\n" + F.to_markdown(cons))
     else:
         F.print_table(F.rich_table([{"field": k, "value": v} for k, v in summary[0].items()], title=f"fleet plan: {plan.name}"),
                       F.rich_table(systems, title="systems"),
-                      F.rich_table(allocs, title="allocations"), F.rich_table(cons, title="constraints (each relaxed 10%, re-solved)"))
+                      F.rich_table(allocs, title="allocations"), F.rich_table(cons, title="constraints (each relaxed 10%; LP shadow prices)"))
     for n in plan.notes:
         _emit(f"note: {n}\n")
