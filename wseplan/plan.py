@@ -113,13 +113,17 @@ def default_sizes(cat: Catalog, phase: str, batch, context, output_tokens) -> tu
 # =============================================================================================
 # The array chain
 # =============================================================================================
-def evaluate(s: Setup, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) -> dict[str, np.ndarray]:
     """Fit, choose a layout, and time every configuration row of ``cfg`` (equal-length arrays).
 
     ``cfg`` holds ``batch``, ``context``, ``output_tokens`` and optionally the family's layout columns (NaN or
     absent: searched). Returns arrays, one row per configuration: the layout columns chosen, the fit fields
     (:data:`FIT_FIELDS`), the time fields (:data:`TIME_FIELDS`, NaN where nothing fits), ``breakdown.<part>``
     columns and ``layout_searched`` (bool).
+
+    ``require_fit=False`` is for validating measured runs only (the run happened, so it fitted): where no
+    candidate of a configuration fits the (conservative) memory model, the candidates are timed anyway and
+    the best is kept with ``fits=False`` and its times. Every planning path keeps the default.
     """
     fam, ctx, q = s.family, s.ctx, s.query
     n = len(cfg["batch"])
@@ -134,6 +138,10 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     ndev = np.asarray(f["num_devices"], dtype=float)
     # contenders: fitting candidates, and without a device count only those with the fewest devices
     contend = fits.copy()
+    if not require_fit:  # configurations with no fitting candidate: every candidate contends
+        any_fit = np.zeros(n, dtype=bool)
+        np.logical_or.at(any_fit, parent, fits)
+        contend |= ~any_fit[parent]
     if q.target.count is None and fits.any():
         least = np.full(n, np.inf)
         np.minimum.at(least, parent[fits], ndev[fits])
@@ -227,7 +235,8 @@ def target_with_count(t: Target, count: int) -> Target:
 # =============================================================================================
 def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
          context: int | None = None, output_tokens: int | None = None, layout: dict | None = None,
-         software: str | None = None, options: dict | None = None, catalog: Catalog | None = None):
+         software: str | None = None, options: dict | None = None, catalog: Catalog | None = None,
+         require_fit: bool = True):
     """One question through the chain (the array chain at size one). Returns a :class:`~wseplan.records.PlanRecord`.
 
     Parameters
@@ -276,11 +285,11 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
         for k in cols:
             cfg[k] = np.array([float(given[k]) if k in given else np.nan])
     src["layout"] = "searched" if not given else "given" if set(given) >= set(cols) else "partly searched"
-    arr = evaluate(s, cfg)
-    return record(s, arr, 0, sources=src)
+    arr = evaluate(s, cfg, require_fit=require_fit)
+    return record(s, arr, 0, sources=src, require_fit=require_fit)
 
 
-def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None):
+def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
     from .records import PlanRecord
 
@@ -294,8 +303,10 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None):
     lay, details, notes = fam.describe(s.ctx, r) if hasattr(fam, "describe") else ({}, {}, [])
     if not fits:
         notes = [f"does not fit: the fullest device needs {load:,.0f} B of {cap:,.0f} B usable "
-                 f"({r and binding_name(r['binding'])} bind); no time or cost is given"] + list(notes)
-    timed = fits and r.get("step_s") is not None
+                 f"({binding_name(r['binding'])} binds); "
+                 + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
+                 ] + list(notes)
+    timed = (fits or not require_fit) and r.get("step_s") is not None
     bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
     return PlanRecord(
         model=getattr(q.model, "name", str(q.model)), target=label, hardware=t.key, device_kind=t.kind,

@@ -28,7 +28,7 @@ def time_view(r: PlanRecord) -> TimeResult:
 
 def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
                  context: int | None = None, output_tokens: int | None = None, catalog=None, software: str | None = None,
-                 layout: dict | None = None, **options) -> TimeResult:
+                 layout: dict | None = None, require_fit: bool = True, **options) -> TimeResult:
     """Predict time and throughput of ``model`` on ``target`` (the API behind ``wseplan time``).
 
     ``model``/``target``/sizes as for :func:`wseplan.plan.plan`. Layout values may be given as ``layout={...}``
@@ -46,7 +46,7 @@ def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16
                 lay[LAYOUT_KEYS[k]] = v
     return time_view(plan(model, target, phase=phase, precision=precision, batch=batch, context=context,
                           output_tokens=output_tokens, layout=lay or None, software=software, options=options,
-                          catalog=catalog))
+                          catalog=catalog, require_fit=require_fit))
 
 
 def stream_view(r: PlanRecord):

@@ -131,7 +131,7 @@ def predict_row(case, catalog, constants: fab.FabricConstants) -> float:
             if rows and cols:
                 opts[opt] = (int(float(rows)), int(float(cols)))
     phase = "prefill" if case.phase == "prefill" else "decode"
-    r = predict_time(case_model(case, catalog), _target(case, catalog, f.get("n_devices")), phase=phase,
+    r = predict_time(case_model(case, catalog), _target(case, catalog, f.get("n_devices")), require_fit=False, phase=phase,
                      precision=f.get("precision") or "fp16", batch=conc, context=inp,
                      output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog,
                      software=wafer_profile(constants, catalog), **opts)
