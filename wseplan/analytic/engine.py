@@ -36,9 +36,10 @@ def phase_objective(phase: str, tim: dict[str, np.ndarray]) -> np.ndarray:
     """Smaller is better: training and prefill minimise the step, decode the time per output token, serving
     maximises the replica set's output tokens/s at the given concurrency."""
     key = OBJECTIVES[phase]
+    n = len(tim["step_s"])
     if key == "neg_tokens_per_s":
-        return -np.asarray(tim["tokens_per_s"], dtype=float)
-    return np.asarray(tim[key], dtype=float)
+        return -np.asarray(tim.get("tokens_per_s", np.full(n, np.nan)), dtype=float)
+    return np.asarray(tim.get(key, np.full(n, np.nan)), dtype=float)
 
 
 def accepted_tokens_per_step(*, draft_tokens, acceptance_frac):

@@ -51,8 +51,8 @@ def parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
 
 class WaferContext:
     def __init__(self, q: Query):
-        if not isinstance(q.model, Model):
-            raise InputError("model: wafer inference timing needs a transformer architecture, not a layer list")
+        #: a layer-list model fits (memory) but has no wafer time model (the kernels need a transformer's shapes)
+        self.transformer = isinstance(q.model, Model)
         self.q = q
         self.m = q.model
         self.wafer = q.target.device
@@ -80,6 +80,8 @@ class WaferContext:
         self.grids = {ph: parse_grid(q.options.get(f"core_grid_{ph}"), f"core_grid_{ph}", self.wafer) or base
                       for ph in ("decode", "prefill")}
         self.peak = self.wafer.peak_flop_per_s(q.precision)
+        if not self.transformer:
+            self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
 
     def weights(self, n, multi):
         """Per-configuration item weight bytes (n, items), with the tied head's own copy on multi-wafer rows."""
@@ -243,6 +245,9 @@ class WaferFamily(InferenceMixin, Family):
         return 2.0 * active + 4.0 * m.num_layers * m.num_heads * m.head_dim_ * np.asarray(context, dtype=float)
 
     def time(self, ctx: WaferContext, cfg: dict, fit: dict | None = None) -> dict:
+        if not ctx.transformer:  # no time model: NaN times, the chain reports the fit alone
+            n = len(cfg["batch"])
+            return {"step_s": np.full(n, np.nan), "tokens_per_s": np.full(n, np.nan), "bottleneck": np.full(n, -1)}
         cfg = dict(cfg)
         if fit is None:
             fit = self.fit(ctx, cfg)
