@@ -353,7 +353,7 @@ def test_failed_evaluation_leaves_existing_output_intact(tmp_path, capsys, monke
         calls.append(1)
         raise S.InputError("boom: evaluation failed")
 
-    monkeypatch.setattr(S, "evaluate_task", boom)
+    monkeypatch.setattr(S.evaluate, "evaluate_task", boom)
     assert main(["sweep", str(f), "--out", str(out)]) == 2
     assert "boom" in capsys.readouterr().err and calls
     assert (out / "keep.csv").read_text() == "previous\n"

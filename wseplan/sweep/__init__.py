@@ -1,0 +1,44 @@
+"""Sweeps: the cartesian product of models x targets x precisions x batches x contexts x parallel layouts,
+every configuration through fit, time and cost, evaluated as numpy arrays.
+
+A sweep file (``SWEEP.yaml``, :class:`Sweep`) names the axes. :func:`plan_sweep` resolves them into *groups*
+(one per model x target x precision) and cuts each group's configurations into *tasks* (contiguous chunks of
+the group's batch x context x output-tokens x layout grid, C order). :func:`evaluate_task` evaluates one task
+with array arithmetic only: Python loops over groups and tasks, over the values of a few small axes where an
+underlying model takes a scalar (the training sequence length, GPU ZeRO stage x recompute for memory), over
+the layers of a model (partitions) and over candidate region sides, never once per configuration.
+:func:`run_sweep` runs the tasks locally or on a Dask distributed cluster and concatenates them in task order,
+so both engines give the same rows.
+
+Per configuration (columns documented in ``docs/cli-output.md``):
+
+* **fit** - per-device bytes of the fullest device, usable capacity, ``fits`` (GPUs:
+  :func:`wseplan.fit.gpu_layout_memory`; wafers: the stage partition of :func:`wseplan.fit.fit`, computed for
+  all configurations at once by a batched form of the same dynamic program);
+* **time** - step, TTFT, TPOT, tokens/s, bottleneck (GPUs: :func:`wseplan.analytic.gpu_time.forward_pass_time_s`
+  and :func:`~wseplan.analytic.gpu_time.train_step`, composed exactly as :func:`wseplan.analytic.gpu_time.predict`;
+  wafers: the closed forms of :mod:`wseplan.analytic.wse_time` and :func:`wseplan.analytic.stream.training_step_time_s`,
+  composed as :func:`wseplan.analytic.wse_time.predict` and :func:`wseplan.analytic.stream.plan_stream`);
+* **cost** - $/hour, $/M tokens or $/run, J/token (:func:`wseplan.analytic.cost.deployment_cost`,
+  :func:`~wseplan.analytic.cost.serving_cost`, :func:`~wseplan.analytic.cost.training_cost` at the nominal
+  value of every input, after the sweep's ``set`` overrides).
+
+``tests/test_sweep.py`` holds sampled rows to the scalar APIs (``wseplan.timing.predict_time``,
+``wseplan.fit.fit``) within a relative 1e-9.
+"""
+from __future__ import annotations
+
+from ..errors import InputError
+from .engine import evaluate_columns, evaluate_dask, run_sweep
+from .evaluate import _config_arrays, evaluate_task, min_max_partition_batched
+from .output import frame_bytes, summary_rows, to_frame, write_output
+from .plan import Group, Plan, plan_sweep
+from .schema import (BOTTLENECKS, COLUMNS, DEFAULT_CHUNK, FLOAT_COLUMNS, INT_COLUMNS, MAX_CONFIGURATIONS, NULLABLE_INT,
+                     PHASES, PROGRESS_MIN_CONFIGURATIONS, RECOMPUTE, SCHEMA_VERSION, Layouts, Sweep, load_sweep,
+                     parse_sweep)
+
+__all__ = ["BOTTLENECKS", "COLUMNS", "DEFAULT_CHUNK", "FLOAT_COLUMNS", "Group", "INT_COLUMNS", "InputError", "Layouts",
+           "MAX_CONFIGURATIONS", "NULLABLE_INT", "PHASES", "PROGRESS_MIN_CONFIGURATIONS", "Plan", "RECOMPUTE",
+           "SCHEMA_VERSION", "Sweep", "evaluate_columns", "evaluate_dask", "evaluate_task", "frame_bytes",
+           "load_sweep", "min_max_partition_batched", "parse_sweep", "plan_sweep", "run_sweep", "summary_rows",
+           "to_frame", "write_output"]
