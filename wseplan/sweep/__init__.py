@@ -29,16 +29,23 @@ Per configuration (columns documented in ``docs/cli-output.md``):
 from __future__ import annotations
 
 from ..errors import InputError
-from .engine import evaluate_columns, evaluate_dask, run_sweep
-from .evaluate import _config_arrays, evaluate_task, min_max_partition_batched
-from .output import frame_bytes, summary_rows, to_frame, write_output
-from .plan import Group, Plan, plan_sweep
+from . import evaluate
+from .engine import (EVAL_BYTES_PER_CONFIGURATION, EVAL_TASK_BYTES, task_memory_bytes, FRAME_BYTES_PER_CONFIGURATION, SweepResult, available_memory_bytes,
+                     check_limits, connect, evaluate_columns, local_cluster, parse_scheduler_address, probe_scheduler,
+                     run_sweep, sweep_to_file)
+from .evaluate import _config_arrays, evaluate_task, min_max_partition_batched  # noqa: F401 (_config_arrays: benchmarks)
+from .output import (OUTPUT_BYTES_PER_CONFIGURATION, StreamWriter, chunk_summary, encode_part, frame_bytes,
+                     merge_summaries, output_spec, summary_rows, to_frame, write_output)
+from .plan import Group, Plan, default_chunk, plan_sweep
 from .schema import (BOTTLENECKS, COLUMNS, DEFAULT_CHUNK, FLOAT_COLUMNS, INT_COLUMNS, MAX_CONFIGURATIONS, NULLABLE_INT,
-                     PHASES, PROGRESS_MIN_CONFIGURATIONS, RECOMPUTE, SCHEMA_VERSION, Layouts, Sweep, load_sweep,
-                     parse_sweep)
+                     PHASES, PROGRESS_MIN_CONFIGURATIONS, RECOMPUTE, SCHEMA_VERSION, WAFER_CHUNK, Layouts, Sweep,
+                     load_sweep, parse_sweep)
 
-__all__ = ["BOTTLENECKS", "COLUMNS", "DEFAULT_CHUNK", "FLOAT_COLUMNS", "Group", "INT_COLUMNS", "InputError", "Layouts",
-           "MAX_CONFIGURATIONS", "NULLABLE_INT", "PHASES", "PROGRESS_MIN_CONFIGURATIONS", "Plan", "RECOMPUTE",
-           "SCHEMA_VERSION", "Sweep", "evaluate_columns", "evaluate_dask", "evaluate_task", "frame_bytes",
-           "load_sweep", "min_max_partition_batched", "parse_sweep", "plan_sweep", "run_sweep", "summary_rows",
-           "to_frame", "write_output"]
+__all__ = ["BOTTLENECKS", "COLUMNS", "DEFAULT_CHUNK", "EVAL_BYTES_PER_CONFIGURATION", "EVAL_TASK_BYTES", "task_memory_bytes", "FLOAT_COLUMNS",
+           "FRAME_BYTES_PER_CONFIGURATION", "Group", "INT_COLUMNS", "InputError", "Layouts", "MAX_CONFIGURATIONS",
+           "NULLABLE_INT", "OUTPUT_BYTES_PER_CONFIGURATION", "PHASES", "PROGRESS_MIN_CONFIGURATIONS", "Plan",
+           "RECOMPUTE", "SCHEMA_VERSION", "StreamWriter", "Sweep", "SweepResult", "WAFER_CHUNK",
+           "available_memory_bytes", "check_limits", "chunk_summary", "connect", "default_chunk", "encode_part",
+           "evaluate", "evaluate_columns", "evaluate_task", "frame_bytes", "load_sweep", "local_cluster",
+           "merge_summaries", "min_max_partition_batched", "output_spec", "parse_scheduler_address", "parse_sweep",
+           "plan_sweep", "probe_scheduler", "run_sweep", "summary_rows", "sweep_to_file", "to_frame", "write_output"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
-from .schema import DEFAULT_CHUNK, MAX_CONFIGURATIONS, RECOMPUTE, Sweep
+from .schema import DEFAULT_CHUNK, MAX_CONFIGURATIONS, RECOMPUTE, WAFER_CHUNK, Sweep
 
 # =============================================================================================
 # Plan: groups and tasks
@@ -50,13 +50,30 @@ class Plan:
     def size(self) -> int:
         return sum(g.size for g in self.groups)
 
-    def tasks(self, chunk: int = DEFAULT_CHUNK) -> list[tuple[int, int, int]]:
-        """(group index, start, stop) for every chunk of every group, in output order."""
+    def tasks(self, chunk: int | None = None) -> list[tuple[int, int, int]]:
+        """(group index, start, stop) of every task, in output order.
+
+        Each group is cut into ``ceil(size / chunk)`` tasks of equal size (within one configuration), so no
+        task is a small remainder; ``chunk`` defaults to :func:`default_chunk` of the group.
+        """
         out = []
         for g in self.groups:
-            for s in range(0, g.size, chunk):
-                out.append((g.index, s, min(s + chunk, g.size)))
+            c = chunk or default_chunk(g)
+            n = -(-g.size // c)
+            out.extend((g.index, g.size * i // n, g.size * (i + 1) // n) for i in range(n))
         return out
+
+    def num_tasks(self, chunk: int | None = None) -> int:
+        return sum(-(-g.size // (chunk or default_chunk(g))) for g in self.groups)
+
+    def largest_task(self, chunk: int | None = None) -> int:
+        """Configurations of the largest task."""
+        return max(-(-g.size // -(-g.size // (chunk or default_chunk(g)))) for g in self.groups)
+
+
+def default_chunk(g: Group) -> int:
+    """Configurations per task: :data:`DEFAULT_CHUNK` for GPU groups, :data:`WAFER_CHUNK` for wafer groups."""
+    return WAFER_CHUNK if g.target.kind == "wafer" else DEFAULT_CHUNK
 
 
 def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:

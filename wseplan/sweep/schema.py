@@ -17,7 +17,10 @@ RECOMPUTE = ("none", "selective", "full")
 BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "overhead", "prefill", "pipeline_bubble", "pipeline_p2p",
                "network", "optimizer", "kernel_overhead", "fabric_latency", "fabric_bandwidth", "fabric",
                "cross_region_link", "recompute", "weight_stream", "spill_io", "sram")
+#: configurations per task of a GPU group (array evaluation runs at its full rate from ~16k; larger tasks mean
+#: fewer, larger Parquet row groups) and of a wafer group (whose evaluation holds ~10-20 KB per configuration)
 DEFAULT_CHUNK = 1 << 17
+WAFER_CHUNK = 1 << 14
 MAX_CONFIGURATIONS = 10**8
 #: the CLI shows a progress bar (on a terminal) from this many configurations
 PROGRESS_MIN_CONFIGURATIONS = 200_000
