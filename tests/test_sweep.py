@@ -835,6 +835,32 @@ def test_cli_dask_engine_equals_local(tmp_path, capsys):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "d" / "x.parquet"), pd.read_parquet(tmp_path / "l" / "x.parquet"))
 
 
+def test_workers_without_the_shared_folder_send_their_parts(tmp_path, catalog, monkeypatch):
+    """A worker that cannot see the part folder returns the part's bytes; parts that arrive ahead of order are
+    kept on disk by the client; the file is the same."""
+    pytest.importorskip("distributed")
+    import time
+
+    from dask.distributed import Client, LocalCluster
+
+    plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)
+    local = S.sweep_to_file(plan, tmp_path / "l", "x.parquet", chunk=40)
+    real = S.evaluate.evaluate_task
+
+    def first_is_slow(g, s, e):
+        if g.index == 0 and s == 0:
+            time.sleep(1.0)  # let later tasks finish first (the result does not depend on it)
+        return real(g, s, e)
+
+    monkeypatch.setattr(S.evaluate, "evaluate_task", first_is_slow)
+    monkeypatch.setattr(S.engine, "_sees", lambda parts_dir: False)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+        dist = S.sweep_to_file(plan, tmp_path / "d", "x.parquet", engine="dask", client=client, chunk=40)
+    assert dist.path.read_bytes() == local.path.read_bytes()
+    assert sorted(os.listdir(tmp_path / "d")) == ["x.parquet"]
+
+
 def _silent_server(reply: bytes = b""):
     import socket
     import threading

@@ -405,6 +405,11 @@ def _quiet():
             logging.getLogger(n).setLevel(lv)
 
 
+def _sees(parts_dir: str | None) -> bool:
+    """Whether this worker sees the client's part folder (the same file system)."""
+    return bool(parts_dir) and os.path.isdir(parts_dir)
+
+
 def _dask_part(g, start: int, stop: int, index: int, spec, parts_dir: str | None) -> dict:
     """One task on a worker: evaluate, summarise, encode; write the part file into ``parts_dir`` when this worker
     sees that folder (a shared file system), else return the part's bytes."""
@@ -412,7 +417,7 @@ def _dask_part(g, start: int, stop: int, index: int, spec, parts_dir: str | None
     summary = chunk_summary(cols)
     data = encode_part(spec, cols)
     del cols
-    if parts_dir and os.path.isdir(parts_dir):
+    if _sees(parts_dir):
         path = os.path.join(parts_dir, f"part-{index:06d}.{spec.fmt}")
         tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with open(tmp, "wb") as fh:
@@ -520,7 +525,15 @@ def _gather_in_order(dist, client, futures, writer: StreamWriter, progress, wher
         for f in done:
             pending.discard(f)
             res = f.result()  # raises the task's exception, KilledWorker or a cancellation
-            ready[index[f.key]] = res
+            i = index[f.key]
+            if res["data"] is not None and i != nxt:  # a worker without the shared folder, ahead of order:
+                path = writer.parts_dir() / f"part-{i:06d}.recv"  # keep it on disk, not in memory
+                try:
+                    path.write_bytes(res["data"])
+                except OSError as exc:
+                    raise InputError(f"output: cannot write {path}: {exc.strerror or exc}") from None
+                res = dict(res, data=None, path=str(path))
+            ready[i] = res
             f.release()
         while nxt in ready:
             res = ready.pop(nxt)
