@@ -38,6 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import ROOT, figure, machine_facts, quick  # noqa: E402
 
+#: benchmarks/run.py gives this script this long (the whole-process runs take 5-10 minutes on a loaded machine)
+BENCH_TIMEOUT_S = 1800
 TARGET_1E7_S = 30.0
 TARGET_RSS_GB = 1.0
 TARGET_E2E_PER_S = 1e7 / TARGET_1E7_S
