@@ -38,8 +38,8 @@ from pathlib import Path
 
 from ..errors import InputError, WseplanError
 from . import evaluate as _evaluate
-from .output import (OUTPUT_BYTES_PER_CONFIGURATION, StreamWriter, chunk_summary, encode_part, merge_summaries,
-                     output_format, output_spec, to_frame)
+from .output import (OUTPUT_BYTES_PER_CONFIGURATION, StreamWriter, check_target, chunk_summary, encode_part,
+                     merge_summaries, output_format, output_spec, to_frame)
 from .plan import Plan, default_chunk, plan_sweep
 from .schema import SCHEMA_VERSION, Sweep, load_sweep
 
@@ -202,6 +202,7 @@ def sweep_to_file(plan: Plan, out_dir: str | Path, name: str, *, engine: str = "
     in a local cluster's workers (default: unset; the benchmark passes Dask's 65536 to measure its cost).
     """
     _check_engine_args(engine, chunk, scheduler, workers)
+    check_target(out_dir, name)
     spec = output_spec(plan, name)
     local_cluster_ = engine == "dask" and client is None and not scheduler
     parallel = (workers or usable_cores()) if local_cluster_ else 1

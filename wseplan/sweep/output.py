@@ -369,6 +369,17 @@ def _check_name(name: str) -> None:
         raise InputError(f"output: {name!r} is not a plain file name; use letters, digits, '.', '_' or '-'")
 
 
+def check_target(out_dir: str | Path, name: str) -> None:
+    """Refuse, before any work, an output that cannot be written: a name that is not a plain file name, an
+    ``--out`` that is a file, an output name that is a folder."""
+    _check_name(name)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out: {out} exists and is not a folder; choose another path")
+    if (out / name).is_dir():
+        raise InputError(f"output: {out / name} is a folder; choose another output name")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -433,12 +444,10 @@ class StreamWriter:
     """
 
     def __init__(self, out_dir: str | Path, name: str, spec: OutputSpec | None = None, *, fmt: str | None = None):
-        _check_name(name)
+        check_target(out_dir, name)
         self.fmt = spec.fmt if spec is not None else (fmt or output_format(name))
         _require_pyarrow(self.fmt)
         out = Path(out_dir)
-        if out.exists() and not out.is_dir():
-            raise InputError(f"--out: {out} exists and is not a folder; choose another path")
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -447,8 +456,6 @@ class StreamWriter:
         self.target = out / name
         if self.target.resolve().parent != out.resolve():
             raise InputError(f"output: {name!r} escapes the output folder {out}")
-        if self.target.is_dir():
-            raise InputError(f"output: {self.target} is a folder; choose another output name")
         clean_stale(out, name)
         self._parts_dir: Path | None = None
         self.concat = None
