@@ -778,6 +778,17 @@ def test_local_cluster_is_loopback_processes_without_dashboard(proc_cluster):
     assert set(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}
 
 
+def test_dashboard_without_bokeh_is_one_line():
+    pytest.importorskip("distributed")
+    try:
+        import bokeh  # noqa: F401
+        pytest.skip("bokeh is installed: the dashboard would start")
+    except ImportError:
+        pass
+    with pytest.raises(S.InputError, match="--dashboard: the Dask dashboard needs bokeh"):
+        S.local_cluster(1, dashboard="8787")
+
+
 def test_dask_workers_write_parts_and_the_file_is_byte_identical(proc_cluster, tmp_path, catalog):
     _, client = proc_cluster
     plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)
