@@ -789,6 +789,18 @@ def test_dashboard_without_bokeh_is_one_line():
         S.local_cluster(1, dashboard="8787")
 
 
+def test_a_local_cluster_that_does_not_start_is_one_line(tmp_path, catalog, monkeypatch):
+    pytest.importorskip("distributed")
+
+    def broken(*a, **k):
+        raise RuntimeError("Nanny failed to start.")
+
+    monkeypatch.setattr(S.engine, "local_cluster", broken)
+    with pytest.raises(S.InputError, match=r"local cluster did not start \(RuntimeError: Nanny failed to start.\); from a"):
+        S.sweep_to_file(S.plan_sweep(_sweep(), catalog), tmp_path / "o", "x.csv", engine="dask")
+    assert not (tmp_path / "o").exists()
+
+
 def test_dask_workers_write_parts_and_the_file_is_byte_identical(proc_cluster, tmp_path, catalog):
     _, client = proc_cluster
     plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)

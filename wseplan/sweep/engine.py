@@ -445,7 +445,14 @@ def _run_dask(plan: Plan, tasks, spec, open_writer, *, scheduler, client, worker
                     owned.append(client)
                     where = client.scheduler.address
                 else:
-                    cluster = local_cluster(workers, dashboard, malloc_trim_threshold=malloc_trim_threshold)
+                    try:
+                        cluster = local_cluster(workers, dashboard, malloc_trim_threshold=malloc_trim_threshold)
+                    except WseplanError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001
+                        raise InputError(f"--engine dask: the local cluster did not start ({exc.__class__.__name__}: "
+                                         f"{_one_line(exc)[:120]}); from a Python script, run wseplan under `if "
+                                         "__name__ == '__main__':` (the workers are spawned processes)") from None
                     owned.append(cluster)
                     client = dist.Client(cluster, set_as_default=False)
                     owned.insert(0, client)
