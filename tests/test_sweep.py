@@ -333,7 +333,8 @@ def test_dask_engine_equals_local_row_for_row(catalog):
     sw = S.parse_sweep(dict(name="d", phase="decode", models=["llama-3.1-8b", "llama-3.1-70b"],
                             targets=["h100-sxmx8", "cs3x4"], batches=[1, 4, 32], contexts=[512, 4096], output_tokens=[64]))
     local = S.run_sweep(sw, catalog=catalog, chunk=50)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster, \
             Client(cluster) as client:
         dist = S.run_sweep(sw, catalog=catalog, engine="dask", client=client, chunk=50)
     assert len(S.plan_sweep(sw, catalog).tasks(50)) > 4
@@ -878,7 +879,8 @@ def test_workers_without_the_shared_folder_send_their_parts(tmp_path, catalog, m
     monkeypatch.setattr(S.evaluate, "evaluate_task", first_is_slow)
     monkeypatch.setattr(S.engine, "_sees", lambda parts_dir: False)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+                      dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster, \
+            Client(cluster, set_as_default=False) as client:
         dist = S.sweep_to_file(plan, tmp_path / "d", "x.parquet", engine="dask", client=client, chunk=40)
     assert dist.path.read_bytes() == local.path.read_bytes()
     assert sorted(os.listdir(tmp_path / "d")) == ["x.parquet"]
@@ -953,7 +955,8 @@ def test_a_scheduler_without_workers_is_one_line(tmp_path, catalog):
     pytest.importorskip("distributed")
     from dask.distributed import LocalCluster
 
-    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster:
         assert S.probe_scheduler(cluster.scheduler_address, 5.0) == cluster.scheduler_address
         with pytest.raises(S.InputError, match="no workers joined the scheduler at tcp://127.0.0.1:.* within 0.5 s"):
             S.sweep_to_file(S.plan_sweep(_sweep(), catalog), tmp_path / "o", "x.csv", engine="dask",
