@@ -456,6 +456,9 @@ def _run_dask(plan: Plan, tasks, spec, open_writer, *, scheduler, client, worker
                     owned.append(cluster)
                     client = dist.Client(cluster, set_as_default=False)
                     owned.insert(0, client)
+            if scheduler is None:
+                with contextlib.suppress(Exception):
+                    where = client.scheduler.address or where
             try:
                 client.wait_for_workers(1, timeout=worker_timeout_s)
             except (TimeoutError, dist.TimeoutError):
