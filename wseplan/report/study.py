@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import CatalogError, InputError, validation_detail
-from .atomic import safe_filename, write_files_atomically
+from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
 from .markdown import Column, Document, Table, fmt_num, fmt_quantity
 from .plots import Marker, Plot, Series, render, roofline_plot
 
@@ -205,9 +205,15 @@ def default_out_dir(result: StudyResult) -> Path:
     return Path("reports") / result.study.slug
 
 
-def write_report(result: StudyResult, out: str | Path | None = None) -> Path:
-    """Write the report folder atomically (default ``reports/<study name>/``); returns the folder."""
-    return write_files_atomically(Path(out) if out else default_out_dir(result), result.files())
+def write_report(result: StudyResult, out: str | Path | None = None, *, force: bool = False,
+                 lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
+    """Write the report folder atomically (default ``reports/<study name>/``); returns the folder.
+
+    An existing folder is replaced only if wseplan wrote it (its ``.wseplan-report`` marker) or ``force`` is
+    given; files in it that wseplan did not write are kept (see :mod:`wseplan.report.atomic`).
+    """
+    return write_files_atomically(Path(out) if out else default_out_dir(result), result.files(), force=force,
+                                  lock_timeout_s=lock_timeout_s)
 
 
 # --------------------------------------------------------------------------------------------- serving
