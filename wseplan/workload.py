@@ -590,7 +590,11 @@ def resolve_model(name: str, catalog) -> Model | GenericModel:
     if not isinstance(name, str) or not name.strip():
         raise InputError("model: empty; give a catalog name such as llama-70b, or a config.json path")
     p = Path(name)
-    if name.endswith(".json") or (p.is_file() and p.suffix == ".json"):
+    try:
+        is_file = p.is_file()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL: not a file, so a catalog name
+        is_file = False
+    if name.endswith(".json") or (is_file and p.suffix == ".json"):
         if not p.is_file():
             raise InputError(f"model: file {name} not found; check the path")
         return model_from_hf_config(p)

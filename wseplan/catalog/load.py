@@ -314,8 +314,9 @@ class Catalog:
         idx = self._aliases(("models", "generic_models"))
         hit = idx.get(name.lower())
         if hit is None:
+            shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name):,} characters)"
             raise InputError(
-                f"model: unknown model {name!r}{suggest(name, idx)}; "
+                f"model: unknown model {shown}{suggest(name[:200], idx)}; "
                 "see `wseplan catalog list models`, or give a config.json / layer-list YAML path"
             )
         return hit

@@ -38,7 +38,7 @@ MAX_TEXT_CHARS = 10_000
 """Longest free text (a note, a source title, a claim) [characters]."""
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 """Catalog keys and aliases: what a command line can name (letters, digits, ``._+-``, at most 64)."""
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 _CONTROL_LINE = re.compile("[\t\n\r]")
 _MARKUP = re.compile(r"\[/?[A-Za-z#@][^\[\]]*\]")
 _TARGET_SUFFIX = re.compile(r"x\d+$", re.IGNORECASE)
