@@ -71,7 +71,6 @@ LOCK_TIMEOUT_S = 10.0
 """How long a second writer of the same destination waits for the first [s] before it gives up."""
 MAX_CARRIED_ENTRIES = 10_000
 """Most files and folders of a user's that a report folder carries over (more is refused, not copied)."""
-REPORT_SUFFIXES = (".md", ".csv", ".png")
 
 # test hook: called with the operation's name before every file-system call of the writers
 _HOOK: Callable[[str], None] | None = None
