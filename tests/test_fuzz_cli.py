@@ -921,6 +921,7 @@ def test_fuzz_output_paths(dirs, case):
     operation with a disk error, gives one InputError line and leaves the previous output byte-identical."""
     from wseplan.errors import InputError
     from wseplan.report import atomic as A
+    from wseplan.report import fsops as F
 
     kind, op_index, single = case
     _, inputs = dirs
@@ -943,7 +944,7 @@ def test_fuzz_output_paths(dirs, case):
             calls[0] += 1
             if calls[0] == op_index and name not in ("rmtree", "unlink", "lock_unlink", "journal_unlink"):
                 raise OSError(_e, os.strerror(_e))
-        A._HOOK = hook
+        F._HOOK = hook
     elif kind == "dangling-link":
         target = root / "link"
         os.symlink("missing", target)
@@ -988,7 +989,7 @@ def test_fuzz_output_paths(dirs, case):
     except InputError as exc:
         raised = str(exc)
     finally:
-        A._HOOK = None
+        F._HOOK = None
     if kind in errs and raised is None:  # the failure hit a step after the swap, or no step at all: written
         assert (dest.read_bytes() == b"new\n") if single else (dest / "report.md").read_bytes() == b"# new\n"
         return

@@ -1,9 +1,10 @@
 """Output writing that cannot lose data (issue 15, item 1): failure and kill injection at every file operation,
 concurrent writers, the user's thesis.md/data.csv case, symlinked outputs, stale temporaries, one-line errors.
 
-Every file-system call of :mod:`wseplan.report.atomic` goes through its ``_HOOK``; the tests count the calls of a
-clean write, then fail (raise ``OSError``) or kill the process (``os._exit`` in a forked child) at each call in
-turn, for both swap methods (``renameat2(RENAME_EXCHANGE)`` and the journalled two-rename fallback).
+Every file-system call of :mod:`wseplan.report.atomic` goes through ``wseplan.report.fsops._HOOK``; the tests
+count the calls of a clean write, then fail (raise ``OSError``) or kill the process (``os._exit`` in a forked child)
+at each call in turn, for both swap methods (``renameat2(RENAME_EXCHANGE)`` and the journalled two-rename
+fallback).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 
 from wseplan.errors import InputError
 from wseplan.report import atomic as A
+from wseplan.report import fsops as F
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = {"report.md": b"# old report\n", "a.csv": b"x\n1\n", "plot.png": b"\x89PNG old"}
@@ -32,8 +34,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="flock/fork/rena
 
 @pytest.fixture(autouse=True)
 def _reset(monkeypatch):
-    monkeypatch.setattr(A, "_HOOK", None)
-    monkeypatch.setattr(A, "USE_EXCHANGE", True)
+    monkeypatch.setattr(F, "_HOOK", None)
+    monkeypatch.setattr(F, "USE_EXCHANGE", True)
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(20)  # no test here may hang
     yield
@@ -84,11 +86,11 @@ def count_ops(tmp: Path, write) -> list[str]:
     tmp.mkdir()
     make_old(tmp)
     c = Counter()
-    A._HOOK = c
+    F._HOOK = c
     try:
         write(tmp / "rep")
     finally:
-        A._HOOK = None
+        F._HOOK = None
     return c.names
 
 
@@ -99,7 +101,7 @@ def _write_new(out: Path):
 # --------------------------------------------------------------------------------------------- failure injection
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-step"])
 def test_failure_at_every_operation_keeps_previous_report(tmp_path, exchange):
-    A.USE_EXCHANGE = exchange
+    F.USE_EXCHANGE = exchange
     names = count_ops(tmp_path / "count", _write_new)
     assert len(names) >= 25 and "mkdir" in names and ("exchange" in names) == exchange
     if not exchange:
@@ -110,7 +112,7 @@ def test_failure_at_every_operation_keeps_previous_report(tmp_path, exchange):
         base.mkdir()
         out = make_old(base)
         before = snapshot(out)
-        A._HOOK = Counter(fail_at=k)
+        F._HOOK = Counter(fail_at=k)
         try:
             _write_new(out)
             ok = True
@@ -119,7 +121,7 @@ def test_failure_at_every_operation_keeps_previous_report(tmp_path, exchange):
             msg = str(exc)
             assert "\n" not in msg and ("unchanged" in msg or "next run" in msg), msg
         finally:
-            A._HOOK = None
+            F._HOOK = None
         assert out.is_dir(), f"folder missing after a failure at operation {k} ({names[k - 1]})"
         if ok:  # only best-effort steps (cleanup after the swap, lock removal) may fail without an error
             succeeded += 1
@@ -140,7 +142,7 @@ def test_failure_at_every_operation_keeps_previous_report(tmp_path, exchange):
 def test_kill_at_every_operation_then_next_run_repairs(tmp_path, exchange):
     """A process killed at any file operation leaves the old or the new report whole (the two-step fallback may
     leave the folder aside for the next run, which puts it back before anything else)."""
-    A.USE_EXCHANGE = exchange
+    F.USE_EXCHANGE = exchange
     names = count_ops(tmp_path / "count", _write_new)
     gaps = 0
     for k in range(1, len(names) + 1):
@@ -151,7 +153,7 @@ def test_kill_at_every_operation_then_next_run_repairs(tmp_path, exchange):
         pid = os.fork()
         if pid == 0:  # child: die at operation k, no cleanup, no atexit
             try:
-                A._HOOK = Counter(fail_at=k, kill=True)
+                F._HOOK = Counter(fail_at=k, kill=True)
                 _write_new(out)
             finally:
                 os._exit(3)
@@ -169,12 +171,12 @@ def test_kill_at_every_operation_then_next_run_repairs(tmp_path, exchange):
 
 
 def test_kill_between_the_two_renames_is_rolled_forward(tmp_path):
-    A.USE_EXCHANGE = False
+    F.USE_EXCHANGE = False
     out = make_old(tmp_path)
     pid = os.fork()
     if pid == 0:
         try:
-            A._HOOK = lambda name: os._exit(0) if name == "rename_in" else None
+            F._HOOK = lambda name: os._exit(0) if name == "rename_in" else None
             _write_new(out)
         finally:
             os._exit(3)
@@ -186,7 +188,7 @@ def test_kill_between_the_two_renames_is_rolled_forward(tmp_path):
 
 
 def test_failure_in_rollback_is_repaired_by_next_run(tmp_path):
-    A.USE_EXCHANGE = False
+    F.USE_EXCHANGE = False
     out = make_old(tmp_path)
     before = snapshot(out)
 
@@ -194,10 +196,10 @@ def test_failure_in_rollback_is_repaired_by_next_run(tmp_path):
         if name in ("rename_in", "rollback"):
             raise OSError(errno.EIO, "injected")
 
-    A._HOOK = hook
+    F._HOOK = hook
     with pytest.raises(InputError, match="next run puts it back"):
         _write_new(out)
-    A._HOOK = None
+    F._HOOK = None
     assert not out.exists()
     A.repair(out)
     assert snapshot(out) == before and sorted(os.listdir(tmp_path)) == ["rep"]
@@ -215,12 +217,12 @@ def test_disk_errors_give_one_line(tmp_path, err, words, at):
         if name == at:
             raise OSError(err, os.strerror(err))
 
-    A._HOOK = hook
+    F._HOOK = hook
     with pytest.raises(InputError) as ei:
         _write_new(out)
     msg = str(ei.value)
     assert "\n" not in msg and words in msg and "unchanged" in msg, msg
-    A._HOOK = None
+    F._HOOK = None
     assert snapshot(out) == before
     assert sorted(os.listdir(tmp_path)) == ["rep"]
 
@@ -412,7 +414,7 @@ def test_concurrent_writers_never_mix_or_lose_the_folder(tmp_path):
         if pid == 0:
             code = 1
             try:
-                A.USE_EXCHANGE = True
+                F.USE_EXCHANGE = True
                 for i in range(10):
                     body = f"writer {w} round {i}".encode()
                     A.write_files_atomically(out, {"report.md": body, "copy.csv": body}, lock_timeout_s=15)
@@ -457,7 +459,7 @@ def test_single_file_failure_at_every_operation(tmp_path):
         base.mkdir()
         target = base / "table.csv"
         target.write_bytes(b"old,data\n")
-        A._HOOK = Counter(fail_at=k)
+        F._HOOK = Counter(fail_at=k)
         try:
             A.write_file_atomically(target, b"new,data\n")
             ok = True
@@ -465,7 +467,7 @@ def test_single_file_failure_at_every_operation(tmp_path):
             ok = False
             assert "\n" not in str(exc)
         finally:
-            A._HOOK = None
+            F._HOOK = None
         assert target.read_bytes() == (b"new,data\n" if ok else b"old,data\n"), (k, names[k - 1])
         A.write_file_atomically(target, b"third\n")
         assert sorted(os.listdir(base)) == ["table.csv"], (k, names[k - 1], os.listdir(base))
@@ -481,7 +483,7 @@ def test_single_file_kill_at_every_operation(tmp_path):
         pid = os.fork()
         if pid == 0:
             try:
-                A._HOOK = Counter(fail_at=k, kill=True)
+                F._HOOK = Counter(fail_at=k, kill=True)
                 A.write_file_atomically(target, b"new")
             finally:
                 os._exit(3)
