@@ -38,6 +38,8 @@ MAX_TEXT_CHARS = 10_000
 """Longest free text (a note, a source title, a claim) [characters]."""
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 """Catalog keys and aliases: what a command line can name (letters, digits, ``._+-``, at most 64)."""
+MODEL_ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}(/[A-Za-z0-9][A-Za-z0-9._+-]{0,95})?$")
+"""Model aliases may also be a Hugging Face repository id, ``org/name`` (e.g. ``openai/gpt-oss-120b``)."""
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 _CONTROL_LINE = re.compile("[\t\n\r]")
 _MARKUP = re.compile(r"\[/?[A-Za-z#@][^\[\]]*\]")
@@ -79,6 +81,15 @@ def check_key(value: str) -> str:
     return value
 
 
+def check_model_alias(value: str) -> str:
+    """A model alias: a key, or a Hugging Face repository id ``org/name`` (see :data:`MODEL_ALIAS_PATTERN`)."""
+    if not MODEL_ALIAS_PATTERN.match(value):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise ValueError(f"{shown!r} is not a model alias: use a key (1-64 letters, digits, '.', '_', '+' or '-') "
+                         "or a repository id org/name")
+    return value
+
+
 def check_hardware_key(value: str) -> str:
     """A hardware key or alias: :func:`check_key`, and no ``x<N>`` ending that would read as a target count."""
     check_key(value)
@@ -91,6 +102,7 @@ def check_hardware_key(value: str) -> str:
 Name = Annotated[str, AfterValidator(check_name)]
 Text = Annotated[str, AfterValidator(check_text)]
 Key = Annotated[str, AfterValidator(check_key)]
+ModelAlias = Annotated[str, AfterValidator(check_model_alias)]
 HardwareKey = Annotated[str, AfterValidator(check_hardware_key)]
 
 
@@ -375,7 +387,7 @@ class Model(_Frozen):
     """
 
     name: Name
-    aliases: list[Key] = []
+    aliases: list[ModelAlias] = []
     source: str | list[str]
     basis: Basis
     note: Text | None = None
@@ -500,7 +512,7 @@ class GenericModel(_Frozen):
     """A model given as a plain list of layers (e.g. a 3D U-Net or a GNN)."""
 
     name: Name
-    aliases: list[Key] = []
+    aliases: list[ModelAlias] = []
     source: str | list[str]
     basis: Basis
     note: Text | None = None
