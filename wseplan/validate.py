@@ -389,17 +389,26 @@ def _is_lora(case: Case) -> bool:
     return "lora" in case.model.lower()
 
 
+#: the GPU software profile the public rows were calibrated with (static batches; see catalogs/software/)
+GPU_PROFILE = "gpu-fitted-2026-11"
+
+
+def wafer_profile_for(case) -> str:
+    """Research-code rows (WaferLLM) run the research profile; Cerebras service figures the production one."""
+    return "wafer-research" if "waferllm" in (case.source or "").lower() else "wafer-production"
+
+
 def _software(cal):
-    """The default GPU software profile with a trial calibration's constants (None: the profile as shipped)."""
+    """The GPU profile of the validation rows, with a trial calibration's constants when ``cal`` is given."""
     if cal is None:
-        return None
+        return GPU_PROFILE
     import dataclasses
 
     from .catalog.load import load_catalog
     from .catalog.schema import Quantity
     from .catalog.software import resolve_software
 
-    prof = resolve_software(None, "gpu", load_catalog())
+    prof = resolve_software(GPU_PROFILE, "gpu", load_catalog())
     consts = {f.name: Quantity(value=float(getattr(cal, f.name)), source="wseplan-estimate", basis="estimate",
                                note="calibration trial") for f in dataclasses.fields(cal)}
     return prof.model_copy(update={"constants": consts})
@@ -615,7 +624,8 @@ def _predict_wafer(case, catalog):
     phase = "prefill" if case.phase == "prefill" else "decode"
     try:
         r = predict_time(model, target, require_fit=False, phase=phase, precision=precision, batch=conc, context=inp,
-                         output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog, **opts)
+                         output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog,
+                         software=wafer_profile_for(case), **opts)
         _need_fit(r)
     except (NotImplementedError, ImportError, AttributeError):
         raise SkipRow("wafer model unavailable") from None

@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..workload import build_workload, kv_bytes_per_element
 from . import register
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .inference import InferenceMixin
+from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage")
 INFER_COLUMNS = ("tp", "pp", "dp")
@@ -78,13 +78,14 @@ class GpuContext:
         domain = int(self.gpu.scale_up_domain_gpus.si)
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
+        self.spec = speculation(q) if q.phase != "train" and self.transformer else None
 
 
 class GpuFamily(InferenceMixin, Family):
     name = "gpu"
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
-    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer")
+    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer") + SPEC_OPTIONS
 
     @property
     def layout_columns(self):  # both sets; a query uses one
@@ -280,6 +281,12 @@ class GpuFamily(InferenceMixin, Family):
         if ctx.q.phase == "train":
             return self._train_time(ctx, cfg)
         return self.infer_time(ctx, cfg)
+
+    def draft_setup(self, ctx: GpuContext, cfg: dict):
+        """The draft model on the same GPUs with the same TP/PP (draft and target alternate on one engine)."""
+        if getattr(ctx, "_draft", None) is None:
+            ctx._draft = GpuContext(draft_query(ctx.q, ctx.spec["draft_model"]))
+        return ctx._draft, cfg
 
     def pipeline_stages(self, ctx: GpuContext, cfg: dict) -> np.ndarray:
         return np.asarray(cfg["pp"], dtype=float)
