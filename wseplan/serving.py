@@ -1,48 +1,293 @@
-"""Serving replicas: what one engine replica of a model on a hardware type delivers at each concurrency.
+"""Serving: what engine replicas of a model deliver at a load, the SLA they meet, and what it costs.
 
-The one replica model that ``fleet``, ``report`` and ``serve`` share: every option is one row of the planning
-chain (:func:`wseplan.plan.evaluate`, phase ``serve``: in-flight or static batching per the software profile)
-on a target without a device count, so the replica is the fewest devices that hold the model, its KV cache at
-that concurrency and its working set (or, with ``devices``, each replica size given).
+The one serving model that ``serve``, ``fleet``, ``report`` and the Python API share. Every operating point is one
+row of the planning chain (:func:`wseplan.plan.evaluate`, phase ``serve``: in-flight or static batching per the
+software profile) at a concurrency (the replica's batch slots) and a replica size; on top of it:
+
+* **load and queueing** (:mod:`wseplan.analytic.queueing`): requests arrive as a Poisson process, hold a slot for
+  ``S = TTFT_own + (O - 1) TPOT`` (answer lengths spread with squared CV ``output_scv``); a replica carries at most
+  ``B / E[S]`` requests/s; at a rate below that, TTFT percentiles are the own prefill plus the M/G/c wait;
+* **SLA**: TTFT at a percentile and TPOT (the per-token time of the running batch) within limits;
+* **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
+* **replica search**: without a device count, every replica size from the fewest devices that hold the model
+  (GPUs: powers of two inside the scale-up domain; wafers: the fewest wafers to twice that) x every concurrency,
+  the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user.
 """
 from __future__ import annotations
 
-import numpy as np
+import math
 
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from .analytic import queueing as Q
 from .errors import InputError
+
+#: the load at which a point is reported when no rate is given (share of the replica's capacity)
+DEFAULT_UTILIZATION = 0.9
+#: squared coefficient of variation of the answer length when none is given (chat answers spread about +-70%)
+DEFAULT_OUTPUT_SCV = 0.5
+PERCENTILES = (50, 90, 95, 99)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServePoint(_Frozen):
+    """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD."""
+
+    devices_per_replica: int
+    num_replicas: int
+    num_devices: int
+    batch: int
+    layout: dict
+    tpot_s: float
+    ttft_s: float
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p95_s: float
+    ttft_p99_s: float
+    ttft_at_percentile_s: float
+    tokens_per_s_per_user: float
+    capacity_requests_per_s: float
+    requests_per_s: float
+    tokens_per_s: float
+    utilization_frac: float
+    accepted_tokens_per_step: float
+    bottleneck: str | None
+    meets_sla: bool
+    usd_per_hour: float | None = None
+    output_usd_per_mtok: float | None = None
+    input_usd_per_mtok: float | None = None
+
+
+class ServeResult(_Frozen):
+    """The ``serve`` record: the chosen point, every point evaluated, and the cost/speed Pareto frontier."""
+
+    schema_version: int = 1
+    model: str
+    target: str
+    hardware: str
+    software: str
+    precision: str
+    input_tokens: int
+    output_tokens: int
+    percentile: float
+    ttft_limit_s: float | None = None
+    tpot_limit_s: float | None = None
+    rate_per_s: float | None = None
+    speculative: dict | None = None
+    fits: bool
+    chosen: ServePoint | None = None
+    points: list[ServePoint] = []
+    frontier: list[ServePoint] = []
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        """The flat record (the chosen point's fields at top level) plus ``points`` and ``frontier``."""
+        rec = self.model_dump(mode="json", exclude={"chosen"})
+        ch = self.chosen.model_dump(mode="json") if self.chosen else {}
+        head = {k: rec.pop(k) for k in list(rec) if k not in ("points", "frontier", "notes")}
+        return {**head, **ch, "notes": rec["notes"], "frontier": rec["frontier"], "points": rec["points"]}
+
+
+def concurrency_grid(max_batch: float) -> list[int]:
+    """1, 2, 4, ... up to the engine's largest batch."""
+    top = max(1, int(max_batch))
+    return [1 << i for i in range(int(math.log2(top)) + 1)]
+
+
+def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
+            ttft_limit_s, tpot_limit_s, utilization) -> list[ServePoint]:
+    from .analytic.cost import nominal
+    from .costing import cost_columns, params_for
+    from .plan import bottleneck_name, evaluate, record
+
+    b = np.asarray(batches, dtype=float)
+    n = len(b)
+    cfg = {"batch": b, "context": np.full(n, float(input_tokens)), "output_tokens": np.full(n, float(output_tokens))}
+    for k, v in (layout or {}).items():
+        cfg[k] = np.full(n, float(v))
+    arr = evaluate(s, cfg)
+    ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
+    if not ok.any():
+        return []
+    R = np.asarray(arr["num_replicas"], dtype=float)
+    tpot, ttft = arr["tpot_s"], arr["ttft_s"]
+    slot = ttft + (output_tokens - 1.0) * tpot  # a request's time in its slot
+    cap = b / slot  # requests/s one replica carries
+    lam = np.full(n, np.nan) if rate is None else rate / R
+    lam = np.where(np.isnan(lam), utilization * cap, lam)
+    scv = Q.service_scv(prefill_s=ttft, decode_s_per_token=tpot, output_tokens_mean=output_tokens,
+                        output_tokens_scv=output_scv)
+    waits = {p: Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv, percentile=p)
+             for p in (*PERCENTILES, percentile)}
+    util = lam / cap
+    cost = None
+    if prices is not None:
+        cost = cost_columns(s, arr, nominal(params_for(s, prices, overrides=overrides)))
+    out = []
+    for i in np.nonzero(ok)[0]:
+        if not (util[i] < 1.0):
+            continue  # the rate exceeds what this point carries: no steady state
+        tt = {p: float(ttft[i] + waits[p][i]) for p in waits}
+        meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
+        rec = record(s, arr, int(i))
+        usd_h = out_usd = in_usd = None
+        if cost is not None:
+            u = max(float(util[i]), 1e-12)
+            usd_h = float(np.asarray(cost["usd_per_hour"]).ravel()[i if np.size(cost["usd_per_hour"]) > 1 else 0])
+            out_usd = float(np.asarray(cost["output_usd_per_mtok"]).ravel()[i]) / u
+            iv = np.asarray(cost.get("input_usd_per_mtok", np.full(n, np.nan))).ravel()[i]
+            in_usd = None if not np.isfinite(iv) else float(iv) / u
+        out.append(ServePoint(
+            devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
+            num_devices=int(arr["num_devices"][i]), batch=int(b[i]), layout=rec.layout, tpot_s=float(tpot[i]),
+            ttft_s=float(ttft[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
+            ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
+            capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
+            tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
+            accepted_tokens_per_step=float(arr.get("time.accepted_tokens_per_step", np.ones(n))[i]),
+            bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
+            output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd))
+    return out
+
+
+def pareto_frontier(points: list[ServePoint]) -> list[ServePoint]:
+    """Points not beaten on both $/M output tokens (lower) and tokens/s per user (higher), by speed."""
+    pts = sorted((p for p in points if p.output_usd_per_mtok is not None),
+                 key=lambda p: (-p.tokens_per_s_per_user, p.output_usd_per_mtok))
+    out, best = [], math.inf
+    for p in pts:
+        if p.output_usd_per_mtok < best:
+            out.append(p)
+            best = p.output_usd_per_mtok
+    return out
+
+
+def replica_sizes(s0) -> list[int | None]:
+    """Replica sizes to search for a target without a count: None (the fewest that fit) and larger ones."""
+    t = s0.query.target
+    if t.count is not None:
+        return [None]
+    if t.kind == "gpu":
+        dom = int(t.device.scale_up_domain_gpus.si)
+        return [None] + [n for n in (2, 4, 8, 16, 32, 64, 72) if n <= min(dom, 72)]
+    return [None, "x2"]
+
+
+def serve(model, target, *, precision: str = "bf16", software: str | None = None, input_tokens: int = 2048,
+          output_tokens: int = 256, concurrency: int | None = None, rate: float | None = None,
+          ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
+          output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float = DEFAULT_UTILIZATION, options: dict | None = None,
+          catalog=None, prices=None, overrides: dict | None = None) -> ServeResult:
+    """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
+
+    With ``concurrency`` the replica runs that many requests at once; without it every concurrency up to the
+    engine's largest batch is tried. ``rate`` is the offered load of the whole target [requests/s]; without it each
+    point is reported at ``utilization`` of its capacity. The chosen point: with a rate or limits, the cheapest (or,
+    without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
+    point. A target without a count sizes the replica itself (replica search, see the module docstring).
+    """
+    from .analytic.cost import load_prices
+    from .catalog.load import load_catalog
+    from .plan import setup
+    from .targets import Target
+    from .workload import check_positive_int
+
+    cat = catalog or load_catalog()
+    check_positive_int(input_tokens, "input_tokens")
+    check_positive_int(output_tokens, "output_tokens")
+    if concurrency is not None:
+        check_positive_int(concurrency, "concurrency")
+    for name, v in (("rate", rate), ("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
+            raise InputError(f"{name}: must be a positive number, got {v!r}")
+    if not 0 < percentile < 100:
+        raise InputError(f"percentile: must be in (0, 100), got {percentile!r}")
+    if not 0 < utilization < 1:
+        raise InputError(f"utilization: must be in (0, 1), got {utilization!r}")
+    if prices is None:
+        prices = load_prices(catalog=cat)
+    s0 = setup(model, target, phase="serve", precision=precision, software=software, options=options, catalog=cat)
+    eng = s0.query.software.engine
+    batches = [concurrency] if concurrency else concurrency_grid(eng.max_batch.si)
+    points: list[ServePoint] = []
+    t0 = s0.query.target
+    kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
+              overrides=overrides, rate=rate, percentile=percentile, output_scv=output_scv, ttft_limit_s=ttft_limit_s,
+              tpot_limit_s=tpot_limit_s, utilization=utilization)
+    for size in replica_sizes(s0):
+        if size is None:
+            s, lay = s0, None
+        elif size == "x2":  # wafers: from the fewest that fit to twice that
+            few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None))
+            kmin = few[0].devices_per_replica if few else None
+            if kmin is None:
+                continue
+            for k in range(kmin + 1, 2 * kmin + 1):
+                tk = Target(text=f"{t0.key}x{k}", kind=t0.kind, key=t0.key, device=t0.device, count=k)
+                sk = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
+                           catalog=cat)
+                points += _points(sk, layout={"num_wafers": k}, **kw)
+            continue
+        else:
+            tk = Target(text=f"{t0.key}x{size}", kind=t0.kind, key=t0.key, device=t0.device, count=size)
+            s = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
+                      catalog=cat)
+            lay = {"dp": 1}
+        points += _points(s, layout=lay, **kw)
+    q = s0.query
+    spec = None
+    if getattr(s0.ctx, "spec", None):
+        sp = s0.ctx.spec
+        spec = {"draft_model": sp["draft_model"].name, "draft_tokens": sp["draft_tokens"], "acceptance_frac": sp["acceptance_frac"]}
+    base = dict(model=q.model.name, target=t0.label, hardware=t0.key, software=q.software.name, precision=precision,
+                input_tokens=input_tokens, output_tokens=output_tokens, percentile=percentile, ttft_limit_s=ttft_limit_s,
+                tpot_limit_s=tpot_limit_s, rate_per_s=rate, speculative=spec)
+    seen, uniq = set(), []
+    for p in points:  # the replica search can reach the same layout twice (the fewest devices is one of the sizes)
+        key = (p.devices_per_replica, p.num_replicas, p.batch, tuple(sorted(p.layout.items())))
+        if key not in seen:
+            seen.add(key)
+            uniq.append(p)
+    points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
+    if not points:
+        why = "at this concurrency" if concurrency else "at any concurrency"
+        note = (f"{q.model.name} does not fit {t0.label} {why}" if rate is None else
+                f"no point of {q.model.name} on {t0.label} fits and carries {rate:g} requests/s")
+        return ServeResult(**base, fits=False, notes=[note])
+    ok = [p for p in points if p.meets_sla]
+    notes = []
+    if not ok:
+        notes.append("no point meets the limits; the fastest point is shown")
+        chosen = min(points, key=lambda p: (p.ttft_at_percentile_s if ttft_limit_s else 0.0, p.tpot_s))
+    elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
+        chosen = min(ok, key=lambda p: (p.output_usd_per_mtok if p.output_usd_per_mtok is not None else p.tpot_s,
+                                        p.num_devices, p.batch))
+    else:
+        chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
+    if rate is None:
+        notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given)")
+    return ServeResult(**base, fits=True, chosen=chosen, points=points, frontier=pareto_frontier(ok), notes=notes)
 
 
 def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
-                    devices=None, software: str | None = None, catalog=None) -> list[dict]:
-    """One dict per (replica size, concurrency) that fits: ``num_devices``, ``batch``, ``tokens_per_s`` (output
-    tokens/s of one replica), ``requests_per_s``, ``ttft_s``, ``tpot_s``, ``tokens_per_s_per_user``, ``layout``.
-
-    ``hardware`` is a hardware key without a count; ``devices`` (optional) lists replica sizes to try in
-    addition to the smallest that fits.
-    """
-    from .catalog.load import load_catalog
-    from .plan import evaluate, record, setup
-    from .targets import Target, parse_target
-
-    cat = catalog or load_catalog()
-    t0 = parse_target(hardware, cat) if isinstance(hardware, str) else hardware
-    if t0.count is not None:
-        raise InputError(f"hardware: give a hardware key without a count (got {t0.text!r}); replicas are sized here")
-    b = np.asarray(list(batches), dtype=float)
-    if b.size == 0 or (b < 1).any():
-        raise InputError("batches: give at least one positive concurrency")
-    targets = [t0] + [Target(text=f"{t0.key}x{int(n)}", kind=t0.kind, key=t0.key, device=t0.device, count=int(n))
-                      for n in (devices or [])]
+                    devices=None, software: str | None = None, catalog=None, ttft_limit_s: float | None = None,
+                    tpot_limit_s: float | None = None, percentile: float = 95) -> list[dict]:
+    """One dict per concurrency that fits on the fewest devices of ``hardware`` (a key without a count), at the
+    default load: ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load),
+    ``requests_per_s``, ``ttft_s`` (at ``percentile``), ``tpot_s``, ``tokens_per_s_per_user``, ``layout``,
+    ``meets_sla``. ``fleet`` builds its configurations from these; ``devices`` is accepted for compatibility."""
+    res = serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
+                output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
+                percentile=percentile, prices=None)
     out = []
-    for t in targets:
-        s = setup(model, t, phase="serve", precision=precision, software=software, catalog=cat)
-        cfg = {"batch": b, "context": np.full(b.size, float(input_tokens)), "output_tokens": np.full(b.size, float(output_tokens))}
-        arr = evaluate(s, cfg)
-        for i in np.nonzero(arr["fits"])[0]:
-            r = record(s, arr, int(i))
-            if r.num_replicas != 1:  # a given size that holds several replicas is counted per replica elsewhere
-                continue
-            out.append(dict(num_devices=r.num_devices, batch=r.batch, tokens_per_s=r.tokens_per_s,
-                            requests_per_s=r.requests_per_s, ttft_s=r.ttft_s, tpot_s=r.tpot_s,
-                            tokens_per_s_per_user=r.tokens_per_s_per_user, layout=r.layout, software=r.software))
+    for p in res.points:
+        if p.batch not in set(batches) or p.num_replicas != 1:
+            continue
+        out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
+                        requests_per_s=p.requests_per_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
+                        tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
     return out

@@ -1,0 +1,100 @@
+"""Serving: queueing approximation vs a discrete-event simulation, the serve record, replica search, frontier."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wseplan.analytic import engine as E
+from wseplan.analytic import queueing as Q
+from wseplan.errors import InputError
+from wseplan.serving import pareto_frontier, serve
+from wseplan.sim.queue import simulate_waits
+
+
+def test_erlang_c_hand_values():
+    # M/M/1: P(wait) = rho; M/M/2 at a = 1: C = 1/3 (Kleinrock, Queueing Systems vol. 1, eq. 3.40)
+    assert float(Q.erlang_c(servers=1, offered_load=0.7)) == pytest.approx(0.7, rel=1e-12)
+    assert float(Q.erlang_c(servers=2, offered_load=1.0)) == pytest.approx(1.0 / 3.0, rel=1e-12)
+    assert float(Q.erlang_c(servers=4, offered_load=4.0)) == 1.0 and float(Q.erlang_c(servers=4, offered_load=0.0)) == 0.0
+    # M/M/1 mean wait rho / (mu - lambda) = 0.7 / 0.3 with mu = 1
+    assert float(Q.mgc_wait(arrival_rate=0.7, mean_service_s=1.0, servers=1)) == pytest.approx(0.7 / 0.3, rel=1e-12)
+    assert math.isinf(float(Q.mgc_wait(arrival_rate=2.0, mean_service_s=1.0, servers=1)))
+
+
+@pytest.mark.parametrize("servers,scv", [(16, 0.5), (64, 1.0)])
+@pytest.mark.parametrize("load", [0.1, 0.3, 0.5, 0.7, 0.9])
+def test_ttft_percentiles_match_the_simulation(servers, scv, load):
+    """TTFT = own prefill + M/G/c wait: the Allen-Cunneen approximation within 10% of a discrete-event simulation
+    (Poisson arrivals, lognormal answer lengths) at loads 0.1-0.9, for p50, p90 and p95."""
+    own, tpot, out = 0.3, 0.02, 200.0
+    rng = np.random.default_rng(7)
+    n = 200_000 if load >= 0.7 else 60_000
+    sig = math.sqrt(math.log(1 + scv))
+    o = rng.lognormal(math.log(out) - sig ** 2 / 2, sig, size=n)
+    service = own + tpot * o
+    mean_s = own + tpot * out
+    lam = load * servers / mean_s
+    waits = simulate_waits(arrival_rate=lam, servers=servers, service_s=service, seed=3)[n // 10:]
+    cs = Q.service_scv(prefill_s=own, decode_s_per_token=tpot, output_tokens_mean=out, output_tokens_scv=scv)
+    for p in (50, 90, 95):
+        sim = own + np.percentile(waits, p)
+        ana = own + float(Q.mgc_wait(arrival_rate=lam, mean_service_s=mean_s, servers=servers, service_scv=cs, percentile=p))
+        assert ana == pytest.approx(sim, rel=0.10), (p, sim, ana)
+
+
+def test_accepted_tokens_expectation():
+    # Leviathan et al. 2023, eq. 1: (1 - a^(k+1)) / (1 - a); a = 0.8, k = 4: (1 - 0.32768) / 0.2 = 3.3616
+    assert float(E.accepted_tokens_per_step(draft_tokens=4, acceptance_frac=0.8)) == pytest.approx(3.3616, rel=1e-12)
+    assert float(E.accepted_tokens_per_step(draft_tokens=0, acceptance_frac=0.5)) == 1.0
+
+
+def test_serve_record_and_frontier(catalog):
+    r = serve("llama-3.1-70b", "h200", precision="fp8", input_tokens=2048, output_tokens=256, tpot_limit_s=0.05,
+              ttft_limit_s=2.0, catalog=catalog)
+    rec = r.to_record()
+    for k in ("fits", "num_devices", "batch", "ttft_p50_s", "ttft_p95_s", "tpot_s", "tokens_per_s_per_user",
+              "tokens_per_s", "requests_per_s", "bottleneck", "software", "speculative", "output_usd_per_mtok"):
+        assert k in rec, k
+    assert r.fits and r.chosen.meets_sla
+    assert rec["tokens_per_s_per_user"] == pytest.approx(1 / rec["tpot_s"]) and rec["tpot_s"] <= 0.05
+    assert rec["tokens_per_s"] == pytest.approx(rec["requests_per_s"] * 256)
+    # the frontier: nothing in it is beaten on both cost and speed by a point meeting the limits
+    ok = [p for p in r.points if p.meets_sla]
+    for f in r.frontier:
+        assert not any(p.output_usd_per_mtok < f.output_usd_per_mtok and p.tokens_per_s_per_user > f.tokens_per_s_per_user
+                       for p in ok)
+    assert pareto_frontier(r.frontier) == r.frontier
+    # the cheapest point meeting the limits is chosen
+    assert r.chosen.output_usd_per_mtok == min(p.output_usd_per_mtok for p in ok)
+
+
+def test_replica_search_covers_the_fixed_count(catalog):
+    """A target without a count searches replica sizes; the 8-GPU replica's points are among them."""
+    free = serve("llama-3.1-70b", "h200", precision="fp8", input_tokens=1024, output_tokens=128, catalog=catalog)
+    fixed = serve("llama-3.1-70b", "h200x8", precision="fp8", input_tokens=1024, output_tokens=128, catalog=catalog,
+                  options=None)
+    assert {p.devices_per_replica for p in free.points} >= {2, 4, 8}
+    assert max(p.tokens_per_s / p.num_devices for p in free.points) >= max(p.tokens_per_s / p.num_devices for p in fixed.points) * (1 - 1e-9)
+
+
+def test_rate_beyond_capacity_and_bad_input(catalog):
+    r = serve("llama-3.1-8b", "h100x1", input_tokens=1024, output_tokens=128, concurrency=4, rate=1e6, catalog=catalog)
+    assert not r.fits and r.chosen is None and "carries" in r.notes[0]
+    ok = serve("llama-3.1-8b", "h100x1", input_tokens=1024, output_tokens=128, concurrency=64, rate=1.0, catalog=catalog)
+    assert ok.chosen.requests_per_s == pytest.approx(1.0) and 0 < ok.chosen.utilization_frac < 1
+    for kw in (dict(rate=-1.0), dict(percentile=100), dict(concurrency=0), dict(input_tokens=0)):
+        with pytest.raises(InputError):
+            serve("llama-3.1-8b", "h100x1", **{"input_tokens": 16, "output_tokens": 8, **kw}, catalog=catalog)
+
+
+def test_production_wafer_ttft_70b_2k_prompt(catalog):
+    """Issue 11: 70B on four CS-3, a 2K prompt, one request: TTFT under 0.5 s with chunked, pipelined prefill."""
+    from wseplan.plan import plan
+
+    r = plan("llama-3.1-70b", "cs3x4", phase="serve", batch=1, context=2048, output_tokens=128, catalog=catalog)
+    assert r.software == "wafer-production" and r.ttft_s < 0.5
+    research = plan("llama-3.1-70b", "cs3x4", phase="serve", batch=1, context=2048, output_tokens=128, catalog=catalog,
+                    software="wafer-research")
+    assert research.ttft_s > 2 * r.ttft_s  # one prompt walking the stages in series
