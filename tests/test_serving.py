@@ -9,7 +9,7 @@ import pytest
 from wseplan.analytic import engine as E
 from wseplan.analytic import queueing as Q
 from wseplan.errors import InputError
-from wseplan.serving import pareto_frontier, serve
+from wseplan.serving import pareto_frontier, serve, sla_grid, with_limits
 from wseplan.sim.queue import simulate_waits
 
 
@@ -98,3 +98,28 @@ def test_production_wafer_ttft_70b_2k_prompt(catalog):
     research = plan("llama-3.1-70b", "cs3x4", phase="serve", batch=1, context=2048, output_tokens=128, catalog=catalog,
                     software="wafer-research")
     assert research.ttft_s > 2 * r.ttft_s  # one prompt walking the stages in series
+
+
+@pytest.mark.parametrize("ttft,tpot", [(0.5, 0.02), (2.0, 0.05), (None, 0.03), (5.0, None)])
+def test_with_limits_equals_a_fresh_serve(catalog, ttft, tpot):
+    """Re-judging evaluated points against other limits gives the record serve() gives with those limits."""
+    loose = serve("llama-8b", "h100", catalog=catalog, input_tokens=1024, output_tokens=256)
+    fresh = serve("llama-8b", "h100", catalog=catalog, input_tokens=1024, output_tokens=256,
+                  ttft_limit_s=ttft, tpot_limit_s=tpot)
+    again = with_limits(loose, ttft_limit_s=ttft, tpot_limit_s=tpot)
+    assert again.to_record() == fresh.to_record()
+
+
+def test_sla_grid_tightening_never_gets_cheaper(catalog):
+    rows = sla_grid("llama-8b", ["h100", "h200"], ttft_limits_s=[0.3, 3.0], tpot_limits_s=[0.01, 0.05],
+                    catalog=catalog, input_tokens=1024, output_tokens=256)
+    assert len(rows) == 8
+    targets = {r["target"] for r in rows}
+    assert targets == {"h100-sxm", "h200-sxm"}
+    for t in targets:
+        got = {(r["ttft_limit_s"], r["tpot_limit_s"]): r for r in rows if r["target"] == t}
+        loose, tight = got[(3.0, 0.05)], got[(0.3, 0.01)]
+        assert loose["meets_sla"]
+        if tight["meets_sla"]:  # a tighter SLA is met by a subset of the points: never cheaper
+            assert tight["output_usd_per_mtok"] >= loose["output_usd_per_mtok"] - 1e-12
+            assert tight["tokens_per_s_per_user"] >= 100 - 1e-9

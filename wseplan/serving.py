@@ -253,10 +253,16 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             seen.add(key)
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
+    return _result(base, points, concurrency=concurrency, utilization=utilization)
+
+
+def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
+    """The record for evaluated ``points``: which meet ``base``'s limits, the chosen point and the frontier."""
+    rate, ttft_limit_s, tpot_limit_s = base["rate_per_s"], base["ttft_limit_s"], base["tpot_limit_s"]
     if not points:
         why = "at this concurrency" if concurrency else "at any concurrency"
-        note = (f"{q.model.name} does not fit {t0.label} {why}" if rate is None else
-                f"no point of {q.model.name} on {t0.label} fits and carries {rate:g} requests/s")
+        note = (f"{base['model']} does not fit {base['target']} {why}" if rate is None else
+                f"no point of {base['model']} on {base['target']} fits and carries {rate:g} requests/s")
         return ServeResult(**base, fits=False, notes=[note])
     ok = [p for p in points if p.meets_sla]
     notes = []
@@ -271,6 +277,47 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     if rate is None:
         notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given)")
     return ServeResult(**base, fits=True, chosen=chosen, points=points, frontier=pareto_frontier(ok), notes=notes)
+
+
+def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_limit_s: float | None = None) -> ServeResult:
+    """``result`` re-judged against other TTFT/TPOT limits (same load, percentile and points; nothing re-timed).
+
+    The limits only decide which evaluated points qualify, so an SLA grid costs one :func:`serve` per target.
+    """
+    for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
+            raise InputError(f"{name}: must be a positive number, got {v!r}")
+    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or p.tpot_s <= tpot_limit_s)
+                                and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)})
+           for p in result.points]
+    base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
+                                      "output_tokens", "percentile", "rate_per_s", "speculative"})
+    base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
+    util = pts[0].utilization_frac if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
+    return _result(base, pts, utilization=util)
+
+
+def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict]:
+    """The cheapest point per target for every (TTFT limit, TPOT limit) pair: one replica search per target.
+
+    ``kw`` go to :func:`serve` (precision, input/output tokens, rate, percentile, ...). Returns one dict per
+    (target, ttft limit, tpot limit): ``target``, the limits, ``meets_sla``, and the chosen point's
+    ``num_devices``, ``batch``, ``tokens_per_s_per_user``, ``ttft_at_percentile_s`` and ``output_usd_per_mtok``
+    (None where no point meets the limits).
+    """
+    out = []
+    for t in targets:
+        res = serve(model, t, **kw)
+        for ttft in ttft_limits_s:
+            for tpot in tpot_limits_s:
+                r = with_limits(res, ttft_limit_s=ttft, tpot_limit_s=tpot)
+                c = r.chosen if r.chosen is not None and r.chosen.meets_sla else None
+                out.append(dict(target=res.target, ttft_limit_s=ttft, tpot_limit_s=tpot, meets_sla=c is not None,
+                                num_devices=c.num_devices if c else None, batch=c.batch if c else None,
+                                tokens_per_s_per_user=c.tokens_per_s_per_user if c else None,
+                                ttft_at_percentile_s=c.ttft_at_percentile_s if c else None,
+                                output_usd_per_mtok=c.output_usd_per_mtok if c else None))
+    return out
 
 
 def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
