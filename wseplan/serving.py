@@ -181,14 +181,16 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
           output_tokens: int = 256, concurrency: int | None = None, rate: float | None = None,
           ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
           output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float = DEFAULT_UTILIZATION, options: dict | None = None,
-          catalog=None, prices=None, overrides: dict | None = None) -> ServeResult:
+          layout: dict | None = None, catalog=None, prices=None, overrides: dict | None = None) -> ServeResult:
     """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
 
     With ``concurrency`` the replica runs that many requests at once; without it every concurrency up to the
     engine's largest batch is tried. ``rate`` is the offered load of the whole target [requests/s]; without it each
     point is reported at ``utilization`` of its capacity. The chosen point: with a rate or limits, the cheapest (or,
     without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
-    point. A target without a count sizes the replica itself (replica search, see the module docstring).
+    point. A target without a count sizes the replica itself (replica search, see the module docstring); a
+    ``layout`` (e.g. ``{"tp": 2, "pp": 1, "dp": 4}`` on ``h100x8``) fixes it instead. ``prices=False`` skips
+    pricing (points without $ fields).
     """
     from .analytic.cost import load_prices
     from .catalog.load import load_catalog
@@ -210,6 +212,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         raise InputError(f"utilization: must be in (0, 1), got {utilization!r}")
     if prices is None:
         prices = load_prices(catalog=cat)
+    elif prices is False:
+        prices = None
     s0 = setup(model, target, phase="serve", precision=precision, software=software, options=options, catalog=cat)
     eng = s0.query.software.engine
     batches = [concurrency] if concurrency else concurrency_grid(eng.max_batch.si)
@@ -218,9 +222,11 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
               overrides=overrides, rate=rate, percentile=percentile, output_scv=output_scv, ttft_limit_s=ttft_limit_s,
               tpot_limit_s=tpot_limit_s, utilization=utilization)
-    for size in replica_sizes(s0):
+    if layout and s0.query.target.count is None:
+        raise InputError(f"layout: a fixed layout needs a target with a device count (e.g. {s0.query.target.key}x8)")
+    for size in ([None] if layout else replica_sizes(s0)):
         if size is None:
-            s, lay = s0, None
+            s, lay = s0, layout
         elif size == "x2":  # wafers: from the fewest that fit to twice that
             few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None))
             kmin = few[0].devices_per_replica if few else None
@@ -329,7 +335,7 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
     ``meets_sla``. ``fleet`` builds its configurations from these; ``devices`` is accepted for compatibility."""
     res = serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
                 output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
-                percentile=percentile, prices=None)
+                percentile=percentile, prices=False)
     out = []
     for p in res.points:
         if p.batch not in set(batches) or p.num_replicas != 1:

@@ -391,6 +391,8 @@ def _is_lora(case: Case) -> bool:
 
 #: the GPU software profile the public rows were calibrated with (static batches; see catalogs/software/)
 GPU_PROFILE = "gpu-fitted-2026-11"
+#: the profile whose mechanism constants time GPU inference rows (scheduled per row, see gpu_scheduling_for)
+GPU_INFER_PROFILE = "gpu-production"
 
 
 def wafer_profile_for(case) -> str:
@@ -398,17 +400,19 @@ def wafer_profile_for(case) -> str:
     return "wafer-research" if "waferllm" in (case.source or "").lower() else "wafer-production"
 
 
-def _software(cal):
-    """The GPU profile of the validation rows, with a trial calibration's constants when ``cal`` is given."""
-    if cal is None:
-        return GPU_PROFILE
-    import dataclasses
-
+def _software(cal, base: str = GPU_PROFILE):
+    """The GPU profile ``base`` (by default that of the training and kernel rows), with a trial calibration's
+    constants when ``cal`` is given."""
     from .catalog.load import load_catalog
-    from .catalog.schema import Quantity
     from .catalog.software import resolve_software
 
-    prof = resolve_software(GPU_PROFILE, "gpu", load_catalog())
+    if cal is None:
+        return resolve_software(base, "gpu", load_catalog())
+    import dataclasses
+
+    from .catalog.schema import Quantity
+
+    prof = resolve_software(base, "gpu", load_catalog())
     consts = {f.name: Quantity(value=float(getattr(cal, f.name)), source="wseplan-estimate", basis="estimate",
                                note="calibration trial") for f in dataclasses.fields(cal)}
     return prof.model_copy(update={"constants": consts})
@@ -498,59 +502,128 @@ def _infer_layout(case):
     return tp, pp, dp
 
 
+#: words in a row's source or notes that name a serving engine under load (in-flight / continuous batching)
+INFLIGHT_MARKERS = ("mlperf", "nim for llms", "trtllm-bench", "in-flight", "inflight", "continuous batching", "vllm",
+                    "sglang", "aiperf")
+#: words that name a static-batch measurement (one batch prefilled together, then decoded together)
+STATIC_MARKERS = ("static-batch", "static batch", "gptsessionbenchmark", "out_tps=output_seqlen*batch/total_latency")
+_SLA = re.compile(r"TTFT p(\d+)\s*<=\s*([\d.]+)\s*s and TPOT p\d+\s*<=\s*([\d.]+)\s*ms", re.I)
+
+
+def gpu_scheduling_for(case) -> str:
+    """How the measured engine scheduled requests: ``inflight`` when the row's source is a serving engine or load
+    generator (MLPerf, NIM/AIPerf, trtllm-bench, vLLM, SGLang), ``static`` for static-batch harnesses and by default
+    (research scripts, fixed-batch benchmark tables). Documented in docs/validation.md."""
+    text = f"{case.source} {case.notes}".lower()
+    if any(m in text for m in STATIC_MARKERS):
+        return "static"
+    return "inflight" if any(m in text for m in INFLIGHT_MARKERS) else "static"
+
+
+def sla_of(case) -> tuple[float, float, float] | None:
+    """(percentile, TTFT limit [s], TPOT limit [s]) a server-scenario row states as its constraints, else None."""
+    m = _SLA.search(case.notes or "")
+    return None if not m else (float(m.group(1)), float(m.group(2)), float(m.group(3)) / 1e3)
+
+
+def _gpu_engine(case, cal):
+    """The software profile a GPU inference row runs: the production mechanism constants (or a calibration trial's),
+    scheduled as the row's engine was (:func:`gpu_scheduling_for`); the GPU baselines of the WaferLLM paper run the
+    research profile (:data:`GPU_PROFILE`), as its wafer rows run ``wafer-research``."""
+    if wafer_profile_for(case) == "wafer-research":
+        return _software(cal)
+    prof = _software(cal, base=GPU_INFER_PROFILE)
+    if gpu_scheduling_for(case) == "static":
+        eng = prof.engine.model_copy(update={"scheduling": "static", "prefill_pass": "batch", "speculative": None})
+        prof = prof.model_copy(update={"name": f"{prof.name}/static", "engine": eng})
+    return prof
+
+
 def _predict_gpu_infer(case, catalog, cal):
-    from .timing import predict_time
+    from .plan import evaluate, setup
+    from .serving import serve
 
     model = case_model(case, catalog)
     f = case.fields
     precision = f.get("precision") or "bf16"
     tp, pp, dp = _infer_layout(case)
-    target = _target(case, catalog, tp * pp)
-    inp = f.get("input_len")
-    out = f.get("output_len")
-    conc = f.get("concurrency")
-    opts = dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=1, software=_software(cal))
+    target = _target(case, catalog, tp * pp * dp)
+    inp, out, conc = f.get("input_len"), f.get("output_len"), f.get("concurrency")
     if not inp:
         raise SkipRow("input_len not given")
-    if case.metric in ("ttft_ms", "prefill_tokens_per_s") or case.phase == "prefill":
-        r = predict_time(model, target, require_fit=False, phase="prefill", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
-                         **opts)
-        _need_fit(r)
-        if case.metric == "ttft_ms":
-            return r.ttft_s * 1e3
-        if case.metric == "prefill_tokens_per_s":
-            return inp / r.ttft_s
-        if case.metric in ("tokens_per_s", "tokens_per_s_per_gpu") and case.phase == "prefill":
-            sys_tok = r.tokens_per_s * dp  # prompt tokens/s of all replicas
-            return sys_tok if case.metric == "tokens_per_s" else sys_tok / (tp * pp * dp)
-        if case.metric == "latency_ms":
-            return r.ttft_s * 1e3
-        raise SkipRow(f"metric {case.metric} is not predicted for prefill rows")
-    if case.phase == "decode":
-        r = predict_time(model, target, require_fit=False, phase="decode", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
-                         **opts)
-        _need_fit(r)
-        engine_tok_s = r.tokens_per_s
-        per_user = 1.0 / r.tpot_s
-    else:
+    sw = _gpu_engine(case, cal)
+    layout = {"tp": tp, "pp": pp, "dp": dp}
+    if conc is None and case.phase == "e2e-infer" and case.metric in ("tokens_per_s", "tokens_per_s_per_gpu"):
         if not out:
             raise SkipRow("output_len not given")
-        r = predict_time(model, target, require_fit=False, phase="decode", precision=precision, batch=conc, context=inp, output_tokens=out,
-                         catalog=catalog, **opts)
-        _need_fit(r)
-        engine_tok_s = r.tokens_per_s
-        per_user = out / r.request_s  # e2e rows: output tokens over prefill + decode of the request
-    if case.metric == "tokens_per_s_per_user":
-        return per_user
-    if case.metric == "tokens_per_s_per_gpu":
-        return engine_tok_s / (tp * pp)
-    if case.metric == "tokens_per_s":
-        return engine_tok_s * dp
-    if case.metric == "latency_ms":  # decode: one output token; e2e: the whole request
-        return (r.tpot_s if case.phase == "decode" else r.step_s) * 1e3
+        return _max_throughput(case, model, target, sw, precision, inp, out, layout, catalog) / (
+            1.0 if case.metric == "tokens_per_s" else tp * pp * dp)
+    inflight = sw.engine.scheduling == "inflight"
+    prefill_only = case.metric in ("ttft_ms", "prefill_tokens_per_s") or case.phase == "prefill"
+    if inflight and out and out > 1 or not prefill_only and case.phase != "decode":
+        phase = "serve"  # a request's life in the engine: TTFT, TPOT with the other requests' prompt chunks
+        if not out:
+            raise SkipRow("output_len not given")
+    else:
+        phase = "prefill" if prefill_only else "decode"
+    s = setup(model, target, phase=phase, precision=precision, software=sw, catalog=catalog)
+    n1 = np.ones(1)
+    cfg = {"batch": n1 * (conc or 1), "context": n1 * inp, "output_tokens": n1 * (out or 1),
+           **{k: n1 * v for k, v in layout.items()}}
+    arr = evaluate(s, cfg, require_fit=False)
+    if not np.isfinite(arr["step_s"][0]):
+        raise SkipRow("no time: the layout does not run")
+    g = {k: float(np.asarray(v)[0]) for k, v in arr.items() if k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s",
+                                                                      "request_s")}
     if case.metric == "ttft_ms":
-        return r.ttft_s * 1e3
+        return g["ttft_s"] * 1e3
+    if case.metric == "prefill_tokens_per_s":
+        return inp / g["ttft_s"]
+    if phase == "prefill":
+        if case.metric in ("tokens_per_s", "tokens_per_s_per_gpu"):
+            sys_tok = g["tokens_per_s"]  # prompt tokens/s of all replicas
+            return sys_tok if case.metric == "tokens_per_s" else sys_tok / (tp * pp * dp)
+        if case.metric == "latency_ms":
+            return g["ttft_s"] * 1e3
+        raise SkipRow(f"metric {case.metric} is not predicted for prefill rows")
+    if case.metric == "tokens_per_s_per_user":
+        # decode rows: 1/TPOT; end-to-end rows: output tokens over the request's prefill and decode
+        return 1.0 / g["tpot_s"] if case.phase == "decode" else out / g["request_s"]
+    if case.metric == "tokens_per_s_per_gpu":
+        return g["tokens_per_s"] / (tp * pp * dp)
+    if case.metric == "tokens_per_s":
+        return g["tokens_per_s"]
+    if case.metric == "latency_ms":  # decode: one output token; e2e: the whole request
+        return (g["tpot_s"] if case.phase == "decode" else g["step_s"]) * 1e3
     raise SkipRow(f"metric {case.metric} is not predicted for inference rows")
+
+
+#: loads (share of capacity) tried for a server-scenario row: the highest whose TTFT meets the limit is reported
+_SERVER_LOADS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
+
+
+def _max_throughput(case, model, target, sw, precision, inp, out, layout, catalog) -> float:
+    """Output tokens/s of the whole target at the engine's best operating point: offline (no concurrency, no limits)
+    the largest batch that fits at full load; a server scenario (limits in the notes) the highest load and batch
+    whose TTFT and TPOT percentiles meet them."""
+    from .serving import serve
+
+    sla = sla_of(case)
+    kw = dict(precision=precision, software=sw, input_tokens=int(inp), output_tokens=int(out), layout=layout,
+              catalog=catalog, prices=False)
+    if sla is None:
+        res = serve(model, target, **kw)
+        if not res.points:
+            raise SkipRow("no time: the model does not fit the layout at any concurrency")
+        return max(p.capacity_requests_per_s for p in res.points) * out
+    pct, ttft, tpot = sla
+    best = 0.0
+    for u in _SERVER_LOADS:
+        res = serve(model, target, utilization=u, ttft_limit_s=ttft, tpot_limit_s=tpot, percentile=pct, **kw)
+        best = max([best] + [p.tokens_per_s for p in res.points if p.meets_sla])
+    if best <= 0:
+        raise SkipRow("no operating point meets the row's stated TTFT/TPOT limits")
+    return best
 
 
 _GEMV = re.compile(r"GEMV\s*\[\s*(\d+)\s*,\s*(\d+)([KkMm]?)\s*\]\s*x\s*\[\s*(\d+)([KkMm]?)\s*,\s*(\d+)([KkMm]?)\s*\]")

@@ -123,7 +123,8 @@ class InferenceMixin:
                 ttft = E.pipelined_passes_s(latency_s=lat, stage_s=np.maximum(tpot / nmb, lat / np.maximum(
                     self.pipeline_stages(ctx, cfg), 1.0)), passes=passes)
                 request = ttft + steps * tpot
-                tokens_per_s = R * B / tpot
+                # Little's law: B slots, each holding a request for its whole life (own prefill, then O - 1 steps)
+                tokens_per_s = R * B * np.maximum(O, 1.0) / request
                 alone, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)  # the same round without prompt chunks
                 pre_tok = np.minimum(pre_per_seq * B, np.maximum(budget - B / nmb, 0.0) * nmb)
                 acct = dict(cost_prefill_s=np.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
