@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import InputError
-from . import fabric as fab
+from . import fabric_constants as fab
 
 #: fitted constants and their bounds (low, high)
 FIT_BOUNDS = {
