@@ -27,6 +27,7 @@ import pytest
 
 import wseplan
 from wseplan import devices, plugins
+from wseplan.devices import registry
 from wseplan.catalog import schema as catalog_schema
 from wseplan.cli import main
 
@@ -253,13 +254,13 @@ def toy(tmp_path, monkeypatch):
     (cat_dir / "software" / "toy.yaml").write_text(SOFTWARE)
     prices = tmp_path / "prices.yaml"
     prices.write_text(PRICES)
-    saved = (dict(devices._FAMILIES), dict(catalog_schema.DEVICE_ENTRY_SCHEMAS), set(plugins._LOADED))
+    saved = (dict(registry._FAMILIES), dict(catalog_schema.DEVICE_ENTRY_SCHEMAS), set(plugins._LOADED))
     monkeypatch.setenv("WSEPLAN_PLUGINS", str(mod))
     before = _tree_state()
     yield cat_dir, prices
     assert _tree_state() == before, "the plug-in run wrote outside its temporary folder"
-    devices._FAMILIES.clear()
-    devices._FAMILIES.update(saved[0])
+    registry._FAMILIES.clear()
+    registry._FAMILIES.update(saved[0])
     catalog_schema.DEVICE_ENTRY_SCHEMAS.clear()
     catalog_schema.DEVICE_ENTRY_SCHEMAS.update(saved[1])
     plugins._LOADED.clear()

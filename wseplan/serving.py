@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .catalog.load import load_catalog
 from .errors import InputError
+from .plan import evaluate, record, setup
+from .targets import Target, parse_target
 
 
 def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
@@ -20,10 +23,6 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
     ``hardware`` is a hardware key without a count; ``devices`` (optional) lists replica sizes to try in
     addition to the smallest that fits.
     """
-    from .catalog.load import load_catalog
-    from .plan import evaluate, record, setup
-    from .targets import Target, parse_target
-
     cat = catalog or load_catalog()
     t0 = parse_target(hardware, cat) if isinstance(hardware, str) else hardware
     if t0.count is not None:
