@@ -3,11 +3,11 @@ does it cost" gives the planning chain's number, for random catalog models, targ
 
 Paths checked against :func:`wseplan.plan.plan` (relative difference <= 1e-9, None for None):
 
-* :func:`wseplan.timing.predict_time` (``wseplan time``) and :func:`wseplan.fit.fit` (``wseplan fit``);
+* :func:`wseplan.timing.predict_time` and ``wseplan time --format json``; :func:`wseplan.fit.fit` (``wseplan fit``);
 * :func:`wseplan.compare.compare_case` (a ``wseplan compare`` row: times and prices);
 * a one-row sweep: :func:`wseplan.sweep.evaluate_task` on :func:`wseplan.sweep.plan_sweep` of a sweep file
   holding just that configuration (GPU layouts given as the plan chose them);
-* :func:`wseplan.costing.cost` (``wseplan cost``): its time inputs and headline, and
+* :func:`wseplan.costing.cost` and ``wseplan cost --format json``: the time inputs and headline, and
   :func:`wseplan.costing.cost_columns` (the array cost of sweeps, fleet and reports) on the same arrays;
 * training: :func:`wseplan.scale.scaling_rows` (a ``wseplan scale`` point);
 * serving: :func:`wseplan.serving.replica_options` (the replica model of ``fleet`` and reports) and the
@@ -21,6 +21,9 @@ that the suite stays fast; big models on few devices make the "does not fit" cas
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
 
 import numpy as np
@@ -31,6 +34,7 @@ from hypothesis import strategies as st
 from wseplan import sweep as S
 from wseplan.analytic import cost as C
 from wseplan.catalog import load_catalog
+from wseplan.cli import main
 from wseplan.compare import compare_case
 from wseplan.costing import HEADLINE, cost, cost_columns, params_for
 from wseplan.errors import InputError
@@ -103,6 +107,18 @@ def _ask(q):
     return dict(phase=phase, batch=batch, context=context, output_tokens=out, precision=precision, catalog=CAT)
 
 
+def _cli(command: str, q) -> dict | None:
+    """``wseplan COMMAND ... --format json`` in this process: the record, or None when it exits with status 2."""
+    model, target, phase, batch, context, out, precision = q
+    argv = [command, model, "--target", target, "--phase", phase, "--batch", str(batch), "--context", str(context),
+            "--precision", precision, "--format", "json"] + (["--output-tokens", str(out)] if out is not None else [])
+    buf, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    assert rc in (0, 2) and (rc == 0 or err.getvalue().count("\n") == 1), (argv, rc, err.getvalue())
+    return json.loads(buf.getvalue()) if rc == 0 else None
+
+
 def _one_row_sweep(q, rec):
     """The sweep row of the configuration ``rec`` answers (GPU layouts as the plan chose them)."""
     model, target, phase, batch, context, out, precision = q
@@ -147,6 +163,10 @@ def test_every_path_gives_the_plan_number(q):
     assert tr.fits == rec.fits and tr.num_devices == rec.num_devices and tr.bottleneck == rec.bottleneck
     for k in TIME_FIELDS:
         same(getattr(rec, k), getattr(tr, k), f"time.{k}")
+    cli = _cli("time", q)
+    assert cli["fits"] == rec.fits and cli["num_devices"] == rec.num_devices and cli["bottleneck"] == rec.bottleneck
+    for k in TIME_FIELDS:
+        same(getattr(rec, k), cli[k], f"cli time.{k}")
     fr = fit(model, target, **kw)
     assert fr.fits == rec.fits and fr.num_devices == rec.num_devices and fr.binding == rec.binding
     same(fr.capacity_bytes - fr.headroom_bytes, rec.per_device_bytes, "fit.per_device_bytes")
@@ -174,6 +194,9 @@ def test_every_path_gives_the_plan_number(q):
     for k in TIME_FIELDS:
         same(rec.__getattribute__(k), cr.plan[k], f"cost.plan.{k}")
     assert cr.times == times
+    cli = _cli("cost", q)
+    same(cli["headline_value"], cr.headline_value, "cli cost.headline_value")
+    assert cli["headline_metric"] == cr.headline_metric and cli["num_systems"] == cr.num_systems
     if rec.phase == "train":
         same(cr.times.step_s, rec.step_s, "cost.times.step_s")
         same(cr.times.tokens_per_step, rec.batch * rec.context, "cost.times.tokens_per_step")
@@ -334,6 +357,7 @@ def test_nothing_that_does_not_fit_is_timed_or_priced(q):
         assert sw["bottleneck"] < 0
     with pytest.raises(InputError, match="does not fit"):
         cost(model, target, prices=PRICES, **kw)
+    assert _cli("cost", q) is None
 
 
 @pytest.mark.xfail(strict=True, reason="report/study.py _serving matches batch_sweep rows to a target by label, but "
