@@ -647,7 +647,7 @@ def test_killed_run_leaves_no_partial_file_and_the_next_run_cleans_up(tmp_path, 
     assert sorted(os.listdir(out)) == ["x.parquet"] and (out / "x.parquet").read_bytes() == b"previous"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)
-    from wseplan.sweep.output import _HOST
+    from wseplan.sweep.writer import _HOST
 
     (out / f".x.parquet.tmp-{pid}@{_HOST}.abc").write_bytes(b"stale")
     (out / f".x.parquet.parts-{pid}@{_HOST}.def").mkdir()

@@ -9,7 +9,13 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from . import costing
+from .analytic import cost as C
+from .catalog.load import load_catalog
 from .errors import InputError, WseplanError
+from .plan import default_sizes, evaluate, normalise_phase, record, setup
+from .report.markdown import Column, Table
+from .workload import resolve_model
 
 SCHEMA_VERSION = 1
 PHASES = ("train", "prefill", "decode", "serve")
@@ -82,8 +88,6 @@ class CompareResult(_Frozen):
 
     def table(self, name: str = "compare"):
         """A report table with display units in every header."""
-        from .report.markdown import Column, Table
-
         train = self.phase == "train"
         cols = [Column("target", "target"), Column("fits", "fits"), Column("num_devices", "devices [count]"),
                 Column("bottleneck", "bottleneck")]
@@ -135,9 +139,6 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     The time inputs and cost parameters let a caller re-evaluate the cost for other inputs
     (:func:`wseplan.analytic.cost.evaluate`) without re-running the time models.
     """
-    from . import costing
-    from .plan import default_sizes, evaluate, normalise_phase, record, setup
-
     s = setup(model, target, phase=normalise_phase(phase, output_tokens), precision=precision, software=software,
               catalog=catalog)
     b, c, o, src = default_sizes(s.query.catalog, s.query.phase, batch, context, output_tokens)
@@ -176,9 +177,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     if band is not None:
         row.update(usd_per_mtok_p10=band.p10, usd_per_mtok_p50=band.p50, usd_per_mtok_p90=band.p90)
     notes += [n for n in cr.notes if n not in notes]
-    from .costing import params_for
-
-    return CompareRow(**row, notes=notes), cr.times, params_for(s, prices, overrides=overrides)
+    return CompareRow(**row, notes=notes), cr.times, costing.params_for(s, prices, overrides=overrides)
 
 
 def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
@@ -206,11 +205,6 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     overrides : dict
         Cost inputs pinned to a value, ``{name: value}`` or ``{"HW.name": value}`` (as ``wseplan cost --set``).
     """
-    from .analytic import cost as C
-    from .catalog.load import load_catalog
-    from .plan import default_sizes, normalise_phase
-    from .workload import resolve_model
-
     phase = normalise_phase(phase, output_tokens)
     if isinstance(targets, str):
         targets = [t.strip() for t in targets.split(",") if t.strip()]

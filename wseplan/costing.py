@@ -19,8 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .analytic import cost as C
+from .catalog.load import load_catalog
 from .errors import InputError
-from .plan import Setup
+from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
+from .workload import total_params as transformer_params
 
 #: the headline metric of each phase
 HEADLINE = {"train": "usd_per_run", "prefill": "input_usd_per_mtok", "decode": "output_usd_per_mtok",
@@ -104,9 +106,7 @@ def cost_columns(s: Setup, arr: dict, p: dict, *, train_tokens=None) -> dict:
 
 
 def total_params(model) -> float:
-    from .workload import total_params as tp
-
-    return tp(model) if hasattr(model, "num_layers") else float(sum(layer.params for layer in model.layers))
+    return transformer_params(model) if hasattr(model, "num_layers") else float(sum(layer.params for layer in model.layers))
 
 
 def check_train_tokens(train_tokens) -> float | None:
@@ -130,9 +130,6 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     refused with one line (no price for what cannot run). ``uncertainty`` Monte Carlo samples (seeded) give
     P10/P50/P90 of every metric; the tornado ranks the inputs by their swing of the headline metric.
     """
-    from .catalog.load import load_catalog
-    from .plan import default_sizes, evaluate, normalise_phase, record, setup
-
     cat = catalog or load_catalog()
     prices = prices or C.load_prices(list(prices_files), catalog=cat)
     phase = normalise_phase(phase, output_tokens)

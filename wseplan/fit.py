@@ -5,7 +5,13 @@ layout is searched the same way), reported with the fit record's fields (:class:
 """
 from __future__ import annotations
 
+from .analytic.memory import RECOMPUTE
+from .catalog.load import load_catalog
+from .devices import family_for
+from .errors import InputError
+from .plan import normalise_phase, plan
 from .records import FitResult, PlanRecord
+from .targets import parse_target
 from .workload import build_workload, resolve_model  # noqa: F401  (public names of this module)
 
 
@@ -48,11 +54,6 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     layout : dict
         A layout to use instead of searching one (see :func:`wseplan.plan.plan`).
     """
-    from .plan import plan
-
-    from .analytic.memory import RECOMPUTE
-    from .errors import InputError
-
     if zero_stage is not None and (isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3)):
         raise InputError(f"zero: ZeRO stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     if recompute is not None and recompute not in RECOMPUTE:
@@ -73,11 +74,6 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
 def _family_options(target, phase: str, opts: dict, catalog) -> tuple[dict, tuple[str, ...]]:
     """The options the target's family takes (a GPU option given for a wafer target is not an error here) and the
     family's layout columns for the phase."""
-    from .catalog.load import load_catalog
-    from .devices import family_for
-    from .plan import normalise_phase
-    from .targets import parse_target
-
     cat = catalog or load_catalog()
     t = parse_target(target, cat) if isinstance(target, str) else target
     ph = normalise_phase(phase, None)

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
 from .catalog.software import resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
 from .errors import InputError
+from .records import PlanRecord
 from .targets import Target, parse_target
 from .workload import check_positive_int, check_precision, resolve_model
 
@@ -274,8 +276,6 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
     if given:
         for k, v in given.items():
             if isinstance(v, str) and k == "recompute":
-                from .analytic.memory import RECOMPUTE
-
                 if v not in RECOMPUTE:
                     raise InputError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {v!r}")
                 given[k] = RECOMPUTE.index(v)
@@ -294,8 +294,6 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
 
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
-    from .records import PlanRecord
-
     q, fam = s.query, s.family
     r = row(arr, i)
     fits = bool(r["fits"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from .errors import InputError
@@ -34,7 +35,5 @@ def load_plugins() -> None:
         spec.loader.exec_module(mod)
     if "entry_points" not in _LOADED:
         _LOADED.add("entry_points")
-        from importlib.metadata import entry_points
-
         for ep in entry_points(group="wseplan.devices"):
             ep.load()

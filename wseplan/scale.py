@@ -17,6 +17,9 @@ import math
 import numpy as np
 
 from .errors import InputError
+from .plan import plan
+from .records import layout_label
+from .targets import Target
 
 
 def system_counts(max_systems: int) -> list[int]:
@@ -39,10 +42,6 @@ def strong_scaling_efficiency(*, tokens_per_s, tokens_per_s_one, num_systems):
 def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, context: int, counts: list[int],
                  software: str | None = None, options: dict | None = None) -> list[dict]:
     """One row per system count (``plan`` on ``<key>x<N x devices per system>``)."""
-    from .plan import plan
-    from .records import layout_label
-    from .targets import Target
-
     rows = []
     for n in counts:
         if global_batch < n:

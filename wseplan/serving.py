@@ -21,7 +21,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .analytic import queueing as Q
+from .analytic.cost import load_prices, nominal
+from .catalog.load import load_catalog
+from .costing import cost_columns, params_for
 from .errors import InputError
+from .plan import bottleneck_name, evaluate, record, setup
+from .targets import Target
+from .workload import check_positive_int
 
 #: the load at which a point is reported when no rate is given (share of the replica's capacity)
 DEFAULT_UTILIZATION = 0.9
@@ -100,9 +106,6 @@ def concurrency_grid(max_batch: float) -> list[int]:
 
 def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
             ttft_limit_s, tpot_limit_s, utilization) -> list[ServePoint]:
-    from .analytic.cost import nominal
-    from .costing import cost_columns, params_for
-    from .plan import bottleneck_name, evaluate, record
 
     b = np.asarray(batches, dtype=float)
     n = len(b)
@@ -192,11 +195,6 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     ``layout`` (e.g. ``{"tp": 2, "pp": 1, "dp": 4}`` on ``h100x8``) fixes it instead. ``prices=False`` skips
     pricing (points without $ fields).
     """
-    from .analytic.cost import load_prices
-    from .catalog.load import load_catalog
-    from .plan import setup
-    from .targets import Target
-    from .workload import check_positive_int
 
     cat = catalog or load_catalog()
     check_positive_int(input_tokens, "input_tokens")

@@ -6,7 +6,9 @@ and no times.
 """
 from __future__ import annotations
 
-from .records import PlanRecord, TimeResult
+from .errors import InputError
+from .plan import plan
+from .records import PlanRecord, StreamResult, TimeResult
 
 #: family options accepted by :func:`predict_time` as keyword arguments; layout keys go to ``layout``
 LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "micro_batch": "micro_batch",
@@ -36,8 +38,6 @@ def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16
     ``virtual_pipeline``, ``num_wafers``, ``num_systems``); other keywords are family options (``recompute``,
     ``zero_stage``, ``policy``, ``memoryx_option``, ``core_grid`` ...).
     """
-    from .plan import plan
-
     lay = dict(layout or {})
     for k in list(options):
         if k in LAYOUT_KEYS:
@@ -47,19 +47,13 @@ def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16
     r = plan(model, target, phase=phase, precision=precision, batch=batch, context=context, output_tokens=output_tokens,
              layout=lay or None, software=software, options=options, catalog=catalog, require_fit=require_fit)
     if r.fits and r.step_s is None:
-        from .errors import InputError
-
         raise InputError(f"model: {r.notes[-1]}")
     return time_view(r)
 
 
 def stream_view(r: PlanRecord):
     """The weight-streaming fields of a wafer training plan record (``wseplan stream``)."""
-    from .records import StreamResult
-
     if r.family != "wafer_streaming":
-        from .errors import InputError
-
         raise InputError(f"target: weight streaming runs on wafers in training (cs2, cs3, cs3x4 ...), got {r.target!r} "
                          f"({r.family}, {r.phase}); use `wseplan time --phase train` for GPUs")
     f = r.details["stream"]
@@ -88,8 +82,6 @@ def stream(model, target, *, precision: str = "bf16", batch: int | None = None, 
            micro_batch: int | None = None, reserve: float | None = None, software: str | None = None, catalog=None):
     """Weight-streaming training of ``model`` on wafer ``target`` (the API behind ``wseplan stream``): the same
     evaluation as ``fit``/``time --phase train`` on a wafer, with the streaming fields."""
-    from .plan import plan
-
     opts = {"policy": policy, "memoryx_option": memoryx_option, "micro_batch": micro_batch, "reserve": reserve}
     lay = {"num_systems": num_systems} if num_systems is not None else None
     return stream_view(plan(model, target, phase="train", precision=precision, batch=batch, context=context,

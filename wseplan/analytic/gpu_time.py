@@ -40,7 +40,8 @@ import numpy as np
 
 from ..calibration_data import GpuCalibration, gpu_calibration
 from ..errors import InputError
-from ..workload import BYTES_PER_ELEMENT, activation_bytes_per_element, kv_bytes_per_element
+from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_params, embedding_params, head_params,
+                        kv_bytes_per_element)
 from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
@@ -276,8 +277,6 @@ def time_to_train(*, step_s, tokens_per_step, train_tokens, num_gpus):
 
 
 def _stage_params(m, pp, trainable="full"):
-    from ..workload import block_params, embedding_params, head_params
-
     blk = block_params(m)[0]
     if trainable == "lora":
         return np.zeros_like(np.asarray(pp, dtype=float))
@@ -292,8 +291,6 @@ def model_flop_per_token(m, *, seq_len, recompute_counted=False) -> float:
     Forward = 2 FLOP per active matmul weight (blocks and LM head) + ``4 h s`` attention per layer,
     counted without the causal mask (Narayanan et al. 2021, eq. 3; Chowdhery et al. 2022, App. B).
     """
-    from ..workload import block_params
-
     d, hd = m.d_model, m.head_dim_
     norms = 2 * (2 * d if m.norm == "layernorm" else d)
     blk_active = block_params(m)[1] - norms

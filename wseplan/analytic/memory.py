@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..workload import KIND_BLOCK, kv_bytes_rows
+
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -93,8 +95,6 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     Returns a dict of arrays: ``weights``, ``optimizer`` (gradients + Adam state), ``kv_cache``,
     ``activations``, ``total``.
     """
-    from ..workload import KIND_BLOCK
-
     tp, pp, dp, zs, mb, vpp = (np.asarray(v, dtype=float) for v in (tp, pp, dp, zero_stage, micro_batch, virtual_stages))
     rc = np.asarray(RECOMPUTE.index(recompute) if isinstance(recompute, str) else recompute, dtype=float)
     B = np.asarray(batch, dtype=float)
@@ -135,8 +135,6 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
         kv = np.zeros_like(weights * act)
         out = dict(weights=weights + 0.0 * act, optimizer=opt + grads + 0.0 * act, kv_cache=kv, activations=act)
     else:
-        from ..workload import kv_bytes_rows
-
         shape = np.broadcast_shapes(np.shape(B), np.shape(C))
         kv_rows = kv_bytes_rows(w, np.broadcast_to(B, shape).ravel(), np.broadcast_to(C, shape).ravel())
         kv_block = (kv_rows[:, blocks].mean(axis=1) if blocks.any() else np.zeros(len(kv_rows))).reshape(shape)

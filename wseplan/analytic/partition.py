@@ -9,6 +9,7 @@ thousands of layers in milliseconds and is the placement's primary algorithm.
 """
 from __future__ import annotations
 
+import heapq
 from typing import NamedTuple
 
 import numpy as np
@@ -153,8 +154,6 @@ def _probe(cpre: np.ndarray, bpre: np.ndarray, threshold: float, cap_limit: floa
 
 def _split_to(starts: list[int], n: int, k: int) -> list[tuple[int, int]]:
     """Split stages (the one with the most items first) until there are ``k``; stage loads only fall."""
-    import heapq
-
     bounds = starts + [n]
     heap = [(-(bounds[s + 1] - bounds[s]), bounds[s], bounds[s + 1]) for s in range(len(starts))]
     heapq.heapify(heap)

@@ -31,10 +31,12 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..catalog.load import read_yaml
 from ..catalog.schema import Quantity
 from ..errors import CatalogError, InputError, validation_detail
+from .fabric_constants import default_calibration_dir
 from .memory import stream_min_tokens_compute_bound, wafer_stream_buffer_bytes
 
 POLICIES = ("auto", "store", "checkpoint", "recompute", "spill")
@@ -67,10 +69,6 @@ class StreamFile(BaseModel):
 
 @lru_cache(maxsize=8)
 def _load(path: str) -> StreamConstants:
-    from pydantic import ValidationError
-
-    from ..catalog.load import read_yaml
-
     try:
         return StreamFile.model_validate(read_yaml(Path(path))).stream
     except ValidationError as exc:
@@ -101,10 +99,6 @@ class StreamSimFitFile(BaseModel):
 
 @lru_cache(maxsize=8)
 def _load_sim_fit(path: str) -> StreamSimFitFile:
-    from pydantic import ValidationError
-
-    from ..catalog.load import read_yaml
-
     try:
         return StreamSimFitFile.model_validate(read_yaml(Path(path)))
     except ValidationError as exc:
@@ -119,8 +113,6 @@ def load_stream_constants(path: str | Path | None = None) -> StreamConstants:
     taken from ``stream_sim_fit.yaml`` in the same folder when it exists (written by ``wseplan calibrate``);
     they replace the same names of ``stream.yaml``.
     """
-    from .fabric import default_calibration_dir
-
     p = Path(path) if path is not None else default_calibration_dir() / "stream.yaml"
     if not p.is_file():
         raise CatalogError(f"{p}: stream calibration file not found; restore catalogs/calibration/stream.yaml")

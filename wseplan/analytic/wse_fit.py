@@ -31,10 +31,16 @@ import math
 from pathlib import Path
 
 import numpy as np
+import yaml
 from pydantic import BaseModel, ConfigDict
 
+from ..catalog.load import load_catalog, read_yaml
+from ..catalog.schema import Quantity
+from ..catalog.software import resolve_software
 from ..errors import InputError
-from . import fabric as fab
+from ..timing import predict_time
+from ..validate import NON_PERFORMANCE, SkipRow, _target, case_model, default_cases_path, note_hint, read_cases
+from . import fabric_constants as fab
 
 #: fitted constants and their bounds (low, high)
 FIT_BOUNDS = {
@@ -104,8 +110,6 @@ class WseFitResult(BaseModel):
 # ---------------------------------------------------------------------------------------------
 def fit_rows(cases) -> list:
     """The rows the fit may use: ``wse-infer`` rows of quality strong/medium with a time metric."""
-    from ..validate import NON_PERFORMANCE
-
     return [c for c in cases if c.category == FIT_CATEGORY and c.quality in FIT_QUALITIES
             and c.metric not in NON_PERFORMANCE]
 
@@ -113,9 +117,6 @@ def fit_rows(cases) -> list:
 def predict_row(case, catalog, constants: fab.FabricConstants) -> float:
     """Predict one wafer inference row with kernel ``constants``, by the rule of
     ``wseplan.validate._predict_wafer`` (inline architecture, ``wse_core_grid*`` hints, metric conversion)."""
-    from ..timing import predict_time
-    from ..validate import SkipRow, _target, case_model, note_hint
-
     if case.phase not in ("prefill", "decode", "e2e-infer"):
         raise SkipRow(f"phase {case.phase} is not fitted")
     f = case.fields
@@ -149,9 +150,6 @@ def predict_row(case, catalog, constants: fab.FabricConstants) -> float:
 
 def wafer_profile(constants: fab.FabricConstants, catalog):
     """The default wafer software profile with the kernel ``constants`` (a fit trial) in place of its own."""
-    from ..catalog.schema import Quantity
-    from ..catalog.software import resolve_software
-
     prof = resolve_software("wafer-research", "wafer", catalog)
     consts = {k: getattr(constants, k) for k in type(constants).model_fields
               if isinstance(getattr(constants, k), Quantity)}
@@ -161,8 +159,6 @@ def wafer_profile(constants: fab.FabricConstants, catalog):
 def with_values(constants: fab.FabricConstants, values: dict[str, float]) -> fab.FabricConstants:
     """``constants`` with the fitted names replaced by ``values`` (each a Quantity with its fit note);
     ``fabric_model`` becomes ``sim_fit`` (the fit runs on top of the simulator-fitted constants)."""
-    from ..catalog.schema import Quantity
-
     upd = {k: Quantity(value=float(v), source="waferllm-osdi25", basis="estimate",
                        note=FIT_NOTES[k] if k in FIT_NOTES else FIXED[k][1]) for k, v in values.items()}
     return constants.model_copy(update=upd).with_fabric_model("sim_fit")
@@ -229,11 +225,6 @@ def fit_wse_overheads(cases_path: str | Path | None = None, *, catalog=None, sta
     WseFitResult
         Fitted values [cycles, fractions], the record written under ``fit`` and the path written.
     """
-    import yaml
-
-    from ..catalog.load import load_catalog, read_yaml
-    from ..validate import default_cases_path, read_cases
-
     cat = catalog or load_catalog()
     p = Path(path) if path is not None else fab.default_calibration_dir() / "fabric.yaml"
     base = fab.load_fabric_constants(p if p.is_file() else None)

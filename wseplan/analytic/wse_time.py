@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from ..errors import InputError
+from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
 from . import fabric as fab
 from .fabric import gemv_latency_s  # noqa: F401  (re-exported for validation's micro rows)
 
@@ -202,8 +203,6 @@ def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_e
 
 def largest_layer_bytes_array(arch, *, precision, batch, context):
     """:func:`_largest_layer_bytes` for broadcasting ``batch`` and ``context`` arrays [bytes]."""
-    from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
-
     wb = weight_bytes_per_param(precision, "decode")
     kv = (2.0 * arch.num_kv_heads * arch.head_dim_ * kv_bytes_per_element(precision)
           * np.asarray(batch, dtype=float) * np.asarray(context, dtype=float))

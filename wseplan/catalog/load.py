@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import json
 import math
 import os
 import re
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from ..errors import CatalogError, InputError, suggest, validation_detail
-from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Source, SwarmX,
-                     System, Wafer, check_hardware_key, check_key)
+from ..plugins import load_plugins
+from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Quantity, Source,
+                     SwarmX, System, Wafer, check_hardware_key, check_key)
 
 try:  # libyaml is much faster when present
     _Loader = yaml.CSafeLoader
@@ -138,8 +141,6 @@ def _label(path: list) -> str:
 def _check_yaml_nodes(root, path: Path) -> None:
     """Refuse, naming the field and line: nesting deeper than MAX_NESTING, integers longer than MAX_INT_DIGITS,
     non-finite floats (.inf, .nan, 1.0e+999) and alias expansion beyond MAX_EXPANDED_VALUES."""
-    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
-
     def fail(node, where: list, msg: str):
         line = node.start_mark.line + 1 if getattr(node, "start_mark", None) is not None else 0
         raise CatalogError(f"{path}: line {line}: {_label(where)}: {msg}")
@@ -239,8 +240,6 @@ def read_json(path: str | Path, *, what: str = "input", max_bytes: int = MAX_INP
     cannot convert) are refused naming their field; nesting deeper than :data:`MAX_NESTING` is refused before
     the recursive parser sees it.
     """
-    import json
-
     text = read_regular_text(path, what=what, max_bytes=max_bytes)
     cur = 0
     for m in _JSON_TOKENS.finditer(text):
@@ -380,8 +379,6 @@ def _merge_file(cat: Catalog, path: Path) -> None:
 
 def _device_schema(path: Path, key, entry: dict) -> type:
     """The registered schema of a ``devices:`` entry's kind (plug-ins are imported first)."""
-    from ..plugins import load_plugins
-
     load_plugins()
     kind = entry.get("kind")
     if kind not in DEVICE_ENTRY_SCHEMAS:
@@ -443,8 +440,6 @@ def _check_references(cat: Catalog) -> None:
     known = cat.all_source_ids()
 
     def check(where: str, obj) -> None:
-        from .schema import Quantity
-
         if isinstance(obj, Quantity):
             for sid in obj.source_ids:
                 if sid not in known:

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import CatalogError, InputError, suggest, validation_detail
+from .load import default_catalog_dir, read_yaml
 from .schema import Quantity
 
 
@@ -74,8 +75,6 @@ def software_dir(base: Path) -> Path:
 
 @lru_cache(maxsize=8)
 def _load_dir(folder: str) -> dict[str, SoftwareProfile]:
-    from .load import read_yaml
-
     out: dict[str, SoftwareProfile] = {}
     for p in sorted(Path(folder).glob("*.y*ml")):
         data = read_yaml(p)
@@ -92,8 +91,6 @@ def _load_dir(folder: str) -> dict[str, SoftwareProfile]:
 
 def load_software(catalog) -> dict[str, SoftwareProfile]:
     """Every software profile of the bundled catalog folder (and of ``--catalog`` folders' ``software/``)."""
-    from .load import default_catalog_dir
-
     profiles = dict(_load_dir(str(software_dir(default_catalog_dir()))))
     for extra in getattr(catalog, "extra_dirs", ()) or ():
         d = software_dir(Path(extra))

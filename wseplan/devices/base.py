@@ -28,6 +28,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..analytic.engine import phase_objective
+
 #: every bottleneck name a prediction can carry, in one list (codes index it, so arrays stay numeric)
 BOTTLENECKS = (
     "compute", "hbm_bandwidth", "nvlink", "overhead", "launch_overhead", "host_overhead", "collective_latency",
@@ -164,6 +166,4 @@ class Family:
 
     def objective(self, q: Query, tim: dict[str, np.ndarray]) -> np.ndarray:
         """Smaller is better: how :mod:`wseplan.plan` chooses among candidate layouts of one configuration."""
-        from ..analytic.engine import phase_objective
-
         return phase_objective(q.phase, tim)

@@ -20,9 +20,9 @@ from ..calibration_data import GpuCalibration, gpu_calibration
 from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import build_workload, kv_bytes_per_element
-from . import register
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
+from .registry import register
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage")
 INFER_COLUMNS = ("tp", "pp", "dp")

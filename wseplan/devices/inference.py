@@ -19,9 +19,13 @@ replica, scheduled by the profile: ``static`` batches or ``inflight`` batching w
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..analytic import engine as E
+from ..errors import InputError
+from ..workload import resolve_model
 from .base import argmax_code
 
 
@@ -148,9 +152,6 @@ def speculation(q) -> dict | None:
     """Speculative decoding of a query: the software profile's default, overridden by the options ``speculative``
     (a draft model name, or ``none``), ``draft_tokens`` (k) and ``acceptance`` (per-token acceptance, 0-1).
     Returns None when off, else ``{draft_model, draft_tokens, acceptance_frac}``."""
-    from ..errors import InputError
-    from ..workload import resolve_model
-
     sp = q.software.engine.speculative
     name = q.options.get("speculative", sp.draft_model if sp else None)
     if name is None or str(name).lower() in ("none", "off", "false", "0", ""):
@@ -167,8 +168,6 @@ def speculation(q) -> dict | None:
 
 def draft_query(q, draft_model):
     """The query of the draft model: same target, precision and profile, decode, no speculation of its own."""
-    import dataclasses
-
     eng = q.software.engine.model_copy(update={"speculative": None})
     sw = q.software.model_copy(update={"engine": eng})
     opts = {k: v for k, v in q.options.items() if k not in SPEC_OPTIONS}

@@ -19,13 +19,14 @@ import numpy as np
 
 from ..analytic import fabric as fab
 from ..analytic import wse_time as wt
+from ..analytic.engine import prefill_passes
 from ..analytic.partition import greedy_stage_counts, min_max_partition_batched
 from ..catalog.schema import Model
 from ..errors import InputError
-from ..workload import KIND_BLOCK, build_workload, kv_bytes_rows
-from . import register
+from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, stage_records
 from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
+from .registry import register
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
 
@@ -207,8 +208,6 @@ class WaferFamily(InferenceMixin, Family):
 
     def describe(self, ctx: WaferContext, r: dict):
         """Layout, stage records (0-based inclusive transformer blocks per wafer) and notes of one row."""
-        from ..workload import stage_records
-
         st = [(a, b, load) for a, b, load in zip(r["fit.stage_start"], r["fit.stage_end"], r["fit.stage_loads"]) if a >= 0]
         stages = stage_records(ctx.w, [(a, b) for a, b, _ in st], [load for _, _, load in st])
         k = int(r["num_wafers"])
@@ -240,8 +239,6 @@ class WaferFamily(InferenceMixin, Family):
 
     def flop_per_token(self, ctx, context):
         m = ctx.m
-        from ..workload import block_params
-
         active = m.num_layers * block_params(m)[1] + m.vocab_size * m.d_model
         return 2.0 * active + 4.0 * m.num_layers * m.num_heads * m.head_dim_ * np.asarray(context, dtype=float)
 
@@ -412,8 +409,6 @@ class WaferFamily(InferenceMixin, Family):
 
 
 def _prefill_chunk(ctx, B, C):
-    from ..analytic.engine import prefill_passes
-
     return prefill_passes(prompt_tokens=C, batch=B, pass_mode=ctx.engine.prefill_pass, token_budget=ctx.engine.token_budget.si)
 
 

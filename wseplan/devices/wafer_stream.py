@@ -22,8 +22,8 @@ from ..analytic.stream import (POLICIES, activation_bytes_per_token, load_stream
                                swarmx_tree_levels, training_step_time_s)
 from ..errors import InputError
 from ..workload import build_workload
-from . import register
 from .base import BINDING_CODE, BOTTLENECK_CODE, Family, Hardware, Query, argmax_code
+from .registry import register
 
 POLICY_ORDER = ("store", "checkpoint", "recompute", "spill")
 

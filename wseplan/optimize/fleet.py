@@ -16,7 +16,8 @@ into independent components where replicas fill whole systems, so a relaxation r
 warm-started), with the LP relaxation's shadow prices beside it. An infeasible demand raises
 :class:`~wseplan.errors.InfeasibleError` naming the constraint that makes it so.
 
-``build_problem`` calls the time and cost models (slow, once); ``solve_fleet`` is the ILP alone (fast).
+``build_problem`` calls the time and cost models (slow, once); ``solve_fleet`` is the ILP alone (fast). The
+demand file, problem and plan records are in :mod:`wseplan.optimize.fleet_schema` (re-exported here).
 """
 from __future__ import annotations
 
@@ -25,293 +26,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import InfeasibleError, InputError, WseplanError, validation_detail
-from .fleet_model import CAPS, RELAX_FRAC  # noqa: F401 (public names of this module)
-from .milp import SolverRun
-
-SCHEMA_VERSION = 1
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# ---------------------------------------------------------------------------------------------
-# Demand file schema
-# ---------------------------------------------------------------------------------------------
-def _num(v, field: str) -> float:
-    from ..units import parse_quantity
-
-    x, _ = parse_quantity(v, field=field)
-    return x
-
-
-class Sla(_Frozen):
-    ttft_s: float | None = Field(default=None, gt=0)
-    tpot_s: float | None = Field(default=None, gt=0)
-
-
-class WorkloadSpec(_Frozen):
-    """One workload of a demand file."""
-
-    name: str
-    model: str
-    kind: str  # serve | train
-    precision: str = "bf16"
-    # serving
-    output_tokens_per_s: float | None = Field(default=None, gt=0)
-    prompt_tokens: int = Field(default=2048, gt=0)
-    output_tokens: int = Field(default=256, gt=0)
-    batches: list[int] = [1, 4, 16, 64]
-    sla: Sla = Sla()
-    # training
-    train_tokens: float | None = Field(default=None, gt=0)
-    runs: int = Field(default=1, gt=0)
-    deadline_days: float | None = Field(default=None, gt=0)
-    batch: int = Field(default=1024, gt=0)
-    context: int = Field(default=2048, gt=0)
-    device_counts: dict[str, list[int]] = {}
-
-    @field_validator("kind")
-    @classmethod
-    def _kind(cls, v):
-        if v not in ("serve", "train"):
-            raise ValueError(f"kind must be serve or train, got {v!r}")
-        return v
-
-
-class SystemSpec(_Frozen):
-    hardware: str
-    name: str | None = None
-    max_systems: int | None = Field(default=None, ge=0)
-
-
-class Caps(_Frozen):
-    power_cap_w: float | None = None
-    rack_units_cap: float | None = None
-    budget_usd: float | None = None
-
-
-class DemandSpec(_Frozen):
-    """A demand file (``wseplan fleet DEMAND.yaml``); see studies/demand-example.yaml."""
-
-    name: str = "demand"
-    description: str | None = None
-    prices: list[str] = []
-    set: dict[str, float] = {}
-    constraints: Caps = Caps()
-    systems: list[SystemSpec] = Field(min_length=1)
-    workloads: list[WorkloadSpec] = Field(min_length=1)
-
-
-def read_demand(path: str | Path) -> DemandSpec:
-    """Read and validate a demand YAML file; errors are one line naming the field."""
-    from ..catalog.load import read_yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"demand: file {path} not found; check the path")
-    raw = read_yaml(p)
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: top level must be a mapping with systems and workloads")
-    raw = dict(raw)
-    caps = dict(raw.get("constraints") or {})
-    for k in list(caps):
-        if k in CAPS and caps[k] is not None:
-            caps[k] = _num(caps[k], f"constraints.{k}")
-    raw["constraints"] = caps
-    wls = []
-    for i, wl in enumerate(raw.get("workloads") or []):
-        if isinstance(wl, dict):
-            wl = dict(wl)
-            for k in ("output_tokens_per_s", "train_tokens"):
-                if wl.get(k) is not None:
-                    wl[k] = _num(wl[k], f"workloads[{i}].{k}")
-        wls.append(wl)
-    raw["workloads"] = wls
-    if isinstance(raw.get("prices"), str):
-        raw["prices"] = [raw["prices"]]
-    raw["prices"] = [str((p.parent / q).resolve()) if not Path(q).is_absolute() else q for q in raw.get("prices") or []]
-    try:
-        spec = DemandSpec.model_validate(raw)
-    except ValidationError as exc:
-        loc, msg = validation_detail(exc)
-        raise InputError(f"{path}: {loc}: {msg}") from None
-    names = [w.name for w in spec.workloads]
-    if len(set(names)) != len(names):
-        raise InputError(f"{path}: workloads: names must be unique, got {names}")
-    for w in spec.workloads:
-        if w.kind == "serve" and w.output_tokens_per_s is None:
-            raise InputError(f"{path}: workloads.{w.name}: serve needs output_tokens_per_s")
-        if w.kind == "train" and (w.deadline_days is None):
-            raise InputError(f"{path}: workloads.{w.name}: train needs deadline_days")
-    return spec
-
-
-# ---------------------------------------------------------------------------------------------
-# The ILP's data: system types and configurations (one replica of a workload on one system type)
-# ---------------------------------------------------------------------------------------------
-class SystemType(_Frozen):
-    """One menu entry with its per-system cost, power and space (traceable to the prices catalog)."""
-
-    name: str
-    hardware: str
-    price_key: str
-    devices_per_system: int
-    capex_usd: float  # per system incl. network share and installation
-    annual_usd: float  # yearly TCO of one system
-    peak_facility_power_w: float  # peak IT power x PUE
-    rack_units: float
-    max_systems: int | None = None
-    cost_inputs: dict[str, float] = {}
-
-
-class Config(_Frozen):
-    """One way to run a replica of a workload: system type, devices, batch, and what the time model says."""
-
-    workload: str
-    system: str
-    num_devices: int
-    batch: int
-    supply: float  # tokens/s (serve) or runs by the deadline (train)
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    run_s: float | None = None
-    extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
-    extra_annual_usd: float = 0.0
-
-
-class Demand(_Frozen):
-    name: str
-    kind: str
-    model: str
-    amount: float  # output tokens/s or runs
-    unit: str
-    sla: Sla = Sla()
-    deadline_s: float | None = None
-
-
-class FleetProblem(_Frozen):
-    demands: list[Demand]
-    systems: list[SystemType]
-    configs: list[Config]
-    power_cap_w: float | None = None
-    rack_units_cap: float | None = None
-    budget_usd: float | None = None
-    notes: list[str] = []
-
-
-def meets_sla(c: Config, d: Demand, factor: float = 1.0) -> bool:
-    """Does configuration ``c`` meet demand ``d``'s SLA (limits scaled by ``factor``)?"""
-    if d.kind == "train":
-        return c.run_s is not None and c.supply >= 1
-    if d.sla.ttft_s is not None and (c.ttft_s is None or c.ttft_s > d.sla.ttft_s * factor):
-        return False
-    if d.sla.tpot_s is not None and (c.tpot_s is None or c.tpot_s > d.sla.tpot_s * factor):
-        return False
-    return c.supply > 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Results
-# ---------------------------------------------------------------------------------------------
-class SystemRow(_Frozen):
-    system: str
-    hardware: str
-    count: int
-    devices: int
-    capex_usd: float
-    annual_usd: float
-    peak_facility_power_w: float
-    rack_units: float
-
-
-class AllocationRow(_Frozen):
-    workload: str
-    system: str
-    replicas: int
-    devices_per_replica: int
-    batch: int
-    supply_per_replica: float
-    supply: float
-    demand: float
-    unit: str
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    run_s: float | None = None
-
-
-class ConstraintRow(_Frozen):
-    """A constraint of the solved plan: its use, its LP shadow price, and what relaxing it 10% saves.
-
-    ``saving_usd_per_year`` is exact (integer re-solve, or a proof that nothing changes; ``analysis`` says
-    which); where the LP relaxation answered instead (large plans whose caps bind), ``lp_saving_usd_per_year``
-    holds its saving and the integer fields are empty. ``shadow_price`` is the LP relaxation's marginal value,
-    in ``shadow_price_unit``.
-    """
-
-    name: str
-    kind: str  # cap | demand | sla
-    lhs: float | None = None
-    rhs: float | None = None
-    slack: float | None = None
-    binding: bool
-    relaxed_usd_per_year: float | None = None
-    saving_usd_per_year: float | None = None
-    lp_saving_usd_per_year: float | None = None  # the LP relaxation's saving, where the LP answered the row
-    shadow_price: float | None = None  # USD/year saved per unit the constraint is loosened (LP relaxation)
-    shadow_price_unit: str | None = None
-    reduced_cost_usd_per_year: float | None = None  # sla: best LP reduced cost among the configurations it admits
-    analysis: str | None = None  # how the saving was obtained
-    note: str | None = None
-
-
-class FleetPlan(_Frozen):
-    """The fleet record (``wseplan fleet --format json``); documented in docs/cli-output.md."""
-
-    schema_version: int = SCHEMA_VERSION
-    name: str
-    status: str  # optimal | time_limit
-    status_detail: str
-    optimal: bool
-    gap_frac: float | None = None
-    total_usd_per_year: float
-    best_bound_usd_per_year: float | None = None
-    capex_usd: float
-    peak_facility_power_w: float
-    rack_units: float
-    solver: str
-    solve_s: float
-    solver_run: SolverRun
-    method: str  # decomposed into independent components, or the full model with the caps
-    num_variables: int
-    num_constraints: int
-    analysis_s: float | None = None
-    analysis_mode: str | None = None  # auto | exact | lp (None: no analysis)
-    lp_usd_per_year: float | None = None  # the LP relaxation's optimum (a lower bound)
-    systems: list[SystemRow]
-    allocations: list[AllocationRow]
-    constraints: list[ConstraintRow]
-    notes: list[str] = []
-
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
-
-    def to_row(self) -> dict:
-        rec = self.to_record()
-        row = {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
-        row.update({f"solver_{k}": v for k, v in rec["solver_run"].items() if v is not None and k != "status_detail"})
-        for s in self.systems:
-            row[f"count_{s.system}"] = s.count
-        return row
-
-    def to_frames(self) -> dict:
-        """``{"systems", "allocations", "constraints"}`` DataFrames for notebooks."""
-        import pandas as pd
-
-        return {k: pd.DataFrame([r.model_dump() for r in getattr(self, k)]) for k in ("systems", "allocations", "constraints")}
+from ..analytic.cost import (apply_overrides, cost_params, deployment_cost, hardware_price_key, load_prices,
+                             memoryx_capex_usd, nominal)
+from ..catalog.load import load_catalog
+from ..errors import InfeasibleError, InputError, WseplanError, suggest
+from ..plan import plan
+from ..serving import replica_options
+from ..targets import Target, parse_target
+from ..workload import resolve_model, total_params
+from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
+from .fleet_schema import (SCHEMA_VERSION, AllocationRow, Caps, Config, ConstraintRow, Demand, DemandSpec,  # noqa: F401
+                           FleetPlan, FleetProblem, Sla, SystemRow, SystemSpec, SystemType, WorkloadSpec, _Frozen,
+                           meets_sla, read_demand)
+from .milp import SolverRun, resolve_solver, status_detail
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,7 +76,6 @@ def _solve_once(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
                 sla_factor: dict[str, float] | None = None, minimise: str | None = None, model=None) -> _Solved:
     """One solve of a variant of ``pb`` (caps replaced, demands scaled, SLA limits scaled, or a cap's use
     minimised); ``model`` reuses a :class:`~wseplan.optimize.fleet_model.FleetModel` and its remembered solves."""
-    from .fleet_model import FleetModel
 
     m = model or FleetModel(pb, solver=solver, time_limit_s=time_limit_s)
     t0 = time.perf_counter()
@@ -395,8 +122,6 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
         return f"the caps together ({', '.join(active)}) make the demand infeasible; raise them"
     return "no integer plan meets the demand with the systems in the menu (check max_systems)"
 
-
-
 def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0, analyze: bool = True,
                 name: str = "demand", analysis: str = "auto") -> FleetPlan:
     """Solve the fleet ILP; with ``analyze``, the relaxation analysis of every cap, demand and SLA.
@@ -415,8 +140,6 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
     InfeasibleError
         When no plan meets the demand; the message names the constraint that makes it so.
     """
-    from .fleet_model import ANALYSIS_MODES, FleetModel
-    from .milp import SolverRun, status_detail
 
     if analysis not in ANALYSIS_MODES:
         raise InputError(f"analysis: unknown {analysis!r}; use one of {', '.join(ANALYSIS_MODES)}")
@@ -453,7 +176,6 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
                                     batch=c.batch, supply_per_replica=c.supply, supply=c.supply * r, demand=d.amount,
                                     unit=d.unit, ttft_s=c.ttft_s, tpot_s=c.tpot_s, run_s=c.run_s))
     obj = base.objective
-    from .fleet_model import relaxation_analysis
 
     t1 = time.perf_counter()
     rows, lp_obj = relaxation_analysis(pb, model, res, analyze, analysis)
@@ -483,8 +205,6 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
 # Building the problem from a demand file (calls the time and cost models)
 # ---------------------------------------------------------------------------------------------
 def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemType, dict]:
-    from ..analytic.cost import apply_overrides, cost_params, deployment_cost, hardware_price_key, nominal
-    from ..targets import parse_target
 
     t = parse_target(spec.hardware, catalog)
     params = cost_params(prices, catalog, t, include_memoryx=t.kind == "wafer")
@@ -510,7 +230,6 @@ def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemTy
 
 def _memoryx_extra(catalog, prices, t, p) -> tuple[float, float]:
     """(capex, yearly cost) of the default MemoryX option of a wafer system for one training replica."""
-    from ..analytic.cost import memoryx_capex_usd
 
     hw = float(memoryx_capex_usd(capacity_bytes=p["memoryx_capacity_bytes"],
                                  dram_capacity_bytes=p["memoryx_dram_capacity_bytes"],
@@ -521,12 +240,6 @@ def _memoryx_extra(catalog, prices, t, p) -> tuple[float, float]:
 
 def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dict[str, float] | None = None) -> FleetProblem:
     """Turn a demand file into a :class:`FleetProblem`: cost every system type, time every configuration."""
-    from ..analytic.cost import load_prices
-    from ..catalog.load import load_catalog
-    from ..plan import plan
-    from ..serving import replica_options
-    from ..targets import Target
-    from ..workload import resolve_model
 
     cat = catalog or load_catalog()
     prices = prices or load_prices(spec.prices, catalog=cat)
@@ -536,14 +249,11 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
     systems, ctx = [], {}
     known: set[str] = set()
     for s in spec.systems:
-        from ..analytic.cost import cost_params
-        from ..targets import parse_target
 
         tt = parse_target(s.hardware, cat)
         known |= set(cost_params(prices, cat, tt, include_memoryx=tt.kind == "wafer"))
     for k in ov:
         if k.split(".", 1)[-1] not in known:
-            from ..errors import suggest
 
             raise InputError(f"set: unknown cost input {k!r}{suggest(k.split('.', 1)[-1], known)}; "
                              f"inputs here: {', '.join(sorted(known))}")
@@ -577,7 +287,6 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                         [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])
                     tokens = wl.train_tokens
                     if tokens is None:
-                        from ..workload import total_params
 
                         tokens = prices.site.train_tokens_per_param.si * total_params(m)
                     for k in counts:
@@ -604,10 +313,7 @@ def plan_fleet(demand: str | Path | DemandSpec, *, catalog=None, prices_files: l
                overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True,
                time_limit_s: float = 60.0, analysis: str = "auto") -> FleetPlan:
     """Read a demand file, build the problem and solve it (the API behind ``wseplan fleet``)."""
-    from ..analytic.cost import load_prices
-    from ..catalog.load import load_catalog
 
-    from .milp import resolve_solver
 
     resolve_solver(solver)  # a bad name fails before the time models run
     spec = demand if isinstance(demand, DemandSpec) else read_demand(demand)

@@ -18,7 +18,11 @@ Forrest et al., COIN-OR Branch-and-Cut (CBC), https://github.com/coin-or/Cbc.
 """
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,18 +83,14 @@ def resolve_solver(name: str) -> tuple[str, str | None, str | None]:
 
 def _highs_version() -> str | None:
     try:
-        from importlib.metadata import version
-
-        return version("highspy")
+        return importlib.metadata.version("highspy")
     except Exception:  # noqa: BLE001 - a version is a nicety; never fail a solve over it
         return None
 
 
 def _cbc_version() -> str | None:
     try:
-        from importlib.metadata import version
-
-        return f"bundled with PuLP {version('pulp')}"
+        return f"bundled with PuLP {importlib.metadata.version('pulp')}"
     except Exception:  # noqa: BLE001
         return None
 
@@ -141,8 +141,6 @@ def _quiet_highs() -> None:
     options; create that first instance with fd 1 sent to /dev/null so that JSON on stdout stays clean."""
     if _HIGHS_QUIET:
         return
-    import os
-    import sys
 
     import highspy
 
@@ -286,8 +284,6 @@ def new_var(prob, name: str, *, low=None, up=None, cat: str = "Continuous"):
 
 
 def _solve_cbc(m: Milp, *, time_limit_s, start, relax, mip_rel_gap) -> MilpResult:
-    import warnings
-
     import pulp
     import scipy.sparse as sp
 

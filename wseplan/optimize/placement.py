@@ -36,59 +36,22 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from ..analytic.partition import bottleneck_partition, fewest_stages
+from ..catalog.load import load_catalog
 from ..errors import InputError
-from ..records import RecordHead
+from ..records import RecordHead, Stage
+from ..targets import parse_target
+from ..workload import build_workload, check_positive_int, resolve_model, stage_records
 from .milp import SOLVERS, SolverRun, highs_available, new_var, resolve_solver, status_detail  # noqa: F401 (re-exported)
+from .placement_ilp import solve_groups, solve_identical
+from .placement_types import DeviceGroup, PartitionSolution, _run
 
 OBJECTIVES = ("latency", "devices")
 METHODS = ("auto", "dp", "ilp")
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DeviceGroup(NamedTuple):
-    """``count`` devices of ``capacity_bytes`` each on which a stage's cost is multiplied by ``cost_scale``."""
-
-    count: int
-    capacity_bytes: float
-    cost_scale: float = 1.0
-
-
-class PartitionSolution(_Frozen):
-    """Solution of :func:`solve_partition` (item indices, 0-based inclusive)."""
-
-    status: str  # optimal | time_limit | infeasible
-    optimal: bool
-    objective: float | None
-    num_stages: int
-    max_stage_cost: float | None
-    stages: list[tuple[int, int]]
-    solver: str  # dp | highs | cbc: what produced the answer
-    solve_s: float
-    num_variables: int
-    num_constraints: int
-    reason: str | None = None
-    method: str = "dp"  # dp | ilp
-    gap_frac: float | None = None
-    best_bound: float | None = None
-    stage_groups: list[int] = []  # device group of each stage (mixed devices)
-    solver_run: SolverRun
-
-
-# ---------------------------------------------------------------------------------------------
-def _run(name: str, requested: str, *, status: str, solve_s: float, version: str | None = None,
-         fallback: str | None = None, gap: float | None = None, bound: float | None = None, reason: str | None = None,
-         num_solves: int = 1) -> SolverRun:
-    return SolverRun(name=name, version=version, requested=requested, fallback_reason=fallback, status=status,
-                     status_detail=status_detail(status, gap, reason), solve_s=solve_s, gap_frac=gap, best_bound=bound,
-                     num_solves=num_solves)
 
 
 def _check_items(item_cost, item_bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -99,12 +62,6 @@ def _check_items(item_cost, item_bytes) -> tuple[np.ndarray, np.ndarray]:
     if not np.isfinite(c).all() or not np.isfinite(b).all() or (c < 0).any() or (b < 0).any():
         raise InputError("items: costs and bytes must be finite and non-negative")
     return c, b
-
-
-def _max_cost(c: np.ndarray, stages, const: float, scales=None) -> float:
-    pre = np.concatenate([[0.0], np.cumsum(c)])
-    vals = [(pre[e + 1] - pre[a] + const) * (1.0 if scales is None else scales[s]) for s, (a, e) in enumerate(stages)]
-    return float(max(vals))
 
 
 def solve_partition(*, item_cost, item_bytes, capacity_bytes: float | None = None, stage_const_cost: float = 0.0,
@@ -171,8 +128,6 @@ def solve_partition(*, item_cost, item_bytes, capacity_bytes: float | None = Non
                                   objective=objective, num_stages=k, max_stages=g.count if objective == "devices" else None,
                                   solver=solver, time_limit_s=time_limit_s, method=method, warm_start=warm_start)
             return sol.model_copy(update={"stage_groups": [0] * sol.num_stages})
-        from .placement_ilp import solve_groups
-
         return solve_groups(c, b, groups, stage_const_cost, stage_const_bytes, objective, solver, time_limit_s,
                             warm_start)
     if capacity_bytes is None:
@@ -187,15 +142,11 @@ def solve_partition(*, item_cost, item_bytes, capacity_bytes: float | None = Non
         return dp
     if dp.status == "infeasible":  # the partition proves it and names the binding constraint
         return dp.model_copy(update={"solver_run": dp.solver_run.model_copy(update={"requested": solver})})
-    from .placement_ilp import solve_identical
-
     return solve_identical(c, b, capacity_bytes, stage_const_cost, stage_const_bytes, objective, k_exact, max_stages,
                            solver, time_limit_s, dp if warm_start else None)
 
 
 def _solve_dp(c, b, cap, cc, cb, objective, k_exact, max_stages, solver) -> PartitionSolution:
-    from ..analytic.partition import bottleneck_partition, fewest_stages
-
     n = len(c)
     t0 = time.perf_counter()
 
@@ -304,10 +255,6 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     memory; the stage cost is then a time [s]: bytes / memory bandwidth (decode) or FLOP / dense peak (prefill)
     of its device. Solved by the integer program (see the module notes).
     """
-    from ..catalog.load import load_catalog
-    from ..workload import build_workload, resolve_model, stage_records
-    from ..targets import parse_target
-    from ..workload import check_positive_int
 
     cat = catalog or load_catalog()
     d = cat.defaults
@@ -389,7 +336,6 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
         notes.append(sol.reason)
     # per device, as fit reports it: a GPU stage's bytes are split over its tp GPUs
     loads = [float(x[a : e + 1].sum() + act_const) / tp for a, e in sol.stages]
-    from ..records import Stage
 
     stages = [Stage(**r) for r in stage_records(w, sol.stages, loads)] if sol.stages else []
     n_stages = sol.num_stages

@@ -12,8 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .milp import resolve_solver
-from .placement import DeviceGroup, PartitionSolution, _max_cost, _run
+from ..analytic.partition import bottleneck_partition, fewest_stages
+from .milp import Milp, resolve_solver, solve_milp
+from .placement_types import DeviceGroup, PartitionSolution, _max_cost, _run
 
 
 class _Ilp(NamedTuple):
@@ -34,7 +35,6 @@ def _build_ilp(c, b, groups: list[DeviceGroup], cc, cb, objective, *, exact_k: i
     """The DAG model over arcs (i, j, g) as arrays; None when no arc can start or end the path."""
     import scipy.sparse as sp
 
-    from .milp import Milp
 
     n = len(c)
     cpre = np.concatenate([[0.0], np.cumsum(c)])
@@ -225,8 +225,6 @@ def _ilp_solution(ilp: _Ilp, res, c, cc, groups, objective, solver_name, request
 
 def solve_identical(c, b, cap, cc, cb, objective, k_exact, max_stages, solver, time_limit_s,
                          dp: PartitionSolution | None) -> PartitionSolution:
-    from .milp import solve_milp
-
     name, version, fallback = resolve_solver(solver)
     t0 = time.perf_counter()
     groups = [DeviceGroup(k_exact or len(c), cap, 1.0)]
@@ -289,8 +287,6 @@ def _assign(stage_costs: list[float], groups: list[DeviceGroup], stage_bytes: li
 def solve_groups(c, b, groups: list[DeviceGroup], cc, cb, objective, solver, time_limit_s,
                   warm_start: bool) -> PartitionSolution:
     """Mixed device groups: partition bounds first (weakest device: a start; strongest: a bound), then the ILP."""
-    from ..analytic.partition import bottleneck_partition, fewest_stages
-    from .milp import solve_milp
 
     name, version, fallback = resolve_solver(solver)
     t0 = time.perf_counter()

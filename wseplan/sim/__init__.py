@@ -4,6 +4,7 @@ They produce the reference data that the closed-form models in ``wseplan.analyti
 nothing on the normal ``fit``/``time`` path imports them.
 """
 
+from wseplan.sim._decode import decode_layer
 from wseplan.sim.memoryx import StreamResult, simulate_stream
 from wseplan.sim.mesh import (
     BroadcastAlgo,
@@ -13,7 +14,6 @@ from wseplan.sim.mesh import (
     ReduceAlgo,
     allreduce,
     broadcast,
-    decode_layer,
     gemm,
     gemv,
     reduce,

@@ -6,14 +6,15 @@ import math
 
 import numpy as np
 
-from wseplan.sim import mesh as _m
+from wseplan.sim import _phases as _m
+from wseplan.sim.mesh_types import BroadcastAlgo, KernelResult, MeshParams, ReduceAlgo
 from wseplan.sim._errors import InputError
 
 
-def decode_layer(params: "_m.MeshParams", *, d_model: int, n_heads: int, n_kv_heads: int, d_ff: int,
+def decode_layer(params: "MeshParams", *, d_model: int, n_heads: int, n_kv_heads: int, d_ff: int,
                  context: int, region=None, gated_mlp: bool = True, dtype_bytes: int = 2,
-                 reduce_algo: "_m.ReduceAlgo | None" = None, softmax_cycles_per_value: float = 4.0,
-                 activation_cycles_per_value: float = 4.0) -> "_m.KernelResult":
+                 reduce_algo: "ReduceAlgo | None" = None, softmax_cycles_per_value: float = 4.0,
+                 activation_cycles_per_value: float = 4.0) -> "KernelResult":
     """Simulate one decoder layer for one token (batch 1) with all weights and the KV cache on the region.
 
     Parameters
@@ -70,11 +71,11 @@ def decode_layer(params: "_m.MeshParams", *, d_model: int, n_heads: int, n_kv_he
         raise InputError(f"region={P}x{Q}: too large for d_model={d_model}, d_ff={d_ff} (empty tiles)")
     p = params
     tr = _m._Trace(p, P, Q)
-    chain = _m.BroadcastAlgo.CHAIN
+    chain = BroadcastAlgo.CHAIN
     store = p.wavelet_bytes / p.sram_bytes_per_cycle
     epw = max(1, p.wavelet_bytes // dt)
     ready = np.zeros((P, Q))
-    algo = None if reduce_algo is None else _m.ReduceAlgo(reduce_algo)
+    algo = None if reduce_algo is None else ReduceAlgo(reduce_algo)
 
     def local(cycles, where=(slice(None), slice(None))):
         ready[where] += cycles

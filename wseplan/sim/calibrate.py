@@ -27,14 +27,22 @@ Everything is deterministic: fixed grids, fixed starting points, values rounded 
 """
 from __future__ import annotations
 
+import csv
 import itertools
 import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from ..analytic import fabric as fab
+from ..analytic import fabric_constants as fabc
 from ..analytic import stream as stm
+from ..catalog.load import default_catalog_dir, read_yaml
+from ..errors import CatalogError, InputError
+from ..workload import build_workload
 from .catalog_params import mesh_params_from_catalog
 from .memoryx import simulate_stream
 from .mesh import MeshParams, allreduce, broadcast, gemm, gemv, reduce
@@ -122,7 +130,7 @@ def fabric_grid(params: MeshParams, which: str = "fit") -> list[FabricCase]:
         lines, sizes = [32, 100, 500], [16.0, 512.0]
         ar = [((s, s), b) for s in (24, 100, 500) for b in (16.0, 64.0)] + [((100, 300), b) for b in (16.0, 64.0)]
     else:
-        raise fab.InputError(f"which: unknown grid {which!r}; use 'fit' or 'holdout'")
+        raise InputError(f"which: unknown grid {which!r}; use 'fit' or 'holdout'")
     sides = sorted({min(s, side_max) for s in sides})
     cases: list[FabricCase] = []
 
@@ -278,7 +286,6 @@ STREAM_GRID_TEXT = {
 
 
 def _stream_stacks(catalog, which):
-    from ..fit import build_workload
 
     def model(name):
         w = build_workload(catalog.models[name], catalog, precision="bf16", phase="train", batch=1, context=2048)
@@ -407,14 +414,12 @@ HEADER = {
 
 
 def dump_yaml(doc: dict, name: str) -> str:
-    import yaml
 
     return HEADER[name] + yaml.safe_dump(doc, sort_keys=False, width=120, default_flow_style=None)
 
 
 def write_files(catalog, results: dict, out_dir, existing_fabric: dict | None = None) -> list:
     """Write both files into ``out_dir`` (fabric targets not recalibrated are kept from ``existing_fabric``)."""
-    from pathlib import Path
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -428,7 +433,7 @@ def write_files(catalog, results: dict, out_dir, existing_fabric: dict | None = 
         p = out_dir / name
         p.write_text(dump_yaml(doc, name), encoding="utf-8")
         paths.append(p)
-    fab._load_fabric_sim.cache_clear()
+    fabc._load_fabric_sim.cache_clear()
     stm._load_sim_fit.cache_clear()
     return paths
 
@@ -440,10 +445,7 @@ def check_files(catalog, cal_dir, targets=CAL_TARGETS, rel_tol: float = 0.01) ->
     missing constant or target, or missing residuals. Raises ``CatalogError`` when a file is missing or
     unreadable.
     """
-    from pathlib import Path
 
-    from ..catalog.load import read_yaml
-    from ..errors import CatalogError
 
     cal_dir = Path(cal_dir)
     docs = {}
@@ -494,10 +496,7 @@ GEMV_ROW_IDS = ("R358", "R362")
 
 def _validation_rows(ids) -> list[dict]:
     """The rows ``ids`` of the shipped public validation set (``catalogs/validation/validation-public.csv``)."""
-    import csv
 
-    from ..catalog.load import default_catalog_dir
-    from ..errors import CatalogError
 
     path = default_catalog_dir() / "validation" / "validation-public.csv"
     if not path.is_file():
@@ -520,7 +519,6 @@ def gemv_validation(catalog, *, target: str = "wse2") -> list[dict]:
     added to the simulator's cycles; the simulator alone (``sim_only``) is reported too. Clock, per-PE compute,
     SRAM, hop latency and link width come from the catalog.
     """
-    import re
 
     rows_in = _validation_rows(GEMV_ROW_IDS)
     wafer = catalog.wafers[target]

@@ -24,12 +24,13 @@ from .engine import (EVAL_BYTES_PER_CONFIGURATION, EVAL_TASK_BYTES, task_memory_
                      check_limits, connect, evaluate_columns, local_cluster, parse_scheduler_address, probe_scheduler,
                      run_sweep, sweep_to_file)
 from .evaluate import _config_arrays, evaluate_task, group_setup  # noqa: F401 (_config_arrays: benchmarks)
-from .output import (OUTPUT_BYTES_PER_CONFIGURATION, StreamWriter, chunk_summary, encode_part, frame_bytes,
-                     merge_summaries, output_spec, summary_rows, to_frame, write_output)
+from .output import (OUTPUT_BYTES_PER_CONFIGURATION, chunk_summary, encode_part, frame_bytes, merge_summaries,
+                     output_spec, summary_rows, to_frame)
 from .plan import Group, Plan, default_chunk, plan_sweep
 from .schema import (BOTTLENECKS, COLUMNS, DEFAULT_CHUNK, FLOAT_COLUMNS, INT_COLUMNS, MAX_CONFIGURATIONS, NULLABLE_INT,
                      PHASES, PROGRESS_MIN_CONFIGURATIONS, RECOMPUTE, SCHEMA_VERSION, WAFER_CHUNK, Layouts, Sweep,
                      load_sweep, parse_sweep)
+from .writer import StreamWriter, write_output
 
 __all__ = ["BOTTLENECKS", "COLUMNS", "DEFAULT_CHUNK", "EVAL_BYTES_PER_CONFIGURATION", "EVAL_TASK_BYTES", "task_memory_bytes", "FLOAT_COLUMNS",
            "FRAME_BYTES_PER_CONFIGURATION", "Group", "INT_COLUMNS", "InputError", "Layouts", "MAX_CONFIGURATIONS",

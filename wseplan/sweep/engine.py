@@ -3,7 +3,7 @@
 :func:`sweep_to_file` is what ``wseplan sweep`` runs. Every task (a contiguous slice of one group, see
 :meth:`Plan.tasks`) is evaluated by :func:`wseplan.sweep.evaluate.evaluate_task`, encoded as a part
 (:func:`~wseplan.sweep.output.encode_part`) and summarised (:func:`~wseplan.sweep.output.chunk_summary`); the
-parts are joined in task order into the output file by :class:`~wseplan.sweep.output.StreamWriter`. Memory is
+parts are joined in task order into the output file by :class:`~wseplan.sweep.writer.StreamWriter`. Memory is
 that of the tasks in flight, never of the whole sweep.
 
 * ``local``: one task after another in this process.
@@ -21,7 +21,8 @@ Both engines give the same bytes: the parts, their order and the joining are the
 (:class:`~wseplan.errors.InputError`), never a traceback or a hang: a wrong, unreachable or non-Dask scheduler
 address, an unsupported protocol, no workers, a task that kills its workers, losing all workers or the
 scheduler. A lost worker's tasks are re-run by Dask on the others (parts are written atomically and
-idempotently, so a re-run gives the same bytes).
+idempotently, so a re-run gives the same bytes). Connecting to and starting clusters is
+:mod:`wseplan.sweep.dask_cluster`.
 """
 from __future__ import annotations
 
@@ -29,8 +30,7 @@ import contextlib
 import math
 import os
 import shutil
-import socket
-import struct
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,10 +38,13 @@ from pathlib import Path
 
 from ..errors import InputError, WseplanError
 from . import evaluate as _evaluate
-from .output import (OUTPUT_BYTES_PER_CONFIGURATION, StreamWriter, check_target, chunk_summary, encode_part,
-                     merge_summaries, output_format, output_spec, to_frame)
+from .dask_cluster import (_dask_error, _distributed, _n_workers, _one_line, _quiet, connect,  # noqa: F401
+                           local_cluster, parse_scheduler_address, probe_scheduler, usable_cores)
+from .output import (OUTPUT_BYTES_PER_CONFIGURATION, chunk_summary, encode_part, merge_summaries, output_format,
+                     output_spec, to_frame)
 from .plan import Plan, default_chunk, plan_sweep
 from .schema import SCHEMA_VERSION, Sweep, load_sweep
+from .writer import StreamWriter, check_target
 
 # =============================================================================================
 # Memory and size limits
@@ -170,10 +173,6 @@ def _check_engine_args(engine: str, chunk, scheduler, workers) -> None:
             raise InputError(f"--workers: must be an integer from 1 to 256, got {workers!r}")
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 # =============================================================================================
 # Results
 # =============================================================================================
@@ -258,154 +257,6 @@ def evaluate_columns(plan: Plan, *, chunk: int | None = None, progress=None) -> 
 # =============================================================================================
 # Dask engine
 # =============================================================================================
-UNSUPPORTED_PROTOCOLS = ("tls", "ucx", "ucxx", "ws", "wss", "inproc", "inplace")
-
-
-def _distributed():
-    try:
-        import distributed
-    except ImportError:
-        raise InputError("--engine dask: dask[distributed] is not installed; pip install 'wseplan[dask]'") from None
-    return distributed
-
-
-def parse_scheduler_address(address: str) -> tuple[str, str, int]:
-    """``(tcp://HOST:PORT, HOST, PORT)`` of a ``--scheduler`` value (``HOST:PORT`` means tcp; port 8786 if none)."""
-    text = str(address).strip()
-    proto, sep, rest = text.partition("://")
-    if not sep:
-        proto, rest = "tcp", text
-    proto = proto.lower()
-    if proto in UNSUPPORTED_PROTOCOLS:
-        raise InputError(f"--scheduler: {proto}:// is not supported by the CLI (it takes no certificates or UCX "
-                         "setup); use tcp://HOST:PORT, or pass a connected distributed.Client to run_sweep")
-    if proto != "tcp":
-        raise InputError(f"--scheduler: unknown protocol {proto}:// in {text!r}; use tcp://HOST:PORT")
-    host, port = rest, "8786"
-    if rest.startswith("["):
-        end = rest.find("]")
-        host, tail = rest[1:end] if end > 0 else "", rest[end + 1:] if end > 0 else ""
-        if tail.startswith(":"):
-            port = tail[1:]
-        elif tail:
-            host = ""
-    elif rest.count(":") == 1:
-        host, port = rest.split(":")
-    elif ":" in rest:
-        host = ""
-    if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/?#@ "):
-        raise InputError(f"--scheduler: {text!r} is not a scheduler address; use tcp://HOST:PORT (e.g. tcp://10.0.0.5:8786)")
-    shown = f"[{host}]" if ":" in host else host
-    return f"tcp://{shown}:{int(port)}", host, int(port)
-
-
-def _recv_exactly(sock, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        got = sock.recv(n - len(buf))
-        if not got:
-            raise EOFError
-        buf += got
-    return bytes(buf)
-
-
-def probe_scheduler(address: str, timeout_s: float = 10.0) -> str:
-    """Check within ``timeout_s`` that ``address`` is a Dask server: connect, then read the handshake a Dask
-    server sends first (an 8-byte frame length and a small msgpack message naming its pickle protocol).
-    Returns the normalised address; raises a one-line InputError otherwise."""
-    addr, host, port = parse_scheduler_address(address)
-    deadline = time.monotonic() + timeout_s
-    not_dask = InputError(f"--scheduler: {addr} answered, but not as a Dask scheduler; check the address (a "
-                          "scheduler listens on port 8786 by default)")
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout_s)
-    except socket.timeout:
-        raise InputError(f"--scheduler: no answer from {addr} within {timeout_s:g} s; check the address and that "
-                         "`dask scheduler` runs there") from None
-    except OSError as exc:
-        raise InputError(f"--scheduler: cannot connect to {addr} ({exc.strerror or exc.__class__.__name__}); check "
-                         "the address and that `dask scheduler` runs there") from None
-    try:
-        sock.settimeout(max(deadline - time.monotonic(), 0.1))
-        (n,) = struct.unpack("<Q", _recv_exactly(sock, 8))
-        if not 0 < n <= 1 << 16:
-            raise not_dask
-        if b"pickle-protocol" not in _recv_exactly(sock, n):
-            raise not_dask
-    except socket.timeout:
-        raise InputError(f"--scheduler: {addr} accepted the connection but sent no Dask handshake within "
-                         f"{timeout_s:g} s; it is not a Dask scheduler (check the address and port)") from None
-    except (OSError, EOFError):
-        raise not_dask from None
-    finally:
-        sock.close()
-    return addr
-
-
-def connect(scheduler: str, timeout_s: float = 10.0):
-    """A distributed Client of the scheduler at ``scheduler``, after :func:`probe_scheduler`."""
-    dist = _distributed()
-    addr = probe_scheduler(scheduler, timeout_s)
-    try:
-        client = dist.Client(addr, timeout=timeout_s, set_as_default=False)
-    except Exception as exc:  # noqa: BLE001 - any failure of the handshake is the same one line
-        raise InputError(f"--scheduler: cannot use the Dask scheduler at {addr} ({exc.__class__.__name__}: "
-                         f"{' '.join(str(exc).split())[:200]})") from None
-    return client
-
-
-def local_cluster(workers: int | None = None, dashboard: str | None = None, *, malloc_trim_threshold: str | None = None):
-    """A LocalCluster of ``workers`` single-threaded worker processes bound to 127.0.0.1, no dashboard unless
-    ``dashboard`` (HOST:PORT or PORT) is given, ``MALLOC_TRIM_THRESHOLD_`` cleared for the workers (or set to
-    ``malloc_trim_threshold``)."""
-    import logging
-
-    import dask
-
-    dist = _distributed()
-    dash = None
-    if dashboard:
-        text = str(dashboard).strip()
-        dash = f"127.0.0.1:{text}" if text.isdigit() else text
-        try:
-            import bokeh  # noqa: F401
-        except ImportError:
-            raise InputError("--dashboard: the Dask dashboard needs bokeh; pip install 'bokeh>=3.1'") from None
-    cfg = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": malloc_trim_threshold}
-    scheduler_kwargs = {}
-    if dash is None:  # Dask's scheduler serves HTTP pages even without a dashboard: keep only /health, any free port
-        cfg.update({"distributed.scheduler.http.routes": ["distributed.http.health"],
-                    "distributed.worker.http.routes": ["distributed.http.health"]})
-        scheduler_kwargs = {"dashboard": False, "dashboard_address": "127.0.0.1:0"}
-    with dask.config.set(cfg):
-        return dist.LocalCluster(n_workers=workers or usable_cores(), threads_per_worker=1, processes=True,
-                                 host="127.0.0.1", scheduler_port=0, dashboard_address=dash,
-                                 worker_dashboard_address=None, silence_logs=logging.CRITICAL,
-                                 scheduler_kwargs=scheduler_kwargs)
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Keep Dask's own log lines and warnings off the terminal (errors reach the user as one line)."""
-    import logging
-    import warnings
-
-    if os.environ.get("WSEPLAN_DEBUG") == "1":
-        yield
-        return
-    names = ("distributed", "tornado", "asyncio")
-    saved = {n: logging.getLogger(n).level for n in names}
-    for n in names:
-        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for n, lv in saved.items():
-            logging.getLogger(n).setLevel(lv)
-
-
 def _sees(parts_dir: str | None) -> bool:
     """Whether this worker sees the client's part folder (the same file system)."""
     return bool(parts_dir) and os.path.isdir(parts_dir)
@@ -426,10 +277,6 @@ def _dask_part(g, start: int, stop: int, index: int, spec, parts_dir: str | None
         os.replace(tmp, path)  # a re-run (after a lost worker) replaces it with the same bytes
         return {"summary": summary, "path": path, "data": None, "rows": stop - start}
     return {"summary": summary, "path": None, "data": data, "rows": stop - start}
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
 
 
 def _run_dask(plan: Plan, tasks, spec, open_writer, *, scheduler, client, workers, dashboard, progress,
@@ -489,33 +336,6 @@ def _run_dask(plan: Plan, tasks, spec, open_writer, *, scheduler, client, worker
             for obj in owned:
                 with contextlib.suppress(Exception):
                     obj.close(timeout=5) if obj.__class__.__name__ == "Client" else obj.close()
-
-
-def _dask_error(dist, exc: BaseException, where: str) -> InputError:
-    import asyncio
-    import concurrent.futures
-
-    killed = getattr(dist, "KilledWorker", None)
-    if killed is not None and isinstance(exc, killed):
-        return InputError("--engine dask: a task was lost together with the workers that ran it (most likely out of "
-                          "memory); use a smaller --chunk or workers with more memory")
-    if isinstance(exc, (asyncio.CancelledError, concurrent.futures.CancelledError, OSError, TimeoutError)) \
-            or exc.__class__.__name__ in ("CommClosedError", "FutureCancelledError"):
-        return InputError(f"--engine dask: lost the connection to the scheduler at {where} "
-                          f"({exc.__class__.__name__}); check that it is running and run again")
-    return InputError(f"--engine dask: a task failed on a worker: {exc.__class__.__name__}: {_one_line(exc)}")
-
-
-def _n_workers(client) -> int | None:
-    try:
-        try:
-            info = client.scheduler_info(n_workers=0)
-        except TypeError:
-            info = client.scheduler_info()
-        n = info.get("n_workers")
-        return len(info.get("workers", {})) if n is None else int(n)
-    except Exception:  # noqa: BLE001 - unknown: let the connection check decide
-        return None
 
 
 def _gather_in_order(dist, client, futures, writer: StreamWriter, progress, where, connect_timeout_s,
@@ -600,8 +420,6 @@ def run_sweep(sweep: Sweep | str | Path, *, catalog=None, engine: str = "local",
     check_limits(plan, chunk=chunk, in_memory=True)
     if engine == "local":
         return to_frame(plan, evaluate_columns(plan, chunk=chunk, progress=progress))
-    import tempfile
-
     import pandas as pd
 
     with tempfile.TemporaryDirectory(prefix="wseplan-sweep-") as tmp:

@@ -5,11 +5,10 @@ fit, time and cost as numpy arrays (see the package docstring).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..errors import InputError
+from ..costing import cost_columns, num_systems
+from ..plan import evaluate, setup
 from .plan import Group
 from .schema import BOTTLENECKS  # noqa: F401  (codes of the bottleneck column)
 
@@ -31,8 +30,6 @@ _SETUPS: dict = {}
 
 def group_setup(g: Group):
     """The planning chain's setup of a group (built once per process; groups travel to Dask workers)."""
-    from ..plan import setup
-
     key = (g.index, g.model_name, g.target.text, g.precision, g.phase, id(g.catalog))
     if key not in _SETUPS:
         _SETUPS[key] = setup(g.model, g.target, phase=g.phase, precision=g.precision, catalog=g.catalog)
@@ -43,9 +40,6 @@ def evaluate_task(g: Group, start: int, stop: int) -> dict:
     """Columns (name -> numpy array) of configurations ``[start, stop)`` of group ``g``: one call of the planning
     chain (:func:`wseplan.plan.evaluate`) on the chunk and the cost of its rows (:func:`wseplan.costing.cost_columns`);
     rows that do not fit keep ``fits=False`` and blank metrics."""
-    from ..costing import cost_columns, num_systems
-    from ..plan import evaluate
-
     cfg = _config_arrays(g, start, stop)
     s = group_setup(g)
     if g.target.kind == "gpu" and g.phase == "train":

@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analytic.cost import load_prices, nominal
+from ..catalog.load import load_catalog
+from ..catalog.schema import Model
+from ..costing import params_for
 from ..errors import InputError
+from ..plan import setup
+from ..targets import parse_target
+from ..workload import BYTES_PER_ELEMENT, resolve_model
 from .schema import DEFAULT_CHUNK, MAX_CONFIGURATIONS, RECOMPUTE, WAFER_CHUNK, Sweep
 
 # =============================================================================================
@@ -126,14 +133,6 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
 
 def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
     """Resolve models, targets and cost inputs into groups; raise a one-line InputError for a bad name."""
-    from ..analytic.cost import load_prices, nominal
-    from ..catalog.load import load_catalog
-    from ..catalog.schema import Model
-    from ..costing import params_for
-    from ..plan import setup
-    from ..targets import parse_target
-    from ..workload import BYTES_PER_ELEMENT, resolve_model
-
     cat = catalog or load_catalog()
     prices = prices or load_prices(catalog=cat)
     models = []

@@ -8,13 +8,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import InputError, validation_detail
+from ..catalog.load import read_yaml
+from ..devices.base import BOTTLENECKS  # noqa: F401  (every bottleneck name a row can carry: a fixed list keeps frames identical)
+from ..errors import CatalogError, InputError, validation_detail
+from ..report.atomic import safe_filename
+from ..workload import MAX_BATCH, MAX_CONTEXT
 
 SCHEMA_VERSION = 1
 PHASES = ("train", "prefill", "decode", "serve")
 RECOMPUTE = ("none", "selective", "full")
-#: every bottleneck name a row can carry (a fixed category list keeps concatenated frames identical)
-from ..devices.base import BOTTLENECKS  # noqa: E402  (every bottleneck name a row can carry; a fixed list keeps frames identical)
 #: configurations per task of a GPU group (array evaluation runs at its full rate from ~16k; larger tasks mean
 #: fewer, larger Parquet row groups) and of a wafer group (whose evaluation holds ~10-20 KB per configuration)
 DEFAULT_CHUNK = 1 << 17
@@ -92,8 +94,6 @@ class Sweep(BaseModel):
     def _pos(cls, v):
         if v is None:
             return v
-        from ..workload import MAX_BATCH, MAX_CONTEXT
-
         v = _positive_unique(v, "value")
         if max(v) > min(MAX_BATCH, MAX_CONTEXT):
             raise ValueError(f"values must be at most {min(MAX_BATCH, MAX_CONTEXT)}")
@@ -128,8 +128,6 @@ class Sweep(BaseModel):
 
     def output_name(self) -> str:
         """The output file name: ``output`` (or ``<name>.csv``) reduced to a safe name inside the output folder."""
-        from ..report.atomic import safe_filename
-
         raw = self.output if self.output is not None else f"{self.name}.csv"
         base = safe_filename(Path(str(raw).replace("\\", "/")).name, default=safe_filename(self.name, default="sweep"))
         if not base.endswith((".csv", ".parquet")):
@@ -139,9 +137,6 @@ class Sweep(BaseModel):
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; a malformed one raises a one-line :class:`InputError` naming the field."""
-    from ..catalog.load import read_yaml
-    from ..errors import CatalogError
-
     p = Path(path)
     if not p.is_file():
         raise InputError(f"sweep: file {p} not found; check the path")

@@ -1,0 +1,375 @@
+"""Same question, same number (issue 10): every command and API path that answers "does it fit, how fast, what
+does it cost" gives the planning chain's number, for random catalog models, targets, phases, batches and contexts.
+
+Paths checked against :func:`wseplan.plan.plan` (relative difference <= 1e-9, None for None):
+
+* :func:`wseplan.timing.predict_time` and ``wseplan time --format json``; :func:`wseplan.fit.fit` (``wseplan fit``);
+* :func:`wseplan.compare.compare_case` (a ``wseplan compare`` row: times and prices);
+* a one-row sweep: :func:`wseplan.sweep.evaluate_task` on :func:`wseplan.sweep.plan_sweep` of a sweep file
+  holding just that configuration (GPU layouts given as the plan chose them);
+* :func:`wseplan.costing.cost` and ``wseplan cost --format json``: the time inputs and headline, and
+  :func:`wseplan.costing.cost_columns` (the array cost of sweeps, fleet and reports) on the same arrays;
+* training: :func:`wseplan.scale.scaling_rows` (a ``wseplan scale`` point);
+* serving: :func:`wseplan.serving.replica_options` (the replica model of ``fleet`` and reports) and the
+  ``batch_sweep`` table of a serving study (:func:`wseplan.report.study.run_study`);
+* wafer training: :func:`wseplan.fit.fit`'s streaming window equals :func:`wseplan.timing.stream`'s.
+
+And nothing that does not fit carries a time or a price on any path (the cost API refuses it in one line).
+
+Each property runs 200 deterministic examples (``derandomize=True``) over small and medium catalog models so
+that the suite stays fast; big models on few devices make the "does not fit" cases.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from wseplan import sweep as S
+from wseplan.analytic import cost as C
+from wseplan.catalog import load_catalog
+from wseplan.cli import main
+from wseplan.compare import compare_case
+from wseplan.costing import HEADLINE, cost, cost_columns, params_for
+from wseplan.errors import InputError
+from wseplan.fit import fit
+from wseplan.plan import default_sizes, evaluate, normalise_phase, plan, setup
+from wseplan.report.study import CostSpec, ServingSpec, Study, run_study
+from wseplan.scale import scaling_rows
+from wseplan.serving import replica_options
+from wseplan.targets import parse_target
+from wseplan.timing import predict_time, stream
+
+CAT = load_catalog()
+PRICES = C.load_prices(catalog=CAT)
+REL = 1e-9
+EXAMPLES = 200
+PROPS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+#: small and medium catalog models (dense, grouped-query and mixture-of-experts)
+MODELS = ("llama-3.1-8b", "llama-2-7b", "llama-2-13b", "mixtral-8x7b", "qwen3-30b-a3b",
+          "gpt-oss-20b", "codellama-34b")
+#: models too large for one device (the "does not fit" property)
+BIG = ("llama-3.1-70b", "llama-3.1-405b", "gpt-3-175b", "qwen2-72b")
+GPU_TARGETS = ("h100-sxm", "h200-sxm", "mi300x", "h100-sxmx8", "a100-80gbx8", "h200-sxmx4", "b200x8", "mi300xx8", "h100-sxmx16")
+WAFER_TARGETS = ("cs3", "cs3x2", "cs3x4", "cs2x2")
+TIME_FIELDS = ("step_s", "ttft_s", "tpot_s", "tokens_per_s", "tokens_per_s_per_user", "request_s", "requests_per_s",
+               "model_flop_per_s", "model_flop_utilization_frac")
+ROW_TIMES = ("step_s", "ttft_s", "tpot_s", "tokens_per_s", "tokens_per_s_per_user")
+
+
+def same(a, b, what: str = "") -> None:
+    """``a`` and ``b`` are both None/NaN, or equal within a relative :data:`REL`."""
+    na = a is None or (isinstance(a, float) and math.isnan(a))
+    nb = b is None or (isinstance(b, (float, np.floating)) and math.isnan(b))
+    assert na == nb, f"{what}: {a!r} vs {b!r}"
+    if not na:
+        a, b = float(a), float(b)
+        assert abs(a - b) <= REL * max(abs(a), abs(b)), f"{what}: {a!r} vs {b!r} (rel {abs(a - b) / max(abs(a), abs(b)):.3g})"
+
+
+@st.composite
+def questions(draw, models=MODELS, targets=GPU_TARGETS + WAFER_TARGETS, phases=("train", "prefill", "decode", "serve")):
+    """(model, target, phase, batch, context, output_tokens, precision)."""
+    target = draw(st.sampled_from(targets))
+    precision = draw(st.sampled_from([p for p in ("bf16", "fp8", "fp16") if _has_rate(target, p)]))
+    wafer = target.startswith(("cs", "wse"))
+    phase = draw(st.sampled_from(phases))
+    model = draw(st.sampled_from(models))
+    if phase == "train":
+        batch = draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128] if wafer else [8, 16, 32, 64, 128]))
+        context = draw(st.sampled_from([512, 1024, 2048, 4096]))
+    else:
+        batch = draw(st.sampled_from([1, 2, 3, 8, 16, 32, 64, 100]))
+        context = draw(st.sampled_from([128, 512, 1000, 2048, 4096, 8192]))
+    out = draw(st.sampled_from([1, 16, 128, 500])) if phase == "serve" else None
+    return model, target, phase, batch, context, out, precision
+
+
+def _has_rate(target: str, precision: str) -> bool:
+    """Whether the target's device has a dense rate for ``precision`` (the chain refuses one it cannot time)."""
+    try:
+        parse_target(target, CAT).device.peak_flop_per_s(precision)
+        return True
+    except (ValueError, KeyError):
+        return False
+
+
+def _ask(q):
+    model, target, phase, batch, context, out, precision = q
+    return dict(phase=phase, batch=batch, context=context, output_tokens=out, precision=precision, catalog=CAT)
+
+
+def _cli(command: str, q) -> dict | None:
+    """``wseplan COMMAND ... --format json`` in this process: the record, or None when it exits with status 2."""
+    model, target, phase, batch, context, out, precision = q
+    argv = [command, model, "--target", target, "--phase", phase, "--batch", str(batch), "--context", str(context),
+            "--precision", precision, "--format", "json"] + (["--output-tokens", str(out)] if out is not None else [])
+    buf, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    assert rc in (0, 2) and (rc == 0 or err.getvalue().count("\n") == 1), (argv, rc, err.getvalue())
+    return json.loads(buf.getvalue()) if rc == 0 else None
+
+
+def _one_row_sweep(q, rec):
+    """The sweep row of the configuration ``rec`` answers (GPU layouts as the plan chose them)."""
+    model, target, phase, batch, context, out, precision = q
+    t = parse_target(target, CAT)
+    spec = dict(name="one", phase="decode" if phase == "serve" else phase, models=[model], targets=[target],
+                precisions=[precision], batches=[batch], contexts=[context])
+    if out is not None:
+        spec["output_tokens"] = [out]
+    if t.kind == "gpu":
+        lay = rec.layout
+        spec["layouts"] = dict(tensor_parallel=[lay["tensor_parallel"]], pipeline_parallel=[lay["pipeline_parallel"]],
+                               data_parallel=[lay["data_parallel"]])
+        if phase == "train":
+            spec["layouts"].update(micro_batch=[lay["micro_batch"]], recompute=[lay["recompute"]],
+                                   zero_stage=[lay["zero_stage"]])
+            if t.count is None:  # a GPU training sweep names its GPU count: the count the plan chose
+                spec["targets"] = [f"{t.key}x{rec.num_devices}"]
+    p = S.plan_sweep(S.parse_sweep(spec), CAT, prices=PRICES)
+    assert p.size == 1
+    cols = S.evaluate_task(p.groups[0], 0, 1)
+    return {k: (v[0] if np.ndim(v) else v) for k, v in cols.items()}
+
+
+def _sweep_comparable(q, rec) -> bool:
+    """A sweep file has no virtual-pipeline axis (its GPU training rows run one stage per device); a plan that
+    interleaves is a question the sweep cannot pose."""
+    return rec.layout.get("virtual_pipeline", 1) == 1
+
+
+# =============================================================================================
+# time and cost: plan == time == compare == sweep == cost
+# =============================================================================================
+@PROPS
+@given(q=questions())
+def test_every_path_gives_the_plan_number(q):
+    model, target, phase, batch, context, out, precision = q
+    kw = _ask(q)
+    rec = plan(model, target, **kw)
+    event(f"{rec.phase} {rec.device_kind} fits={rec.fits}")
+    # time (the `time` command) and fit (the `fit` command)
+    tr = predict_time(model, target, **kw)
+    assert tr.fits == rec.fits and tr.num_devices == rec.num_devices and tr.bottleneck == rec.bottleneck
+    for k in TIME_FIELDS:
+        same(getattr(rec, k), getattr(tr, k), f"time.{k}")
+    cli = _cli("time", q)
+    assert cli["fits"] == rec.fits and cli["num_devices"] == rec.num_devices and cli["bottleneck"] == rec.bottleneck
+    for k in TIME_FIELDS:
+        same(getattr(rec, k), cli[k], f"cli time.{k}")
+    fr = fit(model, target, **kw)
+    assert fr.fits == rec.fits and fr.num_devices == rec.num_devices and fr.binding == rec.binding
+    same(fr.capacity_bytes - fr.headroom_bytes, rec.per_device_bytes, "fit.per_device_bytes")
+    # compare (a `compare` row)
+    row, times, params = compare_case(model, target, prices=PRICES, **kw)
+    assert row.fits == rec.fits and row.num_devices == rec.num_devices and row.bottleneck == rec.bottleneck
+    for k in ROW_TIMES:
+        same(getattr(rec, k), getattr(row, k), f"compare.{k}")
+    same(rec.model_flop_utilization_frac, row.model_flop_utilization_frac, "compare.mfu")
+    # a one-row sweep
+    sw = _one_row_sweep(q, rec) if _sweep_comparable(q, rec) else None
+    event("one-row sweep" if sw is not None else "no sweep: interleaved pipeline")
+    if sw is not None:
+        assert bool(sw["fits"]) == rec.fits and int(sw["num_devices"]) == rec.num_devices, (sw, rec.layout)
+        for k in ROW_TIMES:
+            same(getattr(rec, k), sw[k], f"sweep.{k}")
+        assert (S.BOTTLENECKS[int(sw["bottleneck"])] if sw["bottleneck"] >= 0 else None) == rec.bottleneck
+    if not rec.fits:
+        assert times is None and row.usd_per_mtok is None and row.usd_per_hour is None
+        return
+    # cost (the `cost` command) and the array cost (sweeps, fleet, reports)
+    cr = cost(model, target, prices=PRICES, **kw)
+    assert cr.num_devices == rec.num_devices and cr.headline_metric == HEADLINE[rec.phase]
+    assert cr.plan["layout"] == rec.layout
+    for k in TIME_FIELDS:
+        same(rec.__getattribute__(k), cr.plan[k], f"cost.plan.{k}")
+    assert cr.times == times
+    cli = _cli("cost", q)
+    same(cli["headline_value"], cr.headline_value, "cli cost.headline_value")
+    assert cli["headline_metric"] == cr.headline_metric and cli["num_systems"] == cr.num_systems
+    if rec.phase == "train":
+        same(cr.times.step_s, rec.step_s, "cost.times.step_s")
+        same(cr.times.tokens_per_step, rec.batch * rec.context, "cost.times.tokens_per_step")
+    elif rec.phase == "decode":
+        same(cr.times.decode_step_s, rec.tpot_s, "cost.times.decode_step_s")
+    elif rec.phase == "prefill":
+        same(cr.times.prefill_s, rec.ttft_s, "cost.times.prefill_s")
+    s = setup(model, target, phase=rec.phase, precision=precision, catalog=CAT)
+    b, c, o, _ = default_sizes(CAT, rec.phase, batch, context, out)
+    arr = evaluate(s, {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])})
+    cols = cost_columns(s, arr, C.nominal(params_for(s, PRICES)))
+    for m in cr.metrics:
+        if m.metric in cols and not m.metric.startswith("service_"):
+            same(m.value, float(np.asarray(cols[m.metric]).ravel()[0]), f"cost_columns.{m.metric}")
+    headline = "usd_per_mtok_trained" if rec.phase == "train" else cr.headline_metric
+    energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token"}.get(
+        rec.phase, "energy_j_per_output_token")
+    same(row.usd_per_mtok, cr.metric(headline), "compare.usd_per_mtok")
+    same(row.usd_per_hour, cr.metric("usd_per_hour"), "compare.usd_per_hour")
+    same(row.energy_j_per_token, cr.metric(energy), "compare.energy_j_per_token")
+    if rec.phase == "train":
+        same(row.usd_per_run, cr.headline_value, "compare.usd_per_run")
+    if sw is not None:
+        same(sw["usd_per_hour"], cr.metric("usd_per_hour"), "sweep.usd_per_hour")
+        same(sw["usd_per_mtok"], cr.metric(headline), "sweep.usd_per_mtok")
+        same(sw["energy_j_per_token"], cr.metric(energy), "sweep.energy_j_per_token")
+        assert int(sw["num_systems"]) == cr.num_systems
+        if rec.phase == "train":
+            same(sw["usd_per_run"], cr.metric("usd_per_run"), "sweep.usd_per_run")
+
+
+# =============================================================================================
+# training: a `scale` point is the plan of that many systems
+# =============================================================================================
+@PROPS
+@given(q=questions(targets=("h100-sxmx8", "h100-sxmx16", "a100-80gbx8", "b200x8", "cs3", "cs3x2", "cs3x4", "cs2x2"),
+                   phases=("train",)))
+def test_scale_point_is_the_plan(q):
+    model, target, phase, batch, context, out, precision = q
+    t = parse_target(target, CAT)
+    per = 1 if t.kind == "wafer" else int(t.device.gpus_per_node.si)
+    n = (t.count or 1) // per
+    assert n * per == (t.count or 1)
+    rows = scaling_rows(CAT.models[model], t, CAT, precision=precision, global_batch=batch, context=context, counts=[n],
+                        options={"policy": "auto", "micro_batch": None} if t.kind == "wafer" else {})
+    rec = plan(model, f"{t.key}x{n * per}", phase="train", batch=batch, context=context, precision=precision, catalog=CAT)
+    event(f"{t.kind} fits={rec.fits}")
+    if batch < n:
+        assert rows == []
+        return
+    (r,) = rows
+    assert r["fits"] == rec.fits and r["num_devices"] == rec.num_devices and r["bottleneck"] == rec.bottleneck
+    for k in ("step_s", "tokens_per_s", "model_flop_utilization_frac"):
+        same(r[k], getattr(rec, k), f"scale.{k}")
+
+
+# =============================================================================================
+# serving: fleet's replica model and the serving report's batch sweep are the plan
+# =============================================================================================
+@PROPS
+@given(q=questions(targets=("h100-sxm", "h200-sxm", "a100-80gb", "mi300x", "cs3", "cs2"), phases=("serve",)))
+def test_replica_and_report_rows_are_the_plan(q):
+    model, target, phase, batch, context, out, precision = q
+    rec = plan(model, target, **_ask(q))
+    event(f"{rec.device_kind} fits={rec.fits}")
+    opts = replica_options(model, target, precision=precision, input_tokens=context, output_tokens=out, batches=[batch],
+                           catalog=CAT)
+    if not rec.fits or rec.num_replicas != 1:
+        assert opts == [] or rec.num_replicas != 1
+    else:
+        (o,) = opts
+        assert o["num_devices"] == rec.num_devices and o["batch"] == batch and o["layout"] == rec.layout
+        for k in ("tokens_per_s", "requests_per_s", "ttft_s", "tpot_s", "tokens_per_s_per_user"):
+            same(o[k], getattr(rec, k), f"replica.{k}")
+    study = Study(name="c", title="consistency", kind="serving", question="same number?", model=model, targets=[target],
+                  precision=precision,
+                  serving=ServingSpec(prompt_tokens=context, output_tokens=out, demand_tokens_per_s=1e4,
+                                      min_tokens_per_s_per_user=1.0, batches=[batch]),
+                  cost=CostSpec(uncertainty=0))
+    res = run_study(study, catalog=CAT)
+    (row,) = next(t for t in res.tables if t.name == "batch_sweep").rows
+    assert row["fits"] == rec.fits and row["num_devices"] == rec.num_devices and row["bottleneck"] == rec.bottleneck
+    for k in ROW_TIMES:
+        same(row[k], getattr(rec, k), f"study.{k}")
+    if rec.fits:
+        cr = cost(model, target, prices=PRICES, **_ask(q))
+        same(row["usd_per_mtok"], cr.headline_value, "study.usd_per_mtok")
+        same(row["usd_per_hour"], cr.metric("usd_per_hour"), "study.usd_per_hour")
+    else:
+        assert row["usd_per_mtok"] is None and row["tokens_per_s"] is None
+
+
+# =============================================================================================
+# wafer training: fit and stream report the same batch window
+# =============================================================================================
+@PROPS
+@given(model=st.sampled_from(MODELS + ("llama-3.1-70b", "gpt-3-175b")), target=st.sampled_from(WAFER_TARGETS + ("wse3",)),
+       batch=st.sampled_from([1, 2, 3, 4, 8, 16, 64, 256, 1024]), context=st.sampled_from([256, 1024, 2048, 4096, 8192]))
+def test_fit_and_stream_agree_on_the_batch_window(model, target, batch, context):
+    f = fit(model, target, phase="train", batch=batch, context=context, catalog=CAT)
+    s = stream(model, target, batch=batch, context=context, catalog=CAT)
+    event(f"fits={s.fits} feasible={s.feasible_compute_bound}")
+    assert f.fits == s.fits and f.num_devices == s.num_systems
+    w = f.streaming
+    for k in ("min_tokens_compute_bound", "max_tokens_on_wafer", "stream_bandwidth_bytes_per_s"):
+        same(getattr(w, k), getattr(s, k), f"window.{k}")
+    assert (w.min_batch_compute_bound, w.max_batch_on_wafer, w.feasible_compute_bound) == \
+        (s.min_batch_compute_bound, s.max_batch_on_wafer, s.feasible_compute_bound)
+    t = predict_time(model, target, phase="train", batch=batch, context=context, catalog=CAT)
+    same(t.step_s, s.step_s, "stream.step_s")
+    same(t.tokens_per_s, s.tokens_per_s, "stream.tokens_per_s")
+
+
+# =============================================================================================
+# nothing that does not fit is timed or priced
+# =============================================================================================
+@st.composite
+def tight_questions(draw):
+    """Questions where many configurations do not fit: big models, few devices, long contexts, big batches."""
+    q = draw(questions(models=MODELS + BIG, targets=("h100-sxmx1", "h100-sxmx2", "a100-80gbx4", "h100-sxmx8", "cs3",
+                                                      "cs3x2", "wse2", "h100-sxm")))
+    model, target, phase, batch, context, out, precision = q
+    if draw(st.booleans()):
+        batch = draw(st.sampled_from([256, 1024, 4096]))
+        context = draw(st.sampled_from([16384, 65536, 131072]))
+    return model, target, phase, batch, context, out, precision
+
+
+@PROPS
+@given(q=tight_questions())
+def test_nothing_that_does_not_fit_is_timed_or_priced(q):
+    model, target, phase, batch, context, out, precision = q
+    kw = _ask(q)
+    rec = plan(model, target, **kw)
+    tr = predict_time(model, target, **kw)
+    row, times, _ = compare_case(model, target, prices=PRICES, **kw)
+    assert tr.fits == rec.fits == row.fits
+    event(f"{rec.phase} {rec.device_kind} fits={rec.fits}")
+    sw = _one_row_sweep(q, rec) if (rec.layout and _sweep_comparable(q, rec)) else None
+    if sw is not None:
+        assert bool(sw["fits"]) == rec.fits
+    if rec.fits:
+        assert rec.step_s is not None and tr.step_s is not None and row.usd_per_hour is not None
+        return
+    assert rec.shortfall_bytes > 0 or rec.binding == "memoryx"
+    for k in TIME_FIELDS:
+        assert getattr(rec, k) is None and getattr(tr, k) is None, k
+    assert rec.bottleneck is None and tr.bottleneck is None and not rec.breakdown_s
+    for k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s", "tokens_per_s_per_user", "bottleneck", "power_w",
+              "usd_per_hour", "usd_per_mtok", "usd_per_run", "run_s", "energy_j_per_token"):
+        assert getattr(row, k) is None, k
+    assert times is None
+    if sw is not None:
+        for k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s", "tokens_per_s_per_user", "usd_per_hour",
+                  "usd_per_busy_hour", "usd_per_mtok", "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run",
+                  "energy_j_per_token"):
+            assert np.isnan(sw[k]), k
+        assert sw["bottleneck"] < 0
+    with pytest.raises(InputError, match="does not fit"):
+        cost(model, target, prices=PRICES, **kw)
+    assert _cli("cost", q) is None
+
+
+@pytest.mark.xfail(strict=True, reason="report/study.py _serving matches batch_sweep rows to a target by label, but "
+                   "compare_case labels a target without a count 'cs3 (x1)': the fleet table then says 'does not fit "
+                   "at any swept batch' beside a fitting batch_sweep row (report/* is being reworked on another branch)")
+def test_serving_fleet_table_uses_the_batch_sweep_rows():
+    study = Study(name="c", title="consistency", kind="serving", question="same number?", model="llama-3.1-8b",
+                  targets=["cs3"], serving=ServingSpec(prompt_tokens=1024, output_tokens=128, demand_tokens_per_s=1e5,
+                                                       min_tokens_per_s_per_user=1.0, batches=[8]),
+                  cost=CostSpec(uncertainty=0))
+    res = run_study(study, catalog=CAT)
+    (row,) = next(t for t in res.tables if t.name == "batch_sweep").rows
+    (fleet,) = next(t for t in res.tables if t.name == "fleet").rows
+    assert row["fits"] and row["meets_sla"]
+    assert fleet["meets_sla"] and fleet["tokens_per_s_per_replica"] == row["tokens_per_s"]

@@ -1,0 +1,292 @@
+"""The data of the fleet ILP (:mod:`wseplan.optimize.fleet`): the demand file (:class:`DemandSpec`,
+:func:`read_demand`), the problem (system types, configurations, demands: :class:`FleetProblem`) and the answer
+(:class:`FleetPlan` with its system, allocation and constraint rows)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..catalog.load import read_yaml
+from ..errors import InputError, validation_detail
+from ..units import parse_quantity
+from .fleet_model import CAPS
+from .milp import SolverRun
+
+SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------
+# Demand file schema
+# ---------------------------------------------------------------------------------------------
+def _num(v, field: str) -> float:
+    x, _ = parse_quantity(v, field=field)
+    return x
+
+
+class Sla(_Frozen):
+    ttft_s: float | None = Field(default=None, gt=0)
+    tpot_s: float | None = Field(default=None, gt=0)
+
+
+class WorkloadSpec(_Frozen):
+    """One workload of a demand file."""
+
+    name: str
+    model: str
+    kind: str  # serve | train
+    precision: str = "bf16"
+    # serving
+    output_tokens_per_s: float | None = Field(default=None, gt=0)
+    prompt_tokens: int = Field(default=2048, gt=0)
+    output_tokens: int = Field(default=256, gt=0)
+    batches: list[int] = [1, 4, 16, 64]
+    sla: Sla = Sla()
+    # training
+    train_tokens: float | None = Field(default=None, gt=0)
+    runs: int = Field(default=1, gt=0)
+    deadline_days: float | None = Field(default=None, gt=0)
+    batch: int = Field(default=1024, gt=0)
+    context: int = Field(default=2048, gt=0)
+    device_counts: dict[str, list[int]] = {}
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v):
+        if v not in ("serve", "train"):
+            raise ValueError(f"kind must be serve or train, got {v!r}")
+        return v
+
+
+class SystemSpec(_Frozen):
+    hardware: str
+    name: str | None = None
+    max_systems: int | None = Field(default=None, ge=0)
+
+
+class Caps(_Frozen):
+    power_cap_w: float | None = None
+    rack_units_cap: float | None = None
+    budget_usd: float | None = None
+
+
+class DemandSpec(_Frozen):
+    """A demand file (``wseplan fleet DEMAND.yaml``); see studies/demand-example.yaml."""
+
+    name: str = "demand"
+    description: str | None = None
+    prices: list[str] = []
+    set: dict[str, float] = {}
+    constraints: Caps = Caps()
+    systems: list[SystemSpec] = Field(min_length=1)
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+
+
+def read_demand(path: str | Path) -> DemandSpec:
+    """Read and validate a demand YAML file; errors are one line naming the field."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"demand: file {path} not found; check the path")
+    raw = read_yaml(p)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: top level must be a mapping with systems and workloads")
+    raw = dict(raw)
+    caps = dict(raw.get("constraints") or {})
+    for k in list(caps):
+        if k in CAPS and caps[k] is not None:
+            caps[k] = _num(caps[k], f"constraints.{k}")
+    raw["constraints"] = caps
+    wls = []
+    for i, wl in enumerate(raw.get("workloads") or []):
+        if isinstance(wl, dict):
+            wl = dict(wl)
+            for k in ("output_tokens_per_s", "train_tokens"):
+                if wl.get(k) is not None:
+                    wl[k] = _num(wl[k], f"workloads[{i}].{k}")
+        wls.append(wl)
+    raw["workloads"] = wls
+    if isinstance(raw.get("prices"), str):
+        raw["prices"] = [raw["prices"]]
+    raw["prices"] = [str((p.parent / q).resolve()) if not Path(q).is_absolute() else q for q in raw.get("prices") or []]
+    try:
+        spec = DemandSpec.model_validate(raw)
+    except ValidationError as exc:
+        loc, msg = validation_detail(exc)
+        raise InputError(f"{path}: {loc}: {msg}") from None
+    names = [w.name for w in spec.workloads]
+    if len(set(names)) != len(names):
+        raise InputError(f"{path}: workloads: names must be unique, got {names}")
+    for w in spec.workloads:
+        if w.kind == "serve" and w.output_tokens_per_s is None:
+            raise InputError(f"{path}: workloads.{w.name}: serve needs output_tokens_per_s")
+        if w.kind == "train" and (w.deadline_days is None):
+            raise InputError(f"{path}: workloads.{w.name}: train needs deadline_days")
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# The ILP's data: system types and configurations (one replica of a workload on one system type)
+# ---------------------------------------------------------------------------------------------
+class SystemType(_Frozen):
+    """One menu entry with its per-system cost, power and space (traceable to the prices catalog)."""
+
+    name: str
+    hardware: str
+    price_key: str
+    devices_per_system: int
+    capex_usd: float  # per system incl. network share and installation
+    annual_usd: float  # yearly TCO of one system
+    peak_facility_power_w: float  # peak IT power x PUE
+    rack_units: float
+    max_systems: int | None = None
+    cost_inputs: dict[str, float] = {}
+
+
+class Config(_Frozen):
+    """One way to run a replica of a workload: system type, devices, batch, and what the time model says."""
+
+    workload: str
+    system: str
+    num_devices: int
+    batch: int
+    supply: float  # tokens/s (serve) or runs by the deadline (train)
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    run_s: float | None = None
+    extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
+    extra_annual_usd: float = 0.0
+
+
+class Demand(_Frozen):
+    name: str
+    kind: str
+    model: str
+    amount: float  # output tokens/s or runs
+    unit: str
+    sla: Sla = Sla()
+    deadline_s: float | None = None
+
+
+class FleetProblem(_Frozen):
+    demands: list[Demand]
+    systems: list[SystemType]
+    configs: list[Config]
+    power_cap_w: float | None = None
+    rack_units_cap: float | None = None
+    budget_usd: float | None = None
+    notes: list[str] = []
+
+
+def meets_sla(c: Config, d: Demand, factor: float = 1.0) -> bool:
+    """Does configuration ``c`` meet demand ``d``'s SLA (limits scaled by ``factor``)?"""
+    if d.kind == "train":
+        return c.run_s is not None and c.supply >= 1
+    if d.sla.ttft_s is not None and (c.ttft_s is None or c.ttft_s > d.sla.ttft_s * factor):
+        return False
+    if d.sla.tpot_s is not None and (c.tpot_s is None or c.tpot_s > d.sla.tpot_s * factor):
+        return False
+    return c.supply > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+class SystemRow(_Frozen):
+    system: str
+    hardware: str
+    count: int
+    devices: int
+    capex_usd: float
+    annual_usd: float
+    peak_facility_power_w: float
+    rack_units: float
+
+
+class AllocationRow(_Frozen):
+    workload: str
+    system: str
+    replicas: int
+    devices_per_replica: int
+    batch: int
+    supply_per_replica: float
+    supply: float
+    demand: float
+    unit: str
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    run_s: float | None = None
+
+
+class ConstraintRow(_Frozen):
+    """A constraint of the solved plan: its use, its LP shadow price, and what relaxing it 10% saves.
+
+    ``saving_usd_per_year`` is exact (integer re-solve, or a proof that nothing changes; ``analysis`` says
+    which); where the LP relaxation answered instead (large plans whose caps bind), ``lp_saving_usd_per_year``
+    holds its saving and the integer fields are empty. ``shadow_price`` is the LP relaxation's marginal value,
+    in ``shadow_price_unit``.
+    """
+
+    name: str
+    kind: str  # cap | demand | sla
+    lhs: float | None = None
+    rhs: float | None = None
+    slack: float | None = None
+    binding: bool
+    relaxed_usd_per_year: float | None = None
+    saving_usd_per_year: float | None = None
+    lp_saving_usd_per_year: float | None = None  # the LP relaxation's saving, where the LP answered the row
+    shadow_price: float | None = None  # USD/year saved per unit the constraint is loosened (LP relaxation)
+    shadow_price_unit: str | None = None
+    reduced_cost_usd_per_year: float | None = None  # sla: best LP reduced cost among the configurations it admits
+    analysis: str | None = None  # how the saving was obtained
+    note: str | None = None
+
+
+class FleetPlan(_Frozen):
+    """The fleet record (``wseplan fleet --format json``); documented in docs/cli-output.md."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    status: str  # optimal | time_limit
+    status_detail: str
+    optimal: bool
+    gap_frac: float | None = None
+    total_usd_per_year: float
+    best_bound_usd_per_year: float | None = None
+    capex_usd: float
+    peak_facility_power_w: float
+    rack_units: float
+    solver: str
+    solve_s: float
+    solver_run: SolverRun
+    method: str  # decomposed into independent components, or the full model with the caps
+    num_variables: int
+    num_constraints: int
+    analysis_s: float | None = None
+    analysis_mode: str | None = None  # auto | exact | lp (None: no analysis)
+    lp_usd_per_year: float | None = None  # the LP relaxation's optimum (a lower bound)
+    systems: list[SystemRow]
+    allocations: list[AllocationRow]
+    constraints: list[ConstraintRow]
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def to_row(self) -> dict:
+        rec = self.to_record()
+        row = {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
+        row.update({f"solver_{k}": v for k, v in rec["solver_run"].items() if v is not None and k != "status_detail"})
+        for s in self.systems:
+            row[f"count_{s.system}"] = s.count
+        return row
+
+    def to_frames(self) -> dict:
+        """``{"systems", "allocations", "constraints"}`` DataFrames for notebooks."""
+        import pandas as pd
+
+        return {k: pd.DataFrame([r.model_dump() for r in getattr(self, k)]) for k in ("systems", "allocations", "constraints")}
