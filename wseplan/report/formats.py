@@ -1,12 +1,12 @@
-"""Render records as rich tables, JSON, CSV or Markdown. Deterministic: same records, same bytes."""
+"""Human number formatting and the machine serialisers (JSON, CSV). Deterministic: same records, same bytes.
+
+The CLI's writer (table, json, csv, md) is :mod:`wseplan.cli.output`."""
 from __future__ import annotations
 
 import csv
 import io
 import json
 import math
-
-FORMATS = ("table", "json", "csv", "md")
 
 
 def fmt_value(v) -> str:
@@ -57,32 +57,3 @@ def _csv_cell(v):
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else str(v)
     return "" if v is None else v
-
-
-def to_markdown(rows: list[dict], columns: list[str] | None = None, headers: dict[str, str] | None = None) -> str:
-    cols = columns or list(dict.fromkeys(k for r in rows for k in r))
-    hdr = [(headers or {}).get(c, c) for c in cols]
-    lines = ["| " + " | ".join(hdr) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt_value(r.get(c)).replace("|", "\\|") for c in cols) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def rich_table(rows: list[dict], columns: list[str] | None = None, title: str | None = None, headers: dict[str, str] | None = None):
-    from rich.table import Table
-
-    cols = columns or list(dict.fromkeys(k for r in rows for k in r))
-    t = Table(title=title)
-    for c in cols:
-        t.add_column((headers or {}).get(c, c), overflow="fold")
-    for r in rows:
-        t.add_row(*[fmt_value(r.get(c)) for c in cols])
-    return t
-
-
-def print_table(*tables) -> None:
-    from rich.console import Console
-
-    con = Console(width=160)
-    for t in tables:
-        con.print(t)

@@ -27,6 +27,7 @@ from ..errors import CatalogError, InputError, validation_detail
 from .atomic import safe_filename, write_files_atomically
 from .markdown import Column, Document, Table, fmt_num, fmt_quantity
 from .plots import Marker, Plot, Series, render, roofline_plot
+from .tables import claims_table
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 
@@ -628,19 +629,7 @@ def _claims(st: Study, cat, base: Path) -> dict:
         raise InputError(f"claims: {st.claims!r} must be a relative path inside the study's folder")
     claims = load_claims(base / path)
     verdicts = check(claims, catalog=cat)
-    rows = []
-    for c, v in zip(claims, verdicts):
-        unit = v.bound_unit or v.unit
-        rows.append({"id": v.id, "text": c.text, "verdict": v.verdict, "bound": v.bound or "",
-                     "bound_value": fmt_quantity(v.bound_value, unit) if v.bound_value is not None else "",
-                     "claimed": _show(v.claimed_value, v.unit), "estimate": _show(v.estimate, v.unit),
-                     "margin": v.margin, "reason": v.reason})
-    table = Table(name="claims", title="Claims and verdicts",
-                  columns=[Column("id", "claim"), Column("text", "text"), Column("verdict", "verdict"),
-                           Column("bound", "bound broken"), Column("bound_value", "bound value"),
-                           Column("claimed", "claimed"), Column("estimate", "wseplan estimate"),
-                           Column("margin", "margin [x]"), Column("reason", "reason")],
-                  rows=rows)
+    table = claims_table(verdicts, texts=[c.text for c in claims])
     counts = {k: sum(v.verdict == k for v in verdicts) for k in ("impossible", "optimistic", "consistent")}
     imp = [v for v in verdicts if v.verdict == "impossible"]
     answer = (f"Of {len(verdicts)} claims, {counts['impossible']} are impossible, {counts['optimistic']} optimistic "
@@ -682,14 +671,6 @@ def _error_rows(cat) -> list[dict]:
 
     return [{"input": f"validated error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
              "basis": "measured", "source": text} for name, (err, text) in sorted(validated_errors(cat).items())]
-
-
-def _show(v, unit: str) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "fits" if v else "does not fit"
-    return fmt_quantity(v, unit)
 
 
 def _claim_sources(claims, cat) -> list[str]:

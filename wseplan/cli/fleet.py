@@ -1,0 +1,62 @@
+"""`wseplan fleet DEMAND.yaml`: the cheapest fleet meeting a demand under SLA, power, space and budget (ILP).
+
+The record is documented in docs/cli-output.md. pulp loads only inside the command.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import check_format, emit, notes_out, print_table, rich_table, to_markdown
+
+
+def fleet_cmd(
+    demand: str = typer.Argument(..., help="Demand YAML (workloads, system menu, caps); see studies/demand-example.yaml."),
+    set_: Optional[list[str]] = O.set_opt("Pin a cost input: NAME=VALUE (HW.NAME for one system type). Repeatable."),
+    prices: Optional[list[str]] = O.prices_opt(),
+    solver: str = O.solver_opt("highs", "highs | cbc"),
+    no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip re-solving with each constraint relaxed 10%."),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """Cheapest fleet (integer systems per type and replicas per workload) meeting a demand under SLA, power, space, budget.
+
+    Example: wseplan fleet studies/demand-example.yaml ; wseplan fleet studies/demand-example.yaml --set electricity_usd_per_kwh=0.15 --format json
+    """
+    from ..analytic.cost import parse_overrides
+    from ..optimize.fleet import plan_fleet
+
+    check_format(fmt)
+    cat = O.load_catalog(catalog)
+    plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=parse_overrides(set_),
+                      solver=solver, analyze=not no_analysis)
+    render_fleet(plan, fmt)
+
+
+def render_fleet(plan, fmt: str) -> None:
+    from ..report import formats as F
+
+    if fmt == "json":
+        emit(F.to_json(plan.to_record()))
+        return
+    if fmt == "csv":
+        emit(F.to_csv([a.model_dump() for a in plan.allocations]))
+        return
+    summary = [{k: v for k, v in plan.to_row().items() if not k.startswith("count_")}]
+    systems = [s.model_dump() for s in plan.systems]
+    allocs = [{k: v for k, v in a.model_dump().items() if v is not None} for a in plan.allocations]
+    cons = [{k: v for k, v in c.model_dump().items() if v is not None} for c in plan.constraints]
+    if fmt == "md":
+        emit(f"## Fleet plan: {plan.name}\n\n" + to_markdown(summary) + "\n### Systems\n\n" + to_markdown(systems)
+             + "\n### Allocations\n\n" + to_markdown(allocs) + "\n### Constraints (relaxed 10%)\n\n" + to_markdown(cons))
+    else:
+        print_table(rich_table([{"field": k, "value": v} for k, v in summary[0].items()], title=f"fleet plan: {plan.name}"),
+                    rich_table(systems, title="systems"),
+                    rich_table(allocs, title="allocations"), rich_table(cons, title="constraints (each relaxed 10%, re-solved)"))
+    notes_out(plan.notes)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fleet")(fleet_cmd)

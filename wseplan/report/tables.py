@@ -1,0 +1,33 @@
+"""Report tables shared by the CLI and the study reports (one definition each)."""
+from __future__ import annotations
+
+from .markdown import Column, Table, fmt_quantity
+
+
+def claims_table(verdicts, texts: list[str] | None = None) -> Table:
+    """Claim verdicts as a table with readable units; ``texts`` (the claims' own words) adds a text column."""
+    rows = []
+    for i, v in enumerate(verdicts):
+        unit = v.bound_unit or v.unit
+        row = {"id": v.id}
+        if texts is not None:
+            row["text"] = texts[i]
+        row.update({"verdict": v.verdict, "bound": v.bound or "",
+                    "bound_value": fmt_quantity(v.bound_value, unit) if v.bound_value is not None else "",
+                    "claimed": show_claim_value(v.claimed_value, v.unit), "estimate": show_claim_value(v.estimate, v.unit),
+                    "margin": v.margin, "reason": v.reason})
+        rows.append(row)
+    cols = [Column("id", "claim")] + ([Column("text", "text")] if texts is not None else []) + [
+        Column("verdict", "verdict"), Column("bound", "bound broken"), Column("bound_value", "bound value"),
+        Column("claimed", "claimed"), Column("estimate", "wseplan estimate"), Column("margin", "margin [x]"),
+        Column("reason", "reason")]
+    return Table(name="claims", title="Claims and verdicts", columns=cols, rows=rows)
+
+
+def show_claim_value(v, unit: str) -> str:
+    """A claimed or estimated value with its unit; a fit claim shows as fits / does not fit."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "fits" if v else "does not fit"
+    return fmt_quantity(v, unit)
