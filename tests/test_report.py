@@ -102,18 +102,20 @@ def test_study_name_with_path_is_sanitised(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ numbers
 @pytest.mark.parametrize("v, text", [
-    (1234567.8, "1,235,000"), (16384.0, "16,384"), (12.3456, "12.35"), (0.00123456, "0.001235"), (1.5e13, "1.500e+13"),
+    (1234567.8, "1,235,000"), (16384.0, "16,384"), (12.3456, "12.35"), (0.00123456, "0.001235"), (1.5e13, "15,000,000,000,000"),
+    (1.5e16, "1.5×10¹⁶"), (-2.345e-9, "-2.345×10⁻⁹"), (9.9996e15, "1×10¹⁶"),
     (999.96, "1,000"), (0.5, "0.5"), (100.0, "100"), (3, "3"), (True, "yes"), (None, "–"), (-45.678, "-45.68"),
 ])
 def test_fmt_num(v, text):
     assert fmt_num(v) == text
 
 
-@given(st.floats(min_value=-1e15, max_value=1e15, allow_nan=False))
+@given(st.floats(allow_nan=False, allow_infinity=False))
 def test_fmt_num_never_long(v):
-    digits = [c for c in fmt_num(v).split("e")[0] if c.isdigit()]
-    assert len(digits) <= 13  # at most 4 significant digits (plus zeros of magnitude), never 17
-    assert len(fmt_num(v)) <= 18
+    text = fmt_num(v)
+    digits = [c for c in text.split("×")[0] if c.isdigit()]
+    assert len(digits) <= 15  # at most 4 significant digits (plus zeros of magnitude below 10^15), never 17
+    assert len(text) <= 21 and "e" not in text.lower()  # never e-notation
 
 
 def test_fmt_quantity():

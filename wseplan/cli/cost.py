@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, notes_out, print_table, rich_table, to_markdown
+from .output import Rendered, Section, check_format, render
 
 
 def cost_cmd(
@@ -41,35 +41,33 @@ def cost_cmd(
     res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                output_tokens=output_tokens, train_tokens=train_tokens, overrides=parse_overrides(set_),
                prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx, catalog=cat)
-    render_cost(res, fmt)
+    render_cost(res, fmt, cat.sources)
 
 
-def render_cost(res, fmt: str) -> None:
-    from ..report import formats as F
+def render_cost(res, fmt: str, sources: dict | None = None) -> None:
+    """The cost record: json the record, csv one row, table/md the metrics (P10/P50/P90 when sampled), the
+    inputs with their ranges, basis and sources, and the tornado."""
+    from ..report.formats import field_unit, fmt_field
+    from ..report.tables import basis_label
 
-    if fmt == "json":
-        emit(F.to_json(res.to_record()))
-        return
-    if fmt == "csv":
-        emit(F.to_csv([res.to_row()]))
-        return
-    rows = [{k: v for k, v in m.model_dump().items() if v is not None} for m in res.metrics]
-    params = [{"input": p.name, "value": p.value, "low": p.low, "high": p.high, "basis": p.basis,
+    rows = [{"metric": field_unit(m.metric).label, "field": m.metric,
+             **{k: fmt_field(m.metric, getattr(m, k)) for k in ("value", "p10", "p50", "p90") if getattr(m, k) is not None}}
+            for m in res.metrics]
+    params = [{"input": p.name, "value": fmt_field(p.name, p.value), "low": fmt_field(p.name, p.low),
+               "high": fmt_field(p.name, p.high), "basis": basis_label(p.basis, p.source, sources),
                "source": ", ".join(p.source)} for p in res.params]
-    torn = [{"input": r.param, "low": r.low, "high": r.high, f"{r.metric} at low": r.metric_at_low,
-             f"{r.metric} at high": r.metric_at_high, "swing": r.swing} for r in res.tornado]
-    title = f"Cost: {res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}, prices {res.prices_date})"
-    if fmt == "md":
-        text = f"## {title}\n\n" + to_markdown(rows) + "\n### Inputs\n\n" + to_markdown(params)
-        if torn:
-            text += f"\n### Sensitivity of {res.headline_metric} (tornado)\n\n" + to_markdown(torn)
-        emit(text)
-    else:
-        tables = [rich_table(rows, title=title), rich_table(params, title="inputs (low / value / high)")]
-        if torn:
-            tables.append(rich_table(torn[:12], title=f"sensitivity of {res.headline_metric} (tornado)"))
-        print_table(*tables)
-    notes_out(res.notes)
+    head = res.headline_metric
+    torn = [{"input": r.param, "low": fmt_field(r.param, r.low), "high": fmt_field(r.param, r.high),
+             f"{field_unit(head).label} at low": fmt_field(head, r.metric_at_low),
+             f"{field_unit(head).label} at high": fmt_field(head, r.metric_at_high), "swing": fmt_field(head, r.swing)}
+            for r in res.tornado]
+    title = (f"Cost: {res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}, "
+             f"prices {res.prices_date})")
+    sections = [Section(title, rows), Section("inputs (value, low, high)", params)]
+    if torn:
+        sections.append(Section(f"sensitivity of {head} (tornado: each input at its low and high)", torn[:12]))
+    render(Rendered(record=res.to_record(), csv_rows=[res.to_row()], heading=title, sections=sections,
+                    notes=list(res.notes)), fmt)
 
 
 def register(app: typer.Typer) -> None:

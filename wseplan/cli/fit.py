@@ -6,7 +6,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, notes_out, print_table, to_markdown
+from .output import Rendered, Section, check_format, render
 
 
 def fit(
@@ -37,52 +37,36 @@ def fit(
 
 
 def render_fit(res, fmt: str) -> None:
-    from ..report import formats as F
+    """The fit record: json the record, csv one row, table/md a summary and the layer stages."""
+    from ..report.formats import fmt_bool, fmt_bytes, fmt_num
 
-    if fmt == "json":
-        emit(F.to_json(res.to_record()))
-        return
-    stage_rows = [s.model_dump() for s in res.stages]
-    if fmt == "csv":
-        emit(F.to_csv([res.to_row()]))
-        return
-    summary = res.to_row()
-    if fmt == "md":
-        emit(f"## Fit: {res.model} on {res.target}\n\n" + to_markdown([summary]) + "\n### Stages\n\n" + to_markdown(stage_rows))
-        return
-    from rich.table import Table
-
-    t = Table(title=f"{res.model} on {res.target}", caption=f"{res.precision}, {res.phase}, batch {res.batch}, context {res.context}")
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    verdict = "[green]yes[/green]" if res.fits else "[red]no[/red]"
-    t.add_row("fits", verdict)
-    t.add_row("devices", str(res.num_devices))
+    summary = [("fits", fmt_bool(res.fits)), ("devices", fmt_num(res.num_devices))]
     for k in ("capacity_bytes", "weights_bytes", "kv_cache_bytes", "activation_bytes", "optimizer_bytes", "total_bytes",
               "headroom_bytes", "shortfall_bytes"):
-        label = k.replace("_bytes", "") + (" (per device)" if k in ("capacity_bytes", "headroom_bytes", "shortfall_bytes") else "")
-        t.add_row(label, F.fmt_bytes(getattr(res, k)))
-    t.add_row("binding", res.binding)
-    t.add_row("max tokens in flight", f"{res.max_tokens_in_flight:,}")
+        label = k.replace("_bytes", "").replace("_", " ")
+        label += " (per device)" if k in ("capacity_bytes", "headroom_bytes", "shortfall_bytes") else " (all devices)"
+        summary.append((label, fmt_bytes(getattr(res, k))))
+    summary += [("binding", res.binding), ("max tokens in flight", fmt_num(res.max_tokens_in_flight))]
     if res.layout:
         lo = res.layout
-        t.add_row("layout", f"TP{lo.tensor_parallel} PP{lo.pipeline_parallel} DP{lo.data_parallel} ZeRO-{lo.zero_stage} recompute={lo.recompute}")
+        summary.append(("layout", f"TP{lo.tensor_parallel} PP{lo.pipeline_parallel} DP{lo.data_parallel} "
+                                  f"ZeRO-{lo.zero_stage} recompute={lo.recompute}"))
     if res.memoryx:
         mx = res.memoryx
-        t.add_row("MemoryX", f"{mx.option}: needs {F.fmt_bytes(mx.required_bytes)} of {F.fmt_bytes(mx.capacity_bytes)}")
+        summary.append(("MemoryX", f"{mx.option}: needs {fmt_bytes(mx.required_bytes)} of {fmt_bytes(mx.capacity_bytes)}"))
     if res.streaming:
         s = res.streaming
-        t.add_row("batch for compute-bound streaming", f">= {s.min_batch_compute_bound} ({s.min_tokens_compute_bound:,.0f} tokens)")
-        t.add_row("batch the wafer holds", f"<= {s.max_batch_on_wafer} ({s.max_tokens_on_wafer:,.0f} tokens)")
-    st = Table(title="stages (0-based inclusive transformer blocks)")
-    for c in ("device", "layers", "embedding", "lm_head", "bytes"):
-        st.add_column(c)
-    for s in res.stages[:64]:
-        st.add_row(str(s.device), f"{s.first_layer}-{s.last_layer}", "yes" if s.embedding else "", "yes" if s.lm_head else "", F.fmt_bytes(s.bytes))
-    if len(res.stages) > 64:
-        st.add_row("…", f"{len(res.stages) - 64} more", "", "", "")
-    print_table(t, st)
-    notes_out(res.notes)
+        summary.append(("batch for compute-bound streaming",
+                        f">= {fmt_num(s.min_batch_compute_bound)} ({fmt_num(round(s.min_tokens_compute_bound))} tokens)"))
+        summary.append(("batch the wafer holds", f"<= {fmt_num(s.max_batch_on_wafer)} ({fmt_num(round(s.max_tokens_on_wafer))} tokens)"))
+    stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
+               "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
+    shown = stages[:64] + ([{"device": "…", "layers": f"{len(stages) - 64} more"}] if len(stages) > 64 else [])
+    head = f"{res.model} on {res.target} ({res.precision}, {res.phase}, batch {res.batch}, context {res.context})"
+    render(Rendered(record=res.to_record(), csv_rows=[res.to_row()], heading=f"Fit: {head}",
+                    sections=[Section(head, [{"quantity": a, "value": b} for a, b in summary]),
+                              Section("stages (0-based inclusive transformer blocks)", shown)],
+                    notes=list(res.notes)), fmt)
 
 
 def register(app: typer.Typer) -> None:

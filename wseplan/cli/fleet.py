@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, notes_out, print_table, rich_table, to_markdown
+from .output import Rendered, Section, check_format, quantities, render
 
 
 def fleet_cmd(
@@ -36,26 +36,25 @@ def fleet_cmd(
 
 
 def render_fleet(plan, fmt: str) -> None:
-    from ..report import formats as F
+    """The fleet record: json the record, csv the allocations, table/md the summary, systems, allocations and
+    the constraints (each relaxed 10% and re-solved)."""
+    from ..report.formats import fmt_field
 
-    if fmt == "json":
-        emit(F.to_json(plan.to_record()))
-        return
-    if fmt == "csv":
-        emit(F.to_csv([a.model_dump() for a in plan.allocations]))
-        return
-    summary = [{k: v for k, v in plan.to_row().items() if not k.startswith("count_")}]
+    summary = quantities({k: v for k, v in plan.to_row().items() if not k.startswith("count_")})
     systems = [s.model_dump() for s in plan.systems]
     allocs = [{k: v for k, v in a.model_dump().items() if v is not None} for a in plan.allocations]
-    cons = [{k: v for k, v in c.model_dump().items() if v is not None} for c in plan.constraints]
-    if fmt == "md":
-        emit(f"## Fleet plan: {plan.name}\n\n" + to_markdown(summary) + "\n### Systems\n\n" + to_markdown(systems)
-             + "\n### Allocations\n\n" + to_markdown(allocs) + "\n### Constraints (relaxed 10%)\n\n" + to_markdown(cons))
-    else:
-        print_table(rich_table([{"field": k, "value": v} for k, v in summary[0].items()], title=f"fleet plan: {plan.name}"),
-                    rich_table(systems, title="systems"),
-                    rich_table(allocs, title="allocations"), rich_table(cons, title="constraints (each relaxed 10%, re-solved)"))
-    notes_out(plan.notes)
+    cons = []
+    for c in plan.constraints:
+        row = {k: v for k, v in c.model_dump().items() if v is not None}
+        for k in ("lhs", "rhs", "slack"):  # in the constraint's own unit (power_cap_w: W, budget_usd: $)
+            if k in row:
+                row[k] = fmt_field(c.name, row[k])
+        cons.append(row)
+    title = f"fleet plan: {plan.name}"
+    render(Rendered(record=plan.to_record(), csv_rows=[a.model_dump() for a in plan.allocations], heading=title,
+                    sections=[Section(title, summary), Section("systems", systems), Section("allocations", allocs),
+                              Section("constraints (each relaxed 10%, re-solved)", cons)],
+                    notes=list(plan.notes)), fmt)
 
 
 def register(app: typer.Typer) -> None:

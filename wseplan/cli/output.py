@@ -1,8 +1,10 @@
 """The one output writer of the ``wseplan`` commands: table (rich), json, csv and md.
 
-Every command renders through here. Machine formats (json, csv) keep SI numbers; the human formats
-(table, md) format numbers with :func:`wseplan.report.formats.fmt_value`. Output is deterministic: the same
-records give the same bytes. rich loads only when a table is printed.
+Every command renders through here. Machine formats (json, csv) keep SI numbers at full precision; the human
+formats (table, md) use the one formatter of :mod:`wseplan.report.formats`: units in headers (one display unit
+per column, chosen from its values), thousands separators, durations in ms … days, money in $ with k/M, yes/no,
+and no e-notation. Text from the user (model names, file names, notes) is shown with control characters
+escaped, and rich markup in it is never interpreted. rich loads only when a table is printed.
 """
 from __future__ import annotations
 
@@ -10,15 +12,16 @@ import sys
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..report.formats import fmt_value, to_csv, to_json
+from ..report.formats import column_format, fmt_field, fmt_num, humanize_text, safe_text, to_csv, to_json
 
 FORMATS = ("table", "json", "csv", "md")
+SKIP_IN_TABLES = ("schema_version",)
 
 
 def check_format(fmt: str) -> str:
     """``fmt`` if it is one of :data:`FORMATS`; else an :class:`InputError` naming the choices."""
     if fmt not in FORMATS:
-        raise InputError(f"--format: unknown {fmt!r}; use one of {', '.join(FORMATS)}")
+        raise InputError(f"--format: unknown {safe_text(str(fmt))!r}; use one of {', '.join(FORMATS)}")
     return fmt
 
 
@@ -28,28 +31,38 @@ def emit(text: str) -> None:
     sys.stdout.flush()
 
 
-def to_markdown(rows: list[dict], columns: list[str] | None = None, headers: dict[str, str] | None = None) -> str:
-    """A Markdown table of ``rows`` (one column per key, in first-seen order unless ``columns`` is given)."""
-    cols = columns or list(dict.fromkeys(k for r in rows for k in r))
-    hdr = [(headers or {}).get(c, c) for c in cols]
-    lines = ["| " + " | ".join(hdr) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+def _columns(rows: list[dict], columns: list[str] | None):
+    cols = columns or list(dict.fromkeys(k for r in rows for k in r if k not in SKIP_IN_TABLES))
+    return [column_format(c, [r.get(c) for r in rows]) for c in cols]
+
+
+def to_markdown(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A Markdown table of ``rows`` for a reader: headers with units, one display unit per column."""
+    cfs = _columns(rows, columns)
+    lines = ["| " + " | ".join(c.header.replace("|", "\\|") for c in cfs) + " |",
+             "|" + "|".join("---:" if _numeric(rows, c.key) else "---" for c in cfs) + "|"]
     for r in rows:
-        lines.append("| " + " | ".join(fmt_value(r.get(c)).replace("|", "\\|") for c in cols) + " |")
+        lines.append("| " + " | ".join(c.cell(r.get(c.key)).replace("|", "\\|") for c in cfs) + " |")
     return "\n".join(lines) + "\n"
 
 
-def rich_table(rows: list[dict], columns: list[str] | None = None, title: str | None = None,
-               headers: dict[str, str] | None = None):
-    """A rich Table of ``rows``; every cell is formatted by :func:`fmt_value`."""
+def rich_table(rows: list[dict], columns: list[str] | None = None, title: str | None = None):
+    """A rich Table of ``rows`` for a reader (as :func:`to_markdown`); nothing in it is read as markup."""
+    from rich.markup import escape
     from rich.table import Table
 
-    cols = columns or list(dict.fromkeys(k for r in rows for k in r))
-    t = Table(title=title)
-    for c in cols:
-        t.add_column((headers or {}).get(c, c), overflow="fold")
+    cfs = _columns(rows, columns)
+    t = Table(title=escape(humanize_text(title)) if title else None)
+    for c in cfs:
+        t.add_column(escape(c.header), overflow="fold", justify="right" if _numeric(rows, c.key) else "left")
     for r in rows:
-        t.add_row(*[fmt_value(r.get(c)) for c in cols])
+        t.add_row(*[escape(c.cell(r.get(c.key))) for c in cfs])
     return t
+
+
+def _numeric(rows: list[dict], key: str) -> bool:
+    vals = [r.get(key) for r in rows if r.get(key) is not None]
+    return bool(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
 
 
 def print_table(*tables) -> None:
@@ -74,14 +87,22 @@ def table_out(rows: list[dict], fmt: str, title: str = "") -> None:
 
 
 def quantities(row: dict) -> list[dict]:
-    """A one-record row as ``{quantity, value}`` rows (a vertical table)."""
-    return [{"quantity": k, "value": v} for k, v in row.items()]
+    """A one-record row as ``{quantity, value}`` rows (a vertical table), each value with its unit."""
+    from ..report.formats import field_unit
+
+    out = []
+    for k, v in row.items():
+        if k in SKIP_IN_TABLES:
+            continue
+        out.append({"quantity": field_unit(k).label if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else k.replace("_", " "), "value": fmt_field(k, v)})
+    return out
 
 
 def notes_out(notes) -> None:
-    """``note: ...`` lines after a table."""
+    """``note: ...`` lines after a table (numbers in human form, control characters escaped)."""
     for n in notes:
-        emit(f"note: {n}\n")
+        emit(f"note: {humanize_text(str(n))}\n")
 
 
 @dataclass
@@ -105,19 +126,20 @@ class Rendered:
 
 
 def render(r: Rendered, fmt: str) -> None:
-    """Write ``r`` in ``fmt``: json the record, csv the rows, md a heading and one table per section, table
-    rich tables then ``note:`` lines."""
+    """Write ``r`` in ``fmt``: json the record, csv the rows, md a heading, one table per section and the notes
+    as a list; table: rich tables then ``note:`` lines."""
     if fmt == "json":
         emit(to_json(r.record))
     elif fmt == "csv":
         emit(to_csv(r.csv_rows))
     elif fmt == "md":
-        parts = [f"## {r.heading}\n\n"]
+        parts = [f"## {humanize_text(r.heading)}\n\n"]
         for i, s in enumerate(r.sections):
             if i:
-                parts.append(f"\n### {s.title}\n\n")
+                parts.append(f"\n### {humanize_text(s.title)}\n\n")
             parts.append(to_markdown(s.rows, columns=s.columns) if s.rows else "(none)\n")
-        emit("".join(parts))
+        parts.extend(f"\n- {humanize_text(str(n))}" for n in r.notes)
+        emit("".join(parts) + ("\n" if r.notes else ""))
     else:
         print_table(*[rich_table(s.rows, columns=s.columns, title=s.title) for s in r.sections])
         notes_out(r.notes)
@@ -128,9 +150,7 @@ def print_report_table(table, title: str) -> None:
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    from ..report.markdown import fmt_num
-
-    t = RichTable(title=escape(title))
+    t = RichTable(title=escape(humanize_text(title)))
     for c in table.columns:
         t.add_column(escape(c.header), overflow="fold")
     for r in table.rows:

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, notes_out, print_table, rich_table, to_markdown
+from .output import Rendered, Section, check_format, quantities, render
 
 
 def place_cmd(
@@ -44,25 +44,39 @@ def place_cmd(
         raise InfeasibleError(f"placement infeasible: {res.notes[-1] if res.notes else 'no stage fits a device'}")
 
 
-def render_place(res, fmt: str) -> None:
-    from ..report import formats as F
+_PROXY = {"bytes": ("slowest stage: bytes read per step",
+                    "the latency objective minimises the bytes the slowest stage reads per decode step; decode is "
+                    "bandwidth-bound, so its time is proportional to them (a proxy, not seconds)"),
+          "FLOP": ("slowest stage: FLOPs per pass",
+                   "the latency objective minimises the FLOPs of the slowest stage per prefill pass; prefill is "
+                   "compute-bound, so its time is proportional to them (a proxy, not seconds)")}
 
-    if fmt == "json":
-        emit(F.to_json(res.to_record()))
-        return
-    if fmt == "csv":
-        emit(F.to_csv([res.to_row()]))
-        return
-    summary = res.to_row()
-    stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": s.embedding,
-               "lm_head": s.lm_head, "bytes": s.bytes} for s in res.stages]
-    if fmt == "md":
-        emit(f"## Placement: {res.model} on {res.target}\n\n" + to_markdown([summary]) + "\n### Stages\n\n"
-             + (to_markdown(stages) if stages else "(none)\n"))
-    else:
-        print_table(rich_table([{"field": k, "value": v} for k, v in summary.items()], title=f"placement: {res.model} on {res.target}"),
-                    rich_table(stages[:64], title="stages (0-based inclusive transformer blocks)"))
-    notes_out(res.notes)
+
+def render_place(res, fmt: str) -> None:
+    """The placement record: json the record, csv one row, table/md a summary and the stages. The latency
+    objective is a proxy the ILP minimises (bytes read in decode, FLOPs in prefill); the tables say so."""
+    from ..report.formats import fmt_bool, fmt_quantity
+
+    row = res.to_row()
+    summary = quantities({k: v for k, v in row.items() if k not in ("objective", "objective_unit", "max_stage_cost",
+                                                                      "cost_unit")})
+    unit = res.objective_unit
+    notes = list(res.notes)
+    if res.objective is not None:
+        if res.objective_kind == "latency" and unit in _PROXY:
+            what, why = _PROXY[unit]
+            notes.append(why)
+            shown = fmt_quantity(res.objective, unit)
+        else:
+            what, shown = "devices used", f"{res.objective:,.0f}"
+        summary.insert(10, {"quantity": f"objective: {what}", "value": shown})
+    stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
+               "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
+    title = f"placement: {res.model} on {res.target}"
+    render(Rendered(record=res.to_record(), csv_rows=[row], heading=title,
+                    sections=[Section(title, summary),
+                              Section("stages (0-based inclusive transformer blocks)", stages[:64] if fmt == "table" else stages)],
+                    notes=notes), fmt)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, table_out
+from .output import check_format, quantities, table_out
 
 sim_app = typer.Typer(help="Run the vectorized wafer/MemoryX kernel simulator (cycles, µs, utilisation).",
                       no_args_is_help=True)
@@ -57,11 +57,7 @@ def _out(res, fmt: str, title: str, extra: dict | None = None) -> None:
     r = res.to_row()
     row.update({"cycles": r["cycles"], "time_us": r["time_s"] * 1e6})
     row.update({k: v for k, v in r.items() if k not in ("cycles", "time_s")})
-    if fmt == "table":
-        rows = [{"quantity": k, "value": v} for k, v in row.items()]
-        table_out(rows, fmt, title=title)
-    else:
-        table_out([row], fmt, title=title)
+    table_out(quantities(row) if fmt == "table" else [row], fmt, title=title)
 
 
 @sim_app.command("gemv")
@@ -217,10 +213,7 @@ def stream_cmd(model: str = typer.Argument(..., help="Catalog model, config.json
            "step_time_s": float(np.asarray(res.step_time_s)), "compute_time_s": float(np.asarray(res.compute_time_s)),
            "stall_time_s": float(np.asarray(res.stall_time_s)), "utilization_frac": float(np.asarray(res.utilization_frac)),
            "bound": str(np.asarray(res.bound))}
-    if fmt == "table":
-        table_out([{"quantity": k, "value": v} for k, v in row.items()], fmt, title="weight stream (simulated)")
-    else:
-        table_out([row], fmt)
+    table_out(quantities(row) if fmt == "table" else [row], fmt, title="weight stream (simulated)")
 
 
 def register(app: typer.Typer) -> None:

@@ -31,3 +31,30 @@ def show_claim_value(v, unit: str) -> str:
     if isinstance(v, bool):
         return "fits" if v else "does not fit"
     return fmt_quantity(v, unit)
+
+
+# Bases and source kinds a reader should weigh with care; report and CLI tables mark them.
+WEAK_BASES = ("unverified", "estimate")
+WEAK_SOURCE_KINDS = ("forum",)
+
+
+def weakness(basis: str, source_ids, sources: dict | None = None) -> str:
+    """Why a number is weak, or ``''``: its basis (``unverified``, ``estimate``) or a ``forum`` source among
+    its sources (``sources`` is the catalog's source table; unknown ids are ignored here, the catalog test
+    rejects them)."""
+    why = []
+    if basis in WEAK_BASES:
+        why.append(basis)
+    for sid in source_ids or ():
+        src = (sources or {}).get(sid)
+        if src is not None and getattr(src, "kind", None) in WEAK_SOURCE_KINDS and "forum" not in why:
+            why.append("forum")
+    return ", ".join(why)
+
+
+def basis_label(basis: str, source_ids, sources: dict | None = None) -> str:
+    """The basis as a table shows it: ``third-party``, or ``estimate (weak)``, ``third-party (weak: forum)``."""
+    why = weakness(basis, source_ids, sources)
+    if not why:
+        return basis
+    return f"{basis} (weak)" if why == basis else f"{basis} (weak: {why})"
