@@ -413,6 +413,12 @@ def cost_params(prices: Prices, catalog, target, *, memoryx_option: str | None =
                                else Quantity(value=0.15, source="techtalkcto-h100", basis="estimate", note="fabric share"))
         out["peak_power_w"] = Param.from_quantity("peak_power_w", gpu.node_power_w)
         out["rack_units"] = Param.from_quantity("rack_units", gpu.node_rack_units)
+    if not hp.capex_usd.si > 0:  # never cost hardware at $0: a missing price is a refusal naming the field
+        field = (f"gpus.{key}.node_price_usd in a --catalog file or hardware.{key}.capex_usd in a --prices file"
+                 if target.kind == "gpu" else f"hardware.{key}.capex_usd in a --prices file")
+        why = f" ({hp.capex_usd.note})" if hp.capex_usd.note else ""
+        raise InputError(f"cost: {key} has no price (capex ${hp.capex_usd.si:g}, basis {hp.capex_usd.basis}{why}); "
+                         f"fill {field}")
     out["capex_usd"] = Param.from_quantity("capex_usd", hp.capex_usd)
     out["network_frac"] = Param.from_quantity("network_frac", hp.network_frac)
     if hp.cloud_usd_per_device_hour is not None:

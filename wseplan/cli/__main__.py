@@ -1,6 +1,4 @@
 """``python -m wseplan.cli ...`` runs the command line."""
-import sys
+from . import console
 
-from . import main
-
-sys.exit(main())
+console()

@@ -6,7 +6,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, print_report_table
+from .output import check_format, emit, json_out, print_report_table
 
 
 def check_cmd(
@@ -20,7 +20,7 @@ def check_cmd(
     validated error), consistent. Example: wseplan check studies/claims-examples.yaml --format json
     """
     from ..claims import check as check_fn
-    from ..report.formats import to_csv, to_json
+    from ..report.formats import to_csv
     from ..report.tables import claims_table
 
     check_format(fmt)
@@ -28,7 +28,7 @@ def check_cmd(
     verdicts = check_fn(claims, catalog=cat)
     records = [v.to_record() for v in verdicts]
     if fmt == "json":
-        emit(to_json(records))
+        json_out(records)
     elif fmt == "csv":
         emit(to_csv(records))
     elif fmt == "md":

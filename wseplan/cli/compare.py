@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, notes_out, print_report_table
+from .output import check_format, emit, json_out, notes_out, print_report_table
 
 
 def compare_cmd(
@@ -34,7 +34,6 @@ def compare_cmd(
     from ..analytic.cost import parse_overrides
     from ..compare import compare as compare_fn
     from ..errors import InputError
-    from ..report.formats import to_json
 
     check_format(fmt)
     if uncertainty < 0 or uncertainty == 1:
@@ -45,7 +44,7 @@ def compare_cmd(
                      output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
                      overrides=parse_overrides(set_), uncertainty=uncertainty, seed=seed)
     if fmt == "json":
-        emit(to_json(res.to_record()))
+        json_out(res.to_record(), prices=[])
         return
     if fmt == "csv":
         emit(res.table().to_csv())

@@ -41,10 +41,10 @@ def cost_cmd(
     res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                output_tokens=output_tokens, train_tokens=train_tokens, overrides=parse_overrides(set_),
                prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx, catalog=cat)
-    render_cost(res, fmt, cat.sources)
+    render_cost(res, fmt, cat.sources, list(prices or []))
 
 
-def render_cost(res, fmt: str, sources: dict | None = None) -> None:
+def render_cost(res, fmt: str, sources: dict | None = None, prices: list[str] | None = None) -> None:
     """The cost record: json the record, csv one row, table/md the metrics (P10/P50/P90 when sampled), the
     inputs with their ranges, basis and sources, and the tornado."""
     from ..report.formats import field_unit, fmt_field
@@ -67,7 +67,7 @@ def render_cost(res, fmt: str, sources: dict | None = None) -> None:
     if torn:
         sections.append(Section(f"sensitivity of {head} (tornado: each input at its low and high)", torn[:12]))
     render(Rendered(record=res.to_record(), csv_rows=[res.to_row()], heading=title, sections=sections,
-                    notes=list(res.notes)), fmt)
+                    notes=list(res.notes), prices=list(prices or [])), fmt)
 
 
 def register(app: typer.Typer) -> None:

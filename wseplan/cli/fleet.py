@@ -32,10 +32,10 @@ def fleet_cmd(
     cat = O.load_catalog(catalog)
     plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=parse_overrides(set_),
                       solver=solver, analyze=not no_analysis)
-    render_fleet(plan, fmt)
+    render_fleet(plan, fmt, list(prices or []))
 
 
-def render_fleet(plan, fmt: str) -> None:
+def render_fleet(plan, fmt: str, prices: list[str] | None = None) -> None:
     """The fleet record: json the record, csv the allocations, table/md the summary, systems, allocations and
     the constraints (each relaxed 10% and re-solved)."""
     from ..report.formats import fmt_field
@@ -54,7 +54,7 @@ def render_fleet(plan, fmt: str) -> None:
     render(Rendered(record=plan.to_record(), csv_rows=[a.model_dump() for a in plan.allocations], heading=title,
                     sections=[Section(title, summary), Section("systems", systems), Section("allocations", allocs),
                               Section("constraints (each relaxed 10%, re-solved)", cons)],
-                    notes=list(plan.notes)), fmt)
+                    notes=list(plan.notes), prices=list(prices or [])), fmt)
 
 
 def register(app: typer.Typer) -> None:

@@ -111,8 +111,18 @@ def solver_opt(default: str, help: str) -> typer.models.OptionInfo:
     return typer.Option(default, "--solver", help=help)
 
 
+_LOADED: dict = {"catalog": None}
+
+
 def load_catalog(dirs: Optional[list[str]]):
-    """The catalog with the user's ``--catalog`` folders applied."""
+    """The catalog with the user's ``--catalog`` folders applied (remembered for the records' provenance)."""
     from ..catalog import load_catalog as _load
 
-    return _load(list(dirs or []))
+    cat = _load(list(dirs or []))
+    _LOADED["catalog"] = cat
+    return cat
+
+
+def loaded_catalog():
+    """The catalog this command loaded, or None."""
+    return _LOADED["catalog"]

@@ -31,6 +31,26 @@ def emit(text: str) -> None:
     sys.stdout.flush()
 
 
+def stamp(obj, prov: dict):
+    """``obj`` with a ``provenance`` entry (tool version, catalog and prices dates): added to a record, or to
+    each record of a list, so the documented shape of every record stays as it was."""
+    if isinstance(obj, dict):
+        return {**obj, "provenance": prov}
+    if isinstance(obj, list):
+        return [({**r, "provenance": prov} if isinstance(r, dict) else r) for r in obj]
+    return obj
+
+
+def json_out(obj, prices: list[str] | None = None) -> None:
+    """Print ``obj`` as JSON with its provenance; ``prices`` (the ``--prices`` files, ``[]`` for the bundled
+    prices) is given by the commands that price something, so the record states the prices date."""
+    from ..report.provenance import prices_date, provenance
+    from .options import loaded_catalog
+
+    cat = loaded_catalog()
+    emit(to_json(stamp(obj, provenance(cat, prices_date(prices, cat) if prices is not None else None))))
+
+
 def _columns(rows: list[dict], columns: list[str] | None):
     cols = columns or list(dict.fromkeys(k for r in rows for k in r if k not in SKIP_IN_TABLES))
     return [column_format(c, [r.get(c) for r in rows]) for c in cols]
@@ -74,10 +94,10 @@ def print_table(*tables) -> None:
         con.print(t)
 
 
-def table_out(rows: list[dict], fmt: str, title: str = "") -> None:
+def table_out(rows: list[dict], fmt: str, title: str = "", prices: list[str] | None = None) -> None:
     """One list of rows in ``fmt``."""
     if fmt == "json":
-        emit(to_json(rows))
+        json_out(rows, prices)
     elif fmt == "csv":
         emit(to_csv(rows))
     elif fmt == "md":
@@ -123,13 +143,14 @@ class Rendered:
     heading: str
     sections: list[Section] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    prices: list[str] | None = None  # the --prices files when the result is priced ([] = bundled prices)
 
 
 def render(r: Rendered, fmt: str) -> None:
     """Write ``r`` in ``fmt``: json the record, csv the rows, md a heading, one table per section and the notes
     as a list; table: rich tables then ``note:`` lines."""
     if fmt == "json":
-        emit(to_json(r.record))
+        json_out(r.record, r.prices)
     elif fmt == "csv":
         emit(to_csv(r.csv_rows))
     elif fmt == "md":

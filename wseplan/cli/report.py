@@ -6,7 +6,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, table_out
+from .output import check_format, emit, json_out, table_out
 
 
 def report_cmd(
@@ -19,7 +19,6 @@ def report_cmd(
 
     Example: wseplan report studies/serve-llama3-70b.yaml --out reports/serve-llama3-70b
     """
-    from ..report.formats import to_json
     from ..report.study import run_study, write_report
 
     check_format(fmt)
@@ -28,7 +27,7 @@ def report_cmd(
     path = write_report(result, out)
     rows = [{"file": name, "bytes": len(data)} for name, data in sorted(result.files().items())]
     if fmt == "json":
-        emit(to_json({"study": result.study.name, "out": str(path), "answer": result.answer, "files": rows}))
+        json_out({"study": result.study.name, "out": str(path), "answer": result.answer, "files": rows}, prices=[])
     elif fmt == "table":
         emit(f"{result.answer}\n\nwrote {len(rows)} files to {path}\n")
     else:

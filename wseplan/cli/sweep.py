@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, emit, print_table, rich_table, to_markdown
+from .output import check_format, emit, json_out, print_table, rich_table, to_markdown
 
 FMT_HELP = "Summary output: table | json | csv | md (the rows themselves go to the output file)."
 
@@ -81,7 +81,7 @@ def sweep_cmd(
     from ..report import formats as F
 
     if fmt == "json":
-        emit(F.to_json(record))
+        json_out(record, prices=[])
     elif fmt == "csv":
         emit(F.to_csv(rows))
     elif fmt == "md":
