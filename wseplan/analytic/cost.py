@@ -358,9 +358,10 @@ def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices
     if catalog is not None:
         known = catalog.all_source_ids()
         for where, q in _iter_quantities(prices):
-            for sid in q.source_ids:
+            for sid in (q.source_ids if q.cites_ids else ()):  # basis user/quote: a free-text source
                 if sid not in known:
-                    raise CatalogError(f"prices: {where}: unknown source id {sid!r}{suggest(sid, known)}; add it to sources.yaml")
+                    raise CatalogError(f"prices: {where}: unknown source id {sid!r}{suggest(sid, known)}; add it to "
+                                       "sources.yaml, or give basis user or quote with a free-text source")
     return prices
 
 
@@ -472,8 +473,8 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
         if name not in out:
             raise InputError(f"--set: unknown cost input {key!r}{suggest(name, out)}; inputs here: {', '.join(out)}")
         _check_value(name, val)
-        out[name] = Param(name=name, value=val, low=val, high=val, source=["user-override"], basis="estimate",
-                          note="set by the user (--set)")
+        out[name] = Param(name=name, value=val, low=val, high=val, source=["--set on the command line"],
+                          basis="user", note="set by the user (--set)")
     return out
 
 

@@ -6,25 +6,34 @@ from typing import Optional
 import typer
 
 from . import options as O
-from .output import check_format, table_out
+from .output import check_format, emit, table_out
 
-catalog_app = typer.Typer(help="Inspect the bundled catalogs (hardware, models, sources).", no_args_is_help=True)
+catalog_app = typer.Typer(help="Inspect the catalogs (hardware, models, sources, prices) and the schemas of the files "
+                               "you can write.", no_args_is_help=True)
+SECTIONS = ("all", "hardware", "models", "sources", "prices")
 
 
 @catalog_app.command("list")
 def catalog_list(
-    section: str = typer.Argument("all", help="all | hardware | models | sources"),
+    section: str = typer.Argument("all", help="all | hardware | models | sources | prices"),
+    prices: Optional[list[str]] = O.prices_opt(),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
-    """List catalog entries. Example: wseplan catalog list hardware"""
+    """List catalog entries. Example: wseplan catalog list hardware ; wseplan catalog list prices --prices my-quotes.yaml"""
     from ..errors import InputError
+    from ..report.formats import safe_text
 
     check_format(fmt)
+    if section not in SECTIONS:
+        raise InputError(f"section: unknown {safe_text(section)!r}; use {', '.join(SECTIONS[:-1])} or {SECTIONS[-1]}")
     cat = O.load_catalog(catalog)
+    if section == "prices":
+        _list_prices(cat, list(prices or []), fmt)
+        return
+    if prices:
+        raise InputError("--prices: applies to `wseplan catalog list prices`")
     rows = []
-    if section not in ("all", "hardware", "models", "sources"):
-        raise InputError(f"section: unknown {section!r}; use all, hardware, models or sources")
     if section in ("all", "hardware"):
         for k, w in cat.wafers.items():
             rows.append({"section": "wafer", "key": k, "name": w.name, "aliases": ", ".join(w.aliases + [w.system])})
@@ -81,6 +90,41 @@ def catalog_show(
             elif not isinstance(q, (list, dict)) or label == "aliases":
                 rows.append({"field": label, "value": str(q), "si": None, "basis": "", "source": "", "note": ""})
     table_out(rows, fmt, title=name)
+
+
+def _list_prices(cat, files: list[str], fmt: str) -> None:
+    """One row per cost input of the prices in force (bundled, with the --prices files merged on top)."""
+    from ..analytic.cost import _iter_quantities, load_prices
+    from ..report.formats import fmt_field
+    from ..report.tables import basis_label
+
+    pr = load_prices(files, catalog=cat)
+    rows = []
+    for where, q in _iter_quantities(pr):
+        name = where.rsplit(".", 1)[-1]
+        human = fmt != "json" and fmt != "csv"
+        show = (lambda v: fmt_field(name, v)) if human else (lambda v: v)
+        rows.append({"key": where, "value": show(q.si), "low": show(q.bound("low")), "high": show(q.bound("high")),
+                     "basis": basis_label(q.basis, q.source_ids if q.cites_ids else (), cat.sources) if human else q.basis,
+                     "source": ", ".join(q.source_ids), "note": q.note or ""})
+    from pathlib import Path
+
+    table_out(rows, fmt, title=f"prices dated {pr.date} ({', '.join(Path(f).name for f in pr.files)})", prices=files)
+
+
+@catalog_app.command("schema")
+def catalog_schema(
+    kind: str = typer.Argument(..., help="hardware | model | sources | defaults | catalog | price | study | demand | "
+                                         "sweep | claims"),
+) -> None:
+    """Print the JSON Schema of a file you can write (from the pydantic models that read it).
+
+    Example: wseplan catalog schema price > price.schema.json ; wseplan catalog schema hardware
+    """
+    from ..report.formats import to_json
+    from ..report.schemas import json_schema
+
+    emit(to_json(json_schema(kind)))
 
 
 def register(app: typer.Typer) -> None:
