@@ -40,13 +40,13 @@ def _inside(root: Path, rel: str) -> Path:
     return path
 
 
-REPORT_SUFFIXES = (".md", ".csv", ".png")
+REPORT_SUFFIXES = (".md", ".csv", ".png", ".xlsx")
 
 
 def _check_replaceable(out: Path) -> None:
     """Refuse to replace anything but a missing folder, an empty one, or a previous report folder.
 
-    A report folder holds only ``report.md`` and ``.md``/``.csv``/``.png`` files, no sub-folders; the current
+    A report folder holds only ``report.md`` and ``.md``/``.csv``/``.png``/``.xlsx`` files, no sub-folders; the current
     folder, its ancestors and the filesystem root are never replaced.
     """
     resolved = out.resolve()

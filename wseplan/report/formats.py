@@ -68,6 +68,21 @@ def _pow10(v: float, sig: int) -> str:
     return f"{mant}×10{str(e).translate(_SUPERSCRIPT)}"
 
 
+def fmt_tick(v: float) -> str:
+    """A plot tick: 3 significant digits, k/M/G/T for thousands and up, ``×10ⁿ`` below 0.001 (never e-notation)."""
+    if v is None or not math.isfinite(v):
+        return ""
+    if v == 0:
+        return "0"
+    a = abs(v)
+    for f, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= f:
+            return fmt_num(v / f, 3) + suffix
+    if a < 1e-3:
+        return _pow10(v, 3)
+    return fmt_num(float(v), 3)
+
+
 def fmt_bool(v) -> str:
     """``yes`` / ``no`` (the one spelling used everywhere a person reads)."""
     return "yes" if v else "no"
@@ -155,13 +170,13 @@ class FieldUnit:
         return self.unit.split(" per ")[0] in _SCALES or self.unit.startswith(("$", "%"))
 
 
-_NUMERATORS = {"us": "µs", "usd": "$", "bytes": "bytes", "s": "s", "flop": "FLOP", "j": "J", "w": "W", "frac": "%", "hz": "Hz",
+_NUMERATORS = {"years": "years", "us": "µs", "usd": "$", "bytes": "bytes", "s": "s", "flop": "FLOP", "j": "J", "w": "W", "frac": "%", "hz": "Hz",
                "tokens": "tokens", "kwh": "kWh"}
 _DENOMINATORS = {"s": "/s", "hour": "/h", "year": "/yr", "mtok": "/M tokens", "token": " per token", "kwh": "/kWh",
                  "kw_month": "/kW-month", "run": " per run", "user": " per user", "param": " per parameter",
                  "device_hour": "/device-h", "system_hour": "/system-h", "busy_hour": "/busy h",
                  "input_token": " per input token", "output_token": " per output token", "byte": "/byte",
-                 "gpu_hour": "/GPU-h", "cycle": "/cycle", "pe": " per PE", "cycle_per_pe": "/cycle per PE"}
+                 "gpu_hour": "/GPU-h", "cycle": "/cycle", "tb": "/TB", "pe": " per PE", "cycle_per_pe": "/cycle per PE"}
 _DEFAULT_LABEL = {"usd": "cost", "tokens": "throughput", "bytes": "memory", "s": "time", "w": "power",
                   "j": "energy", "flop": "compute", "frac": "fraction"}
 _LABELS = {"tokens_per_s": "throughput", "tokens_per_s_per_user": "per-user speed", "tpot_s": "time per output token",
