@@ -23,7 +23,7 @@ def _check_stages(res, num_blocks):
 
 
 def test_llama3_70b_needs_four_wse3(catalog):
-    """Cerebras serves Llama 3.1 70B with 16-bit weights on four CS-3 (hardware.md B.5)."""
+    """Cerebras serves Llama 3.1 70B with 16-bit weights on four CS-3 (cerebras-inference-blog)."""
     res = fit("llama-70b", "wse3", catalog=catalog)
     assert res.fits and res.num_devices == 4
     assert 140e9 < res.weights_bytes < 142e9
@@ -36,14 +36,14 @@ def test_llama3_8b_fits_one_wse3(catalog):
 
 
 def test_llama31_405b_needs_21_or_22_wse3(catalog):
-    """~6.4 GB per layer; 16-bit weights alone need >= 19 wafers (hardware.md F.13)."""
+    """~6.4 GB per layer; 16-bit weights alone need >= 19 wafers (405e9 x 2 B / 44 GB)."""
     res = fit("llama-405b", "wse3", catalog=catalog)
     assert res.fits and res.num_devices in (21, 22)
     _check_stages(res, 126)
 
 
 def test_20b_model_fits_one_cs3(catalog, tmp_path):
-    """Cerebras: '20B models fit on a single CS-3' (hardware.md B.5). A 20B-class config at 2K context."""
+    """Cerebras: '20B models fit on a single CS-3' (cerebras-inference-blog). A 20B-class config at 2K context."""
     cfg = {"num_hidden_layers": 48, "hidden_size": 6144, "num_attention_heads": 48, "num_key_value_heads": 8,
            "intermediate_size": 17408, "vocab_size": 32000, "hidden_act": "silu"}
     p = tmp_path / "config.json"
@@ -127,7 +127,8 @@ def test_wafer_training_bounds(catalog):
     res = fit("gpt3-175b", "wse3", phase="train", batch=4, context=2048, catalog=catalog)
     assert res.memoryx.fits
     assert res.memoryx.required_bytes == pytest.approx(16 * total_params(catalog.models["gpt-3-175b"]), rel=1e-12)
-    # hardware.md C: T >= P / 1.5e11 tokens per system per step for 16-bit weights (~1e5 on CS-3)
+    # T >= P / 1.5e11 tokens per system per step for 16-bit weights (2 FLOP per 2-byte weight per token at the
+    # 150 GB/s MemoryX feed of cerebras-memoryx-glossary; ~1e5 on CS-3)
     assert res.streaming.min_tokens_compute_bound == pytest.approx(883_350 * 16 * 1.1e9 / 150e9, rel=0.02)
     assert not res.streaming.feasible_compute_bound  # checkpoints (2.36 MB/token) outgrow the wafer first
     assert res.fits

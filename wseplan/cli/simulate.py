@@ -16,7 +16,7 @@ _REGION = typer.Option(None, "--region", help="PE region RxC (rows x cols); defa
 _PREC = O.precision_opt("fp16", "fp16 | bf16 | fp32 (sets FLOP/cycle and bytes/element).")
 _FMT = O.format_opt()
 _CAT = O.catalog_opt()
-_CLOCK = typer.Option(None, "--clock-hz", help="Override the PE clock [Hz] (hardware.md F.1: 0.85e9 or 1.1e9).")
+_CLOCK = typer.Option(None, "--clock-hz", help="Override the PE clock [Hz] (catalog 1.1e9; Cerebras's csl-examples timing code uses 0.85e9).")
 
 
 def _params(target: str, precision: str, catalog, clock_hz):
