@@ -217,8 +217,8 @@ def field_unit(key: str) -> FieldUnit:
                 per += den
         if unit == "$":
             unit = "$" + rate + per.replace(" per ", "/")
-        elif unit == "tokens" and not rate:  # tokens per step: a count of tokens
-            label = (label + per).strip() if label else "tokens" + per
+        elif unit == "tokens" and not rate:  # tokens per step, tokens per parameter: a count of tokens
+            unit, label = "tokens" + per, label or "tokens" + per
         elif unit == "s" and (rate or per):  # seconds per something
             unit = "s" + (rate + per).replace("/", " per ").replace("  ", " ")
         else:
