@@ -15,6 +15,7 @@ from ..errors import InputError
 from ..report.formats import column_format, fmt_field, fmt_num, humanize_text, safe_text, to_csv, to_json
 
 FORMATS = ("table", "json", "csv", "md")
+CONSOLE_WIDTH = 160  # fixed, so the same result prints the same text on any terminal
 SKIP_IN_TABLES = ("schema_version",)
 
 
@@ -67,17 +68,41 @@ def to_markdown(rows: list[dict], columns: list[str] | None = None) -> str:
 
 
 def rich_table(rows: list[dict], columns: list[str] | None = None, title: str | None = None):
-    """A rich Table of ``rows`` for a reader (as :func:`to_markdown`); nothing in it is read as markup."""
-    from rich.markup import escape
+    """A rich Table of ``rows`` for a reader (as :func:`to_markdown`); nothing in it is read as markup (headers,
+    cells and the title are rich ``Text``, never markup strings)."""
     from rich.table import Table
+    from rich.text import Text
 
     cfs = _columns(rows, columns)
-    t = Table(title=escape(humanize_text(title)) if title else None)
-    for c in cfs:
-        t.add_column(escape(c.header), overflow="fold", justify="right" if _numeric(rows, c.key) else "left")
-    for r in rows:
-        t.add_row(*[escape(c.cell(r.get(c.key))) for c in cfs])
+    cells = [[c.cell(r.get(c.key)) for c in cfs] for r in rows]
+    t = Table(title=Text(humanize_text(title)) if title else None)
+    for c, w in zip(cfs, _widths([c.header for c in cfs], cells)):
+        t.add_column(Text(c.header), overflow="fold", justify="right" if _numeric(rows, c.key) else "left", width=w)
+    for row in cells:
+        t.add_row(*[Text(v) for v in row])
     return t
+
+
+def _widths(headers: list[str], cells: list[list[str]]) -> list[int]:
+    """Column widths that fit :data:`CONSOLE_WIDTH`: each column as wide as its longest line (at most 40), then
+    the widest shrunk one character at a time, never below its longest word while any column can still give
+    way, so headers and cells wrap between words rather than inside them."""
+    n = len(headers)
+    avail = max(n, CONSOLE_WIDTH - (3 * n + 1))  # one space of padding each side and one border per column
+    natural = [min(40, max([len(h)] + [len(r[i]) for r in cells])) for i, h in enumerate(headers)]
+    words = [min(24, max([len(x) for x in h.split()] + [len(x) for r in cells for x in r[i].split()] + [1]))
+             for i, h in enumerate(headers)]
+    w = list(natural)
+    while sum(w) > avail:
+        slack = [(w[i] - words[i], w[i], -i) for i in range(n)]
+        best = max(slack)
+        i = -best[2]
+        if best[0] <= 0:  # every column at its longest word: fold the widest
+            i = max(range(n), key=lambda j: (w[j], -j))
+        if w[i] <= 1:
+            break
+        w[i] -= 1
+    return w
 
 
 def _numeric(rows: list[dict], key: str) -> bool:
@@ -89,7 +114,7 @@ def print_table(*tables) -> None:
     """Print rich tables on a 160-column console."""
     from rich.console import Console
 
-    con = Console(width=160)
+    con = Console(width=CONSOLE_WIDTH)
     for t in tables:
         con.print(t)
 
@@ -168,12 +193,12 @@ def render(r: Rendered, fmt: str) -> None:
 
 def print_report_table(table, title: str) -> None:
     """Print a :class:`wseplan.report.markdown.Table` (headers with units) as a rich table."""
-    from rich.markup import escape
     from rich.table import Table as RichTable
+    from rich.text import Text
 
-    t = RichTable(title=escape(humanize_text(title)))
+    t = RichTable(title=Text(humanize_text(title)))
     for c in table.columns:
-        t.add_column(escape(c.header), overflow="fold")
+        t.add_column(Text(c.header), overflow="fold")
     for r in table.rows:
-        t.add_row(*[escape(fmt_num(table._value(r, c))) for c in table.columns])
+        t.add_row(*[Text(fmt_num(table._value(r, c))) for c in table.columns])
     print_table(t)
