@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wseplan import costing
 from wseplan.analytic import cost as C
 from wseplan.catalog import load_catalog
 from wseplan.errors import CatalogError, InputError
 from wseplan.targets import parse_target
-from wseplan.timing import TimeResult
 
 H = 8766.0  # hours in a Julian year
 
@@ -215,60 +215,33 @@ def test_tornado_signs_and_order(cat, prices):
 
 
 # --------------------------------------------------------------------------------------------- API and CLI
-def _fake_predict(model, target, *, phase="decode", precision="bf16", batch=None, context=None, output_tokens=None,
-                  catalog=None, **kw):
-    """A stand-in time model with simple closed forms, so the cost path is tested on its own."""
-    from wseplan.catalog import load_catalog as lc
-    from wseplan.targets import parse_target as pt
+def test_cost_prices_the_plan_record(cat):
+    """cost is the plan chain priced: the same replica, the same TPOT, and output $/M tokens = busy $/s x TPOT
+    / tokens per step (static batching: the decode step of the batch carries the output tokens)."""
+    from wseplan.plan import plan
 
-    t = pt(target, catalog or lc()) if isinstance(target, str) else target
-    n = t.count or 1
-    if phase == "prefill":
-        step = 1e-4 * batch * context / n
-        return TimeResult(model="m", target=t.label, hardware=t.key, device_kind=t.kind, precision=precision, phase=phase,
-                          batch=batch, context=context, num_devices=n, step_s=step, ttft_s=step, bottleneck="compute")
-    if phase == "decode":
-        tpot = 0.01 / n + 1e-5 * batch
-        return TimeResult(model="m", target=t.label, hardware=t.key, device_kind=t.kind, precision=precision, phase=phase,
-                          batch=batch, context=context, num_devices=n, step_s=tpot * (output_tokens or 1), tpot_s=tpot,
-                          bottleneck="memory")
-    step = 1e-3 * batch * context / n
-    return TimeResult(model="m", target=t.label, hardware=t.key, device_kind=t.kind, precision=precision, phase=phase,
-                      batch=batch, context=context, num_devices=n, step_s=step, bottleneck="compute")
-
-
-@pytest.fixture
-def fake_time(monkeypatch):
-    import wseplan.timing
-
-    monkeypatch.setattr(wseplan.timing, "predict_time", _fake_predict)
-
-
-def test_cost_api_uses_the_time_model_and_fit(fake_time, cat):
-    res = C.cost("llama-3.1-70b", "cs3", batch=8, context=2048, output_tokens=256, catalog=cat)
-    from wseplan.fit import fit
-
-    n = fit("llama-3.1-70b", "cs3", batch=8, context=2048 + 256, catalog=cat).num_devices
-    assert res.num_devices == n and res.target == f"wse3x{n}"
-    tpot = 0.01 / n + 1e-5 * 8
-    assert res.times.decode_step_s == pytest.approx(tpot, rel=1e-12)
+    res = costing.cost("llama-3.1-70b", "cs3", batch=8, context=2048, output_tokens=256, catalog=cat)
+    r = plan("llama-3.1-70b", "cs3", phase="serve", batch=8, context=2048, output_tokens=256, catalog=cat)
+    assert res.num_devices == r.num_devices and res.target == r.target == f"wse3x{r.num_devices}"
+    assert res.times.decode_step_s == pytest.approx(r.tpot_s, rel=1e-12)
+    assert res.plan["ttft_s"] == r.ttft_s
     busy_hour = res.metric("usd_per_busy_hour")
-    assert res.metric("output_usd_per_mtok") == pytest.approx(busy_hour / 3600 * tpot / 8 * 1e6, rel=1e-9)
+    assert res.metric("output_usd_per_mtok") == pytest.approx(busy_hour / 3600 * r.tpot_s / 8 * 1e6, rel=1e-9)
     # the Cerebras per-token service price is the rental alternative for wafer serving
     assert res.metric("service_output_usd_per_mtok") == 0.60
     assert isinstance(res.to_frame().attrs["prices_date"], str)
 
 
-def test_cost_train_default_tokens(fake_time, cat):
+def test_cost_train_default_tokens(cat):
     from wseplan.workload import total_params
 
-    res = C.cost("gpt-3-175b", "h100-sxmx256", phase="train", batch=1024, context=2048, catalog=cat)
+    res = costing.cost("gpt-3-175b", "h100-sxmx256", phase="train", batch=1024, context=2048, catalog=cat)
     m = cat.models["gpt-3-175b"]
     assert res.times.train_tokens == pytest.approx(20 * total_params(m), rel=1e-12)
     assert res.metric("rental_usd_per_run") == pytest.approx(3.49 * 256 * res.metric("run_s") / 3600, rel=1e-9)
 
 
-def test_cli_cost_json_and_overrides(fake_time, capsys):
+def test_cli_cost_json_and_overrides(capsys):
     from wseplan.cli import main
 
     rc = main(["cost", "llama-3.1-70b", "--target", "h100-sxmx8", "--batch", "4", "--context", "1024",
@@ -293,7 +266,7 @@ def test_cli_cost_json_and_overrides(fake_time, capsys):
     (["--phase", "finetune"], "phase"),
     (["--prices", "/nonexistent.yaml"], "not found"),
 ])
-def test_cli_cost_bad_input_one_line(fake_time, capsys, args, needle):
+def test_cli_cost_bad_input_one_line(capsys, args, needle):
     from wseplan.cli import main
 
     rc = main(["cost", "llama-3.1-70b", "--target", "cs3x4", *args])
@@ -301,17 +274,13 @@ def test_cli_cost_bad_input_one_line(fake_time, capsys, args, needle):
     assert rc == 2 and needle in err and err.count("\n") == 1
 
 
-def test_cli_cost_without_time_model(monkeypatch, capsys):
-    import wseplan.timing
+def test_cli_cost_refuses_what_does_not_fit(capsys):
+    """The issue-10 case: 70B at batch 256 x 32K on 8 H100 is ~289 GB short per GPU: no price, one line, exit 2."""
     from wseplan.cli import main
 
-    def missing(*a, **k):
-        raise NotImplementedError("wafer time model")
-
-    monkeypatch.setattr(wseplan.timing, "predict_time", missing)
-    rc = main(["cost", "llama-3.1-70b", "--target", "cs3x4"])
+    rc = main(["cost", "llama-3.1-70b", "--target", "h100x8", "--batch", "256", "--context", "32768"])
     err = capsys.readouterr().err
-    assert rc == 2 and "time model" in err and err.count("\n") == 1
+    assert rc == 2 and "does not fit" in err and "no cost" in err and err.count("\n") == 1
 
 
 def test_pure_functions_broadcast_over_arrays():

@@ -250,3 +250,148 @@ def test_overrides_apply_per_system_type(fake_time):
     assert wafer_train and all(c.extra_capex_usd > 0 for c in wafer_train)
     with pytest.raises(InputError, match="unknown cost input"):
         build_problem(spec, catalog=cat, overrides={"electricity": 0.1})
+
+
+# --------------------------------------------------------------------------------------------- analysis, solver
+def test_shadow_prices_by_hand():
+    """LP relaxation of the budget case, by hand: replicas = systems (1 device each); with the budget tight,
+    S_A = D - 3 S_B and 100 S_A + 400 S_B = B give S_B = (B - 100 D)/100 ... cost = 10 S_A + 25 S_B
+    = 15 D - 0.05 B + 0 (at D = 6, B = 730: S_B = 1.3, S_A = 2.1, cost 53.5). So the budget's shadow price is
+    0.05 USD/year per USD, the demand's 15 USD/year per tok/s, the power cap's 0."""
+    plan = solve_fleet(_budget_case())
+    assert plan.lp_usd_per_year == pytest.approx(53.5, rel=1e-9)
+    cons = {c.name: c for c in plan.constraints}
+    assert cons["budget_usd"].shadow_price == pytest.approx(0.05, rel=1e-9)
+    assert cons["budget_usd"].shadow_price_unit == "USD/year per USD"
+    assert cons["demand_w"].shadow_price == pytest.approx(15.0, rel=1e-9)
+    assert cons["demand_w"].shadow_price_unit == "USD/year per tok/s"
+    assert cons["power_cap_w"].shadow_price == 0.0 and cons["power_cap_w"].shadow_price_unit == "USD/year per W"
+    # the LP is a lower bound; the integer plan (55) is what the record's total and savings use
+    assert plan.lp_usd_per_year <= plan.total_usd_per_year
+    assert all(c.analysis for c in plan.constraints)
+
+
+def _power_capped(pb: FleetProblem, frac: float) -> FleetProblem:
+    """``pb`` with only a power cap: ``frac`` of the way from the least power any plan needs to the power of
+    the cheapest plan (> 1: above it, the cap does not bind)."""
+    from wseplan.optimize.fleet import _solve_once
+
+    free = dict(power_cap_w=None, rack_units_cap=None, budget_usd=None)
+    cheapest = solve_fleet(pb.model_copy(update=free), analyze=False).peak_facility_power_w
+    least = _solve_once(pb, caps=free, minimise="power_cap_w").objective
+    return pb.model_copy(update=dict(free, power_cap_w=least + frac * (cheapest - least)))
+
+
+@pytest.mark.parametrize("frac", [1.5, 0.5])
+def test_analysis_equals_independent_full_solves(frac):
+    """Every relaxation's optimum (decomposed, remembered, warm-started) equals a cold solve of the full model
+    of the relaxed problem; with frac 0.5 the power cap binds (the full model with the caps is solved)."""
+    from wseplan.optimize.fleet_model import FleetModel
+
+    pb = _power_capped(synthetic_problem(3, 6, seed=0, configs_per_pair=3), frac)
+    plan = solve_fleet(pb)
+    assert ("decomposed" in plan.method) == (frac > 1)
+    cons = {c.name: c for c in plan.constraints}
+    for c in cons.values():
+        if c.kind == "cap":
+            rel = FleetModel(pb).solve(caps={"power_cap_w": pb.power_cap_w * 1.1, "rack_units_cap": None,
+                                             "budget_usd": None}, decompose=False)
+        elif c.kind == "demand":
+            rel = FleetModel(pb).solve(demand_scale={c.name[len("demand_"):]: 0.9}, decompose=False)
+        else:
+            rel = FleetModel(pb).solve(sla_factor={c.name[len("sla_"):]: 1.1}, decompose=False)
+        assert c.relaxed_usd_per_year == pytest.approx(rel["objective"], rel=2e-6), c.name
+        assert c.saving_usd_per_year == pytest.approx(max(0.0, plan.total_usd_per_year - rel["objective"]),
+                                                      rel=1e-6, abs=1e-6 * plan.total_usd_per_year)
+    assert cons["power_cap_w"].binding == (frac < 1)
+    if frac > 1:
+        assert cons["power_cap_w"].analysis.startswith("proved unchanged")
+
+
+def test_highs_start_is_checked():
+    """Workload w8 of the 32 x 80 benchmark as a knapsack: the plan at its SLA is the start for the SLA relaxed
+    10%. HiGHS 1.16 returns that start as "optimal" with objective 0 after presolve; the solver layer notices
+    (objective != cost of the solution) and re-solves without the start, reaching the cold optimum."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from wseplan.optimize.milp import Milp, solve_milp
+
+    pb = synthetic_problem(32, 80, seed=0)
+    d = pb.demands[8]
+    cfg = [c for c in pb.configs if c.workload == d.name and c.tpot_s <= d.sla.tpot_s * 1.1]
+    per_device = {s.name: s.annual_usd / s.devices_per_system for s in pb.systems}
+    cost = np.array([per_device[c.system] * c.num_devices for c in cfg])
+    supply = np.array([c.supply for c in cfg])
+
+    def knapsack(col_hi):
+        return Milp(c=cost, A=sp.csr_matrix(supply[None, :]), row_lo=np.array([d.amount]), row_hi=np.array([np.inf]),
+                    col_lo=np.zeros(len(cfg)), col_hi=col_hi, integer=np.ones(len(cfg), dtype=bool))
+
+    at_sla = np.array([c.tpot_s <= d.sla.tpot_s for c in cfg])
+    base = solve_milp(knapsack(np.where(at_sla, np.inf, 0.0)), "highs")
+    relaxed = knapsack(np.full(len(cfg), np.inf))
+    cold = solve_milp(relaxed, "highs")
+    warm = solve_milp(relaxed, "highs", start=base.x)
+    assert warm.status == cold.status == "optimal" and cold.objective < base.objective
+    assert warm.objective == pytest.approx(cold.objective, rel=1e-6)
+    assert warm.objective == pytest.approx(float(cost @ warm.x), rel=1e-9)
+    assert warm.extra["retries"] <= 2
+
+
+def test_highs_missing_falls_back_to_cbc_and_records_it(monkeypatch):
+    import wseplan.optimize.milp as M
+
+    pb = _budget_case()
+    ref = solve_fleet(pb)
+    assert ref.solver == "highs" and ref.solver_run.name == "highs" and ref.solver_run.fallback_reason is None
+    assert ref.solver_run.version and ref.solver_run.status == "optimal" and ref.solver_run.gap_frac is not None
+    monkeypatch.setattr(M, "highs_available", lambda: False)
+    plan = solve_fleet(pb)
+    assert plan.solver == "cbc" and plan.solver_run.name == "cbc" and plan.solver_run.requested == "highs"
+    assert "highspy" in plan.solver_run.fallback_reason and any("highspy" in n for n in plan.notes)
+    assert plan.total_usd_per_year == pytest.approx(ref.total_usd_per_year, rel=1e-9)
+    assert [c.saving_usd_per_year for c in plan.constraints] == pytest.approx([c.saving_usd_per_year for c in ref.constraints])
+    assert [c.shadow_price for c in plan.constraints] == pytest.approx([c.shadow_price for c in ref.constraints])
+    rec = plan.to_record()
+    assert rec["solver_run"]["name"] == "cbc" and rec["solver_run"]["requested"] == "highs"
+
+
+def test_unknown_solver_is_an_input_error():
+    from wseplan.errors import InputError
+
+    with pytest.raises(InputError, match="solver"):
+        solve_fleet(_budget_case(), solver="gurobi")
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_time_limit_gives_the_best_plan_found_with_its_gap(solver):
+    """Stopped at once, the solve still returns a plan (the greedy start: each workload on its cheapest
+    configuration per unit supplied) with status time_limit and its gap to the LP bound, never infeasible."""
+    pb = synthetic_problem(4, 6, seed=0)
+    plan = solve_fleet(pb, time_limit_s=0.0, analyze=False, solver=solver)
+    best = solve_fleet(pb, analyze=False, solver=solver)
+    assert plan.status == "time_limit" and not plan.optimal
+    assert plan.status_detail == f"time limit, best found, gap {100 * plan.gap_frac:.3g}%"
+    assert plan.best_bound_usd_per_year <= best.total_usd_per_year <= plan.total_usd_per_year
+    assert plan.gap_frac == pytest.approx(1 - plan.best_bound_usd_per_year / plan.total_usd_per_year)
+    for d in pb.demands:
+        assert sum(a.supply for a in plan.allocations if a.workload == d.name) >= d.amount
+
+
+def test_lp_analysis_mode_by_hand():
+    """analysis='lp': the demand row is answered by the LP relaxation. By hand (budget case): at D = 5.4 the LP
+    buys B only, S_B = 1.8 (capex 720 <= 730), 45 USD/year, against 53.5 at D = 6: an LP saving of 8.5; the
+    integer fields stay empty and the row says the LP answered it. The caps are still re-solved exactly."""
+    plan = solve_fleet(_budget_case(), analysis="lp")
+    cons = {c.name: c for c in plan.constraints}
+    dem = cons["demand_w"]
+    assert dem.lp_saving_usd_per_year == pytest.approx(8.5, rel=1e-9)
+    assert dem.saving_usd_per_year is None and dem.relaxed_usd_per_year is None
+    assert dem.analysis.startswith("LP relaxation") and dem.binding
+    assert cons["budget_usd"].saving_usd_per_year == pytest.approx(5.0)  # integer, as in the exact mode
+    assert plan.analysis_mode == "lp"
+    exact = solve_fleet(_budget_case(), analysis="exact")
+    assert {c.name: c.saving_usd_per_year for c in exact.constraints}["demand_w"] == 0.0
+    with pytest.raises(Exception, match="analysis"):
+        solve_fleet(_budget_case(), analysis="fast")

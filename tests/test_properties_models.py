@@ -179,23 +179,25 @@ def test_cost_per_token_scales_with_time_and_price(case, k):
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(st.lists(st.floats(0.1, 10.0), min_size=2, max_size=7), st.integers(1, 4), st.floats(0.0, 2.0))
 def test_placement_ilp_never_worse_than_any_enumerated_partition(costs, k, const):
-    """The latency ILP's slowest stage (exactly k stages) is <= that of every contiguous k-stage partition."""
+    """The latency placement's slowest stage (exactly k stages) is <= that of every contiguous k-stage partition,
+    both by the exact partition (the default) and by the ILP alone (no warm start)."""
     from wseplan.optimize.placement import solve_partition
 
     n = len(costs)
     k = min(k, n)
     item_bytes = [1.0] * n
-    cap = float(n)  # everything fits; the ILP chooses the split
-    sol = solve_partition(item_cost=costs, item_bytes=item_bytes, capacity_bytes=cap, stage_const_cost=const,
-                          objective="latency", num_stages=k)
-    assert sol.status == "optimal"
+    cap = float(n)  # everything fits; the optimiser chooses the split
     best = np.inf
     for cuts in itertools.combinations(range(1, n), k - 1):
         bounds = [0, *cuts, n]
         worst = max(sum(costs[a:b]) + const for a, b in zip(bounds, bounds[1:]))
         best = min(best, worst)
-    assert sol.max_stage_cost <= best * (1 + 1e-6) + 1e-9
-    assert sol.max_stage_cost >= best * (1 - 1e-6) - 1e-9
+    for method in ("dp", "ilp"):
+        sol = solve_partition(item_cost=costs, item_bytes=item_bytes, capacity_bytes=cap, stage_const_cost=const,
+                              objective="latency", num_stages=k, method=method, warm_start=False)
+        assert sol.status == "optimal" and sol.method == method
+        assert sol.max_stage_cost <= best * (1 + 1e-6) + 1e-9
+        assert sol.max_stage_cost >= best * (1 - 1e-6) - 1e-9
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)

@@ -1,4 +1,4 @@
-"""Scaling sweeps (wseplan/analytic/scaling.py) and the `wseplan stream` / `wseplan scale` commands."""
+"""Scaling sweeps (wseplan/scale.py) and the `wseplan stream` / `wseplan scale` commands."""
 import json
 
 import numpy as np
@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wseplan.analytic import scaling as SC
-from wseplan.analytic.stream import load_stream_constants
+from wseplan import scale as SC
 from wseplan.catalog import load_catalog
 from wseplan.cli import main
 from wseplan.errors import InputError
@@ -28,16 +27,10 @@ def test_system_counts():
         SC.system_counts(0)
 
 
-def test_efficiency_and_dp_step_hand():
+def test_efficiency_hand():
     # 4 systems reaching 3.2x one system's rate: 80%
     assert SC.strong_scaling_efficiency(tokens_per_s=320.0, tokens_per_s_one=100.0, num_systems=4) == pytest.approx(0.8)
     assert SC.strong_scaling_efficiency(tokens_per_s=500.0, tokens_per_s_one=100.0, num_systems=4) == 1.0  # clipped
-    # all-reduce 2 s, 80% overlappable but only 1 s of backward to hide it in: 3 + 2 - 1
-    assert SC.gpu_dp_step_s(compute_s=3.0, backward_s=1.0, allreduce_s=2.0, overlap_frac=0.8) == pytest.approx(4.0)
-    assert SC.gpu_dp_step_s(compute_s=3.0, backward_s=5.0, allreduce_s=2.0, overlap_frac=0.8) == pytest.approx(3.4)
-    # 4 stages, 12 micro-batches: 3 / 15
-    assert SC.pipeline_bubble_frac(num_stages=4, num_micro_batches=12) == pytest.approx(0.2)
-    assert SC.pipeline_bubble_frac(num_stages=1, num_micro_batches=3) == 0.0
 
 
 @settings(max_examples=50, deadline=None)
@@ -66,35 +59,19 @@ def test_scaling_frame_wse_and_gpu(cat):
     assert df.attrs["global_batch"] == 256
 
 
-def test_gpu_rows_hand_one_node(cat):
-    """One node: dp = 8 / R replicas of the R-GPU layout fit() picks; step = compute + exposed all-reduce, with
-    compute = 3 x forward FLOPs x tokens per replica / (R x peak x eff) and the hierarchical ring all-reduce of
-    the 2-byte gradients (split over the replica's R GPUs)."""
-    from wseplan.analytic import collectives as coll
-    from wseplan.fit import build_workload, fit
+@pytest.mark.parametrize("key,n", [("h100", 4), ("cs3", 4), ("h100", 1), ("cs3", 1)])
+def test_scale_point_equals_plan(cat, key, n):
+    """One implementation: a point of the scaling frame is plan() on <key>x<n x devices per system>."""
+    from wseplan.plan import plan
 
-    m = resolve_model("llama-2-7b", cat)
-    t = parse_target("h100", cat)
-    rows = SC.gpu_rows(m, t, cat, precision="bf16", global_batch=64, context=2048, counts=[1])
-    c = load_stream_constants()
-    f = fit(m, "h100", precision="bf16", phase="train", batch=1, context=2048, catalog=cat)
-    R = f.layout.tensor_parallel * f.layout.pipeline_parallel
-    R = 1 << (R - 1).bit_length()  # rounded up to a power of two so that replicas tile the node
-    assert R <= 8
-    tp = min(f.layout.tensor_parallel, R)
-    pp = R // tp
-    dp = 8 // R
-    w = build_workload(m, cat, precision="bf16", phase="train", batch=1, context=2048)
-    gpu = t.device
-    rate = gpu.peak_flop_per_s("bf16") * c.gpu_dp_compute_efficiency_frac.si
-    m_b = 64 / dp  # one-sequence micro-batches per replica
-    compute = 3 * float(w.flop_per_token.sum()) * 64 * 2048 / dp / (R * rate) / (1 - (pp - 1) / (m_b + pp - 1))
-    ar = float(coll.hierarchical_allreduce_time_s(
-        message_bytes=w.total_params * 2 / R, num_ranks=dp, ranks_per_node=8 // R,
-        intra_bandwidth_bytes_per_s=gpu.scale_up_bandwidth_bytes_per_s.si, intra_latency_s=c.gpu_dp_link_latency_s.si,
-        inter_bandwidth_bytes_per_s=gpu.scale_out_bandwidth_bytes_per_s.si, inter_latency_s=c.gpu_dp_link_latency_s.si))
-    want = compute + ar - min(c.gpu_dp_overlap_frac.si * ar, compute * 2 / 3)
-    assert rows[0]["step_s"] == pytest.approx(want, rel=1e-9)
+    m = resolve_model("llama-3-8b", cat)
+    t = parse_target(key, cat)
+    df = SC.scaling_frame(m, [t], cat, global_batch=256, context=2048, max_systems=n)
+    row = df[df.num_systems == n].iloc[0]
+    per = 1 if t.kind == "wafer" else 8
+    r = plan(m, f"{key}x{n * per}", phase="train", batch=256, context=2048, catalog=cat)
+    assert bool(row.fits) == r.fits and row.num_devices == r.num_devices
+    assert row.step_s == pytest.approx(r.step_s, rel=1e-12) and row.tokens_per_s == pytest.approx(r.tokens_per_s, rel=1e-12)
 
 
 def test_scaling_frame_errors(cat):
@@ -147,7 +124,7 @@ def test_cli_scale_csv(capsys):
     rc = main(["scale", "llama-3-8b", "--targets", "wse3,h100", "--max-systems", "4", "--batch", "256", "--format", "csv"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert rc == 0
-    assert lines[0].startswith("target,num_systems,num_devices,step_s,tokens_per_s,efficiency_frac,per_system_batch")
+    assert lines[0].startswith("target,num_systems,num_devices,fits,step_s,tokens_per_s,efficiency_frac,per_system_batch")
     assert len(lines) == 1 + 3 + 3  # 1, 2, 4 systems for each target
     rc = main(["scale", "llama-3-8b", "--targets", "wse3", "--max-systems", "2", "--format", "json"])
     rows = json.loads(capsys.readouterr().out)

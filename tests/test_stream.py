@@ -1,4 +1,4 @@
-"""Weight-streaming closed forms and plan (wseplan/analytic/stream.py)."""
+"""Weight-streaming closed forms (wseplan/analytic/stream.py) and the wafer training family (wseplan.timing.stream)."""
 import math
 
 import numpy as np
@@ -11,6 +11,7 @@ from wseplan.catalog import load_catalog
 from wseplan.errors import InputError
 from wseplan.fit import resolve_model
 from wseplan.targets import parse_target
+from wseplan.timing import stream
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_plan_min_tokens_is_peak_over_bandwidth(cat):
     so T_min = achieved FLOP/s / stream bandwidth x (vocab d + d) / (vocab d)."""
     m, t = resolve_model("llama-3-8b", cat), parse_target("cs3", cat)
     c = S.load_stream_constants()
-    r = S.plan_stream(m, t, cat, batch=8, context=2048)
+    r = stream(m, t, catalog=cat, batch=8, context=2048)
     rate = cat.wafers["wse3"].peak_flop_per_s("bf16") * c.compute_efficiency_frac.si
     assert r.stream_bandwidth_bytes_per_s == pytest.approx(150e9)
     V, d = m.vocab_size, m.d_model
@@ -93,9 +94,9 @@ def test_plan_min_tokens_is_peak_over_bandwidth(cat):
 
 def test_plan_small_batch_is_stream_bound_and_large_batch_compute_bound(cat):
     m, t = resolve_model("llama-3-8b", cat), parse_target("cs3", cat)
-    small = S.plan_stream(m, t, cat, batch=2, context=2048)
+    small = stream(m, t, catalog=cat, batch=2, context=2048)
     assert small.activation_policy == "store" and small.bottleneck == "weight_stream"
-    big = S.plan_stream(m, t, cat, batch=128, context=2048)
+    big = stream(m, t, catalog=cat, batch=128, context=2048)
     assert big.utilization_frac > small.utilization_frac
     for r in (small, big):
         for f in ("utilization_frac", "model_flop_utilization_frac"):
@@ -105,37 +106,37 @@ def test_plan_small_batch_is_stream_bound_and_large_batch_compute_bound(cat):
 
 def test_plan_checkpoints_overflow_reports_recompute_vs_spill(cat):
     m, t = resolve_model("llama-3-8b", cat), parse_target("cs3", cat)
-    r = S.plan_stream(m, t, cat, batch=64, context=2048)
+    r = stream(m, t, catalog=cat, batch=64, context=2048)
     assert r.activation_policy in ("recompute", "spill")
     assert set(r.alternatives_step_s) == {"recompute", "spill"}
     assert r.step_s == pytest.approx(min(r.alternatives_step_s.values()))
     assert any("faster than" in n for n in r.notes)
-    forced = S.plan_stream(m, t, cat, batch=64, context=2048, policy="recompute")
+    forced = stream(m, t, catalog=cat, batch=64, context=2048, policy="recompute")
     assert forced.recompute_s > 0 and forced.spill_bytes == 0
 
 
 def test_plan_multi_system_latency_and_split(cat):
     m, t = resolve_model("llama-3-8b", cat), parse_target("cs3x16", cat)
-    r = S.plan_stream(m, t, cat, batch=256, context=2048)
+    r = stream(m, t, catalog=cat, batch=256, context=2048)
     mx, sx = cat.memoryx["memoryx-cs3"], cat.swarmx["swarmx"]
     assert r.num_systems == 16 and r.per_system_batch == 16
     assert r.transfer_latency_s == pytest.approx(mx.link_latency_s.si + 2 * sx.per_level_latency_s.si)
-    r1 = S.plan_stream(m, parse_target("cs3", cat), cat, batch=256, context=2048)
+    r1 = stream(m, parse_target("cs3", cat), catalog=cat, batch=256, context=2048)
     assert r.tokens_per_s > r1.tokens_per_s
 
 
 def test_plan_errors(cat):
     m = resolve_model("llama-3-8b", cat)
     with pytest.raises(InputError):
-        S.plan_stream(m, parse_target("h100", cat), cat, batch=8, context=2048)
+        stream(m, parse_target("h100", cat), catalog=cat, batch=8, context=2048)
     with pytest.raises(InputError):
-        S.plan_stream(m, parse_target("cs3", cat), cat, batch=8, context=2048, policy="magic")
+        stream(m, parse_target("cs3", cat), catalog=cat, batch=8, context=2048, policy="magic")
     with pytest.raises(InputError):
-        S.plan_stream(m, parse_target("cs3", cat), cat, batch=8, context=2048, num_systems=100000)
+        stream(m, parse_target("cs3", cat), catalog=cat, batch=8, context=2048, num_systems=100000)
     with pytest.raises(InputError):
-        S.plan_stream(m, parse_target("cs3", cat), cat, batch=0, context=2048)
+        stream(m, parse_target("cs3", cat), catalog=cat, batch=0, context=2048)
     with pytest.raises(InputError):
-        S.plan_stream(m, parse_target("cs3", cat), cat, batch=8, context=2048, memoryx_option="9pb")
+        stream(m, parse_target("cs3", cat), catalog=cat, batch=8, context=2048, memoryx_option="9pb")
 
 
 def test_calibration_sources_exist(cat):
@@ -196,3 +197,19 @@ def test_closed_form_matches_memoryx_simulator(tokens, latency):
         cf = S.training_step_time_s(weight_bytes=w, flop_per_token=w, tokens=tokens, compute_flop_per_s=7e15,
                                     stream_bandwidth_bytes_per_s=1.5e11, io_bandwidth_bytes_per_s=1.5e11, latency_s=latency)
         assert float(cf["step_s"]) == pytest.approx(float(sim.step_time_s), rel=0.01)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(model=st.sampled_from(["llama-3-8b", "gpt3-175b", "llama-2-13b"]), batch=st.integers(1, 2048),
+       context=st.sampled_from([512, 2048, 4096]), n=st.sampled_from([1, 2, 4, 16]))
+def test_fit_and_stream_agree(cat, model, batch, context, n):
+    """One implementation: fit's streaming window and memory equal stream's for the same question."""
+    from wseplan.fit import fit
+
+    f = fit(model, f"cs3x{n}", phase="train", batch=batch, context=context, catalog=cat)
+    r = stream(model, f"cs3x{n}", batch=batch, context=context, catalog=cat)
+    assert f.fits == r.fits
+    assert f.streaming.min_tokens_compute_bound == r.min_tokens_compute_bound
+    assert f.streaming.max_tokens_on_wafer == r.max_tokens_on_wafer
+    assert f.streaming.min_batch_compute_bound == r.min_batch_compute_bound
+    assert f.streaming.max_batch_on_wafer == r.max_batch_on_wafer

@@ -117,7 +117,7 @@ def test_narayanan_row_within_10pct(records):
 def test_public_set_accuracy_bounds(records):
     """Regression guard on the accuracy reached (strong+medium rows; see docs/validation.md)."""
     s = {(r["category"], r["quality"]): r for r in summarize(records)}
-    assert s[("gpu-train", "strong+medium")]["median_abs_rel_error"] <= 0.08
+    assert s[("gpu-train", "strong+medium")]["median_abs_rel_error"] <= 0.10  # in-sample; held-out: docs/validation.md
     assert s[("gpu-infer", "strong+medium")]["median_abs_rel_error"] <= 0.15
     assert s[("gpu-infer", "strong+medium")]["predicted_frac"] >= 0.9
     assert s[("micro", "strong+medium")]["median_abs_rel_error"] <= 0.15

@@ -268,7 +268,7 @@ def _hop_s(t) -> float:
 
 
 def _workload(c: Claim, cat, phase: str, batch: int, context: int):
-    from .fit import build_workload, resolve_model
+    from .workload import build_workload, resolve_model
 
     m = resolve_model(c.model, cat)
     return build_workload(m, cat, precision=c.precision, phase=phase, batch=batch, context=context)
@@ -313,9 +313,10 @@ def _fit_bound(c: Claim, cat, phase: str, batch: int, context: int, t):
     name = "sram_capacity" if t.kind == "wafer" else "hbm_capacity"
     cap = r.capacity_bytes * r.num_devices
     if t.kind == "wafer" and phase == "train":
-        # weights_bytes of a streaming fit is the double-buffered largest layer, needed on every wafer
-        ok = r.weights_bytes <= r.capacity_bytes
-        return ok, name, r.capacity_bytes, r.weights_bytes, r
+        # weights_bytes of a streaming fit is the double-buffered largest layer on each of its wafers
+        per_wafer = r.weights_bytes / max(r.num_devices, 1)
+        ok = per_wafer <= r.capacity_bytes
+        return ok, name, r.capacity_bytes, per_wafer, r
     need = r.total_bytes
     if not r.fits:
         need = max(need, cap + r.shortfall_bytes)
@@ -577,13 +578,9 @@ def _estimate(c: Claim, cat, t, phase: str, batch: int, context: int | None):
 
 def time_model_available(device_kind: str) -> bool:
     """Whether the time model for a device kind (wafer or gpu) is present in this installation."""
-    import importlib
+    from .devices import families
 
-    try:
-        mod = importlib.import_module("wseplan.analytic." + ("wse_time" if device_kind == "wafer" else "gpu_time"))
-    except ImportError:
-        return False
-    return callable(getattr(mod, "predict", None))
+    return any(device_kind in f.kinds for f in families().values())
 
 
 def _usd_per_mtok(c, cat, t, batch, context):

@@ -1,17 +1,18 @@
 """Compare: one model on several targets side by side — fit, time, throughput, bottleneck, power and cost.
 
-Composes :func:`wseplan.fit.fit` (devices needed), :func:`wseplan.timing.predict_time` (time, throughput,
-bottleneck) and :func:`wseplan.analytic.cost.cost` (TCO $/hour, $/M tokens or $/run, energy per token).
-Nothing here models physics of its own.
+Each target is one evaluation of the planning chain (:func:`wseplan.plan.evaluate`: fit, layout, time) priced
+by :func:`wseplan.costing.price_record` — the numbers ``fit``, ``time`` and ``cost`` print for the same question.
+Nothing here models physics of its own; a target that does not fit has no time and no cost.
 """
 from __future__ import annotations
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .errors import InputError, WseplanError
 
 SCHEMA_VERSION = 1
-PHASES = ("train", "prefill", "decode")
+PHASES = ("train", "prefill", "decode", "serve")
 
 
 class _Frozen(BaseModel):
@@ -119,105 +120,52 @@ def _metric(res, name: str):
         return None
 
 
-def _time(model, t, catalog, *, phase, precision, batch, context):
-    from .timing import predict_time
-
-    return predict_time(model, t, phase=phase, precision=precision, batch=batch, context=context, catalog=catalog)
-
-
-def compare_one(model, target: str, *, phase: str, precision: str, batch: int, context: int,
-                output_tokens: int | None = None, train_tokens: float | None = None, catalog=None, prices=None,
-                uncertainty: int = 0,
-                seed: int = 0, overrides: dict | None = None) -> CompareRow:
+def compare_one(model, target: str, **kw) -> CompareRow:
     """Fit, time and cost of ``model`` on one target (see :func:`compare_case`)."""
-    return compare_case(model, target, phase=phase, precision=precision, batch=batch, context=context,
-                        output_tokens=output_tokens, train_tokens=train_tokens, catalog=catalog, prices=prices,
-                        uncertainty=uncertainty, seed=seed, overrides=overrides)[0]
+    return compare_case(model, target, **kw)[0]
 
 
-def compare_case(model, target: str, *, phase: str, precision: str, batch: int, context: int,
+def compare_case(model, target: str, *, phase: str, precision: str, batch: int | None, context: int | None,
                  output_tokens: int | None = None, train_tokens: float | None = None, catalog=None, prices=None,
-                 uncertainty: int = 0,
-                 seed: int = 0, overrides: dict | None = None):
+                 uncertainty: int = 0, seed: int = 0, overrides: dict | None = None, software: str | None = None):
     """Fit, time and cost of ``model`` on one target: ``(CompareRow, TimeInputs or None, cost params or None)``.
 
+    One evaluation of the planning chain (:func:`wseplan.plan.evaluate`) priced by
+    :func:`wseplan.costing.price_record` — the same numbers as ``time`` and ``cost`` for the same arguments.
     The time inputs and cost parameters let a caller re-evaluate the cost for other inputs
-    (:func:`wseplan.analytic.cost.evaluate`) without re-running the time models. Inference costs combine the prefill time of a ``context``-token prompt with the per-token decode step at
-    KV length ``context`` (``output_tokens`` per request); training costs use the step time and ``train_tokens``.
+    (:func:`wseplan.analytic.cost.evaluate`) without re-running the time models.
     """
-    import math
+    from . import costing
+    from .plan import default_sizes, evaluate, normalise_phase, record, setup
 
-    from .analytic import cost as C
-    from .fit import fit
-    from .targets import Target, parse_target
-
-    t = parse_target(target, catalog) if isinstance(target, str) else target
-    label = target if isinstance(target, str) else t.label
-    fit_phase = "train" if phase == "train" else "decode"
-    fr = fit(model, t, precision=precision, phase=fit_phase, batch=batch, context=context, catalog=catalog)
-    if t.count is None:
-        t = Target(text=f"{t.key}x{fr.num_devices}", kind=t.kind, key=t.key, device=t.device, count=fr.num_devices)
-        label = f"{label} (x{fr.num_devices})"
-    notes: list[str] = list(fr.notes)
-    n_dev = int(t.count)
-    n_sys = n_dev if t.kind == "wafer" else int(math.ceil(n_dev / t.device.gpus_per_node.si))
-    if t.kind == "gpu" and n_dev % int(t.device.gpus_per_node.si):
-        notes.append(f"power and cost count {n_sys} whole {int(t.device.gpus_per_node.si)}-GPU node(s)")
-    base = dict(target=label, hardware=t.key, device_kind=t.kind, fits=fr.fits, num_devices=n_dev,
-                num_systems=n_sys, binding=fr.binding)
-    weights_fit = fr.fits or (phase == "train" and t.kind == "wafer" and fr.memoryx is not None and fr.memoryx.fits)
-    if not weights_fit:
-        notes.append(f"does not fit ({fr.binding} binds); no time or cost")
+    s = setup(model, target, phase=normalise_phase(phase, output_tokens), precision=precision, software=software,
+              catalog=catalog)
+    b, c, o, src = default_sizes(s.query.catalog, s.query.phase, batch, context, output_tokens)
+    cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
+    arr = evaluate(s, cfg)
+    rec = record(s, arr, 0, sources=src)
+    label = target if isinstance(target, str) else s.query.target.label
+    if s.query.target.count is None:
+        label = f"{label} (x{rec.num_devices})"
+    n_sys = int(costing.num_systems(s, rec.num_devices))
+    notes = list(rec.notes)
+    base = dict(target=label, hardware=rec.hardware, device_kind=rec.device_kind, fits=rec.fits,
+                num_devices=rec.num_devices, num_systems=n_sys, binding=rec.binding)
+    if not rec.fits:
         return CompareRow(**base, notes=notes), None, None
-    if not fr.fits:
-        notes.append("activation checkpoints exceed the wafer at this batch; the time model handles them "
-                     "(recompute or spill)")
+    row = dict(base, step_s=rec.step_s, ttft_s=rec.ttft_s, tpot_s=rec.tpot_s, tokens_per_s=rec.tokens_per_s,
+               tokens_per_s_per_user=rec.tokens_per_s_per_user,
+               model_flop_utilization_frac=rec.model_flop_utilization_frac, bottleneck=rec.bottleneck)
     try:
-        tr = _time(model, t, catalog, phase=phase, precision=precision, batch=batch, context=context)
-        pre = tr if phase != "decode" else None
-        if phase != "train" and pre is None:
-            pre = _time(model, t, catalog, phase="prefill", precision=precision, batch=batch, context=context)
-        if phase == "prefill":
-            dec = _time(model, t, catalog, phase="decode", precision=precision, batch=batch, context=context)
-        else:
-            dec = tr
+        cr = costing.price_record(s, arr, rec, prices, overrides=overrides, train_tokens=train_tokens,
+                                  uncertainty=uncertainty, seed=seed)
     except WseplanError as exc:
-        notes.append(f"time model: {exc}")
-        return CompareRow(**base, notes=notes), None, None
-    row = dict(base, step_s=tr.step_s, ttft_s=tr.ttft_s, tpot_s=tr.tpot_s, tokens_per_s=tr.tokens_per_s,
-               tokens_per_s_per_user=tr.tokens_per_s_per_user,
-               model_flop_utilization_frac=tr.model_flop_utilization_frac, bottleneck=tr.bottleneck)
-    if phase == "decode" and row["tpot_s"] is None:
-        row["tpot_s"] = tr.step_s
-    if phase == "decode" and row["ttft_s"] is None:  # the prompt's prefill, timed for the cost model anyway
-        row["ttft_s"] = pre.ttft_s if pre.ttft_s is not None else pre.step_s
-    if phase == "prefill" and row["ttft_s"] is None:
-        row["ttft_s"] = tr.step_s
-    params = C.cost_params(prices, catalog, t, include_memoryx=(phase == "train"))
-    params = C.apply_overrides(params, overrides or {}, hardware_key=C.hardware_price_key(t))  # bad input raises
-    try:
-        if phase == "train":
-            if train_tokens is None:
-                from .workload import total_params
-
-                train_tokens = params["train_tokens_per_param"].value * total_params(model)
-                notes.append(f"training run of {train_tokens:.3g} tokens (train_tokens_per_param x parameters)")
-            times = C.TimeInputs(phase="train", num_devices=n_dev, num_systems=n_sys, step_s=float(tr.step_s),
-                                 tokens_per_step=float(batch * context), train_tokens=float(train_tokens))
-        else:
-            prefill_s = pre.ttft_s if pre.ttft_s is not None else pre.step_s
-            dec_s = dec.tpot_s if dec.tpot_s is not None else dec.step_s
-            times = C.TimeInputs(phase="serve", num_devices=n_dev, num_systems=n_sys, prefill_s=float(prefill_s),
-                                 prompt_tokens=float(batch * context), decode_step_s=float(dec_s),
-                                 output_tokens_per_step=float(batch))
-        cr = C.cost_from_times(params, times, model=model.name, target=t.label, hardware=t.key,
-                               price_key=C.hardware_price_key(t), batch=batch, context=context,
-                               output_tokens=output_tokens if phase != "train" else None, uncertainty=uncertainty,
-                               seed=seed, prices_date=prices.date)
-    except WseplanError as exc:
+        if "--set" in str(exc):
+            raise
         notes.append(f"cost model: {exc}")
         return CompareRow(**row, notes=notes), None, None
-    metric = {"train": "usd_per_mtok_trained", "prefill": "input_usd_per_mtok"}.get(phase, "output_usd_per_mtok")
+    phase = s.query.phase
+    metric = costing.HEADLINE[phase] if phase != "train" else "usd_per_mtok_trained"
     energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token"}.get(
         phase, "energy_j_per_output_token")
     row.update(power_w=_metric(cr, "busy_it_power_w"), usd_per_hour=_metric(cr, "usd_per_hour"),
@@ -228,7 +176,9 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int, 
     if band is not None:
         row.update(usd_per_mtok_p10=band.p10, usd_per_mtok_p50=band.p50, usd_per_mtok_p90=band.p90)
     notes += [n for n in cr.notes if n not in notes]
-    return CompareRow(**row, notes=notes), times, params
+    from .costing import params_for
+
+    return CompareRow(**row, notes=notes), cr.times, params_for(s, prices, overrides=overrides)
 
 
 def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
@@ -258,18 +208,16 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     """
     from .analytic import cost as C
     from .catalog.load import load_catalog
-    from .fit import resolve_model
+    from .plan import default_sizes, normalise_phase
+    from .workload import resolve_model
 
-    if phase not in PHASES:
-        raise InputError(f"--phase: unknown {phase!r}; use train, prefill or decode")
+    phase = normalise_phase(phase, output_tokens)
     if isinstance(targets, str):
         targets = [t.strip() for t in targets.split(",") if t.strip()]
     if not targets:
         raise InputError("--targets: give at least one target, e.g. wse3,cs3x4,h100x8")
     cat = catalog or load_catalog()
-    d = cat.defaults
-    batch = int(d.default_batch.si) if batch is None else batch
-    context = int(d.default_context_tokens.si) if context is None else context
+    batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens)
     m = resolve_model(model, cat) if isinstance(model, str) else model
     prices = prices or C.load_prices(catalog=cat)
     rows = [compare_one(m, t, phase=phase, precision=precision, batch=batch, context=context,
@@ -278,9 +226,8 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
             for t in targets]
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
-    if phase != "train":
-        notes.append(f"inference cost: a {context}-token prompt (prefill) and output tokens at the decode step of "
-                     f"KV length {context}, batch {batch}")
+    if phase == "serve":
+        notes.append(f"serving: requests of {context} prompt and {output_tokens} output tokens, {batch} in flight per replica")
     return CompareResult(model=m.name, phase=phase, precision=precision, batch=batch, context=context,
-                         output_tokens=output_tokens, train_tokens=train_tokens, prices_date=prices.date, rows=rows,
+                         output_tokens=output_tokens or None, train_tokens=train_tokens, prices_date=prices.date, rows=rows,
                          notes=notes)

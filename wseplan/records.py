@@ -1,15 +1,23 @@
-"""Shared head of the machine-readable records (fit, time, place): what was asked, on what hardware."""
+"""The machine-readable records of the planning chain (documented in docs/cli-output.md).
+
+:class:`PlanRecord` is the one answer of :func:`wseplan.plan.plan`; :class:`FitResult`, :class:`TimeResult` and
+:class:`StreamResult` are views of it that keep the field names the ``fit``, ``time`` and ``stream`` commands
+have always printed, so every command reads the same numbers. Units: bytes, seconds, tokens, FLOP/s; fractions
+end in ``_frac``. A field that does not apply (or a time of a configuration that does not fit) is None.
+"""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
-class RecordHead(BaseModel):
-    """Fields every model-on-target record starts with (documented in docs/cli-output.md)."""
-
+class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RecordHead(_Frozen):
+    """Fields every model-on-target record starts with."""
 
     schema_version: int = SCHEMA_VERSION
     model: str
@@ -20,3 +28,229 @@ class RecordHead(BaseModel):
     phase: str
     batch: int
     context: int
+
+
+def _flat(rec: dict, nested: tuple[str, ...] = ()) -> dict:
+    row = {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
+    for name in nested:
+        for k, v in (rec.get(name) or {}).items():
+            if not isinstance(v, (list, dict)):
+                row[f"{name}_{k}"] = v
+    return row
+
+
+class PlanRecord(RecordHead):
+    """One configuration through the whole chain: fit, the layout used, time (None where it does not fit).
+
+    ``sources`` says where ``batch``, ``context``, ``output_tokens`` and the ``layout`` came from (``given``,
+    ``default`` from catalogs/defaults.yaml, or ``searched``); ``software`` names the software profile.
+    """
+
+    family: str
+    software: str
+    output_tokens: int | None = None
+    sources: dict[str, str]
+    fits: bool
+    num_devices: int
+    num_replicas: int
+    capacity_bytes: float
+    per_device_bytes: float
+    weights_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    optimizer_bytes: float
+    total_bytes: float
+    headroom_bytes: float
+    shortfall_bytes: float
+    binding: str
+    max_tokens_in_flight: int
+    layout: dict
+    step_s: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_per_user: float | None = None
+    request_s: float | None = None
+    requests_per_s: float | None = None
+    model_flop_per_s: float | None = None
+    model_flop_utilization_frac: float | None = None
+    bottleneck: str | None = None
+    breakdown_s: dict[str, float] = {}
+    details: dict = {}
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def to_row(self) -> dict:
+        row = _flat(self.to_record(), ("layout", "sources"))
+        for k, v in self.breakdown_s.items():
+            row[f"breakdown_{k}_s"] = v
+        return row
+
+
+class Stage(_Frozen):
+    """One device's share: 0-based inclusive transformer-block indices (-1/-1 when it holds no block)."""
+
+    device: int
+    first_layer: int
+    last_layer: int
+    embedding: bool
+    lm_head: bool
+    bytes: float
+
+
+class MemoryXFit(_Frozen):
+    option: str
+    capacity_bytes: float
+    required_bytes: float
+    fits: bool
+
+
+class StreamingFit(_Frozen):
+    """Batch bounds for weight-streaming training on a wafer (per system and pass)."""
+
+    stream_bandwidth_bytes_per_s: float
+    min_tokens_compute_bound: float
+    max_tokens_on_wafer: float
+    min_batch_compute_bound: int
+    max_batch_on_wafer: int
+    feasible_compute_bound: bool
+
+
+class FitResult(RecordHead):
+    """The fit record (``wseplan fit``)."""
+
+    family: str = ""
+    software: str = ""
+    sources: dict[str, str] = {}
+    fits: bool
+    num_devices: int
+    capacity_bytes: float
+    weights_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    optimizer_bytes: float
+    total_bytes: float
+    headroom_bytes: float
+    shortfall_bytes: float
+    binding: str
+    max_tokens_in_flight: int
+    stages: list[Stage] = []
+    layout: dict | None = None
+    memoryx: MemoryXFit | None = None
+    streaming: StreamingFit | None = None
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def to_row(self) -> dict:
+        """Flat scalar fields (no stages), for tables and CSV."""
+        return _flat(self.to_record(), ("layout", "sources", "memoryx", "streaming"))
+
+
+class TimeResult(RecordHead):
+    """One time prediction (``wseplan time``); fields that do not apply are None."""
+
+    family: str = ""
+    software: str = ""
+    sources: dict[str, str] = {}
+    fits: bool = True
+    num_devices: int
+    output_tokens: int | None = None
+    step_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_per_user: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    request_s: float | None = None
+    requests_per_s: float | None = None
+    model_flop_per_s: float | None = None
+    model_flop_utilization_frac: float | None = None
+    bottleneck: str | None = None
+    breakdown_s: dict[str, float] = {}
+    layout: dict | None = None
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def to_row(self) -> dict:
+        row = _flat(self.to_record(), ("layout", "sources"))
+        for k, v in (self.breakdown_s or {}).items():
+            row[f"breakdown_{k}_s"] = v
+        return row
+
+
+class StreamResult(_Frozen):
+    """One weight-streaming training prediction (``wseplan stream``).
+
+    ``min_tokens_compute_bound`` / ``max_tokens_on_wafer`` and ``min_batch_compute_bound`` / ``max_batch_on_wafer``
+    are per system and per pass: the streaming minimum (tokens whose forward compute at the achieved rate hides
+    every layer's weight load) and the SRAM maximum under the chosen activation policy.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    target: str
+    hardware: str
+    precision: str
+    batch: int
+    context: int
+    num_systems: int
+    per_system_batch: float
+    tokens_per_step: float
+    fits: bool
+    activation_policy: str
+    step_s: float | None
+    tokens_per_s: float | None
+    compute_s: float
+    recompute_s: float
+    exposed_load_s: float
+    exposed_spill_s: float
+    optimizer_exposed_s: float
+    utilization_frac: float
+    model_flop_per_s: float
+    model_flop_utilization_frac: float
+    stream_bandwidth_bytes_per_s: float
+    io_bandwidth_bytes_per_s: float
+    transfer_latency_s: float
+    memoryx_tier: str
+    min_tokens_compute_bound: float
+    max_tokens_on_wafer: float
+    min_batch_compute_bound: int
+    max_batch_on_wafer: int
+    feasible_compute_bound: bool
+    spill_bytes: float
+    bottleneck: str
+    alternatives_step_s: dict[str, float] = {}
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        return self.model_dump(mode="json")
+
+    def to_row(self) -> dict:
+        row = _flat(self.to_record())
+        for k, v in self.alternatives_step_s.items():
+            row[f"step_s_if_{k}"] = v
+        return row
+
+
+_SHORT = (("tensor_parallel", "TP{}"), ("pipeline_parallel", "PP{}"), ("data_parallel", "DP{}"),
+          ("context_parallel", "CP{}"), ("virtual_pipeline", "v{}"), ("micro_batch", "mb{}"), ("zero_stage", "ZeRO-{}"),
+          ("recompute", "recompute={}"), ("num_wafers", "{} wafers"), ("num_replicas", "x{} replicas"),
+          ("num_systems", "{} systems"), ("activation_policy", "{}"))
+
+
+def layout_label(layout: dict | None) -> str:
+    """A short human label of a layout dict: ``TP4 PP8 DP32 v4 mb1 ZeRO-1 recompute=none``, ``4 wafers``."""
+    if not layout:
+        return ""
+    parts = []
+    for key, fmt in _SHORT:
+        v = layout.get(key)
+        if v is None or (key in ("context_parallel", "virtual_pipeline", "num_replicas") and v == 1):
+            continue
+        parts.append(fmt.format(v))
+    return " ".join(parts)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .catalog.load import Catalog
-from .catalog.schema import Gpu, Wafer
+from .catalog.schema import DeviceEntry, Gpu, Wafer
 from .errors import InputError, suggest
 
 
@@ -17,9 +17,9 @@ class Target:
     """A resolved target: hardware kind and key, the device entry, and the requested count (or None)."""
 
     text: str
-    kind: str  # "wafer" | "gpu"
+    kind: str  # "wafer" | "gpu" | a plug-in family's kind
     key: str
-    device: Wafer | Gpu
+    device: Wafer | Gpu | DeviceEntry
     count: int | None
 
     @property
@@ -50,5 +50,6 @@ def parse_target(text: str, catalog: Catalog) -> Target:
                 "e.g. wse3, cs3x4, h100x8 (see `wseplan catalog list hardware`)"
             )
     sec, hw = idx[key]
-    device = catalog.wafers[hw] if sec == "wafers" else catalog.gpus[hw]
-    return Target(text=text, kind="wafer" if sec == "wafers" else "gpu", key=hw, device=device, count=count)
+    device = getattr(catalog, sec)[hw]
+    kind = {"wafers": "wafer", "gpus": "gpu"}.get(sec) or device.kind
+    return Target(text=text, kind=kind, key=hw, device=device, count=count)

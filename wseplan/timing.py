@@ -1,66 +1,92 @@
-"""Time: how long a training step, a prefill or a decoded token takes on a target, and why.
+"""Time: how long a training step, a prefill, a decoded token or a whole request takes, and why.
 
-One entry point, :func:`predict_time`, dispatches to the wafer models (:mod:`wseplan.analytic.wse_time`) and
-the GPU models (:mod:`wseplan.analytic.gpu_time`). Every result names its bottleneck.
+A view of the planning chain (:func:`wseplan.plan.plan`), reported with the time record's fields
+(:class:`~wseplan.records.TimeResult`). Nothing is timed that does not fit: such a record has ``fits: false``
+and no times.
 """
 from __future__ import annotations
 
-from .records import RecordHead
+from .records import PlanRecord, TimeResult
+
+#: family options accepted by :func:`predict_time` as keyword arguments; layout keys go to ``layout``
+LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "micro_batch": "micro_batch",
+               "virtual_pipeline": "vpp", "recompute": "recompute", "zero_stage": "zero_stage",
+               "num_wafers": "num_wafers", "num_systems": "num_systems"}
 
 
-class TimeResult(RecordHead):
-    """One time prediction. Fields that do not apply to a phase are None.
-
-    Units: seconds, tokens/s, FLOP/s, watts; fractions end in ``_frac``.
-    """
-
-    num_devices: int
-    output_tokens: int | None = None
-    step_s: float | None = None  # train: one optimizer step; prefill: the prompt; decode: one token for the batch
-    tokens_per_s: float | None = None  # whole system (train: training tokens; inference: output tokens)
-    tokens_per_s_per_user: float | None = None
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    model_flop_per_s: float | None = None
-    model_flop_utilization_frac: float | None = None
-    bottleneck: str
-    breakdown_s: dict[str, float] = {}
-    layout: dict[str, int | str] | None = None
-    notes: list[str] = []
-
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
-
-    def to_row(self) -> dict:
-        rec = self.to_record()
-        row = {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
-        for k, v in (self.breakdown_s or {}).items():
-            row[f"breakdown_{k}_s"] = v
-        for k, v in (self.layout or {}).items():
-            row[f"layout_{k}"] = v
-        return row
+def time_view(r: PlanRecord) -> TimeResult:
+    """The time fields of a plan record."""
+    return TimeResult(model=r.model, target=r.target, hardware=r.hardware, device_kind=r.device_kind,
+                      precision=r.precision, phase=r.phase, batch=r.batch, context=r.context, family=r.family,
+                      software=r.software, sources=r.sources, fits=r.fits, num_devices=r.num_devices,
+                      output_tokens=r.output_tokens, step_s=r.step_s, tokens_per_s=r.tokens_per_s,
+                      tokens_per_s_per_user=r.tokens_per_s_per_user, ttft_s=r.ttft_s, tpot_s=r.tpot_s,
+                      request_s=r.request_s, requests_per_s=r.requests_per_s, model_flop_per_s=r.model_flop_per_s,
+                      model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
+                      breakdown_s=r.breakdown_s, layout=r.layout or None, notes=r.notes)
 
 
 def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
-                 context: int | None = None, output_tokens: int | None = None, catalog=None, **options) -> TimeResult:
+                 context: int | None = None, output_tokens: int | None = None, catalog=None, software: str | None = None,
+                 layout: dict | None = None, require_fit: bool = True, **options) -> TimeResult:
     """Predict time and throughput of ``model`` on ``target`` (the API behind ``wseplan time``).
 
-    ``model``/``target`` as for :func:`wseplan.fit.fit`. ``options`` are passed to the device model
-    (GPU: tensor_parallel, pipeline_parallel, data_parallel, micro_batch, recompute, zero_stage, ...).
+    ``model``/``target``/sizes as for :func:`wseplan.plan.plan`. Layout values may be given as ``layout={...}``
+    or as keywords (``tensor_parallel``, ``pipeline_parallel``, ``data_parallel``, ``micro_batch``,
+    ``virtual_pipeline``, ``num_wafers``, ``num_systems``); other keywords are family options (``recompute``,
+    ``zero_stage``, ``policy``, ``memoryx_option``, ``core_grid`` ...).
     """
-    from .catalog.load import load_catalog
-    from .fit import resolve_model
-    from .targets import parse_target
+    from .plan import plan
 
-    cat = catalog or load_catalog()
-    m = resolve_model(model, cat) if isinstance(model, str) else model
-    t = parse_target(target, cat) if isinstance(target, str) else target
-    if t.kind == "wafer":
-        from .analytic import wse_time
+    lay = dict(layout or {})
+    for k in list(options):
+        if k in LAYOUT_KEYS:
+            v = options.pop(k)
+            if v is not None:
+                lay[LAYOUT_KEYS[k]] = v
+    return time_view(plan(model, target, phase=phase, precision=precision, batch=batch, context=context,
+                          output_tokens=output_tokens, layout=lay or None, software=software, options=options,
+                          catalog=catalog, require_fit=require_fit))
 
-        return wse_time.predict(m, t, cat, phase=phase, precision=precision, batch=batch, context=context,
-                                output_tokens=output_tokens, **options)
-    from .analytic import gpu_time
 
-    return gpu_time.predict(m, t, cat, phase=phase, precision=precision, batch=batch, context=context,
-                            output_tokens=output_tokens, **options)
+def stream_view(r: PlanRecord):
+    """The weight-streaming fields of a wafer training plan record (``wseplan stream``)."""
+    from .records import StreamResult
+
+    if r.family != "wafer_streaming":
+        from .errors import InputError
+
+        raise InputError(f"target: weight streaming runs on wafers in training (cs2, cs3, cs3x4 ...), got {r.target!r} "
+                         f"({r.family}, {r.phase}); use `wseplan time --phase train` for GPUs")
+    f = r.details["stream"]
+    st = r.details["streaming"]
+    alt = {}
+    if f["activation_policy"] in ("recompute", "spill") and "checkpoints do not fit" in " ".join(r.notes):
+        alt = {"recompute": f["alt_recompute_step_s"], "spill": f["alt_spill_step_s"]}
+    return StreamResult(model=r.model, target=r.target, hardware=r.hardware, precision=r.precision, batch=r.batch,
+                        context=r.context, num_systems=int(r.layout["num_systems"]), per_system_batch=f["per_system_batch"],
+                        tokens_per_step=float(r.batch * r.context), fits=r.fits, activation_policy=f["activation_policy"],
+                        step_s=r.step_s, tokens_per_s=r.tokens_per_s, compute_s=f["compute_s"], recompute_s=f["recompute_s"],
+                        exposed_load_s=f["exposed_load_s"], exposed_spill_s=f["exposed_spill_s"],
+                        optimizer_exposed_s=f["optimizer_exposed_s"], utilization_frac=f["utilization_frac"],
+                        model_flop_per_s=f["model_flop_per_s"], model_flop_utilization_frac=f["model_flop_utilization_frac"],
+                        stream_bandwidth_bytes_per_s=f["stream_bandwidth_bytes_per_s"],
+                        io_bandwidth_bytes_per_s=f["io_bandwidth_bytes_per_s"], transfer_latency_s=f["transfer_latency_s"],
+                        memoryx_tier=f["memoryx_tier"], min_tokens_compute_bound=st["min_tokens_compute_bound"],
+                        max_tokens_on_wafer=float(min(st["max_tokens_on_wafer"], 1e300)),
+                        min_batch_compute_bound=st["min_batch_compute_bound"], max_batch_on_wafer=st["max_batch_on_wafer"],
+                        feasible_compute_bound=st["feasible_compute_bound"], spill_bytes=f["spill_bytes"],
+                        bottleneck=r.bottleneck or "sram", alternatives_step_s=alt, notes=r.notes)
+
+
+def stream(model, target, *, precision: str = "bf16", batch: int | None = None, context: int | None = None,
+           policy: str = "auto", memoryx_option: str | None = None, num_systems: int | None = None,
+           micro_batch: int | None = None, reserve: float | None = None, software: str | None = None, catalog=None):
+    """Weight-streaming training of ``model`` on wafer ``target`` (the API behind ``wseplan stream``): the same
+    evaluation as ``fit``/``time --phase train`` on a wafer, with the streaming fields."""
+    from .plan import plan
+
+    opts = {"policy": policy, "memoryx_option": memoryx_option, "micro_batch": micro_batch, "reserve": reserve}
+    lay = {"num_systems": num_systems} if num_systems is not None else None
+    return stream_view(plan(model, target, phase="train", precision=precision, batch=batch, context=context,
+                            layout=lay, software=software, options=opts, catalog=catalog))

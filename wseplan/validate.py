@@ -18,7 +18,6 @@ category in the bundled validation set (:data:`TOLERANCE_PERCENTILE`; the same v
 from __future__ import annotations
 
 import csv
-import inspect
 import math
 import re
 from dataclasses import dataclass
@@ -149,10 +148,84 @@ def source_key(case: Case) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "eight": 8}
+#: (regex on the notes, Model field, how the match becomes the value); the key=value hints come first
+_MOE_PHRASES = (
+    (r"\bmoe (?:on )?every (\d+)(?:st|nd|rd|th)? layer", "moe_layer_step", int),
+    (r"\bfirst (\d+) layers? (?:are |is )?dense", "first_dense_layers", int),
+    (r"\bdense\b[^.;|]*?\b(?:ffn|mlp)\b(?: width)?\s*(\d+)", "dense_d_ff", int),
+    (r"\b(\d+|one|two|three|four|eight) (?:always-on )?shared experts?\b", "num_shared_experts",
+     lambda v: _NUMBER_WORDS.get(v, None) or int(v)),
+    (r"\bshared experts? (?:of )?width (\d+)", "shared_expert_d_ff", int),
+)
+_MOE_HINTS = ("moe_layer_step", "moe_layer_offset", "first_dense_layers", "dense_d_ff", "num_shared_experts",
+              "shared_expert_d_ff")
+
+
+def moe_layout_from_notes(notes: str) -> dict:
+    """MoE layout stated in a row's notes, as :class:`Model` fields.
+
+    ``key=value`` hints (``moe_layer_step=2``, ``moe_layer_offset=1``, ``first_dense_layers=3``,
+    ``dense_d_ff=16384``, ``num_shared_experts=1``, ``shared_expert_d_ff=2048``) take precedence over phrases:
+    "MoE every 2nd layer" (step 2; the MoE layers are the 2nd, 4th, ... as Llama 4's
+    ``interleave_moe_layer_step``, so offset 1), "first 3 layers dense", "dense ... FFN 16384" / "dense MLP
+    width 16384" (the dense layers' width), "one shared expert" / "2 shared experts", "shared expert width
+    2048".
+    """
+    out: dict = {}
+    text = (notes or "").lower()
+    for pattern, key, conv in _MOE_PHRASES:
+        m = re.search(pattern, text)
+        if m:
+            out[key] = conv(m.group(1))
+    if "moe_layer_step" in out:
+        out["moe_layer_offset"] = out["moe_layer_step"] - 1
+    for key in _MOE_HINTS:
+        v = note_hint(notes, key)
+        if v is not None and v.isdigit():
+            out[key] = int(v)
+    return out
+
+
+def _catalog_moe_model(case: Case, catalog) -> Model | None:
+    """The catalog transformer an MoE row names (its name, or the name without a parenthesised remark, with
+    spaces as hyphens), when every architecture column the row gives agrees with it (``d_ff`` may be the
+    expert or the dense width)."""
+    f = case.fields
+    base = re.sub(r"\s*\(.*?\)", "", case.model or "").strip()
+    for name in dict.fromkeys([case.model, base, re.sub(r"[\s_]+", "-", base.lower())]):
+        if not name:
+            continue
+        try:
+            sec, key = catalog.resolve_model_name(name)
+        except InputError:
+            continue
+        m = getattr(catalog, sec)[key]
+        if not isinstance(m, Model):
+            continue
+        stated = {"n_layers": {m.num_layers}, "d_model": {m.d_model}, "n_heads": {m.num_heads},
+                  "n_kv_heads": {m.num_kv_heads, m.num_heads} if m.attention == "mla" else {m.num_kv_heads},
+                  "d_ff": {m.d_ff, m.dense_d_ff or m.d_ff}, "vocab": {m.vocab_size}, "n_experts": {m.num_experts},
+                  "experts_per_token": {m.experts_per_token}}
+        if all(f.get(k) is None or f.get(k) in v for k, v in stated.items()):
+            return m
+    return None
+
+
 def case_model(case: Case, catalog) -> Model:
-    """The architecture of a row: inline columns when given, else the catalog entry named by ``model``."""
+    """The architecture of a row: inline columns when given, else the catalog entry named by ``model``.
+
+    An MoE row (``n_experts`` > 1) takes the catalog entry its model name matches when the row's columns
+    agree with it (interleaved dense/MoE layers, shared experts, attention variants come with the entry);
+    otherwise its columns are completed with the layout its notes state (:func:`moe_layout_from_notes`).
+    """
     f = case.fields
     L, d, h = f.get("n_layers"), f.get("d_model"), f.get("n_heads")
+    E = f.get("n_experts") or 1
+    if E > 1:
+        m = _catalog_moe_model(case, catalog)
+        if m is not None:
+            return m
     if L and d:
         h = h or max(d // 128, 1)
         kvh = f.get("n_kv_heads") or h
@@ -165,14 +238,14 @@ def case_model(case: Case, catalog) -> Model:
                 vocab = getattr(catalog, sec)[key].vocab_size
             except Exception:  # noqa: BLE001 - no catalog match; GPT-2 BPE padded vocabulary
                 vocab = 51200
-        E = f.get("n_experts") or 1
         k = f.get("experts_per_token") or 1
+        layout = moe_layout_from_notes(case.notes) if E > 1 else {}
         try:
             return Model(name=case.model or case.id, source="wseplan-estimate", basis="estimate",
                          note=f"validation row {case.id}", num_layers=L, d_model=d, num_heads=h,
                          num_kv_heads=kvh if h % kvh == 0 else h, d_ff=d_ff, gated_mlp=gated, vocab_size=vocab,
                          tied_embeddings=False, num_experts=E, experts_per_token=min(k, E),
-                         norm="rmsnorm" if gated else "layernorm", linear_bias=not gated)
+                         norm="rmsnorm" if gated else "layernorm", linear_bias=not gated, **layout)
         except Exception as exc:  # pydantic: inconsistent shape
             raise SkipRow(f"architecture columns are inconsistent ({str(exc).splitlines()[-1].strip()})") from None
     try:
@@ -220,37 +293,28 @@ def _is_lora(case: Case) -> bool:
     return "lora" in case.model.lower()
 
 
-def _best_schedule(model, gpu, catalog, *, precision, seq, gb, tp, pp, dp, cp, vpp, rec, zs, trainable, cal):
-    """(micro-batch, virtual stages) a practitioner would pick when the row does not state them.
+def _software(cal):
+    """The default GPU software profile with a trial calibration's constants (None: the profile as shipped)."""
+    if cal is None:
+        return None
+    import dataclasses
 
-    The fastest pair among micro-batches 1, 2, 4, ... that divide the per-replica batch and fit HBM, and
-    (when ``vpp`` is not given and ``pp > 1``) interleaving degrees up to the blocks per stage.
-    """
-    from .analytic import gpu_time as G
-    from .fit import gpu_layout_memory
-    from .workload import transformer_workload
+    from .catalog.load import load_catalog
+    from .catalog.schema import Quantity
+    from .catalog.software import resolve_software
 
-    per_replica = max(gb // dp, 1)
-    mbs = [b for b in (1, 2, 4, 8, 16) if per_replica % b == 0] or [1]
-    if vpp is not None:
-        vs = [vpp]
-    elif pp > 1:
-        # uneven splits are common (Llama 3 trims the first and last stages), so any v up to the blocks per stage
-        vs = list(range(1, min(model.num_layers // pp, 16) + 1)) or [1]
-    else:
-        vs = [1]
-    w = transformer_workload(model, precision=precision, phase="train", batch=gb, context=seq)
-    cap = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
-    fits = {b: float(gpu_layout_memory(w, tp=tp * cp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog,
-                                       micro_batch=int(b))["total"]) <= cap for b in mbs}
-    MB, V = (a.ravel() for a in np.meshgrid(np.array(mbs, dtype=float), np.array(vs, dtype=float), indexing="ij"))
-    ok = np.array([fits[int(b)] for b in MB])
-    r = G.train_step(model, gpu, precision=precision, seq_len=seq, global_batch=gb, tp=tp, pp=pp, dp=dp, cp=cp, vpp=V,
-                     micro_batch=MB, recompute=rec, zero_stage=zs, trainable=trainable, cal=cal)
-    # the run happened, so it fitted: when the memory model finds no fit, fall back to the fastest schedule
-    t = np.where(ok, r["step_s"], np.inf) if ok.any() else r["step_s"]
-    i = int(np.argmin(t))
-    return int(MB[i]), int(V[i])
+    prof = resolve_software(None, "gpu", load_catalog())
+    consts = {f.name: Quantity(value=float(getattr(cal, f.name)), source="wseplan-estimate", basis="estimate",
+                               note="calibration trial") for f in dataclasses.fields(cal)}
+    return prof.model_copy(update={"constants": consts})
+
+
+def _need_fit(r):
+    """A measured run happened, so it fitted: rows the (conservative) memory model refuses are still timed
+    (``require_fit=False``); only a prediction without a time is skipped."""
+    if r.step_s is None:
+        raise SkipRow(f"no time: {r.notes[0] if r.notes else 'the time model returned none'}")
+    return r
 
 
 def predict_case(case: Case, catalog, cal=None) -> float:
@@ -288,43 +352,32 @@ def _predict_gpu_train(case, catalog, cal):
         if not n:
             raise SkipRow("n_devices not given")
         dp = f.get("dp") or max(n // (tp * pp * cp), 1)
-    rec = _recompute(case)
-    zs = f.get("zero_stage")
-    zs = 1 if zs is None else zs
-    searched = None
-    if not single and f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
-        # layout not stated: the fastest layout that fits, as the team that ran it would have tuned it
-        from .errors import InfeasibleError
-
-        cal = cal or G.gpu_calibration()
-        try:
-            searched = G.search_layouts(model, _target(case, catalog, n), catalog, num_gpus=n, global_batch=gb, seq_len=seq,
-                                        precision=precision, recomputes=(rec,) if f.get("recompute") else
-                                        ("none", "selective", "full"), zero_stages=(zs,) if f.get("zero_stage") is not None
-                                        else (0, 1, 2, 3), cal=cal)["best"]
-        except InfeasibleError:
-            raise SkipRow("parallel layout (tp, pp, dp) not given and no layout fits") from None
-        tp, pp, dp = searched["tensor_parallel"], searched["pipeline_parallel"], searched["data_parallel"]
-        rec, zs, vpp = searched["recompute"], searched["zero_stage"], searched["virtual_pipeline"]
-    trainable = "lora" if _is_lora(case) else "full"
-    target = _target(case, catalog, tp * pp * dp * cp)
-    cal = cal or G.gpu_calibration()
+    layout = {"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "recompute": f.get("recompute") or _recompute(case),
+              "zero_stage": f.get("zero_stage"), "micro_batch": gb if single else None}
     if single:
-        mb, vpp = gb, 1
-    elif searched:
-        mb = searched["micro_batch"]
-    else:
-        mb, vpp = _best_schedule(model, target.device, catalog, precision=precision, seq=seq, gb=gb, tp=tp, pp=pp, dp=dp,
-                                 cp=cp, vpp=vpp, rec=rec, zs=zs, trainable=trainable, cal=cal)
-    res = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
-                       tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, context_parallel=cp, virtual_pipeline=vpp,
-                       micro_batch=mb, recompute=rec, zero_stage=zs, trainable=trainable, single_layer=single or None,
-                       calibration=cal)
+        layout.update(vpp=1, zero_stage=layout["zero_stage"] or 1, dp=1)
+    elif f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
+        # layout not stated: the fastest layout that fits, as the team that ran it would have tuned it
+        layout = {"recompute": f.get("recompute"), "zero_stage": f.get("zero_stage")}
+        if layout["recompute"] is None and f.get("flops_convention") == "hardware":
+            layout["recompute"] = "full"
+    elif f.get("zero_stage") is None:
+        layout["zero_stage"] = 1
+    trainable = "lora" if _is_lora(case) else "full"
+    count = tp if single else n
+    target = _target(case, catalog, count)
+    res = predict_time(model, target, require_fit=False, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
+                       layout={k: v for k, v in layout.items() if v is not None}, context_parallel=cp,
+                       trainable=trainable, single_layer=single or None, software=_software(cal))
+    _need_fit(res)
     step = res.step_s
     if single:
         return step * 1e3
-    return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=tp * pp * dp * cp,
-                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec, cal=cal)
+    lay = res.layout or {}
+    rec = lay.get("recompute", _recompute(case))
+    return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=res.num_devices,
+                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec,
+                         cal=cal or G.gpu_calibration())
 
 
 def _infer_layout(case):
@@ -351,12 +404,13 @@ def _predict_gpu_infer(case, catalog, cal):
     inp = f.get("input_len")
     out = f.get("output_len")
     conc = f.get("concurrency")
-    opts = dict(tensor_parallel=tp, pipeline_parallel=pp, calibration=cal)
+    opts = dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=1, software=_software(cal))
     if not inp:
         raise SkipRow("input_len not given")
     if case.metric in ("ttft_ms", "prefill_tokens_per_s") or case.phase == "prefill":
-        r = predict_time(model, target, phase="prefill", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
+        r = predict_time(model, target, require_fit=False, phase="prefill", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
                          **opts)
+        _need_fit(r)
         if case.metric == "ttft_ms":
             return r.ttft_s * 1e3
         if case.metric == "prefill_tokens_per_s":
@@ -368,17 +422,19 @@ def _predict_gpu_infer(case, catalog, cal):
             return r.ttft_s * 1e3
         raise SkipRow(f"metric {case.metric} is not predicted for prefill rows")
     if case.phase == "decode":
-        r = predict_time(model, target, phase="decode", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
+        r = predict_time(model, target, require_fit=False, phase="decode", precision=precision, batch=conc or 1, context=inp, catalog=catalog,
                          **opts)
+        _need_fit(r)
         engine_tok_s = r.tokens_per_s
         per_user = 1.0 / r.tpot_s
     else:
         if not out:
             raise SkipRow("output_len not given")
-        r = predict_time(model, target, phase="decode", precision=precision, batch=conc, context=inp, output_tokens=out,
+        r = predict_time(model, target, require_fit=False, phase="decode", precision=precision, batch=conc, context=inp, output_tokens=out,
                          catalog=catalog, **opts)
+        _need_fit(r)
         engine_tok_s = r.tokens_per_s
-        per_user = r.tokens_per_s_per_user
+        per_user = out / r.request_s  # e2e rows: output tokens over prefill + decode of the request
     if case.metric == "tokens_per_s_per_user":
         return per_user
     if case.metric == "tokens_per_s_per_gpu":
@@ -453,21 +509,18 @@ def _predict_wafer(case, catalog):
         raise SkipRow("input_len not given")
     target = _target(case, catalog, f.get("n_devices"))
     opts = {}
-    if not callable(getattr(wse_time, "predict", None)):
-        raise SkipRow("wafer model unavailable")
-    params = inspect.signature(wse_time.predict).parameters
-    accepts = lambda k: k in params or any(p.kind == p.VAR_KEYWORD for p in params.values())  # noqa: E731
     for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
                      ("wse_core_grid_decode", "core_grid_decode")):
         v = note_hint(case.notes, key)
-        if v and accepts(opt):
+        if v:
             rows, _, cols = v.partition("x")
             if rows and cols:
                 opts[opt] = (int(float(rows)), int(float(cols)))
     phase = "prefill" if case.phase == "prefill" else "decode"
     try:
-        r = predict_time(model, target, phase=phase, precision=precision, batch=conc, context=inp,
+        r = predict_time(model, target, require_fit=False, phase=phase, precision=precision, batch=conc, context=inp,
                          output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog, **opts)
+        _need_fit(r)
     except (NotImplementedError, ImportError, AttributeError):
         raise SkipRow("wafer model unavailable") from None
     m = case.metric
@@ -478,7 +531,7 @@ def _predict_wafer(case, catalog):
     if m == "tokens_per_s_per_user":
         if case.phase == "decode":
             return 1.0 / (r.tpot_s or r.step_s)
-        return r.tokens_per_s_per_user
+        return out / r.request_s
     if m == "tokens_per_s":
         return r.tokens_per_s
     if m == "tokens_per_s_per_gpu":
@@ -529,7 +582,8 @@ def _predict_wafer_train(case, catalog, model):
     precision = f.get("precision") or "bf16"
     target = _target(case, catalog, n)
     try:
-        r = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog)
+        r = predict_time(model, target, require_fit=False, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog)
+        _need_fit(r)
     except (NotImplementedError, ImportError, AttributeError):
         raise SkipRow("wafer model unavailable") from None
     return _train_metric(case, model, step_s=r.step_s, tokens_per_step=gb * seq, num_devices=r.num_devices or n,

@@ -5,6 +5,10 @@ the embedding (kind 0), the transformer blocks (kind 1) and the final norm + LM 
 (non-transformer) models have only kind-1 rows. Everything is held in numpy arrays so that the CLI's fit
 path never imports pandas; :meth:`Workload.to_frame` builds a DataFrame on demand.
 
+Blocks may differ (interleaved dense/MoE layers, sliding-window or chunked attention layers): each block row
+holds its own layer's numbers, from :func:`block_types` (:mod:`wseplan.architecture`, re-exported here with
+:class:`Gemm`, :class:`Attention` and :class:`BlockType`), the interface the time models consume.
+
 Units: bytes, FLOP, tokens. FLOPs count 2 per multiply-accumulate.
 """
 from __future__ import annotations
@@ -17,6 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+# the structure of a transformer (block types, their GEMMs and attention) lives in .architecture; re-exported here
+from .architecture import (SPANS, Attention, BlockType, Gemm, _group_table, _layer_groups, _mlp_parts,  # noqa: F401
+                           block_types, cached_tokens, is_moe_layer, layer_span, mean_attended_tokens)
 from .catalog.schema import PRECISIONS, GenericModel, LayerSpec, Model
 from .errors import InputError, validation_detail
 
@@ -79,30 +86,25 @@ def check_phase(phase: str) -> str:
 def block_params(m: Model) -> tuple[float, float]:
     """Parameters of one transformer block: (total, active per token) [count].
 
-    Attention: Q and O are d x (heads*head_dim); K and V are d x (kv_heads*head_dim). MLP: 3 d*d_ff when
-    gated (SwiGLU), else 2 d*d_ff; an MoE block has ``num_experts`` MLPs plus a d x E router, of which
-    ``experts_per_token`` are active. Norms: d (RMSNorm) or 2d (LayerNorm) each, two per block.
+    Attention: Q and O are d x (heads*head_dim); K and V are d x (kv_heads*head_dim) (MLA: its latent
+    projections, see :func:`block_types`). MLP: 3 d*d_ff when gated (SwiGLU), else 2 d*d_ff; an MoE block has
+    ``num_experts`` MLPs plus a d x E router, of which ``experts_per_token`` are active, and its shared
+    experts. Norms: d (RMSNorm) or 2d (LayerNorm) each, ``norms_per_block`` (2) per block.
+
+    A uniform model returns its one block exactly. A model whose layers differ (interleaved dense/MoE
+    layers, leading dense layers) returns the mean over its layers, so that ``num_layers * block_params``
+    is still the blocks' total and active count; the largest block is ``max(b.params for b in block_types(m))``.
     """
-    d, hd = m.d_model, m.head_dim_
-    q = m.num_heads * hd
-    kvd = m.num_kv_heads * hd
-    attn = d * q + 2 * d * kvd + q * d
-    if m.qkv_bias or m.linear_bias:
-        attn += q + 2 * kvd
-    if m.linear_bias:
-        attn += d
-    mlp_one = (3 if m.gated_mlp else 2) * d * m.d_ff
-    if m.linear_bias:
-        mlp_one += m.d_ff + d
-    norms = 2 * (2 * d if m.norm == "layernorm" else d)
-    router = d * m.num_experts if m.num_experts > 1 else 0
-    total = attn + m.num_experts * mlp_one + router + norms
-    active = attn + m.experts_per_token * mlp_one + router + norms
-    return float(total), float(active)
+    types = block_types(m)
+    if len(types) == 1:
+        return types[0].params, types[0].active_params
+    L = m.num_layers
+    return (sum(b.count * b.params for b in types) / L, sum(b.count * b.active_params for b in types) / L)
 
 
 def embedding_params(m: Model) -> float:
-    return float(m.vocab_size * m.d_model + m.learned_pos_embeddings * m.d_model)
+    """Token embedding, learned positions and any non-text encoder held with it (``encoder_params``)."""
+    return float(m.vocab_size * m.d_model + m.learned_pos_embeddings * m.d_model + m.encoder_params)
 
 
 def head_params(m: Model) -> float:
@@ -113,24 +115,57 @@ def head_params(m: Model) -> float:
 
 def total_params(m: Model) -> float:
     """Exact parameter count [count] from the architecture."""
-    return embedding_params(m) + m.num_layers * block_params(m)[0] + head_params(m)
+    types = block_types(m)
+    if len(types) == 1:
+        return embedding_params(m) + m.num_layers * types[0].params + head_params(m)
+    return embedding_params(m) + sum(b.count * b.params for b in types) + head_params(m)
 
 
-def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attention: bool = True, seq_len: int = 0) -> float:
+def active_params(m: Model, *, count_embedding: bool = True) -> float:
+    """Parameters one token uses [count]: every block's attention, norms, router and top-k experts, the
+    final norm and LM head, and (``count_embedding``) the token's embedding table.
+
+    Published "active" counts differ on the embedding: most (Mixtral, Llama 4, DeepSeek-V3, Qwen3) count the
+    embedding and the LM head; the gpt-oss model card counts the LM head but not the embedding lookup
+    (``count_embedding=False``). A non-text encoder (``encoder_params``) is never active for a text token.
+    """
+    emb = embedding_params(m) - m.encoder_params if count_embedding else 0.0
+    return emb + sum(b.count * b.active_params for b in block_types(m)) + head_params(m)
+
+
+def _mlp_width_used(m: Model, layer: int | None) -> int:
+    if layer is not None:
+        return _mlp_parts(m, is_moe_layer(m, layer))[3]
+    return max(_mlp_parts(m, moe)[3] for moe, _, _ in _layer_groups(m))
+
+
+def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attention: bool = True, seq_len: int = 0,
+                                     layer: int | None = None) -> float:
     """Bytes kept for the backward pass per token in one block, no recomputation [bytes].
 
     Generalises Korthikanti et al. (2022), eq. 1 (``sbh(34 + 5as/h)`` for GPT with 16-bit activations) to
     grouped-query attention and gated MLPs: norm inputs and outputs, Q/K/V, attention output, MLP
-    intermediates (3 d_ff gated, 2 d_ff otherwise), 1-byte dropout masks where the model uses dropout
-    (GPT-style biases), and the ``5 a s`` score/softmax terms only without flash attention.
+    intermediates (3 x the hidden width a token uses when gated, 2 x otherwise; MoE: top-k experts plus
+    shared experts), 1-byte dropout masks where the model uses dropout (GPT-style biases), and the ``5 a s``
+    score/softmax terms only without flash attention. MLA keeps its latent inputs and outputs and the
+    expanded per-head Q, K and V. ``layer`` (0-based) picks a layer; None gives the largest over the layers
+    (every layer alike in a uniform model).
     """
-    h, hd = m.d_model, m.head_dim_
-    q = m.num_heads * hd
-    kvd = m.num_kv_heads * hd
-    attn = act_bytes * (h + h + (q + 2 * kvd) + q)
-    ff = m.d_ff * m.experts_per_token
+    h = m.d_model
+    if m.attention == "mla":
+        H, qk, v = m.num_heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        q_lat = 2 * m.q_lora_rank if m.q_lora_rank else 0
+        attn = act_bytes * (h + h + q_lat + (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+                            + H * qk + H * qk + H * v + H * v)
+    else:
+        hd = m.head_dim_
+        q = m.num_heads * hd
+        kvd = m.num_kv_heads * hd
+        attn = act_bytes * (h + h + (q + 2 * kvd) + q)
+    ff = _mlp_width_used(m, layer)
     mlp = act_bytes * (h + h + (3 * ff if m.gated_mlp else 2 * ff))
-    masks = 2 * h if m.linear_bias else 0
+    dropout = m.linear_bias if m.dropout is None else m.dropout
+    masks = 2 * h if dropout else 0
     scores = 0.0 if flash_attention else (2 * act_bytes + 1) * m.num_heads * seq_len
     return attn + mlp + masks + scores
 
@@ -150,7 +185,10 @@ class Workload:
     attention_flop_per_token : forward attention score/context FLOPs per token at this context [FLOP]
     activation_bytes_per_token : bytes kept for backward per token, no recompute [bytes]
     checkpoint_bytes_per_token : bytes of the row's input kept under full recompute [bytes]
-    kv_bytes_per_token : KV-cache bytes per token of context [bytes]
+    kv_bytes_per_token : KV-cache bytes per token of this workload's context [bytes] (a windowed layer keeps
+        ``min(context, window)`` tokens, so its entry is scaled by ``min(context, window) / context``)
+    kv_bytes_per_cached_token : bytes of one cached token per row [bytes] (transformers only)
+    kv_window_tokens : tokens a row caches at most (inf: the whole context) (transformers only)
     """
 
     model_name: str
@@ -170,6 +208,8 @@ class Workload:
     working_set_bytes_per_token: float
     arch: Model | None = field(default=None, repr=False)
     tied_head_bytes: float = 0.0
+    kv_bytes_per_cached_token: np.ndarray | None = field(default=None, repr=False)
+    kv_window_tokens: np.ndarray | None = field(default=None, repr=False)
 
     # -- derived -------------------------------------------------------------------------------
     @property
@@ -230,11 +270,15 @@ class Workload:
 def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, context: int,
                          working_set_factor: float = 4.0, causal: bool = True, flash_attention: bool = True,
                          model_name: str | None = None) -> Workload:
-    """Build the per-layer workload of a transformer.
+    """Build the per-layer workload of a transformer; each block row has its own layer's numbers.
 
-    Attention FLOPs per token per block are ``4 * heads * head_dim * c`` (QK^T and AV, 2 FLOP per MAC),
-    with ``c`` the attended tokens: the KV length in decode, and ``(context + 1) / 2`` on average for causal
-    prefill/training (``context`` when ``causal=False``, the convention of Narayanan et al. 2021).
+    Attention FLOPs per token per block are ``flop_per_pair * c`` (:class:`Attention`; ``4 * heads *
+    head_dim * c`` for standard attention: QK^T and AV, 2 FLOP per MAC), with ``c`` the attended tokens of
+    :func:`mean_attended_tokens`: the KV length in decode, and ``(context + 1) / 2`` on average for causal
+    prefill/training (``context`` when ``causal=False``, the convention of Narayanan et al. 2021), capped
+    by the window of sliding and chunked layers. KV bytes per token of context are the layer's cached
+    elements times the element size, times ``min(context, window) / context`` in a windowed layer, so
+    that ``kv_cache_bytes`` holds ``min(context, window)`` tokens of such a layer.
     """
     check_precision(precision)
     check_phase(phase)
@@ -244,41 +288,40 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
     wbp = weight_bytes_per_param(precision, phase)
     ab = activation_bytes_per_element(precision)
     kvb = kv_bytes_per_element(precision)
-    blk_total, blk_active = block_params(m)
     emb, head = embedding_params(m), head_params(m)
     n = L + 2
     kind = np.full(n, KIND_BLOCK, dtype=np.int8)
     kind[0], kind[-1] = KIND_EMBEDDING, KIND_HEAD
-    params = np.full(n, blk_total)
+    params, active, mm = np.empty(n), np.empty(n), np.zeros(n)
     params[0], params[-1] = emb, head
-    active = np.full(n, blk_active)
-    active[0], active[-1] = emb, head
+    active[0], active[-1] = emb - m.encoder_params, head
+    mm[-1] = 2.0 * m.vocab_size * m.d_model  # LM head (computed even when tied); the embedding is a lookup
+    attn, act, kv, kv_cached = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    window = np.full(n, np.inf)
+    for idx, p_, a_, nonmm, _, att in _group_table(m):
+        rows = np.asarray(idx) + 1 if not isinstance(idx, range) else slice(idx.start + 1, idx.stop + 1)
+        params[rows], active[rows] = float(p_), float(a_)
+        # matmul FLOPs: 2 per active weight of the block's matrices (norms, QK norms and sinks are not
+        # matmuls; biases are negligible and kept)
+        mm[rows] = 2.0 * (float(a_) - nonmm)
+        attn[rows] = att.flop_per_pair * mean_attended_tokens(att.span, att.window, context, phase=phase, causal=causal)
+        act[rows] = block_activation_bytes_per_token(m, ab, flash_attention=flash_attention, seq_len=context,
+                                                     layer=idx[0])
+        per_tok = kvb * att.kv_elems_per_token
+        kv[rows] = per_tok if att.window is None else per_tok * min(context, att.window) / context
+        kv_cached[rows] = per_tok
+        if att.window is not None:
+            window[rows] = att.window
     weight_bytes = params * wbp
-    hd = m.head_dim_
-    # matmul FLOPs: 2 per active weight of the block's matrices (norm and bias params are negligible)
-    norms = 2 * (2 * m.d_model if m.norm == "layernorm" else m.d_model)
-    mm = np.full(n, 2.0 * (blk_active - norms))
-    mm[0] = 0.0  # embedding is a lookup
-    mm[-1] = 2.0 * m.vocab_size * m.d_model  # LM head (computed even when tied)
-    if phase == "decode":
-        attended = float(context)
-    else:
-        attended = (context + 1) / 2 if causal else float(context)
-    attn = np.zeros(n)
-    attn[1:-1] = 4.0 * m.num_heads * hd * attended
-    act = np.zeros(n)
-    act[1:-1] = block_activation_bytes_per_token(m, ab, flash_attention=flash_attention, seq_len=context)
     ckpt = np.zeros(n)
     ckpt[1:-1] = ab * m.d_model
-    kv = np.zeros(n)
-    kv[1:-1] = 2.0 * m.num_kv_heads * hd * kvb
-    ws = ab * (working_set_factor * m.d_model + 2.0 * m.d_ff * m.experts_per_token)
+    ws = ab * (working_set_factor * m.d_model + 2.0 * _mlp_width_used(m, None))
     tied_bytes = m.vocab_size * m.d_model * wbp if m.tied_embeddings else 0.0
     return Workload(model_name=model_name or m.name, precision=precision, phase=phase, batch=batch, context=context,
                     kind=kind, params=params, active_params=active, weight_bytes=weight_bytes,
                     matmul_flop_per_token=mm, attention_flop_per_token=attn, activation_bytes_per_token=act,
                     checkpoint_bytes_per_token=ckpt, kv_bytes_per_token=kv, working_set_bytes_per_token=ws,
-                    arch=m, tied_head_bytes=tied_bytes)
+                    arch=m, tied_head_bytes=tied_bytes, kv_bytes_per_cached_token=kv_cached, kv_window_tokens=window)
 
 
 def generic_workload(g: GenericModel, *, precision: str, phase: str, batch: int, context: int = 1) -> Workload:
@@ -303,10 +346,51 @@ def generic_workload(g: GenericModel, *, precision: str, phase: str, batch: int,
 # Hugging Face config.json and layer-list files
 # ---------------------------------------------------------------------------------------------
 _HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+#: model types whose MLP is gated (SwiGLU / GeGLU) whatever ``hidden_act`` says
+_HF_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+             "gemma3_text", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "gpt_oss")
+_HF_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def _llama4_vision_params(vc: dict, text_hidden: int) -> int | None:
+    """Parameters of Llama 4's vision tower and projector from ``vision_config`` (None if a size is missing).
+
+    Patch projection (channels x patch^2 -> h, no bias), class token, one position per patch and the class
+    token, pre/post LayerNorms; per layer Q/K/V/O with biases, a GELU MLP h -> f -> h with biases and two
+    LayerNorms; the pixel-shuffle MLP f -> projector_input_dim -> projector_output_dim (no biases); the
+    projector vision_output_dim -> text hidden size (no bias). (Hugging Face ``Llama4VisionModel`` and
+    ``Llama4MultiModalProjector``.)
+    """
+    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size",
+            "projector_input_dim", "projector_output_dim", "vision_output_dim")
+    vals = [vc.get(k) for k in keys]
+    if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in vals):
+        return None
+    h, f, L, patch, img, pin, pout, vout = vals
+    ch = vc.get("num_channels", 3)
+    if isinstance(ch, bool) or not isinstance(ch, int) or ch <= 0:
+        return None
+    positions = (img // patch) ** 2 + 1
+    layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
+    return ch * patch * patch * h + h + positions * h + 2 * 2 * h + L * layer + f * pin + pout * pout + vout * text_hidden
 
 
 def model_from_hf_config(path: str | Path) -> Model:
-    """Parse a Hugging Face ``config.json`` (read locally, never downloaded) into a :class:`Model`."""
+    """Parse a Hugging Face ``config.json`` (read locally, never downloaded) into a :class:`Model`.
+
+    Reads dense and MoE decoders: a multimodal config's ``text_config`` (Llama 4, Gemma 3); routed experts
+    (``num_local_experts`` / ``num_experts`` / ``n_routed_experts``, ``num_experts_per_tok``), their width
+    (``moe_intermediate_size``, else ``intermediate_size``) and the dense layers' width
+    (``intermediate_size_mlp`` for Llama 4, ``intermediate_size`` beside ``moe_intermediate_size``); which
+    layers are MoE (``moe_layers``, ``interleave_moe_layer_step``, ``decoder_sparse_step`` with
+    ``mlp_only_layers``, ``first_k_dense_replace`` with ``moe_layer_freq``); shared experts
+    (``n_shared_experts``, ``shared_expert_intermediate_size``, Llama 4's one shared expert); DeepSeek MLA
+    (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``); the
+    attention span of each layer (``layer_types``; Llama 4's chunked RoPE layers from ``no_rope_layers``;
+    Gemma 2/3 sliding patterns; ``sliding_window`` with ``use_sliding_window`` / ``max_window_layers``);
+    gpt-oss biases, router bias and attention sinks; Qwen3/Gemma 3 QK norms; Llama 4's vision tower as
+    ``encoder_params``.
+    """
     p = Path(path)
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
@@ -316,6 +400,14 @@ def model_from_hf_config(path: str | Path) -> Model:
         raise InputError(f"model: {p} is not valid JSON (line {exc.lineno}: {exc.msg}); fix the file") from None
     if not isinstance(cfg, dict):
         raise InputError(f"model: {p} must hold a JSON object of model settings")
+    top = cfg
+    text = cfg.get("text_config")
+    if text is not None:
+        if not isinstance(text, dict):
+            raise InputError(f"model: {p}: text_config must be a JSON object")
+        cfg = {**{k: top[k] for k in ("tie_word_embeddings", "_name_or_path") if k in top}, **text}
+    else:
+        cfg = dict(cfg)
     # GPT-2 style names
     alias = {"n_layer": "num_hidden_layers", "n_embd": "hidden_size", "n_head": "num_attention_heads"}
     for a, b in alias.items():
@@ -331,15 +423,19 @@ def model_from_hf_config(path: str | Path) -> Model:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise InputError(f"model: {p}: {k} must be a positive integer, got {v!r}")
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu"))).lower()
-    mtype = str(cfg.get("model_type", "")).lower()
-    gated = act in ("silu", "swiglu", "swish") or mtype in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma")
+    mtype = str(cfg.get("model_type") or top.get("model_type") or "").lower()
+    top_type = str(top.get("model_type") or "").lower()
+    gated = act in ("silu", "swiglu", "swish") or mtype in _HF_GATED
+    L = cfg["num_hidden_layers"]
+    Lc = min(L, 4096)  # layers iterated below; a larger count is rejected by the Model's bound
 
-    def opt_int(key: str, default: int) -> int:
+    def opt_int(key: str, default: int | None, *, minimum: int = 1) -> int | None:
         v = cfg.get(key)
         if v is None:
             return default
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise InputError(f"model: {p}: {key} must be a positive integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise InputError(f"model: {p}: {key} must be {what}, got {v!r}")
         return v
 
     def opt_bool(key: str, default: bool) -> bool:
@@ -348,23 +444,119 @@ def model_from_hf_config(path: str | Path) -> Model:
             raise InputError(f"model: {p}: {key} must be true or false, got {v!r}")
         return v
 
-    experts = opt_int("num_local_experts", opt_int("num_experts", 1))
-    topk = opt_int("num_experts_per_tok", 1) if experts > 1 else 1
+    def opt_layers(key: str) -> list[int] | None:
+        v = cfg.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in v):
+            raise InputError(f"model: {p}: {key} must be a list of layer indices, got {v!r}")
+        return v
+
+    experts = opt_int("num_local_experts", None) or opt_int("num_experts", None) or opt_int("n_routed_experts", 1)
+    moe = experts > 1
+    topk = (opt_int("num_experts_per_tok", None) or opt_int("experts_per_token", 1)) if moe else 1
     kv = opt_int("num_key_value_heads", cfg["num_attention_heads"])
-    head_dim = cfg.get("head_dim")
-    if head_dim is not None:
-        head_dim = opt_int("head_dim", 1)
+    head_dim = opt_int("head_dim", None)
+    extra: dict = {}
+    notes = [f"parsed from {p.name}"]
+    d_ff = cfg["intermediate_size"]
+    if moe:
+        moe_width = opt_int("moe_intermediate_size", None)
+        dense_width = opt_int("intermediate_size_mlp", None) or (d_ff if moe_width else None)
+        d_ff = moe_width or d_ff
+        dense: list[int] = []
+        moe_layers = opt_layers("moe_layers")
+        if moe_layers is not None:
+            dense = [i for i in range(Lc) if i not in set(moe_layers)]
+        else:
+            step = opt_int("interleave_moe_layer_step", None) or opt_int("decoder_sparse_step", None)
+            if step:
+                extra.update(moe_layer_step=step, moe_layer_offset=step - 1)
+            freq = opt_int("moe_layer_freq", None)
+            if freq and not step:
+                extra.update(moe_layer_step=freq, moe_layer_offset=0)
+            first = opt_int("first_k_dense_replace", 0, minimum=0)
+            if first:
+                extra["first_dense_layers"] = first
+            dense = opt_layers("mlp_only_layers") or []
+        if dense:
+            extra["dense_layers"] = dense
+        probe = Model.model_construct(num_layers=L, num_experts=experts, dense_layers=dense,
+                                      first_dense_layers=extra.get("first_dense_layers", 0),
+                                      moe_layer_step=extra.get("moe_layer_step", 1),
+                                      moe_layer_offset=extra.get("moe_layer_offset", 0))
+        if dense_width and any(not is_moe_layer(probe, i) for i in range(Lc)):
+            extra["dense_d_ff"] = dense_width
+        n_shared = opt_int("n_shared_experts", 0, minimum=0)
+        shared_width = opt_int("shared_expert_intermediate_size", None)
+        if n_shared:
+            extra.update(num_shared_experts=n_shared, shared_expert_d_ff=d_ff)
+        elif shared_width:
+            extra.update(num_shared_experts=1, shared_expert_d_ff=shared_width,
+                         shared_expert_gate=mtype.startswith("qwen2"))
+        elif mtype.startswith("llama4"):
+            extra.update(num_shared_experts=1)  # Llama 4: one shared expert as wide as a routed one
+        if mtype == "gpt_oss" or cfg.get("topk_method") == "noaux_tc":
+            extra["router_bias"] = True
+    if cfg.get("kv_lora_rank") is not None:
+        extra.update(attention="mla", q_lora_rank=opt_int("q_lora_rank", None), kv_lora_rank=opt_int("kv_lora_rank", 1),
+                     qk_nope_head_dim=opt_int("qk_nope_head_dim", None), qk_rope_head_dim=opt_int("qk_rope_head_dim", None),
+                     v_head_dim=opt_int("v_head_dim", None))
+        if extra["qk_nope_head_dim"] and extra["qk_rope_head_dim"]:
+            head_dim = extra["qk_nope_head_dim"] + extra["qk_rope_head_dim"]
+    # attention span of each layer
+    window = opt_int("sliding_window", None)
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or any(t not in _HF_LAYER_TYPES for t in types):
+            bad = types if not isinstance(types, list) else next(t for t in types if t not in _HF_LAYER_TYPES)
+            raise InputError(f"model: {p}: layer_types: unsupported {bad!r}; wseplan models {', '.join(_HF_LAYER_TYPES)}")
+    elif mtype.startswith("llama4") and cfg.get("attention_chunk_size") is not None:
+        rope = cfg.get("no_rope_layers") or None
+        if rope is None:
+            interval = opt_int("no_rope_layer_interval", 4)
+            rope = [int((i + 1) % interval != 0) for i in range(Lc)]
+        if not isinstance(rope, list) or len(rope) != Lc or any(r not in (0, 1) or isinstance(r, bool) for r in rope):
+            raise InputError(f"model: {p}: no_rope_layers must list one 0/1 flag per layer ({L})")
+        types = ["chunked_attention" if r else "full_attention" for r in rope]
+    elif mtype == "gemma2" and window:
+        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(Lc)]
+    elif mtype in ("gemma3", "gemma3_text") and window:
+        pattern = opt_int("sliding_window_pattern", 6)
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(Lc)]
+    elif window and opt_bool("use_sliding_window", True):
+        first_window = opt_int("max_window_layers", 0, minimum=0) if "use_sliding_window" in cfg else 0
+        types = ["sliding_attention" if i >= first_window else "full_attention" for i in range(Lc)]
+    if types is not None and any(t != "full_attention" for t in types):
+        extra["layer_types"] = types
+        if "sliding_attention" in types:
+            extra["sliding_window"] = window
+        if "chunked_attention" in types:
+            extra["attention_chunk"] = opt_int("attention_chunk_size", None)
+    if mtype == "gpt_oss":
+        extra.update(linear_bias=True, dropout=False, attention_sinks=True)
+    if mtype in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"):
+        extra["qk_norm"] = True
+    if mtype in ("gemma2", "gemma3", "gemma3_text"):
+        extra["norms_per_block"] = 4
+    if top_type == "llama4" and isinstance(top.get("vision_config"), dict):
+        enc = _llama4_vision_params(top["vision_config"], cfg["hidden_size"])
+        if enc is None:
+            notes.append("vision tower not counted (vision_config lacks a size)")
+        else:
+            extra["encoder_params"] = enc
     try:
         return Model(
             name=str(cfg.get("_name_or_path") or p.parent.name or p.stem),
-            source="wseplan-estimate", basis="official", note=f"parsed from {p.name}",
-            num_layers=cfg["num_hidden_layers"], d_model=cfg["hidden_size"], num_heads=cfg["num_attention_heads"],
-            num_kv_heads=kv, head_dim=head_dim, d_ff=cfg["intermediate_size"], gated_mlp=gated,
+            source="wseplan-estimate", basis="official", note="; ".join(notes),
+            num_layers=L, d_model=cfg["hidden_size"], num_heads=cfg["num_attention_heads"],
+            num_kv_heads=kv, head_dim=head_dim, d_ff=d_ff, gated_mlp=gated,
             vocab_size=cfg["vocab_size"], tied_embeddings=opt_bool("tie_word_embeddings", False),
             num_experts=experts, experts_per_token=topk,
             norm="layernorm" if "layer_norm_epsilon" in cfg or mtype in ("gpt2", "gpt_neox", "opt") else "rmsnorm",
-            qkv_bias=opt_bool("attention_bias", mtype.startswith("qwen2")),
+            qkv_bias=opt_bool("attention_bias", mtype.startswith("qwen2")) and mtype != "gpt_oss",
             max_context=opt_int("max_position_embeddings", 8192),
+            **extra,
         )
     except ValidationError as exc:  # -> one line naming the field
         loc, msg = validation_detail(exc)
@@ -391,3 +583,70 @@ def generic_model_from_file(path: str | Path) -> GenericModel:
     except ValidationError as exc:
         loc, msg = validation_detail(exc)
         raise InputError(f"model: {p}: {loc}: {msg}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Model names and workloads
+# ---------------------------------------------------------------------------------------------
+def resolve_model(name: str, catalog) -> Model | GenericModel:
+    """A catalog name or alias, a Hugging Face ``config.json`` path, or a layer-list YAML path."""
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("model: empty; give a catalog name such as llama-70b, or a config.json path")
+    p = Path(name)
+    if name.endswith(".json") or (p.is_file() and p.suffix == ".json"):
+        if not p.is_file():
+            raise InputError(f"model: file {name} not found; check the path")
+        return model_from_hf_config(p)
+    if name.endswith((".yaml", ".yml")):
+        if not p.is_file():
+            raise InputError(f"model: file {name} not found; check the path")
+        g = generic_model_from_file(p)
+        ids = [g.source] if isinstance(g.source, str) else list(g.source)
+        unknown = [i for i in ids if i not in catalog.sources]
+        if unknown:
+            from .errors import suggest
+
+            raise InputError(f"model: {p}: unknown source id {unknown[0]!r}{suggest(unknown[0], catalog.sources)}; "
+                             "use an id from catalogs/sources.yaml or add one with --catalog")
+        return g
+    sec, key = catalog.resolve_model_name(name)
+    return getattr(catalog, sec)[key]
+
+
+def build_workload(model: Model | GenericModel, catalog, *, precision: str, phase: str, batch: int,
+                   context: int) -> Workload:
+    """The per-layer workload of ``model`` (a transformer or a layer list) at a precision, phase, batch, context."""
+    d = catalog.defaults
+    if isinstance(model, GenericModel):
+        return generic_workload(model, precision=precision, phase=phase, batch=batch, context=context)
+    return transformer_workload(model, precision=precision, phase=phase, batch=batch, context=context,
+                                working_set_factor=d.wafer_activation_working_set_factor.si)
+
+
+def stage_records(w: Workload, stages, loads) -> list[dict]:
+    """Item-index stages ``[(first, last), ...]`` (rows include the embedding and head) as per-device records with
+    0-based inclusive transformer-block indices (-1/-1 for a device without blocks) and the stage's bytes."""
+    block_idx = np.cumsum(w.kind == KIND_BLOCK) - 1
+    out = []
+    for dev, ((a, b), load) in enumerate(zip(stages, loads)):
+        a, b = int(a), int(b)
+        kinds = w.kind[a: b + 1]
+        blocks = np.nonzero(kinds == KIND_BLOCK)[0] + a
+        out.append(dict(device=dev, first_layer=int(block_idx[blocks[0]]) if len(blocks) else -1,
+                        last_layer=int(block_idx[blocks[-1]]) if len(blocks) else -1,
+                        embedding=bool((kinds == KIND_EMBEDDING).any()), lm_head=bool((kinds == KIND_HEAD).any()),
+                        bytes=float(load)))
+    return out
+
+
+def kv_bytes_rows(w: Workload, batch, context) -> np.ndarray:
+    """KV-cache bytes of every row for ``batch`` sequences of ``context`` tokens, per configuration [bytes].
+
+    ``batch`` and ``context`` are arrays of one length N (or scalars); the result is (N, rows). A sliding- or
+    chunked-window layer caches at most its window of tokens per sequence.
+    """
+    b = np.atleast_1d(np.asarray(batch, dtype=float))[:, None]
+    c = np.atleast_1d(np.asarray(context, dtype=float))[:, None]
+    if w.kv_bytes_per_cached_token is None:
+        return w.kv_bytes_per_token[None, :] * b * c
+    return w.kv_bytes_per_cached_token[None, :] * b * np.minimum(c, w.kv_window_tokens[None, :])

@@ -683,6 +683,7 @@ class CostResult(_Frozen):
     seed: int | None = None
     prices_date: str
     notes: list[str] = []
+    plan: dict | None = None
 
     def to_record(self) -> dict:
         return self.model_dump(mode="json")
@@ -725,16 +726,21 @@ class CostResult(_Frozen):
 def cost_from_times(params: dict[str, Param], times: TimeInputs, *, model: str, target: str, hardware: str,
                     price_key: str, batch: int, context: int, output_tokens: int | None = None,
                     uncertainty: int = 0, seed: int = 0, prices_date: str = "", service: ServicePrice | None = None,
-                    notes: list[str] | None = None) -> CostResult:
+                    notes: list[str] | None = None, headline_metric: str | None = None, plan: dict | None = None) -> CostResult:
     """Cost of a case whose times are known (pure apart from scipy sampling): metrics, P10/P50/P90, tornado."""
-    fn = lambda p: evaluate(p, times)  # noqa: E731
+    def fn(p):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return evaluate(p, times)
+
     nom = fn(nominal(params))
-    headline = "output_usd_per_mtok" if times.phase == "serve" else "usd_per_run"
+    headline = headline_metric or ("output_usd_per_mtok" if times.phase == "serve" else "usd_per_run")
     pct = {}
     if uncertainty:
         pct = {r.metric: r for r in monte_carlo(params, fn, n=uncertainty, seed=seed)}
     rows = []
     for k, v in nom.items():
+        if not math.isfinite(float(v)):  # a metric that does not apply to this phase (e.g. input cost of decode)
+            continue
         r = pct.get(k)
         rows.append(MetricRow(metric=k, unit=UNITS.get(k, ""), value=float(v), p10=r.p10 if r else None,
                               p50=r.p50 if r else None, p90=r.p90 if r else None))
@@ -747,130 +753,4 @@ def cost_from_times(params: dict[str, Param], times: TimeInputs, *, model: str, 
                       num_systems=times.num_systems, headline_metric=headline, headline_value=float(nom[headline]),
                       times=times, metrics=rows, params=list(params.values()), tornado=tornado(params, fn, headline),
                       samples=int(uncertainty), seed=seed if uncertainty else None, prices_date=prices_date,
-                      notes=list(notes or []))
-
-
-def _time_call(**kw):
-    from ..timing import predict_time
-
-    try:
-        return predict_time(**kw)
-    except (ImportError, NotImplementedError) as exc:
-        raise InputError(f"time model for this target is not available yet ({exc.__class__.__name__}); "
-                         "cost needs wseplan.timing.predict_time") from None
-
-
-def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch: int | None = None,
-         context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
-         overrides: dict[str, float] | None = None, prices_files: list[str] | tuple = (), uncertainty: int = 0,
-         seed: int = 0, memoryx_option: str | None = None, catalog=None, prices: Prices | None = None) -> CostResult:
-    """Cost of serving or training ``model`` on ``target`` (the API behind ``wseplan cost``).
-
-    Parameters
-    ----------
-    model, target : str
-        As for :func:`wseplan.fit.fit`. Without a device count the target gets the fewest devices that fit.
-    phase : str
-        ``serve`` (also ``prefill``/``decode``: both prefill and decode times are taken) or ``train``.
-    batch : int
-        Concurrent sequences (serve) or sequences per step (train).
-    context : int
-        Prompt tokens per request (serve) or sequence length (train).
-    output_tokens : int
-        Output tokens per request (serve); the decode step is timed at context + output/2 of KV.
-    train_tokens : float
-        Tokens of the training run; default ``train_tokens_per_param`` x parameters.
-    overrides : dict
-        ``{name: value}`` pins a named input (see :func:`cost_params`).
-    uncertainty : int
-        Monte Carlo samples (0: none); ``seed`` makes them reproducible.
-    """
-    from ..catalog.load import load_catalog
-    from ..fit import fit as fit_fn, resolve_model
-    from ..targets import Target, parse_target
-    from ..workload import check_positive_int
-
-    cat = catalog or load_catalog()
-    prices = prices or load_prices(list(prices_files), catalog=cat)
-    if phase in ("prefill", "decode", "serve", "inference"):
-        ph = "serve"
-    elif phase == "train":
-        ph = "train"
-    else:
-        raise InputError(f"phase: unknown {phase!r}; use serve (prefill + decode) or train")
-    d = cat.defaults
-    batch = int(d.default_batch.si) if batch is None else batch
-    context = int(d.default_context_tokens.si) if context is None else context
-    check_positive_int(batch, "batch")
-    check_positive_int(context, "context")
-    if output_tokens is None:
-        output_tokens = 256 if ph == "serve" else None
-    elif ph == "serve":
-        check_positive_int(output_tokens, "output_tokens")
-    if isinstance(uncertainty, bool) or not isinstance(uncertainty, int) or uncertainty < 0 or uncertainty == 1:
-        raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty!r}")
-    m = resolve_model(model, cat) if isinstance(model, str) else model
-    t = parse_target(target, cat) if isinstance(target, str) else target
-    notes: list[str] = []
-    fit_phase = "train" if ph == "train" else "decode"
-    if t.count is None:
-        fr = fit_fn(m, t, precision=precision, phase=fit_phase, batch=batch,
-                    context=context + (output_tokens or 0), catalog=cat, memoryx_option=memoryx_option)
-        count = fr.num_devices
-        if not fr.fits:
-            notes.append(f"{m.name} does not fit {t.key} at this batch/context ({fr.binding} binds); cost shown for {count} devices")
-        t = Target(text=f"{t.key}x{count}", kind=t.kind, key=t.key, device=t.device, count=count)
-    n_dev = int(t.count)
-    if t.kind == "wafer":
-        n_sys = n_dev
-    else:
-        n_sys = int(math.ceil(n_dev / t.device.gpus_per_node.si))
-    params = cost_params(prices, cat, t, memoryx_option=memoryx_option, include_memoryx=(ph == "train"))
-    params = apply_overrides(params, overrides or {}, hardware_key=hardware_price_key(t))
-    label = f"{t.key}x{n_dev}"
-    if ph == "serve":
-        pre = _time_call(model=m, target=t, phase="prefill", precision=precision, batch=batch, context=context, catalog=cat)
-        dec = _time_call(model=m, target=t, phase="decode", precision=precision, batch=batch,
-                         context=context + max(1, output_tokens // 2), output_tokens=output_tokens, catalog=cat)
-        prefill_s = pre.step_s if pre.step_s is not None else pre.ttft_s
-        dec_s = dec.tpot_s if dec.tpot_s is not None else dec.step_s  # one decode step of the batch
-        if prefill_s is None or dec_s is None:
-            raise InputError("time model returned no prefill step_s/ttft_s or decode step_s/tpot_s; cannot cost serving")
-        times = TimeInputs(phase="serve", num_devices=n_dev, num_systems=n_sys, prefill_s=float(prefill_s),
-                           prompt_tokens=float(batch * context), decode_step_s=float(dec_s),
-                           output_tokens_per_step=float(batch))
-    else:
-        tr = _time_call(model=m, target=t, phase="train", precision=precision, batch=batch, context=context, catalog=cat)
-        if tr.step_s is None:
-            raise InputError("time model returned no training step_s; cannot cost a training run")
-        from ..workload import total_params
-
-        if train_tokens is None:
-            n_params = total_params(m) if hasattr(m, "num_layers") else sum(layer.params for layer in m.layers)
-            train_tokens = params["train_tokens_per_param"].value * n_params
-            notes.append(f"training run of {train_tokens:.3e} tokens (train_tokens_per_param x parameters)")
-        if not (isinstance(train_tokens, (int, float)) and train_tokens > 0 and math.isfinite(train_tokens)):
-            raise InputError(f"train_tokens: must be a positive number, got {train_tokens!r}")
-        times = TimeInputs(phase="train", num_devices=n_dev, num_systems=n_sys, step_s=float(tr.step_s),
-                           tokens_per_step=float(batch * context), train_tokens=float(train_tokens))
-    if ph == "train" and t.kind == "wafer":
-        notes.append("MemoryX capex is estimated from DRAM/flash prices; MemoryX and SwarmX power are not included "
-                     "(no published figure)")
-    service = None
-    if t.kind == "wafer":
-        key = next((k for k, sp in prices.service_prices.items()
-                    if sp.hardware == t.device.system and k in (m.name.lower(), *[a.lower() for a in getattr(m, "aliases", [])],
-                                                                _catalog_key(cat, m))), None)
-        service = prices.service_prices.get(key) if key else None
-        if ph == "serve" and service is None:
-            notes.append("no public per-hour cloud price for CS-2/CS-3 was found; no rental alternative")
-    return cost_from_times(params, times, model=m.name, target=label, hardware=t.key, price_key=hardware_price_key(t),
-                           batch=batch, context=context, output_tokens=output_tokens if ph == "serve" else None,
-                           uncertainty=uncertainty, seed=seed, prices_date=prices.date, service=service, notes=notes)
-
-
-def _catalog_key(cat, m) -> str:
-    for k, v in cat.models.items():
-        if v is m or v.name == m.name:
-            return k
-    return ""
+                      notes=list(notes or []), plan=plan)

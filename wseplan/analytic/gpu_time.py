@@ -44,10 +44,6 @@ from ..workload import BYTES_PER_ELEMENT, activation_bytes_per_element, kv_bytes
 from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
-TRAIN_OPTIONS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel", "virtual_pipeline",
-                 "micro_batch", "recompute", "zero_stage", "sequence_parallel", "global_batch", "trainable",
-                 "single_layer", "train_tokens", "calibration")
-INFER_OPTIONS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "concurrency", "calibration")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,7 +197,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     hbm = links.hbm_bw
     L = m.num_layers
     ab = activation_bytes_per_element(precision)
-    s = float(seq_len)
+    s = np.asarray(seq_len, dtype=float)
     tokens = mb * s / cp  # tokens per micro-batch per GPU's sequence shard
     attended = (s + 1.0) / 2.0  # causal
     t_fwd, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
@@ -299,271 +295,65 @@ def model_flop_per_token(m, *, seq_len, recompute_counted=False) -> float:
 # ---------------------------------------------------------------------------------------------
 # Inference
 # ---------------------------------------------------------------------------------------------
+def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, logits_rows, tp, pp=1,
+                cal: GpuCalibration):
+    """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
+
+    Parameters (arrays broadcast)
+    -----------------------------
+    tokens : new tokens the pass processes (the M of every GEMM: decode sequences + prompt-chunk tokens)
+    attn_pairs : query-key pairs of its attention (each new token x the keys it attends to)
+    kv_read_tokens : cached tokens whose K/V the pass reads from HBM (split over ``min(tp, kv_heads)``)
+    logits_rows : rows of the LM head (one per sequence that emits a token)
+
+    Returns ``(latency_s, stage_s, parts)``: the pass's latency, the busy time of its slowest pipeline stage
+    (the last: its blocks plus the LM head; equal to the latency at ``pp = 1``) and the parts [s].
+    """
+    tokens = np.maximum(np.asarray(tokens, dtype=float), 1e-12)
+    tp = np.asarray(tp, dtype=float)
+    peak = gpu.peak_flop_per_s(precision)
+    links = _Links(gpu, cal)
+    hbm = links.hbm_bw
+    attended = np.asarray(attn_pairs, dtype=float) / tokens
+    t_blk, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
+                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal)
+    kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / np.minimum(tp, m.num_kv_heads)
+    t_kv = kv_tok * np.asarray(kv_read_tokens, dtype=float) / hbm
+    t_attn = np.maximum(parts["attention"], t_kv)  # attention is compute- or KV-read-bound
+    t_blk = t_blk - parts["attention"] + t_attn
+    msg = activation_bytes_per_element(precision) * tokens * m.d_model
+    t_tp = 2.0 * links.tp_allreduce(msg, tp)
+    t_layer = t_blk + t_tp + cal.layer_overhead_s
+    t_head = _head_forward_time_s(m, tokens=logits_rows, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                  precision=precision, cal=cal)
+    pp = np.asarray(pp, dtype=float)
+    hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
+    p2p = (pp - 1.0) * hop
+    L = m.num_layers
+    total = L * t_layer + t_head + p2p + cal.step_overhead_s
+    stage = np.ceil(L / pp) * t_layer + t_head + np.where(pp > 1, hop, 0.0) + cal.step_overhead_s
+    stage = np.minimum(stage, total)
+    parts = {"gemm": L * parts["gemm"], "gemm_memory_bound": L * parts["gemm_memory_bound"], "attention": L * t_attn,
+             "kv_read": L * t_kv, "elementwise": L * parts["elementwise"], "tp_comm": L * t_tp,
+             "overhead": L * cal.layer_overhead_s + cal.step_overhead_s, "lm_head": t_head, "p2p": p2p}
+    return total, stage, parts
+
+
 def forward_pass_time_s(m, gpu, *, precision: str, batch, new_tokens, context, tp, pp=1, cal: GpuCalibration,
                         logits_tokens=None):
     """One forward pass over ``batch`` sequences, each adding ``new_tokens`` on top of ``context`` cached ones.
 
     Prefill: ``new_tokens`` = prompt, ``context`` = 0. Decode step: ``new_tokens`` = 1, ``context`` = KV length.
-    Returns (time [s], parts dict). The KV cache is read once per pass (HBM), split over ``min(tp, kv_heads)``.
+    Returns (time [s], parts dict): :func:`pass_time_s` with ``tokens = batch * new_tokens``, each token attending
+    to ``context + (new_tokens + 1) / 2`` keys (causal), ``batch * (context + new_tokens)`` KV tokens read.
     """
-    batch = np.asarray(batch, dtype=float)
-    tp = np.asarray(tp, dtype=float)
-    peak = gpu.peak_flop_per_s(precision)
-    links = _Links(gpu, cal)
-    hbm = links.hbm_bw
-    tokens = batch * new_tokens
-    attended = context + (new_tokens + 1.0) / 2.0
-    t_blk, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
-                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal)
-    kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / np.minimum(tp, m.num_kv_heads)
-    t_kv = kv_tok * batch * (context + new_tokens) / hbm
-    # attention is compute- or KV-read-bound
-    t_attn = np.maximum(parts["attention"], t_kv)
-    t_blk = t_blk - parts["attention"] + t_attn
-    msg = activation_bytes_per_element(precision) * tokens * m.d_model
-    t_tp = 2.0 * links.tp_allreduce(msg, tp)
-    t_layer = t_blk + t_tp + cal.layer_overhead_s
-    lt = batch if logits_tokens is None else logits_tokens
-    t_head = _head_forward_time_s(m, tokens=lt, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                  precision=precision, cal=cal)
-    pp = np.asarray(pp, dtype=float)
-    p2p = (pp - 1.0) * send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw,
-                                        link_latency_s=links.nvlink_lat)
-    total = m.num_layers * t_layer + t_head + p2p + cal.step_overhead_s
-    return total, {"gemm": m.num_layers * parts["gemm"], "gemm_memory_bound": m.num_layers * parts["gemm_memory_bound"], "attention": m.num_layers * t_attn,
-                   "kv_read": m.num_layers * t_kv, "elementwise": m.num_layers * parts["elementwise"],
-                   "tp_comm": m.num_layers * t_tp, "overhead": m.num_layers * cal.layer_overhead_s + cal.step_overhead_s,
-                   "lm_head": t_head, "p2p": p2p}
-
-
-def max_batch_in_memory(m, gpu, *, precision: str, context, tp, pp=1, reserve_frac=0.1, activation_tokens=2048) -> int:
-    """Largest batch whose KV cache for ``context`` tokens fits next to the weights [sequences] (0 if none)."""
-    from ..workload import total_params
-
-    wb = max(BYTES_PER_ELEMENT[precision], 0.5)
-    cap = gpu.hbm_bytes.si * (1.0 - reserve_frac)
-    weights = total_params(m) * wb / (tp * pp)
-    act = activation_bytes_per_element(precision) * activation_tokens * (4 * m.d_model + 2 * m.d_ff) / tp
-    kv_seq = m.num_layers / pp * 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) \
-        / min(tp, m.num_kv_heads) * context
-    free = cap - weights - act
-    return int(max(free // kv_seq, 0)) if kv_seq > 0 else 0
-
-
-def serve(m, gpu, *, precision: str, batch, input_tokens, output_tokens, tp, pp=1, cal: GpuCalibration):
-    """Static-batch serving of ``batch`` requests (prompt ``input_tokens``, ``output_tokens`` generated).
-
-    Returns a dict: ``ttft_s`` (prefill of the batch), ``tpot_s`` (mean decode step over the generation),
-    ``request_s`` (prefill + all decode steps), ``tokens_per_s`` (output tokens/s of the engine),
-    ``tokens_per_s_per_user``. Decode steps grow linearly with context, so the mean step is evaluated at the
-    mean context ``input + output/2``.
-    """
-    t_pre, pre_parts = forward_pass_time_s(m, gpu, precision=precision, batch=batch, new_tokens=input_tokens, context=0,
-                                           tp=tp, pp=pp, cal=cal)
-    steps = max(output_tokens - 1, 0)
-    c_mean = input_tokens + output_tokens / 2.0
-    t_dec, dec_parts = forward_pass_time_s(m, gpu, precision=precision, batch=batch, new_tokens=1, context=c_mean,
-                                           tp=tp, pp=pp, cal=cal)
-    req = t_pre + steps * t_dec
-    return {"ttft_s": t_pre, "tpot_s": t_dec, "request_s": req, "tokens_per_s": batch * output_tokens / req,
-            "tokens_per_s_per_user": output_tokens / req, "prefill_parts": pre_parts, "decode_parts": dec_parts}
-
-
-# ---------------------------------------------------------------------------------------------
-# Entry point
-# ---------------------------------------------------------------------------------------------
-def _opt(options: dict, key: str, default):
-    v = options.get(key)
-    return default if v is None else v
-
-
-def _check_options(options: dict, allowed: tuple[str, ...], phase: str) -> None:
-    bad = sorted(k for k in options if k not in allowed and options[k] is not None)
-    if bad:
-        raise InputError(f"options: {', '.join(bad)} not used for phase {phase}; allowed: {', '.join(allowed)}")
-
-
-def _bottleneck(parts: dict[str, float]) -> str:
-    return max(parts, key=lambda k: parts[k])
-
-
-def predict(model, target, catalog, *, phase: str, precision: str, batch=None, context=None, output_tokens=None,
-            **options):
-    """GPU time prediction (the GPU half of :func:`wseplan.timing.predict_time`).
-
-    Parameters
-    ----------
-    model : Model
-        Transformer architecture.
-    target : Target
-        A GPU target; its count (or ``tp*pp*dp*cp``) is the number of GPUs.
-    phase : str
-        ``train`` (one optimizer step), ``prefill`` (prompt of ``context`` tokens) or ``decode``
-        (one token at KV length ``context``; with ``output_tokens`` a whole request).
-    batch : int
-        Train: global batch [sequences]; inference: concurrent requests per engine replica.
-    context : int
-        Train: sequence length; prefill: prompt length; decode: KV length (prompt) [tokens].
-    options
-        Train: tensor_parallel, pipeline_parallel, data_parallel, context_parallel, virtual_pipeline,
-        micro_batch, recompute (none|selective|full), zero_stage (0-3), sequence_parallel, trainable
-        (full|lora), single_layer. Inference: tensor_parallel, pipeline_parallel, data_parallel (engine
-        replicas). ``calibration``: a :class:`~wseplan.calibration_data.GpuCalibration` to use instead of the
-        catalog's.
-    """
-    from ..catalog.schema import Model
-    from ..timing import TimeResult
-
-    if not isinstance(model, Model):
-        raise InputError("model: the GPU time model needs a transformer architecture (a catalog model or config.json)")
-    gpu = target.device
-    cal = options.get("calibration") or gpu_calibration()
-    d = catalog.defaults
-    if precision not in BYTES_PER_ELEMENT:
-        raise InputError(f"precision: unknown {precision!r}")
-    try:
-        gpu.peak_flop_per_s(precision)
-    except ValueError:
-        raise InputError(f"precision: {gpu.name} has no {precision} rate; choose another precision") from None
-    ctx = int(d.default_context_tokens.si) if context is None else int(context)
-    if ctx <= 0:
-        raise InputError(f"context: must be a positive integer, got {context!r}")
-    tp = int(_opt(options, "tensor_parallel", 0)) or None
-    pp = int(_opt(options, "pipeline_parallel", 1))
-    notes: list[str] = []
-    if phase == "train":
-        _check_options(options, TRAIN_OPTIONS, phase)
-        cp = int(_opt(options, "context_parallel", 1))
-        vpp = int(_opt(options, "virtual_pipeline", 1))
-        mb = int(_opt(options, "micro_batch", 1))
-        rec = _opt(options, "recompute", "selective")
-        zs = int(_opt(options, "zero_stage", 1))
-        trainable = _opt(options, "trainable", "full")
-        if rec not in RECOMPUTE_CODES:
-            raise InputError(f"recompute: must be none, selective or full, got {rec!r}")
-        if zs not in (0, 1, 2, 3):
-            raise InputError(f"zero_stage: must be 0, 1, 2 or 3, got {zs!r}")
-        tp = tp or 1
-        dp = options.get("data_parallel")
-        if dp is None:
-            n = target.count or tp * pp * cp
-            if n % (tp * pp * cp):
-                raise InputError(f"target: {n} GPUs is not a multiple of tp*pp*cp = {tp * pp * cp}; give data_parallel")
-            dp = n // (tp * pp * cp)
-        dp = int(dp)
-        for name, v in (("tensor_parallel", tp), ("pipeline_parallel", pp), ("data_parallel", dp), ("context_parallel", cp),
-                        ("virtual_pipeline", vpp), ("micro_batch", mb)):
-            if v <= 0:
-                raise InputError(f"{name}: must be a positive integer, got {v!r}")
-        gb = int(batch) if batch is not None else int(_opt(options, "global_batch", dp * mb))
-        single = bool(options.get("single_layer"))
-        sp = bool(_opt(options, "sequence_parallel", True))
-        r = train_step(model, gpu, precision=precision, seq_len=ctx, global_batch=gb, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp,
-                       micro_batch=mb, recompute=rec, zero_stage=zs, trainable=trainable, single_layer=single,
-                       sequence_parallel=sp, cal=cal)
-        r = {k: float(v) for k, v in r.items()}
-        n_gpus = tp * pp * dp * cp
-        step = r["step_s"]
-        if not single:
-            from ..fit import gpu_layout_memory
-            from ..workload import transformer_workload
-
-            w = transformer_workload(model, precision=precision, phase="train", batch=gb, context=ctx)
-            # weights/optimizer: split over TP (ZeRO over dp*cp); activations: the sequence is split over cp too
-            mw = gpu_layout_memory(w, tp=tp, pp=pp, dp=dp * cp, zero_stage=zs, recompute=rec, catalog=catalog, micro_batch=mb)
-            ma = gpu_layout_memory(w, tp=tp * cp, pp=pp, dp=dp, zero_stage=zs, recompute=rec, catalog=catalog, micro_batch=mb)
-            need = float(mw["weights"] + mw["optimizer"] + ma["activations"])
-            cap = gpu.hbm_bytes.si * (1.0 - d.gpu_hbm_reserve_frac.si)
-            if need > cap:
-                notes.append(f"this layout needs about {need:.3e} B per GPU; usable HBM is {cap:.3e} B "
-                             "(more TP/PP, ZeRO or recompute would be needed)")
-        tokens = gb * ctx
-        flops = model_flop_per_token(model, seq_len=ctx) * tokens
-        peak = gpu.peak_flop_per_s(precision)
-        train_tokens = options.get("train_tokens")
-        if train_tokens and not single:
-            secs, gpu_h = time_to_train(step_s=step, tokens_per_step=tokens, train_tokens=float(train_tokens), num_gpus=n_gpus)
-            notes.append(f"time to train {float(train_tokens):.4g} tokens: {secs / 86400:.4g} days, {gpu_h:.4g} GPU-hours")
-        breakdown = {"compute": r["compute_s"] - r["tp_comm_s"], "nvlink": r["tp_comm_s"], "pipeline_bubble": r["bubble_s"],
-                     "pipeline_p2p": r["p2p_s"], "network": r["dp_exposed_s"], "optimizer": r["optimizer_s"]}
-        if single:
-            breakdown = {"compute": r["compute_s"], "nvlink": r["tp_comm_s"]}
-        return TimeResult(model=model.name, target=target.label, hardware=target.key, device_kind="gpu", precision=precision,
-                          phase=phase, batch=gb, context=ctx, num_devices=n_gpus, step_s=step,
-                          tokens_per_s=None if single else tokens / step,
-                          model_flop_per_s=None if single else flops / step,
-                          model_flop_utilization_frac=None if single else min(flops / step / (n_gpus * peak), 1.0),
-                          bottleneck=_bottleneck(breakdown), breakdown_s=breakdown,
-                          layout={"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp, "context_parallel": cp,
-                                  "virtual_pipeline": vpp, "micro_batch": mb, "recompute": rec, "zero_stage": zs,
-                                  "num_microbatches": int(round(r["num_microbatches"]))},
-                          notes=notes)
-    if phase not in ("prefill", "decode"):
-        raise InputError(f"phase: unknown {phase!r}; use train, prefill or decode")
-    _check_options(options, INFER_OPTIONS, phase)
-    n = target.count
-    dp = int(_opt(options, "data_parallel", 1))
-    if tp is None:
-        tp = max(1, (n or 1) // (pp * dp))
-    conc = batch if batch is not None else options.get("concurrency")
-    if conc is None:
-        limit = max_batch_in_memory(model, gpu, precision=precision, context=ctx + (output_tokens or 1), tp=tp, pp=pp,
-                                    reserve_frac=d.gpu_hbm_reserve_frac.si)
-        conc = int(max(1, min(limit, cal.engine_max_batch)))
-        notes.append(f"batch not given: the engine's largest batch that fits ({conc}) is used")
-    conc = int(conc)
-    if conc <= 0:
-        raise InputError(f"batch: must be a positive integer, got {batch!r}")
-    fit_b = max_batch_in_memory(model, gpu, precision=precision, context=ctx + (output_tokens or 1), tp=tp, pp=pp,
-                                reserve_frac=d.gpu_hbm_reserve_frac.si)
-    run_b = conc
-    if fit_b <= 0:
-        notes.append("the weights leave no room for the KV cache on this layout; times assume it fits")
-    elif conc > fit_b:
-        run_b = fit_b
-        notes.append(f"KV cache holds only {fit_b} sequences; requests run in waves of {fit_b}")
-    n_gpus = tp * pp * dp
-    layout = {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp, "batch_in_flight": run_b}
-    if phase == "prefill":
-        t, parts = forward_pass_time_s(model, gpu, precision=precision, batch=run_b, new_tokens=ctx, context=0, tp=tp, pp=pp,
-                                       cal=cal, logits_tokens=run_b)
-        t = float(t)
-        waves = math.ceil(conc / run_b)
-        breakdown = _infer_breakdown(parts)
-        return TimeResult(model=model.name, target=target.label, hardware=target.key, device_kind="gpu", precision=precision,
-                          phase=phase, batch=conc, context=ctx, num_devices=n_gpus, output_tokens=1, step_s=t * waves,
-                          ttft_s=t, tokens_per_s=dp * conc * ctx / (t * waves), bottleneck=_bottleneck(breakdown),
-                          breakdown_s=breakdown, layout=layout, notes=notes)
-    out = int(output_tokens) if output_tokens else 1
-    if output_tokens is None:
-        t, parts = forward_pass_time_s(model, gpu, precision=precision, batch=run_b, new_tokens=1, context=ctx, tp=tp, pp=pp,
-                                       cal=cal)
-        t = float(t)
-        breakdown = _infer_breakdown(parts)
-        return TimeResult(model=model.name, target=target.label, hardware=target.key, device_kind="gpu", precision=precision,
-                          phase=phase, batch=conc, context=ctx, num_devices=n_gpus, step_s=t, tpot_s=t,
-                          tokens_per_s=dp * run_b / t, tokens_per_s_per_user=1.0 / t, bottleneck=_bottleneck(breakdown),
-                          breakdown_s=breakdown, layout=layout, notes=notes)
-    r = serve(model, gpu, precision=precision, batch=run_b, input_tokens=ctx, output_tokens=out, tp=tp, pp=pp, cal=cal)
-    breakdown = _infer_breakdown(r["decode_parts"], scale=max(out - 1, 0))
-    breakdown["prefill"] = float(r["ttft_s"])
-    return TimeResult(model=model.name, target=target.label, hardware=target.key, device_kind="gpu", precision=precision,
-                      phase=phase, batch=conc, context=ctx, num_devices=n_gpus, output_tokens=out,
-                      step_s=float(r["request_s"]), ttft_s=float(r["ttft_s"]), tpot_s=float(r["tpot_s"]),
-                      tokens_per_s=dp * float(r["tokens_per_s"]), tokens_per_s_per_user=float(r["tokens_per_s_per_user"]),
-                      bottleneck=_bottleneck(breakdown), breakdown_s=breakdown, layout=layout, notes=notes)
-
-
-def _infer_breakdown(parts: dict, scale: float = 1.0) -> dict[str, float]:
-    """Map inference parts to bottleneck names: compute, hbm_bandwidth, nvlink, overhead [s]."""
-    gemm = float(parts["gemm"]) + float(parts["lm_head"])
-    gemm_mem = float(parts["gemm_memory_bound"])
-    kv = float(parts["kv_read"])
-    att = float(parts["attention"])
-    return {"compute": scale * (gemm - gemm_mem + max(att - kv, 0.0)),
-            "hbm_bandwidth": scale * (gemm_mem + min(kv, att) + float(parts["elementwise"])),
-            "nvlink": scale * (float(parts["tp_comm"]) + float(parts["p2p"])),
-            "overhead": scale * float(parts["overhead"])}
+    b = np.asarray(batch, dtype=float)
+    tokens = b * new_tokens
+    t, _, parts = pass_time_s(m, gpu, precision=precision, tokens=tokens,
+                              attn_pairs=tokens * (np.asarray(context, dtype=float) + (new_tokens + 1.0) / 2.0),
+                              kv_read_tokens=b * (np.asarray(context, dtype=float) + new_tokens),
+                              logits_rows=b if logits_tokens is None else logits_tokens, tp=tp, pp=pp, cal=cal)
+    return t, parts
 
 
 def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
@@ -582,119 +372,3 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision),
                         efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s
-
-
-# ---------------------------------------------------------------------------------------------
-# Vectorized layout search
-# ---------------------------------------------------------------------------------------------
-def layout_axes(*, num_gpus: int, num_layers: int, tp_values, micro_batches, virtual_stages=(1,),
-                recomputes=("none", "selective", "full"), zero_stages=(0, 1, 2, 3)) -> dict:
-    """The candidate grid as an open mesh: one numpy axis per decision, shaped to broadcast.
-
-    Axes (in order): tp (given values) x pp (1..num_layers) x micro-batch x virtual stages x recompute code x
-    ZeRO stage; ``dp = num_gpus / (tp pp)`` broadcasts from the first two (fractional where tp*pp does not
-    divide the count — such candidates are infeasible). Every array operation on these axes evaluates the
-    full Cartesian product without one Python object per candidate, and terms that depend on few axes
-    (a block's GEMM time depends only on tp and the micro-batch) are computed once per distinct value.
-    """
-    def ax(values, k):
-        shape = [1] * 6
-        shape[k] = -1
-        return np.asarray(values, dtype=float).reshape(shape)
-
-    tp = ax(tp_values, 0)
-    pp = ax(np.arange(1, num_layers + 1), 1)
-    return {"tp": tp, "pp": pp, "dp": num_gpus / (tp * pp), "micro_batch": ax(micro_batches, 2),
-            "vpp": ax(virtual_stages, 3), "recompute": ax([RECOMPUTE_CODES[r] for r in recomputes], 4),
-            "zero_stage": ax(zero_stages, 5)}
-
-
-def _layout_memory(w, axes: dict, catalog, shape) -> np.ndarray:
-    """Per-GPU bytes of every candidate: :func:`wseplan.fit.gpu_layout_memory` once per (recompute, ZeRO) value,
-    each call vectorized over the tp x pp x micro-batch sub-grid."""
-    from ..fit import gpu_layout_memory
-
-    codes = {v: k for k, v in RECOMPUTE_CODES.items()}
-    total = np.empty(shape)
-    dp = np.maximum(axes["dp"], 1.0)
-    for ri, r in enumerate(axes["recompute"].ravel()):
-        for zi, z in enumerate(axes["zero_stage"].ravel()):
-            mem = gpu_layout_memory(w, tp=axes["tp"][..., 0, 0], pp=axes["pp"][..., 0, 0], dp=dp[..., 0, 0],
-                                    zero_stage=int(z), recompute=codes[int(r)], catalog=catalog,
-                                    micro_batch=axes["micro_batch"][..., 0, 0])["total"]
-            total[:, :, :, :, ri, zi] = np.broadcast_to(mem, shape[:4])
-    return total
-
-
-def evaluate_layouts(m, gpu, catalog, axes: dict, *, num_gpus: int, global_batch: int, seq_len: int, precision: str,
-                     cal: GpuCalibration, workload=None):
-    """Step time [s] (inf where infeasible) and the feasibility mask of every candidate of ``axes``.
-
-    A candidate is infeasible when ``tp pp`` does not divide ``num_gpus``, the micro-batch does not divide
-    the per-replica batch, the virtual stages do not divide the blocks per stage, TP does not divide the
-    heads, or the fullest stage's per-GPU memory exceeds usable HBM. Both arrays have the full grid shape.
-    """
-    from ..workload import transformer_workload
-
-    w = workload or transformer_workload(m, precision=precision, phase="train", batch=global_batch, context=seq_len)
-    tp, pp, dp, mb, v = axes["tp"], axes["pp"], axes["dp"], axes["micro_batch"], axes["vpp"]
-    shape = np.broadcast_shapes(*(a.shape for a in axes.values()))
-    per_replica = global_batch / dp
-    ok = (dp >= 1) & (np.abs(dp - np.round(dp)) < 1e-9)
-    ok = ok & (np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9)
-    ok = ok & ((v == 1) | ((pp > 1) & (np.mod(m.num_layers, pp * v) == 0)))
-    ok = ok & (np.mod(m.num_heads, tp) == 0)
-    cap = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
-    ok = np.broadcast_to(ok, shape) & (_layout_memory(w, axes, catalog, shape) <= cap)
-    r = train_step(m, gpu, precision=precision, seq_len=seq_len, global_batch=global_batch, tp=tp, pp=pp,
-                   dp=np.maximum(dp, 1.0), vpp=v, micro_batch=mb, recompute=axes["recompute"],
-                   zero_stage=axes["zero_stage"], cal=cal)
-    return np.where(ok, np.broadcast_to(r["step_s"], shape), np.inf), ok
-
-
-def search_layouts(m, target, catalog, *, num_gpus: int, global_batch: int, seq_len: int, precision: str = "bf16",
-                   micro_batches=None, virtual_stages=(1, 2, 4), recomputes=("none", "selective", "full"),
-                   zero_stages=(0, 1, 2, 3), cal: GpuCalibration | None = None) -> dict:
-    """Find the fastest TP x PP x DP x micro-batch x virtual-stage x recompute x ZeRO layout by enumeration.
-
-    Every candidate of :func:`layout_axes` goes through the memory fit and the step-time model as numpy
-    arrays over the whole grid. Ties go to the first candidate in grid order (smaller tp, pp, micro-batch,
-    v, recompute, ZeRO stage). Returns a dict: ``best`` (layout dict with ``step_s``), ``num_evaluated``,
-    ``num_infeasible``, ``num_feasible``.
-
-    Raises
-    ------
-    InfeasibleError
-        When no candidate fits.
-    """
-    from ..errors import InfeasibleError
-    from ..workload import transformer_workload
-
-    gpu = target.device
-    cal = cal or gpu_calibration()
-    domain = int(gpu.scale_up_domain_gpus.si)
-    limit = domain if domain > 8 else min(domain, int(catalog.defaults.gpu_max_tensor_parallel.si))
-    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, num_gpus)]
-    if micro_batches is None:
-        micro_batches = [b for b in (1, 2, 4, 8, 16, 32) if b <= global_batch]
-    axes = layout_axes(num_gpus=num_gpus, num_layers=m.num_layers, tp_values=tps, micro_batches=micro_batches,
-                       virtual_stages=virtual_stages, recomputes=recomputes, zero_stages=zero_stages)
-    w = transformer_workload(m, precision=precision, phase="train", batch=global_batch, context=seq_len)
-    t, ok = evaluate_layouts(m, gpu, catalog, axes, num_gpus=num_gpus, global_batch=global_batch, seq_len=seq_len,
-                             precision=precision, cal=cal, workload=w)
-    n, feasible = int(t.size), int(ok.sum())
-    if feasible == 0:
-        raise InfeasibleError(f"layout: no TP x PP x DP layout of {m.name} fits {num_gpus} x {gpu.name} at global batch "
-                              f"{global_batch}, sequence {seq_len}; add GPUs or lower the batch")
-    idx = np.unravel_index(int(np.argmin(t)), t.shape)
-
-    def pick(key):
-        a = axes[key]
-        return float(a[tuple(i if a.shape[k] > 1 else 0 for k, i in enumerate(idx))])
-
-    codes = {v: k for k, v in RECOMPUTE_CODES.items()}
-    best = {"tensor_parallel": int(pick("tp")), "pipeline_parallel": int(pick("pp")),
-            "data_parallel": int(round(pick("dp"))), "micro_batch": int(pick("micro_batch")),
-            "virtual_pipeline": int(pick("vpp")), "recompute": codes[int(pick("recompute"))],
-            "zero_stage": int(pick("zero_stage")), "step_s": float(t[idx])}
-    return {"best": best, "num_evaluated": n, "num_infeasible": n - feasible, "num_feasible": feasible}

@@ -41,7 +41,7 @@ def stream_min_tokens_compute_bound(*, layer_weight_bytes: np.ndarray, layer_flo
 
 
 def gpu_activation_bytes_per_token_layer(*, activation_bytes_per_token: float, checkpoint_bytes_per_token: float,
-                                         replicated_bytes_per_token: float, tp, recompute: str, sequence_parallel=True):
+                                         replicated_bytes_per_token: float, tp, recompute, sequence_parallel=True):
     """Activation bytes kept per token per layer on one GPU [bytes] (Korthikanti et al. 2022, eqs. 2-4).
 
     ``none``/``selective`` keep the layer's activations (flash attention already drops the score terms that
@@ -50,11 +50,106 @@ def gpu_activation_bytes_per_token_layer(*, activation_bytes_per_token: float, c
     input (split over ``tp`` with sequence parallelism).
     """
     tp = np.asarray(tp, dtype=float)
-    if recompute == "full":
-        return checkpoint_bytes_per_token / np.where(sequence_parallel, tp, 1.0)
+    code = np.asarray(RECOMPUTE.index(recompute) if isinstance(recompute, str) else recompute, dtype=float)
+    full = checkpoint_bytes_per_token / np.where(sequence_parallel, tp, 1.0)
     if sequence_parallel:
-        return activation_bytes_per_token / tp
-    return replicated_bytes_per_token + (activation_bytes_per_token - replicated_bytes_per_token) / tp
+        kept = activation_bytes_per_token / tp
+    else:
+        kept = replicated_bytes_per_token + (activation_bytes_per_token - replicated_bytes_per_token) / tp
+    return np.where(code >= 2, full, kept)
+
+
+def interleaved_activation_factor(*, num_stages, virtual_stages):
+    """Extra activation memory of the first pipeline stage under the interleaved 1F1B schedule [factor >= 1].
+
+    With ``p`` stages the plain 1F1B schedule keeps ``p`` micro-batches in flight on the first stage (the
+    activations of ``L`` layers' worth of micro-batch inputs in all); with ``v`` model chunks per stage the
+    warm-up holds more: the total is scaled by ``1 + (p - 1) / (p v)`` (Korthikanti et al., "Reducing Activation
+    Recomputation in Large Transformer Models", MLSys 2023, section 4.2.3). ``v = 1`` gives 1.
+    """
+    p = np.asarray(num_stages, dtype=float)
+    v = np.asarray(virtual_stages, dtype=float)
+    return np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+
+
+def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virtual_stages, batch, context,
+                      gradient_bytes_per_param: float, adam_state_bytes_per_param: float,
+                      prefill_chunk_tokens: float, working_tokens=None) -> dict[str, np.ndarray]:
+    """Per-GPU memory of the fullest pipeline stage for arrays of layouts [bytes], by part.
+
+    ``w`` is the :class:`~wseplan.workload.Workload` (its phase decides training vs inference accounting; its
+    batch and context are not used: ``batch`` and ``context`` arrays are). Every other argument broadcasts
+    (``recompute`` as codes 0 none, 1 selective, 2 full). The first stage holds the embedding, the last the LM
+    head; blocks split as evenly as possible (``ceil(L / pp)`` on the fullest stage, each at the largest block's
+    weights and the mean block's KV cache, so layers of different sizes are bounded and windowed layers counted). Inference keeps the KV
+    cache of ``batch x context`` tokens and the activation working set of ``working_tokens`` tokens in flight
+    (default: the batch in decode, one prefill chunk in prefill). Weights, gradients and
+    Adam state split over TP and PP and, by ZeRO stage, over DP (1: optimizer state, 2: + gradients, 3: +
+    weights; Rajbhandari et al., SC20). KV heads split over TP up to the number of KV heads (then replicate).
+    Training activations: ``pp`` micro-batches in flight on the first stage (1F1B), times
+    :func:`interleaved_activation_factor` with virtual stages (Korthikanti et al. 2023); inference: a chunk's
+    working set.
+
+    Returns a dict of arrays: ``weights``, ``optimizer`` (gradients + Adam state), ``kv_cache``,
+    ``activations``, ``total``.
+    """
+    from ..workload import KIND_BLOCK
+
+    tp, pp, dp, zs, mb, vpp = (np.asarray(v, dtype=float) for v in (tp, pp, dp, zero_stage, micro_batch, virtual_stages))
+    rc = np.asarray(RECOMPUTE.index(recompute) if isinstance(recompute, str) else recompute, dtype=float)
+    B = np.asarray(batch, dtype=float)
+    C = np.asarray(context, dtype=float)
+    L = max(w.num_blocks, 1)
+    per_stage = np.ceil(L / pp)
+    blocks = w.kind == KIND_BLOCK
+    blk_w = float(w.weight_bytes[blocks].max()) if blocks.any() else 0.0
+    blk_p = float(w.params[blocks].max()) if blocks.any() else 0.0
+    edge_w = float(w.weight_bytes[~blocks].max()) if (~blocks).any() else 0.0
+    edge_p = float(w.params[~blocks].max()) if (~blocks).any() else 0.0
+    if w.tied_head_bytes:
+        edge_w = max(edge_w, w.tied_head_bytes)
+    single = pp == 1
+    stage_w = per_stage * blk_w + np.where(single, float(w.weight_bytes[~blocks].sum()), edge_w)
+    stage_p = per_stage * blk_p + np.where(single, float(w.params[~blocks].sum()), edge_p)
+    weights = stage_w / tp
+    # KV heads split over TP up to their number; a latent (MLA) cache is one vector per token, replicated on every
+    # TP rank (DeepSeek-V3 report, sec. 2.1.1)
+    mla = w.arch is not None and getattr(w.arch, "attention", "standard") == "mla"
+    kv_heads = 1 if mla else (w.arch.num_kv_heads if w.arch is not None else 1)
+    if w.phase == "train":
+        weights = np.where(zs >= 3, weights / dp, weights)
+        grads = stage_p * gradient_bytes_per_param / tp
+        grads = np.where(zs >= 2, grads / dp, grads)
+        opt = stage_p * adam_state_bytes_per_param / tp
+        opt = np.where(zs >= 1, opt / dp, opt)
+        act_l = float(w.activation_bytes_per_token[blocks].max()) if blocks.any() else 0.0
+        ck_l = float(w.checkpoint_bytes_per_token[blocks].max()) if blocks.any() else 0.0
+        repl = 4.0 * w.arch.d_model if w.arch is not None else 0.0
+        per_tok = gpu_activation_bytes_per_token_layer(activation_bytes_per_token=act_l, checkpoint_bytes_per_token=ck_l,
+                                                       replicated_bytes_per_token=repl, tp=tp, recompute=rc)
+        seqs_per_replica = np.ceil(B / dp)
+        in_flight = np.minimum(pp, np.ceil(seqs_per_replica / mb))
+        tok_mb = mb * C
+        act = per_tok * tok_mb * per_stage * in_flight * interleaved_activation_factor(num_stages=pp, virtual_stages=vpp)
+        act = act + np.where(rc >= 2, act_l / tp * tok_mb, 0.0)  # one layer's activations in its recomputed backward
+        kv = np.zeros_like(weights * act)
+        out = dict(weights=weights + 0.0 * act, optimizer=opt + grads + 0.0 * act, kv_cache=kv, activations=act)
+    else:
+        from ..workload import kv_bytes_rows
+
+        shape = np.broadcast_shapes(np.shape(B), np.shape(C))
+        kv_rows = kv_bytes_rows(w, np.broadcast_to(B, shape).ravel(), np.broadcast_to(C, shape).ravel())
+        kv_block = (kv_rows[:, blocks].mean(axis=1) if blocks.any() else np.zeros(len(kv_rows))).reshape(shape)
+        kv = per_stage * kv_block / np.minimum(tp, kv_heads)
+        if working_tokens is not None:
+            tif = np.asarray(working_tokens, dtype=float)
+        else:
+            tif = B if w.phase == "decode" else np.minimum(B * C, prefill_chunk_tokens)
+        act = w.working_set_bytes_per_token * tif / tp * np.ones_like(weights)
+        z = np.zeros_like(kv + act + weights)
+        out = dict(weights=weights + z, optimizer=z, kv_cache=kv + z, activations=act + z)
+    out["total"] = out["weights"] + out["optimizer"] + out["kv_cache"] + out["activations"]
+    return out
 
 
 def zero_shard(value, dp, stage: int, min_stage: int):

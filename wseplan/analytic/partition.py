@@ -3,9 +3,13 @@
 Stage load = sum of its items' bytes + a per-stage constant. Greedy first-fit is optimal for the minimum
 number of stages under a capacity; :func:`min_max_partition` is the exact dynamic program for the smallest
 possible largest stage with exactly ``k`` stages (used by fit with a fixed device count and to check the
-placement ILP).
+placement ILP). :func:`bottleneck_partition` is the exact parametric (bottleneck) search for the same problem
+with a stage cost that differs from the stage bytes (balance time, cap memory); it solves placements of
+thousands of layers in milliseconds and is the placement's primary algorithm.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,32 +92,272 @@ def _greedy_cuts(pre: np.ndarray, capacity: float, const: float) -> list[int] | 
 
 
 def _bottleneck_partition(x: np.ndarray, k: int, const: float) -> tuple[float, list[tuple[int, int]]]:
-    """Exact min-max contiguous partition into exactly k stages by bisection on the bottleneck.
+    """Exact min-max contiguous partition of ``x`` into exactly ``k`` stages (see :func:`bottleneck_partition`)."""
+    res = bottleneck_partition(x, k, stage_const_cost=const)
+    return res.max_stage_cost, res.stages
 
-    The optimum C* is the smallest capacity at which greedy packing needs at most k stages; bisection brackets
-    it to float resolution and the greedy partition at the upper bracket has largest load exactly C* (no
-    segment sum lies strictly between). Stages are then split (never raising the maximum) until there are k.
+
+# ---------------------------------------------------------------------------------------------
+# Exact bottleneck search with two resources: stage cost (the objective) and stage bytes (a capacity)
+# ---------------------------------------------------------------------------------------------
+#: relative tolerance of the capacity test (as in the placement ILP) and of the threshold test
+CAPACITY_RTOL = 1e-12
+
+
+class BottleneckResult(NamedTuple):
+    """Result of :func:`bottleneck_partition`.
+
+    ``stages`` are (first, last) inclusive item indices, ``None`` when infeasible; ``lower_bound`` is the proved
+    lower bound on the largest stage cost (equal to ``max_stage_cost`` when ``optimal``); ``binding`` names what
+    makes it infeasible.
     """
-    pre = np.concatenate([[0.0], np.cumsum(x)])
-    lo = float(x.max() + const)
-    hi = float(pre[-1] + const)
-    if _greedy_cuts(pre, lo, const) is not None and len(_greedy_cuts(pre, lo, const)) <= k:
-        hi = lo
-    for _ in range(200):
-        if hi - lo <= 1e-12 * max(hi, 1.0):
+
+    feasible: bool
+    optimal: bool
+    max_stage_cost: float | None
+    lower_bound: float | None
+    stages: list[tuple[int, int]] | None
+    num_probes: int
+    binding: str | None = None
+
+
+def _probe(cpre: np.ndarray, bpre: np.ndarray, threshold: float, cap_limit: float, cc: float, cb: float, k: int,
+           tol: float) -> tuple[list[int] | None, float, bool]:
+    """Greedy packing with every stage as long as its cost <= ``threshold`` and its bytes <= ``cap_limit``.
+
+    Returns ``(starts or None, next_threshold, memory_only)``: the stage starts when at most ``k`` stages do; else
+    None with the smallest threshold above ``threshold`` at which the greedy packing changes (the cost of a
+    cost-limited stage extended by its next item). Every threshold below it gives the same packing, so it is
+    a proved lower bound on the optimum. ``memory_only`` says that no stage was cost-limited: no threshold helps.
+    """
+    n = len(cpre) - 1
+    starts: list[int] = []
+    nxt = np.inf
+    i = 0
+    while i < n:
+        if len(starts) == k:
+            return None, nxt, not np.isfinite(nxt)
+        starts.append(i)
+        jc = int(np.searchsorted(cpre, cpre[i] + (threshold - cc) + tol, side="right")) - 1
+        jb = int(np.searchsorted(bpre, bpre[i] + (cap_limit - cb), side="right")) - 1
+        if jb <= i:
+            return None, np.inf, True  # item i alone exceeds the capacity
+        if jc <= i:  # item i alone costs more than the threshold
+            return None, min(nxt, float(cpre[i + 1] - cpre[i]) + cc), False
+        j = min(jc, jb, n)
+        if jc < jb and j < n:
+            nxt = min(nxt, float(cpre[j + 1] - cpre[i]) + cc)
+        i = j
+    return starts, nxt, False
+
+
+def _split_to(starts: list[int], n: int, k: int) -> list[tuple[int, int]]:
+    """Split stages (the one with the most items first) until there are ``k``; stage loads only fall."""
+    import heapq
+
+    bounds = starts + [n]
+    heap = [(-(bounds[s + 1] - bounds[s]), bounds[s], bounds[s + 1]) for s in range(len(starts))]
+    heapq.heapify(heap)
+    while len(heap) < k:
+        neg, a, e = heapq.heappop(heap)
+        mid = a + (e - a) // 2
+        heapq.heappush(heap, (-(mid - a), a, mid))
+        heapq.heappush(heap, (-(e - mid), mid, e))
+    return sorted((a, e - 1) for _, a, e in heap)
+
+
+def bottleneck_partition(item_cost, num_stages: int, *, item_bytes=None, capacity_bytes: float = np.inf,
+                         stage_const_cost: float = 0.0, stage_const_bytes: float = 0.0) -> BottleneckResult:
+    """Exact contiguous partition into exactly ``num_stages`` stages minimising the largest stage cost, each
+    stage's bytes within ``capacity_bytes``.
+
+    Parameters
+    ----------
+    item_cost : array_like
+        Cost of each item (time [s], bytes or FLOP as a proxy); non-negative [any unit].
+    num_stages : int
+        Stages, in [1, number of items].
+    item_bytes : array_like, optional
+        Memory of each item [bytes]; without it only the cost is balanced.
+    capacity_bytes : float
+        Memory of one stage's device [bytes].
+    stage_const_cost, stage_const_bytes : float
+        Added to every stage's cost and bytes [unit, bytes].
+
+    Returns
+    -------
+    BottleneckResult
+
+    Notes
+    -----
+    Parametric search on the bottleneck ``T`` (the chains-on-chains partitioning problem). For a given ``T``,
+    greedy packing (every stage as long as both its cost <= T and its bytes <= capacity allow) needs the fewest
+    stages: ending a stage later never leaves more work for the stages after it, as items are non-negative.
+    Splitting a stage never raises a stage's cost or bytes, so at most ``k`` stages is as good as exactly ``k``,
+    and the optimum ``T*`` is the smallest ``T`` at which greedy needs at most ``k``. Bisection keeps
+    ``lo <= T* <= hi`` with ``hi`` the largest stage cost of the best packing found (a real stage cost) and ``lo``
+    the smallest cost at which an infeasible packing would change (also a real stage cost, and a proof: every
+    threshold below it gives the same infeasible packing); it stops when ``lo`` reaches ``hi`` (to the rounding of the prefix sums), so the result is exact,
+    with ``O(k log n)`` work per probe. Infeasibility is decided first by greedy packing on bytes alone: if that
+    needs more than ``k`` stages, memory binds whatever the threshold.
+
+    References
+    ----------
+    Pinar and Aykanat, Fast optimal load balancing algorithms for 1D partitioning, J. Parallel Distrib. Comput.
+    64(8), 2004 (greedy probes and exact bisection on the bottleneck value).
+    Nicol, Rectilinear partitioning of irregular data parallel computations, J. Parallel Distrib. Comput. 23(2),
+    1994 (probe-based search for chains-on-chains partitioning).
+    """
+    c = np.asarray(item_cost, dtype=float)
+    n = len(c)
+    k = int(num_stages)
+    if k < 1 or k > n:
+        raise ValueError(f"num_stages must be in [1, {n}], got {k}")
+    b = np.zeros(n) if item_bytes is None else np.asarray(item_bytes, dtype=float)
+    cc, cb = float(stage_const_cost), float(stage_const_bytes)
+    cpre = np.concatenate([[0.0], np.cumsum(c)])
+    bpre = np.concatenate([[0.0], np.cumsum(b)])
+    cap_limit = capacity_bytes * (1.0 + CAPACITY_RTOL) if np.isfinite(capacity_bytes) else np.inf
+    tol = 8.0 * np.finfo(float).eps * (abs(cpre[-1]) + abs(cc) + 1e-300)
+    big = b + cb > cap_limit
+    if big.any():
+        i = int(np.argmax(big))
+        return BottleneckResult(False, False, None, None, None, 0,
+                                f"memory: item {i} alone needs {b[i] + cb:.4g} B, more than the capacity {capacity_bytes:.4g} B")
+    starts, _, _ = _probe(cpre, bpre, np.inf, cap_limit, cc, cb, k, 0.0)
+    probes = 1
+    if starts is None:
+        need = len(_probe(cpre, bpre, np.inf, cap_limit, cc, cb, n, 0.0)[0])
+        return BottleneckResult(False, False, None, None, None, 2,
+                                f"memory: {k} contiguous stages of {capacity_bytes:.4g} B each cannot hold the items; "
+                                f"at least {need} are needed")
+
+    def max_cost(st: list[int]) -> float:
+        e = np.asarray(st[1:] + [n])
+        return float(np.max(cpre[e] - cpre[np.asarray(st)])) + cc
+
+    best = starts
+    hi = max_cost(best)
+    lo = max(float(np.max(np.diff(cpre))), float(cpre[-1]) / k) + cc  # a bound, not necessarily a stage cost
+    for _ in range(400):
+        if hi - lo <= tol:  # closed to the resolution of the prefix sums
             break
         mid = 0.5 * (lo + hi)
-        cuts = _greedy_cuts(pre, mid, const)
-        if cuts is not None and len(cuts) <= k:
-            hi = mid
+        st, nxt, _mem = _probe(cpre, bpre, mid, cap_limit, cc, cb, k, tol)
+        probes += 1
+        if st is not None:
+            m = max_cost(st)
+            if m <= hi:
+                best, hi = st, m
         else:
-            lo = mid
-    starts = _greedy_cuts(pre, hi, const)
-    bounds = starts + [len(x)]
-    stages = [(bounds[i], bounds[i + 1] - 1) for i in range(len(starts))]
-    best = max(float(pre[b + 1] - pre[a]) + const for a, b in stages)
-    while len(stages) < k:  # split the longest stage; loads only fall
-        i = max(range(len(stages)), key=lambda t: stages[t][1] - stages[t][0])
-        a, b = stages[i]
-        stages[i : i + 1] = [(a, a), (a + 1, b)]
-    return best, stages
+            lo = max(lo, nxt)
+    optimal = hi - lo <= tol
+    return BottleneckResult(True, optimal, hi, min(lo, hi), _split_to(best, n, k), probes)
+
+
+def fewest_stages(item_bytes, capacity_bytes: float, stage_const_bytes: float = 0.0, *, item_cost=None,
+                  max_stage_cost: float = np.inf, stage_const_cost: float = 0.0) -> list[tuple[int, int]] | None:
+    """Greedy packing into the fewest contiguous stages of at most ``capacity_bytes`` each (and, when
+    ``item_cost`` is given, of at most ``max_stage_cost``); None when one item alone does not fit.
+
+    Greedy is optimal: extending the current stage never hurts the stages after it (items are non-negative).
+    O(stages log n) with prefix sums; the same packing as :func:`greedy_stages` when no cost limit is given.
+    """
+    b = np.asarray(item_bytes, dtype=float)
+    n = len(b)
+    c = np.zeros(n) if item_cost is None else np.asarray(item_cost, dtype=float)
+    cpre = np.concatenate([[0.0], np.cumsum(c)])
+    bpre = np.concatenate([[0.0], np.cumsum(b)])
+    cap_limit = capacity_bytes * (1.0 + CAPACITY_RTOL) if np.isfinite(capacity_bytes) else np.inf
+    tol = 8.0 * np.finfo(float).eps * (abs(cpre[-1]) + abs(stage_const_cost) + 1e-300)
+    starts, _, _ = _probe(cpre, bpre, max_stage_cost, cap_limit, stage_const_cost, stage_const_bytes, n, tol)
+    if starts is None:
+        return None
+    bounds = starts + [n]
+    return [(bounds[s], bounds[s + 1] - 1) for s in range(len(starts))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorized over many item vectors (one per configuration)
+# ---------------------------------------------------------------------------------------------
+def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: np.ndarray, capacity: float) -> np.ndarray:
+    """Fewest contiguous stages per row (:func:`greedy_stages`, vectorized over rows) [count].
+
+    ``x_single`` (N, n) are the item bytes when everything sits on one device, ``x_multi`` (N, n) when the
+    items are spread (e.g. a tied LM head needs its own copy); ``stage_const`` (N,) bytes every stage holds.
+    A row whose single item alone exceeds the capacity gets ``n`` stages (one per item: it cannot fit).
+    """
+    a = np.asarray(stage_const, dtype=float)
+    N, n = x_multi.shape
+    single_ok = x_single.sum(axis=1) + a <= capacity
+    load = a.copy()
+    stages = np.ones(N, dtype=np.int64)
+    fail = np.zeros(N, dtype=bool)
+    for i in range(n):
+        b = x_multi[:, i]
+        fail |= a + b > capacity
+        new = load + b > capacity
+        stages += new
+        load = np.where(new, a, load) + b
+    return np.where(single_ok, 1, np.where(fail, n, stages))
+
+
+def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndarray, *, chunk: int = 128):
+    """:func:`min_max_partition` for many item vectors at once: the same dynamic program, the same tie-breaking
+    (first minimal split point), vectorized over rows; identical rows are solved once.
+
+    ``x`` (N, n) item bytes, ``k`` (N,) stage counts (1..n), ``stage_const`` (N,). Returns ``(start, end, loads)``,
+    each (N, K) with ``K = max(k)``: inclusive item indices of each stage (-1 beyond a row's ``k`` stages) and the
+    stage loads (-inf there).
+    """
+    x = np.asarray(x, dtype=float)
+    N, n = x.shape
+    k = np.clip(np.asarray(k, dtype=np.int64), 1, n)
+    a_all = np.asarray(stage_const, dtype=float)
+    K = int(k.max()) if N else 1
+    start = np.full((N, K), -1, dtype=np.int64)
+    end = np.full((N, K), -1, dtype=np.int64)
+    one = k == 1
+    start[one, 0], end[one, 0] = 0, n - 1
+    multi = np.nonzero(~one)[0]
+    if len(multi):
+        key = np.column_stack([x[multi], a_all[multi], k[multi]])
+        uniq, first_idx, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        src = multi[first_idx]
+        us = np.full((len(src), K), -1, dtype=np.int64)
+        ue = np.full((len(src), K), -1, dtype=np.int64)
+        tri = np.tril_indices(n + 1)
+        for c0 in range(0, len(src), chunk):
+            sl = slice(c0, min(c0 + chunk, len(src)))
+            rows_ = src[sl]
+            xs, ks, a = x[rows_], k[rows_], a_all[rows_]
+            M = xs.shape[0]
+            Kc = int(ks.max())
+            pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
+            seg = pre[:, None, :] - pre[:, :, None] + a[:, None, None]
+            seg[:, tri[0], tri[1]] = np.inf
+            dp = np.full((M, n + 1), np.inf)
+            dp[:, 0] = 0.0
+            args = np.zeros((Kc + 1, M, n + 1), dtype=np.int64)
+            r = np.arange(M)
+            for s in range(1, Kc + 1):
+                cand = np.maximum(dp[:, :, None], seg)
+                arg = np.argmin(cand, axis=1)
+                args[s] = arg
+                dp = np.take_along_axis(cand, arg[:, None, :], axis=1)[:, 0, :]
+            j = np.full(M, n, dtype=np.int64)
+            for t in range(Kc):
+                s = ks - t
+                act = s >= 1
+                i = args[np.maximum(s, 1), r, j]
+                idx = np.maximum(s - 1, 0)
+                us[sl][r[act], idx[act]] = i[act]
+                ue[sl][r[act], idx[act]] = j[act] - 1
+                j = np.where(act, i, j)
+        start[multi] = us[inv.ravel()]
+        end[multi] = ue[inv.ravel()]
+    valid = start >= 0
+    pre = np.concatenate([np.zeros((N, 1)), np.cumsum(x, axis=1)], axis=1)
+    rows = np.arange(N)[:, None]
+    loads = np.where(valid, pre[rows, np.maximum(end, 0) + 1] - pre[rows, np.maximum(start, 0)] + a_all[:, None], -np.inf)
+    return start, end, loads

@@ -122,7 +122,7 @@ def predict_row(case, catalog, constants: fab.FabricConstants) -> float:
     inp, out, conc = f.get("input_len"), f.get("output_len"), f.get("concurrency") or 1
     if not inp:
         raise SkipRow("input_len not given")
-    opts = {"fabric_constants": constants}
+    opts = {}
     for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
                      ("wse_core_grid_decode", "core_grid_decode")):
         v = note_hint(case.notes, key)
@@ -131,19 +131,31 @@ def predict_row(case, catalog, constants: fab.FabricConstants) -> float:
             if rows and cols:
                 opts[opt] = (int(float(rows)), int(float(cols)))
     phase = "prefill" if case.phase == "prefill" else "decode"
-    r = predict_time(case_model(case, catalog), _target(case, catalog, f.get("n_devices")), phase=phase,
+    r = predict_time(case_model(case, catalog), _target(case, catalog, f.get("n_devices")), require_fit=False, phase=phase,
                      precision=f.get("precision") or "fp16", batch=conc, context=inp,
-                     output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog, **opts)
+                     output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog,
+                     software=wafer_profile(constants, catalog), **opts)
     m = case.metric
     if m == "prefill_tokens_per_s":
         return inp / (r.ttft_s or r.step_s)
     if m == "ttft_ms":
         return (r.ttft_s or r.step_s) * 1e3
     if m == "tokens_per_s_per_user":
-        return 1.0 / (r.tpot_s or r.step_s) if case.phase == "decode" else r.tokens_per_s_per_user
+        return 1.0 / (r.tpot_s or r.step_s) if case.phase == "decode" else out / r.request_s
     if m == "latency_ms" and case.phase == "decode":
         return (r.tpot_s or r.step_s) * 1e3
     raise SkipRow(f"metric {m} is not fitted")
+
+
+def wafer_profile(constants: fab.FabricConstants, catalog):
+    """The default wafer software profile with the kernel ``constants`` (a fit trial) in place of its own."""
+    from ..catalog.schema import Quantity
+    from ..catalog.software import resolve_software
+
+    prof = resolve_software(None, "wafer", catalog)
+    consts = {k: getattr(constants, k) for k in type(constants).model_fields
+              if isinstance(getattr(constants, k), Quantity)}
+    return prof.model_copy(update={"constants": consts})
 
 
 def with_values(constants: fab.FabricConstants, values: dict[str, float]) -> fab.FabricConstants:

@@ -9,7 +9,8 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import CatalogError, InputError, suggest, validation_detail
-from .schema import Defaults, GenericModel, Gpu, MemoryX, Model, Source, SwarmX, System, Wafer
+from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Source, SwarmX,
+                     System, Wafer)
 
 try:  # libyaml is much faster when present
     _Loader = yaml.CSafeLoader
@@ -27,9 +28,10 @@ SECTIONS = {
     "models": Model,
     "generic_models": GenericModel,
     "defaults": Defaults,
+    "devices": DeviceEntry,  # plug-in hardware kinds; each entry is validated by its kind's registered schema
 }
 # sub-folders owned by other modules (loaded by them, not here)
-_OTHER_DIRS = {"calibration", "prices", "validation"}
+_OTHER_DIRS = {"calibration", "prices", "validation", "software"}
 
 
 def default_catalog_dir() -> Path:
@@ -76,8 +78,10 @@ class Catalog:
     gpus: dict[str, Gpu] = field(default_factory=dict)
     models: dict[str, Model] = field(default_factory=dict)
     generic_models: dict[str, GenericModel] = field(default_factory=dict)
+    devices: dict[str, DeviceEntry] = field(default_factory=dict)
     defaults: Defaults | None = None
     files: list[str] = field(default_factory=list)
+    extra_dirs: list[str] = field(default_factory=list)
 
     # -- lookups -----------------------------------------------------------------------------
     def _aliases(self, sections: tuple[str, ...]) -> dict[str, tuple[str, str]]:
@@ -102,7 +106,7 @@ class Catalog:
 
     def hardware_keys(self) -> dict[str, tuple[str, str]]:
         """Lower-case hardware names and aliases -> (section, key); systems map to their wafer."""
-        idx = self._aliases(("wafers", "gpus"))
+        idx = self._aliases(("wafers", "gpus", "devices"))
         for key, sysm in self.systems.items():
             for a in [key, *sysm.aliases]:
                 idx.setdefault(a.lower(), ("wafers", sysm.wafer))
@@ -142,6 +146,8 @@ def _merge_file(cat: Catalog, path: Path) -> None:
         for key, entry in body.items():
             if not isinstance(entry, dict):
                 raise CatalogError(f"{path}: {sec}.{key} must be a mapping of fields")
+            if sec == "devices":
+                schema = _device_schema(path, key, entry)
             try:
                 target[str(key)] = schema.model_validate(entry)
             except (ValidationError, InputError) as exc:
@@ -151,11 +157,24 @@ def _merge_file(cat: Catalog, path: Path) -> None:
     cat.files.append(str(path))
 
 
+def _device_schema(path: Path, key, entry: dict) -> type:
+    """The registered schema of a ``devices:`` entry's kind (plug-ins are imported first)."""
+    from ..plugins import load_plugins
+
+    load_plugins()
+    kind = entry.get("kind")
+    if kind not in DEVICE_ENTRY_SCHEMAS:
+        known = ", ".join(sorted(DEVICE_ENTRY_SCHEMAS)) or "none registered"
+        raise CatalogError(f"{path}: devices.{key}.kind: no device family registers kind {kind!r} ({known}); "
+                           "load its plug-in with WSEPLAN_PLUGINS")
+    return DEVICE_ENTRY_SCHEMAS[kind]
+
+
 def _yaml_files(folder: Path, *, skip_other: bool) -> list[Path]:
     files = []
     for p in sorted(folder.rglob("*.y*ml")):
         rel = p.relative_to(folder).parts
-        if skip_other and rel and rel[0] in _OTHER_DIRS:
+        if rel and (rel[0] == "software" or (skip_other and rel[0] in _OTHER_DIRS)):
             continue
         files.append(p)
     return files
@@ -183,7 +202,7 @@ def _check_references(cat: Catalog) -> None:
                     if sid not in known:
                         raise CatalogError(f"{where}: unknown source id {sid!r}{suggest(sid, known)}; add it to sources.yaml")
 
-    for sec in ("wafers", "systems", "memoryx", "swarmx", "gpus", "models", "generic_models"):
+    for sec in ("wafers", "systems", "memoryx", "swarmx", "gpus", "devices", "models", "generic_models"):
         for key, entry in getattr(cat, sec).items():
             check(f"{sec}.{key}", entry)
     if cat.defaults is not None:
@@ -227,6 +246,7 @@ def load_catalog(extra_dirs: list[str | Path] | tuple = (), *, base_dir: str | P
             raise InputError(f"--catalog: {d} is not a folder; give a folder of YAML files")
         for p in _yaml_files(d, skip_other=False):
             _merge_file(cat, p)
+    cat.extra_dirs = [str(d) for d in extras]
     _check_references(cat)
     if not extras:
         _CACHE[key] = cat

@@ -237,8 +237,59 @@ class Gpu(_Checked):
         raise ValueError(f"{self.name} has no dense peak for {precision}")
 
 
+class DeviceEntry(_Checked):
+    """Base of the catalog entries of plug-in device families (the ``devices:`` section of a catalog file).
+
+    ``kind`` names the family's hardware kind; the family registers a subclass with its own fields through
+    :func:`wseplan.devices.register` (``entry_schema=``). Cost needs ``system_power_w``, ``rack_units`` and
+    ``devices_per_system`` on every kind.
+    """
+
+    kind: str
+    name: str
+    aliases: list[str] = []
+
+
+#: hardware kind -> schema of its entries in the ``devices:`` section (filled by device families)
+DEVICE_ENTRY_SCHEMAS: dict[str, type[DeviceEntry]] = {}
+
+
+def register_device_schema(kind: str, schema: type[DeviceEntry]) -> None:
+    """Declare the catalog entry schema of a plug-in hardware kind."""
+    if not (isinstance(schema, type) and issubclass(schema, DeviceEntry)):
+        raise TypeError("entry_schema must subclass wseplan.catalog.schema.DeviceEntry")
+    DEVICE_ENTRY_SCHEMAS[kind] = schema
+
+LayerType = Literal["full_attention", "sliding_attention", "chunked_attention"]
+
+
+def _dim():
+    """An optional positive width [elements]."""
+    return Field(default=None, gt=0, le=16_777_216)
+
+
 class Model(_Frozen):
-    """A transformer architecture. ``source``/``basis`` cover every field of the entry."""
+    """A transformer architecture. ``source``/``basis`` cover every field of the entry.
+
+    The first block of fields describes a uniform decoder (every layer alike; ``num_experts > 1`` makes every
+    MLP a routed MoE of ``num_experts`` MLPs of width ``d_ff``). The optional fields after it describe the
+    architectures of current config.json files; their defaults give exactly the uniform decoder, so an entry
+    that omits them is counted as before.
+
+    Layers with a dense MLP in an MoE model (``num_experts > 1``): layer ``i`` (0-based) is MoE when
+    ``i >= first_dense_layers``, ``i % moe_layer_step == moe_layer_offset`` and ``i`` is not in
+    ``dense_layers``; every other layer has one dense MLP of width ``dense_d_ff`` (``d_ff`` when unset).
+    Llama 4 Maverick: step 2, offset 1 (``interleave_moe_layer_step``); DeepSeek-V3: ``first_dense_layers`` 3
+    (``first_k_dense_replace``); Qwen-MoE ``decoder_sparse_step`` s: step s, offset s - 1, ``dense_layers`` =
+    ``mlp_only_layers``.
+
+    Attention: ``attention="mla"`` is DeepSeek multi-head latent attention (low-rank Q with ``q_lora_rank``,
+    a shared KV latent of ``kv_lora_rank`` plus a ``qk_rope_head_dim`` RoPE key, per-head
+    ``qk_nope_head_dim``/``v_head_dim``); ``head_dim`` is then the query/key head width
+    (``qk_nope_head_dim + qk_rope_head_dim``). ``layer_types`` names each layer's attention span: full,
+    a sliding window of ``sliding_window`` tokens, or chunked attention within blocks of ``attention_chunk``
+    tokens (Llama 4); unset means every layer attends to the full context.
+    """
 
     name: str
     aliases: list[str] = []
@@ -262,20 +313,93 @@ class Model(_Frozen):
     linear_bias: bool = False
     learned_pos_embeddings: int = Field(default=0, ge=0, le=100_000_000)
     max_context: int = Field(default=8192, gt=0, le=1_000_000_000)
+    # -- optional: which layers are MoE, and their MLPs -------------------------------------------------
+    #: MLP width of the dense (non-MoE) layers of an MoE model; unset: ``d_ff``
+    dense_d_ff: int | None = _dim()
+    #: leading layers with a dense MLP (DeepSeek ``first_k_dense_replace``)
+    first_dense_layers: int = Field(default=0, ge=0, le=4096)
+    #: MoE on layers with ``index % moe_layer_step == moe_layer_offset``
+    moe_layer_step: int = Field(default=1, gt=0, le=4096)
+    moe_layer_offset: int = Field(default=0, ge=0, le=4095)
+    #: further layers (0-based indices) with a dense MLP (Qwen-MoE ``mlp_only_layers``)
+    dense_layers: list[int] = []
+    #: always-active experts in each MoE layer, each an MLP of width ``shared_expert_d_ff`` (unset: ``d_ff``)
+    num_shared_experts: int = Field(default=0, ge=0, le=65_536)
+    shared_expert_d_ff: int | None = _dim()
+    #: a d x 1 sigmoid gate on the shared expert output (Qwen2-MoE ``shared_expert_gate``)
+    shared_expert_gate: bool = False
+    #: a bias of ``num_experts`` entries on the router (gpt-oss router bias, DeepSeek-V3 score-correction bias)
+    router_bias: bool = False
+    # -- optional: attention ---------------------------------------------------------------------------
+    attention: Literal["standard", "mla"] = "standard"
+    q_lora_rank: int | None = _dim()
+    kv_lora_rank: int | None = _dim()
+    qk_nope_head_dim: int | None = _dim()
+    qk_rope_head_dim: int | None = _dim()
+    v_head_dim: int | None = _dim()
+    #: learned RMSNorm weights (head_dim each) on queries and keys (Qwen3, Gemma 3); parameter-free L2 norms
+    #: (Llama 4) are not counted
+    qk_norm: bool = False
+    #: one learned softmax sink logit per head per layer (gpt-oss)
+    attention_sinks: bool = False
+    layer_types: list[LayerType] | None = None
+    sliding_window: int | None = Field(default=None, gt=0, le=1_000_000_000)
+    attention_chunk: int | None = Field(default=None, gt=0, le=1_000_000_000)
+    # -- optional: the rest ----------------------------------------------------------------------------
+    #: norms per block (Gemma 2/3 add a norm after attention and after the MLP: 4)
+    norms_per_block: int = Field(default=2, ge=0, le=16)
+    #: dropout masks kept for backward; unset: as ``linear_bias`` (GPT-style models trained with dropout)
+    dropout: bool | None = None
+    #: parameters of a non-text encoder and its projector held with the model (Llama 4's vision tower):
+    #: stored with the embedding, counted in totals and weight bytes, not run per text token
+    encoder_params: int = Field(default=0, ge=0, le=10**13)
 
     @model_validator(mode="after")
     def _shape(self):
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
-        if self.head_dim is None and self.d_model % self.num_heads:
+        if self.head_dim is None and self.d_model % self.num_heads and self.attention == "standard":
             raise ValueError("d_model must be a multiple of num_heads, or give head_dim")
         if self.experts_per_token > self.num_experts:
             raise ValueError("experts_per_token cannot exceed num_experts")
+        if self.moe_layer_offset >= self.moe_layer_step:
+            raise ValueError(f"moe_layer_offset ({self.moe_layer_offset}) must be below moe_layer_step ({self.moe_layer_step})")
+        if self.first_dense_layers > self.num_layers:
+            raise ValueError(f"first_dense_layers ({self.first_dense_layers}) exceeds num_layers ({self.num_layers})")
+        if self.num_experts == 1:
+            for k in ("dense_d_ff", "shared_expert_d_ff"):
+                if getattr(self, k) is not None:
+                    raise ValueError(f"{k} belongs to an MoE model (num_experts > 1); a dense model's MLP width is d_ff")
+            if self.num_shared_experts:
+                raise ValueError("num_shared_experts needs routed experts (num_experts > 1)")
+        bad = [i for i in self.dense_layers if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"dense_layers: index {bad[0]} is outside 0..{self.num_layers - 1}")
+        if self.attention == "mla":
+            missing = [k for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                       if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"attention 'mla' needs {', '.join(missing)}")
+        elif any(getattr(self, k) is not None for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                         "qk_rope_head_dim", "v_head_dim")):
+            raise ValueError("q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim "
+                             "belong to attention 'mla'; set attention: mla or remove them")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_layers:
+                raise ValueError(f"layer_types has {len(self.layer_types)} entries; num_layers is {self.num_layers}")
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ValueError("layer_types has sliding_attention layers; give sliding_window")
+            if "chunked_attention" in self.layer_types and self.attention_chunk is None:
+                raise ValueError("layer_types has chunked_attention layers; give attention_chunk")
         return self
 
     @property
     def head_dim_(self) -> int:
-        return self.head_dim or self.d_model // self.num_heads
+        if self.head_dim:
+            return self.head_dim
+        if self.attention == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.d_model // self.num_heads
 
 
 class LayerSpec(_Frozen):
@@ -312,3 +436,6 @@ class Defaults(_Checked):
     wafer_activation_working_set_factor: Quantity
     gpu_max_tensor_parallel: Quantity
     prefill_chunk_tokens: Quantity
+    default_output_tokens: Quantity
+    default_train_batch: Quantity
+    default_train_context_tokens: Quantity

@@ -15,7 +15,7 @@ from .output import Rendered, Section, check_format, render
 def cost_cmd(
     model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b) or a config.json path."),
     target: str = O.target_opt("<hardware key>[x<N>]: cs3x4, h100-sxmx8 … (no count: the fewest that fit)."),
-    phase: str = O.phase_opt("serve", "serve (prefill + decode) | train."),
+    phase: str = O.phase_opt("serve", "serve (whole requests) | prefill (input side) | decode (output side) | train."),
     precision: str = O.precision_opt(),
     batch: Optional[int] = O.batch_opt("Serve: concurrent requests; train: sequences per step."),
     context: Optional[int] = O.context_opt("Serve: prompt tokens; train: sequence length."),
@@ -34,7 +34,8 @@ def cost_cmd(
     Example: wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --context 2048 --uncertainty 2000 ;
     wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json
     """
-    from ..analytic.cost import cost, parse_overrides
+    from ..analytic.cost import parse_overrides
+    from ..costing import cost
 
     check_format(fmt)
     cat = O.load_catalog(catalog)

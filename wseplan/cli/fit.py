@@ -13,12 +13,12 @@ def fit(
     model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b), a config.json path, or a layer-list YAML."),
     target: str = O.target_opt(),
     precision: str = O.precision_opt(),
-    phase: str = O.phase_opt(),
+    phase: str = O.phase_opt(help="train | prefill | decode | serve"),
     batch: Optional[int] = O.batch_opt(),
     context: Optional[int] = O.context_opt(),
     reserve: Optional[float] = O.reserve_opt(),
-    zero: int = typer.Option(1, "--zero", help="GPU training: ZeRO stage 0-3."),
-    recompute: str = typer.Option("selective", "--recompute", help="GPU training: none | selective | full."),
+    zero: Optional[int] = typer.Option(None, "--zero", help="GPU training: ZeRO stage 0-3 (default: searched)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU training: none | selective | full (default: searched)."),
     memoryx: Optional[str] = O.memoryx_opt(),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
@@ -48,9 +48,7 @@ def render_fit(res, fmt: str) -> None:
         summary.append((label, fmt_bytes(getattr(res, k))))
     summary += [("binding", res.binding), ("max tokens in flight", fmt_num(res.max_tokens_in_flight))]
     if res.layout:
-        lo = res.layout
-        summary.append(("layout", f"TP{lo.tensor_parallel} PP{lo.pipeline_parallel} DP{lo.data_parallel} "
-                                  f"ZeRO-{lo.zero_stage} recompute={lo.recompute}"))
+        summary.append(("layout", " ".join(f"{k}={v}" for k, v in res.layout.items())))
     if res.memoryx:
         mx = res.memoryx
         summary.append(("MemoryX", f"{mx.option}: needs {fmt_bytes(mx.required_bytes)} of {fmt_bytes(mx.capacity_bytes)}"))

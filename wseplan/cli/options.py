@@ -43,12 +43,13 @@ def phase_opt(default: str = "decode", help: str = "train | prefill | decode") -
     return typer.Option(default, "--phase", help=help)
 
 
-def batch_opt(help: str = "Sequences (default 1).", default: Optional[int] = None) -> typer.models.OptionInfo:
+def batch_opt(help: str = "Sequences (default: catalogs/defaults.yaml).", default: Optional[int] = None) -> typer.models.OptionInfo:
     """``--batch/-b``."""
     return typer.Option(default, "--batch", "-b", help=help)
 
 
-def context_opt(help: str = "Tokens per sequence / KV length (default 8192).", default: Optional[int] = None) -> typer.models.OptionInfo:
+def context_opt(help: str = "Tokens per sequence / KV length (default: catalogs/defaults.yaml).",
+                default: Optional[int] = None) -> typer.models.OptionInfo:
     """``--context/-c``."""
     return typer.Option(default, "--context", "-c", help=help)
 

@@ -22,26 +22,33 @@ def place_cmd(
     context: Optional[int] = O.context_opt(),
     reserve: Optional[float] = O.reserve_opt(),
     tensor_parallel: int = typer.Option(1, "--tensor-parallel", "--tp", help="GPU: GPUs per pipeline stage."),
-    solver: str = O.solver_opt("cbc", "cbc (bundled with PuLP) | highs (HiGHS via highspy)."),
-    time_limit: float = typer.Option(30.0, "--time-limit", help="Solver time limit [s]."),
+    also: Optional[list[str]] = typer.Option(None, "--also", help="Mixed devices: another target with a count (cs2x4), placed together with --target (ILP). Repeatable."),
+    method: str = typer.Option("auto", "--method", help="auto (exact partition; ILP for mixed devices) | dp | ilp."),
+    solver: str = O.solver_opt("highs", "ILP solver: highs (HiGHS via highspy) | cbc (bundled with PuLP)."),
+    time_limit: float = typer.Option(30.0, "--time-limit", help="ILP time limit [s]; a stopped search reports the best placement and its gap."),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
-    """Place contiguous layers on wafers (or GPU pipeline stages) by ILP: the slowest stage or the fewest devices.
+    """Place contiguous layers on wafers (or GPU pipeline stages): the slowest stage or the fewest devices.
 
-    Example: wseplan place llama-3.1-405b --target cs3x32 ; wseplan place llama-3.1-70b --target cs3 --objective devices --format json
+    Example: wseplan place llama-3.1-405b --target cs3x32 ; wseplan place llama-3.1-70b --target cs3 --objective devices --format json ; wseplan place llama-3.1-70b --target cs3x2 --also cs2x3
     """
     from ..optimize.placement import place
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
     res = place(model, target, objective=objective, precision=precision, phase=phase, batch=batch, context=context,
-                reserve=reserve, tensor_parallel=tensor_parallel, solver=solver, time_limit_s=time_limit, catalog=cat)
+                reserve=reserve, tensor_parallel=tensor_parallel, solver=solver, time_limit_s=time_limit, method=method,
+                also_targets=list(also or []), catalog=cat)
     render_place(res, fmt)
     if res.status == "infeasible":  # the record is printed; the exit status and one line say why
         from ..errors import InfeasibleError
 
         raise InfeasibleError(f"placement infeasible: {res.notes[-1] if res.notes else 'no stage fits a device'}")
+    if not res.stages:  # stopped by the time limit before any placement
+        from ..errors import WseplanError
+
+        raise WseplanError(f"placement: {res.notes[-1] if res.notes else 'no placement found'}")
 
 
 _PROXY = {"bytes": ("slowest stage: bytes read per step",
@@ -67,11 +74,15 @@ def render_place(res, fmt: str) -> None:
             what, why = _PROXY[unit]
             notes.append(why)
             shown = fmt_quantity(res.objective, unit)
+        elif res.objective_kind == "latency":  # mixed devices: the slowest stage's time
+            what, shown = "slowest stage: time per step", fmt_quantity(res.objective, unit)
         else:
             what, shown = "devices used", f"{res.objective:,.0f}"
         summary.insert(10, {"quantity": f"objective: {what}", "value": shown})
     stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
                "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
+    for srow, hw in zip(stages, res.stage_hardware):
+        srow["hardware"] = hw
     title = f"placement: {res.model} on {res.target}"
     render(Rendered(record=res.to_record(), csv_rows=[row], heading=title,
                     sections=[Section(title, summary),

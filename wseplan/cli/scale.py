@@ -24,7 +24,7 @@ def scale_cmd(
 
     Example: wseplan scale llama-3-8b --targets wse3,h100 --max-systems 64 --batch 1024 --format csv
     """
-    from ..analytic.scaling import scaling_frame
+    from ..scale import scaling_frame
     from ..errors import InputError
     from ..fit import resolve_model
     from ..targets import parse_target

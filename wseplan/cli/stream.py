@@ -12,8 +12,8 @@ from .output import Rendered, Section, check_format, quantities, render
 def stream_cmd(
     model: str = typer.Argument(..., help="Catalog model name/alias (llama-3-70b), a config.json or a layer-list YAML."),
     target: str = O.target_opt("A wafer target: cs3, wse3, cs2, cs3x16 (x N = data-parallel systems)."),
-    batch: int = O.batch_opt("Global batch [sequences per optimizer step].", default=512),
-    context: int = O.context_opt("Sequence length [tokens].", default=2048),
+    batch: Optional[int] = O.batch_opt("Global batch [sequences per optimizer step] (default: catalog)."),
+    context: Optional[int] = O.context_opt("Sequence length [tokens] (default: catalog)."),
     precision: str = O.precision_opt(),
     policy: str = O.policy_opt(),
     memoryx: Optional[str] = O.memoryx_opt("MemoryX capacity option (e.g. 12tb); sets the DRAM/flash tier."),
@@ -27,20 +27,12 @@ def stream_cmd(
 
     Example: wseplan stream llama-3-70b --target cs3x4 --batch 512 --context 2048
     """
-    from ..analytic.stream import plan_stream
-    from ..errors import InputError
-    from ..fit import resolve_model
-    from ..targets import parse_target
+    from ..timing import stream as stream_fn
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
-    m = resolve_model(model, cat)
-    t = parse_target(target, cat)
-    if t.kind != "wafer":
-        raise InputError(f"--target: weight streaming runs on wafers (cs2, cs3, cs3x4 ...), got {target!r}; "
-                         "use `wseplan time --phase train` for GPUs")
-    res = plan_stream(m, t, cat, precision=precision, batch=batch, context=context, policy=policy,
-                      memoryx_option=memoryx, num_systems=systems, micro_batch=micro_batch)
+    res = stream_fn(model, target, precision=precision, batch=batch, context=context, policy=policy,
+                    memoryx_option=memoryx, num_systems=systems, micro_batch=micro_batch, catalog=cat)
     row = res.to_row()
     title = f"{res.model} on {res.num_systems} x {res.hardware}"
     rows = [row] if fmt == "md" else quantities(row)  # md: one wide row; table: quantity/value

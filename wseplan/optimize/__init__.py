@@ -1,8 +1,9 @@
-"""Optimisers (PuLP): layer placement across devices and fleet procurement.
+"""Optimisers: layer placement across devices and fleet procurement.
 
-Public API: :func:`place`, :func:`solve_partition` (placement ILP); :func:`plan_fleet`, :func:`build_problem`,
-:func:`solve_fleet`, :func:`read_demand` (fleet ILP). PuLP and its solvers are imported only inside the
-functions that solve.
+Public API: :func:`place`, :func:`solve_partition` (placement: the exact partition, an ILP for mixed devices);
+:func:`plan_fleet`, :func:`build_problem`, :func:`solve_fleet`, :func:`read_demand` (fleet ILP and its
+relaxation analysis). Integer programs are solved by HiGHS (highspy) or CBC (PuLP) through
+:mod:`wseplan.optimize.milp`, imported only inside the functions that solve.
 """
 from __future__ import annotations
 

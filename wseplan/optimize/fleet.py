@@ -10,8 +10,10 @@ system counts per type that minimise the yearly TCO subject to
 * systems: a type's systems hold the devices its replicas use (8 GPUs per node);
 * caps: facility power (peak IT x PUE), rack units and capex budget.
 
-Then each cap, demand and SLA is relaxed by 10% in turn and the problem re-solved: a constraint is binding
-when that lowers the optimum, and the saving is reported. An infeasible demand raises
+Then each cap, demand and SLA is relaxed by 10% in turn: a constraint is binding when that lowers the optimum,
+and the saving is reported, exactly, from one model (:mod:`wseplan.optimize.fleet_model`: the problem splits
+into independent components where replicas fill whole systems, so a relaxation re-solves only what changes,
+warm-started), with the LP relaxation's shadow prices beside it. An infeasible demand raises
 :class:`~wseplan.errors.InfeasibleError` naming the constraint that makes it so.
 
 ``build_problem`` calls the time and cost models (slow, once); ``solve_fleet`` is the ILP alone (fast).
@@ -26,10 +28,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import InfeasibleError, InputError, WseplanError, validation_detail
+from .fleet_model import CAPS, RELAX_FRAC  # noqa: F401 (public names of this module)
+from .milp import SolverRun
 
 SCHEMA_VERSION = 1
-CAPS = ("power_cap_w", "rack_units_cap", "budget_usd")
-RELAX_FRAC = 0.10
 
 
 class _Frozen(BaseModel):
@@ -242,7 +244,13 @@ class AllocationRow(_Frozen):
 
 
 class ConstraintRow(_Frozen):
-    """A constraint of the solved plan; ``saving_usd_per_year`` comes from re-solving with it relaxed 10%."""
+    """A constraint of the solved plan: its use, its LP shadow price, and what relaxing it 10% saves.
+
+    ``saving_usd_per_year`` is exact (integer re-solve, or a proof that nothing changes; ``analysis`` says
+    which); where the LP relaxation answered instead (large plans whose caps bind), ``lp_saving_usd_per_year``
+    holds its saving and the integer fields are empty. ``shadow_price`` is the LP relaxation's marginal value,
+    in ``shadow_price_unit``.
+    """
 
     name: str
     kind: str  # cap | demand | sla
@@ -252,6 +260,11 @@ class ConstraintRow(_Frozen):
     binding: bool
     relaxed_usd_per_year: float | None = None
     saving_usd_per_year: float | None = None
+    lp_saving_usd_per_year: float | None = None  # the LP relaxation's saving, where the LP answered the row
+    shadow_price: float | None = None  # USD/year saved per unit the constraint is loosened (LP relaxation)
+    shadow_price_unit: str | None = None
+    reduced_cost_usd_per_year: float | None = None  # sla: best LP reduced cost among the configurations it admits
+    analysis: str | None = None  # how the saving was obtained
     note: str | None = None
 
 
@@ -260,16 +273,24 @@ class FleetPlan(_Frozen):
 
     schema_version: int = SCHEMA_VERSION
     name: str
-    status: str
+    status: str  # optimal | time_limit
+    status_detail: str
     optimal: bool
+    gap_frac: float | None = None
     total_usd_per_year: float
+    best_bound_usd_per_year: float | None = None
     capex_usd: float
     peak_facility_power_w: float
     rack_units: float
     solver: str
     solve_s: float
+    solver_run: SolverRun
+    method: str  # decomposed into independent components, or the full model with the caps
     num_variables: int
     num_constraints: int
+    analysis_s: float | None = None
+    analysis_mode: str | None = None  # auto | exact | lp (None: no analysis)
+    lp_usd_per_year: float | None = None  # the LP relaxation's optimum (a lower bound)
     systems: list[SystemRow]
     allocations: list[AllocationRow]
     constraints: list[ConstraintRow]
@@ -281,6 +302,7 @@ class FleetPlan(_Frozen):
     def to_row(self) -> dict:
         rec = self.to_record()
         row = {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
+        row.update({f"solver_{k}": v for k, v in rec["solver_run"].items() if v is not None and k != "status_detail"})
         for s in self.systems:
             row[f"count_{s.system}"] = s.count
         return row
@@ -293,7 +315,7 @@ class FleetPlan(_Frozen):
 
 
 # ---------------------------------------------------------------------------------------------
-# The ILP
+# Solving (the model and its decomposition live in fleet_model)
 # ---------------------------------------------------------------------------------------------
 class _Solved(_Frozen):
     status: str
@@ -306,77 +328,39 @@ class _Solved(_Frozen):
     num_constraints: int
     solver: str
     usage: dict[str, float] = {}
+    gap_frac: float | None = None
+    bound: float | None = None
+    method: str | None = None
+
+
+def _as_solved(model, res: dict, solve_s: float) -> _Solved:
+    if res["status"] not in ("optimal", "time_limit"):
+        return _Solved(status="infeasible" if res["status"] == "infeasible" else res["status"], optimal=False,
+                       objective=None, solve_s=solve_s, num_variables=0, num_constraints=0, solver=model.solver)
+    return _Solved(status=res["status"], optimal=res["status"] == "optimal",
+                   objective=res.get("minimised", res["objective"]), replicas=res["replicas"], systems=res["systems"],
+                   solve_s=solve_s, num_variables=res["n_vars"], num_constraints=res["n_rows"], solver=model.solver,
+                   usage=res["usage"], gap_frac=res.get("gap"), bound=res.get("bound"), method=res.get("method"))
 
 
 def _solve_once(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0,
                 caps: dict[str, float | None] | None = None, demand_scale: dict[str, float] | None = None,
-                sla_factor: dict[str, float] | None = None, minimise: str | None = None) -> _Solved:
-    import pulp
+                sla_factor: dict[str, float] | None = None, minimise: str | None = None, model=None) -> _Solved:
+    """One solve of a variant of ``pb`` (caps replaced, demands scaled, SLA limits scaled, or a cap's use
+    minimised); ``model`` reuses a :class:`~wseplan.optimize.fleet_model.FleetModel` and its remembered solves."""
+    from .fleet_model import FleetModel
 
-    from .placement import _solver, _status, new_var
-
-    slv, slv_name = _solver(solver, time_limit_s)
-    caps = caps if caps is not None else {k: getattr(pb, k) for k in CAPS}
-    demand_scale = demand_scale or {}
-    sla_factor = sla_factor or {}
-    dem = {d.name: d for d in pb.demands}
-    sys_idx = {s.name: i for i, s in enumerate(pb.systems)}
-    ok = [i for i, c in enumerate(pb.configs) if c.workload in dem and c.system in sys_idx
-          and meets_sla(c, dem[c.workload], sla_factor.get(c.workload, 1.0))]
-    prob = pulp.LpProblem("fleet", pulp.LpMinimize)
-    n = {i: new_var(prob, f"n_{i}", low=0, cat="Integer") for i in ok}
-    S = {j: new_var(prob, f"S_{j}", low=0, up=s.max_systems, cat="Integer") for j, s in enumerate(pb.systems)}
-    ncons = 0
-    for d in pb.demands:
-        terms = [pb.configs[i].supply * n[i] for i in ok if pb.configs[i].workload == d.name]
-        if not terms:
-            return _Solved(status="infeasible", optimal=False, objective=None, solve_s=0.0, num_variables=len(n) + len(S),
-                           num_constraints=ncons, solver=slv_name, usage={"no_config": 1.0, "workload": float(pb.demands.index(d))})
-        prob += pulp.lpSum(terms) >= d.amount * demand_scale.get(d.name, 1.0), f"demand_{d.name}"
-        ncons += 1
-    for j, s in enumerate(pb.systems):
-        used = [pb.configs[i].num_devices * n[i] for i in ok if pb.configs[i].system == s.name]
-        if used:
-            prob += s.devices_per_system * S[j] >= pulp.lpSum(used), f"devices_{j}"
-            ncons += 1
-        else:
-            S[j].upBound = 0
-    power = pulp.lpSum(s.peak_facility_power_w * S[j] for j, s in enumerate(pb.systems))
-    racks = pulp.lpSum(s.rack_units * S[j] for j, s in enumerate(pb.systems))
-    capex = (pulp.lpSum(s.capex_usd * S[j] for j, s in enumerate(pb.systems))
-             + pulp.lpSum(pb.configs[i].extra_capex_usd * n[i] for i in ok))
-    annual = (pulp.lpSum(s.annual_usd * S[j] for j, s in enumerate(pb.systems))
-              + pulp.lpSum(pb.configs[i].extra_annual_usd * n[i] for i in ok))
-    exprs = {"power_cap_w": power, "rack_units_cap": racks, "budget_usd": capex}
-    for k, e in exprs.items():
-        if caps.get(k) is not None:
-            prob += e <= caps[k], k
-            ncons += 1
-    prob += {"power_cap_w": power, "rack_units_cap": racks, "budget_usd": capex}.get(minimise, annual)
+    m = model or FleetModel(pb, solver=solver, time_limit_s=time_limit_s)
     t0 = time.perf_counter()
-    prob.solve(slv)
-    solve_s = float(getattr(prob, "solutionTime", None) or (time.perf_counter() - t0))
-    status, optimal = _status(prob)
-    nv = len(n) + len(S)
-    if status == "infeasible":
-        return _Solved(status=status, optimal=False, objective=None, solve_s=solve_s, num_variables=nv,
-                       num_constraints=ncons, solver=slv_name)
-    reps = {i: int(round(v.value() or 0)) for i, v in n.items()}
-    syss = {j: int(round(v.value() or 0)) for j, v in S.items()}
-    use = {"power_cap_w": sum(pb.systems[j].peak_facility_power_w * c for j, c in syss.items()),
-           "rack_units_cap": sum(pb.systems[j].rack_units * c for j, c in syss.items()),
-           "budget_usd": sum(pb.systems[j].capex_usd * c for j, c in syss.items())
-           + sum(pb.configs[i].extra_capex_usd * r for i, r in reps.items())}
-    obj = sum(pb.systems[j].annual_usd * c for j, c in syss.items()) + sum(pb.configs[i].extra_annual_usd * r for i, r in reps.items())
-    return _Solved(status=status, optimal=optimal, objective=float(obj), replicas=reps, systems=syss, solve_s=solve_s,
-                   num_variables=nv, num_constraints=ncons, solver=slv_name, usage=use)
+    res = m.solve(caps=caps, demand_scale=demand_scale, sla_factor=sla_factor, minimise=minimise)
+    return _as_solved(m, res, time.perf_counter() - t0)
 
 
 _CAP_LABEL = {"power_cap_w": "power cap", "rack_units_cap": "rack-space cap", "budget_usd": "capex budget"}
 _CAP_UNIT = {"power_cap_w": "W", "rack_units_cap": "U", "budget_usd": "USD"}
 
 
-def _diagnose(pb: FleetProblem, solver: str) -> str:
+def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
     """One line naming the constraint(s) that make the demand infeasible."""
     dem = {d.name: d for d in pb.demands}
     for d in pb.demands:
@@ -396,15 +380,15 @@ def _diagnose(pb: FleetProblem, solver: str) -> str:
     base = {k: getattr(pb, k) for k in CAPS}
     for k in active:
         trial = dict(base, **{k: None})
-        if _solve_once(pb, solver=solver, caps=trial).status != "infeasible":
-            need = _solve_once(pb, solver=solver, caps=trial, minimise=k)
-            amount = need.usage.get(k) if need.status != "infeasible" else None
+        if _solve_once(pb, solver=solver, caps=trial, model=model).status != "infeasible":
+            need = _solve_once(pb, solver=solver, caps=trial, minimise=k, model=model)
+            amount = need.objective if need.status != "infeasible" else None
             extra = f"; the demand needs at least {amount:.4g} {_CAP_UNIT[k]}" if amount is not None else ""
             return f"the {_CAP_LABEL[k]} ({k} = {base[k]:.4g} {_CAP_UNIT[k]}) makes the demand infeasible{extra}"
     for a in range(len(active)):
         for b in range(a + 1, len(active)):
             trial = dict(base, **{active[a]: None, active[b]: None})
-            if _solve_once(pb, solver=solver, caps=trial).status != "infeasible":
+            if _solve_once(pb, solver=solver, caps=trial, model=model).status != "infeasible":
                 return (f"the {_CAP_LABEL[active[a]]} and the {_CAP_LABEL[active[b]]} together make the demand "
                         "infeasible; raise either")
     if active:
@@ -412,18 +396,45 @@ def _diagnose(pb: FleetProblem, solver: str) -> str:
     return "no integer plan meets the demand with the systems in the menu (check max_systems)"
 
 
+
 def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0, analyze: bool = True,
-                name: str = "demand") -> FleetPlan:
-    """Solve the fleet ILP; with ``analyze``, relax each cap, demand and SLA by 10% and re-solve.
+                name: str = "demand", analysis: str = "auto") -> FleetPlan:
+    """Solve the fleet ILP; with ``analyze``, the relaxation analysis of every cap, demand and SLA.
+
+    The analysis asks of each constraint "what if it were 10% looser" (caps x 1.1, demand x 0.9, SLA limits
+    x 1.1) and answers exactly: an integer re-solve of the part of the problem that changes (the workload's
+    component, warm-started from the base plan, which stays feasible), or a proof that nothing changes (a plan
+    the caps do not bind; an SLA that admits no new configuration). One LP relaxation of the full model adds
+    the shadow price of every demand and cap row, with units, and the reduced costs of the configurations an
+    SLA excludes; these are marginal values of the LP, which the integer plan follows only in whole systems.
+    ``analysis`` (``auto``, ``exact`` or ``lp``) chooses where the LP relaxation may answer instead of integer
+    re-solves: see :func:`wseplan.optimize.fleet_model.relaxation_analysis`.
 
     Raises
     ------
     InfeasibleError
         When no plan meets the demand; the message names the constraint that makes it so.
     """
-    base = _solve_once(pb, solver=solver, time_limit_s=time_limit_s)
-    if base.status == "infeasible":
-        raise InfeasibleError(f"fleet {name}: infeasible: {_diagnose(pb, solver)}")
+    from .fleet_model import ANALYSIS_MODES, FleetModel
+    from .milp import SolverRun, status_detail
+
+    if analysis not in ANALYSIS_MODES:
+        raise InputError(f"analysis: unknown {analysis!r}; use one of {', '.join(ANALYSIS_MODES)}")
+    model = FleetModel(pb, solver=solver, time_limit_s=time_limit_s)
+    t0 = time.perf_counter()
+    res = model.solve()
+    main_s = time.perf_counter() - t0
+    if res["status"] == "infeasible":
+        raise InfeasibleError(f"fleet {name}: infeasible: {_diagnose(pb, solver, model)}")
+    if res["status"] not in ("optimal", "time_limit"):
+        raise WseplanError(f"fleet {name}: the solver stopped at its time limit ({time_limit_s:g} s) before finding "
+                           "any plan; raise the time limit")
+    if res["status"] == "time_limit" and res.get("bound") is None:  # the LP relaxation bounds the gap
+        lp = model.lp_duals(model.admissible(), {k: getattr(pb, k) for k in CAPS})
+        if lp.get("status") == "optimal":
+            res = dict(res, bound=lp["objective"],
+                       gap=max(0.0, (res["objective"] - lp["objective"]) / max(abs(res["objective"]), 1e-300)))
+    base = _as_solved(model, res, main_s)
     dem = {d.name: d for d in pb.demands}
     systems = []
     for j, s in enumerate(pb.systems):
@@ -441,54 +452,31 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
         allocs.append(AllocationRow(workload=c.workload, system=c.system, replicas=r, devices_per_replica=c.num_devices,
                                     batch=c.batch, supply_per_replica=c.supply, supply=c.supply * r, demand=d.amount,
                                     unit=d.unit, ttft_s=c.ttft_s, tpot_s=c.tpot_s, run_s=c.run_s))
-    cons = []
     obj = base.objective
-    for k in CAPS:
-        rhs = getattr(pb, k)
-        if rhs is None:
-            continue
-        lhs = base.usage[k]
-        row = dict(name=k, kind="cap", lhs=lhs, rhs=rhs, slack=rhs - lhs)
-        if analyze:
-            caps = {q: getattr(pb, q) for q in CAPS}
-            caps[k] = rhs * (1 + RELAX_FRAC)
-            rel = _solve_once(pb, solver=solver, time_limit_s=time_limit_s, caps=caps)
-            row.update(_relaxed(obj, rel))
-        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > 1e-9 * max(obj, 1.0)) or abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
-        cons.append(ConstraintRow(**row))
-    for d in pb.demands:
-        supply = sum(pb.configs[i].supply * r for i, r in base.replicas.items() if pb.configs[i].workload == d.name)
-        row = dict(name=f"demand_{d.name}", kind="demand", lhs=supply, rhs=d.amount, slack=supply - d.amount)
-        rows_sla = None
-        if analyze:
-            rel = _solve_once(pb, solver=solver, time_limit_s=time_limit_s, demand_scale={d.name: 1 - RELAX_FRAC})
-            row.update(_relaxed(obj, rel))
-            if d.kind == "serve" and (d.sla.ttft_s is not None or d.sla.tpot_s is not None):
-                cands = [c for c in pb.configs if c.workload == d.name]
-                if [meets_sla(c, d, 1 + RELAX_FRAC) for c in cands] == [meets_sla(c, d) for c in cands]:
-                    rel2 = base  # no configuration lies between the limit and 1.1 x the limit: the same problem
-                else:
-                    rel2 = _solve_once(pb, solver=solver, time_limit_s=time_limit_s, sla_factor={d.name: 1 + RELAX_FRAC})
-                sla = ", ".join(f"{k} <= {v:g}" for k, v in d.sla.model_dump().items() if v is not None)
-                rows_sla = dict(name=f"sla_{d.name}", kind="sla", note=f"{sla}; relaxed: limits x {1 + RELAX_FRAC:g}",
-                                **_relaxed(obj, rel2))
-                rows_sla["binding"] = bool((rows_sla.get("saving_usd_per_year") or 0) > 1e-9 * max(obj, 1.0))
-        row["binding"] = bool((row.get("saving_usd_per_year") or 0) > 1e-9 * max(obj, 1.0))
-        cons.append(ConstraintRow(**row))
-        if rows_sla:
-            cons.append(ConstraintRow(**rows_sla))
-    capex = base.usage["budget_usd"]
-    return FleetPlan(name=name, status=base.status, optimal=base.optimal, total_usd_per_year=obj, capex_usd=capex,
+    from .fleet_model import relaxation_analysis
+
+    t1 = time.perf_counter()
+    rows, lp_obj = relaxation_analysis(pb, model, res, analyze, analysis)
+    cons = [ConstraintRow(**r) for r in rows]
+    analysis_s = time.perf_counter() - t1 if analyze else None
+    gap = base.gap_frac
+    run = SolverRun(name=model.solver, version=model.version, requested=solver, fallback_reason=model.fallback,
+                    status=base.status, status_detail=status_detail(base.status, gap), solve_s=model.solve_s,
+                    gap_frac=gap, best_bound=base.bound, num_solves=model.mip_solves + model.lp_solves)
+    notes = list(pb.notes)
+    if analyze:
+        notes.append("shadow prices are the LP relaxation's marginal values (USD/year saved per unit loosened); the "
+                     "integer plan moves in whole systems and replicas, so saving_usd_per_year (an exact re-solve with "
+                     "the constraint 10% looser) answers 'what if'")
+    if model.fallback:
+        notes.append(f"solver: {model.fallback}")
+    return FleetPlan(name=name, status=base.status, status_detail=run.status_detail, optimal=base.optimal, gap_frac=gap,
+                     total_usd_per_year=obj, best_bound_usd_per_year=base.bound, capex_usd=base.usage["budget_usd"],
                      peak_facility_power_w=base.usage["power_cap_w"], rack_units=base.usage["rack_units_cap"],
-                     solver=base.solver, solve_s=base.solve_s, num_variables=base.num_variables,
-                     num_constraints=base.num_constraints, systems=systems, allocations=allocs, constraints=cons,
-                     notes=list(pb.notes))
-
-
-def _relaxed(obj: float, rel: _Solved) -> dict:
-    if rel.status == "infeasible" or rel.objective is None:
-        return {"relaxed_usd_per_year": None, "saving_usd_per_year": None}
-    return {"relaxed_usd_per_year": rel.objective, "saving_usd_per_year": max(0.0, obj - rel.objective)}
+                     solver=model.solver, solve_s=main_s, solver_run=run, method=res.get("method", ""),
+                     num_variables=base.num_variables, num_constraints=base.num_constraints, analysis_s=analysis_s,
+                     analysis_mode=analysis if analyze else None,
+                     lp_usd_per_year=lp_obj, systems=systems, allocations=allocs, constraints=cons, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -535,9 +523,10 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
     """Turn a demand file into a :class:`FleetProblem`: cost every system type, time every configuration."""
     from ..analytic.cost import load_prices
     from ..catalog.load import load_catalog
-    from ..fit import fit as fit_fn, resolve_model
+    from ..plan import plan
+    from ..serving import replica_options
     from ..targets import Target
-    from ..timing import predict_time
+    from ..workload import resolve_model
 
     cat = catalog or load_catalog()
     prices = prices or load_prices(spec.prices, catalog=cat)
@@ -578,23 +567,11 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
             p = ctx[st.name]["params"]
             try:
                 if wl.kind == "serve":
-                    for b in wl.batches:
-                        fr = fit_fn(m, t0, precision=wl.precision, phase="decode", batch=b,
-                                    context=wl.prompt_tokens + wl.output_tokens, catalog=cat)
-                        if not fr.fits:
-                            continue
-                        t = Target(text=f"{t0.key}x{fr.num_devices}", kind=t0.kind, key=t0.key, device=t0.device,
-                                   count=fr.num_devices)
-                        pre = predict_time(m, t, phase="prefill", precision=wl.precision, batch=b,
-                                           context=wl.prompt_tokens, catalog=cat)
-                        dec = predict_time(m, t, phase="decode", precision=wl.precision, batch=b,
-                                           context=wl.prompt_tokens + wl.output_tokens // 2,
-                                           output_tokens=wl.output_tokens, catalog=cat)
-                        ttft = pre.step_s if pre.step_s is not None else pre.ttft_s
-                        tpot = dec.tpot_s if dec.tpot_s is not None else dec.step_s
-                        cycle = ttft + wl.output_tokens * tpot  # one batch of requests, prefill then decode
-                        configs.append(Config(workload=wl.name, system=st.name, num_devices=fr.num_devices, batch=b,
-                                              supply=b * wl.output_tokens / cycle, ttft_s=ttft, tpot_s=tpot))
+                    for r in replica_options(m, t0.key, precision=wl.precision, input_tokens=wl.prompt_tokens,
+                                             output_tokens=wl.output_tokens, batches=wl.batches, catalog=cat):
+                        configs.append(Config(workload=wl.name, system=st.name, num_devices=r["num_devices"],
+                                              batch=r["batch"], supply=r["tokens_per_s"], ttft_s=r["ttft_s"],
+                                              tpot_s=r["tpot_s"]))
                 else:
                     counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or (
                         [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])
@@ -605,11 +582,10 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                         tokens = prices.site.train_tokens_per_param.si * total_params(m)
                     for k in counts:
                         t = Target(text=f"{t0.key}x{k}", kind=t0.kind, key=t0.key, device=t0.device, count=int(k))
-                        if t0.kind == "gpu" and not fit_fn(m, t, precision=wl.precision, phase="train", batch=wl.batch,
-                                                           context=wl.context, catalog=cat).fits:
+                        tr = plan(m, t, phase="train", precision=wl.precision, batch=wl.batch, context=wl.context,
+                                  catalog=cat)
+                        if not tr.fits:
                             continue
-                        tr = predict_time(m, t, phase="train", precision=wl.precision, batch=wl.batch,
-                                          context=wl.context, catalog=cat)
                         if tr.step_s is None or tr.step_s <= 0:
                             continue
                         run_s = tokens / (wl.batch * wl.context) * tr.step_s
@@ -625,16 +601,20 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
 
 
 def plan_fleet(demand: str | Path | DemandSpec, *, catalog=None, prices_files: list[str] | tuple = (),
-               overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True) -> FleetPlan:
+               overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True,
+               time_limit_s: float = 60.0, analysis: str = "auto") -> FleetPlan:
     """Read a demand file, build the problem and solve it (the API behind ``wseplan fleet``)."""
     from ..analytic.cost import load_prices
     from ..catalog.load import load_catalog
 
+    from .milp import resolve_solver
+
+    resolve_solver(solver)  # a bad name fails before the time models run
     spec = demand if isinstance(demand, DemandSpec) else read_demand(demand)
     cat = catalog or load_catalog()
     prices = load_prices([*spec.prices, *prices_files], catalog=cat)
     pb = build_problem(spec, catalog=cat, prices=prices, overrides=overrides)
-    return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name)
+    return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name, time_limit_s=time_limit_s, analysis=analysis)
 
 
 def synthetic_problem(num_systems: int, num_workloads: int, *, seed: int = 0, configs_per_pair: int = 4) -> FleetProblem:

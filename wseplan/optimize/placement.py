@@ -1,21 +1,30 @@
-"""Placement ILP: contiguous layers -> wafers (or GPU pipeline stages), minimising the slowest stage or the
-number of devices, under the memory of each device (weights + KV cache of the serving batch + activations).
+"""Placement: contiguous layers -> wafers (or GPU pipeline stages), minimising the slowest stage or the number of
+devices, under the memory of each device (weights + KV cache of the serving batch + activations).
 
-Formulation (a path in a DAG, so contiguity and stage order are built in and there are no symmetric
-duplicates): nodes 0..n are the cut positions between the n items (embedding, blocks, head); an arc (i, j)
-is the stage holding items i..j-1, present only when its bytes fit one device. A partition into stages is
-exactly one 0 -> n path, and each path is exactly one partition.
+Two exact algorithms, one answer:
 
-* ``devices``: minimise the number of arcs on the path. The constraint matrix is a network matrix
-  (flow conservation), so the LP relaxation is integral and the solver proves optimality at the root.
-* ``latency``: the slowest stage is a threshold T taken from the distinct arc costs between a lower bound
-  LB = max(sum/K, largest item) + per-stage cost and an upper bound UB from a balanced split. Binary
-  ``w_k = [T >= v_k]`` (monotone in k) switch on the arcs that cost v_k; exactly K arcs form the path.
-  For a fixed threshold the remaining problem is a shortest-path feasibility question (integral LP), so
-  branching happens only on the few threshold variables.
+* **Identical devices** (one target): the exact contiguous partition of
+  :mod:`wseplan.analytic.partition`. ``devices``: greedy packing is optimal (then the stages are balanced over
+  that count). ``latency``: the bottleneck search :func:`~wseplan.analytic.partition.bottleneck_partition`,
+  exact, with a memory cap per stage; thousands of layers onto hundreds of wafers take milliseconds.
+* **Mixed devices** (``also_targets``: e.g. CS-3 and CS-2 wafers together, each group with its own memory and
+  speed, the order of the devices free): an integer program, which the partition cannot express. It is
+  warm-started with the partition on the weakest device (a placement every device can hold) and bounded below
+  by the partition on the strongest (a relaxation); when the two meet, no integer program is solved.
 
-The exact dynamic program :func:`wseplan.analytic.partition.min_max_partition` solves the same problem and
-is used in tests to check the ILP.
+The integer program (also available for identical devices, ``method="ilp"``, to check the partition) is a path
+in a DAG, so contiguity and stage order are built in and there are no symmetric duplicates: nodes 0..n are
+the cut positions between the n items (embedding, blocks, head); an arc (i, j, g) is the stage holding items
+i..j-1 on a device of group g, present only when its bytes fit that device. A partition is one 0 -> n path.
+
+* ``devices``: minimise the number of arcs on the path (for one group a network matrix: the LP is integral).
+* ``latency``: the slowest stage is a threshold T over the distinct arc costs between the lower bound and the
+  warm start's cost; binary ``w_k = [T >= v_k]`` (monotone in k) switch on the arcs that cost v_k, written on
+  suffix sums of each node's out-arcs (an arc reaching further costs more). Each group's arcs are at most its
+  device count (exactly K arcs for one group with K devices).
+
+A solver stopped by its time limit returns the best placement found with status ``time_limit`` and its gap to
+the proved bound, never ``infeasible``; an infeasible placement names the binding constraint.
 
 References
 ----------
@@ -27,127 +36,83 @@ from __future__ import annotations
 
 import math
 import time
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import InputError
 from ..records import RecordHead
+from .milp import SOLVERS, SolverRun, highs_available, new_var, resolve_solver, status_detail  # noqa: F401 (re-exported)
 
 OBJECTIVES = ("latency", "devices")
-SOLVERS = ("highs", "cbc")
+METHODS = ("auto", "dp", "ilp")
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class DeviceGroup(NamedTuple):
+    """``count`` devices of ``capacity_bytes`` each on which a stage's cost is multiplied by ``cost_scale``."""
+
+    count: int
+    capacity_bytes: float
+    cost_scale: float = 1.0
+
+
 class PartitionSolution(_Frozen):
     """Solution of :func:`solve_partition` (item indices, 0-based inclusive)."""
 
-    status: str  # optimal | feasible | infeasible
+    status: str  # optimal | time_limit | infeasible
     optimal: bool
     objective: float | None
     num_stages: int
     max_stage_cost: float | None
     stages: list[tuple[int, int]]
-    solver: str
+    solver: str  # dp | highs | cbc: what produced the answer
     solve_s: float
     num_variables: int
     num_constraints: int
     reason: str | None = None
+    method: str = "dp"  # dp | ilp
+    gap_frac: float | None = None
+    best_bound: float | None = None
+    stage_groups: list[int] = []  # device group of each stage (mixed devices)
+    solver_run: SolverRun
 
 
-_HIGHS_QUIET = []
+# ---------------------------------------------------------------------------------------------
+def _run(name: str, requested: str, *, status: str, solve_s: float, version: str | None = None,
+         fallback: str | None = None, gap: float | None = None, bound: float | None = None, reason: str | None = None,
+         num_solves: int = 1) -> SolverRun:
+    return SolverRun(name=name, version=version, requested=requested, fallback_reason=fallback, status=status,
+                     status_detail=status_detail(status, gap, reason), solve_s=solve_s, gap_frac=gap, best_bound=bound,
+                     num_solves=num_solves)
 
 
-def _quiet_highs() -> None:
-    """HiGHS prints a banner on its first instance in a process, straight to file descriptor 1, whatever its
-    options; create that first instance with fd 1 sent to /dev/null so that JSON on stdout stays clean."""
-    if _HIGHS_QUIET:
-        return
-    import os
-    import sys
-
-    import highspy
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            h = highspy.Highs()
-            h.setOptionValue("output_flag", False)
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-    _HIGHS_QUIET.append(h)
+def _check_items(item_cost, item_bytes) -> tuple[np.ndarray, np.ndarray]:
+    c = np.asarray(item_cost, dtype=float)
+    b = np.asarray(item_bytes, dtype=float)
+    if c.ndim != 1 or len(c) == 0 or b.shape != c.shape:
+        raise InputError("items: need at least one item and equal-length cost and bytes arrays")
+    if not np.isfinite(c).all() or not np.isfinite(b).all() or (c < 0).any() or (b < 0).any():
+        raise InputError("items: costs and bytes must be finite and non-negative")
+    return c, b
 
 
-def highs_available() -> bool:
-    import pulp
-
-    return "HiGHS" in pulp.listSolvers(onlyAvailable=True)
-
-
-def _solver(name: str, time_limit_s: float):
-    """A PuLP solver object and its short name (``highs`` falls back on ``cbc`` when highspy is missing)."""
-    import pulp
-
-    if name == "highs":
-        if highs_available():
-            _quiet_highs()
-            return pulp.HiGHS(msg=False, timeLimit=time_limit_s), "highs"
-        name = "cbc"
-    if name == "cbc":
-        import warnings
-
-        with warnings.catch_warnings():  # PuLP 3.x flags its bundled CBC as deprecated for 4.0
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s), "cbc"
-    raise InputError(f"solver: unknown {name!r}; use one of {', '.join(SOLVERS)}")
+def _max_cost(c: np.ndarray, stages, const: float, scales=None) -> float:
+    pre = np.concatenate([[0.0], np.cumsum(c)])
+    vals = [(pre[e + 1] - pre[a] + const) * (1.0 if scales is None else scales[s]) for s, (a, e) in enumerate(stages)]
+    return float(max(vals))
 
 
-def new_var(prob, name: str, *, low=None, up=None, cat: str = "Continuous"):
-    """A PuLP variable attached to ``prob`` (``add_variable`` on PuLP >= 3.3, the constructor before)."""
-    import pulp
-
-    if hasattr(prob, "add_variable"):
-        return prob.add_variable(name, low, up, cat=cat)
-    return pulp.LpVariable(name, lowBound=low, upBound=up, cat=cat)
-
-
-def _status(prob) -> tuple[str, bool]:
-    import pulp
-
-    st = pulp.LpStatus.get(prob.status, "Undefined")
-    sol = getattr(prob, "sol_status", None)
-    if st == "Infeasible":
-        return "infeasible", False
-    if st == "Optimal" and sol in (None, pulp.LpSolutionOptimal):
-        return "optimal", True
-    if sol in (pulp.LpSolutionIntegerFeasible, pulp.LpSolutionOptimal) or st == "Optimal":
-        return "feasible", False
-    return "infeasible", False
-
-
-def _balanced_split(cost: np.ndarray, k: int) -> list[tuple[int, int]]:
-    """Cut where the cost prefix crosses s/k of the total (a quick feasible heuristic, not optimal)."""
-    n = len(cost)
-    pre = np.cumsum(cost)
-    cuts = [0]
-    for s in range(1, k):
-        j = int(np.searchsorted(pre, pre[-1] * s / k)) + 1
-        j = min(max(j, cuts[-1] + 1), n - (k - s))
-        cuts.append(j)
-    cuts.append(n)
-    return [(cuts[s], cuts[s + 1] - 1) for s in range(k)]
-
-
-def solve_partition(*, item_cost, item_bytes, capacity_bytes: float, stage_const_cost: float = 0.0,
+def solve_partition(*, item_cost, item_bytes, capacity_bytes: float | None = None, stage_const_cost: float = 0.0,
                     stage_const_bytes: float = 0.0, objective: str = "latency", num_stages: int | None = None,
-                    max_stages: int | None = None, solver: str = "cbc", time_limit_s: float = 30.0) -> PartitionSolution:
-    """Contiguous partition of items into device stages by integer programming (PuLP).
+                    max_stages: int | None = None, solver: str = "highs", time_limit_s: float = 30.0,
+                    method: str = "auto", warm_start: bool = True,
+                    device_groups: Sequence[DeviceGroup] | None = None) -> PartitionSolution:
+    """Contiguous partition of items into device stages: exact partition search, or an integer program.
 
     Parameters
     ----------
@@ -156,124 +121,115 @@ def solve_partition(*, item_cost, item_bytes, capacity_bytes: float, stage_const
     item_bytes : array_like
         Memory each item needs on its device [bytes].
     capacity_bytes : float
-        Memory of one device [bytes].
+        Memory of one device [bytes] (identical devices; omit with ``device_groups``).
     stage_const_cost, stage_const_bytes : float
         Per-stage cost and memory whatever the stage holds (activation working set) [unit, bytes].
     objective : str
-        ``latency``: minimise the largest stage cost with exactly ``num_stages`` non-empty stages (all items
-        when ``num_stages`` is None or larger than the item count: one item per stage is then optimal).
-        ``devices``: minimise the number of stages (at most ``max_stages`` when given).
+        ``latency``: minimise the largest stage cost; with identical devices exactly ``num_stages`` non-empty
+        stages (all items when ``num_stages`` is None or larger than the item count: one item per stage is then
+        optimal), with device groups at most one stage per device. ``devices``: minimise the number of stages
+        (at most ``max_stages`` when given).
     solver : str
-        ``cbc`` (bundled with PuLP; the default: its solve times were the steadier in our benchmarks) or
-        ``highs`` (HiGHS via highspy).
+        ``highs`` (HiGHS via highspy, the default; CBC when highspy is missing, recorded as such) or ``cbc``
+        (bundled with PuLP); used only when an integer program is solved.
     time_limit_s : float
-        Solver time limit [s]; a stopped search returns status ``feasible``.
+        Integer-program time limit [s]; a stopped search returns status ``time_limit`` with the best placement
+        found and its gap.
+    method : str
+        ``auto`` (the exact partition for identical devices, the integer program for device groups), ``dp``
+        or ``ilp`` (force one; ``dp`` cannot take device groups).
+    warm_start : bool
+        Start the integer program from the partition's placement and bound it by the partition (the default);
+        off, the integer program runs alone (used by the tests that check it against the partition).
+    device_groups : sequence of DeviceGroup, optional
+        Mixed devices: ``(count, capacity_bytes, cost_scale)`` per group; a stage on group g costs
+        ``(items' cost + stage_const_cost) x cost_scale_g`` and must fit ``capacity_bytes_g``.
 
     Returns
     -------
     PartitionSolution
-        ``objective`` is the largest stage cost (latency) or the stage count (devices).
+        ``objective`` is the largest stage cost (latency) or the stage count (devices); ``solver_run`` says
+        what solved it.
     """
-    import pulp
-
     if objective not in OBJECTIVES:
         raise InputError(f"--objective: unknown {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    c = np.asarray(item_cost, dtype=float)
-    b = np.asarray(item_bytes, dtype=float)
+    if method not in METHODS:
+        raise InputError(f"method: unknown {method!r}; use one of {', '.join(METHODS)}")
+    c, b = _check_items(item_cost, item_bytes)
     n = len(c)
-    if n == 0 or len(b) != n:
-        raise InputError("items: need at least one item and equal-length cost and bytes arrays")
-    if (c < 0).any() or (b < 0).any() or not np.isfinite(c).all() or not np.isfinite(b).all():
-        raise InputError("items: costs and bytes must be finite and non-negative")
-    slv, slv_name = _solver(solver, time_limit_s)
-    cpre = np.concatenate([[0.0], np.cumsum(c)])
-    bpre = np.concatenate([[0.0], np.cumsum(b)])
-    ii, jj = np.triu_indices(n + 1, k=1)  # arcs (i, j): items i..j-1
-    seg_b = bpre[jj] - bpre[ii] + stage_const_bytes
-    seg_c = cpre[jj] - cpre[ii] + stage_const_cost
-    keep = seg_b <= capacity_bytes * (1 + 1e-12)
-    too_big = [i for i in range(n) if b[i] + stage_const_bytes > capacity_bytes * (1 + 1e-12)]
-    empty = PartitionSolution(status="infeasible", optimal=False, objective=None, num_stages=0, max_stage_cost=None,
-                              stages=[], solver=slv_name, solve_s=0.0, num_variables=0, num_constraints=0)
-    if too_big:
-        i = too_big[0]
-        return empty.model_copy(update={"reason": f"item {i} alone needs {b[i] + stage_const_bytes:.4g} B, more than one "
-                                                  f"device's {capacity_bytes:.4g} B"})
+    if device_groups is not None:
+        groups = [DeviceGroup(int(g[0]), float(g[1]), float(g[2]) if len(g) > 2 else 1.0) for g in device_groups]
+        if not groups or any(g.count < 1 or not g.capacity_bytes > 0 or not g.cost_scale > 0 for g in groups):
+            raise InputError("device_groups: each group needs count >= 1, capacity_bytes > 0 and cost_scale > 0")
+        if method == "dp":
+            raise InputError("method: the exact partition takes identical devices; mixed device groups need the ILP")
+        if len(groups) == 1:  # one group is identical devices
+            g = groups[0]
+            k = min(g.count, n) if objective == "latency" else None
+            sol = solve_partition(item_cost=c * g.cost_scale, item_bytes=b, capacity_bytes=g.capacity_bytes,
+                                  stage_const_cost=stage_const_cost * g.cost_scale, stage_const_bytes=stage_const_bytes,
+                                  objective=objective, num_stages=k, max_stages=g.count if objective == "devices" else None,
+                                  solver=solver, time_limit_s=time_limit_s, method=method, warm_start=warm_start)
+            return sol.model_copy(update={"stage_groups": [0] * sol.num_stages})
+        from .placement_ilp import solve_groups
+
+        return solve_groups(c, b, groups, stage_const_cost, stage_const_bytes, objective, solver, time_limit_s,
+                            warm_start)
+    if capacity_bytes is None:
+        raise InputError("capacity_bytes: give the memory of one device (or device_groups)")
     k_exact = None
     if objective == "latency":
         k_exact = n if num_stages is None else min(int(num_stages), n)
         if k_exact < 1:
             raise InputError(f"num_stages: must be at least 1, got {num_stages}")
-        keep &= (jj - ii) <= n - k_exact + 1  # the other k-1 stages each need one item
-        lb = max(cpre[-1] / k_exact, c.max()) + stage_const_cost
-        split = _balanced_split(c, k_exact)
-        if all(bpre[bb + 1] - bpre[a] + stage_const_bytes <= capacity_bytes * (1 + 1e-12) for a, bb in split):
-            ub = max(cpre[bb + 1] - cpre[a] for a, bb in split) + stage_const_cost
-            keep &= seg_c <= ub * (1 + 1e-12)
-    ii, jj, seg_c = ii[keep], jj[keep], seg_c[keep]
-    scale = float(max(seg_c.max(initial=0.0), 1e-300))
-    prob = pulp.LpProblem("placement", pulp.LpMinimize)
-    y = [new_var(prob, f"y_{a}_{e}", cat="Binary") for a, e in zip(ii.tolist(), jj.tolist())]
-    out_arcs: list[list[int]] = [[] for _ in range(n + 1)]
-    in_arcs: list[list[int]] = [[] for _ in range(n + 1)]
-    for idx, (a, e) in enumerate(zip(ii.tolist(), jj.tolist())):
-        out_arcs[a].append(idx)
-        in_arcs[e].append(idx)
-    if not out_arcs[0] or not in_arcs[n]:
-        return empty.model_copy(update={"reason": "no stage that fits one device can start or end the sequence"})
-    ncons = 0
-    for v in range(n + 1):
-        rhs = 1 if v == 0 else (-1 if v == n else 0)
-        prob += pulp.lpSum(y[i] for i in out_arcs[v]) - pulp.lpSum(y[i] for i in in_arcs[v]) == rhs, f"flow_{v}"
-        ncons += 1
-    nvars = len(y)
-    if objective == "devices":
-        prob += pulp.lpSum(y)
-        if max_stages is not None:
-            prob += pulp.lpSum(y) <= int(max_stages), "max_stages"
-            ncons += 1
-    else:
-        prob += pulp.lpSum(y) == k_exact, "num_stages"
-        ncons += 1
-        vals = np.unique(seg_c[seg_c > lb * (1 + 1e-12)])
-        w = [new_var(prob, f"w_{k}", cat="Binary") for k in range(len(vals))]
-        nvars += len(w)
-        for k in range(1, len(w)):
-            prob += w[k] <= w[k - 1], f"mono_{k}"
-            ncons += 1
-        kidx = np.searchsorted(vals, seg_c * (1 - 1e-12))  # arc cost -> threshold index
-        # Arcs out of node i cost more the further they reach (items are non-negative), so the arcs that need
-        # threshold k form a suffix of i's out-arcs; at most one of them is used, hence
-        # sum(suffix) <= w_k, written with continuous suffix sums r (stronger than y <= w_k arc by arc).
-        for v in range(n + 1):
-            arcs = sorted(out_arcs[v], key=lambda a: int(jj[a]))
-            nxt = None
-            for a in reversed(arcs):
-                if seg_c[a] <= lb * (1 + 1e-12):
-                    break
-                r = new_var(prob, f"r_{a}", low=0)
-                nvars += 1
-                prob += r == (y[a] + nxt if nxt is not None else y[a]), f"suf_{a}"
-                prob += r <= w[int(kidx[a])], f"thr_{a}"
-                ncons += 2
-                nxt = r
-        steps = np.diff(np.concatenate([[lb], vals])) / scale
-        prob += lb / scale + pulp.lpSum(float(s) * wk for s, wk in zip(steps, w))
+    dp = _solve_dp(c, b, capacity_bytes, stage_const_cost, stage_const_bytes, objective, k_exact, max_stages, solver)
+    if method != "ilp":
+        return dp
+    if dp.status == "infeasible":  # the partition proves it and names the binding constraint
+        return dp.model_copy(update={"solver_run": dp.solver_run.model_copy(update={"requested": solver})})
+    from .placement_ilp import solve_identical
+
+    return solve_identical(c, b, capacity_bytes, stage_const_cost, stage_const_bytes, objective, k_exact, max_stages,
+                           solver, time_limit_s, dp if warm_start else None)
+
+
+def _solve_dp(c, b, cap, cc, cb, objective, k_exact, max_stages, solver) -> PartitionSolution:
+    from ..analytic.partition import bottleneck_partition, fewest_stages
+
+    n = len(c)
     t0 = time.perf_counter()
-    prob.solve(slv)
-    solve_s = float(getattr(prob, "solutionTime", None) or (time.perf_counter() - t0))
-    status, optimal = _status(prob)
-    if status == "infeasible":
-        why = (f"no {k_exact} contiguous stages fit each device's {capacity_bytes:.4g} B" if objective == "latency"
-               else f"no partition within {max_stages} devices of {capacity_bytes:.4g} B each")
-        return empty.model_copy(update={"solver": slv_name, "solve_s": solve_s, "num_variables": nvars,
-                                        "num_constraints": ncons, "reason": why})
-    used = sorted((int(ii[i]), int(jj[i]) - 1) for i, v in enumerate(y) if (v.value() or 0) > 0.5)
-    max_cost = max(cpre[e + 1] - cpre[a] + stage_const_cost for a, e in used)
-    obj = float(len(used)) if objective == "devices" else float(max_cost)
-    return PartitionSolution(status=status, optimal=optimal, objective=obj, num_stages=len(used),
-                             max_stage_cost=float(max_cost), stages=used, solver=slv_name, solve_s=solve_s,
-                             num_variables=nvars, num_constraints=ncons)
+
+    def infeasible(reason: str) -> PartitionSolution:
+        s = time.perf_counter() - t0
+        return PartitionSolution(status="infeasible", optimal=False, objective=None, num_stages=0, max_stage_cost=None,
+                                 stages=[], solver="dp", solve_s=s, num_variables=0, num_constraints=0, reason=reason,
+                                 method="dp", solver_run=_run("dp", solver, status="infeasible", solve_s=s, reason=reason))
+
+    too_big = np.nonzero(b + cb > cap * (1 + 1e-12))[0]
+    if len(too_big):
+        i = int(too_big[0])
+        return infeasible(f"memory: item {i} alone needs {b[i] + cb:.4g} B, more than one device's {cap:.4g} B")
+    if objective == "devices":
+        g = fewest_stages(b, cap, cb)
+        if max_stages is not None and len(g) > int(max_stages):
+            return infeasible(f"memory: no partition within {max_stages} devices of {cap:.4g} B each; "
+                              f"at least {len(g)} are needed")
+        k = len(g)
+    else:
+        k = k_exact
+    res = bottleneck_partition(c, k, item_bytes=b, capacity_bytes=cap, stage_const_cost=cc, stage_const_bytes=cb)
+    if not res.feasible:
+        return infeasible(res.binding)
+    s = time.perf_counter() - t0
+    obj = float(k) if objective == "devices" else res.max_stage_cost
+    bound = obj if objective == "devices" else res.lower_bound
+    status = "optimal" if res.optimal else "time_limit"
+    gap = 0.0 if res.optimal else (res.max_stage_cost - res.lower_bound) / max(res.max_stage_cost, 1e-300)
+    return PartitionSolution(status=status, optimal=res.optimal, objective=obj, num_stages=k,
+                             max_stage_cost=res.max_stage_cost, stages=res.stages, solver="dp", solve_s=s, num_variables=0,
+                             num_constraints=0, method="dp", gap_frac=gap, best_bound=bound,
+                             solver_run=_run("dp", solver, status=status, solve_s=s, gap=gap, bound=bound,
+                                             num_solves=res.num_probes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,12 +240,17 @@ class PlacementResult(RecordHead):
     """
 
     objective_kind: str
-    status: str
+    status: str  # optimal | time_limit | infeasible
+    status_detail: str  # "optimal", "time limit, best found, gap 1.2%", "infeasible: memory: ..."
     optimal: bool
     objective: float | None
     objective_unit: str
-    solver: str
+    gap_frac: float | None = None
+    best_bound: float | None = None
+    method: str  # dp | ilp
+    solver: str  # dp | highs | cbc
     solve_s: float
+    solver_run: SolverRun
     num_devices: int
     num_stages: int
     devices_per_stage: int
@@ -300,6 +261,7 @@ class PlacementResult(RecordHead):
     num_variables: int
     num_constraints: int
     stages: list  # list[wseplan.fit.Stage]
+    stage_hardware: list[str] = []  # mixed devices: the hardware of each stage
     notes: list[str] = []
 
     def to_record(self) -> dict:
@@ -307,17 +269,23 @@ class PlacementResult(RecordHead):
 
     def to_row(self) -> dict:
         rec = self.to_record()
-        return {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
+        row = {k: v for k, v in rec.items() if not isinstance(v, (list, dict)) and v is not None}
+        row.update({f"solver_{k}": v for k, v in rec["solver_run"].items() if v is not None and k != "status_detail"})
+        return row
 
     def to_frame(self):
         import pandas as pd
 
-        return pd.DataFrame([s.model_dump() for s in self.stages])
+        df = pd.DataFrame([s.model_dump() for s in self.stages])
+        if self.stage_hardware:
+            df["hardware"] = self.stage_hardware
+        return df
 
 
 def place(model, target, *, objective: str = "latency", precision: str = "bf16", phase: str = "decode",
           batch: int | None = None, context: int | None = None, reserve: float | None = None,
-          tensor_parallel: int = 1, solver: str = "cbc", time_limit_s: float = 30.0, catalog=None) -> PlacementResult:
+          tensor_parallel: int = 1, solver: str = "highs", time_limit_s: float = 30.0, method: str = "auto",
+          also_targets: Sequence[str] = (), catalog=None) -> PlacementResult:
     """Place ``model``'s layers on ``target``'s devices (the API behind ``wseplan place``).
 
     Wafer targets: one stage per wafer, memory as ``wseplan fit`` counts it (weights + KV cache for
@@ -330,9 +298,14 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     The stage cost stands for its time at equal device speed: in decode (bandwidth-bound) the stage's weight +
     KV bytes, which a step reads once; in prefill (compute-bound) its FLOPs for the tokens in flight
     (``objective_unit`` says which). Per-layer times from the time models would replace these proxies.
+
+    ``also_targets`` (each with a count, same kind as ``target``: ``place(m, "cs3x8", also_targets=["cs2x8"])``)
+    places on mixed devices: each stage on one device, at most each target's count, every device with its own
+    memory; the stage cost is then a time [s]: bytes / memory bandwidth (decode) or FLOP / dense peak (prefill)
+    of its device. Solved by the integer program (see the module notes).
     """
     from ..catalog.load import load_catalog
-    from ..fit import _stage_records, build_workload, resolve_model
+    from ..workload import build_workload, resolve_model, stage_records
     from ..targets import parse_target
     from ..workload import check_positive_int
 
@@ -343,6 +316,9 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     if phase not in ("prefill", "decode"):
         raise InputError(f"phase: placement covers inference (prefill or decode), got {phase!r}; "
                          "training on wafers streams every layer through each wafer (see `wseplan fit --phase train`)")
+    if method not in METHODS:
+        raise InputError(f"method: unknown {method!r}; use one of {', '.join(METHODS)}")
+    resolve_solver(solver)  # a bad name fails before any work
     batch = int(d.default_batch.si) if batch is None else batch
     context = int(d.default_context_tokens.si) if context is None else context
     check_positive_int(batch, "batch")
@@ -350,6 +326,7 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     check_positive_int(tensor_parallel, "tensor_parallel")
     m = resolve_model(model, cat) if isinstance(model, str) else model
     t = parse_target(target, cat) if isinstance(target, str) else target
+    others = [parse_target(x, cat) if isinstance(x, str) else x for x in also_targets]
     if reserve is None:
         reserve = (d.wafer_sram_reserve_frac if t.kind == "wafer" else d.gpu_hbm_reserve_frac).si
     if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not (0.0 <= reserve < 1.0) or math.isnan(reserve):
@@ -360,12 +337,12 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     in_flight = float(w.batch) if phase == "decode" else float(min(tokens, d.prefill_chunk_tokens.si))
     act_const = w.working_set_bytes_per_token * in_flight
     notes: list[str] = []
-    if t.kind == "wafer":
-        tp = 1
-        cap = t.device.usable_sram_bytes * (1.0 - reserve)
-    else:
-        tp = tensor_parallel
-        cap = t.device.hbm_bytes.si * (1.0 - reserve) * tp
+    tp = 1 if t.kind == "wafer" else tensor_parallel
+
+    def capacity(tt) -> float:
+        return tt.device.usable_sram_bytes * (1.0 - reserve) if tt.kind == "wafer" else tt.device.hbm_bytes.si * (1.0 - reserve) * tp
+
+    cap = capacity(t)
     single = w.weight_bytes + kv_items
     multi = single.copy()
     if w.tied_head_bytes:
@@ -378,7 +355,14 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     else:
         # decode is bandwidth-bound: a stage's time is the weight + KV bytes it reads per step
         cost_of, const_cost, cost_unit = (lambda xb: xb), act_const, "bytes"
-    if t.count is not None:
+    kw = dict(solver=solver, time_limit_s=time_limit_s, method=method)
+    stage_hw: list[str] = []
+    if others:
+        sol, cost_unit, groups_hw = _place_mixed(t, others, tp, capacity, precision, phase, single, multi, cost_of,
+                                                 const_cost, act_const, objective, kw)
+        stage_hw = [groups_hw[g] for g in sol.stage_groups]
+        n_dev_total = t.count + sum(o.count for o in others)
+    elif t.count is not None:
         if t.count % tp:
             raise InputError(f"target: {t.count} GPUs is not a multiple of --tensor-parallel {tp}")
         k = t.count // tp
@@ -387,51 +371,90 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
         x = single if k == 1 else multi
         if objective == "latency":
             sol = solve_partition(item_cost=cost_of(x), item_bytes=x, capacity_bytes=cap, stage_const_cost=const_cost,
-                                  stage_const_bytes=act_const, objective="latency", num_stages=k, solver=solver,
-                                  time_limit_s=time_limit_s)
+                                  stage_const_bytes=act_const, objective="latency", num_stages=k, **kw)
         else:
-            sol = _min_devices(single, multi, cap, act_const, solver, time_limit_s, max_stages=k)
+            sol = _min_devices(single, multi, cap, act_const, cost_of, const_cost, kw, max_stages=k)
     else:
-        sol = _min_devices(single, multi, cap, act_const, solver, time_limit_s, max_stages=None)
-        if objective == "latency" and sol.status != "infeasible":
+        sol = _min_devices(single, multi, cap, act_const, cost_of, const_cost, kw, max_stages=None)
+        if objective == "latency" and sol.status == "optimal":
             # the fewest devices first, then the most even split over them (the latency objective)
             x = single if sol.num_stages == 1 else multi
             sol2 = solve_partition(item_cost=cost_of(x), item_bytes=x, capacity_bytes=cap, stage_const_cost=const_cost,
-                                   stage_const_bytes=act_const, objective="latency", num_stages=sol.num_stages,
-                                   solver=solver, time_limit_s=time_limit_s)
-            sol = sol2.model_copy(update={"solve_s": sol.solve_s + sol2.solve_s})
+                                   stage_const_bytes=act_const, objective="latency", num_stages=sol.num_stages, **kw)
+            run = sol2.solver_run.model_copy(update={"solve_s": sol.solve_s + sol2.solve_s,
+                                                     "num_solves": sol.solver_run.num_solves + sol2.solver_run.num_solves})
+            sol = sol2.model_copy(update={"solve_s": sol.solve_s + sol2.solve_s, "solver_run": run})
     x = single if sol.num_stages <= 1 else multi
     if sol.reason:
         notes.append(sol.reason)
     # per device, as fit reports it: a GPU stage's bytes are split over its tp GPUs
     loads = [float(x[a : e + 1].sum() + act_const) / tp for a, e in sol.stages]
-    stages = _stage_records(w, sol.stages, loads) if sol.stages else []
+    from ..records import Stage
+
+    stages = [Stage(**r) for r in stage_records(w, sol.stages, loads)] if sol.stages else []
     n_stages = sol.num_stages
-    c_items = cost_of(x)
-    max_cost = (max(float(c_items[a : e + 1].sum()) + const_cost for a, e in sol.stages) / tp) if sol.stages else None
-    num_devices = t.count if (t.count is not None and objective == "latency") else n_stages * tp
-    if objective == "devices" and t.count is not None and sol.status != "infeasible" and n_stages * tp < t.count:
-        notes.append(f"{n_stages * tp} of the {t.count} devices suffice")
+    if others:
+        max_cost = sol.max_stage_cost
+        num_devices = n_dev_total if objective == "latency" else n_stages * tp
+        if objective == "latency" and n_stages * tp < n_dev_total and sol.stages:
+            notes.append(f"{n_dev_total - n_stages * tp} of the {n_dev_total} devices left idle")
+    else:
+        c_items = cost_of(x)
+        max_cost = (max(float(c_items[a : e + 1].sum()) + const_cost for a, e in sol.stages) / tp) if sol.stages else None
+        num_devices = t.count if (t.count is not None and objective == "latency") else n_stages * tp
+        if objective == "devices" and t.count is not None and sol.status != "infeasible" and n_stages * tp < t.count:
+            notes.append(f"{n_stages * tp} of the {t.count} devices suffice")
+    if sol.status == "time_limit" and sol.stages:
+        notes.append(f"{sol.solver_run.status_detail} (best bound {sol.best_bound:.6g} {cost_unit if objective == 'latency' else 'devices'})")
     if objective == "latency":
         obj, unit = max_cost, cost_unit
+        bound = None if sol.best_bound is None else (sol.best_bound / tp if not others else sol.best_bound)
     else:
         obj, unit = (float(n_stages * tp) if sol.objective is not None else None), "devices"
-    return PlacementResult(model=w.model_name, target=t.label, hardware=t.key, device_kind=t.kind, precision=precision,
+        bound = None if sol.best_bound is None else sol.best_bound * tp
+    return PlacementResult(model=w.model_name, target=t.label if not others else "+".join([t.label, *(o.label for o in others)]),
+                           hardware=t.key, device_kind=t.kind, precision=precision,
                            phase=phase, batch=batch, context=context, objective_kind=objective, status=sol.status,
-                           optimal=sol.optimal, objective=obj, objective_unit=unit, solver=sol.solver,
-                           solve_s=sol.solve_s, num_devices=num_devices,
+                           status_detail=sol.solver_run.status_detail, optimal=sol.optimal, objective=obj,
+                           objective_unit=unit, gap_frac=sol.gap_frac, best_bound=bound, method=sol.method,
+                           solver=sol.solver, solve_s=sol.solve_s, solver_run=sol.solver_run, num_devices=num_devices,
                            num_stages=n_stages, devices_per_stage=tp, capacity_bytes=cap / tp,
                            max_stage_bytes=max(loads) if loads else None, max_stage_cost=max_cost,
                            cost_unit=cost_unit, num_variables=sol.num_variables, num_constraints=sol.num_constraints,
-                           stages=stages, notes=notes)
+                           stages=stages, stage_hardware=stage_hw, notes=notes)
 
 
-def _min_devices(single, multi, cap, act_const, solver, time_limit_s, max_stages):
+def _place_mixed(t, others, tp, capacity, precision, phase, single, multi, cost_of, const_cost, act_const, objective, kw):
+    """Mixed devices: one group per target; stage cost in seconds on each group's device."""
+    labels = [t, *others]
+    for o in labels:
+        if o.count is None:
+            raise InputError(f"target {o.text}: mixed devices need a count in every target (e.g. cs3x8 with cs2x8)")
+        if o.kind != t.kind:
+            raise InputError(f"target {o.text}: mixed devices must all be wafers or all GPUs (got {t.kind} and {o.kind})")
+        if o.count % tp:
+            raise InputError(f"target {o.text}: {o.count} GPUs is not a multiple of --tensor-parallel {tp}")
+    keys = [o.key for o in labels]
+    if len(set(keys)) != len(keys):
+        raise InputError(f"targets: {', '.join(keys)} repeat a device; give each hardware once with its count")
+    groups, hw = [], []
+    for o in labels:
+        dev = o.device
+        if phase == "prefill":
+            rate = dev.peak_flop_per_s(precision) * tp
+        else:
+            rate = (dev.sram_bandwidth_bytes_per_s.si if o.kind == "wafer" else dev.hbm_bandwidth_bytes_per_s.si) * tp
+        groups.append(DeviceGroup(o.count // tp, capacity(o), 1.0 / rate))
+        hw.append(o.key)
+    total = sum(g.count for g in groups)
+    x = single if total == 1 else multi
+    sol = solve_partition(item_cost=cost_of(x), item_bytes=x, stage_const_cost=const_cost, stage_const_bytes=act_const,
+                          objective=objective, device_groups=groups, **kw)
+    return sol, "s", hw
+
+
+def _min_devices(single, multi, cap, act_const, cost_of, const_cost, kw, max_stages):
     """Fewest stages; one stage holds the model without the extra tied-head copy when it fits alone."""
-    if single.sum() + act_const <= cap:
-        return solve_partition(item_cost=single, item_bytes=single, capacity_bytes=cap, stage_const_cost=act_const,
-                               stage_const_bytes=act_const, objective="devices", max_stages=max_stages, solver=solver,
-                               time_limit_s=time_limit_s)
-    return solve_partition(item_cost=multi, item_bytes=multi, capacity_bytes=cap, stage_const_cost=act_const,
-                           stage_const_bytes=act_const, objective="devices", max_stages=max_stages, solver=solver,
-                           time_limit_s=time_limit_s)
+    x = single if single.sum() + act_const <= cap else multi
+    return solve_partition(item_cost=cost_of(x), item_bytes=x, capacity_bytes=cap, stage_const_cost=const_cost,
+                           stage_const_bytes=act_const, objective="devices", max_stages=max_stages, **kw)

@@ -257,7 +257,7 @@ def _prices(cat):
 def _serving(st: Study, cat) -> dict:
     from ..analytic import cost as C
     from ..compare import compare_case
-    from ..fit import resolve_model
+    from ..workload import resolve_model
 
     sv = st.serving
     m = resolve_model(st.model, cat)
@@ -407,7 +407,7 @@ def _size_target(tgt: str, n: int, cat) -> tuple[str, int]:
 
 def _training(st: Study, cat) -> dict:
     from ..compare import compare_case
-    from ..fit import resolve_model
+    from ..workload import resolve_model
 
     tr = st.training
     m = resolve_model(st.model, cat)
@@ -575,10 +575,10 @@ def _is_wafer(tgt: str, cat) -> bool:
 
 
 def _stream_plot(st: Study, m, cat, tgt: str):
-    """Weight streaming on one system versus batch, from :func:`wseplan.analytic.stream.plan_stream`."""
-    from ..analytic import stream as S
-    from ..fit import build_workload
+    """Weight streaming on one system versus batch, from :func:`wseplan.timing.stream` (the plan chain)."""
     from ..targets import parse_target
+    from ..timing import stream
+    from ..workload import build_workload
 
     tr = st.training
     t = parse_target(f"{tgt}x1", cat)
@@ -586,7 +586,7 @@ def _stream_plot(st: Study, m, cat, tgt: str):
     rows = []
     threshold = None
     for b in tr.stream_batches:
-        r = S.plan_stream(m, t, cat, precision=st.precision, batch=b, context=tr.seq_len)
+        r = stream(m, t, precision=st.precision, batch=b, context=tr.seq_len, catalog=cat)
         load = w.total_weight_bytes / r.stream_bandwidth_bytes_per_s  # one pass over every layer's weights
         fwd = (r.compute_s - r.recompute_s) / 3.0  # forward share of forward + backward (2x forward)
         rows.append({"batch": b, "tokens": r.tokens_per_step, "forward_compute_s": fwd, "weight_load_s": load,
@@ -634,7 +634,7 @@ def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int
     """Each target's roof (peak and the memory that feeds it; an upper bound, drawn apart) and the FLOP/s the
     model predicts there: predicted tokens/s x FLOPs per token at each swept batch (serving), or MFU x peak at
     the chosen size (training). ``achieved``: (target, batch) -> ``{tokens_per_s}`` or ``{mfu, label}``."""
-    from ..fit import build_workload
+    from ..workload import build_workload
     from ..targets import parse_target
 
     roofs, points, predicted = [], [], []
@@ -770,7 +770,7 @@ def _entry_sources(t, cat) -> list[str]:
 
 
 def _model_sources(name: str, cat) -> list[str]:
-    from ..fit import resolve_model
+    from ..workload import resolve_model
 
     m = resolve_model(name, cat)
     src = getattr(m, "source", [])

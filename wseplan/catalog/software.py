@@ -1,0 +1,119 @@
+"""Software profiles: named, sourced engine behaviour per device family (``catalogs/software/*.yaml``).
+
+A profile holds what the serving or training *software* decides, apart from the hardware: how the engine
+schedules requests (in-flight batching or static batches), how prompts are cut into passes, the token budget of
+a step, the largest batch, speculative-decoding defaults, and the family's software constants (kernel
+efficiencies, launch and host overheads, collective latencies ...) as cited :class:`Quantity` values. Every
+command that computes a time takes ``--software NAME``; each family has a default profile (``default: true``),
+the production behaviour a buyer means. Research-code behaviour is a named profile of its own.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import CatalogError, InputError, suggest, validation_detail
+from .schema import Quantity
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Speculative(_Frozen):
+    """Speculative decoding: a draft model proposes ``draft_tokens`` tokens, the target verifies them in one pass."""
+
+    draft_model: str = Field(min_length=1)
+    draft_tokens: Quantity
+    acceptance_frac: Quantity
+    draft_placement: Literal["same_devices", "own_devices"] = "same_devices"
+
+
+class Engine(_Frozen):
+    """How the engine runs requests."""
+
+    scheduling: Literal["inflight", "static"]
+    prefill_pass: Literal["batch", "prompt", "chunk"]
+    token_budget: Quantity
+    max_batch: Quantity
+    speculative: Speculative | None = None
+
+
+class SoftwareProfile(_Frozen):
+    name: str
+    family: str
+    default: bool = False
+    description: str
+    source: str | list[str]
+    basis: Literal["official", "official-secondary", "measured", "third-party", "estimate", "unverified"]
+    note: str | None = None
+    engine: Engine
+    constants: dict[str, Quantity] = {}
+
+    def constant(self, key: str, default: float | None = None) -> float:
+        q = self.constants.get(key)
+        if q is None:
+            if default is None:
+                raise CatalogError(f"software {self.name}: constant {key!r} is missing; add it to the profile")
+            return default
+        return q.si
+
+
+class SoftwareFile(_Frozen):
+    software: dict[str, SoftwareProfile]
+
+
+def software_dir(base: Path) -> Path:
+    return base / "software"
+
+
+@lru_cache(maxsize=8)
+def _load_dir(folder: str) -> dict[str, SoftwareProfile]:
+    from .load import read_yaml
+
+    out: dict[str, SoftwareProfile] = {}
+    for p in sorted(Path(folder).glob("*.y*ml")):
+        data = read_yaml(p)
+        if isinstance(data, dict) and isinstance(data.get("software"), dict):
+            data = {"software": {k: {"name": k, **v} if isinstance(v, dict) else v for k, v in data["software"].items()}}
+        try:
+            f = SoftwareFile.model_validate(data)
+        except ValidationError as exc:
+            loc, msg = validation_detail(exc)
+            raise CatalogError(f"{p}: {loc}: {msg}") from None
+        out.update(f.software)
+    return out
+
+
+def load_software(catalog) -> dict[str, SoftwareProfile]:
+    """Every software profile of the bundled catalog folder (and of ``--catalog`` folders' ``software/``)."""
+    from .load import default_catalog_dir
+
+    profiles = dict(_load_dir(str(software_dir(default_catalog_dir()))))
+    for extra in getattr(catalog, "extra_dirs", ()) or ():
+        d = software_dir(Path(extra))
+        if d.is_dir():
+            profiles.update(_load_dir(str(d)))
+    return profiles
+
+
+def resolve_software(name: str | None, family: str, catalog) -> SoftwareProfile:
+    """The named profile (it must belong to ``family``), or the family's default profile."""
+    profiles = load_software(catalog)
+    if name is None:
+        for p in profiles.values():
+            if p.family == family and p.default:
+                return p
+        raise CatalogError(f"no default software profile for the {family} family; mark one `default: true`")
+    key = name.lower()
+    if key not in profiles:
+        raise InputError(f"software: unknown profile {name!r}{suggest(key, profiles)}; choose one of "
+                         f"{', '.join(sorted(k for k, p in profiles.items() if p.family == family))}")
+    prof = profiles[key]
+    if prof.family != family:
+        raise InputError(f"software: profile {name!r} is for {prof.family} hardware, not {family}; choose one of "
+                         f"{', '.join(sorted(k for k, p in profiles.items() if p.family == family))}")
+    return prof

@@ -1,0 +1,169 @@
+"""The device-family contract: what every accelerator family implements, vectorized over configurations.
+
+A *family* (GPU nodes and clusters; a wafer with weights resident in SRAM; a wafer fed by MemoryX through
+SwarmX; a plug-in such as a TPU pod) turns a :class:`Query` (model x target x phase x precision x software
+profile x options, all scalars) and a table of *configurations* (equal-length numpy columns: ``batch``,
+``context``, ``output_tokens`` and the family's layout columns) into arrays:
+
+* :meth:`Family.candidates` expands every configuration whose layout is not fully given into the layouts the
+  family can run (the layout search space) and returns the parent row of each candidate;
+* :meth:`Family.fit` gives the memory of the fullest device, the usable capacity and whether it fits;
+* :meth:`Family.time` gives step, TTFT, TPOT, throughput and a named bottleneck (inference families build it
+  from :meth:`InferenceFamily.pass_time` through the one serving engine, :mod:`wseplan.analytic.engine`);
+* :meth:`Family.hardware` gives what the cost model needs (devices per system, power, rack space).
+
+A scalar question is a table of one row; a sweep is the same code on many rows. :mod:`wseplan.plan` is the
+only caller: it chains fit -> layout choice -> time -> cost and never times or prices what does not fit.
+
+Column conventions (all float64 numpy arrays of one length ``n``):
+
+* ``batch`` [sequences], ``context`` [tokens] (train: sequence length; prefill/serve: prompt length; decode:
+  KV length), ``output_tokens`` [tokens] (serve: generated tokens per request; 0 elsewhere);
+* a layout column holds a value, or NaN where the value is to be searched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+#: every bottleneck name a prediction can carry, in one list (codes index it, so arrays stay numeric)
+BOTTLENECKS = (
+    "compute", "hbm_bandwidth", "nvlink", "overhead", "launch_overhead", "host_overhead", "collective_latency",
+    "prefill", "pipeline_bubble", "pipeline_p2p", "network", "optimizer", "kernel_overhead", "fabric_latency",
+    "fabric_bandwidth", "fabric", "cross_region_link", "recompute", "weight_stream", "spill_io", "sram",
+    "memoryx_capacity", "queueing", "none",
+)
+BOTTLENECK_CODE = {name: i for i, name in enumerate(BOTTLENECKS)}
+
+#: what binds a fit (codes index it)
+BINDINGS = ("none", "weights", "kv_cache", "activations", "optimizer", "memoryx")
+BINDING_CODE = {name: i for i, name in enumerate(BINDINGS)}
+
+PHASES = ("train", "prefill", "decode", "serve")
+
+#: columns every configuration table has
+BASE_COLUMNS = ("batch", "context", "output_tokens")
+
+
+def argmax_code(parts: dict[str, Any], n: int) -> np.ndarray:
+    """Bottleneck code (index into :data:`BOTTLENECKS`) of the largest part per row; the first part wins a tie."""
+    if not parts:
+        return np.full(n, BOTTLENECK_CODE["none"], dtype=np.int64)
+    names = list(parts)
+    stack = np.stack([np.broadcast_to(np.asarray(parts[k], dtype=float), (n,)) for k in names])
+    codes = np.asarray([BOTTLENECK_CODE[k] for k in names])
+    return codes[np.argmax(np.nan_to_num(stack, nan=-np.inf), axis=0)]
+
+
+def binding_code(parts: dict[str, np.ndarray], load: np.ndarray, capacity, fits: np.ndarray) -> np.ndarray:
+    """What binds a fit per row: ``none`` while the fullest device is under half full and fits, else its largest
+    term (``weights``, ``kv_cache``, ``activations``, ``optimizer``)."""
+    n = len(load)
+    names = list(parts)
+    stack = np.stack([np.broadcast_to(np.asarray(parts[k], dtype=float), (n,)) for k in names])
+    largest = np.asarray([BINDING_CODE[k] for k in names])[np.argmax(stack, axis=0)]
+    return np.where(fits & (load < 0.5 * np.asarray(capacity, dtype=float)), BINDING_CODE["none"], largest)
+
+
+@dataclass(frozen=True)
+class Query:
+    """The scalar part of a question: model x target x phase x precision x software profile x options.
+
+    ``options`` are family options (GPU: ``zero_stage``, ``recompute``, ``sequence_parallel``, ``trainable``,
+    ``context_parallel``; wafer: ``reserve``, ``memoryx_option``, ``policy``, ``micro_batch`` ...); a family
+    refuses options it does not know with one line.
+    """
+
+    model: Any
+    target: Any
+    phase: str
+    precision: str
+    catalog: Any
+    software: Any
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the cost model needs from a family for one target."""
+
+    devices_per_system: float
+    system_power_w: float
+    system_rack_units: float
+    price_key: str
+    system_name: str
+
+
+class Family:
+    """Base class of a device family. Subclasses set the class attributes and implement the methods.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (``gpu``, ``wafer``, ``wafer_streaming`` ...).
+    kinds : tuple of str
+        Catalog kinds this family handles (a target's ``kind``).
+    phases : tuple of str
+        Phases it answers (a kind may have one family for training and another for inference).
+    layout_columns : tuple of str
+        Its layout columns; NaN in a column means "search this".
+    options : tuple of str
+        Family options it accepts in :attr:`Query.options`.
+    """
+
+    name: ClassVar[str] = ""
+    kinds: ClassVar[tuple[str, ...]] = ()
+    phases: ClassVar[tuple[str, ...]] = ()
+    layout_columns: ClassVar[tuple[str, ...]] = ()
+    options: ClassVar[tuple[str, ...]] = ()
+
+    # -- per query -------------------------------------------------------------------------------
+    def prepare(self, q: Query) -> Any:
+        """Everything that depends only on the query (workload arrays, constants); passed to every method."""
+        raise NotImplementedError
+
+    def hardware(self, ctx) -> Hardware:
+        raise NotImplementedError
+
+    # -- vectorized over configurations ----------------------------------------------------------
+    def candidates(self, ctx, cfg: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Expand rows with searched (NaN) layout columns into candidate layouts.
+
+        Returns the candidate table (same columns, all layout values filled) and, per candidate, the index of
+        the configuration row it came from. Rows whose layout is fully given map to themselves.
+        """
+        raise NotImplementedError
+
+    def fit(self, ctx, cfg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Memory fit per row.
+
+        Returns at least: ``num_devices`` (devices the configuration occupies), ``num_replicas``,
+        ``per_device_bytes`` (fullest device), ``capacity_bytes`` (usable per device), ``weights_bytes``,
+        ``kv_cache_bytes``, ``activation_bytes``, ``optimizer_bytes`` (the fullest device's parts),
+        ``total_bytes`` (all devices of one replica), ``fits`` (bool), ``binding`` (code into
+        :data:`BINDINGS`), ``max_tokens_in_flight`` (tokens of KV/activations the layout could hold).
+        """
+        raise NotImplementedError
+
+    def time(self, ctx, cfg: dict[str, np.ndarray], fit: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Time per row (only rows that fit are passed, with their :meth:`fit` arrays).
+
+        Returns at least ``step_s`` and ``tokens_per_s`` and ``bottleneck`` (code into :data:`BOTTLENECKS`),
+        and where they apply ``ttft_s``, ``tpot_s``, ``tokens_per_s_per_user``, ``requests_per_s``,
+        ``model_flop_per_s``, ``model_flop_utilization_frac``, ``breakdown`` (dict of named part arrays [s]).
+        """
+        raise NotImplementedError
+
+    # -- scalar records ---------------------------------------------------------------------------
+    def describe(self, ctx, row: dict) -> tuple[dict, dict, list[str]]:
+        """The layout (long names), family-specific details (stages, MemoryX, streaming bounds ...) and notes of
+        one evaluated row (:func:`wseplan.plan.row`)."""
+        return {}, {}, []
+
+    def objective(self, q: Query, tim: dict[str, np.ndarray]) -> np.ndarray:
+        """Smaller is better: how :mod:`wseplan.plan` chooses among candidate layouts of one configuration."""
+        from ..analytic.engine import phase_objective
+
+        return phase_objective(q.phase, tim)

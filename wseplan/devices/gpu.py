@@ -1,0 +1,340 @@
+"""GPU family: nodes and clusters of GPUs (and TPU chips) with tensor, pipeline and data parallelism.
+
+Layout columns: ``tp``, ``pp``, ``dp`` (data-parallel replicas: engine replicas in inference), and for training
+``micro_batch``, ``vpp`` (virtual pipeline stages), ``recompute`` (code 0 none, 1 selective, 2 full),
+``zero_stage``. Memory: :func:`wseplan.analytic.memory.gpu_layout_memory`; time: the per-operator roofline of
+:mod:`wseplan.analytic.gpu_time` (training steps, inference passes composed by :mod:`wseplan.analytic.engine`).
+
+The search space (when no layout is given): ``tp`` in powers of two inside the scale-up domain dividing the
+heads, ``pp`` up to the number of blocks, ``dp`` = devices / (tp pp) with a device count (else one replica); in
+training also micro-batches 1-32 dividing the per-replica batch, 1/2/4 virtual stages dividing the blocks per
+stage, the three recompute policies and ZeRO 0-3 (each unless fixed by an option).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..analytic import gpu_time as G
+from ..analytic.memory import RECOMPUTE, gpu_layout_memory
+from ..calibration_data import GpuCalibration, gpu_calibration
+from ..catalog.schema import Model
+from ..errors import InputError
+from ..workload import build_workload, kv_bytes_per_element
+from . import register
+from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
+from .inference import InferenceMixin
+
+TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage")
+INFER_COLUMNS = ("tp", "pp", "dp")
+
+
+def layout_memory(w, catalog, *, tp, pp, dp, zero_stage=1, recompute="selective", micro_batch=1, vpp=1, batch=None,
+                  context=None, working_tokens=None, reserve=None) -> dict:
+    """Per-GPU memory of layouts (arrays broadcast) with the catalog's defaults: :func:`~wseplan.analytic.memory.
+    gpu_layout_memory` with the gradient and Adam bytes per parameter and the prefill chunk from
+    ``catalogs/defaults.yaml``; ``batch``/``context`` default to the workload's. [bytes]"""
+    d = catalog.defaults
+    return gpu_layout_memory(w, tp=tp, pp=pp, dp=dp, zero_stage=zero_stage, recompute=recompute, micro_batch=micro_batch,
+                             virtual_stages=vpp, batch=w.batch if batch is None else batch,
+                             context=w.context if context is None else context,
+                             gradient_bytes_per_param=d.gradient_bytes_per_param.si,
+                             adam_state_bytes_per_param=d.adam_state_bytes_per_param.si,
+                             prefill_chunk_tokens=d.prefill_chunk_tokens.si, working_tokens=working_tokens)
+
+
+class GpuContext:
+    """Everything a GPU query needs, computed once."""
+
+    def __init__(self, q: Query):
+        if not isinstance(q.model, Model):
+            raise InputError("model: the GPU models need a transformer architecture (a catalog model or config.json), "
+                             "not a layer list")
+        self.q = q
+        self.m = q.model
+        self.gpu = q.target.device
+        self.count = q.target.count
+        cat = q.catalog
+        d = cat.defaults
+        try:
+            self.peak = self.gpu.peak_flop_per_s(q.precision)
+        except ValueError:
+            raise InputError(f"precision: {self.gpu.name} has no {q.precision} rate; choose another precision") from None
+        cal = gpu_calibration()
+        over = {k: v.si for k, v in q.software.constants.items() if hasattr(cal, k)}
+        self.cal: GpuCalibration = cal.replace(**over) if over else cal
+        self.engine = q.software.engine
+        self.reserve = float(q.options.get("reserve", d.gpu_hbm_reserve_frac.si))
+        self.capacity = self.gpu.hbm_bytes.si * (1.0 - self.reserve)
+        wphase = "train" if q.phase == "train" else "decode"
+        self.w = build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1)
+        self.grad_bytes = d.gradient_bytes_per_param.si
+        self.adam_bytes = d.adam_state_bytes_per_param.si
+        self.chunk = d.prefill_chunk_tokens.si
+        self.sequence_parallel = bool(q.options.get("sequence_parallel", True))
+        self.trainable = q.options.get("trainable", "full")
+        self.cp = float(q.options.get("context_parallel", 1))
+        self.single_layer = bool(q.options.get("single_layer", False))
+        domain = int(self.gpu.scale_up_domain_gpus.si)
+        limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
+        self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and self.m.num_heads % t == 0]
+
+
+class GpuFamily(InferenceMixin, Family):
+    name = "gpu"
+    kinds = ("gpu",)
+    phases = ("train", "prefill", "decode", "serve")
+    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer")
+
+    @property
+    def layout_columns(self):  # both sets; a query uses one
+        return TRAIN_COLUMNS
+
+    def columns(self, phase: str) -> tuple[str, ...]:
+        return TRAIN_COLUMNS if phase == "train" else INFER_COLUMNS
+
+    def prepare(self, q: Query) -> GpuContext:
+        return GpuContext(q)
+
+    def hardware(self, ctx: GpuContext) -> Hardware:
+        g = ctx.gpu
+        return Hardware(devices_per_system=g.gpus_per_node.si, system_power_w=g.node_power_w.si,
+                        system_rack_units=g.node_rack_units.si, price_key=ctx.q.target.key, system_name=f"{g.name} node")
+
+    # -- layouts ------------------------------------------------------------------------------------
+    def default_layout(self, ctx: GpuContext, given: dict, batch: int) -> dict:
+        """Complete a partly given layout outside the search grid: pp 1, dp the rest of the device count (1 without a
+        count), tp the rest after pp and dp; training micro-batch 1, no interleaving, selective recompute, ZeRO-1."""
+        out = dict(given)
+        n = ctx.count
+        out.setdefault("pp", 1)
+        if "tp" not in out:
+            out["tp"] = max(1, (n or 1) // (out["pp"] * out.get("dp", 1))) if n else 1
+        if "dp" not in out:
+            out["dp"] = n // (out["tp"] * out["pp"]) if n and n % (out["tp"] * out["pp"]) == 0 else 1
+        if n is not None and out["tp"] * out["pp"] * out["dp"] * ctx.cp != n:
+            raise InputError(f"layout: tp {out['tp']} x pp {out['pp']} x dp {out['dp']}"
+                             f"{f' x cp {ctx.cp:g}' if ctx.cp > 1 else ''} does not use the target's {n} GPUs; "
+                             "give a layout whose product is the count, or a target without a count")
+        if ctx.q.phase == "train":
+            out.setdefault("micro_batch", 1)
+            out.setdefault("vpp", 1)
+            out.setdefault("recompute", RECOMPUTE.index("selective"))
+            out.setdefault("zero_stage", 1)
+        return out
+
+    def describe(self, ctx: GpuContext, r: dict):
+        tp, pp, dp = (int(r[k]) for k in ("tp", "pp", "dp"))
+        lay = {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp}
+        if ctx.q.phase == "train":
+            lay.update(micro_batch=int(r["micro_batch"]), virtual_pipeline=int(r["vpp"]),
+                       recompute=RECOMPUTE[int(r["recompute"])], zero_stage=int(r["zero_stage"]),
+                       context_parallel=int(ctx.cp))
+            if r.get("time.num_microbatches") is not None:
+                lay["num_microbatches"] = int(round(r["time.num_microbatches"]))
+        elif r.get("time.micro_batches") is not None:
+            lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
+        L = ctx.m.num_layers
+        edges = np.linspace(0, L, pp + 1).round().astype(int)
+        stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
+                       lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
+        return lay, {"stages": stages}, []
+
+    def candidates(self, ctx: GpuContext, cfg: dict) -> tuple[dict, np.ndarray]:
+        """Rows with every layout column given stay as they are; in other rows the missing columns are searched
+        over :meth:`_grid` with the given ones held (a given combination outside the grid is completed with
+        :meth:`default_layout` and may not fit)."""
+        cols = self.columns(ctx.q.phase)
+        n = len(cfg["batch"])
+        vals = np.stack([np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan) for c in cols], axis=1)
+        known = ~np.isnan(vals)
+        full = known.all(axis=1)
+        parts, parent = [], []
+        if full.any():
+            parts.append({k: np.asarray(v, dtype=float)[full] for k, v in cfg.items()} | {c: vals[full, j] for j, c in enumerate(cols)})
+            parent.append(np.nonzero(full)[0])
+        grids: dict = {}
+        for i in np.nonzero(~full)[0]:
+            b = float(cfg["batch"][i])
+            if b not in grids:
+                grids[b] = self._grid(ctx, b)
+            grid = grids[b]
+            keep = np.ones(len(grid["tp"]), dtype=bool)
+            for j, c in enumerate(cols):
+                if known[i, j]:
+                    keep &= grid[c] == vals[i, j]
+            if keep.any():
+                cand = {c: grid[c][keep] for c in cols}
+            else:
+                given = {c: int(vals[i, j]) for j, c in enumerate(cols) if known[i, j]}
+                filled = self.default_layout(ctx, given, b)
+                cand = {c: np.asarray([float(filled[c])]) for c in cols}
+            g = len(cand["tp"])
+            row = {k: np.full(g, float(np.asarray(v)[i])) for k, v in cfg.items() if k not in cols}
+            row.update(cand)
+            parts.append(row)
+            parent.append(np.full(g, i))
+        keys = set().union(*(p.keys() for p in parts))
+        out = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in parts]) for k in keys}
+        return out, np.concatenate(parent).astype(np.int64)
+
+    def _grid(self, ctx: GpuContext, batch: float) -> dict:
+        L = ctx.m.num_layers
+        N = ctx.count
+        tps = [t for t in ctx.tp_values if N is None or (N % t == 0)]
+        T, P, D = [], [], []
+        for t in tps:
+            if N is None:
+                pps = range(1, L + 1)
+            else:
+                pps = [p for p in range(1, L + 1) if (N // t) % p == 0]
+            for p in pps:
+                if N is None:
+                    dps = [1] if ctx.q.phase != "train" else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
+                else:
+                    dps = [N // (t * p)]
+                for d_ in dps:
+                    T.append(t), P.append(p), D.append(d_)
+        T, P, D = (np.asarray(a, dtype=float) for a in (T, P, D))
+        if len(T) == 0:
+            raise InputError(f"target: no tensor x pipeline x data layout of {ctx.m.name} uses {N} GPUs; "
+                             "choose a count that is a multiple of a power of two")
+        if ctx.q.phase != "train":
+            return {"tp": T, "pp": P, "dp": D}
+        fixed = N is None  # the fewest GPUs that fit: the plainest schedule
+        mbs = [1] if fixed else [b for b in (1, 2, 4, 8, 16, 32) if b <= batch]
+        vps = [1] if fixed else [1, 2, 4]
+        rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2]
+        zss = [1] if fixed else [0, 1, 2, 3]
+        i, mb, v, rc, zs = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, vps, rcs, zss, indexing="ij"))
+        T, P, D = T[i], P[i], D[i]
+        per_replica = batch / D
+        ok = (np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9) & (per_replica >= mb)
+        ok &= (v == 1) | ((P > 1) & (np.mod(L, P * v) == 0))
+        return {"tp": T[ok], "pp": P[ok], "dp": D[ok], "micro_batch": mb[ok].astype(float), "vpp": v[ok].astype(float),
+                "recompute": rc[ok].astype(float), "zero_stage": zs[ok].astype(float)}
+
+    # -- fit ------------------------------------------------------------------------------------------
+    def fit(self, ctx: GpuContext, cfg: dict) -> dict:
+        ph = ctx.q.phase
+        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
+        tp, pp, dp = cfg["tp"], cfg["pp"], cfg["dp"]
+        if ph == "train":
+            mem = gpu_layout_memory(ctx.w, tp=tp * ctx.cp, pp=pp, dp=dp, zero_stage=cfg["zero_stage"],
+                                    recompute=cfg["recompute"], micro_batch=cfg["micro_batch"], virtual_stages=cfg["vpp"],
+                                    batch=B, context=C, gradient_bytes_per_param=ctx.grad_bytes,
+                                    adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk)
+            if ctx.cp > 1:  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
+                mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * ctx.cp, zero_stage=cfg["zero_stage"],
+                                       recompute=cfg["recompute"], micro_batch=cfg["micro_batch"],
+                                       virtual_stages=cfg["vpp"], batch=B, context=C,
+                                       gradient_bytes_per_param=ctx.grad_bytes, adam_state_bytes_per_param=ctx.adam_bytes,
+                                       prefill_chunk_tokens=ctx.chunk)
+                mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
+                mem["total"] = mem["weights"] + mem["optimizer"] + mem["kv_cache"] + mem["activations"]
+            devices = tp * pp * dp * ctx.cp
+            replicas = np.ones_like(B)
+        else:
+            kv_len, work = self.kv_and_working_tokens(ctx, B, C, O)
+            mem = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=np.ones_like(tp), zero_stage=1, recompute=1,
+                                    micro_batch=1, virtual_stages=1, batch=B, context=kv_len,
+                                    gradient_bytes_per_param=ctx.grad_bytes, adam_state_bytes_per_param=ctx.adam_bytes,
+                                    prefill_chunk_tokens=ctx.chunk, working_tokens=work)
+            devices = tp * pp * dp
+            replicas = dp
+        total = mem["total"]
+        cap = np.full_like(total, ctx.capacity)
+        fits = total <= cap
+        parts = {k: mem[k] for k in ("weights", "kv_cache", "activations", "optimizer")}
+        kv_room = cap - total + mem["kv_cache"]
+        kv_tok = np.where(B * C > 0, mem["kv_cache"] / np.maximum(B * C, 1.0), 0.0)
+        if ph != "train":
+            kv_tok = mem["kv_cache"] / np.maximum(B * (C + O), 1.0)
+        max_tok = np.where(kv_tok > 0, np.maximum(kv_room, 0.0) / np.where(kv_tok > 0, kv_tok, 1.0), 0.0)
+        return dict(num_devices=devices, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
+                    weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices,
+                    activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,
+                    total_bytes=total * devices, binding=binding_code(parts, total, cap, fits),
+                    max_tokens_in_flight=np.floor(max_tok))
+
+    def kv_and_working_tokens(self, ctx, B, C, O):
+        """KV length held per sequence and activation tokens in flight per pass, by phase and engine."""
+        ph = ctx.q.phase
+        budget = ctx.engine.token_budget.si
+        mode = ctx.engine.prefill_pass
+        if ph == "prefill":
+            kv = C
+            work = {"batch": B * C, "prompt": C + 0.0 * B}.get(mode, np.minimum(B * C, budget))
+        elif ph == "decode":
+            kv, work = C, B
+        else:  # serve: the whole request's KV; a step's budget of tokens in flight (static: the batch's prompts)
+            kv = C + O
+            work = B * C if mode == "batch" else np.maximum(B, np.minimum(budget, B * C + B))
+        return kv, work
+
+    # -- time -------------------------------------------------------------------------------------------
+    def time(self, ctx: GpuContext, cfg: dict, fit: dict | None = None) -> dict:
+        if ctx.q.phase == "train":
+            return self._train_time(ctx, cfg)
+        return self.infer_time(ctx, cfg)
+
+    def pipeline_stages(self, ctx: GpuContext, cfg: dict) -> np.ndarray:
+        return np.asarray(cfg["pp"], dtype=float)
+
+    def replicas(self, ctx: GpuContext, cfg: dict) -> np.ndarray:
+        return np.asarray(cfg["dp"], dtype=float)
+
+    def devices_per_replica(self, ctx: GpuContext, cfg: dict) -> np.ndarray:
+        return np.asarray(cfg["tp"], dtype=float) * cfg["pp"]
+
+    def pass_time(self, ctx: GpuContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
+                  prefill_kv, prefill_seqs, new_per_seq=1.0):
+        tp = cfg["tp"][rows]
+        pp = cfg["pp"][rows]
+        dec_tok = decode_seqs * new_per_seq
+        tokens = dec_tok + prefill_tokens
+        pairs = dec_tok * (decode_kv + (new_per_seq + 1.0) / 2.0) + prefill_tokens * (prefill_kv + (prefill_span + 1.0) / 2.0)
+        kv_read = decode_seqs * (decode_kv + new_per_seq) + prefill_seqs * (prefill_kv + prefill_span)
+        lat, stage, parts = G.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, tokens=tokens, attn_pairs=pairs,
+                                          kv_read_tokens=kv_read, logits_rows=decode_seqs * new_per_seq + prefill_seqs,
+                                          tp=tp, pp=pp, cal=ctx.cal)
+        return lat, stage, _infer_breakdown(parts)
+
+    def flop_per_token(self, ctx: GpuContext, context) -> np.ndarray:
+        return G.model_flop_per_token(ctx.m, seq_len=np.asarray(context, dtype=float)) / 3.0
+
+    def peak_flop_per_s(self, ctx: GpuContext) -> float:
+        return ctx.peak
+
+    def _train_time(self, ctx: GpuContext, cfg: dict) -> dict:
+        B, C = cfg["batch"], cfg["context"]
+        r = G.train_step(ctx.m, ctx.gpu, precision=ctx.q.precision, seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"],
+                         dp=cfg["dp"], cp=ctx.cp, vpp=cfg["vpp"], micro_batch=cfg["micro_batch"], recompute=cfg["recompute"],
+                         zero_stage=cfg["zero_stage"], sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable,
+                         single_layer=ctx.single_layer, cal=ctx.cal)
+        step = r["step_s"]
+        tokens = B * C
+        flops = G.model_flop_per_token(ctx.m, seq_len=C) * tokens
+        ndev = cfg["tp"] * cfg["pp"] * cfg["dp"] * ctx.cp
+        bd = {"compute": r["compute_s"] - r["tp_comm_s"], "nvlink": r["tp_comm_s"], "pipeline_bubble": r["bubble_s"],
+              "pipeline_p2p": r["p2p_s"], "network": r["dp_exposed_s"], "optimizer": r["optimizer_s"]}
+        n = len(B)
+        return dict(step_s=step, tokens_per_s=tokens / step, model_flop_per_s=flops / step,
+                    model_flop_utilization_frac=np.minimum(flops / step / (ndev * ctx.peak), 1.0),
+                    bottleneck=argmax_code(bd, n), breakdown={k: np.broadcast_to(v, (n,)) for k, v in bd.items()},
+                    num_microbatches=r["num_microbatches"])
+
+
+def _infer_breakdown(parts: dict) -> dict:
+    """Inference parts by bottleneck name: compute, hbm_bandwidth, nvlink, overhead [s]."""
+    gemm = parts["gemm"] + parts["lm_head"]
+    gemm_mem = parts["gemm_memory_bound"]
+    kv, att = parts["kv_read"], parts["attention"]
+    return {"compute": gemm - gemm_mem + np.maximum(att - kv, 0.0),
+            "hbm_bandwidth": gemm_mem + np.minimum(kv, att) + parts["elementwise"],
+            "nvlink": parts["tp_comm"] + parts["p2p"],
+            "overhead": parts["overhead"]}
+
+
+register(GpuFamily())
+
+__all__ = ["GpuFamily", "GpuContext", "BINDING_CODE", "kv_bytes_per_element"]

@@ -1,0 +1,116 @@
+"""Inference time of any family that supplies a forward pass: the engine of :mod:`wseplan.analytic.engine`
+applied to a family's :meth:`pass_time`, the same for GPUs, wafers and plug-ins.
+
+A family using :class:`InferenceMixin` implements
+
+* ``pass_time(ctx, cfg, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv,
+  prefill_seqs, new_per_seq=1)`` -> ``(latency_s, stage_s, parts)`` for configuration rows ``rows``: a pass
+  of ``decode_seqs`` sequences adding ``new_per_seq`` tokens each over ``decode_kv`` cached tokens, plus
+  ``prefill_tokens`` prompt tokens from ``prefill_seqs`` prompts, each prompt contributing ``prefill_span``
+  tokens that follow ``prefill_kv`` earlier tokens of it; ``parts`` are named [s] by bottleneck name;
+* ``pipeline_stages(ctx, cfg)`` (stages a pass walks through), ``replicas(ctx, cfg)`` (independent engine
+  replicas in the configuration), ``flop_per_token(ctx, context)`` (forward model FLOPs per token at a
+  context) and ``peak_flop_per_s(ctx)`` (dense peak of one device).
+
+Phases: ``decode`` (one token for each of ``batch`` sequences at KV length ``context``), ``prefill`` (``batch``
+prompts of ``context`` tokens, cut into passes by the software profile's ``prefill_pass``), ``serve``
+(requests of ``context`` prompt and ``output_tokens`` generated tokens at ``batch`` concurrent requests per
+replica, scheduled by the profile: ``static`` batches or ``inflight`` batching with chunked prefill).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..analytic import engine as E
+from .base import argmax_code
+
+
+class InferenceMixin:
+    """Inference phases from a family's forward pass (see the module docstring)."""
+
+    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None):
+        """Decode round over rows: (tpot, parts, micro_batches). ``prefill_per_seq`` prompt tokens ride along per
+        decoding sequence (in-flight batching), at most ``budget - seqs`` per pass."""
+        stages = self.pipeline_stages(ctx, cfg)[rows]
+
+        def pass_fn(idx, mb, kv_, pre_, bud_):
+            pre = np.minimum(pre_ * mb, np.maximum(bud_ - mb, 0.0))
+            return self.pass_time(ctx, cfg, rows[idx], decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre,
+                                  prefill_span=pre, prefill_kv=np.zeros_like(pre), prefill_seqs=np.minimum(pre, 1.0))
+
+        pre = np.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq
+        bud = np.full_like(batch, np.inf) if budget is None else budget
+        return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
+
+    def _prefill(self, ctx, cfg, rows, batch, prompt):
+        eng = ctx.engine
+        chunk, passes, offset, seqs = E.prefill_passes(prompt_tokens=prompt, batch=batch, pass_mode=eng.prefill_pass,
+                                                       token_budget=eng.token_budget.si)
+        span = np.minimum(chunk / seqs, prompt)
+        lat, stage, parts = self.pass_time(ctx, cfg, rows, decode_seqs=np.zeros_like(chunk), decode_kv=np.zeros_like(chunk),
+                                           prefill_tokens=chunk, prefill_span=span, prefill_kv=offset, prefill_seqs=seqs)
+        total = E.pipelined_passes_s(latency_s=lat, stage_s=stage, passes=passes)
+        scale = total / np.where(lat > 0, lat, 1.0)
+        return total, {k: np.asarray(v) * scale for k, v in parts.items()}
+
+    def infer_time(self, ctx, cfg: dict) -> dict:
+        phase = ctx.q.phase
+        B = np.asarray(cfg["batch"], dtype=float)
+        C = np.asarray(cfg["context"], dtype=float)
+        O = np.asarray(cfg["output_tokens"], dtype=float)
+        n = len(B)
+        rows = np.arange(n)
+        R = self.replicas(ctx, cfg)
+        ndev = np.asarray(self.devices_per_replica(ctx, cfg), dtype=float) * R
+        peak = self.peak_flop_per_s(ctx)
+        out: dict = {}
+        if phase == "decode":
+            tpot, parts, nmb = self._decode(ctx, cfg, rows, B, C)
+            out.update(step_s=tpot, tpot_s=tpot, tokens_per_s=R * B / tpot, tokens_per_s_per_user=1.0 / tpot,
+                       micro_batches=nmb, cost_prefill_s=np.zeros(n), cost_prompt_tokens=np.zeros(n),
+                       cost_decode_s=tpot, cost_output_tokens=R * B)
+            flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C)
+        elif phase == "prefill":
+            t, parts = self._prefill(ctx, cfg, rows, B, C)
+            out.update(step_s=t, ttft_s=t, tokens_per_s=R * B * C / t, cost_prefill_s=t, cost_prompt_tokens=R * B * C,
+                       cost_decode_s=np.zeros(n), cost_output_tokens=np.zeros(n))
+            flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C / 2.0)
+        else:
+            eng = ctx.engine
+            steps = np.maximum(O - 1.0, 0.0)
+            if eng.scheduling == "static":
+                ttft, p_parts = self._prefill(ctx, cfg, rows, B, C)
+                tpot, d_parts, nmb = self._decode(ctx, cfg, rows, B, C + O / 2.0)
+                request = ttft + steps * tpot
+                parts = {k: p_parts.get(k, 0.0) + steps * d_parts.get(k, 0.0) for k in set(p_parts) | set(d_parts)}
+                tokens_per_s = R * B * O / request
+                acct = dict(cost_prefill_s=ttft, cost_prompt_tokens=R * B * C, cost_decode_s=tpot, cost_output_tokens=R * B)
+            else:
+                budget = np.full(n, eng.token_budget.si)
+                pre_per_seq = E.steady_state_prefill_tokens(batch=1.0, input_tokens=C, output_tokens=O)
+                tpot, parts, nmb = self._decode(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq, budget=budget)
+                # own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round
+                spare = np.maximum(budget - np.ceil(B / nmb), 1.0)
+                passes = np.ceil(C / spare)
+                chunk = np.minimum(spare, C)
+                lat, _, _ = self.pass_time(ctx, cfg, rows, decode_seqs=np.ceil(B / nmb), decode_kv=C + O / 2.0,
+                                           prefill_tokens=chunk, prefill_span=chunk, prefill_kv=(C - chunk) / 2.0,
+                                           prefill_seqs=np.ones(n))
+                ttft = E.pipelined_passes_s(latency_s=lat, stage_s=np.maximum(tpot / nmb, lat / np.maximum(
+                    self.pipeline_stages(ctx, cfg), 1.0)), passes=passes)
+                request = ttft + steps * tpot
+                tokens_per_s = R * B / tpot
+                alone, _, _ = self._decode(ctx, cfg, rows, B, C + O / 2.0)  # the same round without prompt chunks
+                pre_tok = np.minimum(pre_per_seq * B, np.maximum(budget - B / nmb, 0.0) * nmb)
+                acct = dict(cost_prefill_s=np.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
+                            cost_decode_s=np.minimum(alone, tpot), cost_output_tokens=R * B)
+            out.update(step_s=request, ttft_s=ttft, tpot_s=tpot, tokens_per_s=tokens_per_s,
+                       tokens_per_s_per_user=1.0 / tpot, request_s=request, requests_per_s=tokens_per_s / np.maximum(O, 1.0),
+                       micro_batches=nmb, **acct)
+            flop_rate = tokens_per_s * (self.flop_per_token(ctx, C + O / 2.0) + C / np.maximum(O, 1.0)
+                                        * self.flop_per_token(ctx, C / 2.0))
+        out["model_flop_per_s"] = flop_rate
+        out["model_flop_utilization_frac"] = np.minimum(flop_rate / (ndev * peak), 1.0)
+        out["bottleneck"] = argmax_code(parts, n)
+        out["breakdown"] = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in parts.items()}
+        return out

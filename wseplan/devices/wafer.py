@@ -1,0 +1,380 @@
+"""Wafer family, weights resident in SRAM: Cerebras inference (the layout of WaferLLM and of Cerebras's service).
+
+A replica is ``num_wafers`` wafers; the model's rows (embedding, blocks, head) are cut into that many contiguous
+stages, one per wafer, balanced by the exact min-max partition (:mod:`wseplan.analytic.partition`). On a wafer
+the stage's layers are split into *layer groups*, each on its own square region of PEs (side ``region``), every
+layer of a group spread over its whole region; a token passes the groups in order, hopping between regions on
+the wafer and over Ethernet between wafers. Per-block kernels are the fabric closed forms of
+:mod:`wseplan.analytic.wse_time` (GEMV in decode, GEMM in prefill); the groups are the pipeline stages of the
+serving engine (:mod:`wseplan.analytic.engine`).
+
+Layout column: ``num_wafers`` (wafers per replica). Searched: without a device count the fewest wafers that fit;
+with ``N`` wafers every replica size from the fewest to ``N`` (``N // k`` replicas). Region sides are chosen per
+pass kind (decode GEMV, prefill GEMM) to minimise that pass's per-wafer time among the sides that tile the wafer
+and hold the largest layer, unless given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..analytic import fabric as fab
+from ..analytic import wse_time as wt
+from ..analytic.partition import greedy_stage_counts, min_max_partition_batched
+from ..catalog.schema import Model
+from ..errors import InputError
+from ..workload import KIND_BLOCK, build_workload, kv_bytes_rows
+from . import register
+from .base import Family, Hardware, Query, binding_code
+from .inference import InferenceMixin
+
+GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
+
+
+def parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
+    """``"420x420"`` or ``(420, 420)`` -> (rows, cols) inside the wafer's PE grid; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = value.lower().replace(" ", "").split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise InputError(f"{name}: expected ROWSxCOLS such as 420x420, got {value!r}")
+        value = (int(parts[0]), int(parts[1]))
+    try:
+        r, c = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected (rows, cols) PEs, got {value!r}") from None
+    R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
+    if r < 1 or c < 1 or not ((r <= R and c <= C) or (r <= C and c <= R)):
+        raise InputError(f"{name}: {r}x{c} PEs must be positive and fit the wafer's {R}x{C} grid")
+    return r, c
+
+
+class WaferContext:
+    def __init__(self, q: Query):
+        if not isinstance(q.model, Model):
+            raise InputError("model: wafer inference timing needs a transformer architecture, not a layer list")
+        self.q = q
+        self.m = q.model
+        self.wafer = q.target.device
+        cat = q.catalog
+        self.system = cat.system_for_wafer(q.target.key)
+        self.count = q.target.count
+        d = cat.defaults
+        c = fab.load_fabric_constants()
+        over = {k: v for k, v in q.software.constants.items() if k in type(c).model_fields}
+        self.c = c.model_copy(update=over) if over else c
+        self.fk = fab.wafer_fabric_kwargs(self.wafer, q.precision, self.c)
+        self.engine = q.software.engine
+        self.reserve = float(q.options.get("reserve", d.wafer_sram_reserve_frac.si))
+        if not 0.0 <= self.reserve < 1.0:
+            raise InputError(f"reserve: must be a fraction in [0, 1), got {self.reserve!r}")
+        self.cap = self.wafer.usable_sram_bytes * (1.0 - self.reserve)
+        self.clock = self.wafer.clock_hz.si
+        self.R, self.C = int(self.wafer.pe_rows.si), int(self.wafer.pe_cols.si)
+        self.sides = wt._region_candidates(self.wafer).astype(float)
+        self.sram_pe = self.wafer.sram_per_pe_bytes.si
+        self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
+        self.n_items = len(self.w.kind)
+        self.block_counter = np.concatenate([[0], np.cumsum(self.w.kind == KIND_BLOCK)])
+        base = parse_grid(q.options.get("core_grid"), "core_grid", self.wafer)
+        self.grids = {ph: parse_grid(q.options.get(f"core_grid_{ph}"), f"core_grid_{ph}", self.wafer) or base
+                      for ph in ("decode", "prefill")}
+        self.peak = self.wafer.peak_flop_per_s(q.precision)
+
+    def weights(self, n, multi):
+        """Per-configuration item weight bytes (n, items), with the tied head's own copy on multi-wafer rows."""
+        wb = np.broadcast_to(self.w.weight_bytes, (n, self.n_items)).copy()
+        if self.w.tied_head_bytes:
+            wb[:, -1] += np.where(multi, self.w.tied_head_bytes, 0.0)
+        return wb
+
+    def items(self, batch, kv_len, multi):
+        """Per-configuration item bytes (N, items): weights + the KV cache of ``batch`` sequences of ``kv_len``."""
+        return self.weights(len(batch), multi) + kv_bytes_rows(self.w, batch, kv_len)
+
+
+class WaferFamily(InferenceMixin, Family):
+    name = "wafer"
+    kinds = ("wafer",)
+    phases = ("prefill", "decode", "serve")
+    layout_columns = ("num_wafers",)
+    options = ("reserve",) + GRID_OPTIONS
+
+    def prepare(self, q: Query) -> WaferContext:
+        return WaferContext(q)
+
+    def hardware(self, ctx: WaferContext) -> Hardware:
+        s = ctx.system
+        return Hardware(devices_per_system=1.0, system_power_w=s.power_w.si, system_rack_units=s.rack_units.si,
+                        price_key=ctx.wafer.system, system_name=s.name)
+
+    # -- sizes by phase ---------------------------------------------------------------------------------
+    def kv_and_working_tokens(self, ctx: WaferContext, B, C, O):
+        ph = ctx.q.phase
+        mode = ctx.engine.prefill_pass
+        budget = ctx.engine.token_budget.si
+        prefill_work = {"batch": B * C, "prompt": C + 0.0 * B}.get(mode, np.minimum(B * C, budget))
+        if ph == "prefill":
+            return C, prefill_work
+        if ph == "decode":
+            return C, B
+        work = np.maximum(B, prefill_work if ctx.engine.scheduling == "static" else np.minimum(budget, B * C + B))
+        return C + O, work
+
+    # -- layouts -------------------------------------------------------------------------------------------
+    def candidates(self, ctx: WaferContext, cfg: dict):
+        n = len(cfg["batch"])
+        search = np.isnan(cfg["num_wafers"])
+        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
+        kv, work = self.kv_and_working_tokens(ctx, B, C, O)
+        a = ctx.w.working_set_bytes_per_token * work
+        kmin = greedy_stage_counts(ctx.items(B, kv, np.ones(n, dtype=bool)), ctx.items(B, kv, np.zeros(n, dtype=bool)),
+                                   a, ctx.cap)
+        N = ctx.count
+        reps = []
+        for i in range(n):
+            if not search[i]:
+                reps.append(np.asarray([cfg["num_wafers"][i]]))
+            elif N is None:
+                reps.append(np.asarray([min(kmin[i], ctx.n_items)], dtype=float))
+            else:
+                lo = min(kmin[i], N, ctx.n_items)
+                reps.append(np.arange(lo, min(N, ctx.n_items) + 1, dtype=float))
+        parent = np.repeat(np.arange(n), [len(r) for r in reps])
+        out = {k: np.asarray(v, dtype=float)[parent] for k, v in cfg.items()}
+        out["num_wafers"] = np.concatenate(reps)
+        return out, parent
+
+    # -- fit -------------------------------------------------------------------------------------------------
+    def _stages(self, ctx: WaferContext, cfg: dict):
+        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
+        kv, work = self.kv_and_working_tokens(ctx, B, C, O)
+        k = np.minimum(cfg["num_wafers"], ctx.n_items).astype(np.int64)
+        a = ctx.w.working_set_bytes_per_token * np.asarray(work, dtype=float)
+        kvr = kv_bytes_rows(ctx.w, B, kv)
+        x = ctx.weights(len(B), k > 1) + kvr
+        start, end, loads = min_max_partition_batched(x, k, a)
+        return x, kvr, a, start, end, loads
+
+    def fit(self, ctx: WaferContext, cfg: dict) -> dict:
+        B = cfg["batch"]
+        n = len(B)
+        x, kvr, a, start, end, loads = self._stages(ctx, cfg)
+        valid = start >= 0
+        maxload = np.where(valid, loads, -np.inf).max(axis=1)
+        fullest = np.argmax(np.where(valid, loads, -np.inf), axis=1)
+        fits = maxload <= ctx.cap
+        rows = np.arange(n)
+        s0, e0 = start[rows, fullest], end[rows, fullest]
+        wb = x - kvr
+        pre_w = np.concatenate([np.zeros((n, 1)), np.cumsum(wb, axis=1)], axis=1)
+        pre_kv = np.concatenate([np.zeros((n, 1)), np.cumsum(kvr, axis=1)], axis=1)
+        w_full = pre_w[rows, e0 + 1] - pre_w[rows, s0]
+        kv_full = pre_kv[rows, e0 + 1] - pre_kv[rows, s0]
+        parts = {"weights": w_full, "kv_cache": kv_full, "activations": a, "optimizer": np.zeros(n)}
+        # tokens of KV per sequence the same stages could hold: the tightest wafer's room over its KV bytes per
+        # token (windowed layers count in full: an upper bound on what more context adds)
+        per_tok = np.where(np.isfinite(ctx.w.kv_window_tokens), 0.0, ctx.w.kv_bytes_per_cached_token) \
+            if ctx.w.kv_bytes_per_cached_token is not None else ctx.w.kv_bytes_per_token
+        pre_pt = np.concatenate([[0.0], np.cumsum(per_tok)])
+        w_stage = np.where(valid, pre_w[rows[:, None], np.maximum(end, 0) + 1] - pre_w[rows[:, None], np.maximum(start, 0)], 0.0)
+        kv_now = np.where(valid, pre_kv[rows[:, None], np.maximum(end, 0) + 1] - pre_kv[rows[:, None], np.maximum(start, 0)], 0.0)
+        pt_stage = np.where(valid, pre_pt[np.maximum(end, 0) + 1] - pre_pt[np.maximum(start, 0)], 0.0)
+        room = np.where(valid & (pt_stage > 0), (ctx.cap - w_stage - kv_now - a[:, None]) / np.where(pt_stage > 0, pt_stage, 1.0),
+                        np.inf)
+        mt = room.min(axis=1)
+        B_ = np.asarray(cfg["batch"], dtype=float)
+        kv_len, _ = self.kv_and_working_tokens(ctx, B_, cfg["context"], cfg["output_tokens"])
+        max_tok = np.where(np.isfinite(mt), np.maximum(np.floor(B_ * kv_len + mt), 0.0), 0.0)
+        k = np.asarray(cfg["num_wafers"], dtype=float)
+        replicas = np.maximum(np.floor((ctx.count or k) / k), 1.0) if ctx.count else np.ones(n)
+        nst = valid.sum(axis=1)
+        w_all, kv_all, a_all = pre_w[:, -1] * replicas, pre_kv[:, -1] * replicas, a * nst * replicas
+        return dict(num_devices=k * replicas, num_replicas=replicas, per_device_bytes=maxload,
+                    capacity_bytes=np.full(n, ctx.cap), fits=fits, weights_bytes=w_all, kv_cache_bytes=kv_all,
+                    activation_bytes=a_all, optimizer_bytes=np.zeros(n), total_bytes=w_all + kv_all + a_all,
+                    binding=binding_code(parts, maxload, ctx.cap, fits), max_tokens_in_flight=max_tok,
+                    stage_start=start, stage_end=end, stage_loads=loads)
+
+    def default_layout(self, ctx: WaferContext, given: dict, batch: int) -> dict:
+        k = int(given["num_wafers"])
+        if ctx.count is not None and k > ctx.count:
+            raise InputError(f"num_wafers: {k} wafers per replica exceed the target's {ctx.count}")
+        return given
+
+    def describe(self, ctx: WaferContext, r: dict):
+        """Layout, stage records (0-based inclusive transformer blocks per wafer) and notes of one row."""
+        from ..workload import stage_records
+
+        st = [(a, b, load) for a, b, load in zip(r["fit.stage_start"], r["fit.stage_end"], r["fit.stage_loads"]) if a >= 0]
+        stages = stage_records(ctx.w, [(a, b) for a, b, _ in st], [load for _, _, load in st])
+        k = int(r["num_wafers"])
+        lay = {"num_wafers": k, "num_replicas": int(r["num_replicas"])}
+        for ph in ("decode", "prefill"):
+            rr, cc = r.get(f"time.region_{ph}_rows"), r.get(f"time.region_{ph}_cols")
+            if rr is not None:
+                lay[f"core_grid_{ph}"] = f"{int(rr)}x{int(cc)}"
+                lay[f"pipeline_stages_{ph}"] = int(r[f"time.pipeline_stages_{ph}"])
+        if r.get("time.micro_batches") is not None:
+            lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
+        notes = []
+        if ctx.count and ctx.count % k:
+            notes.append(f"{ctx.count % k} of {ctx.count} wafers left idle ({ctx.count // k} replicas of {k})")
+        return lay, {"stages": stages}, notes
+
+    # -- time --------------------------------------------------------------------------------------------------
+    def pipeline_stages(self, ctx, cfg):
+        return cfg["_groups_d"]
+
+    def replicas(self, ctx, cfg):
+        return cfg["_replicas"]
+
+    def devices_per_replica(self, ctx, cfg):
+        return np.asarray(cfg["num_wafers"], dtype=float)
+
+    def peak_flop_per_s(self, ctx):
+        return ctx.peak
+
+    def flop_per_token(self, ctx, context):
+        m = ctx.m
+        from ..workload import block_params
+
+        active = m.num_layers * block_params(m)[1] + m.vocab_size * m.d_model
+        return 2.0 * active + 4.0 * m.num_layers * m.num_heads * m.head_dim_ * np.asarray(context, dtype=float)
+
+    def time(self, ctx: WaferContext, cfg: dict, fit: dict | None = None) -> dict:
+        cfg = dict(cfg)
+        if fit is None:
+            fit = self.fit(ctx, cfg)
+        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
+        n = len(B)
+        start, end, loads = fit["stage_start"], fit["stage_end"], fit["stage_loads"]
+        valid = start >= 0
+        bc = ctx.block_counter
+        cfg["_nl"] = np.where(valid, bc[np.maximum(end, 0) + 1] - bc[np.maximum(start, 0)], 0).astype(float)
+        cfg["_sb"] = np.where(valid, loads, 0.0)
+        cfg["_valid"] = valid
+        cfg["_nw"] = valid.sum(axis=1).astype(float)
+        cfg["_replicas"] = np.asarray(fit["num_replicas"], dtype=float)
+        kv, _ = self.kv_and_working_tokens(ctx, B, C, O)
+        layer_bytes = wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=B, context=kv)
+        dec_ctx = C if ctx.q.phase == "decode" else C + O / 2.0
+        chunk, _, _, _ = _prefill_chunk(ctx, B, C)
+        for ph, mb, c_ in (("decode", B, dec_ctx), ("prefill", np.ones(n), chunk)):
+            g = ctx.grids[ph]
+            if g is None:
+                side = self._best_side(ctx, cfg, ph, mb, c_, layer_bytes)
+                cfg[f"_rows_{ph[0]}"] = side
+                cfg[f"_cols_{ph[0]}"] = side
+            else:
+                cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
+                cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))
+            cfg[f"_groups_{ph[0]}"] = self._groups(ctx, cfg, cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"]).sum(axis=1)
+        out = self.infer_time(ctx, cfg)
+        for ph in ("decode", "prefill"):
+            out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
+            out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
+        out["pipeline_stages_decode"] = cfg["_groups_d"]
+        out["pipeline_stages_prefill"] = cfg["_groups_p"]
+        return out
+
+    def _groups(self, ctx, cfg, rows_, cols_, idx=None):
+        sel = slice(None) if idx is None else idx
+        capr = np.asarray(rows_, dtype=float) * cols_ * ctx.sram_pe * (1.0 - ctx.reserve)
+        g = np.maximum(1.0, np.ceil(cfg["_sb"][sel] / capr[:, None]))
+        g = np.minimum(g, np.maximum(cfg["_nl"][sel], 1.0))
+        return np.where(cfg["_valid"][sel], g, 0.0)
+
+    def _best_side(self, ctx, cfg, phase, mb, tokens, layer_bytes):
+        """Square side minimising one wafer's pass time for this pass kind, among sides that tile the wafer, hold
+        the largest layer and leave room for every layer group (WaferLLM's region choice)."""
+        sides = ctx.sides
+        mb = np.asarray(mb, dtype=float)[:, None]
+        tok = np.asarray(tokens, dtype=float)[:, None]
+        if phase == "decode":
+            blk = wt.decode_block_cycles_array(arch=ctx.m, batch=mb, context=tok, rows=sides[None, :], cols=sides[None, :],
+                                               fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
+        else:
+            blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok, batch=1, rows=sides[None, :], cols=sides[None, :],
+                                                fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
+                                                gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
+        tot = sum(np.asarray(v, dtype=float) for v in blk.values())
+        regions = (ctx.R // sides) * (ctx.C // sides)
+        capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
+        ok = capr[None, :] >= layer_bytes[:, None]
+        need = np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])
+        ok &= np.all(np.where(cfg["_valid"][:, :, None], need <= np.maximum(regions, 1)[None, None, :], True), axis=1)
+        cost = np.where(ok, tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None], np.inf)
+        anyok = np.isfinite(cost).any(axis=1)
+        return np.where(anyok, sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
+
+    def pass_time(self, ctx: WaferContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
+                  prefill_kv, prefill_seqs, new_per_seq=1.0):
+        """A pass through the replica's layer groups: (latency_s, slowest group's busy time, parts)."""
+        rows = np.asarray(rows)
+        n = len(rows)
+        dseq = np.broadcast_to(np.asarray(decode_seqs, dtype=float), (n,))
+        ptok = np.broadcast_to(np.asarray(prefill_tokens, dtype=float), (n,))
+        has_d = dseq > 0
+        # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
+        r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows])
+        c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows])
+        fk, c = ctx.fk, ctx.c
+        dtok = dseq * new_per_seq
+        blk = {}
+        if has_d.any():
+            d = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(dtok, 1.0), context=decode_kv, rows=r_, cols=c_,
+                                             fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
+            for k, v in d.items():
+                blk[k] = blk.get(k, 0.0) + np.where(has_d, v, 0.0)
+        has_p = ptok > 0
+        if has_p.any():
+            span = np.maximum(np.broadcast_to(np.asarray(prefill_span, dtype=float), (n,)), 1.0)
+            pseq = np.maximum(np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
+            p = wt.prefill_block_cycles_array(arch=ctx.m, tokens=span, batch=pseq, rows=r_, cols=c_, fk=fk,
+                                              gemm_mac_efficiency_frac=c.gemm_mac_efficiency_frac.si,
+                                              gemm_step_overhead_cycles=c.gemm_step_overhead_cycles.si,
+                                              prior_tokens=prefill_kv)
+            for k, v in p.items():
+                blk[k] = blk.get(k, 0.0) + np.where(has_p, v, 0.0)
+        emit = np.maximum(dtok + np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
+        head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
+                                           gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
+        blk_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in blk.values())
+        head_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in head.values())
+        act_bytes = (dtok + ptok) * ctx.m.d_model * fk["dtype_bytes"]
+        side = np.minimum(r_, c_)
+        hop = fab.message_cycles(hops=r_ + c_, message_bytes=act_bytes / side, hop_latency_cycles=fk["hop_latency_cycles"],
+                                 link_bytes_per_cycle=fk["link_bytes_per_cycle"],
+                                 wavelet_bytes=fk["wavelet_bytes"]) + fk["per_kernel_overhead_cycles"]
+        x = fab.cross_system_transfer_s(message_bytes=act_bytes, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
+                                        latency_s=c.cross_system_latency_s.si)
+        nl, valid, nw = cfg["_nl"][rows], cfg["_valid"][rows], cfg["_nw"][rows]
+        G = self._groups(ctx, cfg, r_, c_, rows)
+        clock = ctx.clock
+        last = np.arange(nl.shape[1])[None, :] == (nw - 1)[:, None]
+        q = np.floor_divide(nl, np.maximum(G, 1.0))
+        r = nl - q * np.maximum(G, 1.0)
+        bt, ht, hp, xx = blk_total[:, None], head_total[:, None], hop[:, None], x[:, None]
+        t_last = (q * bt + np.where(last, ht, 0.0)) / clock + np.where(last, 0.0, xx)
+        t_first = ((q + (r > 0)) * bt) / clock + hp / clock
+        stage_max = np.where(G > 1, np.maximum(t_first, t_last), t_last)
+        mx = np.where(valid, stage_max, -np.inf).max(axis=1)
+        sumG = G.sum(axis=1)
+        L = nl.sum(axis=1)
+        lat = L * blk_total / clock + (sumG - nw) * hop / clock + head_total / clock + (nw - 1) * x
+        parts = {}
+        for key in list(blk) + [k for k in head if k not in blk]:
+            name = wt._PART_NAMES[key]
+            parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
+        parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
+        return lat, mx, parts
+
+
+def _prefill_chunk(ctx, B, C):
+    from ..analytic.engine import prefill_passes
+
+    return prefill_passes(prompt_tokens=C, batch=B, pass_mode=ctx.engine.prefill_pass, token_budget=ctx.engine.token_budget.si)
+
+
+register(WaferFamily())

@@ -1,0 +1,277 @@
+"""Wafer training with weight streaming: MemoryX feeds each wafer, SwarmX joins systems in data parallel.
+
+Activations stay on the wafer; every layer's weights stream in from MemoryX for the forward and again for the
+backward pass, gradients stream back, and the optimizer runs in MemoryX (:mod:`wseplan.analytic.stream`). Fit:
+MemoryX holds weights and optimizer state (its capacity option; its tier sets the stream bandwidth); the wafer
+holds two layers of streamed weights and the activations the policy keeps for the tokens of one pass. The same
+evaluation gives the streaming bounds (tokens per pass that hide the weight stream at the achieved compute rate;
+tokens the wafer holds under the chosen policy) and the step time, so ``fit`` and ``stream`` cannot disagree.
+
+Layout column: ``num_systems`` (given by the target's count; 1 without one). Options: ``policy`` (auto | store |
+checkpoint | recompute | spill), ``memoryx_option``, ``micro_batch`` (sequences per pass on each system),
+``reserve``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..analytic.memory import stream_min_tokens_compute_bound, wafer_stream_buffer_bytes
+from ..analytic.stream import (POLICIES, activation_bytes_per_token, load_stream_constants, recompute_forward_passes,
+                               swarmx_tree_levels, training_step_time_s)
+from ..errors import InputError
+from ..workload import build_workload
+from . import register
+from .base import BINDING_CODE, BOTTLENECK_CODE, Family, Hardware, Query, argmax_code
+
+POLICY_ORDER = ("store", "checkpoint", "recompute", "spill")
+
+
+class StreamContext:
+    def __init__(self, q: Query):
+        self.q = q
+        cat = q.catalog
+        t = q.target
+        self.wafer = t.device
+        self.system = cat.system_for_wafer(t.key)
+        self.mx = cat.memoryx[self.system.memoryx]
+        self.sx = cat.swarmx[self.system.swarmx]
+        self.count = t.count
+        self.c = load_stream_constants()
+        over = {k: v for k, v in q.software.constants.items() if k in type(self.c).model_fields}
+        if over:
+            self.c = self.c.model_copy(update=over)
+        d = cat.defaults
+        o = q.options
+        self.policy = o.get("policy", "auto")
+        if self.policy not in POLICIES:
+            raise InputError(f"policy: unknown {self.policy!r}; use one of {', '.join(POLICIES)}")
+        self.option = o.get("memoryx_option") or self.mx.default_capacity
+        if self.option not in self.mx.capacity_options_bytes:
+            raise InputError(f"memoryx: unknown option {self.option!r}; choose one of "
+                             f"{', '.join(self.mx.capacity_options_bytes)}")
+        self.micro_batch = o.get("micro_batch")
+        if self.micro_batch is not None and (isinstance(self.micro_batch, bool) or int(self.micro_batch) != self.micro_batch
+                                             or self.micro_batch < 1):
+            raise InputError(f"micro_batch: must be a positive integer, got {self.micro_batch!r}")
+        self.reserve = float(o.get("reserve", d.wafer_sram_reserve_frac.si))
+        self.cap = self.wafer.usable_sram_bytes * (1.0 - self.reserve)
+        self.mx_cap = self.mx.capacity_options_bytes[self.option].si
+        self.io_bw = self.system.io_bandwidth_bytes_per_s.si
+        self.peak = self.wafer.peak_flop_per_s(q.precision)
+        self.rate = self.peak * self.c.compute_efficiency_frac.si
+        self.max_systems = int(min(self.sx.max_systems.si, self.system.max_cluster_systems.si))
+        self._w = {}
+
+    def workload(self, seq_len: int):
+        if seq_len not in self._w:
+            self._w[seq_len] = build_workload(self.q.model, self.q.catalog, precision=self.q.precision, phase="train",
+                                              batch=1, context=int(seq_len))
+        return self._w[seq_len]
+
+
+class WaferStreamFamily(Family):
+    name = "wafer_streaming"
+    kinds = ("wafer",)
+    phases = ("train",)
+    layout_columns = ("num_systems",)
+    options = ("policy", "memoryx_option", "micro_batch", "reserve")
+    software_family = "wafer"
+
+    def prepare(self, q: Query) -> StreamContext:
+        return StreamContext(q)
+
+    def hardware(self, ctx: StreamContext) -> Hardware:
+        s = ctx.system
+        return Hardware(devices_per_system=1.0, system_power_w=s.power_w.si, system_rack_units=s.rack_units.si,
+                        price_key=ctx.wafer.system, system_name=s.name)
+
+    def candidates(self, ctx: StreamContext, cfg: dict):
+        out = {k: np.asarray(v, dtype=float) for k, v in cfg.items()}
+        n = len(out["batch"])
+        out["num_systems"] = np.where(np.isnan(out["num_systems"]), float(ctx.count or 1), out["num_systems"])
+        if (out["num_systems"] > ctx.max_systems).any():
+            raise InputError(f"num_systems: {int(out['num_systems'].max())} exceeds the largest {ctx.system.name} "
+                             f"cluster ({ctx.max_systems}); use fewer systems")
+        return out, np.arange(n)
+
+    def fit(self, ctx: StreamContext, cfg: dict) -> dict:
+        """Memory fit and the whole streaming evaluation (the step is part of the same arithmetic)."""
+        B, C, N = (np.asarray(cfg[k], dtype=float) for k in ("batch", "context", "num_systems"))
+        n = len(B)
+        out = {k: np.empty(n) for k in STREAM_FIELDS}
+        for s in np.unique(C):
+            sel = C == s
+            r = self._evaluate(ctx, int(s), B[sel], N[sel])
+            for k in STREAM_FIELDS:
+                out[k][sel] = r[k]
+        fits = (out["memoryx_fits"] > 0) & (out["wafer_fits"] > 0)
+        cap = np.full(n, ctx.cap)
+        load = out["buffer_bytes"] + out["activation_bytes"]
+        binding = np.where(out["memoryx_fits"] > 0,
+                           np.where(fits & (load < 0.5 * cap), BINDING_CODE["none"],
+                                    np.where(out["activation_bytes"] >= out["buffer_bytes"], BINDING_CODE["activations"],
+                                             BINDING_CODE["weights"])), BINDING_CODE["memoryx"])
+        res = dict(num_devices=N, num_replicas=np.ones(n), per_device_bytes=load, capacity_bytes=cap, fits=fits,
+                   weights_bytes=out["buffer_bytes"] * N, kv_cache_bytes=np.zeros(n),
+                   activation_bytes=out["activation_bytes"] * N, optimizer_bytes=np.zeros(n), total_bytes=load * N,
+                   binding=binding,
+                   max_tokens_in_flight=np.floor(np.minimum(out["max_tokens_on_wafer"], 2.0 ** 62)))
+        res.update({k: out[k] for k in STREAM_FIELDS})
+        return res
+
+    def _evaluate(self, ctx: StreamContext, s: int, B: np.ndarray, N: np.ndarray) -> dict:
+        c, mx, sx = ctx.c, ctx.mx, ctx.sx
+        w = ctx.workload(s)
+        mx_need = w.total_params * mx.optimizer_bytes_per_param.si
+        dram = mx_need <= mx.dram_capacity_bytes.si
+        bw_tier = (mx.dram_stream_bandwidth_bytes_per_s if dram else mx.flash_stream_bandwidth_bytes_per_s).si
+        stream_bw = np.where(N > 1, np.minimum(min(bw_tier, ctx.io_bw), sx.per_system_bandwidth_bytes_per_s.si),
+                             min(bw_tier, ctx.io_bw))
+        levels = swarmx_tree_levels(num_systems=N, fanout=sx.fanout.si)
+        lat = mx.link_latency_s.si + levels * sx.per_level_latency_s.si
+        per_sys = B / N
+        buf = wafer_stream_buffer_bytes(w.weight_bytes)
+        avail = ctx.cap - buf
+        ck, act = w.checkpoint_bytes_per_token, w.activation_bytes_per_token
+        act_max = float(act.max(initial=0.0))
+        if ctx.micro_batch is not None:
+            mb = np.full_like(B, float(ctx.micro_batch))
+        else:  # the whole share in one pass if one layer's working set fits, else the largest number that does
+            fit_seqs = math.floor(max(avail, 0.0) / (act_max * s)) if act_max > 0 else math.inf
+            mb = np.where(fit_seqs >= per_sys, per_sys, max(1.0, fit_seqs) if math.isfinite(fit_seqs) else per_sys)
+        one = mb >= per_sys
+        passes = np.where(one, 1.0, np.ceil(per_sys / mb))
+        tokens = per_sys * s / passes
+        per_tok = {p: activation_bytes_per_token(policy=p, checkpoint_bytes_per_token=ck, activation_bytes_per_token=act)
+                   for p in ("store", "checkpoint", "recompute")}
+        per_tok["spill"] = act_max
+        opt_s = w.params * mx.optimizer_bytes_per_param.si * 2.0 / c.memoryx_update_bytes_per_s.si
+        common = dict(weight_bytes=w.weight_bytes, flop_per_token=w.flop_per_token, tokens=tokens,
+                      compute_flop_per_s=ctx.rate, stream_bandwidth_bytes_per_s=stream_bw,
+                      io_bandwidth_bytes_per_s=ctx.io_bw, latency_s=lat, prefetch_layers=int(c.prefetch_layers.si),
+                      overlap_efficiency_frac=c.overlap_efficiency_frac.si, optimizer_s=opt_s,
+                      latency_exposed_frac=1.0 if c.latency_exposed_frac is None else c.latency_exposed_frac.si)
+        over = np.maximum(0.0, tokens * per_tok["checkpoint"] - max(avail, 0.0))
+        total_ck = tokens * float(ck.sum())
+        spill_frac = np.where(total_ck > 0, np.minimum(over, total_ck) / np.where(total_ck > 0, total_ck, 1.0), 0.0)
+        spill = spill_frac[None, :] * tokens[None, :] * ck[:, None]
+
+        def run(p):
+            r = training_step_time_s(spill_bytes=spill if p == "spill" else None,
+                                     extra_forward_passes=recompute_forward_passes(p), **common)
+            opt = np.asarray(r["optimizer_exposed_s"], dtype=float) * np.ones_like(tokens)
+            res = {"optimizer_exposed_s": opt}
+            for k in ("step_s", "compute_s", "exposed_load_s", "recompute_s", "utilization_frac"):
+                v = np.asarray(r[k], dtype=float) * np.ones_like(tokens)
+                if k == "step_s":  # every pass streams the weights again; the optimizer runs once, after the last
+                    v = (v - opt) * passes + opt
+                elif k != "utilization_frac":
+                    v = v * passes
+                res[k] = v
+            return res
+
+        runs = {p: run(p) for p in POLICY_ORDER}
+        fitp = {p: tokens * per_tok[p] <= avail for p in POLICY_ORDER}
+        if ctx.policy == "auto":
+            rec_faster = runs["recompute"]["step_s"] <= runs["spill"]["step_s"]
+            pick_rec = np.where(fitp["recompute"] & fitp["spill"], rec_faster, fitp["recompute"])
+            chosen = np.where(fitp["store"], 0, np.where(fitp["checkpoint"], 1, np.where(pick_rec, 2, 3)))
+        else:
+            chosen = np.full(len(B), POLICY_ORDER.index(ctx.policy))
+
+        def sel(key, table=runs):
+            return np.choose(chosen, [table[p][key] for p in POLICY_ORDER])
+
+        step, compute, exposed = sel("step_s"), sel("compute_s"), sel("exposed_load_s")
+        recomp, opt = sel("recompute_s"), sel("optimizer_exposed_s")
+        ok = np.choose(chosen, [fitp[p] for p in POLICY_ORDER]) & (avail > 0)
+        is_spill = chosen == 3
+        exposed_spill = np.where(is_spill, np.maximum(0.0, step - runs["checkpoint"]["step_s"]), 0.0)
+        link_busy = passes * (float((w.weight_bytes / 1.0).sum()) * 2.0 / stream_bw
+                              + np.where(is_spill, 2.0 * spill.sum(axis=0) / ctx.io_bw, 0.0))
+        parts = {"compute": compute - recomp, "recompute": recomp, "weight_stream": exposed - exposed_spill,
+                 "spill_io": exposed_spill, "optimizer": opt}
+        bn = argmax_code(parts, len(B))
+        bn = np.where(link_busy > compute, np.where(exposed_spill > exposed - exposed_spill, BOTTLENECK_CODE["spill_io"],
+                                                    BOTTLENECK_CODE["weight_stream"]), bn)
+        bn = np.where(ok, bn, BOTTLENECK_CODE["sram"])
+        t_min = np.asarray([stream_min_tokens_compute_bound(layer_weight_bytes=w.weight_bytes,
+                                                            layer_flop_per_token=w.flop_per_token, peak_flop_per_s=ctx.rate,
+                                                            stream_bandwidth_bytes_per_s=float(b)) for b in np.unique(stream_bw)])
+        t_min = t_min[np.searchsorted(np.unique(stream_bw), stream_bw)]
+        max_tok = np.choose(chosen, [max(0.0, avail / per_tok[p]) if per_tok[p] > 0 else np.inf for p in POLICY_ORDER])
+        model_flop = 3.0 * float(w.flop_per_token.sum()) * B * s
+        acts = np.choose(chosen, [tokens * per_tok[p] for p in POLICY_ORDER])
+        return dict(step_s=step, tokens_per_s=B * s / step, compute_s=compute, recompute_s=recomp, exposed_load_s=exposed,
+                    exposed_spill_s=exposed_spill, optimizer_exposed_s=opt, utilization_frac=sel("utilization_frac"),
+                    model_flop_per_s=model_flop / step,
+                    model_flop_utilization_frac=np.minimum(1.0, model_flop / step / (ctx.peak * N)), bottleneck=bn,
+                    policy=chosen.astype(float), passes=passes, per_system_batch=per_sys, tokens_per_pass=tokens,
+                    stream_bandwidth_bytes_per_s=stream_bw, transfer_latency_s=lat + 0.0 * B,
+                    memoryx_tier=np.full(len(B), 0.0 if dram else 1.0), memoryx_required_bytes=np.full(len(B), mx_need),
+                    memoryx_capacity_bytes=np.full(len(B), ctx.mx_cap), memoryx_fits=np.full(len(B), float(mx_need <= ctx.mx_cap)),
+                    wafer_fits=ok.astype(float), buffer_bytes=np.full(len(B), buf), activation_bytes=acts,
+                    min_tokens_compute_bound=t_min, max_tokens_on_wafer=max_tok,
+                    min_batch_compute_bound=np.maximum(1.0, np.ceil(t_min / s)),
+                    max_batch_on_wafer=np.where(np.isfinite(max_tok), np.floor(np.minimum(max_tok, 2.0 ** 62) / s), 2.0 ** 62),
+                    spill_bytes=np.where(is_spill, 2.0 * passes * spill.sum(axis=0), 0.0),
+                    alt_recompute_step_s=runs["recompute"]["step_s"], alt_spill_step_s=runs["spill"]["step_s"])
+
+    def default_layout(self, ctx: StreamContext, given: dict, batch: int) -> dict:
+        return given
+
+    def describe(self, ctx: StreamContext, r: dict):
+        f = {k[4:]: v for k, v in r.items() if k.startswith("fit.")}
+        policy = POLICY_ORDER[int(f["policy"])]
+        tier = "dram" if f["memoryx_tier"] == 0 else "flash"
+        lay = {"num_systems": int(r["num_systems"]), "activation_policy": policy, "memoryx_tier": tier,
+               "passes": int(f["passes"])}
+        mx = {"option": ctx.option, "capacity_bytes": f["memoryx_capacity_bytes"],
+              "required_bytes": f["memoryx_required_bytes"], "fits": bool(f["memoryx_fits"])}
+        st = {"stream_bandwidth_bytes_per_s": f["stream_bandwidth_bytes_per_s"],
+              "min_tokens_compute_bound": f["min_tokens_compute_bound"], "max_tokens_on_wafer": f["max_tokens_on_wafer"],
+              "min_batch_compute_bound": int(f["min_batch_compute_bound"]),
+              "max_batch_on_wafer": int(f["max_batch_on_wafer"]),
+              "feasible_compute_bound": bool(f["min_tokens_compute_bound"] <= f["max_tokens_on_wafer"])}
+        notes = []
+        if not mx["fits"]:
+            notes.append(f"MemoryX option {ctx.option} holds {mx['capacity_bytes']:,.0f} B; weights + optimizer state "
+                         f"need {mx['required_bytes']:,.0f} B; choose a larger option")
+        if f["passes"] > 1:
+            notes.append(f"{int(f['passes'])} passes of {f['per_system_batch'] / f['passes']:.4g} sequences per system "
+                         "(gradient accumulation)")
+        if not st["feasible_compute_bound"]:
+            notes.append(f"no pass both hides the weight stream (>= {st['min_tokens_compute_bound']:,.0f} tokens) and "
+                         f"fits the wafer under policy {policy} (<= {st['max_tokens_on_wafer']:,.0f} tokens)")
+        if policy in ("recompute", "spill") and ctx.policy == "auto":
+            other = "spill" if policy == "recompute" else "recompute"
+            notes.append(f"checkpoints do not fit on the wafer: {policy} is faster than {other} "
+                         f"({f[f'alt_{policy}_step_s']:.4g} s vs {f[f'alt_{other}_step_s']:.4g} s per step)")
+        nb = int((ctx.workload(int(r["context"])).kind == 1).sum())
+        stages = [dict(device=i, first_layer=0, last_layer=nb - 1, embedding=True, lm_head=True,
+                       bytes=float(r["per_device_bytes"])) for i in range(int(r["num_systems"]))]
+        raw = {k: f[k] for k in STREAM_FIELDS if k in f}
+        raw.update(io_bandwidth_bytes_per_s=ctx.io_bw, activation_policy=policy, memoryx_tier=tier)
+        return lay, {"memoryx": mx, "streaming": st, "stream": raw, "stages": stages}, notes
+
+    def time(self, ctx: StreamContext, cfg: dict, fit: dict | None = None) -> dict:
+        f = fit if fit is not None else self.fit(ctx, cfg)
+        n = len(cfg["batch"])
+        bd = {"compute": f["compute_s"] - f["recompute_s"], "recompute": f["recompute_s"],
+              "weight_stream": f["exposed_load_s"] - f["exposed_spill_s"], "spill_io": f["exposed_spill_s"],
+              "optimizer": f["optimizer_exposed_s"]}
+        return dict(step_s=f["step_s"], tokens_per_s=f["tokens_per_s"], model_flop_per_s=f["model_flop_per_s"],
+                    model_flop_utilization_frac=f["model_flop_utilization_frac"], bottleneck=f["bottleneck"].astype(int),
+                    breakdown={k: np.broadcast_to(v, (n,)) for k, v in bd.items()})
+
+
+STREAM_FIELDS = ("step_s", "tokens_per_s", "compute_s", "recompute_s", "exposed_load_s", "exposed_spill_s",
+                 "optimizer_exposed_s", "utilization_frac", "model_flop_per_s", "model_flop_utilization_frac", "bottleneck",
+                 "policy", "passes", "per_system_batch", "tokens_per_pass", "stream_bandwidth_bytes_per_s",
+                 "transfer_latency_s", "memoryx_tier", "memoryx_required_bytes", "memoryx_capacity_bytes", "memoryx_fits",
+                 "wafer_fits", "buffer_bytes", "activation_bytes", "min_tokens_compute_bound", "max_tokens_on_wafer",
+                 "min_batch_compute_bound", "max_batch_on_wafer", "spill_bytes", "alt_recompute_step_s", "alt_spill_step_s")
+
+register(WaferStreamFamily())

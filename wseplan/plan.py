@@ -1,0 +1,323 @@
+"""The planning chain: model x target x workload -> fit -> layout -> time -> cost, one implementation.
+
+Every command and API function that answers "does it fit, how fast, what does it cost" goes through
+:func:`evaluate` (arrays: one row per configuration, the sweep path) or :func:`plan` (one configuration, the
+scalar path: an array of size one). The chain:
+
+1. **resolve** the model, the target and the device family (from the catalog entry's kind and the phase), the
+   software profile (``--software``; the family's default otherwise) and the defaults (``catalogs/defaults.yaml``);
+2. **candidates**: a configuration whose layout is not given is expanded into the family's layouts;
+3. **fit** every candidate; only candidates that fit go on;
+4. **choose** per configuration: without a device count the fewest devices that fit, then the phase objective
+   (training and prefill: the shortest step; decode: the shortest time per token; serving: the most output
+   tokens/s); with a count, the objective alone. Ties go to the first candidate (fewer devices, smaller TP/PP);
+5. **time** the chosen layouts; a configuration with no fitting layout keeps ``fits=False``, its shortfall and
+   no time and no cost (NaN in arrays, None in records);
+6. **cost** (when prices are given) from the family's hardware figures and the times.
+
+Records say which batch, context, layout and software profile they used and why (``given``, ``default``,
+``searched``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .catalog.load import Catalog, load_catalog
+from .catalog.software import resolve_software
+from .devices import family_for
+from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
+from .errors import InputError
+from .targets import Target, parse_target
+from .workload import check_positive_int, check_precision, resolve_model
+
+#: fields of the fit part of a result (arrays in :func:`evaluate`)
+FIT_FIELDS = ("num_devices", "num_replicas", "per_device_bytes", "capacity_bytes", "fits", "weights_bytes",
+              "kv_cache_bytes", "activation_bytes", "optimizer_bytes", "total_bytes", "binding", "max_tokens_in_flight")
+#: fields of the time part (NaN where the configuration does not fit)
+TIME_FIELDS = ("step_s", "ttft_s", "tpot_s", "tokens_per_s", "tokens_per_s_per_user", "request_s", "requests_per_s",
+               "model_flop_per_s", "model_flop_utilization_frac", "bottleneck")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A resolved question (scalar part) with its family and the family's prepared context."""
+
+    query: Query
+    family: Family
+    ctx: object
+
+    @property
+    def layout_columns(self) -> tuple[str, ...]:
+        cols = getattr(self.family, "columns", None)
+        return tuple(cols(self.query.phase)) if cols else tuple(self.family.layout_columns)
+
+
+def normalise_phase(phase: str, output_tokens) -> str:
+    """``serve``/``e2e`` are whole requests; ``decode`` with output tokens is a whole request too."""
+    p = {"e2e": "serve", "e2e-infer": "serve", "inference": "serve"}.get(phase, phase)
+    if p not in PHASES:
+        raise InputError(f"phase: unknown {phase!r}; use one of {', '.join(PHASES)}")
+    if p == "decode" and output_tokens:
+        return "serve"
+    return p
+
+
+def setup(model, target, *, phase: str, precision: str = "bf16", software: str | None = None,
+          options: dict | None = None, catalog: Catalog | None = None) -> Setup:
+    """Resolve model, target, family, software profile and options (one-line InputError on anything bad)."""
+    cat = catalog or load_catalog()
+    check_precision(precision)
+    m = resolve_model(model, cat) if isinstance(model, str) else model
+    t = parse_target(target, cat) if isinstance(target, str) else target
+    fam = family_for(t.kind, phase)
+    opts = {k: v for k, v in (options or {}).items() if v is not None}
+    bad = sorted(set(opts) - set(fam.options))
+    if bad:
+        raise InputError(f"options: {', '.join(bad)} not used by the {fam.name} family for phase {phase}; "
+                         f"allowed: {', '.join(fam.options) or 'none'}")
+    sw = software if not hasattr(software, "engine") else software
+    prof = sw if hasattr(sw, "engine") else resolve_software(sw, getattr(fam, "software_family", t.kind), cat)
+    q = Query(model=m, target=t, phase=phase, precision=precision, catalog=cat, software=prof, options=opts)
+    return Setup(query=q, family=fam, ctx=fam.prepare(q))
+
+
+def default_sizes(cat: Catalog, phase: str, batch, context, output_tokens) -> tuple[int, int, int, dict]:
+    """Batch, context and output tokens with the catalog defaults where not given, and where each came from."""
+    d = cat.defaults
+    src = {}
+    train = phase == "train"
+
+    def pick(value, name, q):
+        if value is None:
+            src[name] = "default"
+            return int(q.si)
+        src[name] = "given"
+        return value
+
+    batch = pick(batch, "batch", d.default_train_batch if train else d.default_batch)
+    context = pick(context, "context", d.default_train_context_tokens if train else d.default_context_tokens)
+    if phase == "serve":
+        output_tokens = pick(output_tokens, "output_tokens", d.default_output_tokens)
+    else:
+        output_tokens = 0 if not output_tokens else output_tokens
+    check_positive_int(batch, "batch")
+    check_positive_int(context, "context")
+    if phase == "serve":
+        check_positive_int(output_tokens, "output_tokens")
+    return batch, context, int(output_tokens or 0), src
+
+
+# =============================================================================================
+# The array chain
+# =============================================================================================
+def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) -> dict[str, np.ndarray]:
+    """Fit, choose a layout, and time every configuration row of ``cfg`` (equal-length arrays).
+
+    ``cfg`` holds ``batch``, ``context``, ``output_tokens`` and optionally the family's layout columns (NaN or
+    absent: searched). Returns arrays, one row per configuration: the layout columns chosen, the fit fields
+    (:data:`FIT_FIELDS`), the time fields (:data:`TIME_FIELDS`, NaN where nothing fits), ``breakdown.<part>``
+    columns and ``layout_searched`` (bool).
+
+    ``require_fit=False`` is for validating measured runs only (the run happened, so it fitted): where no
+    candidate of a configuration fits the (conservative) memory model, the candidates are timed anyway and
+    the best is kept with ``fits=False`` and its times. Every planning path keeps the default.
+    """
+    fam, ctx, q = s.family, s.ctx, s.query
+    n = len(cfg["batch"])
+    cols = s.layout_columns
+    base = {k: np.asarray(cfg[k], dtype=float) for k in ("batch", "context", "output_tokens")}
+    for c in cols:
+        base[c] = np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan)
+    searched = np.isnan(base[cols[0]]) if cols else np.zeros(n, dtype=bool)
+    cand, parent = fam.candidates(ctx, base)
+    f = fam.fit(ctx, cand)
+    fits = np.asarray(f["fits"], dtype=bool)
+    ndev = np.asarray(f["num_devices"], dtype=float)
+    # contenders: fitting candidates, and without a device count only those with the fewest devices
+    contend = fits.copy()
+    if not require_fit:  # configurations with no fitting candidate: every candidate contends
+        any_fit = np.zeros(n, dtype=bool)
+        np.logical_or.at(any_fit, parent, fits)
+        contend |= ~any_fit[parent]
+    if q.target.count is None and fits.any():
+        least = np.full(n, np.inf)
+        np.minimum.at(least, parent[fits], ndev[fits])
+        contend &= ndev <= least[parent]
+    idx = np.nonzero(contend)[0]
+    t = fam.time(ctx, {k: v[idx] for k, v in cand.items()}, {k: np.asarray(v)[idx] for k, v in f.items()}) if len(idx) else {}
+    obj = np.full(len(parent), np.inf)
+    if len(idx):
+        obj[idx] = fam.objective(q, t)
+    # the chosen candidate per configuration: best objective, first on ties; else the least shortfall
+    order = np.lexsort((np.arange(len(parent)), obj, parent))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = parent[order][1:] != parent[order][:-1]
+    best = order[first]
+    chosen = np.full(n, -1)
+    chosen[parent[best]] = best
+    none_fit = ~np.isfinite(obj[chosen])
+    if none_fit.any():
+        short = np.asarray(f["per_device_bytes"], dtype=float) - np.asarray(f["capacity_bytes"], dtype=float)
+        order = np.lexsort((np.arange(len(parent)), short, parent))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = parent[order][1:] != parent[order][:-1]
+        least = np.full(n, -1)
+        least[parent[order[first]]] = order[first]
+        chosen = np.where(none_fit, least, chosen)
+    out = {k: v for k, v in base.items() if k not in cols}
+    for c in cols:
+        out[c] = cand[c][chosen]
+    for k in FIT_FIELDS:
+        out[k] = np.asarray(f[k])[chosen]
+    for k, v in f.items():
+        if k not in FIT_FIELDS:
+            out[f"fit.{k}"] = np.asarray(v)[chosen]
+    pos = np.full(len(parent), -1)
+    pos[idx] = np.arange(len(idx))
+    tp = pos[chosen]
+    timed = tp >= 0
+    for k in TIME_FIELDS:
+        v = t.get(k)
+        col = np.full(n, np.nan)
+        if v is not None:
+            col[timed] = np.asarray(v, dtype=float)[tp[timed]]
+        out[k] = col
+    out["bottleneck"] = np.where(timed, out["bottleneck"], -1)
+    for k, v in (t.get("breakdown") or {}).items():
+        col = np.full(n, np.nan)
+        col[timed] = np.asarray(v, dtype=float)[tp[timed]]
+        out[f"breakdown.{k}"] = col
+    for k, v in t.items():
+        if k not in TIME_FIELDS and k != "breakdown":
+            col = np.full(n, np.nan)
+            col[timed] = np.asarray(v, dtype=float)[tp[timed]]
+            out[f"time.{k}"] = col
+    out["fits"] = np.asarray(out["fits"], dtype=bool)
+    out["layout_searched"] = searched
+    return out
+
+
+def bottleneck_name(code) -> str | None:
+    c = int(code)
+    return None if c < 0 else BOTTLENECKS[c]
+
+
+def binding_name(code) -> str:
+    return BINDINGS[int(code)]
+
+
+def row(arrays: dict[str, np.ndarray], i: int = 0) -> dict:
+    """Row ``i`` of :func:`evaluate`'s arrays as plain Python values (NaN -> None)."""
+    out = {}
+    for k, v in arrays.items():
+        x = v[i]
+        if isinstance(x, np.ndarray):
+            out[k] = x.tolist()
+        elif isinstance(x, (np.bool_, bool)):
+            out[k] = bool(x)
+        elif isinstance(x, (np.integer,)):
+            out[k] = int(x)
+        else:
+            x = float(x)
+            out[k] = None if math.isnan(x) else x
+    return out
+
+
+def target_with_count(t: Target, count: int) -> Target:
+    return Target(text=f"{t.key}x{count}", kind=t.kind, key=t.key, device=t.device, count=count)
+
+
+# =============================================================================================
+# The scalar chain: one configuration, one record
+# =============================================================================================
+def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
+         context: int | None = None, output_tokens: int | None = None, layout: dict | None = None,
+         software: str | None = None, options: dict | None = None, catalog: Catalog | None = None,
+         require_fit: bool = True):
+    """One question through the chain (the array chain at size one). Returns a :class:`~wseplan.records.PlanRecord`.
+
+    Parameters
+    ----------
+    model, target : str or resolved objects
+        A catalog model name/alias, config.json or layer-list path; a target ``<hardware key>[x<N>]``.
+    phase : str
+        ``train``, ``prefill``, ``decode`` or ``serve`` (whole requests; ``decode`` with ``output_tokens`` too).
+    batch, context, output_tokens : int
+        Sequences (train: per step; inference: concurrent per replica), tokens per sequence (train: sequence
+        length; prefill/serve: prompt; decode: KV length), generated tokens per request (serve). Defaults:
+        ``catalogs/defaults.yaml``.
+    layout : dict
+        Layout values to use (GPU: ``tp``, ``pp``, ``dp``, ``micro_batch``, ``vpp``, ``recompute``, ``zero_stage``;
+        wafer: ``num_wafers``; streaming: ``num_systems``); a layout the user gives is used as given (reported
+        with ``fits: false`` and no time when it does not fit); without one the layout is searched.
+    software : str
+        Software profile name (default: the family's default profile).
+    options : dict
+        Family options (``reserve``, ``zero_stage``, ``recompute``, ``policy``, ``memoryx_option``, ``core_grid`` ...).
+    """
+    cat = catalog or load_catalog()
+    phase = normalise_phase(phase, output_tokens)
+    s = setup(model, target, phase=phase, precision=precision, software=software, options=options, catalog=cat)
+    b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens)
+    cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
+    given = {k: v for k, v in (layout or {}).items() if v is not None}
+    cols = s.layout_columns
+    bad = sorted(set(given) - set(cols))
+    if bad:
+        raise InputError(f"layout: {', '.join(bad)} not a layout of the {s.family.name} family; use {', '.join(cols)}")
+    if given:
+        for k, v in given.items():
+            if isinstance(v, str) and k == "recompute":
+                from .analytic.memory import RECOMPUTE
+
+                if v not in RECOMPUTE:
+                    raise InputError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {v!r}")
+                given[k] = RECOMPUTE.index(v)
+            elif isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if k in ("zero_stage", "recompute") else 1):
+                raise InputError(f"{k}: must be a positive integer, got {v!r}")
+        if not hasattr(s.family, "default_layout"):
+            missing = [k for k in cols if k not in given]
+            if missing:
+                raise InputError(f"layout: give {', '.join(missing)} too, or no layout to search one")
+        for k in cols:
+            cfg[k] = np.array([float(given[k]) if k in given else np.nan])
+    src["layout"] = "searched" if not given else "given" if set(given) >= set(cols) else "partly searched"
+    arr = evaluate(s, cfg, require_fit=require_fit)
+    return record(s, arr, 0, sources=src, require_fit=require_fit)
+
+
+def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
+    """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
+    from .records import PlanRecord
+
+    q, fam = s.query, s.family
+    r = row(arr, i)
+    fits = bool(r["fits"])
+    n_dev = int(round(r["num_devices"]))
+    t = q.target
+    label = t.label if t.count else f"{t.key}x{n_dev}" if n_dev > 1 else t.key
+    cap, load = r["capacity_bytes"], r["per_device_bytes"]
+    lay, details, notes = fam.describe(s.ctx, r) if hasattr(fam, "describe") else ({}, {}, [])
+    if not fits:
+        notes = [f"does not fit: the fullest device needs {load:,.0f} B of {cap:,.0f} B usable "
+                 f"({binding_name(r['binding'])} binds); "
+                 + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
+                 ] + list(notes)
+    timed = (fits or not require_fit) and r.get("step_s") is not None
+    bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
+    return PlanRecord(
+        model=getattr(q.model, "name", str(q.model)), target=label, hardware=t.key, device_kind=t.kind,
+        precision=q.precision, phase=q.phase, batch=int(r["batch"]), context=int(r["context"]),
+        family=fam.name, software=q.software.name, output_tokens=int(r["output_tokens"]) or None,
+        sources=dict(sources or {}), fits=fits, num_devices=n_dev, num_replicas=int(round(r["num_replicas"])),
+        capacity_bytes=cap, per_device_bytes=load, weights_bytes=r["weights_bytes"], kv_cache_bytes=r["kv_cache_bytes"],
+        activation_bytes=r["activation_bytes"], optimizer_bytes=r["optimizer_bytes"], total_bytes=r["total_bytes"],
+        headroom_bytes=cap - load, shortfall_bytes=max(0.0, load - cap), binding=binding_name(r["binding"]),
+        max_tokens_in_flight=int(min(r["max_tokens_in_flight"] or 0, 2**62)), layout=lay,
+        **{k: (r.get(k) if timed else None) for k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s",
+                                                      "tokens_per_s_per_user", "request_s", "requests_per_s",
+                                                      "model_flop_per_s", "model_flop_utilization_frac")},
+        bottleneck=bottleneck_name(r["bottleneck"]) if timed else None, breakdown_s=bd, details=details, notes=notes)

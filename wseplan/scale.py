@@ -1,0 +1,100 @@
+"""Scaling: training step time and efficiency from 1 to N systems, through the planning chain.
+
+Each point is one evaluation of :func:`wseplan.plan.evaluate` on ``<key>x<N * devices per system>``: wafers are
+N CS systems data-parallel behind SwarmX (:mod:`wseplan.devices.wafer_stream`), GPUs are N nodes with the
+layout searched at that size (:mod:`wseplan.devices.gpu`), so a point of ``scale`` is the same number ``time``
+gives for that target. With a fixed global batch each system's share shrinks as ``B / N``. A point where the
+model does not fit keeps ``fits: false`` and no time.
+
+A "system" is one CS system for a wafer target and one node (``gpus_per_node`` GPUs) for a GPU target.
+Efficiency is ``tokens_per_s(N) / (N / N0 * tokens_per_s(N0))`` (strong scaling at a fixed global batch, from
+the smallest count ``N0`` that fits), clipped to [0, 1].
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import InputError
+
+
+def system_counts(max_systems: int) -> list[int]:
+    """1, 2, 4, ... up to ``max_systems`` (included) [count]."""
+    if isinstance(max_systems, bool) or not isinstance(max_systems, (int, np.integer)) or max_systems < 1:
+        raise InputError(f"max_systems: must be a positive integer, got {max_systems!r}")
+    out = [1 << i for i in range(int(math.log2(max_systems)) + 1)]
+    if out[-1] != max_systems:
+        out.append(int(max_systems))
+    return out
+
+
+def strong_scaling_efficiency(*, tokens_per_s, tokens_per_s_one, num_systems):
+    """``tokens_per_s / (num_systems * tokens_per_s_one)`` clipped to [0, 1] [fraction]."""
+    t = np.asarray(tokens_per_s, dtype=float)
+    ideal = np.asarray(num_systems, dtype=float) * np.asarray(tokens_per_s_one, dtype=float)
+    return np.clip(np.divide(t, ideal, out=np.zeros_like(t * ideal), where=ideal > 0), 0.0, 1.0)
+
+
+def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, context: int, counts: list[int],
+                 software: str | None = None, options: dict | None = None) -> list[dict]:
+    """One row per system count (``plan`` on ``<key>x<N x devices per system>``)."""
+    from .plan import plan
+    from .records import layout_label
+    from .targets import Target
+
+    rows = []
+    for n in counts:
+        if global_batch < n:
+            break
+        per = 1 if target.kind == "wafer" else int(target.device.gpus_per_node.si)
+        t = Target(text=f"{target.key}x{n * per}", kind=target.kind, key=target.key, device=target.device, count=n * per)
+        r = plan(model, t, phase="train", precision=precision, batch=global_batch, context=context, software=software,
+                 options=options, catalog=catalog)
+        st = r.details.get("streaming") or {}
+        rows.append(dict(target=target.key, num_systems=n, num_devices=r.num_devices, fits=r.fits, step_s=r.step_s,
+                         tokens_per_s=r.tokens_per_s, per_system_batch=global_batch / n,
+                         min_batch_compute_bound=st.get("min_batch_compute_bound"),
+                         model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
+                         layout=layout_label(r.layout)))
+    return rows
+
+
+def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_batch: int, context: int,
+                  max_systems: int, policy: str = "auto", micro_batch: int | None = None, software: str | None = None):
+    """Efficiency versus system count for each target, as a plot-ready pandas DataFrame.
+
+    Columns ``target, num_systems, num_devices, fits, step_s, tokens_per_s, efficiency_frac, per_system_batch,
+    min_batch_compute_bound, model_flop_utilization_frac, bottleneck, layout``; ``attrs`` holds the model,
+    batch and context. ``policy``/``micro_batch`` are wafer training options.
+    """
+    import pandas as pd
+
+    counts = system_counts(max_systems)
+    for name, v in (("global_batch", global_batch), ("context", context)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name}: must be a positive integer, got {v!r}")
+    frames = []
+    for t in targets:
+        opts = {"policy": policy, "micro_batch": micro_batch} if t.kind == "wafer" else {}
+        rows = scaling_rows(model, t, catalog, precision=precision, global_batch=global_batch, context=context,
+                            counts=counts, software=software, options=opts)
+        df = pd.DataFrame(rows)
+        ok = df["fits"].to_numpy(dtype=bool)
+        if not ok.any():
+            raise InputError(f"targets: no system count up to {max_systems} can train {getattr(model, 'name', model)} "
+                             f"on {t.key} with global batch {global_batch}; raise --max-systems or lower --batch")
+        i0 = int(np.argmax(ok))
+        base = df["tokens_per_s"].iloc[i0] / df["num_systems"].iloc[i0]
+        tps = df["tokens_per_s"].to_numpy(dtype=float)
+        eff = strong_scaling_efficiency(tokens_per_s=np.nan_to_num(tps), tokens_per_s_one=base,
+                                        num_systems=df["num_systems"].to_numpy())
+        df["efficiency_frac"] = np.where(ok, eff, np.nan)
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    cols = ["target", "num_systems", "num_devices", "fits", "step_s", "tokens_per_s", "efficiency_frac",
+            "per_system_batch", "min_batch_compute_bound", "model_flop_utilization_frac", "bottleneck", "layout"]
+    out = out[cols]
+    out.attrs.update(model=getattr(model, "name", str(model)), global_batch=global_batch, context=context,
+                     precision=precision)
+    return out
