@@ -152,8 +152,18 @@ def discover(only: str | None = None) -> list[Path]:
     return [p for p in sorted(HERE.glob("bench_*.py")) if only is None or only in p.name]
 
 
+def declared_timeout(path: Path) -> float:
+    """A script's own ``BENCH_TIMEOUT_S = N`` (module level), for scripts that need longer than the default."""
+    import re
+
+    m = re.search(r"^BENCH_TIMEOUT_S\s*=\s*([0-9_.]+)", path.read_text(), flags=re.M)
+    return float(m.group(1).replace("_", "")) if m else 0.0
+
+
 def run_script(path: Path, timeout: float) -> tuple[int, float]:
-    """Run one bench script in a fresh interpreter from the repository root; stream its output."""
+    """Run one bench script in a fresh interpreter from the repository root; stream its output. The timeout is
+    the larger of ``timeout`` and the script's :func:`declared_timeout`."""
+    timeout = max(timeout, declared_timeout(path))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     t0 = time.perf_counter()

@@ -263,6 +263,7 @@ def test_cli_cost_json_and_overrides(capsys):
 @pytest.mark.parametrize("args,needle", [
     (["--set", "electricity=0.1"], "unknown cost input"),
     (["--uncertainty", "1"], "uncertainty"),
+    (["--uncertainty", "1000000000"], "1,000,000,000 samples exceed the limit of 100,000"),
     (["--phase", "finetune"], "phase"),
     (["--prices", "/nonexistent.yaml"], "not found"),
 ])
@@ -272,6 +273,15 @@ def test_cli_cost_bad_input_one_line(capsys, args, needle):
     rc = main(["cost", "llama-3.1-70b", "--target", "cs3x4", *args])
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and err.count("\n") == 1
+
+
+def test_uncertainty_cap_is_the_study_cap():
+    from wseplan.report.study import CostSpec
+
+    limit = CostSpec.model_fields["uncertainty"].metadata
+    assert any(getattr(m, "le", None) == C.MAX_UNCERTAINTY_SAMPLES for m in limit)
+    with pytest.raises(InputError, match="limit of 100,000"):
+        C.sample_params({}, C.MAX_UNCERTAINTY_SAMPLES + 1, 0)
 
 
 def test_cli_cost_refuses_what_does_not_fit(capsys):

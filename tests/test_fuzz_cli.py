@@ -7,7 +7,11 @@ nothing written to the working directory (each call runs in an empty folder that
 
 Kinds: ``fit`` arguments; catalog YAML read with ``--catalog DIR``; Hugging Face ``config.json`` files;
 layer-list YAML models; ``catalog show`` names; ``catalog list`` sections; claims files (``wseplan check``);
-study files (``wseplan report --out DIR``, which must leave no report folder behind). Every generated input is a
+study files (``wseplan report --out DIR``, which must leave no report folder behind); and, for issue 15, numbers
+of any size or kind in YAML, JSON and CSV fields, special files (FIFO, socket, device, symlink loop) where inputs
+are read, hostile names (terminal markup, escapes, control characters, 10,000 characters), and output paths that
+are read-only, full, symlinks or folders. Every command runs under a SIGALRM deadline, so a hang fails in seconds
+instead of blocking the suite. Every generated input is a
 mutation that makes a valid input invalid on purpose; ``test_bases_are_valid`` checks that the unmutated
 inputs are accepted, so an error can only come from the mutation. ``test_fuzz_distinct_count`` checks
 that together the properties tried at least 1,000 distinct inputs.
@@ -16,12 +20,16 @@ Regression tests for bugs found by this fuzzing are at the end (all fixed, kept 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import errno
 import json
 import math
 import os
 import re
 import shutil
+import signal
+import socket
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -53,7 +61,10 @@ def fuzz_settings(n: int):
 #: distinct inputs tried per kind (checked by test_fuzz_distinct_count)
 SEEN: dict[str, set] = defaultdict(set)
 KINDS = ("fit-args", "catalog-yaml", "config-json", "layer-yaml", "catalog-show", "catalog-list", "claims-yaml",
-         "study-yaml")
+         "study-yaml", "numbers-yaml", "numbers-json", "numbers-csv", "special-files", "hostile-names",
+         "output-paths")
+#: seconds any one command may run before the test fails as a hang
+DEADLINE_S = 30
 
 CAT = load_catalog()
 HW_NAMES = set(CAT.hardware_keys())
@@ -97,7 +108,7 @@ def assert_one_line_error(capsys, argv: list[str], work: Path) -> str:
     old = os.getcwd()
     os.chdir(work)
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, deadline(DEADLINE_S, argv):
             warnings.simplefilter("always")
             rc = main(list(argv))
     finally:
@@ -111,6 +122,25 @@ def assert_one_line_error(capsys, argv: list[str], work: Path) -> str:
     assert out == "", f"stdout not empty for {argv!r}: {out[:200]!r}"
     assert os.listdir(work) == [], f"{argv!r} wrote {os.listdir(work)} into the working folder"
     return lines[0]
+
+
+class Hang(Exception):
+    """A command ran past its deadline."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what):
+    """Fail (raise :class:`Hang`) if the block runs longer than ``seconds`` (SIGALRM; main thread only)."""
+    def alarm(signum, frame):
+        raise Hang(f"{what!r} ran past its {seconds} s deadline (a hang)")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _write(path: Path, text: str | bytes) -> Path:
@@ -610,6 +640,371 @@ def test_fuzz_study_file(capsys, dirs, text):
     p = _write(inputs / "study.yaml", text)
     SEEN["study-yaml"].add(text)
     assert_one_line_error(capsys, ["report", str(p), "--out", str(work / "report")], work)
+
+
+# ---------------------------------------------------------------------------------------------
+# 9-11. numbers of any size or kind in YAML, JSON and CSV fields (issue 15)
+# ---------------------------------------------------------------------------------------------
+def _digits(n: int) -> str:
+    return "9" * n
+
+
+#: a YAML scalar (as written in the file) that no quantity may hold: beyond Python's 4,300-digit int limit,
+#: non-finite, overflowing, beyond 1e30 in SI units, negative, or zero where the field must be positive
+_bad_yaml_number = st.one_of(
+    st.integers(4301, 6000).map(_digits),
+    st.integers(31, 4000).map(lambda n: "1" + "0" * n),
+    st.sampled_from([".inf", "-.inf", "+.inf", ".nan", ".NaN", ".NAN", "1.0e+999", "-1.0e+999", "0", "0.0", "-0",
+                     "'0 GB'", "'nan GB'", "'inf'", "'1e999 W'", "'-5 GB/s'", "-1", "-1.0e-300"]),
+    st.floats(min_value=1.01e30, max_value=1e308).map(lambda x: repr(x) if "." in repr(x) else f"{x:.3e}"),
+    st.floats(max_value=-1e-300, allow_infinity=False).map(repr),
+    st.integers(max_value=-1).map(str),
+    st.builds(lambda m, e, u: f"'{m}e{e} {u}'", st.integers(1, 9), st.integers(31, 400),
+              st.sampled_from(["GB", "TB/s", "GHz", "W", "TFLOP/s"])),
+)
+#: quantity fields that must be positive (capacities, bandwidths, clocks, powers, counts)
+_POSITIVE_GPU = [f for f in _quantity_fields(Gpu) if expected_dimension(f) in ("bytes", "bytes/s", "1/s", "W")
+                 or f in ("gpus_per_node", "scale_up_domain_gpus")]
+_POSITIVE_WAFER = [f for f in _quantity_fields(Wafer) if expected_dimension(f) in ("bytes", "bytes/s", "1/s")
+                   or f in ("pe_rows", "pe_cols", "sram_bytes_per_cycle_per_pe")]
+
+
+@st.composite
+def _numbers_yaml(draw) -> tuple[str, str]:
+    section, key, base, fields = draw(st.sampled_from([("gpus", "h100-sxm", _GPUS["h100-sxm"], _POSITIVE_GPU),
+                                                       ("wafers", "wse3", _WAFERS["wse3"], _POSITIVE_WAFER)]))
+    field = draw(st.sampled_from(fields))
+    number = draw(_bad_yaml_number)
+    entry = copy.deepcopy(base)
+    entry[field] = dict(entry[field], value="@@NUMBER@@")
+    text = yaml.safe_dump({section: {key: entry}}, sort_keys=False, width=200).replace("'@@NUMBER@@'", number)
+    return text, field
+
+
+@fuzz_settings(90)
+@given(doc=_numbers_yaml())
+def test_fuzz_numbers_in_catalog_yaml(capsys, dirs, doc):
+    """Any unusable number in a catalog quantity gives one line naming the field (never a traceback)."""
+    text, field = doc
+    work, inputs = dirs
+    cat_dir = inputs / "numbers-catalog"
+    cat_dir.mkdir(exist_ok=True)
+    _write(cat_dir / "n.yaml", text)
+    SEEN["numbers-yaml"].add(text)
+    line = assert_one_line_error(capsys, ["fit", "llama-70b", "--target", "h100x8", "--catalog", str(cat_dir)], work)
+    assert field in line, line
+
+
+_bad_json_number = st.one_of(
+    st.integers(4301, 6000).map(_digits), st.integers(4301, 5000).map(lambda n: "-" + _digits(n)),
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "0", "-1", "null", "true", "false", "0.5",
+                     "1e-400", '"64"', '""', "[]", "{}", "[64]", '{"a": NaN}', "1.0e30", "-0.0"]),
+    st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: x != int(x) if math.isfinite(x) else True)
+    .map(repr),
+    st.integers(max_value=0).map(str), st.integers(10**13, 10**60).map(str),
+)
+
+
+@st.composite
+def _numbers_json(draw) -> tuple[str, str]:
+    field = draw(st.sampled_from(_HF_REQUIRED + ("num_key_value_heads", "max_position_embeddings")))
+    number = draw(_bad_json_number)
+    if field in ("num_key_value_heads", "max_position_embeddings"):
+        assume(number not in ("null",))  # optional fields: null means "use the default"
+    text = json.dumps(dict(_HF_BASE, **{field: "@@N@@"})).replace('"@@N@@"', number)
+    if draw(st.booleans()):
+        text = "\ufeff" + text  # a byte-order mark changes nothing
+    return text, field
+
+
+@fuzz_settings(90)
+@given(doc=_numbers_json())
+def test_fuzz_numbers_in_config_json(capsys, dirs, doc):
+    text, field = doc
+    work, inputs = dirs
+    p = _write(inputs / "numbers.json", text)
+    SEEN["numbers-json"].add(text)
+    line = assert_one_line_error(capsys, ["fit", str(p), "--target", "h100x8"], work)
+    # the config.json name, or the name of the model field it fills (num_hidden_layers -> num_layers, ...)
+    names = {field, {"num_hidden_layers": "num_layers", "hidden_size": "d_model", "num_attention_heads": "num_heads",
+                     "intermediate_size": "d_ff", "num_key_value_heads": "num_kv_heads",
+                     "max_position_embeddings": "max_context"}.get(field, field)}
+    assert any(n in line for n in names), line
+
+
+_CSV_HEADER = "id,category,phase,model,metric,value,unit,hardware,quality,tp,notes\n"
+_CSV_ROW = "R1,micro,infer,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,1,a note\n"
+_bad_csv_value = st.one_of(
+    st.sampled_from(["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e999", "-1e999", "0", "-0", "-1", "1e31",
+                     "0x10", "1,5", "", " ", "--1", "1e", "abc", "1 000"]),
+    st.integers(max_value=0).map(str), st.floats(max_value=0, allow_nan=False, allow_infinity=False).map(repr),
+    st.integers(4301, 6000).map(_digits), st.floats(min_value=1.01e30, max_value=1e308).map(repr),
+)
+_bad_csv_int = st.one_of(
+    st.sampled_from(["-1", "1.5", "1e3", "0x10", "nan", "inf", "\u0663", "１", "99999999999", "--2", "1 2"]),
+    st.integers(max_value=-1).map(str), st.integers(10**9 + 1, 10**40).map(str), st.integers(4301, 6000).map(_digits),
+)
+
+
+@st.composite
+def _numbers_csv(draw) -> str:
+    column = draw(st.sampled_from(["value", "tp"]))
+    bad = draw(_bad_csv_value if column == "value" else _bad_csv_int)
+    cell = '"' + bad.replace('"', '""') + '"' if ("," in bad or bad != bad.strip()) else bad
+    cells = _CSV_ROW.rstrip("\n").split(",")
+    cells[_CSV_HEADER.split(",").index(column)] = cell
+    good = _CSV_ROW.replace("R1", "R0")
+    bom = "\ufeff" if draw(st.booleans()) else ""
+    return bom + _CSV_HEADER + good + ",".join(cells) + "\n"
+
+
+@fuzz_settings(80)
+@given(text=_numbers_csv())
+def test_fuzz_numbers_in_validation_csv(capsys, dirs, text):
+    work, inputs = dirs
+    p = _write(inputs / "numbers.csv", text)
+    SEEN["numbers-csv"].add(text)
+    line = assert_one_line_error(capsys, ["validate", str(p)], work)
+    assert "R1" in line, line
+
+
+# ---------------------------------------------------------------------------------------------
+# 12. special files where an input file is read (issue 15)
+# ---------------------------------------------------------------------------------------------
+_SPECIAL_KINDS = ("fifo", "socket", "dev-null", "dev-zero", "loop", "dangling", "self-loop-dir")
+
+
+def _make_special(kind: str, path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+    elif kind in ("dev-null", "dev-zero"):
+        os.symlink("/dev/" + kind[4:], path)
+    elif kind == "loop":
+        os.symlink(path.name + ".b", path)
+        os.symlink(path.name, str(path) + ".b")
+    elif kind == "dangling":
+        os.symlink("nowhere-" + path.name, path)
+    elif kind == "self-loop-dir":  # a folder with the YAML name holding a FIFO, and a symlink to itself
+        path.mkdir()
+        os.symlink(".", path / "again")
+        os.mkfifo(path / "inner.yaml")
+
+
+@st.composite
+def _special_case(draw) -> tuple:
+    kind = draw(st.sampled_from(_SPECIAL_KINDS))
+    where = draw(st.sampled_from(["catalog", "catalog-deep", "study", "claims", "config", "layers", "cases"]))
+    name = draw(st.from_regex(r"[a-z][a-z0-9_-]{0,8}", fullmatch=True)) + draw(
+        st.sampled_from([".yaml", ".yml"] if where.startswith("catalog") or where in ("study", "claims", "layers")
+                        else [".json"] if where == "config" else [".csv"]))
+    if where in ("config", "cases") and kind == "self-loop-dir":
+        kind = "fifo"
+    return kind, where, name
+
+
+_special_counter = [0]
+
+
+@fuzz_settings(70)
+@given(case=_special_case())
+def test_fuzz_special_files(capsys, dirs, case):
+    """A FIFO, socket, device, symlink loop or dangling link where a file is read: one line, never a hang."""
+    kind, where, name = case
+    work, inputs = dirs
+    _special_counter[0] += 1
+    root = inputs / f"special-{_special_counter[0]}"
+    root.mkdir()
+    SEEN["special-files"].add(case)
+    if where.startswith("catalog"):
+        folder = root / "cat" / ("a/b/c" if where == "catalog-deep" else "")
+        folder.mkdir(parents=True)
+        _write(root / "cat" / "ok.yaml", "defaults: {}\n")
+        _make_special(kind, folder / name)
+        argv = ["fit", "llama-70b", "--target", "h100x8", "--catalog", str(root / "cat")]
+    else:
+        _make_special(kind, root / name)
+        p = str(root / name)
+        argv = {"study": ["report", p, "--out", str(work / "r")], "claims": ["check", p],
+                "config": ["fit", p, "--target", "wse3"], "layers": ["fit", p, "--target", "wse3"],
+                "cases": ["validate", p]}[where]
+    assert_one_line_error(capsys, argv, work)
+
+
+# ---------------------------------------------------------------------------------------------
+# 13. hostile names: terminal markup, escapes, control characters, huge length (issue 15)
+# ---------------------------------------------------------------------------------------------
+_MARKUPS = ["[/bold]", "[bold]", "[red]", "[/]", "[link=file:///etc/passwd]", "[@click=quit]", "[#ff0000]",
+            "[blink]x[/blink]"]
+_CONTROLS = ["\x1b[31m", "\x1b]0;title\x07", "\x1b[2J", "\x07", "\x08", "\r", "\n", "\t", "\x00", "\x7f",
+             "\x9b", "\u202e", "\u2066", "\u200b", "\u2028", "\ufeff"]
+_hostile = st.one_of(
+    st.builds(lambda a, b, c: a + b + c, st.text(max_size=6), st.sampled_from(_MARKUPS + _CONTROLS),
+              st.text(max_size=6)),
+    st.integers(201, 12_000).map(lambda n: "n" * n),
+    st.builds(lambda s, n: (s or "x") * n, st.text(min_size=1, max_size=3), st.integers(201, 3000)),
+)
+_WHERE_NAMES = ("catalog-model-name", "catalog-gpu-name", "catalog-alias", "config-json", "layer-yaml", "claim-id",
+                "study-name", "csv-model", "csv-id")
+
+
+@st.composite
+def _hostile_case(draw) -> tuple[str, str]:
+    where = draw(st.sampled_from(_WHERE_NAMES))
+    name = draw(_hostile)
+    if where in ("csv-model", "csv-id"):
+        assume("\x00" not in name)  # covered by the YAML and JSON places; csv refuses NUL itself
+    return where, name
+
+
+@fuzz_settings(100)
+@given(case=_hostile_case())
+def test_fuzz_hostile_names(capsys, dirs, case):
+    """A name a terminal would interpret, or one too long to show, is refused at the input in one line, and the
+    line itself carries no raw escape character."""
+    where, name = case
+    work, inputs = dirs
+    SEEN["hostile-names"].add(case)
+    cat_dir = inputs / "hostile-catalog"
+    cat_dir.mkdir(exist_ok=True)
+    if where.startswith("catalog"):
+        if where == "catalog-model-name":
+            doc = {"models": {"llama-3-70b": dict(_MODELS["llama-3-70b"], name=name)}}
+        elif where == "catalog-gpu-name":
+            doc = {"gpus": {"h100-sxm": dict(_GPUS["h100-sxm"], name=name)}}
+        else:
+            doc = {"gpus": {"h100-sxm": dict(_GPUS["h100-sxm"], aliases=[name])}}
+        _write(cat_dir / "h.yaml", yaml.safe_dump(doc, allow_unicode=False))
+        argv = ["fit", "llama-70b", "--target", "h100x8", "--catalog", str(cat_dir)]
+    elif where == "config-json":
+        argv = ["fit", str(_write(inputs / "hostile.json", json.dumps(dict(_HF_BASE, _name_or_path=name)))),
+                "--target", "wse3"]
+    elif where == "layer-yaml":
+        argv = ["fit", str(_write(inputs / "hostile-net.yaml", yaml.safe_dump({"name": name, "layers": [_LAYER]}))),
+                "--target", "wse3"]
+    elif where == "claim-id":
+        argv = ["check", str(_write(inputs / "hostile-claims.yaml",
+                                    yaml.safe_dump({"claims": [dict(_CLAIMS_BASE[0], id=name)]})))]
+    elif where == "study-name":
+        argv = ["report", str(_write(inputs / "hostile-study.yaml", yaml.safe_dump(dict(_study_base(), name=name)))),
+                "--out", str(work / "r")]
+    else:
+        cell = '"' + name.replace('"', '""') + '"'
+        row = _CSV_ROW.replace(",x,", f",{cell},") if where == "csv-model" else cell + _CSV_ROW[2:]
+        argv = ["validate", str(_write(inputs / "hostile.csv", _CSV_HEADER + row))]
+    line = assert_one_line_error(capsys, argv, work)
+    assert "\x1b" not in line and "\x07" not in line and "\u202e" not in line, repr(line)
+
+
+# ---------------------------------------------------------------------------------------------
+# 14. output paths that are read-only, full, symlinks or folders (issue 15)
+# ---------------------------------------------------------------------------------------------
+_OUT_KINDS = ("read-only", "full", "quota", "ulimit", "io-error", "dangling-link", "link-loop", "link-to-file",
+              "is-file", "foreign-folder", "special-inside", "is-folder-single")
+_REPORT_OLD = {"report.md": b"# previous\n", "t.csv": b"a\n1\n"}
+_out_counter = [0]
+
+
+@st.composite
+def _output_case(draw) -> tuple[str, int, bool]:
+    kind = draw(st.sampled_from(_OUT_KINDS))
+    return kind, draw(st.integers(1, 40)), draw(st.booleans())
+
+
+@fuzz_settings(120)
+@given(case=_output_case())
+def test_fuzz_output_paths(dirs, case):
+    """Writing a report folder (or a single output file) to a bad destination, or failing at a random file
+    operation with a disk error, gives one InputError line and leaves the previous output byte-identical."""
+    from wseplan.errors import InputError
+    from wseplan.report import atomic as A
+    from wseplan.report import fsops as F
+
+    kind, op_index, single = case
+    _, inputs = dirs
+    _out_counter[0] += 1
+    root = inputs / f"out-{_out_counter[0]}"
+    root.mkdir()
+    SEEN["output-paths"].add(case)
+    if single:
+        dest = root / "table.csv"
+        dest.write_bytes(b"previous\n")
+    else:
+        dest = root / "rep"
+        A.write_files_atomically(dest, _REPORT_OLD)
+    errs = {"read-only": errno.EROFS, "full": errno.ENOSPC, "quota": errno.EDQUOT, "ulimit": errno.EFBIG,
+            "io-error": errno.EIO}
+    target = dest
+    calls = [0]
+    if kind in errs:
+        def hook(name, _e=errs[kind]):
+            calls[0] += 1
+            if calls[0] == op_index and name not in ("rmtree", "unlink", "lock_unlink", "journal_unlink"):
+                raise OSError(_e, os.strerror(_e))
+        F._HOOK = hook
+    elif kind == "dangling-link":
+        target = root / "link"
+        os.symlink("missing", target)
+    elif kind == "link-loop":
+        target = root / "loop"
+        os.symlink("loop", target)
+    elif kind == "link-to-file":
+        (root / "f").write_text("f")
+        target = root / "tofile"
+        os.symlink("f", target) if not single else os.symlink("sub/", target)
+        if single:
+            (root / "sub").mkdir()
+    elif kind == "is-file":
+        target = root / "plain"
+        target.write_text("x") if not single else (root / "plain").mkdir()
+    elif kind == "foreign-folder":
+        target = root / "mine"
+        target.mkdir()
+        (target / "thesis.md").write_text("mine")
+        if single:
+            target = target / "thesis.md"
+            os.chmod(target, 0o644)
+            target = root / "mine"  # a folder where a file is asked for
+    elif kind == "special-inside":
+        target = root / "pipe.csv" if single else root / "withpipe"
+        if single:
+            os.mkfifo(target)
+        else:
+            target.mkdir()
+            os.mkfifo(target / "p")
+    elif kind == "is-folder-single":
+        target = root / "adir"
+        target.mkdir() if single else target.write_text("a file where a folder is asked for")
+    before = {p.name: (p.read_bytes() if p.is_file() else None) for p in root.iterdir() if not p.is_symlink()}
+    try:
+        with deadline(DEADLINE_S, case):
+            if single:
+                A.write_file_atomically(target, b"new\n", lock_timeout_s=2)
+            else:
+                A.write_files_atomically(target, {"report.md": b"# new\n", "u.csv": b"b\n2\n"}, lock_timeout_s=2)
+        raised = None
+    except InputError as exc:
+        raised = str(exc)
+    finally:
+        F._HOOK = None
+    if kind in errs and raised is None:  # the failure hit a step after the swap, or no step at all: written
+        assert (dest.read_bytes() == b"new\n") if single else (dest / "report.md").read_bytes() == b"# new\n"
+        return
+    assert raised is not None and "\n" not in raised and raised.startswith("--out: "), (case, raised)
+    # the previous output is untouched, and nothing is left beside it
+    if single:
+        assert dest.read_bytes() == b"previous\n"
+    else:
+        assert {p.name: p.read_bytes() for p in dest.iterdir() if p.name != A.MARKER} == _REPORT_OLD
+    after = {p.name: (p.read_bytes() if p.is_file() else None) for p in root.iterdir() if not p.is_symlink()}
+    leftovers = {n for n in after if n.startswith(".")} - {n for n in before if n.startswith(".")}
+    assert {n: v for n, v in after.items() if n in before} == before, case
+    assert all(".tmp-" in n or n.endswith(A.LOCK_SUFFIX) for n in leftovers), leftovers
+    A.repair(dest)  # the next run cleans whatever a failed cleanup left
+    assert not [n for n in os.listdir(root) if ".tmp-" in n or ".old-" in n or n.endswith(A.LOCK_SUFFIX)]
 
 
 # ---------------------------------------------------------------------------------------------

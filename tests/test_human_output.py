@@ -22,7 +22,10 @@ def readme_examples() -> list[str]:
     text = (ROOT / "README.md").read_text()
     out = []
     for m in re.finditer(r"`(wseplan [^`]+)`", text):
-        cmd = re.sub(r"\s*\[.*?\]", "", m.group(1)).strip()
+        cmd = m.group(1)
+        while re.search(r"\[[^\[\]]*\]", cmd):  # drop optional parts, innermost first ([--a [--b]])
+            cmd = re.sub(r"\s*\[[^\[\]]*\]", "", cmd)
+        cmd = cmd.strip()
         if "<" in cmd or "…" in cmd or "..." in cmd or cmd in out or cmd.split()[1:2] in ([], ["--help"]):
             continue
         if len(cmd.split()) < 3 and cmd.split()[1] not in ("calibrate", "validate", "--version"):
@@ -89,31 +92,19 @@ def test_free_text_is_humanised_and_made_safe():
     assert fmt_num(float("nan")) == "–" and fmt_num(float("inf")) == "∞"
 
 
-EVIL = """\
-models:
-  evil:
-    name: "[/bold][red]Evil\\e[2J\\a model"
-    source: meta-llama2
-    basis: official
-    num_layers: 2
-    d_model: 512
-    num_heads: 8
-    num_kv_heads: 8
-    d_ff: 1024
-    gated_mlp: true
-    vocab_size: 1000
-    tied_embeddings: false
-    max_context: 4096
-"""
+def test_markup_and_escapes_in_user_text_are_shown_not_obeyed(tmp_path, capsys):
+    """A file path with rich markup, an ANSI escape and a bell prints literally: the markup as text, the control
+    characters as visible escapes; nothing reaches the terminal raw (catalog names with them are refused on
+    load, so file names are what a user can still bring in)."""
+    import shutil
 
-
-@pytest.mark.parametrize("fmt", ["table", "md"])
-def test_markup_and_escapes_in_names_are_shown_not_obeyed(tmp_path, capsys, fmt):
-    """A catalog model named with rich markup, an ANSI escape and a bell prints literally: the markup as
-    text, the control characters as visible escapes; nothing reaches the terminal raw."""
-    (tmp_path / "m.yaml").write_text(EVIL)
-    for cmd in (["fit", "evil", "--target", "wse3"], ["time", "evil", "--target", "wse3"]):
-        assert main([*cmd, "--catalog", str(tmp_path), "--format", fmt]) == 0
-        out = capsys.readouterr().out
-        assert "[/bold][red]Evil\\x1b[2J\\x07 model" in out
-        assert "\x1b" not in out and "\x07" not in out
+    folder = tmp_path / "[bold][red]x\x1b[2J\x07"  # no "/" in a folder name, so no closing tags here
+    folder.mkdir()
+    claims = folder / "claims.yaml"
+    shutil.copy(ROOT / "studies" / "claims-examples.yaml", claims)
+    assert main(["check", str(claims)]) == 0
+    out = capsys.readouterr().out
+    assert "[bold][red]x\\x1b[2J\\x07" in out and "\x1b" not in out and "\x07" not in out
+    assert main(["check", str(tmp_path / "nope[/bold]\x1b[31m.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b" in err and err.count("\n") == 1

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from wseplan.cli import main
 from wseplan.errors import InputError
-from wseplan.report.atomic import safe_filename, write_files_atomically
+from wseplan.report.atomic import MARKER, safe_filename, write_files_atomically
 from wseplan.report.markdown import Column, Table, csv_num, fmt_num, fmt_quantity
 from wseplan.report.plots import Marker, Plot, Series, render, roofline_plot
 from wseplan.report.study import Study, load_study, run_study
@@ -21,7 +21,7 @@ def test_atomic_write_replaces_whole_folder(tmp_path):
     out = tmp_path / "rep"
     write_files_atomically(out, {"report.md": "old", "b.csv": "x\n"})
     write_files_atomically(out, {"report.md": "new"})
-    assert sorted(os.listdir(out)) == ["report.md"] and (out / "report.md").read_text() == "new"
+    assert sorted(os.listdir(out)) == [MARKER, "report.md"] and (out / "report.md").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no temp or old folders left behind
 
 
@@ -55,14 +55,14 @@ def test_refuses_to_replace_folders_that_are_not_reports(tmp_path, monkeypatch):
     keep = tmp_path / "studies"
     keep.mkdir()
     (keep / "study.yaml").write_text("precious")
-    with pytest.raises(InputError, match="not a wseplan report"):
+    with pytest.raises(InputError, match="not a folder wseplan wrote"):
         write_files_atomically(keep, {"report.md": "x"})
     assert (keep / "study.yaml").read_text() == "precious"
     sub = tmp_path / "rep"
     write_files_atomically(sub, {"report.md": "x"})
-    (sub / "nested").mkdir()
-    with pytest.raises(InputError):
-        write_files_atomically(sub, {"report.md": "y"})
+    (sub / "nested").mkdir()  # a user's folder inside a report folder is kept, not refused
+    write_files_atomically(sub, {"report.md": "y"})
+    assert (sub / "nested").is_dir() and (sub / "report.md").read_text() == "y"
     monkeypatch.chdir(keep)
     for out in (".", "..", "/"):
         with pytest.raises(InputError, match="current folder"):
@@ -211,7 +211,7 @@ def test_report_cli_writes_files(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["report", str(tmp_path / "s.yaml"), "--out", str(out), "-f", "json"]) == 0
     files = sorted(os.listdir(out))
-    assert files == ["assumptions.csv", "claims.csv", "claims_margin.png", "report.md", "report.xlsx"]
+    assert files == [MARKER, "assumptions.csv", "claims.csv", "claims_margin.png", "report.md", "report.xlsx"]
     md = (out / "report.md").read_text()
     assert md.startswith("# Mini audit\n\n**Answer.** Of 1 claims, 1 are impossible")
     assert "## Sources used" in md and "](claims_margin.png)" in md

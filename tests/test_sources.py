@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = yaml.safe_load((ROOT / "catalogs" / "sources.yaml").read_text())["sources"]
 # a path-like token: folders and a file with an extension, or a glob of them (catalogs/calibration/*_sim_fit.yaml)
 PATH_TOKEN = re.compile(r"(?<![\w/.:-])((?:[\w.*-]+/)+[\w.*-]+\.(?:md|ya?ml|csv|json|py|txt|ipynb))\b")
-OUTSIDE = re.compile(r"shared/reference|/work/|hardware\.md|validation-README|file://", re.IGNORECASE)
+OUTSIDE = re.compile(r"shared/reference|/work/|hardware\.md|validation-README", re.IGNORECASE)
 
 
 def local_paths(text: str) -> list[str]:
@@ -30,7 +30,8 @@ def exists_in_repo(path: str) -> bool:
 def source_problems(sid: str, entry: dict) -> list[str]:
     """Why a source entry is not acceptable (empty when it is)."""
     text = " ".join(str(entry.get(k) or "") for k in ("title", "note", "url"))
-    problems = [f"{sid}: names a file outside the repository ({m.group(0)})" for m in [OUTSIDE.search(text)] if m]
+    problems = [f"{sid}: names a file outside the repository ({m.group(0)})"
+                for m in [OUTSIDE.search(text) or re.search(r"file://", text)] if m]
     url = entry.get("url")
     if url is not None and not re.match(r"https?://", str(url)):
         problems.append(f"{sid}: url {url!r} is not a public web address")

@@ -7,6 +7,7 @@ and must agree within a relative 1e-9.
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 
@@ -312,7 +313,8 @@ def test_dask_engine_equals_local_row_for_row(catalog):
     sw = S.parse_sweep(dict(name="d", phase="decode", models=["llama-3.1-8b", "llama-3.1-70b"],
                             targets=["h100-sxmx8", "cs3x4"], batches=[1, 4, 32], contexts=[512, 4096], output_tokens=[64]))
     local = S.run_sweep(sw, catalog=catalog, chunk=50)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster, \
             Client(cluster) as client:
         dist = S.run_sweep(sw, catalog=catalog, engine="dask", client=client, chunk=50)
     assert len(S.plan_sweep(sw, catalog).tasks(50)) > 4
@@ -333,7 +335,7 @@ def test_failed_evaluation_leaves_existing_output_intact(tmp_path, capsys, monke
         calls.append(1)
         raise S.InputError("boom: evaluation failed")
 
-    monkeypatch.setattr(S, "evaluate_task", boom)
+    monkeypatch.setattr(S.evaluate, "evaluate_task", boom)
     assert main(["sweep", str(f), "--out", str(out)]) == 2
     assert "boom" in capsys.readouterr().err and calls
     assert (out / "keep.csv").read_text() == "previous\n"
@@ -345,7 +347,7 @@ def test_failed_evaluation_leaves_existing_output_intact(tmp_path, capsys, monke
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", bad_fsync)
-    with pytest.raises(OSError):
+    with pytest.raises(S.InputError, match="disk full"):
         S.write_output(pd.DataFrame({"a": [1.0]}), out, "keep.csv")
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert sorted(os.listdir(out)) == ["keep.csv"] and (out / "keep.csv").read_text() == "previous\n"
@@ -379,13 +381,7 @@ def test_parquet_output(tmp_path, capsys):
 
     f.write_text(yaml.safe_dump(sw.model_dump(exclude_none=True, exclude_defaults=True) | {"output": "r.parquet"}))
     rc = main(["sweep", str(f), "--out", str(tmp_path / "o")])
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        assert rc == 2 and "pyarrow" in capsys.readouterr().err
-        assert not (tmp_path / "o" / "r.parquet").exists()
-        return
-    assert rc == 0
+    assert rc == 0  # pyarrow is a core dependency
     df = pd.read_parquet(tmp_path / "o" / "r.parquet")
     assert len(df) == S.plan_sweep(sw).size
 
@@ -426,13 +422,608 @@ def test_progress_bar_only_on_a_terminal(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err == ""
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     seen = []
-    real = S.evaluate_columns
+    real = S.sweep_to_file
 
-    def spy(plan, *, chunk, progress):
+    def spy(*a, progress, **kw):
         seen.append(progress)
-        return real(plan, chunk=chunk, progress=progress)
+        return real(*a, progress=progress, **kw)
 
-    monkeypatch.setattr(S, "evaluate_columns", spy)
+    monkeypatch.setattr(S, "sweep_to_file", spy)
     assert main(["sweep", str(f), "--out", str(tmp_path / "b"), "--format", "csv", "--chunk", "5"]) == 0
     assert seen and seen[0] is not None
     assert (tmp_path / "a" / "x.csv").read_bytes() == (tmp_path / "b" / "x.csv").read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming output: parts joined into one file, constant memory, the same bytes from every engine
+# ---------------------------------------------------------------------------------------------
+MIXED = dict(name="m", phase="decode", models=["llama-3.1-8b", "llama-3.1-70b"], targets=["h100-sxmx8", "cs3x2"],
+             batches=[1, 3, 16, 64], contexts=[512, 4096], output_tokens=[1, 64])
+
+
+def test_joined_parquet_parts_equal_pyarrow_writer_bytes():
+    """Joining one-row-group files (data regions copied, one footer with shifted offsets) gives byte for byte
+    the file pyarrow's own ParquetWriter writes for the same row groups."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wseplan.sweep import parquet_concat as PC
+
+    def table(n, seed):
+        r = np.random.default_rng(seed)
+        v = r.random(n)
+        v[r.random(n) < 0.1] = np.nan
+        return pa.table({"a": pa.array(v, from_pandas=True), "i": pa.array(r.integers(0, 5, n)),
+                         "b": pa.DictionaryArray.from_arrays(pa.array(r.integers(0, 3, n).astype(np.int8)),
+                                                             pa.array(["x", "y", "z"])),
+                         "f": pa.array(r.random(n) < 0.5)})
+
+    tables = [table(n, i) for i, n in enumerate([1000, 5, 20000, 1] + [3] * 14)]  # 18 row groups: long list header
+    kw = dict(compression="snappy", use_dictionary=["b"])
+    c = PC.Concatenator()
+    out = bytearray(PC.MAGIC)
+    for t in tables:
+        buf = io.BytesIO()
+        pq.write_table(t, buf, **kw)
+        data = buf.getvalue()
+        start, footer = PC.split_footer(data, len(data))
+        assert PC.encode_struct(PC.decode_struct(footer)) == footer
+        c.add(PC.read_part(footer, start))
+        out += data[4:start]
+    out += c.footer()
+    ref = io.BytesIO()
+    with pq.ParquetWriter(ref, tables[0].schema, **kw) as w:
+        for t in tables:
+            w.write_table(t)
+    assert bytes(out) == ref.getvalue()
+    assert pq.read_table(io.BytesIO(bytes(out))).equals(pa.concat_tables(tables))
+    with pytest.raises(PC.ParquetConcatError):
+        PC.split_footer(b"PAR1junk", 8)
+    other = io.BytesIO()
+    pq.write_table(pa.table({"z": [1.0]}), other)
+    d = other.getvalue()
+    s, f = PC.split_footer(d, len(d))
+    with pytest.raises(PC.ParquetConcatError, match="different Parquet schemas"):
+        c.add(PC.read_part(f, s))
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_streamed_files_equal_the_frame(tmp_path, catalog, chunk):
+    import pyarrow.parquet as pq
+
+    sw = S.parse_sweep(MIXED)
+    plan = S.plan_sweep(sw, catalog)
+    df = S.run_sweep(sw, catalog=catalog)
+    res = S.sweep_to_file(plan, tmp_path / "p", "x.parquet", chunk=chunk)
+    back = pd.read_parquet(res.path)
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+    assert pq.ParquetFile(res.path).num_row_groups == plan.num_tasks(chunk) == res.tasks
+    assert res.output_bytes == res.path.stat().st_size and res.configurations == len(df) == plan.size
+    assert res.fitting == int(df["fits"].sum()) and res.groups == S.summary_rows(df)
+    meta = pq.read_schema(res.path).metadata
+    assert meta[b"wseplan.schema_version"] == str(S.SCHEMA_VERSION).encode() and meta[b"wseplan.sweep"] == b"m"
+    csv = S.sweep_to_file(plan, tmp_path / "c", "x.csv", chunk=chunk)
+    assert csv.path.read_bytes() == S.frame_bytes(df, "x.csv")  # CSV bytes do not depend on the chunking
+    assert csv.path.read_bytes().startswith(b"model,target,hardware,device_kind,precision,phase,batch,context,")
+    assert pd.read_csv(csv.path)["usd_per_mtok"].equals(df["usd_per_mtok"])
+    assert sorted(os.listdir(tmp_path / "p")) == ["x.parquet"] and sorted(os.listdir(tmp_path / "c")) == ["x.csv"]
+
+
+def test_names_that_need_quotes_are_quoted_in_csv(tmp_path, catalog):
+    from wseplan.sweep.output import OutputSpec, encode_part
+
+    plan = S.plan_sweep(_sweep(batches=[1]), catalog)
+    cols = S.evaluate_task(plan.groups[0], 0, 2)
+    plain = S.output_spec(plan, "x.csv")
+    assert plain.csv_quoting == "none"
+    odd = OutputSpec(fmt="csv", sweep="x", categories=tuple((k, ('a,"b"',)) for k, _ in plain.categories),
+                     codes=((0, (0,) * 6),), csv_quoting="needed")
+    rows = pd.read_csv(io.BytesIO(S.output.CSV_HEADER + encode_part(odd, cols)))
+    assert (rows["model"] == 'a,"b"').all() and len(rows) == 2
+
+
+def test_streaming_memory_does_not_grow_with_the_sweep(tmp_path, catalog):
+    """Peak traced memory (numpy included) of a 4x larger sweep stays that of one task: nothing accumulates."""
+    import tracemalloc
+
+    def peak(batches, out):
+        plan = S.plan_sweep(_sweep(targets=["h100-sxmx64"], batches=batches, contexts=[256, 4096], output_tokens=[16]),
+                            catalog)
+        tracemalloc.start()
+        S.sweep_to_file(plan, tmp_path / out, "x.parquet", chunk=1024)
+        p = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return p, plan.num_tasks(1024)
+
+    small, n_small = peak(list(range(1, 65)), "a")
+    big, n_big = peak(list(range(1, 257)), "b")
+    assert n_big > 3 * n_small
+    assert big < 1.3 * small, (small, big)
+
+
+@pytest.mark.parametrize("spec", [
+    dict(phase="decode", targets=["h100-sxmx64"], batches=list(range(1, 65)), contexts=[256, 4096], output_tokens=[1, 64]),
+    dict(phase="train", targets=["h100-sxmx64"], batches=[64, 128], contexts=[2048, 4096],
+         layouts=dict(micro_batch=[1, 2], recompute=["none", "full"], zero_stage=[1, 3])),
+    dict(phase="decode", targets=["cs3x4"], batches=list(range(1, 129)), contexts=[512, 4096], output_tokens=[64, 256]),
+    dict(phase="train", targets=["cs3x4"], batches=list(range(8, 2049, 8)), contexts=[2048, 4096]),
+], ids=["gpu-decode", "gpu-train", "wafer-decode", "wafer-train"])
+def test_evaluation_memory_per_configuration_is_under_the_planned_bytes(catalog, spec):
+    """The memory model of the size limits: evaluate_task's peak traced memory per configuration."""
+    import tracemalloc
+
+    plan = S.plan_sweep(S.parse_sweep(dict(name="e", models=["llama-3.1-70b"], **spec)), catalog)
+    g = plan.groups[0]
+    S.evaluate_task(g, 0, 64)  # imports and caches outside the measurement
+    for n in (min(g.size, 256), min(g.size, 4096)):
+        tracemalloc.start()
+        S.evaluate_task(g, 0, n)
+        p = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert p <= S.task_memory_bytes(g.target.kind, n), (p, n)
+
+
+def test_frame_memory_per_configuration_is_under_the_planned_bytes(catalog):
+    import tracemalloc
+
+    sw = _sweep(targets=["h100-sxmx64"], batches=list(range(1, 257)), contexts=[256, 4096], output_tokens=[1, 64])
+    S.run_sweep(_sweep(), catalog=catalog)
+    tracemalloc.start()
+    df = S.run_sweep(sw, catalog=catalog)
+    p = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    plan = S.plan_sweep(sw, catalog)
+    assert len(df) > 20_000 and p <= S.task_memory_bytes("gpu", plan.largest_task()) + len(df) * S.FRAME_BYTES_PER_CONFIGURATION
+
+
+def test_limits_refuse_in_one_line(tmp_path, catalog, capsys, monkeypatch):
+    import shutil
+
+    plan = S.plan_sweep(_sweep(targets=["h100-sxmx64"], batches=list(range(1, 101))), catalog)
+    avail = S.available_memory_bytes()
+    assert avail is None or avail > 0
+    with pytest.raises(S.InputError, match=r"configurations need ~.* as one DataFrame .* over the limit of [\d,]+ that"):
+        S.check_limits(plan, in_memory=True, available=10**6)
+    with pytest.raises(S.InputError, match=r"--chunk: tasks of [\d,]+ configurations need .* use a smaller --chunk"):
+        S.check_limits(plan, available=10**6)
+    with pytest.raises(S.InputError, match=r"x 4 at once"):
+        S.check_limits(plan, parallel=4, available=S.task_memory_bytes("gpu", plan.largest_task()) * 2)
+    with pytest.raises(S.InputError, match=r"exceed the limit of 32,767 row groups.*--chunk 2 or larger"):
+        S.check_limits(S.plan_sweep(_sweep(targets=["h100-sxmx64"], batches=list(range(1, 2049))), catalog), chunk=1,
+                       fmt="parquet", available=10**12)
+    S.check_limits(plan, fmt="csv", out_dir=tmp_path / "new" / "deeper", available=10**12)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(S.InputError, match=r"of CSV .* than the 1,000 bytes free in .*a limit of 3\)"):
+        S.check_limits(plan, fmt="csv", out_dir=tmp_path, available=10**12)
+    monkeypatch.undo()
+    monkeypatch.setattr(S.engine, "available_memory_bytes", lambda: 10**6)
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100-sxmx64]\nbatches: [1, 2, 3]\ncontexts: [64]\n")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--chunk" in err and "available memory" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_balanced_tasks_cover_every_configuration_once(catalog):
+    plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)
+    for chunk in (None, 1, 5, 7, 10**9):
+        tasks = plan.tasks(chunk)
+        assert len(tasks) == plan.num_tasks(chunk)
+        for g in plan.groups:
+            mine = [(s, e) for gi, s, e in tasks if gi == g.index]
+            assert mine[0][0] == 0 and mine[-1][1] == g.size
+            assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+            sizes = [e - s for s, e in mine]
+            assert max(sizes) - min(sizes) <= 1 and max(sizes) <= (chunk or S.default_chunk(g))
+        assert plan.largest_task(chunk) == max(e - s for _, s, e in tasks)
+    assert S.default_chunk(plan.groups[0]) == S.DEFAULT_CHUNK and S.default_chunk(plan.groups[1]) == S.WAFER_CHUNK
+
+
+def test_killed_run_leaves_no_partial_file_and_the_next_run_cleans_up(tmp_path, catalog):
+    """A run that fails mid-way removes its temporary file; temporaries of a dead process are removed later."""
+    import subprocess
+    import sys
+
+    plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "x.parquet").write_bytes(b"previous")
+    calls = []
+    real = S.evaluate.evaluate_task
+
+    def flaky(g, s, e):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(g, s, e)
+
+    S.evaluate.evaluate_task = flaky
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            S.sweep_to_file(plan, out, "x.parquet", chunk=5)
+    finally:
+        S.evaluate.evaluate_task = real
+    assert sorted(os.listdir(out)) == ["x.parquet"] and (out / "x.parquet").read_bytes() == b"previous"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    from wseplan.sweep.output import _HOST
+
+    (out / f".x.parquet.tmp-{pid}@{_HOST}.abc").write_bytes(b"stale")
+    (out / f".x.parquet.parts-{pid}@{_HOST}.def").mkdir()
+    (out / f".x.parquet.tmp-{os.getpid()}@{_HOST}.live").write_bytes(b"ours, alive")
+    (out / ".x.parquet.tmp-1@otherhost.zz").write_bytes(b"another host")
+    S.sweep_to_file(plan, out, "x.parquet")
+    assert sorted(os.listdir(out)) == sorted([".x.parquet.tmp-1@otherhost.zz", f".x.parquet.tmp-{os.getpid()}@{_HOST}.live",
+                                              "x.parquet"])
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "x.parquet"), S.run_sweep(S.parse_sweep(MIXED), catalog=catalog))
+
+
+def test_unwritable_output_is_one_line(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100-sxmx8]\nbatches: [1]\ncontexts: [64]\n")
+    (tmp_path / "file").write_text("x")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "file")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):  # running as root: permissions do not apply
+            pytest.skip("the file system lets this user write a read-only folder")
+        assert main(["sweep", str(f), "--out", str(ro)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot write" in err and "Traceback" not in err
+    finally:
+        ro.chmod(0o700)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dask: worker processes, part files written by the workers, failures in one line
+# ---------------------------------------------------------------------------------------------
+class _KillWorker:
+    """Worker plugin: the worker process exits when it starts a sweep task (once overall if ``marker`` is a
+    path: the first worker to create the marker file dies; always if ``marker`` is None)."""
+
+    name = "wseplan-test-kill"
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def setup(self, worker):
+        pass
+
+    def teardown(self, worker):
+        pass
+
+    def transition(self, key, start, finish, **kw):
+        if finish != "executing" or "wseplan-sweep" not in str(key):
+            return
+        if self.marker is not None:
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.close(fd)
+        os._exit(1)
+
+
+@pytest.fixture(scope="module")
+def proc_cluster():
+    """Two worker processes of the engine's own local cluster (127.0.0.1, no dashboard), one retry per task."""
+    pytest.importorskip("distributed")
+    import dask
+    from dask.distributed import Client
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        cluster = S.local_cluster(2)
+    client = Client(cluster, set_as_default=False)
+    try:
+        yield cluster, client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _register(client, plugin):
+    import cloudpickle
+    from distributed import WorkerPlugin
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))
+    p = type("KillWorkerPlugin", (_KillWorker, WorkerPlugin), {})(plugin.marker)
+    if hasattr(client, "register_plugin"):
+        client.register_plugin(p, name=_KillWorker.name)
+    else:  # older distributed
+        client.register_worker_plugin(p, name=_KillWorker.name)
+
+
+def test_local_cluster_is_loopback_processes_without_dashboard(proc_cluster):
+    cluster, client = proc_cluster
+    import urllib.error
+    import urllib.request
+
+    assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+    http = cluster.scheduler.http_server  # Dask always runs one; ours serves /health only, on loopback
+    assert http.address == "127.0.0.1" and http.port != 8787
+    with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/health", timeout=10) as r:
+        assert r.status == 200
+    for page in ("status", "info/main/workers.html", "metrics"):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{http.port}/{page}", timeout=10)
+        assert e.value.code == 404
+    info = client.scheduler_info()
+    assert all(a.startswith("tcp://127.0.0.1:") for a in info["workers"])
+    pids = client.run(os.getpid)
+    assert len(pids) == 2 and os.getpid() not in pids.values()
+    assert set(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()) == {os.environ.get("MALLOC_TRIM_THRESHOLD_")}
+    assert set(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}
+
+
+def test_dashboard_without_bokeh_is_one_line():
+    pytest.importorskip("distributed")
+    try:
+        import bokeh  # noqa: F401
+        pytest.skip("bokeh is installed: the dashboard would start")
+    except ImportError:
+        pass
+    with pytest.raises(S.InputError, match="--dashboard: the Dask dashboard needs bokeh"):
+        S.local_cluster(1, dashboard="8787")
+
+
+def test_a_local_cluster_that_does_not_start_is_one_line(tmp_path, catalog, monkeypatch):
+    pytest.importorskip("distributed")
+
+    def broken(*a, **k):
+        raise RuntimeError("Nanny failed to start.")
+
+    monkeypatch.setattr(S.engine, "local_cluster", broken)
+    with pytest.raises(S.InputError, match=r"local cluster did not start \(RuntimeError: Nanny failed to start.\); from a"):
+        S.sweep_to_file(S.plan_sweep(_sweep(), catalog), tmp_path / "o", "x.csv", engine="dask")
+    assert not (tmp_path / "o").exists()
+
+
+def test_dask_workers_write_parts_and_the_file_is_byte_identical(proc_cluster, tmp_path, catalog):
+    _, client = proc_cluster
+    plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)
+    for name in ("x.parquet", "x.csv"):
+        local = S.sweep_to_file(plan, tmp_path / "l", name, chunk=9)
+        seen = []
+        dist = S.sweep_to_file(plan, tmp_path / "d", name, engine="dask", client=client, chunk=9, progress=seen.append)
+        assert dist.path.read_bytes() == local.path.read_bytes()
+        assert dist.groups == local.groups and sum(seen) == plan.size and len(seen) == plan.num_tasks(9) > 10
+        assert sorted(os.listdir(tmp_path / "d")) == sorted(os.listdir(tmp_path / "l"))  # part folder removed
+    df = S.run_sweep(S.parse_sweep(MIXED), catalog=catalog, engine="dask", client=client, chunk=9)
+    pd.testing.assert_frame_equal(df, S.run_sweep(S.parse_sweep(MIXED), catalog=catalog), check_exact=True)
+
+
+def test_a_lost_worker_is_retried_to_the_same_bytes(proc_cluster, tmp_path, catalog):
+    _, client = proc_cluster
+    plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)
+    local = S.sweep_to_file(plan, tmp_path / "l", "x.parquet", chunk=30)
+    marker = tmp_path / "killed-once"
+    _register(client, _KillWorker(str(marker)))
+    try:
+        dist = S.sweep_to_file(plan, tmp_path / "d", "x.parquet", engine="dask", client=client, chunk=30)
+    finally:
+        client.unregister_worker_plugin(_KillWorker.name)
+    assert marker.exists()  # a worker did die
+    assert dist.path.read_bytes() == local.path.read_bytes()
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_a_task_that_kills_its_workers_is_one_line(proc_cluster, tmp_path, catalog):
+    _, client = proc_cluster
+    plan = S.plan_sweep(_sweep(batches=[1, 2]), catalog)
+    _register(client, _KillWorker(None))
+    try:
+        with pytest.raises(S.InputError, match="lost together with the workers"):
+            S.sweep_to_file(plan, tmp_path / "d", "x.parquet", engine="dask", client=client)
+    finally:
+        client.unregister_worker_plugin(_KillWorker.name)
+    assert os.listdir(tmp_path / "d") == []
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_cli_dask_engine_equals_local(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100-sxmx8, cs3]\nbatches: [1, 2, 3]\n"
+                 "contexts: [64, 512]\noutput: x.parquet\n")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "l"), "-f", "json"]) == 0
+    assert main(["sweep", str(f), "--out", str(tmp_path / "d"), "--engine", "dask", "--workers", "1", "--chunk", "5",
+                 "-f", "json"]) == 0
+    assert main(["sweep", str(f), "--out", str(tmp_path / "l5"), "--chunk", "5", "-f", "json"]) == 0
+    out = capsys.readouterr()
+    assert out.err == ""
+    assert (tmp_path / "d" / "x.parquet").read_bytes() == (tmp_path / "l5" / "x.parquet").read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "d" / "x.parquet"), pd.read_parquet(tmp_path / "l" / "x.parquet"))
+
+
+def test_workers_without_the_shared_folder_send_their_parts(tmp_path, catalog, monkeypatch):
+    """A worker that cannot see the part folder returns the part's bytes; parts that arrive ahead of order are
+    kept on disk by the client; the file is the same."""
+    pytest.importorskip("distributed")
+    import time
+
+    from dask.distributed import Client, LocalCluster
+
+    plan = S.plan_sweep(S.parse_sweep(MIXED), catalog)
+    local = S.sweep_to_file(plan, tmp_path / "l", "x.parquet", chunk=40)
+    real = S.evaluate.evaluate_task
+
+    def first_is_slow(g, s, e):
+        if g.index == 0 and s == 0:
+            time.sleep(1.0)  # let later tasks finish first (the result does not depend on it)
+        return real(g, s, e)
+
+    monkeypatch.setattr(S.evaluate, "evaluate_task", first_is_slow)
+    monkeypatch.setattr(S.engine, "_sees", lambda parts_dir: False)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        dist = S.sweep_to_file(plan, tmp_path / "d", "x.parquet", engine="dask", client=client, chunk=40)
+    assert dist.path.read_bytes() == local.path.read_bytes()
+    assert sorted(os.listdir(tmp_path / "d")) == ["x.parquet"]
+
+
+def _silent_server(reply: bytes = b""):
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    conns = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            if reply:
+                c.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, conns
+
+
+@pytest.mark.parametrize("reply,needle", [(b"", "sent no Dask handshake within 0.5 s"),
+                                          (b"HTTP/1.1 400 Bad Request\r\n\r\n", "not as a Dask scheduler"),
+                                          (b"\x05\x00\x00\x00\x00\x00\x00\x00hello", "not as a Dask scheduler")])
+def test_a_port_that_is_not_a_scheduler_is_one_line(reply, needle, catalog, tmp_path):
+    pytest.importorskip("distributed")
+    srv, conns = _silent_server(reply)
+    try:
+        addr = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+        with pytest.raises(S.InputError, match=needle):
+            S.sweep_to_file(S.plan_sweep(_sweep(), catalog), tmp_path, "x.csv", engine="dask", scheduler=addr,
+                            connect_timeout_s=0.5)
+    finally:
+        srv.close()
+        for c in conns:
+            c.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_scheduler_addresses_in_one_line(tmp_path, capsys):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100-sxmx8]\nbatches: [1]\ncontexts: [64]\n")
+    for addr, needle in ((f"tcp://127.0.0.1:{port}", "cannot connect"), (f"127.0.0.1:{port}", "cannot connect"),
+                         ("tls://127.0.0.1:8786", "tls:// is not supported"), ("ucx://127.0.0.1:8786", "ucx:// is not"),
+                         ("http://127.0.0.1:8786", "unknown protocol"), ("tcp://127.0.0.1:99999", "not a scheduler address"),
+                         ("tcp://[::1", "not a scheduler address"), ("tcp://a:b:c", "not a scheduler address")):
+        assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--engine", "dask", "--scheduler", addr]) == 2, addr
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err and "Traceback" not in err, (addr, err)
+    assert not (tmp_path / "o").exists()
+    assert S.parse_scheduler_address("10.0.0.5") == ("tcp://10.0.0.5:8786", "10.0.0.5", 8786)
+    assert S.parse_scheduler_address("tcp://[::1]:9000") == ("tcp://[::1]:9000", "::1", 9000)
+    for extra, word in ((["--workers", "2"], "--workers"), (["--dashboard", "8787"], "--dashboard")):
+        assert main(["sweep", str(f), "--out", str(tmp_path / "o"), *extra]) == 2
+        assert word in capsys.readouterr().err
+
+
+def test_a_scheduler_without_workers_is_one_line(tmp_path, catalog):
+    pytest.importorskip("distributed")
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster:
+        assert S.probe_scheduler(cluster.scheduler_address, 5.0) == cluster.scheduler_address
+        with pytest.raises(S.InputError, match="no workers joined the scheduler at tcp://127.0.0.1:.* within 0.5 s"):
+            S.sweep_to_file(S.plan_sweep(_sweep(), catalog), tmp_path / "o", "x.csv", engine="dask",
+                            scheduler=cluster.scheduler_address, worker_timeout_s=0.5)
+    assert not (tmp_path / "o").exists()  # nothing is created before the engine is ready
+
+
+class _KillScheduler:
+    """Worker plugin: when the worker starts the second sweep task, it kills the scheduler process and stalls."""
+
+    name = "wseplan-test-kill-scheduler"
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.seen = 0
+
+    def setup(self, worker):
+        pass
+
+    def teardown(self, worker):
+        pass
+
+    def transition(self, key, start, finish, **kw):
+        if finish == "executing" and "wseplan-sweep" in str(key):
+            self.seen += 1
+            if self.seen == 2:
+                import signal
+                import time
+
+                os.kill(self.pid, signal.SIGKILL)
+                time.sleep(60)
+
+
+@pytest.fixture
+def scheduler_pair(tmp_path):
+    """A real `dask scheduler` and `dask worker` (one thread, no nanny), as separate processes on 127.0.0.1."""
+    pytest.importorskip("distributed")
+    import subprocess
+    import sys
+    import time
+
+    sf = tmp_path / "scheduler.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sf)], **quiet)]
+    try:
+        deadline = time.monotonic() + 120
+        while not sf.exists() or not sf.read_text().strip().endswith("}"):
+            assert time.monotonic() < deadline and procs[0].poll() is None, "dask scheduler did not start"
+            time.sleep(0.1)
+        import json
+
+        addr = json.loads(sf.read_text())["address"]
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", addr, "--nthreads", "1",
+                                       "--no-nanny", "--no-dashboard", "--host", "127.0.0.1"], **quiet))
+        yield addr, procs[0]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_real_scheduler_pair_then_losing_the_scheduler(scheduler_pair, tmp_path, catalog, capsys):
+    """`--scheduler` with a `dask scheduler` / `dask worker` pair gives the local bytes; when the scheduler dies
+    mid-run the sweep ends with one line and leaves no partial output."""
+    import cloudpickle
+    from dask.distributed import Client, WorkerPlugin
+
+    addr, sched = scheduler_pair
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100-sxmx8, cs3]\nbatches: [1, 2, 3]\n"
+                 "contexts: [64, 512]\noutput: x.parquet\n")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "l"), "--chunk", "4"]) == 0
+    assert main(["sweep", str(f), "--out", str(tmp_path / "d"), "--chunk", "4", "--engine", "dask", "--scheduler", addr]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "d" / "x.parquet").read_bytes() == (tmp_path / "l" / "x.parquet").read_bytes()
+    cloudpickle.register_pickle_by_value(__import__(__name__))
+    with Client(addr, set_as_default=False, timeout=30) as c:
+        plugin = type("KillSchedulerPlugin", (_KillScheduler, WorkerPlugin), {})(sched.pid)
+        if hasattr(c, "register_plugin"):
+            c.register_plugin(plugin, name=_KillScheduler.name)
+        else:
+            c.register_worker_plugin(plugin, name=_KillScheduler.name)
+    rc = main(["sweep", str(f), "--out", str(tmp_path / "d"), "--chunk", "4", "--engine", "dask", "--scheduler", addr])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "lost the connection to the scheduler" in err, err
+    assert sched.wait(timeout=30) is not None
+    assert sorted(os.listdir(tmp_path / "d")) == ["x.parquet"]  # the previous output, untouched; no temporaries
+    assert (tmp_path / "d" / "x.parquet").read_bytes() == (tmp_path / "l" / "x.parquet").read_bytes()

@@ -57,6 +57,14 @@ class GpuCalibration:
         Largest batch an inference engine runs when the concurrency is not given [sequences].
     benchmark_eval_overhead_frac : float
         Share of a timed benchmark training run spent in its periodic evaluation [fraction].
+    allreduce_latency_s : float
+        Latency of one tensor-parallel all-reduce inside the NVLink domain with the engine's custom one/two-shot
+        kernel [s]; 0 selects the alpha-beta tree of NCCL with ``nvlink_latency_s`` per step (training, legacy).
+    layer_launch_s : float
+        Kernel launch gaps of one transformer block's kernels in an inference pass (kernels per block x gap per
+        kernel; with CUDA graphs a graph node costs about a microsecond, eager launches several) [s].
+    step_host_s : float
+        Host work per engine step not hidden behind the GPU (scheduling, sampling, input preparation) [s].
     """
 
     gemm_max_frac_16bit: float = 0.80
@@ -77,6 +85,9 @@ class GpuCalibration:
     train_step_overhead_s: float = 0.1
     engine_max_batch: float = 256.0
     benchmark_eval_overhead_frac: float = 0.05
+    allreduce_latency_s: float = 0.0
+    layer_launch_s: float = 0.0
+    step_host_s: float = 0.0
 
     def replace(self, **kw) -> "GpuCalibration":
         return dataclasses.replace(self, **kw)

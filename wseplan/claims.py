@@ -20,6 +20,7 @@ claimed/bound for higher-is-better quantities, bound/claimed for lower-is-better
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -122,21 +123,34 @@ def load_claims(path: str | Path) -> list[Claim]:
     """Read a claims YAML file (top-level ``claims:`` list). Malformed input raises a one-line InputError."""
     from .catalog.load import read_yaml
 
+    from .catalog.schema import check_name, check_text
+
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise InputError(f"claims file {path}: not found; check the path")
     try:
-        data = read_yaml(p)
+        data = read_yaml(p)  # a FIFO, device or symlink loop is refused without blocking
     except CatalogError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError(f"claims file {exc}") from None
     if not isinstance(data, dict) or "claims" not in data:
         raise InputError(f"{path}: needs a top-level 'claims:' list")
     try:
         parsed = ClaimsFile.model_validate(data)
     except ValidationError as exc:
         raise InputError(_fmt_error(path, data, exc)) from None
-    ids = [c.id for c in parsed.claims]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
+    for i, c in enumerate(parsed.claims):  # names reach terminals and reports: no escapes, markup or huge text
+        for field, value, check in (("id", c.id, check_name), ("text", c.text, check_text),
+                                    ("model", c.model, check_name), ("target", c.target, check_name),
+                                    ("unit", c.unit, check_name), ("source", c.source, check_text)):
+            if value is None:
+                continue
+            try:
+                check(value)
+            except ValueError as exc:
+                raise InputError(f"{path}: claims[{i}].{field}: {exc}") from None
+    from collections import Counter
+
+    dup = sorted(i for i, n in Counter(c.id for c in parsed.claims).items() if n > 1)
     if dup:
         raise InputError(f"{path}: claims: duplicate id {dup[0]!r}; ids must be unique")
     return list(parsed.claims)

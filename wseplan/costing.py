@@ -94,8 +94,8 @@ def cost_columns(s: Setup, arr: dict, p: dict, *, train_tokens=None) -> dict:
     if ph == "train" and train_tokens is None:
         train_tokens = p["train_tokens_per_param"] * total_params(s.query.model)
     t = array_times(s, arr, train_tokens=train_tokens)
-    out = C.evaluate(p, t)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN times of rows that do not fit stay NaN
+        out = C.evaluate(p, t)
         if ph in ("prefill", "decode"):  # one side of serving only
             for k in list(out):
                 if (ph == "prefill" and "output" in k) or (ph == "decode" and "input" in k):
@@ -138,6 +138,9 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     phase = normalise_phase(phase, output_tokens)
     if isinstance(uncertainty, bool) or not isinstance(uncertainty, int) or uncertainty < 0 or uncertainty == 1:
         raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty!r}")
+    if uncertainty > C.MAX_UNCERTAINTY_SAMPLES:
+        raise InputError(f"--uncertainty: {uncertainty:,} samples exceed the limit of {C.MAX_UNCERTAINTY_SAMPLES:,}; "
+                         "use fewer samples")
     train_tokens = check_train_tokens(train_tokens)
     opts = dict(options or {})
     if memoryx_option is not None:

@@ -50,22 +50,29 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     """
     from .plan import plan
 
+    from .analytic.memory import RECOMPUTE
+    from .errors import InputError
+
+    if zero_stage is not None and (isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3)):
+        raise InputError(f"zero: ZeRO stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    if recompute is not None and recompute not in RECOMPUTE:
+        raise InputError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     opts = {"reserve": reserve, "memoryx_option": memoryx_option}
     lay = dict(layout or {})
     if zero_stage is not None:
         lay["zero_stage"] = zero_stage
     if recompute is not None:
         lay["recompute"] = recompute
-    opts = _family_options(target, phase, opts, catalog)
-    if lay and phase != "train":
-        lay = {k: v for k, v in lay.items() if k not in ("zero_stage", "recompute")}
+    opts, cols = _family_options(target, phase, opts, catalog)
+    lay = {k: v for k, v in lay.items() if k in cols or k not in ("zero_stage", "recompute")}
     return fit_view(plan(model, target, phase=phase, precision=precision, batch=batch, context=context,
                          output_tokens=output_tokens, layout=lay or None, software=software, options=opts,
                          catalog=catalog))
 
 
-def _family_options(target, phase: str, opts: dict, catalog) -> dict:
-    """Keep the options the target's family takes (a GPU option given for a wafer target is not an error here)."""
+def _family_options(target, phase: str, opts: dict, catalog) -> tuple[dict, tuple[str, ...]]:
+    """The options the target's family takes (a GPU option given for a wafer target is not an error here) and the
+    family's layout columns for the phase."""
     from .catalog.load import load_catalog
     from .devices import family_for
     from .plan import normalise_phase
@@ -73,5 +80,7 @@ def _family_options(target, phase: str, opts: dict, catalog) -> dict:
 
     cat = catalog or load_catalog()
     t = parse_target(target, cat) if isinstance(target, str) else target
-    fam = family_for(t.kind, normalise_phase(phase, None))
-    return {k: v for k, v in opts.items() if v is not None and k in fam.options}
+    ph = normalise_phase(phase, None)
+    fam = family_for(t.kind, ph)
+    cols = tuple(fam.columns(ph)) if hasattr(fam, "columns") else tuple(fam.layout_columns)
+    return {k: v for k, v in opts.items() if v is not None and k in fam.options}, cols

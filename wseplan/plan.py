@@ -74,6 +74,9 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     t = parse_target(target, cat) if isinstance(target, str) else target
     fam = family_for(t.kind, phase)
     opts = {k: v for k, v in (options or {}).items() if v is not None}
+    r = opts.get("reserve")
+    if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r < 1.0):
+        raise InputError(f"reserve: must be a fraction in [0, 1), got {r!r}")
     bad = sorted(set(opts) - set(fam.options))
     if bad:
         raise InputError(f"options: {', '.join(bad)} not used by the {fam.name} family for phase {phase}; "
@@ -307,6 +310,9 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                  + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
                  ] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
+    if fits and r.get("step_s") is None:
+        notes = list(notes) + [f"no {fam.name} time model for {getattr(q.model, 'name', 'this model')} "
+                               "(a layer-list model has no transformer shapes); the fit alone is given"]
     bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
     return PlanRecord(
         model=getattr(q.model, "name", str(q.model)), target=label, hardware=t.key, device_kind=t.kind,

@@ -29,20 +29,29 @@ class Target:
 
 _COUNT = re.compile(r"^(?P<key>.+?)x(?P<n>\d+)$")
 
+MAX_GPUS = 2**20
+"""Largest GPU (or TPU chip) count a target may name: 1,048,576, several times the largest GPU clusters
+announced to date (a few hundred thousand GPUs). Wafer counts are bounded by the catalog instead: a system's
+``max_cluster_systems``."""
+MAX_TARGET_CHARS = 100
+
 
 def parse_target(text: str, catalog: Catalog) -> Target:
     """Resolve a target string against the catalog; raise :class:`InputError` with suggestions."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("target: empty; give a hardware key such as wse3, cs3x4 or h100x8")
+    if len(text) > MAX_TARGET_CHARS:
+        raise InputError(f"target: {len(text):,} characters is not a target; use <hardware key>[x<N>], e.g. cs3x4")
     raw = text.strip().lower()
     idx = catalog.hardware_keys()
     key, count = raw, None
     if raw not in idx:
         m = _COUNT.match(raw)
         if m and m.group("key") in idx:
-            key, count = m.group("key"), int(m.group("n"))
-            if count <= 0:
+            key, digits = m.group("key"), m.group("n").lstrip("0")
+            if not digits:
                 raise InputError(f"target: device count in {text!r} must be at least 1")
+            count = int(digits) if len(digits) <= 12 else 10**12
         else:
             base = m.group("key") if m else raw
             raise InputError(
@@ -52,4 +61,16 @@ def parse_target(text: str, catalog: Catalog) -> Target:
     sec, hw = idx[key]
     device = getattr(catalog, sec)[hw]
     kind = {"wafers": "wafer", "gpus": "gpu"}.get(sec) or device.kind
+    if count is not None:
+        if sec == "wafers":
+            sys_key = device.system
+            limit = int(catalog.systems[sys_key].max_cluster_systems.si) if sys_key in catalog.systems else 1
+            what = f"systems of {catalog.systems[sys_key].name if sys_key in catalog.systems else hw} in one " \
+                   f"cluster (systems.{sys_key}.max_cluster_systems)"
+        else:
+            limit, what = MAX_GPUS, f"{'GPUs' if sec == 'gpus' else 'devices'} in one target (wseplan's bound for " \
+                                    "device counts)"
+        if count > limit:
+            shown = f"{count:,}" if count < 10**12 else "more than 10^12"
+            raise InputError(f"target: {text.strip()!r} asks for {shown} devices; at most {limit:,} {what}")
     return Target(text=text, kind=kind, key=hw, device=device, count=count)

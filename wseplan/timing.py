@@ -44,9 +44,13 @@ def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16
             v = options.pop(k)
             if v is not None:
                 lay[LAYOUT_KEYS[k]] = v
-    return time_view(plan(model, target, phase=phase, precision=precision, batch=batch, context=context,
-                          output_tokens=output_tokens, layout=lay or None, software=software, options=options,
-                          catalog=catalog, require_fit=require_fit))
+    r = plan(model, target, phase=phase, precision=precision, batch=batch, context=context, output_tokens=output_tokens,
+             layout=lay or None, software=software, options=options, catalog=catalog, require_fit=require_fit)
+    if r.fits and r.step_s is None:
+        from .errors import InputError
+
+        raise InputError(f"model: {r.notes[-1]}")
+    return time_view(r)
 
 
 def stream_view(r: PlanRecord):

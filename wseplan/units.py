@@ -46,6 +46,11 @@ _BASE = {
     "cycle": ("cycles", 1.0),
 }
 
+MAX_ABS_SI = 1e30
+"""Largest magnitude a quantity may have in SI base units. The largest real quantities wseplan reads are
+training FLOP counts (~1e26) and sparse marketing peaks (~1e17 FLOP/s); 1e30 leaves room and keeps every product
+of two quantities finite in float64."""
+
 _RE = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-zµ/$]*)\s*$")
 
 
@@ -67,17 +72,23 @@ def parse_quantity(text: str | int | float, *, field: str = "value") -> tuple[fl
     Raises
     ------
     InputError
-        When the text cannot be read, the unit is unknown, or the number is not finite.
+        When the text cannot be read, the unit is unknown, the number is not finite, or its magnitude in SI
+        units exceeds :data:`MAX_ABS_SI`.
     """
     if isinstance(text, bool):
         raise InputError(f"{field}: expected a number or a '<number> <unit>' string, got {text!r}")
     if isinstance(text, (int, float)):
-        v = float(text)
+        try:
+            v = float(text)
+        except OverflowError:  # an int beyond float range
+            return _bounded(math.inf, text, field), None
         if not math.isfinite(v):
-            raise InputError(f"{field}: value must be finite, got {text!r}")
-        return v, None
+            raise InputError(f"{field}: value must be finite, got {_short(text)}")
+        return _bounded(v, text, field), None
     if not isinstance(text, str):
         raise InputError(f"{field}: expected a number or a '<number> <unit>' string, got {type(text).__name__}")
+    if len(text) > 200:
+        raise InputError(f"{field}: {len(text):,} characters is not a quantity; write e.g. '80 GB', '3.35 TB/s'")
     m = _RE.match(text)
     if not m:
         raise InputError(f"{field}: cannot read {text!r}; write e.g. '80 GB', '3.35 TB/s', '700 W'")
@@ -86,17 +97,29 @@ def parse_quantity(text: str | int | float, *, field: str = "value") -> tuple[fl
     if not math.isfinite(num):
         raise InputError(f"{field}: value must be finite, got {text!r}")
     if unit == "":
-        return num, None
+        return _bounded(num, text, field), None
     if unit in _BASE:
         dim, f = _BASE[unit]
-        return num * f, dim
+        return _bounded(num * f, text, field), dim
     for pre, f in list(_BIN.items()) + [(k, v) for k, v in _DEC.items() if k]:
         if unit.startswith(pre) and unit[len(pre):] in _BASE:
             dim, g = _BASE[unit[len(pre):]]
             if dim in ("s", "USD", "U", "cycles") and pre not in ("k", "K", "M"):
                 break
-            return num * f * g, dim
+            return _bounded(num * f * g, text, field), dim
     raise InputError(
         f"{field}: unknown unit {unit!r} in {text!r}; use B, GB, GiB, b, Gb, B/s, TB/s, Gb/s, "
         "FLOP/s, TFLOP/s, Hz, GHz, W, kW, J, s, ms, us, USD"
     )
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text):,} characters)"
+
+
+def _bounded(v: float, text, field: str) -> float:
+    if abs(v) > MAX_ABS_SI:
+        raise InputError(f"{field}: {_short(text)} is larger than {MAX_ABS_SI:g} in SI units; check the value and "
+                         "its unit")
+    return v

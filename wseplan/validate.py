@@ -78,58 +78,163 @@ class SkipRow(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
-def read_cases(path: str | Path) -> list[Case]:
-    """Parse a validation CSV; raise :class:`InputError` naming the row and column on a malformed file."""
+MAX_CELL_CHARS = 128 * 1024
+"""Longest cell of a validation CSV [characters]; a published measurement's note is a few hundred."""
+MAX_INT_CELL = 10**9
+"""Largest integer a validation cell may hold (layers, widths, tokens, devices, batch); real rows stay below 1e7."""
+_NAME_COLUMNS = ("id", "category", "phase", "model", "metric", "unit", "hardware", "quality", "precision",
+                 "recompute", "flops_convention")
+_LINE_SEPARATORS = str.maketrans({"\u2028": "\n", "\u2029": "\n", "\x85": "\n"})
+
+
+class _FieldSizeLimit:
+    """Raise the csv module's (process-wide) field size limit while a file is parsed, then restore it."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def __enter__(self):
+        self.old = csv.field_size_limit(self.limit)
+
+    def __exit__(self, *exc):
+        csv.field_size_limit(self.old)
+
+
+def iter_cases(path: str | Path):
+    """Yield the rows of a validation CSV one at a time as :class:`Case` (constant memory for large files).
+
+    The file is read as UTF-8 with an optional byte-order mark, by the csv module itself, so quoted cells may
+    hold line breaks and U+2028/U+2029 (as Excel writes them; both become ``\\n`` in free-text cells). A FIFO or
+    device is refused without blocking. Raises :class:`InputError` naming the line, row id and column on a
+    malformed file: missing columns, a cell over :data:`MAX_CELL_CHARS` characters, control characters or
+    terminal markup in a name cell, a value that is not a finite number, an integer outside
+    [0, :data:`MAX_INT_CELL`], a duplicate id.
+    """
+    import os
+    import stat as _stat
+
+    from .catalog.load import file_kind
+    from .catalog.schema import check_name, check_text
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cases: cannot read {p} ({exc.__class__.__name__}); give a validation CSV") from None
-    reader = csv.DictReader(text.splitlines())
-    header = reader.fieldnames or []
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise InputError(f"cases: {p} lacks column(s) {', '.join(missing)}; see the validation format README")
-    cases, seen = [], set()
-    for i, raw in enumerate(reader, start=2):
-        if None in raw:
-            raise InputError(f"cases: {p} line {i} has more cells than the header; quote cells that hold commas")
-        row = {k: (v.strip() if isinstance(v, str) else v) for k, v in raw.items()}
-        rid = row.get("id") or ""
-        if not rid:
-            raise InputError(f"cases: {p} line {i}: empty id")
-        if rid in seen:
-            raise InputError(f"cases: {p} line {i}: duplicate id {rid}")
-        seen.add(rid)
-        for c in ("category", "phase", "metric", "unit", "hardware", "quality"):
-            if not row.get(c):
-                raise InputError(f"cases: {p} row {rid}: empty {c}")
-        try:
-            value = float(row["value"])
-        except (TypeError, ValueError):
-            raise InputError(f"cases: {p} row {rid}: value {row.get('value')!r} is not a number") from None
-        fields = {}
-        for c in header:
-            v = row.get(c)
-            if v in (None, ""):
-                fields[c] = None
-            elif c in INT_COLUMNS:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"cases: cannot read {p} ({exc.strerror}); give a validation CSV") from None
+    st = os.fstat(fd)
+    if not _stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise InputError(f"cases: {p} is {file_kind(st.st_mode)}, not a file; give a validation CSV")
+    fh = os.fdopen(fd, encoding="utf-8-sig", newline="")
+    line = 1
+    try:
+        with fh, _FieldSizeLimit(16 * 2**20):
+            reader = csv.reader(fh)
+            try:
+                header = next(reader, [])
+            except csv.Error as exc:
+                raise InputError(f"cases: {p} line 1: malformed CSV header ({exc}); see the validation format "
+                                 "README") from None
+            header = [h.strip() for h in header]
+            missing = [c for c in REQUIRED_COLUMNS if c not in header]
+            if missing:
+                raise InputError(f"cases: {p} lacks column(s) {', '.join(missing)}; see the validation format "
+                                 "README")
+            seen: set[str] = set()
+            while True:
+                line = reader.line_num + 1
                 try:
-                    fields[c] = int(v)
-                except ValueError:
-                    raise InputError(f"cases: {p} row {rid}: {c} {v!r} is not an integer") from None
-            elif c == "n_params_b":
-                try:
-                    fields[c] = float(v)
-                except ValueError:
-                    raise InputError(f"cases: {p} row {rid}: n_params_b {v!r} is not a number") from None
-            else:
-                fields[c] = v
-        cases.append(Case(id=rid, category=row["category"], phase=row["phase"], model=row.get("model") or "",
-                          metric=row["metric"], value=value, unit=row["unit"], hardware=row["hardware"].lower(),
-                          quality=row["quality"], fields=fields, source=row.get("source") or "",
-                          notes=row.get("notes") or ""))
-    return cases
+                    cells = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as exc:
+                    raise InputError(f"cases: {p} line {line}: malformed CSV ({exc}); quote cells that hold "
+                                     "commas, quotes or line breaks") from None
+                if not cells or (len(cells) == 1 and not cells[0].strip()):
+                    continue
+                if len(cells) > len(header):
+                    raise InputError(f"cases: {p} line {line} has more cells than the header; quote cells that "
+                                     "hold commas")
+                row = {}
+                for c, v in zip(header, cells):
+                    if len(v) > MAX_CELL_CHARS:
+                        rid = cells[0][:40] if cells and len(cells[0]) <= MAX_CELL_CHARS else "?"
+                        raise InputError(f"cases: {p} line {line} (row {rid}) column {c}: a cell of {len(v):,} "
+                                         f"characters; at most {MAX_CELL_CHARS:,}")
+                    row[c] = v.strip()
+                yield _case(p, line, row, header, seen, check_name, check_text)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"cases: {p} near line {line}: not UTF-8 text (byte {exc.start}); save the file as "
+                         "UTF-8") from None
+    except OSError as exc:
+        raise InputError(f"cases: cannot read {p} ({exc.strerror}); give a validation CSV") from None
+
+
+def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_name, check_text) -> Case:
+    rid = row.get("id") or ""
+    if not rid:
+        raise InputError(f"cases: {p} line {line}: empty id")
+    for c in _NAME_COLUMNS:
+        v = row.get(c)
+        if v:
+            try:
+                check_name(v)
+            except ValueError as exc:
+                shown = rid if len(rid) <= 40 else rid[:37] + "..."
+                raise InputError(f"cases: {p} line {line} (row {shown!r}) column {c}: {exc}") from None
+    if rid in seen:
+        raise InputError(f"cases: {p} line {line}: duplicate id {rid}")
+    seen.add(rid)
+    for c in ("category", "phase", "metric", "unit", "hardware", "quality"):
+        if not row.get(c):
+            raise InputError(f"cases: {p} row {rid}: empty {c}")
+    for c in ("notes", "source"):
+        if row.get(c):
+            row[c] = row[c].translate(_LINE_SEPARATORS)
+            try:
+                check_text(row[c], max_chars=MAX_CELL_CHARS)
+            except ValueError as exc:
+                raise InputError(f"cases: {p} row {rid} column {c}: {exc}") from None
+    try:
+        value = float(row["value"])
+    except (TypeError, ValueError):
+        raise InputError(f"cases: {p} row {rid}: value {row.get('value')!r} is not a number") from None
+    if not math.isfinite(value):
+        raise InputError(f"cases: {p} row {rid}: value {row['value'][:40]!r} is not a finite number; give the "
+                         "measured value")
+    if not 0 < value <= 1e30:
+        raise InputError(f"cases: {p} row {rid}: value {row['value'][:40]!r} must be a positive measurement of at "
+                         "most 1e30")
+    fields = {}
+    for c in header:
+        v = row.get(c)
+        if v in (None, ""):
+            fields[c] = None
+        elif c in INT_COLUMNS:
+            digits = v.lstrip("+-")
+            if not digits.isdigit() or not digits.isascii():
+                raise InputError(f"cases: {p} row {rid}: {c} {v[:40]!r} is not an integer")
+            if len(digits) > 10 or int(v) > MAX_INT_CELL or int(v) < 0:
+                raise InputError(f"cases: {p} row {rid}: {c} {v[:40]!r} is outside 0..{MAX_INT_CELL:,}")
+            fields[c] = int(v)
+        elif c == "n_params_b":
+            try:
+                fields[c] = float(v)
+            except ValueError:
+                raise InputError(f"cases: {p} row {rid}: n_params_b {v[:40]!r} is not a number") from None
+            if not (math.isfinite(fields[c]) and 0 <= fields[c] <= 1e6):
+                raise InputError(f"cases: {p} row {rid}: n_params_b {v[:40]!r} must be a finite number of billions "
+                                 "in [0, 1e6]")
+        else:
+            fields[c] = v
+    return Case(id=rid, category=row["category"], phase=row["phase"], model=row.get("model") or "",
+                metric=row["metric"], value=value, unit=row["unit"], hardware=row["hardware"].lower(),
+                quality=row["quality"], fields=fields, source=row.get("source") or "", notes=row.get("notes") or "")
+
+
+def read_cases(path: str | Path) -> list[Case]:
+    """Parse a validation CSV (see :func:`iter_cases`); raise :class:`InputError` naming the row and column."""
+    return list(iter_cases(path))
 
 
 def note_hint(notes: str, key: str) -> str | None:
@@ -293,17 +398,26 @@ def _is_lora(case: Case) -> bool:
     return "lora" in case.model.lower()
 
 
+#: the GPU software profile the public rows were calibrated with (static batches; see catalogs/software/)
+GPU_PROFILE = "gpu-fitted-2026-11"
+
+
+def wafer_profile_for(case) -> str:
+    """Research-code rows (WaferLLM) run the research profile; Cerebras service figures the production one."""
+    return "wafer-research" if "waferllm" in (case.source or "").lower() else "wafer-production"
+
+
 def _software(cal):
-    """The default GPU software profile with a trial calibration's constants (None: the profile as shipped)."""
+    """The GPU profile of the validation rows, with a trial calibration's constants when ``cal`` is given."""
     if cal is None:
-        return None
+        return GPU_PROFILE
     import dataclasses
 
     from .catalog.load import load_catalog
     from .catalog.schema import Quantity
     from .catalog.software import resolve_software
 
-    prof = resolve_software(None, "gpu", load_catalog())
+    prof = resolve_software(GPU_PROFILE, "gpu", load_catalog())
     consts = {f.name: Quantity(value=float(getattr(cal, f.name)), source="wseplan-estimate", basis="estimate",
                                note="calibration trial") for f in dataclasses.fields(cal)}
     return prof.model_copy(update={"constants": consts})
@@ -519,7 +633,8 @@ def _predict_wafer(case, catalog):
     phase = "prefill" if case.phase == "prefill" else "decode"
     try:
         r = predict_time(model, target, require_fit=False, phase=phase, precision=precision, batch=conc, context=inp,
-                         output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog, **opts)
+                         output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog,
+                         software=wafer_profile_for(case), **opts)
         _need_fit(r)
     except (NotImplementedError, ImportError, AttributeError):
         raise SkipRow("wafer model unavailable") from None
@@ -656,7 +771,8 @@ def summarize(records: list[dict]) -> list[dict]:
             sel = [r for r in rs if r.get("quality") in qual]
             if not sel:
                 continue
-            ok = [abs(r["rel_error"]) for r in sel if r["predicted"] is not None and r["rel_error"] is not None]
+            ok = [abs(r["rel_error"]) for r in sel if r["predicted"] is not None and r["rel_error"] is not None
+                  and math.isfinite(r["rel_error"])]  # a NaN would turn the median into NaN
             within = sum(r["status"] == WITHIN for r in sel)
             rows.append({"category": cat, "quality": label, "rows": len(sel), "predicted": len(ok),
                          "predicted_frac": len(ok) / len(sel), "within_tolerance": within,

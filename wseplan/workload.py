@@ -13,7 +13,6 @@ Units: bytes, FLOP, tokens. FLOPs count 2 per multiply-accumulate.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -391,13 +390,10 @@ def model_from_hf_config(path: str | Path) -> Model:
     gpt-oss biases, router bias and attention sinks; Qwen3/Gemma 3 QK norms; Llama 4's vision tower as
     ``encoder_params``.
     """
+    from .catalog.load import read_json
+
     p = Path(path)
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"model: cannot read {p} ({exc.__class__.__name__}); check the path") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"model: {p} is not valid JSON (line {exc.lineno}: {exc.msg}); fix the file") from None
+    cfg = read_json(p, what="model:")  # bounded, non-blocking; NaN, huge or deeply nested input refused in one line
     if not isinstance(cfg, dict):
         raise InputError(f"model: {p} must hold a JSON object of model settings")
     top = cfg
@@ -414,7 +410,8 @@ def model_from_hf_config(path: str | Path) -> Model:
         if a in cfg and b not in cfg:
             cfg[b] = cfg[a]
     if "intermediate_size" not in cfg and "n_inner" in cfg:
-        cfg["intermediate_size"] = cfg["n_inner"] or 4 * cfg.get("hidden_size", 0)
+        hidden = cfg.get("hidden_size")  # a null or non-integer width is refused below, naming the field
+        cfg["intermediate_size"] = cfg["n_inner"] or (4 * hidden if type(hidden) is int else hidden)
     missing = [k for k in _HF_REQUIRED if k not in cfg]
     if missing:
         raise InputError(f"model: {p} is missing {', '.join(missing)}; a config.json needs {', '.join(_HF_REQUIRED)}")
@@ -593,7 +590,11 @@ def resolve_model(name: str, catalog) -> Model | GenericModel:
     if not isinstance(name, str) or not name.strip():
         raise InputError("model: empty; give a catalog name such as llama-70b, or a config.json path")
     p = Path(name)
-    if name.endswith(".json") or (p.is_file() and p.suffix == ".json"):
+    try:
+        is_file = p.is_file()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL: not a file, so a catalog name
+        is_file = False
+    if name.endswith(".json") or (is_file and p.suffix == ".json"):
         if not p.is_file():
             raise InputError(f"model: file {name} not found; check the path")
         return model_from_hf_config(p)

@@ -34,6 +34,9 @@ HOURS_PER_YEAR = 8766.0
 S_PER_HOUR = 3600.0
 #: metrics where a lower value is better (all of them are costs or energies)
 SCHEMA_VERSION = 1
+#: most Monte Carlo samples of the cost inputs (the cap study files have, wseplan.report.study.CostSpec): each
+#: sample holds every input and output, ~1 KB, so the cap bounds memory at ~100 MB
+MAX_UNCERTAINTY_SAMPLES = 100_000
 
 
 # =============================================================================================
@@ -496,6 +499,12 @@ def nominal(params: dict[str, Param]) -> dict[str, float]:
 # =============================================================================================
 # 3. Uncertainty
 # =============================================================================================
+def _check_samples(n: int) -> None:
+    if n > MAX_UNCERTAINTY_SAMPLES:
+        raise InputError(f"--uncertainty: {n:,} samples exceed the limit of {MAX_UNCERTAINTY_SAMPLES:,} (as in study "
+                         "files); use fewer samples")
+
+
 def sample_params(params: dict[str, Param], n: int, seed: int) -> dict[str, np.ndarray]:
     """``n`` samples of every input: triangular(low, value, high) via scipy.stats; fixed inputs repeat.
 
@@ -506,6 +515,7 @@ def sample_params(params: dict[str, Param], n: int, seed: int) -> dict[str, np.n
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
         raise InputError(f"--uncertainty: sample count must be an integer >= 2, got {n!r}")
+    _check_samples(n)
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for k, p in params.items():

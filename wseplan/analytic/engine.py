@@ -29,16 +29,17 @@ from __future__ import annotations
 import numpy as np
 
 #: what :func:`phase_objective` minimises per phase when a layout is searched
-OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve": "neg_tokens_per_s"}
+OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve": "tpot_s"}
 
 
 def phase_objective(phase: str, tim: dict[str, np.ndarray]) -> np.ndarray:
-    """Smaller is better: training and prefill minimise the step, decode the time per output token, serving
-    maximises the replica set's output tokens/s at the given concurrency."""
+    """Smaller is better: training and prefill minimise the step, decode and serving the time per output token
+    at the given concurrency per replica (the replica search of :mod:`wseplan.serving` weighs cost instead)."""
     key = OBJECTIVES[phase]
+    n = len(tim["step_s"])
     if key == "neg_tokens_per_s":
-        return -np.asarray(tim["tokens_per_s"], dtype=float)
-    return np.asarray(tim[key], dtype=float)
+        return -np.asarray(tim.get("tokens_per_s", np.full(n, np.nan)), dtype=float)
+    return np.asarray(tim.get(key, np.full(n, np.nan)), dtype=float)
 
 
 def accepted_tokens_per_step(*, draft_tokens, acceptance_frac):

@@ -164,10 +164,19 @@ class _Links:
         self.domain = float(gpu.scale_up_domain_gpus.si)
         self.per_node = float(gpu.gpus_per_node.si)
         self.hbm_bw = gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
+        self.allreduce_latency = cal.allreduce_latency_s
 
     def tp_allreduce(self, message_bytes, tp):
         tp = np.asarray(tp, dtype=float)
         inside = tp <= self.domain
+        if self.allreduce_latency > 0:  # the engine's one-shot kernel: one latency, the ring's bytes
+            t_in = np.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * np.asarray(message_bytes) / self.nvlink_bw,
+                            0.0)
+            t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
+                                                  intra_bandwidth_bytes_per_s=self.nvlink_bw,
+                                                  intra_latency_s=self.nvlink_lat, inter_bandwidth_bytes_per_s=self.net_bw,
+                                                  inter_latency_s=self.net_lat, algorithm="tree")
+            return np.where(inside, t_in, t_out)
         t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=self.nvlink_bw,
                                 link_latency_s=self.nvlink_lat, algorithm="tree")
         t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
@@ -323,19 +332,21 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     t_blk = t_blk - parts["attention"] + t_attn
     msg = activation_bytes_per_element(precision) * tokens * m.d_model
     t_tp = 2.0 * links.tp_allreduce(msg, tp)
-    t_layer = t_blk + t_tp + cal.layer_overhead_s
+    launch = cal.layer_overhead_s + cal.layer_launch_s
+    t_layer = t_blk + t_tp + launch
     t_head = _head_forward_time_s(m, tokens=logits_rows, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
                                   precision=precision, cal=cal)
     pp = np.asarray(pp, dtype=float)
     hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
     p2p = (pp - 1.0) * hop
     L = m.num_layers
-    total = L * t_layer + t_head + p2p + cal.step_overhead_s
-    stage = np.ceil(L / pp) * t_layer + t_head + np.where(pp > 1, hop, 0.0) + cal.step_overhead_s
+    host = cal.step_overhead_s + cal.step_host_s
+    total = L * t_layer + t_head + p2p + host
+    stage = np.ceil(L / pp) * t_layer + t_head + np.where(pp > 1, hop, 0.0) + host
     stage = np.minimum(stage, total)
     parts = {"gemm": L * parts["gemm"], "gemm_memory_bound": L * parts["gemm_memory_bound"], "attention": L * t_attn,
              "kv_read": L * t_kv, "elementwise": L * parts["elementwise"], "tp_comm": L * t_tp,
-             "overhead": L * cal.layer_overhead_s + cal.step_overhead_s, "lm_head": t_head, "p2p": p2p}
+             "overhead": L * launch + host, "lm_head": t_head, "p2p": p2p}
     return total, stage, parts
 
 

@@ -319,7 +319,13 @@ def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndar
     end = np.full((N, K), -1, dtype=np.int64)
     one = k == 1
     start[one, 0], end[one, 0] = 0, n - 1
-    multi = np.nonzero(~one)[0]
+    big = ~one & ((n + 1) ** 2 * k > _DP_LIMIT)  # long models: the exact bottleneck search, one row at a time
+    for i in np.nonzero(big)[0]:
+        _, st = min_max_partition(x[i], int(k[i]), float(a_all[i]))
+        for t, (a, b) in enumerate(st):
+            start[i, t], end[i, t] = a, b
+    multi = np.nonzero(~one & ~big)[0]
+    chunk = max(1, min(chunk, int(8_000_000 // (n + 1) ** 2)))  # bound the (rows, n+1, n+1) DP table to ~64 MB
     if len(multi):
         key = np.column_stack([x[multi], a_all[multi], k[multi]])
         uniq, first_idx, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)

@@ -152,7 +152,7 @@ def wafer_profile(constants: fab.FabricConstants, catalog):
     from ..catalog.schema import Quantity
     from ..catalog.software import resolve_software
 
-    prof = resolve_software(None, "wafer", catalog)
+    prof = resolve_software("wafer-research", "wafer", catalog)
     consts = {k: getattr(constants, k) for k in type(constants).model_fields
               if isinstance(getattr(constants, k), Quantity)}
     return prof.model_copy(update={"constants": consts})

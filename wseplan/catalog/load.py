@@ -1,7 +1,12 @@
 """Load catalogs/*.yaml into frozen schemas; user folders (``--catalog DIR``) override or add entries."""
 from __future__ import annotations
 
+import errno
+import fnmatch
+import math
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +15,7 @@ from pydantic import ValidationError
 
 from ..errors import CatalogError, InputError, suggest, validation_detail
 from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Source, SwarmX,
-                     System, Wafer)
+                     System, Wafer, check_hardware_key, check_key)
 
 try:  # libyaml is much faster when present
     _Loader = yaml.CSafeLoader
@@ -52,18 +57,229 @@ def _fmt_validation(path: Path, where: str, exc: ValidationError) -> str:
     return f"{path}: {full}: {msg}"
 
 
-def read_yaml(path: Path) -> object:
-    """Parse one YAML file safely; a syntax error becomes a one-line :class:`CatalogError`."""
+# ---------------------------------------------------------------------------------------------
+# bounded, non-blocking reading of input files
+# ---------------------------------------------------------------------------------------------
+MAX_INPUT_BYTES = 64 * 2**20
+"""Largest YAML or JSON input file [bytes] (the bundled catalog files are below 40 kB)."""
+MAX_NESTING = 64
+"""Deepest nesting of mappings and lists in a YAML or JSON input (the catalogs nest 5 deep)."""
+MAX_INT_DIGITS = 4300
+"""Longest integer literal [digits]: Python's own limit for converting text to int."""
+MAX_EXPANDED_VALUES = 1_000_000
+"""Most values a YAML document may expand to through aliases (anchors reused over and over)."""
+MAX_CATALOG_FILES = 10_000
+"""Most entries scanned in a ``--catalog`` folder (a folder of catalog YAML files holds a handful)."""
+
+_KIND = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+         stat.S_IFBLK: "a block device", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symlink"}
+
+
+def file_kind(mode: int) -> str:
+    """'a FIFO (named pipe)', 'a socket', ... for a ``st_mode`` that is not a regular file."""
+    return _KIND.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_regular_bytes(path: str | Path, *, what: str = "input", max_bytes: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of a regular file, read without ever blocking.
+
+    The file is opened with ``O_NONBLOCK`` and checked with ``fstat`` before any read, so a FIFO, socket or
+    device is refused in one line instead of blocking; a symlink loop, a missing file or a file larger than
+    ``max_bytes`` are refused likewise (:class:`InputError`).
+    """
+    p = Path(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=_Loader)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        reason = {errno.ENOENT: "not found", errno.ELOOP: "a symlink loop", errno.ENXIO: "a socket or a device",
+                  errno.EACCES: "permission denied", errno.EISDIR: "a folder"}.get(exc.errno, exc.strerror)
+        raise InputError(f"{what} {p}: cannot read ({reason}); give a readable file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {p}: is {file_kind(st.st_mode)}, not a file; give a regular file")
+        if st.st_size > max_bytes:
+            raise InputError(f"{what} {p}: {st.st_size:,} bytes, more than the {max_bytes:,} allowed; "
+                             "give a smaller file")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_bytes:
+                raise InputError(f"{what} {p}: more than the {max_bytes:,} bytes allowed; give a smaller file")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"{what} {p}: cannot read ({exc.strerror}); give a readable file") from None
+    finally:
+        os.close(fd)
+
+
+def read_regular_text(path: str | Path, *, what: str = "input", max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """:func:`read_regular_bytes` decoded as UTF-8 (a leading byte-order mark is dropped)."""
+    raw = read_regular_bytes(path, what=what, max_bytes=max_bytes)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} {path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+
+
+def _label(path: list) -> str:
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    if len(out) > 120:
+        out = out[:40] + "..." + out[-60:]
+    return out or "(top level)"
+
+
+def _check_yaml_nodes(root, path: Path) -> None:
+    """Refuse, naming the field and line: nesting deeper than MAX_NESTING, integers longer than MAX_INT_DIGITS,
+    non-finite floats (.inf, .nan, 1.0e+999) and alias expansion beyond MAX_EXPANDED_VALUES."""
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    def fail(node, where: list, msg: str):
+        line = node.start_mark.line + 1 if getattr(node, "start_mark", None) is not None else 0
+        raise CatalogError(f"{path}: line {line}: {_label(where)}: {msg}")
+
+    size: dict[int, int] = {}  # node id -> values it expands to (aliases share nodes)
+    stack = [(root, [], 0, False)]
+    while stack:
+        node, where, depth, done = stack.pop()
+        nid = id(node)
+        if done:
+            kids = node.value if isinstance(node, SequenceNode) else [v for kv in node.value for v in kv]
+            size[nid] = 1 + sum(size.get(id(k), 1) for k in kids)
+            if size[nid] > MAX_EXPANDED_VALUES:
+                fail(node, where, f"expands to more than {MAX_EXPANDED_VALUES:,} values through aliases; "
+                                  "write the values out")
+            continue
+        if nid in size:
+            continue
+        if depth > MAX_NESTING:
+            fail(node, where, f"nested deeper than {MAX_NESTING} levels; flatten the file")
+        if isinstance(node, ScalarNode):
+            size[nid] = 1
+            if node.tag == "tag:yaml.org,2002:int":
+                digits = sum(c.isalnum() for c in node.value)
+                if digits > MAX_INT_DIGITS:
+                    fail(node, where, f"an integer of {digits:,} digits; numbers have at most {MAX_INT_DIGITS:,}")
+            elif node.tag == "tag:yaml.org,2002:float":
+                text = node.value.replace("_", "").lower()
+                if "inf" in text or "nan" in text:
+                    fail(node, where, f"{node.value!r} is not a finite number; give a finite value")
+                try:
+                    finite = math.isfinite(float(text)) if ":" not in text else True
+                except ValueError:
+                    finite = True
+                if not finite:
+                    fail(node, where, f"{node.value!r} overflows a float (above 1.8e308); give a smaller value")
+            continue
+        stack.append((node, where, depth, True))
+        if isinstance(node, SequenceNode):
+            for i, child in enumerate(node.value):
+                stack.append((child, [*where, i], depth + 1, False))
+        elif isinstance(node, MappingNode):
+            for knode, vnode in node.value:
+                key = knode.value if isinstance(knode, ScalarNode) else "?"
+                if isinstance(key, str) and len(key) > 80:
+                    key = key[:77] + "..."
+                stack.append((knode, [*where, key], depth + 1, False))
+                stack.append((vnode, [*where, key], depth + 1, False))
+
+
+def read_yaml(path: Path) -> object:
+    """Parse one YAML file safely; every problem becomes a one-line :class:`CatalogError`.
+
+    The file must be a regular file (a FIFO or device is refused without blocking, see
+    :func:`read_regular_bytes`) of at most :data:`MAX_INPUT_BYTES`; syntax errors, nesting deeper than
+    :data:`MAX_NESTING`, integers longer than :data:`MAX_INT_DIGITS` digits, non-finite floats and alias bombs are
+    refused with the line and the field.
+    """
+    try:
+        text = read_regular_text(path, what="file")
+    except InputError as exc:
+        raise CatalogError(str(exc).removeprefix("file ")) from None
+    try:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _check_yaml_nodes(node, Path(path))
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise CatalogError(f"{path}:{line}: malformed YAML ({problem}); fix the syntax") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CatalogError(f"{path}: cannot read ({exc.__class__.__name__}); check the path") from None
+    except (ValueError, OverflowError, RecursionError, MemoryError) as exc:
+        raise CatalogError(f"{path}: cannot read ({exc.__class__.__name__}: {str(exc)[:120]}); fix the file") \
+            from None
+
+
+class _Bad:
+    """A JSON number or constant that cannot be used; reported with its field after parsing."""
+
+    def __init__(self, msg: str):
+        self.msg = msg
+
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def read_json(path: str | Path, *, what: str = "input", max_bytes: int = MAX_INPUT_BYTES) -> object:
+    """Parse one JSON file with the same bounds as :func:`read_yaml`; problems raise a one-line InputError.
+
+    ``NaN``/``Infinity``, floats that overflow and integers longer than :data:`MAX_INT_DIGITS` (which Python
+    cannot convert) are refused naming their field; nesting deeper than :data:`MAX_NESTING` is refused before
+    the recursive parser sees it.
+    """
+    import json
+
+    text = read_regular_text(path, what=what, max_bytes=max_bytes)
+    cur = 0
+    for m in _JSON_TOKENS.finditer(text):
+        t = m.group()
+        if t in "[{":
+            cur += 1
+            if cur > MAX_NESTING:
+                line = text.count("\n", 0, m.start()) + 1
+                raise InputError(f"{what} {path}: line {line}: nested deeper than {MAX_NESTING} levels; "
+                                 "flatten the file")
+        elif t in "]}":
+            cur -= 1
+
+    def big_int(s: str):
+        n = len(s.lstrip("-"))
+        return _Bad(f"an integer of {n:,} digits; numbers have at most {MAX_INT_DIGITS:,}") \
+            if n > MAX_INT_DIGITS else int(s)
+
+    def finite_float(s: str):
+        v = float(s)
+        return v if math.isfinite(v) else _Bad(f"{s[:40]} overflows a float (above 1.8e308); give a smaller value")
+
+    try:
+        data = json.loads(text, parse_constant=lambda c: _Bad(f"{c} is not a finite number; give a finite value"),
+                          parse_int=big_int, parse_float=finite_float)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} {path}: not valid JSON (line {exc.lineno}: {exc.msg}); fix the file") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{what} {path}: cannot read ({exc.__class__.__name__}); fix the file") from None
+    stack = [(data, [])]
+    while stack:
+        obj, where = stack.pop()
+        if isinstance(obj, _Bad):
+            raise InputError(f"{what} {path}: {_label(where)}: {obj.msg}")
+        if isinstance(obj, dict):
+            stack.extend((v, [*where, k[:80]]) for k, v in obj.items())
+        elif isinstance(obj, list):
+            stack.extend((v, [*where, i]) for i, v in enumerate(obj))
+    return data
 
 
 @dataclass
@@ -98,8 +314,9 @@ class Catalog:
         idx = self._aliases(("models", "generic_models"))
         hit = idx.get(name.lower())
         if hit is None:
+            shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name):,} characters)"
             raise InputError(
-                f"model: unknown model {name!r}{suggest(name, idx)}; "
+                f"model: unknown model {shown}{suggest(name[:200], idx)}; "
                 "see `wseplan catalog list models`, or give a config.json / layer-list YAML path"
             )
         return hit
@@ -144,6 +361,10 @@ def _merge_file(cat: Catalog, path: Path) -> None:
             raise CatalogError(f"{path}: {sec} must be a mapping of name -> entry")
         target = getattr(cat, sec)
         for key, entry in body.items():
+            try:
+                (check_hardware_key if sec in _HARDWARE_SECTIONS else check_key)(str(key))
+            except ValueError as exc:
+                raise CatalogError(f"{path}: {sec}: {exc}") from None
             if not isinstance(entry, dict):
                 raise CatalogError(f"{path}: {sec}.{key} must be a mapping of fields")
             if sec == "devices":
@@ -170,14 +391,52 @@ def _device_schema(path: Path, key, entry: dict) -> type:
     return DEVICE_ENTRY_SCHEMAS[kind]
 
 
+_HARDWARE_SECTIONS = ("wafers", "systems", "gpus", "devices")
+
+
 def _yaml_files(folder: Path, *, skip_other: bool) -> list[Path]:
-    files = []
-    for p in sorted(folder.rglob("*.y*ml")):
-        rel = p.relative_to(folder).parts
-        if rel and (rel[0] == "software" or (skip_other and rel[0] in _OTHER_DIRS)):
-            continue
-        files.append(p)
-    return files
+    """The ``*.y*ml`` files under ``folder`` (sorted), found without following symlinked folders.
+
+    A YAML-named entry that is not a regular file (a FIFO, socket, device, folder, dangling symlink or symlink
+    loop) is refused with one line before anything is opened, so nothing blocks; other names are ignored.
+    At most :data:`MAX_CATALOG_FILES` entries are scanned.
+    """
+    files: list[Path] = []
+    scanned = 0
+    stack = [folder]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise CatalogError(f"{d}: cannot list the catalog folder ({exc.strerror}); check the path") from None
+        for e in entries:
+            scanned += 1
+            if scanned > MAX_CATALOG_FILES:
+                raise InputError(f"--catalog: {folder} holds more than {MAX_CATALOG_FILES:,} entries; give a folder "
+                                 "of catalog YAML files")
+            if d == folder and (e.name == "software" or (skip_other and e.name in _OTHER_DIRS)):
+                continue
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+                    continue
+            except OSError:
+                pass
+            if not fnmatch.fnmatchcase(e.name, "*.y*ml"):
+                continue
+            p = Path(e.path)
+            try:
+                st = os.stat(p)
+            except OSError as exc:
+                what = {errno.ELOOP: "a symlink loop", errno.ENOENT: "a dangling symlink"}.get(exc.errno, exc.strerror)
+                raise CatalogError(f"{p}: is {what}; remove it from the catalog folder") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise CatalogError(f"{p}: is {file_kind(st.st_mode)}, not a YAML file; remove it from the catalog "
+                                   "folder")
+            files.append(p)
+    return sorted(files)
 
 
 def _check_references(cat: Catalog) -> None:

@@ -7,9 +7,11 @@ Every number is a :class:`Quantity`: a value (a plain SI number or a datasheet s
 """
 from __future__ import annotations
 
-from typing import Literal
+import math
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..units import parse_quantity
 
@@ -32,6 +34,81 @@ _SUFFIX_DIM = [
 ]
 
 
+# --------------------------------------------------------------------------------------------- names and text
+MAX_NAME_CHARS = 200
+"""Longest display name (a model, a device, a study) [characters]."""
+MAX_TEXT_CHARS = 10_000
+"""Longest free text (a note, a source title, a claim) [characters]."""
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+"""Catalog keys and aliases: what a command line can name (letters, digits, ``._+-``, at most 64)."""
+MODEL_ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}(/[A-Za-z0-9][A-Za-z0-9._+-]{0,95})?$")
+"""Model aliases may also be a Hugging Face repository id, ``org/name`` (e.g. ``openai/gpt-oss-120b``)."""
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+_CONTROL_LINE = re.compile("[\t\n\r]")
+_MARKUP = re.compile(r"\[/?[A-Za-z#@][^\[\]]*\]")
+_TARGET_SUFFIX = re.compile(r"x\d+$", re.IGNORECASE)
+
+
+def check_name(value: str, *, max_chars: int = MAX_NAME_CHARS) -> str:
+    """A display name: at most ``max_chars``, no control or escape characters (ANSI escapes, bidi overrides,
+    line breaks), no terminal markup such as ``[/bold]``. Raises ValueError saying what to remove."""
+    if len(value) > max_chars:
+        raise ValueError(f"{len(value):,} characters; a name has at most {max_chars}")
+    m = _CONTROL.search(value) or _CONTROL_LINE.search(value)
+    if m:
+        raise ValueError(f"contains the control character {m.group()!r}; remove it")
+    m = _MARKUP.search(value)
+    if m:
+        raise ValueError(f"contains {m.group()!r}, which terminals read as markup; remove the brackets")
+    if not value.strip():
+        raise ValueError("is empty; give a name")
+    return value
+
+
+def check_text(value: str, *, max_chars: int = MAX_TEXT_CHARS) -> str:
+    """Free text: at most ``max_chars``; tabs and line breaks allowed, other control characters refused."""
+    if len(value) > max_chars:
+        raise ValueError(f"{len(value):,} characters; at most {max_chars:,}")
+    m = _CONTROL.search(value)
+    if m:
+        raise ValueError(f"contains the control character {m.group()!r}; remove it")
+    return value
+
+
+def check_key(value: str) -> str:
+    """A catalog key or alias (see :data:`KEY_PATTERN`)."""
+    if not KEY_PATTERN.match(value):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise ValueError(f"{shown!r} is not a key: use 1-64 letters, digits, '.', '_', '+' or '-', starting with "
+                         "a letter or digit")
+    return value
+
+
+def check_model_alias(value: str) -> str:
+    """A model alias: a key, or a Hugging Face repository id ``org/name`` (see :data:`MODEL_ALIAS_PATTERN`)."""
+    if not MODEL_ALIAS_PATTERN.match(value):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise ValueError(f"{shown!r} is not a model alias: use a key (1-64 letters, digits, '.', '_', '+' or '-') "
+                         "or a repository id org/name")
+    return value
+
+
+def check_hardware_key(value: str) -> str:
+    """A hardware key or alias: :func:`check_key`, and no ``x<N>`` ending that would read as a target count."""
+    check_key(value)
+    if _TARGET_SUFFIX.search(value):
+        raise ValueError(f"{value!r} ends in x<N>, which the target grammar reads as "
+                         f"{value[:_TARGET_SUFFIX.search(value).start()]!r} times N; rename it")
+    return value
+
+
+Name = Annotated[str, AfterValidator(check_name)]
+Text = Annotated[str, AfterValidator(check_text)]
+Key = Annotated[str, AfterValidator(check_key)]
+ModelAlias = Annotated[str, AfterValidator(check_model_alias)]
+HardwareKey = Annotated[str, AfterValidator(check_hardware_key)]
+
+
 def expected_dimension(name: str) -> str | None:
     for suf, dim in _SUFFIX_DIM:
         if name.endswith(suf):
@@ -49,7 +126,7 @@ class Quantity(_Frozen):
     value: float | int | str
     source: str | list[str]
     basis: Basis
-    note: str | None = None
+    note: Text | None = None
     low: float | int | str | None = None
     high: float | int | str | None = None
     si: float = Field(default=0.0, exclude=True)
@@ -100,8 +177,29 @@ class Quantity(_Frozen):
         return self.si if raw is None else parse_quantity(raw)[0]
 
 
+# dimensions whose quantities must be positive (a capacity, a bandwidth, a rate, a clock, a power)
+POSITIVE_DIMENSIONS = ("bytes", "bytes/s", "flop/s", "1/s", "W")
+# dimensionless fields that must be positive: counts, widths, per-cycle rates, planning defaults
+POSITIVE_FIELDS = frozenset({
+    "pe_rows", "pe_cols", "sram_bytes_per_cycle_per_pe", "flop_per_cycle_per_pe", "link_width_bytes_per_cycle",
+    "routing_colors", "input_queue_depth_wavelets", "max_cluster_systems", "max_systems", "fanout",
+    "scale_up_domain_gpus", "gpus_per_node", "default_context_tokens", "default_batch", "gpu_max_tensor_parallel",
+    "prefill_chunk_tokens", "wafer_activation_working_set_factor",
+})
+# fields that count things: whole numbers
+INTEGER_FIELDS = frozenset({
+    "pe_rows", "pe_cols", "routing_colors", "free_routing_colors", "input_queue_depth_wavelets",
+    "max_cluster_systems", "max_systems", "fanout", "scale_up_domain_gpus", "gpus_per_node", "default_batch",
+    "default_context_tokens", "gpu_max_tensor_parallel", "prefill_chunk_tokens",
+})
+MAX_COUNT = 2**31 - 1
+"""Largest value of a count field (PE rows, systems per cluster, GPUs per node, default batch ...)."""
+
+
 class _Checked(_Frozen):
-    """Checks that each Quantity field's unit string matches the dimension in the field's name."""
+    """Checks every Quantity field: its unit string matches the dimension in the field's name, it is not
+    negative, capacities/bandwidths/rates/clocks/powers and counts are positive, counts are whole numbers of at
+    most :data:`MAX_COUNT`, and ``_frac`` fields lie in [0, 1)."""
 
     @model_validator(mode="after")
     def _dims(self):
@@ -112,29 +210,35 @@ class _Checked(_Frozen):
                 items = [(name, val)]
             elif isinstance(val, dict):
                 items = [(f"{name}.{k}", q) for k, q in val.items() if isinstance(q, Quantity)]
+            want = expected_dimension(name)
             for fname, q in items:
-                want = expected_dimension(name)
                 if q.dimension is not None and want is not None and q.dimension != want:
                     raise ValueError(f"{fname}: unit of {q.value!r} is {q.dimension}, field needs {want}")
                 if q.si < 0:
                     raise ValueError(f"{fname}: must not be negative, got {q.value!r}")
+                if q.si == 0 and (want in POSITIVE_DIMENSIONS or name in POSITIVE_FIELDS):
+                    raise ValueError(f"{fname}: must be positive, got {q.value!r}")
+                if name in INTEGER_FIELDS and (q.si != math.floor(q.si) or q.si > MAX_COUNT):
+                    raise ValueError(f"{fname}: must be a whole number of at most {MAX_COUNT:,}, got {q.value!r}")
+                if name.endswith("_frac") and not q.si < 1:
+                    raise ValueError(f"{fname}: a fraction must be below 1, got {q.value!r}")
         return self
 
 
 class Source(_Frozen):
-    title: str
-    url: str | None = None
+    title: Text
+    url: Text | None = None
     kind: Literal["datasheet", "paper", "docs", "blog", "press", "code", "dataset", "forum", "derived", "measurement"]
-    date: str | None = None
-    note: str | None = None
+    date: Text | None = None
+    note: Text | None = None
 
 
 class Wafer(_Checked):
     """A Cerebras wafer-scale engine (chip level)."""
 
-    name: str
-    aliases: list[str] = []
-    system: str
+    name: Name
+    aliases: list[HardwareKey] = []
+    system: Key
     pe_rows: Quantity
     pe_cols: Quantity
     sram_per_pe_bytes: Quantity
@@ -171,22 +275,22 @@ class Wafer(_Checked):
 class System(_Checked):
     """A Cerebras system (CS-2, CS-3): one wafer plus power, cooling and I/O."""
 
-    name: str
-    aliases: list[str] = []
-    wafer: str
+    name: Name
+    aliases: list[HardwareKey] = []
+    wafer: Key
     power_w: Quantity
     wafer_power_w: Quantity
     rack_units: Quantity
     io_bandwidth_bytes_per_s: Quantity
     max_cluster_systems: Quantity
-    memoryx: str
-    swarmx: str
+    memoryx: Key
+    swarmx: Key
 
 
 class MemoryX(_Checked):
     """MemoryX weight store: capacity options and the stream bandwidth to each system."""
 
-    name: str
+    name: Name
     capacity_options_bytes: dict[str, Quantity]
     default_capacity: str
     dram_stream_bandwidth_bytes_per_s: Quantity
@@ -199,7 +303,7 @@ class MemoryX(_Checked):
 class SwarmX(_Checked):
     """SwarmX broadcast/reduce fabric joining systems in data parallel."""
 
-    name: str
+    name: Name
     max_systems: Quantity
     per_system_bandwidth_bytes_per_s: Quantity
     fanout: Quantity
@@ -209,9 +313,9 @@ class SwarmX(_Checked):
 class Gpu(_Checked):
     """One GPU (or TPU chip) and the node it usually ships in."""
 
-    name: str
-    aliases: list[str] = []
-    vendor: str
+    name: Name
+    aliases: list[HardwareKey] = []
+    vendor: Name
     hbm_bytes: Quantity
     hbm_bandwidth_bytes_per_s: Quantity
     dense_peak_flop_per_s: dict[str, Quantity]
@@ -291,11 +395,11 @@ class Model(_Frozen):
     tokens (Llama 4); unset means every layer attends to the full context.
     """
 
-    name: str
-    aliases: list[str] = []
+    name: Name
+    aliases: list[ModelAlias] = []
     source: str | list[str]
     basis: Basis
-    note: str | None = None
+    note: Text | None = None
     # upper bounds keep arithmetic and per-layer arrays finite (the largest published models are far below)
     num_layers: int = Field(gt=0, le=4096)
     d_model: int = Field(gt=0, le=1_048_576)
@@ -407,7 +511,7 @@ class LayerSpec(_Frozen):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str
+    name: Name
     params: float = Field(ge=0, le=1e16)
     flop_per_sample: float = Field(ge=0, le=1e22)
     activation_bytes_per_sample: float = Field(ge=0, le=1e16)
@@ -416,11 +520,11 @@ class LayerSpec(_Frozen):
 class GenericModel(_Frozen):
     """A model given as a plain list of layers (e.g. a 3D U-Net or a GNN)."""
 
-    name: str
-    aliases: list[str] = []
+    name: Name
+    aliases: list[ModelAlias] = []
     source: str | list[str]
     basis: Basis
-    note: str | None = None
+    note: Text | None = None
     layers: list[LayerSpec] = Field(min_length=1, max_length=4096)
 
 

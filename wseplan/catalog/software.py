@@ -40,6 +40,8 @@ class Engine(_Frozen):
     token_budget: Quantity
     max_batch: Quantity
     speculative: Speculative | None = None
+    #: prompt tokens on the GEMM kernels always (research code) or on whichever kernel is cheaper per pass (auto)
+    prefill_kernel: Literal["auto", "gemm"] = "auto"
 
 
 class SoftwareProfile(_Frozen):

@@ -12,6 +12,8 @@ from .output import check_format, emit, json_out, table_out
 def report_cmd(
     study: str = typer.Argument(..., help="A study YAML file (see studies/)."),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<study name>/)."),
+    force: bool = typer.Option(False, "--force", help="Replace a folder wseplan did not write, and overwrite files in it "
+                                                      "that the report also writes (other files are kept)."),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
@@ -24,7 +26,7 @@ def report_cmd(
     check_format(fmt)
     cat = O.load_catalog(catalog)
     result = run_study(study, catalog=cat)
-    path = write_report(result, out)
+    path = write_report(result, out, force=force)
     rows = [{"file": name, "bytes": len(data)} for name, data in sorted(result.files().items())]
     if fmt == "json":
         json_out({"study": result.study.name, "out": str(path), "answer": result.answer, "files": rows}, prices=[])

@@ -1,8 +1,8 @@
 """`wseplan sweep SWEEP.yaml`: fit, time and cost of every configuration of a design space, as numpy arrays.
 
-The rows go to a CSV (or Parquet) file in ``--out``; the terminal gets a summary per model x target. The file
-and the record are documented in docs/cli-output.md. numpy/pandas (and dask, for ``--engine dask``) load
-only inside the command.
+The rows stream, task by task, into a Parquet (recommended) or CSV file in ``--out``; the terminal gets a summary
+per model x target. The file and the record are documented in docs/cli-output.md. numpy/pandas/pyarrow (and
+dask, for ``--engine dask``) load only inside the command.
 """
 from __future__ import annotations
 
@@ -18,12 +18,18 @@ FMT_HELP = "Summary output: table | json | csv | md (the rows themselves go to t
 
 def sweep_cmd(
     sweep_file: str = typer.Argument(..., help="Sweep YAML: name, phase, models, targets, precisions, batches, contexts, "
-                                               "output_tokens, layouts, set, output."),
+                                               "output_tokens, layouts, set, output (NAME.parquet or NAME.csv)."),
     out: str = typer.Option("reports/sweeps", "--out", "-o", help="Folder for the output file (created if missing)."),
     engine: str = typer.Option("local", "--engine", help="local (this process) | dask (a Dask distributed cluster)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://HOST:8786); "
-                                            "default: a local in-process cluster."),
-    chunk: int = typer.Option(1 << 17, "--chunk", help="Configurations per task (the unit of work of an engine)."),
+                                            "default: a local cluster of worker processes on 127.0.0.1."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes of the local Dask cluster "
+                                          "(default: one per usable core)."),
+    dashboard: Optional[str] = typer.Option(None, "--dashboard", help="Serve the local Dask cluster's dashboard at "
+                                            "HOST:PORT or PORT (on 127.0.0.1); default: none."),
+    chunk: Optional[int] = typer.Option(None, "--chunk", help="Configurations per task, the unit of work and of "
+                                        "output (a Parquet row group); default 131072 for GPU groups, 16384 for "
+                                        "wafer groups."),
     fmt: str = O.format_opt(FMT_HELP),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
@@ -42,8 +48,10 @@ def sweep_cmd(
         raise InputError(f"--engine: unknown {engine!r}; use local or dask")
     if scheduler and engine != "dask":
         raise InputError("--scheduler: applies to --engine dask only")
-    if chunk < 1:
+    if chunk is not None and chunk < 1:
         raise InputError(f"--chunk: must be a positive integer, got {chunk}")
+    if dashboard and (engine != "dask" or scheduler):
+        raise InputError("--dashboard: applies to --engine dask without --scheduler (a local cluster) only")
     spec = S.load_sweep(sweep_file)
     name = spec.output_name()
     cat = O.load_catalog(catalog)
@@ -63,21 +71,18 @@ def sweep_cmd(
         def progress(n):
             bar.advance(task, n)
     try:
-        if engine == "dask":
-            parts = S.evaluate_dask(plan, scheduler=scheduler, chunk=chunk, progress=progress)
-        else:
-            parts = S.evaluate_columns(plan, chunk=chunk, progress=progress)
+        res = S.sweep_to_file(plan, out, name, engine=engine, scheduler=scheduler, chunk=chunk, workers=workers,
+                              dashboard=dashboard, progress=progress)
     finally:
         if bar is not None:
             bar.stop()
-    df = S.to_frame(plan, parts)
-    path = S.write_output(df, out, name)
     for note in plan.skipped:
         sys.stderr.write(f"note: {note}\n")
-    rows = S.summary_rows(df)
+    rows = res.groups
     record = {"schema_version": S.SCHEMA_VERSION, "sweep": spec.name, "phase": spec.phase,
-              "configurations": int(len(df)), "fitting": int(df["fits"].sum()), "engine": engine,
-              "output": str(path), "skipped": list(plan.skipped), "groups": rows}
+              "configurations": res.configurations, "fitting": res.fitting, "engine": engine,
+              "output": str(res.path), "output_bytes": res.output_bytes, "tasks": res.tasks,
+              "skipped": list(plan.skipped), "groups": rows}
     from ..report import formats as F
 
     if fmt == "json":
@@ -85,9 +90,10 @@ def sweep_cmd(
     elif fmt == "csv":
         emit(F.to_csv(rows))
     elif fmt == "md":
-        emit(f"## Sweep {spec.name}: {len(df):,} configurations -> {path}\n\n" + to_markdown(rows))
+        emit(f"## Sweep {spec.name}: {res.configurations:,} configurations -> {res.path}\n\n" + to_markdown(rows))
     else:
-        print_table(rich_table(rows, title=f"sweep {spec.name}: {len(df):,} configurations ({int(df['fits'].sum()):,} fit) -> {path}"))
+        print_table(rich_table(rows, title=f"sweep {spec.name}: {res.configurations:,} configurations "
+                                           f"({res.fitting:,} fit) -> {res.path}"))
 
 
 def register(app: typer.Typer) -> None:

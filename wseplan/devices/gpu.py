@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..workload import build_workload, kv_bytes_per_element
 from . import register
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .inference import InferenceMixin
+from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage")
 INFER_COLUMNS = ("tp", "pp", "dp")
@@ -46,11 +46,12 @@ class GpuContext:
     """Everything a GPU query needs, computed once."""
 
     def __init__(self, q: Query):
-        if not isinstance(q.model, Model):
-            raise InputError("model: the GPU models need a transformer architecture (a catalog model or config.json), "
-                             "not a layer list")
+        #: a layer-list model fits (memory) but has no GPU time model (the kernels need a transformer's shapes)
+        self.transformer = isinstance(q.model, Model)
         self.q = q
         self.m = q.model
+        self.num_layers = q.model.num_layers if self.transformer else len(q.model.layers)
+        heads = q.model.num_heads if self.transformer else 1
         self.gpu = q.target.device
         self.count = q.target.count
         cat = q.catalog
@@ -76,14 +77,15 @@ class GpuContext:
         self.single_layer = bool(q.options.get("single_layer", False))
         domain = int(self.gpu.scale_up_domain_gpus.si)
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
-        self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and self.m.num_heads % t == 0]
+        self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
+        self.spec = speculation(q) if q.phase != "train" and self.transformer else None
 
 
 class GpuFamily(InferenceMixin, Family):
     name = "gpu"
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
-    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer")
+    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer") + SPEC_OPTIONS
 
     @property
     def layout_columns(self):  # both sets; a query uses one
@@ -133,7 +135,7 @@ class GpuFamily(InferenceMixin, Family):
                 lay["num_microbatches"] = int(round(r["time.num_microbatches"]))
         elif r.get("time.micro_batches") is not None:
             lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
-        L = ctx.m.num_layers
+        L = ctx.num_layers
         edges = np.linspace(0, L, pp + 1).round().astype(int)
         stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
@@ -178,7 +180,7 @@ class GpuFamily(InferenceMixin, Family):
         return out, np.concatenate(parent).astype(np.int64)
 
     def _grid(self, ctx: GpuContext, batch: float) -> dict:
-        L = ctx.m.num_layers
+        L = ctx.num_layers
         N = ctx.count
         tps = [t for t in ctx.tp_values if N is None or (N % t == 0)]
         T, P, D = [], [], []
@@ -273,9 +275,18 @@ class GpuFamily(InferenceMixin, Family):
 
     # -- time -------------------------------------------------------------------------------------------
     def time(self, ctx: GpuContext, cfg: dict, fit: dict | None = None) -> dict:
+        if not ctx.transformer:  # no time model: NaN times, the chain reports the fit alone
+            n = len(cfg["batch"])
+            return {"step_s": np.full(n, np.nan), "tokens_per_s": np.full(n, np.nan), "bottleneck": np.full(n, -1)}
         if ctx.q.phase == "train":
             return self._train_time(ctx, cfg)
         return self.infer_time(ctx, cfg)
+
+    def draft_setup(self, ctx: GpuContext, cfg: dict):
+        """The draft model on the same GPUs with the same TP/PP (draft and target alternate on one engine)."""
+        if getattr(ctx, "_draft", None) is None:
+            ctx._draft = GpuContext(draft_query(ctx.q, ctx.spec["draft_model"]))
+        return ctx._draft, cfg
 
     def pipeline_stages(self, ctx: GpuContext, cfg: dict) -> np.ndarray:
         return np.asarray(cfg["pp"], dtype=float)

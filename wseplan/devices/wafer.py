@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..workload import KIND_BLOCK, build_workload, kv_bytes_rows
 from . import register
 from .base import Family, Hardware, Query, binding_code
-from .inference import InferenceMixin
+from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
 
@@ -51,8 +51,8 @@ def parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
 
 class WaferContext:
     def __init__(self, q: Query):
-        if not isinstance(q.model, Model):
-            raise InputError("model: wafer inference timing needs a transformer architecture, not a layer list")
+        #: a layer-list model fits (memory) but has no wafer time model (the kernels need a transformer's shapes)
+        self.transformer = isinstance(q.model, Model)
         self.q = q
         self.m = q.model
         self.wafer = q.target.device
@@ -80,6 +80,9 @@ class WaferContext:
         self.grids = {ph: parse_grid(q.options.get(f"core_grid_{ph}"), f"core_grid_{ph}", self.wafer) or base
                       for ph in ("decode", "prefill")}
         self.peak = self.wafer.peak_flop_per_s(q.precision)
+        if not self.transformer:
+            self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
+        self.spec = speculation(q) if self.transformer else None
 
     def weights(self, n, multi):
         """Per-configuration item weight bytes (n, items), with the tied head's own copy on multi-wafer rows."""
@@ -98,7 +101,7 @@ class WaferFamily(InferenceMixin, Family):
     kinds = ("wafer",)
     phases = ("prefill", "decode", "serve")
     layout_columns = ("num_wafers",)
-    options = ("reserve",) + GRID_OPTIONS
+    options = ("reserve",) + GRID_OPTIONS + SPEC_OPTIONS
 
     def prepare(self, q: Query) -> WaferContext:
         return WaferContext(q)
@@ -243,9 +246,22 @@ class WaferFamily(InferenceMixin, Family):
         return 2.0 * active + 4.0 * m.num_layers * m.num_heads * m.head_dim_ * np.asarray(context, dtype=float)
 
     def time(self, ctx: WaferContext, cfg: dict, fit: dict | None = None) -> dict:
+        if not ctx.transformer:  # no time model: NaN times, the chain reports the fit alone
+            n = len(cfg["batch"])
+            return {"step_s": np.full(n, np.nan), "tokens_per_s": np.full(n, np.nan), "bottleneck": np.full(n, -1)}
+        cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg))
+        out = self.infer_time(ctx, cfg)
+        for ph in ("decode", "prefill"):
+            out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
+            out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
+        out["pipeline_stages_decode"] = cfg["_groups_d"]
+        out["pipeline_stages_prefill"] = cfg["_groups_p"]
+        return out
+
+    def _with_stages(self, ctx: WaferContext, cfg: dict, fit: dict) -> dict:
+        """``cfg`` plus the per-wafer layer counts and bytes of the fit's partition, and the region side and layer
+        groups chosen for each pass kind (decode GEMV, prefill GEMM)."""
         cfg = dict(cfg)
-        if fit is None:
-            fit = self.fit(ctx, cfg)
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         n = len(B)
         start, end, loads = fit["stage_start"], fit["stage_end"], fit["stage_loads"]
@@ -270,13 +286,21 @@ class WaferFamily(InferenceMixin, Family):
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
                 cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))
             cfg[f"_groups_{ph[0]}"] = self._groups(ctx, cfg, cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"]).sum(axis=1)
-        out = self.infer_time(ctx, cfg)
-        for ph in ("decode", "prefill"):
-            out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
-            out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
-        out["pipeline_stages_decode"] = cfg["_groups_d"]
-        out["pipeline_stages_prefill"] = cfg["_groups_p"]
-        return out
+        return cfg
+
+    def draft_setup(self, ctx: WaferContext, cfg: dict):
+        """The draft model on its own wafer(s): the fewest that hold it, with its own regions (the target's
+        wafers keep theirs); rows align with ``cfg``'s."""
+        if getattr(ctx, "_draft", None) is None:
+            ctx._draft = WaferContext(draft_query(ctx.q, ctx.spec["draft_model"]))
+        dctx = ctx._draft
+        n = len(cfg["batch"])
+        base = {k: np.asarray(cfg[k], dtype=float) for k in ("batch", "context", "output_tokens")}
+        base["num_wafers"] = np.full(n, np.nan)
+        cand, parent = self.candidates(dctx, base)
+        first = np.unique(parent, return_index=True)[1]
+        dcfg = {k: v[first] for k, v in cand.items()}
+        return dctx, self._with_stages(dctx, dcfg, self.fit(dctx, dcfg))
 
     def _groups(self, ctx, cfg, rows_, cols_, idx=None):
         sel = slice(None) if idx is None else idx
@@ -321,22 +345,36 @@ class WaferFamily(InferenceMixin, Family):
         c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows])
         fk, c = ctx.fk, ctx.c
         dtok = dseq * new_per_seq
-        blk = {}
+        # kernel choice per pass (the library picks the cheaper): (a) every token of the pass as a row of the GEMV
+        # kernels (MeshGEMV with m = decode + prompt tokens; prompt rows attend their prefix), or (b) the decode rows
+        # on GEMV and the prompt tokens on the GEMM kernels (MeshGEMM: shift steps that only pay off for long chunks)
+        span = np.maximum(np.broadcast_to(np.asarray(prefill_span, dtype=float), (n,)), 1.0)
+        pkv = np.broadcast_to(np.asarray(prefill_kv, dtype=float), (n,)) + (span + 1.0) / 2.0
+        dkv = np.broadcast_to(np.asarray(decode_kv, dtype=float), (n,))
+        rows_all = dtok + ptok
+        kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
+        gemv_all = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(rows_all, 1.0), context=kv_all, rows=r_,
+                                                cols=c_, fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
+        split = {k: np.where(has_d, 0.0, 0.0) for k in ("overhead", "latency", "serialization", "compute", "fabric")}
         if has_d.any():
-            d = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(dtok, 1.0), context=decode_kv, rows=r_, cols=c_,
+            d = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(dtok, 1.0), context=dkv, rows=r_, cols=c_,
                                              fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
             for k, v in d.items():
-                blk[k] = blk.get(k, 0.0) + np.where(has_d, v, 0.0)
+                split[k] = split[k] + np.where(has_d, v, 0.0)
         has_p = ptok > 0
         if has_p.any():
-            span = np.maximum(np.broadcast_to(np.asarray(prefill_span, dtype=float), (n,)), 1.0)
             pseq = np.maximum(np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
             p = wt.prefill_block_cycles_array(arch=ctx.m, tokens=span, batch=pseq, rows=r_, cols=c_, fk=fk,
                                               gemm_mac_efficiency_frac=c.gemm_mac_efficiency_frac.si,
                                               gemm_step_overhead_cycles=c.gemm_step_overhead_cycles.si,
                                               prior_tokens=prefill_kv)
             for k, v in p.items():
-                blk[k] = blk.get(k, 0.0) + np.where(has_p, v, 0.0)
+                split[k] = split[k] + np.where(has_p, v, 0.0)
+        tot_a = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in gemv_all.values())
+        tot_b = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in split.values())
+        use_a = (tot_a <= tot_b) & ((ctx.engine.prefill_kernel == "auto") | ~has_p)
+        blk = {k: np.where(use_a, np.asarray(gemv_all.get(k, 0.0), dtype=float), np.asarray(split.get(k, 0.0), dtype=float))
+               for k in set(gemv_all) | set(split)}
         emit = np.maximum(dtok + np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
         head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
                                            gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)

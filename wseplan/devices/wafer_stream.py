@@ -47,7 +47,7 @@ class StreamContext:
         self.policy = o.get("policy", "auto")
         if self.policy not in POLICIES:
             raise InputError(f"policy: unknown {self.policy!r}; use one of {', '.join(POLICIES)}")
-        self.option = o.get("memoryx_option") or self.mx.default_capacity
+        self.option = self.mx.default_capacity if o.get("memoryx_option") is None else o["memoryx_option"]
         if self.option not in self.mx.capacity_options_bytes:
             raise InputError(f"memoryx: unknown option {self.option!r}; choose one of "
                              f"{', '.join(self.mx.capacity_options_bytes)}")

@@ -18,13 +18,14 @@ deterministic: same study and catalogs, same bytes.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import CatalogError, InputError, validation_detail
-from .atomic import safe_filename, write_files_atomically
+from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
 from .formats import fmt_field
 from .markdown import Column, Document, Table, fmt_num, fmt_quantity
 from .plots import VERDICT_COLORS, Marker, Plot, Series, render, roofline_plot
@@ -185,20 +186,35 @@ def load_study(path: str | Path) -> tuple[Study, Path]:
     """Read and validate a study YAML; returns the study and its folder (for relative paths)."""
     from ..catalog.load import read_yaml
 
+    from ..catalog.schema import check_name, check_text
+
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise InputError(f"study file {path}: not found; check the path")
     try:
-        data = read_yaml(p)
+        data = read_yaml(p)  # a FIFO, device or symlink loop is refused without blocking
     except CatalogError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError(f"study file {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: a study file is a mapping with name, title, kind, question, ...")
     try:
-        return Study.model_validate(data), p.parent
+        st = Study.model_validate(data)
     except ValidationError as exc:
         loc, msg = validation_detail(exc)
         raise InputError(f"{path}: {loc + ': ' if loc else ''}{msg}") from None
+    checks = [("name", st.name, check_name), ("title", st.title, lambda v: check_text(v, max_chars=300)),
+              ("question", st.question, check_text),
+              ("model", st.model, check_name)]
+    checks += [(f"targets[{i}]", t, check_name) for i, t in enumerate(st.targets)]
+    checks += [(f"notes[{i}]", n, check_text) for i, n in enumerate(st.notes)]
+    for field, value, check in checks:  # names reach terminals and reports: no escapes, markup or huge text
+        if value is None:
+            continue
+        try:
+            check(value)
+        except ValueError as exc:
+            raise InputError(f"{path}: {field}: {exc}") from None
+    return st, p.parent
 
 
 def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path | None = None) -> StudyResult:
@@ -242,9 +258,15 @@ def default_out_dir(result: StudyResult) -> Path:
     return Path("reports") / result.study.slug
 
 
-def write_report(result: StudyResult, out: str | Path | None = None) -> Path:
-    """Write the report folder atomically (default ``reports/<study name>/``); returns the folder."""
-    return write_files_atomically(Path(out) if out else default_out_dir(result), result.files())
+def write_report(result: StudyResult, out: str | Path | None = None, *, force: bool = False,
+                 lock_timeout_s: float = LOCK_TIMEOUT_S) -> Path:
+    """Write the report folder atomically (default ``reports/<study name>/``); returns the folder.
+
+    An existing folder is replaced only if wseplan wrote it (its ``.wseplan-report`` marker) or ``force`` is
+    given; files in it that wseplan did not write are kept (see :mod:`wseplan.report.atomic`).
+    """
+    return write_files_atomically(Path(out) if out else default_out_dir(result), result.files(), force=force,
+                                  lock_timeout_s=lock_timeout_s)
 
 
 # --------------------------------------------------------------------------------------------- serving
@@ -683,13 +705,31 @@ def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int
 
 
 # --------------------------------------------------------------------------------------------- claims
+def claims_path_inside(base: Path, rel: Path) -> Path:
+    """``base / rel`` after resolving symlinks, refused when it leaves the study's folder ``base``.
+
+    A claims file that is (or sits behind) a symlink pointing outside the study folder is refused, so a study
+    cannot make wseplan read files from elsewhere; a missing file is left to :func:`load_claims` to report.
+    """
+    try:
+        root = base.resolve(strict=True)
+        real = (base / rel).resolve(strict=False)
+    except (OSError, RuntimeError):
+        raise InputError(f"claims: {str(rel)!r} is a symlink loop; give a claims file inside the study's folder") \
+            from None
+    if root != real and root not in real.parents:
+        raise InputError(f"claims: {str(rel)!r} resolves to {real}, outside the study's folder {root}; copy the "
+                         "claims file next to the study")
+    return base / rel
+
+
 def _claims(st: Study, cat, base: Path) -> dict:
     from ..claims import check, load_claims
 
     path = Path(st.claims)
     if path.is_absolute() or ".." in path.parts:
         raise InputError(f"claims: {st.claims!r} must be a relative path inside the study's folder")
-    claims = load_claims(base / path)
+    claims = load_claims(claims_path_inside(base, path))
     verdicts = check(claims, catalog=cat)
     table = claims_table(verdicts, texts=[c.text for c in claims])
     counts = {k: sum(v.verdict == k for v in verdicts) for k in ("impossible", "optimistic", "consistent")}

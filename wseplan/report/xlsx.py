@@ -2,7 +2,7 @@
 
 Sheets: ``About`` (question, answer, tool version, report, catalog and prices dates), one sheet per result
 table (the same columns and display units as the Markdown and the CSV), ``Assumptions`` and ``Sources``.
-Numbers are stored as numbers (not text) so they can be summed and charted.
+Numbers are stored as numbers (not text) so they can be summed and charted, with the CSV's 6 significant digits.
 
 Deterministic bytes: the workbook's created/modified properties are the report date, and every entry of the
 zip container gets the same fixed timestamp, so the same study gives the same file (with the same openpyxl).
@@ -32,13 +32,16 @@ def _sheet_name(name: str, used: set[str]) -> str:
 
 
 def _cell(v):
-    """A cell value: numbers stay numbers; NaN/inf and None are empty; text is kept (without control chars)."""
+    """A cell value: numbers stay numbers, floats at the CSV's 6 significant digits (the same data, and bytes that
+    do not move with the last bits of a float); NaN/inf and None are empty; text is kept (without control chars)."""
     if v is None:
         return None
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, (int, float)):
-        return float(v) if isinstance(v, float) and math.isfinite(v) else (v if isinstance(v, int) else None)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return float(f"{v:.6g}") if math.isfinite(v) else None
     text = str(v)
     return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "", text)
 

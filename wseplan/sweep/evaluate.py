@@ -1,0 +1,99 @@
+"""Evaluation of one task: :func:`evaluate_task` (group, start, stop) -> columns (name -> numpy array).
+
+This is the one interface between the engines and the per-configuration models; the functions below compose
+fit, time and cost as numpy arrays (see the package docstring).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InputError
+from .plan import Group
+from .schema import BOTTLENECKS  # noqa: F401  (codes of the bottleneck column)
+
+
+# =============================================================================================
+# Evaluation of one task
+# =============================================================================================
+def _config_arrays(g: Group, start: int, stop: int) -> dict:
+    idx = np.arange(start, stop)
+    ib, ic, io, il = np.unravel_index(idx, g.shape)
+    out = {"batch": g.batches[ib], "context": g.contexts[ic], "output_tokens": g.outputs[io]}
+    for k, a in g.layouts.items():
+        out[k] = a[il]
+    return out
+
+
+_SETUPS: dict = {}
+
+
+def group_setup(g: Group):
+    """The planning chain's setup of a group (built once per process; groups travel to Dask workers)."""
+    from ..plan import setup
+
+    key = (g.index, g.model_name, g.target.text, g.precision, g.phase, id(g.catalog))
+    if key not in _SETUPS:
+        _SETUPS[key] = setup(g.model, g.target, phase=g.phase, precision=g.precision, catalog=g.catalog)
+    return _SETUPS[key]
+
+
+def evaluate_task(g: Group, start: int, stop: int) -> dict:
+    """Columns (name -> numpy array) of configurations ``[start, stop)`` of group ``g``: one call of the planning
+    chain (:func:`wseplan.plan.evaluate`) on the chunk and the cost of its rows (:func:`wseplan.costing.cost_columns`);
+    rows that do not fit keep ``fits=False`` and blank metrics."""
+    from ..costing import cost_columns, num_systems
+    from ..plan import evaluate
+
+    cfg = _config_arrays(g, start, stop)
+    s = group_setup(g)
+    if g.target.kind == "gpu" and g.phase == "train":
+        cfg.setdefault("vpp", np.ones(len(cfg["batch"])))
+    arr = evaluate(s, cfg)
+    cost = cost_columns(s, arr, g.params, train_tokens=g.train_tokens)
+    n = len(cfg["batch"])
+    res = {k: arr[k] for k in ("num_devices", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
+                               "tokens_per_s", "tokens_per_s_per_user", "bottleneck")}
+    res["num_systems"] = num_systems(s, arr["num_devices"])
+    pick = {"train": ("usd_per_mtok_trained", "energy_j_per_train_token"),
+            "prefill": ("input_usd_per_mtok", "energy_j_per_input_token")}.get(g.phase,
+                                                                              ("output_usd_per_mtok", "energy_j_per_output_token"))
+    nan = np.full(n, np.nan)
+
+    def col(k):
+        v = cost.get(k)
+        return nan if v is None else np.where(arr["fits"], np.broadcast_to(np.asarray(v, dtype=float), (n,)), np.nan)
+
+    res.update(usd_per_hour=col("usd_per_hour"), usd_per_busy_hour=col("usd_per_busy_hour"), usd_per_mtok=col(pick[0]),
+               input_usd_per_mtok=col("input_usd_per_mtok") if g.phase != "train" else nan,
+               output_usd_per_mtok=col("output_usd_per_mtok") if g.phase not in ("train", "prefill") else nan,
+               usd_per_run=col("usd_per_run"), energy_j_per_token=col(pick[1]))
+    for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage"):
+        if k in arr:
+            cfg[k] = arr[k]
+    return _columns(g, cfg, res)
+
+
+def _columns(g: Group, cfg: dict, res: dict) -> dict:
+    n = len(cfg["batch"])
+    nan = np.full(n, np.nan)
+    lay = g.layouts
+    out = {
+        "batch": cfg["batch"], "context": cfg["context"],
+        "output_tokens": np.where(cfg["output_tokens"] > 0, cfg["output_tokens"], np.nan),
+        "tensor_parallel": cfg.get("tp", nan), "pipeline_parallel": cfg.get("pp", nan), "data_parallel": cfg.get("dp", nan),
+        "micro_batch": cfg.get("micro_batch", nan), "recompute": cfg.get("recompute", np.full(n, -1.0)),
+        "zero_stage": cfg.get("zero_stage", nan),
+    }
+    if not lay or g.phase != "train":
+        out["recompute"] = np.full(n, -1.0)
+    for k in ("num_devices", "num_systems", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
+              "tokens_per_s", "tokens_per_s_per_user", "bottleneck", "usd_per_hour", "usd_per_busy_hour", "usd_per_mtok",
+              "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token"):
+        v = res.get(k)
+        out[k] = nan if v is None else np.broadcast_to(np.asarray(v), (n,))
+    out["_group"] = g.index
+    return out
+
+

@@ -1,0 +1,618 @@
+"""Output of a sweep: the frame, the file writers and the summary.
+
+Rows are written as they are evaluated: each task's columns (:func:`wseplan.sweep.evaluate.evaluate_task`)
+become one Arrow table (:func:`columns_table`, fixed schema), encoded as a self-contained part
+(:func:`encode_part`: a one-row-group Parquet file, or CSV rows without a header), and the parts are joined in
+task order into the output file (:class:`StreamWriter`; Parquet parts through
+:mod:`wseplan.sweep.parquet_concat`, CSV parts by concatenation). No whole-sweep table is ever built, so memory
+stays that of one task; the summary is merged from per-task summaries (:func:`chunk_summary`,
+:func:`merge_summaries`). The same tasks give the same bytes whichever engine evaluated them.
+
+Parquet (the recommended format): Snappy compression, dictionary encoding for the name columns (model,
+target, hardware, device kind, precision, phase, recompute, bottleneck), column statistics, one row group per
+task, Arrow and pandas schema metadata (``pandas.read_parquet`` gives back the dtypes of :func:`to_frame`).
+CSV: ``\\n`` line ends, strings quoted, empty cells for missing values, ``true``/``false``, shortest
+round-trip floats.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from .plan import Plan
+from .schema import BOTTLENECKS, COLUMNS, INT_COLUMNS, NULLABLE_INT, RECOMPUTE, SCHEMA_VERSION
+
+#: columns whose values are names (dictionary-encoded in Parquet, categoricals in a DataFrame)
+GROUP_COLUMNS = ("model", "target", "hardware", "device_kind", "precision", "phase")
+NAME_COLUMNS = GROUP_COLUMNS + ("recompute", "bottleneck")
+#: Parquet options of every part (and so of the output file)
+PARQUET_OPTIONS = dict(compression="snappy", use_dictionary=list(NAME_COLUMNS), write_statistics=True)
+#: bytes written per configuration, measured on the benchmark sweeps (benchmarks/bench_sweep.py; the output of
+#: a sweep varies with its data): used to refuse a sweep that cannot fit in the free disk space
+OUTPUT_BYTES_PER_CONFIGURATION = {"parquet": 100, "csv": 320}
+
+
+def output_format(name: str) -> str:
+    """``parquet`` or ``csv`` from an output file name."""
+    return "parquet" if str(name).endswith(".parquet") else "csv"
+
+
+def _require_pyarrow(fmt: str):
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:  # a core dependency since the streaming writers; an incomplete install
+        raise InputError("output: wseplan sweep needs pyarrow to write its output; pip install pyarrow") from None
+
+
+# =============================================================================================
+# Frames (the Python API: run_sweep)
+# =============================================================================================
+def to_frame(plan: Plan, parts: list[dict]):
+    """Concatenate task columns (in task order) into one DataFrame with fixed dtypes and categories."""
+    import pandas as pd
+
+    groups = {g.index: g for g in plan.groups}
+    if not parts:
+        return pd.DataFrame(columns=list(COLUMNS))
+    gidx = np.concatenate([np.full(len(p["batch"]), p["_group"]) for p in parts])
+    data = {}
+    for k in COLUMNS:
+        if k in ("model", "target", "hardware", "device_kind", "precision", "phase"):
+            continue
+        data[k] = np.concatenate([np.asarray(p[k]) for p in parts])
+    cats = {
+        "model": [g.model_name for g in plan.groups], "target": [g.target.label for g in plan.groups],
+        "hardware": [g.target.key for g in plan.groups], "device_kind": [g.target.kind for g in plan.groups],
+        "precision": [g.precision for g in plan.groups], "phase": [g.phase for g in plan.groups],
+    }
+    cols = {}
+    order = sorted(groups)
+    pos = np.searchsorted(order, gidx)
+    for k, vals in cats.items():
+        uniq = list(dict.fromkeys(vals))
+        codes = np.asarray([uniq.index(v) for v in vals])[pos]
+        cols[k] = pd.Categorical.from_codes(codes, categories=uniq)
+    for k in COLUMNS:
+        if k in cols:
+            continue
+        v = data[k]
+        if k == "bottleneck":
+            cols[k] = pd.Categorical.from_codes(v.astype(int), categories=list(BOTTLENECKS))
+        elif k == "recompute":
+            cols[k] = pd.Categorical.from_codes(v.astype(int), categories=list(RECOMPUTE))
+        elif k == "fits":
+            cols[k] = v.astype(bool)
+        elif k in INT_COLUMNS:
+            cols[k] = v.astype(np.int64)
+        elif k in NULLABLE_INT:
+            nan_ = np.isnan(v)
+            cols[k] = pd.arrays.IntegerArray(np.where(nan_, 0, v).astype(np.int64), nan_)
+        else:
+            cols[k] = v.astype(float)
+    df = pd.DataFrame({k: cols[k] for k in COLUMNS})
+    df.attrs.update(schema_version=SCHEMA_VERSION, sweep=plan.sweep.name, skipped=list(plan.skipped))
+    return df
+
+
+
+
+# =============================================================================================
+# Arrow schema and per-task encoding
+# =============================================================================================
+@dataclass(frozen=True)
+class OutputSpec:
+    """What a worker needs to encode a task's rows exactly as every other task's (small, picklable)."""
+
+    fmt: str  # "parquet" | "csv"
+    sweep: str
+    categories: tuple  # ((column, (name, ...)), ...) for GROUP_COLUMNS, in group order
+    codes: tuple  # ((group index, (code per GROUP_COLUMNS)), ...)
+    csv_quoting: str = "none"  # "none" when no name needs quotes (the usual case), else "needed" (strings quoted)
+    schema_ipc: bytes = b""  # the Arrow schema (arrow_schema), serialized, so workers need not import pandas
+
+    def group_codes(self, gi: int) -> tuple:
+        return dict(self.codes)[gi]
+
+
+def output_spec(plan: Plan, name: str) -> OutputSpec:
+    """The output spec of a plan: format from ``name``, the category lists of :func:`to_frame`."""
+    vals = _group_values(plan)
+    cats = {k: list(dict.fromkeys(v)) for k, v in vals.items()}
+    codes = tuple((g.index, tuple(cats[k].index(vals[k][i]) for k in GROUP_COLUMNS)) for i, g in enumerate(plan.groups))
+    plain = all(not _NEEDS_QUOTES.search(v) for vs in cats.values() for v in vs)
+    spec = OutputSpec(fmt=output_format(name), sweep=plan.sweep.name,
+                      categories=tuple((k, tuple(cats[k])) for k in GROUP_COLUMNS), codes=codes,
+                      csv_quoting="none" if plain else "needed")
+    _require_pyarrow(spec.fmt)
+    from dataclasses import replace
+
+    return replace(spec, schema_ipc=arrow_schema(spec).serialize().to_pybytes())
+
+
+_NEEDS_QUOTES = re.compile(r'[,"\r\n]|^\s|\s$|^$')
+
+
+def _group_values(plan: Plan) -> dict:
+    return {"model": [g.model_name for g in plan.groups], "target": [g.target.label for g in plan.groups],
+            "hardware": [g.target.key for g in plan.groups], "device_kind": [g.target.kind for g in plan.groups],
+            "precision": [g.precision for g in plan.groups], "phase": [g.phase for g in plan.groups]}
+
+
+def _empty_frame(spec: OutputSpec):
+    """A zero-row DataFrame with :func:`to_frame`'s dtypes (the source of the pandas schema metadata)."""
+    import pandas as pd
+
+    cats = dict(spec.categories)
+    cats.update(bottleneck=BOTTLENECKS, recompute=RECOMPUTE)
+    cols = {}
+    for k in COLUMNS:
+        if k in cats:
+            cols[k] = pd.Categorical.from_codes(np.zeros(0, dtype=int), categories=list(cats[k]))
+        elif k == "fits":
+            cols[k] = np.zeros(0, dtype=bool)
+        elif k in INT_COLUMNS:
+            cols[k] = np.zeros(0, dtype=np.int64)
+        elif k in NULLABLE_INT:
+            cols[k] = pd.array(np.zeros(0, dtype=np.int64), dtype="Int64")
+        else:
+            cols[k] = np.zeros(0, dtype=float)
+    return pd.DataFrame(cols)
+
+
+@lru_cache(maxsize=8)
+def arrow_schema(spec: OutputSpec):
+    """The Arrow schema of the output (fixed for a plan), with pandas and wseplan metadata."""
+    import pyarrow as pa
+
+    if spec.schema_ipc:
+        return pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
+    schema = pa.Schema.from_pandas(_empty_frame(spec), preserve_index=False)
+    meta = dict(schema.metadata or {})
+    meta[b"wseplan.schema_version"] = str(SCHEMA_VERSION).encode()
+    meta[b"wseplan.sweep"] = spec.sweep.encode("utf-8")
+    return schema.with_metadata(meta)
+
+
+@lru_cache(maxsize=8)
+def _dictionaries(spec: OutputSpec) -> dict:
+    import pyarrow as pa
+
+    schema = arrow_schema(spec)
+    cats = dict(spec.categories)
+    cats.update(bottleneck=BOTTLENECKS, recompute=RECOMPUTE)
+    return {k: (pa.array(list(cats[k]), type=schema.field(k).type.value_type),
+                schema.field(k).type.index_type.to_pandas_dtype()) for k in NAME_COLUMNS}
+
+
+def columns_table(spec: OutputSpec, cols: dict):
+    """One task's columns (``evaluate_task``) as an Arrow table of :func:`arrow_schema`; missing values are nulls."""
+    import pyarrow as pa
+
+    schema = arrow_schema(spec)
+    dicts = _dictionaries(spec)
+    n = len(cols["batch"])
+    gcodes = dict(zip(GROUP_COLUMNS, spec.group_codes(int(cols["_group"]))))
+    arrays = []
+    for k in COLUMNS:
+        if k in GROUP_COLUMNS:
+            values, itype = dicts[k]
+            arrays.append(pa.DictionaryArray.from_arrays(pa.array(np.full(n, gcodes[k], dtype=itype)), values))
+        elif k in ("bottleneck", "recompute"):
+            values, itype = dicts[k]
+            c = np.asarray(cols[k])
+            missing = c < 0
+            idx = pa.array(np.where(missing, 0, c).astype(itype), mask=missing if missing.any() else None)
+            arrays.append(pa.DictionaryArray.from_arrays(idx, values))
+        elif k == "fits":
+            arrays.append(pa.array(np.asarray(cols[k], dtype=bool)))
+        elif k in INT_COLUMNS:
+            arrays.append(pa.array(np.asarray(cols[k]).astype(np.int64)))
+        elif k in NULLABLE_INT:
+            v = np.asarray(cols[k], dtype=float)
+            missing = np.isnan(v)
+            arrays.append(pa.array(np.where(missing, 0.0, v).astype(np.int64), mask=missing if missing.any() else None))
+        else:
+            arrays.append(pa.array(np.ascontiguousarray(cols[k], dtype=float), from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+CSV_HEADER = (",".join(COLUMNS) + "\n").encode()
+
+
+def table_bytes(table, fmt: str, *, header: bool = False, quoting: str = "needed") -> bytes:
+    """A table as one self-contained part: a Parquet file (one row group per 2**20 rows) or CSV rows
+    (``quoting`` "none": no quotes, for tables whose strings need none; "needed": every string quoted)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, sink, **PARQUET_OPTIONS)
+    else:
+        import pyarrow.csv as pacsv
+
+        if header:
+            sink.write(b",".join(n.encode() if n.isidentifier() else b'"' + n.replace('"', '""').encode() + b'"'
+                                 for n in table.column_names) + b"\n")
+        pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, quoting_style=quoting, eol="\n"))
+    return sink.getvalue().to_pybytes()
+
+
+def encode_part(spec: OutputSpec, cols: dict) -> bytes:
+    """The bytes of one task's part (see :func:`table_bytes`)."""
+    return table_bytes(columns_table(spec, cols), spec.fmt, quoting=spec.csv_quoting)
+
+
+def csv_header(spec: OutputSpec) -> bytes:
+    return CSV_HEADER
+
+
+def frame_table(df):
+    """A DataFrame of :func:`to_frame`'s columns as an Arrow table (NaN and missing values become nulls)."""
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def frame_bytes(df, name: str) -> bytes:
+    """A whole DataFrame's file bytes, in the format of ``name`` (``.parquet`` or else CSV), as the writers
+    encode parts: a frame of a sweep gives the same CSV bytes as ``wseplan sweep`` writes for it."""
+    fmt = output_format(name)
+    _require_pyarrow(fmt)
+    table = frame_table(df)
+    quoting = "needed"
+    if fmt == "csv":
+        import pyarrow as pa
+
+        names = [v for c in table.columns if pa.types.is_dictionary(c.type) or pa.types.is_string(c.type)
+                 for v in (c.combine_chunks().dictionary.to_pylist() if pa.types.is_dictionary(c.type) else c.to_pylist())
+                 if v is not None]
+        quoting = "none" if all(not _NEEDS_QUOTES.search(v) for v in names) else "needed"
+    return table_bytes(table, fmt, header=True, quoting=quoting)
+
+
+# =============================================================================================
+# Per-task summaries
+# =============================================================================================
+def chunk_summary(cols: dict) -> dict:
+    """Configurations, fitting ones and the fitting one with the lowest ``usd_per_mtok`` (the first on a tie)
+    of one task's columns: what :func:`summary_rows` needs, a few hundred bytes."""
+    fits = np.asarray(cols["fits"], dtype=bool)
+    usd = np.asarray(cols["usd_per_mtok"], dtype=float)
+    ok = np.flatnonzero(fits & ~np.isnan(usd))
+    best = None
+    if len(ok):
+        i = int(ok[np.argmin(usd[ok])])
+        best = {"usd_per_mtok": float(usd[i]), "batch": int(cols["batch"][i]), "context": int(cols["context"][i]),
+                "tp": float(cols["tensor_parallel"][i]), "pp": float(cols["pipeline_parallel"][i]),
+                "dp": float(cols["data_parallel"][i]), "tokens_per_s": float(cols["tokens_per_s"][i]),
+                "bottleneck": BOTTLENECKS[int(cols["bottleneck"][i])]}
+    return {"group": int(cols["_group"]), "configurations": len(fits), "fitting": int(fits.sum()), "best": best}
+
+
+def merge_summaries(plan: Plan, summaries: list[dict]) -> list[dict]:
+    """:func:`summary_rows` from per-task summaries given in task order (equal to it on the same rows)."""
+    groups = {g.index: g for g in plan.groups}
+    rows: dict[tuple, dict] = {}
+    for s in summaries:
+        g = groups[s["group"]]
+        key = (g.model_name, g.target.label, g.precision)
+        acc = rows.setdefault(key, {"model": key[0], "target": key[1], "precision": key[2], "configurations": 0,
+                                    "fitting": 0, "_best": None})
+        acc["configurations"] += s["configurations"]
+        acc["fitting"] += s["fitting"]
+        b = s["best"]
+        if b is not None and (acc["_best"] is None or b["usd_per_mtok"] < acc["_best"]["usd_per_mtok"]):
+            acc["_best"] = b
+    out = []
+    for acc in rows.values():
+        b = acc.pop("_best")
+        if b is None:
+            acc.update(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="",
+                       best_tokens_per_s=None, best_bottleneck="")
+        else:
+            lay = "" if np.isnan(b["tp"]) else f"TP{int(b['tp'])} PP{int(b['pp'])} DP{int(b['dp'])}"
+            acc.update(best_usd_per_mtok=b["usd_per_mtok"], best_batch=b["batch"], best_context=b["context"],
+                       best_layout=lay, best_tokens_per_s=b["tokens_per_s"], best_bottleneck=b["bottleneck"])
+        out.append(acc)
+    return out
+
+
+def summary_rows(df) -> list[dict]:
+    """One summary row per model x target x precision: configurations, how many fit, and the fitting
+    configuration with the lowest ``usd_per_mtok`` (the first such row in sweep order on a tie)."""
+    import pandas as pd
+
+    rows = []
+    if len(df) == 0:
+        return rows
+    keys = ["model", "target", "precision"]
+    for (mname, tname, prec), sub in df.groupby(keys, sort=False, observed=True):
+        row = {"model": mname, "target": tname, "precision": prec, "configurations": int(len(sub)),
+               "fitting": int(sub["fits"].sum())}
+        ok = sub[sub["fits"] & sub["usd_per_mtok"].notna()]
+        if len(ok):
+            best = ok.iloc[int(np.argmin(ok["usd_per_mtok"].to_numpy()))]
+            lay = ""
+            if not pd.isna(best["tensor_parallel"]):
+                lay = f"TP{int(best['tensor_parallel'])} PP{int(best['pipeline_parallel'])} DP{int(best['data_parallel'])}"
+            row.update(best_usd_per_mtok=float(best["usd_per_mtok"]), best_batch=int(best["batch"]),
+                       best_context=int(best["context"]), best_layout=lay,
+                       best_tokens_per_s=float(best["tokens_per_s"]), best_bottleneck=str(best["bottleneck"]))
+        else:
+            row.update(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="",
+                       best_tokens_per_s=None, best_bottleneck="")
+        rows.append(row)
+    return rows
+
+
+# =============================================================================================
+# Writing: one temporary file beside the output, renamed into place when whole
+# =============================================================================================
+_HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32]
+_STALE = re.compile(r"\.(?:tmp|parts)-(\d+)@([A-Za-z0-9]*)\.")
+
+
+def _check_name(name: str) -> None:
+    from ..report.atomic import safe_filename
+
+    if name != safe_filename(name) or name in ("", ".", ".."):
+        raise InputError(f"output: {name!r} is not a plain file name; use letters, digits, '.', '_' or '-'")
+
+
+def check_target(out_dir: str | Path, name: str) -> None:
+    """Refuse, before any work, an output that cannot be written: a name that is not a plain file name, an
+    ``--out`` that is a file, an output name that is a folder."""
+    _check_name(name)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out: {out} exists and is not a folder; choose another path")
+    if (out / name).is_dir():
+        raise InputError(f"output: {out / name} is a folder; choose another output name")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def clean_stale(out: Path, name: str) -> list[str]:
+    """Remove temporaries of ``name`` left in ``out`` by killed runs on this host (their process is gone)."""
+    import shutil
+
+    removed = []
+    prefix = f".{name}."
+    try:
+        entries = list(os.scandir(out))
+    except OSError:
+        return removed
+    for e in entries:
+        if not e.name.startswith(prefix):
+            continue
+        m = _STALE.match(e.name, len(prefix) - 1)
+        if not m or m.group(2) != _HOST:
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        try:
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                os.unlink(e.path)
+            removed.append(e.name)
+        except OSError:
+            pass
+    return removed
+
+
+def _write_all(fd: int, data) -> None:
+    mv = memoryview(data)
+    while len(mv):
+        n = os.write(fd, mv)
+        mv = mv[n:]
+
+
+def _os_error(path, exc: OSError) -> InputError:
+    return InputError(f"output: cannot write {path}: {exc.strerror or str(exc) or exc.__class__.__name__}"
+                      + (" (the disk is full)" if getattr(exc, "errno", None) == 28 else ""))
+
+
+class StreamWriter:
+    """Writes the output file ``out_dir/name`` from parts, atomically.
+
+    The parts go, in order, into a temporary file beside the target (``.NAME.tmp-PID@HOST.*``); :meth:`commit`
+    writes the Parquet footer, syncs and renames the file into place, so a reader sees the old file or the whole
+    new one, never a part. :meth:`abort` (or leaving the ``with`` block on an exception, Ctrl-C included)
+    removes the temporary file and any part folder. Temporaries left by killed runs are removed when the next
+    run writes the same name. Errors of the file system (full disk, read-only folder) become one-line
+    :class:`~wseplan.errors.InputError`s.
+    """
+
+    def __init__(self, out_dir: str | Path, name: str, spec: OutputSpec | None = None, *, fmt: str | None = None):
+        check_target(out_dir, name)
+        self.fmt = spec.fmt if spec is not None else (fmt or output_format(name))
+        _require_pyarrow(self.fmt)
+        out = Path(out_dir)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _os_error(out, exc) from None
+        self.out, self.name = out, name
+        self.target = out / name
+        if self.target.resolve().parent != out.resolve():
+            raise InputError(f"output: {name!r} escapes the output folder {out}")
+        clean_stale(out, name)
+        self._parts_dir: Path | None = None
+        self.concat = None
+        try:
+            self.fd, self.tmp = tempfile.mkstemp(prefix=f".{name}.tmp-{os.getpid()}@{_HOST}.", dir=out)
+        except OSError as exc:
+            raise _os_error(out, exc) from None
+        try:
+            if spec is not None and self.fmt == "parquet":
+                from .parquet_concat import MAGIC, Concatenator
+
+                self.concat = Concatenator()
+                self._write(MAGIC)
+            elif spec is not None:
+                self._write(csv_header(spec))
+        except BaseException:
+            self.abort()
+            raise
+
+    # -- writing ------------------------------------------------------------------------------------
+    def _write(self, data) -> None:
+        try:
+            _write_all(self.fd, data)
+        except OSError as exc:
+            raise _os_error(self.target, exc) from None
+
+    def write_raw(self, data: bytes) -> None:
+        """Bytes that are already the whole file's content (no part joining)."""
+        self._write(data)
+
+    def add_bytes(self, data: bytes) -> None:
+        """Append one part given as bytes (from :func:`encode_part`)."""
+        if self.concat is None:
+            self._write(data)
+            return
+        from .parquet_concat import read_part, split_footer
+
+        start, footer = split_footer(data[-(1 << 20):], len(data))
+        self.concat.add(read_part(footer, start))
+        self._write(memoryview(data)[4:start])
+
+    def add_file(self, path: str | Path) -> None:
+        """Append one part given as a file (written by a worker), then delete that file."""
+        try:
+            with open(path, "rb") as src:
+                size = os.fstat(src.fileno()).st_size
+                start, end = 0, size
+                if self.concat is not None:
+                    from .parquet_concat import read_part, split_footer
+
+                    tail_n = min(size, 1 << 20)
+                    src.seek(size - tail_n)
+                    start_f, footer = split_footer(src.read(tail_n), size)
+                    self.concat.add(read_part(footer, start_f))
+                    start, end = 4, start_f
+                self._copy(src.fileno(), start, end)
+            os.unlink(path)
+        except OSError as exc:
+            raise _os_error(path, exc) from None
+
+    def _copy(self, src_fd: int, start: int, end: int) -> None:
+        n = end - start
+        done = 0
+        if hasattr(os, "copy_file_range"):
+            try:
+                while done < n:
+                    k = os.copy_file_range(src_fd, self.fd, n - done, start + done)
+                    if k == 0:
+                        break
+                    done += k
+            except OSError:
+                pass  # another file system or kernel: copy through user space
+        while done < n:
+            os.lseek(src_fd, start + done, os.SEEK_SET)
+            buf = os.read(src_fd, min(n - done, 1 << 24))
+            if not buf:
+                raise OSError(5, "part file shorter than its footer says")
+            self._write(buf)
+            done += len(buf)
+
+    def parts_dir(self) -> Path:
+        """A fresh folder beside the output for workers' part files (removed on commit or abort)."""
+        if self._parts_dir is None:
+            try:
+                self._parts_dir = Path(tempfile.mkdtemp(prefix=f".{self.name}.parts-{os.getpid()}@{_HOST}.", dir=self.out))
+            except OSError as exc:
+                raise _os_error(self.out, exc) from None
+        return self._parts_dir
+
+    # -- finishing ----------------------------------------------------------------------------------
+    def commit(self) -> Path:
+        """Finish the file (Parquet footer), sync it and rename it over ``out_dir/name``."""
+        try:
+            if self.concat is not None:
+                self._write(self.concat.footer())
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            os.chmod(self.tmp, 0o644)
+            os.replace(self.tmp, self.target)
+        except OSError as exc:
+            self.abort()
+            raise _os_error(self.target, exc) from None
+        except BaseException:
+            self.abort()
+            raise
+        self._remove_parts()
+        try:  # make the rename durable
+            dfd = os.open(self.out, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+        return self.target
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size if self.fd >= 0 else self.target.stat().st_size
+
+    def _remove_parts(self) -> None:
+        if self._parts_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._parts_dir, ignore_errors=True)
+            self._parts_dir = None
+
+    def abort(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
+        self._remove_parts()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is not None:
+            self.abort()
+        return False
+
+
+def write_output(df, out_dir: str | Path, name: str) -> Path:
+    """Write a DataFrame of a sweep to ``out_dir/name`` atomically (temporary file beside it, then a rename).
+
+    ``name`` must already be a safe file name (:meth:`Sweep.output_name`); a name that would leave ``out_dir``
+    is refused.
+    """
+    _check_name(name)
+    data = frame_bytes(df, name)
+    with StreamWriter(out_dir, name, fmt=output_format(name)) as w:
+        w.write_raw(data)
+        return w.commit()

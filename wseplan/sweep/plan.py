@@ -1,0 +1,191 @@
+"""The plan of a sweep: :class:`Group` (one model x target x precision, picklable for remote workers), :class:`Plan`
+and :func:`plan_sweep`, which resolves names and cost inputs and cuts groups into tasks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from .schema import DEFAULT_CHUNK, MAX_CONFIGURATIONS, RECOMPUTE, WAFER_CHUNK, Sweep
+
+# =============================================================================================
+# Plan: groups and tasks
+# =============================================================================================
+@dataclass(frozen=True)
+class Group:
+    """One model x target x precision with everything its tasks need (picklable, for Dask workers)."""
+
+    index: int
+    model_name: str
+    model: object
+    target: object
+    precision: str
+    phase: str
+    batches: np.ndarray
+    contexts: np.ndarray
+    outputs: np.ndarray  # 0 means "one decode step" (no output_tokens)
+    layouts: dict  # name -> array (GPU); empty dict for wafers
+    params: dict  # nominal cost inputs
+    train_tokens: float | None
+    catalog: object = field(repr=False, default=None)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        nl = len(next(iter(self.layouts.values()))) if self.layouts else 1
+        return (len(self.batches), len(self.contexts), len(self.outputs), nl)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+@dataclass(frozen=True)
+class Plan:
+    sweep: Sweep
+    groups: list[Group]
+    skipped: list[str]
+
+    @property
+    def size(self) -> int:
+        return sum(g.size for g in self.groups)
+
+    def tasks(self, chunk: int | None = None) -> list[tuple[int, int, int]]:
+        """(group index, start, stop) of every task, in output order.
+
+        Each group is cut into ``ceil(size / chunk)`` tasks of equal size (within one configuration), so no
+        task is a small remainder; ``chunk`` defaults to :func:`default_chunk` of the group.
+        """
+        out = []
+        for g in self.groups:
+            c = chunk or default_chunk(g)
+            n = -(-g.size // c)
+            out.extend((g.index, g.size * i // n, g.size * (i + 1) // n) for i in range(n))
+        return out
+
+    def num_tasks(self, chunk: int | None = None) -> int:
+        return sum(-(-g.size // (chunk or default_chunk(g))) for g in self.groups)
+
+    def largest_task(self, chunk: int | None = None) -> int:
+        """Configurations of the largest task."""
+        return max(-(-g.size // -(-g.size // (chunk or default_chunk(g)))) for g in self.groups)
+
+
+def default_chunk(g: Group) -> int:
+    """Configurations per task: :data:`DEFAULT_CHUNK` for GPU groups, :data:`WAFER_CHUNK` for wafer groups."""
+    return WAFER_CHUNK if g.target.kind == "wafer" else DEFAULT_CHUNK
+
+
+def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
+    """Flat arrays of the GPU layouts of one target: tp, pp, dp (x micro-batch, recompute, ZeRO for training)."""
+    lo = sweep.layouts
+    gpu = target.device
+    n = target.count
+    domain = int(gpu.scale_up_domain_gpus.si)
+    limit = domain if domain > 8 else min(domain, int(catalog.defaults.gpu_max_tensor_parallel.si))
+    heads = model.num_heads
+    if lo.tensor_parallel is not None:
+        tps = lo.tensor_parallel
+    else:
+        tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= limit and heads % t == 0 and (n is None or n % t == 0)]
+    if lo.pipeline_parallel is not None:
+        pps = lo.pipeline_parallel
+    elif n is None:
+        pps = [1]
+    else:
+        pps = [p for p in range(1, model.num_layers + 1) if n % p == 0]
+    if lo.data_parallel is not None:
+        dps = lo.data_parallel
+    elif n is None:
+        dps = [1]
+    else:
+        dps = None  # n / (tp pp)
+    T, P = (a.ravel() for a in np.meshgrid(np.asarray(tps, float), np.asarray(pps, float), indexing="ij"))
+    if dps is None:
+        D = n / (T * P)
+        keep = np.abs(D - np.round(D)) < 1e-9
+        T, P, D = T[keep], P[keep], np.round(D[keep])
+    else:
+        i, dv = (a.ravel() for a in np.meshgrid(np.arange(len(T)), np.asarray(dps, float), indexing="ij"))
+        T, P, D = T[i], P[i], dv
+        if n is not None:
+            keep = T * P * D == n
+            T, P, D = T[keep], P[keep], D[keep]
+    if len(T) == 0:
+        raise InputError(f"layouts: no tensor x pipeline x data layout of {target.text} uses exactly {n} GPUs; "
+                         "change layouts or the target's count")
+    out = {"tp": T, "pp": P, "dp": D}
+    if sweep.phase == "train":
+        mbs = np.asarray(lo.micro_batch or [1], float)
+        rcs = np.asarray([RECOMPUTE.index(r) for r in (lo.recompute or ["selective"])], float)
+        zss = np.asarray(lo.zero_stage if lo.zero_stage is not None else [1], float)
+        i, m_, r_, z_ = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, rcs, zss, indexing="ij"))
+        out = {"tp": T[i], "pp": P[i], "dp": D[i], "micro_batch": m_, "recompute": r_, "zero_stage": z_}
+    return out
+
+
+def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
+    """Resolve models, targets and cost inputs into groups; raise a one-line InputError for a bad name."""
+    from ..analytic.cost import load_prices, nominal
+    from ..catalog.load import load_catalog
+    from ..catalog.schema import Model
+    from ..costing import params_for
+    from ..plan import setup
+    from ..targets import parse_target
+    from ..workload import BYTES_PER_ELEMENT, resolve_model
+
+    cat = catalog or load_catalog()
+    prices = prices or load_prices(catalog=cat)
+    models = []
+    for name in sweep.models:
+        try:
+            m = resolve_model(name, cat)
+        except InputError as exc:
+            raise InputError(f"models: {exc}") from None
+        if not isinstance(m, Model):
+            raise InputError(f"models: {name!r} is a layer list; sweeps need transformer architectures")
+        models.append((name, m))
+    targets = []
+    for text in sweep.targets:
+        try:
+            targets.append(parse_target(text, cat))
+        except InputError as exc:
+            raise InputError(f"targets: {exc}") from None
+    for p in sweep.precisions:
+        if p not in BYTES_PER_ELEMENT:
+            raise InputError(f"precisions: unknown {p!r}; use one of {', '.join(BYTES_PER_ELEMENT)}")
+    for t in targets:
+        if t.kind == "gpu" and sweep.phase == "train" and t.count is None:
+            raise InputError(f"targets: GPU training needs a GPU count, e.g. {t.key}x64 (got {t.text!r})")
+    groups: list[Group] = []
+    skipped: list[str] = []
+    outputs = np.asarray(sweep.output_tokens or [0], dtype=float)
+    batches = np.asarray(sweep.batches, dtype=float)
+    contexts = np.asarray(sweep.contexts, dtype=float)
+    phase = "serve" if sweep.output_tokens else sweep.phase
+    for mname, m in models:
+        for t in targets:
+            lay = _gpu_layouts(sweep, m, t, cat) if t.kind == "gpu" else {}
+            params = None
+            for p in sweep.precisions:
+                try:
+                    t.device.peak_flop_per_s(p)
+                except (ValueError, KeyError):
+                    skipped.append(f"{t.key} has no {p} rate: {mname} x {t.text} x {p} skipped")
+                    continue
+                if params is None:
+                    try:
+                        params = params_for(setup(m, t, phase=phase, precision=p, catalog=cat), prices,
+                                            overrides=sweep.set)
+                    except InputError as exc:
+                        raise InputError(f"set: {str(exc).removeprefix('--set: ')}") from None
+                groups.append(Group(index=len(groups), model_name=mname, model=m, target=t, precision=p,
+                                    phase=phase, batches=batches, contexts=contexts, outputs=outputs,
+                                    layouts=lay, params=nominal(params), train_tokens=sweep.train_tokens, catalog=cat))
+    plan = Plan(sweep=sweep, groups=groups, skipped=skipped)
+    if not groups:
+        raise InputError("precisions: no target supports any of the sweep's precisions; choose others")
+    if plan.size > MAX_CONFIGURATIONS:
+        raise InputError(f"sweep: {plan.size:,} configurations exceed the limit of {MAX_CONFIGURATIONS:,}; shrink an axis")
+    return plan
+

@@ -1,0 +1,165 @@
+"""Sweep files (:class:`Sweep`, :class:`Layouts`, :func:`load_sweep`, :func:`parse_sweep`) and the output schema
+(column names, categories and limits shared by the planner, the evaluation and the writers)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import InputError, validation_detail
+
+SCHEMA_VERSION = 1
+PHASES = ("train", "prefill", "decode", "serve")
+RECOMPUTE = ("none", "selective", "full")
+#: every bottleneck name a row can carry (a fixed category list keeps concatenated frames identical)
+from ..devices.base import BOTTLENECKS  # noqa: E402  (every bottleneck name a row can carry; a fixed list keeps frames identical)
+#: configurations per task of a GPU group (array evaluation runs at its full rate from ~16k; larger tasks mean
+#: fewer, larger Parquet row groups) and of a wafer group (whose evaluation holds ~10-20 KB per configuration)
+DEFAULT_CHUNK = 1 << 17
+WAFER_CHUNK = 1 << 14
+MAX_CONFIGURATIONS = 10**8
+#: the CLI shows a progress bar (on a terminal) from this many configurations
+PROGRESS_MIN_CONFIGURATIONS = 200_000
+
+# =============================================================================================
+# Output columns
+# =============================================================================================
+FLOAT_COLUMNS = ("batch", "context", "output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel",
+                 "micro_batch", "zero_stage")
+COLUMNS = ("model", "target", "hardware", "device_kind", "precision", "phase", "batch", "context", "output_tokens",
+           "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "recompute", "zero_stage",
+           "num_devices", "num_systems", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
+           "tokens_per_s", "tokens_per_s_per_user", "bottleneck", "usd_per_hour", "usd_per_busy_hour", "usd_per_mtok",
+           "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token")
+INT_COLUMNS = ("batch", "context", "num_devices", "num_systems")
+NULLABLE_INT = ("output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "zero_stage")
+
+
+# =============================================================================================
+# Schema
+# =============================================================================================
+def _positive_unique(v: list[int], what: str) -> list[int]:
+    if any(isinstance(x, bool) or x <= 0 for x in v):
+        raise ValueError(f"every {what} must be a positive integer")
+    return list(dict.fromkeys(v))
+
+
+class Layouts(BaseModel):
+    """GPU parallel layouts to sweep; an omitted axis takes every sensible value for the target's count."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tensor_parallel: list[int] | None = Field(default=None, min_length=1)
+    pipeline_parallel: list[int] | None = Field(default=None, min_length=1)
+    data_parallel: list[int] | None = Field(default=None, min_length=1)
+    micro_batch: list[int] | None = Field(default=None, min_length=1)
+    recompute: list[Literal["none", "selective", "full"]] | None = Field(default=None, min_length=1)
+    zero_stage: list[Literal[0, 1, 2, 3]] | None = Field(default=None, min_length=1)
+
+    @field_validator("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch")
+    @classmethod
+    def _pos(cls, v):
+        return None if v is None else _positive_unique(v, "layout value")
+
+    @field_validator("recompute", "zero_stage")
+    @classmethod
+    def _uniq(cls, v):
+        return None if v is None else list(dict.fromkeys(v))
+
+
+class Sweep(BaseModel):
+    """A sweep file (frozen, ``extra="forbid"``: a misspelt key fails loudly)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100)
+    phase: Literal["train", "prefill", "decode", "serve"]
+    models: list[str] = Field(min_length=1)
+    targets: list[str] = Field(min_length=1)
+    precisions: list[str] = Field(default=["bf16"], min_length=1)
+    batches: list[int] = Field(min_length=1)
+    contexts: list[int] = Field(min_length=1)
+    output_tokens: list[int] | None = Field(default=None, min_length=1)
+    layouts: Layouts = Layouts()
+    train_tokens: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    set: dict[str, float] = {}
+    output: str | None = None
+
+    @field_validator("batches", "contexts", "output_tokens")
+    @classmethod
+    def _pos(cls, v):
+        if v is None:
+            return v
+        from ..workload import MAX_BATCH, MAX_CONTEXT
+
+        v = _positive_unique(v, "value")
+        if max(v) > min(MAX_BATCH, MAX_CONTEXT):
+            raise ValueError(f"values must be at most {min(MAX_BATCH, MAX_CONTEXT)}")
+        return v
+
+    @field_validator("models", "targets", "precisions")
+    @classmethod
+    def _names(cls, v):
+        if any(not isinstance(x, str) or not x.strip() for x in v):
+            raise ValueError("every entry must be a non-empty name")
+        return list(dict.fromkeys(x.strip() for x in v))
+
+    @field_validator("set")
+    @classmethod
+    def _finite(cls, v):
+        if any(not math.isfinite(x) for x in v.values()):
+            raise ValueError("every value must be a finite number")
+        return v
+
+    @model_validator(mode="after")
+    def _phase_fields(self):
+        if self.output_tokens is not None and self.phase not in ("decode", "serve"):
+            raise ValueError(f"output_tokens applies to phase serve (or decode) only, not {self.phase}; remove it")
+        if self.output_tokens is None and self.phase == "serve":
+            raise ValueError("phase serve needs output_tokens (generated tokens per request); add it")
+        if self.train_tokens is not None and self.phase != "train":
+            raise ValueError("train_tokens applies to phase train only; remove it")
+        lo = self.layouts
+        if self.phase != "train" and (lo.micro_batch or lo.recompute or lo.zero_stage):
+            raise ValueError("layouts: micro_batch, recompute and zero_stage apply to phase train only")
+        return self
+
+    def output_name(self) -> str:
+        """The output file name: ``output`` (or ``<name>.csv``) reduced to a safe name inside the output folder."""
+        from ..report.atomic import safe_filename
+
+        raw = self.output if self.output is not None else f"{self.name}.csv"
+        base = safe_filename(Path(str(raw).replace("\\", "/")).name, default=safe_filename(self.name, default="sweep"))
+        if not base.endswith((".csv", ".parquet")):
+            base = f"{base}.csv"
+        return base
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file; a malformed one raises a one-line :class:`InputError` naming the field."""
+    from ..catalog.load import read_yaml
+    from ..errors import CatalogError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"sweep: file {p} not found; check the path")
+    try:
+        data = read_yaml(p)
+    except CatalogError as exc:
+        raise InputError(f"sweep: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"sweep: {p}: top level must be a mapping with keys name, phase, models, targets, batches, contexts")
+    return parse_sweep(data, where=str(p))
+
+
+def parse_sweep(data: dict, *, where: str = "sweep") -> Sweep:
+    """Validate a sweep mapping (as read from YAML)."""
+    try:
+        return Sweep.model_validate(data)
+    except ValidationError as exc:
+        loc, msg = validation_detail(exc)
+        loc = loc or "(top level)"
+        raise InputError(f"sweep: {where}: {loc}: {msg}") from None
+
