@@ -737,8 +737,8 @@ def category_bands(records: list[dict]) -> dict[str, float]:
     and medium rows (categories without such rows have no band)."""
     out = {}
     for cat_name in sorted({r["category"] for r in records}):
-        errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r["rel_error"] is not None
-                and r.get("quality") in ("strong", "medium")]
+        errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r.get("rel_error") is not None
+                and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium")]
         if errs:
             out[cat_name] = float(np.percentile(errs, TOLERANCE_PERCENTILE))
     return out
@@ -747,7 +747,7 @@ def category_bands(records: list[dict]) -> dict[str, float]:
 def judge(records: list[dict], bands: dict[str, float]) -> list[dict]:
     """Set each record's ``status`` and ``tolerance_frac`` from the category ``bands`` (in place; returned)."""
     for r in records:
-        if r["predicted"] is None or r["rel_error"] is None:
+        if r.get("predicted") is None or r.get("rel_error") is None or not math.isfinite(r["rel_error"]):
             r["status"] = NOT_PREDICTED
             continue
         band = bands.get(r["category"])
@@ -771,12 +771,12 @@ def summarize(records: list[dict]) -> list[dict]:
             sel = [r for r in rs if r.get("quality") in qual]
             if not sel:
                 continue
-            ok = [abs(r["rel_error"]) for r in sel if r["predicted"] is not None and r["rel_error"] is not None
+            ok = [abs(r["rel_error"]) for r in sel if r.get("status") != NOT_PREDICTED and r.get("rel_error") is not None
                   and math.isfinite(r["rel_error"])]  # a NaN would turn the median into NaN
-            within = sum(r["status"] == WITHIN for r in sel)
+            within = sum(r.get("status") == WITHIN for r in sel)
             rows.append({"category": cat, "quality": label, "rows": len(sel), "predicted": len(ok),
                          "predicted_frac": len(ok) / len(sel), "within_tolerance": within,
-                         "tolerance_frac": next((r["tolerance_frac"] for r in sel if r["tolerance_frac"] is not None), None),
+                         "tolerance_frac": next((r["tolerance_frac"] for r in sel if r.get("tolerance_frac") is not None), None),
                          "median_abs_rel_error": float(np.median(ok)) if ok else None,
                          "max_abs_rel_error": float(np.max(ok)) if ok else None})
     return rows

@@ -60,12 +60,9 @@ def fmt_num(v, sig: int = 4) -> str:
 
 
 def _pow10(v: float, sig: int) -> str:
-    e = int(math.floor(math.log10(abs(v))))
-    m = v / 10**e
-    if round(abs(m), sig - 1) >= 10:
-        m, e = m / 10, e + 1
-    mant = f"{m:.{sig - 1}f}".rstrip("0").rstrip(".")
-    return f"{mant}×10{str(e).translate(_SUPERSCRIPT)}"
+    mant, _, exp = f"{v:.{sig - 1}e}".partition("e")  # exact for any finite float, subnormals included
+    mant = mant.rstrip("0").rstrip(".") if "." in mant else mant
+    return f"{mant}×10{str(int(exp)).translate(_SUPERSCRIPT)}"
 
 
 def fmt_tick(v: float) -> str:
