@@ -84,7 +84,7 @@ def test_every_impossible_names_a_bound_from_the_fixed_list(verdicts):
 
 
 def test_optimistic_needs_estimate_beyond_validated_error(verdicts):
-    v = verdicts["h100x8-70b-150tps"]
+    v = verdicts["h100x8-70b-185tps"]
     assert v.verdict == "optimistic"
     assert v.margin > 1 + v.error_frac
     assert v.claimed_value < 1.0 / (138e9 / (8 * 3.35e12))  # below the HBM floor, so not impossible

@@ -216,17 +216,25 @@ def test_tornado_signs_and_order(cat, prices):
 
 # --------------------------------------------------------------------------------------------- API and CLI
 def test_cost_prices_the_plan_record(cat):
-    """cost is the plan chain priced: the same replica, the same TPOT, and output $/M tokens = busy $/s x TPOT
-    / tokens per step (static batching: the decode step of the batch carries the output tokens)."""
+    """cost is the plan chain priced: the same replica and times; output $/M tokens = busy $/s x the decode share of a
+    step / tokens per step (in-flight batching: the round without its prompt chunks carries the output tokens)."""
     from wseplan.plan import plan
 
     res = costing.cost("llama-3.1-70b", "cs3", batch=8, context=2048, output_tokens=256, catalog=cat)
     r = plan("llama-3.1-70b", "cs3", phase="serve", batch=8, context=2048, output_tokens=256, catalog=cat)
     assert res.num_devices == r.num_devices and res.target == r.target == f"wse3x{r.num_devices}"
-    assert res.times.decode_step_s == pytest.approx(r.tpot_s, rel=1e-12)
+    assert 0 < res.times.decode_step_s <= r.tpot_s and res.times.output_tokens_per_step == 8
+    assert res.times.decode_step_s + res.times.prefill_s == pytest.approx(r.tpot_s, rel=1e-9)  # the mixed step
     assert res.plan["ttft_s"] == r.ttft_s
     busy_hour = res.metric("usd_per_busy_hour")
-    assert res.metric("output_usd_per_mtok") == pytest.approx(busy_hour / 3600 * r.tpot_s / 8 * 1e6, rel=1e-9)
+    assert res.metric("output_usd_per_mtok") == pytest.approx(busy_hour / 3600 * res.times.decode_step_s / 8 * 1e6,
+                                                              rel=1e-9)
+    # static batches: the decode step of the batch is the output side
+    st = costing.cost("llama-3.1-70b", "h100x4", batch=8, context=2048, output_tokens=256, catalog=cat,
+                      software="gpu-fitted-2026-11")
+    rs = plan("llama-3.1-70b", "h100x4", phase="serve", batch=8, context=2048, output_tokens=256, catalog=cat,
+              software="gpu-fitted-2026-11")
+    assert st.times.decode_step_s == pytest.approx(rs.tpot_s, rel=1e-12) and st.times.prefill_s == rs.ttft_s
     # the Cerebras per-token service price is the rental alternative for wafer serving
     assert res.metric("service_output_usd_per_mtok") == 0.60
     assert isinstance(res.to_frame().attrs["prices_date"], str)

@@ -115,9 +115,15 @@ def test_inference_bottlenecks(catalog):
     assert dec.tokens_per_s_per_user == pytest.approx(1 / dec.tpot_s)
     pre = predict_time("llama-3-8b", "h100x1", phase="prefill", batch=1, context=8192, catalog=catalog)
     assert pre.bottleneck == "compute"
-    e2e = predict_time("llama-3-8b", "h100x1", phase="decode", batch=8, context=1024, output_tokens=256, catalog=catalog)
+    # static batches (the benchmark profile): a request is the batch's prefill then 255 decode steps
+    e2e = predict_time("llama-3-8b", "h100x1", phase="decode", batch=8, context=1024, output_tokens=256, catalog=catalog,
+                       software="gpu-fitted-2026-11")
     assert e2e.step_s == pytest.approx(e2e.ttft_s + 255 * e2e.tpot_s, rel=1e-9)
     assert e2e.tokens_per_s == pytest.approx(8 * 256 / e2e.step_s, rel=1e-9)
+    # in-flight batching (production): every step decodes all 8 and carries prompt chunks; throughput is 8 / TPOT
+    live = predict_time("llama-3-8b", "h100x1", phase="serve", batch=8, context=1024, output_tokens=256, catalog=catalog)
+    assert live.tokens_per_s == pytest.approx(8 / live.tpot_s, rel=1e-9)
+    assert live.request_s == pytest.approx(live.ttft_s + 255 * live.tpot_s, rel=1e-9)
 
 
 def test_kv_overflow_is_not_timed(catalog):
@@ -206,6 +212,9 @@ def test_layout_search_matches_brute_force(catalog):
     cal = gpu_calibration()
     N, gb, seq = 16, 64, 2048
     r = plan(m, target, phase="train", batch=gb, context=seq, catalog=catalog)
+    from wseplan.plan import setup
+
+    cal = setup(m, target, phase="train", catalog=catalog).ctx.cal  # the default profile's constants
     w = transformer_workload(m, precision="bf16", phase="train", batch=gb, context=seq)
     cap = gpu.hbm_bytes.si * (1 - catalog.defaults.gpu_hbm_reserve_frac.si)
     best, best_t = None, math.inf

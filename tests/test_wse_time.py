@@ -52,7 +52,7 @@ def _predict_row(r, cat):
     phase = {"e2e-infer": "e2e"}.get(r.phase, r.phase)
     res = predict_time(MODELS[r.model], "wse2", phase=phase, precision=r.precision, batch=int(r.concurrency),
                        context=int(r.input_len), output_tokens=int(r.output_len) if phase == "e2e" else None,
-                       catalog=cat, **opts)
+                       catalog=cat, software="wafer-research", **opts)
     if r.metric == "tokens_per_s_per_user":  # e2e rows: output tokens over the whole request
         return r.output_len / res.request_s if phase == "e2e" else res.tokens_per_s_per_user
     return r.input_len / res.ttft_s
@@ -97,10 +97,10 @@ def test_decode_block_parts_hand(cat):
 
 def test_e2e_is_ttft_plus_decode(cat):
     r = predict_time("llama-3-8b", "wse2", phase="e2e", precision="fp16", batch=1, context=2048, output_tokens=128,
-                     catalog=cat, core_grid_prefill=(660, 660), core_grid_decode=(360, 360))
+                     catalog=cat, software="wafer-research", core_grid_prefill=(660, 660), core_grid_decode=(360, 360))
     assert r.request_s == pytest.approx(r.ttft_s + 127 * r.tpot_s, rel=1e-12)  # the first token comes with the prefill
     assert r.tokens_per_s_per_user == pytest.approx(1 / r.tpot_s, rel=1e-12)
-    p = predict_time("llama-3-8b", "wse2", phase="prefill", precision="fp16", batch=1, context=2048, catalog=cat,
+    p = predict_time("llama-3-8b", "wse2", phase="prefill", precision="fp16", batch=1, context=2048, catalog=cat, software="wafer-research",
                      core_grid=(660, 660))
     assert p.ttft_s == pytest.approx(r.ttft_s, rel=1e-12)
     assert 0.0 <= r.model_flop_utilization_frac <= 1.0
@@ -109,17 +109,17 @@ def test_e2e_is_ttft_plus_decode(cat):
 
 def test_decode_grid_trend_matches_measurement(cat):
     """WaferLLM Table 4: decode slows as the region grows (420 > 540 > 660 tok/s); prefill speeds up (Table 3)."""
-    dec = [predict_time("llama-3-8b", "wse2", phase="decode", precision="fp16", context=4096, catalog=cat,
+    dec = [predict_time("llama-3-8b", "wse2", phase="decode", precision="fp16", context=4096, catalog=cat, software="wafer-research",
                         core_grid=(s, s)).tokens_per_s_per_user for s in (420, 540, 660)]
     assert dec[0] > dec[1] > dec[2]
-    pre = [predict_time("llama-3-8b", "wse2", phase="prefill", precision="fp16", context=4096, catalog=cat,
+    pre = [predict_time("llama-3-8b", "wse2", phase="prefill", precision="fp16", context=4096, catalog=cat, software="wafer-research",
                         core_grid=(s, s)).tokens_per_s for s in (480, 600, 720)]
     assert pre[0] < pre[1] < pre[2]
 
 
 def test_multi_wafer_pipeline_in_flight_batches(cat):
-    one = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", batch=1, context=4096, catalog=cat)
-    many = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", batch=8, context=4096, catalog=cat)
+    one = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", batch=1, context=4096, catalog=cat, software="wafer-research")
+    many = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", batch=8, context=4096, catalog=cat, software="wafer-research")
     assert one.num_devices == 4 and many.num_devices == 4
     assert many.tokens_per_s > 4 * one.tokens_per_s  # micro-batches fill the pipeline stages
     assert many.tokens_per_s_per_user <= one.tokens_per_s_per_user
@@ -128,11 +128,11 @@ def test_multi_wafer_pipeline_in_flight_batches(cat):
 
 def test_default_grid_is_feasible_and_fast(cat):
     """Without core_grid the mapping picks the square region that minimises latency among those that fit."""
-    r = predict_time("llama-3-8b", "wse3", phase="decode", precision="fp16", context=4096, catalog=cat)
+    r = predict_time("llama-3-8b", "wse3", phase="decode", precision="fp16", context=4096, catalog=cat, software="wafer-research")
     side = int(r.layout["core_grid_decode"].split("x")[0])
     w = cat.wafers["wse3"]
     assert side <= min(w.pe_rows.si, w.pe_cols.si)
-    fixed = predict_time("llama-3-8b", "wse3", phase="decode", precision="fp16", context=4096, catalog=cat,
+    fixed = predict_time("llama-3-8b", "wse3", phase="decode", precision="fp16", context=4096, catalog=cat, software="wafer-research",
                          core_grid=(700, 700))
     assert r.tpot_s <= fixed.tpot_s
 
@@ -180,7 +180,7 @@ def test_default_region_holds_one_layer(cat):
     of each wafer fit in the regions that tile it."""
     from wseplan.workload import block_params
 
-    r = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", context=2048, catalog=cat)
+    r = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", context=2048, catalog=cat, software="wafer-research")
     side = int(r.layout["core_grid_decode"].split("x")[0])
     w = cat.wafers["wse3"]
     m = cat.models["llama-3.1-70b"]
@@ -216,9 +216,9 @@ def test_decode_with_output_tokens_is_a_whole_request(cat):
     assert d.step_s == pytest.approx(e.step_s, rel=1e-12)
     assert d.request_s == pytest.approx(d.ttft_s + 255 * d.tpot_s, rel=1e-12)
     one = predict_time("llama-3-8b", "wse2", phase="decode", precision="fp16", batch=1, context=2048 + 128,
-                       catalog=cat, core_grid=(420, 420))
+                       catalog=cat, software="wafer-research", core_grid=(420, 420))
     # decode at the mean KV length 2048 + 256 / 2; the request's layer groups are sized for its final KV cache
-    assert d.tpot_s == pytest.approx(one.tpot_s, rel=0.01) and d.tpot_s >= one.tpot_s
+    assert d.tpot_s == pytest.approx(one.tpot_s, rel=0.03) and d.tpot_s >= one.tpot_s
 
 
 def test_serving_versus_concurrency(cat):

@@ -105,7 +105,7 @@ class InferenceMixin:
                 ttft, p_parts = self._prefill(ctx, cfg, rows, B, C)
                 tpot, d_parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)
                 request = ttft + steps * tpot
-                parts = {k: p_parts.get(k, 0.0) + steps * d_parts.get(k, 0.0) for k in set(p_parts) | set(d_parts)}
+                parts = {k: p_parts.get(k, 0.0) + steps * d_parts.get(k, 0.0) for k in dict.fromkeys([*p_parts, *d_parts])}  # ordered: sums must not depend on hashing
                 tokens_per_s = R * B * O / request
                 acct = dict(cost_prefill_s=ttft, cost_prompt_tokens=R * B * C, cost_decode_s=tpot, cost_output_tokens=R * B)
             else:

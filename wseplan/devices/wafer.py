@@ -276,7 +276,9 @@ class WaferFamily(InferenceMixin, Family):
         layer_bytes = wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=B, context=kv)
         dec_ctx = C if ctx.q.phase == "decode" else C + O / 2.0
         chunk, _, _, _ = _prefill_chunk(ctx, B, C)
-        for ph, mb, c_ in (("decode", B, dec_ctx), ("prefill", np.ones(n), chunk)):
+        # the decode regions serve the verification rows of speculative decoding too (k + 1 per sequence)
+        rows_d = B * (ctx.spec["draft_tokens"] + 1.0) if getattr(ctx, "spec", None) else B
+        for ph, mb, c_ in (("decode", rows_d, dec_ctx), ("prefill", np.ones(n), chunk)):
             g = ctx.grids[ph]
             if g is None:
                 side = self._best_side(ctx, cfg, ph, mb, c_, layer_bytes)
@@ -374,7 +376,7 @@ class WaferFamily(InferenceMixin, Family):
         tot_b = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in split.values())
         use_a = (tot_a <= tot_b) & ((ctx.engine.prefill_kernel == "auto") | ~has_p)
         blk = {k: np.where(use_a, np.asarray(gemv_all.get(k, 0.0), dtype=float), np.asarray(split.get(k, 0.0), dtype=float))
-               for k in set(gemv_all) | set(split)}
+               for k in dict.fromkeys([*gemv_all, *split])}  # ordered: sums must not depend on hashing
         emit = np.maximum(dtok + np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
         head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
                                            gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
