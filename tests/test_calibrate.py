@@ -271,3 +271,46 @@ def test_sim_fit_files_provenance(cat):
     for q in quantities:
         assert q.source_ids == [C.SOURCE_ID] and C.SOURCE_ID in cat.sources
         assert q.basis == "estimate" and q.note
+
+
+def test_default_out_is_the_user_data_folder(tmp_path, monkeypatch, capsys):
+    """Without --out, calibrate writes under $XDG_DATA_HOME/wseplan/calibration, not into the package."""
+    import json
+    import sys
+
+    import wseplan
+
+    if sys.platform.startswith("win") or sys.platform == "darwin":
+        pytest.skip("XDG_DATA_HOME applies on Linux and other Unix systems")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    package = Path(wseplan.__file__).resolve().parent
+    before = {p: p.stat().st_mtime_ns for p in package.rglob("*.yaml")}
+    assert main(["calibrate", "--target", "wse2", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = tmp_path / "data" / "wseplan" / "calibration"
+    assert sorted(Path(p) for p in out["written"]) == sorted(want / n for n in ("fabric_sim_fit.yaml", "stream_sim_fit.yaml"))
+    assert {p: p.stat().st_mtime_ns for p in package.rglob("*.yaml")} == before
+    # the other wafer's constants come from the shipped file, so --check of the new folder passes
+    assert main(["calibrate", "--check", "--out", str(want), "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["ok"] is True and rec["problems"] == [] and rec["provenance"]["tool"] == "wseplan"
+
+
+def test_out_inside_the_package_is_refused(capsys):
+    import wseplan
+
+    package = Path(wseplan.__file__).resolve().parent
+    assert main(["calibrate", "--out", str(package / "calibration")]) == 2
+    assert "inside the installed wseplan package" in capsys.readouterr().err
+
+
+def test_check_json_reports_problems(tmp_path, capsys):
+    import json
+
+    d = _copy_cal(tmp_path)
+    doc = yaml.safe_load((d / "stream_sim_fit.yaml").read_text())
+    del doc["holdout"]
+    (d / "stream_sim_fit.yaml").write_text(yaml.safe_dump(doc))
+    assert main(["calibrate", "--check", "--out", str(d), "-f", "json"]) == 1
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["ok"] is False and any("residuals missing" in p for p in rec["problems"])

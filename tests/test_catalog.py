@@ -106,7 +106,7 @@ def test_bad_catalog_is_one_clear_error(tmp_path, mutation, fragment):
 
 
 def test_sparse_marketing_peak_is_not_the_dense_peak(catalog):
-    """hardware.md F.3: 125 PF (WSE-3) includes sparsity; the dense FP16 peak is ~15.5 PF on usable PEs."""
+    """125 PF (WSE-3, tomshw-wse3) includes sparsity; the dense FP16 peak is ~15.5 PF on usable PEs."""
     w = catalog.wafers["wse3"]
     dense = w.peak_flop_per_s("fp16")
     assert abs(dense - 883_350 * 16 * 1.1e9) / dense < 1e-12

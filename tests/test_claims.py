@@ -24,7 +24,7 @@ def verdicts(catalog):
 def test_wse3_125pf_dense_is_impossible_compute_peak(verdicts, catalog):
     v = verdicts["wse3-125pf-dense"]
     assert v.verdict == "impossible" and v.bound == "compute_peak"
-    # hand calculation: usable PEs x 16 FLOP/cycle x 1.1 GHz (hardware.md: ~15.5 PF over 883,350 PEs)
+    # hand calculation: usable PEs x 16 FLOP/cycle x 1.1 GHz (~15.5 PF over 883,350 PEs)
     pes = 1170 * 755
     assert v.bound_value == pytest.approx(pes * 16 * 1.1e9, rel=1e-9)
     assert 15.5e15 <= v.bound_value <= 15.8e15

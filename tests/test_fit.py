@@ -23,7 +23,7 @@ def _check_stages(res, num_blocks):
 
 
 def test_llama3_70b_needs_four_wse3(catalog):
-    """Cerebras serves Llama 3.1 70B with 16-bit weights on four CS-3 (hardware.md B.5)."""
+    """Cerebras serves Llama 3.1 70B with 16-bit weights on four CS-3 (cerebras-inference-blog)."""
     res = fit("llama-70b", "wse3", catalog=catalog)
     assert res.fits and res.num_devices == 4
     assert 140e9 < res.weights_bytes < 142e9
@@ -36,14 +36,14 @@ def test_llama3_8b_fits_one_wse3(catalog):
 
 
 def test_llama31_405b_needs_21_or_22_wse3(catalog):
-    """~6.4 GB per layer; 16-bit weights alone need >= 19 wafers (hardware.md F.13)."""
+    """~6.4 GB per layer; 16-bit weights alone need >= 19 wafers (405e9 x 2 B / 44 GB)."""
     res = fit("llama-405b", "wse3", catalog=catalog)
     assert res.fits and res.num_devices in (21, 22)
     _check_stages(res, 126)
 
 
 def test_20b_model_fits_one_cs3(catalog, tmp_path):
-    """Cerebras: '20B models fit on a single CS-3' (hardware.md B.5). A 20B-class config at 2K context."""
+    """Cerebras: '20B models fit on a single CS-3' (cerebras-inference-blog). A 20B-class config at 2K context."""
     cfg = {"num_hidden_layers": 48, "hidden_size": 6144, "num_attention_heads": 48, "num_key_value_heads": 8,
            "intermediate_size": 17408, "vocab_size": 32000, "hidden_act": "silu"}
     p = tmp_path / "config.json"
@@ -128,7 +128,8 @@ def test_wafer_training_bounds(catalog):
     assert res.memoryx.fits
     assert res.memoryx.required_bytes == pytest.approx(16 * total_params(catalog.models["gpt-3-175b"]), rel=1e-12)
     # a layer's load w / B is hidden when its forward T f / (peak x eff) is longer; 16-bit weights with 2 FLOP per
-    # weight per token give T >= peak x eff / B: 883,350 PEs x 16 FLOP/cycle x 1.1 GHz x eff / 150 GB/s
+    # weight per token give T >= peak x eff / B: 883,350 PEs x 16 FLOP/cycle x 1.1 GHz x eff / 150 GB/s (the MemoryX
+    # feed of cerebras-memoryx-glossary)
     from wseplan.analytic.stream import load_stream_constants
 
     eff = load_stream_constants().compute_efficiency_frac.si

@@ -1,7 +1,7 @@
 """Bad input, fuzzed (issue 7, item 5): malformed input of every kind the CLI reads gives one line, exit 2.
 
 Each property drives ``wseplan.cli.main(argv)`` in-process with hypothesis-generated malformed input of one
-kind, and checks the contract of ``wseplan/cli.py``: exit status 2, exactly one line on stderr (Python
+kind, and checks the contract of ``wseplan/cli/``: exit status 2, exactly one line on stderr (Python
 warnings, which the CLI would print to stderr, count as lines), no traceback, nothing on stdout, and
 nothing written to the working directory (each call runs in an empty folder that must stay empty).
 

@@ -13,7 +13,7 @@ from wseplan.errors import InputError
 from wseplan.report.atomic import MARKER, safe_filename, write_files_atomically
 from wseplan.report.markdown import Column, Table, csv_num, fmt_num, fmt_quantity
 from wseplan.report.plots import Marker, Plot, Series, render, roofline_plot
-from wseplan.report.study import Study, load_study
+from wseplan.report.study import Study, load_study, run_study
 
 
 # ------------------------------------------------------------------------------------------------ atomic
@@ -102,18 +102,20 @@ def test_study_name_with_path_is_sanitised(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ numbers
 @pytest.mark.parametrize("v, text", [
-    (1234567.8, "1,235,000"), (16384.0, "16,384"), (12.3456, "12.35"), (0.00123456, "0.001235"), (1.5e13, "1.500e+13"),
+    (1234567.8, "1,235,000"), (16384.0, "16,384"), (12.3456, "12.35"), (0.00123456, "0.001235"), (1.5e13, "15,000,000,000,000"),
+    (1.5e16, "1.5×10¹⁶"), (-2.345e-9, "-2.345×10⁻⁹"), (9.9996e15, "1×10¹⁶"),
     (999.96, "1,000"), (0.5, "0.5"), (100.0, "100"), (3, "3"), (True, "yes"), (None, "–"), (-45.678, "-45.68"),
 ])
 def test_fmt_num(v, text):
     assert fmt_num(v) == text
 
 
-@given(st.floats(min_value=-1e15, max_value=1e15, allow_nan=False))
+@given(st.floats(allow_nan=False, allow_infinity=False))
 def test_fmt_num_never_long(v):
-    digits = [c for c in fmt_num(v).split("e")[0] if c.isdigit()]
-    assert len(digits) <= 13  # at most 4 significant digits (plus zeros of magnitude), never 17
-    assert len(fmt_num(v)) <= 18
+    text = fmt_num(v)
+    digits = [c for c in text.split("×")[0] if c.isdigit()]
+    assert len(digits) <= 15  # at most 4 significant digits (plus zeros of magnitude below 10^15), never 17
+    assert len(text) <= 21 and "e" not in text.lower()  # never e-notation
 
 
 def test_fmt_quantity():
@@ -209,7 +211,7 @@ def test_report_cli_writes_files(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["report", str(tmp_path / "s.yaml"), "--out", str(out), "-f", "json"]) == 0
     files = sorted(os.listdir(out))
-    assert files == [MARKER, "assumptions.csv", "claims.csv", "claims_margin.png", "report.md"]
+    assert files == [MARKER, "assumptions.csv", "claims.csv", "claims_margin.png", "report.md", "report.xlsx"]
     md = (out / "report.md").read_text()
     assert md.startswith("# Mini audit\n\n**Answer.** Of 1 claims, 1 are impossible")
     assert "## Sources used" in md and "](claims_margin.png)" in md
@@ -232,3 +234,47 @@ def test_study_files_parse():
     for name in ("serve-llama3-70b.yaml", "train-175b.yaml", "claims-audit.yaml"):
         st_, _ = load_study(root / name)
         assert st_.slug == name.removesuffix(".yaml")
+
+
+def test_report_date_rule(monkeypatch):
+    """The study's date wins, then SOURCE_DATE_EPOCH (UTC), then the newest input date; never the clock."""
+    from wseplan.report.provenance import report_date
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # 2026-01-01T00:00:00Z
+    assert report_date("2026-12-03", "2026-11", "2026-10") == ("2026-12-03", "study")
+    assert report_date(None, "2026-11", "2026-10") == ("2026-01-01", "SOURCE_DATE_EPOCH")
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    assert report_date(None, "2025-07", "2026-11") == ("2026-11", "inputs")
+    assert report_date(None, None, None) == ("undated", "inputs")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(InputError):
+        report_date(None, "2026-11", None)
+
+
+def test_study_date_is_stated_and_checked(tmp_path):
+    claims = tmp_path / "c.yaml"
+    claims.write_text("claims:\n- {id: a, text: t, kind: peak_flop_per_s, value: 1e15, target: h100}\n")
+    base = "name: a\ntitle: t\nkind: claims\nquestion: q\nclaims: c.yaml\n"
+    (tmp_path / "s.yaml").write_text(base + "date: 2026-12-03\n")
+    res = run_study(tmp_path / "s.yaml")
+    assert "2026-12-03" in res.markdown.split("## Assumptions")[0] and res.provenance["report_date_from"] == "study"
+    (tmp_path / "s.yaml").write_text(base + "date: next week\n")
+    with pytest.raises(InputError):
+        run_study(tmp_path / "s.yaml")
+
+
+def test_xlsx_bytes_do_not_depend_on_the_clock(monkeypatch):
+    """Two workbooks written at different wall-clock times are byte-identical (fixed properties and zip times)."""
+    import time
+
+    from wseplan.report.markdown import Column, Table
+    from wseplan.report.xlsx import workbook_bytes
+
+    t = Table(name="t", title="T", columns=[Column("a", "a [s]"), Column("b", "b")], rows=[{"a": 1.5, "b": "x"}])
+    kw = dict(tables=[t], assumptions=t, sources=[{"id": "s", "title": "S", "url": "", "date": "2026"}],
+              about=[("tool", "wseplan")], date="2026-11")
+    first = workbook_bytes(**kw)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 86400 * 400)
+    monkeypatch.setattr(time, "localtime", lambda s=None: time.gmtime(real() + 86400 * 400))
+    assert workbook_bytes(**kw) == first

@@ -99,3 +99,47 @@ def test_notebook_runs_top_to_bottom(name):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     assert sum(1 for c in nb.cells if c.cell_type == "code" and c.get("outputs")) >= 4
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_xlsx_reads_back(regenerated, name):
+    """report.xlsx: an About sheet, one sheet per table with the same headers and rows as its CSV (numbers as
+    numbers), the assumptions and the sources."""
+    import csv
+    import io
+
+    import openpyxl
+
+    from wseplan import __version__
+
+    out, res = regenerated
+    wb = openpyxl.load_workbook(out / name / "report.xlsx", read_only=True)
+    tables = res[name].tables
+    assert wb.sheetnames == ["About", *[t.name for t in tables], "Assumptions", "Sources"]
+    about = {r[0]: r[1] for r in wb["About"].iter_rows(values_only=True)}
+    assert about["tool"] == f"wseplan {__version__}" and about["answer"] == res[name].answer
+    assert about["catalog date"] == res[name].provenance["catalog_date"]
+    for t in [*tables, res[name].assumptions]:
+        sheet = wb["Assumptions" if t is res[name].assumptions else t.name]
+        rows = list(sheet.iter_rows(values_only=True))
+        csv_rows = list(csv.reader(io.StringIO(t.to_csv())))
+        assert list(rows[0]) == csv_rows[0] and len(rows) == len(csv_rows)
+        for got, want in zip(rows[1:], csv_rows[1:]):
+            for g, w in zip(got, want):
+                if isinstance(g, float):
+                    assert g == pytest.approx(float(w), rel=1e-5)  # the CSV keeps 6 significant digits
+                elif g is None:
+                    assert w == ""
+    src = list(wb["Sources"].iter_rows(values_only=True))
+    assert src[0] == ("id", "title", "url", "date") and len(src) == len(res[name].sources) + 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_report_states_version_and_dates(regenerated, name):
+    from wseplan import __version__
+
+    out, res = regenerated
+    md = (out / name / "report.md").read_text()
+    pv = res[name].provenance
+    assert f"*wseplan {__version__} · " in md and f"catalog {pv['catalog_date']}" in md
+    assert (f"prices {pv['prices_date']}" in md) if name != "claims-audit" else ("no prices used" in md)

@@ -10,7 +10,7 @@ from wseplan.units import parse_quantity
     ("80 GB", 80e9, "bytes"),
     ("48 KiB", 49152, "bytes"),
     ("3.35 TB/s", 3.35e12, "bytes/s"),
-    ("1.2 Tb/s", 150e9, "bytes/s"),  # 12 x 100 GbE = 150 GB/s (hardware.md B.2)
+    ("1.2 Tb/s", 150e9, "bytes/s"),  # 12 x 100 GbE = 150 GB/s (cerebras-swarmx-glossary)
     ("989.4 TFLOP/s", 989.4e12, "flop/s"),
     ("1.1 GHz", 1.1e9, "1/s"),
     ("10.2 kW", 10200.0, "W"),

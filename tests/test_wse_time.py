@@ -14,7 +14,7 @@ from wseplan.errors import InputError
 from wseplan.timing import predict_time
 
 ROOT = Path(__file__).resolve().parents[1]
-CANDIDATES = [Path("/work/shared/reference/validation-public.csv"), ROOT / "catalogs/validation/validation-public.csv"]
+CANDIDATES = [ROOT / "catalogs/validation/validation-public.csv"]
 MODELS = {"LLaMA3-8B": "llama-3-8b", "LLaMA2-13B": "llama-2-13b"}
 
 

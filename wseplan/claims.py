@@ -338,9 +338,6 @@ def _fit_bound(c: Claim, cat, phase: str, batch: int, context: int, t):
 
 
 # --------------------------------------------------------------------------------------------- error
-ERROR_PERCENTILE = 80
-
-
 def validated_errors(catalog=None) -> dict[str, tuple[float, str]]:
     """The validated relative error of each kind of prediction, from the validation results.
 
@@ -355,19 +352,15 @@ def validated_errors(catalog=None) -> dict[str, tuple[float, str]]:
     dict
         category -> (error [fraction], a sentence naming where it comes from).
     """
-    import numpy as np
-
-    from .validate import default_cases_path, validate_file
+    from .validate import TOLERANCE_PERCENTILE, category_bands, default_cases_path, validate_file
 
     records = validate_file(default_cases_path(), catalog)
     out = {}
-    for cat_name in sorted({r["category"] for r in records}):
-        errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r["status"] == "ok"
-                and r["rel_error"] is not None and r.get("quality") in ("strong", "medium")]
-        if errs:
-            val = float(np.percentile(errs, ERROR_PERCENTILE))
-            out[cat_name] = (val, f"P{ERROR_PERCENTILE} |rel_error| of {len(errs)} strong/medium {cat_name} rows "
-                                  f"of the validation set")
+    for cat_name, val in category_bands(records).items():
+        n = sum(r["category"] == cat_name and r["rel_error"] is not None and r.get("quality") in ("strong", "medium")
+                for r in records)
+        out[cat_name] = (val, f"P{TOLERANCE_PERCENTILE} |rel_error| of {n} strong/medium {cat_name} rows "
+                              f"of the validation set")
     return out
 
 

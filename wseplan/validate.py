@@ -1,13 +1,18 @@
 """Validate the time models against published measurements (``wseplan validate CASES.csv``).
 
-Reads the validation-case format documented in ``catalogs/validation/README`` (the shared
-``validation-README.md``): one published measurement per row, with the workload, the system, the parallel
-layout, one metric and its value. Every row is predicted with :func:`wseplan.timing.predict_time` and the
+Reads the validation-case format documented in ``docs/validation.md``: one published measurement per row,
+with the workload, the system, the parallel layout, one metric and its value. Every row is predicted with :func:`wseplan.timing.predict_time` and the
 prediction converted to the row's own metric and unit; ``rel_error = predicted / measured - 1``.
 
 A row is skipped only when its metric is not a performance quantity (power fractions, ratios to other
 hardware, goodput percentages, maximum generation length) or when a named input is missing; every skip
-carries its reason. :func:`fit_gpu_efficiency` refits the GPU efficiency constants
+carries its reason.
+
+Status of a row (the tolerance rule): ``within tolerance`` when ``|rel_error|`` is at most its category's
+band, ``outside tolerance`` when above, ``not predicted`` when skipped, ``no tolerance band`` when its category
+has no band. A category's band is the 80th percentile of ``|rel_error|`` over the strong and medium rows of that
+category in the bundled validation set (:data:`TOLERANCE_PERCENTILE`; the same validated error that
+``wseplan check`` allows a claim): four in five published measurements fall inside it. :func:`fit_gpu_efficiency` refits the GPU efficiency constants
 (``catalogs/calibration/gpu_efficiency.yaml``) with scipy.optimize, reproducibly.
 """
 from __future__ import annotations
@@ -40,7 +45,11 @@ NON_PERFORMANCE = {
     "idle_power_frac_tdp": "power fraction, not a performance quantity",
     "comm_energy_per_byte_ratio_h100_over_cs3": "energy ratio to other hardware, not a performance quantity",
 }
-OUTPUT_COLUMNS = ("id", "category", "metric", "unit", "measured", "predicted", "rel_error", "status", "reason")
+OUTPUT_COLUMNS = ("id", "category", "metric", "unit", "measured", "predicted", "rel_error", "status", "reason",
+                  "tolerance_frac")
+TOLERANCE_PERCENTILE = 80
+WITHIN, OUTSIDE, NOT_PREDICTED, NO_BAND = "within tolerance", "outside tolerance", "not predicted", "no tolerance band"
+STATUSES = (WITHIN, OUTSIDE, NOT_PREDICTED, NO_BAND)
 
 
 @dataclass(frozen=True)
@@ -771,24 +780,58 @@ def _predict_wafer_train(case, catalog, model):
 
 
 # ---------------------------------------------------------------------------------------------
-def validate_cases(cases: list[Case], catalog, cal=None) -> list[dict]:
-    """One record per case: the OUTPUT_COLUMNS plus quality and source."""
+def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float] | None = None) -> list[dict]:
+    """One record per case: the OUTPUT_COLUMNS plus quality and source.
+
+    ``bands`` (category -> tolerance fraction) judge each predicted row (see the module docstring); without
+    them the bands come from these rows themselves (:func:`category_bands`), which for the bundled set is the
+    reference.
+    """
     out = []
     for c in cases:
         rec = {"id": c.id, "category": c.category, "metric": c.metric, "unit": c.unit, "measured": c.value,
-               "predicted": None, "rel_error": None, "status": "skipped", "reason": "", "quality": c.quality,
-               "source": source_key(c)}
+               "predicted": None, "rel_error": None, "status": NOT_PREDICTED, "reason": "", "tolerance_frac": None,
+               "quality": c.quality, "source": source_key(c)}
         try:
             v = float(predict_case(c, catalog, cal))
             if not math.isfinite(v) or v <= 0:
                 raise SkipRow(f"prediction is not a positive number ({v})")
-            rec.update(predicted=v, rel_error=v / c.value - 1.0 if c.value else None, status="ok")
+            rec.update(predicted=v, rel_error=v / c.value - 1.0 if c.value else None)
         except SkipRow as exc:
             rec["reason"] = str(exc)
         except InputError as exc:
             rec["reason"] = f"input: {exc}"
         out.append(rec)
+    return judge(out, category_bands(out) if bands is None else bands)
+
+
+def category_bands(records: list[dict]) -> dict[str, float]:
+    """Per category, the :data:`TOLERANCE_PERCENTILE` th percentile of ``|rel_error|`` over its predicted strong
+    and medium rows (categories without such rows have no band)."""
+    out = {}
+    for cat_name in sorted({r["category"] for r in records}):
+        errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r.get("rel_error") is not None
+                and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium")]
+        if errs:
+            out[cat_name] = float(np.percentile(errs, TOLERANCE_PERCENTILE))
     return out
+
+
+def judge(records: list[dict], bands: dict[str, float]) -> list[dict]:
+    """Set each record's ``status`` and ``tolerance_frac`` from the category ``bands`` (in place; returned)."""
+    for r in records:
+        if r.get("predicted") is None or r.get("rel_error") is None or not math.isfinite(r["rel_error"]):
+            r["status"] = NOT_PREDICTED
+            continue
+        band = bands.get(r["category"])
+        r["tolerance_frac"] = band
+        r["status"] = NO_BAND if band is None else (WITHIN if abs(r["rel_error"]) <= band * (1 + 1e-12) else OUTSIDE)
+    return records
+
+
+def reference_bands(catalog) -> dict[str, float]:
+    """The tolerance bands of the bundled validation set (what ``wseplan validate`` judges any file by)."""
+    return category_bands(validate_file(default_cases_path(), catalog))
 
 
 def summarize(records: list[dict]) -> list[dict]:
@@ -801,10 +844,12 @@ def summarize(records: list[dict]) -> list[dict]:
             sel = [r for r in rs if r.get("quality") in qual]
             if not sel:
                 continue
-            ok = [abs(r["rel_error"]) for r in sel if r["status"] == "ok" and r["rel_error"] is not None
+            ok = [abs(r["rel_error"]) for r in sel if r.get("status") != NOT_PREDICTED and r.get("rel_error") is not None
                   and math.isfinite(r["rel_error"])]  # a NaN would turn the median into NaN
+            within = sum(r.get("status") == WITHIN for r in sel)
             rows.append({"category": cat, "quality": label, "rows": len(sel), "predicted": len(ok),
-                         "predicted_frac": len(ok) / len(sel),
+                         "predicted_frac": len(ok) / len(sel), "within_tolerance": within,
+                         "tolerance_frac": next((r["tolerance_frac"] for r in sel if r.get("tolerance_frac") is not None), None),
                          "median_abs_rel_error": float(np.median(ok)) if ok else None,
                          "max_abs_rel_error": float(np.max(ok)) if ok else None})
     return rows
@@ -968,12 +1013,12 @@ def leave_one_source_out(cases_path: str | Path | None = None, *, catalog=None, 
     for src in sorted({source_key(c) for c in cases}):
         rows = [c for c in cases if source_key(c) == src]
         ins = validate_cases(rows, cat, full)
-        e_in = [abs(r["rel_error"]) for r in ins if r["status"] == "ok"]
+        e_in = [abs(r["rel_error"]) for r in ins if r["predicted"] is not None]
         if not e_in:
             continue
         cal, _, _ = fit_gpu_efficiency(path, exclude_sources=(src,), catalog=cat, max_nfev=max_nfev, start=full)
         held = validate_cases(rows, cat, cal)
-        e_out = [abs(r["rel_error"]) for r in held if r["status"] == "ok"]
+        e_out = [abs(r["rel_error"]) for r in held if r["predicted"] is not None]
         out.append({"source": src, "category": ",".join(sorted({c.category for c in rows})), "rows": len(e_in),
                     "median_abs_rel_error_in_sample": float(np.median(e_in)),
                     "median_abs_rel_error_held_out": float(np.median(e_out)) if e_out else None})

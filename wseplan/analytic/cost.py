@@ -361,9 +361,10 @@ def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices
     if catalog is not None:
         known = catalog.all_source_ids()
         for where, q in _iter_quantities(prices):
-            for sid in q.source_ids:
+            for sid in (q.source_ids if q.cites_ids else ()):  # basis user/quote: a free-text source
                 if sid not in known:
-                    raise CatalogError(f"prices: {where}: unknown source id {sid!r}{suggest(sid, known)}; add it to sources.yaml")
+                    raise CatalogError(f"prices: {where}: unknown source id {sid!r}{suggest(sid, known)}; add it to "
+                                       "sources.yaml, or give basis user or quote with a free-text source")
     return prices
 
 
@@ -416,6 +417,12 @@ def cost_params(prices: Prices, catalog, target, *, memoryx_option: str | None =
                                else Quantity(value=0.15, source="techtalkcto-h100", basis="estimate", note="fabric share"))
         out["peak_power_w"] = Param.from_quantity("peak_power_w", gpu.node_power_w)
         out["rack_units"] = Param.from_quantity("rack_units", gpu.node_rack_units)
+    if not hp.capex_usd.si > 0:  # never cost hardware at $0: a missing price is a refusal naming the field
+        field = (f"gpus.{key}.node_price_usd in a --catalog file or hardware.{key}.capex_usd in a --prices file"
+                 if target.kind == "gpu" else f"hardware.{key}.capex_usd in a --prices file")
+        why = f" ({hp.capex_usd.note})" if hp.capex_usd.note else ""
+        raise InputError(f"cost: {key} has no price (capex ${hp.capex_usd.si:g}, basis {hp.capex_usd.basis}{why}); "
+                         f"fill {field}")
     out["capex_usd"] = Param.from_quantity("capex_usd", hp.capex_usd)
     out["network_frac"] = Param.from_quantity("network_frac", hp.network_frac)
     if hp.cloud_usd_per_device_hour is not None:
@@ -469,8 +476,8 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
         if name not in out:
             raise InputError(f"--set: unknown cost input {key!r}{suggest(name, out)}; inputs here: {', '.join(out)}")
         _check_value(name, val)
-        out[name] = Param(name=name, value=val, low=val, high=val, source=["user-override"], basis="estimate",
-                          note="set by the user (--set)")
+        out[name] = Param(name=name, value=val, low=val, high=val, source=["--set on the command line"],
+                          basis="user", note="set by the user (--set)")
     return out
 
 

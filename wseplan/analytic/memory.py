@@ -32,7 +32,7 @@ def stream_min_tokens_compute_bound(*, layer_weight_bytes: np.ndarray, layer_flo
     A layer is compute-bound when ``T * flop_per_token / peak >= weight_bytes / bandwidth``, i.e.
     ``T >= peak * weight_bytes / (bandwidth * flop_per_token)``; the largest such T over layers binds.
     With 16-bit weights and ``2 FLOP`` per weight per token this is ``peak / bandwidth`` (about 1e5 tokens
-    for a CS-3 at 15.5 PFLOP/s fed at 150 GB/s; hardware.md section C).
+    for a CS-3 at 15.5 PFLOP/s fed at 150 GB/s, the 12 x 100 GbE port rate of the MemoryX glossary).
     """
     w = np.asarray(layer_weight_bytes, dtype=float)
     f = np.asarray(layer_flop_per_token, dtype=float)

@@ -441,7 +441,7 @@ def _check_references(cat: Catalog) -> None:
 
     def check(where: str, obj) -> None:
         if isinstance(obj, Quantity):
-            for sid in obj.source_ids:
+            for sid in (obj.source_ids if obj.cites_ids else ()):
                 if sid not in known:
                     raise CatalogError(f"{where}: unknown source id {sid!r}{suggest(sid, known)}; add it to sources.yaml")
         elif isinstance(obj, dict):

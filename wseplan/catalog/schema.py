@@ -15,7 +15,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from ..units import parse_quantity
 
-Basis = Literal["official", "official-secondary", "measured", "third-party", "estimate", "unverified"]
+Basis = Literal["official", "official-secondary", "measured", "third-party", "estimate", "unverified", "user", "quote"]
+# A user's own number (basis ``user``) or a quote they hold (``quote``): its ``source`` is free text (e.g.
+# "vendor quote, 2026-11"), not an id of catalogs/sources.yaml.
+USER_BASES = ("user", "quote")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
@@ -149,7 +152,8 @@ class Quantity(_Frozen):
     def _nonempty(cls, v):
         ids = [v] if isinstance(v, str) else v
         if not ids or any(not s.strip() for s in ids):
-            raise ValueError("source must name at least one id from catalogs/sources.yaml")
+            raise ValueError("source must name at least one id from catalogs/sources.yaml (or, with basis user or "
+                             "quote, say where the number comes from)")
         return v
 
     @model_validator(mode="after")
@@ -161,6 +165,11 @@ class Quantity(_Frozen):
     @property
     def source_ids(self) -> list[str]:
         return [self.source] if isinstance(self.source, str) else list(self.source)
+
+    @property
+    def cites_ids(self) -> bool:
+        """True when ``source`` names ids of catalogs/sources.yaml; False for a user's free-text source."""
+        return self.basis not in USER_BASES
 
     def bound(self, which: str) -> float:
         """The low/high value in SI units (the nominal value when no range is given)."""

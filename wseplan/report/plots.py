@@ -4,7 +4,7 @@ Every function takes plain data and returns PNG bytes. Figures have a fixed size
 reset through ``rc_context`` (a user's matplotlibrc cannot change the output), and PNG metadata stripped, so the
 same data gives the same bytes with the pinned matplotlib version (``matplotlib==3.11.2``).
 
-Axis labels always carry units in brackets.
+Axis labels always carry units in brackets; every tick is written by :func:`wseplan.report.formats.fmt_tick`.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ FIGSIZE_IN = (7.0, 4.2)
 DPI = 110
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
+# claim verdicts read as traffic lights: impossible red, optimistic orange, consistent green
+VERDICT_COLORS = {"impossible": "#d62728", "optimistic": "#ff7f0e", "consistent": "#2ca02c"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class Series:
     high: Sequence[float] | None = None
     style: str = "-"
     marker: bool = True
+    color: str | None = None  # None: the next colour of the palette
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def render(plot: Plot) -> bytes:
         FigureCanvasAgg(fig)
         ax = fig.add_subplot(1, 1, 1)
         for i, s in enumerate(plot.series):
-            color = _COLORS[i % len(_COLORS)]
+            color = s.color or _COLORS[i % len(_COLORS)]
             xs = [float(v) for v in s.x]
             ys = [float(v) for v in s.y]
             ax.plot(xs, ys, color=color, label=s.label, linewidth=1.6, linestyle=s.style or "none",
@@ -107,16 +110,7 @@ def render(plot: Plot) -> bytes:
                 ax.axhline(m.value, color="#444444", linestyle=ls, linewidth=1.0, label=m.label)
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-        from .markdown import fmt_num
-
-        def _fmt(v, _pos=None):
-            if v <= 0:
-                return ""
-            if v >= 1e5 or v < 1e-3:  # compact powers of ten on wide axes
-                e = math.floor(math.log10(v) + 1e-9)
-                m = v / 10**e
-                return f"1e{e}" if abs(m - 1) < 1e-6 else f"{m:.0f}e{e}"
-            return fmt_num(float(v), 3)
+        from .formats import fmt_tick
 
         if plot.logx:
             ax.set_xscale("log")
@@ -127,8 +121,8 @@ def render(plot: Plot) -> bytes:
                 lo, hi = lim()
                 subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) < 1e4 else (1.0,)
                 axis.set_major_locator(LogLocator(base=10.0, subs=subs))
-                axis.set_major_formatter(FuncFormatter(_fmt))
                 axis.set_minor_formatter(NullFormatter())
+            axis.set_major_formatter(FuncFormatter(lambda v, _pos=None: fmt_tick(v)))  # one tick format everywhere
         if plot.ylim_zero and not plot.logy:
             ax.set_ylim(bottom=0)
         if plot.yticks:
@@ -146,33 +140,46 @@ def render(plot: Plot) -> bytes:
 
 
 # --------------------------------------------------------------------------------------------- builders
-def roofline_plot(*, targets: Sequence[dict], points: Sequence[dict] = (), title: str = "Roofline") -> Plot:
-    """Attainable FLOP/s vs arithmetic intensity for each target.
+def roofline_plot(*, targets: Sequence[dict], points: Sequence[dict] = (), predicted: Sequence[dict] = (),
+                  title: str = "Roofline") -> Plot:
+    """The FLOP/s the model predicts against arithmetic intensity, with each target's roof drawn apart.
 
     ``targets``: dicts with ``label``, ``peak_flop_per_s`` and ``bandwidth_bytes_per_s`` (the memory that feeds
-    the compute: HBM for a GPU, on-wafer SRAM for a wafer). ``points``: dicts with ``label``,
-    ``intensity_flop_per_byte`` (a workload's intensity, drawn as a vertical line crossing every roof).
-    Attainable = min(peak, intensity x bandwidth) (Williams, Waterman and Patterson, CACM 52(4), 2009).
+    the compute: HBM for a GPU, on-wafer SRAM for a wafer); each roof, min(peak, intensity x bandwidth)
+    (Williams, Waterman and Patterson, CACM 52(4), 2009), is an upper bound and is drawn dashed.
+    ``predicted``: dicts with ``label``, ``intensity_flop_per_byte`` and ``flop_per_s`` (lists): what the model
+    predicts, drawn as markers in the colour of the target's roof. ``points``: dicts with ``label`` and
+    ``intensity_flop_per_byte`` (a workload's intensity, drawn as a vertical line).
     """
     import numpy as np
 
-    from .markdown import fmt_num
+    from .formats import fmt_num
 
     ridges = [t["peak_flop_per_s"] / t["bandwidth_bytes_per_s"] for t in targets]
-    ais = [p["intensity_flop_per_byte"] for p in points]
+    ais = [p["intensity_flop_per_byte"] for p in points] + [x for p in predicted for x in p["intensity_flop_per_byte"]]
     lo = min([0.1] + [a / 3 for a in ais])
     hi = max(ridges + [1.0] + [a * 3 for a in ais]) * 10
     xs = np.unique(np.concatenate([np.geomspace(lo, hi, 60), ridges]))
     series = []
-    for t in targets:
+    families = [str(t["label"]).split(" roof")[0] for t in targets]
+    colors = {f: _COLORS[i % len(_COLORS)] for i, f in enumerate(dict.fromkeys(families))}
+    seen: set[str] = set()
+    for t, fam in zip(targets, families):
         ys = np.minimum(t["peak_flop_per_s"], xs * t["bandwidth_bytes_per_s"]) / 1e12
-        series.append(Series(label=t["label"], x=xs, y=ys, marker=False))
-    p = Plot(title=title, xlabel="arithmetic intensity [FLOP/byte]", ylabel="attainable [TFLOP/s]", series=series,
-             logx=True, logy=True, legend_loc="lower right")
+        style = "-." if fam in seen else "--"  # a second roof of the same target (the MemoryX stream)
+        seen.add(fam)
+        series.append(Series(label=t["label"], x=xs, y=ys, marker=False, style=style, color=colors[fam]))
+    for p in predicted:
+        fam = str(p["label"]).split(" predicted")[0]
+        series.append(Series(label=p["label"], x=list(p["intensity_flop_per_byte"]),
+                             y=[v / 1e12 for v in p["flop_per_s"]], style="-", marker=True,
+                             color=colors.get(fam)))
+    plot = Plot(title=title, xlabel="arithmetic intensity [FLOP/byte]", ylabel="FLOP/s [TFLOP/s]", series=series,
+                logx=True, logy=True, legend_loc="lower right")
     for pt in points:
-        p.markers.append(Marker(pt["intensity_flop_per_byte"],
-                                f"{pt['label']}: {fmt_num(pt['intensity_flop_per_byte'], 3)} FLOP/byte"))
-    return p
+        plot.markers.append(Marker(pt["intensity_flop_per_byte"],
+                                   f"{pt['label']}: {fmt_num(pt['intensity_flop_per_byte'], 3)} FLOP/byte"))
+    return plot
 
 
 def save_plot(plot: Plot) -> bytes:

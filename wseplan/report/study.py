@@ -26,8 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from ..errors import CatalogError, InputError, validation_detail
 from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
+from .formats import fmt_field
 from .markdown import Column, Document, Table, fmt_num, fmt_quantity
-from .plots import Marker, Plot, Series, render, roofline_plot
+from .plots import VERDICT_COLORS, Marker, Plot, Series, render, roofline_plot
+from .tables import basis_label, claims_table
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 
@@ -103,6 +105,15 @@ class Study(_Frozen):
     cost: CostSpec = CostSpec()
     claims: str | None = None
     notes: list[str] = []
+    date: str | None = Field(default=None, pattern=r"^\d{4}(-\d{2}(-\d{2})?)?$",
+                             description="the report's date (YYYY, YYYY-MM or YYYY-MM-DD); see wseplan.report.provenance")
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def _date_text(cls, v):  # YAML reads an unquoted 2026-12-03 as a date
+        import datetime as _dt
+
+        return v.isoformat() if isinstance(v, _dt.date) else v
 
     @model_validator(mode="after")
     def _kind_fields(self):
@@ -134,6 +145,7 @@ class StudyResult(BaseModel):
     assumptions: Table
     sources: list[dict]
     markdown: str
+    provenance: dict = {}
     _files: dict | None = PrivateAttr(default=None)
 
     def table(self, name: str) -> Table:
@@ -147,10 +159,20 @@ class StudyResult(BaseModel):
         return self.table(name).to_frame()
 
     def files(self) -> dict[str, bytes]:
-        """Every output file: ``report.md``, ``<table>.csv`` and ``<plot>.png`` (rendered once, then reused)."""
+        """Every output file: ``report.md``, ``report.xlsx``, ``<table>.csv`` and ``<plot>.png`` (rendered once,
+        then reused)."""
+        from .xlsx import workbook_bytes
+
         if self._files is not None:
             return dict(self._files)
         out: dict[str, bytes] = {"report.md": self.markdown.encode("utf-8")}
+        pv = self.provenance
+        about = [("title", self.study.title), ("question", self.study.question), ("answer", self.answer),
+                 ("tool", f"wseplan {pv.get('version', '')}"), ("report date", _date_line(pv)),
+                 ("catalog date", pv.get("catalog_date") or ""), ("prices date", pv.get("prices_date") or "not used"),
+                 ("study", self.study.name)]
+        out["report.xlsx"] = workbook_bytes(tables=self.tables, assumptions=self.assumptions, sources=self.sources,
+                                            about=about, date=pv.get("report_date", ""))
         for t in [*self.tables, self.assumptions]:
             out[f"{safe_filename(t.name)}.csv"] = t.to_csv().encode("utf-8")
         for name, p in self.plots.items():
@@ -212,9 +234,24 @@ def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path |
         body = _claims(st, cat, base)
     assumptions, sources = _assumptions_and_sources(st, cat, body.get("params", {}), body.get("extra_sources", []),
                                                     body.get("targets"), body.get("assumption_rows"))
-    md = _markdown(st, body, assumptions, sources)
+    pv = _provenance(st, cat)
+    md = _markdown(st, body, assumptions, sources, pv)
     return StudyResult(study=st, answer=body["answer"], tables=body["tables"], plots=body["plots"],
-                       assumptions=assumptions, sources=sources, markdown=md)
+                       assumptions=assumptions, sources=sources, markdown=md, provenance=pv)
+
+
+def _provenance(st: Study, cat) -> dict:
+    """Tool version, catalog and prices dates, and the report date (see :mod:`wseplan.report.provenance`)."""
+    from .provenance import provenance, report_date
+
+    pv = provenance(cat, _prices(cat).date if st.kind != "claims" else None)
+    pv["report_date"], pv["report_date_from"] = report_date(st.date, pv["catalog_date"], pv["prices_date"])
+    return pv
+
+
+def _date_line(pv: dict) -> str:
+    d, src = pv.get("report_date", ""), pv.get("report_date_from", "")
+    return {"study": d, "SOURCE_DATE_EPOCH": f"{d} (SOURCE_DATE_EPOCH)"}.get(src, f"inputs as of {d}")
 
 
 def default_out_dir(result: StudyResult) -> Path:
@@ -318,7 +355,9 @@ def _serving(st: Study, cat) -> dict:
                 for t in st.targets if any(r["target"] == t and r["tokens_per_s"] for r in sweep)],
         markers=[Marker(sv.min_tokens_per_s_per_user, f"per-user target {fmt_num(sv.min_tokens_per_s_per_user)} "
                                                        "tokens/s", axis="y")])
-    plots["roofline"] = _roofline(st, m, cat, phase="decode", batches=sv.batches, context=sv.prompt_tokens)
+    achieved = {(r["target"], r["batch"]): {"tokens_per_s": r["tokens_per_s"]} for r in sweep if r.get("tokens_per_s")}
+    plots["roofline"] = _roofline(st, m, cat, phase="decode", batches=sv.batches, context=sv.prompt_tokens,
+                                  achieved=achieved)
     chosen = {f["target"]: (f["batch"], f"{f['target']} at batch {f['batch']}") for f in fleet if f.get("batch")}
     plots["cost_vs_utilization"], util_rows = _cost_vs_util(st, cases, chosen, "output_usd_per_mtok",
                                                             "output [$/M tokens]")
@@ -342,9 +381,11 @@ def _serving(st: Study, cat) -> dict:
 _SERVING_CAPTIONS = {
     "latency_throughput": "Each point is one batch size; up and to the right is better. The dotted line is the "
                           "per-user speed the study asks for.",
-    "roofline": "Attainable FLOP/s of one replica against arithmetic intensity (roofs: dense peak and the "
-                "memory that holds the weights, SRAM on a wafer, HBM on a GPU). The vertical lines mark decode at "
-                "the smallest and largest swept batch (FLOPs per byte of weights and KV cache read).",
+    "roofline": "Markers: the FLOP/s wseplan predicts for one replica at each swept batch (MFU x peak). Dashed: "
+                "the roofs, an upper bound (dense peak, and the memory that holds the weights: SRAM on a wafer, HBM "
+                "on a GPU); a point far below its roof is bound by something else (fabric latency, overheads). The "
+                "vertical lines mark decode at the smallest and largest swept batch (FLOPs per byte of weights and "
+                "KV cache read).",
     "cost_vs_utilization": "Amortised cost per output token falls as the share of busy hours rises.",
     "cost_bands": "P10-P90 of the Monte Carlo over the cost inputs' ranges (prices, power, PUE, utilisation, "
                   "amortisation).",
@@ -475,7 +516,14 @@ def _training(st: Study, cat) -> dict:
     wafer_targets = [t for t in st.targets if _is_wafer(t, cat)]
     if wafer_targets:
         plots["weight_streaming"], stream_rows = _stream_plot(st, m, cat, wafer_targets[0])
-    plots["roofline"] = _roofline(st, m, cat, phase="train", batches=[1, tr.global_batch], context=tr.seq_len)
+    achieved = {}
+    for tgt in st.targets:  # the predicted MFU at the size the plan picks (else the smallest size that ran)
+        pick = next((p for p in plan if p.get("family") == tgt and p.get("model_flop_utilization_frac")), None)
+        pick = pick or next((r for r in sweep if r["family"] == tgt and r.get("model_flop_utilization_frac")), None)
+        if pick:
+            achieved[(tgt, tr.global_batch)] = {"mfu": pick["model_flop_utilization_frac"], "label": pick["target"]}
+    plots["roofline"] = _roofline(st, m, cat, phase="train", batches=[1, tr.global_batch], context=tr.seq_len,
+                                  achieved=achieved)
     util_t = Table(name="cost_vs_utilization", title="Run cost versus utilisation (at each plan's cluster size)",
                    columns=[Column("target", "cluster"), Column("utilization_frac", "utilisation [fraction]"),
                             Column("value", "run cost [$M]", 1e6)], rows=util_rows)
@@ -503,9 +551,10 @@ _TRAINING_CAPTIONS = {
     "weight_streaming": "One system: a pass's compute grows with the batch while its weight stream from MemoryX "
                         "does not; above the dotted line each layer's compute hides its load. The step adds the "
                         "backward pass, recompute or activation spill, and the exposed optimizer update.",
-    "roofline": "Attainable FLOP/s of one device against arithmetic intensity (FLOPs per weight byte read); the "
-                "lines mark a training step at batch 1 and at the global batch on one device. A wafer's weights "
-                "arrive over the MemoryX stream, whose roof sets the batch a system needs.",
+    "roofline": "Markers: the FLOP/s per device wseplan predicts (MFU x peak) at the cluster size the plan picks. "
+                "Dashed: the roofs of one device, an upper bound (FLOPs per weight byte read); the lines mark a "
+                "training step at batch 1 and at the global batch on one device. A wafer's weights arrive over "
+                "the MemoryX stream, whose roof sets the batch a system needs.",
 }
 
 
@@ -603,42 +652,56 @@ def _cost_vs_util(st: Study, cases: dict, chosen: dict, metric: str, ylabel: str
     return plot, rows
 
 
-def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int) -> Plot:
-    """Roofs of each target (one replica or one device) and the workload's points on them."""
+def _roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int, achieved: dict) -> Plot:
+    """Each target's roof (peak and the memory that feeds it; an upper bound, drawn apart) and the FLOP/s the
+    model predicts there: predicted tokens/s x FLOPs per token at each swept batch (serving), or MFU x peak at
+    the chosen size (training). ``achieved``: (target, batch) -> ``{tokens_per_s}`` or ``{mfu, label}``."""
     from ..workload import build_workload
     from ..targets import parse_target
 
-    roofs, points = [], []
+    roofs, points, predicted = [], [], []
     lo_b, hi_b = min(batches), max(batches)
+
+    def workload(b: int):
+        return build_workload(m, cat, precision=st.precision, phase=phase, batch=b, context=context)
+
+    def intensity(b: int) -> float:
+        w = workload(b)
+        if phase == "decode":
+            return float(w.flop_per_token.sum()) * b / (w.total_weight_bytes + w.kv_cache_bytes)
+        # a training step reads each weight for forward and backward: FLOPs per weight byte read
+        return 3.0 * float(w.flop_per_token.sum()) * b * context / (2.0 * w.total_weight_bytes)
+
     for tgt in st.targets:
         t = parse_target(tgt, cat)
         n = 1 if st.kind == "training" else (t.count or 1)
+        peak = t.device.peak_flop_per_s(st.precision) * n
         if t.kind == "wafer":
-            peak = t.device.peak_flop_per_s(st.precision) * n
-            bw = t.device.sram_bandwidth_bytes_per_s.si * n
-            mem = "SRAM"
+            bw, mem = t.device.sram_bandwidth_bytes_per_s.si * n, "SRAM"
         else:
-            peak = t.device.peak_flop_per_s(st.precision) * n
-            bw = t.device.hbm_bandwidth_bytes_per_s.si * n
-            mem = "HBM"
-        roofs.append({"label": f"{tgt if st.kind != 'training' else t.key} ({mem})", "peak_flop_per_s": peak,
-                      "bandwidth_bytes_per_s": bw})
+            bw, mem = t.device.hbm_bandwidth_bytes_per_s.si * n, "HBM"
+        label = tgt if st.kind != "training" else t.key
+        roofs.append({"label": f"{label} roof (peak, {mem})", "peak_flop_per_s": peak, "bandwidth_bytes_per_s": bw})
         if t.kind == "wafer" and phase == "train":  # weights stream in from MemoryX over the system I/O
             sysm = cat.systems[t.device.system]
             mx = cat.memoryx[sysm.memoryx]
-            roofs.append({"label": f"{t.key} (MemoryX weight stream)", "peak_flop_per_s": peak,
+            roofs.append({"label": f"{t.key} roof (MemoryX weight stream)", "peak_flop_per_s": peak,
                           "bandwidth_bytes_per_s": mx.dram_stream_bandwidth_bytes_per_s.si * n})
+        xs, ys, what = [], [], ""
+        for b in sorted(batches):
+            hit = achieved.get((tgt, b))
+            if hit is None:
+                continue
+            what = hit.get("label", "")
+            xs.append(intensity(b))
+            ys.append(hit["mfu"] * peak if "mfu" in hit else hit["tokens_per_s"] * float(workload(b).flop_per_token.sum()))
+        if xs:
+            predicted.append({"label": f"{label} predicted" + (f" ({what}, per device)" if what else ""),
+                              "intensity_flop_per_byte": xs, "flop_per_s": ys})
     for b in sorted({lo_b, hi_b}):
-        w = build_workload(m, cat, precision=st.precision, phase=phase, batch=b, context=context)
-        if phase == "decode":
-            flop = float(w.flop_per_token.sum()) * b
-            moved = w.total_weight_bytes + w.kv_cache_bytes
-        else:  # a training step reads each weight for forward and backward: FLOPs per weight byte read
-            flop = 3.0 * float(w.flop_per_token.sum()) * b * context
-            moved = 2.0 * w.total_weight_bytes
-        points.append({"label": f"{phase}, batch {b}", "intensity_flop_per_byte": flop / moved})
+        points.append({"label": f"{phase}, batch {b}", "intensity_flop_per_byte": intensity(b)})
     title = f"Roofline: {m.name} {phase} ({st.precision})"
-    return roofline_plot(targets=roofs, points=points, title=title)
+    return roofline_plot(targets=roofs, points=points, predicted=predicted, title=title)
 
 
 # --------------------------------------------------------------------------------------------- claims
@@ -668,19 +731,7 @@ def _claims(st: Study, cat, base: Path) -> dict:
         raise InputError(f"claims: {st.claims!r} must be a relative path inside the study's folder")
     claims = load_claims(claims_path_inside(base, path))
     verdicts = check(claims, catalog=cat)
-    rows = []
-    for c, v in zip(claims, verdicts):
-        unit = v.bound_unit or v.unit
-        rows.append({"id": v.id, "text": c.text, "verdict": v.verdict, "bound": v.bound or "",
-                     "bound_value": fmt_quantity(v.bound_value, unit) if v.bound_value is not None else "",
-                     "claimed": _show(v.claimed_value, v.unit), "estimate": _show(v.estimate, v.unit),
-                     "margin": v.margin, "reason": v.reason})
-    table = Table(name="claims", title="Claims and verdicts",
-                  columns=[Column("id", "claim"), Column("text", "text"), Column("verdict", "verdict"),
-                           Column("bound", "bound broken"), Column("bound_value", "bound value"),
-                           Column("claimed", "claimed"), Column("estimate", "wseplan estimate"),
-                           Column("margin", "margin [x]"), Column("reason", "reason")],
-                  rows=rows)
+    table = claims_table(verdicts, texts=[c.text for c in claims])
     counts = {k: sum(v.verdict == k for v in verdicts) for k in ("impossible", "optimistic", "consistent")}
     imp = [v for v in verdicts if v.verdict == "impossible"]
     answer = (f"Of {len(verdicts)} claims, {counts['impossible']} are impossible, {counts['optimistic']} optimistic "
@@ -692,7 +743,7 @@ def _claims(st: Study, cat, base: Path) -> dict:
         idx = [i for i, v in enumerate(plotted) if v.verdict == verdict]
         if idx:
             series.append(Series(label=verdict, x=[plotted[i].margin for i in idx], y=[i + 1 for i in idx], style="",
-                                 marker=True))
+                                 marker=True, color=VERDICT_COLORS[verdict]))
     plot = Plot(title="Each claim against its bound or wseplan's estimate",
                 xlabel="claim / (bound or estimate), better-is-larger [x]", ylabel="claim", series=series,
                 logx=True, markers=[Marker(1.0, "bound or estimate")],
@@ -722,14 +773,6 @@ def _error_rows(cat) -> list[dict]:
 
     return [{"input": f"validated error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
              "basis": "measured", "source": text} for name, (err, text) in sorted(validated_errors(cat).items())]
-
-
-def _show(v, unit: str) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "fits" if v else "does not fit"
-    return fmt_quantity(v, unit)
 
 
 def _claim_sources(claims, cat) -> list[str]:
@@ -821,7 +864,7 @@ def _assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], tar
             label = name if site else f"{tgt}: {name}"
             rows.append({"input": label, "value": _param_value(name, p.value),
                          "range": f"{_param_value(name, p.low)} to {_param_value(name, p.high)}"
-                         if p.high > p.low else "", "basis": p.basis,
+                         if p.high > p.low else "", "basis": basis_label(p.basis, p.source, cat.sources),
                          "source": ", ".join(_source_title(s, cat) for s in p.source)})
         shown_site = True
     ids += list(extra)
@@ -835,6 +878,8 @@ def _assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], tar
                         "date": (src.date or "") if src else ""})
     sources.sort(key=lambda d: d["id"])
     table = Table(name="assumptions", title="Inputs and their sources",
+                  note="\"(weak)\" marks a number whose basis is an estimate or unverified, or that rests on a forum "
+                       "post: weigh it with care, and replace it with your own quote (--prices) where you have one.",
                   columns=[Column("input", "input"), Column("value", "value"), Column("range", "range (low to high)"),
                            Column("basis", "basis"), Column("source", "source")], rows=rows)
     return table, sources
@@ -846,19 +891,8 @@ _SITE_PARAMS = {"electricity_usd_per_kwh", "pue", "amortization_years", "install
 
 
 def _param_value(name: str, v: float) -> str:
-    if name.endswith("_frac") or name.endswith("_frac_per_year"):
-        return f"{fmt_num(v * 100)}%" + ("/yr" if name.endswith("per_year") else "")
-    if name.endswith("_usd"):
-        return f"${fmt_num(v)}"
-    if name.endswith("_bytes"):
-        return fmt_quantity(v, "bytes")
-    if name.endswith("_w"):
-        return fmt_quantity(v, "W")
-    unit = {"electricity_usd_per_kwh": " $/kWh", "facility_usd_per_kw_month": " $/kW-month",
-            "amortization_years": " years", "cloud_usd_per_device_hour": " $/device-hour",
-            "memoryx_dram_usd_per_tb": " $/TB", "memoryx_flash_usd_per_tb": " $/TB",
-            "train_tokens_per_param": " tokens/parameter"}.get(name, "")
-    return f"{fmt_num(v)}{unit}"
+    """A cost input as a reader sees it (the one formatter: units from the name)."""
+    return fmt_field(name, v)
 
 
 def _source_title(sid: str, cat) -> str:
@@ -873,16 +907,19 @@ def _arow(label: str, value: str, q, cat, extra_note: str = "") -> dict:
     if q.low is not None or q.high is not None:
         rng = f"{q.low if q.low is not None else q.value} to {q.high if q.high is not None else q.value}"
     src = ", ".join(_source_title(s, cat) for s in q.source_ids)
-    return {"input": label, "value": value, "range": rng, "basis": q.basis,
+    return {"input": label, "value": value, "range": rng,
+            "basis": basis_label(q.basis, q.source_ids if q.cites_ids else (), cat.sources),
             "source": (extra_note + "; " if extra_note else "") + src}
 
 
 # --------------------------------------------------------------------------------------------- markdown
-def _markdown(st: Study, body: dict, assumptions: Table, sources: list[dict]) -> str:
+def _markdown(st: Study, body: dict, assumptions: Table, sources: list[dict], pv: dict) -> str:
     doc = Document()
     doc.heading(st.title, 1)
     doc.para(f"**Answer.** {body['answer']}")
     doc.para(f"**Question.** {st.question}")
+    doc.para(f"*wseplan {pv['version']} · {_date_line(pv)} · catalog {pv['catalog_date'] or 'undated'} · "
+             + (f"prices {pv['prices_date']}" if pv["prices_date"] else "no prices used") + "*")
     doc.heading("Assumptions", 2)
     bullets = [f"Model: {st.model} at {st.precision}." if st.model else "",
                f"Cost: {st.cost.uncertainty} Monte Carlo samples (seed {st.cost.seed}) over each input's low-high "
@@ -906,6 +943,7 @@ def _markdown(st: Study, body: dict, assumptions: Table, sources: list[dict]) ->
     doc.heading("Sources used", 2)
     doc.bullets([f"`{s['id']}`: {s['title']}" + (f" <{s['url']}>" if s["url"] else "") +
                  (f" ({s['date']})" if s["date"] else "") for s in sources])
-    doc.para("Generated by `wseplan report`; every number traces to the catalog entries listed above. "
-             "Regenerate with the same study file and catalogs to get the same bytes.")
+    doc.para(f"Generated by `wseplan report` (wseplan {pv['version']}); every number traces to the catalog entries "
+             "listed above. The same tables are in `report.xlsx` (one sheet per table, with the assumptions and "
+             "sources). Regenerate with the same study file, catalogs and wseplan version to get the same bytes.")
     return doc.render()

@@ -11,7 +11,7 @@ def mesh_params_from_catalog(wafer, *, precision: str = "fp16", **overrides) -> 
 
     FLOP/cycle comes from ``flop_per_cycle_per_pe`` (8/4-bit formats run at the 16-bit rate); colours are the
     wafer's free routing colours; every other field is the catalog value of the same name. ``overrides``
-    replace any field (e.g. ``clock_hz=0.85e9`` for the 850 MHz reading of hardware.md F.1).
+    replace any field (e.g. ``clock_hz=0.85e9`` for the 850 MHz that csl-examples' timing code uses).
     """
     key = _DTYPE_KEY.get(precision, "fp16")
     fpc = wafer.flop_per_cycle_per_pe.get(key) or wafer.flop_per_cycle_per_pe["fp16"]

@@ -85,17 +85,19 @@ class MeshParams:
 
     @classmethod
     def wse2(cls, **overrides) -> "MeshParams":
-        """Cerebras WSE-2 (CS-2), FP16. Sources: ``shared/reference/hardware.md``.
+        """Cerebras WSE-2 (CS-2), FP16. Sources: the ids of ``catalogs/sources.yaml`` named below.
 
-        * rows x cols 994 x 750: largest program rectangle 750 x 994 (csl-examples single-tile-matvec, A.1).
-        * 48 KiB SRAM per PE (ALCF CS-2 overview, A.1); 24 B/cycle SRAM (HC34: 2 x 64-bit reads + 1 write,
-          F.5).
-        * 8 FLOP/cycle FP16 (4-wide FMAC, M. James blog 3.4 M FPUs / 850k cores, A.1).
-        * 1 cycle per hop (third-party, unverified, F.10); 32-bit link per direction per cycle = 4 B/cycle (A.1).
-        * 21 colours: 24 routable minus 3 reserved by memcpy (A.1, F.7).
-        * 1.1 GHz (HC34; Cerebras's own timing code uses 850 MHz, F.1 - override ``clock_hz`` for it).
-        * Input-queue depth 8 wavelets and 2 cycles of ramp latency: estimates (no public figure; F.10 says
-          "a few cycles of injection/ejection overhead").
+        * rows x cols 994 x 750: largest program rectangle 750 x 994 (``csl-examples`` single-tile-matvec).
+        * 48 KiB SRAM per PE (``alcf-cerebras``); 24 B/cycle SRAM (``cerebras-hc34``: 2 x 64-bit reads + 1
+          write).
+        * 8 FLOP/cycle FP16 (4-wide FMAC, ``cerebras-weight-streaming-blog``: 3.4 M FPUs / 850k cores).
+        * 1 cycle per hop (third-party simulator designs, unverified); 32-bit link per direction per cycle =
+          4 B/cycle (``csl-skills-digest``).
+        * 21 colours: 24 routable minus 3 reserved by memcpy (``cerebras-sdk-colors``).
+        * 1.1 GHz (``cerebras-hc34``; Cerebras's own timing code in ``csl-examples`` uses 850 MHz - override
+          ``clock_hz`` for it).
+        * Input-queue depth 8 wavelets and 2 cycles of ramp latency: estimates (no public figure; "a few cycles
+          of injection/ejection overhead" assumed).
         """
         base = dict(rows=994, cols=750, sram_per_pe_bytes=48 * 1024, sram_bytes_per_cycle=24.0,
                     flop_per_cycle=8.0, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
@@ -106,15 +108,17 @@ class MeshParams:
 
     @classmethod
     def wse3(cls, **overrides) -> "MeshParams":
-        """Cerebras WSE-3 (CS-3), FP16. Sources: ``shared/reference/hardware.md``.
+        """Cerebras WSE-3 (CS-3), FP16. Sources: the ids of ``catalogs/sources.yaml`` named below.
 
-        * rows x cols 1170 x 755: fabric 762 x 1172 with the WSE-2 rule width-7, height-2 (A.1, estimate).
-        * 48 KiB SRAM and 24 B/cycle per PE, as WSE-2 (ALCF CS-3 overview; F.4 says per-core SRAM
-          bandwidth is unchanged).
-        * 16 FLOP/cycle FP16 (8-wide SIMD, SKILL-SIMD.md digest of SDK docs, A.1).
-        * 1 cycle per hop (unverified, F.10), 4 B/cycle links (A.1).
-        * 6 colours: the binding resource on WSE-3 is ~6 free input queues (8 minus memcpy's, F.7).
-        * 1.1 GHz (WaferLLM ``launch_wse3.py``; F.1).
+        * rows x cols 1170 x 755: fabric 762 x 1172 (``waferllm-code``) with the WSE-2 rule width-7, height-2
+          (``csl-examples``; an estimate).
+        * 48 KiB SRAM and 24 B/cycle per PE, as WSE-2 (``alcf-cerebras``; 21 PB/s over 900k cores leaves the
+          per-core SRAM bandwidth unchanged, ``alcf-sc24``).
+        * 16 FLOP/cycle FP16 (8-wide SIMD, ``csl-skills-digest`` of the SDK docs).
+        * 1 cycle per hop (unverified), 4 B/cycle links.
+        * 6 colours: the binding resource on WSE-3 is ~6 free input queues (8 minus memcpy's,
+          ``cerebras-sdk-colors``).
+        * 1.1 GHz (WaferLLM ``launch_wse3.py``, ``waferllm-code``).
         * Input-queue depth 8 wavelets and ramp latency 2 cycles: estimates, as for WSE-2.
         """
         base = dict(rows=1170, cols=755, sram_per_pe_bytes=48 * 1024, sram_bytes_per_cycle=24.0,

@@ -5,24 +5,26 @@ from typing import Optional
 
 import typer
 
+from . import options as O
+from .output import check_format, quantities, table_out
+
 sim_app = typer.Typer(help="Run the vectorized wafer/MemoryX kernel simulator (cycles, µs, utilisation).",
                       no_args_is_help=True)
 
-_TARGET = typer.Option("wse3", "--target", "-t", help="A wafer: wse2 or wse3 (also cs2, cs3).")
+_TARGET = O.target_opt("A wafer: wse2 or wse3 (also cs2, cs3).", default="wse3")
 _REGION = typer.Option(None, "--region", help="PE region RxC (rows x cols); default the whole usable grid.")
-_PREC = typer.Option("fp16", "--precision", "-p", help="fp16 | bf16 | fp32 (sets FLOP/cycle and bytes/element).")
-_FMT = typer.Option("table", "--format", "-f", help="table | json | csv | md")
-_CAT = typer.Option(None, "--catalog", help="Extra catalog folder(s).")
-_CLOCK = typer.Option(None, "--clock-hz", help="Override the PE clock [Hz] (hardware.md F.1: 0.85e9 or 1.1e9).")
+_PREC = O.precision_opt("fp16", "fp16 | bf16 | fp32 (sets FLOP/cycle and bytes/element).")
+_FMT = O.format_opt()
+_CAT = O.catalog_opt()
+_CLOCK = typer.Option(None, "--clock-hz", help="Override the PE clock [Hz] (catalog 1.1e9; Cerebras's csl-examples timing code uses 0.85e9).")
 
 
 def _params(target: str, precision: str, catalog, clock_hz):
-    from ..cli import _catalog
     from ..errors import InputError
     from ..sim.catalog_params import mesh_params_from_catalog
     from ..targets import parse_target
 
-    cat = _catalog(catalog)
+    cat = O.load_catalog(catalog)
     t = parse_target(target, cat)
     if t.kind != "wafer":
         raise InputError(f"--target: the simulator models wafers; {target!r} is a GPU (use wse2 or wse3)")
@@ -50,23 +52,12 @@ def _dtype_bytes(precision: str) -> int:
 
 
 def _out(res, fmt: str, title: str, extra: dict | None = None) -> None:
-    from ..cli import _check_format, _table_out
-
-    _check_format(fmt)
+    check_format(fmt)
     row = dict(extra or {})
     r = res.to_row()
     row.update({"cycles": r["cycles"], "time_us": r["time_s"] * 1e6})
     row.update({k: v for k, v in r.items() if k not in ("cycles", "time_s")})
-    if fmt == "table":
-        rows = [{"quantity": k, "value": v} for k, v in row.items()]
-        _table_out(rows, fmt, title=title)
-    else:
-        _table_out([row], fmt, title=title)
-
-
-def _guard(fn):
-    """Simulator input errors are InputError already; ensure nothing else leaks as a traceback."""
-    return fn
+    table_out(quantities(row) if fmt == "table" else [row], fmt, title=title)
 
 
 @sim_app.command("gemv")
@@ -154,7 +145,7 @@ def allreduce_cmd(nbytes: float = typer.Option(..., "--bytes", help="Vector size
 
 @sim_app.command("layer")
 def layer_cmd(model: str = typer.Argument("llama-3-8b", help="Catalog transformer (architecture of one block)."),
-              context: int = typer.Option(4096, "--context", "-c", help="Tokens in the KV cache."),
+              context: int = O.context_opt("Tokens in the KV cache.", default=4096),
               target: str = _TARGET, region: Optional[str] = _REGION, precision: str = _PREC,
               clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """One transformer decode layer (batch 1). Example: wseplan simulate layer llama-3-8b --target wse2 --region 360x360"""
@@ -179,25 +170,24 @@ def layer_cmd(model: str = typer.Argument("llama-3-8b", help="Catalog transforme
 @sim_app.command("stream")
 def stream_cmd(model: str = typer.Argument(..., help="Catalog model, config.json or layer list."),
                target: str = _TARGET,
-               batch: int = typer.Option(8, "--batch", "-b", help="Sequences per step."),
-               context: int = typer.Option(2048, "--context", "-c", help="Tokens per sequence."),
+               batch: int = O.batch_opt("Sequences per step.", default=8),
+               context: int = O.context_opt("Tokens per sequence.", default=2048),
                prefetch: int = typer.Option(1, "--prefetch", help="Prefetch buffers [layers] (0 = no overlap)."),
                bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="MemoryX->wafer bytes/s (default: catalog)."),
                systems: int = typer.Option(1, "--systems", help="Data-parallel systems behind SwarmX."),
-               precision: str = typer.Option("bf16", "--precision", "-p"),
+               precision: str = O.precision_opt(),
                fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """Weight streaming of one training step (MemoryX -> wafer). Example: wseplan simulate stream gpt3-175b --batch 64"""
     import numpy as np
 
-    from ..cli import _catalog, _check_format, _table_out
     from ..errors import InputError
     from ..fit import build_workload, resolve_model
     from ..sim import simulate_stream
     from ..targets import parse_target
     from ..workload import check_positive_int
 
-    _check_format(fmt)
-    cat = _catalog(catalog)
+    check_format(fmt)
+    cat = O.load_catalog(catalog)
     t = parse_target(target, cat)
     if t.kind != "wafer":
         raise InputError(f"--target: weight streaming runs on wafers; {target!r} is a GPU")
@@ -223,11 +213,8 @@ def stream_cmd(model: str = typer.Argument(..., help="Catalog model, config.json
            "step_time_s": float(np.asarray(res.step_time_s)), "compute_time_s": float(np.asarray(res.compute_time_s)),
            "stall_time_s": float(np.asarray(res.stall_time_s)), "utilization_frac": float(np.asarray(res.utilization_frac)),
            "bound": str(np.asarray(res.bound))}
-    if fmt == "table":
-        _table_out([{"quantity": k, "value": v} for k, v in row.items()], fmt, title="weight stream (simulated)")
-    else:
-        _table_out([row], fmt)
+    table_out(quantities(row) if fmt == "table" else [row], fmt, title="weight stream (simulated)")
 
 
-def register(app) -> None:
+def register(app: typer.Typer) -> None:
     app.add_typer(sim_app, name="simulate")

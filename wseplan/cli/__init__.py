@@ -1,0 +1,163 @@
+"""The ``wseplan`` command line: a Typer app with one module per command (``wseplan/cli/<command>.py``).
+
+Shared option definitions live in :mod:`.options`, the one output writer (table, json, csv, md) in
+:mod:`.output`. Heavy libraries (pandas, scipy, pulp, matplotlib) load only inside the commands that need
+them, so ``wseplan --help`` and ``wseplan fit`` start fast.
+
+Errors: any :class:`~wseplan.errors.WseplanError` or usage error prints one red line and exits 2;
+``--debug`` (or ``WSEPLAN_DEBUG=1``) shows the traceback instead.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+
+# The CLI's numpy work is elementwise; OpenBLAS's thread pool only costs start-up time (~40 ms measured).
+# Users can still set the variable themselves.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+
+def _interrupted() -> int:
+    try:
+        sys.stderr.write("\nerror: interrupted\n" if sys.stderr.isatty() else "error: interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed
+        pass
+    return INTERRUPTED
+
+
+def _exit_interrupted(signum, frame):  # pragma: no cover - signal handler outside a command
+    _interrupted()
+    os._exit(INTERRUPTED)
+
+
+# Run as the installed `wseplan` script, a Ctrl-C while the CLI is still importing ends it with one line
+# (main() restores Python's KeyboardInterrupt for the command itself). Imported as a library (notebooks,
+# tests), the handler is left alone.
+if os.path.basename(sys.argv[0] if sys.argv else "") in ("wseplan", "wseplan.exe"):
+    signal.signal(signal.SIGINT, _exit_interrupted)
+
+import typer  # noqa: E402
+
+from ..errors import WseplanError  # noqa: E402
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    help="Plan AI compute: does a model fit, how fast, how many systems, what cost — Cerebras WSE vs GPU clusters.\n\n"
+    "Example: wseplan fit llama-70b --target wse3",
+)
+
+_STATE = {"debug": False}
+
+# One module per command, registered in this order (the order of `wseplan --help`). Each module defines
+# ``register(app)``; adding a command is one module plus its name here.
+COMMANDS = ("fit", "time", "stream", "scale", "cost", "compare", "place", "fleet", "report", "check", "sweep",
+            "validate", "simulate", "calibrate", "catalog")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        sys.stdout.write(f"wseplan {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors."),
+          version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    _STATE["debug"] = debug
+
+
+for _name in COMMANDS:
+    importlib.import_module(f"{__name__}.{_name}").register(app)
+del _name
+
+
+def _one_line(msg: str) -> str:
+    from ..report.formats import safe_text
+
+    return safe_text(" ".join(str(msg).split()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run the app, turning errors into one line and exit status 2, and Ctrl-C into one
+    line and exit status 130."""
+    if signal.getsignal(signal.SIGINT) is _exit_interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _main(argv: list[str] | None) -> int:
+    Exit, Abort, ClickException, NoArgsIsHelp = _click_exceptions()
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("WSEPLAN_DEBUG") == "1"
+    try:
+        rv = app(args=args, prog_name="wseplan", standalone_mode=False)
+        if rv == INTERRUPTED and not isinstance(rv, bool):  # typer turns Ctrl-C into Exit(130), returned silently
+            return _interrupted()
+        if isinstance(rv, int) and not isinstance(rv, bool):  # typer.Exit(code) is returned, not raised
+            return rv
+    except Exit as exc:
+        code = getattr(exc, "exit_code", 0)
+        return _interrupted() if code == INTERRUPTED else code
+    except Abort:  # click's answer to Ctrl-C or end of input at a prompt
+        return _interrupted()
+    except NoArgsIsHelp as exc:  # `wseplan` or a group alone: show help, as --help does
+        sys.stdout.write(str(getattr(exc, "ctx", None) and exc.ctx.get_help() or exc) + "\n")
+        return 0
+    except ClickException as exc:  # usage errors: bad option, missing argument
+        if debug:
+            raise
+        sys.stderr.write(f"error: {_one_line(exc.format_message())} (see `wseplan {' '.join(a for a in args[:1] if not a.startswith('-'))} --help`)\n")
+        return 2
+    except WseplanError as exc:
+        if debug:
+            raise
+        sys.stderr.write(_red(f"error: {_one_line(str(exc))}") + "\n")
+        return 2
+    return 0
+
+
+def _click_exceptions():
+    """Exit/Abort/ClickException/NoArgsIsHelpError from typer's vendored click (>= 0.20) or click itself."""
+    try:
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+        from typer.exceptions import Abort, Exit
+    except ImportError:  # older typer on top of click
+        from click.exceptions import Abort, ClickException, Exit
+
+        try:
+            from click.exceptions import NoArgsIsHelpError
+        except ImportError:
+            NoArgsIsHelpError = type("NoArgsIsHelpError", (Exception,), {})
+    return Exit, Abort, ClickException, NoArgsIsHelpError
+
+
+def _red(text: str) -> str:
+    return f"\x1b[31m{text}\x1b[0m" if sys.stderr.isatty() else text
+
+
+def console() -> None:  # pragma: no cover - the installed console script
+    """The installed ``wseplan`` script: :func:`main`, then exit with its status. A Ctrl-C that arrives after the
+    command finished (while Python shuts down) still gives one line and status 130, never a traceback."""
+    rc = main()
+    try:
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        rc = _interrupted()
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGINT, _exit_interrupted)
+    sys.exit(rc)

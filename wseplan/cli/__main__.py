@@ -1,0 +1,4 @@
+"""``python -m wseplan.cli ...`` runs the command line."""
+from . import console
+
+console()

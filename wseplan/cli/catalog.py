@@ -1,0 +1,131 @@
+"""`wseplan catalog list|show`: inspect the bundled catalogs (hardware, models, sources)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import check_format, emit, table_out
+
+catalog_app = typer.Typer(help="Inspect the catalogs (hardware, models, sources, prices) and the schemas of the files "
+                               "you can write.", no_args_is_help=True)
+SECTIONS = ("all", "hardware", "models", "sources", "prices")
+
+
+@catalog_app.command("list")
+def catalog_list(
+    section: str = typer.Argument("all", help="all | hardware | models | sources | prices"),
+    prices: Optional[list[str]] = O.prices_opt(),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """List catalog entries. Example: wseplan catalog list hardware ; wseplan catalog list prices --prices my-quotes.yaml"""
+    from ..errors import InputError
+    from ..report.formats import safe_text
+
+    check_format(fmt)
+    if section not in SECTIONS:
+        raise InputError(f"section: unknown {safe_text(section)!r}; use {', '.join(SECTIONS[:-1])} or {SECTIONS[-1]}")
+    cat = O.load_catalog(catalog)
+    if section == "prices":
+        _list_prices(cat, list(prices or []), fmt)
+        return
+    if prices:
+        raise InputError("--prices: applies to `wseplan catalog list prices`")
+    rows = []
+    if section in ("all", "hardware"):
+        for k, w in cat.wafers.items():
+            rows.append({"section": "wafer", "key": k, "name": w.name, "aliases": ", ".join(w.aliases + [w.system])})
+        for k, s in cat.systems.items():
+            rows.append({"section": "system", "key": k, "name": s.name, "aliases": ", ".join(s.aliases)})
+        for k, g in cat.gpus.items():
+            rows.append({"section": "gpu", "key": k, "name": g.name, "aliases": ", ".join(g.aliases)})
+    if section in ("all", "models"):
+        for k, m in cat.models.items():
+            rows.append({"section": "model", "key": k, "name": m.name, "aliases": ", ".join(m.aliases)})
+        for k, m in cat.generic_models.items():
+            rows.append({"section": "generic_model", "key": k, "name": m.name, "aliases": ", ".join(m.aliases)})
+    if section in ("all", "sources"):
+        for k, s in cat.sources.items():
+            rows.append({"section": "source", "key": k, "name": s.title, "aliases": s.url or ""})
+    table_out(rows, fmt, title=f"catalog: {section}")
+
+
+@catalog_app.command("show")
+def catalog_show(
+    name: str = typer.Argument(..., help="A hardware key, model name or alias, or a source id."),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """Show one entry with every number's value, SI value, source and basis. Example: wseplan catalog show h100"""
+    from ..catalog.schema import Quantity
+    from ..errors import InputError, suggest
+
+    check_format(fmt)
+    cat = O.load_catalog(catalog)
+    key = name.lower()
+    entry = None
+    hw = cat.hardware_keys()
+    if key in hw:
+        sec, k = hw[key]
+        entry = getattr(cat, sec)[k]
+    elif key in cat.sources:
+        entry = cat.sources[key]
+    else:
+        try:
+            sec, k = cat.resolve_model_name(name)
+            entry = getattr(cat, sec)[k]
+        except InputError:
+            names = list(hw) + list(cat.sources) + list(cat._aliases(("models",)))
+            raise InputError(f"name: unknown catalog entry {name!r}{suggest(name, names)}; see `wseplan catalog list`") from None
+    rows = []
+    for fname in type(entry).model_fields:
+        v = getattr(entry, fname)
+        items = [(fname, v)] if not isinstance(v, dict) else [(f"{fname}.{a}", b) for a, b in v.items()]
+        for label, q in items:
+            if isinstance(q, Quantity):
+                rows.append({"field": label, "value": str(q.value), "si": q.si, "basis": q.basis,
+                             "source": ", ".join(q.source_ids), "note": q.note or ""})
+            elif not isinstance(q, (list, dict)) or label == "aliases":
+                rows.append({"field": label, "value": str(q), "si": None, "basis": "", "source": "", "note": ""})
+    table_out(rows, fmt, title=name)
+
+
+def _list_prices(cat, files: list[str], fmt: str) -> None:
+    """One row per cost input of the prices in force (bundled, with the --prices files merged on top)."""
+    from ..analytic.cost import _iter_quantities, load_prices
+    from ..report.formats import fmt_field
+    from ..report.tables import basis_label
+
+    pr = load_prices(files, catalog=cat)
+    rows = []
+    for where, q in _iter_quantities(pr):
+        name = where.rsplit(".", 1)[-1]
+        human = fmt != "json" and fmt != "csv"
+        show = (lambda v: fmt_field(name, v)) if human else (lambda v: v)
+        rows.append({"key": where, "value": show(q.si), "low": show(q.bound("low")), "high": show(q.bound("high")),
+                     "basis": basis_label(q.basis, q.source_ids if q.cites_ids else (), cat.sources) if human else q.basis,
+                     "source": ", ".join(q.source_ids), "note": q.note or ""})
+    from pathlib import Path
+
+    table_out(rows, fmt, title=f"prices dated {pr.date} ({', '.join(Path(f).name for f in pr.files)})", prices=files)
+
+
+@catalog_app.command("schema")
+def catalog_schema(
+    kind: str = typer.Argument(..., help="hardware | model | sources | defaults | catalog | price | study | demand | "
+                                         "sweep | claims"),
+) -> None:
+    """Print the JSON Schema of a file you can write (from the pydantic models that read it).
+
+    Example: wseplan catalog schema price > price.schema.json ; wseplan catalog schema hardware
+    """
+    from ..report.formats import to_json
+    from ..report.schemas import json_schema
+
+    emit(to_json(json_schema(kind)))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(catalog_app, name="catalog")

@@ -1,0 +1,63 @@
+"""`wseplan compare MODEL --targets T1,T2,...`: fit, time, throughput, bottleneck, power and cost side by side.
+
+The record is documented in docs/cli-output.md.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import check_format, emit, json_out, notes_out, print_report_table
+
+
+def compare_cmd(
+    model: str = typer.Argument(..., help="Catalog model name/alias, e.g. llama-3-70b."),
+    targets: str = O.targets_opt("wse3,cs3x4,h100x8,h200x8,b200x8"),
+    phase: str = O.phase_opt(),
+    precision: str = O.precision_opt(help="Weight/compute format."),
+    batch: Optional[int] = O.batch_opt("Sequences in flight (default 1)."),
+    context: Optional[int] = O.context_opt("Tokens per sequence / KV length."),
+    output_tokens: Optional[int] = O.output_tokens_opt("Inference: tokens generated per request.", short=False),
+    train_tokens: Optional[float] = O.train_tokens_opt("Train: tokens of the whole run (for $/run)."),
+    set_: Optional[list[str]] = O.set_opt("Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),
+    uncertainty: int = O.uncertainty_opt("Monte Carlo samples of the cost inputs (adds P10/P50/P90 $/M tokens).", short=False),
+    seed: int = O.seed_opt(),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """Side by side: fit, time, throughput, bottleneck, power, $/hour, $/M tokens or $/run, J/token.
+
+    Example: wseplan compare llama-3-70b --targets wse3,cs3x4,h100x8,h200x8,b200x8 --phase decode
+    """
+    from ..analytic.cost import parse_overrides
+    from ..compare import compare as compare_fn
+    from ..errors import InputError
+
+    check_format(fmt)
+    if uncertainty < 0 or uncertainty == 1:
+        raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
+    cat = O.load_catalog(catalog)
+    names = [t.strip() for t in targets.split(",") if t.strip()]
+    res = compare_fn(model, names, phase=phase, precision=precision, batch=batch, context=context,
+                     output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
+                     overrides=parse_overrides(set_), uncertainty=uncertainty, seed=seed)
+    if fmt == "json":
+        json_out(res.to_record(), prices=[])
+        return
+    if fmt == "csv":
+        emit(res.table().to_csv())
+        return
+    notes = list(res.notes) + [f"{r.target}: {n}" for r in res.rows for n in r.notes]
+    if fmt == "md":
+        emit(f"## {res.model}: {res.phase}, {res.precision}\n\n" + res.table().to_markdown()
+             + "".join(f"\n- {n}" for n in notes) + ("\n" if notes else ""))
+    else:
+        print_report_table(res.table(), title=f"{res.model}: {res.phase}, {res.precision}, batch {res.batch}, "
+                                              f"context {res.context}")
+        notes_out(notes)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_cmd)

@@ -1,0 +1,75 @@
+"""`wseplan cost MODEL --target T`: TCO per system-hour, $/M tokens, $/training run, J/token, power, space.
+
+The record is documented in docs/cli-output.md. scipy loads only inside the command (the Monte Carlo).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import Rendered, Section, check_format, render
+
+
+def cost_cmd(
+    model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b) or a config.json path."),
+    target: str = O.target_opt("<hardware key>[x<N>]: cs3x4, h100-sxmx8 … (no count: the fewest that fit)."),
+    phase: str = O.phase_opt("serve", "serve (whole requests) | prefill (input side) | decode (output side) | train."),
+    precision: str = O.precision_opt(),
+    batch: Optional[int] = O.batch_opt("Serve: concurrent requests; train: sequences per step."),
+    context: Optional[int] = O.context_opt("Serve: prompt tokens; train: sequence length."),
+    output_tokens: Optional[int] = O.output_tokens_opt(),
+    train_tokens: Optional[float] = O.train_tokens_opt(),
+    memoryx: Optional[str] = O.memoryx_opt(),
+    set_: Optional[list[str]] = O.set_opt(),
+    prices: Optional[list[str]] = O.prices_opt(),
+    uncertainty: int = O.uncertainty_opt(),
+    seed: int = O.seed_opt(),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """TCO per system-hour, $/M tokens (input and output), $/training run, J/token, power and rack space.
+
+    Example: wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --context 2048 --uncertainty 2000 ;
+    wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json
+    """
+    from ..analytic.cost import parse_overrides
+    from ..costing import cost
+
+    check_format(fmt)
+    cat = O.load_catalog(catalog)
+    res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
+               output_tokens=output_tokens, train_tokens=train_tokens, overrides=parse_overrides(set_),
+               prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx, catalog=cat)
+    render_cost(res, fmt, cat.sources, list(prices or []))
+
+
+def render_cost(res, fmt: str, sources: dict | None = None, prices: list[str] | None = None) -> None:
+    """The cost record: json the record, csv one row, table/md the metrics (P10/P50/P90 when sampled), the
+    inputs with their ranges, basis and sources, and the tornado."""
+    from ..report.formats import field_unit, fmt_field
+    from ..report.tables import basis_label
+
+    rows = [{"metric": field_unit(m.metric).label, "field": m.metric,
+             **{k: fmt_field(m.metric, getattr(m, k)) for k in ("value", "p10", "p50", "p90") if getattr(m, k) is not None}}
+            for m in res.metrics]
+    params = [{"input": p.name, "value": fmt_field(p.name, p.value), "low": fmt_field(p.name, p.low),
+               "high": fmt_field(p.name, p.high), "basis": basis_label(p.basis, p.source, sources),
+               "source": ", ".join(p.source)} for p in res.params]
+    head = res.headline_metric
+    torn = [{"input": r.param, "low": fmt_field(r.param, r.low), "high": fmt_field(r.param, r.high),
+             f"{field_unit(head).label} at low": fmt_field(head, r.metric_at_low),
+             f"{field_unit(head).label} at high": fmt_field(head, r.metric_at_high), "swing": fmt_field(head, r.swing)}
+            for r in res.tornado]
+    title = (f"Cost: {res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}, "
+             f"prices {res.prices_date})")
+    sections = [Section(title, rows), Section("inputs (value, low, high)", params)]
+    if torn:
+        sections.append(Section(f"sensitivity of {head} (tornado: each input at its low and high)", torn[:12]))
+    render(Rendered(record=res.to_record(), csv_rows=[res.to_row()], heading=title, sections=sections,
+                    notes=list(res.notes), prices=list(prices or [])), fmt)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cost")(cost_cmd)

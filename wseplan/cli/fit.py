@@ -1,0 +1,71 @@
+"""`wseplan fit MODEL --target T`: does the model fit, devices needed, what binds, headroom, the layer stages."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import Rendered, Section, check_format, render
+
+
+def fit(
+    model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b), a config.json path, or a layer-list YAML."),
+    target: str = O.target_opt(),
+    precision: str = O.precision_opt(),
+    phase: str = O.phase_opt(help="train | prefill | decode | serve"),
+    batch: Optional[int] = O.batch_opt(),
+    context: Optional[int] = O.context_opt(),
+    reserve: Optional[float] = O.reserve_opt(),
+    zero: Optional[int] = typer.Option(None, "--zero", help="GPU training: ZeRO stage 0-3 (default: searched)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU training: none | selective | full (default: searched)."),
+    memoryx: Optional[str] = O.memoryx_opt(),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """Does MODEL fit TARGET? Devices needed, what binds, headroom, and the layer stages.
+
+    Example: wseplan fit llama-70b --target wse3 ; wseplan fit llama-405b --target h100x16 --format json
+    """
+    from ..fit import fit as fit_fn
+
+    check_format(fmt)
+    cat = O.load_catalog(catalog)
+    res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context, reserve=reserve,
+                 catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx)
+    render_fit(res, fmt)
+
+
+def render_fit(res, fmt: str) -> None:
+    """The fit record: json the record, csv one row, table/md a summary and the layer stages."""
+    from ..report.formats import fmt_bool, fmt_bytes, fmt_num
+
+    summary = [("fits", fmt_bool(res.fits)), ("devices", fmt_num(res.num_devices))]
+    for k in ("capacity_bytes", "weights_bytes", "kv_cache_bytes", "activation_bytes", "optimizer_bytes", "total_bytes",
+              "headroom_bytes", "shortfall_bytes"):
+        label = k.replace("_bytes", "").replace("_", " ")
+        label += " (per device)" if k in ("capacity_bytes", "headroom_bytes", "shortfall_bytes") else " (all devices)"
+        summary.append((label, fmt_bytes(getattr(res, k))))
+    summary += [("binding", res.binding), ("max tokens in flight", fmt_num(res.max_tokens_in_flight))]
+    if res.layout:
+        summary.append(("layout", " ".join(f"{k}={v}" for k, v in res.layout.items())))
+    if res.memoryx:
+        mx = res.memoryx
+        summary.append(("MemoryX", f"{mx.option}: needs {fmt_bytes(mx.required_bytes)} of {fmt_bytes(mx.capacity_bytes)}"))
+    if res.streaming:
+        s = res.streaming
+        summary.append(("batch for compute-bound streaming",
+                        f">= {fmt_num(s.min_batch_compute_bound)} ({fmt_num(round(s.min_tokens_compute_bound))} tokens)"))
+        summary.append(("batch the wafer holds", f"<= {fmt_num(s.max_batch_on_wafer)} ({fmt_num(round(s.max_tokens_on_wafer))} tokens)"))
+    stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
+               "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
+    shown = stages[:64] + ([{"device": "…", "layers": f"{len(stages) - 64} more"}] if len(stages) > 64 else [])
+    head = f"{res.model} on {res.target} ({res.precision}, {res.phase}, batch {res.batch}, context {res.context})"
+    render(Rendered(record=res.to_record(), csv_rows=[res.to_row()], heading=f"Fit: {head}",
+                    sections=[Section(head, [{"quantity": a, "value": b} for a, b in summary]),
+                              Section("stages (0-based inclusive transformer blocks)", shown)],
+                    notes=list(res.notes)), fmt)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit")(fit)

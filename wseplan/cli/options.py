@@ -1,0 +1,129 @@
+"""Shared option definitions of the ``wseplan`` commands: one definition each, help texts parameterised.
+
+Commands take their options from here so that a flag means the same thing (name, short form, default,
+help) everywhere. Only typer is imported here; catalogs and physics load inside the commands.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+PRECISIONS_HELP = "fp32 | tf32 | bf16 | fp16 | fp8 | int8 | int4 | fp4"
+TARGET_HELP = "<hardware key>[x<N>]: wse3, cs3x4, h100x8, h200-sxmx16 …"
+
+
+def format_opt(help: str = "Output: table | json | csv | md.") -> typer.models.OptionInfo:
+    """``--format/-f``: table | json | csv | md."""
+    return typer.Option("table", "--format", "-f", help=help)
+
+
+def catalog_opt() -> typer.models.OptionInfo:
+    """``--catalog DIR`` (repeatable): extra catalog folders."""
+    return typer.Option(None, "--catalog", help="Folder of YAML files that override or add catalog entries (repeatable).")
+
+
+def target_opt(help: str = TARGET_HELP, default=...) -> typer.models.OptionInfo:
+    """``--target/-t``."""
+    return typer.Option(default, "--target", "-t", help=help)
+
+
+def targets_opt(default: str, help: str = "Comma-separated targets <hardware key>[x<N>].") -> typer.models.OptionInfo:
+    """``--targets/-t``: a comma-separated list."""
+    return typer.Option(default, "--targets", "-t", help=help)
+
+
+def precision_opt(default: str = "bf16", help: str = PRECISIONS_HELP) -> typer.models.OptionInfo:
+    """``--precision/-p``."""
+    return typer.Option(default, "--precision", "-p", help=help)
+
+
+def phase_opt(default: str = "decode", help: str = "train | prefill | decode") -> typer.models.OptionInfo:
+    """``--phase``."""
+    return typer.Option(default, "--phase", help=help)
+
+
+def batch_opt(help: str = "Sequences (default: catalogs/defaults.yaml).", default: Optional[int] = None) -> typer.models.OptionInfo:
+    """``--batch/-b``."""
+    return typer.Option(default, "--batch", "-b", help=help)
+
+
+def context_opt(help: str = "Tokens per sequence / KV length (default: catalogs/defaults.yaml).",
+                default: Optional[int] = None) -> typer.models.OptionInfo:
+    """``--context/-c``."""
+    return typer.Option(default, "--context", "-c", help=help)
+
+
+def output_tokens_opt(help: str = "Serve: output tokens per request (default 256).", short: bool = True) -> typer.models.OptionInfo:
+    """``--output-tokens[/-o]``."""
+    names = ("--output-tokens", "-o") if short else ("--output-tokens",)
+    return typer.Option(None, *names, help=help)
+
+
+def train_tokens_opt(help: str = "Train: tokens in the run (default 20 x params).") -> typer.models.OptionInfo:
+    """``--train-tokens``."""
+    return typer.Option(None, "--train-tokens", help=help)
+
+
+def reserve_opt() -> typer.models.OptionInfo:
+    """``--reserve``: memory fraction kept back."""
+    return typer.Option(None, "--reserve", help="Fraction of SRAM/HBM kept back (default: catalog).")
+
+
+def memoryx_opt(help: str = "Wafer training: MemoryX capacity option (e.g. 12tb).") -> typer.models.OptionInfo:
+    """``--memoryx``."""
+    return typer.Option(None, "--memoryx", help=help)
+
+
+def set_opt(help: str = "Pin a cost input: NAME=VALUE (e.g. electricity_usd_per_kwh=0.12, cs3.capex_usd=2e6). "
+                        "Repeatable.") -> typer.models.OptionInfo:
+    """``--set NAME=VALUE`` (repeatable)."""
+    return typer.Option(None, "--set", help=help)
+
+
+def prices_opt() -> typer.models.OptionInfo:
+    """``--prices FILE`` (repeatable)."""
+    return typer.Option(None, "--prices", help="Prices YAML merged over catalogs/prices (repeatable).")
+
+
+def uncertainty_opt(help: str = "Monte Carlo samples for P10/P50/P90 (0: off).", short: bool = True) -> typer.models.OptionInfo:
+    """``--uncertainty[/-u]``."""
+    names = ("--uncertainty", "-u") if short else ("--uncertainty",)
+    return typer.Option(0, *names, help=help)
+
+
+def seed_opt() -> typer.models.OptionInfo:
+    """``--seed``."""
+    return typer.Option(0, "--seed", help="Random seed of the Monte Carlo.")
+
+
+def software_opt() -> typer.models.OptionInfo:
+    """``--software NAME``: a named software profile of the catalog (placeholder; wired in with the profiles)."""
+    return typer.Option(None, "--software", help="Software profile (engine overheads and efficiencies) from the catalog.")
+
+
+def policy_opt() -> typer.models.OptionInfo:
+    """``--policy``: activations kept for the backward pass on wafers."""
+    return typer.Option("auto", "--policy", help="Activations for the backward pass: auto | store | checkpoint | recompute | spill.")
+
+
+def solver_opt(default: str, help: str) -> typer.models.OptionInfo:
+    """``--solver``."""
+    return typer.Option(default, "--solver", help=help)
+
+
+_LOADED: dict = {"catalog": None}
+
+
+def load_catalog(dirs: Optional[list[str]]):
+    """The catalog with the user's ``--catalog`` folders applied (remembered for the records' provenance)."""
+    from ..catalog import load_catalog as _load
+
+    cat = _load(list(dirs or []))
+    _LOADED["catalog"] = cat
+    return cat
+
+
+def loaded_catalog():
+    """The catalog this command loaded, or None."""
+    return _LOADED["catalog"]

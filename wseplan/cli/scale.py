@@ -1,0 +1,54 @@
+"""`wseplan scale MODEL --targets wse3,h100`: training efficiency from 1 to N systems."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import check_format, table_out
+
+
+def scale_cmd(
+    model: str = typer.Argument(..., help="Catalog model name/alias, a config.json or a layer-list YAML."),
+    targets: str = O.targets_opt("wse3,h100", "Comma-separated hardware keys: wse3,h100 ..."),
+    max_systems: int = typer.Option(64, "--max-systems", "-n", help="Largest count of CS systems / GPU nodes in the sweep."),
+    batch: int = O.batch_opt("Global batch [sequences], fixed across the sweep.", default=1024),
+    context: int = O.context_opt("Sequence length [tokens].", default=2048),
+    precision: str = O.precision_opt(),
+    policy: str = O.policy_opt(),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """Training efficiency from 1 to N systems: WSE behind SwarmX vs GPU data parallel (one row per count).
+
+    Example: wseplan scale llama-3-8b --targets wse3,h100 --max-systems 64 --batch 1024 --format csv
+    """
+    from ..scale import scaling_frame
+    from ..errors import InputError
+    from ..fit import resolve_model
+    from ..targets import parse_target
+
+    check_format(fmt)
+    if max_systems < 1 or max_systems > 4096:
+        raise InputError(f"--max-systems: must be between 1 and 4096, got {max_systems}")
+    cat = O.load_catalog(catalog)
+    m = resolve_model(model, cat)
+    keys = [k.strip() for k in targets.split(",") if k.strip()]
+    if not keys:
+        raise InputError("--targets: give at least one hardware key, e.g. wse3,h100")
+    ts = []
+    for k in keys:
+        t = parse_target(k, cat)
+        if t.count is not None:
+            raise InputError(f"--targets: give hardware keys without a count ({k!r}); the sweep sets the count via --max-systems")
+        ts.append(t)
+    df = scaling_frame(m, ts, cat, precision=precision, global_batch=batch, context=context, max_systems=max_systems,
+                       policy=policy)
+    rows = [{k: (None if v != v else v) if isinstance(v, float) else v for k, v in r.items()}
+            for r in df.to_dict(orient="records")]
+    table_out(rows, fmt, title=f"scaling: {df.attrs['model']}, global batch {batch} x {context} tokens")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("scale")(scale_cmd)

@@ -1,0 +1,73 @@
+"""`wseplan time MODEL --target T --phase train|prefill|decode` — step, prefill and decode time on any target.
+
+Calls :func:`wseplan.timing.predict_time`, a view of the planning chain (:func:`wseplan.plan.plan`). Without a
+layout option the layout is searched (the fastest that fits); a given layout that does not fit is reported
+with ``fits: false`` and no time.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import Rendered, Section, check_format, quantities, render
+
+
+def time_cmd(
+    model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b) or a config.json path."),
+    target: str = O.target_opt("<hardware key>[x<N>]: wse3, cs3x4, h100x8, a100x1536 …"),
+    phase: str = O.phase_opt(help="train | prefill | decode | serve (whole requests)"),
+    precision: str = O.precision_opt(),
+    batch: Optional[int] = O.batch_opt("Train: global batch [sequences]; inference: concurrent requests."),
+    context: Optional[int] = O.context_opt("Train: sequence length; prefill: prompt; decode: KV length."),
+    output_tokens: Optional[int] = O.output_tokens_opt("Serve: generated tokens per request (decode with -o = serve)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree (GPU)."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel degree (GPU)."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (GPU train: default count/(tp*pp*cp))."),
+    cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree (GPU train)."),
+    vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full."),
+    zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
+    search: bool = typer.Option(False, "--search", help="Search the layout (the default whenever no layout option is given)."),
+    train_tokens: Optional[float] = O.train_tokens_opt("Train: also report wall time and GPU-hours for N tokens."),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """How long a training step, a prefill or a decoded token takes on TARGET, and what binds.
+
+    Example: wseplan time gpt-3-175b --target a100x1536 --phase train --batch 1536 --context 2048 --tp 8 --pp 12 ;
+    wseplan time llama-3-8b --target h100x1 --phase decode --batch 64 --context 2048 --output-tokens 512
+    """
+    from ..errors import InputError
+    from ..timing import predict_time
+
+    check_format(fmt)
+    cat = O.load_catalog(catalog)
+    lay = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, virtual_pipeline=vpp,
+                                  micro_batch=micro_batch).items() if v is not None}
+    opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero).items() if v is not None}
+    if search and lay:
+        raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
+    if train_tokens is not None:
+        if phase != "train":
+            raise InputError("--train-tokens: applies to --phase train")
+        if not train_tokens > 0:
+            raise InputError(f"--train-tokens: must be > 0, got {train_tokens!r}")
+    res = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
+                       output_tokens=output_tokens, catalog=cat, **lay, **opts)
+    extra = {}
+    if train_tokens is not None and res.step_s and res.tokens_per_s:
+        secs = train_tokens / res.tokens_per_s
+        extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "gpu_hours": secs * res.num_devices / 3600.0}
+    rec = res.to_record()
+    rec.update(extra)
+    row = res.to_row()
+    row.update(extra)
+    render(Rendered(record=rec, csv_rows=[row], heading=f"Time: {res.model} on {res.target} ({res.phase})",
+                    sections=[Section(f"{res.model} on {res.target}: {res.phase}", quantities(row))], notes=list(res.notes)),
+           fmt)
+
+def register(app: typer.Typer) -> None:
+    app.command("time")(time_cmd)
