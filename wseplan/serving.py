@@ -184,7 +184,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
           output_tokens: int = 256, concurrency: int | None = None, rate: float | None = None,
           ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
           output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float = DEFAULT_UTILIZATION, options: dict | None = None,
-          layout: dict | None = None, catalog=None, prices=None, overrides: dict | None = None) -> ServeResult:
+          layout: dict | None = None, batches=None, catalog=None, prices=None,
+          overrides: dict | None = None) -> ServeResult:
     """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
 
     With ``concurrency`` the replica runs that many requests at once; without it every concurrency up to the
@@ -214,7 +215,11 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         prices = None
     s0 = setup(model, target, phase="serve", precision=precision, software=software, options=options, catalog=cat)
     eng = s0.query.software.engine
-    batches = [concurrency] if concurrency else concurrency_grid(eng.max_batch.si)
+    if batches is not None:  # the concurrencies to try (fleet's grid); default: powers of two to the engine's max
+        for b in batches:
+            check_positive_int(b, "batches")
+        batches = sorted(set(int(b) for b in batches))
+    batches = [concurrency] if concurrency else batches or concurrency_grid(eng.max_batch.si)
     points: list[ServePoint] = []
     t0 = s0.query.target
     kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
@@ -329,16 +334,20 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
                     tpot_limit_s: float | None = None, percentile: float = 95) -> list[dict]:
     """One dict per concurrency that fits on the fewest devices of ``hardware`` (a key without a count), at the
     default load: ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load),
-    ``requests_per_s``, ``ttft_s`` (at ``percentile``), ``tpot_s``, ``tokens_per_s_per_user``, ``layout``,
+    ``requests_per_s``, ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's
+    throughput), ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``, ``tokens_per_s_per_user``, ``layout``,
     ``meets_sla``. ``fleet`` builds its configurations from these; ``devices`` is accepted for compatibility."""
     res = serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
                 output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
-                percentile=percentile, prices=False)
+                percentile=percentile, batches=list(batches), prices=False)
     out = []
+    fewest = min((p.devices_per_replica for p in res.points if p.num_replicas == 1), default=None)
     for p in res.points:
-        if p.batch not in set(batches) or p.num_replicas != 1:
+        if p.batch not in set(batches) or p.num_replicas != 1 or p.devices_per_replica != fewest:
             continue
         out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
-                        requests_per_s=p.requests_per_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
+                        requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
+                        capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
+                        utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
                         tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
     return out
