@@ -1,0 +1,31 @@
+"""Validate the time models against published measurements (``wseplan validate CASES.csv``).
+
+The package, one concern per module:
+
+* :mod:`.cases` reads the validation-case format (``docs/validation.md``) and builds each row's architecture;
+* :mod:`.gpu` and :mod:`.wafer` predict a row on GPUs and on wafers (:mod:`.common` holds what they share);
+* :mod:`.run` predicts a whole file and judges each row against its category's tolerance band;
+* :mod:`.fit` refits the GPU efficiency constants (``catalogs/calibration/gpu_efficiency.yaml``).
+
+Every public name stays importable from ``wseplan.validate``.
+"""
+from __future__ import annotations
+
+from .cases import (ALL_COLUMNS, CATEGORIES, INT_COLUMNS, MAX_CELL_CHARS, MAX_INT_CELL, NO_BAND, NON_PERFORMANCE,
+                    NOT_PREDICTED, OUTPUT_COLUMNS, OUTSIDE, REQUIRED_COLUMNS, STATUSES, TOLERANCE_PERCENTILE, WITHIN,
+                    Case, SkipRow, case_model, default_cases_path, iter_cases, moe_layout_from_notes, note_hint,
+                    read_cases, source_key)
+from .common import GPU_INFER_PROFILE, GPU_PROFILE, _target, gemv_shape, wafer_profile_for
+from .fit import (FIT_BOUNDS, GPU_CATEGORIES, UNFITTED_NOTES, fit_cases, fit_gpu_efficiency, leave_one_source_out,
+                  refit_and_write, write_gpu_efficiency)
+from .gpu import INFLIGHT_MARKERS, STATIC_MARKERS, gpu_scheduling_for, sla_of
+from .run import (category_bands, judge, predict_case, reference_bands, summarize, validate_cases, validate_file)
+
+__all__ = ["ALL_COLUMNS", "CATEGORIES", "FIT_BOUNDS", "GPU_CATEGORIES", "GPU_INFER_PROFILE", "GPU_PROFILE",
+           "INFLIGHT_MARKERS", "INT_COLUMNS", "MAX_CELL_CHARS", "MAX_INT_CELL", "NON_PERFORMANCE", "NOT_PREDICTED",
+           "NO_BAND", "OUTPUT_COLUMNS", "OUTSIDE", "REQUIRED_COLUMNS", "STATIC_MARKERS", "STATUSES",
+           "TOLERANCE_PERCENTILE", "UNFITTED_NOTES", "WITHIN", "Case", "SkipRow", "_target", "case_model",
+           "category_bands", "default_cases_path", "fit_cases", "fit_gpu_efficiency", "gemv_shape",
+           "gpu_scheduling_for", "iter_cases", "judge", "leave_one_source_out", "moe_layout_from_notes", "note_hint",
+           "predict_case", "read_cases", "reference_bands", "refit_and_write", "sla_of", "source_key",
+           "summarize", "validate_cases", "validate_file", "wafer_profile_for", "write_gpu_efficiency"]

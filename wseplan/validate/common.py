@@ -1,0 +1,105 @@
+"""What the GPU and wafer predictors of the validation rows share: the row's target, its training-metric conversion,
+the software profiles rows run, and the GEMV shape of kernel rows."""
+from __future__ import annotations
+
+import re
+
+from ..analytic import gpu_time as G
+from ..targets import parse_target
+from .cases import Case, SkipRow, note_hint
+
+
+def _target(case: Case, catalog, count: int | None):
+    text = case.hardware if not count else f"{case.hardware}x{count}"
+    return parse_target(text, catalog)
+
+
+def _train_tokens(case: Case) -> float:
+    tok = note_hint(case.notes, "train_tokens")
+    if tok:
+        return float(tok)
+    samples = note_hint(case.notes, "train_samples")
+    seq = case.get("seq_len")
+    if samples and seq:
+        return float(samples) * seq
+    raise SkipRow("train_tokens (or train_samples) not given in notes")
+
+
+def _flop_multiplier(case: Case, recompute: str) -> float:
+    conv = case.get("flops_convention") or "model"
+    return 4.0 if conv == "hardware" and recompute == "full" else 3.0
+
+
+def _recompute(case: Case) -> str:
+    r = case.get("recompute")
+    if r:
+        return r
+    # not stated: a row that counts hardware FLOPs (an extra forward) ran with full recompute
+    return "full" if case.get("flops_convention") == "hardware" else "selective"
+
+
+def _is_lora(case: Case) -> bool:
+    return "lora" in case.model.lower()
+
+
+#: the GPU software profile the public rows were calibrated with (static batches; see catalogs/software/)
+GPU_PROFILE = "gpu-fitted-2026-11"
+#: the profile whose mechanism constants time GPU inference rows (scheduled per row, see gpu_scheduling_for)
+GPU_INFER_PROFILE = "gpu-production"
+
+
+def wafer_profile_for(case) -> str:
+    """Research-code rows (WaferLLM) run the research profile; Cerebras service figures the production one."""
+    return "wafer-research" if "waferllm" in (case.source or "").lower() else "wafer-production"
+
+
+def _need_fit(r):
+    """A measured run happened, so it fitted: rows the (conservative) memory model refuses are still timed
+    (``require_fit=False``); only a prediction without a time is skipped."""
+    if r.step_s is None:
+        raise SkipRow(f"no time: {r.notes[0] if r.notes else 'the time model returned none'}")
+    return r
+
+
+_GEMV = re.compile(r"GEMV\s*\[\s*(\d+)\s*,\s*(\d+)([KkMm]?)\s*\]\s*x\s*\[\s*(\d+)([KkMm]?)\s*,\s*(\d+)([KkMm]?)\s*\]")
+
+
+def _dim(num: str, suffix: str) -> int:
+    return int(num) * {"": 1, "k": 1024, "m": 1024 ** 2}[suffix.lower()]
+
+
+def gemv_shape(text: str) -> tuple[int, int, int] | None:
+    """(M, K, N) of a ``GEMV [M,K]x[K,N]`` model string (16K = 16384), or None."""
+    m = _GEMV.search(text or "")
+    if not m:
+        return None
+    return int(m.group(1)), _dim(m.group(2), m.group(3)), _dim(m.group(6), m.group(7))
+
+
+def _train_metric(case, model, *, step_s: float, tokens_per_step: float, num_devices: int, peak_flop_per_s: float,
+                  recompute: str, cal) -> float:
+    """Convert a training step time to the row's metric (shared by GPU and wafer rows)."""
+    tok_s = tokens_per_step / step_s
+    seq = case.get("seq_len")
+    flop_tok = G.model_flop_per_token(model, seq_len=seq) * _flop_multiplier(case, recompute) / 3.0
+    metric = case.metric
+    if metric in ("tflops_per_gpu", "mfu", "pct_of_peak", "pflops"):
+        per_dev = flop_tok * tok_s / num_devices
+        if metric == "tflops_per_gpu":
+            return per_dev / 1e12
+        if metric == "pflops":
+            return per_dev * num_devices / 1e15
+        frac = per_dev / peak_flop_per_s
+        return frac if metric == "mfu" else 100.0 * frac
+    if metric == "time_per_iter_s":
+        return step_s
+    if metric == "tokens_per_s":
+        return tok_s
+    if metric == "tokens_per_s_per_gpu":
+        return tok_s / num_devices
+    if metric == "time_to_train_min":
+        return _train_tokens(case) / tok_s * (1.0 + cal.benchmark_eval_overhead_frac) / 60.0
+    if metric == "gpu_hours":
+        return _train_tokens(case) / tok_s * num_devices / 3600.0
+    raise SkipRow(f"metric {metric} is not predicted for training rows")
+

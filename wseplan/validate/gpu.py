@@ -1,0 +1,222 @@
+"""Prediction of the GPU rows of a validation file: training steps, inference (static batches or an in-flight engine,
+per the row's source), and GEMV kernels."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from ..analytic import gpu_time as G
+from ..catalog.load import load_catalog
+from ..catalog.schema import Quantity
+from ..catalog.software import resolve_software
+from ..plan import evaluate, setup
+from ..serving import serve
+from ..timing import predict_time
+from .cases import SkipRow, case_model
+from .common import (GPU_INFER_PROFILE, GPU_PROFILE, _is_lora, _need_fit, _recompute, _target, _train_metric,
+                     gemv_shape, wafer_profile_for)
+
+
+def _software(cal, base: str = GPU_PROFILE):
+    """The GPU profile ``base`` (by default that of the training and kernel rows), with a trial calibration's
+    constants when ``cal`` is given."""
+    if cal is None:
+        return resolve_software(base, "gpu", load_catalog())
+    prof = resolve_software(base, "gpu", load_catalog())
+    consts = {f.name: Quantity(value=float(getattr(cal, f.name)), source="wseplan-estimate", basis="estimate",
+                               note="calibration trial") for f in dataclasses.fields(cal)}
+    return prof.model_copy(update={"constants": consts})
+
+
+def _predict_gpu_train(case, catalog, cal):
+    model = case_model(case, catalog)
+    f = case.fields
+    precision = f.get("precision") or "bf16"
+    seq = f.get("seq_len")
+    if not seq:
+        raise SkipRow("seq_len not given")
+    n = f.get("n_devices")
+    tp, pp, cp, vpp = f.get("tp") or 1, f.get("pp") or 1, f.get("cp") or 1, f.get("vpp")
+    single = case.metric == "layer_fwd_bwd_ms"
+    gb = f.get("global_batch")
+    if not gb:
+        raise SkipRow("global_batch not given")
+    if single:
+        dp, n = 1, tp
+    else:
+        if not n:
+            raise SkipRow("n_devices not given")
+        dp = f.get("dp") or max(n // (tp * pp * cp), 1)
+    layout = {"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "recompute": f.get("recompute") or _recompute(case),
+              "zero_stage": f.get("zero_stage"), "micro_batch": gb if single else None}
+    if single:
+        layout.update(vpp=1, zero_stage=layout["zero_stage"] or 1, dp=1)
+    elif f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
+        # layout not stated: the fastest layout that fits, as the team that ran it would have tuned it
+        layout = {"recompute": f.get("recompute"), "zero_stage": f.get("zero_stage")}
+        if layout["recompute"] is None and f.get("flops_convention") == "hardware":
+            layout["recompute"] = "full"
+    elif f.get("zero_stage") is None:
+        layout["zero_stage"] = 1
+    trainable = "lora" if _is_lora(case) else "full"
+    count = tp if single else n
+    target = _target(case, catalog, count)
+    res = predict_time(model, target, require_fit=False, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
+                       layout={k: v for k, v in layout.items() if v is not None}, context_parallel=cp,
+                       trainable=trainable, single_layer=single or None, software=_software(cal))
+    _need_fit(res)
+    step = res.step_s
+    if single:
+        return step * 1e3
+    lay = res.layout or {}
+    rec = lay.get("recompute", _recompute(case))
+    return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=res.num_devices,
+                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec,
+                         cal=cal or G.gpu_calibration())
+
+
+def _infer_layout(case):
+    f = case.fields
+    n = f.get("n_devices")
+    tp, pp, dp = f.get("tp"), f.get("pp") or 1, f.get("dp")
+    if tp is None:
+        if n is None:
+            raise SkipRow("n_devices and tp not given")
+        tp = max(n // (pp * (dp or 1)), 1)
+    if dp is None:
+        dp = max((n or tp * pp) // (tp * pp), 1)
+    return tp, pp, dp
+
+
+#: words in a row's source or notes that name a serving engine under load (in-flight / continuous batching)
+INFLIGHT_MARKERS = ("mlperf", "nim for llms", "trtllm-bench", "in-flight", "inflight", "continuous batching", "vllm",
+                    "sglang", "aiperf")
+#: words that name a static-batch measurement (one batch prefilled together, then decoded together)
+STATIC_MARKERS = ("static-batch", "static batch", "gptsessionbenchmark", "out_tps=output_seqlen*batch/total_latency")
+_SLA = re.compile(r"TTFT p(\d+)\s*<=\s*([\d.]+)\s*s and TPOT p\d+\s*<=\s*([\d.]+)\s*ms", re.I)
+
+
+def gpu_scheduling_for(case) -> str:
+    """How the measured engine scheduled requests: ``inflight`` when the row's source is a serving engine or load
+    generator (MLPerf, NIM/AIPerf, trtllm-bench, vLLM, SGLang), ``static`` for static-batch harnesses and by default
+    (research scripts, fixed-batch benchmark tables). Documented in docs/validation.md."""
+    text = f"{case.source} {case.notes}".lower()
+    if any(m in text for m in STATIC_MARKERS):
+        return "static"
+    return "inflight" if any(m in text for m in INFLIGHT_MARKERS) else "static"
+
+
+def sla_of(case) -> tuple[float, float, float] | None:
+    """(percentile, TTFT limit [s], TPOT limit [s]) a server-scenario row states as its constraints, else None."""
+    m = _SLA.search(case.notes or "")
+    return None if not m else (float(m.group(1)), float(m.group(2)), float(m.group(3)) / 1e3)
+
+
+def _gpu_engine(case, cal):
+    """The software profile a GPU inference row runs: the production mechanism constants (or a calibration trial's),
+    scheduled as the row's engine was (:func:`gpu_scheduling_for`); the GPU baselines of the WaferLLM paper run the
+    research profile (:data:`GPU_PROFILE`), as its wafer rows run ``wafer-research``."""
+    if wafer_profile_for(case) == "wafer-research":
+        return _software(cal)
+    prof = _software(cal, base=GPU_INFER_PROFILE)
+    if gpu_scheduling_for(case) == "static":
+        eng = prof.engine.model_copy(update={"scheduling": "static", "prefill_pass": "batch", "speculative": None})
+        prof = prof.model_copy(update={"name": f"{prof.name}/static", "engine": eng})
+    return prof
+
+
+def _predict_gpu_infer(case, catalog, cal):
+    model = case_model(case, catalog)
+    f = case.fields
+    precision = f.get("precision") or "bf16"
+    tp, pp, dp = _infer_layout(case)
+    target = _target(case, catalog, tp * pp * dp)
+    inp, out, conc = f.get("input_len"), f.get("output_len"), f.get("concurrency")
+    if not inp:
+        raise SkipRow("input_len not given")
+    sw = _gpu_engine(case, cal)
+    layout = {"tp": tp, "pp": pp, "dp": dp}
+    if conc is None and case.phase == "e2e-infer" and case.metric in ("tokens_per_s", "tokens_per_s_per_gpu"):
+        if not out:
+            raise SkipRow("output_len not given")
+        return _max_throughput(case, model, target, sw, precision, inp, out, layout, catalog) / (
+            1.0 if case.metric == "tokens_per_s" else tp * pp * dp)
+    inflight = sw.engine.scheduling == "inflight"
+    prefill_only = case.metric in ("ttft_ms", "prefill_tokens_per_s") or case.phase == "prefill"
+    if inflight and out and out > 1 or not prefill_only and case.phase != "decode":
+        phase = "serve"  # a request's life in the engine: TTFT, TPOT with the other requests' prompt chunks
+        if not out:
+            raise SkipRow("output_len not given")
+    else:
+        phase = "prefill" if prefill_only else "decode"
+    s = setup(model, target, phase=phase, precision=precision, software=sw, catalog=catalog)
+    n1 = np.ones(1)
+    cfg = {"batch": n1 * (conc or 1), "context": n1 * inp, "output_tokens": n1 * (out or 1),
+           **{k: n1 * v for k, v in layout.items()}}
+    arr = evaluate(s, cfg, require_fit=False)
+    if not np.isfinite(arr["step_s"][0]):
+        raise SkipRow("no time: the layout does not run")
+    g = {k: float(np.asarray(v)[0]) for k, v in arr.items() if k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s",
+                                                                      "request_s")}
+    if case.metric == "ttft_ms":
+        return g["ttft_s"] * 1e3
+    if case.metric == "prefill_tokens_per_s":
+        return inp / g["ttft_s"]
+    if phase == "prefill":
+        if case.metric in ("tokens_per_s", "tokens_per_s_per_gpu"):
+            sys_tok = g["tokens_per_s"]  # prompt tokens/s of all replicas
+            return sys_tok if case.metric == "tokens_per_s" else sys_tok / (tp * pp * dp)
+        if case.metric == "latency_ms":
+            return g["ttft_s"] * 1e3
+        raise SkipRow(f"metric {case.metric} is not predicted for prefill rows")
+    if case.metric == "tokens_per_s_per_user":
+        # decode rows: 1/TPOT; end-to-end rows: output tokens over the request's prefill and decode
+        return 1.0 / g["tpot_s"] if case.phase == "decode" else out / g["request_s"]
+    if case.metric == "tokens_per_s_per_gpu":
+        return g["tokens_per_s"] / (tp * pp * dp)
+    if case.metric == "tokens_per_s":
+        return g["tokens_per_s"]
+    if case.metric == "latency_ms":  # decode: one output token; e2e: the whole request
+        return (g["tpot_s"] if case.phase == "decode" else g["step_s"]) * 1e3
+    raise SkipRow(f"metric {case.metric} is not predicted for inference rows")
+
+
+#: loads (share of capacity) tried for a server-scenario row: the highest whose TTFT meets the limit is reported
+_SERVER_LOADS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
+
+
+def _max_throughput(case, model, target, sw, precision, inp, out, layout, catalog) -> float:
+    """Output tokens/s of the whole target at the engine's best operating point: offline (no concurrency, no limits)
+    the largest batch that fits at full load; a server scenario (limits in the notes) the highest load and batch
+    whose TTFT and TPOT percentiles meet them."""
+    sla = sla_of(case)
+    kw = dict(precision=precision, software=sw, input_tokens=int(inp), output_tokens=int(out), layout=layout,
+              catalog=catalog, prices=False)
+    if sla is None:
+        res = serve(model, target, **kw)
+        if not res.points:
+            raise SkipRow("no time: the model does not fit the layout at any concurrency")
+        return max(p.capacity_requests_per_s for p in res.points) * out
+    pct, ttft, tpot = sla
+    best = 0.0
+    for u in _SERVER_LOADS:
+        res = serve(model, target, utilization=u, ttft_limit_s=ttft, tpot_limit_s=tpot, percentile=pct, **kw)
+        best = max([best] + [p.tokens_per_s for p in res.points if p.meets_sla])
+    if best <= 0:
+        raise SkipRow("no operating point meets the row's stated TTFT/TPOT limits")
+    return best
+
+
+def _predict_gpu_kernel(case, catalog, cal):
+    shape = gemv_shape(case.model)
+    if shape is None or case.metric != "latency_ms":
+        raise SkipRow("kernel is not a GEMV latency; no model for it")
+    tp = case.get("tp") or case.get("n_devices") or 1
+    target = _target(case, catalog, tp)
+    precision = case.get("precision") or "fp16"
+    t = G.gemv_time_s(target.device, m=shape[0], k=shape[1], n=shape[2], tp=tp, precision=precision,
+                      cal=cal or G.gpu_calibration())
+    return float(t) * 1e3
+

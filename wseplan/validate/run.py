@@ -1,0 +1,119 @@
+"""Predict every row of a validation file and judge it (``wseplan validate CASES.csv``).
+
+Every row is predicted (:func:`predict_case`) and the prediction converted to the row's own metric and unit;
+``rel_error = predicted / measured - 1``. A row is skipped only when its metric is not a performance quantity (power
+fractions, ratios to other hardware, goodput percentages, maximum generation length) or when an input it needs is
+missing and no documented default defines it; every skip carries its reason.
+
+Status of a row (the tolerance rule): ``within tolerance`` when ``|rel_error|`` is at most its category's band,
+``outside tolerance`` when above, ``not predicted`` when skipped, ``no tolerance band`` when its category has no
+band. A category's band is the 80th percentile of ``|rel_error|`` over the strong and medium rows of that category in
+the bundled validation set (:data:`TOLERANCE_PERCENTILE`; the same validated error that ``wseplan check`` allows a
+claim): four in five published measurements fall inside it.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..catalog.load import load_catalog
+from ..errors import InputError
+from .cases import NON_PERFORMANCE, NOT_PREDICTED, NO_BAND, OUTSIDE, TOLERANCE_PERCENTILE, WITHIN, Case, SkipRow, \
+    default_cases_path, read_cases, source_key
+from .gpu import _predict_gpu_infer, _predict_gpu_kernel, _predict_gpu_train
+from .wafer import _predict_wafer
+
+
+def predict_case(case: Case, catalog, cal=None) -> float:
+    """Predicted value of one row in its own unit; raises :class:`SkipRow` with the reason."""
+    if case.metric in NON_PERFORMANCE:
+        raise SkipRow(NON_PERFORMANCE[case.metric])
+    if case.hardware.startswith("wse"):
+        return _predict_wafer(case, catalog)
+    if case.phase == "kernel":
+        return _predict_gpu_kernel(case, catalog, cal)
+    if case.phase == "train":
+        return _predict_gpu_train(case, catalog, cal)
+    return _predict_gpu_infer(case, catalog, cal)
+
+def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float] | None = None) -> list[dict]:
+    """One record per case: the OUTPUT_COLUMNS plus quality and source.
+
+    ``bands`` (category -> tolerance fraction) judge each predicted row (see the module docstring); without
+    them the bands come from these rows themselves (:func:`category_bands`), which for the bundled set is the
+    reference.
+    """
+    out = []
+    for c in cases:
+        rec = {"id": c.id, "category": c.category, "metric": c.metric, "unit": c.unit, "measured": c.value,
+               "predicted": None, "rel_error": None, "status": NOT_PREDICTED, "reason": "", "tolerance_frac": None,
+               "quality": c.quality, "source": source_key(c)}
+        try:
+            v = float(predict_case(c, catalog, cal))
+            if not math.isfinite(v) or v <= 0:
+                raise SkipRow(f"prediction is not a positive number ({v})")
+            rec.update(predicted=v, rel_error=v / c.value - 1.0 if c.value else None)
+        except SkipRow as exc:
+            rec["reason"] = str(exc)
+        except InputError as exc:
+            rec["reason"] = f"input: {exc}"
+        out.append(rec)
+    return judge(out, category_bands(out) if bands is None else bands)
+
+
+def category_bands(records: list[dict]) -> dict[str, float]:
+    """Per category, the :data:`TOLERANCE_PERCENTILE` th percentile of ``|rel_error|`` over its predicted strong
+    and medium rows (categories without such rows have no band)."""
+    out = {}
+    for cat_name in sorted({r["category"] for r in records}):
+        errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r.get("rel_error") is not None
+                and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium")]
+        if errs:
+            out[cat_name] = float(np.percentile(errs, TOLERANCE_PERCENTILE))
+    return out
+
+
+def judge(records: list[dict], bands: dict[str, float]) -> list[dict]:
+    """Set each record's ``status`` and ``tolerance_frac`` from the category ``bands`` (in place; returned)."""
+    for r in records:
+        if r.get("predicted") is None or r.get("rel_error") is None or not math.isfinite(r["rel_error"]):
+            r["status"] = NOT_PREDICTED
+            continue
+        band = bands.get(r["category"])
+        r["tolerance_frac"] = band
+        r["status"] = NO_BAND if band is None else (WITHIN if abs(r["rel_error"]) <= band * (1 + 1e-12) else OUTSIDE)
+    return records
+
+
+def reference_bands(catalog) -> dict[str, float]:
+    """The tolerance bands of the bundled validation set (what ``wseplan validate`` judges any file by)."""
+    return category_bands(validate_file(default_cases_path(), catalog))
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """Median |rel_error| per category: strong+medium rows counted, weak reported separately."""
+    rows = []
+    cats = sorted({r["category"] for r in records})
+    for cat in cats:
+        rs = [r for r in records if r["category"] == cat]
+        for label, qual in (("strong+medium", ("strong", "medium")), ("weak", ("weak",))):
+            sel = [r for r in rs if r.get("quality") in qual]
+            if not sel:
+                continue
+            ok = [abs(r["rel_error"]) for r in sel if r.get("status") != NOT_PREDICTED and r.get("rel_error") is not None
+                  and math.isfinite(r["rel_error"])]  # a NaN would turn the median into NaN
+            within = sum(r.get("status") == WITHIN for r in sel)
+            rows.append({"category": cat, "quality": label, "rows": len(sel), "predicted": len(ok),
+                         "predicted_frac": len(ok) / len(sel), "within_tolerance": within,
+                         "tolerance_frac": next((r["tolerance_frac"] for r in sel if r.get("tolerance_frac") is not None), None),
+                         "median_abs_rel_error": float(np.median(ok)) if ok else None,
+                         "max_abs_rel_error": float(np.max(ok)) if ok else None})
+    return rows
+
+
+def validate_file(path: str | Path, catalog=None, cal=None) -> list[dict]:
+    """:func:`validate_cases` of the rows of ``path``."""
+    return validate_cases(read_cases(path), catalog or load_catalog(), cal)
+

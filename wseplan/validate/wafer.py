@@ -1,0 +1,85 @@
+"""Prediction of the wafer-scale (WSE) rows of a validation file: GEMV kernels, inference and training."""
+from __future__ import annotations
+
+from ..analytic import gpu_time as G
+from ..analytic import wse_time
+from ..timing import predict_time
+from .cases import SkipRow, case_model, note_hint
+from .common import _need_fit, _recompute, _target, _train_metric, gemv_shape, wafer_profile_for
+
+
+def _predict_wafer(case, catalog):
+    if case.phase == "kernel":
+        shape = gemv_shape(case.model)
+        fn = wse_time.gemv_latency_s
+        if shape is None or case.metric != "latency_ms":
+            raise SkipRow("kernel is not a GEMV latency; no model for it")
+        target = _target(case, catalog, None)
+        kw = dict(k=shape[1], n=shape[2], m=shape[0], wafer=target.device, precision=case.get("precision") or "fp16")
+        grid = note_hint(case.notes, "wse_core_grid")
+        if grid and "x" in grid:
+            r_, _, c_ = grid.partition("x")
+            kw.update(region_rows=int(float(r_)), region_cols=int(float(c_)))
+        try:
+            return float(fn(**kw)) * 1e3
+        except (NotImplementedError, TypeError):
+            raise SkipRow("wafer model unavailable") from None
+    model = case_model(case, catalog)
+    f = case.fields
+    if case.phase == "train":
+        return _predict_wafer_train(case, catalog, model)
+    precision = f.get("precision") or "fp16"
+    inp, out, conc = f.get("input_len"), f.get("output_len"), f.get("concurrency") or 1
+    if not inp:
+        raise SkipRow("input_len not given")
+    target = _target(case, catalog, f.get("n_devices"))
+    opts = {}
+    for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
+                     ("wse_core_grid_decode", "core_grid_decode")):
+        v = note_hint(case.notes, key)
+        if v:
+            rows, _, cols = v.partition("x")
+            if rows and cols:
+                opts[opt] = (int(float(rows)), int(float(cols)))
+    phase = "prefill" if case.phase == "prefill" else "decode"
+    try:
+        r = predict_time(model, target, require_fit=False, phase=phase, precision=precision, batch=conc, context=inp,
+                         output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog,
+                         software=wafer_profile_for(case), **opts)
+        _need_fit(r)
+    except (NotImplementedError, ImportError, AttributeError):
+        raise SkipRow("wafer model unavailable") from None
+    m = case.metric
+    if m == "prefill_tokens_per_s":
+        return inp / (r.ttft_s or r.step_s)
+    if m == "ttft_ms":
+        return (r.ttft_s or r.step_s) * 1e3
+    if m == "tokens_per_s_per_user":
+        if case.phase == "decode":
+            return 1.0 / (r.tpot_s or r.step_s)
+        return out / r.request_s
+    if m == "tokens_per_s":
+        return r.tokens_per_s
+    if m == "tokens_per_s_per_gpu":
+        return r.tokens_per_s / max(r.num_devices, 1)
+    if m == "latency_ms" and case.phase == "decode":
+        return (r.tpot_s or r.step_s) * 1e3
+    raise SkipRow(f"metric {m} is not predicted for wafer rows")
+
+
+def _predict_wafer_train(case, catalog, model):
+    f = case.fields
+    seq, gb, n = f.get("seq_len"), f.get("global_batch"), f.get("n_devices") or 1
+    if not seq or not gb:
+        raise SkipRow("seq_len and global_batch needed for a wafer training row")
+    precision = f.get("precision") or "bf16"
+    target = _target(case, catalog, n)
+    try:
+        r = predict_time(model, target, require_fit=False, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog)
+        _need_fit(r)
+    except (NotImplementedError, ImportError, AttributeError):
+        raise SkipRow("wafer model unavailable") from None
+    return _train_metric(case, model, step_s=r.step_s, tokens_per_step=gb * seq, num_devices=r.num_devices or n,
+                         peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=_recompute(case),
+                         cal=G.gpu_calibration())
+
