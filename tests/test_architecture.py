@@ -31,7 +31,7 @@ TOWER = (
               "wseplan.report.plots")),
     ("catalog", ("wseplan.catalog",)),
     ("model", ("wseplan.workload", "wseplan.architecture", "wseplan.model_files", "wseplan.targets", "wseplan.records",
-               "wseplan.calibration_data")),
+               "wseplan.calibration_data", "wseplan.model_error")),
     ("analytic", ("wseplan.analytic",)),
     ("devices", ("wseplan.devices",)),
     ("plan", ("wseplan.plan",)),

@@ -3,8 +3,10 @@ GPU time models (:mod:`wseplan.analytic.gpu_time`).
 
 The file is not read by the core catalog loader; this module owns it. Each constant is a catalog
 :class:`~wseplan.catalog.schema.Quantity` (value, source, basis, note); the file also lists the validation
-row ids the constants were fitted on (``fitted_on``) and the fit method. :func:`gpu_calibration` returns a
-plain frozen dataclass of floats (:class:`GpuCalibration`) for the hot path.
+row ids the constants were fitted on (``fitted_on``), the fit method and the constants that ended at a bound of
+their prior. :func:`gpu_calibration` returns a plain frozen dataclass of floats (:class:`GpuCalibration`) for the
+hot path. The priors of the fitted constants (mechanism, value, physical range, sources) are hand-written in
+``catalogs/calibration/gpu_priors.yaml`` (:func:`read_gpu_priors`).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .catalog.load import default_catalog_dir, read_yaml
 from .catalog.schema import Quantity
@@ -104,7 +106,48 @@ class GpuEfficiencyFile(BaseModel):
     method: str
     fitted_on: list[str]
     residuals: dict[str, float] = {}
+    #: fitted constants that ended at a bound of their prior range ("name: low" / "name: high")
+    at_bound: list[str] = []
+    #: the model choice of the calibration and the cross-validated errors it was chosen by
+    selection: dict = {}
     constants: dict[str, Quantity]
+    #: the fitted values of software profiles' mechanism constants (profile -> constant -> value); they replace the
+    #: prior value a profile states with a range (low/high), see :func:`profile_constants`
+    profiles: dict[str, dict[str, Quantity]] = {}
+
+
+class GpuPrior(Quantity):
+    """The prior of one fitted constant: the mechanism it stands for, its likely value and physical range."""
+
+    mechanism: str = Field(min_length=1)
+
+
+def priors_path(base_dir: str | Path | None = None) -> Path:
+    base = Path(base_dir) if base_dir is not None else default_catalog_dir()
+    return base / "calibration" / "gpu_priors.yaml"
+
+
+@lru_cache(maxsize=4)
+def read_gpu_priors(path: str | Path | None = None) -> dict[str, GpuPrior]:
+    """The priors of ``catalogs/calibration/gpu_priors.yaml`` by constant name; :class:`CatalogError` on a bad file
+    (an unknown constant, a prior without a range, a value outside its range)."""
+    p = Path(path) if path is not None else priors_path()
+    data = read_yaml(p)
+    if not isinstance(data, dict) or not isinstance(data.get("gpu_priors"), dict):
+        raise CatalogError(f"{p}: must hold a 'gpu_priors' mapping")
+    out = {}
+    for k, v in data["gpu_priors"].items():
+        if k not in CALIBRATION_KEYS:
+            raise CatalogError(f"{p}: unknown constant {k!r}; allowed: {', '.join(CALIBRATION_KEYS)}")
+        try:
+            q = GpuPrior.model_validate(v)
+        except ValidationError as exc:
+            loc, msg = validation_detail(exc)
+            raise CatalogError(f"{p}: {k}.{loc}: {msg}") from None
+        if q.low is None or q.high is None or not 0 < q.bound("low") <= q.si <= q.bound("high"):
+            raise CatalogError(f"{p}: {k}: a prior needs 0 < low <= value <= high")
+        out[k] = q
+    return out
 
 
 def calibration_path(base_dir: str | Path | None = None) -> Path:
@@ -136,6 +179,23 @@ def _cached(path: str) -> GpuCalibration:
         return GpuCalibration()
     f = read_gpu_efficiency(p)
     return GpuCalibration(**{k: float(q.si) for k, q in f.constants.items()})
+
+
+@lru_cache(maxsize=4)
+def _cached_profiles(path: str) -> dict[str, dict[str, float]]:
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    return {name: {k: float(q.si) for k, q in qs.items()} for name, qs in read_gpu_efficiency(p).profiles.items()}
+
+
+def profile_constants(profile) -> dict[str, float]:
+    """The constants of a software ``profile`` as the GPU models run them: each constant the profile states with a
+    prior range (``low``/``high``) takes its fitted value from the calibration file when the file has one for the
+    profile (by name; a ``name/variant`` profile uses ``name``'s), every other constant its stated value."""
+    fitted = _cached_profiles(str(calibration_path())).get(profile.name.split("/")[0], {})
+    return {k: (fitted[k] if k in fitted and q.low is not None and q.high is not None else q.si)
+            for k, q in profile.constants.items()}
 
 
 def gpu_calibration(path: str | Path | None = None) -> GpuCalibration:

@@ -21,6 +21,7 @@ import numpy as np
 from .analytic import cost as C
 from .catalog.load import load_catalog
 from .errors import InputError
+from .model_error import category_for, time_factor_range
 from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
 from .workload import total_params as transformer_params
 
@@ -67,6 +68,22 @@ def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
         out["capex_usd"] = C.Param.from_quantity("capex_usd", hp.capex_usd)
         out["network_frac"] = C.Param.from_quantity("network_frac", hp.network_frac)
     return C.apply_overrides(out, overrides or {}, hardware_key=hw.price_key)
+
+
+def model_time_param(s: Setup, rec) -> C.Param | None:
+    """The model error of the time prediction as a cost input: true time / predicted time, triangular over the 5th to
+    95th percentile of the held-out errors of its category (:mod:`wseplan.model_error`), nominal 1 (so nominal costs
+    are the predicted ones); the Monte Carlo samples it with the prices. None without a model-error file."""
+    q = s.query
+    b = time_factor_range(category_for(q.target.kind, q.phase), params_b=transformer_params(q.model) / 1e9
+                          if hasattr(q.model, "num_layers") else None,
+                          devices=rec.num_devices, hardware=q.target.key)
+    if b is None:
+        return None
+    lo, hi, note = b
+    return C.Param(name="model_time_factor", value=1.0, low=min(lo, 1.0), high=max(hi, 1.0),
+                   source=["wseplan-model-error"], basis="estimate",
+                   note=f"true time / predicted time of the {q.phase} times; {note}")
 
 
 def num_systems(s: Setup, num_devices) -> np.ndarray:
@@ -164,6 +181,9 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     cat = s.query.catalog
     b, c, o = rec.batch, rec.context, rec.output_tokens or 0
     params = params_for(s, prices, overrides=overrides)
+    mt = model_time_param(s, rec)
+    if mt is not None:
+        params["model_time_factor"] = mt
     notes = list(rec.notes)
     tt = train_tokens
     if phase == "train" and tt is None:

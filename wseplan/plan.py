@@ -27,13 +27,15 @@ import numpy as np
 
 from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
+from .catalog.schema import Model
 from .catalog.software import resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
 from .errors import InputError
+from .model_error import plan_interval
 from .records import PlanRecord
 from .targets import Target, parse_target
-from .workload import check_positive_int, check_precision, resolve_model
+from .workload import check_positive_int, check_precision, resolve_model, total_params
 
 #: fields of the fit part of a result (arrays in :func:`evaluate`)
 FIT_FIELDS = ("num_devices", "num_replicas", "per_device_bytes", "capacity_bytes", "fits", "weights_bytes",
@@ -312,6 +314,10 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         notes = list(notes) + [f"no {fam.name} time model for {getattr(q.model, 'name', 'this model')} "
                                "(a layer-list model has no transformer shapes); the fit alone is given"]
     bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
+    iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "num_devices": n_dev,
+                        "step_s": r.get("step_s") if timed else None,
+                        "tokens_per_s": r.get("tokens_per_s") if timed else None},
+                       params_b=total_params(q.model) / 1e9 if isinstance(q.model, Model) else None)
     return PlanRecord(
         model=getattr(q.model, "name", str(q.model)), target=label, hardware=t.key, device_kind=t.kind,
         precision=q.precision, phase=q.phase, batch=int(r["batch"]), context=int(r["context"]),
@@ -324,4 +330,5 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         **{k: (r.get(k) if timed else None) for k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s",
                                                       "tokens_per_s_per_user", "request_s", "requests_per_s",
                                                       "model_flop_per_s", "model_flop_utilization_frac")},
-        bottleneck=bottleneck_name(r["bottleneck"]) if timed else None, breakdown_s=bd, details=details, notes=notes)
+        bottleneck=bottleneck_name(r["bottleneck"]) if timed else None, breakdown_s=bd, details=details, notes=notes,
+        **iv)

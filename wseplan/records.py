@@ -75,6 +75,12 @@ class PlanRecord(RecordHead):
     model_flop_per_s: float | None = None
     model_flop_utilization_frac: float | None = None
     bottleneck: str | None = None
+    #: interval of the true value of the headline ``interval_metric`` (``tokens_per_s``, or ``step_s`` in training)
+    #: from the cross-validated errors of its category (:mod:`wseplan.model_error`); None without a time
+    interval_metric: str | None = None
+    interval_low: float | None = None
+    interval_high: float | None = None
+    interval_note: str | None = None
     breakdown_s: dict[str, float] = {}
     details: dict = {}
     notes: list[str] = []

@@ -625,18 +625,21 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
     out["usd_per_device_hour"] = d["usd_per_hour"] / t.num_devices
     out["rack_units"] = t.num_systems * np.asarray(p["rack_units"], dtype=float)
     out["racks"] = out["rack_units"] / p["rack_units_per_rack"]
+    # the model error of the predicted times (true / predicted; 1 = as predicted), sampled with the prices
+    f = np.asarray(p.get("model_time_factor", 1.0), dtype=float)
+    scaled = lambda x: None if x is None else np.asarray(x, dtype=float) * f  # noqa: E731
     if t.phase == "serve":
         out.update(serving_cost(usd_per_busy_hour=d["usd_per_busy_hour"], busy_it_power_w=d["busy_it_power_w"],
-                                pue=p["pue"], prefill_s=t.prefill_s, prompt_tokens=t.prompt_tokens,
-                                decode_step_s=t.decode_step_s, output_tokens_per_step=t.output_tokens_per_step))
+                                pue=p["pue"], prefill_s=scaled(t.prefill_s), prompt_tokens=t.prompt_tokens,
+                                decode_step_s=scaled(t.decode_step_s), output_tokens_per_step=t.output_tokens_per_step))
         if "cloud_usd_per_device_hour" in p:
             out.update(rental_serving_cost(cloud_usd_per_device_hour=p["cloud_usd_per_device_hour"],
-                                           num_devices=t.num_devices, prefill_s=t.prefill_s,
-                                           prompt_tokens=t.prompt_tokens, decode_step_s=t.decode_step_s,
+                                           num_devices=t.num_devices, prefill_s=scaled(t.prefill_s),
+                                           prompt_tokens=t.prompt_tokens, decode_step_s=scaled(t.decode_step_s),
                                            output_tokens_per_step=t.output_tokens_per_step))
     else:
         out.update(training_cost(usd_per_busy_hour=d["usd_per_busy_hour"], busy_it_power_w=d["busy_it_power_w"],
-                                 pue=p["pue"], step_s=t.step_s, tokens_per_step=t.tokens_per_step,
+                                 pue=p["pue"], step_s=scaled(t.step_s), tokens_per_step=t.tokens_per_step,
                                  train_tokens=t.train_tokens))
         if "cloud_usd_per_device_hour" in p:
             run_h = out["run_s"] / S_PER_HOUR

@@ -39,7 +39,7 @@ from ..catalog.schema import Quantity
 from ..catalog.software import resolve_software
 from ..errors import InputError
 from ..timing import predict_time
-from ..validate import NON_PERFORMANCE, SkipRow, _target, case_model, default_cases_path, note_hint, read_cases
+from ..validate import NON_PERFORMANCE, SkipRow, _target, case_model, default_cases_path, note_hint, read_cases, source_key
 from . import fabric_constants as fab
 
 #: fitted constants and their bounds (low, high)
@@ -274,4 +274,27 @@ def fit_wse_overheads(cases_path: str | Path | None = None, *, catalog=None, sta
     return WseFitResult(values=values, record=record, written=written)
 
 
-__all__ = ["FIT_BOUNDS", "FIXED", "DEFAULT_START", "WseFitResult", "fit_rows", "predict_row", "with_values", "fit_wse_overheads"]
+def held_out_by_source(cases, *, catalog=None, max_nfev: int = 20) -> dict[str, float]:
+    """Leave-one-source-out predictions of the wafer rows (id -> predicted value): each source's fit rows
+    (:func:`fit_rows`) predicted with the constants fitted on the other sources' rows, or, where no other source has
+    wafer rows, with the documented starting values (:data:`DEFAULT_START`: nothing measured fitted)."""
+    cat = catalog or load_catalog()
+    base = fab.load_fabric_constants()
+    fixed = {k: v for k, (v, _) in FIXED.items()}
+    rows = fit_rows(cases)
+    out = {}
+    for src in sorted({source_key(r) for r in rows}):
+        train = [r for r in rows if source_key(r) != src]
+        values = _least_squares(train, cat, base, DEFAULT_START, max_nfev) if train else dict(DEFAULT_START)
+        consts = with_values(base, dict(values, **fixed))
+        for r in rows:
+            if source_key(r) == src:
+                try:
+                    out[r.id] = predict_row(r, cat, consts)
+                except SkipRow:
+                    continue
+    return out
+
+
+__all__ = ["FIT_BOUNDS", "FIXED", "DEFAULT_START", "WseFitResult", "fit_rows", "predict_row", "with_values",
+           "fit_wse_overheads", "held_out_by_source"]

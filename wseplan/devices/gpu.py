@@ -16,7 +16,7 @@ import numpy as np
 
 from ..analytic import gpu_time as G
 from ..analytic.memory import RECOMPUTE, gpu_layout_memory
-from ..calibration_data import GpuCalibration, gpu_calibration
+from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
 from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import build_workload, kv_bytes_per_element
@@ -61,7 +61,7 @@ class GpuContext:
         except ValueError:
             raise InputError(f"precision: {self.gpu.name} has no {q.precision} rate; choose another precision") from None
         cal = gpu_calibration()
-        over = {k: v.si for k, v in q.software.constants.items() if hasattr(cal, k)}
+        over = {k: v for k, v in profile_constants(q.software).items() if hasattr(cal, k)}
         self.cal: GpuCalibration = cal.replace(**over) if over else cal
         self.engine = q.software.engine
         self.reserve = float(q.options.get("reserve", d.gpu_hbm_reserve_frac.si))

@@ -34,6 +34,9 @@ NON_PERFORMANCE = {
     "idle_power_frac_tdp": "power fraction, not a performance quantity",
     "comm_energy_per_byte_ratio_h100_over_cs3": "energy ratio to other hardware, not a performance quantity",
 }
+#: metrics that are times (lower is better); every other performance metric is a speed (throughput, FLOP rate, MFU)
+TIME_METRICS = frozenset({"latency_ms", "ttft_ms", "time_per_iter_s", "time_to_train_min", "gpu_hours",
+                          "layer_fwd_bwd_ms"})
 OUTPUT_COLUMNS = ("id", "category", "metric", "unit", "measured", "predicted", "rel_error", "status", "reason",
                   "tolerance_frac")
 TOLERANCE_PERCENTILE = 80

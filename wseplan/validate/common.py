@@ -2,9 +2,12 @@
 the software profiles rows run, and the GEMV shape of kernel rows."""
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass
 
 from ..analytic import gpu_time as G
+from ..calibration_data import GpuCalibration
 from ..targets import parse_target
 from .cases import Case, SkipRow, note_hint
 
@@ -46,6 +49,32 @@ def _is_lora(case: Case) -> bool:
 GPU_PROFILE = "gpu-fitted-2026-11"
 #: the profile whose mechanism constants time GPU inference rows (scheduled per row, see gpu_scheduling_for)
 GPU_INFER_PROFILE = "gpu-production"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A trial calibration of the GPU models: the calibration file's constants (``cal``) and, per software profile,
+    values of the profile's own mechanism constants (``profiles``: (profile name, ((constant, value), ...)) pairs).
+    A plain :class:`GpuCalibration` is the trial that keeps every profile's constants as the profile states them."""
+
+    cal: GpuCalibration
+    profiles: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+
+    def overrides(self, profile: str) -> dict[str, float]:
+        return next((dict(kv) for name, kv in self.profiles if name == profile), {})
+
+    def replace(self, **kw) -> "Trial":
+        return dataclasses.replace(self, **kw)
+
+
+def trial_of(cal) -> Trial | None:
+    """``cal`` as a :class:`Trial` (None stays None: the committed calibration)."""
+    return cal if cal is None or isinstance(cal, Trial) else Trial(cal)
+
+
+def file_constants(cal) -> GpuCalibration:
+    """The calibration-file constants of a trial (the committed file's when ``cal`` is None)."""
+    return G.gpu_calibration() if cal is None else trial_of(cal).cal
 
 
 def wafer_profile_for(case) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -16,18 +17,32 @@ from ..serving import serve
 from ..timing import predict_time
 from .cases import SkipRow, case_model
 from .common import (GPU_INFER_PROFILE, GPU_PROFILE, _is_lora, _need_fit, _recompute, _target, _train_metric,
-                     gemv_shape, wafer_profile_for)
+                     file_constants, gemv_shape, trial_of, wafer_profile_for)
 
 
-def _software(cal, base: str = GPU_PROFILE):
-    """The GPU profile ``base`` (by default that of the training and kernel rows), with a trial calibration's
-    constants when ``cal`` is given."""
-    if cal is None:
-        return resolve_software(base, "gpu", load_catalog())
+@lru_cache(maxsize=512)
+def _software(cal, base: str = GPU_PROFILE, scheduling: str | None = None):
+    """The GPU profile ``base`` (by default that of the training and kernel rows) as a row runs it.
+
+    With a trial calibration ``cal`` (a :class:`GpuCalibration` or :class:`Trial`) its file constants stand in for the
+    calibration file's, the profile's own constants keep the values the profile states unless the trial sets them, as
+    at run time (the device reads the calibration file, then the profile's constants over it). ``scheduling="static"``
+    runs the profile's mechanisms as static batches (one batch prefilled together, then decoded together)."""
     prof = resolve_software(base, "gpu", load_catalog())
-    consts = {f.name: Quantity(value=float(getattr(cal, f.name)), source="wseplan-estimate", basis="estimate",
-                               note="calibration trial") for f in dataclasses.fields(cal)}
-    return prof.model_copy(update={"constants": consts})
+    trial = trial_of(cal)
+    if trial is not None:
+        consts = {f.name: _quantity(getattr(trial.cal, f.name)) for f in dataclasses.fields(trial.cal)}
+        consts.update({k: _quantity(q.si) for k, q in prof.constants.items()})  # as stated (its prior), not fitted
+        consts.update({k: _quantity(v) for k, v in trial.overrides(prof.name).items()})
+        prof = prof.model_copy(update={"constants": consts})
+    if scheduling == "static" and prof.engine.scheduling != "static":
+        eng = prof.engine.model_copy(update={"scheduling": "static", "prefill_pass": "batch", "speculative": None})
+        prof = prof.model_copy(update={"name": f"{prof.name}/static", "engine": eng})
+    return prof
+
+
+def _quantity(v: float) -> Quantity:
+    return Quantity(value=float(v), source="wseplan-estimate", basis="estimate", note="calibration trial")
 
 
 def _predict_gpu_train(case, catalog, cal):
@@ -74,7 +89,7 @@ def _predict_gpu_train(case, catalog, cal):
     rec = lay.get("recompute", _recompute(case))
     return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=res.num_devices,
                          peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec,
-                         cal=cal or G.gpu_calibration())
+                         cal=file_constants(cal))
 
 
 def _infer_layout(case):
@@ -120,11 +135,7 @@ def _gpu_engine(case, cal):
     research profile (:data:`GPU_PROFILE`), as its wafer rows run ``wafer-research``."""
     if wafer_profile_for(case) == "wafer-research":
         return _software(cal)
-    prof = _software(cal, base=GPU_INFER_PROFILE)
-    if gpu_scheduling_for(case) == "static":
-        eng = prof.engine.model_copy(update={"scheduling": "static", "prefill_pass": "batch", "speculative": None})
-        prof = prof.model_copy(update={"name": f"{prof.name}/static", "engine": eng})
-    return prof
+    return _software(cal, GPU_INFER_PROFILE, gpu_scheduling_for(case))
 
 
 def _predict_gpu_infer(case, catalog, cal):
@@ -217,6 +228,6 @@ def _predict_gpu_kernel(case, catalog, cal):
     target = _target(case, catalog, tp)
     precision = case.get("precision") or "fp16"
     t = G.gemv_time_s(target.device, m=shape[0], k=shape[1], n=shape[2], tp=tp, precision=precision,
-                      cal=cal or G.gpu_calibration())
+                      cal=file_constants(cal))
     return float(t) * 1e3
 

@@ -22,14 +22,17 @@ from ..catalog.load import load_catalog
 from ..errors import InputError
 from .cases import NON_PERFORMANCE, NOT_PREDICTED, NO_BAND, OUTSIDE, TOLERANCE_PERCENTILE, WITHIN, Case, SkipRow, \
     default_cases_path, read_cases, source_key
+from .defaults import fill_defaults
 from .gpu import _predict_gpu_infer, _predict_gpu_kernel, _predict_gpu_train
 from .wafer import _predict_wafer
 
 
 def predict_case(case: Case, catalog, cal=None) -> float:
-    """Predicted value of one row in its own unit; raises :class:`SkipRow` with the reason."""
+    """Predicted value of one row in its own unit, its empty inputs filled by the documented defaults
+    (:func:`~.defaults.fill_defaults`); raises :class:`SkipRow` with the reason."""
     if case.metric in NON_PERFORMANCE:
         raise SkipRow(NON_PERFORMANCE[case.metric])
+    case, _ = fill_defaults(case, catalog)
     if case.hardware.startswith("wse"):
         return _predict_wafer(case, catalog)
     if case.phase == "kernel":
@@ -38,8 +41,10 @@ def predict_case(case: Case, catalog, cal=None) -> float:
         return _predict_gpu_train(case, catalog, cal)
     return _predict_gpu_infer(case, catalog, cal)
 
+
 def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float] | None = None) -> list[dict]:
-    """One record per case: the OUTPUT_COLUMNS plus quality and source.
+    """One record per case: the OUTPUT_COLUMNS plus quality, source and ``defaulted`` (the inputs the row left empty
+    that a documented default filled, see :mod:`.defaults`).
 
     ``bands`` (category -> tolerance fraction) judge each predicted row (see the module docstring); without
     them the bands come from these rows themselves (:func:`category_bands`), which for the bundled set is the
@@ -49,8 +54,10 @@ def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float]
     for c in cases:
         rec = {"id": c.id, "category": c.category, "metric": c.metric, "unit": c.unit, "measured": c.value,
                "predicted": None, "rel_error": None, "status": NOT_PREDICTED, "reason": "", "tolerance_frac": None,
-               "quality": c.quality, "source": source_key(c)}
+               "quality": c.quality, "source": source_key(c), "defaulted": []}
         try:
+            if c.metric not in NON_PERFORMANCE:
+                rec["defaulted"] = list(fill_defaults(c, catalog)[1])
             v = float(predict_case(c, catalog, cal))
             if not math.isfinite(v) or v <= 0:
                 raise SkipRow(f"prediction is not a positive number ({v})")
@@ -117,3 +124,23 @@ def validate_file(path: str | Path, catalog=None, cal=None) -> list[dict]:
     """:func:`validate_cases` of the rows of ``path``."""
     return validate_cases(read_cases(path), catalog or load_catalog(), cal)
 
+
+
+def cross_validated_summary(records: list[dict]) -> list[dict]:
+    """Per category, over its strong and medium rows: how many, how many predicted (coverage), and the median
+    |rel_error| in-sample and held out (records carrying ``held_out_rel_error``, see
+    :func:`wseplan.validate.intervals.held_out`)."""
+    out = []
+    for cat in sorted({r["category"] for r in records}):
+        sel = [r for r in records if r["category"] == cat and r.get("quality") in ("strong", "medium")]
+        if not sel:
+            continue
+        pred = [r for r in sel if r.get("rel_error") is not None and math.isfinite(r["rel_error"])]
+        held = [r for r in pred if r.get("held_out_rel_error") is not None]
+        out.append({"category": cat, "rows": len(sel), "predicted": len(pred), "coverage_frac": len(pred) / len(sel),
+                    "median_abs_rel_error_in_sample": float(np.median([abs(r["rel_error"]) for r in pred])) if pred
+                    else None,
+                    "median_abs_rel_error_held_out": float(np.median([abs(r["held_out_rel_error"]) for r in held]))
+                    if held else None,
+                    "defaulted": sum(bool(r.get("defaulted")) for r in pred)})
+    return out

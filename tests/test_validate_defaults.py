@@ -1,0 +1,64 @@
+"""Coverage: rows with empty inputs are predicted from documented defaults and say so (issue 12, item 4)."""
+from __future__ import annotations
+
+import pytest
+
+from wseplan.catalog import load_catalog
+from wseplan.validate import Case, SkipRow, validate_cases
+from wseplan.validate.defaults import fill_defaults
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def _case(cid="X1", **f):
+    base = dict(category="gpu-infer", phase="decode", model="llama-3-70b", metric="tokens_per_s_per_user", value=30.0,
+                unit="tok/s/user", hardware="h100-sxm", quality="medium")
+    top = {k: f.pop(k) for k in list(f) if k in base}
+    base.update(top)
+    return Case(id=cid, category=base["category"], phase=base["phase"], model=base["model"], metric=base["metric"],
+                value=base["value"], unit=base["unit"], hardware=base["hardware"], quality=base["quality"], fields=f,
+                source="test", notes="")
+
+
+def test_training_batch_defaults_to_the_planner_step_and_one_sequence_per_node(cat):
+    """defaults.yaml: 1,024 x 4,096 = 4,194,304 tokens per step. seq 2,048 -> 2,048 sequences; on 16,384 GPUs with
+    8-GPU tensor parallelism at least 16,384 / 8 = 2,048 sequences; seq 8,192 on 16,384 GPUs -> max(512, 2,048)."""
+    c, filled = fill_defaults(_case(phase="train", category="gpu-train", metric="mfu", seq_len=2048, n_devices=64), cat)
+    assert c.get("global_batch") == 2048 and filled == ("global_batch",)
+    c, _ = fill_defaults(_case(phase="train", category="gpu-train", metric="mfu", seq_len=8192, n_devices=16384), cat)
+    assert c.get("global_batch") == 2048
+    c, filled = fill_defaults(_case(phase="train", category="gpu-train", metric="gpu_hours"), cat)
+    assert (c.get("seq_len"), c.get("global_batch"), c.get("n_devices")) == (4096, 1024, 1024)
+    assert filled == ("seq_len", "global_batch", "n_devices")
+
+
+def test_decode_rows_take_the_default_context_prefill_rows_are_not_defined(cat):
+    c, filled = fill_defaults(_case(n_devices=8, tp=8, concurrency=1), cat)
+    assert c.get("input_len") == int(cat.defaults.default_context_tokens.si) and filled == ("input_len",)
+    with pytest.raises(SkipRow, match="prompt length"):
+        fill_defaults(_case(phase="e2e-infer", metric="tokens_per_s", output_len=292, n_devices=8, tp=2), cat)
+
+
+def test_tensor_parallel_from_device_count_and_node_size(cat):
+    """16 H100 (8 per node), no layout: TP 8 inside the node, 2 replicas. No device count: the smallest power of two
+    whose 80 GB x 0.9 holds the weights: Llama-3-70B in bf16 is 141 GB -> 2 GPUs hold 144 GB."""
+    c, filled = fill_defaults(_case(n_devices=16, input_len=1024, concurrency=1), cat)
+    assert (c.get("tp"), c.get("dp")) == (8, 2) and filled == ("tp",)
+    c, filled = fill_defaults(_case(input_len=1024, concurrency=1), cat)
+    assert (c.get("tp"), c.get("n_devices")) == (2, 2) and set(filled) == {"tp", "n_devices"}
+
+
+def test_a_complete_row_is_not_defaulted(cat):
+    c0 = _case(n_devices=8, tp=8, input_len=128, concurrency=1)
+    c, filled = fill_defaults(c0, cat)
+    assert c is c0 and filled == ()
+
+
+def test_records_name_the_defaulted_fields(cat):
+    recs = validate_cases([_case(n_devices=8, tp=8, concurrency=1),
+                           _case("X2", phase="e2e-infer", metric="tokens_per_s", output_len=292, n_devices=8, tp=2)], cat)
+    assert recs[0]["defaulted"] == ["input_len"] and recs[0]["predicted"] is not None
+    assert recs[1]["predicted"] is None and "prompt length" in recs[1]["reason"]

@@ -1,0 +1,96 @@
+"""Documented defaults for the inputs a validation row leaves empty (coverage; ``docs/validation.md``).
+
+A row is predicted with a default only where the default is the one the planner itself uses, and the record names the
+fields it filled (``defaulted``). Defaulted rows are validated but never fitted (:mod:`.fit`): their error is partly
+the default's.
+
+* Decode rows (one output token's time or speed) without ``input_len``: the planner's default context,
+  ``defaults.default_context_tokens`` (what ``wseplan serve`` assumes when given no ``--context``); the context only
+  sets the KV-cache read of a step, a second-order term. Prefill and end-to-end rows without it are not predicted: the
+  prompt sets their work at first order (the prefill FLOPs per request grow with it), and no default defines it.
+* Inference without ``tp`` (and without the parallel layout): ``tp = min(n_devices, node size)`` with the remaining
+  devices as data-parallel replicas; without ``n_devices`` either, the smallest power of two up to the node size
+  whose HBM (less the planner's reserve) holds the weights.
+* Training without ``seq_len``: ``defaults.default_train_context_tokens``; without ``global_batch``: the planner's
+  default step, ``default_train_batch x default_train_context_tokens`` tokens, in sequences of the row's length;
+  without ``n_devices``: one GPU per sequence of the global batch (data parallelism at micro-batch 1).
+
+The batch of a serving row without ``concurrency`` is not a default of this module: the engine runs the largest batch
+its profile allows (:func:`~.gpu._max_throughput`), or one request for a decode latency.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..workload import total_params, weight_bytes_per_param
+from .cases import Case, SkipRow, case_model
+from .common import _target
+
+
+def fill_defaults(case: Case, catalog) -> tuple[Case, tuple[str, ...]]:
+    """``case`` with its empty inputs filled by the documented defaults, and the names of the fields filled."""
+    if case.phase == "kernel":
+        return case, ()
+    d = catalog.defaults
+    f = dict(case.fields)
+    filled = []
+    if case.phase == "train":
+        if not f.get("seq_len") and case.metric != "layer_fwd_bwd_ms":
+            f["seq_len"] = int(d.default_train_context_tokens.si)
+            filled.append("seq_len")
+        if not f.get("global_batch") and f.get("seq_len"):
+            step_tokens = d.default_train_batch.si * d.default_train_context_tokens.si
+            per_node = -(-int(f.get("n_devices") or 1) // int(d.gpu_max_tensor_parallel.si))
+            f["global_batch"] = max(int(round(step_tokens / f["seq_len"])), per_node, 1)
+            filled.append("global_batch")
+        if not f.get("n_devices") and f.get("global_batch") and case.metric != "layer_fwd_bwd_ms" \
+                and not case.hardware.startswith("wse"):
+            f["n_devices"] = int(f["global_batch"])
+            filled.append("n_devices")
+    elif case.phase in ("prefill", "decode", "e2e-infer"):
+        if not f.get("input_len"):
+            if case.phase != "decode":
+                raise SkipRow("input_len not given: a prefill or end-to-end figure depends on the prompt length at "
+                              "first order, and no documented default defines it")
+            f["input_len"] = int(d.default_context_tokens.si)
+            filled.append("input_len")
+        if not case.hardware.startswith("wse") and f.get("tp") is None and f.get("pp") is None and f.get("dp") is None:
+            node = _node_size(case, catalog)
+            n = f.get("n_devices")
+            if n:
+                f["tp"] = min(int(n), node)
+                f["dp"] = max(int(n) // f["tp"], 1)
+            else:
+                f["tp"] = _smallest_fitting_tp(case, catalog, node)
+                f["n_devices"] = f["tp"]
+                filled.append("n_devices")
+            filled.append("tp")
+    if not filled:
+        return case, ()
+    return dataclasses.replace(case, fields=f), tuple(filled)
+
+
+def _gpu(case: Case, catalog):
+    dev = _target(case, catalog, None).device
+    if not hasattr(dev, "gpus_per_node"):
+        raise SkipRow(f"hardware {case.hardware!r} is not a GPU; a default layout needs its node size")
+    return dev
+
+
+def _node_size(case: Case, catalog) -> int:
+    return int(_gpu(case, catalog).gpus_per_node.si)
+
+
+def _smallest_fitting_tp(case: Case, catalog, node: int) -> int:
+    """The smallest power of two up to ``node`` whose HBM, less the planner's reserve, holds the model's weights."""
+    gpu = _gpu(case, catalog)
+    model = case_model(case, catalog)
+    precision = case.get("precision") or "bf16"
+    weights = total_params(model) * weight_bytes_per_param(precision, "decode")
+    usable = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
+    tp = 1
+    while tp < node and weights > tp * usable:
+        tp *= 2
+    if weights > tp * usable:
+        raise SkipRow(f"the weights do not fit one {case.hardware} node; give n_devices and tp")
+    return tp
