@@ -115,14 +115,16 @@ def test_narayanan_row_within_10pct(records):
 
 
 def test_public_set_accuracy_bounds(records):
-    """Regression guard on the accuracy reached (strong+medium rows; see docs/validation.md)."""
+    """Regression guard on the in-sample accuracy reached (strong+medium rows, defaulted rows included) and the
+    coverage; the held-out (leave-one-source-out) medians are `wseplan validate --cv source` (docs/validation.md)."""
     s = {(r["category"], r["quality"]): r for r in summarize(records)}
-    assert s[("gpu-train", "strong+medium")]["median_abs_rel_error"] <= 0.10  # in-sample; held-out: docs/validation.md
-    assert s[("gpu-infer", "strong+medium")]["median_abs_rel_error"] <= 0.15
-    assert s[("gpu-infer", "strong+medium")]["predicted_frac"] >= 0.9
-    assert s[("micro", "strong+medium")]["median_abs_rel_error"] <= 0.15
+    assert s[("gpu-train", "strong+medium")]["median_abs_rel_error"] <= 0.11
+    assert s[("gpu-infer", "strong+medium")]["median_abs_rel_error"] <= 0.16
+    assert s[("gpu-infer", "strong+medium")]["predicted_frac"] >= 0.95
+    assert s[("gpu-train", "strong+medium")]["predicted_frac"] >= 0.95
+    assert s[("micro", "strong+medium")]["median_abs_rel_error"] <= 0.10
     gpu = [r for r in records if r["category"] in ("gpu-train", "gpu-infer") and r["quality"] != "weak"]
-    assert np.mean([r["status"] != NOT_PREDICTED for r in gpu]) >= 0.9
+    assert np.mean([r["status"] != NOT_PREDICTED for r in gpu]) >= 0.95
 
 
 def _write_rows(path, rows):
@@ -181,7 +183,7 @@ def test_status_follows_the_category_band(records):
     bands = category_bands(records)
     for cat in ("gpu-train", "gpu-infer"):
         errs = sorted(abs(r["rel_error"]) for r in records if r["category"] == cat and r["rel_error"] is not None
-                      and r["quality"] in ("strong", "medium"))
+                      and r["quality"] in ("strong", "medium") and not r["defaulted"])
         assert bands[cat] == pytest.approx(float(np.percentile(errs, 80)), rel=1e-12)
     for r in records:
         if r["rel_error"] is None:

@@ -180,10 +180,11 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     phase = s.query.phase
     cat = s.query.catalog
     b, c, o = rec.batch, rec.context, rec.output_tokens or 0
-    params = params_for(s, prices, overrides=overrides)
+    params = params_for(s, prices)
     mt = model_time_param(s, rec)
     if mt is not None:
         params["model_time_factor"] = mt
+    params = C.apply_overrides(params, overrides or {}, hardware_key=s.family.hardware(s.ctx).price_key)
     notes = list(rec.notes)
     tt = train_tokens
     if phase == "train" and tt is None:

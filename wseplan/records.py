@@ -175,6 +175,11 @@ class TimeResult(RecordHead):
     model_flop_per_s: float | None = None
     model_flop_utilization_frac: float | None = None
     bottleneck: str | None = None
+    #: as in :class:`PlanRecord`: the interval of the true ``interval_metric`` from the cross-validated errors
+    interval_metric: str | None = None
+    interval_low: float | None = None
+    interval_high: float | None = None
+    interval_note: str | None = None
     breakdown_s: dict[str, float] = {}
     layout: dict | None = None
     notes: list[str] = []

@@ -25,7 +25,8 @@ def time_view(r: PlanRecord) -> TimeResult:
                       tokens_per_s_per_user=r.tokens_per_s_per_user, ttft_s=r.ttft_s, tpot_s=r.tpot_s,
                       request_s=r.request_s, requests_per_s=r.requests_per_s, model_flop_per_s=r.model_flop_per_s,
                       model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
-                      breakdown_s=r.breakdown_s, layout=r.layout or None, notes=r.notes)
+                      interval_metric=r.interval_metric, interval_low=r.interval_low, interval_high=r.interval_high,
+                      interval_note=r.interval_note, breakdown_s=r.breakdown_s, layout=r.layout or None, notes=r.notes)
 
 
 def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,

@@ -105,11 +105,11 @@ def _previous_selection(path) -> dict:
     return read_gpu_efficiency(p).selection if p.is_file() else {}
 
 
-def leave_one_source_out(cases_path=None, *, catalog=None, max_nfev: int = 5) -> list[dict]:
+def leave_one_source_out(cases_path=None, *, catalog=None, max_nfev: int = 5, method: str = "one-step") -> list[dict]:
     """For each source of the fit rows, the median |rel_error| in-sample (committed calibration) and held out (refit
-    without the source, :func:`~.cv.cross_validate`). ``cases_path``: one file or several (default: the files of the
-    committed model choice)."""
-    res = cross_validate(cases_path, catalog=catalog, max_nfev=max_nfev)
+    without the source, :func:`~.cv.cross_validate` with ``method``). ``cases_path``: one file or several (default:
+    the files of the committed model choice)."""
+    res = cross_validate(cases_path, catalog=catalog, max_nfev=max_nfev, method=method)
     out = []
     for src in sorted({r["source"] for r in res["rows"]}):
         rows = [r for r in res["rows"] if r["source"] == src]

@@ -242,6 +242,25 @@ class Problem:
                             max_nfev=max_nfev, x_scale=1.0)
         return self.full_x(res.x)
 
+    def linear_step(self, u_free, J, rows, base_log) -> np.ndarray:
+        """One bounded Gauss-Newton step from ``u_free`` over ``rows`` with the Jacobian ``J`` of all rows (the
+        one-step approximation of a refit): the linearised penalised problem solved exactly
+        (``scipy.optimize.lsq_linear``) within the prior ranges. ``base_log``: log predictions of all rows at
+        ``u_free``. Returns the constant values (all params)."""
+        from scipy.optimize import lsq_linear
+
+        rows = np.asarray(rows)
+        x = self.full_x(u_free)
+        lo = np.log([self.params[k].low for k in self.free]) - u_free
+        hi = np.log([self.params[k].high for k in self.free]) - u_free
+        n = len(self.cases)
+        A = np.vstack([J[rows], J[n:]])
+        for j, k in enumerate(self.free):
+            A[len(rows) + j, j] = self.params[k].dz(x[k])
+        b = -np.concatenate([self.data_resid(base_log[rows], rows), self.prior_resid(x)])
+        du = lsq_linear(A, b, bounds=(np.minimum(lo, 0.0), np.maximum(hi, 0.0)), method="bvls").x
+        return self.full_x(u_free + du)
+
     def at_bound(self, x, rel: float = 1e-3) -> list[str]:
         """Free constants within ``rel`` (in log) of a bound of their prior range, as ``name: low|high``."""
         out = []

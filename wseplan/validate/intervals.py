@@ -1,7 +1,7 @@
 """Held-out predictions of every validation row, and the model-error file built from them.
 
 :func:`held_out` predicts each row of a validation file as if its source had never been seen: GPU rows with the
-constants refitted without their source (:func:`~.cv.cross_validate`, chord method), wafer rows with the kernel
+constants refitted without their source (:func:`~.cv.cross_validate`, one-step refits), wafer rows with the kernel
 constants refitted without it (:func:`wseplan.analytic.wse_fit.held_out_by_source`). :func:`write_model_error` turns
 the held-out residuals of the bundled files into ``catalogs/calibration/model_error.yaml`` (read by
 :mod:`wseplan.model_error`). This module is not imported by ``wseplan.validate`` (the wafer refit imports that
@@ -31,17 +31,18 @@ from .run import predict_case
 BUNDLED = ("validation-public.csv", "validation-extra.csv")
 
 
-def held_out(paths, *, catalog=None, max_nfev: int = 5) -> dict:
+def held_out(paths, *, catalog=None, max_nfev: int = 5, method: str = "one-step") -> dict:
     """``{"rows": {id: {"in_sample": v, "held_out": v}}, "seconds": s}`` for every row of ``paths`` (one file or
     several) that predicts: GPU rows refitted without their source (the committed model choice, its files plus
-    ``paths``), wafer rows likewise; a row whose source no fit used keeps its in-sample prediction."""
+    ``paths``; ``method`` and ``max_nfev`` as :func:`~.cv.cross_validate`), wafer rows likewise; a row whose source
+    no fit used keeps its in-sample prediction."""
     t0 = time.perf_counter()
     cat = catalog or load_catalog()
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     choice = committed_choice()
     fit_paths = list(choice.paths())
     fit_paths += [p for p in paths if p.resolve() not in {q.resolve() for q in fit_paths}]
-    cv = cross_validate(fit_paths, catalog=cat, choice=choice, max_nfev=max_nfev)
+    cv = cross_validate(fit_paths, catalog=cat, choice=choice, max_nfev=max_nfev, method=method)
     by_id = {r["id"]: r for r in cv["rows"]}
     cases = [c for p in paths for c in read_cases(p)]
     wafer = wse_fit.held_out_by_source(cases, catalog=cat)
@@ -119,16 +120,17 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
                            "intervals and the cost Monte Carlo.",
             "method": "wseplan.validate.intervals.write_model_error: held-out predictions of the strong/medium rows of "
                       "catalogs/validation/validation-public.csv and validation-extra.csv (GPU constants refitted "
-                      "without each source by the chord method, wafer kernel constants likewise); residual = "
+                      "without each source by one bounded Gauss-Newton step of the penalised fit, wafer kernel "
+                      "constants refitted likewise); residual = "
                       "log(predicted speed / measured speed), a time metric counted as an inverse speed; quantiles by "
                       "numpy.percentile (linear)",
             "level": level, "inputs_sha256": model_error_inputs(), "categories": out}
 
 
-def write_model_error(path: str | Path | None = None, *, max_nfev: int = 5, log=print) -> Path:
-    """Recompute ``catalogs/calibration/model_error.yaml`` from the bundled validation files."""
+def write_model_error(path: str | Path | None = None, *, log=print) -> Path:
+    """Recompute ``catalogs/calibration/model_error.yaml`` from the bundled validation files (one-step refits)."""
     cat = load_catalog()
-    ho = held_out([default_catalog_dir() / "validation" / f for f in BUNDLED], catalog=cat, max_nfev=max_nfev)
+    ho = held_out([default_catalog_dir() / "validation" / f for f in BUNDLED], catalog=cat)
     log(f"held-out predictions of {len(ho['rows'])} rows in {ho['seconds']:.0f} s")
     doc = model_error_doc(ho, catalog=cat)
     p = Path(path) if path is not None else model_error_path()

@@ -72,11 +72,12 @@ def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float]
 
 def category_bands(records: list[dict]) -> dict[str, float]:
     """Per category, the :data:`TOLERANCE_PERCENTILE` th percentile of ``|rel_error|`` over its predicted strong
-    and medium rows (categories without such rows have no band)."""
+    and medium rows that needed no documented default (a defaulted row's error is partly the default's; categories
+    without such rows have no band)."""
     out = {}
     for cat_name in sorted({r["category"] for r in records}):
         errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r.get("rel_error") is not None
-                and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium")]
+                and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium") and not r.get("defaulted")]
         if errs:
             out[cat_name] = float(np.percentile(errs, TOLERANCE_PERCENTILE))
     return out

@@ -1,0 +1,99 @@
+"""Prediction intervals from the cross-validated errors (issue 12, item 6): the committed model-error file is current,
+its quantiles and envelopes follow from its residuals and the validation rows, intervals widen outside the envelope,
+plan records carry them and the cost Monte Carlo samples the model error."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wseplan import model_error as ME
+from wseplan.catalog import load_catalog
+from wseplan.validate.intervals import BUNDLED, model_error_inputs
+
+FILE = ME.load_model_error()
+
+
+def test_model_error_file_is_current():
+    """The file records the SHA-256 of every input (validation files, calibration, priors, profiles); a change to one
+    of them means the file must be regenerated: python -c "from wseplan.validate.intervals import write_model_error;
+    write_model_error()"."""
+    assert FILE is not None
+    assert FILE.inputs_sha256 == model_error_inputs()
+
+
+def test_quantiles_follow_from_the_stored_residuals():
+    for name, c in FILE.categories.items():
+        res = np.array(list(c.residuals.values()))
+        assert c.rows == len(res) > 0
+        for k in ME.QUANTILES:
+            assert c.quantiles[f"p{k:02d}"] == pytest.approx(np.percentile(res, k), abs=1e-5), (name, k)
+        assert c.median_abs_rel_error == pytest.approx(np.median(np.abs(np.expm1(res))), abs=1e-5)
+
+
+def test_envelopes_span_the_validated_rows():
+    """Every residual belongs to a strong/medium row of the bundled files of that category and hardware."""
+    from wseplan.catalog.load import default_catalog_dir
+    from wseplan.validate import read_cases
+
+    rows = {c.id: c for f in BUNDLED for c in read_cases(default_catalog_dir() / "validation" / f)}
+    for name, c in FILE.categories.items():
+        for rid in c.residuals:
+            assert rows[rid].category == name and rows[rid].quality in ("strong", "medium")
+            assert rows[rid].hardware in c.envelope.hardware
+        assert c.envelope.params_b[0] <= c.envelope.params_b[1] and c.envelope.devices[0] <= c.envelope.devices[1]
+
+
+def test_interval_inside_and_outside_the_envelope():
+    """Inside the envelope: the 10th-90th percentile of the speed residuals (hand check against the file); outside
+    (a hardware with no validated row) the log-interval is 1.5x wider around its centre, and the note says why."""
+    c = FILE.categories["gpu-infer"]
+    env = c.envelope
+    hw = env.hardware[0]
+    lo, hi, note = ME.interval(100.0, time_like=False, category="gpu-infer", params_b=env.params_b[0],
+                               devices=env.devices[0], hardware=hw)
+    assert lo == pytest.approx(100.0 * math.exp(-c.quantiles["p90"])) and hi == pytest.approx(100.0 * math.exp(-c.quantiles["p10"]))
+    assert "widened" not in note
+    lo2, hi2, note2 = ME.interval(100.0, time_like=False, category="gpu-infer", params_b=env.params_b[0],
+                                  devices=env.devices[0], hardware="no-such-gpu")
+    assert math.log(hi2 / lo2) == pytest.approx(1.5 * math.log(hi / lo)) and "not validated" in note2
+    tlo, thi, _ = ME.interval(2.0, time_like=True, category="gpu-infer", params_b=env.params_b[0],
+                              devices=env.devices[0], hardware=hw)
+    assert (tlo, thi) == pytest.approx((2.0 * 100.0 / hi, 2.0 * 100.0 / lo))  # a time is an inverse speed
+    lo3, hi3, note3 = ME.interval(1.0, time_like=False, category="wse-train")
+    assert "no validated wse-train rows" in note3 and hi3 > lo3
+
+
+def test_plan_records_carry_an_interval_of_their_headline():
+    from wseplan.plan import plan
+    from wseplan.timing import predict_time
+
+    cat = load_catalog()
+    p = plan("llama-3-70b", "h100x8", phase="decode", batch=8, context=2048, catalog=cat)
+    assert p.interval_metric == "tokens_per_s" and p.interval_low < p.tokens_per_s < p.interval_high
+    assert "held-out errors of gpu-infer" in p.interval_note
+    t = predict_time("llama-3-70b", "h100x8", phase="decode", batch=8, context=2048, catalog=cat)
+    assert (t.interval_low, t.interval_high) == (p.interval_low, p.interval_high)
+    tr = plan("llama-3-8b", "h100x8", phase="train", batch=64, context=4096, catalog=cat)
+    assert tr.interval_metric == "step_s" and tr.interval_low < tr.step_s < tr.interval_high
+
+
+def test_cost_monte_carlo_samples_the_model_error():
+    """The model-time factor is a cost input (nominal 1: nominal costs are unchanged) whose 5-95% range comes from the
+    model-error file; with it the Monte Carlo spread of $/M output tokens is wider than the prices' alone."""
+    from wseplan.costing import cost
+
+    cat = load_catalog()
+    res = cost("llama-3-70b", "h100x8", phase="serve", batch=8, context=2048, output_tokens=256, uncertainty=400,
+               seed=1, catalog=cat)
+    p = {q.name: q for q in res.params}["model_time_factor"]
+    lo, hi, _ = ME.time_factor_range("gpu-infer", params_b=70.6, devices=8, hardware="h100-sxm")
+    assert p.value == 1.0 and p.low == pytest.approx(min(lo, 1.0)) and p.high == pytest.approx(max(hi, 1.0))
+    m = next(m for m in res.metrics if m.metric == "output_usd_per_mtok")
+    assert any(t.param == "model_time_factor" for t in res.tornado)
+    fixed = cost("llama-3-70b", "h100x8", phase="serve", batch=8, context=2048, output_tokens=256, uncertainty=400,
+                 seed=1, catalog=cat, overrides={"model_time_factor": 1.0})
+    m0 = next(m for m in fixed.metrics if m.metric == "output_usd_per_mtok")
+    assert m.value == pytest.approx(m0.value)  # nominal unchanged
+    assert m.p90 - m.p10 > m0.p90 - m0.p10
