@@ -35,7 +35,7 @@ TOWER = (
     ("analytic", ("wseplan.analytic",)),
     ("devices", ("wseplan.devices",)),
     ("plan", ("wseplan.plan",)),
-    ("views", ("wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving", "wseplan.scale",
+    ("views", ("wseplan.pricing", "wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving", "wseplan.scale",
                "wseplan.compare")),
     ("studies", ("wseplan.optimize", "wseplan.sim", "wseplan.validate", "wseplan.claims", "wseplan.sweep",
                  # the refit of the wafer kernel constants predicts the validation rows: calibration, not physics
