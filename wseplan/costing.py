@@ -27,6 +27,8 @@ from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       total_params)
 from .serving import operating_point
+from .targets import parse_target
+from .workload import resolve_model
 
 #: a computed $/M tokens this many times above or below a vendor's list price is flagged (issue 13)
 LIST_PRICE_GAP_FACTOR = 3.0
@@ -120,11 +122,7 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
                      "(no published figure)")
     service = None
     if s.query.target.kind == "wafer" and phase != "train":
-        m = s.query.model
-        names = {m.name.lower(), *[a.lower() for a in getattr(m, "aliases", [])]}
-        names |= {k for k, v in cat.models.items() if v is m or v.name == m.name}
-        service = next((sp for k, sp in prices.service_prices.items()
-                        if sp.hardware == s.query.target.device.system and k in names), None)
+        service = service_price_for(s.query.model, s.query.target.device.system, prices, cat)
         if service is None:
             notes.append("no public per-hour cloud price for CS-2/CS-3 was found; no rental alternative")
     hw = s.family.hardware(s.ctx)
@@ -132,3 +130,64 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
                              price_key=hw.price_key, batch=b, context=c, output_tokens=o if phase == "serve" else None,
                              uncertainty=uncertainty, seed=seed, prices_date=prices.date, service=service, notes=notes,
                              headline_metric=HEADLINE[phase], plan=rec.to_record())
+
+
+def _model_names(m, cat) -> set[str]:
+    names = {m.name.lower(), *[a.lower() for a in getattr(m, "aliases", [])]}
+    return names | {k for k, v in cat.models.items() if v is m or v.name == m.name}
+
+
+def service_price_for(model, system: str, prices, catalog=None):
+    """The vendor's public per-token price (``service_prices`` in the prices catalog) for ``model`` served on
+    ``system`` (``cs3``), or None. The model must be the same catalog model (name, alias or key)."""
+    cat = catalog or load_catalog()
+    m = resolve_model(model, cat) if isinstance(model, str) else model
+    names = _model_names(m, cat)
+    return next((sp for k, sp in prices.service_prices.items() if sp.hardware == system and k in names), None)
+
+
+def list_price_gap(model, target, computed_usd_per_mtok: float, *, side: str = "output", prices=None, catalog=None,
+                   factor: float = LIST_PRICE_GAP_FACTOR, context: dict | None = None) -> dict | None:
+    """A computed $/M tokens against the vendor's public list price for the same model on the same system.
+
+    Returns None when no list price is known for ``model`` on ``target``'s system, or when the two agree within
+    ``factor`` (default 3x); otherwise ``{computed_usd_per_mtok, list_usd_per_mtok, ratio (computed / list),
+    factor, side, system, source, basis, reasons}``. ``reasons`` names the likely causes of the gap, from the
+    direction and from ``context`` (optional: ``batch``, ``tokens_per_s_per_user``, ``capex_basis`` of the
+    point that was costed).
+    """
+    if side not in ("input", "output"):
+        raise InputError(f"side: use input or output, got {side!r}")
+    if not (isinstance(computed_usd_per_mtok, (int, float)) and computed_usd_per_mtok > 0
+            and math.isfinite(computed_usd_per_mtok)):
+        return None
+    cat = catalog or load_catalog()
+    prices = prices or C.load_prices(catalog=cat)
+    t = parse_target(target, cat) if isinstance(target, str) else target
+    system = t.device.system if t.kind == "wafer" else t.key
+    sp = service_price_for(model, system, prices, cat)
+    if sp is None:
+        return None
+    q = getattr(sp, f"{side}_usd_per_mtok")
+    ratio = float(computed_usd_per_mtok) / q.si
+    if 1.0 / factor <= ratio <= factor:
+        return None
+    ctx = context or {}
+    if ratio > 1:
+        reasons = ["the vendor prices a shared service at its own cost and scale (wafer-scale systems bought at "
+                   "cost, kept busy by many customers), not the amortised list capex and site costs assumed here",
+                   "the vendor's service runs its production software (rewritten kernels, speculative decoding) that "
+                   "the software profile here may not credit in full",
+                   "a list price can be set below cost to win share; it is not evidence of the cost of owning systems"]
+        if ctx.get("capex_basis"):
+            reasons.append(f"the capex assumed here is weak ({ctx['capex_basis']}): a quote would move the cost")
+        if ctx.get("tokens_per_s_per_user"):
+            reasons.append(f"the point costed here keeps every user at {ctx['tokens_per_s_per_user']:.4g} tokens/s "
+                           f"(batch {ctx.get('batch')}); a service may batch more users per replica")
+    else:
+        reasons = ["the list price includes the vendor's margin, idle capacity, support and sales costs",
+                   "the point costed here runs a large batch at high utilisation, which a public service with a "
+                   "latency promise may not reach"]
+    return {"computed_usd_per_mtok": float(computed_usd_per_mtok), "list_usd_per_mtok": q.si, "ratio": ratio,
+            "factor": factor, "side": side, "system": system, "source": list(q.source_ids), "basis": q.basis,
+            "reasons": reasons}

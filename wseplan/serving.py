@@ -334,19 +334,27 @@ def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict
 
 def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
                     devices=None, software: str | None = None, catalog=None, ttft_limit_s: float | None = None,
-                    tpot_limit_s: float | None = None, percentile: float = 95) -> list[dict]:
-    """One dict per concurrency that fits on the fewest devices of ``hardware`` (a key without a count), at the
-    default load: ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load),
-    ``requests_per_s``, ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's
-    throughput), ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``, ``tokens_per_s_per_user``, ``layout``,
-    ``meets_sla``. ``fleet`` builds its configurations from these; ``devices`` is accepted for compatibility."""
-    res = serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
-                output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
-                percentile=percentile, batches=list(batches), prices=False)
+                    tpot_limit_s: float | None = None, percentile: float = 95, sizes: str = "fewest",
+                    result: ServeResult | None = None) -> list[dict]:
+    """One dict per (replica size, concurrency) that fits ``hardware`` (a key without a count), at the default load:
+    ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
+    ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
+    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``,
+    ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
+
+    ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
+    every replica size of :func:`serve`'s replica search (GPUs: powers of two in the scale-up domain; wafers: the
+    fewest to twice that). ``result`` reuses a :func:`serve` result of the same question (priced or not).
+    ``devices`` is accepted for compatibility."""
+    if sizes not in ("fewest", "search"):
+        raise InputError(f"replica sizes: use fewest or search, got {sizes!r}")
+    res = result or serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
+                          output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s,
+                          tpot_limit_s=tpot_limit_s, percentile=percentile, batches=list(batches), prices=False)
     out = []
     fewest = min((p.devices_per_replica for p in res.points if p.num_replicas == 1), default=None)
     for p in res.points:
-        if p.batch not in set(batches) or p.num_replicas != 1 or p.devices_per_replica != fewest:
+        if p.batch not in set(batches) or p.num_replicas != 1 or (sizes == "fewest" and p.devices_per_replica != fewest):
             continue
         out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
@@ -393,6 +401,13 @@ class OperatingPoint(_Frozen):
                 "devices_per_replica": self.point.devices_per_replica, "num_devices": self.point.num_devices}
 
 
+def layout_columns(s, layout: dict) -> dict[str, int]:
+    """A point's record layout (``tensor_parallel``, ``num_wafers``, ...) as the chain's layout columns of setup
+    ``s`` (``tp``, ``num_wafers``, ...), to evaluate exactly that point again (``cost(..., layout=...)``)."""
+    cols = set(s.layout_columns)
+    return {_LAYOUT_COLUMNS[k]: int(v) for k, v in layout.items() if _LAYOUT_COLUMNS.get(k) in cols}
+
+
 def default_min_tokens_per_s_per_user(catalog) -> float:
     """The catalog's documented default per-user speed [tokens/s] (``defaults.default_min_tokens_per_s_per_user``)."""
     return float(catalog.defaults.default_min_tokens_per_s_per_user.si)
@@ -423,7 +438,6 @@ def operating_point(model, target, *, precision: str = "bf16", software: str | N
     t = s.query.target
     text = target if isinstance(target, str) else t.key
     tgt = text if t.count is not None else f"{text}x{c.num_devices}"
-    cols = set(s.layout_columns)
-    lay = {_LAYOUT_COLUMNS[k]: int(v) for k, v in c.layout.items() if _LAYOUT_COLUMNS.get(k) in cols}
+    lay = layout_columns(s, c.layout)
     return OperatingPoint(target=tgt, batch=c.batch, layout=lay, min_tokens_per_s_per_user=float(x), min_source=src,
                           meets=c.meets_sla, point=c)
