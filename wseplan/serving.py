@@ -274,7 +274,22 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             seen.add(key)
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
-    return _result(base, points, concurrency=concurrency, utilization=utilization)
+    res = _result(base, points, concurrency=concurrency, utilization=utilization)
+    if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
+        free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
+                     output_tokens=output_tokens, concurrency=concurrency, percentile=percentile, output_scv=output_scv,
+                     utilization=utilization, options=options, layout=layout, batches=batches, catalog=cat, prices=False)
+        if free.points:
+            top = max(free.points, key=lambda p: (p.capacity_requests_per_s / p.num_devices, -p.num_devices))
+            per_replica = top.capacity_requests_per_s / top.num_replicas
+            reps = int(rate // per_replica) + 1
+            dev = "device" if top.devices_per_replica == 1 else "devices"
+            res = res.model_copy(update={"notes": res.notes + [
+                f"the rate exceeds capacity: the most any point carries is "
+                f"{max(p.capacity_requests_per_s for p in free.points):.4g} requests/s; {rate:g} requests/s needs "
+                f"at least {reps} replicas of {top.devices_per_replica} {dev} at batch {top.batch}, each carrying "
+                f"{per_replica:.4g} requests/s at 100% load (wseplan fleet sizes a fleet for a demand)"]})
+    return res
 
 
 def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
