@@ -306,8 +306,9 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         notes.append("no point meets the limits; the fastest point is shown")
         chosen = min(points, key=lambda p: (p.ttft_at_percentile_s if ttft_limit_s else 0.0, p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
-        chosen = min(ok, key=lambda p: (p.output_usd_per_mtok if p.output_usd_per_mtok is not None else p.tpot_s,
-                                        p.num_devices, p.batch))
+        # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
+        chosen = min(ok, key=lambda p: (p.usd_per_hour / max(p.tokens_per_s, 1e-300) if p.usd_per_hour is not None
+                                        else 0.0, p.tpot_s, p.num_devices, p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None:

@@ -171,7 +171,13 @@ def speculation(q) -> dict | None:
         raise InputError(f"draft_tokens: must be an integer from 1 to 16, got {k!r}")
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a < 1.0:
         raise InputError(f"acceptance: per-token acceptance must be in [0, 1), got {a!r}")
-    draft = resolve_model(name, q.catalog) if isinstance(name, str) else name
+    if isinstance(name, str):
+        try:
+            draft = resolve_model(name, q.catalog)
+        except InputError as e:
+            raise InputError(f"speculative: unknown draft model {name!r} ({e}); name a catalog model or a config.json") from None
+    else:
+        draft = name
     return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a)}
 
 
