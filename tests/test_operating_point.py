@@ -47,7 +47,7 @@ def test_cost_without_batch_is_the_cheapest_point_that_meets_the_speed():
     sv = serve("llama-3-70b", "h200x8", precision="fp8", input_tokens=2048, output_tokens=256,
                tpot_limit_s=1 / 20, catalog=CAT, prices=PRICES)
     ok = [p for p in sv.points if p.tokens_per_s_per_user >= 20]
-    best = min(ok, key=lambda p: p.output_usd_per_mtok)
+    best = min(ok, key=lambda p: p.usd_per_hour / p.tokens_per_s)  # cheapest all-in: TCO/h over tokens/h at its load
     assert (best.batch, best.layout) == (sv.chosen.batch, sv.chosen.layout) and best.batch == res.batch
     assert res.plan["tokens_per_s_per_user"] >= 20
     # cost prices the replica at full load; serve reports it at its default load (90% of capacity)

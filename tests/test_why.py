@@ -11,7 +11,7 @@ from wseplan.catalog import load_catalog
 from wseplan.costing import list_price_gap
 from wseplan.report.study import CostSpec, ServerSpec, ServingSpec, Study, TargetSpec, load_study
 from wseplan.report.study_server import max_rate
-from wseplan.report.study_serving_why import capex_flips, capex_lines, cheapest_at, crossovers
+from wseplan.report.study_serving_why import all_in, capex_flips, capex_lines, cheapest_at, crossovers
 from wseplan.report.why import bisect, interval_text
 from wseplan.serving import serve
 
@@ -32,6 +32,13 @@ def test_list_price_gap_against_the_vendor_price():
     assert list_price_gap("llama-3.1-70b", "h200x8", 20.9, prices=PRICES, catalog=CAT) is None  # no GPU list price
     assert list_price_gap("llama-3-70b", "cs3x4", 20.9, prices=PRICES, catalog=CAT) is None  # another model
     assert list_price_gap("llama-3.1-405b", "cs3", 60.0, side="input", prices=PRICES, catalog=CAT)["ratio"] == 10.0
+    # all-in: the list bill of a request of 2,048 prompt and 256 answer tokens per million output tokens is
+    # 0.60 + 0.60 x 2048 / 256 = $5.40; $10.8 computed is 2x that (not flagged; reported with always=True)
+    kw = dict(side="all-in", prompt_tokens=2048, output_tokens=256, prices=PRICES, catalog=CAT)
+    assert list_price_gap("llama-3.1-70b", "cs3x4", 10.8, **kw) is None
+    both = list_price_gap("llama-3.1-70b", "cs3x4", 10.8, always=True, **kw)
+    assert both["list_usd_per_mtok"] == pytest.approx(5.40) and both["ratio"] == pytest.approx(2.0) and not both["flagged"]
+    assert list_price_gap("llama-3.1-70b", "cs3x4", 17.0, **kw)["flagged"]
 
 
 def test_cost_is_affine_in_capex():
@@ -84,8 +91,8 @@ def test_crossovers_match_a_brute_force_scan():
     curves = _curves(st)
     cross = crossovers(curves, None)
 
-    def brute(x):  # the cheapest point of any platform with 1/TPOT >= x, from the evaluated points themselves
-        best = min(((p.output_usd_per_mtok, t) for t, r in curves.items() for p in r.points
+    def brute(x):  # the cheapest point (TCO per hour / output tokens per hour) of any platform with 1/TPOT >= x
+        best = min(((p.usd_per_hour / p.tokens_per_s, t) for t, r in curves.items() for p in r.points
                     if p.tokens_per_s_per_user >= x), default=None)
         return best[1] if best else None
 
@@ -137,7 +144,7 @@ def test_serving_report_states_the_crossover_and_the_list_price_gap():
     md = (ROOT / "reports" / "serve-llama3-70b" / "report.md").read_text()
     why = md.split("## Why this answer", 1)[1].split("## Assumptions", 1)[0]
     assert "only cs3 qualifies" in why or "cs3 becomes the cheapest above" in why
-    assert "vendor's list price of $0.6" in why and "per system" in why
+    assert "vendor's list prices for the same requests, $5.4" in why and "per system" in why
 
 
 def test_server_spec_is_checked():

@@ -147,17 +147,25 @@ def service_price_for(model, system: str, prices, catalog=None):
 
 
 def list_price_gap(model, target, computed_usd_per_mtok: float, *, side: str = "output", prices=None, catalog=None,
-                   factor: float = LIST_PRICE_GAP_FACTOR, context: dict | None = None) -> dict | None:
+                   factor: float = LIST_PRICE_GAP_FACTOR, context: dict | None = None, prompt_tokens: int | None = None,
+                   output_tokens: int | None = None, always: bool = False) -> dict | None:
     """A computed $/M tokens against the vendor's public list price for the same model on the same system.
 
+    ``side``: ``output`` or ``input`` compare one side's price; ``all-in`` compares the whole cost of a request
+    per million output tokens (``computed_usd_per_mtok``: output + input cost of its prompt) with the list bill
+    for the same request, ``output price + input price x prompt_tokens / output_tokens`` (both given).
+
     Returns None when no list price is known for ``model`` on ``target``'s system, or when the two agree within
-    ``factor`` (default 3x); otherwise ``{computed_usd_per_mtok, list_usd_per_mtok, ratio (computed / list),
-    factor, side, system, source, basis, reasons}``. ``reasons`` names the likely causes of the gap, from the
+    ``factor`` (default 3x) and not ``always``; otherwise ``{computed_usd_per_mtok, list_usd_per_mtok, ratio
+    (computed / list), flagged (outside the factor), factor, side, system, source, basis, reasons}``. ``reasons`` names the likely causes of the gap, from the
     direction and from ``context`` (optional: ``batch``, ``tokens_per_s_per_user``, ``capex_basis`` of the
     point that was costed).
     """
-    if side not in ("input", "output"):
-        raise InputError(f"side: use input or output, got {side!r}")
+    if side not in ("input", "output", "all-in"):
+        raise InputError(f"side: use input, output or all-in, got {side!r}")
+    if side == "all-in" and not (isinstance(prompt_tokens, int) and isinstance(output_tokens, int)
+                                 and prompt_tokens > 0 and output_tokens > 0):
+        raise InputError("list_price_gap: side all-in needs prompt_tokens and output_tokens (positive integers)")
     if not (isinstance(computed_usd_per_mtok, (int, float)) and computed_usd_per_mtok > 0
             and math.isfinite(computed_usd_per_mtok)):
         return None
@@ -168,9 +176,16 @@ def list_price_gap(model, target, computed_usd_per_mtok: float, *, side: str = "
     sp = service_price_for(model, system, prices, cat)
     if sp is None:
         return None
-    q = getattr(sp, f"{side}_usd_per_mtok")
-    ratio = float(computed_usd_per_mtok) / q.si
-    if 1.0 / factor <= ratio <= factor:
+    if side == "all-in":
+        q = sp.output_usd_per_mtok
+        listed = q.si + sp.input_usd_per_mtok.si * prompt_tokens / output_tokens
+        src = list(dict.fromkeys([*q.source_ids, *sp.input_usd_per_mtok.source_ids]))
+    else:
+        q = getattr(sp, f"{side}_usd_per_mtok")
+        listed, src = q.si, list(q.source_ids)
+    ratio = float(computed_usd_per_mtok) / listed
+    flagged = not (1.0 / factor <= ratio <= factor)
+    if not flagged and not always:
         return None
     ctx = context or {}
     if ratio > 1:
@@ -188,6 +203,6 @@ def list_price_gap(model, target, computed_usd_per_mtok: float, *, side: str = "
         reasons = ["the list price includes the vendor's margin, idle capacity, support and sales costs",
                    "the point costed here runs a large batch at high utilisation, which a public service with a "
                    "latency promise may not reach"]
-    return {"computed_usd_per_mtok": float(computed_usd_per_mtok), "list_usd_per_mtok": q.si, "ratio": ratio,
-            "factor": factor, "side": side, "system": system, "source": list(q.source_ids), "basis": q.basis,
-            "reasons": reasons}
+    return {"computed_usd_per_mtok": float(computed_usd_per_mtok), "list_usd_per_mtok": listed, "ratio": ratio,
+            "flagged": flagged, "factor": factor, "side": side, "system": system, "source": src, "basis": q.basis,
+            "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "reasons": reasons}

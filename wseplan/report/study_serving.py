@@ -19,6 +19,7 @@ from ..errors import InfeasibleError, InputError
 from ..optimize.fleet import plan_fleet, serve_key
 from ..optimize.fleet_schema import DemandSpec, Sla, SystemSpec, WorkloadSpec
 from ..plan import setup
+from ..pricing import params_for
 from ..serving import layout_columns, serve, with_limits
 from ..targets import parse_target
 from ..workload import resolve_model
@@ -26,15 +27,15 @@ from .markdown import Column, Table, fmt_num
 from .plots import Marker, Plot, Series
 from .study_plots import cost_vs_util, roofline
 from .study_schema import Study
-from .study_serving_why import crossovers, serving_why
+from .study_serving_why import all_in, crossovers, frontier, serving_why
 from .study_sources import prices_of
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 
 _CAPTIONS = {
     "cost_vs_speed": "Each platform's Pareto frontier from the replica search: no other point of that platform is "
-                     "both cheaper and faster per user. Every point is a replica size and concurrency at 90% of its "
-                     "capacity (queueing headroom). The dotted line is the per-user speed the study asks for; dashed "
+                     "both cheaper (all-in: the prompts' prefill included) and faster per user. Every point is a "
+                     "replica size and concurrency at 90% of its capacity (queueing headroom). The dotted line is the per-user speed the study asks for; dashed "
                      "lines mark the crossovers where the cheapest platform changes.",
     "latency_throughput": "Each point is one batch size on the replica the batch sweep uses; up and to the right is "
                           "better. The dotted line is the per-user speed the study asks for.",
@@ -118,6 +119,9 @@ def serving_body(st: Study, cat) -> dict:
         if parse_target(tgt, cat).count is None:  # the fleet's search of this hardware is this one
             cache[serve_key(m.name, spec.hardware, demand.workloads[0], st.precision_for(tgt))] = res
 
+    utils = {t: params_for(setup(m, t, phase="serve", precision=st.precision_for(t), catalog=cat), prices,
+                           overrides=st.cost.set)["utilization_frac"].value for t in names}
+
     # the fleet: the fleet solver on the study's demand (as `wseplan fleet`), each target alone and all together
     plans, notes = {}, {}
     for tgt in names:
@@ -134,10 +138,10 @@ def serving_body(st: Study, cat) -> dict:
             mix = None
     fleet_rows, replica_cases = _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone)
 
-    tables = [_fleet_table(st, demand, fleet_rows), _frontier_table(st, curves, at_speed), _sweep_table(sweep)]
+    tables = [_fleet_table(st, demand, fleet_rows), _frontier_table(st, curves, at_speed, utils), _sweep_table(sweep)]
     cases = {(t, b): tp for t, (b, _label, tp) in replica_cases.items()}
     chosen = {t: (b, label) for t, (b, label, _tp) in replica_cases.items()}
-    plots = {"cost_vs_speed": _speed_plot(st, m, curves, speed)}
+    plots = {"cost_vs_speed": _speed_plot(st, m, curves, speed, utils)}
     plots["latency_throughput"] = Plot(
         title=f"{m.name}: per-user speed vs replica throughput (batch sweep)",
         xlabel="replica throughput [output tokens/s]", ylabel="per-user speed [tokens/s]", logx=True, logy=True,
@@ -163,8 +167,8 @@ def serving_body(st: Study, cat) -> dict:
                                                           "full load)",
                         columns=[Column("target", "replica"), Column("utilization_frac", "utilisation [fraction]"),
                                  Column("value", "output [$/M tokens]")], rows=util_rows))
-    cross = crossovers(curves, sv.ttft_limit_s)
-    why = serving_why(st, m, cat, prices, curves, at_speed, fleet_rows, mix, cross, params_used)
+    cross = crossovers(curves, sv.ttft_limit_s, utils)
+    why = serving_why(st, m, cat, prices, curves, at_speed, fleet_rows, mix, cross, params_used, utils)
     answer = _answer(st, m, demand, fleet_rows, mix, cross, at_speed)
     return {"answer": answer, "tables": tables, "plots": plots, "params": params_used, "plot_captions": _CAPTIONS,
             "why": why}
@@ -197,11 +201,9 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
                                                   prices=prices, uncertainty=st.cost.uncertainty, seed=st.cost.seed,
                                                   overrides=st.cost.set, layout=layout_columns(s, point.layout))
                 util = params["utilization_frac"].value if params else 1.0
-                all_in = plan.total_usd_per_year / (rate * 3600.0 * HOURS_PER_YEAR * util) * 1e6
-                out_in = point.output_usd_per_mtok + (point.input_usd_per_mtok or 0.0) * sv.prompt_tokens / sv.output_tokens
-                out = all_in * point.output_usd_per_mtok / out_in
-                band = {k: (out * getattr(row, k) / row.usd_per_mtok if getattr(row, k) is not None and row.usd_per_mtok
-                            else None) for k in ("usd_per_mtok_p10", "usd_per_mtok_p90")}
+                fleet_usd = plan.total_usd_per_year / (rate * 3600.0 * HOURS_PER_YEAR * util) * 1e6
+                band = {k: (fleet_usd * getattr(row, k) / row.usd_per_mtok if getattr(row, k) is not None
+                            and row.usd_per_mtok else None) for k in ("usd_per_mtok_p10", "usd_per_mtok_p90")}
                 if menu != "all targets" and times is not None and tgt_s not in cases:
                     cases[tgt_s] = (a.batch, f"{text} at batch {a.batch}", (times, params))
                 first = i == 0
@@ -214,7 +216,7 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
                     "tokens_per_s_per_replica": row.tokens_per_s, "fleet_tokens_per_s": a.supply,
                     "peak_power_w": sysrow.peak_facility_power_w if first else None,
                     "capex_usd": sysrow.capex_usd if first else None, "usd_per_year": sysrow.annual_usd if first else None,
-                    "usd_per_mtok": out, "all_in_usd_per_mtok": all_in, **band, "bottleneck": point.bottleneck,
+                    "usd_per_mtok": fleet_usd, **band, "bottleneck": point.bottleneck,
                     "plan_usd_per_year": plan.total_usd_per_year, "plan_systems": sum(x.count for x in plan.systems),
                     "plan_devices": sum(x.devices for x in plan.systems),
                     "note": "" if len(plan.systems) == 1 else f"part of a mix of {len(plan.systems)} system types"})
@@ -258,8 +260,7 @@ def _fleet_table(st: Study, demand: DemandSpec, rows: list[dict]) -> Table:
               "per replica configuration, the system totals on the first row of each system. Replicas run at 90% of "
               "their capacity (queueing headroom) and pack into whole systems. All-in $/M is the menu's TCO over the "
               "output tokens it delivers at the demand rate in its busy hours (the site's utilisation), prompts "
-              "included; output $/M is its decode share (as the curve's), P10-P90 from the Monte Carlo band of the "
-              "replica's cost."),
+              "included; P10-P90 scale it by the Monte Carlo band of the replica's cost."),
         columns=[Column("menu", "menu"), Column("system", "system"), Column("systems", "systems [count]"),
                  Column("replicas", "replicas [count]"), Column("devices_per_replica", "devices per replica [count]"),
                  Column("layout", "layout"), Column("batch", "batch [requests]"), Column("devices", "devices [count]"),
@@ -268,37 +269,37 @@ def _fleet_table(st: Study, demand: DemandSpec, rows: list[dict]) -> Table:
                  Column("tokens_per_s_per_replica", "replica capacity [tokens/s]"),
                  Column("fleet_tokens_per_s", "fleet supply [tokens/s]"),
                  Column("peak_power_w", "peak facility power [kW]", 1e3), Column("capex_usd", "capex [$M]", 1e6),
-                 Column("usd_per_year", "TCO [$M/yr]", 1e6), Column("usd_per_mtok", "output [$/M tokens]"),
+                 Column("usd_per_year", "TCO [$M/yr]", 1e6), Column("usd_per_mtok", "all-in [$/M output tokens]"),
                  Column("usd_per_mtok_p10", "P10 [$/M tokens]"), Column("usd_per_mtok_p90", "P90 [$/M tokens]"),
-                 Column("all_in_usd_per_mtok", "all-in [$/M output tokens]"), Column("bottleneck", "bottleneck"),
+                 Column("bottleneck", "bottleneck"),
                  Column("note", "note")],
         rows=rows)
 
 
-def _frontier_table(st: Study, curves: dict, at_speed: dict) -> Table:
+def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Table:
     sv = st.serving
     rows = []
     for tgt, res in curves.items():
         ch = at_speed.get(tgt)
-        for p in res.frontier:
+        for p in frontier(res, utils[tgt]):
             rows.append({"target": tgt, "precision": res.precision, "devices": p.devices_per_replica,
                          "layout": layout_text(p.layout), "batch": p.batch,
                          "tokens_per_s_per_user": p.tokens_per_s_per_user, "ttft_s": p.ttft_at_percentile_s,
                          "tpot_s": p.tpot_s, "tokens_per_s": p.tokens_per_s, "usd_per_mtok": p.output_usd_per_mtok,
-                         "input_usd_per_mtok": p.input_usd_per_mtok,
-                         "all_in_usd_per_mtok": p.output_usd_per_mtok + (p.input_usd_per_mtok or 0.0)
-                         * res.input_tokens / res.output_tokens, "bottleneck": p.bottleneck,
+                         "input_usd_per_mtok": p.input_usd_per_mtok, "all_in_usd_per_mtok": all_in(p, utils[tgt]),
+                         "bottleneck": p.bottleneck,
                          "chosen": ch is not None and (p.devices_per_replica, p.batch, p.layout) ==
                          (ch.devices_per_replica, ch.batch, ch.layout)})
     return Table(
         name="frontier", title="Cost versus per-user speed: each platform's Pareto frontier (replica search)",
-        note=(f"Points at 90% of each replica's capacity; 'chosen' marks the cheapest point at >= "
+        note=(f"Points at 90% of each replica's capacity; 'chosen' marks the cheapest point (all-in) at >= "
               f"{fmt_num(sv.min_tokens_per_s_per_user)} tokens/s per user"
               + (f" and TTFT p{fmt_num(sv.percentile)} <= {fmt_num(sv.ttft_limit_s)} s" if sv.ttft_limit_s else "")
-              + ". Output $/M is the output side of the cost (the engine's decode time); the prompt's prefill is "
-                "billed to input tokens; all-in adds the input cost of a request's prompt to its output tokens. A "
-                "GPU replica smaller than a node is charged the whole node here (one replica priced alone); the "
-                "fleet packs several into a node."),
+              + ". Output and input $/M split the replica's cost by the engine's decode and prefill time; all-in is "
+                "the replica's whole cost per output token (its TCO per busy hour over the output tokens it delivers), "
+                "the measure the search chooses by; it differs from output + input x prompt / answer tokens where the "
+                "engine's step timings and its capacity at load differ. A GPU replica smaller than a node is charged the whole node here (one replica "
+                "priced alone); the fleet packs several into a node."),
         columns=[Column("target", "target"), Column("precision", "precision"), Column("devices", "devices [count]"),
                  Column("layout", "layout"), Column("batch", "batch [requests]"),
                  Column("tokens_per_s_per_user", "per user [tokens/s]"),
@@ -326,17 +327,17 @@ def _sweep_table(sweep: list[dict]) -> Table:
         rows=sweep)
 
 
-def _speed_plot(st: Study, m, curves: dict, speed: float) -> Plot:
-    series = [Series(label=f"{t} ({res.precision})", x=[p.tokens_per_s_per_user for p in res.frontier],
-                     y=[p.output_usd_per_mtok for p in res.frontier])
-              for t, res in curves.items() if res.frontier]
+def _speed_plot(st: Study, m, curves: dict, speed: float, utils: dict) -> Plot:
+    series = [Series(label=f"{t} ({res.precision})", x=[p.tokens_per_s_per_user for p in frontier(res, utils[t])],
+                     y=[all_in(p, utils[t]) for p in frontier(res, utils[t])])
+              for t, res in curves.items() if frontier(res, utils[t])]
     markers = [Marker(speed, f"required {fmt_num(speed)} tokens/s per user")]
-    for c in crossovers(curves, st.serving.ttft_limit_s):
+    for c in crossovers(curves, st.serving.ttft_limit_s, utils):
         x = fmt_num(c["above_tokens_per_s_per_user"])
         markers.append(Marker(c["above_tokens_per_s_per_user"], f"only {c['to']} above {x}" if c["only"] else
                               f"{c['to']} cheapest above {x}"))
     return Plot(title=f"{m.name}: cost per output token vs speed per user (Pareto frontiers)",
-                xlabel="speed per user [tokens/s]", ylabel="output cost [$/M tokens]", logx=True, logy=True,
+                xlabel="speed per user [tokens/s]", ylabel="all-in cost [$/M output tokens]", logx=True, logy=True,
                 series=series, markers=markers)
 
 
@@ -363,8 +364,8 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
              f"{b['replicas']} replicas of {b['devices_per_replica']} at batch {b['batch']}, {b['layout']}"
              + (", and others" if sum(r['menu'] == b['menu'] for r in rows) > 1 else "") + "): "
              f"${fmt_num(b['plan_usd_per_year'] / 1e6)}M/yr TCO, ${fmt_num(b['usd_per_mtok'])} per million output tokens "
-             f"(P10-P90 ${fmt_num(b['usd_per_mtok_p10'])}-{fmt_num(b['usd_per_mtok_p90'])}; "
-             f"${fmt_num(b['all_in_usd_per_mtok'])} all-in with the prompts' prefill), "
+             f"all-in, the prompts' prefill included (P10-P90 ${fmt_num(b['usd_per_mtok_p10'])}-"
+             f"{fmt_num(b['usd_per_mtok_p90'])}), "
              f"{fmt_num(b['tokens_per_s_per_user'])} tokens/s per user, TTFT p{fmt_num(sv.percentile)} "
              f"{fmt_num(b['ttft_s'] * 1e3)} ms."]
     seen = {b["menu"]}
@@ -373,7 +374,7 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
             continue
         seen.add(r["menu"])
         parts.append(f"{r['target']} alone costs {fmt_num(r['plan_usd_per_year'] / b['plan_usd_per_year'])}x as much "
-                     f"(${fmt_num(r['usd_per_mtok'])} per million output tokens, at "
+                     f"(${fmt_num(r['usd_per_mtok'])} per million output tokens all-in, at "
                      f"{fmt_num(r['tokens_per_s_per_user'])} tokens/s per user).")
     if mix is not None and any(r["menu"] == "all targets" for r in rows):
         parts.append(f"Mixing targets lowers the TCO to ${fmt_num(mix.total_usd_per_year / 1e6)}M/yr.")

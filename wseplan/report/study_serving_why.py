@@ -1,9 +1,13 @@
 """Why a serving study's answer is what it is (see :mod:`wseplan.report.why`), from the study's own replica
 searches:
 
+Costs are all-in: a point's whole cost per million output tokens (:func:`all_in`: the replica's TCO per hour over
+the output tokens it delivers at its load, per busy hour at the site's utilisation), the measure
+:func:`wseplan.serving.serve` chooses its cheapest point by. ``utils`` maps a target to its site utilisation.
+
 * **crossovers** (:func:`crossovers`): each platform's cheapest point at a required speed ``X`` is
   :func:`wseplan.serving.with_limits` of its search at TPOT <= 1/X, a step function of ``X`` that changes only at
-  frontier speeds; re-judging every platform at every frontier speed finds every speed where the winner changes,
+  frontier speeds (:func:`frontier`); re-judging every platform at every frontier speed finds every speed where the winner changes,
   exactly (a bisection over ``X`` would converge to the same breakpoints, and could miss one of several).
 * **capex flips** (:func:`capex_flips`): a replica's TCO per hour, hence its $/M tokens, is affine in the capex
   per system (capex, network share, installation and maintenance scale with it; power and facility do not). One
@@ -19,7 +23,7 @@ import math
 from ..costing import list_price_gap
 from ..plan import setup
 from ..pricing import params_for
-from ..serving import pareto_frontier, serve, with_limits
+from ..serving import serve, with_limits
 from ..targets import parse_target
 from .markdown import fmt_num
 from .study_schema import Study
@@ -30,32 +34,57 @@ from .why import bisect, interval_text, list_price_text
 _EPS = 1e-12  # a point at exactly the required speed qualifies (1 / (1 / tpot) may round up by one ulp)
 
 
+def all_in(p, util: float = 1.0) -> float:
+    """A point's whole cost per million output tokens [USD]: its replica's TCO per hour over the output tokens it
+    delivers per hour at its load (prompts included), counted over busy hours (``util``: the site's utilisation,
+    as every $/M in wseplan). ``serve`` chooses its cheapest point by this measure."""
+    return p.usd_per_hour / (util * 3600.0 * max(p.tokens_per_s, 1e-300)) * 1e6
+
+
+def _u(utils, t) -> float:
+    return (utils or {}).get(t, 1.0)
+
+
+def frontier(res, util: float = 1.0, *, only_ok: bool = True) -> list:
+    """The points of ``res`` not beaten on both all-in $/M output tokens (lower) and tokens/s per user (higher), by
+    speed; ``only_ok``: among the points that meet ``res``'s limits."""
+    pts = sorted((p for p in res.points if (p.meets_sla or not only_ok) and p.usd_per_hour is not None),
+                 key=lambda p: (-p.tokens_per_s_per_user, all_in(p, util)))
+    out, best = [], math.inf
+    for p in pts:
+        c = all_in(p, util)
+        if c < best:
+            out.append(p)
+            best = c
+    return out
+
+
 def _at_speed(res, speed: float, ttft_limit_s):
     r = with_limits(res, ttft_limit_s=ttft_limit_s, tpot_limit_s=(1.0 / speed) * (1 + _EPS))
     return r.chosen if r.chosen is not None and r.chosen.meets_sla else None
 
 
-def cheapest_at(curves: dict, speed: float, ttft_limit_s) -> tuple[str, float] | None:
-    """(target, $/M output tokens) of the cheapest platform at ``speed`` tokens/s per user, or None."""
+def cheapest_at(curves: dict, speed: float, ttft_limit_s, utils: dict | None = None) -> tuple[str, float] | None:
+    """(target, all-in $/M output tokens) of the cheapest platform at ``speed`` tokens/s per user, or None."""
     best = None
     for t, res in curves.items():
         c = _at_speed(res, speed, ttft_limit_s)
-        if c is not None and c.output_usd_per_mtok is not None and (best is None or c.output_usd_per_mtok < best[1]):
-            best = (t, c.output_usd_per_mtok)
+        if c is not None and c.usd_per_hour is not None and (best is None or all_in(c, _u(utils, t)) < best[1]):
+            best = (t, all_in(c, _u(utils, t)))
     return best
 
 
-def crossovers(curves: dict, ttft_limit_s) -> list[dict]:
+def crossovers(curves: dict, ttft_limit_s, utils: dict | None = None) -> list[dict]:
     """Every per-user speed above which the cheapest platform changes: ``{above_tokens_per_s_per_user, from, to,
     from_usd_per_mtok, to_usd_per_mtok}`` (the winner of speeds in (a, b] is judged at b, a frontier speed)."""
-    speeds = sorted({p.tokens_per_s_per_user for res in curves.values() for p in res.frontier})
+    speeds = sorted({p.tokens_per_s_per_user for t, res in curves.items() for p in frontier(res, _u(utils, t))})
     out, prev, prev_speed = [], None, 0.0
     for x in speeds:
-        w = cheapest_at(curves, x, ttft_limit_s)
+        w = cheapest_at(curves, x, ttft_limit_s, utils)
         if w is None:
             break
         if prev is not None and w[0] != prev[0]:
-            below = cheapest_at(curves, prev_speed, ttft_limit_s)
+            below = cheapest_at(curves, prev_speed, ttft_limit_s, utils)
             only = _at_speed(curves[prev[0]], x, ttft_limit_s) is None  # the former winner cannot go this fast
             out.append({"above_tokens_per_s_per_user": prev_speed, "from": prev[0], "to": w[0], "only": only,
                         "from_usd_per_mtok": below[1] if below else math.nan, "to_usd_per_mtok": w[1]})
@@ -63,9 +92,10 @@ def crossovers(curves: dict, ttft_limit_s) -> list[dict]:
     return out
 
 
-def capex_lines(st: Study, m, cat, prices, curves: dict, speed: float) -> dict[str, tuple[float, dict]]:
-    """Per target: (its capex per system [USD], {point key: (a, b)}) with $/M(mult) = a + b mult for the points
-    of its search, from one more :func:`serve` at twice the capex."""
+def capex_lines(st: Study, m, cat, prices, curves: dict, speed: float,
+                utils: dict | None = None) -> dict[str, tuple[float, dict]]:
+    """Per target: (its capex per system [USD], {point key: (a, b)}) with all-in $/M(mult) = a + b mult for the
+    points of its search, from one more :func:`serve` at twice the capex."""
     sv = st.serving
     out = {}
     for tgt, res in curves.items():
@@ -77,9 +107,10 @@ def capex_lines(st: Study, m, cat, prices, curves: dict, speed: float) -> dict[s
                      output_tokens=sv.output_tokens, batches=sv.batches, ttft_limit_s=sv.ttft_limit_s,
                      percentile=sv.percentile, catalog=cat, prices=prices,
                      overrides={**st.cost.set, "capex_usd": 2.0 * cap})
-        twice = {_key(p): p.output_usd_per_mtok for p in res2.points}
-        out[tgt] = (cap, {_key(p): (2 * p.output_usd_per_mtok - twice[_key(p)], twice[_key(p)] - p.output_usd_per_mtok)
-                          for p in res.points if _key(p) in twice and p.output_usd_per_mtok is not None})
+        u = _u(utils, tgt)
+        twice = {_key(p): all_in(p, u) for p in res2.points if p.usd_per_hour is not None}
+        out[tgt] = (cap, {_key(p): (2 * all_in(p, u) - twice[_key(p)], twice[_key(p)] - all_in(p, u))
+                          for p in res.points if _key(p) in twice and p.usd_per_hour is not None})
     return out
 
 
@@ -128,7 +159,7 @@ def capex_flips(st: Study, curves: dict, lines: dict, speed: float) -> list[dict
 
 
 def serving_why(st: Study, m, cat, prices, curves: dict, at_speed: dict, fleet_rows: list[dict], mix,
-                cross: list[dict], params_used: dict) -> list[tuple[str, str]]:
+                cross: list[dict], params_used: dict, utils: dict | None = None) -> list[tuple[str, str]]:
     sv = st.serving
     speed, ttft = sv.min_tokens_per_s_per_user, sv.ttft_limit_s
     out: list[tuple[str, str]] = []
@@ -141,7 +172,7 @@ def serving_why(st: Study, m, cat, prices, curves: dict, at_speed: dict, fleet_r
             binds.append(f"{tgt}: no point reaches {fmt_num(speed)} tokens/s per user"
                          + (f" (fastest {fmt_num(fastest)})" if fastest else " (nothing fits)"))
             continue
-        what = _limit(res, c, speed, ttft, sv.batches)
+        what = _limit(res, c, speed, ttft, sv.batches, _u(utils, tgt))
         binds.append(f"{tgt}: batch {c.batch} on {c.devices_per_replica} devices, step {c.bottleneck}-bound; {what}")
     if mix is not None:
         tight = [r for r in mix.constraints if r.binding and r.saving_usd_per_year]
@@ -154,10 +185,10 @@ def serving_why(st: Study, m, cat, prices, curves: dict, at_speed: dict, fleet_r
     # what flips the ranking: the per-user speed, and each platform's capex
     flips = []
     if len(curves) > 1:
-        w = cheapest_at(curves, speed, ttft)
+        w = cheapest_at(curves, speed, ttft, utils)
         if w is not None:
-            flips.append(f"On the curves ($ per million output tokens, one replica priced alone) {w[0]} is the cheapest "
-                         f"at {fmt_num(speed)} tokens/s per user (${fmt_num(w[1])}).")
+            flips.append(f"On the curves (all-in $ per million output tokens, one replica priced alone) {w[0]} is the "
+                         f"cheapest at {fmt_num(speed)} tokens/s per user (${fmt_num(w[1])}).")
         for c in cross:
             x = fmt_num(c["above_tokens_per_s_per_user"])
             if c["only"]:
@@ -170,7 +201,7 @@ def serving_why(st: Study, m, cat, prices, curves: dict, at_speed: dict, fleet_r
                              f"${fmt_num(c['from_usd_per_mtok'])} just below).")
         if not cross:
             flips.append("No required speed changes the cheapest platform within the searched range.")
-        for f in capex_flips(st, curves, capex_lines(st, m, cat, prices, curves, speed), speed):
+        for f in capex_flips(st, curves, capex_lines(st, m, cat, prices, curves, speed, utils), speed):
             cap = f"${fmt_num(f['capex_usd'] / 1e6)}M"
             if f["direction"] == "never cheapest":
                 flips.append(f"No capex makes {f['target']} the cheapest at {fmt_num(speed)} tokens/s per user: even "
@@ -204,27 +235,29 @@ def serving_why(st: Study, m, cat, prices, curves: dict, at_speed: dict, fleet_r
             continue
         p = params_used.get(tgt, {}).get("capex_usd")
         weak = weakness(p.basis, p.source, cat.sources) if p is not None else ""
-        gap = list_price_gap(m, tgt, c.output_usd_per_mtok, prices=prices, catalog=cat,
+        gap = list_price_gap(m, tgt, all_in(c, _u(utils, tgt)), side="all-in", prices=prices, catalog=cat,
+                             prompt_tokens=sv.prompt_tokens, output_tokens=sv.output_tokens, always=True,
                              context={"batch": c.batch, "tokens_per_s_per_user": c.tokens_per_s_per_user,
                                       "capex_basis": f"{p.basis}, {weak}" if weak else ""})
         if gap is not None:
             gaps.append(list_price_text(tgt, gap))
-    out.append(("List prices", " ".join(gaps) if gaps else
-                f"No computed $/M tokens differs by more than 3x from a vendor list price for {m.name} on these "
-                "systems (the prices catalog's service_prices), or no list price is published for them."))
+    others = [t for t, c in at_speed.items() if c is not None and not any(g.startswith(f"{t}:") for g in gaps)]
+    if others:
+        gaps.append(f"{', '.join(others)}: no vendor list price for {m.name} in the prices catalog (service_prices).")
+    out.append(("List prices", " ".join(gaps) if gaps else "No platform meets the speed: nothing to compare."))
     return out
 
 
-def _limit(res, c, speed: float, ttft, batches) -> str:
+def _limit(res, c, speed: float, ttft, batches, util: float) -> str:
     """Why the chosen point is not cheaper: the next cheaper point of its platform and what it misses."""
-    cheaper = [p for p in pareto_frontier(res.points) if p.output_usd_per_mtok < c.output_usd_per_mtok]
+    cheaper = [p for p in frontier(res, util, only_ok=False) if all_in(p, util) < all_in(c, util)]
     if not cheaper:
         return "no point of this platform is cheaper at any speed"
     q = max(cheaper, key=lambda p: p.tokens_per_s_per_user)  # the next cheaper point down the frontier
     why = []
     if q.tokens_per_s_per_user < speed:
         why.append(f"the per-user speed binds: the next cheaper point (batch {q.batch} on {q.devices_per_replica} "
-                   f"devices, ${fmt_num(q.output_usd_per_mtok)}/M) gives {fmt_num(q.tokens_per_s_per_user)} tokens/s")
+                   f"devices, ${fmt_num(all_in(q, util))}/M all-in) gives {fmt_num(q.tokens_per_s_per_user)} tokens/s")
     if ttft is not None and q.ttft_at_percentile_s > ttft:
         why.append(f"the TTFT limit binds: the next cheaper point waits {fmt_num(q.ttft_at_percentile_s)} s")
     same = [p.batch for p in res.points if p.devices_per_replica == c.devices_per_replica and p.num_replicas == 1]

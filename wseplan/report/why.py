@@ -83,9 +83,18 @@ def list_price_text(label: str, gap: dict) -> str:
     """One sentence for a :func:`wseplan.costing.list_price_gap` finding."""
     direction = "above" if gap["ratio"] > 1 else "below"
     ratio = gap["ratio"] if gap["ratio"] > 1 else 1 / gap["ratio"]
-    return (f"{label}: computed ${fmt_num(gap['computed_usd_per_mtok'])} per million {gap['side']} tokens is "
-            f"{fmt_num(ratio)}x {direction} the vendor's list price of ${fmt_num(gap['list_usd_per_mtok'])} "
-            f"({', '.join(gap['source'])}, {gap['basis']}). Likely reasons: " + "; ".join(gap["reasons"]) + ".")
+    if gap["side"] == "all-in":
+        what = (f"per million output tokens all-in ({gap['prompt_tokens']:,}-token prompts, {gap['output_tokens']:,}-token "
+                "answers)")
+        listed = f"the vendor's list prices for the same requests, ${fmt_num(gap['list_usd_per_mtok'])}"
+    else:
+        what = f"per million {gap['side']} tokens"
+        listed = f"the vendor's list price of ${fmt_num(gap['list_usd_per_mtok'])}"
+    head = (f"{label}: computed ${fmt_num(gap['computed_usd_per_mtok'])} {what} is {fmt_num(ratio)}x {direction} "
+            f"{listed} ({', '.join(gap['source'])}, {gap['basis']})")
+    if not gap.get("flagged", True):
+        return head + f", within the {fmt_num(gap['factor'])}x this report flags."
+    return head + ". Likely reasons: " + "; ".join(gap["reasons"]) + "."
 
 
 def render(findings: list[tuple[str, str]]) -> list[str]:
