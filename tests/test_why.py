@@ -11,7 +11,7 @@ from wseplan.catalog import load_catalog
 from wseplan.costing import list_price_gap
 from wseplan.report.study import CostSpec, ServerSpec, ServingSpec, Study, TargetSpec, load_study
 from wseplan.report.study_server import max_rate
-from wseplan.report.study_serving_why import all_in, capex_flips, capex_lines, cheapest_at, crossovers
+from wseplan.report.study_serving_why import capex_flips, capex_lines, cheapest_at, crossovers
 from wseplan.report.why import bisect, interval_text
 from wseplan.serving import serve
 
