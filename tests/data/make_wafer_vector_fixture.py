@@ -75,6 +75,37 @@ def kernels(cat) -> dict:
     wafer = cat.wafers["wse3"]
     c = fab.load_fabric_constants()
     fk = fab.wafer_fabric_kwargs(wafer, "bf16", c)
+    # single kernels on a grid, with the simulator-fitted constants (critical-path trees, colour limit) and without
+    plain = fab.wafer_fabric_kwargs(cat.wafers["wse2"], "bf16")
+    side = np.array([1.0, 2.0, 3.0, 31.0, 32.0, 33.0, 100.0, 377.0, 755.0])
+    P, Q = (a.ravel()[:, None] for a in np.meshgrid(side, side, indexing="ij"))
+    kk = np.array([1.0, 1000.0, 4096.0, 28672.0])[None, :, None]
+    nn = np.array([1.0, 700.0, 8192.0])[None, None, :]
+    P3, Q3 = P[:, :, None], Q[:, :, None]
+    for name, kw in (("fit", fk), ("plain", plain)):
+        for algo in ("best", "chain", "tree"):
+            for m in (1.0, 64.0):
+                g = dict(kw, k=kk, n=nn, m=m, rows=P3, cols=Q3, reduce_algo=algo)
+                out[f"gemv_{name}_{algo}_{m:g}"] = fab.gemv_cycles(mac_efficiency_frac=0.7, **g)
+                out[f"gemv_parts_{name}_{algo}_{m:g}"] = fab.gemv_parts_cycles(mac_efficiency_frac=0.7, **g)
+        msg = np.array([2.0, 64.0, 1e5])[:, None]
+        for tm in ("levels", "critical_path"):
+            for algo in ("best", "chain", "tree"):
+                out[f"reduce_{name}_{tm}_{algo}"] = fab.line_reduce_cycles(
+                    length_pes=L[None, :400], message_bytes=msg, hop_latency_cycles=kw["hop_latency_cycles"],
+                    link_bytes_per_cycle=kw["link_bytes_per_cycle"], wavelet_bytes=kw["wavelet_bytes"],
+                    ramp_latency_cycles=kw["ramp_latency_cycles"], add_cycles_per_wavelet=1.25, algo=algo,
+                    reduce_stage_cycles=kw["reduce_stage_cycles"], tree_level_cycles=kw["tree_level_cycles"],
+                    tree_level_overlap_frac=kw["tree_level_overlap_frac"], max_tree_levels=5.0, tree_model=tm)
+            for algo in ("chain", "store_forward", "tree"):
+                out[f"bcast_{name}_{tm}_{algo}"] = fab.line_broadcast_cycles(
+                    length_pes=L[None, :400], message_bytes=msg, hop_latency_cycles=kw["hop_latency_cycles"],
+                    link_bytes_per_cycle=kw["link_bytes_per_cycle"], wavelet_bytes=kw["wavelet_bytes"],
+                    ramp_latency_cycles=kw["ramp_latency_cycles"], algo=algo, tree_model=tm)
+        out[f"allreduce_{name}"] = fab.allreduce_cycles(
+            rows=P, cols=Q.T, message_bytes=256.0, **{k: v for k, v in kw.items() if k in (
+                "hop_latency_cycles", "link_bytes_per_cycle", "wavelet_bytes", "ramp_latency_cycles", "reduce_stage_cycles",
+                "tree_level_cycles", "tree_level_overlap_frac", "num_colors", "tree_model")})
     sides = wt._region_candidates(wafer).astype(float)[None, :]
     b = np.array([1.0, 3.0, 8.0, 40.0, 512.0])[:, None]
     ctx = np.array([1.0, 700.0, 4096.0, 32768.0, 100.0, 200.0])[:5, None] + 0.0 * b
