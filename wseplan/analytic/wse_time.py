@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import InputError
 from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
 from . import fabric as fab
+from . import fabric_kernels as fkern
 from .fabric import gemv_latency_s  # noqa: F401  (re-exported for validation's micro rows)
 
 PHASES = ("train", "prefill", "decode", "e2e")
@@ -74,18 +75,20 @@ def _reduce_kwargs(fk: dict) -> dict:
                 tree_model=fk.get("tree_model", "levels"), max_tree_levels=fk.get("num_colors", np.inf) - 1.0)
 
 
-def _add_allreduce(parts, rows, cols, nbytes, fk):
+def _add_allreduce(parts, rows, cols, nbytes, fk, region=None):
     """A norm/softmax statistic: the vector lives along one line of the region (the root line of the previous
-    reduction), so its all-reduce is one line reduction plus one line broadcast of ``nbytes``."""
-    kw = dict(length_pes=cols, message_bytes=nbytes, link_bytes_per_cycle=fk["link_bytes_per_cycle"],
-              wavelet_bytes=fk["wavelet_bytes"])
+    reduction), so its all-reduce is one line reduction plus one line broadcast of ``nbytes``. ``region``: a
+    :class:`~.fabric_kernels.Region` of ``rows`` x ``cols`` whose line terms the block's kernels share."""
+    region = fkern.Region(rows, cols) if region is None else region
     rk = _reduce_kwargs(fk)
-    full = (fab.line_reduce_cycles(hop_latency_cycles=fk["hop_latency_cycles"], ramp_latency_cycles=fk["ramp_latency_cycles"],
-                                   **rk, **kw)
-            + fab.line_broadcast_cycles(hop_latency_cycles=fk["hop_latency_cycles"], **kw))
-    serial = (fab.line_reduce_cycles(hop_latency_cycles=0.0, ramp_latency_cycles=0.0,
-                                     **dict(rk, reduce_stage_cycles=0.0, tree_level_cycles=0.0), **kw)
-              + fab.line_broadcast_cycles(hop_latency_cycles=0.0, **kw))
+    (red, bc), (red0, bc0) = fkern.reduce_broadcast(
+        region, "Q", nbytes, link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
+        tree_level_overlap_frac=rk["tree_level_overlap_frac"], max_tree_levels=rk["max_tree_levels"],
+        tree_model=fab._check_tree_model(rk["tree_model"]),
+        variants=((fk["hop_latency_cycles"], fk["ramp_latency_cycles"], rk["reduce_stage_cycles"], rk["tree_level_cycles"]),
+                  (0.0, 0.0, 0.0, 0.0)))
+    full = red + bc
+    serial = red0 + bc0
     parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
     parts["latency"] = parts["latency"] + (full - serial)
     parts["serialization"] = parts["serialization"] + serial
@@ -145,16 +148,17 @@ def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gem
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
-    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemv_mac_efficiency_frac)
+    region = fkern.Region(rows, cols)  # line terms shared by every kernel of the block
+    g = dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac)
     mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], ctx * b), (1.0, ctx * b, D["q"]), (b, D["q"], D["d"]),
             (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"])]
     parts = {"overhead": 0.0, "latency": 0.0, "serialization": 0.0, "compute": 0.0}
     for m, k, n in mats:
-        p = fab.gemv_parts_cycles(m=m, k=k, n=n, **g)
+        p = fkern.gemv_parts(region, m=m, k=k, n=n, **g)
         for key in parts:
             parts[key] = parts[key] + p[key]
     for nbytes in (4.0 * b, 4.0 * b, 8.0 * b * D["heads"]):
-        _add_allreduce(parts, rows, cols, nbytes, fk)
+        _add_allreduce(parts, rows, cols, nbytes, fk, region)
     return parts
 
 
@@ -162,11 +166,11 @@ def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_effi
     """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles]."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
-    parts = fab.gemv_parts_cycles(m=b, k=D["d"], n=D["vocab"], rows=rows, cols=cols,
-                                  mac_efficiency_frac=gemv_mac_efficiency_frac, **fk)
+    region = fkern.Region(rows, cols)
+    parts = fkern.gemv_parts(region, m=b, k=D["d"], n=D["vocab"], **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
     parts = {k: v * 1.0 for k, v in parts.items()}
-    _add_allreduce(parts, rows, cols, 4.0 * b, fk)
-    _add_allreduce(parts, rows, cols, 8.0 * b, fk)
+    _add_allreduce(parts, rows, cols, 4.0 * b, fk, region)
+    _add_allreduce(parts, rows, cols, 8.0 * b, fk, region)
     return parts
 
 
@@ -180,22 +184,23 @@ def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_e
     tok = np.asarray(tokens, dtype=float)
     att = np.asarray(prior_tokens, dtype=float) + ((tok + 1.0) / 2.0 if causal else tok)
     t = tok * np.asarray(batch, dtype=float)
-    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemm_mac_efficiency_frac,
-             step_overhead_cycles=gemm_step_overhead_cycles)
+    region = fkern.Region(rows, cols)  # line terms shared by every kernel of the block
+    g = dict(fk, mac_efficiency_frac=gemm_mac_efficiency_frac, step_overhead_cycles=gemm_step_overhead_cycles)
     mats = [(t, D["d"], D["q"] + 2 * D["kv"]), (t, D["q"], att), (t, att, D["q"]), (t, D["q"], D["d"]),
             (t, D["d"], D["ff_in"]), (t, D["ff"], D["d"])]
     parts = {"overhead": 0.0, "compute": 0.0, "fabric": 0.0}
     for m, k, n in mats:
-        p = fab.gemm_parts_cycles(m=m, k=k, n=n, **g)
+        p = fkern.gemm_parts(region, m=m, k=k, n=n, **g)
         for key in parts:
             parts[key] = parts[key] + p[key]
     mt = np.ceil(t / np.asarray(rows, dtype=float))
+    rk = _reduce_kwargs(fk)
     for nbytes in (4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]):
-        lr = fab.line_reduce_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
-                                    link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
-                                    ramp_latency_cycles=fk["ramp_latency_cycles"], **_reduce_kwargs(fk))
-        lb = fab.line_broadcast_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
-                                       link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"])
+        ((lr, lb),) = fkern.reduce_broadcast(
+            region, "Q", nbytes, link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
+            tree_level_overlap_frac=rk["tree_level_overlap_frac"], max_tree_levels=rk["max_tree_levels"],
+            tree_model=fab._check_tree_model(rk["tree_model"]),
+            variants=((fk["hop_latency_cycles"], fk["ramp_latency_cycles"], rk["reduce_stage_cycles"], rk["tree_level_cycles"]),))
         parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
         parts["fabric"] = parts["fabric"] + lr + lb
     return parts
