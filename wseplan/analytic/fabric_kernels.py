@@ -151,24 +151,32 @@ class Region:
     def _line(self, axis: str):
         return self.P if axis == "P" else self.Q
 
-    def reduce_line(self, axis: str, **c) -> ReduceLine:
-        """Reduction terms along the lines of length ``rows`` (``axis='P'``) or ``cols`` (``'Q'``)."""
-        if not all(_scalar(v) for v in c.values()):
-            return ReduceLine(self._line(axis), **c)
-        key = ("reduce", axis, *sorted((k, v if isinstance(v, str) else float(v)) for k, v in c.items()))
-        line = self._memo.get(key)
+    def reduce_line(self, axis: str, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, algo) -> ReduceLine:
+        """Reduction terms along the lines of length ``rows`` (``axis='P'``) or ``cols`` (``'Q'``), kept per
+        constant set (array constants are not kept)."""
+        key = (axis, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, algo)
+        try:
+            line = self._memo.get(key)
+        except TypeError:  # an array constant: not hashable, not kept
+            key, line = None, None
         if line is None:
-            line = self._memo[key] = ReduceLine(self._line(axis), **c)
+            line = ReduceLine(self._line(axis), h=h, ramp=ramp, rsc=rsc, tlc=tlc, tlof=tlof, a=a, max_levels=max_levels,
+                              tree_model=tree_model, algo=algo)
+            if key is not None:
+                self._memo[key] = line
         return line
 
     def chain_hops(self, axis: str, h):
         """``((L - 1) h, L > 1)`` of a chain broadcast along the lines of ``axis``."""
-        key = ("hops", axis, float(h)) if _scalar(h) else None
-        got = self._memo.get(key) if key else None
+        key = ("hops", axis, h)
+        try:
+            got = self._memo.get(key)
+        except TypeError:
+            key, got = None, None
         if got is None:
             L = self._line(axis)
             got = ((L - 1.0) * h, L > 1)
-            if key:
+            if key is not None:
                 self._memo[key] = got
         return got
 
@@ -191,8 +199,7 @@ def reduce_broadcast(region: Region, axis: str, message_bytes, *, variants, link
     Ma, Ms = M * a, M * s
     out = []
     for h, ramp, rsc, tlc in variants:
-        line = region.reduce_line(axis, h=h, ramp=ramp, rsc=rsc, tlc=tlc, tlof=tree_level_overlap_frac, a=a,
-                                  max_levels=max_tree_levels, tree_model=tree_model, algo="best")
+        line = region.reduce_line(axis, h, ramp, rsc, tlc, tree_level_overlap_frac, a, max_tree_levels, tree_model, "best")
         Lh, gt1 = region.chain_hops(axis, h)
         out.append((line.cycles(Ma), np.where(gt1, Lh + Ms, 0.0)))
     return out
@@ -228,8 +235,8 @@ def gemv_variants(region: Region, *, k, n, flop_per_cycle, sram_bytes_per_cycle,
         a = np.maximum(s, epw * tm)
         serial_y = np.where(gt1P, dMy * a, 0.0)
         hidden = broadcast_overlap_frac * np.minimum(serial_x + serial_y, compute)
-        line = region.reduce_line("P", h=h, ramp=ramp, rsc=rsc, tlc=tlc, tlof=tree_level_overlap_frac, a=a,
-                                  max_levels=num_colors - 1.0, tree_model=tree_model, algo=reduce_algo)
+        line = region.reduce_line("P", h, ramp, rsc, tlc, tree_level_overlap_frac, a, num_colors - 1.0, tree_model,
+                                  reduce_algo)
         red = line.cycles(My * a)
         out.append(pko + bcast + compute - hidden + red)
     return out

@@ -75,23 +75,51 @@ def _reduce_kwargs(fk: dict) -> dict:
                 tree_model=fk.get("tree_model", "levels"), max_tree_levels=fk.get("num_colors", np.inf) - 1.0)
 
 
-def _add_allreduce(parts, rows, cols, nbytes, fk, region=None):
-    """A norm/softmax statistic: the vector lives along one line of the region (the root line of the previous
-    reduction), so its all-reduce is one line reduction plus one line broadcast of ``nbytes``. ``region``: a
-    :class:`~.fabric_kernels.Region` of ``rows`` x ``cols`` whose line terms the block's kernels share."""
+def _stacked(region, *operands) -> list[np.ndarray]:
+    """Each group of operands broadcast to one shape (theirs and the region's) and stacked along a new first axis
+    (one entry per kernel), so a block's kernels run as one array pass."""
+    ops = [[np.asarray(v, dtype=float) for v in group] for group in operands]
+    shape = np.broadcast_shapes(region.P.shape, region.Q.shape, *(v.shape for group in ops for v in group))
+    return [np.stack([np.broadcast_to(v, shape) for v in group]) for group in ops]
+
+
+def _statistics(rows, cols, nbytes, fk, region, *, serial: bool):
+    """Line reduction + line broadcast of each statistic in ``nbytes`` (one per row of the stack) along the rows of
+    the region [cycles]: ``(full, serial)`` sums (``serial``: without hop, ramp and stage latency) or ``full`` alone."""
     region = fkern.Region(rows, cols) if region is None else region
     rk = _reduce_kwargs(fk)
-    (red, bc), (red0, bc0) = fkern.reduce_broadcast(
-        region, "Q", nbytes, link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
+    variants = [(fk["hop_latency_cycles"], fk["ramp_latency_cycles"], rk["reduce_stage_cycles"], rk["tree_level_cycles"])]
+    if serial:
+        variants.append((0.0, 0.0, 0.0, 0.0))
+    return fkern.reduce_broadcast(
+        region, "Q", _stacked(region, nbytes)[0], link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
         tree_level_overlap_frac=rk["tree_level_overlap_frac"], max_tree_levels=rk["max_tree_levels"],
-        tree_model=fab._check_tree_model(rk["tree_model"]),
-        variants=((fk["hop_latency_cycles"], fk["ramp_latency_cycles"], rk["reduce_stage_cycles"], rk["tree_level_cycles"]),
-                  (0.0, 0.0, 0.0, 0.0)))
-    full = red + bc
-    serial = red0 + bc0
-    parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
-    parts["latency"] = parts["latency"] + (full - serial)
-    parts["serialization"] = parts["serialization"] + serial
+        tree_model=fab._check_tree_model(rk["tree_model"]), variants=variants)
+
+
+def _add_allreduce(parts, rows, cols, nbytes, fk, region=None):
+    """Norm/softmax statistics: each vector lives along one line of the region (the root line of the previous
+    reduction), so its all-reduce is one line reduction plus one line broadcast of its bytes. ``nbytes``: one
+    statistic's bytes or a sequence of them (added in order); ``region``: a :class:`~.fabric_kernels.Region` of
+    ``rows`` x ``cols`` whose line terms the block's kernels share."""
+    seq = nbytes if isinstance(nbytes, (list, tuple)) else [nbytes]
+    (red, bc), (red0, bc0) = _statistics(rows, cols, seq, fk, region, serial=True)
+    for i in range(len(seq)):
+        full = red[i] + bc[i]
+        serial = red0[i] + bc0[i]
+        parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
+        parts["latency"] = parts["latency"] + (full - serial)
+        parts["serialization"] = parts["serialization"] + serial
+
+
+def _accumulate(parts: dict, stacked: dict) -> dict:
+    """``parts[key] + stacked[key][0] + stacked[key][1] + ...``, in that order, for every key of ``parts``."""
+    for key in parts:
+        acc = parts[key]
+        for v in stacked[key]:
+            acc = acc + v
+        parts[key] = acc
+    return parts
 
 
 def decode_layer_floor_s(arch, wafer, *, rows: int, cols: int, precision: str = "fp16", context: int = 1,
@@ -142,67 +170,59 @@ _PART_NAMES = {"overhead": "kernel_overhead", "latency": "fabric_latency", "seri
 # ---------------------------------------------------------------------------------------------
 # Array-capable forms (batch, context and region sides broadcast), for vectorized sweeps
 # ---------------------------------------------------------------------------------------------
-def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
+def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_efficiency_frac: float,
+                              region=None) -> dict:
     """:func:`decode_block_cycles` with ``batch``, ``context``, ``rows`` and ``cols`` as broadcasting arrays
-    [cycles]; the same kernels and the same arithmetic."""
+    [cycles]; the same kernels and the same arithmetic. ``region``: a :class:`~.fabric_kernels.Region` of ``rows``
+    x ``cols`` to share line terms with other calls on the same regions."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
-    region = fkern.Region(rows, cols)  # line terms shared by every kernel of the block
+    region = fkern.Region(rows, cols) if region is None else region  # line terms shared by every kernel of the block
     g = dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac)
     mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], ctx * b), (1.0, ctx * b, D["q"]), (b, D["q"], D["d"]),
             (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"])]
+    m, k, n = _stacked(region, *zip(*mats))  # the six GEMVs as one array pass, summed in order
     parts = {"overhead": 0.0, "latency": 0.0, "serialization": 0.0, "compute": 0.0}
-    for m, k, n in mats:
-        p = fkern.gemv_parts(region, m=m, k=k, n=n, **g)
-        for key in parts:
-            parts[key] = parts[key] + p[key]
-    for nbytes in (4.0 * b, 4.0 * b, 8.0 * b * D["heads"]):
-        _add_allreduce(parts, rows, cols, nbytes, fk, region)
+    _accumulate(parts, fkern.gemv_parts(region, m=m, k=k, n=n, **g))
+    _add_allreduce(parts, rows, cols, [4.0 * b, 4.0 * b, 8.0 * b * D["heads"]], fk, region)
     return parts
 
 
-def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
-    """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles]."""
+def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float, region=None) -> dict:
+    """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles] (``region`` as
+    :func:`decode_block_cycles_array`)."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
-    region = fkern.Region(rows, cols)
+    region = fkern.Region(rows, cols) if region is None else region
     parts = fkern.gemv_parts(region, m=b, k=D["d"], n=D["vocab"], **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
     parts = {k: v * 1.0 for k, v in parts.items()}
-    _add_allreduce(parts, rows, cols, 4.0 * b, fk, region)
-    _add_allreduce(parts, rows, cols, 8.0 * b, fk, region)
+    _add_allreduce(parts, rows, cols, [4.0 * b, 8.0 * b], fk, region)
     return parts
 
 
 def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficiency_frac: float,
-                               gemm_step_overhead_cycles: float, batch=1, causal: bool = True, prior_tokens=0.0) -> dict:
+                               gemm_step_overhead_cycles: float, batch=1, causal: bool = True, prior_tokens=0.0,
+                               region=None) -> dict:
     """:func:`prefill_block_cycles` with broadcasting ``tokens``, ``batch``, ``rows``, ``cols`` [cycles].
 
     ``prior_tokens``: earlier tokens of the same prompt already in the KV cache (chunked prefill), which every
-    token of the chunk also attends to."""
+    token of the chunk also attends to. ``region`` as :func:`decode_block_cycles_array`."""
     D = _dims(arch)
     tok = np.asarray(tokens, dtype=float)
     att = np.asarray(prior_tokens, dtype=float) + ((tok + 1.0) / 2.0 if causal else tok)
     t = tok * np.asarray(batch, dtype=float)
-    region = fkern.Region(rows, cols)  # line terms shared by every kernel of the block
+    region = fkern.Region(rows, cols) if region is None else region  # line terms shared by every kernel of the block
     g = dict(fk, mac_efficiency_frac=gemm_mac_efficiency_frac, step_overhead_cycles=gemm_step_overhead_cycles)
     mats = [(t, D["d"], D["q"] + 2 * D["kv"]), (t, D["q"], att), (t, att, D["q"]), (t, D["q"], D["d"]),
             (t, D["d"], D["ff_in"]), (t, D["ff"], D["d"])]
-    parts = {"overhead": 0.0, "compute": 0.0, "fabric": 0.0}
-    for m, k, n in mats:
-        p = fkern.gemm_parts(region, m=m, k=k, n=n, **g)
-        for key in parts:
-            parts[key] = parts[key] + p[key]
+    m, k, n = _stacked(region, *zip(*mats))  # the six GEMMs as one array pass, summed in order
+    parts = _accumulate({"overhead": 0.0, "compute": 0.0, "fabric": 0.0}, fkern.gemm_parts(region, m=m, k=k, n=n, **g))
     mt = np.ceil(t / np.asarray(rows, dtype=float))
-    rk = _reduce_kwargs(fk)
-    for nbytes in (4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]):
-        ((lr, lb),) = fkern.reduce_broadcast(
-            region, "Q", nbytes, link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
-            tree_level_overlap_frac=rk["tree_level_overlap_frac"], max_tree_levels=rk["max_tree_levels"],
-            tree_model=fab._check_tree_model(rk["tree_model"]),
-            variants=((fk["hop_latency_cycles"], fk["ramp_latency_cycles"], rk["reduce_stage_cycles"], rk["tree_level_cycles"]),))
+    ((lr, lb),) = _statistics(rows, cols, [4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]], fk, region, serial=False)
+    for i in range(3):
         parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
-        parts["fabric"] = parts["fabric"] + lr + lb
+        parts["fabric"] = parts["fabric"] + lr[i] + lb[i]
     return parts
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analytic import fabric as fab
+from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
 from ..analytic.engine import prefill_passes
 from ..analytic.partition import greedy_stage_counts, min_max_partition_batched
@@ -135,18 +136,20 @@ class WaferFamily(InferenceMixin, Family):
         kmin = greedy_stage_counts(ctx.items(B, kv, np.ones(n, dtype=bool)), ctx.items(B, kv, np.zeros(n, dtype=bool)),
                                    a, ctx.cap)
         N = ctx.count
-        reps = []
-        for i in range(n):
-            if not search[i]:
-                reps.append(np.asarray([cfg["num_wafers"][i]]))
-            elif N is None:
-                reps.append(np.asarray([min(kmin[i], ctx.n_items)], dtype=float))
-            else:
-                lo = min(kmin[i], N, ctx.n_items)
-                reps.append(np.arange(lo, min(N, ctx.n_items) + 1, dtype=float))
-        parent = np.repeat(np.arange(n), [len(r) for r in reps])
+        # per row: the given replica size; without a count the fewest wafers that fit; with N wafers every size from
+        # the fewest to N (one candidate row each, in increasing order)
+        given = np.asarray(cfg["num_wafers"], dtype=float)
+        if N is None:
+            first = np.where(search, np.minimum(kmin, ctx.n_items), given)
+            reps = np.ones(n, dtype=np.int64)
+        else:
+            hi = min(N, ctx.n_items)
+            first = np.where(search, np.minimum(np.minimum(kmin, N), ctx.n_items), given)
+            reps = np.where(search, hi - first + 1, 1).astype(np.int64)
+        parent = np.repeat(np.arange(n), reps)
         out = {k: np.asarray(v, dtype=float)[parent] for k, v in cfg.items()}
-        out["num_wafers"] = np.concatenate(reps)
+        start = np.cumsum(reps) - reps
+        out["num_wafers"] = first[parent] + (np.arange(len(parent)) - start[parent])
         return out, parent
 
     # -- fit -------------------------------------------------------------------------------------------------
@@ -312,22 +315,29 @@ class WaferFamily(InferenceMixin, Family):
         """Square side minimising one wafer's pass time for this pass kind, among sides that tile the wafer, hold
         the largest layer and leave room for every layer group (WaferLLM's region choice)."""
         sides = ctx.sides
-        mb = np.asarray(mb, dtype=float)[:, None]
-        tok = np.asarray(tokens, dtype=float)[:, None]
-        if phase == "decode":
-            blk = wt.decode_block_cycles_array(arch=ctx.m, batch=mb, context=tok, rows=sides[None, :], cols=sides[None, :],
-                                               fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
-        else:
-            blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok, batch=1, rows=sides[None, :], cols=sides[None, :],
-                                                fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
-                                                gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
-        tot = sum(np.asarray(v, dtype=float) for v in blk.values())
+        n = len(layer_bytes)
         regions = (ctx.R // sides) * (ctx.C // sides)
         capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
         ok = capr[None, :] >= layer_bytes[:, None]
         need = np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])
         ok &= np.all(np.where(cfg["_valid"][:, :, None], need <= np.maximum(regions, 1)[None, None, :], True), axis=1)
-        cost = np.where(ok, tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None], np.inf)
+        # the kernels run only on the sides some row may take, once per distinct (rows, tokens) pair
+        cost = np.full((n, len(sides)), np.inf)
+        cols = np.nonzero(ok.any(axis=0))[0]
+        if len(cols):
+            mb = np.broadcast_to(np.asarray(mb, dtype=float), (n,))
+            tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
+            first, inv = unique_rows(mb, tok)
+            sd = sides[cols][None, :]
+            if phase == "decode":
+                blk = wt.decode_block_cycles_array(arch=ctx.m, batch=mb[first][:, None], context=tok[first][:, None], rows=sd,
+                                                   cols=sd, fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
+            else:
+                blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok[first][:, None], batch=1, rows=sd, cols=sd,
+                                                    fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
+                                                    gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
+            tot = sum(np.asarray(v, dtype=float) for v in blk.values())[inv]
+            cost[:, cols] = np.where(ok[:, cols], tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None], np.inf)
         anyok = np.isfinite(cost).any(axis=1)
         return np.where(anyok, sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
 
@@ -352,12 +362,14 @@ class WaferFamily(InferenceMixin, Family):
         dkv = np.broadcast_to(np.asarray(decode_kv, dtype=float), (n,))
         rows_all = dtok + ptok
         kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
+        region = fkern.Region(r_, c_)  # line terms shared by the pass's kernels
         gemv_all = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(rows_all, 1.0), context=kv_all, rows=r_,
-                                                cols=c_, fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
+                                                cols=c_, fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si,
+                                                region=region)
         split = {k: np.where(has_d, 0.0, 0.0) for k in ("overhead", "latency", "serialization", "compute", "fabric")}
         if has_d.any():
             d = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(dtok, 1.0), context=dkv, rows=r_, cols=c_,
-                                             fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
+                                             fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
             for k, v in d.items():
                 split[k] = split[k] + np.where(has_d, v, 0.0)
         has_p = ptok > 0
@@ -366,7 +378,7 @@ class WaferFamily(InferenceMixin, Family):
             p = wt.prefill_block_cycles_array(arch=ctx.m, tokens=span, batch=pseq, rows=r_, cols=c_, fk=fk,
                                               gemm_mac_efficiency_frac=c.gemm_mac_efficiency_frac.si,
                                               gemm_step_overhead_cycles=c.gemm_step_overhead_cycles.si,
-                                              prior_tokens=prefill_kv)
+                                              prior_tokens=prefill_kv, region=region)
             for k, v in p.items():
                 split[k] = split[k] + np.where(has_p, v, 0.0)
         tot_a = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in gemv_all.values())
@@ -376,7 +388,7 @@ class WaferFamily(InferenceMixin, Family):
                for k in dict.fromkeys([*gemv_all, *split])}  # ordered: sums must not depend on hashing
         emit = np.maximum(dtok + np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
         head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
-                                           gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
+                                           gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
         blk_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in blk.values())
         head_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in head.values())
         act_bytes = (dtok + ptok) * ctx.m.d_model * fk["dtype_bytes"]
@@ -406,6 +418,26 @@ class WaferFamily(InferenceMixin, Family):
             parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
         parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
         return lat, mx, parts
+
+
+def unique_rows(*cols):
+    """Distinct rows of equal-length float columns, by bit pattern: ``(first, inverse)`` with ``first`` the index of
+    each distinct row's first occurrence and ``cols[j][first][inverse] == cols[j]`` bit for bit. Pure functions of
+    the columns evaluated on ``first`` and gathered by ``inverse`` give the numbers they give row by row."""
+    n = len(cols[0])
+    if n <= 1:
+        return np.arange(n), np.arange(n)
+    keys = [np.ascontiguousarray(c, dtype=float).view(np.int64) for c in cols]
+    order = np.lexsort(keys[::-1])
+    new = np.ones(n, dtype=bool)
+    new[1:] = False
+    for k in keys:
+        ks = k[order]
+        new[1:] |= ks[1:] != ks[:-1]
+    uid = np.cumsum(new) - 1
+    inv = np.empty(n, dtype=np.int64)
+    inv[order] = uid
+    return order[new], inv
 
 
 def _prefill_chunk(ctx, B, C):
