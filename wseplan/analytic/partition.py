@@ -279,6 +279,26 @@ def fewest_stages(item_bytes, capacity_bytes: float, stage_const_bytes: float = 
 # ---------------------------------------------------------------------------------------------
 # Vectorized over many item vectors (one per configuration)
 # ---------------------------------------------------------------------------------------------
+def unique_rows(*cols):
+    """Distinct rows of equal-length float columns, by bit pattern: ``(first, inverse)`` with ``first`` the index of
+    each distinct row's first occurrence and ``cols[j][first][inverse] == cols[j]`` bit for bit. Pure functions of
+    the columns evaluated on ``first`` and gathered by ``inverse`` give the numbers they give row by row."""
+    n = len(cols[0])
+    if n <= 1:
+        return np.arange(n), np.arange(n)
+    keys = [np.ascontiguousarray(c, dtype=float).view(np.int64) for c in cols]
+    order = np.lexsort(keys[::-1])
+    new = np.ones(n, dtype=bool)
+    new[1:] = False
+    for k in keys:
+        ks = k[order]
+        new[1:] |= ks[1:] != ks[:-1]
+    uid = np.cumsum(new) - 1
+    inv = np.empty(n, dtype=np.int64)
+    inv[order] = uid
+    return order[new], inv
+
+
 def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: np.ndarray, capacity: float) -> np.ndarray:
     """Fewest contiguous stages per row (:func:`greedy_stages`, vectorized over rows) [count].
 
@@ -289,6 +309,9 @@ def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: 
     a = np.asarray(stage_const, dtype=float)
     N, n = x_multi.shape
     single_ok = x_single.sum(axis=1) + a <= capacity
+    if N <= _FEW_ROWS:  # a handful of rows: the same additions and comparisons on Python floats, item by item
+        return np.where(single_ok, 1, np.array([_greedy_count(row, ar, capacity) for row, ar in
+                                                zip(x_multi.tolist(), a.tolist())], dtype=np.int64).reshape(N))
     load = a.copy()
     stages = np.ones(N, dtype=np.int64)
     fail = np.zeros(N, dtype=bool)
@@ -301,11 +324,32 @@ def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: 
     return np.where(single_ok, 1, np.where(fail, n, stages))
 
 
-def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndarray, *, chunk: int = 128):
+#: up to this many rows :func:`greedy_stage_counts` packs row by row on Python floats (identical IEEE arithmetic,
+#: without a numpy call per item)
+_FEW_ROWS = 4
+
+
+def _greedy_count(items: list, a: float, capacity: float) -> int:
+    """Stages of one row for :func:`greedy_stage_counts` (``n`` when an item alone does not fit)."""
+    load, stages, fail = a, 1, False
+    for b in items:
+        fail |= a + b > capacity
+        if load + b > capacity:
+            stages += 1
+            load = a + b
+        else:
+            load = load + b
+    return len(items) if fail else stages
+
+
+def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndarray, *, chunk: int = 128,
+                              row_keys=None):
     """:func:`min_max_partition` for many item vectors at once: the same dynamic program, the same tie-breaking
     (first minimal split point), vectorized over rows; identical rows are solved once.
 
-    ``x`` (N, n) item bytes, ``k`` (N,) stage counts (1..n), ``stage_const`` (N,). Returns ``(start, end, loads)``,
+    ``x`` (N, n) item bytes, ``k`` (N,) stage counts (1..n), ``stage_const`` (N,); ``row_keys``: optional columns
+    ((N,) each) that determine a row's items, constant and stage count, so that rows equal in them are recognised
+    without comparing whole rows (default: the rows themselves). Returns ``(start, end, loads)``,
     each (N, K) with ``K = max(k)``: inclusive item indices of each stage (-1 beyond a row's ``k`` stages) and the
     stage loads (-inf there).
     """
@@ -318,16 +362,29 @@ def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndar
     end = np.full((N, K), -1, dtype=np.int64)
     one = k == 1
     start[one, 0], end[one, 0] = 0, n - 1
-    big = ~one & ((n + 1) ** 2 * k > _DP_LIMIT)  # long models: the exact bottleneck search, one row at a time
-    for i in np.nonzero(big)[0]:
-        _, st = min_max_partition(x[i], int(k[i]), float(a_all[i]))
-        for t, (a, b) in enumerate(st):
-            start[i, t], end[i, t] = a, b
+    def distinct(idx):
+        """(first, inverse) of the distinct rows among ``idx`` (indices into ``idx``)."""
+        if row_keys is not None:
+            return unique_rows(*(np.broadcast_to(np.asarray(c, dtype=float), (N,))[idx] for c in row_keys))
+        _, f, inv = np.unique(np.column_stack([x[idx], a_all[idx], k[idx]]), axis=0, return_index=True,
+                              return_inverse=True)
+        return f, inv.ravel()
+
+    big = ~one & ((n + 1) ** 2 * k > _DP_LIMIT)  # long models: the exact bottleneck search, once per distinct row
+    bigi = np.nonzero(big)[0]
+    if len(bigi):
+        f, inv = distinct(bigi)
+        bs = np.full((len(f), K), -1, dtype=np.int64)
+        be = np.full((len(f), K), -1, dtype=np.int64)
+        for u, i in enumerate(bigi[f]):
+            _, st = min_max_partition(x[i], int(k[i]), float(a_all[i]))
+            for t, (a, b) in enumerate(st):
+                bs[u, t], be[u, t] = a, b
+        start[bigi], end[bigi] = bs[inv], be[inv]
     multi = np.nonzero(~one & ~big)[0]
     chunk = max(1, min(chunk, int(8_000_000 // (n + 1) ** 2)))  # bound the (rows, n+1, n+1) DP table to ~64 MB
     if len(multi):
-        key = np.column_stack([x[multi], a_all[multi], k[multi]])
-        uniq, first_idx, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        first_idx, inv = distinct(multi)
         src = multi[first_idx]
         us = np.full((len(src), K), -1, dtype=np.int64)
         ue = np.full((len(src), K), -1, dtype=np.int64)

@@ -78,9 +78,14 @@ def _reduce_kwargs(fk: dict) -> dict:
 def _stacked(region, *operands) -> list[np.ndarray]:
     """Each group of operands broadcast to one shape (theirs and the region's) and stacked along a new first axis
     (one entry per kernel), so a block's kernels run as one array pass."""
-    ops = [[np.asarray(v, dtype=float) for v in group] for group in operands]
-    shape = np.broadcast_shapes(region.P.shape, region.Q.shape, *(v.shape for group in ops for v in group))
-    return [np.stack([np.broadcast_to(v, shape) for v in group]) for group in ops]
+    shape = np.broadcast_shapes(region.P.shape, region.Q.shape, *(np.shape(v) for group in operands for v in group))
+    out = []
+    for group in operands:
+        a = np.empty((len(group), *shape))
+        for i, v in enumerate(group):
+            a[i] = v
+        out.append(a)
+    return out
 
 
 def _statistics(rows, cols, nbytes, fk, region, *, serial: bool):

@@ -21,7 +21,7 @@ from ..analytic import fabric as fab
 from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
 from ..analytic.engine import prefill_passes
-from ..analytic.partition import greedy_stage_counts, min_max_partition_batched
+from ..analytic.partition import greedy_stage_counts, min_max_partition_batched, unique_rows
 from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, stage_records
@@ -160,7 +160,8 @@ class WaferFamily(InferenceMixin, Family):
         a = ctx.w.working_set_bytes_per_token * np.asarray(work, dtype=float)
         kvr = kv_bytes_rows(ctx.w, B, kv)
         x = ctx.weights(len(B), k > 1) + kvr
-        start, end, loads = min_max_partition_batched(x, k, a)
+        # a row's items, stage constant and stage count follow from (batch, KV tokens, working bytes, stages)
+        start, end, loads = min_max_partition_batched(x, k, a, row_keys=(B, kv, a, k))
         return x, kvr, a, start, end, loads
 
     def fit(self, ctx: WaferContext, cfg: dict) -> dict:
@@ -341,25 +342,20 @@ class WaferFamily(InferenceMixin, Family):
         anyok = np.isfinite(cost).any(axis=1)
         return np.where(anyok, sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
 
-    def pass_time(self, ctx: WaferContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
-                  prefill_kv, prefill_seqs, new_per_seq=1.0):
-        """A pass through the replica's layer groups: (latency_s, slowest group's busy time, parts)."""
-        rows = np.asarray(rows)
-        n = len(rows)
-        dseq = np.broadcast_to(np.asarray(decode_seqs, dtype=float), (n,))
-        ptok = np.broadcast_to(np.asarray(prefill_tokens, dtype=float), (n,))
+    def _pass_kernels(self, ctx: WaferContext, r_, c_, dseq, ptok, decode_kv, prefill_span, prefill_kv, prefill_seqs,
+                      new_per_seq):
+        """Per-block and head kernel parts [cycles] of passes (one per entry of the equal-length arrays) on regions
+        ``r_`` x ``c_``: ``(block parts, head parts)``, each an array per entry."""
+        n = len(r_)
         has_d = dseq > 0
-        # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
-        r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows])
-        c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows])
         fk, c = ctx.fk, ctx.c
         dtok = dseq * new_per_seq
         # kernel choice per pass (the library picks the cheaper): (a) every token of the pass as a row of the GEMV
         # kernels (MeshGEMV with m = decode + prompt tokens; prompt rows attend their prefix), or (b) the decode rows
         # on GEMV and the prompt tokens on the GEMM kernels (MeshGEMM: shift steps that only pay off for long chunks)
-        span = np.maximum(np.broadcast_to(np.asarray(prefill_span, dtype=float), (n,)), 1.0)
-        pkv = np.broadcast_to(np.asarray(prefill_kv, dtype=float), (n,)) + (span + 1.0) / 2.0
-        dkv = np.broadcast_to(np.asarray(decode_kv, dtype=float), (n,))
+        span = np.maximum(prefill_span, 1.0)
+        pkv = prefill_kv + (span + 1.0) / 2.0
+        dkv = decode_kv
         rows_all = dtok + ptok
         kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
         region = fkern.Region(r_, c_)  # line terms shared by the pass's kernels
@@ -374,7 +370,7 @@ class WaferFamily(InferenceMixin, Family):
                 split[k] = split[k] + np.where(has_d, v, 0.0)
         has_p = ptok > 0
         if has_p.any():
-            pseq = np.maximum(np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
+            pseq = np.maximum(prefill_seqs, 1.0)
             p = wt.prefill_block_cycles_array(arch=ctx.m, tokens=span, batch=pseq, rows=r_, cols=c_, fk=fk,
                                               gemm_mac_efficiency_frac=c.gemm_mac_efficiency_frac.si,
                                               gemm_step_overhead_cycles=c.gemm_step_overhead_cycles.si,
@@ -386,9 +382,32 @@ class WaferFamily(InferenceMixin, Family):
         use_a = (tot_a <= tot_b) & ((ctx.engine.prefill_kernel == "auto") | ~has_p)
         blk = {k: np.where(use_a, np.asarray(gemv_all.get(k, 0.0), dtype=float), np.asarray(split.get(k, 0.0), dtype=float))
                for k in dict.fromkeys([*gemv_all, *split])}  # ordered: sums must not depend on hashing
-        emit = np.maximum(dtok + np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
+        emit = np.maximum(dtok + prefill_seqs, 1.0)
         head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
                                            gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
+        return blk, {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in head.items()}
+
+    def pass_time(self, ctx: WaferContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
+                  prefill_kv, prefill_seqs, new_per_seq=1.0):
+        """A pass through the replica's layer groups: (latency_s, slowest group's busy time, parts)."""
+        rows = np.asarray(rows)
+        n = len(rows)
+        dseq = np.broadcast_to(np.asarray(decode_seqs, dtype=float), (n,))
+        ptok = np.broadcast_to(np.asarray(prefill_tokens, dtype=float), (n,))
+        has_d = dseq > 0
+        # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
+        r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows])
+        c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows])
+        fk, c = ctx.fk, ctx.c
+        dtok = dseq * new_per_seq
+        # the kernels depend on the region and the pass's sizes alone: evaluated once per distinct combination
+        kcols = [r_, c_, dseq, ptok] + [np.broadcast_to(np.asarray(v, dtype=float), (n,))
+                                        for v in (decode_kv, prefill_span, prefill_kv, prefill_seqs, new_per_seq)]
+        first, inv = unique_rows(*kcols) if n > 8 else (None, None)
+        blk, head = self._pass_kernels(ctx, *(kcols if first is None else [v[first] for v in kcols]))
+        if first is not None:
+            blk = {k: v[inv] for k, v in blk.items()}
+            head = {k: v[inv] for k, v in head.items()}
         blk_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in blk.values())
         head_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in head.values())
         act_bytes = (dtok + ptok) * ctx.m.d_model * fk["dtype_bytes"]
@@ -418,26 +437,6 @@ class WaferFamily(InferenceMixin, Family):
             parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
         parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
         return lat, mx, parts
-
-
-def unique_rows(*cols):
-    """Distinct rows of equal-length float columns, by bit pattern: ``(first, inverse)`` with ``first`` the index of
-    each distinct row's first occurrence and ``cols[j][first][inverse] == cols[j]`` bit for bit. Pure functions of
-    the columns evaluated on ``first`` and gathered by ``inverse`` give the numbers they give row by row."""
-    n = len(cols[0])
-    if n <= 1:
-        return np.arange(n), np.arange(n)
-    keys = [np.ascontiguousarray(c, dtype=float).view(np.int64) for c in cols]
-    order = np.lexsort(keys[::-1])
-    new = np.ones(n, dtype=bool)
-    new[1:] = False
-    for k in keys:
-        ks = k[order]
-        new[1:] |= ks[1:] != ks[:-1]
-    uid = np.cumsum(new) - 1
-    inv = np.empty(n, dtype=np.int64)
-    inv[order] = uid
-    return order[new], inv
 
 
 def _prefill_chunk(ctx, B, C):
