@@ -320,8 +320,9 @@ class WaferFamily(InferenceMixin, Family):
         regions = (ctx.R // sides) * (ctx.C // sides)
         capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
         ok = capr[None, :] >= layer_bytes[:, None]
-        need = np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])
-        ok &= np.all(np.where(cfg["_valid"][:, :, None], need <= np.maximum(regions, 1)[None, None, :], True), axis=1)
+        # every wafer's groups fit its regions when the fullest wafer's do (the group count grows with the bytes)
+        sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
+        ok &= np.ceil(sb_max[:, None] / capr[None, :]) <= np.maximum(regions, 1)[None, :]
         # the kernels run only on the sides some row may take, once per distinct (rows, tokens) pair
         cost = np.full((n, len(sides)), np.inf)
         cols = np.nonzero(ok.any(axis=0))[0]
