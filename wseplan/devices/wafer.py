@@ -360,13 +360,16 @@ class WaferFamily(InferenceMixin, Family):
         rows_all = dtok + ptok
         kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
         region = fkern.Region(r_, c_)  # line terms shared by the pass's kernels
-        gemv_all = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(rows_all, 1.0), context=kv_all, rows=r_,
-                                                cols=c_, fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si,
-                                                region=region)
+        any_d = has_d.any()
+        # (a) and the decode rows of (b) as one array pass: row 0 every token, row 1 the decode tokens
+        both = wt.decode_block_cycles_array(
+            arch=ctx.m, batch=np.stack([np.maximum(rows_all, 1.0), np.maximum(dtok, 1.0)]) if any_d else
+            np.maximum(rows_all, 1.0), context=np.stack([kv_all, dkv]) if any_d else kv_all, rows=r_, cols=c_, fk=fk,
+            gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
+        gemv_all = {k: v[0] for k, v in both.items()} if any_d else both
         split = {k: np.where(has_d, 0.0, 0.0) for k in ("overhead", "latency", "serialization", "compute", "fabric")}
-        if has_d.any():
-            d = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(dtok, 1.0), context=dkv, rows=r_, cols=c_,
-                                             fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
+        if any_d:
+            d = {k: v[1] for k, v in both.items()}
             for k, v in d.items():
                 split[k] = split[k] + np.where(has_d, v, 0.0)
         has_p = ptok > 0
@@ -378,23 +381,23 @@ class WaferFamily(InferenceMixin, Family):
                                               prior_tokens=prefill_kv, region=region)
             for k, v in p.items():
                 split[k] = split[k] + np.where(has_p, v, 0.0)
-        tot_a = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in gemv_all.values())
-        tot_b = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in split.values())
+        tot_a = sum(_as_n(v, n) for v in gemv_all.values())
+        tot_b = sum(_as_n(v, n) for v in split.values())
         use_a = (tot_a <= tot_b) & ((ctx.engine.prefill_kernel == "auto") | ~has_p)
         blk = {k: np.where(use_a, np.asarray(gemv_all.get(k, 0.0), dtype=float), np.asarray(split.get(k, 0.0), dtype=float))
                for k in dict.fromkeys([*gemv_all, *split])}  # ordered: sums must not depend on hashing
         emit = np.maximum(dtok + prefill_seqs, 1.0)
         head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
                                            gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
-        return blk, {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in head.items()}
+        return blk, {k: _as_n(v, n) for k, v in head.items()}
 
     def pass_time(self, ctx: WaferContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
                   prefill_kv, prefill_seqs, new_per_seq=1.0):
         """A pass through the replica's layer groups: (latency_s, slowest group's busy time, parts)."""
         rows = np.asarray(rows)
         n = len(rows)
-        dseq = np.broadcast_to(np.asarray(decode_seqs, dtype=float), (n,))
-        ptok = np.broadcast_to(np.asarray(prefill_tokens, dtype=float), (n,))
+        dseq = _as_n(decode_seqs, n)
+        ptok = _as_n(prefill_tokens, n)
         has_d = dseq > 0
         # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
         r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows])
@@ -402,15 +405,14 @@ class WaferFamily(InferenceMixin, Family):
         fk, c = ctx.fk, ctx.c
         dtok = dseq * new_per_seq
         # the kernels depend on the region and the pass's sizes alone: evaluated once per distinct combination
-        kcols = [r_, c_, dseq, ptok] + [np.broadcast_to(np.asarray(v, dtype=float), (n,))
-                                        for v in (decode_kv, prefill_span, prefill_kv, prefill_seqs, new_per_seq)]
+        kcols = [r_, c_, dseq, ptok] + [_as_n(v, n) for v in (decode_kv, prefill_span, prefill_kv, prefill_seqs, new_per_seq)]
         first, inv = unique_rows(*kcols) if n > 8 else (None, None)
         blk, head = self._pass_kernels(ctx, *(kcols if first is None else [v[first] for v in kcols]))
         if first is not None:
             blk = {k: v[inv] for k, v in blk.items()}
             head = {k: v[inv] for k, v in head.items()}
-        blk_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in blk.values())
-        head_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in head.values())
+        blk_total = sum(_as_n(v, n) for v in blk.values())
+        head_total = sum(_as_n(v, n) for v in head.values())
         act_bytes = (dtok + ptok) * ctx.m.d_model * fk["dtype_bytes"]
         side = np.minimum(r_, c_)
         hop = fab.message_cycles(hops=r_ + c_, message_bytes=act_bytes / side, hop_latency_cycles=fk["hop_latency_cycles"],
@@ -438,6 +440,13 @@ class WaferFamily(InferenceMixin, Family):
             parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
         parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
         return lat, mx, parts
+
+
+def _as_n(v, n: int) -> np.ndarray:
+    """``v`` as a float array of shape (n,) (a broadcast view unless it already is one)."""
+    if type(v) is np.ndarray and v.shape == (n,) and v.dtype == np.float64:
+        return v
+    return np.broadcast_to(np.asarray(v, dtype=float), (n,))
 
 
 def _prefill_chunk(ctx, B, C):
