@@ -13,6 +13,7 @@ import pytest
 from wseplan.analytic import fabric as F
 from wseplan.analytic import fabric_kernels as K
 from wseplan.analytic import partition as P
+from wseplan.analytic import rows as R
 
 
 def _items(rng, kind, N, n):
@@ -82,7 +83,7 @@ def test_greedy_stage_counts_few_rows_equal_vectorized(monkeypatch):
 def test_unique_rows_by_bit_pattern():
     a = np.array([1.0, 2.0, 1.0, 0.0, -0.0, 1.0, np.nan, np.nan])
     b = np.array([5.0, 5.0, 5.0, 1.0, 1.0, 6.0, 2.0, 2.0])
-    first, inv = P.unique_rows(a, b)
+    first, inv = R.unique_rows(a, b)
     assert len(first) == 6  # (1,5) (2,5) (0,1) (-0,1) (1,6) (nan,2): signed zeros stay apart, equal NaN bits merge
     for col in (a, b):
         assert np.array_equal(col[first][inv].view(np.int64), col.view(np.int64))

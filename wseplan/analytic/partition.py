@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .rows import unique_rows
+
 
 def greedy_stages(item_bytes: np.ndarray, capacity_bytes: float, stage_const_bytes: float = 0.0) -> list[tuple[int, int]] | None:
     """Pack items into the fewest contiguous stages of at most ``capacity_bytes`` each.
@@ -279,26 +281,6 @@ def fewest_stages(item_bytes, capacity_bytes: float, stage_const_bytes: float = 
 # ---------------------------------------------------------------------------------------------
 # Vectorized over many item vectors (one per configuration)
 # ---------------------------------------------------------------------------------------------
-def unique_rows(*cols):
-    """Distinct rows of equal-length float columns, by bit pattern: ``(first, inverse)`` with ``first`` the index of
-    each distinct row's first occurrence and ``cols[j][first][inverse] == cols[j]`` bit for bit. Pure functions of
-    the columns evaluated on ``first`` and gathered by ``inverse`` give the numbers they give row by row."""
-    n = len(cols[0])
-    if n <= 1:
-        return np.arange(n), np.arange(n)
-    keys = [np.ascontiguousarray(c, dtype=float).view(np.int64) for c in cols]
-    order = np.lexsort(keys[::-1])
-    new = np.ones(n, dtype=bool)
-    new[1:] = False
-    for k in keys:
-        ks = k[order]
-        new[1:] |= ks[1:] != ks[:-1]
-    uid = np.cumsum(new) - 1
-    inv = np.empty(n, dtype=np.int64)
-    inv[order] = uid
-    return order[new], inv
-
-
 def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: np.ndarray, capacity: float) -> np.ndarray:
     """Fewest contiguous stages per row (:func:`greedy_stages`, vectorized over rows) [count].
 

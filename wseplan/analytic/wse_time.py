@@ -34,6 +34,7 @@ from ..errors import InputError
 from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
 from . import fabric as fab
 from . import fabric_kernels as fkern
+from .rows import unique_rows
 from .fabric import gemv_latency_s  # noqa: F401  (re-exported for validation's micro rows)
 
 PHASES = ("train", "prefill", "decode", "e2e")
@@ -175,35 +176,113 @@ _PART_NAMES = {"overhead": "kernel_overhead", "latency": "fabric_latency", "seri
 # ---------------------------------------------------------------------------------------------
 # Array-capable forms (batch, context and region sides broadcast), for vectorized sweeps
 # ---------------------------------------------------------------------------------------------
+def _row_plan(x, region, shape, min_rows: int = 32):
+    """Distinct rows for evaluating a function of ``x`` and the region along the first axis of ``shape``:
+    ``(inverse, x on the distinct rows, their region)`` when ``x`` and the region vary along that axis alone (a
+    configuration's batch against region sides along the second axis, or one region per row) and rows repeat
+    enough to pay; None otherwise."""
+    nd = len(shape)
+    if nd == 0 or shape[0] < min_rows:
+        return None
+    n0 = shape[0]
+
+    def row_only(a):
+        return a.ndim == nd and a.shape[0] == n0 and all(d == 1 for d in a.shape[1:])
+
+    if not row_only(x):
+        return None
+    keys, vary = [x.reshape(n0)], []
+    for a in (region.P, region.Q):
+        vary.append(row_only(a))
+        if vary[-1]:
+            keys.append(a.reshape(n0))
+        elif not (a.ndim < nd or a.shape[0] == 1):
+            return None
+    first, inv = unique_rows(*keys)
+    if len(first) > 0.75 * n0:
+        return None
+    sub = fkern.Region(region.P[first] if vary[0] else region.P, region.Q[first] if vary[1] else region.Q) \
+        if any(vary) else region
+    return inv, x[first], sub
+
+
+def _gather(out, inv):
+    """Nested dicts/tuples of stacked arrays ``(kernels, rows, ...)``, rows taken by ``inv``."""
+    if isinstance(out, dict):
+        return {k: _gather(v, inv) for k, v in out.items()}
+    if isinstance(out, tuple):
+        return tuple(_gather(v, inv) for v in out)
+    return out[:, inv]
+
+
+def _on_rows(fn, x, region, shape):
+    """``fn(x, region)`` (stacked arrays ``(kernels, *shape)``), evaluated once per distinct row when rows repeat
+    (:func:`_row_plan`) and gathered: the numbers ``fn`` gives row by row."""
+    plan = _row_plan(x, region, shape)
+    if plan is None:
+        return fn(x, region)
+    inv, xs, reg = plan
+    return _gather(fn(xs, reg), inv)
+
+
 def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_efficiency_frac: float,
                               region=None) -> dict:
     """:func:`decode_block_cycles` with ``batch``, ``context``, ``rows`` and ``cols`` as broadcasting arrays
     [cycles]; the same kernels and the same arithmetic. ``region``: a :class:`~.fabric_kernels.Region` of ``rows``
-    x ``cols`` to share line terms with other calls on the same regions."""
+    x ``cols`` to share line terms with other calls on the same regions.
+
+    The kernels that depend on the batch alone (QKV, output and MLP GEMVs, the statistics) and those that depend on
+    context x batch (score and context GEMVs) each run as one stacked array pass, once per distinct row where rows
+    repeat (:func:`_on_rows`), and the parts are summed in the block's order."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
     region = fkern.Region(rows, cols) if region is None else region  # line terms shared by every kernel of the block
     g = dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac)
-    mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], ctx * b), (1.0, ctx * b, D["q"]), (b, D["q"], D["d"]),
-            (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"])]
-    m, k, n = _stacked(region, *zip(*mats))  # the six GEMVs as one array pass, summed in order
-    parts = {"overhead": 0.0, "latency": 0.0, "serialization": 0.0, "compute": 0.0}
-    _accumulate(parts, fkern.gemv_parts(region, m=m, k=k, n=n, **g))
-    _add_allreduce(parts, rows, cols, [4.0 * b, 4.0 * b, 8.0 * b * D["heads"]], fk, region)
+    cb = ctx * b
+    shape = np.broadcast_shapes(b.shape, cb.shape, region.P.shape, region.Q.shape)
+
+    def per_batch(bb, reg):
+        mats = [(bb, D["d"], D["q"] + 2 * D["kv"]), (bb, D["q"], D["d"]), (bb, D["d"], D["ff_in"]), (bb, D["ff"], D["d"])]
+        m, k, n = _stacked(reg, *zip(*mats))
+        (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * bb, 4.0 * bb, 8.0 * bb * D["heads"]], fk, reg, serial=True)
+        serial = red0 + bc0
+        return fkern.gemv_parts(reg, m=m, k=k, n=n, **g), (red + bc) - serial, serial
+
+    def per_context(x, reg):
+        m, k, n = _stacked(reg, (1.0, 1.0), (D["q"], x), (x, D["q"]))
+        return fkern.gemv_parts(reg, m=m, k=k, n=n, **g)
+
+    pa, lat, ser = _on_rows(per_batch, b, region, shape)
+    pc = _on_rows(per_context, cb, region, shape)
+    parts = {}
+    for key in ("overhead", "latency", "serialization", "compute"):  # QKV, score, context, output, MLP up, MLP down
+        acc = 0.0
+        for v in (pa[key][0], pc[key][0], pc[key][1], pa[key][1], pa[key][2], pa[key][3]):
+            acc = acc + v
+        parts[key] = acc
+    for i in range(3):  # two norms and one softmax
+        parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
+        parts["latency"] = parts["latency"] + lat[i]
+        parts["serialization"] = parts["serialization"] + ser[i]
     return parts
 
 
 def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float, region=None) -> dict:
     """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles] (``region`` as
-    :func:`decode_block_cycles_array`)."""
+    :func:`decode_block_cycles_array`; once per distinct row where rows repeat)."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
     region = fkern.Region(rows, cols) if region is None else region
-    parts = fkern.gemv_parts(region, m=b, k=D["d"], n=D["vocab"], **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
-    parts = {k: v * 1.0 for k, v in parts.items()}
-    _add_allreduce(parts, rows, cols, [4.0 * b, 8.0 * b], fk, region)
-    return parts
+    shape = np.broadcast_shapes(b.shape, region.P.shape, region.Q.shape)
+
+    def per_batch(bb, reg):
+        parts = fkern.gemv_parts(reg, m=bb, k=D["d"], n=D["vocab"], **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
+        parts = {k: v * 1.0 for k, v in parts.items()}
+        _add_allreduce(parts, None, None, [4.0 * bb, 8.0 * bb], fk, reg)
+        return {k: v[None] for k, v in parts.items()}
+
+    return {k: v[0] for k, v in _on_rows(per_batch, b, region, shape).items()}
 
 
 def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficiency_frac: float,
