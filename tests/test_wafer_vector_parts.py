@@ -141,3 +141,36 @@ def test_kernel_inputs_checked():
         F.gemv_cycles(reduce_algo="ring", **kw)
     with pytest.raises(InputError):
         F.gemv_parts_cycles(tree_model="spiral", **kw)
+
+
+def test_block_kernels_once_per_distinct_row_equal_row_by_row(catalog):
+    """Decode blocks and LM heads evaluated once per distinct row (batch against region sides, and one region per
+    row as in a pass) equal the same rows evaluated one at a time."""
+    from wseplan.analytic import wse_time as wt
+
+    m = catalog.models["llama-3.1-8b"]
+    c = F.load_fabric_constants()
+    fk = F.wafer_fabric_kwargs(catalog.wafers["wse3"], "bf16", c)
+    eff = c.gemv_mac_efficiency_frac.si
+    rng = np.random.default_rng(9)
+    b = rng.choice([1.0, 4.0, 9.0, 64.0], size=(120, 1))
+    ctx = rng.choice([100.0, 4096.0], size=(120, 1))
+    sides = np.array([[64.0, 151.0, 377.0]])
+    whole = wt.decode_block_cycles_array(arch=m, batch=b, context=ctx, rows=sides, cols=sides, fk=fk,
+                                         gemv_mac_efficiency_frac=eff)
+    head = wt.head_decode_cycles_array(arch=m, batch=b, rows=sides, cols=sides, fk=fk, gemv_mac_efficiency_frac=eff)
+    r = rng.choice([64.0, 377.0], size=120)
+    per_row = wt.decode_block_cycles_array(arch=m, batch=b[:, 0], context=ctx[:, 0], rows=r, cols=r[::-1], fk=fk,
+                                           gemv_mac_efficiency_frac=eff)
+    for i in range(0, 120, 7):
+        one = wt.decode_block_cycles_array(arch=m, batch=b[i:i + 1], context=ctx[i:i + 1], rows=sides, cols=sides,
+                                           fk=fk, gemv_mac_efficiency_frac=eff)
+        one_h = wt.head_decode_cycles_array(arch=m, batch=b[i:i + 1], rows=sides, cols=sides, fk=fk,
+                                            gemv_mac_efficiency_frac=eff)
+        one_r = wt.decode_block_cycles_array(arch=m, batch=b[i, 0], context=ctx[i, 0], rows=r[i], cols=r[::-1][i], fk=fk,
+                                             gemv_mac_efficiency_frac=eff)
+        for key in whole:
+            assert np.array_equal(whole[key][i], one[key][0]), key
+            assert np.array_equal(per_row[key][i], one_r[key]), key
+        for key in head:
+            assert np.array_equal(head[key][i], one_h[key][0]), key
