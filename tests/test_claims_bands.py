@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from wseplan.claims import validated_errors
-from wseplan.claims.bands import (PERCENTILE, combine, file_fingerprint, fingerprint, heldout_bands, in_sample_bands)
+from wseplan.claims.bands import (PERCENTILE, combine, file_fingerprint, fingerprint, heldout_bands, in_sample_bands,
+                                  stored_loso)
 from wseplan.validate import default_cases_path, validate_file
 
 IN_SAMPLE = {"gpu-train": (0.2, 62), "gpu-infer": (0.5, 89), "wse-infer": (0.08, 20)}
@@ -56,14 +57,30 @@ def test_committed_bands_are_up_to_date(catalog):
     now = in_sample_bands(validate_file(default_cases_path(), catalog))
     committed = heldout_bands()
     assert set(committed) == set(now)
+    again = combine(now, stored_loso())  # the stored leave-one-source-out rows give the committed bands
     for k, (band, n) in now.items():
         assert committed[k].in_sample_frac == pytest.approx(band, rel=1e-5), k
         assert committed[k].rows == n
         assert committed[k].heldout_frac >= committed[k].in_sample_frac
         assert committed[k].heldout_frac == pytest.approx(band * max(committed[k].inflation, 1.0), rel=1e-5)
+        assert committed[k].heldout_frac == pytest.approx(again[k].heldout_frac, rel=1e-5)
+        assert committed[k].basis == again[k].basis
+
+
+def test_committed_bands_by_hand():
+    """gpu-train from the six training sources of the stored leave-one-source-out table: sum(rows x held-out median)
+    / sum(rows x in-sample median) is the inflation; the band is the in-sample P80 times it."""
+    rows = [r for r in stored_loso() if r["category"] == "gpu-train"]
+    assert len(rows) >= 5
+    infl = (sum(r["rows"] * r["median_abs_rel_error_held_out"] for r in rows)
+            / sum(r["rows"] * r["median_abs_rel_error_in_sample"] for r in rows))
+    b = heldout_bands()["gpu-train"]
+    assert b.inflation == pytest.approx(infl, rel=1e-5) and infl > 1
+    assert b.heldout_frac == pytest.approx(b.in_sample_frac * infl, rel=1e-5)
 
 
 def test_claims_use_the_held_out_band(catalog):
     errs = validated_errors(catalog)
     for k, b in heldout_bands().items():
-        assert errs[k][0] == b.heldout_frac and f"P{PERCENTILE}" in errs[k][1] and "held out" in errs[k][1]
+        assert errs[k][0] == b.heldout_frac and f"P{PERCENTILE}" in errs[k][1] and k in errs[k][1]
+        assert ("held out" in errs[k][1]) == (not b.basis.startswith("no held-out"))

@@ -55,8 +55,11 @@ class Band:
     basis: str
 
     def describe(self) -> str:
-        return (f"P{PERCENTILE} |rel_error| of {self.rows} strong/medium {self.category} rows held out: "
-                f"{self.in_sample_frac:.1%} in sample x {max(self.inflation, 1.0):.3g} ({self.basis})")
+        head = f"P{PERCENTILE} |rel_error| of {self.rows} strong/medium {self.category} rows"
+        if self.basis.startswith("no held-out"):
+            return f"{head} in sample; no held-out estimate"
+        return (f"{head} held out: {self.in_sample_frac:.1%} in sample x {max(self.inflation, 1.0):.3g} "
+                f"({self.basis})")
 
 
 def bands_path() -> Path:
@@ -150,7 +153,9 @@ def compute_heldout_bands(catalog=None, *, loso: list[dict] | None = None) -> di
 
 def write_heldout_bands(path: str | Path | None = None, *, catalog=None, loso: list[dict] | None = None) -> Path:
     """Compute the bands and write ``catalogs/calibration/heldout_bands.yaml`` (atomically)."""
-    bands = compute_heldout_bands(catalog, loso=loso)
+    cat = catalog or load_catalog()
+    rows = loso if loso is not None else leave_one_source_out(catalog=cat)
+    bands = compute_heldout_bands(cat, loso=rows)
     doc = {"heldout_bands": {
         "description": "Error bands of wseplan's predictions on measurements held out of the fit, per category; "
                        "`wseplan check` calls a claim optimistic only when it beats the estimate by more.",
@@ -162,11 +167,23 @@ def write_heldout_bands(path: str | Path | None = None, *, catalog=None, loso: l
         "categories": {k: {"heldout_frac": float(f"{b.heldout_frac:.6g}"),
                            "in_sample_frac": float(f"{b.in_sample_frac:.6g}"),
                            "inflation": float(f"{b.inflation:.6g}"), "rows": b.rows, "basis": b.basis}
-                       for k, b in bands.items()}}}
+                       for k, b in bands.items()},
+        "leave_one_source_out": [_plain(r) for r in rows]}}
     p = Path(path) if path is not None else bands_path()
     write_file_atomically(p, HEADER + yaml.safe_dump(doc, sort_keys=False, width=110))
     heldout_bands.cache_clear()
     return p
+
+
+def _plain(row: dict) -> dict:
+    """A leave-one-source-out row with plain YAML values (floats to 6 significant digits)."""
+    return {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in row.items()}
+
+
+def stored_loso(path: str | Path | None = None) -> list[dict]:
+    """The leave-one-source-out rows the committed bands were computed from."""
+    p = Path(path) if path is not None else bands_path()
+    return list(read_yaml(p)["heldout_bands"].get("leave_one_source_out") or [])
 
 
 @cache
