@@ -173,6 +173,11 @@ def test_memoryx_capacity_is_judged_against_the_largest_option(catalog):
     default = plan("llama-3.1-405b", "cs2x1", phase="train", batch=1, context=2048, catalog=catalog)
     assert default.details["memoryx"]["option"] == "4tb" and not default.details["memoryx"]["fits"]
     assert default.details["memoryx"]["required_bytes"] > 405e9 * 16 > 4e12
+    # a step-time claim of the same run is timed with the option that holds it, never on the one that does not;
+    # hand check: no faster than 6 x 405e9 FLOP x 64 x 2,048 tokens / 6.56 PFLOP/s (WSE-2 dense peak) = 49 s
+    step = check_claim(Claim(id="s", text="t", kind="step_time_s", model="llama-3.1-405b", target="cs2x1", batch=64,
+                             context=2048, value=100), catalog)
+    assert "MemoryX 2400tb" in step.reason and step.estimate > 6 * 405.8e9 * 64 * 2048 / 6.56e15
 
 
 def test_memoryx_impossible_names_the_largest_option(catalog, tmp_path):

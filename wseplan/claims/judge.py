@@ -76,7 +76,9 @@ def _layout_text(r) -> str:
                                                              "zero_stage", "recompute", "num_wafers", "num_systems")}
     short = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "zero_stage": "zero",
              "num_wafers": "wafers", "num_systems": "systems"}
-    return ", ".join(f"{short.get(k, k)} {v}" for k, v in lay.items())
+    text = ", ".join(f"{short.get(k, k)} {v}" for k, v in lay.items())
+    mx = (r.details or {}).get("memoryx")
+    return text + (f", MemoryX {mx['option']}" if mx and mx.get("option") else "")
 
 
 def estimate(c: Claim, cat, t, p: Physical) -> tuple[float | None, str]:
