@@ -8,10 +8,11 @@ import pytest
 
 from wseplan.analytic import cost as C
 from wseplan.catalog import load_catalog
-from wseplan.costing import list_price_gap
 from wseplan.report.study import CostSpec, ServerSpec, ServingSpec, Study, TargetSpec, load_study
 from wseplan.report.study_server import max_rate
-from wseplan.report.study_serving_why import capex_flips, capex_lines, cheapest_at, crossovers
+from wseplan.report.markdown import fmt_num
+from wseplan.report.study_serving_why import (all_in, capex_flips, capex_lines, cheapest_at, crossovers,
+                                              list_price_finding)
 from wseplan.report.why import bisect, interval_text
 from wseplan.serving import serve
 
@@ -21,24 +22,23 @@ ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("Binding constraints", "What would", "Prediction interval", "List prices")
 
 
-def test_list_price_gap_against_the_vendor_price():
-    # Cerebras lists Llama 3.1 70B at $0.60 per million output tokens (prices catalog, service_prices)
-    gap = list_price_gap("llama-3.1-70b", "cs3x4", 20.9, prices=PRICES, catalog=CAT)
-    assert gap["list_usd_per_mtok"] == 0.60 and gap["ratio"] == pytest.approx(20.9 / 0.60, rel=1e-12)  # 34.83x
-    assert gap["source"] == ["cerebras-price-registry"] and len(gap["reasons"]) >= 3
-    low = list_price_gap("llama-3.1-70b", "cs3", 0.1, prices=PRICES, catalog=CAT)
-    assert low["ratio"] == pytest.approx(0.1 / 0.6) and "margin" in low["reasons"][0]
-    assert list_price_gap("llama-3.1-70b", "cs3x4", 1.5, prices=PRICES, catalog=CAT) is None  # 2.5x: within 3x
-    assert list_price_gap("llama-3.1-70b", "h200x8", 20.9, prices=PRICES, catalog=CAT) is None  # no GPU list price
-    assert list_price_gap("llama-3-70b", "cs3x4", 20.9, prices=PRICES, catalog=CAT) is None  # another model
-    assert list_price_gap("llama-3.1-405b", "cs3", 60.0, side="input", prices=PRICES, catalog=CAT)["ratio"] == 10.0
-    # all-in: the list bill of a request of 2,048 prompt and 256 answer tokens per million output tokens is
-    # 0.60 + 0.60 x 2048 / 256 = $5.40; $10.8 computed is 2x that (not flagged; reported with always=True)
-    kw = dict(side="all-in", prompt_tokens=2048, output_tokens=256, prices=PRICES, catalog=CAT)
-    assert list_price_gap("llama-3.1-70b", "cs3x4", 10.8, **kw) is None
-    both = list_price_gap("llama-3.1-70b", "cs3x4", 10.8, always=True, **kw)
-    assert both["list_usd_per_mtok"] == pytest.approx(5.40) and both["ratio"] == pytest.approx(2.0) and not both["flagged"]
-    assert list_price_gap("llama-3.1-70b", "cs3x4", 17.0, **kw)["flagged"]
+def test_list_price_finding_compares_the_whole_request():
+    """Cerebras lists Llama 3.1 70B at $0.60 per million input and output tokens (prices catalog, service_prices):
+    a request of 2,048 prompt and 256 answer tokens is billed 0.60 + 0.60 x 2048 / 256 = $5.40 per million output
+    tokens; the chosen point's all-in cost is compared with that, and each side is flagged by
+    wseplan.costing.list_price_notes (H7's one implementation)."""
+    st, _ = load_study(ROOT / "studies" / "serve-llama3-70b.yaml")
+    m = CAT.models["llama-3.1-70b"]
+    res = serve(m, "cs3", input_tokens=2048, output_tokens=256, batches=[64], catalog=CAT, prices=PRICES)
+    c = res.points[0]
+    util = PRICES.site.utilization_frac.si
+    text = list_price_finding(st, m, "cs3", c, util, CAT, PRICES)
+    mine = all_in(c, util)
+    assert f"costs ${fmt_num(mine)} per million output tokens all-in" in text
+    assert "the $5.4 the vendor's list prices charge for it" in text
+    assert f"{fmt_num(mine / 5.4 if mine >= 5.4 else 5.4 / mine)}x" in text
+    assert ("Per side: list price: computed output" in text) == (c.output_usd_per_mtok > 3 * 1.2)  # list $0.6-1.2
+    assert list_price_finding(st, m, "h200", c, util, CAT, PRICES) is None  # no GPU list price
 
 
 def test_cost_is_affine_in_capex():
@@ -144,7 +144,7 @@ def test_serving_report_states_the_crossover_and_the_list_price_gap():
     md = (ROOT / "reports" / "serve-llama3-70b" / "report.md").read_text()
     why = md.split("## Why this answer", 1)[1].split("## Assumptions", 1)[0]
     assert "only cs3 qualifies" in why or "cs3 becomes the cheapest above" in why
-    assert "vendor's list prices for the same requests, $5.4" in why and "per system" in why
+    assert "the $5.4 the vendor's list prices charge for it" in why and "per system" in why
 
 
 def test_server_spec_is_checked():

@@ -11,8 +11,9 @@ buyer means: the cheapest point of the replica search (:func:`wseplan.serving.op
 stated per-user speed, or the catalog's documented default (``defaults.default_min_tokens_per_s_per_user``).
 The record says so (``operating_point``, ``plan.sources.batch == "searched"``). A given batch is priced as given.
 
-:func:`list_price_gap` compares a computed $/M tokens with a vendor's public list price for the same model and
-hardware and names the likely reasons when they differ by more than :data:`LIST_PRICE_GAP_FACTOR`.
+:func:`list_price_flags` (one note per side) flags a computed $/M tokens more than :data:`LIST_PRICE_FACTOR` off
+a vendor's list price for the same model and system, with the likely reasons; :func:`list_price_notes` finds the
+list price for a caller without a cost record (reports).
 """
 from __future__ import annotations
 
@@ -27,11 +28,6 @@ from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       total_params)
 from .serving import operating_point
-from .targets import parse_target
-from .workload import resolve_model
-
-#: a computed $/M tokens this many times above or below a vendor's list price is flagged (issue 13)
-LIST_PRICE_GAP_FACTOR = 3.0
 
 
 def check_train_tokens(train_tokens) -> float | None:
@@ -120,89 +116,103 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     if s.family.name == "wafer_streaming":
         notes.append("MemoryX capex is estimated from DRAM/flash prices; MemoryX and SwarmX power are not included "
                      "(no published figure)")
-    service = None
+    listed = None
     if s.query.target.kind == "wafer" and phase != "train":
-        service = service_price_for(s.query.model, s.query.target.device.system, prices, cat)
-        if service is None:
+        listed = service_price_for(s.query.model, s.query.target, prices, cat)
+        if listed is None:
             notes.append("no public per-hour cloud price for CS-2/CS-3 was found; no rental alternative")
     hw = s.family.hardware(s.ctx)
-    return C.cost_from_times(params, times, model=rec.model, target=rec.target, hardware=rec.hardware,
-                             price_key=hw.price_key, batch=b, context=c, output_tokens=o if phase == "serve" else None,
-                             uncertainty=uncertainty, seed=seed, prices_date=prices.date, service=service, notes=notes,
-                             headline_metric=HEADLINE[phase], plan=rec.to_record())
+    res = C.cost_from_times(params, times, model=rec.model, target=rec.target, hardware=rec.hardware,
+                            price_key=hw.price_key, batch=b, context=c, output_tokens=o if phase == "serve" else None,
+                            uncertainty=uncertainty, seed=seed, prices_date=prices.date,
+                            service=listed[1] if listed else None, notes=notes, headline_metric=HEADLINE[phase],
+                            plan=rec.to_record())
+    if listed is None or phase == "train":
+        return res
+    computed = {k: res.metric(k) for k in ("input_usd_per_mtok", "output_usd_per_mtok")
+                if any(m.metric == k for m in res.metrics)}
+    acc = arr.get("time.accepted_tokens_per_step")
+    flags = list_price_flags(computed, listed, batch=b, utilization_frac=params["utilization_frac"].value,
+                             software=s.query.software.name, precision=s.query.precision,
+                             speculative=bool(acc is not None and np.nanmax(acc) > 1.0))
+    return res.model_copy(update={"notes": list(res.notes) + flags}) if flags else res
 
 
-def _model_names(m, cat) -> set[str]:
-    names = {m.name.lower(), *[a.lower() for a in getattr(m, "aliases", [])]}
-    return names | {k for k, v in cat.models.items() if v is m or v.name == m.name}
+# =============================================================================================
+# Vendor list prices
+# =============================================================================================
+#: a computed $/M tokens more than this factor above or below a vendor's list price is flagged
+LIST_PRICE_FACTOR = 3.0
+_SIXTEEN_BIT = ("fp32", "tf32", "bf16", "fp16")
 
 
-def service_price_for(model, system: str, prices, catalog=None):
-    """The vendor's public per-token price (``service_prices`` in the prices catalog) for ``model`` served on
-    ``system`` (``cs3``), or None. The model must be the same catalog model (name, alias or key)."""
-    cat = catalog or load_catalog()
-    m = resolve_model(model, cat) if isinstance(model, str) else model
-    names = _model_names(m, cat)
-    return next((sp for k, sp in prices.service_prices.items() if sp.hardware == system and k in names), None)
-
-
-def list_price_gap(model, target, computed_usd_per_mtok: float, *, side: str = "output", prices=None, catalog=None,
-                   factor: float = LIST_PRICE_GAP_FACTOR, context: dict | None = None, prompt_tokens: int | None = None,
-                   output_tokens: int | None = None, always: bool = False) -> dict | None:
-    """A computed $/M tokens against the vendor's public list price for the same model on the same system.
-
-    ``side``: ``output`` or ``input`` compare one side's price; ``all-in`` compares the whole cost of a request
-    per million output tokens (``computed_usd_per_mtok``: output + input cost of its prompt) with the list bill
-    for the same request, ``output price + input price x prompt_tokens / output_tokens`` (both given).
-
-    Returns None when no list price is known for ``model`` on ``target``'s system, or when the two agree within
-    ``factor`` (default 3x) and not ``always``; otherwise ``{computed_usd_per_mtok, list_usd_per_mtok, ratio
-    (computed / list), flagged (outside the factor), factor, side, system, source, basis, reasons}``. ``reasons`` names the likely causes of the gap, from the
-    direction and from ``context`` (optional: ``batch``, ``tokens_per_s_per_user``, ``capex_basis`` of the
-    point that was costed).
-    """
-    if side not in ("input", "output", "all-in"):
-        raise InputError(f"side: use input, output or all-in, got {side!r}")
-    if side == "all-in" and not (isinstance(prompt_tokens, int) and isinstance(output_tokens, int)
-                                 and prompt_tokens > 0 and output_tokens > 0):
-        raise InputError("list_price_gap: side all-in needs prompt_tokens and output_tokens (positive integers)")
-    if not (isinstance(computed_usd_per_mtok, (int, float)) and computed_usd_per_mtok > 0
-            and math.isfinite(computed_usd_per_mtok)):
+def service_price_for(model, target, prices, catalog) -> tuple[str, C.ServicePrice] | None:
+    """(key, entry) of the vendor's per-token list price for ``model`` on ``target``'s system in the prices
+    catalog (``service_prices``; matched by the model's name, aliases or catalog key), or None."""
+    if target.kind != "wafer":
         return None
-    cat = catalog or load_catalog()
-    prices = prices or C.load_prices(catalog=cat)
-    t = parse_target(target, cat) if isinstance(target, str) else target
-    system = t.device.system if t.kind == "wafer" else t.key
-    sp = service_price_for(model, system, prices, cat)
-    if sp is None:
-        return None
-    if side == "all-in":
-        q = sp.output_usd_per_mtok
-        listed = q.si + sp.input_usd_per_mtok.si * prompt_tokens / output_tokens
-        src = list(dict.fromkeys([*q.source_ids, *sp.input_usd_per_mtok.source_ids]))
-    else:
-        q = getattr(sp, f"{side}_usd_per_mtok")
-        listed, src = q.si, list(q.source_ids)
-    ratio = float(computed_usd_per_mtok) / listed
-    flagged = not (1.0 / factor <= ratio <= factor)
-    if not flagged and not always:
-        return None
-    ctx = context or {}
-    if ratio > 1:
-        reasons = ["the vendor prices a shared service at its own cost and scale (wafer-scale systems bought at "
-                   "cost, kept busy by many customers), not the amortised list capex and site costs assumed here",
-                   "the vendor's service runs its production software (rewritten kernels, speculative decoding) that "
-                   "the software profile here may not credit in full",
-                   "a list price can be set below cost to win share; it is not evidence of the cost of owning systems"]
-        if ctx.get("capex_basis"):
-            reasons.append(f"the capex assumed here is weak ({ctx['capex_basis']}): a quote would move the cost")
-        if ctx.get("tokens_per_s_per_user"):
-            reasons.append(f"the point costed here keeps every user at {ctx['tokens_per_s_per_user']:.4g} tokens/s "
-                           f"(batch {ctx.get('batch')}); a service may batch more users per replica")
-    else:
-        reasons = ["the list price includes the vendor's margin, idle capacity, support and sales costs",
-                   "the point costed here runs a large batch at high utilisation, which a public service with a "
-                   "latency promise may not reach"]
-    return {"computed_usd_per_mtok": float(computed_usd_per_mtok), "list_usd_per_mtok": listed, "ratio": ratio,
-            "flagged": flagged, "factor": factor, "side": side, "system": system, "source": src, "basis": q.basis,
-            "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "reasons": reasons}
+    names = {model.name.lower(), *[a.lower() for a in getattr(model, "aliases", [])]}
+    names |= {k for k, v in catalog.models.items() if v is model or v.name == model.name}
+    return next(((k, sp) for k, sp in prices.service_prices.items()
+                 if sp.hardware == target.device.system and k in names), None)
+
+
+def list_price_notes(model, target, computed: dict[str, float], *, batch: int, precision: str, prices,
+                     catalog, software: str | None = None, utilization_frac: float | None = None) -> list[str]:
+    """:func:`list_price_flags` for ``model`` on ``target`` (names or resolved objects) at ``batch``: finds the list
+    price, the software profile and whether it decodes speculatively (for callers without a cost record, such as
+    reports). ``utilization_frac`` defaults to the prices catalog's."""
+    s = setup(model, target, phase="serve", precision=precision, software=software, catalog=catalog)
+    listed = service_price_for(s.query.model, s.query.target, prices, catalog)
+    if listed is None:
+        return []
+    util = prices.site.utilization_frac.si if utilization_frac is None else utilization_frac
+    spec = getattr(s.ctx, "spec", None) is not None
+    return list_price_flags(computed, listed, batch=batch, utilization_frac=util, software=s.query.software.name,
+                            precision=precision, speculative=spec)
+
+
+def list_price_flags(computed: dict[str, float], listed: tuple[str, C.ServicePrice] | None, *, batch: int,
+                     utilization_frac: float, software: str, precision: str, speculative: bool,
+                     factor: float = LIST_PRICE_FACTOR) -> list[str]:
+    """One note per side (``input_usd_per_mtok``, ``output_usd_per_mtok`` in ``computed``) whose computed $/M tokens
+    lies more than ``factor`` times above the high end or below the low end of the vendor's list price, with the
+    likely reasons for a gap in that direction. ``wseplan cost``, ``compare`` and reports call this one function."""
+    if listed is None:
+        return []
+    key, sp = listed
+    out = []
+    for side, q in (("input", sp.input_usd_per_mtok), ("output", sp.output_usd_per_mtok)):
+        v = computed.get(f"{side}_usd_per_mtok")
+        if v is None or not math.isfinite(v) or v <= 0:
+            continue
+        lo, hi = q.bound("low"), q.bound("high")
+        if lo <= 0 or hi <= 0:
+            continue
+        high, low = v / hi, lo / v  # how many times above the high end / below the low end
+        if max(high, low) <= factor * (1.0 + 1e-12):
+            continue
+        ratio = max(high, low)
+        high = high > low
+        listed_text = f"${q.si:.3g}" + (f" (${lo:.3g}-${hi:.3g})" if hi > lo else "")
+        if high:
+            reasons = [f"batch and utilisation: computed at {batch} concurrent request(s) per replica and "
+                       f"{utilization_frac:.0%} busy hours; a service batches many users and keeps its systems busier",
+                       "the list price may be subsidised (below cost, e.g. to win market share)"]
+            reasons.append(f"speculative decoding is on ({software})" if speculative else
+                           f"no speculative decoding in this computation ({software}); a service may use it")
+            if precision in _SIXTEEN_BIT:
+                reasons.append(f"precision: computed at {precision}; a service may run lower precision (fp8, int8)")
+        else:
+            reasons = ["the list price carries the vendor's margin (sales, support, idle capacity, profit)",
+                       f"batch and utilisation: computed at {batch} concurrent request(s) per replica and "
+                       f"{utilization_frac:.0%} busy hours; the vendor's real load may be lower"]
+            if speculative:
+                reasons.append(f"speculative decoding is on in this computation ({software}); the vendor may not "
+                               "gain as many tokens per pass")
+            if precision not in _SIXTEEN_BIT:
+                reasons.append(f"precision: computed at {precision}; the vendor may serve 16-bit weights")
+        out.append(f"list price: computed {side} ${v:.3g}/M tokens is {ratio:.3g}x "
+                   f"{'above' if high else 'below'} the vendor's list price {listed_text}/M tokens "
+                   f"(service_prices.{key}, {', '.join(q.source_ids)}); likely reasons: {'; '.join(reasons)}")
+    return out

@@ -98,7 +98,7 @@ def _claim_targets(claims, cat) -> list[str]:
 def _error_rows(cat) -> list[dict]:
     from ..claims import validated_errors
 
-    return [{"input": f"validated error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
+    return [{"input": f"held-out error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
              "basis": "measured", "source": text} for name, (err, text) in sorted(validated_errors(cat).items())]
 
 

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from ..compare import compare_case
+from ..costing import list_price_notes
 from ..errors import InfeasibleError, InputError
 from ..optimize.fleet import plan_fleet, serve_key
 from ..optimize.fleet_schema import DemandSpec, Sla, SystemSpec, WorkloadSpec
@@ -207,6 +208,9 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
                 if menu != "all targets" and times is not None and tgt_s not in cases:
                     cases[tgt_s] = (a.batch, f"{text} at batch {a.batch}", (times, params))
                 first = i == 0
+                flags = list_price_notes(m, text, {"input_usd_per_mtok": point.input_usd_per_mtok,
+                                                   "output_usd_per_mtok": point.output_usd_per_mtok}, batch=a.batch,
+                                         precision=prec, prices=prices, catalog=cat, utilization_frac=util)
                 rows.append({
                     "menu": menu, "target": tgt_s, "meets_sla": True, "system": sysrow.system,
                     "systems": sysrow.count if first else None, "replicas": a.replicas,
@@ -219,7 +223,8 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
                     "usd_per_mtok": fleet_usd, **band, "bottleneck": point.bottleneck,
                     "plan_usd_per_year": plan.total_usd_per_year, "plan_systems": sum(x.count for x in plan.systems),
                     "plan_devices": sum(x.devices for x in plan.systems),
-                    "note": "" if len(plan.systems) == 1 else f"part of a mix of {len(plan.systems)} system types"})
+                    "note": "; ".join(([] if len(plan.systems) == 1 else
+                                       [f"part of a mix of {len(plan.systems)} system types"]) + flags)})
     return rows, cases
 
 

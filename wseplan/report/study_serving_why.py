@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from ..costing import list_price_gap
+from ..costing import LIST_PRICE_FACTOR, list_price_notes, service_price_for
 from ..plan import setup
 from ..pricing import params_for
 from ..serving import serve, with_limits
@@ -28,7 +28,7 @@ from ..targets import parse_target
 from .markdown import fmt_num
 from .study_schema import Study
 from .tables import weakness
-from .why import bisect, interval_text, list_price_text
+from .why import bisect, interval_text
 
 
 _EPS = 1e-12  # a point at exactly the required speed qualifies (1 / (1 / tpot) may round up by one ulp)
@@ -229,23 +229,45 @@ def serving_why(st: Study, m, cat, prices, curves: dict, at_speed: dict, fleet_r
             point.model_dump() if point is not None else None, device_kind=kind, cat=cat, prefix="$",
             unit="/M output tokens")))
     # computed cost against the vendor's list price
-    gaps = []
+    gaps, others = [], []
     for tgt, c in at_speed.items():
         if c is None:
             continue
-        p = params_used.get(tgt, {}).get("capex_usd")
-        weak = weakness(p.basis, p.source, cat.sources) if p is not None else ""
-        gap = list_price_gap(m, tgt, all_in(c, _u(utils, tgt)), side="all-in", prices=prices, catalog=cat,
-                             prompt_tokens=sv.prompt_tokens, output_tokens=sv.output_tokens, always=True,
-                             context={"batch": c.batch, "tokens_per_s_per_user": c.tokens_per_s_per_user,
-                                      "capex_basis": f"{p.basis}, {weak}" if weak else ""})
-        if gap is not None:
-            gaps.append(list_price_text(tgt, gap))
-    others = [t for t, c in at_speed.items() if c is not None and not any(g.startswith(f"{t}:") for g in gaps)]
+        text = list_price_finding(st, m, tgt, c, _u(utils, tgt), cat, prices)
+        (gaps.append(text) if text else others.append(tgt))
     if others:
         gaps.append(f"{', '.join(others)}: no vendor list price for {m.name} in the prices catalog (service_prices).")
     out.append(("List prices", " ".join(gaps) if gaps else "No platform meets the speed: nothing to compare."))
     return out
+
+
+def list_price_finding(st: Study, m, tgt: str, c, util: float, cat, prices) -> str | None:
+    """The chosen point of ``tgt`` against the vendor's list prices for the same model and system: the whole bill
+    of the study's request (all-in, per million output tokens) and each side's flag from
+    :func:`wseplan.costing.list_price_notes` (more than 3x off). None without a list price."""
+    sv = st.serving
+    prec = st.precision_for(tgt)
+    s = setup(m, tgt, phase="serve", precision=prec, catalog=cat)
+    listed = service_price_for(s.query.model, s.query.target, prices, cat)
+    if listed is None:
+        return None
+    key, sp = listed
+    bill = sp.output_usd_per_mtok.si + sp.input_usd_per_mtok.si * sv.prompt_tokens / sv.output_tokens
+    mine = all_in(c, util)
+    ratio = mine / bill
+    src = ", ".join(dict.fromkeys([*sp.output_usd_per_mtok.source_ids, *sp.input_usd_per_mtok.source_ids]))
+    text = (f"{tgt}: a request of {sv.prompt_tokens:,} prompt and {sv.output_tokens:,} answer tokens costs "
+            f"${fmt_num(mine)} per million output tokens all-in here, {fmt_num(ratio if ratio >= 1 else 1 / ratio)}x "
+            f"{'above' if ratio >= 1 else 'below'} the ${fmt_num(bill)} the vendor's list prices charge for it "
+            f"(service_prices.{key}, {src})"
+            + (f", more than {fmt_num(LIST_PRICE_FACTOR)}x off." if not 1 / LIST_PRICE_FACTOR <= ratio <= LIST_PRICE_FACTOR
+               else "."))
+    flags = list_price_notes(m, tgt, {"input_usd_per_mtok": c.input_usd_per_mtok,
+                                      "output_usd_per_mtok": c.output_usd_per_mtok}, batch=c.batch, precision=prec,
+                             prices=prices, catalog=cat, utilization_frac=util)
+    if flags:
+        return text + " Per side: " + " ".join(f.rstrip(".") + "." for f in flags)
+    return text + f" Neither side's price is more than {fmt_num(LIST_PRICE_FACTOR)}x off its list price."
 
 
 def _limit(res, c, speed: float, ttft, batches, util: float) -> str:

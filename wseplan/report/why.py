@@ -5,9 +5,9 @@ price.
 The study kinds compute their own findings with wseplan's chain (the serving study re-judges
 :func:`wseplan.serving.serve` results at other per-user speeds with :func:`wseplan.serving.with_limits` and
 re-prices them at other capex; the training study re-evaluates the cost model on the same time inputs); this
-module holds the shared pieces: a bisection, the prediction interval (from the records' ``interval_low`` /
-``interval_high`` where a record carries them, else the time model's validated error band) and the list-price
-sentences. A finding is a ``(label, text)`` pair; :func:`render` turns them into Markdown bullets.
+module holds the shared pieces: a bisection and the prediction interval (from the records' ``interval_low`` /
+``interval_high`` where a record carries them, else the time model's held-out error band). List prices are
+flagged by :func:`wseplan.costing.list_price_flags` (one implementation for ``cost``, ``compare`` and reports). A finding is a ``(label, text)`` pair; :func:`render` turns them into Markdown bullets.
 """
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def bisect(f, lo: float, hi: float, *, rel_tol: float = 1e-6, iters: int = 200) 
 
 
 def validated_band(cat, device_kind: str, kind: str = "infer") -> tuple[float, str] | None:
-    """(P80 |relative error|, where it comes from) of the time model's ``gpu-infer`` / ``wse-infer`` /
-    ``gpu-train`` / ``wse-train`` predictions over the bundled validation set, or None where none are validated."""
+    """(error band, where it comes from) of the time model's ``gpu-infer`` / ``wse-infer`` / ``gpu-train`` /
+    ``wse-train`` predictions (:func:`wseplan.claims.validated_errors`: held out from the bundled validation set),
+    or None where none are validated."""
     from ..claims import validated_errors
 
     hit = _BANDS.get(id(cat))
@@ -75,26 +76,8 @@ def interval_text(what: str, value: float | None, record: dict | None, *, device
         low, high = value / (1 + e), (value / (1 - e) if e < 1 else math.inf)
     else:
         low, high = value * max(0.0, 1 - e), value * (1 + e)
-    return (f"{what} {q(value)}: no interval is attached to the records, so the time model's validated error is "
+    return (f"{what} {q(value)}: no interval is attached to the records, so the time model's held-out error is "
             f"applied: +-{fmt_num(100 * e)}% on throughput ({src}) puts it between {q(low)} and {q(high)}.")
-
-
-def list_price_text(label: str, gap: dict) -> str:
-    """One sentence for a :func:`wseplan.costing.list_price_gap` finding."""
-    direction = "above" if gap["ratio"] > 1 else "below"
-    ratio = gap["ratio"] if gap["ratio"] > 1 else 1 / gap["ratio"]
-    if gap["side"] == "all-in":
-        what = (f"per million output tokens all-in ({gap['prompt_tokens']:,}-token prompts, {gap['output_tokens']:,}-token "
-                "answers)")
-        listed = f"the vendor's list prices for the same requests, ${fmt_num(gap['list_usd_per_mtok'])}"
-    else:
-        what = f"per million {gap['side']} tokens"
-        listed = f"the vendor's list price of ${fmt_num(gap['list_usd_per_mtok'])}"
-    head = (f"{label}: computed ${fmt_num(gap['computed_usd_per_mtok'])} {what} is {fmt_num(ratio)}x {direction} "
-            f"{listed} ({', '.join(gap['source'])}, {gap['basis']})")
-    if not gap.get("flagged", True):
-        return head + f", within the {fmt_num(gap['factor'])}x this report flags."
-    return head + ". Likely reasons: " + "; ".join(gap["reasons"]) + "."
 
 
 def render(findings: list[tuple[str, str]]) -> list[str]:
