@@ -172,15 +172,23 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     return out
 
 
-def pareto_frontier(points: list[ServePoint]) -> list[ServePoint]:
-    """Points not beaten on both $/M output tokens (lower) and tokens/s per user (higher), by speed."""
-    pts = sorted((p for p in points if p.output_usd_per_mtok is not None),
-                 key=lambda p: (-p.tokens_per_s_per_user, p.output_usd_per_mtok))
+def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:
+    """A point's whole cost per million output tokens [USD]: its TCO per hour over the output tokens it delivers per
+    hour at its load (prompts included), counted over busy hours (``util``: the site's utilisation, as every $/M
+    in wseplan). ``serve`` chooses its cheapest point by this measure."""
+    return p.usd_per_hour / (util * 3600.0 * max(p.tokens_per_s, 1e-300)) * 1e6
+
+
+def pareto_frontier(points: list[ServePoint], util: float = 1.0) -> list[ServePoint]:
+    """Points not beaten on both all-in $/M output tokens (lower) and tokens/s per user (higher), by speed."""
+    pts = sorted((p for p in points if p.usd_per_hour is not None),
+                 key=lambda p: (-p.tokens_per_s_per_user, all_in_usd_per_mtok(p, util)))
     out, best = [], math.inf
     for p in pts:
-        if p.output_usd_per_mtok < best:
+        c = all_in_usd_per_mtok(p, util)
+        if c < best:
             out.append(p)
-            best = p.output_usd_per_mtok
+            best = c
     return out
 
 
@@ -310,8 +318,8 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         chosen = min(points, key=lambda p: (p.ttft_at_percentile_s if ttft_limit_s else 0.0, p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
         # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
-        chosen = min(ok, key=lambda p: (p.usd_per_hour / max(p.tokens_per_s, 1e-300) if p.usd_per_hour is not None
-                                        else 0.0, p.tpot_s, p.num_devices, p.batch))
+        chosen = min(ok, key=lambda p: (all_in_usd_per_mtok(p) if p.usd_per_hour is not None else 0.0, p.tpot_s,
+                                        p.num_devices, p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None:

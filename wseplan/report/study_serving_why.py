@@ -23,7 +23,7 @@ import math
 from ..costing import LIST_PRICE_FACTOR, list_price_notes, service_price_for
 from ..plan import setup
 from ..pricing import params_for
-from ..serving import serve, with_limits
+from ..serving import all_in_usd_per_mtok, pareto_frontier, serve, with_limits
 from ..targets import parse_target
 from .markdown import fmt_num
 from .study_schema import Study
@@ -35,10 +35,8 @@ _EPS = 1e-12  # a point at exactly the required speed qualifies (1 / (1 / tpot) 
 
 
 def all_in(p, util: float = 1.0) -> float:
-    """A point's whole cost per million output tokens [USD]: its replica's TCO per hour over the output tokens it
-    delivers per hour at its load (prompts included), counted over busy hours (``util``: the site's utilisation,
-    as every $/M in wseplan). ``serve`` chooses its cheapest point by this measure."""
-    return p.usd_per_hour / (util * 3600.0 * max(p.tokens_per_s, 1e-300)) * 1e6
+    """:func:`wseplan.serving.all_in_usd_per_mtok` (one definition)."""
+    return all_in_usd_per_mtok(p, util)
 
 
 def _u(utils, t) -> float:
@@ -46,17 +44,8 @@ def _u(utils, t) -> float:
 
 
 def frontier(res, util: float = 1.0, *, only_ok: bool = True) -> list:
-    """The points of ``res`` not beaten on both all-in $/M output tokens (lower) and tokens/s per user (higher), by
-    speed; ``only_ok``: among the points that meet ``res``'s limits."""
-    pts = sorted((p for p in res.points if (p.meets_sla or not only_ok) and p.usd_per_hour is not None),
-                 key=lambda p: (-p.tokens_per_s_per_user, all_in(p, util)))
-    out, best = [], math.inf
-    for p in pts:
-        c = all_in(p, util)
-        if c < best:
-            out.append(p)
-            best = c
-    return out
+    """:func:`wseplan.serving.pareto_frontier` of ``res``'s points (``only_ok``: those that meet its limits)."""
+    return pareto_frontier([p for p in res.points if p.meets_sla or not only_ok], util)
 
 
 def _at_speed(res, speed: float, ttft_limit_s):
