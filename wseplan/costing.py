@@ -111,7 +111,7 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     at = array_times(s, arr, train_tokens=tt)
     one = {k: (float(np.asarray(v).ravel()[0]) if v is not None and k != "phase" else v)
            for k, v in at.__dict__.items()}
-    one["num_devices"], one["num_systems"] = int(one["num_devices"]), int(one["num_systems"])
+    one["num_devices"] = int(one["num_devices"])
     times = C.TimeInputs(**{k: v for k, v in one.items() if v is None or k == "phase" or math.isfinite(v)})
     if s.family.name == "wafer_streaming":
         notes.append("MemoryX capex is estimated from DRAM/flash prices; MemoryX and SwarmX power are not included "

@@ -75,11 +75,20 @@ def num_systems(s: Setup, num_devices) -> np.ndarray:
     return np.ceil(np.asarray(num_devices, dtype=float) / per - 1e-9)
 
 
+def charged_systems(s: Setup, num_devices) -> np.ndarray:
+    """Systems a device count is charged for [count]: whole systems for training (a job reserves its nodes); for
+    serving the replica's share of a system, since replicas smaller than a node are packed several to a node
+    (8 one-GPU replicas share one 8-GPU node, as ``fleet`` packs them)."""
+    if s.query.phase == "train":
+        return num_systems(s, num_devices)
+    return np.asarray(num_devices, dtype=float) / s.family.hardware(s.ctx).devices_per_system
+
+
 def array_times(s: Setup, arr: dict, *, train_tokens=None) -> ArrayTimes:
     """The cost model's time inputs from :func:`wseplan.plan.evaluate`'s arrays (NaN where nothing fits)."""
     ph = s.query.phase
     ndev = np.asarray(arr["num_devices"], dtype=float)
-    nsys = num_systems(s, ndev)
+    nsys = charged_systems(s, ndev)
     if ph == "train":
         return ArrayTimes(phase="train", num_devices=ndev, num_systems=nsys, step_s=arr["step_s"],
                           tokens_per_step=arr["batch"] * arr["context"], train_tokens=train_tokens)
