@@ -19,13 +19,13 @@ from .common import GPU_INFER_PROFILE, GPU_PROFILE, _target, gemv_shape, wafer_p
 from .calfile import UNFITTED_NOTES, leave_one_source_out, refit_and_write, write_gpu_efficiency
 from .cv import CHOICES, FitChoice, category_medians, cross_validate, select_choice
 from .fit import GPU_CATEGORIES, Param, fit_cases, fit_gpu_efficiency, fit_params
-from .gpu import INFLIGHT_MARKERS, STATIC_MARKERS, gpu_scheduling_for, sla_of
+from .gpu import INFLIGHT_MARKERS, gpu_scheduling_for, sla_of
 from .run import (category_bands, cross_validated_summary, judge, predict_case, reference_bands, summarize,
                   validate_cases, validate_file)
 
 __all__ = ["ALL_COLUMNS", "CATEGORIES", "GPU_CATEGORIES", "GPU_INFER_PROFILE", "GPU_PROFILE",
            "INFLIGHT_MARKERS", "INT_COLUMNS", "MAX_CELL_CHARS", "MAX_INT_CELL", "NON_PERFORMANCE", "NOT_PREDICTED",
-           "NO_BAND", "OUTPUT_COLUMNS", "OUTSIDE", "REQUIRED_COLUMNS", "STATIC_MARKERS", "STATUSES",
+           "NO_BAND", "OUTPUT_COLUMNS", "OUTSIDE", "REQUIRED_COLUMNS", "STATUSES",
            "TOLERANCE_PERCENTILE", "WITHIN", "Case", "SkipRow", "_target", "case_model",
            "category_bands", "default_cases_path", "fit_cases", "fit_gpu_efficiency", "gemv_shape",
            "gpu_scheduling_for", "iter_cases", "judge", "moe_layout_from_notes", "note_hint",
