@@ -10,7 +10,8 @@ import yaml
 from ..calibration_data import (CALIBRATION_KEYS, GpuCalibration, _cached, _cached_profiles, calibration_path,
                                read_gpu_efficiency)
 from ..catalog.load import load_catalog
-from .cv import CHOICES, FitChoice, category_medians, choice_named, committed_choice, cross_validate, select_choice
+from .cv import CHOICES, category_medians, choice_named, committed_choice, cross_validate, held_keys, select_choice
+from .cases import default_cases_path, read_cases
 from .fit import fit_params, trial_from
 
 #: why each constant of the calibration file that is not fitted has the value it has
@@ -87,7 +88,7 @@ def refit_and_write(*, select: bool = False, choice: str | None = None, fit_nfev
         res = cross_validate(catalog=cat, choice=ch, refit=True, max_nfev=max_nfev, fit_nfev=fit_nfev)
         prev = _previous_selection(path)
         scores, medians = prev.get("scores", {}), prev.get("medians", {})
-    selection = {"choice": ch.name, "noise": ch.noise, "held": list(_held_keys(ch)), "files": list(ch.files),
+    selection = {"choice": ch.name, "noise": ch.noise, "held": list(held_keys(ch)), "files": list(ch.files),
                  "criterion": "mean over gpu-train, gpu-infer, micro of the leave-one-source-out median |error| of the "
                               "public rows", "scores": scores, "medians": medians}
     med = category_medians(res["rows"], "in_sample")
@@ -96,23 +97,25 @@ def refit_and_write(*, select: bool = False, choice: str | None = None, fit_nfev
                                 residuals=resid, path=path, catalog=cat)
 
 
-def _held_keys(ch: FitChoice) -> tuple[str, ...]:
-    return tuple(p.key for p in fit_params()) if ch.held == ("*",) else ch.held
-
-
 def _previous_selection(path) -> dict:
     p = Path(path) if path is not None else calibration_path()
     return read_gpu_efficiency(p).selection if p.is_file() else {}
 
 
 def leave_one_source_out(cases_path=None, *, catalog=None, max_nfev: int = 5, method: str = "one-step") -> list[dict]:
-    """For each source of the fit rows, the median |rel_error| in-sample (committed calibration) and held out (refit
-    without the source, :func:`~.cv.cross_validate` with ``method``). ``cases_path``: one file or several (default:
-    the files of the committed model choice)."""
-    res = cross_validate(cases_path, catalog=catalog, max_nfev=max_nfev, method=method)
+    """For each source of the fit rows of ``cases_path`` (default: the bundled public file), the median |rel_error|
+    in-sample (committed calibration) and held out (constants refitted without the source over the committed model
+    choice's files and ``cases_path``, :func:`~.cv.cross_validate` with ``method``)."""
+    path = Path(cases_path) if cases_path is not None else default_cases_path()
+    choice = committed_choice()
+    fit_paths = list(choice.paths())
+    fit_paths += [path] if path.resolve() not in {p.resolve() for p in fit_paths} else []
+    res = cross_validate(fit_paths, catalog=catalog, choice=choice, max_nfev=max_nfev, method=method)
+    ids = {c.id for c in read_cases(path)}
+    rows_all = [r for r in res["rows"] if r["id"] in ids]
     out = []
-    for src in sorted({r["source"] for r in res["rows"]}):
-        rows = [r for r in res["rows"] if r["source"] == src]
+    for src in sorted({r["source"] for r in rows_all}):
+        rows = [r for r in rows_all if r["source"] == src]
         e_in = [abs(r["in_sample"] / r["measured"] - 1.0) for r in rows]
         e_out = [abs(r["held_out"] / r["measured"] - 1.0) for r in rows]
         out.append({"source": src, "category": ",".join(sorted({r["category"] for r in rows})), "rows": len(rows),
