@@ -146,3 +146,26 @@ def test_default_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert PC.cache_dir() == tmp_path / ".cache" / "wseplan"
+
+
+def test_a_start_from_the_cache_does_not_import_yaml(tmp_path):
+    """The first `wseplan fit` parses (and imports PyYAML); the next one takes every bundled file from the cache."""
+    import subprocess
+
+    code = ("import io, sys, contextlib\nfrom wseplan.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    rc = main(['fit', 'llama-70b', '--target', 'wse3'])\n"
+            "print(rc, 'yaml' in sys.modules)")
+    env = dict(os.environ, WSEPLAN_CACHE_DIR=str(tmp_path / "c"),
+               PYTHONPATH=os.pathsep.join([str(Path(L.__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
+    env.pop("WSEPLAN_CATALOG_DIR", None)
+    out = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+           for _ in range(2)]
+    assert out == [["0", "True"], ["0", "False"]]
+
+
+def test_parser_id_does_not_import_yaml_and_is_stable():
+    import subprocess
+
+    code = "import sys; from wseplan.catalog.parse_cache import parser_id; print(parser_id(), 'yaml' in sys.modules)"
+    a = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert a[1] == "False" and a[0] == PC.parser_id() and len(a[0]) == 16

@@ -11,20 +11,23 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from ..errors import CatalogError, InputError, suggest, validation_detail
 from ..plugins import load_plugins
-from .parse_cache import ParseCache, cache_dir
+from .parse_cache import ParseCache, cache_dir, parser_id
 from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Quantity, Source,
                      SwarmX, System, Wafer, check_hardware_key, check_key)
 
-try:  # libyaml is much faster when present
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+
+
+def _yaml():
+    """PyYAML and its safe loader (libyaml's when present: much faster). Imported on first use: a start whose
+    bundled catalog files all come from the parse cache (:mod:`.parse_cache`) never needs it."""
+    import yaml
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 # top-level key -> schema. Files may hold any subset of these keys.
 SECTIONS = {
@@ -148,6 +151,8 @@ def _label(path: list) -> str:
 def _check_yaml_nodes(root, path: Path) -> None:
     """Refuse, naming the field and line: nesting deeper than MAX_NESTING, integers longer than MAX_INT_DIGITS,
     non-finite floats (.inf, .nan, 1.0e+999) and alias expansion beyond MAX_EXPANDED_VALUES."""
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
     def fail(node, where: list, msg: str):
         line = node.start_mark.line + 1 if getattr(node, "start_mark", None) is not None else 0
         raise CatalogError(f"{path}: line {line}: {_label(where)}: {msg}")
@@ -223,8 +228,9 @@ def read_yaml(path: Path) -> object:
 
 
 def _parse_yaml(text: str, path: Path) -> object:
+    yaml, loader_cls = _yaml()
     try:
-        loader = _Loader(text)
+        loader = loader_cls(text)
         try:
             node = loader.get_single_node()
             if node is None:
@@ -255,15 +261,15 @@ def _bundled_name(path) -> str | None:
     return p[len(base) + 1:].replace(os.sep, "/")
 
 
-_PARSE_CACHE: dict[tuple, ParseCache] = {}
+_PARSE_CACHE: dict[str, ParseCache] = {}
 
 
 def _parse_cache() -> ParseCache:
-    """The parse cache of this cache folder and parser (one per process)."""
+    """The parse cache of this cache folder and this PyYAML (one per process)."""
     folder = cache_dir()
-    key = (str(folder), _Loader.__name__)
+    key = str(folder)
     if key not in _PARSE_CACHE:
-        _PARSE_CACHE[key] = ParseCache(folder, f"{_Loader.__name__}-{yaml.__version__}")
+        _PARSE_CACHE[key] = ParseCache(folder, parser_id())
     return _PARSE_CACHE[key]
 
 

@@ -16,6 +16,7 @@ leaves the cache off for that run.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -38,6 +39,30 @@ def cache_dir() -> Path | None:
     return base / "wseplan"
 
 
+def parser_id() -> str:
+    """Which PyYAML parses, without importing it: the size and time of its ``__init__.py`` and of its libyaml
+    extension (``_yaml*``), when there is one. A new or reinstalled PyYAML gives a new cache file name, so nothing it
+    might parse differently is reused."""
+    parts = []
+    try:
+        spec = importlib.util.find_spec("yaml")  # a top-level name: found, not imported
+    except (ImportError, ValueError):
+        spec = None
+    folders = list(getattr(spec, "submodule_search_locations", None) or [])
+    for folder in folders[:1]:
+        try:
+            names = sorted(n for n in os.listdir(folder) if n == "__init__.py" or n.startswith("_yaml"))
+        except OSError:
+            names = []
+        for n in names:
+            try:
+                st = os.stat(os.path.join(folder, n))
+                parts.append(f"{folder}/{n}:{st.st_size}:{st.st_mtime_ns}")
+            except OSError:
+                parts.append(n)
+    return hashlib.sha256("|".join(parts or ["yaml:absent"]).encode()).hexdigest()[:16]
+
+
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -57,7 +82,7 @@ def faithful(x, depth: int = 0) -> bool:
 
 
 class ParseCache:
-    """The parsed bundled files of one cache file (:data:`FORMAT`, parser name): ``lookup`` then ``store``."""
+    """The parsed bundled files of one cache file (:data:`FORMAT`, :func:`parser_id`): ``lookup`` then ``store``."""
 
     def __init__(self, folder: Path | None, parser: str):
         self.path = None if folder is None else folder / f"catalog-parse-v{FORMAT}-{parser}.json"
