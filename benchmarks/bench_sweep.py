@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llm_analysis_ref as ref  # noqa: E402
 from run import ROOT, figure, machine_facts, quick  # noqa: E402
 
 #: benchmarks/run.py gives this script this long (the whole-process runs take 5-10 minutes on a loaded machine)
@@ -107,6 +108,37 @@ def show(label: str, r: dict) -> None:
           f"{r['record']['tasks']} tasks); load {os.getloadavg()[0]:.1f}", flush=True)
 
 
+#: llm-analysis's nearest models (it has no Llama-3.1 configs; the work per call does not depend on the sizes)
+LLM_ANALYSIS_MODEL = {"llama-3.1-8b": "NousResearch_Llama-2-7b-hf", "llama-3.1-70b": "upstage_Llama-2-70b-instruct-v2"}
+
+
+def llm_analysis_rate(spec: dict, sample: int) -> float | None:
+    """Configurations/s of a loop of llm-analysis ``infer`` calls over a random sample of the sweep's GPU
+    configurations (batch, prompt, output length, TP, PP, DP); no file is written (the wseplan figure includes its
+    file). None when llm-analysis is not installed."""
+    if not ref.available():
+        return None
+    import numpy as np
+
+    from wseplan import sweep as S
+    from wseplan.catalog import load_catalog
+
+    plan = S.plan_sweep(S.parse_sweep(spec), load_catalog())
+    rng = np.random.default_rng(0)
+    kws = []
+    for _ in range(sample):
+        g = plan.groups[int(rng.integers(len(plan.groups)))]
+        i = int(rng.integers(g.size))
+        c = {k: int(v[0]) for k, v in S._config_arrays(g, i, i + 1).items() if k in ("batch", "context", "output_tokens",
+                                                                                       "tp", "pp", "dp")}
+        kws.append(dict(ref.infer_kwargs(tp=c["tp"], batch=c["batch"], seq_len=c["context"],
+                                         output_tokens=max(c["output_tokens"], 1)),
+                        model_name=LLM_ANALYSIS_MODEL[g.model_name],
+                        pp_size=c["pp"], dp_size=c["dp"]))
+    rate, _ = ref.loop_rate(kws, "infer", sample=sample)
+    return rate
+
+
 def end_to_end(tmp: Path) -> bool:
     ok = True
     print("end to end (whole `wseplan sweep` processes):", flush=True)
@@ -119,8 +151,11 @@ def end_to_end(tmp: Path) -> bool:
     same = g6d["path"].read_bytes() == g6["path"].read_bytes()
     print(f"  Dask file byte-identical to the local engine's: {same}", flush=True)
     ok &= same
+    ref_rate = llm_analysis_rate(GPU_1E6, 60 if quick() else 200)
     figure("sweep end to end, 1e6 GPU configurations, Parquet, local", g6["n"] / g6["wall_s"], "configurations/s",
-           TARGET_E2E_PER_S, higher_is_better=True, detail=f"CPU {g6['cpu_s']:.1f} s, peak RSS {g6['rss_gb']:.2f} GB")
+           TARGET_E2E_PER_S, higher_is_better=True, ref=ref_rate,
+           detail=f"CPU {g6['cpu_s']:.1f} s, peak RSS {g6['rss_gb']:.2f} GB"
+                  + ("; llm-analysis: a loop of infer() over a sample, no file" if ref_rate else ""))
     if not quick():
         g7 = run_cli(GPU_1E7, tmp)
         show("GPU 1e7, local, Parquet", g7)
