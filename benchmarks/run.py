@@ -3,7 +3,7 @@
 It prints the machine's facts (CPU model, cores, Python, numpy, OS), then every figure with its target and
 the ratio against it:
 
-* its own figure: vectorized GPU layout memory (:func:`wseplan.fit.gpu_layout_memory`) over >= 1e6
+* its own figure: vectorized GPU layout memory (:func:`wseplan.devices.gpu.layout_memory`) over >= 1e6
   tensor x pipeline x data layouts of GPT-3 175B, in candidates/s, against a plain-Python loop over the
   same candidates (one call per candidate, checked to give the same bytes);
 * then each ``benchmarks/bench_*.py`` script, discovered by name and run in a fresh interpreter (so each
@@ -126,26 +126,27 @@ def bench_fit_throughput(repeats: int = 5, loop_sample: int = 20_000) -> bool:
     import numpy as np
 
     from wseplan.catalog import load_catalog
-    from wseplan.fit import build_workload, gpu_layout_memory, resolve_model
+    from wseplan.devices.gpu import layout_memory
+    from wseplan.workload import build_workload, resolve_model
 
     cat = load_catalog()
     model = resolve_model("gpt-3-175b", cat)
     w = build_workload(model, cat, precision="bf16", phase="train", batch=1536, context=2048)
     T, P, D = layout_candidates(model.num_layers)
     n = T.size
-    kw = dict(zero_stage=1, recompute="selective", catalog=cat)
-    gpu_layout_memory(w, tp=T[:1000], pp=P[:1000], dp=D[:1000], **kw)  # warm-up
+    kw = dict(zero_stage=1, recompute="selective")
+    layout_memory(w, cat, tp=T[:1000], pp=P[:1000], dp=D[:1000], **kw)  # warm-up
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        total = gpu_layout_memory(w, tp=T, pp=P, dp=D, **kw)["total"]
+        total = layout_memory(w, cat, tp=T, pp=P, dp=D, **kw)["total"]
         times.append(time.perf_counter() - t0)
     t_vec = statistics.median(times)
     rate_vec = n / t_vec
     rng = np.random.default_rng(0)
     idx = rng.choice(n, size=min(loop_sample, n), replace=False)
     t0 = time.perf_counter()
-    loop = [float(gpu_layout_memory(w, tp=T[i], pp=P[i], dp=D[i], **kw)["total"]) for i in idx]
+    loop = [float(layout_memory(w, cat, tp=T[i], pp=P[i], dp=D[i], **kw)["total"]) for i in idx]
     t_loop = time.perf_counter() - t0
     rate_loop = len(idx) / t_loop
     same = np.allclose(np.array(loop), total[idx], rtol=1e-12, atol=0)
