@@ -177,17 +177,103 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     if s.family.name == "wafer_streaming":
         notes.append("MemoryX capex is estimated from DRAM/flash prices; MemoryX and SwarmX power are not included "
                      "(no published figure)")
-    service = None
+    listed = None
     if s.query.target.kind == "wafer" and phase != "train":
-        m = s.query.model
-        names = {m.name.lower(), *[a.lower() for a in getattr(m, "aliases", [])]}
-        names |= {k for k, v in cat.models.items() if v is m or v.name == m.name}
-        service = next((sp for k, sp in prices.service_prices.items()
-                        if sp.hardware == s.query.target.device.system and k in names), None)
-        if service is None:
+        listed = service_price_for(s.query.model, s.query.target, prices, cat)
+        if listed is None:
             notes.append("no public per-hour cloud price for CS-2/CS-3 was found; no rental alternative")
     hw = s.family.hardware(s.ctx)
-    return C.cost_from_times(params, times, model=rec.model, target=rec.target, hardware=rec.hardware,
-                             price_key=hw.price_key, batch=b, context=c, output_tokens=o if phase == "serve" else None,
-                             uncertainty=uncertainty, seed=seed, prices_date=prices.date, service=service, notes=notes,
-                             headline_metric=HEADLINE[phase], plan=rec.to_record())
+    res = C.cost_from_times(params, times, model=rec.model, target=rec.target, hardware=rec.hardware,
+                            price_key=hw.price_key, batch=b, context=c, output_tokens=o if phase == "serve" else None,
+                            uncertainty=uncertainty, seed=seed, prices_date=prices.date,
+                            service=listed[1] if listed else None, notes=notes, headline_metric=HEADLINE[phase],
+                            plan=rec.to_record())
+    if listed is None or phase == "train":
+        return res
+    computed = {k: res.metric(k) for k in ("input_usd_per_mtok", "output_usd_per_mtok")
+                if any(m.metric == k for m in res.metrics)}
+    acc = arr.get("time.accepted_tokens_per_step")
+    flags = list_price_flags(computed, listed, batch=b, utilization_frac=params["utilization_frac"].value,
+                             software=s.query.software.name, precision=s.query.precision,
+                             speculative=bool(acc is not None and np.nanmax(acc) > 1.0))
+    return res.model_copy(update={"notes": list(res.notes) + flags}) if flags else res
+
+
+# =============================================================================================
+# Vendor list prices
+# =============================================================================================
+#: a computed $/M tokens more than this factor above or below a vendor's list price is flagged
+LIST_PRICE_FACTOR = 3.0
+_SIXTEEN_BIT = ("fp32", "tf32", "bf16", "fp16")
+
+
+def service_price_for(model, target, prices, catalog) -> tuple[str, C.ServicePrice] | None:
+    """(key, entry) of the vendor's per-token list price for ``model`` on ``target``'s system in the prices
+    catalog (``service_prices``; matched by the model's name, aliases or catalog key), or None."""
+    if target.kind != "wafer":
+        return None
+    names = {model.name.lower(), *[a.lower() for a in getattr(model, "aliases", [])]}
+    names |= {k for k, v in catalog.models.items() if v is model or v.name == model.name}
+    return next(((k, sp) for k, sp in prices.service_prices.items()
+                 if sp.hardware == target.device.system and k in names), None)
+
+
+def list_price_notes(model, target, computed: dict[str, float], *, batch: int, precision: str, prices,
+                     catalog, software: str | None = None, utilization_frac: float | None = None) -> list[str]:
+    """:func:`list_price_flags` for ``model`` on ``target`` (names or resolved objects) at ``batch``: finds the list
+    price, the software profile and whether it decodes speculatively (for callers without a cost record, such as
+    reports). ``utilization_frac`` defaults to the prices catalog's."""
+    s = setup(model, target, phase="serve", precision=precision, software=software, catalog=catalog)
+    listed = service_price_for(s.query.model, s.query.target, prices, catalog)
+    if listed is None:
+        return []
+    util = prices.site.utilization_frac.si if utilization_frac is None else utilization_frac
+    spec = getattr(s.ctx, "spec", None) is not None
+    return list_price_flags(computed, listed, batch=batch, utilization_frac=util, software=s.query.software.name,
+                            precision=precision, speculative=spec)
+
+
+def list_price_flags(computed: dict[str, float], listed: tuple[str, C.ServicePrice] | None, *, batch: int,
+                     utilization_frac: float, software: str, precision: str, speculative: bool,
+                     factor: float = LIST_PRICE_FACTOR) -> list[str]:
+    """One note per side (``input_usd_per_mtok``, ``output_usd_per_mtok`` in ``computed``) whose computed $/M tokens
+    lies more than ``factor`` times above the high end or below the low end of the vendor's list price, with the
+    likely reasons for a gap in that direction. ``wseplan cost``, ``compare`` and reports call this one function."""
+    if listed is None:
+        return []
+    key, sp = listed
+    out = []
+    for side, q in (("input", sp.input_usd_per_mtok), ("output", sp.output_usd_per_mtok)):
+        v = computed.get(f"{side}_usd_per_mtok")
+        if v is None or not math.isfinite(v) or v <= 0:
+            continue
+        lo, hi = q.bound("low"), q.bound("high")
+        if lo <= 0 or hi <= 0:
+            continue
+        high, low = v / hi, lo / v  # how many times above the high end / below the low end
+        if max(high, low) <= factor * (1.0 + 1e-12):
+            continue
+        ratio = max(high, low)
+        high = high > low
+        listed_text = f"${q.si:.3g}" + (f" (${lo:.3g}-${hi:.3g})" if hi > lo else "")
+        if high:
+            reasons = [f"batch and utilisation: computed at {batch} concurrent request(s) per replica and "
+                       f"{utilization_frac:.0%} busy hours; a service batches many users and keeps its systems busier",
+                       "the list price may be subsidised (below cost, e.g. to win market share)"]
+            reasons.append(f"speculative decoding is on ({software})" if speculative else
+                           f"no speculative decoding in this computation ({software}); a service may use it")
+            if precision in _SIXTEEN_BIT:
+                reasons.append(f"precision: computed at {precision}; a service may run lower precision (fp8, int8)")
+        else:
+            reasons = ["the list price carries the vendor's margin (sales, support, idle capacity, profit)",
+                       f"batch and utilisation: computed at {batch} concurrent request(s) per replica and "
+                       f"{utilization_frac:.0%} busy hours; the vendor's real load may be lower"]
+            if speculative:
+                reasons.append(f"speculative decoding is on in this computation ({software}); the vendor may not "
+                               "gain as many tokens per pass")
+            if precision not in _SIXTEEN_BIT:
+                reasons.append(f"precision: computed at {precision}; the vendor may serve 16-bit weights")
+        out.append(f"list price: computed {side} ${v:.3g}/M tokens is {ratio:.3g}x "
+                   f"{'above' if high else 'below'} the vendor's list price {listed_text}/M tokens "
+                   f"(service_prices.{key}, {', '.join(q.source_ids)}); likely reasons: {'; '.join(reasons)}")
+    return out

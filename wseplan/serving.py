@@ -41,7 +41,10 @@ class _Frozen(BaseModel):
 
 
 class ServePoint(_Frozen):
-    """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD."""
+    """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD.
+
+    ``ttft_s`` is the request's own prefill (no queueing); ``ttft_p50_s`` ... ``ttft_p99_s`` add, at the point's
+    load, the wait for the engine's prefill budget (M/D/1, in-flight engines) and for a batch slot (M/G/c)."""
 
     devices_per_replica: int
     num_replicas: int
@@ -117,15 +120,24 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     if not ok.any():
         return []
     R = np.asarray(arr["num_replicas"], dtype=float)
-    tpot, ttft = arr["tpot_s"], arr["ttft_s"]
-    slot = ttft + (output_tokens - 1.0) * tpot  # a request's time in its slot
-    cap = b / slot  # requests/s one replica carries
+    tpot = arr["tpot_s"]
+    # own prefill (no queue) and the engine's prefill-budget time per prompt (0 for static batches)
+    own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
+                   arr["ttft_s"])
+    busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0)
+    cap = np.asarray(arr["tokens_per_s"], dtype=float) / (R * max(output_tokens, 1))  # requests/s at full concurrency
     lam = np.full(n, np.nan) if rate is None else rate / R
     lam = np.where(np.isnan(lam), utilization * cap, lam)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pre_wait = {p: np.where(busy > 0, Q.mgc_wait(arrival_rate=lam, mean_service_s=np.where(busy > 0, busy, 1.0),
+                                                     servers=np.ones(n), service_scv=0.0, percentile=p), 0.0)
+                    for p in (None, *PERCENTILES, percentile)}
+    ttft = own + pre_wait[None]  # mean TTFT before waiting for a slot
+    slot = ttft + (output_tokens - 1.0) * tpot  # a request's time in its slot
     scv = Q.service_scv(prefill_s=ttft, decode_s_per_token=tpot, output_tokens_mean=output_tokens,
                         output_tokens_scv=output_scv)
-    waits = {p: Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv, percentile=p)
-             for p in (*PERCENTILES, percentile)}
+    waits = {p: pre_wait[p] + Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv,
+                                         percentile=p) for p in (*PERCENTILES, percentile)}
     util = lam / cap
     cost = None
     if prices is not None:
@@ -134,7 +146,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     for i in np.nonzero(ok)[0]:
         if not (util[i] < 1.0):
             continue  # the rate exceeds what this point carries: no steady state
-        tt = {p: float(ttft[i] + waits[p][i]) for p in waits}
+        tt = {p: float(own[i] + waits[p][i]) for p in waits}  # own prefill + prefill-budget wait + slot wait
         meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
         rec = record(s, arr, int(i))
         usd_h = out_usd = in_usd = None
@@ -147,7 +159,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         out.append(ServePoint(
             devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
             num_devices=int(arr["num_devices"][i]), batch=int(b[i]), layout=rec.layout, tpot_s=float(tpot[i]),
-            ttft_s=float(ttft[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
+            ttft_s=float(own[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
             ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
             capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
             tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
@@ -262,7 +274,22 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             seen.add(key)
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
-    return _result(base, points, concurrency=concurrency, utilization=utilization)
+    res = _result(base, points, concurrency=concurrency, utilization=utilization)
+    if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
+        free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
+                     output_tokens=output_tokens, concurrency=concurrency, percentile=percentile, output_scv=output_scv,
+                     utilization=utilization, options=options, layout=layout, batches=batches, catalog=cat, prices=False)
+        if free.points:
+            top = max(free.points, key=lambda p: (p.capacity_requests_per_s / p.num_devices, -p.num_devices))
+            per_replica = top.capacity_requests_per_s / top.num_replicas
+            reps = int(rate // per_replica) + 1
+            dev = "device" if top.devices_per_replica == 1 else "devices"
+            res = res.model_copy(update={"notes": res.notes + [
+                f"the rate exceeds capacity: the most any point carries is "
+                f"{max(p.capacity_requests_per_s for p in free.points):.4g} requests/s; {rate:g} requests/s needs "
+                f"at least {reps} replicas of {top.devices_per_replica} {dev} at batch {top.batch}, each carrying "
+                f"{per_replica:.4g} requests/s at 100% load (wseplan fleet sizes a fleet for a demand)"]})
+    return res
 
 
 def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
@@ -279,8 +306,9 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         notes.append("no point meets the limits; the fastest point is shown")
         chosen = min(points, key=lambda p: (p.ttft_at_percentile_s if ttft_limit_s else 0.0, p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
-        chosen = min(ok, key=lambda p: (p.output_usd_per_mtok if p.output_usd_per_mtok is not None else p.tpot_s,
-                                        p.num_devices, p.batch))
+        # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
+        chosen = min(ok, key=lambda p: (p.usd_per_hour / max(p.tokens_per_s, 1e-300) if p.usd_per_hour is not None
+                                        else 0.0, p.tpot_s, p.num_devices, p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None:

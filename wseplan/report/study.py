@@ -279,6 +279,7 @@ def _prices(cat):
 def _serving(st: Study, cat) -> dict:
     from ..analytic import cost as C
     from ..compare import compare_case
+    from ..costing import list_price_notes
     from ..workload import resolve_model
 
     sv = st.serving
@@ -312,6 +313,9 @@ def _serving(st: Study, cat) -> dict:
             continue
         best = min(ok, key=lambda r: (r["usd_per_mtok"], -r["batch"]))
         replicas = math.ceil(sv.demand_tokens_per_s / best["tokens_per_s"])
+        flags = list_price_notes(m, tgt, {"output_usd_per_mtok": best["usd_per_mtok"]}, batch=best["batch"],
+                                 precision=st.precision, prices=prices, catalog=cat,
+                                 utilization_frac=st.cost.set.get("utilization_frac"))
         fleet.append({"target": tgt, "meets_sla": True, "batch": best["batch"],
                       "devices_per_replica": best["num_devices"], "replicas": replicas,
                       "devices": replicas * best["num_devices"],
@@ -322,7 +326,7 @@ def _serving(st: Study, cat) -> dict:
                       "usd_per_year": replicas * best["usd_per_hour"] * HOURS_PER_YEAR,
                       "usd_per_mtok": best["usd_per_mtok"], "usd_per_mtok_p10": best["usd_per_mtok_p10"],
                       "usd_per_mtok_p90": best["usd_per_mtok_p90"], "energy_j_per_token": best["energy_j_per_token"],
-                      "bottleneck": best["bottleneck"], "note": ""})
+                      "bottleneck": best["bottleneck"], "note": "; ".join(flags)})
     fleet_t = Table(
         name="fleet", title=f"Fleet for {fmt_num(sv.demand_tokens_per_s)} output tokens/s at >= "
                             f"{fmt_num(sv.min_tokens_per_s_per_user)} tokens/s per user",
@@ -771,7 +775,7 @@ def _claim_targets(claims, cat) -> list[str]:
 def _error_rows(cat) -> list[dict]:
     from ..claims import validated_errors
 
-    return [{"input": f"validated error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
+    return [{"input": f"held-out error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
              "basis": "measured", "source": text} for name, (err, text) in sorted(validated_errors(cat).items())]
 
 
