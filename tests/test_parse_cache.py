@@ -169,3 +169,18 @@ def test_parser_id_does_not_import_yaml_and_is_stable():
     code = "import sys; from wseplan.catalog.parse_cache import parser_id; print(parser_id(), 'yaml' in sys.modules)"
     a = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert a[1] == "False" and a[0] == PC.parser_id() and len(a[0]) == 16
+
+
+def test_no_home_folder_means_no_cache(monkeypatch):
+    monkeypatch.delenv("WSEPLAN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert PC.cache_dir() is None
+    L._PARSE_CACHE.clear()
+    p = BUNDLED / "defaults.yaml"
+    assert L.read_yaml(p) == _fresh(p)
+    L._PARSE_CACHE.clear()

@@ -30,13 +30,17 @@ OFF = ("off", "0", "none", "false")
 
 
 def cache_dir() -> Path | None:
-    """The cache folder, or None when ``WSEPLAN_CACHE_DIR`` turns the cache off."""
+    """The cache folder, or None when ``WSEPLAN_CACHE_DIR`` turns the cache off (or there is no home folder)."""
     env = os.environ.get("WSEPLAN_CACHE_DIR")
     if env is not None:
         return None if env.strip().lower() in OFF or not env.strip() else Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "wseplan"
+    if xdg:
+        return Path(xdg) / "wseplan"
+    try:
+        return Path.home() / ".cache" / "wseplan"
+    except (RuntimeError, KeyError, OSError):  # no home folder to be found: no cache
+        return None
 
 
 def parser_id() -> str:
