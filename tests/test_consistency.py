@@ -365,9 +365,6 @@ def test_nothing_that_does_not_fit_is_timed_or_priced(q):
     assert _cli("cost", q) is None
 
 
-@pytest.mark.xfail(strict=True, reason="report/study.py _serving matches batch_sweep rows to a target by label, but "
-                   "compare_case labels a target without a count 'cs3 (x1)': the fleet table then says 'does not fit "
-                   "at any swept batch' beside a fitting batch_sweep row (report/* is being reworked on another branch)")
 def test_serving_fleet_table_uses_the_batch_sweep_rows():
     study = Study(name="c", title="consistency", kind="serving", question="same number?", model="llama-3.1-8b",
                   targets=["cs3"], serving=ServingSpec(prompt_tokens=1024, output_tokens=128, demand_tokens_per_s=1e5,

@@ -213,7 +213,7 @@ TPOT = max(2 * PARAMS * B / (DEVICES * 100e12), (WEIGHTS + KV) / (DEVICES * 1e12
 TTFT = max(2 * PARAMS * B * CTX / (DEVICES * 100e12), WEIGHTS / (DEVICES * 1e12))
 
 
-def _hand_usd_per_hour(site, systems: int) -> float:
+def _hand_usd_per_hour(site, systems: float) -> float:
     """Owning ``systems`` toy systems: capex (1 + network) (1 + installation) / years + maintenance on the
     hardware + electricity at the average draw x PUE + facility on peak kW, over 8766 h."""
     v = {k: getattr(site, k).si for k in type(site).model_fields}
@@ -293,7 +293,8 @@ def test_toy_family_through_the_python_api(toy):
     assert _rel(p.ttft_s, TTFT) and p.bottleneck == "compute"
     c = cost("llama-3.1-8b", "toy", phase="decode", batch=B, context=CTX, catalog=cat, prices_files=[str(prices)])
     site = load_prices([str(prices)], catalog=cat).site
-    per_hour = _hand_usd_per_hour(site, systems=1)  # 2 devices of a 4-device system
+    # serving is charged the replica's share: 2 devices of a 4-device system (it occupies 1 whole system)
+    per_hour = _hand_usd_per_hour(site, systems=0.5)
     assert c.num_systems == 1 and _rel(c.metric("usd_per_hour"), per_hour)
     busy = per_hour / site.utilization_frac.si
     assert _rel(c.headline_value, busy / 3600 * TPOT / B * 1e6) and c.headline_metric == "output_usd_per_mtok"
@@ -318,7 +319,7 @@ def test_toy_family_through_the_cli(toy, capsys):
     from wseplan.catalog import load_catalog
 
     site = load_prices([str(prices)], catalog=load_catalog([cat_dir])).site
-    busy = _hand_usd_per_hour(site, systems=1) / site.utilization_frac.si
+    busy = _hand_usd_per_hour(site, systems=0.5) / site.utilization_frac.si
     assert _rel(c["headline_value"], busy / 3600 * TPOT / B * 1e6)
     # without its prices the toy has no capex: one line naming the file to add
     assert main(["cost", *ask]) == 2

@@ -11,7 +11,10 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
   (GPUs: powers of two inside the scale-up domain; wafers: the fewest wafers to twice that) x every concurrency,
-  the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user.
+  the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user;
+* **operating point** (:func:`operating_point`): the point a buyer means when no batch is given to ``cost`` or
+  ``compare``: the cheapest that fits and serves every user at least a per-user speed (default: the catalog's
+  ``default_min_tokens_per_s_per_user``), from the same search.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
-from .costing import cost_columns, params_for
+from .pricing import cost_columns, params_for
 from .errors import InputError
 from .plan import bottleneck_name, evaluate, record, setup
 from .targets import Target
@@ -169,15 +172,23 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     return out
 
 
-def pareto_frontier(points: list[ServePoint]) -> list[ServePoint]:
-    """Points not beaten on both $/M output tokens (lower) and tokens/s per user (higher), by speed."""
-    pts = sorted((p for p in points if p.output_usd_per_mtok is not None),
-                 key=lambda p: (-p.tokens_per_s_per_user, p.output_usd_per_mtok))
+def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:
+    """A point's whole cost per million output tokens [USD]: its TCO per hour over the output tokens it delivers per
+    hour at its load (prompts included), counted over busy hours (``util``: the site's utilisation, as every $/M
+    in wseplan). ``serve`` chooses its cheapest point by this measure."""
+    return p.usd_per_hour / (util * 3600.0 * max(p.tokens_per_s, 1e-300)) * 1e6
+
+
+def pareto_frontier(points: list[ServePoint], util: float = 1.0) -> list[ServePoint]:
+    """Points not beaten on both all-in $/M output tokens (lower) and tokens/s per user (higher), by speed."""
+    pts = sorted((p for p in points if p.usd_per_hour is not None),
+                 key=lambda p: (-p.tokens_per_s_per_user, all_in_usd_per_mtok(p, util)))
     out, best = [], math.inf
     for p in pts:
-        if p.output_usd_per_mtok < best:
+        c = all_in_usd_per_mtok(p, util)
+        if c < best:
             out.append(p)
-            best = p.output_usd_per_mtok
+            best = c
     return out
 
 
@@ -307,8 +318,8 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         chosen = min(points, key=lambda p: (p.ttft_at_percentile_s if ttft_limit_s else 0.0, p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
         # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
-        chosen = min(ok, key=lambda p: (p.usd_per_hour / max(p.tokens_per_s, 1e-300) if p.usd_per_hour is not None
-                                        else 0.0, p.tpot_s, p.num_devices, p.batch))
+        chosen = min(ok, key=lambda p: (all_in_usd_per_mtok(p) if p.usd_per_hour is not None else 0.0, p.tpot_s,
+                                        p.num_devices, p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None:
@@ -359,19 +370,27 @@ def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict
 
 def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
                     devices=None, software: str | None = None, catalog=None, ttft_limit_s: float | None = None,
-                    tpot_limit_s: float | None = None, percentile: float = 95) -> list[dict]:
-    """One dict per concurrency that fits on the fewest devices of ``hardware`` (a key without a count), at the
-    default load: ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load),
-    ``requests_per_s``, ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's
-    throughput), ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``, ``tokens_per_s_per_user``, ``layout``,
-    ``meets_sla``. ``fleet`` builds its configurations from these; ``devices`` is accepted for compatibility."""
-    res = serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
-                output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
-                percentile=percentile, batches=list(batches), prices=False)
+                    tpot_limit_s: float | None = None, percentile: float = 95, sizes: str = "fewest",
+                    result: ServeResult | None = None) -> list[dict]:
+    """One dict per (replica size, concurrency) that fits ``hardware`` (a key without a count), at the default load:
+    ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
+    ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
+    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``,
+    ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
+
+    ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
+    every replica size of :func:`serve`'s replica search (GPUs: powers of two in the scale-up domain; wafers: the
+    fewest to twice that). ``result`` reuses a :func:`serve` result of the same question (priced or not).
+    ``devices`` is accepted for compatibility."""
+    if sizes not in ("fewest", "search"):
+        raise InputError(f"replica sizes: use fewest or search, got {sizes!r}")
+    res = result or serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
+                          output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s,
+                          tpot_limit_s=tpot_limit_s, percentile=percentile, batches=list(batches), prices=False)
     out = []
     fewest = min((p.devices_per_replica for p in res.points if p.num_replicas == 1), default=None)
     for p in res.points:
-        if p.batch not in set(batches) or p.num_replicas != 1 or p.devices_per_replica != fewest:
+        if p.batch not in set(batches) or p.num_replicas != 1 or (sizes == "fewest" and p.devices_per_replica != fewest):
             continue
         out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
@@ -379,3 +398,82 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
                         utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
                         tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
     return out
+
+
+#: where the operating point's layout goes in the chain's configuration columns (record name -> column)
+_LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers"}
+
+
+class OperatingPoint(_Frozen):
+    """The serving point ``cost`` and ``compare`` price when no batch is given (see :func:`operating_point`).
+
+    ``target`` is the target to evaluate (with the device count the search chose, where the question gave none),
+    ``layout`` the chain's layout columns of the point (``tp``/``pp``/``dp`` or ``num_wafers``), ``meets`` whether
+    it reaches ``min_tokens_per_s_per_user`` (if no point does, the fastest point is taken), ``point`` the
+    :class:`ServePoint` itself.
+    """
+
+    target: str
+    batch: int
+    layout: dict[str, int]
+    min_tokens_per_s_per_user: float
+    min_source: str  # "given" or "default" (catalog defaults.default_min_tokens_per_s_per_user)
+    meets: bool
+    point: ServePoint
+
+    @property
+    def label(self) -> str:
+        """``cheapest meeting >= 20 tok/s/user, batch 64 (searched)`` (or why no point meets it)."""
+        x = f"{self.min_tokens_per_s_per_user:g}"
+        if self.meets:
+            return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched)"
+        return (f"no point reaches {x} tok/s/user; fastest point, batch {self.batch} "
+                f"({self.point.tokens_per_s_per_user:.4g} tok/s/user, searched)")
+
+    def to_record(self) -> dict:
+        return {"label": self.label, "target": self.target, "batch": self.batch, "layout": dict(self.layout),
+                "min_tokens_per_s_per_user": self.min_tokens_per_s_per_user, "min_source": self.min_source,
+                "meets": self.meets, "tokens_per_s_per_user": self.point.tokens_per_s_per_user,
+                "devices_per_replica": self.point.devices_per_replica, "num_devices": self.point.num_devices}
+
+
+def layout_columns(s, layout: dict) -> dict[str, int]:
+    """A point's record layout (``tensor_parallel``, ``num_wafers``, ...) as the chain's layout columns of setup
+    ``s`` (``tp``, ``num_wafers``, ...), to evaluate exactly that point again (``cost(..., layout=...)``)."""
+    cols = set(s.layout_columns)
+    return {_LAYOUT_COLUMNS[k]: int(v) for k, v in layout.items() if _LAYOUT_COLUMNS.get(k) in cols}
+
+
+def default_min_tokens_per_s_per_user(catalog) -> float:
+    """The catalog's documented default per-user speed [tokens/s] (``defaults.default_min_tokens_per_s_per_user``)."""
+    return float(catalog.defaults.default_min_tokens_per_s_per_user.si)
+
+
+def operating_point(model, target, *, precision: str = "bf16", software: str | None = None, input_tokens: int,
+                    output_tokens: int, min_tokens_per_s_per_user: float | None = None, catalog=None, prices=None,
+                    overrides: dict | None = None, options: dict | None = None,
+                    layout: dict | None = None) -> OperatingPoint | None:
+    """The operating point a buyer means: the cheapest point of :func:`serve` (the one replica search) that fits
+    and gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's documented default), i.e.
+    ``serve(..., tpot_limit_s=1 / min)``'s chosen point. Without any point that fast, the fastest point. None when
+    nothing fits (the caller's own evaluation then says why)."""
+    cat = catalog or load_catalog()
+    src = "given"
+    if min_tokens_per_s_per_user is None:
+        min_tokens_per_s_per_user, src = default_min_tokens_per_s_per_user(cat), "default"
+    x = min_tokens_per_s_per_user
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < 1e9:
+        raise InputError(f"min_tokens_per_s_per_user (--min-speed): must be a positive number, got {x!r}")
+    res = serve(model, target, precision=precision, software=software, input_tokens=input_tokens,
+                output_tokens=output_tokens, tpot_limit_s=1.0 / x, catalog=cat, prices=prices, overrides=overrides,
+                options=options, layout=layout)
+    if not res.fits or res.chosen is None:
+        return None
+    c = res.chosen
+    s = setup(model, target, phase="serve", precision=precision, software=software, options=options, catalog=cat)
+    t = s.query.target
+    text = target if isinstance(target, str) else t.key
+    tgt = text if t.count is not None else f"{text}x{c.num_devices}"
+    lay = layout_columns(s, c.layout)
+    return OperatingPoint(target=tgt, batch=c.batch, layout=lay, min_tokens_per_s_per_user=float(x), min_source=src,
+                          meets=c.meets_sla, point=c)

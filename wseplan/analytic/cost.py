@@ -594,7 +594,7 @@ class TimeInputs(_Frozen):
 
     phase: str  # "serve" | "train"
     num_devices: int
-    num_systems: int
+    num_systems: float  # systems charged: whole for training, a replica's share of a node for serving
     prefill_s: float | None = None
     prompt_tokens: float | None = None
     decode_step_s: float | None = None
@@ -694,6 +694,7 @@ class CostResult(_Frozen):
     prices_date: str
     notes: list[str] = []
     plan: dict | None = None
+    operating_point: dict | None = None  # serving without a batch: the searched point (wseplan.serving.operating_point)
 
     def to_record(self) -> dict:
         return self.model_dump(mode="json")
@@ -760,7 +761,7 @@ def cost_from_times(params: dict[str, Param], times: TimeInputs, *, model: str, 
             rows.append(MetricRow(metric=k, unit="USD/Mtok", value=q.si, p10=None, p50=None, p90=None))
     return CostResult(model=model, target=target, hardware=hardware, price_key=price_key, phase=times.phase,
                       batch=batch, context=context, output_tokens=output_tokens, num_devices=times.num_devices,
-                      num_systems=times.num_systems, headline_metric=headline, headline_value=float(nom[headline]),
+                      num_systems=math.ceil(times.num_systems - 1e-9), headline_metric=headline, headline_value=float(nom[headline]),
                       times=times, metrics=rows, params=list(params.values()), tornado=tornado(params, fn, headline),
                       samples=int(uncertainty), seed=seed if uncertainty else None, prices_date=prices_date,
                       notes=list(notes or []), plan=plan)
