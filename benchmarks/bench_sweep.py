@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llm_analysis_ref as ref  # noqa: E402
 from run import ROOT, figure, machine_facts, quick  # noqa: E402
 
 #: benchmarks/run.py gives this script this long (the whole-process runs take 5-10 minutes on a loaded machine)
@@ -107,6 +108,37 @@ def show(label: str, r: dict) -> None:
           f"{r['record']['tasks']} tasks); load {os.getloadavg()[0]:.1f}", flush=True)
 
 
+#: llm-analysis's nearest models (it has no Llama-3.1 configs; the work per call does not depend on the sizes)
+LLM_ANALYSIS_MODEL = {"llama-3.1-8b": "NousResearch_Llama-2-7b-hf", "llama-3.1-70b": "upstage_Llama-2-70b-instruct-v2"}
+
+
+def llm_analysis_rate(spec: dict, sample: int) -> float | None:
+    """Configurations/s of a loop of llm-analysis ``infer`` calls over a random sample of the sweep's GPU
+    configurations (batch, prompt, output length, TP, PP, DP); no file is written (the wseplan figure includes its
+    file). None when llm-analysis is not installed."""
+    if not ref.available():
+        return None
+    import numpy as np
+
+    from wseplan import sweep as S
+    from wseplan.catalog import load_catalog
+
+    plan = S.plan_sweep(S.parse_sweep(spec), load_catalog())
+    rng = np.random.default_rng(0)
+    kws = []
+    for _ in range(sample):
+        g = plan.groups[int(rng.integers(len(plan.groups)))]
+        i = int(rng.integers(g.size))
+        c = {k: int(v[0]) for k, v in S._config_arrays(g, i, i + 1).items() if k in ("batch", "context", "output_tokens",
+                                                                                       "tp", "pp", "dp")}
+        kws.append(dict(ref.infer_kwargs(tp=c["tp"], batch=c["batch"], seq_len=c["context"],
+                                         output_tokens=max(c["output_tokens"], 1)),
+                        model_name=LLM_ANALYSIS_MODEL[g.model_name],
+                        pp_size=c["pp"], dp_size=c["dp"]))
+    rate, _ = ref.loop_rate(kws, "infer", sample=sample)
+    return rate
+
+
 def end_to_end(tmp: Path) -> bool:
     ok = True
     print("end to end (whole `wseplan sweep` processes):", flush=True)
@@ -119,8 +151,11 @@ def end_to_end(tmp: Path) -> bool:
     same = g6d["path"].read_bytes() == g6["path"].read_bytes()
     print(f"  Dask file byte-identical to the local engine's: {same}", flush=True)
     ok &= same
+    ref_rate = llm_analysis_rate(GPU_1E6, 60 if quick() else 200)
     figure("sweep end to end, 1e6 GPU configurations, Parquet, local", g6["n"] / g6["wall_s"], "configurations/s",
-           TARGET_E2E_PER_S, higher_is_better=True, detail=f"CPU {g6['cpu_s']:.1f} s, peak RSS {g6['rss_gb']:.2f} GB")
+           TARGET_E2E_PER_S, higher_is_better=True, ref=ref_rate,
+           detail=f"CPU {g6['cpu_s']:.1f} s, peak RSS {g6['rss_gb']:.2f} GB"
+                  + ("; llm-analysis: a loop of infer() over a sample, no file" if ref_rate else ""))
     if not quick():
         g7 = run_cli(GPU_1E7, tmp)
         show("GPU 1e7, local, Parquet", g7)
@@ -158,40 +193,28 @@ def end_to_end(tmp: Path) -> bool:
 # ---------------------------------------------------------------------------------------------
 # evaluation only, one core (information)
 # ---------------------------------------------------------------------------------------------
-def _loop_row(S, g, i, catalog, prices_params):
-    """One configuration through the scalar APIs, as a plain-Python program would evaluate it."""
-    import math
-
-    from wseplan.analytic.cost import deployment_cost, serving_cost
-    from wseplan.fit import build_workload, gpu_layout_memory
-    from wseplan.timing import predict_time
+def _loop_row(S, g, i, catalog, prices):
+    """One configuration through the scalar APIs, as a plain-Python program would evaluate it: the plan
+    (:func:`wseplan.plan.plan`, fit and time) and, where it fits, its cost (:func:`wseplan.costing.cost`)."""
+    from wseplan.costing import cost
+    from wseplan.plan import plan
 
     cfg = S._config_arrays(g, i, i + 1)
     b, c, o = int(cfg["batch"][0]), int(cfg["context"][0]), int(cfg["output_tokens"][0])
-    tp, pp, dp = int(cfg["tp"][0]), int(cfg["pp"][0]), int(cfg["dp"][0])
-    t = predict_time(g.model, g.target, phase="decode", precision=g.precision, batch=b, context=c,
-                     output_tokens=o or None, catalog=catalog, tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp)
-    w = build_workload(g.model, catalog, precision=g.precision, phase="decode", batch=b, context=c + o)
-    mem = gpu_layout_memory(w, tp=tp, pp=pp, dp=1, zero_stage=1, recompute="selective", catalog=catalog)["total"]
-    p = prices_params
-    nsys = math.ceil(tp * pp * dp / g.target.device.gpus_per_node.si)
-    d = deployment_cost(num_systems=nsys, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"], extra_capex_usd=0.0,
-                        installation_frac=p["installation_frac"], amortization_years=p["amortization_years"],
-                        maintenance_frac_per_year=p["maintenance_frac_per_year"], peak_power_per_system_w=p["peak_power_w"],
-                        busy_power_frac=p["busy_power_frac"], idle_power_frac=p["idle_power_frac"],
-                        utilization_frac=p["utilization_frac"], pue=p["pue"], electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
-                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"])
-    serving_cost(usd_per_busy_hour=d["usd_per_busy_hour"], busy_it_power_w=d["busy_it_power_w"], pue=p["pue"],
-                 prefill_s=t.ttft_s or t.step_s, prompt_tokens=b * c, decode_step_s=t.tpot_s,
-                 output_tokens_per_step=b)
-    return t.step_s, float(mem)
+    lay = {k: int(cfg[k][0]) for k in ("tp", "pp", "dp") if k in cfg}
+    kw = dict(phase=g.phase, precision=g.precision, batch=b, context=c, output_tokens=o or None, layout=lay,
+              catalog=catalog)
+    r = plan(g.model, g.target, **kw)
+    if r.fits:
+        cost(g.model, g.target, prices=prices, **kw)
+    return (r.step_s if r.step_s is not None else float("nan")), float(r.per_device_bytes)
 
 
 def evaluation_only() -> bool:
     import numpy as np
 
     from wseplan import sweep as S
-    from wseplan.analytic.cost import apply_overrides, cost_params, hardware_price_key, load_prices, nominal
+    from wseplan.analytic.cost import load_prices
     from wseplan.catalog import load_catalog
 
     pin = "not pinned (no sched_setaffinity)"
@@ -221,16 +244,14 @@ def evaluation_only() -> bool:
     g_idx = rng.integers(0, len(plan.groups), size=sample)
     c_idx = rng.integers(0, plan.groups[0].size, size=sample)
     prices = load_prices(catalog=cat)
-    params = {g.index: nominal(apply_overrides(cost_params(prices, cat, g.target), {}, hardware_key=hardware_price_key(g.target)))
-              for g in plan.groups}
-    _loop_row(S, plan.groups[0], 0, cat, params[0])  # warm-up
+    _loop_row(S, plan.groups[0], 0, cat, prices)  # warm-up
     t0 = time.perf_counter()
-    loop = [_loop_row(S, plan.groups[gi], int(ci), cat, params[gi]) for gi, ci in zip(g_idx, c_idx)]
+    loop = [_loop_row(S, plan.groups[gi], int(ci), cat, prices) for gi, ci in zip(g_idx, c_idx)]
     t_loop = time.perf_counter() - t0
     rate_loop = sample / t_loop
     offsets = np.cumsum([0] + [g.size for g in plan.groups])
     rows = offsets[g_idx] + c_idx
-    same = bool(np.allclose([s for s, _ in loop], step[rows], rtol=1e-9, atol=0)
+    same = bool(np.allclose([s for s, _ in loop], step[rows], rtol=1e-9, atol=0, equal_nan=True)
                 and np.allclose([m for _, m in loop], mem[rows], rtol=1e-9, atol=0))
     print(f"  plain-Python loop over {sample} random configurations: {rate_loop:,.0f} configurations/s "
           f"(the whole sweep: {n / rate_loop / 3600:.2f} h); agree with the arrays: {same}", flush=True)

@@ -3,7 +3,7 @@
 It prints the machine's facts (CPU model, cores, Python, numpy, OS), then every figure with its target and
 the ratio against it:
 
-* its own figure: vectorized GPU layout memory (:func:`wseplan.fit.gpu_layout_memory`) over >= 1e6
+* its own figure: vectorized GPU layout memory (:func:`wseplan.devices.gpu.layout_memory`) over >= 1e6
   tensor x pipeline x data layouts of GPT-3 175B, in candidates/s, against a plain-Python loop over the
   same candidates (one call per candidate, checked to give the same bytes);
 * then each ``benchmarks/bench_*.py`` script, discovered by name and run in a fresh interpreter (so each
@@ -19,11 +19,15 @@ Bench scripts may ``from run import figure, machine_facts, quick`` (the script's
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -36,17 +40,28 @@ def quick() -> bool:
     return os.environ.get("WSEPLAN_BENCH_QUICK") == "1"
 
 
-def figure(name: str, value: float, unit: str, target: float, *, higher_is_better: bool, detail: str = "") -> bool:
-    """Print one figure as ``name: value unit (target <= T unit, ratio r) ok|MISSED``; return whether it met it.
+def figure(name: str, value: float, unit: str, target: float | None, *, higher_is_better: bool, detail: str = "",
+           ref: float | None = None, ref_name: str = "llm-analysis") -> bool:
+    """Print one figure as ``name: value unit (target <= T unit; ratio r) ok|MISSED``; return whether it met it.
 
     The ratio is value/target for lower-is-better figures (<= 1 meets the target) and target/value for
-    higher-is-better ones (also <= 1 when met), so a ratio below 1 always means better than the target.
+    higher-is-better ones (also <= 1 when met), so a ratio below 1 always means better than the target. ``ref`` is
+    the same run through another tool (``ref_name``, llm-analysis by default; None where it is not installed or
+    has no such run), in the same unit; it is printed with the ratio value/ref (times) or ref/value (rates), again
+    below 1 when wseplan is faster. ``target=None`` prints the figure with its reference only.
     """
+    extra = f"  [{detail}]" if detail else ""
+    other = ""
+    if ref is not None:
+        r = (ref / value if value else float("inf")) if higher_is_better else (value / ref if ref else float("inf"))
+        other = f"; {ref_name} {_num(ref)} {unit}, ratio {r:.3g}"
+    if target is None:
+        print(f"{name}: {_num(value)} {unit} (no target{other}){extra}", flush=True)
+        return True
     met = value >= target if higher_is_better else value <= target
     ratio = (target / value if value else float("inf")) if higher_is_better else value / target
     rel = ">=" if higher_is_better else "<="
-    extra = f"  [{detail}]" if detail else ""
-    print(f"{name}: {_num(value)} {unit} (target {rel} {_num(target)} {unit}; ratio {ratio:.3g}) "
+    print(f"{name}: {_num(value)} {unit} (target {rel} {_num(target)} {unit}; ratio {ratio:.3g}{other}) "
           f"{'ok' if met else 'MISSED'}{extra}", flush=True)
     return met
 
@@ -111,26 +126,27 @@ def bench_fit_throughput(repeats: int = 5, loop_sample: int = 20_000) -> bool:
     import numpy as np
 
     from wseplan.catalog import load_catalog
-    from wseplan.fit import build_workload, gpu_layout_memory, resolve_model
+    from wseplan.devices.gpu import layout_memory
+    from wseplan.workload import build_workload, resolve_model
 
     cat = load_catalog()
     model = resolve_model("gpt-3-175b", cat)
     w = build_workload(model, cat, precision="bf16", phase="train", batch=1536, context=2048)
     T, P, D = layout_candidates(model.num_layers)
     n = T.size
-    kw = dict(zero_stage=1, recompute="selective", catalog=cat)
-    gpu_layout_memory(w, tp=T[:1000], pp=P[:1000], dp=D[:1000], **kw)  # warm-up
+    kw = dict(zero_stage=1, recompute="selective")
+    layout_memory(w, cat, tp=T[:1000], pp=P[:1000], dp=D[:1000], **kw)  # warm-up
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        total = gpu_layout_memory(w, tp=T, pp=P, dp=D, **kw)["total"]
+        total = layout_memory(w, cat, tp=T, pp=P, dp=D, **kw)["total"]
         times.append(time.perf_counter() - t0)
     t_vec = statistics.median(times)
     rate_vec = n / t_vec
     rng = np.random.default_rng(0)
     idx = rng.choice(n, size=min(loop_sample, n), replace=False)
     t0 = time.perf_counter()
-    loop = [float(gpu_layout_memory(w, tp=T[i], pp=P[i], dp=D[i], **kw)["total"]) for i in idx]
+    loop = [float(layout_memory(w, cat, tp=T[i], pp=P[i], dp=D[i], **kw)["total"]) for i in idx]
     t_loop = time.perf_counter() - t0
     rate_loop = len(idx) / t_loop
     same = np.allclose(np.array(loop), total[idx], rtol=1e-12, atol=0)
@@ -160,20 +176,46 @@ def declared_timeout(path: Path) -> float:
     return float(m.group(1).replace("_", "")) if m else 0.0
 
 
-def run_script(path: Path, timeout: float) -> tuple[int, float]:
-    """Run one bench script in a fresh interpreter from the repository root; stream its output. The timeout is
-    the larger of ``timeout`` and the script's :func:`declared_timeout`."""
+_FIGURE = re.compile(r" \((target [<>]=|no target)")
+
+
+def is_figure(line: str) -> bool:
+    """Whether a printed line is a figure in :func:`figure`'s format."""
+    return bool(_FIGURE.search(line))
+
+
+def run_script(path: Path, timeout: float) -> tuple[int, float, list[str]]:
+    """Run one bench script in a fresh interpreter from the repository root; stream its output and return its exit
+    status, wall time and figure lines. The timeout is the larger of ``timeout`` and the script's
+    :func:`declared_timeout`."""
     timeout = max(timeout, declared_timeout(path))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     t0 = time.perf_counter()
+    figures: list[str] = []
+    proc = subprocess.Popen([sys.executable, str(path)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+                            bufsize=1)
+    killed: list[bool] = []
+
+    def _kill() -> None:
+        killed.append(True)
+        proc.kill()
+
+    timer = threading.Timer(timeout, _kill)
+    timer.start()
     try:
-        proc = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, timeout=timeout)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if is_figure(line):
+                figures.append(line.rstrip("\n"))
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+    if killed:
         print(f"  {path.name}: timed out after {timeout:.0f} s", flush=True)
         rc = 124
-    return rc, time.perf_counter() - t0
+    return rc, time.perf_counter() - t0, figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,21 +238,45 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in machine_facts().items():
         print(f"{k}: {v}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M %Z')}", flush=True)
-    failed = []
+    failed: list[str] = []
+    summary: list[str] = []
     if args.only is None:
         print("\n== run.py: vectorized fit throughput", flush=True)
-        bench_fit_throughput(repeats=3 if quick() else 5, loop_sample=5_000 if quick() else 20_000)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(_Tee(buf)):
+            bench_fit_throughput(repeats=3 if quick() else 5, loop_sample=5_000 if quick() else 20_000)
+        summary += [ln for ln in buf.getvalue().splitlines() if is_figure(ln)]
     if not args.no_scripts:
         for p in scripts:
             print(f"\n== {p.relative_to(ROOT)}", flush=True)
-            rc, dt = run_script(p, args.timeout)
+            rc, dt, figs = run_script(p, args.timeout)
+            summary += figs
             print(f"  ({p.name}: exit {rc}, {dt:.1f} s)", flush=True)
             if rc != 0:
                 failed.append(p.name)
+    missed = sum(ln.rstrip().endswith("MISSED") or " MISSED  [" in ln for ln in summary)
+    print(f"\n== summary: {len(summary)} figures, {missed} missed their target; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg()) if hasattr(os, 'getloadavg') else 'n/a'}")
+    for ln in summary:
+        print(ln)
     if failed:
         print(f"\nfailed: {', '.join(failed)}")
         return 1
     return 0
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the real stdout and to a buffer."""
+
+    def __init__(self, buf: io.StringIO):
+        self.buf, self.out = buf, sys.stdout
+
+    def write(self, s: str) -> int:
+        self.buf.write(s)
+        return self.out.write(s)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 if __name__ == "__main__":

@@ -11,19 +11,23 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from ..errors import CatalogError, InputError, suggest, validation_detail
 from ..plugins import load_plugins
+from .parse_cache import ParseCache, cache_dir, parser_id
 from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Quantity, Source,
                      SwarmX, System, Wafer, check_hardware_key, check_key)
 
-try:  # libyaml is much faster when present
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+
+
+def _yaml():
+    """PyYAML and its safe loader (libyaml's when present: much faster). Imported on first use: a start whose
+    bundled catalog files all come from the parse cache (:mod:`.parse_cache`) never needs it."""
+    import yaml
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 # top-level key -> schema. Files may hold any subset of these keys.
 SECTIONS = {
@@ -47,11 +51,17 @@ def default_catalog_dir() -> Path:
     env = os.environ.get("WSEPLAN_CATALOG_DIR")
     if env:
         return Path(env)
+    if _PACKAGED:  # where the package's own files are does not change while it runs
+        return _PACKAGED[0]
     here = Path(__file__).resolve().parent.parent
     for cand in (here.parent / "catalogs", here / "_catalogs"):
         if (cand / "sources.yaml").is_file():
+            _PACKAGED.append(cand)
             return cand
     raise CatalogError("bundled catalogs not found; set WSEPLAN_CATALOG_DIR to the catalogs/ folder")
+
+
+_PACKAGED: list[Path] = []
 
 
 def _fmt_validation(path: Path, where: str, exc: ValidationError) -> str:
@@ -141,6 +151,8 @@ def _label(path: list) -> str:
 def _check_yaml_nodes(root, path: Path) -> None:
     """Refuse, naming the field and line: nesting deeper than MAX_NESTING, integers longer than MAX_INT_DIGITS,
     non-finite floats (.inf, .nan, 1.0e+999) and alias expansion beyond MAX_EXPANDED_VALUES."""
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
     def fail(node, where: list, msg: str):
         line = node.start_mark.line + 1 if getattr(node, "start_mark", None) is not None else 0
         raise CatalogError(f"{path}: line {line}: {_label(where)}: {msg}")
@@ -197,14 +209,28 @@ def read_yaml(path: Path) -> object:
     The file must be a regular file (a FIFO or device is refused without blocking, see
     :func:`read_regular_bytes`) of at most :data:`MAX_INPUT_BYTES`; syntax errors, nesting deeper than
     :data:`MAX_NESTING`, integers longer than :data:`MAX_INT_DIGITS` digits, non-finite floats and alias bombs are
-    refused with the line and the field.
+    refused with the line and the field. A file of the bundled catalog whose text was parsed before comes from
+    the parse cache (:mod:`.parse_cache`: the same data, without parsing again).
     """
     try:
         text = read_regular_text(path, what="file")
     except InputError as exc:
         raise CatalogError(str(exc).removeprefix("file ")) from None
+    rel = _bundled_name(path)
+    if rel is not None:
+        hit, data = _parse_cache().lookup(rel, text)
+        if hit:
+            return data
+    data = _parse_yaml(text, path)
+    if rel is not None:
+        _parse_cache().store(rel, text, data)
+    return data
+
+
+def _parse_yaml(text: str, path: Path) -> object:
+    yaml, loader_cls = _yaml()
     try:
-        loader = _Loader(text)
+        loader = loader_cls(text)
         try:
             node = loader.get_single_node()
             if node is None:
@@ -221,6 +247,30 @@ def read_yaml(path: Path) -> object:
     except (ValueError, OverflowError, RecursionError, MemoryError) as exc:
         raise CatalogError(f"{path}: cannot read ({exc.__class__.__name__}: {str(exc)[:120]}); fix the file") \
             from None
+
+
+def _bundled_name(path) -> str | None:
+    """``path`` relative to the bundled catalog folder ('/'-separated), or None for a file outside it."""
+    try:
+        base = os.path.abspath(default_catalog_dir())
+    except CatalogError:
+        return None
+    p = os.path.abspath(path)
+    if not p.startswith(base + os.sep):
+        return None
+    return p[len(base) + 1:].replace(os.sep, "/")
+
+
+_PARSE_CACHE: dict[str, ParseCache] = {}
+
+
+def _parse_cache() -> ParseCache:
+    """The parse cache of this cache folder and this PyYAML (one per process)."""
+    folder = cache_dir()
+    key = str(folder)
+    if key not in _PARSE_CACHE:
+        _PARSE_CACHE[key] = ParseCache(folder, parser_id())
+    return _PARSE_CACHE[key]
 
 
 class _Bad:

@@ -17,6 +17,9 @@ import sys
 # The CLI's numpy work is elementwise; OpenBLAS's thread pool only costs start-up time (~40 ms measured).
 # Users can still set the variable themselves.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# No pydantic plug-ins (e.g. logfire's) are used by the CLI; looking for them scans every installed package's entry
+# points when the first model class is built (~7 ms of a cold `wseplan fit`). Set the variable empty to look again.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
@@ -45,14 +48,8 @@ import typer  # noqa: E402
 
 from ..errors import WseplanError  # noqa: E402
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    help="Plan AI compute: does a model fit, how fast, how many systems, what cost — Cerebras WSE vs GPU clusters.\n\n"
-    "Example: wseplan fit llama-70b --target wse3",
-)
+_HELP = ("Plan AI compute: does a model fit, how fast, how many systems, what cost — Cerebras WSE vs GPU clusters.\n\n"
+         "Example: wseplan fit llama-70b --target wse3")
 
 _STATE = {"debug": False}
 
@@ -70,16 +67,37 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors."),
           version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print the version and exit.")) -> None:
     _STATE["debug"] = debug
 
 
-for _name in COMMANDS:
-    importlib.import_module(f"{__name__}.{_name}").register(app)
-del _name
+def _new_app(commands: tuple[str, ...]) -> typer.Typer:
+    """A Typer app with the root options (``--debug``, ``--version``) and the given commands registered."""
+    a = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
+                    help=_HELP)
+    a.callback()(_root)
+    for name in commands:
+        importlib.import_module(f"{__name__}.{name}").register(a)
+    return a
+
+
+app = _new_app(COMMANDS)
+
+#: root options that may come before the command name and still let :func:`_app_for` pick the command's own app
+_ROOT_FLAGS = ("--debug",)
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app to run ``args`` with: for ``wseplan <command> ...`` an app holding only that command (typer builds the
+    click objects of every registered command on each call, ~25 ms for all of them, ~2 ms for one; the command's
+    help, usage lines and errors are the same), else the full :data:`app` (``--help``, no command, an unknown or
+    misspelled command, ``--version``)."""
+    for a in args:
+        if a not in _ROOT_FLAGS:
+            return _new_app((a,)) if a in COMMANDS else app
+    return app
 
 
 def _one_line(msg: str) -> str:
@@ -104,7 +122,7 @@ def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("WSEPLAN_DEBUG") == "1"
     try:
-        rv = app(args=args, prog_name="wseplan", standalone_mode=False)
+        rv = _app_for(args)(args=args, prog_name="wseplan", standalone_mode=False)
         if rv == INTERRUPTED and not isinstance(rv, bool):  # typer turns Ctrl-C into Exit(130), returned silently
             return _interrupted()
         if isinstance(rv, int) and not isinstance(rv, bool):  # typer.Exit(code) is returned, not raised

@@ -1,0 +1,67 @@
+"""Start-up shortcuts of the CLI change nothing a user sees (issue 14; docs/benchmarks.md, "Cold start").
+
+``wseplan <command> ...`` runs on an app holding only that command (:func:`wseplan.cli._app_for`), because typer
+builds the click objects of every registered command on each call. Help texts, usage errors and outputs must be
+those of the full app.
+"""
+from __future__ import annotations
+
+import pytest
+
+import wseplan.cli as C
+from wseplan.cli import COMMANDS, _app_for, app, main
+
+
+def _run(the_app, args, capsys):
+    """(stdout, error message or None, exit code) of one call, as :func:`wseplan.cli._main` sees it."""
+    Exit, Abort, ClickException, _ = C._click_exceptions()
+    err, code = None, 0
+    try:
+        rv = the_app(args=list(args), prog_name="wseplan", standalone_mode=False)
+        code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+    except Exit as exc:
+        code = exc.exit_code
+    except ClickException as exc:
+        err, code = exc.format_message(), 2
+    return capsys.readouterr().out, err, code
+
+
+def test_app_for_picks_the_command_or_the_full_app():
+    assert _app_for(["--help"]) is app
+    assert _app_for([]) is app
+    assert _app_for(["--version"]) is app
+    assert _app_for(["fitt", "llama-70b"]) is app  # misspelled: the full app suggests "fit"
+    assert _app_for(["--debug", "--help"]) is app
+    one = _app_for(["fit", "llama-70b"])
+    assert one is not app and [c.name for c in one.registered_commands] == ["fit"]
+    assert [c.name for c in _app_for(["--debug", "time", "x"]).registered_commands] == ["time"]
+    assert [g.name for g in _app_for(["catalog", "list"]).registered_groups] == ["catalog"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_command_help_is_the_full_apps(command, capsys):
+    full = _run(app, [command, "--help"], capsys)
+    own = _run(_app_for([command, "--help"]), [command, "--help"], capsys)
+    assert own == full
+    assert f"Usage: wseplan {command}" in full[0]
+
+
+@pytest.mark.parametrize("args", [
+    ["fit"],                                   # missing argument
+    ["fit", "llama-70b", "--bogus"],           # unknown option
+    ["fit", "llama-70b", "--batch", "many"],   # bad value
+    ["catalog", "lst"],                        # misspelled sub-command of a group
+    ["simulate"],                              # a group alone
+])
+def test_usage_errors_are_the_full_apps(args, capsys):
+    _, full_err, full_code = _run(app, args, capsys)
+    _, own_err, own_code = _run(_app_for(args), args, capsys)
+    assert full_err and full_code == 2
+    assert (own_err, own_code) == (full_err, full_code)
+
+
+def test_fit_output_is_unchanged_through_main(capsys):
+    args = ["fit", "llama-70b", "--target", "wse3", "-f", "json"]
+    full = _run(app, args, capsys)
+    assert main(args) == 0
+    assert capsys.readouterr().out == full[0]
