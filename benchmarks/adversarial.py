@@ -410,6 +410,7 @@ def file_number_cases(per_doc: int | None, rng: random.Random) -> list[Case]:
         ("prices", _prices(), "prices.yaml", ["cost", "llama-3-8b", "-t", "h100x8", "--prices", "prices.yaml"], ()),
     ]
     for what, doc, fname, argv, outs in docs:
+        argv = argv + ["-f", "json"]  # the JSON output is checked for NaN/Infinity
         leaves = _sample(list(_leaves(doc)), per_doc, rng)
         for path, unit in leaves:
             for kind, (_, ytoken, _) in NUMBERS.items():
