@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..catalog.schema import Quantity
 from ..errors import CatalogError, InputError, suggest, validation_detail
+from ..units import MAX_ABS_SI
 
 #: hours in a Julian year (365.25 d) [h]; a unit definition, not a catalog input
 HOURS_PER_YEAR = 8766.0
@@ -501,6 +502,8 @@ def _check_value(name: str, val: float, where: str = "--set", label: str | None 
         raise InputError(f"{where}: {what} must be >= 1 (facility power / IT power), got {val}")
     if val < 0:
         raise InputError(f"{where}: {what} must not be negative, got {val}")
+    if val > MAX_ABS_SI:  # beyond it the costs overflow to infinity
+        raise InputError(f"{where}: {what} must be at most {MAX_ABS_SI:g}, got {val:g}")
 
 
 def nominal(params: dict[str, Param]) -> dict[str, float]:

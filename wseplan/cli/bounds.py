@@ -44,15 +44,23 @@ class Rule:
             return None
         if isinstance(value, float) and not math.isfinite(value):
             return f"must be a finite number, got {value}"
+        got = _show(value)
         if self.open_low and not value > self.low:
-            return f"{self.what}: must be greater than {self.low:g}, got {value:g}"
+            return f"{self.what}: must be greater than {_show(self.low)}, got {got}"
         if not self.open_low and value < self.low:
-            return f"{self.what}: must be at least {self.low:g}, got {value:g}"
+            return f"{self.what}: must be at least {_show(self.low)}, got {got}"
         if self.open_high and not value < self.high:
-            return f"{self.what}: must be less than {self.high:g}, got {value:g}"
+            return f"{self.what}: must be less than {_show(self.high)}, got {got}"
         if value > self.high:
-            return f"{self.what}: at most {self.high:,.6g}, got {value:.6g}"
+            return f"{self.what}: at most {_show(self.high)}, got {got}"
         return None
+
+
+def _show(v) -> str:
+    """A bound or a value in an error line: whole numbers with thousands separators, others in 6 digits."""
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
+        return f"{int(v):,}"
+    return f"{v:.6g}"
 
 
 _COUNT = lambda what, high: Rule(1, high, what)  # noqa: E731
