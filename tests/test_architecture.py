@@ -35,7 +35,7 @@ TOWER = (
     ("analytic", ("wseplan.analytic",)),
     ("devices", ("wseplan.devices",)),
     ("plan", ("wseplan.plan",)),
-    ("views", ("wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving", "wseplan.scale",
+    ("views", ("wseplan.pricing", "wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving", "wseplan.scale",
                "wseplan.compare")),
     ("studies", ("wseplan.optimize", "wseplan.sim", "wseplan.validate", "wseplan.validate_stream", "wseplan.claims",
                  "wseplan.sweep",
@@ -47,7 +47,7 @@ TOWER = (
 
 #: modules over MAX_LINES that another branch is reworking (the lead splits them when it lands); a NEW module
 #: over the limit fails
-SIZE_ALLOW = {"wseplan.validate", "wseplan.claims", "wseplan.report.study", "wseplan.analytic.cost"}
+SIZE_ALLOW = {"wseplan.validate", "wseplan.analytic.cost"}
 
 #: optional or heavy third-party packages a function may import where it needs them (not on `wseplan fit`'s path)
 HEAVY = {"pandas", "scipy", "pulp", "highspy", "matplotlib", "openpyxl", "pyarrow", "dask", "distributed", "bokeh",
@@ -56,10 +56,13 @@ HEAVY = {"pandas", "scipy", "pulp", "highspy", "matplotlib", "openpyxl", "pyarro
 #: wseplan imports kept inside functions on purpose: (importer, imported) -> why (none today)
 LAZY: dict[tuple[str, str], str] = {}
 
-#: modules whose function-level imports another branch is reworking (cli package, validation, claims, reports,
-#: cost model); the lead moves them to the top when it lands
-TOP_ALLOW = ("wseplan.cli", "wseplan.commands", "wseplan.validate", "wseplan.claims", "wseplan.report",
-             "wseplan.analytic.cost")
+#: the package's public names (PEP 562 ``__getattr__`` in wseplan/__init__.py): loaded from their layer on first
+#: use, never at ``import wseplan``, so they are neither upward imports nor imports to move to the top
+FACADE: dict[tuple[str, str], str] = {("wseplan", "wseplan.serving"): "wseplan.serve(...) is wseplan.serving.serve"}
+
+#: modules whose function-level imports another branch is reworking (cli package, validation, reports, cost
+#: model); the lead moves them to the top when it lands
+TOP_ALLOW = ("wseplan.cli", "wseplan.commands", "wseplan.validate", "wseplan.report", "wseplan.analytic.cost")
 
 
 def _modules() -> dict[str, Path]:
@@ -136,7 +139,8 @@ def test_no_upward_imports():
     bad = []
     for m, p in MODULES.items():
         for n, line, _ in _imports(m, p):
-            if n.split(".")[0] == "wseplan" and not m.startswith(n + ".") and _layer(n) > _layer(m):
+            if n.split(".")[0] == "wseplan" and not m.startswith(n + ".") and _layer(n) > _layer(m) \
+                    and (m, n) not in FACADE:
                 bad.append(f"{p.relative_to(PKG.parent)}:{line}: {m} ({TOWER[_layer(m)][0]}) imports {n} "
                            f"({TOWER[_layer(n)][0]})")
     assert not bad, "upward imports:\n" + "\n".join(bad)
@@ -178,7 +182,7 @@ def test_imports_at_module_top():
         if any(m == a or m.startswith(a + ".") for a in TOP_ALLOW):
             continue
         for n, line, at_top in _imports(m, p):
-            if at_top or n.split(".")[0] in HEAVY or (m, n) in LAZY:
+            if at_top or n.split(".")[0] in HEAVY or (m, n) in LAZY or (m, n) in FACADE:
                 continue
             bad.append(f"{p.relative_to(PKG.parent)}:{line}: {n}")
     assert not bad, "imports inside functions (move them to the module top, or document why not):\n" + "\n".join(bad)

@@ -39,7 +39,7 @@ EXAMPLES = readme_examples()
 
 def test_readme_has_examples_of_every_command():
     verbs = {c.split()[1] for c in EXAMPLES}
-    assert verbs >= {"fit", "time", "stream", "scale", "cost", "place", "fleet", "compare", "report", "check", "sweep",
+    assert verbs >= {"fit", "time", "serve", "stream", "scale", "cost", "place", "fleet", "compare", "report", "check", "sweep",
                      "validate", "simulate", "calibrate", "catalog"}
 
 

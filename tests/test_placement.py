@@ -200,7 +200,9 @@ def test_prefill_balances_flops_within_memory(cat):
 @pytest.mark.parametrize("model,target", [("llama-70b", "h100"), ("llama-405b", "h100"), ("llama-405b", "b200"),
                                           ("llama-3-8b", "a100")])
 def test_devices_objective_matches_fit_on_gpus(model, target):
-    """`place --objective devices` needs as many GPUs as `fit` finds (both count HBM the same way)."""
+    """`place --objective devices` (any contiguous split of the layers) never needs more GPUs than `fit` (the
+    engines' default even split, ``ceil(L / pp)`` blocks per stage plus the embedding or head), and at most one
+    fewer: both count HBM the same way, the optimum only moves blocks off the edge stages."""
     from wseplan.fit import fit
     from wseplan.optimize import place
 
@@ -208,7 +210,7 @@ def test_devices_objective_matches_fit_on_gpus(model, target):
     f = fit(model, target, catalog=cat)
     p = place(model, target, objective="devices", catalog=cat)
     assert p.status == "optimal"
-    assert p.num_devices == f.num_devices
+    assert f.num_devices - 1 <= p.num_devices <= f.num_devices
 
 
 # --------------------------------------------------------------------------------------------- exact partition

@@ -123,3 +123,40 @@ def test_sla_grid_tightening_never_gets_cheaper(catalog):
         if tight["meets_sla"]:  # a tighter SLA is met by a subset of the points: never cheaper
             assert tight["output_usd_per_mtok"] >= loose["output_usd_per_mtok"] - 1e-12
             assert tight["tokens_per_s_per_user"] >= 100 - 1e-9
+
+
+def test_chunked_prefill_passes_are_equal_and_pack_short_prompts():
+    # a 9,400-token prompt with an 8,192-token budget: two passes of 4,700 tokens (not 8,192 + 8,192)
+    c, passes, offset, seqs = E.prefill_passes(prompt_tokens=9400.0, batch=1.0, pass_mode="chunk", token_budget=8192.0)
+    assert (float(c), float(passes), float(seqs)) == (4700.0, 2.0, 1.0)
+    assert float(offset) == (9400 - 4700) / 2  # the average chunk follows half of the rest of its prompt
+    # four 1,000-token prompts, budget 2,048: 4,000 tokens in two passes of 2,000, two prompts per pass
+    c, passes, offset, seqs = E.prefill_passes(prompt_tokens=1000.0, batch=4.0, pass_mode="chunk", token_budget=2048.0)
+    assert (float(c), float(passes), float(offset), float(seqs)) == (2000.0, 2.0, 0.0, 2.0)
+
+
+def test_closed_loop_prefill_queue():
+    """B clients, each sending its next request when the last completes; prompts queue for the prefill budget."""
+    B = np.array([1.0, 10.0, 50.0])
+    own, dec, busy = 0.4, 10.0, 0.4
+    lam, w = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+    rho = lam * busy
+    np.testing.assert_allclose(w, rho * busy / (2 * (1 - rho)), rtol=1e-12)  # Pollaczek-Khinchine, M/D/1
+    np.testing.assert_allclose(lam * (own + w + dec), B, rtol=1e-9)  # Little's law over the B slots
+    assert np.all(np.diff(w) > 0) and np.all(rho < 1)
+    # B = 50: arrivals ask for 50 / 10.4 = 4.8 prompts/s, more than 1 / 0.4 = 2.5: the prefill queue throttles it
+    assert 0.97 < rho[2] < 1.0 and lam[2] < 2.5
+    lam0, w0 = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=0.0)
+    np.testing.assert_allclose(lam0, B / (own + dec)) and np.testing.assert_array_equal(w0, 0.0)
+
+
+def test_nim_style_ttft_grows_with_concurrency(catalog):
+    """In-flight engine, 5,000-token prompts: the own prefill is the same at every concurrency, the TTFT of the
+    closed loop grows with it (prompts wait for the prefill budget) - the shape of NVIDIA's NIM tables."""
+    from wseplan.plan import plan
+
+    recs = [plan("llama-3.3-70b", "h100x2", phase="serve", precision="fp8", batch=b, context=5000, output_tokens=500,
+                 layout={"tp": 2, "pp": 1, "dp": 1}, catalog=catalog) for b in (1, 25, 50)]
+    ttft = [r.ttft_s for r in recs]
+    assert ttft[0] < ttft[1] < ttft[2] and ttft[2] > 1.5 * ttft[0]
+    assert [r.tokens_per_s for r in recs] == sorted(r.tokens_per_s for r in recs)

@@ -3,6 +3,10 @@
 Each target is one evaluation of the planning chain (:func:`wseplan.plan.evaluate`: fit, layout, time) priced
 by :func:`wseplan.costing.price_record` — the numbers ``fit``, ``time`` and ``cost`` print for the same question.
 Nothing here models physics of its own; a target that does not fit has no time and no cost.
+
+A serving question (``decode``/``serve``) without a batch is compared at each target's operating point (the
+cheapest point that meets the per-user speed, :func:`wseplan.serving.operating_point`, as ``cost`` does); each
+row says which batch it used and why.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from .catalog.load import load_catalog
 from .errors import InputError, WseplanError
 from .plan import default_sizes, evaluate, normalise_phase, record, setup
 from .report.markdown import Column, Table
+from .serving import default_min_tokens_per_s_per_user, operating_point
 from .workload import resolve_model
 
 SCHEMA_VERSION = 1
@@ -35,6 +40,9 @@ class CompareRow(_Frozen):
     num_devices: int
     num_systems: int | None = None
     binding: str
+    batch: int | None = None
+    batch_source: str | None = None  # given | default | searched (the operating point) | searched, fastest
+    operating_point: str | None = None  # how the batch was chosen when none was given (see wseplan.serving)
     step_s: float | None = None
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -66,10 +74,11 @@ class CompareResult(_Frozen):
     model: str
     phase: str
     precision: str
-    batch: int
+    batch: int | None  # None: searched per target (each row's batch and operating_point)
     context: int
     output_tokens: int | None = None
     train_tokens: float | None = None
+    min_tokens_per_s_per_user: float | None = None  # the per-user speed the operating points meet (batch None)
     prices_date: str | None = None
     rows: list[CompareRow]
     notes: list[str] = []
@@ -86,11 +95,19 @@ class CompareResult(_Frozen):
                         context=self.context, prices_date=self.prices_date)
         return df
 
+    @property
+    def batch_text(self) -> str:
+        """``batch 8``, or how the batch was searched per target."""
+        if self.batch is not None:
+            return f"batch {self.batch}"
+        return (f"batch searched per target (cheapest meeting >= {self.min_tokens_per_s_per_user:g} tokens/s per "
+                "user)")
+
     def table(self, name: str = "compare"):
         """A report table with display units in every header."""
         train = self.phase == "train"
         cols = [Column("target", "target"), Column("fits", "fits"), Column("num_devices", "devices [count]"),
-                Column("bottleneck", "bottleneck")]
+                Column("batch", "batch [requests]" if not train else "batch [sequences]"), Column("bottleneck", "bottleneck")]
         if train:
             cols += [Column("step_s", "step [s]"), Column("tokens_per_s", "throughput [tokens/s]"),
                      Column("model_flop_utilization_frac", "MFU [fraction]"),
@@ -107,7 +124,9 @@ class CompareResult(_Frozen):
         cols += ([Column("usd_per_run", "run cost [$M]", 1e6), Column("usd_per_mtok", "[$/M tokens trained]")]
                  if train else [Column("usd_per_mtok", "output [$/M tokens]")])
         cols.append(Column("energy_j_per_token", "energy [J/token]"))
-        title = f"{self.model}: {self.phase}, {self.precision}, batch {self.batch}, context {self.context}"
+        if any(r.operating_point for r in self.rows):
+            cols.insert(4, Column("batch_source", "batch from"))
+        title = f"{self.model}: {self.phase}, {self.precision}, {self.batch_text}, context {self.context}"
         rows = []
         for r in self.rows:
             row = r.to_row()
@@ -131,18 +150,22 @@ def compare_one(model, target: str, **kw) -> CompareRow:
 
 def compare_case(model, target: str, *, phase: str, precision: str, batch: int | None, context: int | None,
                  output_tokens: int | None = None, train_tokens: float | None = None, catalog=None, prices=None,
-                 uncertainty: int = 0, seed: int = 0, overrides: dict | None = None, software: str | None = None):
+                 uncertainty: int = 0, seed: int = 0, overrides: dict | None = None, software: str | None = None,
+                 layout: dict | None = None, operating_point: str | None = None):
     """Fit, time and cost of ``model`` on one target: ``(CompareRow, TimeInputs or None, cost params or None)``.
 
     One evaluation of the planning chain (:func:`wseplan.plan.evaluate`) priced by
     :func:`wseplan.costing.price_record` — the same numbers as ``time`` and ``cost`` for the same arguments.
     The time inputs and cost parameters let a caller re-evaluate the cost for other inputs
-    (:func:`wseplan.analytic.cost.evaluate`) without re-running the time models.
+    (:func:`wseplan.analytic.cost.evaluate`) without re-running the time models. ``layout`` fixes the chain's
+    layout columns (``tp``/``pp``/``dp``, ``num_wafers``); ``operating_point`` is the label of a searched batch.
     """
     s = setup(model, target, phase=normalise_phase(phase, output_tokens), precision=precision, software=software,
               catalog=catalog)
     b, c, o, src = default_sizes(s.query.catalog, s.query.phase, batch, context, output_tokens)
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
+    for k, v in (layout or {}).items():
+        cfg[k] = np.array([float(v)])
     arr = evaluate(s, cfg)
     rec = record(s, arr, 0, sources=src)
     label = target if isinstance(target, str) else s.query.target.label
@@ -150,8 +173,12 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
         label = f"{label} (x{rec.num_devices})"
     n_sys = int(costing.num_systems(s, rec.num_devices))
     notes = list(rec.notes)
+    how = src.get("batch")
+    if operating_point:
+        how = "searched" if operating_point.startswith("cheapest") else "searched, fastest"
     base = dict(target=label, hardware=rec.hardware, device_kind=rec.device_kind, fits=rec.fits,
-                num_devices=rec.num_devices, num_systems=n_sys, binding=rec.binding)
+                num_devices=rec.num_devices, num_systems=n_sys, binding=rec.binding, batch=b, batch_source=how,
+                operating_point=operating_point)
     if not rec.fits:
         return CompareRow(**base, notes=notes), None, None
     row = dict(base, step_s=rec.step_s, ttft_s=rec.ttft_s, tpot_s=rec.tpot_s, tokens_per_s=rec.tokens_per_s,
@@ -183,7 +210,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
 def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
             context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
             catalog=None, prices=None, uncertainty: int = 0, seed: int = 0,
-            overrides: dict | None = None) -> CompareResult:
+            overrides: dict | None = None, min_tokens_per_s_per_user: float | None = None) -> CompareResult:
     """Compare ``model`` across ``targets`` (the API behind ``wseplan compare``).
 
     Parameters
@@ -195,7 +222,8 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     phase : str
         ``train`` (cost per run and per M tokens trained), ``prefill`` (input tokens) or ``decode`` (output tokens).
     batch, context : int
-        Sequences in flight and tokens per sequence (prompt/KV length in inference) [count, tokens].
+        Sequences in flight and tokens per sequence (prompt/KV length in inference) [count, tokens]. Serving
+        (``decode``/``serve``) without a batch: each target at its operating point (module docstring).
     output_tokens : int
         Decode: tokens generated per request (default 256 for the cost model's serving mix).
     train_tokens : float
@@ -204,6 +232,8 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         Monte Carlo samples of the cost inputs (0: none) and their seed; adds P10/P50/P90 of $/M tokens.
     overrides : dict
         Cost inputs pinned to a value, ``{name: value}`` or ``{"HW.name": value}`` (as ``wseplan cost --set``).
+    min_tokens_per_s_per_user : float
+        The per-user speed the operating points meet (default: the catalog's ``default_min_tokens_per_s_per_user``).
     """
     phase = normalise_phase(phase, output_tokens)
     if isinstance(targets, str):
@@ -212,17 +242,38 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         raise InputError("--targets: give at least one target, e.g. wse3,cs3x4,h100x8")
     cat = catalog or load_catalog()
     train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
+    search = batch is None and phase in ("decode", "serve")
     batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens)
     m = resolve_model(model, cat) if isinstance(model, str) else model
     prices = prices or C.load_prices(catalog=cat)
-    rows = [compare_one(m, t, phase=phase, precision=precision, batch=batch, context=context,
-                        output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat, prices=prices,
-                        uncertainty=uncertainty, seed=seed, overrides=overrides)
-            for t in targets]
+    kw = dict(phase=phase, precision=precision, context=context, output_tokens=output_tokens, train_tokens=train_tokens,
+              catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides)
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
+    speed = None
+    rows = []
+    if search:
+        speed = min_tokens_per_s_per_user or default_min_tokens_per_s_per_user(cat)
+        o_search = output_tokens or default_sizes(cat, "serve", None, context, None)[2]
+        for t in targets:
+            op = operating_point(m, t, precision=precision, input_tokens=context, output_tokens=o_search,
+                                 min_tokens_per_s_per_user=min_tokens_per_s_per_user, catalog=cat, prices=prices,
+                                 overrides=overrides)
+            if op is None:  # nothing fits: the row at the default batch says why
+                rows.append(compare_one(m, t, batch=batch, **kw))
+                continue
+            row = compare_one(m, op.target, batch=op.batch, layout=op.layout, operating_point=op.label, **kw)
+            rows.append(row.model_copy(update={"target": t if op.target == t else f"{t} (as {op.target})"}))
+        notes.append(f"no batch given: each target at its operating point, the cheapest point of the replica search "
+                     f"(`wseplan serve`) that gives every user >= {speed:g} tokens/s"
+                     + (" (the catalog default, defaults.default_min_tokens_per_s_per_user)"
+                        if min_tokens_per_s_per_user is None else "") + "; give --batch to compare at one batch")
+    else:
+        rows = [compare_one(m, t, batch=batch, **kw) for t in targets]
     if phase == "serve":
-        notes.append(f"serving: requests of {context} prompt and {output_tokens} output tokens, {batch} in flight per replica")
-    return CompareResult(model=m.name, phase=phase, precision=precision, batch=batch, context=context,
-                         output_tokens=output_tokens or None, train_tokens=train_tokens, prices_date=prices.date, rows=rows,
-                         notes=notes)
+        inflight = "each target's searched batch" if search else f"{batch}"
+        notes.append(f"serving: requests of {context} prompt and {output_tokens} output tokens, {inflight} in flight "
+                     "per replica")
+    return CompareResult(model=m.name, phase=phase, precision=precision, batch=None if search else batch,
+                         context=context, output_tokens=output_tokens or None, train_tokens=train_tokens,
+                         min_tokens_per_s_per_user=speed, prices_date=prices.date, rows=rows, notes=notes)

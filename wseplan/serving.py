@@ -11,7 +11,10 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
   (GPUs: powers of two inside the scale-up domain; wafers: the fewest wafers to twice that) x every concurrency,
-  the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user.
+  the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user;
+* **operating point** (:func:`operating_point`): the point a buyer means when no batch is given to ``cost`` or
+  ``compare``: the cheapest that fits and serves every user at least a per-user speed (default: the catalog's
+  ``default_min_tokens_per_s_per_user``), from the same search.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
-from .costing import cost_columns, params_for
+from .pricing import cost_columns, params_for
 from .errors import InputError
 from .plan import bottleneck_name, evaluate, record, setup
 from .targets import Target
@@ -41,7 +44,10 @@ class _Frozen(BaseModel):
 
 
 class ServePoint(_Frozen):
-    """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD."""
+    """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD.
+
+    ``ttft_s`` is the request's own prefill (no queueing); ``ttft_p50_s`` ... ``ttft_p99_s`` add, at the point's
+    load, the wait for the engine's prefill budget (M/D/1, in-flight engines) and for a batch slot (M/G/c)."""
 
     devices_per_replica: int
     num_replicas: int
@@ -117,15 +123,24 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     if not ok.any():
         return []
     R = np.asarray(arr["num_replicas"], dtype=float)
-    tpot, ttft = arr["tpot_s"], arr["ttft_s"]
-    slot = ttft + (output_tokens - 1.0) * tpot  # a request's time in its slot
-    cap = b / slot  # requests/s one replica carries
+    tpot = arr["tpot_s"]
+    # own prefill (no queue) and the engine's prefill-budget time per prompt (0 for static batches)
+    own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
+                   arr["ttft_s"])
+    busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0)
+    cap = np.asarray(arr["tokens_per_s"], dtype=float) / (R * max(output_tokens, 1))  # requests/s at full concurrency
     lam = np.full(n, np.nan) if rate is None else rate / R
     lam = np.where(np.isnan(lam), utilization * cap, lam)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pre_wait = {p: np.where(busy > 0, Q.mgc_wait(arrival_rate=lam, mean_service_s=np.where(busy > 0, busy, 1.0),
+                                                     servers=np.ones(n), service_scv=0.0, percentile=p), 0.0)
+                    for p in (None, *PERCENTILES, percentile)}
+    ttft = own + pre_wait[None]  # mean TTFT before waiting for a slot
+    slot = ttft + (output_tokens - 1.0) * tpot  # a request's time in its slot
     scv = Q.service_scv(prefill_s=ttft, decode_s_per_token=tpot, output_tokens_mean=output_tokens,
                         output_tokens_scv=output_scv)
-    waits = {p: Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv, percentile=p)
-             for p in (*PERCENTILES, percentile)}
+    waits = {p: pre_wait[p] + Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv,
+                                         percentile=p) for p in (*PERCENTILES, percentile)}
     util = lam / cap
     cost = None
     if prices is not None:
@@ -134,7 +149,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     for i in np.nonzero(ok)[0]:
         if not (util[i] < 1.0):
             continue  # the rate exceeds what this point carries: no steady state
-        tt = {p: float(ttft[i] + waits[p][i]) for p in waits}
+        tt = {p: float(own[i] + waits[p][i]) for p in waits}  # own prefill + prefill-budget wait + slot wait
         meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
         rec = record(s, arr, int(i))
         usd_h = out_usd = in_usd = None
@@ -147,7 +162,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         out.append(ServePoint(
             devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
             num_devices=int(arr["num_devices"][i]), batch=int(b[i]), layout=rec.layout, tpot_s=float(tpot[i]),
-            ttft_s=float(ttft[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
+            ttft_s=float(own[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
             ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
             capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
             tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
@@ -157,15 +172,23 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     return out
 
 
-def pareto_frontier(points: list[ServePoint]) -> list[ServePoint]:
-    """Points not beaten on both $/M output tokens (lower) and tokens/s per user (higher), by speed."""
-    pts = sorted((p for p in points if p.output_usd_per_mtok is not None),
-                 key=lambda p: (-p.tokens_per_s_per_user, p.output_usd_per_mtok))
+def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:
+    """A point's whole cost per million output tokens [USD]: its TCO per hour over the output tokens it delivers per
+    hour at its load (prompts included), counted over busy hours (``util``: the site's utilisation, as every $/M
+    in wseplan). ``serve`` chooses its cheapest point by this measure."""
+    return p.usd_per_hour / (util * 3600.0 * max(p.tokens_per_s, 1e-300)) * 1e6
+
+
+def pareto_frontier(points: list[ServePoint], util: float = 1.0) -> list[ServePoint]:
+    """Points not beaten on both all-in $/M output tokens (lower) and tokens/s per user (higher), by speed."""
+    pts = sorted((p for p in points if p.usd_per_hour is not None),
+                 key=lambda p: (-p.tokens_per_s_per_user, all_in_usd_per_mtok(p, util)))
     out, best = [], math.inf
     for p in pts:
-        if p.output_usd_per_mtok < best:
+        c = all_in_usd_per_mtok(p, util)
+        if c < best:
             out.append(p)
-            best = p.output_usd_per_mtok
+            best = c
     return out
 
 
@@ -262,7 +285,22 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             seen.add(key)
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
-    return _result(base, points, concurrency=concurrency, utilization=utilization)
+    res = _result(base, points, concurrency=concurrency, utilization=utilization)
+    if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
+        free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
+                     output_tokens=output_tokens, concurrency=concurrency, percentile=percentile, output_scv=output_scv,
+                     utilization=utilization, options=options, layout=layout, batches=batches, catalog=cat, prices=False)
+        if free.points:
+            top = max(free.points, key=lambda p: (p.capacity_requests_per_s / p.num_devices, -p.num_devices))
+            per_replica = top.capacity_requests_per_s / top.num_replicas
+            reps = int(rate // per_replica) + 1
+            dev = "device" if top.devices_per_replica == 1 else "devices"
+            res = res.model_copy(update={"notes": res.notes + [
+                f"the rate exceeds capacity: the most any point carries is "
+                f"{max(p.capacity_requests_per_s for p in free.points):.4g} requests/s; {rate:g} requests/s needs "
+                f"at least {reps} replicas of {top.devices_per_replica} {dev} at batch {top.batch}, each carrying "
+                f"{per_replica:.4g} requests/s at 100% load (wseplan fleet sizes a fleet for a demand)"]})
+    return res
 
 
 def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
@@ -279,7 +317,8 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         notes.append("no point meets the limits; the fastest point is shown")
         chosen = min(points, key=lambda p: (p.ttft_at_percentile_s if ttft_limit_s else 0.0, p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
-        chosen = min(ok, key=lambda p: (p.output_usd_per_mtok if p.output_usd_per_mtok is not None else p.tpot_s,
+        # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
+        chosen = min(ok, key=lambda p: (all_in_usd_per_mtok(p) if p.usd_per_hour is not None else 0.0, p.tpot_s,
                                         p.num_devices, p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
@@ -331,19 +370,27 @@ def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict
 
 def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
                     devices=None, software: str | None = None, catalog=None, ttft_limit_s: float | None = None,
-                    tpot_limit_s: float | None = None, percentile: float = 95) -> list[dict]:
-    """One dict per concurrency that fits on the fewest devices of ``hardware`` (a key without a count), at the
-    default load: ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load),
-    ``requests_per_s``, ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's
-    throughput), ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``, ``tokens_per_s_per_user``, ``layout``,
-    ``meets_sla``. ``fleet`` builds its configurations from these; ``devices`` is accepted for compatibility."""
-    res = serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
-                output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
-                percentile=percentile, batches=list(batches), prices=False)
+                    tpot_limit_s: float | None = None, percentile: float = 95, sizes: str = "fewest",
+                    result: ServeResult | None = None) -> list[dict]:
+    """One dict per (replica size, concurrency) that fits ``hardware`` (a key without a count), at the default load:
+    ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
+    ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
+    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``,
+    ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
+
+    ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
+    every replica size of :func:`serve`'s replica search (GPUs: powers of two in the scale-up domain; wafers: the
+    fewest to twice that). ``result`` reuses a :func:`serve` result of the same question (priced or not).
+    ``devices`` is accepted for compatibility."""
+    if sizes not in ("fewest", "search"):
+        raise InputError(f"replica sizes: use fewest or search, got {sizes!r}")
+    res = result or serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
+                          output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s,
+                          tpot_limit_s=tpot_limit_s, percentile=percentile, batches=list(batches), prices=False)
     out = []
     fewest = min((p.devices_per_replica for p in res.points if p.num_replicas == 1), default=None)
     for p in res.points:
-        if p.batch not in set(batches) or p.num_replicas != 1 or p.devices_per_replica != fewest:
+        if p.batch not in set(batches) or p.num_replicas != 1 or (sizes == "fewest" and p.devices_per_replica != fewest):
             continue
         out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
@@ -351,3 +398,82 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
                         utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
                         tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
     return out
+
+
+#: where the operating point's layout goes in the chain's configuration columns (record name -> column)
+_LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers"}
+
+
+class OperatingPoint(_Frozen):
+    """The serving point ``cost`` and ``compare`` price when no batch is given (see :func:`operating_point`).
+
+    ``target`` is the target to evaluate (with the device count the search chose, where the question gave none),
+    ``layout`` the chain's layout columns of the point (``tp``/``pp``/``dp`` or ``num_wafers``), ``meets`` whether
+    it reaches ``min_tokens_per_s_per_user`` (if no point does, the fastest point is taken), ``point`` the
+    :class:`ServePoint` itself.
+    """
+
+    target: str
+    batch: int
+    layout: dict[str, int]
+    min_tokens_per_s_per_user: float
+    min_source: str  # "given" or "default" (catalog defaults.default_min_tokens_per_s_per_user)
+    meets: bool
+    point: ServePoint
+
+    @property
+    def label(self) -> str:
+        """``cheapest meeting >= 20 tok/s/user, batch 64 (searched)`` (or why no point meets it)."""
+        x = f"{self.min_tokens_per_s_per_user:g}"
+        if self.meets:
+            return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched)"
+        return (f"no point reaches {x} tok/s/user; fastest point, batch {self.batch} "
+                f"({self.point.tokens_per_s_per_user:.4g} tok/s/user, searched)")
+
+    def to_record(self) -> dict:
+        return {"label": self.label, "target": self.target, "batch": self.batch, "layout": dict(self.layout),
+                "min_tokens_per_s_per_user": self.min_tokens_per_s_per_user, "min_source": self.min_source,
+                "meets": self.meets, "tokens_per_s_per_user": self.point.tokens_per_s_per_user,
+                "devices_per_replica": self.point.devices_per_replica, "num_devices": self.point.num_devices}
+
+
+def layout_columns(s, layout: dict) -> dict[str, int]:
+    """A point's record layout (``tensor_parallel``, ``num_wafers``, ...) as the chain's layout columns of setup
+    ``s`` (``tp``, ``num_wafers``, ...), to evaluate exactly that point again (``cost(..., layout=...)``)."""
+    cols = set(s.layout_columns)
+    return {_LAYOUT_COLUMNS[k]: int(v) for k, v in layout.items() if _LAYOUT_COLUMNS.get(k) in cols}
+
+
+def default_min_tokens_per_s_per_user(catalog) -> float:
+    """The catalog's documented default per-user speed [tokens/s] (``defaults.default_min_tokens_per_s_per_user``)."""
+    return float(catalog.defaults.default_min_tokens_per_s_per_user.si)
+
+
+def operating_point(model, target, *, precision: str = "bf16", software: str | None = None, input_tokens: int,
+                    output_tokens: int, min_tokens_per_s_per_user: float | None = None, catalog=None, prices=None,
+                    overrides: dict | None = None, options: dict | None = None,
+                    layout: dict | None = None) -> OperatingPoint | None:
+    """The operating point a buyer means: the cheapest point of :func:`serve` (the one replica search) that fits
+    and gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's documented default), i.e.
+    ``serve(..., tpot_limit_s=1 / min)``'s chosen point. Without any point that fast, the fastest point. None when
+    nothing fits (the caller's own evaluation then says why)."""
+    cat = catalog or load_catalog()
+    src = "given"
+    if min_tokens_per_s_per_user is None:
+        min_tokens_per_s_per_user, src = default_min_tokens_per_s_per_user(cat), "default"
+    x = min_tokens_per_s_per_user
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < 1e9:
+        raise InputError(f"min_tokens_per_s_per_user (--min-speed): must be a positive number, got {x!r}")
+    res = serve(model, target, precision=precision, software=software, input_tokens=input_tokens,
+                output_tokens=output_tokens, tpot_limit_s=1.0 / x, catalog=cat, prices=prices, overrides=overrides,
+                options=options, layout=layout)
+    if not res.fits or res.chosen is None:
+        return None
+    c = res.chosen
+    s = setup(model, target, phase="serve", precision=precision, software=software, options=options, catalog=cat)
+    t = s.query.target
+    text = target if isinstance(target, str) else t.key
+    tgt = text if t.count is not None else f"{text}x{c.num_devices}"
+    lay = layout_columns(s, c.layout)
+    return OperatingPoint(target=tgt, batch=c.batch, layout=lay, min_tokens_per_s_per_user=float(x), min_source=src,
+                          meets=c.meets_sla, point=c)

@@ -598,19 +598,18 @@ def _infer_layout(case):
 #: words in a row's source or notes that name a serving engine under load (in-flight / continuous batching)
 INFLIGHT_MARKERS = ("mlperf", "nim for llms", "trtllm-bench", "in-flight", "inflight", "continuous batching", "vllm",
                     "sglang", "aiperf")
-#: words that name a static-batch measurement (one batch prefilled together, then decoded together)
-STATIC_MARKERS = ("static-batch", "static batch", "gptsessionbenchmark", "out_tps=output_seqlen*batch/total_latency")
 _SLA = re.compile(r"TTFT p(\d+)\s*<=\s*([\d.]+)\s*s and TPOT p\d+\s*<=\s*([\d.]+)\s*ms", re.I)
 
 
 def gpu_scheduling_for(case) -> str:
     """How the measured engine scheduled requests: ``inflight`` when the row's source is a serving engine or load
     generator (MLPerf, NIM/AIPerf, trtllm-bench, vLLM, SGLang), ``static`` for static-batch harnesses and by default
-    (research scripts, fixed-batch benchmark tables). Documented in docs/validation.md."""
+    (research scripts, fixed-batch benchmark tables), whatever else the notes mention (a note may contrast the
+    in-flight measurement with a static batch). Documented in docs/validation.md."""
     text = f"{case.source} {case.notes}".lower()
-    if any(m in text for m in STATIC_MARKERS):
-        return "static"
-    return "inflight" if any(m in text for m in INFLIGHT_MARKERS) else "static"
+    if any(m in text for m in INFLIGHT_MARKERS):
+        return "inflight"
+    return "static"  # static-batch harnesses (gptSessionBenchmark tables), research scripts, fixed-batch tables
 
 
 def sla_of(case) -> tuple[float, float, float] | None:

@@ -708,6 +708,7 @@ class CostResult(_Frozen):
     prices_date: str
     notes: list[str] = []
     plan: dict | None = None
+    operating_point: dict | None = None  # serving without a batch: the searched point (wseplan.serving.operating_point)
 
     def to_record(self) -> dict:
         return self.model_dump(mode="json")

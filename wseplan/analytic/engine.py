@@ -108,9 +108,10 @@ def prefill_passes(*, prompt_tokens, batch, pass_mode: str, token_budget):
     """How a batch of prompts is cut into passes [tokens per pass, passes, prior tokens attended on average].
 
     ``pass_mode``: ``batch`` (every prompt of the batch in one pass: static batching), ``prompt`` (one whole
-    prompt per pass, prompts pipelined: the WaferLLM research code), ``chunk`` (passes of ``token_budget``
-    tokens: chunked prefill). A chunk of prompt ``p`` tokens long that starts at offset ``o`` attends to ``o``
-    earlier tokens plus its own causal half; averaged over a prompt's chunks ``o`` is ``(p - c) / 2``.
+    prompt per pass, prompts pipelined: the WaferLLM research code), ``chunk`` (chunked prefill: the batch's
+    ``b p`` prompt tokens in ``ceil(b p / budget)`` equal passes, short prompts packed several to a pass, long
+    ones cut into chunks). A chunk of ``c`` tokens of a prompt ``p`` tokens long that starts at offset ``o``
+    attends to ``o`` earlier tokens plus its own causal half; averaged over a prompt's chunks ``o = (p - c) / 2``.
     """
     p = np.asarray(prompt_tokens, dtype=float)
     b = np.asarray(batch, dtype=float)
@@ -118,9 +119,12 @@ def prefill_passes(*, prompt_tokens, batch, pass_mode: str, token_budget):
         return b * p, np.ones_like(p), np.zeros_like(p), b
     if pass_mode == "prompt":
         return p, b, np.zeros_like(p), np.ones_like(b)
-    c = np.minimum(np.asarray(token_budget, dtype=float), p)
-    per_prompt = np.ceil(p / c)
-    return c, b * per_prompt, (p - c) / 2.0, np.ones_like(b)
+    total = b * p
+    passes = np.maximum(np.ceil(total / np.asarray(token_budget, dtype=float)), 1.0)
+    c = total / passes  # tokens per pass (equal passes: no pass pays for tokens that are not there)
+    seqs = np.maximum(c / np.maximum(p, 1.0), 1.0)  # prompts sharing a pass (1 while a prompt spans passes)
+    span = np.minimum(c, p)
+    return c, passes, (p - span) / 2.0, seqs
 
 
 def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_per_step=1.0):
@@ -129,3 +133,39 @@ def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_
     step emits per sequence (speculative decoding finishes requests in fewer steps)."""
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
     return np.asarray(batch, dtype=float) * np.asarray(input_tokens, dtype=float) / o * np.asarray(accepted_per_step)
+
+
+def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_s, iterations: int = 60):
+    """Closed loop of ``concurrency`` requests on an in-flight engine: requests/s and the mean wait for prefill [s].
+
+    Each slot's request lives ``own_ttft + W + decode_s``; new prompts arrive at ``lambda = B / that`` and queue
+    for the engine's prefill token budget, a single server busy ``prefill_busy_s`` per prompt (fixed-size work:
+    M/D/1, Pollaczek-Khinchine mean wait ``W = rho busy / (2 (1 - rho))`` with ``rho = lambda busy``). The fixed
+    point is found by bisection on lambda (unique: the wait rises with lambda, the arrival rate falls with it).
+    This is the queueing NVIDIA's NIM tables show for long prompts: TTFT doubles from concurrency 1 to 50 at
+    5,000-token prompts while the own prefill stays the same.
+
+    Returns (requests_per_s, mean_wait_s).
+    """
+    B = np.asarray(concurrency, dtype=float)
+    own = np.asarray(own_ttft_s, dtype=float)
+    dec = np.asarray(decode_s, dtype=float)
+    busy = np.maximum(np.asarray(prefill_busy_s, dtype=float), 0.0)
+    B, own, dec, busy = np.broadcast_arrays(B, own, dec, busy)
+    hi = B / np.maximum(own + dec, 1e-300)  # no wait at all
+    hi = np.where(busy > 0, np.minimum(hi, (1.0 - 1e-12) / np.where(busy > 0, busy, 1.0)), hi)
+    lo = np.zeros_like(hi)
+
+    def wait(lam):
+        rho = lam * busy
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
+        return np.where(busy > 0, w, 0.0)
+
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        too_fast = mid * (own + wait(mid) + dec) > B  # more arrivals than the slots can hold
+        hi = np.where(too_fast, mid, hi)
+        lo = np.where(too_fast, lo, mid)
+    lam = lo
+    return lam, wait(lam)

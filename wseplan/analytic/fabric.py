@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from . import fabric_kernels as _k
 # the calibrated constants, re-exported: callers use fabric.load_fabric_constants() beside the closed forms
 from .fabric_constants import (SIM_FIT_IDENTITY, SIM_FIT_NAMES, TREE_MODELS, FabricConstants, FabricFile,  # noqa: F401
                                FabricSimConstants, FabricSimFile, WseFitRecord, WseFitStats, _check_tree_model,
@@ -39,9 +40,7 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, 
 # ---------------------------------------------------------------------------------------------
 # Messages and lines
 # ---------------------------------------------------------------------------------------------
-def num_wavelets(*, message_bytes, wavelet_bytes=4.0):
-    """Wavelets carrying ``message_bytes`` [count] (at least one)."""
-    return np.maximum(1.0, np.ceil(np.asarray(message_bytes, dtype=float) / wavelet_bytes))
+num_wavelets = _k.num_wavelets  # Wavelets carrying ``message_bytes`` [count] (at least one)
 
 
 def message_cycles(*, hops, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0):
@@ -68,25 +67,11 @@ def tree_path_cycles(*, length_pes, hop_latency_cycles, send_cycles, skip_cycles
     ``send`` is the cost of one level's transfer beyond its hops, ``skip`` what the other side pays for it.
     For a power-of-two line this is ``(L-1) h + log2(L) send`` (the ``levels`` model); just above a power of
     two the last subtree is shallow and the path is up to ~30% shorter. Evaluated by unrolling the
-    remainders (at most ``log2 L`` steps), vectorized.
+    remainders (at most ``log2 L`` steps), vectorized; whole-number lengths up to
+    :data:`~.fabric_kernels.TABLE_MAX_PES` with scalar constants come from a table of that evaluation
+    (:func:`.fabric_kernels.tree_path_cycles`).
     """
-    L = np.asarray(length_pes, dtype=float)
-    h = float(hop_latency_cycles)
-    L, send, skip = np.broadcast_arrays(L, np.asarray(send_cycles, dtype=float), np.asarray(skip_cycles, dtype=float))
-    steps = []
-    cur = L.copy()
-    while np.any(cur > 1):
-        active = cur > 1
-        J = np.where(active, np.ceil(np.log2(np.maximum(cur, 2.0))) - 1.0, 0.0)
-        N = 2.0 ** J
-        X = (N - 1.0) * h + J * send + skip
-        Y = N * h + send
-        steps.append((active, X, Y))
-        cur = np.where(active, cur - N, cur)
-    T = np.zeros(L.shape)
-    for active, X, Y in reversed(steps):
-        T = np.where(active, np.maximum(X, Y + T), T)
-    return T
+    return _k.tree_path_cycles(length_pes, hop_latency_cycles, send_cycles, skip_cycles)
 
 
 def line_broadcast_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
@@ -157,21 +142,10 @@ def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_by
     L = np.asarray(length_pes, dtype=float)
     M = num_wavelets(message_bytes=message_bytes, wavelet_bytes=wavelet_bytes)
     a = np.maximum(wavelet_bytes / link_bytes_per_cycle, add_cycles_per_wavelet)
-    lv = np.ceil(np.log2(np.maximum(L, 1.0)))
-    chain = (L - 1.0) * (hop_latency_cycles + ramp_latency_cycles + reduce_stage_cycles) + M * a
-    if _check_tree_model(tree_model) == "critical_path":
-        path = tree_path_cycles(length_pes=L, hop_latency_cycles=hop_latency_cycles,
-                                send_cycles=ramp_latency_cycles + tree_level_cycles, skip_cycles=a)
-    else:
-        path = (L - 1.0) * hop_latency_cycles + lv * (ramp_latency_cycles + tree_level_cycles)
-    tree = path + M * a * (1.0 + np.maximum(lv - 1.0, 0.0) * (1.0 - tree_level_overlap_frac))
-    if algo == "chain":
-        t = chain
-    elif algo == "tree":
-        t = tree
-    else:
-        t = np.where(lv <= max_tree_levels, np.minimum(chain, tree), chain)
-    return np.where(L > 1, t, 0.0)
+    line = _k.ReduceLine(L, h=hop_latency_cycles, ramp=ramp_latency_cycles, rsc=reduce_stage_cycles, tlc=tree_level_cycles,
+                         tlof=tree_level_overlap_frac, a=a, max_levels=max_tree_levels,
+                         tree_model=_check_tree_model(tree_model), algo=algo)
+    return line.cycles(M * a)
 
 
 def allreduce_cycles(*, rows, cols, message_bytes, hop_latency_cycles, link_bytes_per_cycle, wavelet_bytes=4.0,
@@ -211,13 +185,11 @@ def mac_cycles(*, flop_per_cycle, sram_bytes_per_cycle, dtype_bytes=2.0, efficie
     and, in the AXPY form the kernels use, reads the weight and reads and writes the accumulator. On WSE-2
     (8 FLOP and 24 B per cycle, 16-bit) both limits give 4 MAC/cycle; on WSE-3 the SRAM limit binds.
     """
-    ideal = np.maximum(2.0 / np.asarray(flop_per_cycle, dtype=float),
-                       3.0 * dtype_bytes / np.asarray(sram_bytes_per_cycle, dtype=float))
-    return ideal / efficiency_frac
+    return _k.mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+                         dtype_bytes=dtype_bytes, efficiency_frac=efficiency_frac)
 
 
-def _ceil_div(a, b):
-    return np.ceil(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
+_ceil_div = _k.ceil_div
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,44 +245,30 @@ def gemv_cycles(*, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_l
     chain and tree line reductions of the ``m nt`` partial sums along each column
     (:func:`line_reduce_cycles`), each partial-sum wavelet added at the MAC rate.
     """
-    P, Q = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
-    kt, nt = _ceil_div(k, P), _ceil_div(n, Q)
-    m = np.asarray(m, dtype=float)
-    tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
-                    dtype_bytes=dtype_bytes, efficiency_frac=mac_efficiency_frac)
-    compute = m * kt * nt * tm
-    bcast = line_broadcast_cycles(length_pes=Q, message_bytes=m * kt * dtype_bytes, hop_latency_cycles=hop_latency_cycles,
-                                  link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes)
-    s = wavelet_bytes / link_bytes_per_cycle
-    serial_x = np.where(Q > 1, num_wavelets(message_bytes=m * kt * dtype_bytes, wavelet_bytes=wavelet_bytes) * s, 0.0)
-    epw = max(1.0, wavelet_bytes / dtype_bytes)
-    a = np.maximum(s, epw * tm)
-    early = (num_wavelets(message_bytes=m * nt * dtype_bytes, wavelet_bytes=wavelet_bytes)
-             - num_wavelets(message_bytes=nt * dtype_bytes, wavelet_bytes=wavelet_bytes)) * a
-    serial_y = np.where(P > 1, early, 0.0)
-    hidden = broadcast_overlap_frac * np.minimum(serial_x + serial_y, compute)
-    red = line_reduce_cycles(length_pes=P, message_bytes=m * nt * dtype_bytes, hop_latency_cycles=hop_latency_cycles,
-                             link_bytes_per_cycle=link_bytes_per_cycle, wavelet_bytes=wavelet_bytes,
-                             ramp_latency_cycles=ramp_latency_cycles, add_cycles_per_wavelet=epw * tm,
-                             algo=reduce_algo, reduce_stage_cycles=reduce_stage_cycles,
-                             tree_level_cycles=tree_level_cycles, tree_model=tree_model,
-                             tree_level_overlap_frac=tree_level_overlap_frac, max_tree_levels=num_colors - 1.0)
-    return per_kernel_overhead_cycles + bcast + compute - hidden + red
+    _check_kernel(reduce_algo, tree_model)
+    return _k.gemv_variants(
+        _k.Region(rows, cols), k=k, n=n, m=m, flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+        link_bytes_per_cycle=link_bytes_per_cycle, dtype_bytes=dtype_bytes, wavelet_bytes=wavelet_bytes,
+        reduce_algo=reduce_algo, broadcast_overlap_frac=broadcast_overlap_frac,
+        tree_level_overlap_frac=tree_level_overlap_frac, num_colors=num_colors, tree_model=tree_model,
+        variants=((hop_latency_cycles, ramp_latency_cycles, per_kernel_overhead_cycles, reduce_stage_cycles,
+                   tree_level_cycles, mac_efficiency_frac),))[0]
+
+
+def _check_kernel(reduce_algo: str, tree_model: str) -> None:
+    if reduce_algo not in REDUCE_ALGOS:
+        raise InputError(f"algo: unknown reduce {reduce_algo!r}; use one of {', '.join(REDUCE_ALGOS)}")
+    _check_tree_model(tree_model)
 
 
 def gemv_parts_cycles(**kw) -> dict[str, np.ndarray]:
     """The terms of :func:`gemv_cycles` by name [cycles]: ``overhead`` (fixed per kernel), ``serialization``
     (message wavelets, no hops, no MACs), ``compute`` (MACs, no hops) and ``latency`` (the rest: hops and core
     pass-through). They sum to :func:`gemv_cycles`."""
-    zero_lat = dict(kw, hop_latency_cycles=0.0, ramp_latency_cycles=0.0, per_kernel_overhead_cycles=0.0,
-                    reduce_stage_cycles=0.0, tree_level_cycles=0.0)
-    no_comp = dict(zero_lat, mac_efficiency_frac=1e30)
-    total = gemv_cycles(**kw)
-    overhead = np.full_like(np.asarray(total, dtype=float), kw.get("per_kernel_overhead_cycles", 0.0))
-    serial = gemv_cycles(**no_comp)
-    compute = gemv_cycles(**zero_lat) - serial
-    latency = total - overhead - serial - compute
-    return {"overhead": overhead, "latency": latency, "serialization": serial, "compute": compute}
+    kw = dict(kw)
+    region = _k.Region(kw.pop("rows"), kw.pop("cols"))
+    _check_kernel(kw.get("reduce_algo", "best"), kw.get("tree_model", "levels"))
+    return _k.gemv_parts(region, **kw)
 
 
 def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, hop_latency_cycles,
@@ -346,32 +304,19 @@ def gemm_cycles(*, m, k, n, rows, cols, flop_per_cycle, sram_bytes_per_cycle, ho
     larger tile. The ``S c_step`` term grows with the region side, so a bigger region helps prefill only
     while the compute term dominates (He et al. 2025, Table 3).
     """
-    P, Q = np.asarray(rows, dtype=float), np.asarray(cols, dtype=float)
-    S = np.maximum(P, Q)
-    mt, kt, nt = _ceil_div(m, P), _ceil_div(k, S), _ceil_div(n, Q)
-    tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
-                    dtype_bytes=dtype_bytes, efficiency_frac=mac_efficiency_frac)
-    compute = mt * kt * nt * tm
-    tile_bytes = np.maximum(mt * kt, kt * nt) * dtype_bytes
-    shift = 2.0 * (hop_latency_cycles + ramp_latency_cycles) + num_wavelets(
-        message_bytes=tile_bytes, wavelet_bytes=wavelet_bytes) * wavelet_bytes / link_bytes_per_cycle
-    return per_kernel_overhead_cycles + S * (step_overhead_cycles + np.maximum(compute, shift))
+    return _k.gemm_variants(
+        _k.Region(rows, cols), m=m, k=k, n=n, flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+        link_bytes_per_cycle=link_bytes_per_cycle, dtype_bytes=dtype_bytes, wavelet_bytes=wavelet_bytes,
+        variants=((hop_latency_cycles, ramp_latency_cycles, per_kernel_overhead_cycles, step_overhead_cycles,
+                   mac_efficiency_frac),))[1][0]
 
 
 def gemm_parts_cycles(**kw) -> dict[str, np.ndarray]:
     """The terms of :func:`gemm_cycles` by name [cycles]: ``overhead`` (per kernel and per step), and the rest
     of each step attributed to ``compute`` when the local tile product is longer than the tile shift, else to
     ``fabric``. They sum to :func:`gemm_cycles`."""
-    P, Q = np.asarray(kw["rows"], dtype=float), np.asarray(kw["cols"], dtype=float)
-    S = np.maximum(P, Q)
-    total = np.asarray(gemm_cycles(**kw), dtype=float)
-    overhead = kw.get("per_kernel_overhead_cycles", 0.0) + S * kw.get("step_overhead_cycles", 0.0)
-    fabric_only = gemm_cycles(**dict(kw, mac_efficiency_frac=1e30, per_kernel_overhead_cycles=0.0,
-                                     step_overhead_cycles=0.0))
-    body = total - overhead
-    compute = np.where(body > fabric_only, body, 0.0)
-    fabric = body - compute
-    return {"overhead": np.broadcast_to(overhead, total.shape) * 1.0, "compute": compute, "fabric": fabric}
+    kw = dict(kw)
+    return _k.gemm_parts(_k.Region(kw.pop("rows"), kw.pop("cols")), **kw)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .rows import unique_rows
+
 
 def greedy_stages(item_bytes: np.ndarray, capacity_bytes: float, stage_const_bytes: float = 0.0) -> list[tuple[int, int]] | None:
     """Pack items into the fewest contiguous stages of at most ``capacity_bytes`` each.
@@ -289,6 +291,9 @@ def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: 
     a = np.asarray(stage_const, dtype=float)
     N, n = x_multi.shape
     single_ok = x_single.sum(axis=1) + a <= capacity
+    if N <= _FEW_ROWS:  # a handful of rows: the same additions and comparisons on Python floats, item by item
+        return np.where(single_ok, 1, np.array([_greedy_count(row, ar, capacity) for row, ar in
+                                                zip(x_multi.tolist(), a.tolist())], dtype=np.int64).reshape(N))
     load = a.copy()
     stages = np.ones(N, dtype=np.int64)
     fail = np.zeros(N, dtype=bool)
@@ -301,11 +306,169 @@ def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: 
     return np.where(single_ok, 1, np.where(fail, n, stages))
 
 
-def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndarray, *, chunk: int = 128):
-    """:func:`min_max_partition` for many item vectors at once: the same dynamic program, the same tie-breaking
-    (first minimal split point), vectorized over rows; identical rows are solved once.
+#: up to this many rows :func:`greedy_stage_counts` packs row by row on Python floats (identical IEEE arithmetic,
+#: without a numpy call per item)
+_FEW_ROWS = 4
 
-    ``x`` (N, n) item bytes, ``k`` (N,) stage counts (1..n), ``stage_const`` (N,). Returns ``(start, end, loads)``,
+
+def _greedy_count(items: list, a: float, capacity: float) -> int:
+    """Stages of one row for :func:`greedy_stage_counts` (``n`` when an item alone does not fit)."""
+    load, stages, fail = a, 1, False
+    for b in items:
+        fail |= a + b > capacity
+        if load + b > capacity:
+            stages += 1
+            load = a + b
+        else:
+            load = load + b
+    return len(items) if fail else stages
+
+
+def _dp_stage(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """One full stage ``s >= 2`` of the dynamic program: ``(dp[s], first minimal split point)`` for every ``j``.
+
+    ``dp[s][j] = min over i of max(dp[s-1][i], seg(i, j))``, ``seg(i, j) = (pre[j] - pre[i]) + a`` (the load of items
+    ``[i, j)``, +inf for ``i >= j``), and the first ``i`` reaching it, as ``argmin`` over every ``i`` gives it, by
+    bisection instead of by trying every ``i``: with non-negative items ``g(i) = dp[s-1][i]`` does not decrease in
+    ``i`` (it is +inf below ``i = s - 1``) and ``h(i) = seg(i, j)`` does not increase (every floating-point step is
+    monotone), so ``max(g, h)`` equals ``h`` before the first ``c`` with ``g(c) >= h(c)`` and ``g`` from there on.
+    Its minimum is ``min(h(c-1), g(c))``: at ``c`` when ``g(c) < h(c-1)``, else at the first ``i`` with
+    ``h(i) <= h(c-1)`` (the start of ``h``'s plateau). Rows ``j < s`` (no split point) get +inf and 0, as ``argmin``
+    over all +inf gives. The same comparisons and the same additions as the scalar program: bit-identical.
+    """
+    M, W = dp.shape  # W = n + 1
+    off = (np.arange(M) * W)[:, None]
+    g_flat, p_flat = dp.ravel(), pre.ravel()
+    aa = a[:, None]
+    j = np.broadcast_to(np.arange(W), (M, W))
+    ok = j >= s
+    steps = int(W).bit_length() + 1
+
+    def h(i):
+        return (pre - p_flat[off + i]) + aa
+
+    # c: first i in [s-1, j) with g(i) >= h(i); j when none
+    lo = np.full((M, W), s - 1)
+    hi = np.where(ok, j, s - 1)
+    for _ in range(steps):
+        mid = (lo + hi) >> 1
+        cond = g_flat[off + np.minimum(mid, W - 1)] >= h(np.minimum(mid, W - 1))
+        live = lo < hi
+        hi = np.where(live & cond, mid, hi)
+        lo = np.where(live & ~cond, mid + 1, lo)
+    c = lo
+    has_h = ok & (c - 1 >= s - 1)
+    has_g = ok & (c <= j - 1)
+    hv = np.where(has_h, h(np.maximum(c - 1, 0)), np.inf)
+    gv = np.where(has_g, g_flat[off + np.minimum(c, W - 1)], np.inf)
+    # the plateau of h ending at c - 1: first i in [s-1, c-1] with h(i) <= h(c-1); plateaus are short (equal loads
+    # need items of zero bytes), so step back a few times, then bisect what is left
+    use_h = has_h & (hv <= gv)
+    i = np.where(use_h, c - 1, s - 1)
+    for _ in range(3):
+        back = (i > s - 1) & (h(np.maximum(i - 1, 0)) <= hv)
+        if not back.any():
+            break
+        i = np.where(back, i - 1, i)
+    else:
+        lo = np.full((M, W), s - 1)
+        hi = i
+        for _ in range(steps):
+            mid = (lo + hi) >> 1
+            cond = h(mid) <= hv
+            live = lo < hi
+            hi = np.where(live & cond, mid, hi)
+            lo = np.where(live & ~cond, mid + 1, lo)
+        i = lo
+    arg = np.where(ok, np.where(use_h, i, c), 0)
+    val = np.where(ok, np.maximum(g_flat[off + arg], h(arg)), np.inf)
+    return val, arg
+
+
+def _dp_stage_walk(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_dp_stage` for many rows: the crossing ``c`` does not decrease with ``j`` (``h`` grows with ``j``), so
+    one pointer per row walks from the previous column's crossing, all rows at once, column by column: about two
+    array steps per column instead of a bisection per cell. Same comparisons, same result."""
+    M, W = dp.shape
+    gf = np.ascontiguousarray(dp.T).ravel()  # element (i, row) at i * M + row
+    pT = np.ascontiguousarray(pre.T)
+    pf = pT.ravel()
+    r = np.arange(M)
+    val = np.full((W, M), np.inf)
+    arg = np.zeros((W, M), dtype=np.int64)
+    c = np.full(M, s - 1)
+    for j in range(s, W):
+        pj = pT[j]
+        while True:  # advance to the first i with g(i) >= h(i, j) (or j)
+            at = c * M + r
+            adv = (c < j) & (gf[at] < (pj - pf[at]) + a)
+            if not adv.any():
+                break
+            c = c + adv
+        has_h = c >= s
+        im1 = np.maximum(c - 1, 0) * M + r
+        hv = np.where(has_h, (pj - pf[im1]) + a, np.inf)
+        gv = np.where(c <= j - 1, gf[np.minimum(c, W - 1) * M + r], np.inf)
+        use_h = has_h & (hv <= gv)
+        i = np.where(use_h, c - 1, c)
+        while True:  # back to the start of h's plateau
+            prev = np.maximum(i - 1, 0) * M + r
+            back = use_h & (i > s - 1) & ((pj - pf[prev]) + a <= hv)
+            if not back.any():
+                break
+            i = i - back
+        arg[j] = i
+        at = i * M + r
+        val[j] = np.maximum(gf[at], (pj - pf[at]) + a)
+    return val.T, arg.T
+
+
+#: chunks of at least this many rows take :func:`_dp_stage_walk` (fewer array steps per row, more per chunk)
+WALK_MIN_ROWS = 2048
+
+
+def _dp_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """The dynamic program of :func:`min_max_partition` on rows of ``k >= 2`` stages: (start, end), each (rows, K).
+
+    ``dp[s][j]`` (best largest load of items ``[0, j)`` in ``s`` stages) and the first minimal split point as the
+    scalar program, stage by stage over all rows; the first stage has one split point (0) and the last stage is
+    needed at ``j = n`` only, so a two-stage row costs O(n) and a ``k``-stage row ``k - 2`` full stages
+    (:func:`_dp_stage`, :func:`_dp_stage_walk`).
+    """
+    M, n = xs.shape
+    pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
+    dp = np.maximum(0.0, pre - pre[:, :1] + a[:, None])
+    dp[:, 0] = np.inf
+    stage = _dp_stage_walk if M >= WALK_MIN_ROWS else _dp_stage
+    args = {}
+    for s in range(2, k):
+        dp, args[s] = stage(dp, pre, a, s)
+    # the last stage, at j = n only
+    last = pre[:, n:] - pre + a[:, None]
+    last[:, n] = np.inf
+    i = np.argmin(np.maximum(dp, last), axis=1)
+    us = np.full((M, K), -1, dtype=np.int64)
+    ue = np.full((M, K), -1, dtype=np.int64)
+    r = np.arange(M)
+    j = np.full(M, n, dtype=np.int64)
+    for s in range(k, 0, -1):  # back from (k, n): stage s covers items [i, j)
+        if s < k:
+            i = args[s][r, j] if s > 1 else np.zeros(M, dtype=np.int64)
+        us[:, s - 1] = i
+        ue[:, s - 1] = j - 1
+        j = i
+    return us, ue
+
+
+def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndarray, *, chunk: int | None = None,
+                              row_keys=None):
+    """:func:`min_max_partition` for many item vectors at once: the same dynamic program, the same tie-breaking
+    (first minimal split point), vectorized over rows (``chunk`` rows at a time at most; default: as many as ~64 MB
+    of DP table allow); identical rows are solved once.
+
+    ``x`` (N, n) item bytes, ``k`` (N,) stage counts (1..n), ``stage_const`` (N,); ``row_keys``: optional columns
+    ((N,) each) that determine a row's items, constant and stage count, so that rows equal in them are recognised
+    without comparing whole rows (default: the rows themselves). Returns ``(start, end, loads)``,
     each (N, K) with ``K = max(k)``: inclusive item indices of each stage (-1 beyond a row's ``k`` stages) and the
     stage loads (-inf there).
     """
@@ -318,49 +481,46 @@ def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndar
     end = np.full((N, K), -1, dtype=np.int64)
     one = k == 1
     start[one, 0], end[one, 0] = 0, n - 1
-    big = ~one & ((n + 1) ** 2 * k > _DP_LIMIT)  # long models: the exact bottleneck search, one row at a time
-    for i in np.nonzero(big)[0]:
-        _, st = min_max_partition(x[i], int(k[i]), float(a_all[i]))
-        for t, (a, b) in enumerate(st):
-            start[i, t], end[i, t] = a, b
+    def distinct(idx):
+        """(first, inverse) of the distinct rows among ``idx`` (indices into ``idx``)."""
+        if row_keys is not None:
+            return unique_rows(*(np.broadcast_to(np.asarray(c, dtype=float), (N,))[idx] for c in row_keys))
+        _, f, inv = np.unique(np.column_stack([x[idx], a_all[idx], k[idx]]), axis=0, return_index=True,
+                              return_inverse=True)
+        return f, inv.ravel()
+
+    big = ~one & ((n + 1) ** 2 * k > _DP_LIMIT)  # long models: the exact bottleneck search, once per distinct row
+    bigi = np.nonzero(big)[0]
+    if len(bigi):
+        f, inv = distinct(bigi)
+        bs = np.full((len(f), K), -1, dtype=np.int64)
+        be = np.full((len(f), K), -1, dtype=np.int64)
+        for u, i in enumerate(bigi[f]):
+            _, st = min_max_partition(x[i], int(k[i]), float(a_all[i]))
+            for t, (a, b) in enumerate(st):
+                bs[u, t], be[u, t] = a, b
+        start[bigi], end[bigi] = bs[inv], be[inv]
     multi = np.nonzero(~one & ~big)[0]
-    chunk = max(1, min(chunk, int(8_000_000 // (n + 1) ** 2)))  # bound the (rows, n+1, n+1) DP table to ~64 MB
     if len(multi):
-        key = np.column_stack([x[multi], a_all[multi], k[multi]])
-        uniq, first_idx, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
-        src = multi[first_idx]
-        us = np.full((len(src), K), -1, dtype=np.int64)
-        ue = np.full((len(src), K), -1, dtype=np.int64)
-        tri = np.tril_indices(n + 1)
-        for c0 in range(0, len(src), chunk):
-            sl = slice(c0, min(c0 + chunk, len(src)))
-            rows_ = src[sl]
-            xs, ks, a = x[rows_], k[rows_], a_all[rows_]
-            M = xs.shape[0]
-            Kc = int(ks.max())
-            pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
-            seg = pre[:, None, :] - pre[:, :, None] + a[:, None, None]
-            seg[:, tri[0], tri[1]] = np.inf
-            dp = np.full((M, n + 1), np.inf)
-            dp[:, 0] = 0.0
-            args = np.zeros((Kc + 1, M, n + 1), dtype=np.int64)
-            r = np.arange(M)
-            for s in range(1, Kc + 1):
-                cand = np.maximum(dp[:, :, None], seg)
-                arg = np.argmin(cand, axis=1)
-                args[s] = arg
-                dp = np.take_along_axis(cand, arg[:, None, :], axis=1)[:, 0, :]
-            j = np.full(M, n, dtype=np.int64)
-            for t in range(Kc):
-                s = ks - t
-                act = s >= 1
-                i = args[np.maximum(s, 1), r, j]
-                idx = np.maximum(s - 1, 0)
-                us[sl][r[act], idx[act]] = i[act]
-                ue[sl][r[act], idx[act]] = j[act] - 1
-                j = np.where(act, i, j)
-        start[multi] = us[inv.ravel()]
-        end[multi] = ue[inv.ravel()]
+        first_idx, inv = distinct(multi)
+        src = multi[first_idx[np.argsort(k[multi[first_idx]], kind="stable")]]  # by stage count: tight chunks
+        us = np.full((N, K), -1, dtype=np.int64)
+        ue = np.full((N, K), -1, dtype=np.int64)
+        c0 = 0
+        while c0 < len(src):
+            # one stage count per chunk
+            kc = int(k[src[c0]])
+            # a few rows: bisection on DP arrays of ~64k cells (in cache); many: the pointer walk, 16k rows at a time
+            size = 16_384 if len(src) - c0 >= WALK_MIN_ROWS else 65_536 // (n + 1)
+            size = max(1, min(chunk or len(src), size))
+            rows_ = src[c0:c0 + size]
+            rows_ = rows_[k[rows_] == kc]
+            c0 += len(rows_)
+            cs, ce = _dp_chunk(x[rows_], kc, a_all[rows_], K)
+            us[rows_], ue[rows_] = cs, ce
+        rep = multi[first_idx]
+        start[multi] = us[rep][inv]
+        end[multi] = ue[rep][inv]
     valid = start >= 0
     pre = np.concatenate([np.zeros((N, 1)), np.cumsum(x, axis=1)], axis=1)
     rows = np.arange(N)[:, None]

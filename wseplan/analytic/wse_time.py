@@ -33,6 +33,8 @@ import numpy as np
 from ..errors import InputError
 from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
 from . import fabric as fab
+from . import fabric_kernels as fkern
+from .rows import unique_rows
 from .fabric import gemv_latency_s  # noqa: F401  (re-exported for validation's micro rows)
 
 PHASES = ("train", "prefill", "decode", "e2e")
@@ -74,21 +76,56 @@ def _reduce_kwargs(fk: dict) -> dict:
                 tree_model=fk.get("tree_model", "levels"), max_tree_levels=fk.get("num_colors", np.inf) - 1.0)
 
 
-def _add_allreduce(parts, rows, cols, nbytes, fk):
-    """A norm/softmax statistic: the vector lives along one line of the region (the root line of the previous
-    reduction), so its all-reduce is one line reduction plus one line broadcast of ``nbytes``."""
-    kw = dict(length_pes=cols, message_bytes=nbytes, link_bytes_per_cycle=fk["link_bytes_per_cycle"],
-              wavelet_bytes=fk["wavelet_bytes"])
+def _stacked(region, *operands) -> list[np.ndarray]:
+    """Each group of operands broadcast to one shape (theirs and the region's) and stacked along a new first axis
+    (one entry per kernel), so a block's kernels run as one array pass."""
+    shape = np.broadcast_shapes(region.P.shape, region.Q.shape, *(np.shape(v) for group in operands for v in group))
+    out = []
+    for group in operands:
+        a = np.empty((len(group), *shape))
+        for i, v in enumerate(group):
+            a[i] = v
+        out.append(a)
+    return out
+
+
+def _statistics(rows, cols, nbytes, fk, region, *, serial: bool):
+    """Line reduction + line broadcast of each statistic in ``nbytes`` (one per row of the stack) along the rows of
+    the region [cycles]: ``(full, serial)`` sums (``serial``: without hop, ramp and stage latency) or ``full`` alone."""
+    region = fkern.Region(rows, cols) if region is None else region
     rk = _reduce_kwargs(fk)
-    full = (fab.line_reduce_cycles(hop_latency_cycles=fk["hop_latency_cycles"], ramp_latency_cycles=fk["ramp_latency_cycles"],
-                                   **rk, **kw)
-            + fab.line_broadcast_cycles(hop_latency_cycles=fk["hop_latency_cycles"], **kw))
-    serial = (fab.line_reduce_cycles(hop_latency_cycles=0.0, ramp_latency_cycles=0.0,
-                                     **dict(rk, reduce_stage_cycles=0.0, tree_level_cycles=0.0), **kw)
-              + fab.line_broadcast_cycles(hop_latency_cycles=0.0, **kw))
-    parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
-    parts["latency"] = parts["latency"] + (full - serial)
-    parts["serialization"] = parts["serialization"] + serial
+    variants = [(fk["hop_latency_cycles"], fk["ramp_latency_cycles"], rk["reduce_stage_cycles"], rk["tree_level_cycles"])]
+    if serial:
+        variants.append((0.0, 0.0, 0.0, 0.0))
+    return fkern.reduce_broadcast(
+        region, "Q", _stacked(region, nbytes)[0], link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
+        tree_level_overlap_frac=rk["tree_level_overlap_frac"], max_tree_levels=rk["max_tree_levels"],
+        tree_model=fab._check_tree_model(rk["tree_model"]), variants=variants)
+
+
+def _add_allreduce(parts, rows, cols, nbytes, fk, region=None):
+    """Norm/softmax statistics: each vector lives along one line of the region (the root line of the previous
+    reduction), so its all-reduce is one line reduction plus one line broadcast of its bytes. ``nbytes``: one
+    statistic's bytes or a sequence of them (added in order); ``region``: a :class:`~.fabric_kernels.Region` of
+    ``rows`` x ``cols`` whose line terms the block's kernels share."""
+    seq = nbytes if isinstance(nbytes, (list, tuple)) else [nbytes]
+    (red, bc), (red0, bc0) = _statistics(rows, cols, seq, fk, region, serial=True)
+    for i in range(len(seq)):
+        full = red[i] + bc[i]
+        serial = red0[i] + bc0[i]
+        parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
+        parts["latency"] = parts["latency"] + (full - serial)
+        parts["serialization"] = parts["serialization"] + serial
+
+
+def _accumulate(parts: dict, stacked: dict) -> dict:
+    """``parts[key] + stacked[key][0] + stacked[key][1] + ...``, in that order, for every key of ``parts``."""
+    for key in parts:
+        acc = parts[key]
+        for v in stacked[key]:
+            acc = acc + v
+        parts[key] = acc
+    return parts
 
 
 def decode_layer_floor_s(arch, wafer, *, rows: int, cols: int, precision: str = "fp16", context: int = 1,
@@ -139,65 +176,137 @@ _PART_NAMES = {"overhead": "kernel_overhead", "latency": "fabric_latency", "seri
 # ---------------------------------------------------------------------------------------------
 # Array-capable forms (batch, context and region sides broadcast), for vectorized sweeps
 # ---------------------------------------------------------------------------------------------
-def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
+def _row_plan(x, region, shape, min_rows: int = 32):
+    """Distinct rows for evaluating a function of ``x`` and the region along the first axis of ``shape``:
+    ``(inverse, x on the distinct rows, their region)`` when ``x`` and the region vary along that axis alone (a
+    configuration's batch against region sides along the second axis, or one region per row) and rows repeat
+    enough to pay; None otherwise."""
+    nd = len(shape)
+    if nd == 0 or shape[0] < min_rows:
+        return None
+    n0 = shape[0]
+
+    def row_only(a):
+        return a.ndim == nd and a.shape[0] == n0 and all(d == 1 for d in a.shape[1:])
+
+    if not row_only(x):
+        return None
+    keys, vary = [x.reshape(n0)], []
+    for a in (region.P, region.Q):
+        vary.append(row_only(a))
+        if vary[-1]:
+            keys.append(a.reshape(n0))
+        elif not (a.ndim < nd or a.shape[0] == 1):
+            return None
+    first, inv = unique_rows(*keys)
+    if len(first) > 0.75 * n0:
+        return None
+    sub = fkern.Region(region.P[first] if vary[0] else region.P, region.Q[first] if vary[1] else region.Q) \
+        if any(vary) else region
+    return inv, x[first], sub
+
+
+def _gather(out, inv):
+    """Nested dicts/tuples of stacked arrays ``(kernels, rows, ...)``, rows taken by ``inv``."""
+    if isinstance(out, dict):
+        return {k: _gather(v, inv) for k, v in out.items()}
+    if isinstance(out, tuple):
+        return tuple(_gather(v, inv) for v in out)
+    return out[:, inv]
+
+
+def _on_rows(fn, x, region, shape):
+    """``fn(x, region)`` (stacked arrays ``(kernels, *shape)``), evaluated once per distinct row when rows repeat
+    (:func:`_row_plan`) and gathered: the numbers ``fn`` gives row by row."""
+    plan = _row_plan(x, region, shape)
+    if plan is None:
+        return fn(x, region)
+    inv, xs, reg = plan
+    return _gather(fn(xs, reg), inv)
+
+
+def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gemv_mac_efficiency_frac: float,
+                              region=None) -> dict:
     """:func:`decode_block_cycles` with ``batch``, ``context``, ``rows`` and ``cols`` as broadcasting arrays
-    [cycles]; the same kernels and the same arithmetic."""
+    [cycles]; the same kernels and the same arithmetic. ``region``: a :class:`~.fabric_kernels.Region` of ``rows``
+    x ``cols`` to share line terms with other calls on the same regions.
+
+    The kernels that depend on the batch alone (QKV, output and MLP GEMVs, the statistics) and those that depend on
+    context x batch (score and context GEMVs) each run as one stacked array pass, once per distinct row where rows
+    repeat (:func:`_on_rows`), and the parts are summed in the block's order."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
-    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemv_mac_efficiency_frac)
-    mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], ctx * b), (1.0, ctx * b, D["q"]), (b, D["q"], D["d"]),
-            (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"])]
-    parts = {"overhead": 0.0, "latency": 0.0, "serialization": 0.0, "compute": 0.0}
-    for m, k, n in mats:
-        p = fab.gemv_parts_cycles(m=m, k=k, n=n, **g)
-        for key in parts:
-            parts[key] = parts[key] + p[key]
-    for nbytes in (4.0 * b, 4.0 * b, 8.0 * b * D["heads"]):
-        _add_allreduce(parts, rows, cols, nbytes, fk)
+    region = fkern.Region(rows, cols) if region is None else region  # line terms shared by every kernel of the block
+    g = dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac)
+    cb = ctx * b
+    shape = np.broadcast_shapes(b.shape, cb.shape, region.P.shape, region.Q.shape)
+
+    def per_batch(bb, reg):
+        mats = [(bb, D["d"], D["q"] + 2 * D["kv"]), (bb, D["q"], D["d"]), (bb, D["d"], D["ff_in"]), (bb, D["ff"], D["d"])]
+        m, k, n = _stacked(reg, *zip(*mats))
+        (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * bb, 4.0 * bb, 8.0 * bb * D["heads"]], fk, reg, serial=True)
+        serial = red0 + bc0
+        return fkern.gemv_parts(reg, m=m, k=k, n=n, **g), (red + bc) - serial, serial
+
+    def per_context(x, reg):
+        m, k, n = _stacked(reg, (1.0, 1.0), (D["q"], x), (x, D["q"]))
+        return fkern.gemv_parts(reg, m=m, k=k, n=n, **g)
+
+    pa, lat, ser = _on_rows(per_batch, b, region, shape)
+    pc = _on_rows(per_context, cb, region, shape)
+    parts = {}
+    for key in ("overhead", "latency", "serialization", "compute"):  # QKV, score, context, output, MLP up, MLP down
+        acc = 0.0
+        for v in (pa[key][0], pc[key][0], pc[key][1], pa[key][1], pa[key][2], pa[key][3]):
+            acc = acc + v
+        parts[key] = acc
+    for i in range(3):  # two norms and one softmax
+        parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
+        parts["latency"] = parts["latency"] + lat[i]
+        parts["serialization"] = parts["serialization"] + ser[i]
     return parts
 
 
-def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
-    """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles]."""
+def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float, region=None) -> dict:
+    """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles] (``region`` as
+    :func:`decode_block_cycles_array`; once per distinct row where rows repeat)."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
-    parts = fab.gemv_parts_cycles(m=b, k=D["d"], n=D["vocab"], rows=rows, cols=cols,
-                                  mac_efficiency_frac=gemv_mac_efficiency_frac, **fk)
-    parts = {k: v * 1.0 for k, v in parts.items()}
-    _add_allreduce(parts, rows, cols, 4.0 * b, fk)
-    _add_allreduce(parts, rows, cols, 8.0 * b, fk)
-    return parts
+    region = fkern.Region(rows, cols) if region is None else region
+    shape = np.broadcast_shapes(b.shape, region.P.shape, region.Q.shape)
+
+    def per_batch(bb, reg):
+        parts = fkern.gemv_parts(reg, m=bb, k=D["d"], n=D["vocab"], **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
+        parts = {k: v * 1.0 for k, v in parts.items()}
+        _add_allreduce(parts, None, None, [4.0 * bb, 8.0 * bb], fk, reg)
+        return {k: v[None] for k, v in parts.items()}
+
+    return {k: v[0] for k, v in _on_rows(per_batch, b, region, shape).items()}
 
 
 def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficiency_frac: float,
-                               gemm_step_overhead_cycles: float, batch=1, causal: bool = True, prior_tokens=0.0) -> dict:
+                               gemm_step_overhead_cycles: float, batch=1, causal: bool = True, prior_tokens=0.0,
+                               region=None) -> dict:
     """:func:`prefill_block_cycles` with broadcasting ``tokens``, ``batch``, ``rows``, ``cols`` [cycles].
 
     ``prior_tokens``: earlier tokens of the same prompt already in the KV cache (chunked prefill), which every
-    token of the chunk also attends to."""
+    token of the chunk also attends to. ``region`` as :func:`decode_block_cycles_array`."""
     D = _dims(arch)
     tok = np.asarray(tokens, dtype=float)
     att = np.asarray(prior_tokens, dtype=float) + ((tok + 1.0) / 2.0 if causal else tok)
     t = tok * np.asarray(batch, dtype=float)
-    g = dict(fk, rows=rows, cols=cols, mac_efficiency_frac=gemm_mac_efficiency_frac,
-             step_overhead_cycles=gemm_step_overhead_cycles)
+    region = fkern.Region(rows, cols) if region is None else region  # line terms shared by every kernel of the block
+    g = dict(fk, mac_efficiency_frac=gemm_mac_efficiency_frac, step_overhead_cycles=gemm_step_overhead_cycles)
     mats = [(t, D["d"], D["q"] + 2 * D["kv"]), (t, D["q"], att), (t, att, D["q"]), (t, D["q"], D["d"]),
             (t, D["d"], D["ff_in"]), (t, D["ff"], D["d"])]
-    parts = {"overhead": 0.0, "compute": 0.0, "fabric": 0.0}
-    for m, k, n in mats:
-        p = fab.gemm_parts_cycles(m=m, k=k, n=n, **g)
-        for key in parts:
-            parts[key] = parts[key] + p[key]
+    m, k, n = _stacked(region, *zip(*mats))  # the six GEMMs as one array pass, summed in order
+    parts = _accumulate({"overhead": 0.0, "compute": 0.0, "fabric": 0.0}, fkern.gemm_parts(region, m=m, k=k, n=n, **g))
     mt = np.ceil(t / np.asarray(rows, dtype=float))
-    for nbytes in (4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]):
-        lr = fab.line_reduce_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
-                                    link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"],
-                                    ramp_latency_cycles=fk["ramp_latency_cycles"], **_reduce_kwargs(fk))
-        lb = fab.line_broadcast_cycles(length_pes=cols, message_bytes=nbytes, hop_latency_cycles=fk["hop_latency_cycles"],
-                                       link_bytes_per_cycle=fk["link_bytes_per_cycle"], wavelet_bytes=fk["wavelet_bytes"])
+    ((lr, lb),) = _statistics(rows, cols, [4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]], fk, region, serial=False)
+    for i in range(3):
         parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
-        parts["fabric"] = parts["fabric"] + lr + lb
+        parts["fabric"] = parts["fabric"] + lr[i] + lb[i]
     return parts
 
 

@@ -549,3 +549,4 @@ class Defaults(_Checked):
     default_output_tokens: Quantity
     default_train_batch: Quantity
     default_train_context_tokens: Quantity
+    default_min_tokens_per_s_per_user: Quantity

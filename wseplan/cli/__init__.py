@@ -58,7 +58,7 @@ _STATE = {"debug": False}
 
 # One module per command, registered in this order (the order of `wseplan --help`). Each module defines
 # ``register(app)``; adding a command is one module plus its name here.
-COMMANDS = ("fit", "time", "stream", "scale", "cost", "compare", "place", "fleet", "report", "check", "sweep",
+COMMANDS = ("fit", "time", "serve", "stream", "scale", "cost", "compare", "place", "fleet", "report", "check", "sweep",
             "validate", "simulate", "calibrate", "catalog")
 
 

@@ -26,6 +26,7 @@ MAX_TIME_LIMIT_S = 7 * 86_400.0
 MAX_WORKERS = 1024
 MAX_CHUNK = 10**8               # == wseplan.sweep.schema.MAX_CONFIGURATIONS (tested)
 MAX_DIM = 2**31 - 1             # == wseplan.catalog.schema.MAX_COUNT (tested)
+MAX_LIMIT_S = 1e9               # a latency limit beyond 31 years limits nothing
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,18 @@ RULES: dict[str, Rule] = {
     "--clock-hz": Rule(0, MAX_SI, "Hz", open_low=True),
     "--bandwidth": Rule(0, MAX_SI, "bytes/s", open_low=True),
     "--prefetch": Rule(0, MAX_DEGREE, "layers in flight"),
+    # serving (wseplan serve; --min-speed also in cost and compare)
+    "--input-len": _COUNT("tokens", MAX_CONTEXT),
+    "--output-len": _COUNT("tokens", MAX_CONTEXT),
+    "--concurrency": _COUNT("requests in flight", MAX_BATCH),
+    "--rate": Rule(0, MAX_SI, "requests/s", open_low=True),
+    "--ttft-limit": Rule(0, MAX_LIMIT_S, "seconds", open_low=True),
+    "--tpot-limit": Rule(0, MAX_LIMIT_S, "seconds", open_low=True),
+    "--percentile": Rule(0, 100, "a percentile", open_low=True, open_high=True),
+    "--draft-tokens": Rule(1, 16, "draft tokens per step"),
+    "--acceptance": Rule(0, 1, "a per-token acceptance probability", open_high=True),
+    "--utilization": Rule(0, 1, "a load fraction", open_low=True, open_high=True),
+    "--min-speed": Rule(0, MAX_SI, "tokens/s per user", open_low=True),
 }
 
 

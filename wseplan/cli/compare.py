@@ -17,10 +17,12 @@ def compare_cmd(
     targets: str = O.targets_opt("wse3,cs3x4,h100x8,h200x8,b200x8"),
     phase: str = O.phase_opt(),
     precision: str = O.precision_opt(help="Weight/compute format."),
-    batch: Optional[int] = O.batch_opt("Sequences in flight (default 1)."),
+    batch: Optional[int] = O.batch_opt("Sequences in flight. Serving without it: each target at its operating point "
+                                       "(the cheapest that meets --min-speed)."),
     context: Optional[int] = O.context_opt("Tokens per sequence / KV length."),
     output_tokens: Optional[int] = O.output_tokens_opt("Inference: tokens generated per request.", short=False),
     train_tokens: Optional[float] = O.train_tokens_opt("Train: tokens of the whole run (for $/run)."),
+    min_speed: Optional[float] = O.min_speed_opt(),
     set_: Optional[list[str]] = O.set_opt("Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),
     uncertainty: int = O.uncertainty_opt("Monte Carlo samples of the cost inputs (adds P10/P50/P90 $/M tokens).", short=False),
     seed: int = O.seed_opt(),
@@ -41,7 +43,8 @@ def compare_cmd(
     names = [t.strip() for t in targets.split(",") if t.strip()]
     res = compare_fn(model, names, phase=phase, precision=precision, batch=batch, context=context,
                      output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
-                     overrides=O.cost_overrides(set_, cat), uncertainty=uncertainty, seed=seed)
+                     overrides=O.cost_overrides(set_, cat), uncertainty=uncertainty, seed=seed,
+                     min_tokens_per_s_per_user=min_speed)
     if fmt == "json":
         json_out(res.to_record(), prices=[])
         return
@@ -53,7 +56,7 @@ def compare_cmd(
         emit(f"## {res.model}: {res.phase}, {res.precision}\n\n" + res.table().to_markdown()
              + "".join(f"\n- {n}" for n in notes) + ("\n" if notes else ""))
     else:
-        print_report_table(res.table(), title=f"{res.model}: {res.phase}, {res.precision}, batch {res.batch}, "
+        print_report_table(res.table(), title=f"{res.model}: {res.phase}, {res.precision}, {res.batch_text}, "
                                               f"context {res.context}")
         notes_out(notes)
 

@@ -17,7 +17,9 @@ def cost_cmd(
     target: str = O.target_opt("<hardware key>[x<N>]: cs3x4, h100-sxmx8 … (no count: the fewest that fit)."),
     phase: str = O.phase_opt("serve", "serve (whole requests) | prefill (input side) | decode (output side) | train."),
     precision: str = O.precision_opt(),
-    batch: Optional[int] = O.batch_opt("Serve: concurrent requests; train: sequences per step."),
+    batch: Optional[int] = O.batch_opt("Serve: concurrent requests (without it: the operating point, the cheapest "
+                                       "that meets --min-speed); train: sequences per step."),
+    min_speed: Optional[float] = O.min_speed_opt(),
     context: Optional[int] = O.context_opt("Serve: prompt tokens; train: sequence length."),
     output_tokens: Optional[int] = O.output_tokens_opt(),
     train_tokens: Optional[float] = O.train_tokens_opt(),
@@ -40,7 +42,8 @@ def cost_cmd(
     cat = O.load_catalog(catalog)
     res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
-               prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx, catalog=cat)
+               prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx, catalog=cat,
+               min_tokens_per_s_per_user=min_speed)
     render_cost(res, fmt, cat.sources, list(prices or []))
 
 
@@ -61,7 +64,8 @@ def render_cost(res, fmt: str, sources: dict | None = None, prices: list[str] | 
              f"{field_unit(head).label} at low": fmt_field(head, r.metric_at_low),
              f"{field_unit(head).label} at high": fmt_field(head, r.metric_at_high), "swing": fmt_field(head, r.swing)}
             for r in res.tornado]
-    title = (f"Cost: {res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}, "
+    how = " (searched: operating point)" if res.operating_point else ""
+    title = (f"Cost: {res.model} on {res.target} ({res.phase}, batch {res.batch}{how}, context {res.context}, "
              f"prices {res.prices_date})")
     sections = [Section(title, rows), Section("inputs (value, low, high)", params)]
     if torn:

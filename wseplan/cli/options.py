@@ -48,6 +48,13 @@ def batch_opt(help: str = "Sequences (default: catalogs/defaults.yaml).", defaul
     return typer.Option(default, "--batch", "-b", help=help)
 
 
+def min_speed_opt(help: str = "Serving without --batch: the per-user speed the operating point must meet "
+                                "[tokens/s per user] (default: catalogs/defaults.yaml default_min_tokens_per_s_per_user).",
+                  ) -> typer.models.OptionInfo:
+    """``--min-speed``."""
+    return typer.Option(None, "--min-speed", help=help)
+
+
 def context_opt(help: str = "Tokens per sequence / KV length (default: catalogs/defaults.yaml).",
                 default: Optional[int] = None) -> typer.models.OptionInfo:
     """``--context/-c``."""

@@ -120,15 +120,24 @@ class InferenceMixin:
                 # own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round
                 spare = np.maximum(budget - np.ceil(B / nmb), 1.0)
                 passes = np.ceil(C / spare)
-                chunk = np.minimum(spare, C)
+                chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
                 lat, _, _ = self.pass_time(ctx, cfg, rows, decode_seqs=np.ceil(B / nmb), decode_kv=C + O / 2.0,
                                            prefill_tokens=chunk, prefill_span=chunk, prefill_kv=(C - chunk) / 2.0,
                                            prefill_seqs=np.ones(n))
-                ttft = E.pipelined_passes_s(latency_s=lat, stage_s=np.maximum(tpot / nmb, lat / np.maximum(
-                    self.pipeline_stages(ctx, cfg), 1.0)), passes=passes)
+                nst = np.maximum(self.pipeline_stages(ctx, cfg), 1.0)
+                own = E.pipelined_passes_s(latency_s=lat, stage_s=np.maximum(tpot / nmb, lat / nst), passes=passes)
+                # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
+                full, _, _ = self.pass_time(ctx, cfg, rows, decode_seqs=np.ceil(B / nmb), decode_kv=C + O / 2.0,
+                                            prefill_tokens=spare, prefill_span=spare, prefill_kv=(C - chunk) / 2.0,
+                                            prefill_seqs=np.ones(n))
+                busy = C / spare * np.maximum(tpot / nmb, full / nst)
+                # closed loop at B: prompts queue for the prefill budget (M/D/1); Little's law gives the throughput
+                lam, wait = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=steps * tpot,
+                                                       prefill_busy_s=busy)
+                ttft = own + wait
                 request = ttft + steps * tpot
-                # Little's law: B slots, each holding a request for its whole life (own prefill, then O - 1 steps)
-                tokens_per_s = R * B * np.maximum(O, 1.0) / request
+                tokens_per_s = R * lam * np.maximum(O, 1.0)
+                out.update(ttft_own_s=own, prefill_busy_s=busy)
                 alone, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)  # the same round without prompt chunks
                 pre_tok = np.minimum(pre_per_seq * B, np.maximum(budget - B / nmb, 0.0) * nmb)
                 acct = dict(cost_prefill_s=np.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
@@ -162,7 +171,13 @@ def speculation(q) -> dict | None:
         raise InputError(f"draft_tokens: must be an integer from 1 to 16, got {k!r}")
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a < 1.0:
         raise InputError(f"acceptance: per-token acceptance must be in [0, 1), got {a!r}")
-    draft = resolve_model(name, q.catalog) if isinstance(name, str) else name
+    if isinstance(name, str):
+        try:
+            draft = resolve_model(name, q.catalog)
+        except InputError as e:
+            raise InputError(f"speculative: unknown draft model {name!r} ({e}); name a catalog model or a config.json") from None
+    else:
+        draft = name
     return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a)}
 
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..analytic import fabric as fab
+from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
 from ..analytic.engine import prefill_passes
 from ..analytic.partition import greedy_stage_counts, min_max_partition_batched
+from ..analytic.rows import unique_rows
 from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, stage_records
@@ -135,18 +137,20 @@ class WaferFamily(InferenceMixin, Family):
         kmin = greedy_stage_counts(ctx.items(B, kv, np.ones(n, dtype=bool)), ctx.items(B, kv, np.zeros(n, dtype=bool)),
                                    a, ctx.cap)
         N = ctx.count
-        reps = []
-        for i in range(n):
-            if not search[i]:
-                reps.append(np.asarray([cfg["num_wafers"][i]]))
-            elif N is None:
-                reps.append(np.asarray([min(kmin[i], ctx.n_items)], dtype=float))
-            else:
-                lo = min(kmin[i], N, ctx.n_items)
-                reps.append(np.arange(lo, min(N, ctx.n_items) + 1, dtype=float))
-        parent = np.repeat(np.arange(n), [len(r) for r in reps])
+        # per row: the given replica size; without a count the fewest wafers that fit; with N wafers every size from
+        # the fewest to N (one candidate row each, in increasing order)
+        given = np.asarray(cfg["num_wafers"], dtype=float)
+        if N is None:
+            first = np.where(search, np.minimum(kmin, ctx.n_items), given)
+            reps = np.ones(n, dtype=np.int64)
+        else:
+            hi = min(N, ctx.n_items)
+            first = np.where(search, np.minimum(np.minimum(kmin, N), ctx.n_items), given)
+            reps = np.where(search, hi - first + 1, 1).astype(np.int64)
+        parent = np.repeat(np.arange(n), reps)
         out = {k: np.asarray(v, dtype=float)[parent] for k, v in cfg.items()}
-        out["num_wafers"] = np.concatenate(reps)
+        start = np.cumsum(reps) - reps
+        out["num_wafers"] = first[parent] + (np.arange(len(parent)) - start[parent])
         return out, parent
 
     # -- fit -------------------------------------------------------------------------------------------------
@@ -157,7 +161,8 @@ class WaferFamily(InferenceMixin, Family):
         a = ctx.w.working_set_bytes_per_token * np.asarray(work, dtype=float)
         kvr = kv_bytes_rows(ctx.w, B, kv)
         x = ctx.weights(len(B), k > 1) + kvr
-        start, end, loads = min_max_partition_batched(x, k, a)
+        # a row's items, stage constant and stage count follow from (batch, KV tokens, working bytes, stages)
+        start, end, loads = min_max_partition_batched(x, k, a, row_keys=(B, kv, a, k))
         return x, kvr, a, start, end, loads
 
     def fit(self, ctx: WaferContext, cfg: dict) -> dict:
@@ -293,13 +298,18 @@ class WaferFamily(InferenceMixin, Family):
         if getattr(ctx, "_draft", None) is None:
             ctx._draft = WaferContext(draft_query(ctx.q, ctx.spec["draft_model"]))
         dctx = ctx._draft
+        last = getattr(ctx, "_draft_for", None)
+        if last is not None and last[0] is cfg:  # the same rows again (a serving round with and without prompts)
+            return dctx, last[1]
         n = len(cfg["batch"])
         base = {k: np.asarray(cfg[k], dtype=float) for k in ("batch", "context", "output_tokens")}
         base["num_wafers"] = np.full(n, np.nan)
         cand, parent = self.candidates(dctx, base)
         first = np.unique(parent, return_index=True)[1]
         dcfg = {k: v[first] for k, v in cand.items()}
-        return dctx, self._with_stages(dctx, dcfg, self.fit(dctx, dcfg))
+        dcfg = self._with_stages(dctx, dcfg, self.fit(dctx, dcfg))
+        ctx._draft_for = (cfg, dcfg)
+        return dctx, dcfg
 
     def _groups(self, ctx, cfg, rows_, cols_, idx=None):
         sel = slice(None) if idx is None else idx
@@ -312,73 +322,104 @@ class WaferFamily(InferenceMixin, Family):
         """Square side minimising one wafer's pass time for this pass kind, among sides that tile the wafer, hold
         the largest layer and leave room for every layer group (WaferLLM's region choice)."""
         sides = ctx.sides
-        mb = np.asarray(mb, dtype=float)[:, None]
-        tok = np.asarray(tokens, dtype=float)[:, None]
-        if phase == "decode":
-            blk = wt.decode_block_cycles_array(arch=ctx.m, batch=mb, context=tok, rows=sides[None, :], cols=sides[None, :],
-                                               fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
-        else:
-            blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok, batch=1, rows=sides[None, :], cols=sides[None, :],
-                                                fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
-                                                gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
-        tot = sum(np.asarray(v, dtype=float) for v in blk.values())
+        n = len(layer_bytes)
         regions = (ctx.R // sides) * (ctx.C // sides)
         capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
         ok = capr[None, :] >= layer_bytes[:, None]
-        need = np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])
-        ok &= np.all(np.where(cfg["_valid"][:, :, None], need <= np.maximum(regions, 1)[None, None, :], True), axis=1)
-        cost = np.where(ok, tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None], np.inf)
+        # every wafer's groups fit its regions when the fullest wafer's do (the group count grows with the bytes)
+        sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
+        ok &= np.ceil(sb_max[:, None] / capr[None, :]) <= np.maximum(regions, 1)[None, :]
+        # the kernels run only on the sides some row may take, once per distinct (rows, tokens) pair
+        cost = np.full((n, len(sides)), np.inf)
+        cols = np.nonzero(ok.any(axis=0))[0]
+        if len(cols):
+            mb = np.broadcast_to(np.asarray(mb, dtype=float), (n,))
+            tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
+            first, inv = unique_rows(mb, tok)
+            sd = sides[cols][None, :]
+            if phase == "decode":
+                blk = wt.decode_block_cycles_array(arch=ctx.m, batch=mb[first][:, None], context=tok[first][:, None], rows=sd,
+                                                   cols=sd, fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
+            else:
+                blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok[first][:, None], batch=1, rows=sd, cols=sd,
+                                                    fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
+                                                    gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
+            tot = sum(np.asarray(v, dtype=float) for v in blk.values())[inv]
+            cost[:, cols] = np.where(ok[:, cols], tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None], np.inf)
         anyok = np.isfinite(cost).any(axis=1)
         return np.where(anyok, sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
+
+    def _pass_kernels(self, ctx: WaferContext, r_, c_, dseq, ptok, decode_kv, prefill_span, prefill_kv, prefill_seqs,
+                      new_per_seq):
+        """Per-block and head kernel parts [cycles] of passes (one per entry of the equal-length arrays) on regions
+        ``r_`` x ``c_``: ``(block parts, head parts)``, each an array per entry."""
+        n = len(r_)
+        has_d = dseq > 0
+        fk, c = ctx.fk, ctx.c
+        dtok = dseq * new_per_seq
+        # kernel choice per pass (the library picks the cheaper): (a) every token of the pass as a row of the GEMV
+        # kernels (MeshGEMV with m = decode + prompt tokens; prompt rows attend their prefix), or (b) the decode rows
+        # on GEMV and the prompt tokens on the GEMM kernels (MeshGEMM: shift steps that only pay off for long chunks)
+        span = np.maximum(prefill_span, 1.0)
+        pkv = prefill_kv + (span + 1.0) / 2.0
+        dkv = decode_kv
+        rows_all = dtok + ptok
+        kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
+        region = fkern.Region(r_, c_)  # line terms shared by the pass's kernels
+        any_d = has_d.any()
+        # (a) and the decode rows of (b) as one array pass: the first n entries every token, the next n the decode tokens
+        reg2 = fkern.Region(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d else region
+        both = wt.decode_block_cycles_array(
+            arch=ctx.m, batch=np.concatenate([np.maximum(rows_all, 1.0), np.maximum(dtok, 1.0)]) if any_d else
+            np.maximum(rows_all, 1.0), context=np.concatenate([kv_all, dkv]) if any_d else kv_all, rows=reg2.P,
+            cols=reg2.Q, fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=reg2)
+        gemv_all = {k: v[:n] for k, v in both.items()} if any_d else both
+        split = {k: np.where(has_d, 0.0, 0.0) for k in ("overhead", "latency", "serialization", "compute", "fabric")}
+        if any_d:
+            d = {k: v[n:] for k, v in both.items()}
+            for k, v in d.items():
+                split[k] = split[k] + np.where(has_d, v, 0.0)
+        has_p = ptok > 0
+        if has_p.any():
+            pseq = np.maximum(prefill_seqs, 1.0)
+            p = wt.prefill_block_cycles_array(arch=ctx.m, tokens=span, batch=pseq, rows=r_, cols=c_, fk=fk,
+                                              gemm_mac_efficiency_frac=c.gemm_mac_efficiency_frac.si,
+                                              gemm_step_overhead_cycles=c.gemm_step_overhead_cycles.si,
+                                              prior_tokens=prefill_kv, region=region)
+            for k, v in p.items():
+                split[k] = split[k] + np.where(has_p, v, 0.0)
+        tot_a = sum(_as_n(v, n) for v in gemv_all.values())
+        tot_b = sum(_as_n(v, n) for v in split.values())
+        use_a = (tot_a <= tot_b) & ((ctx.engine.prefill_kernel == "auto") | ~has_p)
+        blk = {k: np.where(use_a, np.asarray(gemv_all.get(k, 0.0), dtype=float), np.asarray(split.get(k, 0.0), dtype=float))
+               for k in dict.fromkeys([*gemv_all, *split])}  # ordered: sums must not depend on hashing
+        emit = np.maximum(dtok + prefill_seqs, 1.0)
+        head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
+                                           gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
+        return blk, {k: _as_n(v, n) for k, v in head.items()}
 
     def pass_time(self, ctx: WaferContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
                   prefill_kv, prefill_seqs, new_per_seq=1.0):
         """A pass through the replica's layer groups: (latency_s, slowest group's busy time, parts)."""
         rows = np.asarray(rows)
         n = len(rows)
-        dseq = np.broadcast_to(np.asarray(decode_seqs, dtype=float), (n,))
-        ptok = np.broadcast_to(np.asarray(prefill_tokens, dtype=float), (n,))
+        dseq = _as_n(decode_seqs, n)
+        ptok = _as_n(prefill_tokens, n)
         has_d = dseq > 0
         # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
         r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows])
         c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows])
         fk, c = ctx.fk, ctx.c
         dtok = dseq * new_per_seq
-        # kernel choice per pass (the library picks the cheaper): (a) every token of the pass as a row of the GEMV
-        # kernels (MeshGEMV with m = decode + prompt tokens; prompt rows attend their prefix), or (b) the decode rows
-        # on GEMV and the prompt tokens on the GEMM kernels (MeshGEMM: shift steps that only pay off for long chunks)
-        span = np.maximum(np.broadcast_to(np.asarray(prefill_span, dtype=float), (n,)), 1.0)
-        pkv = np.broadcast_to(np.asarray(prefill_kv, dtype=float), (n,)) + (span + 1.0) / 2.0
-        dkv = np.broadcast_to(np.asarray(decode_kv, dtype=float), (n,))
-        rows_all = dtok + ptok
-        kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
-        gemv_all = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(rows_all, 1.0), context=kv_all, rows=r_,
-                                                cols=c_, fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
-        split = {k: np.where(has_d, 0.0, 0.0) for k in ("overhead", "latency", "serialization", "compute", "fabric")}
-        if has_d.any():
-            d = wt.decode_block_cycles_array(arch=ctx.m, batch=np.maximum(dtok, 1.0), context=dkv, rows=r_, cols=c_,
-                                             fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
-            for k, v in d.items():
-                split[k] = split[k] + np.where(has_d, v, 0.0)
-        has_p = ptok > 0
-        if has_p.any():
-            pseq = np.maximum(np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
-            p = wt.prefill_block_cycles_array(arch=ctx.m, tokens=span, batch=pseq, rows=r_, cols=c_, fk=fk,
-                                              gemm_mac_efficiency_frac=c.gemm_mac_efficiency_frac.si,
-                                              gemm_step_overhead_cycles=c.gemm_step_overhead_cycles.si,
-                                              prior_tokens=prefill_kv)
-            for k, v in p.items():
-                split[k] = split[k] + np.where(has_p, v, 0.0)
-        tot_a = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in gemv_all.values())
-        tot_b = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in split.values())
-        use_a = (tot_a <= tot_b) & ((ctx.engine.prefill_kernel == "auto") | ~has_p)
-        blk = {k: np.where(use_a, np.asarray(gemv_all.get(k, 0.0), dtype=float), np.asarray(split.get(k, 0.0), dtype=float))
-               for k in dict.fromkeys([*gemv_all, *split])}  # ordered: sums must not depend on hashing
-        emit = np.maximum(dtok + np.broadcast_to(np.asarray(prefill_seqs, dtype=float), (n,)), 1.0)
-        head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
-                                           gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si)
-        blk_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in blk.values())
-        head_total = sum(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in head.values())
+        # the kernels depend on the region and the pass's sizes alone: evaluated once per distinct combination
+        kcols = [r_, c_, dseq, ptok] + [_as_n(v, n) for v in (decode_kv, prefill_span, prefill_kv, prefill_seqs, new_per_seq)]
+        first, inv = unique_rows(*kcols) if n > 8 else (None, None)
+        blk, head = self._pass_kernels(ctx, *(kcols if first is None else [v[first] for v in kcols]))
+        if first is not None:
+            blk = {k: v[inv] for k, v in blk.items()}
+            head = {k: v[inv] for k, v in head.items()}
+        blk_total = sum(_as_n(v, n) for v in blk.values())
+        head_total = sum(_as_n(v, n) for v in head.values())
         act_bytes = (dtok + ptok) * ctx.m.d_model * fk["dtype_bytes"]
         side = np.minimum(r_, c_)
         hop = fab.message_cycles(hops=r_ + c_, message_bytes=act_bytes / side, hop_latency_cycles=fk["hop_latency_cycles"],
@@ -406,6 +447,13 @@ class WaferFamily(InferenceMixin, Family):
             parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
         parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
         return lat, mx, parts
+
+
+def _as_n(v, n: int) -> np.ndarray:
+    """``v`` as a float array of shape (n,) (a broadcast view unless it already is one)."""
+    if type(v) is np.ndarray and v.shape == (n,) and v.dtype == np.float64:
+        return v
+    return np.broadcast_to(np.asarray(v, dtype=float), (n,))
 
 
 def _prefill_chunk(ctx, B, C):

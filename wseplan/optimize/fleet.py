@@ -32,7 +32,7 @@ from ..analytic.cost import (apply_overrides, cost_params, deployment_cost, hard
 from ..catalog.load import load_catalog
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
 from ..plan import plan
-from ..serving import replica_options
+from ..serving import replica_options, serve
 from ..targets import Target, parse_target
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
@@ -101,7 +101,7 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
                 best = min((c.run_s for c in cands if c.run_s is not None), default=None)
                 return (f"workload {d.name}: no configuration finishes a run within the deadline of "
                         f"{d.deadline_s / 86400:.4g} days (fastest run {best / 86400:.4g} days); relax deadline_days")
-            sla = ", ".join(f"{k} <= {v}" for k, v in d.sla.model_dump().items() if v is not None)
+            sla = ", ".join(f"{k} <= {v}" for k, v in d.sla.limits().items())
             return f"workload {d.name}: no configuration meets its SLA ({sla}) on any system in the menu; relax the SLA"
     active = [k for k in CAPS if getattr(pb, k) is not None]
     base = {k: getattr(pb, k) for k in CAPS}
@@ -238,8 +238,19 @@ def _memoryx_extra(catalog, prices, t, p) -> tuple[float, float]:
     return capex, capex / p["amortization_years"] + hw * p["maintenance_frac_per_year"]
 
 
-def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dict[str, float] | None = None) -> FleetProblem:
-    """Turn a demand file into a :class:`FleetProblem`: cost every system type, time every configuration."""
+def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) -> tuple:
+    """The key of a replica search in a :func:`build_problem` ``cache``: the same key, the same serve question."""
+    return (model_name, hardware, precision, wl.prompt_tokens, wl.output_tokens, tuple(sorted(set(wl.batches))),
+            wl.sla.percentile)
+
+
+def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dict[str, float] | None = None,
+                  cache: dict | None = None) -> FleetProblem:
+    """Turn a demand file into a :class:`FleetProblem`: cost every system type, time every configuration.
+
+    ``cache`` (optional, ``{serve_key(...): ServeResult}``) holds replica searches already run for the same
+    question (a report's curves), so they are not run twice; new ones are added to it.
+    """
 
     cat = catalog or load_catalog()
     prices = prices or load_prices(spec.prices, catalog=cat)
@@ -267,7 +278,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
     for wl in spec.workloads:
         m = resolve_model(wl.model, cat)
         if wl.kind == "serve":
-            demands.append(Demand(name=wl.name, kind="serve", model=m.name, amount=wl.output_tokens_per_s,
+            demands.append(Demand(name=wl.name, kind="serve", model=m.name, amount=wl.output_tokens_per_s_demand(),
                                   unit="output tokens/s", sla=wl.sla))
         else:
             demands.append(Demand(name=wl.name, kind="train", model=m.name, amount=float(wl.runs), unit="runs",
@@ -277,8 +288,18 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
             p = ctx[st.name]["params"]
             try:
                 if wl.kind == "serve":
-                    for r in replica_options(m, t0.key, precision=wl.precision, input_tokens=wl.prompt_tokens,
-                                             output_tokens=wl.output_tokens, batches=wl.batches, catalog=cat):
+                    prec = wl.precision_for(st.name, st.hardware)
+                    key = serve_key(m.name, t0.key, wl, prec)
+                    hit = cache.get(key) if cache is not None else None
+                    if hit is None:
+                        hit = serve(m, t0.key, precision=prec, input_tokens=wl.prompt_tokens,
+                                    output_tokens=wl.output_tokens, catalog=cat, percentile=wl.sla.percentile,
+                                    batches=list(wl.batches), prices=False)
+                        if cache is not None:
+                            cache[key] = hit
+                    for r in replica_options(m, t0.key, precision=prec, input_tokens=wl.prompt_tokens,
+                                             output_tokens=wl.output_tokens, batches=wl.batches, catalog=cat,
+                                             percentile=wl.sla.percentile, sizes=wl.replica_sizes, result=hit):
                         configs.append(Config(workload=wl.name, system=st.name, num_devices=r["num_devices"],
                                               batch=r["batch"], supply=r["tokens_per_s"], ttft_s=r["ttft_s"],
                                               tpot_s=r["tpot_s"]))
@@ -311,15 +332,15 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
 
 def plan_fleet(demand: str | Path | DemandSpec, *, catalog=None, prices_files: list[str] | tuple = (),
                overrides: dict[str, float] | None = None, solver: str = "highs", analyze: bool = True,
-               time_limit_s: float = 60.0, analysis: str = "auto") -> FleetPlan:
-    """Read a demand file, build the problem and solve it (the API behind ``wseplan fleet``)."""
-
+               time_limit_s: float = 60.0, analysis: str = "auto", cache: dict | None = None) -> FleetPlan:
+    """Read a demand file, build the problem and solve it (the API behind ``wseplan fleet``; ``cache``: see
+    :func:`build_problem`)."""
 
     resolve_solver(solver)  # a bad name fails before the time models run
     spec = demand if isinstance(demand, DemandSpec) else read_demand(demand)
     cat = catalog or load_catalog()
     prices = load_prices([*spec.prices, *prices_files], catalog=cat)
-    pb = build_problem(spec, catalog=cat, prices=prices, overrides=overrides)
+    pb = build_problem(spec, catalog=cat, prices=prices, overrides=overrides, cache=cache)
     return solve_fleet(pb, solver=solver, analyze=analyze, name=spec.name, time_limit_s=time_limit_s, analysis=analysis)
 
 

@@ -474,7 +474,7 @@ def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool,
                 ok0 = model.admissible()
                 ok1 = model.admissible({d.name: 1 + RELAX_FRAC})
                 new = ok1 & ~ok0
-                sla = ", ".join(f"{k} <= {v:g}" for k, v in d.sla.model_dump().items() if v is not None)
+                sla = ", ".join(f"{k} <= {v:g}" for k, v in d.sla.limits().items())
                 rows_sla = dict(name=f"sla_{d.name}", kind="sla", note=f"{sla}; relaxed: limits x {1 + RELAX_FRAC:g}")
                 if not new.any():
                     rows_sla.update(relaxed(base, "same problem: no configuration lies between the limits and 1.1 x "

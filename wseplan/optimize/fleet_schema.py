@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..catalog.load import read_yaml
 from ..catalog.schema import check_name, check_text
@@ -31,22 +31,49 @@ def _num(v, field: str) -> float:
 
 
 class Sla(_Frozen):
+    """Serving limits: TTFT at ``percentile`` (queueing included) and TPOT (the running batch's per-token time)."""
+
     ttft_s: float | None = Field(default=None, gt=0)
     tpot_s: float | None = Field(default=None, gt=0)
+    percentile: float = Field(default=95, gt=0, lt=100, description="the TTFT percentile the ttft_s limit applies to")
+
+    def limits(self) -> dict[str, float]:
+        """The limits that are set, ``{"ttft_s": 2.0, ...}``."""
+        return {k: v for k, v in (("ttft_s", self.ttft_s), ("tpot_s", self.tpot_s)) if v is not None}
+
+
+SECONDS_PER_DAY = 86400.0
 
 
 class WorkloadSpec(_Frozen):
-    """One workload of a demand file."""
+    """One workload of a demand file.
+
+    Serving demand is given one of three ways, all peak rates the fleet must carry:
+    ``output_tokens_per_s``; ``requests_per_s`` (x ``output_tokens`` per request); or ``users_per_day`` x
+    ``requests_per_user_per_day`` spread over a day (/ 86,400 s) and multiplied by ``peak_factor`` (the busiest
+    hour's rate over the day's average). :meth:`output_tokens_per_s_demand` is the rate in output tokens/s.
+    ``precisions`` sets a precision per system (system name or hardware key, e.g. ``{h200-sxm: fp8}``);
+    the others use ``precision``. ``replica_sizes``: ``fewest`` (replicas of the fewest devices that hold the
+    model) or ``search`` (every size of :func:`wseplan.serving.serve`'s replica search, e.g. 4 to 8 CS-3).
+    """
 
     name: str
     model: str
     kind: str  # serve | train
     precision: str = "bf16"
+    precisions: dict[str, str] = {}
     # serving
     output_tokens_per_s: float | None = Field(default=None, gt=0)
+    requests_per_s: float | None = Field(default=None, gt=0)
+    users_per_day: float | None = Field(default=None, gt=0)
+    requests_per_user_per_day: float | None = Field(default=None, gt=0)
+    peak_factor: float | None = Field(default=None, ge=1)
     prompt_tokens: int = Field(default=2048, gt=0)
     output_tokens: int = Field(default=256, gt=0)
     batches: list[int] = [1, 4, 16, 64]
+    replica_sizes: str = Field(default="fewest", pattern="^(fewest|search)$",
+                               description="fewest: replicas of the fewest devices that hold the model; search: every "
+                                           "replica size of the serve replica search")
     sla: Sla = Sla()
     # training
     train_tokens: float | None = Field(default=None, gt=0)
@@ -82,6 +109,33 @@ class WorkloadSpec(_Frozen):
         if v not in ("serve", "train"):
             raise ValueError(f"kind must be serve or train, got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _demand(self):
+        given = [k for k in ("output_tokens_per_s", "requests_per_s", "users_per_day") if getattr(self, k) is not None]
+        if self.kind == "serve":
+            if len(given) != 1:
+                raise ValueError("serve needs one demand: output_tokens_per_s, requests_per_s, or users_per_day "
+                                 f"(with requests_per_user_per_day and peak_factor); got {given or 'none'}")
+            if self.users_per_day is not None and self.requests_per_user_per_day is None:
+                raise ValueError("users_per_day needs requests_per_user_per_day (and optionally peak_factor)")
+        if self.peak_factor is not None and self.users_per_day is None:
+            raise ValueError("peak_factor applies to users_per_day (a day's average); output_tokens_per_s and "
+                             "requests_per_s are already peak rates")
+        return self
+
+    def output_tokens_per_s_demand(self) -> float:
+        """The serving demand as a peak rate of output tokens/s (see the class docstring)."""
+        if self.output_tokens_per_s is not None:
+            return float(self.output_tokens_per_s)
+        if self.requests_per_s is not None:
+            return float(self.requests_per_s) * self.output_tokens
+        avg_rps = self.users_per_day * self.requests_per_user_per_day / SECONDS_PER_DAY
+        return avg_rps * (self.peak_factor or 1.0) * self.output_tokens
+
+    def precision_for(self, system: str, hardware: str) -> str:
+        """The precision of this workload on a system (by its name, then its hardware key)."""
+        return self.precisions.get(system) or self.precisions.get(hardware) or self.precision
 
 
 class SystemSpec(_Frozen):
@@ -141,7 +195,7 @@ def read_demand(path: str | Path) -> DemandSpec:
     for i, wl in enumerate(raw.get("workloads") or []):
         if isinstance(wl, dict):
             wl = dict(wl)
-            for k in ("output_tokens_per_s", "train_tokens"):
+            for k in ("output_tokens_per_s", "train_tokens", "requests_per_s", "users_per_day"):
                 if wl.get(k) is not None:
                     wl[k] = _num(wl[k], f"workloads[{i}].{k}")
         wls.append(wl)
@@ -158,8 +212,6 @@ def read_demand(path: str | Path) -> DemandSpec:
     if len(set(names)) != len(names):
         raise InputError(f"{path}: workloads: names must be unique, got {names}")
     for w in spec.workloads:
-        if w.kind == "serve" and w.output_tokens_per_s is None:
-            raise InputError(f"{path}: workloads.{w.name}: serve needs output_tokens_per_s")
         if w.kind == "train" and (w.deadline_days is None):
             raise InputError(f"{path}: workloads.{w.name}: train needs deadline_days")
     return spec

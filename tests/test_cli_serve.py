@@ -1,0 +1,233 @@
+"""`wseplan serve` and `wseplan.serve` (issue 11, item 8): the record, the human tables, bad input, speculative
+decoding, software profiles, and a rate beyond capacity.
+
+Small models (Llama-3-8B on one H200 or one CS-3) keep every case well under a second.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wseplan
+from wseplan.catalog import load_catalog
+from wseplan.cli import main
+from wseplan.report.formats import has_e_notation, to_json
+
+ROOT = Path(__file__).resolve().parents[1]
+CAT = load_catalog()
+
+#: the fields issue 11 item 8 asks of the record
+FIELDS = ("fits", "num_devices", "batch", "ttft_p50_s", "ttft_p95_s", "tpot_s", "tokens_per_s_per_user", "tokens_per_s",
+          "requests_per_s", "bottleneck", "software", "speculative", "output_usd_per_mtok", "input_usd_per_mtok")
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    rc = main(["serve", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def run_json(capsys, *args) -> dict:
+    rc, out, err = run(capsys, *args, "--format", "json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def accepted_closed_form(a: float, k: int) -> float:
+    """Expected tokens per verification step with k drafted tokens of per-token acceptance a (Leviathan et al.
+    2023, eq. 1): 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a)."""
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def test_json_record_has_the_issue_fields_and_provenance(capsys):
+    rec = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--concurrency", "4")
+    missing = [f for f in FIELDS if f not in rec]
+    assert not missing
+    assert rec["fits"] is True and rec["batch"] == 4 and rec["num_devices"] == 1
+    assert rec["tokens_per_s_per_user"] == pytest.approx(1.0 / rec["tpot_s"])
+    assert rec["ttft_p50_s"] <= rec["ttft_p95_s"] <= rec["ttft_p99_s"]
+    assert rec["software"] == "gpu-production" and rec["speculative"] is None
+    assert rec["output_usd_per_mtok"] > 0 and rec["input_usd_per_mtok"] > 0
+    assert set(rec["provenance"]) == {"tool", "version", "catalog_date", "prices_date"}
+    assert rec["provenance"]["prices_date"] is not None  # the record is priced
+
+
+@pytest.mark.parametrize("args, kw", [
+    (["llama-3-8b", "--target", "h200x1", "--concurrency", "8"], dict(concurrency=8)),
+    (["llama-3-8b", "--target", "h200", "--tpot-limit", "0.01", "--ttft-limit", "5", "--percentile", "99"],
+     dict(tpot_limit_s=0.01, ttft_limit_s=5.0, percentile=99.0)),
+    (["llama-3-8b", "--target", "cs3x1", "--concurrency", "16", "--software", "wafer-research", "--rate", "3",
+      "--input-len", "1024", "--output-len", "128"],
+     dict(concurrency=16, software="wafer-research", rate=3.0, input_tokens=1024, output_tokens=128)),
+    (["llama-3-8b", "--target", "h200x1", "--concurrency", "1", "--speculative", "llama-3.2-1b", "--draft-tokens", "3",
+      "--acceptance", "0.6"], dict(concurrency=1, options={"speculative": "llama-3.2-1b", "draft_tokens": 3,
+                                                           "acceptance": 0.6})),
+])
+def test_cli_json_equals_the_api_record(capsys, args, kw):
+    rec = run_json(capsys, *args)
+    prov = rec.pop("provenance")
+    assert prov["tool"] == "wseplan"
+    api = wseplan.serve(args[0], args[2], catalog=CAT, **kw).to_record()
+    assert rec == json.loads(to_json(api))
+
+
+@pytest.mark.parametrize("args", [
+    ["llama-3-8b", "--target", "h200x1", "--concurrency", "4"],
+    ["llama-3-8b", "--target", "h200", "--tpot-limit", "0.02"],
+    ["llama-3-8b", "--target", "cs3x1", "--software", "wafer-research", "--percentile", "99.9"],
+    ["llama-3-8b", "--target", "h200x1", "--rate", "1e6"],  # fits: false
+])
+@pytest.mark.parametrize("fmt", ["table", "md"])
+def test_human_formats_have_no_e_notation(capsys, args, fmt):
+    rc, out, err = run(capsys, *args, "--format", fmt)
+    assert rc == 0, err
+    assert out.strip()
+    hits = [line for line in out.splitlines() if has_e_notation(line)]
+    assert not hits, hits[:3]
+
+
+def test_table_shows_the_chosen_point_and_the_frontier(capsys):
+    rc, out, _ = run(capsys, "llama-3-8b", "--target", "h200", "--tpot-limit", "0.02", "--percentile", "90")
+    assert rc == 0
+    for label in ("TTFT p50", "TTFT p90", "TPOT", "tokens/s per user", "output tokens/s", "requests/s", "bottleneck",
+                  "software", "speculative", "$/M output tokens", "$/M input tokens", "Pareto frontier", "ttft p90"):
+        assert label in out, label
+
+
+def test_without_concurrency_or_rate_the_highest_throughput_point_is_chosen(capsys):
+    rec = run_json(capsys, "llama-3-8b", "--target", "h200x1")
+    best = max(rec["points"], key=lambda p: p["tokens_per_s"] / p["num_devices"])
+    assert (rec["batch"], rec["num_devices"]) == (best["batch"], best["num_devices"])
+    assert len({p["batch"] for p in rec["points"]}) > 3  # every power of two that fits was tried
+
+
+def test_a_target_without_a_count_searches_replica_sizes(capsys):
+    rec = run_json(capsys, "llama-3-8b", "--target", "h200")
+    assert len({p["devices_per_replica"] for p in rec["points"]}) >= 3  # 1, 2, 4, 8 GPUs per replica
+    assert rec["frontier"] and all(p["meets_sla"] for p in rec["frontier"])
+
+
+def test_concurrency_and_rate_together(capsys):
+    """--concurrency fixes the replica's batch slots; --rate is the offered load (documented as allowed)."""
+    rec = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--concurrency", "16", "--rate", "2")
+    assert rec["batch"] == 16 and len(rec["points"]) == 1
+    assert rec["requests_per_s"] == pytest.approx(2.0)
+    assert rec["utilization_frac"] == pytest.approx(2.0 / rec["capacity_requests_per_s"])
+
+
+def test_a_rate_beyond_capacity_is_a_record_with_fits_false_and_a_note(capsys):
+    free = wseplan.serve("llama-3-8b", "h200x1", catalog=CAT, prices=False)
+    cap = max(p.capacity_requests_per_s for p in free.points)
+    ok = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--rate", f"{0.5 * cap!r}")
+    assert ok["fits"] is True and ok["requests_per_s"] == pytest.approx(0.5 * cap)
+    rc, out, err = run(capsys, "llama-3-8b", "--target", "h200x1", "--rate", f"{7.5 * cap!r}", "--format", "json")
+    assert rc == 0 and not err  # a valid answer, not an error: exit 0 (docs/cli-output.md)
+    rec = json.loads(out)
+    assert rec["fits"] is False and "batch" not in rec and rec["points"] == []
+    note = next(n for n in rec["notes"] if "exceeds capacity" in n)
+    assert f"{cap:.4g} requests/s" in note
+    # the replicas it names carry the rate at full load, one fewer does not: per replica = cap / 1 replica here
+    per = max(p.capacity_requests_per_s / p.num_devices for p in free.points)
+    reps = int(note.split("at least ")[1].split(" replicas")[0])
+    assert (reps - 1) * per <= 7.5 * cap < reps * per
+    rc, out, _ = run(capsys, "llama-3-8b", "--target", "h200x1", "--rate", f"{7.5 * cap!r}")
+    assert rc == 0 and "fits" in out and "no" in out and "exceeds capacity" in out
+
+
+@pytest.mark.parametrize("model, target", [("llama-3-8b", "h200x1"), ("llama-70b", "h200x8")])
+@pytest.mark.parametrize("k, a", [(4, 0.8), (2, 0.5)])
+def test_speculative_decoding_on_a_gpu_raises_speed_per_user_at_batch_1(capsys, model, target, k, a):
+    base = run_json(capsys, model, "--target", target, "--concurrency", "1")
+    spec = run_json(capsys, model, "--target", target, "--concurrency", "1", "--speculative", "llama-3.2-1b",
+                    "--draft-tokens", str(k), "--acceptance", str(a))
+    assert base["software"] == spec["software"] == "gpu-production"
+    assert base["speculative"] is None and base["accepted_tokens_per_step"] == 1.0
+    assert spec["speculative"] == {"draft_model": "Llama-3.2-1B", "draft_tokens": float(k), "acceptance_frac": a}
+    # hand values: k=4, a=0.8 -> 1 + .8 + .64 + .512 + .4096 = 3.3616; k=2, a=0.5 -> 1 + .5 + .25 = 1.75
+    assert spec["accepted_tokens_per_step"] == pytest.approx(accepted_closed_form(a, k), rel=1e-12)
+    assert spec["accepted_tokens_per_step"] == pytest.approx({(4, 0.8): 3.3616, (2, 0.5): 1.75}[(k, a)])
+    # faster per user, but by less than the accepted tokens per step (the draft and the (k+1)-token check cost time)
+    gain = spec["tokens_per_s_per_user"] / base["tokens_per_s_per_user"]
+    assert 1.05 < gain < spec["accepted_tokens_per_step"]
+
+
+def test_speculative_none_turns_off_a_profiles_default(capsys):
+    on = run_json(capsys, "llama-3-8b", "--target", "cs3x1", "--concurrency", "8")
+    off = run_json(capsys, "llama-3-8b", "--target", "cs3x1", "--concurrency", "8", "--speculative", "none")
+    assert on["software"] == off["software"] == "wafer-production"
+    assert on["speculative"]["draft_tokens"] == 4.0 and on["accepted_tokens_per_step"] > 1.0
+    assert off["speculative"] is None and off["accepted_tokens_per_step"] == 1.0
+    assert on["tpot_s"] != off["tpot_s"]
+
+
+@pytest.mark.parametrize("target, other, default", [("cs3x1", "wafer-research", "wafer-production"),
+                                                     ("h200x1", "gpu-fitted-2026-11", "gpu-production")])
+def test_software_profiles_differ(capsys, target, other, default):
+    d = run_json(capsys, "llama-3-8b", "--target", target, "--concurrency", "8")
+    r = run_json(capsys, "llama-3-8b", "--target", target, "--concurrency", "8", "--software", other)
+    assert (d["software"], r["software"]) == (default, other)
+    assert d["tpot_s"] != pytest.approx(r["tpot_s"], rel=0.01)
+    assert d["ttft_s"] != pytest.approx(r["ttft_s"], rel=0.01)
+
+
+def test_csv_has_one_row_per_point_with_the_chosen_and_frontier_flags(capsys):
+    rec = run_json(capsys, "llama-3-8b", "--target", "h200x1")
+    rc, out, _ = run(capsys, "llama-3-8b", "--target", "h200x1", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rc == 0 and len(rows) == len(rec["points"])
+    chosen = [r for r in rows if r["chosen"] == "true"]
+    assert len(chosen) == 1 and int(chosen[0]["batch"]) == rec["batch"]
+    assert sum(r["on_frontier"] == "true" for r in rows) == len(rec["frontier"])
+    assert float(chosen[0]["tpot_s"]) == rec["tpot_s"]  # full precision
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--input-len", "0"], "--input-len"),
+    (["--output-len", "-5"], "--output-len"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--rate", "0"], "--rate"),
+    (["--rate", "-2"], "--rate"),
+    (["--rate", "nan"], "--rate"),
+    (["--ttft-limit", "0"], "--ttft-limit"),
+    (["--tpot-limit", "-1"], "--tpot-limit"),
+    (["--percentile", "0"], "--percentile"),
+    (["--percentile", "100"], "--percentile"),
+    (["--percentile", "150"], "--percentile"),
+    (["--speculative", "no-such-draft"], "--speculative"),
+    (["--speculative", "llama-3.2-1b", "--draft-tokens", "0"], "--draft-tokens"),
+    (["--speculative", "llama-3.2-1b", "--draft-tokens", "17"], "--draft-tokens"),
+    (["--speculative", "llama-3.2-1b", "--acceptance", "1"], "--acceptance"),
+    (["--draft-tokens", "3"], "--draft-tokens"),  # gpu-production has no draft model
+    (["--utilization", "1"], "--utilization"),
+    (["--utilization", "0.5", "--rate", "1"], "--utilization"),
+    (["--software", "wafer-research"], "software"),
+    (["--format", "xml"], "--format"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, args, flag):
+    rc, out, err = run(capsys, "llama-3-8b", "--target", "h200x1", *args)
+    assert rc == 2 and not out
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: {flag}"), err
+
+
+def test_help_has_an_example(capsys):
+    assert main(["serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Example: wseplan serve" in out and "--speculative" in out and "--input-len" in out
+
+
+def test_wseplan_serve_is_exported_lazily():
+    code = ("import sys, wseplan; assert 'wseplan.serving' not in sys.modules and 'numpy' not in sys.modules; "
+            "from wseplan.serving import serve; assert wseplan.serve is serve; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "ok", out.stderr
+    assert "serve" in dir(wseplan)
+    with pytest.raises(AttributeError):
+        wseplan.no_such_name  # noqa: B018

@@ -1,0 +1,121 @@
+"""The default operating point of `cost` and `compare` (issue 13, item 4): a serving question without a batch is
+priced at the cheapest point of the one replica search (:func:`wseplan.serving.serve`) that meets the per-user
+speed (stated, or the catalog default), and the record says so."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from wseplan.analytic import cost as C
+from wseplan.catalog import load_catalog
+from wseplan.cli import main
+from wseplan.compare import compare
+from wseplan.costing import cost
+from wseplan.serving import DEFAULT_UTILIZATION, operating_point, serve
+
+CAT = load_catalog()
+PRICES = C.load_prices(catalog=CAT)
+ASK = dict(precision="fp8", context=2048, output_tokens=256, catalog=CAT, prices=PRICES)
+
+
+def _json(argv):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(argv) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_default_speed_is_documented_in_the_catalog():
+    d = CAT.defaults.default_min_tokens_per_s_per_user
+    assert d.si == 20 and d.basis == "estimate" and "brysbaert-reading-rate" in d.source_ids
+    # reading speed, hand-calculated: 238 words/min (Brysbaert 2019) / 60 s x ~1.33 tokens/word = 5.28 tokens/s
+    assert d.low == pytest.approx(238 / 60 * 1.33, abs=0.05)
+    # MLPerf's interactive Llama-2-70B limit TPOT 40 ms = 25 tokens/s lies inside the range
+    assert d.low < 1 / 0.040 < d.high
+
+
+def test_cost_without_batch_is_the_cheapest_point_that_meets_the_speed():
+    res = cost("llama-3-70b", "h200x8", **ASK)
+    op = res.operating_point
+    assert op["min_tokens_per_s_per_user"] == 20 and op["min_source"] == "default" and op["meets"]
+    assert res.plan["sources"]["batch"] == "searched" and res.batch == op["batch"]
+    assert res.notes[0] == f"operating point: cheapest meeting >= 20 tok/s/user, batch {res.batch} (searched)"
+    # the one search: serve with TPOT <= 1/20 s chose this point, and no qualifying point is cheaper
+    sv = serve("llama-3-70b", "h200x8", precision="fp8", input_tokens=2048, output_tokens=256,
+               tpot_limit_s=1 / 20, catalog=CAT, prices=PRICES)
+    ok = [p for p in sv.points if p.tokens_per_s_per_user >= 20]
+    best = min(ok, key=lambda p: p.usd_per_hour / p.tokens_per_s)  # cheapest all-in: TCO/h over tokens/h at its load
+    assert (best.batch, best.layout) == (sv.chosen.batch, sv.chosen.layout) and best.batch == res.batch
+    assert res.plan["tokens_per_s_per_user"] >= 20
+    # cost prices the replica at full load; serve reports it at its default load (90% of capacity)
+    assert res.headline_value == pytest.approx(best.output_usd_per_mtok * DEFAULT_UTILIZATION, rel=1e-9)
+    # the same number as asking for that batch and layout explicitly
+    lay = op["layout"]
+    again = cost("llama-3-70b", "h200x8", batch=res.batch, layout=lay, **ASK)
+    assert again.headline_value == pytest.approx(res.headline_value, rel=1e-12) and again.operating_point is None
+
+
+def test_a_stricter_speed_moves_to_a_smaller_batch_and_a_higher_price():
+    slow = cost("llama-3-70b", "h200x8", **ASK)
+    fast = cost("llama-3-70b", "h200x8", min_tokens_per_s_per_user=100, **ASK)
+    assert fast.operating_point["min_source"] == "given" and fast.plan["tokens_per_s_per_user"] >= 100
+    assert fast.batch < slow.batch and fast.headline_value > slow.headline_value
+
+
+def test_no_point_fast_enough_takes_the_fastest_and_says_so():
+    res = cost("llama-3-70b", "h200x8", min_tokens_per_s_per_user=5000, **ASK)
+    assert not res.operating_point["meets"]
+    assert res.notes[0].startswith("operating point: no point reaches 5000 tok/s/user; fastest point, batch 1")
+
+
+def test_target_without_count_is_costed_at_the_searched_replica():
+    op = operating_point("llama-3-70b", "h200", precision="fp8", input_tokens=2048, output_tokens=256, catalog=CAT,
+                         prices=PRICES)
+    res = cost("llama-3-70b", "h200", **ASK)
+    assert res.num_devices == op.point.num_devices and res.operating_point["target"] == op.target
+    assert op.target == f"h200x{op.point.num_devices}"
+
+
+def test_wafer_operating_point_reproduces_the_serve_point():
+    """A wafer replica the search grew beyond the fewest wafers (cs3 -> cs3xN) is costed at that size."""
+    res = cost("llama-3.1-8b", "cs3", precision="bf16", context=1024, output_tokens=128, catalog=CAT, prices=PRICES)
+    sv = serve("llama-3.1-8b", "cs3", input_tokens=1024, output_tokens=128, tpot_limit_s=1 / 20, catalog=CAT,
+               prices=PRICES)
+    assert res.num_devices == sv.chosen.num_devices and res.batch == sv.chosen.batch
+    assert res.headline_value == pytest.approx(sv.chosen.output_usd_per_mtok * DEFAULT_UTILIZATION, rel=1e-9)
+
+
+def test_explicit_batch_is_kept():
+    res = cost("llama-3-70b", "h200x8", batch=4, **ASK)
+    assert res.batch == 4 and res.operating_point is None and res.plan["sources"]["batch"] == "given"
+
+
+def test_compare_rows_carry_their_operating_points():
+    res = compare("llama-3-70b", ["h200x8", "b200x8"], phase="serve", precision="fp8", context=2048,
+                  output_tokens=256, catalog=CAT, prices=PRICES, min_tokens_per_s_per_user=50)
+    assert res.batch is None and res.min_tokens_per_s_per_user == 50
+    for row, t in zip(res.rows, ["h200x8", "b200x8"]):
+        c = cost("llama-3-70b", t, min_tokens_per_s_per_user=50, **ASK)
+        assert row.batch == c.batch and row.batch_source == "searched" and row.tokens_per_s_per_user >= 50
+        assert row.usd_per_mtok == pytest.approx(c.headline_value, rel=1e-12)
+        assert row.operating_point == c.operating_point["label"]
+    assert "batch searched per target" in res.table().title
+    fixed = compare("llama-3-70b", ["h200x8"], phase="serve", precision="fp8", batch=8, context=2048,
+                    output_tokens=256, catalog=CAT, prices=PRICES)
+    assert fixed.batch == 8 and fixed.rows[0].batch == 8 and fixed.rows[0].batch_source == "given"
+    assert fixed.rows[0].operating_point is None
+
+
+def test_cli_cost_and_compare_label_the_operating_point():
+    rec = _json(["cost", "llama-3-70b", "--target", "h200x8", "--precision", "fp8", "--context", "2048",
+                 "--min-speed", "30", "--format", "json"])
+    assert rec["operating_point"]["label"].startswith("cheapest meeting >= 30 tok/s/user, batch ")
+    assert rec["plan"]["tokens_per_s_per_user"] >= 30
+    rec = _json(["compare", "llama-3-70b", "--targets", "h200x8", "--phase", "serve", "--precision", "fp8",
+                 "--context", "2048", "--format", "json"])
+    assert rec["batch"] is None and rec["rows"][0]["batch_source"] == "searched"
+    rec = _json(["cost", "llama-3-70b", "--target", "h200x8", "--precision", "fp8", "--batch", "2", "--format", "json"])
+    assert rec["batch"] == 2 and rec["operating_point"] is None

@@ -1,0 +1,293 @@
+"""The arithmetic of the fabric closed forms (:mod:`.fabric`), organised so that many kernels on the same regions
+share what depends on the region alone.
+
+The wafer time model evaluates tens of kernels per region: every matrix of a transformer block, each three times
+(as written, without hop latency, without MAC time: :func:`.fabric.gemv_parts_cycles` splits a kernel into parts
+by difference), and the statistics' reductions, over many configurations and region sides at once. Much of it
+depends only on a region's lines and the constants: the critical path of a reduction tree, the depth of the tree,
+the hops of a chain. :class:`Region` computes those terms once per constant set and keeps them;
+:func:`gemv_variants`, :func:`gemm_variants` and :func:`reduce_broadcast` evaluate the kernels from them.
+
+The operations are those of the formulas in :mod:`.fabric`, in the same order, so the numbers are the same bit
+for bit (``tests/test_wafer_vector_equality.py`` holds them to the numbers of the kernel-at-a-time code); the
+formulas, their notation and their references are documented there. :func:`tree_path_cycles` takes integer line
+lengths from a table built once per constant set (:func:`tree_path_unrolled` evaluated on every length).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+#: lines up to this many PEs take their tree critical path from a table (a wafer's lines are ~1,200 PEs at most)
+TABLE_MAX_PES = 1 << 16
+
+
+def num_wavelets(*, message_bytes, wavelet_bytes=4.0):
+    """Wavelets carrying ``message_bytes`` [count] (at least one)."""
+    return np.maximum(1.0, np.ceil(np.asarray(message_bytes, dtype=float) / wavelet_bytes))
+
+
+def ceil_div(a, b):
+    """``ceil(a / b)`` of broadcasting arrays [count]."""
+    return np.ceil(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
+
+
+def mac_cycles(*, flop_per_cycle, sram_bytes_per_cycle, dtype_bytes=2.0, efficiency_frac=1.0):
+    """Cycles per multiply-accumulate on one PE [cycles/MAC] (documented at :func:`.fabric.mac_cycles`)."""
+    ideal = np.maximum(2.0 / np.asarray(flop_per_cycle, dtype=float),
+                       3.0 * dtype_bytes / np.asarray(sram_bytes_per_cycle, dtype=float))
+    return ideal / efficiency_frac
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree critical path
+# ---------------------------------------------------------------------------------------------
+def tree_path_unrolled(length_pes, hop_latency_cycles, send_cycles, skip_cycles):
+    """:func:`.fabric.tree_path_cycles` by unrolling the remainders (at most ``log2 L`` steps), any lengths."""
+    L = np.asarray(length_pes, dtype=float)
+    h = float(hop_latency_cycles)
+    L, send, skip = np.broadcast_arrays(L, np.asarray(send_cycles, dtype=float), np.asarray(skip_cycles, dtype=float))
+    steps = []
+    cur = L.copy()
+    while np.any(cur > 1):
+        active = cur > 1
+        J = np.where(active, np.ceil(np.log2(np.maximum(cur, 2.0))) - 1.0, 0.0)
+        N = 2.0 ** J
+        X = (N - 1.0) * h + J * send + skip
+        Y = N * h + send
+        steps.append((active, X, Y))
+        cur = np.where(active, cur - N, cur)
+    T = np.zeros(L.shape)
+    for active, X, Y in reversed(steps):
+        T = np.where(active, np.maximum(X, Y + T), T)
+    return T
+
+
+@functools.lru_cache(maxsize=256)
+def _tree_path_table(h: float, send: float, skip: float, size: int) -> np.ndarray:
+    t = tree_path_unrolled(np.arange(size + 1, dtype=float), h, send, skip)
+    t.flags.writeable = False
+    return t
+
+
+def tree_path_cycles(length_pes, hop_latency_cycles, send_cycles, skip_cycles):
+    """:func:`.fabric.tree_path_cycles`: from a table of every length up to the longest (built once per constant
+    set) when the lengths are whole numbers of PEs and the constants scalars, else unrolled."""
+    L = np.asarray(length_pes, dtype=float)
+    if L.size and _scalar(hop_latency_cycles) and _scalar(send_cycles) and _scalar(skip_cycles):
+        lo, hi = L.min(), L.max()
+        if 0.0 <= lo and hi <= TABLE_MAX_PES:
+            Li = L.astype(np.int64)
+            if np.array_equal(Li, L):
+                table = _tree_path_table(float(hop_latency_cycles), float(send_cycles), float(skip_cycles),
+                                         1 << max(int(hi).bit_length(), 6))
+                return np.asarray(table[Li])
+    return tree_path_unrolled(L, hop_latency_cycles, send_cycles, skip_cycles)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines of a region
+# ---------------------------------------------------------------------------------------------
+def _scalar(v) -> bool:
+    return isinstance(v, (float, int, str, np.generic)) or (isinstance(v, np.ndarray) and v.ndim == 0)
+
+
+class ReduceLine:
+    """The terms of :func:`.fabric.line_reduce_cycles` that depend on the line lengths and the constants alone;
+    :meth:`cycles` adds a message (its wavelets times the per-wavelet service ``a``)."""
+
+    __slots__ = ("gt1", "all_gt1", "K1", "path", "fac", "use", "mode")
+
+    def __init__(self, L, *, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, algo):
+        scalars = all(_scalar(v) for v in (h, ramp, rsc, tlc, tlof, a, max_levels))
+        self.gt1 = L > 1
+        self.all_gt1 = scalars and bool(np.all(self.gt1))
+        self.K1 = (L - 1.0) * (h + ramp + rsc)
+        self.mode = algo
+        if algo == "chain":
+            return
+        lv = np.ceil(np.log2(np.maximum(L, 1.0)))
+        if algo == "best":
+            self.use = lv <= max_levels
+            if scalars and not np.any(self.use):
+                self.mode = "chain"
+                return
+            if scalars and np.all(self.use):
+                self.mode = "min"
+        if tree_model == "critical_path":
+            self.path = tree_path_cycles(L, h, ramp + tlc, a)
+        else:
+            self.path = (L - 1.0) * h + lv * (ramp + tlc)
+        self.fac = 1.0 + np.maximum(lv - 1.0, 0.0) * (1.0 - tlof)
+
+    def cycles(self, Ma):
+        """The reduction of a message with ``Ma`` = wavelets x per-wavelet service [cycles]."""
+        chain = self.K1 + Ma
+        mode = self.mode
+        if mode == "chain":
+            t = chain
+        else:
+            tree = self.path + Ma * self.fac
+            if mode == "tree":
+                t = tree
+            elif mode == "min":
+                t = np.minimum(chain, tree)
+            else:
+                t = np.where(self.use, np.minimum(chain, tree), chain)
+        return t if self.all_gt1 else np.where(self.gt1, t, 0.0)
+
+
+class Region:
+    """A rows x cols region (broadcasting arrays of PEs) and its line terms, computed once per constant set."""
+
+    __slots__ = ("P", "Q", "_memo")
+
+    def __init__(self, rows, cols):
+        self.P = np.asarray(rows, dtype=float)
+        self.Q = np.asarray(cols, dtype=float)
+        self._memo: dict = {}
+
+    def _line(self, axis: str):
+        return self.P if axis == "P" else self.Q
+
+    def reduce_line(self, axis: str, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, algo) -> ReduceLine:
+        """Reduction terms along the lines of length ``rows`` (``axis='P'``) or ``cols`` (``'Q'``), kept per
+        constant set (array constants are not kept)."""
+        key = (axis, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, algo)
+        try:
+            line = self._memo.get(key)
+        except TypeError:  # an array constant: not hashable, not kept
+            key, line = None, None
+        if line is None:
+            line = ReduceLine(self._line(axis), h=h, ramp=ramp, rsc=rsc, tlc=tlc, tlof=tlof, a=a, max_levels=max_levels,
+                              tree_model=tree_model, algo=algo)
+            if key is not None:
+                self._memo[key] = line
+        return line
+
+    def chain_hops(self, axis: str, h):
+        """``((L - 1) h, L > 1)`` of a chain broadcast along the lines of ``axis``."""
+        key = ("hops", axis, h)
+        try:
+            got = self._memo.get(key)
+        except TypeError:
+            key, got = None, None
+        if got is None:
+            L = self._line(axis)
+            got = ((L - 1.0) * h, L > 1)
+            if key is not None:
+                self._memo[key] = got
+        return got
+
+    def gt1(self, axis: str):
+        key = ("gt1", axis)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._line(axis) > 1
+        return got
+
+
+def reduce_broadcast(region: Region, axis: str, message_bytes, *, variants, link_bytes_per_cycle, wavelet_bytes,
+                     tree_level_overlap_frac, max_tree_levels, tree_model, wavelets=None):
+    """A line reduction (``best``, one cycle per added wavelet) and a chain broadcast of ``message_bytes`` along the
+    lines of ``axis``, for each variant ``(hop, ramp, reduce_stage, tree_level)`` [cycles]: a list of
+    ``(reduce, broadcast)`` pairs, as :func:`.fabric.line_reduce_cycles` and :func:`.fabric.line_broadcast_cycles`."""
+    M = num_wavelets(message_bytes=message_bytes, wavelet_bytes=wavelet_bytes) if wavelets is None else wavelets
+    s = wavelet_bytes / link_bytes_per_cycle
+    a = np.maximum(s, 1.0)
+    Ma, Ms = M * a, M * s
+    out = []
+    for h, ramp, rsc, tlc in variants:
+        line = region.reduce_line(axis, h, ramp, rsc, tlc, tree_level_overlap_frac, a, max_tree_levels, tree_model, "best")
+        Lh, gt1 = region.chain_hops(axis, h)
+        out.append((line.cycles(Ma), np.where(gt1, Lh + Ms, 0.0)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMV and GEMM variants
+# ---------------------------------------------------------------------------------------------
+def gemv_variants(region: Region, *, k, n, flop_per_cycle, sram_bytes_per_cycle, link_bytes_per_cycle, variants, m=1,
+                  dtype_bytes=2.0, wavelet_bytes=4.0, reduce_algo="best", broadcast_overlap_frac=0.0,
+                  tree_level_overlap_frac=0.0, num_colors=np.inf, tree_model="levels"):
+    """:func:`.fabric.gemv_cycles` on ``region`` for each variant ``(hop, ramp, per_kernel_overhead, reduce_stage,
+    tree_level, mac_efficiency)`` of the constants, sharing every term the variants have in common [cycles]."""
+    P, Q = region.P, region.Q
+    kt, nt = ceil_div(k, P), ceil_div(n, Q)
+    m = np.asarray(m, dtype=float)
+    mkt = m * kt
+    mktnt = mkt * nt
+    s = wavelet_bytes / link_bytes_per_cycle
+    Mxs = num_wavelets(message_bytes=mkt * dtype_bytes, wavelet_bytes=wavelet_bytes) * s
+    serial_x = np.where(region.gt1("Q"), Mxs, 0.0)
+    epw = max(1.0, wavelet_bytes / dtype_bytes)
+    My = num_wavelets(message_bytes=m * nt * dtype_bytes, wavelet_bytes=wavelet_bytes)
+    dMy = My - num_wavelets(message_bytes=nt * dtype_bytes, wavelet_bytes=wavelet_bytes)
+    gt1P = region.gt1("P")
+    out = []
+    for h, ramp, pko, rsc, tlc, eff in variants:
+        tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+                        dtype_bytes=dtype_bytes, efficiency_frac=eff)
+        compute = mktnt * tm
+        Qh, gt1Q = region.chain_hops("Q", h)
+        bcast = np.where(gt1Q, Qh + Mxs, 0.0)
+        a = np.maximum(s, epw * tm)
+        serial_y = np.where(gt1P, dMy * a, 0.0)
+        hidden = broadcast_overlap_frac * np.minimum(serial_x + serial_y, compute)
+        line = region.reduce_line("P", h, ramp, rsc, tlc, tree_level_overlap_frac, a, num_colors - 1.0, tree_model,
+                                  reduce_algo)
+        red = line.cycles(My * a)
+        out.append(pko + bcast + compute - hidden + red)
+    return out
+
+
+def gemv_parts(region: Region, *, hop_latency_cycles, ramp_latency_cycles=0.0, per_kernel_overhead_cycles=0.0,
+               reduce_stage_cycles=0.0, tree_level_cycles=0.0, mac_efficiency_frac=1.0, **kw) -> dict:
+    """:func:`.fabric.gemv_parts_cycles` on ``region``: the kernel as written, without latency, and without latency
+    or MAC time, in one pass [cycles]."""
+    total, zero_lat, serial = gemv_variants(region, variants=(
+        (hop_latency_cycles, ramp_latency_cycles, per_kernel_overhead_cycles, reduce_stage_cycles, tree_level_cycles,
+         mac_efficiency_frac),
+        (0.0, 0.0, 0.0, 0.0, 0.0, mac_efficiency_frac),
+        (0.0, 0.0, 0.0, 0.0, 0.0, 1e30)), **kw)
+    overhead = np.full_like(np.asarray(total, dtype=float), per_kernel_overhead_cycles)
+    compute = zero_lat - serial
+    latency = total - overhead - serial - compute
+    return {"overhead": overhead, "latency": latency, "serialization": serial, "compute": compute}
+
+
+def gemm_variants(region: Region, *, m, k, n, flop_per_cycle, sram_bytes_per_cycle, link_bytes_per_cycle, variants,
+                  dtype_bytes=2.0, wavelet_bytes=4.0, broadcast_overlap_frac=0.0, reduce_stage_cycles=0.0,
+                  tree_level_cycles=0.0, tree_level_overlap_frac=0.0, num_colors=np.inf, tree_model="levels"):
+    """:func:`.fabric.gemm_cycles` on ``region`` for each variant ``(hop, ramp, per_kernel_overhead, step_overhead,
+    mac_efficiency)`` of the constants [cycles]: ``(S, [cycles per variant])`` with ``S = max(rows, cols)`` steps.
+    The reduction constants are accepted and not used (as :func:`.fabric.gemm_cycles`)."""
+    P, Q = region.P, region.Q
+    S = np.maximum(P, Q)
+    mt, kt, nt = ceil_div(m, P), ceil_div(k, S), ceil_div(n, Q)
+    mktnt = mt * kt * nt
+    tile_bytes = np.maximum(mt * kt, kt * nt) * dtype_bytes
+    wl = num_wavelets(message_bytes=tile_bytes, wavelet_bytes=wavelet_bytes) * wavelet_bytes / link_bytes_per_cycle
+    out = []
+    for h, ramp, pko, step, eff in variants:
+        tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+                        dtype_bytes=dtype_bytes, efficiency_frac=eff)
+        compute = mktnt * tm
+        shift = 2.0 * (h + ramp) + wl
+        out.append(pko + S * (step + np.maximum(compute, shift)))
+    return S, out
+
+
+def gemm_parts(region: Region, *, hop_latency_cycles, ramp_latency_cycles=0.0, per_kernel_overhead_cycles=0.0,
+               step_overhead_cycles=0.0, mac_efficiency_frac=1.0, **kw) -> dict:
+    """:func:`.fabric.gemm_parts_cycles` on ``region`` (the kernel and its fabric-only variant in one pass)."""
+    S, (total, fabric_only) = gemm_variants(region, variants=(
+        (hop_latency_cycles, ramp_latency_cycles, per_kernel_overhead_cycles, step_overhead_cycles, mac_efficiency_frac),
+        (hop_latency_cycles, ramp_latency_cycles, 0.0, 0.0, 1e30)), **kw)
+    total = np.asarray(total, dtype=float)
+    overhead = per_kernel_overhead_cycles + S * step_overhead_cycles
+    body = total - overhead
+    compute = np.where(body > fabric_only, body, 0.0)
+    fabric = body - compute
+    return {"overhead": np.broadcast_to(overhead, total.shape) * 1.0, "compute": compute, "fabric": fabric}

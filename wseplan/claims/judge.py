@@ -1,0 +1,303 @@
+"""Judging one claim: hard bounds, wseplan's estimate and the held-out error band (see :mod:`wseplan.claims`)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..catalog.load import load_catalog
+from ..compare import compare
+from ..devices import families
+from ..errors import InputError, WseplanError
+from ..plan import plan
+from ..report.markdown import fmt_quantity
+from .bands import heldout_bands
+from .physics import (QUANTITY_TEXT, Physical, bandwidth_bound, fit_bound, hop_s, normalise, peak,
+                      quantity_bounds, target_of, workload)
+from .schema import KIND_UNIT, Claim, Verdict, claimed_si, load_claims, need
+
+#: kinds whose "estimate" is the catalog figure itself (judged by bounds only)
+_CATALOG_KINDS = ("peak_flop_per_s", "bandwidth_bytes_per_s", "hop_latency_s")
+
+
+def _fmt(v: float, unit: str) -> str:
+    return fmt_quantity(float(v), unit)
+
+
+# --------------------------------------------------------------------------------------------- error bands
+def validated_errors(catalog=None) -> dict[str, tuple[float, str]]:
+    """The held-out error of each category of prediction (``gpu-train``, ``gpu-infer``, ``wse-infer`` ...):
+    category -> (error [fraction], a sentence naming where it comes from). From the committed table of
+    :mod:`wseplan.claims.bands` (leave-one-source-out cross-validation of the bundled validation set); a category
+    without validated rows is absent and claims of that category are never called optimistic."""
+    return {k: (b.heldout_frac, b.describe()) for k, b in heldout_bands().items()}
+
+
+def category(quantity: str, device_kind: str | None) -> str:
+    """The validation category a claim's quantity is judged by: training claims by training rows."""
+    dev = "wse" if device_kind == "wafer" else "gpu"
+    train = quantity in ("train_tokens_per_s", "step_time_s", "time_to_train_s", "train")
+    return f"{dev}-{'train' if train else 'infer'}"
+
+
+def validated_error_frac(quantity: str, device_kind: str, errors: dict) -> tuple[float, str]:
+    """(error fraction, its source) for this kind of claim; LookupError when none is validated."""
+    cat_name = category(quantity, device_kind)
+    if cat_name in errors:
+        return errors[cat_name]
+    raise LookupError(cat_name)
+
+
+def time_model_available(device_kind: str) -> bool:
+    """Whether the time model for a device kind (wafer or gpu) is present in this installation."""
+    return any(device_kind in f.kinds for f in families().values())
+
+
+# --------------------------------------------------------------------------------------------- estimates
+def _plan(c: Claim, cat, t, phase: str, batch: int, context: int | None):
+    """The plan record of the claim's run: the best layout that fits (searched when the claim gives none). Wafer
+    training whose weights and optimizer state overflow the default MemoryX option is planned with the next
+    larger option that holds them."""
+    opts = c.spec_options() if phase != "train" else {}
+    r = plan(c.model, t, phase=phase, precision=c.precision, batch=batch, context=context, software=c.software,
+             options=opts, catalog=cat)
+    if not r.fits and phase == "train" and t.kind == "wafer" and (r.details.get("memoryx") or {}).get("fits") is False:
+        mx = cat.memoryx[cat.system_for_wafer(t.key).memoryx]
+        for key in sorted(mx.capacity_options_bytes, key=lambda k: mx.capacity_options_bytes[k].si):
+            if mx.capacity_options_bytes[key].si > r.details["memoryx"]["capacity_bytes"]:
+                r2 = plan(c.model, t, phase=phase, precision=c.precision, batch=batch, context=context,
+                          software=c.software, options={"memoryx_option": key}, catalog=cat)
+                if r2.fits:
+                    return r2
+    return r
+
+
+def _layout_text(r) -> str:
+    lay = {k: v for k, v in (r.layout or {}).items() if k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
+                                                             "zero_stage", "recompute", "num_wafers", "num_systems")}
+    short = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "zero_stage": "zero",
+             "num_wafers": "wafers", "num_systems": "systems"}
+    text = ", ".join(f"{short.get(k, k)} {v}" for k, v in lay.items())
+    mx = (r.details or {}).get("memoryx")
+    return text + (f", MemoryX {mx['option']}" if mx and mx.get("option") else "")
+
+
+def estimate(c: Claim, cat, t, p: Physical) -> tuple[float | None, str]:
+    """wseplan's estimate of the claim's physical quantity, or (None, why) when no model covers it."""
+    kind = c.kind
+    if kind == "power_w":
+        if t.kind == "wafer":
+            q = cat.system_for_wafer(t.key).power_w
+            return q.si * t.count, (f"catalog CS system power x {t.count} (range {_fmt(q.bound('low'), 'W')} to "
+                                    f"{_fmt(q.bound('high'), 'W')} each)")
+        g = t.device
+        nodes = math.ceil(t.count / g.gpus_per_node.si)
+        return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)"
+    if kind == "usd_per_mtok":
+        try:
+            res = compare(c.model, [t.label], phase=c.phase or "decode", precision=c.precision, batch=c.batch or 1,
+                          context=c.context, catalog=cat)
+        except WseplanError as exc:
+            return None, f"cost model declined: {exc}"
+        return res.rows[0].usd_per_mtok, "wseplan compare $/M tokens"
+    if p.quantity not in ("train_tokens_per_s", "tpot_s", "ttft_s"):
+        return None, "no batch stated, so no estimate to compare with"
+    if p.training and c.batch is None:
+        return None, "no batch stated, so no estimate to compare with"
+    if not time_model_available(t.kind):
+        return None, f"no {t.kind} time model in this version"
+    batch = c.batch or 1
+    try:
+        r = _plan(c, cat, t, p.phase, batch, c.context)
+    except WseplanError as exc:
+        return None, f"time model declined: {exc}"
+    if not r.fits or r.step_s is None:
+        return None, (f"no layout of {t.label} fits {r.model} at batch {batch} ({r.binding} binds), so nothing to "
+                      "time; judged on the hard bounds only")
+    note = (f"wseplan plan ({p.phase}, batch {r.batch}, context {r.context}, software {r.software}; "
+            f"{_layout_text(r) or 'layout ' + r.target}; bottleneck {r.bottleneck})")
+    if p.quantity == "train_tokens_per_s":
+        return r.batch * r.context / r.step_s, note
+    if p.quantity == "tpot_s":
+        return r.tpot_s or r.step_s, note
+    return r.ttft_s or r.step_s, note
+
+
+# --------------------------------------------------------------------------------------------- checking
+def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdict:
+    """Judge one claim (see :mod:`wseplan.claims`). ``errors`` as from :func:`validated_errors` (read when not
+    given)."""
+    cat = catalog or load_catalog()
+    if errors is None:
+        errors = validated_errors(cat)
+    claimed = claimed_si(c)
+    unit, lower_better = KIND_UNIT[c.kind]
+    kind = c.kind
+    t = target_of(c, cat) if c.target is not None else None
+
+    def plain(bounds, est, note):
+        p = Physical(quantity=kind, value=claimed, unit=unit, lower_better=lower_better, phase=c.phase or "decode")
+        return _judge(c, p, bounds, est, note, t, cat, None, errors)
+
+    if kind == "peak_flop_per_s":
+        need(c, "target")
+        scope = c.scope or "dense"
+        if scope not in ("dense", "sparse"):
+            raise InputError(f"claim {c.id}: scope for a peak must be dense or sparse, got {scope!r}")
+        b = peak(t, c.precision, scope)
+        return plain({"compute_peak": b}, b, f"{scope} {c.precision} peak of {t.label}")
+    if kind == "bandwidth_bytes_per_s":
+        need(c, "target", "scope")
+        bounds = bandwidth_bound(c, t, cat)
+        return plain(bounds, next(iter(bounds.values())), f"{c.scope} bandwidth of {t.label}")
+    if kind == "hop_latency_s":
+        need(c, "target")
+        if t.kind != "wafer":
+            raise InputError(f"claim {c.id}: hop_latency_s applies to a wafer target, got {c.target!r}")
+        return plain({"hop_latency_floor": hop_s(t)}, t.device.hop_latency_cycles.si / t.device.clock_hz.si,
+                     "catalog hop latency / clock")
+    if kind == "fits":
+        need(c, "model", "target")
+        return _check_fits(c, cat, t, claimed)
+    if kind == "memory_bytes":
+        need(c, "model")
+        return _check_memory(c, cat, t, claimed, unit)
+    if kind == "power_w":
+        need(c, "target")
+        est, note = estimate(c, cat, t, Physical(kind, claimed, unit, lower_better, "decode"))
+        return plain({}, est, note)
+    need(c, "model", "target")
+    p = normalise(c, claimed)
+    bounds, spec_note = quantity_bounds(c, cat, t, p)
+    fb = fit_bound(c, cat, p.phase, c.batch or 1, c.context or 1, t)
+    capacity = None if fb.fits else fb
+    est, note = estimate(c, cat, t, p)
+    return _judge(c, p, bounds, est, note, t, cat, capacity, errors, spec_note)
+
+
+def _option_text(fb, t, cat) -> str:
+    if fb.option is None:
+        return ""
+    cap = cat.memoryx[cat.system_for_wafer(t.key).memoryx].capacity_options_bytes[fb.option].si
+    return f"; judged against the largest MemoryX option in the catalog, {fb.option} ({_fmt(cap, 'bytes')})"
+
+
+def _check_fits(c: Claim, cat, t, claimed: bool) -> Verdict:
+    phase = c.phase or "decode"
+    fb = fit_bound(c, cat, phase, c.batch or 1, c.context or 1, t)
+    r = fb.record
+    opt = _option_text(fb, t, cat)
+    if claimed and not fb.fits:
+        return Verdict(id=c.id, kind=c.kind, verdict="impossible", bound=fb.bound, bound_value=fb.capacity_bytes,
+                       claimed_value=claimed, estimate=False, margin=fb.need_bytes / fb.capacity_bytes, unit="",
+                       bound_unit="bytes",
+                       reason=f"{r.model} ({c.precision}, {phase}) needs {_fmt(fb.need_bytes, 'bytes')}; "
+                              f"{t.label} holds {_fmt(fb.capacity_bytes, 'bytes')} ({fb.bound}), "
+                              f"{fb.need_bytes / fb.capacity_bytes:.3g}x over{opt}")
+    return Verdict(id=c.id, kind=c.kind, verdict="consistent", claimed_value=claimed, estimate=fb.fits, unit="",
+                   reason=f"wseplan fit says {'it fits' if fb.fits else 'it does not fit'} ({r.binding} binds, "
+                          f"{r.num_devices} device(s)){opt}")
+
+
+def _check_memory(c: Claim, cat, t, claimed: float, unit: str) -> Verdict:
+    phase = c.phase or "decode"
+    tt = t or target_of(c.model_copy(update={"target": "h100-sxm"}), cat)
+    fb = fit_bound(c, cat, phase, c.batch or 1, c.context or 1, tt)
+    floor = workload(c, cat, phase, c.batch or 1, c.context or 1).total_weight_bytes
+    est, note = fb.record.total_bytes, f"wseplan fit total ({phase}, batch {c.batch or 1}, context {c.context or 1})"
+    if claimed < floor:  # the weights alone must be stored somewhere
+        cap_name = "sram_capacity" if tt.kind == "wafer" else "hbm_capacity"
+        return Verdict(id=c.id, kind=c.kind, verdict="impossible", bound=cap_name, bound_value=floor,
+                       claimed_value=claimed, estimate=est, margin=floor / claimed, unit=unit, bound_unit="bytes",
+                       reason=f"the weights alone take {_fmt(floor, 'bytes')} at {c.precision}; the claim is "
+                              f"{floor / claimed:.3g}x smaller")
+    p = Physical(quantity=c.kind, value=claimed, unit=unit, lower_better=True, phase=phase)
+    return _judge(c, p, {}, est, note, tt, cat, None, {})
+
+
+def _judge(c: Claim, p: Physical, bounds: dict[str, float], est, note: str, t, cat, capacity=None, errors=None,
+           spec_note: str = "") -> Verdict:
+    """The verdict, computed on the physical quantity ``p`` and shown in the claim's own unit."""
+    claim_unit, _ = KIND_UNIT[c.kind]
+    show = p.to_claim  # quantity -> the claim's unit
+    claimed_shown = claimed_si(c)
+
+    def better(x: float, ref: float) -> bool:
+        return x < ref if p.lower_better else x > ref
+
+    def ratio(x: float, ref: float) -> float:
+        return ref / x if p.lower_better else x / ref
+
+    restated = f"; judged as {QUANTITY_TEXT[p.quantity]}, {_fmt(p.value, p.unit)}" if p.restated else ""
+    broken = [(n, b, ratio(p.value, b), claim_unit,
+               f"{n} bound is {_fmt(show(b), claim_unit)}; the claim {_fmt(claimed_shown, claim_unit)} beats it")
+              for n, b in bounds.items() if b is not None and b > 0 and better(p.value, b)
+              and abs(ratio(p.value, b) - 1.0) > 1e-9]
+    if capacity is not None:
+        opt = _option_text(capacity, t, cat)
+        broken.append((capacity.bound, capacity.capacity_bytes, capacity.need_bytes / capacity.capacity_bytes, "bytes",
+                       f"{c.model} ({c.precision}) needs {_fmt(capacity.need_bytes, 'bytes')} but {c.target} holds "
+                       f"{_fmt(capacity.capacity_bytes, 'bytes')} ({capacity.bound}{opt})"))
+    est_shown = show(est) if isinstance(est, (int, float)) and not isinstance(est, bool) and est > 0 else None
+    if broken:
+        # name the bound the claim breaks by the largest factor; mention the others
+        broken.sort(key=lambda x: -x[2])
+        name, b, m, bunit, text = broken[0]
+        others = [f"{x[0]} ({x[2]:.3g}x)" for x in broken[1:]]
+        extra = f"; {spec_note}" if name in ("memory_bandwidth", "hop_latency_floor") and spec_note else ""
+        shown_b = b if bunit == "bytes" else show(b)
+        return Verdict(id=c.id, kind=c.kind, verdict="impossible", bound=name, bound_value=shown_b,
+                       claimed_value=claimed_shown, estimate=est_shown, margin=m, unit=claim_unit, bound_unit=bunit,
+                       quantity=p.quantity, reason=f"{text} by {m:.3g}x{restated}{extra}"
+                       + (f"; also breaks {', '.join(others)}" if others else ""))
+    tight = None
+    if bounds:
+        tight = max(bounds.items(), key=lambda nb: ratio(p.value, nb[1]) if nb[1] else -math.inf)
+    tight_text = f"; tightest bound {tight[0]} {_fmt(show(tight[1]), claim_unit)}" if tight else ""
+    common = dict(id=c.id, kind=c.kind, claimed_value=claimed_shown, unit=claim_unit, quantity=p.quantity)
+    if est_shown is None:
+        return Verdict(**common, verdict="consistent", estimate=None,
+                       reason=f"no hard bound broken; {note or 'no estimate'}, so not judged optimistic")
+    if c.kind in _CATALOG_KINDS:
+        return Verdict(**common, verdict="consistent", estimate=est_shown, margin=ratio(p.value, est),
+                       reason=f"within the {note} ({_fmt(est_shown, claim_unit)})")
+    err, err_src = _error_for(c, p, t, cat, errors or {})
+    m = ratio(p.value, est)
+    est_text = f"wseplan's estimate {_fmt(est_shown, claim_unit)} ({note})"
+    if err is None:
+        return Verdict(**common, verdict="consistent", estimate=est_shown, margin=m,
+                       reason=f"no hard bound broken; estimate {_fmt(est_shown, claim_unit)} from {note}; "
+                              f"{err_src}, so not judged optimistic{restated}")
+    if m > 1.0 + err:
+        return Verdict(**common, verdict="optimistic", estimate=est_shown, margin=m, error_frac=err,
+                       reason=f"{m:.3g}x better than {est_text}; more than the held-out error {err:.0%} "
+                              f"({err_src}){restated}{tight_text}")
+    return Verdict(**common, verdict="consistent", estimate=est_shown, margin=m, error_frac=err,
+                   reason=(f"no better than {est_text}" if m <= 1.0 else
+                           f"{m:.3g}x better than {est_text}, within the held-out error {err:.0%} ({err_src})")
+                   + restated + tight_text)
+
+
+def _error_for(c: Claim, p: Physical, t, cat, errors: dict) -> tuple[float | None, str]:
+    if c.kind == "power_w":
+        q = cat.system_for_wafer(t.key).power_w if t.kind == "wafer" else t.device.node_power_w
+        lo = q.bound("low")
+        return (q.si / lo - 1.0 if lo > 0 else 0.0), f"catalog power range of {q.source_ids[0]}"
+    try:
+        return validated_error_frac(p.quantity, t.kind if t is not None else "gpu", errors)
+    except LookupError as exc:
+        return None, f"no validated error for {exc.args[0]} predictions yet"
+
+
+def check(claims, catalog=None) -> list[Verdict]:
+    """Check every claim of a file (or a list of :class:`Claim`). The Python API behind ``wseplan check``."""
+    cat = catalog or load_catalog()
+    items = load_claims(claims) if isinstance(claims, (str, Path)) else list(claims)
+    errors = validated_errors(cat)
+    return [check_claim(c, cat, errors=errors) for c in items]
+
+
+def to_frame(verdicts: list[Verdict]):
+    """Verdicts as a DataFrame (one row per claim)."""
+    import pandas as pd
+
+    return pd.DataFrame([v.to_record() for v in verdicts])

@@ -1,0 +1,240 @@
+"""`wseplan serve MODEL --target T`: one serving operating point (TTFT, TPOT, tokens/s, $/M tokens) and the frontier.
+
+Calls :func:`wseplan.serving.serve` (the same function as ``wseplan.serve``), so the JSON record is
+``ServeResult.to_record()`` plus the provenance. The record is documented in docs/cli-output.md.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import typer
+
+from . import options as O
+from .output import Rendered, Section, check_format, render
+
+OFF = ("none", "off")
+
+
+def serve_cmd(
+    model: str = typer.Argument(..., help="Catalog model name/alias (llama-70b) or a config.json path."),
+    target: str = O.target_opt("<hardware key>[x<N>]: cs3, h200, cs3x4, h100x8 … (no count: the replica is sized by "
+                               "searching replica sizes)."),
+    precision: str = O.precision_opt(),
+    software: Optional[str] = O.software_opt(),
+    input_len: int = typer.Option(2048, "--input-len", "--input-tokens", help="Prompt tokens per request (mean)."),
+    output_len: int = typer.Option(256, "--output-len", "--output-tokens", help="Answer tokens per request (mean)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests one replica runs at once (its batch "
+                                              "slots); default: every power of two up to the engine's largest batch."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
+                                         "each point at --utilization of its capacity. May be given with --concurrency."),
+    ttft_limit: Optional[float] = typer.Option(None, "--ttft-limit", help="Time to first token limit at --percentile [s]."),
+    tpot_limit: Optional[float] = typer.Option(None, "--tpot-limit", help="Time per output token limit [s]."),
+    percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT limit, in (0, 100)."),
+    speculative: Optional[str] = typer.Option(None, "--speculative", help="Draft model for speculative decoding (catalog "
+                                              "name or config.json), or 'none' to turn off a profile's default."),
+    draft_tokens: Optional[int] = typer.Option(None, "--draft-tokens", help="Tokens the draft proposes per step (k, 1-16)."),
+    acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Per-token acceptance probability of the "
+                                               "draft's tokens, in [0, 1)."),
+    utilization: Optional[float] = typer.Option(None, "--utilization", help="Without --rate: the load of each point as "
+                                                "a share of its capacity, in (0, 1) (default 0.9)."),
+    set_: Optional[list[str]] = O.set_opt(),
+    prices: Optional[list[str]] = O.prices_opt(),
+    fmt: str = O.format_opt(),
+    catalog: Optional[list[str]] = O.catalog_opt(),
+) -> None:
+    """One serving operating point: TTFT percentiles, TPOT, tokens/s per user and per replica, $/M tokens, and the
+    Pareto frontier of $/M output tokens vs tokens/s per user.
+
+    Without --concurrency or --rate it reports the highest-throughput point (per device) that fits; with limits or a
+    rate, the cheapest point that carries the rate and meets the limits.
+
+    Example: wseplan serve llama-70b --target cs3 --tpot-limit 0.01 ;
+    wseplan serve llama-3-8b --target h200x1 --concurrency 1 --speculative llama-3.2-1b --draft-tokens 4 --acceptance 0.8 ;
+    wseplan serve llama-70b --target h200x8 --precision fp8 --rate 5 --ttft-limit 2 --percentile 99 --format json
+    """
+    from ..analytic.cost import load_prices, parse_overrides
+    from ..errors import InputError
+    from ..serving import DEFAULT_UTILIZATION, serve
+
+    check_format(fmt)
+    _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_limit, percentile, draft_tokens,
+                  acceptance, utilization)
+    cat = O.load_catalog(catalog)
+    opts = _spec_options(speculative, draft_tokens, acceptance, cat)
+    res = serve(model, target, precision=precision, software=software, input_tokens=input_len, output_tokens=output_len,
+                concurrency=concurrency, rate=rate, ttft_limit_s=ttft_limit, tpot_limit_s=tpot_limit,
+                percentile=percentile, utilization=DEFAULT_UTILIZATION if utilization is None else utilization,
+                options=opts or None, catalog=cat, prices=load_prices(list(prices or []), catalog=cat),
+                overrides=parse_overrides(set_))
+    if res.speculative is None and (draft_tokens is not None or acceptance is not None):
+        flag = "--draft-tokens" if draft_tokens is not None else "--acceptance"
+        raise InputError(f"{flag}: speculative decoding is off (software profile {res.software} has no draft model); "
+                         "name one with --speculative DRAFT")
+    render_serve(res, fmt, list(prices or []))
+
+
+def _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_limit, percentile, draft_tokens,
+                  acceptance, utilization) -> None:
+    """One-line errors naming the flag (before any catalog is read)."""
+    from ..errors import InputError
+    from ..workload import MAX_BATCH, MAX_CONTEXT, check_positive_int
+
+    check_positive_int(input_len, "--input-len", MAX_CONTEXT)
+    check_positive_int(output_len, "--output-len", MAX_CONTEXT)
+    if concurrency is not None:
+        check_positive_int(concurrency, "--concurrency", MAX_BATCH)
+    for flag, v in (("--rate", rate), ("--ttft-limit", ttft_limit), ("--tpot-limit", tpot_limit)):
+        if v is not None and not (math.isfinite(v) and 0 < v < 1e12):
+            raise InputError(f"{flag}: must be a positive number, got {v!r}")
+    if not (math.isfinite(percentile) and 0 < percentile < 100):
+        raise InputError(f"--percentile: must be in (0, 100), e.g. 95, got {percentile!r}")
+    if draft_tokens is not None and not 1 <= draft_tokens <= 16:
+        raise InputError(f"--draft-tokens: must be an integer from 1 to 16, got {draft_tokens!r}")
+    if acceptance is not None and not (math.isfinite(acceptance) and 0 <= acceptance < 1):
+        raise InputError(f"--acceptance: per-token acceptance must be in [0, 1), got {acceptance!r}")
+    if utilization is not None:
+        if rate is not None:
+            raise InputError("--utilization: applies only without --rate (the rate sets the load)")
+        if not (math.isfinite(utilization) and 0 < utilization < 1):
+            raise InputError(f"--utilization: must be in (0, 1), got {utilization!r}")
+
+
+def _spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
+    """serve's ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS); an unknown draft model
+    is an error naming --speculative."""
+    from ..errors import InputError, WseplanError
+    from ..workload import resolve_model
+
+    opts = {}
+    if speculative is not None:
+        if speculative.strip().lower() not in OFF:
+            try:
+                resolve_model(speculative, cat)
+            except WseplanError as exc:
+                msg = str(exc).removeprefix("model: ").replace("unknown model", "unknown draft model", 1)
+                raise InputError(f"--speculative: {msg}") from None
+        opts["speculative"] = "none" if speculative.strip().lower() in OFF else speculative
+    if draft_tokens is not None:
+        opts["draft_tokens"] = draft_tokens
+    if acceptance is not None:
+        opts["acceptance"] = acceptance
+    return opts
+
+
+def _pct(res) -> str:
+    return f"p{res.percentile:g}"
+
+
+def _speculative_text(res) -> str:
+    from ..report.formats import fmt_num
+
+    sp = res.speculative
+    if not sp:
+        return "off"
+    acc = res.chosen.accepted_tokens_per_step if res.chosen else None
+    text = (f"{sp['draft_model']} drafts {fmt_num(sp['draft_tokens'])} tokens, per-token acceptance "
+            f"{fmt_num(100 * sp['acceptance_frac'])}%")
+    return text + (f": {fmt_num(acc)} tokens per step" if acc is not None else "")
+
+
+def _demand_text(res) -> str:
+    from ..report.formats import fmt_field, fmt_num
+
+    c = res.chosen
+    load = (f"{fmt_num(res.rate_per_s)} requests/s offered" if res.rate_per_s is not None else
+            f"{fmt_field('utilization_frac', c.utilization_frac)} of each point's capacity" if c is not None else
+            "no rate given")
+    lim = [f"TTFT {_pct(res)} <= {fmt_field('ttft_s', res.ttft_limit_s)}"] if res.ttft_limit_s is not None else []
+    lim += [f"TPOT <= {fmt_field('tpot_s', res.tpot_limit_s)}"] if res.tpot_limit_s is not None else []
+    return f"{load}; " + (", ".join(lim) if lim else "no limits")
+
+
+def _choice(res) -> str:
+    if not res.chosen.meets_sla:
+        return "no point meets the limits: the fastest"
+    if res.rate_per_s is not None or res.ttft_limit_s is not None or res.tpot_limit_s is not None:
+        return "the cheapest point that carries the load and meets the limits"
+    return "the highest throughput per device"
+
+
+def summary_rows(res) -> list[dict]:
+    """The chosen point as ``{quantity, value}`` rows (human units)."""
+    from ..report.formats import fmt_bool, fmt_field, fmt_num
+
+    rows = [("fits", fmt_bool(res.fits)), ("load and limits", _demand_text(res))]
+    c = res.chosen
+    if c is not None:
+        pct = _pct(res)
+        rows += [
+            ("chosen", _choice(res)),
+            ("devices", f"{fmt_num(c.num_devices)} ({fmt_num(c.num_replicas)} replica{'s' if c.num_replicas != 1 else ''}"
+                        f" of {fmt_num(c.devices_per_replica)})"),
+            ("layout", " ".join(f"{k}={v}" for k, v in c.layout.items())),
+            ("batch (requests in flight per replica)", fmt_num(c.batch)),
+            ("TTFT p50", fmt_field("ttft_p50_s", c.ttft_p50_s)),
+            *([(f"TTFT {pct}", fmt_field("ttft_s", c.ttft_at_percentile_s))] if res.percentile != 50 else []),
+            ("TTFT without queueing (own prefill)", fmt_field("ttft_s", c.ttft_s)),
+            ("TPOT (time per output token)", fmt_field("tpot_s", c.tpot_s)),
+            ("tokens/s per user", fmt_num(c.tokens_per_s_per_user)),
+            ("output tokens/s", fmt_num(c.tokens_per_s)),
+            ("requests/s", fmt_num(c.requests_per_s)),
+            ("capacity [requests/s]", fmt_num(c.capacity_requests_per_s)),
+            ("utilization", fmt_field("utilization_frac", c.utilization_frac)),
+            ("bottleneck", c.bottleneck or "–"),
+            ("software", res.software),
+            ("speculative", _speculative_text(res)),
+            ("$/M output tokens", fmt_field("output_usd_per_mtok", c.output_usd_per_mtok)),
+            ("$/M input tokens", fmt_field("input_usd_per_mtok", c.input_usd_per_mtok)),
+            ("cost per hour", fmt_field("usd_per_hour", c.usd_per_hour)),
+        ]
+        if res.ttft_limit_s is not None or res.tpot_limit_s is not None:
+            rows.append(("meets the limits", fmt_bool(c.meets_sla)))
+    return [{"quantity": q, "value": v} for q, v in rows]
+
+
+def frontier_rows(res) -> list[dict]:
+    """The Pareto frontier (numbers in SI; the table picks one display unit per column)."""
+    from ..report.formats import fmt_bool
+
+    key = f"ttft_{_pct(res)}_s"
+    ch = res.chosen
+    return [{"num_devices": p.num_devices, "batch": p.batch, "tokens_per_s_per_user": p.tokens_per_s_per_user,
+             "output_usd_per_mtok": p.output_usd_per_mtok, key: p.ttft_at_percentile_s, "tpot_s": p.tpot_s,
+             "tokens_per_s": p.tokens_per_s, "chosen": fmt_bool(ch is not None and p == ch)} for p in res.frontier]
+
+
+def csv_rows(res) -> list[dict]:
+    """One row per evaluated point: the inputs, the point's fields (layout as text), ``chosen`` and ``on_frontier``."""
+    spec = res.speculative or {}
+    head = dict(model=res.model, target=res.target, hardware=res.hardware, software=res.software,
+                precision=res.precision, input_tokens=res.input_tokens, output_tokens=res.output_tokens,
+                percentile=res.percentile, rate_per_s=res.rate_per_s, ttft_limit_s=res.ttft_limit_s,
+                tpot_limit_s=res.tpot_limit_s, draft_model=spec.get("draft_model"), draft_tokens=spec.get("draft_tokens"),
+                acceptance_frac=spec.get("acceptance_frac"))
+    if not res.points:
+        return [{**head, "fits": False}]
+    rows = []
+    for p in res.points:
+        d = p.model_dump(mode="json")
+        d["layout"] = " ".join(f"{k}={v}" for k, v in p.layout.items())
+        rows.append({**head, "fits": True, "chosen": p == res.chosen,
+                     "on_frontier": any(p == f for f in res.frontier), **d})
+    return rows
+
+
+def render_serve(res, fmt: str, prices: list[str] | None = None) -> None:
+    """The serve record: json ``to_record()`` + provenance, csv the points, table/md the chosen point and the
+    frontier."""
+    title = (f"Serve: {res.model} on {res.target} ({res.precision}, {res.software}, {res.input_tokens} prompt / "
+             f"{res.output_tokens} answer tokens)")
+    sections = [Section(title, summary_rows(res))]
+    if res.chosen is not None:
+        sections.append(Section(f"Pareto frontier: $/M output tokens vs tokens/s per user (TTFT {_pct(res)})",
+                                frontier_rows(res)))
+    render(Rendered(record=res.to_record(), csv_rows=csv_rows(res), heading=title, sections=sections,
+                    notes=list(res.notes), prices=list(prices or [])), fmt)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_cmd)

@@ -1,0 +1,109 @@
+"""Cost arrays through the planning chain: the named cost inputs of a setup (:func:`params_for`) and the cost
+metrics of :func:`wseplan.plan.evaluate`'s arrays (:func:`cost_columns`), used by ``cost``, compare, sweep,
+serve, fleet and reports alike.
+
+A configuration that does not fit has no time and therefore no cost (NaN in arrays). Inputs come from the dated
+prices catalog (:mod:`wseplan.analytic.cost`) and the family's hardware figures (devices per system, power, rack
+space); the pure functions of :mod:`wseplan.analytic.cost` do the arithmetic, vectorized over configurations,
+Monte Carlo samples or tornado cases alike.
+
+Serving cost splits the deployment's busy time between input and output tokens by what the engine spends on
+each: with static batches the prefill of the batch versus its decode steps; with in-flight batching the decode
+round alone versus the extra time the prompt chunks add to it. (Split out of :mod:`wseplan.costing` so that
+:mod:`wseplan.serving` prices its points without importing the ``cost`` API, which searches the operating point
+with :func:`wseplan.serving.serve`.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .analytic import cost as C
+from .errors import InputError
+from .plan import Setup
+from .workload import total_params as transformer_params
+
+#: the headline metric of each phase
+HEADLINE = {"train": "usd_per_run", "prefill": "input_usd_per_mtok", "decode": "output_usd_per_mtok",
+            "serve": "output_usd_per_mtok"}
+
+
+@dataclass(frozen=True)
+class ArrayTimes:
+    """Time inputs of the cost functions, as arrays over configurations (see :class:`~wseplan.analytic.cost.TimeInputs`)."""
+
+    phase: str
+    num_devices: np.ndarray
+    num_systems: np.ndarray
+    prefill_s: np.ndarray | None = None
+    prompt_tokens: np.ndarray | None = None
+    decode_step_s: np.ndarray | None = None
+    output_tokens_per_step: np.ndarray | None = None
+    step_s: np.ndarray | None = None
+    tokens_per_step: np.ndarray | None = None
+    train_tokens: np.ndarray | float | None = None
+
+
+def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
+    """The named cost inputs of the setup's target (site, capex, network share, power, rack space, and MemoryX for
+    wafer training): :func:`wseplan.analytic.cost.cost_params` for the built-in kinds, the family's
+    :class:`~wseplan.devices.base.Hardware` figures for plug-in kinds."""
+    hw = s.family.hardware(s.ctx)
+    q = s.query
+    stream = s.family.name == "wafer_streaming"
+    if q.target.kind in ("gpu", "wafer"):
+        out = C.cost_params(prices, q.catalog, q.target, include_memoryx=stream,
+                            memoryx_option=getattr(s.ctx, "option", None) if stream else None)
+    else:
+        out = {name: C.Param.from_quantity(name, getattr(prices.site, name)) for name in C.SitePrices.model_fields}
+        hp = prices.hardware.get(hw.price_key)
+        if hp is None:
+            raise InputError(f"prices: no capex for {hw.price_key!r} ({hw.system_name}); add hardware.{hw.price_key}."
+                             "capex_usd and network_frac to a prices file (--prices FILE)")
+        for name, value in (("peak_power_w", hw.system_power_w), ("rack_units", hw.system_rack_units)):
+            out[name] = C.Param(name=name, value=value, low=value, high=value, source=["catalog"], basis="estimate",
+                                note=f"{hw.system_name}: from its catalog entry")
+        out["capex_usd"] = C.Param.from_quantity("capex_usd", hp.capex_usd)
+        out["network_frac"] = C.Param.from_quantity("network_frac", hp.network_frac)
+    return C.apply_overrides(out, overrides or {}, hardware_key=hw.price_key)
+
+
+def num_systems(s: Setup, num_devices) -> np.ndarray:
+    """Whole systems (CS-3s, GPU nodes) a device count occupies [count]."""
+    per = s.family.hardware(s.ctx).devices_per_system
+    return np.ceil(np.asarray(num_devices, dtype=float) / per - 1e-9)
+
+
+def array_times(s: Setup, arr: dict, *, train_tokens=None) -> ArrayTimes:
+    """The cost model's time inputs from :func:`wseplan.plan.evaluate`'s arrays (NaN where nothing fits)."""
+    ph = s.query.phase
+    ndev = np.asarray(arr["num_devices"], dtype=float)
+    nsys = num_systems(s, ndev)
+    if ph == "train":
+        return ArrayTimes(phase="train", num_devices=ndev, num_systems=nsys, step_s=arr["step_s"],
+                          tokens_per_step=arr["batch"] * arr["context"], train_tokens=train_tokens)
+    g = lambda k: arr.get(f"time.{k}", np.full(len(ndev), np.nan))  # noqa: E731
+    return ArrayTimes(phase="serve", num_devices=ndev, num_systems=nsys, prefill_s=g("cost_prefill_s"),
+                      prompt_tokens=g("cost_prompt_tokens"), decode_step_s=g("cost_decode_s"),
+                      output_tokens_per_step=g("cost_output_tokens"))
+
+
+def cost_columns(s: Setup, arr: dict, p: dict, *, train_tokens=None) -> dict:
+    """Cost metrics per configuration (arrays; NaN where the configuration does not fit) at inputs ``p``
+    (nominal values or sampled arrays)."""
+    ph = s.query.phase
+    if ph == "train" and train_tokens is None:
+        train_tokens = p["train_tokens_per_param"] * total_params(s.query.model)
+    t = array_times(s, arr, train_tokens=train_tokens)
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN times of rows that do not fit stay NaN
+        out = C.evaluate(p, t)
+        if ph in ("prefill", "decode"):  # one side of serving only
+            for k in list(out):
+                if (ph == "prefill" and "output" in k) or (ph == "decode" and "input" in k):
+                    out[k] = np.full(np.shape(out[k]) or (1,), np.nan)
+    return out
+
+
+def total_params(model) -> float:
+    return transformer_params(model) if hasattr(model, "num_layers") else float(sum(layer.params for layer in model.layers))

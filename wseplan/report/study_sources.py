@@ -1,0 +1,140 @@
+"""The assumptions table (every input with its value, range, basis and source) and the list of sources a study
+report cites."""
+from __future__ import annotations
+
+from .formats import fmt_field
+from .markdown import Column, Table, fmt_num, fmt_quantity
+from .study_schema import Study
+from .tables import basis_label
+
+
+def prices_of(cat):
+    """The prices catalog in force (the bundled one unless ``--prices`` replaced it)."""
+    from ..analytic import cost as C
+
+    return C.load_prices(catalog=cat)
+
+
+def _quantity_sources(entry) -> list[str]:
+    from ..catalog.schema import Quantity
+
+    ids = []
+    for name in type(entry).model_fields:
+        v = getattr(entry, name)
+        items = [v] if isinstance(v, Quantity) else list(v.values()) if isinstance(v, dict) else []
+        for q in items:
+            if isinstance(q, Quantity):
+                ids += q.source_ids
+    return ids
+
+
+def entry_sources(t, cat) -> list[str]:
+    ids = _quantity_sources(t.device)
+    if t.kind == "wafer":
+        sysm = cat.systems[t.device.system]
+        ids += _quantity_sources(sysm)
+    return ids
+
+
+def model_sources(name: str, cat) -> list[str]:
+    from ..workload import resolve_model
+
+    m = resolve_model(name, cat)
+    src = getattr(m, "source", [])
+    return [src] if isinstance(src, str) else list(src)
+
+
+def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targets: list[str] | None = None,
+                             extra_rows: list[dict] | None = None) -> tuple[Table, list[dict]]:
+    from ..targets import parse_target
+
+    rows = list(extra_rows or [])
+    ids: list[str] = []
+    if st.model:
+        ids += model_sources(st.model, cat)
+    for tgt in (targets if targets is not None else st.target_names):
+        t = parse_target(tgt, cat)
+        ids += entry_sources(t, cat)
+        dev = t.device
+        label = t.key
+        prec = st.precision_for(tgt)
+        q_peak = (dev.flop_per_cycle_per_pe.get(prec) or dev.flop_per_cycle_per_pe["fp16"]) \
+            if t.kind == "wafer" else None
+        if t.kind == "wafer":
+            rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),
+                                                                                    "FLOP/s"),
+                              q_peak, cat, extra_note="PEs x FLOP/cycle x clock"))
+            rows.append(_arow(f"{label} usable SRAM", fmt_quantity(dev.usable_sram_bytes, "bytes"),
+                              dev.sram_per_pe_bytes, cat, extra_note="PEs x SRAM per PE"))
+            rows.append(_arow(f"{label} clock", fmt_num(dev.clock_hz.si / 1e9) + " GHz", dev.clock_hz, cat))
+            sysm = cat.systems[dev.system]
+            rows.append(_arow(f"{sysm.name} power", fmt_quantity(sysm.power_w.si, "W"), sysm.power_w, cat))
+            rows.append(_arow(f"{sysm.name} I/O (MemoryX/SwarmX)", fmt_quantity(sysm.io_bandwidth_bytes_per_s.si,
+                                                                                 "bytes/s"),
+                              sysm.io_bandwidth_bytes_per_s, cat))
+        else:
+            pk = dev.dense_peak_flop_per_s.get(prec)
+            rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),
+                                                                                    "FLOP/s"), pk, cat))
+            rows.append(_arow(f"{label} HBM", fmt_quantity(dev.hbm_bytes.si, "bytes"), dev.hbm_bytes, cat))
+            rows.append(_arow(f"{label} HBM bandwidth", fmt_quantity(dev.hbm_bandwidth_bytes_per_s.si, "bytes/s"),
+                              dev.hbm_bandwidth_bytes_per_s, cat))
+            rows.append(_arow(f"{label} node power", fmt_quantity(dev.node_power_w.si, "W"), dev.node_power_w, cat))
+    shown_site = False
+    for tgt, params_t in params.items():
+        for name, p in params_t.items():
+            site = name in _SITE_PARAMS
+            if site and shown_site:
+                continue
+            if name in ("peak_power_w", "rack_units", "rack_units_per_rack"):
+                continue
+            ids += list(p.source)
+            label = name if site else f"{tgt}: {name}"
+            rows.append({"input": label, "value": _param_value(name, p.value),
+                         "range": f"{_param_value(name, p.low)} to {_param_value(name, p.high)}"
+                         if p.high > p.low else "", "basis": basis_label(p.basis, p.source, cat.sources),
+                         "source": ", ".join(_source_title(s, cat) for s in p.source)})
+        shown_site = True
+    ids += list(extra)
+    seen, sources = set(), []
+    for s in ids:
+        if s in seen:
+            continue
+        seen.add(s)
+        src = cat.sources.get(s)
+        sources.append({"id": s, "title": src.title if src else s, "url": (src.url or "") if src else "",
+                        "date": (src.date or "") if src else ""})
+    sources.sort(key=lambda d: d["id"])
+    table = Table(name="assumptions", title="Inputs and their sources",
+                  note="\"(weak)\" marks a number whose basis is an estimate or unverified, or that rests on a forum "
+                       "post: weigh it with care, and replace it with your own quote (--prices) where you have one.",
+                  columns=[Column("input", "input"), Column("value", "value"), Column("range", "range (low to high)"),
+                           Column("basis", "basis"), Column("source", "source")], rows=rows)
+    return table, sources
+
+
+_SITE_PARAMS = {"electricity_usd_per_kwh", "pue", "amortization_years", "installation_frac",
+                "maintenance_frac_per_year", "facility_usd_per_kw_month", "utilization_frac", "busy_power_frac",
+                "idle_power_frac", "train_tokens_per_param", "rack_units_per_rack"}
+
+
+def _param_value(name: str, v: float) -> str:
+    """A cost input as a reader sees it (the one formatter: units from the name)."""
+    return fmt_field(name, v)
+
+
+def _source_title(sid: str, cat) -> str:
+    s = cat.sources.get(sid)
+    return s.title if s else sid
+
+
+def _arow(label: str, value: str, q, cat, extra_note: str = "") -> dict:
+    if q is None:
+        return {"input": label, "value": value, "range": "", "basis": "", "source": extra_note}
+    rng = ""
+    if q.low is not None or q.high is not None:
+        rng = f"{q.low if q.low is not None else q.value} to {q.high if q.high is not None else q.value}"
+    src = ", ".join(_source_title(s, cat) for s in q.source_ids)
+    return {"input": label, "value": value, "range": rng,
+            "basis": basis_label(q.basis, q.source_ids if q.cites_ids else (), cat.sources),
+            "source": (extra_note + "; " if extra_note else "") + src}
