@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import InputError
+
 MAX_BATCH = 10_000_000          # == wseplan.workload.MAX_BATCH (tested)
 MAX_CONTEXT = 100_000_000       # == wseplan.workload.MAX_CONTEXT (tested)
 MAX_DEGREE = 2**20              # == wseplan.targets.MAX_GPUS (tested)
@@ -105,14 +107,13 @@ RULES: dict[str, Rule] = {
 
 
 def check_option(ctx, param, value):
-    """Click callback: ``value`` if it is within its option's :data:`RULES` entry; else a usage error (one line,
-    exit status 2) naming the option and the range."""
+    """Click callback: ``value`` if it is within its option's :data:`RULES` entry; else an
+    :class:`~wseplan.errors.InputError` ``--option: what: the range, got value`` (one line, exit status 2, the
+    style of every other input error)."""
     rule = RULES.get(param.opts[0]) if param.opts else None
     why = rule.problem(value) if rule is not None else None
     if why is not None:
-        from typer import BadParameter
-
-        raise BadParameter(why, ctx=ctx, param=param)
+        raise InputError(f"{param.opts[0]}: {why}")
     return value
 
 
