@@ -37,7 +37,8 @@ TOWER = (
     ("plan", ("wseplan.plan",)),
     ("views", ("wseplan.pricing", "wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving", "wseplan.scale",
                "wseplan.compare")),
-    ("studies", ("wseplan.optimize", "wseplan.sim", "wseplan.validate", "wseplan.claims", "wseplan.sweep",
+    ("studies", ("wseplan.optimize", "wseplan.sim", "wseplan.validate", "wseplan.validate_stream", "wseplan.claims",
+                 "wseplan.sweep",
                  # the refit of the wafer kernel constants predicts the validation rows: calibration, not physics
                  "wseplan.analytic.wse_fit")),
     ("report", ("wseplan.report",)),

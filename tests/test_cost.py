@@ -271,7 +271,7 @@ def test_cli_cost_json_and_overrides(capsys):
 @pytest.mark.parametrize("args,needle", [
     (["--set", "electricity=0.1"], "unknown cost input"),
     (["--uncertainty", "1"], "uncertainty"),
-    (["--uncertainty", "1000000000"], "1,000,000,000 samples exceed the limit of 100,000"),
+    (["--uncertainty", "1000000000"], "--uncertainty: Monte Carlo samples (0: off): at most 100,000, got 1,000,000,000"),
     (["--phase", "finetune"], "phase"),
     (["--prices", "/nonexistent.yaml"], "not found"),
 ])

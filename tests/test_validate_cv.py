@@ -61,7 +61,7 @@ def test_cv_summary_counts_coverage_and_both_medians():
 def test_cli_cv_source_prints_held_out_beside_in_sample(monkeypatch, capsys):
     """The command wires the held-out predictions into every row and the per-category table (the refits themselves
     are stubbed here: a held-out value 10% above the in-sample one)."""
-    import wseplan.cli.validate as V
+    import wseplan.validate.intervals as V
 
     def fake(path, catalog=None, max_nfev=5):
         from wseplan.validate import validate_file

@@ -241,6 +241,7 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     if not targets:
         raise InputError("--targets: give at least one target, e.g. wse3,cs3x4,h100x8")
     cat = catalog or load_catalog()
+    train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
     search = batch is None and phase in ("decode", "serve")
     batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens)
     m = resolve_model(model, cat) if isinstance(model, str) else model

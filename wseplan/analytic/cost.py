@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..catalog.schema import Quantity
 from ..errors import CatalogError, InputError, suggest, validation_detail
+from ..units import MAX_ABS_SI
 
 #: hours in a Julian year (365.25 d) [h]; a unit definition, not a catalog input
 HOURS_PER_YEAR = 8766.0
@@ -358,6 +359,14 @@ def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices
             loc, msg = validation_detail(exc)
             raise CatalogError(f"prices ({used[-1]}): {loc}: {msg}") from None
         raise CatalogError(f"prices ({used[-1]}): {exc}") from None
+    for where, q in _iter_quantities(prices):  # a file's numbers keep the ranges --set keeps (no negative price)
+        for bound in ("value", "low", "high"):
+            v = q.si if bound == "value" else (q.bound(bound) if getattr(q, bound) is not None else None)
+            if v is not None:
+                try:
+                    _check_value(where.rsplit(".", 1)[-1], v, where=f"prices ({used[-1]})", label=f"{where}.{bound}")
+                except InputError as exc:
+                    raise CatalogError(str(exc)) from None
     if catalog is not None:
         known = catalog.all_source_ids()
         for where, q in _iter_quantities(prices):
@@ -481,15 +490,20 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
     return out
 
 
-def _check_value(name: str, val: float) -> None:
+def _check_value(name: str, val: float, where: str = "--set", label: str | None = None) -> None:
+    """The ranges every cost input keeps, from ``--set`` or from a prices file (``where`` names it, ``label`` the
+    field)."""
+    what = label or name
     if name.endswith("_frac") and not (0.0 <= val <= 1.0) and name != "network_frac":
-        raise InputError(f"--set: {name} is a fraction and must be in [0, 1], got {val}")
+        raise InputError(f"{where}: {what} is a fraction and must be in [0, 1], got {val}")
     if name in ("utilization_frac", "amortization_years", "pue", "rack_units_per_rack") and val <= 0:
-        raise InputError(f"--set: {name} must be positive, got {val}")
+        raise InputError(f"{where}: {what} must be positive, got {val}")
     if name == "pue" and val < 1.0:
-        raise InputError(f"--set: pue must be >= 1 (facility power / IT power), got {val}")
+        raise InputError(f"{where}: {what} must be >= 1 (facility power / IT power), got {val}")
     if val < 0:
-        raise InputError(f"--set: {name} must not be negative, got {val}")
+        raise InputError(f"{where}: {what} must not be negative, got {val}")
+    if val > MAX_ABS_SI:  # beyond it the costs overflow to infinity
+        raise InputError(f"{where}: {what} must be at most {MAX_ABS_SI:g}, got {val:g}")
 
 
 def nominal(params: dict[str, Param]) -> dict[str, float]:

@@ -222,6 +222,12 @@ class _Checked(_Frozen):
                     raise ValueError(f"{fname}: must be a whole number of at most {MAX_COUNT:,}, got {q.value!r}")
                 if name.endswith("_frac") and not q.si < 1:
                     raise ValueError(f"{fname}: a fraction must be below 1, got {q.value!r}")
+                for b in ("low", "high"):  # a range keeps the value's sign rules
+                    raw = getattr(q, b)
+                    if raw is not None and (q.bound(b) < 0 or (q.bound(b) == 0 and (want in POSITIVE_DIMENSIONS
+                                                                                       or name in POSITIVE_FIELDS))):
+                        raise ValueError(f"{fname}.{b}: must {'be positive' if q.bound(b) == 0 else 'not be negative'}"
+                                         f", got {raw!r}")
         return self
 
 

@@ -80,6 +80,7 @@ def _new_app(commands: tuple[str, ...]) -> typer.Typer:
     a.callback()(_root)
     for name in commands:
         importlib.import_module(f"{__name__}.{name}").register(a)
+    importlib.import_module(f"{__name__}.bounds").attach(a)  # every numeric option checked against its bounds
     return a
 
 
@@ -100,10 +101,20 @@ def _app_for(args: list[str]) -> typer.Typer:
     return app
 
 
+MAX_ERROR_WORD = 512
+"""Longest run of non-blank characters an error line shows whole (file paths fit); longer ones (a 10,000-character
+name, a 4,301-digit number echoed back) are cut to their start and end with the length between."""
+
+
 def _one_line(msg: str) -> str:
     from ..report.formats import safe_text
 
-    return safe_text(" ".join(str(msg).split()))
+    words = []
+    for w in str(msg).split():
+        if len(w) > MAX_ERROR_WORD:
+            w = f"{w[:160]}…({len(w):,} characters)…{w[-60:]}"
+        words.append(w)
+    return safe_text(" ".join(words))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +149,9 @@ def _main(argv: list[str] | None) -> int:
     except ClickException as exc:  # usage errors: bad option, missing argument
         if debug:
             raise
-        sys.stderr.write(f"error: {_one_line(exc.format_message())} (see `wseplan {' '.join(a for a in args[:1] if not a.startswith('-'))} --help`)\n")
+        ctx = getattr(exc, "ctx", None)
+        where = getattr(ctx, "command_path", None) or "wseplan " + " ".join(a for a in args[:1] if not a.startswith("-"))
+        sys.stderr.write(f"error: {_one_line(exc.format_message())} (see `{_one_line(where)} --help`)\n")
         return 2
     except WseplanError as exc:
         if debug:

@@ -110,15 +110,26 @@ def default_out_dir() -> Path:
     return Path(base) / "wseplan" / "calibration"
 
 
+CAL_FILES = ("fabric_sim_fit.yaml", "stream_sim_fit.yaml")
+
+
 def _out_dir(out: Optional[str]) -> Path:
-    """The folder to write into; never inside the installed package."""
+    """The folder to write into, checked before the calibration runs: not empty, not a file, not a dangling
+    symlink or a loop, no output name taken by a folder, never inside the installed package."""
     from .. import __file__ as package_init
     from ..errors import InputError
+    from ..report.fsops import _real_destination
 
+    O.check_out(out)
     d = Path(out) if out else default_out_dir()
+    real = _real_destination(d, what="folder")  # a symlink is written through; dangling links and loops refused
+    if real.exists() and not real.is_dir():
+        raise InputError(f"--out: {d} exists and is not a folder; choose another path")
+    for name in CAL_FILES:
+        if (real / name).is_dir() or ((real / name).exists() and not (real / name).is_file()):
+            raise InputError(f"--out: {d / name} is not a regular file; remove it or choose another folder")
     package = Path(package_init).resolve().parent
-    resolved = d.resolve()
-    if resolved == package or package in resolved.parents:
+    if real == package or package in real.parents:
         raise InputError(f"--out: {out or d} is inside the installed wseplan package ({package}); "
                          "choose a folder of your own")
     return d

@@ -33,7 +33,6 @@ def compare_cmd(
 
     Example: wseplan compare llama-3-70b --targets wse3,cs3x4,h100x8,h200x8,b200x8 --phase decode
     """
-    from ..analytic.cost import parse_overrides
     from ..compare import compare as compare_fn
     from ..errors import InputError
 
@@ -44,7 +43,7 @@ def compare_cmd(
     names = [t.strip() for t in targets.split(",") if t.strip()]
     res = compare_fn(model, names, phase=phase, precision=precision, batch=batch, context=context,
                      output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
-                     overrides=parse_overrides(set_), uncertainty=uncertainty, seed=seed,
+                     overrides=O.cost_overrides(set_, cat), uncertainty=uncertainty, seed=seed,
                      min_tokens_per_s_per_user=min_speed)
     if fmt == "json":
         json_out(res.to_record(), prices=[])

@@ -36,13 +36,12 @@ def cost_cmd(
     Example: wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --context 2048 --uncertainty 2000 ;
     wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json
     """
-    from ..analytic.cost import parse_overrides
     from ..costing import cost
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
     res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
-               output_tokens=output_tokens, train_tokens=train_tokens, overrides=parse_overrides(set_),
+               output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
                prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx, catalog=cat,
                min_tokens_per_s_per_user=min_speed)
     render_cost(res, fmt, cat.sources, list(prices or []))

@@ -27,12 +27,11 @@ def fleet_cmd(
 
     Example: wseplan fleet studies/demand-example.yaml ; wseplan fleet studies/demand-example.yaml --set electricity_usd_per_kwh=0.15 --format json
     """
-    from ..analytic.cost import parse_overrides
     from ..optimize.fleet import plan_fleet
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
-    plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=parse_overrides(set_),
+    plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=O.cost_overrides(set_, cat),
                       solver=solver, analyze=not no_analysis, time_limit_s=time_limit, analysis=analysis)
     render_fleet(plan, fmt, list(prices or []))
 

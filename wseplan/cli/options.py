@@ -119,6 +119,35 @@ def solver_opt(default: str, help: str) -> typer.models.OptionInfo:
     return typer.Option(default, "--solver", help=help)
 
 
+def cost_overrides(items: Optional[list[str]], cat) -> dict[str, float]:
+    """The ``--set NAME=VALUE`` items as a dict (:func:`wseplan.analytic.cost.parse_overrides`), with each
+    ``HW.NAME`` prefix checked against the catalog's hardware keys and each NAME a plain identifier, so a
+    misspelt or hostile name is refused instead of silently applying to nothing."""
+    from ..analytic.cost import parse_overrides
+    from ..errors import InputError
+    from ..report.formats import safe_text
+
+    out = parse_overrides(items)
+    known = cat.hardware_keys()
+    for key in out:
+        hw, name = key.split(".", 1) if "." in key else ("", key)
+        if not name.isidentifier() or not name.isascii() or (hw and hw.lower() not in known):
+            shown = safe_text(key if len(key) <= 60 else key[:57] + "...")
+            what = f"{hw!r} is not a hardware key" if hw and hw.lower() not in known else "not a cost input name"
+            raise InputError(f"--set: {shown!r}: {safe_text(what)}; use NAME=VALUE or HW.NAME=VALUE "
+                             "(hardware keys: `wseplan catalog list hardware`)")
+    return out
+
+
+def check_out(out: Optional[str]) -> None:
+    """Refuse an ``--out`` given as an empty (or blank) string: it names no path, and silently falling back
+    to the default folder or to the current one would write where the user did not ask."""
+    if out is not None and not str(out).strip():
+        from ..errors import InputError
+
+        raise InputError("--out: empty; give a path, or leave --out out for the default")
+
+
 _LOADED: dict = {"catalog": None}
 
 

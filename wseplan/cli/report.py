@@ -24,6 +24,7 @@ def report_cmd(
     from ..report.study import run_study, write_report
 
     check_format(fmt)
+    O.check_out(out)
     cat = O.load_catalog(catalog)
     result = run_study(study, catalog=cat)
     path = write_report(result, out, force=force)

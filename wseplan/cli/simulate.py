@@ -42,7 +42,7 @@ def _region(text: Optional[str]):
     if text is None:
         return None
     parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 9 and int(p) > 0 for p in parts):
         raise InputError(f"--region: expected RxC with positive integers (e.g. 360x360), got {text!r}")
     return int(parts[0]), int(parts[1])
 

@@ -44,6 +44,7 @@ def sweep_cmd(
     from ..errors import InputError
 
     check_format(fmt)
+    O.check_out(out)
     if engine not in ("local", "dask"):
         raise InputError(f"--engine: unknown {engine!r}; use local or dask")
     if scheduler and engine != "dask":

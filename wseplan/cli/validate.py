@@ -1,20 +1,29 @@
-"""`wseplan validate CASES.csv` — predict every published measurement in a validation file, with errors."""
+"""`wseplan validate CASES.csv` — predict every published measurement in a validation file, with errors.
+
+The bundled file is judged by its own tolerance bands (all its records are needed first; it has a few hundred
+rows), and so is any file with ``--cv source`` (the held-out refit needs every row). Any other file is judged by the
+bundled bands and streamed (:mod:`wseplan.validate_stream`): rows are read, predicted and written one at a time, csv
+and json as they come, so memory stays bounded for a file of any length; a progress line is shown on stderr when it
+is a terminal.
+"""
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import os
+import sys
 from typing import Optional
 
 import typer
 
 from ..errors import InputError
-from ..report import formats as F
-from ..validate import (OUTPUT_COLUMNS, cross_validated_summary, default_cases_path, read_cases, reference_bands,
-                        summarize, validate_cases)
-from ..validate.intervals import held_out
 from . import options as O
 from .output import Rendered, Section, check_format, emit, render
 
 CV_COLUMNS = ("held_out_predicted", "held_out_rel_error")
+
+MAX_TABLE_ROWS = 1_000
+"""Most rows the human formats (table, md) list one by one when a file is streamed; a longer file shows the
+per-category summary and a note (csv and json always carry every row)."""
 
 
 def validate_cmd(
@@ -34,15 +43,26 @@ def validate_cmd(
     csv: one row per case with id, category, metric, unit, measured, predicted, rel_error, status, reason,
     tolerance_frac (and held_out_predicted, held_out_rel_error with --cv source). table/md add the median |rel_error|
     per category (strong+medium counted, weak apart); with --cv source the held-out medians and the coverage.
+    Files other than the bundled one are streamed without --cv (bounded memory; rows whose inputs repeat reuse the
+    prediction); above 1,000 rows table/md then show only the per-category summary (csv and json list every row).
     Example: wseplan validate catalogs/validation/validation-public.csv --cv source
     """
+    # the validation package (~0.3 s to import) is loaded when the command runs, not when the CLI starts
+    from ..report import formats as F
+    from ..validate import (OUTPUT_COLUMNS, cross_validated_summary, default_cases_path, read_cases, reference_bands,
+                            summarize, validate_cases)
+    from ..validate.intervals import held_out
+
     check_format(fmt)
     if cv is not None and cv != "source":
         raise InputError(f"--cv: {cv!r} is not a cross-validation; use --cv source (leave one source out)")
     path = cases or str(default_cases_path())
-    rows = read_cases(path)
     cat = O.load_catalog(catalog)
-    bundled = Path(path).resolve() == default_cases_path().resolve()
+    bundled = os.path.realpath(path) == os.path.realpath(default_cases_path())
+    if cv is None and not bundled:
+        _validate_streamed(path, cat, fmt)
+        return
+    rows = read_cases(path)
     recs = validate_cases(rows, cat, bands=None if bundled else reference_bands(cat))
     summary = summarize(recs)
     columns = list(OUTPUT_COLUMNS)
@@ -69,6 +89,92 @@ def validate_cmd(
                               Section("Median |rel_error| per category (strong+medium counted; weak apart)", summary)]
                     + sections),
            fmt)
+
+
+def _validate_streamed(path: str, cat, fmt: str) -> None:
+    """Validate a file other than the bundled one row by row against the bundled bands (bounded memory)."""
+    from ..validate import reference_bands
+    from ..validate_stream import Progress, Summary, iter_records
+
+    progress = Progress("validate")
+    n = _write(path, iter_records(path, cat, reference_bands(cat), progress=progress), Summary(), fmt)
+    progress.done(n)
+
+
+def _write(path: str, records, summary, fmt: str) -> int:
+    """Write ``records`` (an iterator) in ``fmt`` while ``summary`` accumulates them; returns the row count."""
+    from ..validate import OUTPUT_COLUMNS
+
+    counted = _Counted(records, summary)
+    if fmt == "csv":
+        _stream_csv(counted, list(OUTPUT_COLUMNS))
+    elif fmt == "json":
+        _stream_json(path, counted, summary)
+    else:
+        kept = [r for r in counted if counted.n <= MAX_TABLE_ROWS]
+        title = f"validation: {path}"
+        sections = [Section("Median |rel_error| per category (strong+medium counted; weak apart)", summary.rows())]
+        notes = []
+        if counted.n <= MAX_TABLE_ROWS:
+            sections.insert(0, Section(title, kept, columns=list(OUTPUT_COLUMNS) + ["quality"]))
+        else:
+            sections[0].title = f"{title}: {counted.n:,} rows; median |rel_error| per category (strong+medium " \
+                                "counted; weak apart)"
+            notes.append(f"{counted.n:,} rows: the per-row table is shown up to {MAX_TABLE_ROWS:,} rows; use "
+                         "--format csv or --format json for every row")
+        render(Rendered(record=None, csv_rows=[], heading=f"Validation: {path}", sections=sections, notes=notes), fmt)
+    return counted.n
+
+
+class _Counted:
+    """``records``, each added to ``summary`` and counted (``n``) as it passes."""
+
+    def __init__(self, records, summary):
+        self.records, self.summary, self.n = records, summary, 0
+
+    def __iter__(self):
+        for r in self.records:
+            self.summary.add(r)
+            self.n += 1
+            yield r
+
+
+def _stream_csv(records, columns: list[str]) -> None:
+    import csv
+
+    from ..report.formats import _csv_cell
+
+    out = sys.stdout
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(columns)
+    for r in records:
+        w.writerow([_csv_cell(r.get(c)) for c in columns])
+    out.flush()
+
+
+def _indented(text: str, pad: str) -> str:
+    return text.replace("\n", "\n" + pad)
+
+
+def _stream_json(path: str, records, summary) -> None:
+    """The record ``{"schema_version", "cases", "rows", "summary", "provenance"}`` written as
+    :func:`wseplan.report.formats.to_json` would write it (same bytes), with the rows streamed one by one."""
+    from ..report.provenance import provenance
+    from .options import loaded_catalog
+
+    def dump(obj) -> str:
+        return json.dumps(obj, indent=2, allow_nan=False, default=str)
+
+    out = sys.stdout
+    out.write("{\n  " + '"schema_version": 1,\n  "cases": ' + dump(path) + ',\n  "rows": [')
+    first = True
+    for r in records:
+        out.write(("\n    " if first else ",\n    ") + _indented(dump(r), "    "))
+        first = False
+    out.write("]" if first else "\n  ]")
+    out.write(',\n  "summary": ' + _indented(dump(summary.rows()), "  "))
+    out.write(',\n  "provenance": ' + _indented(dump(provenance(loaded_catalog(), None)), "  ") + "\n}\n")
+    out.flush()
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..catalog.load import read_yaml
+from ..catalog.schema import check_name, check_text
 from ..errors import InputError, validation_detail
+from ..targets import MAX_GPUS
 from ..units import parse_quantity
 from .fleet_model import CAPS
 from .milp import SolverRun
@@ -76,10 +78,30 @@ class WorkloadSpec(_Frozen):
     # training
     train_tokens: float | None = Field(default=None, gt=0)
     runs: int = Field(default=1, gt=0)
-    deadline_days: float | None = Field(default=None, gt=0)
+    deadline_days: float | None = Field(default=None, gt=0, le=100_000)  # 274 years: beyond is no deadline
     batch: int = Field(default=1024, gt=0)
     context: int = Field(default=2048, gt=0)
     device_counts: dict[str, list[int]] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):  # shown in tables and error lines: no markup, escapes or 10,000 characters
+        return check_name(v)
+
+    @field_validator("device_counts")
+    @classmethod
+    def _counts(cls, v):
+        for hw, counts in v.items():
+            if any(not 1 <= c <= MAX_GPUS for c in counts):
+                raise ValueError(f"device_counts.{hw}: every count must be in 1..{MAX_GPUS:,}")
+        return v
+
+    @field_validator("batches")
+    @classmethod
+    def _batches(cls, v):
+        if not v or any(b < 1 for b in v):
+            raise ValueError("batches: every batch must be a positive integer")
+        return v
 
     @field_validator("kind")
     @classmethod
@@ -121,6 +143,11 @@ class SystemSpec(_Frozen):
     name: str | None = None
     max_systems: int | None = Field(default=None, ge=0)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        return v if v is None else check_name(v)
+
 
 class Caps(_Frozen):
     power_cap_w: float | None = None
@@ -138,6 +165,16 @@ class DemandSpec(_Frozen):
     constraints: Caps = Caps()
     systems: list[SystemSpec] = Field(min_length=1)
     workloads: list[WorkloadSpec] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        return check_name(v)
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, v):
+        return v if v is None else check_text(v)
 
 
 def read_demand(path: str | Path) -> DemandSpec:

@@ -19,6 +19,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..errors import InputError
+
 MISSING = "–"
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -305,7 +307,12 @@ def has_e_notation(text: str) -> bool:
 
 # --------------------------------------------------------------------------------------------- machine formats
 def to_json(obj) -> str:
-    return json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=str) + "\n"
+    """``obj`` as indented JSON; a non-finite number (which JSON cannot hold) is a one-line error, not a crash."""
+    try:
+        return json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=str) + "\n"
+    except ValueError as exc:
+        raise InputError(f"the result holds a number JSON cannot hold ({exc}); an input is out of range: check the "
+                         "values given") from None
 
 
 def to_csv(rows: list[dict], columns: list[str] | None = None) -> str:

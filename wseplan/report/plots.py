@@ -60,8 +60,25 @@ class Plot:
     yticks: list[tuple[float, str]] = field(default_factory=list)  # categorical labels (top to bottom)
 
 
+def _matplotlib():
+    """matplotlib, imported with its logger quiet: a font cache it cannot save (a read-only or full home folder,
+    ``ulimit -f``) is logged as a warning on stderr, which would break the one-line error contract; the cache
+    only speeds up the next start."""
+    import logging
+
+    log = logging.getLogger("matplotlib")
+    old = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        import matplotlib
+        import matplotlib.font_manager  # noqa: F401 - builds (and tries to save) the font cache
+    finally:
+        log.setLevel(old)
+    return matplotlib
+
+
 def _rc() -> dict:
-    import matplotlib
+    matplotlib = _matplotlib()
 
     rc = dict(matplotlib.rcParamsDefault)
     rc.update({
@@ -84,7 +101,7 @@ def _rc() -> dict:
 
 def render(plot: Plot) -> bytes:
     """Render ``plot`` to PNG bytes (deterministic)."""
-    import matplotlib
+    matplotlib = _matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -112,18 +129,21 @@ def render(plot: Plot) -> bytes:
 
         from .formats import fmt_tick
 
-        if plot.logx:
+        # a log axis needs a positive value to show (an empty plot, e.g. no Monte Carlo band, stays linear)
+        logx = plot.logx and any(float(v) > 0 for s in plot.series for v in s.x)
+        logy = plot.logy and any(float(v) > 0 for s in plot.series for v in s.y)
+        if logx:
             ax.set_xscale("log")
-        if plot.logy:
+        if logy:
             ax.set_yscale("log")
-        for on, axis, lim in ((plot.logx, ax.xaxis, ax.get_xlim), (plot.logy, ax.yaxis, ax.get_ylim)):
+        for on, axis, lim in ((logx, ax.xaxis, ax.get_xlim), (logy, ax.yaxis, ax.get_ylim)):
             if on:
                 lo, hi = lim()
                 subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) < 1e4 else (1.0,)
                 axis.set_major_locator(LogLocator(base=10.0, subs=subs))
                 axis.set_minor_formatter(NullFormatter())
             axis.set_major_formatter(FuncFormatter(lambda v, _pos=None: fmt_tick(v)))  # one tick format everywhere
-        if plot.ylim_zero and not plot.logy:
+        if plot.ylim_zero and not logy:
             ax.set_ylim(bottom=0)
         if plot.yticks:
             ax.set_yticks([v for v, _ in plot.yticks], [t for _, t in plot.yticks])

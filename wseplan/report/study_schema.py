@@ -111,7 +111,7 @@ class CostSpec(_Frozen):
     """Cost settings: Monte Carlo samples and seed, utilisations to sweep, pinned inputs (as ``--set``)."""
 
     uncertainty: int = Field(default=400, ge=0, le=100000)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)  # numpy seeds are non-negative
     utilizations: list[float] = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
     set: dict[str, float] = {}
 

@@ -110,6 +110,13 @@ def training_body(st: Study, cat) -> dict:
                        low=[r["usd_per_run_p10"] / 1e6 for r in sweep if r["family"] == t and r.get("usd_per_run_p50")],
                        high=[r["usd_per_run_p90"] / 1e6 for r in sweep
                              if r["family"] == t and r.get("usd_per_run_p50")]) for t in st.target_names])
+    if not st.cost.uncertainty:  # no Monte Carlo (cost.uncertainty 0): the nominal run cost, no band
+        plots["cost_bands"] = Plot(
+            title="Run cost (nominal inputs; cost.uncertainty is 0) vs cluster size", logx=True, logy=True,
+            xlabel="systems or 8-GPU nodes [count]", ylabel="cost of the run [$M]",
+            series=[Series(label=t, x=[r["size"] for r in sweep if r["family"] == t and r.get("usd_per_run")],
+                           y=[r["usd_per_run"] / 1e6 for r in sweep if r["family"] == t and r.get("usd_per_run")])
+                    for t in st.target_names])
     chosen = {p["family"]: (p.get("size"), p["target"]) for p in plan if p.get("size")}
     plots["cost_vs_utilization"], util_rows = cost_vs_util(st, cases, chosen, "usd_per_run", "run cost [$M]",
                                                             scale=1e6)
@@ -272,9 +279,10 @@ def _training_answer(st: Study, m, plan: list[dict]) -> str:
     if not ok:
         return head + "no swept cluster meets the deadline. " + " ".join(f"{p['family']}: {p['note']}." for p in plan)
     b = ok[0]
+    band = (f" (P10-P90 ${fmt_num(b['usd_per_run_p10'] / 1e6)}M-${fmt_num(b['usd_per_run_p90'] / 1e6)}M)"
+            if b.get("usd_per_run_p10") is not None else "")  # no band with cost.uncertainty 0
     parts = [head + f"the cheapest option is {b['target']} ({b['num_devices']} devices): "
-             f"{fmt_num(b['run_s'] / 86400)} days, ${fmt_num(b['usd_per_run'] / 1e6)}M "
-             f"(P10-P90 ${fmt_num(b['usd_per_run_p10'] / 1e6)}M-${fmt_num(b['usd_per_run_p90'] / 1e6)}M), "
+             f"{fmt_num(b['run_s'] / 86400)} days, ${fmt_num(b['usd_per_run'] / 1e6)}M{band}, "
              f"{fmt_num(b['energy_j_per_run'] / 3.6e9)} MWh."]
     for p in ok[1:]:
         parts.append(f"{p['target']} takes {fmt_num(p['run_s'] / 86400)} days for ${fmt_num(p['usd_per_run'] / 1e6)}M "

@@ -42,6 +42,7 @@ from ..analytic import fabric_constants as fabc
 from ..analytic import stream as stm
 from ..catalog.load import default_catalog_dir, read_yaml
 from ..errors import CatalogError, InputError
+from ..report.atomic import write_file_atomically
 from ..workload import build_workload
 from .catalog_params import mesh_params_from_catalog
 from .memoryx import simulate_stream
@@ -419,10 +420,11 @@ def dump_yaml(doc: dict, name: str) -> str:
 
 
 def write_files(catalog, results: dict, out_dir, existing_fabric: dict | None = None) -> list:
-    """Write both files into ``out_dir`` (fabric targets not recalibrated are kept from ``existing_fabric``)."""
+    """Write both files into ``out_dir`` (fabric targets not recalibrated are kept from ``existing_fabric``), each
+    atomically (:func:`wseplan.report.atomic.write_file_atomically`: the folder is created when missing, a file
+    is replaced whole or not at all, file-system errors are one :class:`InputError` line)."""
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     fdoc = fabric_document(catalog, results["fabric"])
     if existing_fabric:
         merged = dict(existing_fabric)
@@ -431,7 +433,7 @@ def write_files(catalog, results: dict, out_dir, existing_fabric: dict | None = 
     paths = []
     for name, doc in (("fabric_sim_fit.yaml", fdoc), ("stream_sim_fit.yaml", stream_document(results["stream"]))):
         p = out_dir / name
-        p.write_text(dump_yaml(doc, name), encoding="utf-8")
+        write_file_atomically(p, dump_yaml(doc, name))  # temporary file, fsync, rename: never half a file
         paths.append(p)
     fabc._load_fabric_sim.cache_clear()
     stm._load_sim_fit.cache_clear()

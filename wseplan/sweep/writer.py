@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..report.atomic import safe_filename
+from ..report.fsops import _real_destination
 from .output import OutputSpec, _require_pyarrow, csv_header, frame_bytes, output_format
 from .parquet_concat import MAGIC, Concatenator, read_part, split_footer
 
@@ -30,9 +31,10 @@ def _check_name(name: str) -> None:
 
 def check_target(out_dir: str | Path, name: str) -> None:
     """Refuse, before any work, an output that cannot be written: a name that is not a plain file name, an
-    ``--out`` that is a file, an output name that is a folder."""
+    ``--out`` that is a file, a dangling symlink or a symlink loop, an output name that is a folder."""
     _check_name(name)
     out = Path(out_dir)
+    _real_destination(out, what="folder")  # a symlink is written through; a dangling one or a loop is refused
     if out.exists() and not out.is_dir():
         raise InputError(f"--out: {out} exists and is not a folder; choose another path")
     if (out / name).is_dir():

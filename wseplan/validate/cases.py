@@ -92,6 +92,27 @@ class _FieldSizeLimit:
         csv.field_size_limit(self.old)
 
 
+MAX_LINE_CHARS = 16 * 2**20
+"""Longest physical line of a validation CSV read (a file with no line breaks, a sparse file of NUL bytes, is
+refused after this much instead of being read whole)."""
+
+
+def _bounded_lines(fh, p: Path):
+    """The lines of ``fh``, each read with a bound (:data:`MAX_LINE_CHARS`)."""
+    n = 0
+    while True:
+        line = fh.readline(MAX_LINE_CHARS)
+        if not line:
+            return
+        n += 1
+        if len(line) >= MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
+            raise InputError(f"cases: {p} line {n}: longer than {MAX_LINE_CHARS:,} characters; give a validation "
+                             "CSV (one row per line)")
+        if "\x00" in line:
+            raise InputError(f"cases: {p} line {n}: holds NUL bytes; give a validation CSV saved as UTF-8 text")
+        yield line
+
+
 def iter_cases(path: str | Path):
     """Yield the rows of a validation CSV one at a time as :class:`Case` (constant memory for large files).
 
@@ -115,7 +136,7 @@ def iter_cases(path: str | Path):
     line = 1
     try:
         with fh, _FieldSizeLimit(16 * 2**20):
-            reader = csv.reader(fh)
+            reader = csv.reader(_bounded_lines(fh, p))
             try:
                 header = next(reader, [])
             except csv.Error as exc:
@@ -127,6 +148,7 @@ def iter_cases(path: str | Path):
                 raise InputError(f"cases: {p} lacks column(s) {', '.join(missing)}; see the validation format "
                                  "README")
             seen: set[str] = set()
+            memo = _CaseMemo(header)
             while True:
                 line = reader.line_num + 1
                 try:
@@ -141,6 +163,10 @@ def iter_cases(path: str | Path):
                 if len(cells) > len(header):
                     raise InputError(f"cases: {p} line {line} has more cells than the header; quote cells that "
                                      "hold commas")
+                hit = memo.case(p, line, cells, seen)
+                if hit is not None:
+                    yield hit
+                    continue
                 row = {}
                 for c, v in zip(header, cells):
                     if len(v) > MAX_CELL_CHARS:
@@ -148,12 +174,79 @@ def iter_cases(path: str | Path):
                         raise InputError(f"cases: {p} line {line} (row {rid}) column {c}: a cell of {len(v):,} "
                                          f"characters; at most {MAX_CELL_CHARS:,}")
                     row[c] = v.strip()
-                yield _case(p, line, row, header, seen, check_name, check_text)
+                yield memo.keep(cells, _case(p, line, row, header, seen, check_name, check_text))
     except UnicodeDecodeError as exc:
         raise InputError(f"cases: {p} near line {line}: not UTF-8 text (byte {exc.start}); save the file as "
                          "UTF-8") from None
     except OSError as exc:
         raise InputError(f"cases: cannot read {p} ({exc.strerror}); give a validation CSV") from None
+
+
+class _CaseMemo:
+    """Rows that differ from an earlier row only in ``id`` and ``value`` (a large file of repeated measurements)
+    reuse that row's parsed and checked fields: every other cell is checked once per distinct content, the id
+    and the value of every row are still checked (:func:`_row_id`, :func:`_row_value`). At most
+    :data:`MAX_ENTRIES` distinct rows are remembered (then the memo starts afresh), so memory stays bounded."""
+
+    MAX_ENTRIES = 4096
+
+    def __init__(self, header: list[str]):
+        self.header = header
+        self.i_id, self.i_value = header.index("id"), header.index("value")
+        self.rows: dict[tuple, Case] = {}
+
+    def _key(self, cells: list[str]) -> tuple:
+        k = list(cells)
+        if len(k) > max(self.i_id, self.i_value):
+            k[self.i_id] = k[self.i_value] = ""
+        return tuple(k)
+
+    def case(self, p: Path, line: int, cells: list[str], seen: set) -> Case | None:
+        t = self.rows.get(self._key(cells)) if len(cells) > max(self.i_id, self.i_value) else None
+        if t is None:
+            return None
+        for i in (self.i_id, self.i_value):
+            if len(cells[i]) > MAX_CELL_CHARS:
+                return None  # the full path reports it
+        rid, raw = cells[self.i_id].strip(), cells[self.i_value].strip()
+        _row_id(p, line, rid, seen)
+        return Case(rid, t.category, t.phase, t.model, t.metric, _row_value(p, rid, raw), t.unit, t.hardware, t.quality,
+                    {**t.fields, "id": rid, "value": raw}, t.source, t.notes)
+
+    def keep(self, cells: list[str], case: Case) -> Case:
+        if len(self.rows) >= self.MAX_ENTRIES:
+            self.rows.clear()
+        self.rows[self._key(cells)] = case
+        return case
+
+
+def _row_id(p: Path, line: int, rid: str, seen: set) -> None:
+    """The checks :func:`_case` makes of a row's id (same messages)."""
+    if not rid:
+        raise InputError(f"cases: {p} line {line}: empty id")
+    try:
+        check_name(rid)
+    except ValueError as exc:
+        shown = rid if len(rid) <= 40 else rid[:37] + "..."
+        raise InputError(f"cases: {p} line {line} (row {shown!r}) column id: {exc}") from None
+    if rid in seen:
+        raise InputError(f"cases: {p} line {line}: duplicate id {rid}")
+    seen.add(rid)
+
+
+def _row_value(p: Path, rid: str, raw: str) -> float:
+    """The measured value of a row: a finite positive number of at most 1e30."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise InputError(f"cases: {p} row {rid}: value {raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise InputError(f"cases: {p} row {rid}: value {raw[:40]!r} is not a finite number; give the "
+                         "measured value")
+    if not 0 < value <= 1e30:
+        raise InputError(f"cases: {p} row {rid}: value {raw[:40]!r} must be a positive measurement of at "
+                         "most 1e30")
+    return value
 
 
 def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_name, check_text) -> Case:
@@ -181,16 +274,7 @@ def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_nam
                 check_text(row[c], max_chars=MAX_CELL_CHARS)
             except ValueError as exc:
                 raise InputError(f"cases: {p} row {rid} column {c}: {exc}") from None
-    try:
-        value = float(row["value"])
-    except (TypeError, ValueError):
-        raise InputError(f"cases: {p} row {rid}: value {row.get('value')!r} is not a number") from None
-    if not math.isfinite(value):
-        raise InputError(f"cases: {p} row {rid}: value {row['value'][:40]!r} is not a finite number; give the "
-                         "measured value")
-    if not 0 < value <= 1e30:
-        raise InputError(f"cases: {p} row {rid}: value {row['value'][:40]!r} must be a positive measurement of at "
-                         "most 1e30")
+    value = _row_value(p, rid, row.get("value"))
     fields = {}
     for c in header:
         v = row.get(c)
