@@ -90,8 +90,9 @@ CLI = "wseplan.cli"
 #: the wseplan modules outside the cli package that ``import wseplan.cli`` may load (the error types and the text
 #: formatters every command prints through)
 CLI_STARTUP = {"wseplan", "wseplan.errors", "wseplan.report", "wseplan.report.formats"}
-#: third-party packages the CLI's start-up must not load (each costs tens of ms; the commands load them)
-NOT_AT_CLI_STARTUP = ("numpy", "pydantic", "yaml", "pandas", "scipy", "rich", "matplotlib")
+#: third-party packages the CLI's start-up must not load (each costs tens of ms; the commands load them). rich is
+#: not listed: some typer versions import it themselves when it is installed
+NOT_AT_CLI_STARTUP = ("numpy", "pydantic", "yaml", "pandas", "scipy", "matplotlib")
 
 
 def _modules() -> dict[str, Path]:
