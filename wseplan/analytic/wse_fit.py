@@ -39,7 +39,8 @@ from ..catalog.schema import Quantity
 from ..catalog.software import resolve_software
 from ..errors import InputError
 from ..timing import predict_time
-from ..validate import NON_PERFORMANCE, SkipRow, _target, case_model, default_cases_path, note_hint, read_cases, source_key
+from ..validate import NON_PERFORMANCE, SkipRow, _target, case_model, default_cases_path, read_cases, source_key
+from ..validate.wafer import wafer_row_options
 from . import fabric_constants as fab
 
 #: fitted constants and their bounds (low, high)
@@ -123,14 +124,7 @@ def predict_row(case, catalog, constants: fab.FabricConstants) -> float:
     inp, out, conc = f.get("input_len"), f.get("output_len"), f.get("concurrency") or 1
     if not inp:
         raise SkipRow("input_len not given")
-    opts = {}
-    for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
-                     ("wse_core_grid_decode", "core_grid_decode")):
-        v = note_hint(case.notes, key)
-        if v:
-            rows, _, cols = v.partition("x")
-            if rows and cols:
-                opts[opt] = (int(float(rows)), int(float(cols)))
+    opts = wafer_row_options(case, catalog)
     phase = "prefill" if case.phase == "prefill" else "decode"
     r = predict_time(case_model(case, catalog), _target(case, catalog, f.get("n_devices")), require_fit=False, phase=phase,
                      precision=f.get("precision") or "fp16", batch=conc, context=inp,

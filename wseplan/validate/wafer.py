@@ -33,20 +33,8 @@ def _predict_wafer(case, catalog):
     if not inp:
         raise SkipRow("input_len not given")
     target = _target(case, catalog, f.get("n_devices"))
-    opts = {}
-    for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
-                     ("wse_core_grid_decode", "core_grid_decode")):
-        v = note_hint(case.notes, key)
-        if v:
-            rows, _, cols = v.partition("x")
-            if rows and cols:
-                opts[opt] = (int(float(rows)), int(float(cols)))
+    opts = wafer_row_options(case, catalog)
     phase = "prefill" if case.phase == "prefill" else "decode"
-    spec, draft = speculation_of(case, catalog)
-    if spec is False:
-        opts["speculative"] = "none"
-    elif spec and draft:
-        opts["speculative"] = draft
     try:
         r = predict_time(model, target, require_fit=False, phase=phase, precision=precision, batch=conc, context=inp,
                          output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog,
@@ -88,3 +76,22 @@ def _predict_wafer_train(case, catalog, model):
                          peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=_recompute(case),
                          cal=G.gpu_calibration())
 
+
+def wafer_row_options(case, catalog) -> dict:
+    """The family options a wafer inference row states: core grids (``wse_core_grid=RxC`` and the prefill/decode
+    variants in its notes) and speculative decoding (``speculative=no`` turns the profile's default off; a named
+    draft replaces the profile's)."""
+    opts = {}
+    for key, opt in (("wse_core_grid", "core_grid"), ("wse_core_grid_prefill", "core_grid_prefill"),
+                     ("wse_core_grid_decode", "core_grid_decode")):
+        v = note_hint(case.notes, key)
+        if v:
+            rows, _, cols = v.partition("x")
+            if rows and cols:
+                opts[opt] = (int(float(rows)), int(float(cols)))
+    spec, draft = speculation_of(case, catalog)
+    if spec is False:
+        opts["speculative"] = "none"
+    elif spec and draft:
+        opts["speculative"] = draft
+    return opts
