@@ -66,6 +66,30 @@ def micro_batch_choices(batch, stages, max_choices: int = 12):
     return np.sort(cand, axis=1)
 
 
+#: the powers of two of :func:`micro_batch_choices` (its default ``max_choices``)
+_POWERS = 2.0 ** np.arange(0, 11)
+
+
+def _micro_batch_rows(b: np.ndarray, stages) -> tuple[np.ndarray, np.ndarray]:
+    """The finite candidates of :func:`micro_batch_choices` as (row, n) pairs, rows ascending and ``n`` ascending
+    within a row, each value once: the bound ``min(stages, batch)`` is a power of two in most rows (pipelines of
+    2^k stages), and a repeated ``n`` is the same pass again (same ``mb``, same time), so dropping it changes no
+    result of :func:`decode_round` (it keeps the first of equal rounds) and saves up to half its passes."""
+    top = np.maximum(np.minimum(np.asarray(stages, dtype=float), b), 1.0)
+    if top.ndim != 1 or not np.isfinite(top).all():  # the general form (no row has a non-finite bound in practice)
+        cand = micro_batch_choices(b, stages)
+        rows = np.repeat(np.arange(len(b)), cand.shape[1])
+        n = cand.ravel()
+        ok = np.isfinite(n)
+        return rows[ok], n[ok]
+    c = np.searchsorted(_POWERS, top, side="right")  # powers of two <= top (at least 1: top >= 1)
+    count = c + (_POWERS[c - 1] != top)  # and top itself unless it is the last of them
+    rows = np.repeat(np.arange(len(top)), count)
+    j = np.arange(len(rows)) - (np.cumsum(count) - count)[rows]
+    n = np.where(j < c[rows], _POWERS[np.minimum(j, len(_POWERS) - 1)], top[rows])
+    return rows, n
+
+
 def decode_round(pass_fn, *, batch, stages, **pass_kw):
     """Time of one decode round (one token for each of ``batch`` sequences) [s], with micro-batching on pipelines.
 
@@ -75,12 +99,7 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     """
     b = np.asarray(batch, dtype=float)
     n_rows = len(b)
-    cand = micro_batch_choices(b, stages)
-    K = cand.shape[1]
-    rows = np.repeat(np.arange(n_rows), K)
-    n = cand.ravel()
-    ok = np.isfinite(n)
-    rows, n = rows[ok], n[ok]
+    rows, n = _micro_batch_rows(b, stages)
     mb = np.ceil(b[rows] / n)
     kw = {k: (np.asarray(v)[rows] if np.ndim(v) else v) for k, v in pass_kw.items()}
     lat, stage, parts = pass_fn(rows, mb, **kw)
@@ -162,10 +181,35 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
             w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
         return np.where(busy > 0, w, 0.0)
 
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        too_fast = mid * (own + wait(mid) + dec) > B  # more arrivals than the slots can hold
-        hi = np.where(too_fast, mid, hi)
-        lo = np.where(too_fast, lo, mid)
+    # the bisection, in place (the same operations in the same order as ``wait`` and the comments say, without a
+    # temporary array per operation: it runs 60 times per configuration of a serving sweep)
+    pos = busy > 0
+    any_pos, all_pos = bool(pos.any()), bool(pos.all())
+    mid, rho, w, den = (np.empty_like(hi) for _ in range(4))
+    flag = np.empty(hi.shape, dtype=bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(iterations):
+            np.add(lo, hi, out=mid)
+            np.multiply(mid, 0.5, out=mid)  # mid = 0.5 * (lo + hi)
+            if any_pos:  # w = wait(mid)
+                np.multiply(mid, busy, out=rho)
+                np.multiply(rho, busy, out=w)
+                np.subtract(1.0, rho, out=den)
+                np.multiply(den, 2.0, out=den)
+                np.divide(w, den, out=w)  # rho * busy / (2 (1 - rho))
+                np.less(rho, 1.0, out=flag)
+                if not flag.all():
+                    np.copyto(w, np.inf, where=~flag)
+                if not all_pos:
+                    np.copyto(w, 0.0, where=~pos)
+            else:
+                w.fill(0.0)
+            np.add(own, w, out=w)
+            np.add(w, dec, out=w)
+            np.multiply(mid, w, out=w)
+            np.greater(w, B, out=flag)  # too fast: more arrivals than the slots can hold
+            np.copyto(hi, mid, where=flag)
+            np.logical_not(flag, out=flag)
+            np.copyto(lo, mid, where=flag)
     lam = lo
     return lam, wait(lam)

@@ -173,6 +173,8 @@ class _Links:
         if self.allreduce_latency > 0:  # the engine's one-shot kernel: one latency, the ring's bytes
             t_in = np.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * np.asarray(message_bytes) / self.nvlink_bw,
                             0.0)
+            if inside.all():  # every group inside the scale-up domain (the across-nodes form would be discarded)
+                return t_in
             t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
                                                   intra_bandwidth_bytes_per_s=self.nvlink_bw,
                                                   intra_latency_s=self.nvlink_lat, inter_bandwidth_bytes_per_s=self.net_bw,
@@ -180,6 +182,8 @@ class _Links:
             return np.where(inside, t_in, t_out)
         t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=self.nvlink_bw,
                                 link_latency_s=self.nvlink_lat, algorithm="tree")
+        if inside.all():
+            return t_in
         t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
                                               intra_bandwidth_bytes_per_s=self.nvlink_bw, intra_latency_s=self.nvlink_lat,
                                               inter_bandwidth_bytes_per_s=self.net_bw, inter_latency_s=self.net_lat,
