@@ -51,8 +51,18 @@ def evaluate_task(g: Group, start: int, stop: int) -> dict:
     step = GPU_BLOCK_ROWS if g.target.kind == "gpu" else stop - start
     if stop - start <= step:
         return _evaluate_block(g, start, stop)
-    blocks = [_evaluate_block(g, s, min(s + step, stop)) for s in range(start, stop, step)]
-    return {k: np.concatenate([b[k] for b in blocks]) if isinstance(v, np.ndarray) else v for k, v in blocks[0].items()}
+    out: dict = {}
+    for s in range(start, stop, step):
+        e = min(s + step, stop)
+        cols = _evaluate_block(g, s, e)
+        if not out:
+            out = {k: np.empty(stop - start, dtype=v.dtype) if isinstance(v, np.ndarray) else v for k, v in cols.items()}
+        for k, v in cols.items():
+            if isinstance(v, np.ndarray):
+                if v.dtype != out[k].dtype:  # as np.concatenate would (a column's type is fixed by the chain anyway)
+                    out[k] = out[k].astype(np.result_type(out[k], v))
+                out[k][s - start:e - start] = v
+    return out
 
 
 def _evaluate_block(g: Group, start: int, stop: int) -> dict:
