@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..workload import KIND_BLOCK, kv_bytes_rows
+from .rows import run_starts
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -160,11 +161,7 @@ def _kv_block_mean(w, b: np.ndarray, c: np.ndarray, blocks: np.ndarray) -> np.nd
     if not blocks.any():
         return np.zeros(n)
     if n > 1:
-        new = np.empty(n, dtype=bool)
-        new[0] = True
-        np.not_equal(b[1:], b[:-1], out=new[1:])
-        new[1:] |= c[1:] != c[:-1]
-        starts = np.flatnonzero(new)
+        starts = run_starts(b, c)
         if len(starts) < n:
             per_run = kv_bytes_rows(w, b[starts], c[starts])[:, blocks].mean(axis=1)
             return np.repeat(per_run, np.diff(np.append(starts, n)))
