@@ -185,11 +185,19 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
     # temporary array per operation: it runs 60 times per configuration of a serving sweep)
     pos = busy > 0
     any_pos, all_pos = bool(pos.any()), bool(pos.all())
+    finite = all(bool(np.isfinite(a).all()) for a in (B, own, dec, busy, hi))
     # with finite inputs rho = mid busy < 1 always (mid <= hi <= (1 - 1e-12) / busy), so wait's rho >= 1 branch is
     # only looked for where something is not finite
-    rho_check = not (np.isfinite(hi).all() and np.isfinite(busy).all())
+    rho_check = not finite
+    # branch-free steps where no NaN can arise: B >= 0, times >= 0 and the sum own + wait + dec bounded (wait <
+    # 5.1e11 busy, as 1 - rho > 9.9e-13), so mid (own + wait + dec) is a number or +inf and ``B - that`` is negative
+    # exactly where the original ``that > B`` holds; a busy = 0 row then gets wait = +0.0 from the arithmetic itself
+    bitwise = finite and bool((B >= 0).all() and (own >= 0).all() and (dec >= 0).all()) and \
+        float(own.max(initial=0.0)) + float(dec.max(initial=0.0)) + 1e13 * float(busy.max(initial=0.0)) < 1e300
     mid, rho, w, den = (np.empty_like(hi) for _ in range(4))
     flag = np.empty(hi.shape, dtype=bool)
+    mask, tmp = np.empty(hi.shape, dtype=np.int64), np.empty(hi.shape, dtype=np.int64)
+    hi_i, lo_i, mid_i, w_i = hi.view(np.int64), lo.view(np.int64), mid.view(np.int64), w.view(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         for it in range(iterations):
             np.add(lo, hi, out=mid)
@@ -208,17 +216,27 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
                     np.less(rho, 1.0, out=flag)
                     if not flag.all():
                         np.copyto(w, np.inf, where=~flag)
-                if not all_pos:
+                if not all_pos and not bitwise:
                     np.copyto(w, 0.0, where=~pos)
             else:
                 w.fill(0.0)
             np.add(own, w, out=w)
             np.add(w, dec, out=w)
             np.multiply(mid, w, out=w)
-            np.greater(w, B, out=flag)  # too fast: more arrivals than the slots can hold
-            np.copyto(hi, mid, where=flag)
-            np.logical_not(flag, out=flag)
-            np.copyto(lo, mid, where=flag)
+            if bitwise:  # too fast (that > B) where B - that < 0: select by the sign bit (the decisions are random,
+                np.subtract(B, w, out=w)  # which makes masked copies branch-mispredict)
+                np.right_shift(w_i, 63, out=mask)  # -1 where too fast, else 0
+                np.bitwise_xor(hi_i, mid_i, out=tmp)
+                np.bitwise_and(tmp, mask, out=tmp)
+                np.bitwise_xor(hi_i, tmp, out=hi_i)  # hi = mid where too fast
+                np.bitwise_xor(lo_i, mid_i, out=tmp)
+                np.bitwise_and(tmp, mask, out=tmp)
+                np.bitwise_xor(mid_i, tmp, out=lo_i)  # lo = mid where not
+            else:
+                np.greater(w, B, out=flag)  # too fast: more arrivals than the slots can hold
+                np.copyto(hi, mid, where=flag)
+                np.logical_not(flag, out=flag)
+                np.copyto(lo, mid, where=flag)
             if last:
                 break
     lam = lo

@@ -363,8 +363,14 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     t_blk = t_blk - attn + t_attn
     launch = cal.layer_overhead_s + cal.layer_launch_s
     t_layer = t_blk + t_tp + launch
-    t_head = _head_forward_time_s(m, tokens=logits_rows, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                  precision=precision, cal=cal)
+    logits = np.asarray(logits_rows, dtype=float)
+    if groups is not None and logits.shape == tokens.shape and np.array_equal(logits[groups[0]][groups[1]], logits):
+        # one logits count per (tokens, TP) pair, as in every decode round: the LM head once per pair too
+        t_head = _head_forward_time_s(m, tokens=logits[groups[0]], tp=tq, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                      precision=precision, cal=cal)[groups[1]]
+    else:
+        t_head = _head_forward_time_s(m, tokens=logits, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                      precision=precision, cal=cal)
     pp = np.asarray(pp, dtype=float)
     p2p = (pp - 1.0) * hop
     L = m.num_layers
