@@ -155,6 +155,7 @@ def test_pair_groups_cover_every_row_and_refuse_what_they_cannot_pack():
     assert _same(tok[first][inv], tok) and _same(tp[first][inv], tp)
     assert len(first) == len({(a, b) for a, b in zip(tok, tp)})
     assert R.pair_groups(tok[:100], tp[:100]) is None  # too few rows to pay
+    assert R.pair_groups(np.float64(3.0), np.float64(2.0)) is None and R.pair_groups(tok, 2.0) is None  # scalars
     assert R.pair_groups(tok / 3.0, tp) is None  # not multiples of 1/256
     assert R.pair_groups(np.where(tok > 100, np.nan, tok), tp) is None
     assert R.pair_groups(tok, tp + 0.5) is None and R.pair_groups(tok, tp * 8.0) is None  # TP 512 > 255

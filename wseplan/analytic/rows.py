@@ -57,9 +57,9 @@ def pair_groups(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.n
     Handled: ``first`` a multiple of 1/256 in (0, 2**27), ``second`` an integer in (0, 256) — as token counts and
     tensor-parallel degrees are — with at least :data:`MIN_ROWS` rows and at most :data:`MAX_DISTINCT_FRAC` of
     them distinct. Pairs are packed with the row index into one int64 and sorted (faster than an argsort)."""
-    n = len(first)
-    if first.ndim != 1 or second.shape != first.shape or not MIN_ROWS <= n < 1 << _INDEX_BITS:
+    if np.ndim(first) != 1 or np.shape(second) != np.shape(first) or not MIN_ROWS <= len(first) < 1 << _INDEX_BITS:
         return None
+    n = len(first)
     a = first * _FIRST_SCALE
     lo, hi = a.min(), a.max()
     if not (lo > 0.0 and hi < 2.0 ** 35):  # NaN fails too; so does -0.0 (it must not meet 0.0)
