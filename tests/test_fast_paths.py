@@ -71,6 +71,16 @@ def test_closed_loop_equals_the_bisection_as_written(seed):
     assert _same(got[0], ref[0]) and _same(got[1], ref[1])
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 9, 40])
+def test_closed_loop_of_a_few_rows_equals_the_bisection_as_written(n):
+    """A few rows are bisected in Python floats: the same IEEE operations, the same answers."""
+    for seed in range(20):
+        B, own, dec, busy = (a[:n] for a in _loop_inputs(seed, 64))
+        got = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+        ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+        assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+
+
 @pytest.mark.parametrize("case", ["nan", "inf", "negative", "all-idle", "scalars", "zero-concurrency", "huge"])
 def test_closed_loop_edge_inputs_take_the_general_steps_and_agree(case):
     """Inputs outside the branch-free path (NaN, inf, negative times, overflowing sums) and degenerate ones."""

@@ -154,6 +154,10 @@ def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_
     return np.asarray(batch, dtype=float) * np.asarray(input_tokens, dtype=float) / o * np.asarray(accepted_per_step)
 
 
+#: rows up to which :func:`closed_loop_prefill_wait` bisects in Python floats (fewer calls than numpy's 17 per step)
+_PYTHON_ROWS = 8
+
+
 def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_s, iterations: int = 60):
     """Closed loop of ``concurrency`` requests on an in-flight engine: requests/s and the mean wait for prefill [s].
 
@@ -194,6 +198,22 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
     # exactly where the original ``that > B`` holds; a busy = 0 row then gets wait = +0.0 from the arithmetic itself
     bitwise = finite and bool((B >= 0).all() and (own >= 0).all() and (dec >= 0).all()) and \
         float(own.max(initial=0.0)) + float(dec.max(initial=0.0)) + 1e13 * float(busy.max(initial=0.0)) < 1e300
+    if bitwise and hi.size <= _PYTHON_ROWS:  # a few rows (a single question): Python floats do the same IEEE
+        out = lo.reshape(-1)  # operations in the same order as the array steps below, without numpy's per-call cost
+        for i, (b_, o_, d_, u_, h_) in enumerate(zip(B.flat, own.flat, dec.flat, busy.flat, hi.flat)):
+            b_, o_, d_, u_, l_, h_ = float(b_), float(o_), float(d_), float(u_), 0.0, float(h_)
+            for _ in range(iterations):
+                mid_ = (l_ + h_) * 0.5
+                fixed = mid_ == l_ or mid_ == h_  # a fixed point after this step (see below)
+                rho_ = mid_ * u_
+                if mid_ * (o_ + rho_ * u_ / ((1.0 - rho_) * 2.0) + d_) > b_:
+                    h_ = mid_
+                else:
+                    l_ = mid_
+                if fixed:
+                    break
+            out[i] = l_
+        return lo, wait(lo)
     mid, rho, w, den = (np.empty_like(hi) for _ in range(4))
     flag = np.empty(hi.shape, dtype=bool)
     mask, tmp = np.empty(hi.shape, dtype=np.int64), np.empty(hi.shape, dtype=np.int64)
