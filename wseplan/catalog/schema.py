@@ -326,6 +326,7 @@ class Gpu(_Checked):
     hbm_bandwidth_bytes_per_s: Quantity
     dense_peak_flop_per_s: dict[str, Quantity]
     sparse_peak_flop_per_s: dict[str, Quantity] = {}
+    matmul_attainable_rel: dict[Literal["16bit", "8bit", "4bit"], Quantity] = {}
     scale_up_bandwidth_bytes_per_s: Quantity
     scale_up_domain_gpus: Quantity
     scale_out_bandwidth_bytes_per_s: Quantity
@@ -345,6 +346,17 @@ class Gpu(_Checked):
             if p in self.dense_peak_flop_per_s:
                 return self.dense_peak_flop_per_s[p].si
         raise ValueError(f"{self.name} has no dense peak for {precision}")
+
+    def matmul_rel(self, precision: str) -> float:
+        """Largest fraction of the dense peak this GPU's matmuls reach, relative to the H100 SXM's (measured maximum
+        achievable matmul FLOPS, ``matmul_attainable_rel``; 1 where not given). The calibration's GEMM efficiencies
+        are H100-equivalent; this scales them per GPU (an MI300X reaches 51% of its peak where an H100 reaches 80%)."""
+        widths = ("4bit", "8bit", "16bit")
+        start = 0 if precision in ("fp4", "int4") else 1 if precision in ("fp8", "int8") else 2
+        for c in widths[start:]:  # a narrower format without its own figure takes the next wider one's
+            if c in self.matmul_attainable_rel:
+                return self.matmul_attainable_rel[c].si
+        return 1.0
 
 
 class DeviceEntry(_Checked):

@@ -46,7 +46,9 @@ if os.path.basename(sys.argv[0] if sys.argv else "") in ("wseplan", "wseplan.exe
 
 import typer  # noqa: E402
 
+from .. import __version__  # noqa: E402
 from ..errors import WseplanError  # noqa: E402
+from ..report.formats import safe_text  # noqa: E402
 
 _HELP = ("Plan AI compute: does a model fit, how fast, how many systems, what cost — Cerebras WSE vs GPU clusters.\n\n"
          "Example: wseplan fit llama-70b --target wse3")
@@ -61,8 +63,6 @@ COMMANDS = ("fit", "time", "serve", "stream", "scale", "cost", "compare", "place
 
 def _print_version(value: bool) -> None:
     if value:
-        from .. import __version__
-
         sys.stdout.write(f"wseplan {__version__}\n")
         raise typer.Exit()
 
@@ -107,8 +107,6 @@ name, a 4,301-digit number echoed back) are cut to their start and end with the 
 
 
 def _one_line(msg: str) -> str:
-    from ..report.formats import safe_text
-
     words = []
     for w in str(msg).split():
         if len(w) > MAX_ERROR_WORD:

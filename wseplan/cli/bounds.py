@@ -13,7 +13,9 @@ count a target may name (:data:`wseplan.targets.MAX_GPUS`), magnitudes in SI uni
 """
 from __future__ import annotations
 
+import inspect
 import math
+import typing
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -118,8 +120,6 @@ def check_option(ctx, param, value):
 
 
 def _numeric(annotation) -> bool:
-    import typing
-
     if annotation in (int, float):
         return True
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -135,8 +135,6 @@ def numeric_options(app) -> dict[str, list[str]]:
 
 
 def _commands(app, prefix):
-    import inspect
-
     for c in app.registered_commands:
         name = c.name or c.callback.__name__
         params = []
@@ -152,8 +150,6 @@ def _commands(app, prefix):
 
 
 def _resolve(fn, name):
-    import typing
-
     try:
         return typing.get_type_hints(fn).get(name)
     except Exception:  # pragma: no cover - an unresolvable annotation is simply not numeric

@@ -8,6 +8,9 @@ from typing import Optional
 
 import typer
 
+from .. import __file__ as package_init
+from ..errors import InputError
+from ..report import formats as F
 from . import options as O
 from .output import check_format, emit, json_out, print_table, rich_table, to_markdown
 
@@ -35,8 +38,6 @@ source checkout (--out catalogs/calibration).
     Example: wseplan calibrate --check
     """
     from ..analytic.fabric import default_calibration_dir
-    from ..errors import InputError
-    from ..report import formats as F
     from ..sim import calibrate as C
 
     check_format(fmt)
@@ -116,8 +117,6 @@ CAL_FILES = ("fabric_sim_fit.yaml", "stream_sim_fit.yaml")
 def _out_dir(out: Optional[str]) -> Path:
     """The folder to write into, checked before the calibration runs: not empty, not a file, not a dangling
     symlink or a loop, no output name taken by a folder, never inside the installed package."""
-    from .. import __file__ as package_init
-    from ..errors import InputError
     from ..report.fsops import _real_destination
 
     O.check_out(out)

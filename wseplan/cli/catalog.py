@@ -1,10 +1,13 @@
 """`wseplan catalog list|show`: inspect the bundled catalogs (hardware, models, sources)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
 
+from ..errors import InputError, suggest
+from ..report.formats import fmt_field, safe_text, to_json
 from . import options as O
 from .output import check_format, emit, table_out
 
@@ -21,9 +24,6 @@ def catalog_list(
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
     """List catalog entries. Example: wseplan catalog list hardware ; wseplan catalog list prices --prices my-quotes.yaml"""
-    from ..errors import InputError
-    from ..report.formats import safe_text
-
     check_format(fmt)
     if section not in SECTIONS:
         raise InputError(f"section: unknown {safe_text(section)!r}; use {', '.join(SECTIONS[:-1])} or {SECTIONS[-1]}")
@@ -60,7 +60,6 @@ def catalog_show(
 ) -> None:
     """Show one entry with every number's value, SI value, source and basis. Example: wseplan catalog show h100"""
     from ..catalog.schema import Quantity
-    from ..errors import InputError, suggest
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
@@ -95,7 +94,6 @@ def catalog_show(
 def _list_prices(cat, files: list[str], fmt: str) -> None:
     """One row per cost input of the prices in force (bundled, with the --prices files merged on top)."""
     from ..analytic.cost import _iter_quantities, load_prices
-    from ..report.formats import fmt_field
     from ..report.tables import basis_label
 
     pr = load_prices(files, catalog=cat)
@@ -107,8 +105,6 @@ def _list_prices(cat, files: list[str], fmt: str) -> None:
         rows.append({"key": where, "value": show(q.si), "low": show(q.bound("low")), "high": show(q.bound("high")),
                      "basis": basis_label(q.basis, q.source_ids if q.cites_ids else (), cat.sources) if human else q.basis,
                      "source": ", ".join(q.source_ids), "note": q.note or ""})
-    from pathlib import Path
-
     table_out(rows, fmt, title=f"prices dated {pr.date} ({', '.join(Path(f).name for f in pr.files)})", prices=files)
 
 
@@ -121,7 +117,6 @@ def catalog_schema(
 
     Example: wseplan catalog schema price > price.schema.json ; wseplan catalog schema hardware
     """
-    from ..report.formats import to_json
     from ..report.schemas import json_schema
 
     emit(to_json(json_schema(kind)))

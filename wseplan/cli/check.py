@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from ..report.formats import to_csv
 from . import options as O
 from .output import check_format, emit, json_out, print_report_table
 
@@ -20,7 +21,6 @@ def check_cmd(
     validated error), consistent. Example: wseplan check studies/claims-examples.yaml --format json
     """
     from ..claims import check as check_fn
-    from ..report.formats import to_csv
     from ..report.tables import claims_table
 
     check_format(fmt)

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError
 from . import options as O
 from .output import check_format, emit, json_out, notes_out, print_report_table
 
@@ -34,7 +35,6 @@ def compare_cmd(
     Example: wseplan compare llama-3-70b --targets wse3,cs3x4,h100x8,h200x8,b200x8 --phase decode
     """
     from ..compare import compare as compare_fn
-    from ..errors import InputError
 
     check_format(fmt)
     if uncertainty < 0 or uncertainty == 1:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ..report.formats import field_unit, fmt_field
 from . import options as O
 from .output import Rendered, Section, check_format, render
 
@@ -50,7 +51,6 @@ def cost_cmd(
 def render_cost(res, fmt: str, sources: dict | None = None, prices: list[str] | None = None) -> None:
     """The cost record: json the record, csv one row, table/md the metrics (P10/P50/P90 when sampled), the
     inputs with their ranges, basis and sources, and the tornado."""
-    from ..report.formats import field_unit, fmt_field
     from ..report.tables import basis_label
 
     rows = [{"metric": field_unit(m.metric).label, "field": m.metric,

@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from ..report.formats import fmt_bool, fmt_bytes, fmt_num
 from . import options as O
 from .output import Rendered, Section, check_format, render
 
@@ -38,8 +39,6 @@ def fit(
 
 def render_fit(res, fmt: str) -> None:
     """The fit record: json the record, csv one row, table/md a summary and the layer stages."""
-    from ..report.formats import fmt_bool, fmt_bytes, fmt_num
-
     summary = [("fits", fmt_bool(res.fits)), ("devices", fmt_num(res.num_devices))]
     for k in ("capacity_bytes", "weights_bytes", "kv_cache_bytes", "activation_bytes", "optimizer_bytes", "total_bytes",
               "headroom_bytes", "shortfall_bytes"):

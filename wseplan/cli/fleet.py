@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ..report.formats import fmt_field
 from . import options as O
 from .output import Rendered, Section, check_format, quantities, render
 
@@ -39,8 +40,6 @@ def fleet_cmd(
 def render_fleet(plan, fmt: str, prices: list[str] | None = None) -> None:
     """The fleet record: json the record, csv the allocations, table/md the summary, systems, allocations and
     the constraints (each relaxed 10% and re-solved)."""
-    from ..report.formats import fmt_field
-
     summary = quantities({k: v for k, v in plan.to_row().items() if not k.startswith("count_")})
     systems = [s.model_dump() for s in plan.systems]
     allocs = [{k: v for k, v in a.model_dump().items() if v is not None} for a in plan.allocations]

@@ -1,13 +1,17 @@
 """Shared option definitions of the ``wseplan`` commands: one definition each, help texts parameterised.
 
 Commands take their options from here so that a flag means the same thing (name, short form, default,
-help) everywhere. Only typer is imported here; catalogs and physics load inside the commands.
+help) everywhere. Only typer, the error types and the text formatters are imported here; catalogs and
+physics load inside the commands.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 import typer
+
+from ..errors import InputError
+from ..report.formats import safe_text
 
 PRECISIONS_HELP = "fp32 | tf32 | bf16 | fp16 | fp8 | int8 | int4 | fp4"
 TARGET_HELP = "<hardware key>[x<N>]: wse3, cs3x4, h100x8, h200-sxmx16 …"
@@ -124,8 +128,6 @@ def cost_overrides(items: Optional[list[str]], cat) -> dict[str, float]:
     ``HW.NAME`` prefix checked against the catalog's hardware keys and each NAME a plain identifier, so a
     misspelt or hostile name is refused instead of silently applying to nothing."""
     from ..analytic.cost import parse_overrides
-    from ..errors import InputError
-    from ..report.formats import safe_text
 
     out = parse_overrides(items)
     known = cat.hardware_keys()
@@ -143,8 +145,6 @@ def check_out(out: Optional[str]) -> None:
     """Refuse an ``--out`` given as an empty (or blank) string: it names no path, and silently falling back
     to the default folder or to the current one would write where the user did not ask."""
     if out is not None and not str(out).strip():
-        from ..errors import InputError
-
         raise InputError("--out: empty; give a path, or leave --out out for the default")
 
 

@@ -12,7 +12,9 @@ import sys
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..report.formats import column_format, fmt_field, fmt_num, humanize_text, safe_text, to_csv, to_json
+from ..report.formats import (column_format, field_unit, fmt_field, fmt_num, humanize_text, safe_text, to_csv,
+                              to_json)
+from .options import loaded_catalog
 
 FORMATS = ("table", "json", "csv", "md")
 CONSOLE_WIDTH = 160  # fixed, so the same result prints the same text on any terminal
@@ -46,7 +48,6 @@ def json_out(obj, prices: list[str] | None = None) -> None:
     """Print ``obj`` as JSON with its provenance; ``prices`` (the ``--prices`` files, ``[]`` for the bundled
     prices) is given by the commands that price something, so the record states the prices date."""
     from ..report.provenance import prices_date, provenance
-    from .options import loaded_catalog
 
     cat = loaded_catalog()
     emit(to_json(stamp(obj, provenance(cat, prices_date(prices, cat) if prices is not None else None))))
@@ -133,8 +134,6 @@ def table_out(rows: list[dict], fmt: str, title: str = "", prices: list[str] | N
 
 def quantities(row: dict) -> list[dict]:
     """A one-record row as ``{quantity, value}`` rows (a vertical table), each value with its unit."""
-    from ..report.formats import field_unit
-
     out = []
     for k, v in row.items():
         if k in SKIP_IN_TABLES:

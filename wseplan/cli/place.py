@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from ..errors import InfeasibleError, WseplanError
+from ..report.formats import fmt_bool, fmt_quantity
 from . import options as O
 from .output import Rendered, Section, check_format, quantities, render
 
@@ -42,12 +44,8 @@ def place_cmd(
                 also_targets=list(also or []), catalog=cat)
     render_place(res, fmt)
     if res.status == "infeasible":  # the record is printed; the exit status and one line say why
-        from ..errors import InfeasibleError
-
         raise InfeasibleError(f"placement infeasible: {res.notes[-1] if res.notes else 'no stage fits a device'}")
     if not res.stages:  # stopped by the time limit before any placement
-        from ..errors import WseplanError
-
         raise WseplanError(f"placement: {res.notes[-1] if res.notes else 'no placement found'}")
 
 
@@ -62,8 +60,6 @@ _PROXY = {"bytes": ("slowest stage: bytes read per step",
 def render_place(res, fmt: str) -> None:
     """The placement record: json the record, csv one row, table/md a summary and the stages. The latency
     objective is a proxy the ILP minimises (bytes read in decode, FLOPs in prefill); the tables say so."""
-    from ..report.formats import fmt_bool, fmt_quantity
-
     row = res.to_row()
     summary = quantities({k: v for k, v in row.items() if k not in ("objective", "objective_unit", "max_stage_cost",
                                                                       "cost_unit")})

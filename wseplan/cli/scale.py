@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError
 from . import options as O
 from .output import check_format, table_out
 
@@ -25,7 +26,6 @@ def scale_cmd(
     Example: wseplan scale llama-3-8b --targets wse3,h100 --max-systems 64 --batch 1024 --format csv
     """
     from ..scale import scaling_frame
-    from ..errors import InputError
     from ..fit import resolve_model
     from ..targets import parse_target
 

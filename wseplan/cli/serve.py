@@ -10,6 +10,8 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError, WseplanError
+from ..report.formats import fmt_bool, fmt_field, fmt_num
 from . import options as O
 from .output import Rendered, Section, check_format, render
 
@@ -54,7 +56,6 @@ def serve_cmd(
     wseplan serve llama-70b --target h200x8 --precision fp8 --rate 5 --ttft-limit 2 --percentile 99 --format json
     """
     from ..analytic.cost import load_prices, parse_overrides
-    from ..errors import InputError
     from ..serving import DEFAULT_UTILIZATION, serve
 
     check_format(fmt)
@@ -77,7 +78,6 @@ def serve_cmd(
 def _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_limit, percentile, draft_tokens,
                   acceptance, utilization) -> None:
     """One-line errors naming the flag (before any catalog is read)."""
-    from ..errors import InputError
     from ..workload import MAX_BATCH, MAX_CONTEXT, check_positive_int
 
     check_positive_int(input_len, "--input-len", MAX_CONTEXT)
@@ -103,7 +103,6 @@ def _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_lim
 def _spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
     """serve's ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS); an unknown draft model
     is an error naming --speculative."""
-    from ..errors import InputError, WseplanError
     from ..workload import resolve_model
 
     opts = {}
@@ -127,8 +126,6 @@ def _pct(res) -> str:
 
 
 def _speculative_text(res) -> str:
-    from ..report.formats import fmt_num
-
     sp = res.speculative
     if not sp:
         return "off"
@@ -139,8 +136,6 @@ def _speculative_text(res) -> str:
 
 
 def _demand_text(res) -> str:
-    from ..report.formats import fmt_field, fmt_num
-
     c = res.chosen
     load = (f"{fmt_num(res.rate_per_s)} requests/s offered" if res.rate_per_s is not None else
             f"{fmt_field('utilization_frac', c.utilization_frac)} of each point's capacity" if c is not None else
@@ -160,8 +155,6 @@ def _choice(res) -> str:
 
 def summary_rows(res) -> list[dict]:
     """The chosen point as ``{quantity, value}`` rows (human units)."""
-    from ..report.formats import fmt_bool, fmt_field, fmt_num
-
     rows = [("fits", fmt_bool(res.fits)), ("load and limits", _demand_text(res))]
     c = res.chosen
     if c is not None:
@@ -195,8 +188,6 @@ def summary_rows(res) -> list[dict]:
 
 def frontier_rows(res) -> list[dict]:
     """The Pareto frontier (numbers in SI; the table picks one display unit per column)."""
-    from ..report.formats import fmt_bool
-
     key = f"ttft_{_pct(res)}_s"
     ch = res.chosen
     return [{"num_devices": p.num_devices, "batch": p.batch, "tokens_per_s_per_user": p.tokens_per_s_per_user,

@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError
 from . import options as O
 from .output import check_format, quantities, table_out
 
@@ -20,7 +21,6 @@ _CLOCK = typer.Option(None, "--clock-hz", help="Override the PE clock [Hz] (cata
 
 
 def _params(target: str, precision: str, catalog, clock_hz):
-    from ..errors import InputError
     from ..sim.catalog_params import mesh_params_from_catalog
     from ..targets import parse_target
 
@@ -37,8 +37,6 @@ def _params(target: str, precision: str, catalog, clock_hz):
 
 
 def _region(text: Optional[str]):
-    from ..errors import InputError
-
     if text is None:
         return None
     parts = text.lower().split("x")
@@ -67,7 +65,6 @@ def gemv_cmd(k: int = typer.Option(..., "--k", help="Input length K [elements]."
              reduce_algo: Optional[str] = typer.Option(None, "--reduce", help="chain | tree (default: the faster)."),
              clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """y[1,N] = x[1,K] · W[K,N] with W tiled over a region. Example: wseplan simulate gemv --k 16384 --n 16384 --target wse2 --region 720x720"""
-    from ..errors import InputError
     from ..sim import ReduceAlgo, gemv
 
     _, t, p = _params(target, precision, catalog, clock_hz)
@@ -100,7 +97,6 @@ def reduce_cmd(nbytes: float = typer.Option(..., "--bytes", help="Vector size pe
                target: str = _TARGET, region: Optional[str] = _REGION, precision: str = _PREC,
                clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """Reduce a vector along rows or columns. Example: wseplan simulate reduce --bytes 4096 --region 1x512 --algo tree"""
-    from ..errors import InputError
     from ..sim import ReduceAlgo, reduce
 
     if algo not in ("chain", "tree"):
@@ -119,7 +115,6 @@ def broadcast_cmd(nbytes: float = typer.Option(..., "--bytes", help="Message siz
                   target: str = _TARGET, region: Optional[str] = _REGION, precision: str = _PREC,
                   clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """Broadcast along rows or columns. Example: wseplan simulate broadcast --bytes 8192 --region 1x750"""
-    from ..errors import InputError
     from ..sim import BroadcastAlgo, broadcast
 
     if algo not in ("chain", "store_forward", "tree"):
@@ -150,7 +145,6 @@ def layer_cmd(model: str = typer.Argument("llama-3-8b", help="Catalog transforme
               clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """One transformer decode layer (batch 1). Example: wseplan simulate layer llama-3-8b --target wse2 --region 360x360"""
     from ..catalog.schema import Model
-    from ..errors import InputError
     from ..fit import resolve_model
     from ..sim import decode_layer
     from ..workload import check_positive_int
@@ -180,7 +174,6 @@ def stream_cmd(model: str = typer.Argument(..., help="Catalog model, config.json
     """Weight streaming of one training step (MemoryX -> wafer). Example: wseplan simulate stream gpt3-175b --batch 64"""
     import numpy as np
 
-    from ..errors import InputError
     from ..fit import build_workload, resolve_model
     from ..sim import simulate_stream
     from ..targets import parse_target

@@ -6,10 +6,13 @@ dask, for ``--engine dask``) load only inside the command.
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import typer
 
+from ..errors import InputError
+from ..report import formats as F
 from . import options as O
 from .output import check_format, emit, json_out, print_table, rich_table, to_markdown
 
@@ -38,10 +41,7 @@ def sweep_cmd(
 
     Example: wseplan sweep studies/sweep-example.yaml ; wseplan sweep big.yaml --engine dask --scheduler tcp://10.0.0.5:8786
     """
-    import sys
-
     from .. import sweep as S
-    from ..errors import InputError
 
     check_format(fmt)
     O.check_out(out)
@@ -84,8 +84,6 @@ def sweep_cmd(
               "configurations": res.configurations, "fitting": res.fitting, "engine": engine,
               "output": str(res.path), "output_bytes": res.output_bytes, "tasks": res.tasks,
               "skipped": list(plan.skipped), "groups": rows}
-    from ..report import formats as F
-
     if fmt == "json":
         json_out(record, prices=[])
     elif fmt == "csv":

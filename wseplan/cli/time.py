@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError
 from . import options as O
 from .output import Rendered, Section, check_format, quantities, render
 
@@ -40,7 +41,6 @@ def time_cmd(
     Example: wseplan time gpt-3-175b --target a100x1536 --phase train --batch 1536 --context 2048 --tp 8 --pp 12 ;
     wseplan time llama-3-8b --target h100x1 --phase decode --batch 64 --context 2048 --output-tokens 512
     """
-    from ..errors import InputError
     from ..timing import predict_time
 
     check_format(fmt)

@@ -8,6 +8,7 @@ is a terminal.
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
@@ -16,7 +17,10 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
+from ..report import formats as F
+from ..report.formats import _csv_cell
 from . import options as O
+from .options import loaded_catalog
 from .output import Rendered, Section, check_format, emit, render
 
 CV_COLUMNS = ("held_out_predicted", "held_out_rel_error")
@@ -48,7 +52,6 @@ def validate_cmd(
     Example: wseplan validate catalogs/validation/validation-public.csv --cv source
     """
     # the validation package (~0.3 s to import) is loaded when the command runs, not when the CLI starts
-    from ..report import formats as F
     from ..validate import (OUTPUT_COLUMNS, cross_validated_summary, default_cases_path, read_cases, reference_bands,
                             summarize, validate_cases)
     from ..validate.intervals import held_out
@@ -140,10 +143,6 @@ class _Counted:
 
 
 def _stream_csv(records, columns: list[str]) -> None:
-    import csv
-
-    from ..report.formats import _csv_cell
-
     out = sys.stdout
     w = csv.writer(out, lineterminator="\n")
     w.writerow(columns)
@@ -160,7 +159,6 @@ def _stream_json(path: str, records, summary) -> None:
     """The record ``{"schema_version", "cases", "rows", "summary", "provenance"}`` written as
     :func:`wseplan.report.formats.to_json` would write it (same bytes), with the rows streamed one by one."""
     from ..report.provenance import provenance
-    from .options import loaded_catalog
 
     def dump(obj) -> str:
         return json.dumps(obj, indent=2, allow_nan=False, default=str)

@@ -9,9 +9,14 @@ Axis labels always carry units in brackets; every tick is written by :func:`wsep
 from __future__ import annotations
 
 import io
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
+
+from .formats import fmt_num, fmt_tick
 
 FIGSIZE_IN = (7.0, 4.2)
 DPI = 110
@@ -64,8 +69,6 @@ def _matplotlib():
     """matplotlib, imported with its logger quiet: a font cache it cannot save (a read-only or full home folder,
     ``ulimit -f``) is logged as a warning on stderr, which would break the one-line error contract; the cache
     only speeds up the next start."""
-    import logging
-
     log = logging.getLogger("matplotlib")
     old = log.level
     log.setLevel(logging.ERROR)
@@ -127,8 +130,6 @@ def render(plot: Plot) -> bytes:
                 ax.axhline(m.value, color="#444444", linestyle=ls, linewidth=1.0, label=m.label)
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-        from .formats import fmt_tick
-
         # a log axis needs a positive value to show (an empty plot, e.g. no Monte Carlo band, stays linear)
         logx = plot.logx and any(float(v) > 0 for s in plot.series for v in s.x)
         logy = plot.logy and any(float(v) > 0 for s in plot.series for v in s.y)
@@ -171,10 +172,6 @@ def roofline_plot(*, targets: Sequence[dict], points: Sequence[dict] = (), predi
     predicts, drawn as markers in the colour of the target's roof. ``points``: dicts with ``label`` and
     ``intensity_flop_per_byte`` (a workload's intensity, drawn as a vertical line).
     """
-    import numpy as np
-
-    from .formats import fmt_num
-
     ridges = [t["peak_flop_per_s"] / t["bandwidth_bytes_per_s"] for t in targets]
     ais = [p["intensity_flop_per_byte"] for p in points] + [x for p in predicted for x in p["intensity_flop_per_byte"]]
     lo = min([0.1] + [a / 3 for a in ais])

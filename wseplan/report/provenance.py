@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
+from .. import __version__
 from ..errors import InputError
 
 
@@ -45,8 +46,6 @@ def prices_date(files=(), catalog=None) -> str:
 
 def provenance(catalog=None, prices: str | None = None) -> dict:
     """``{tool, version, catalog_date, prices_date}`` for a record."""
-    from .. import __version__
-
     return {"tool": "wseplan", "version": __version__,
             "catalog_date": catalog_date(catalog) if catalog is not None else None, "prices_date": prices}
 

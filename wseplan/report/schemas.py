@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+from pydantic import ConfigDict, create_model
+
+from ..catalog.load import SECTIONS
+from ..errors import InputError, suggest
+
 KINDS = {
     "hardware": "a hardware catalog file (wafers, systems, memoryx, swarmx, gpus) for --catalog DIR",
     "model": "a model catalog file (models: transformer architectures; generic_models: layer lists)",
@@ -28,15 +33,9 @@ _INTERNAL = {"si", "dimension", "files"}
 
 def json_schema(kind: str) -> dict:
     """The JSON Schema (draft 2020-12) of a ``kind`` file; ``kind`` is one of :data:`KINDS`."""
-    from pydantic import ConfigDict, create_model
-
-    from ..errors import InputError, suggest
-
     if kind not in KINDS:
         raise InputError(f"kind: unknown {kind!r}{suggest(kind, KINDS)}; use one of {', '.join(KINDS)}")
     if kind in _SECTIONS or kind == "catalog":
-        from ..catalog.load import SECTIONS
-
         names = SECTIONS if kind == "catalog" else _SECTIONS[kind]
         fields = {sec: (Optional[SECTIONS[sec]] if sec == "defaults" else Optional[dict[str, SECTIONS[sec]]], None)
                   for sec in names}

@@ -29,10 +29,13 @@ import os
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
+from ..catalog.load import load_catalog, read_yaml
+from ..catalog.schema import check_name, check_text
 from ..errors import CatalogError, InputError, validation_detail
 from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
 from .markdown import Document, Table, fmt_num
 from .plots import Plot, render
+from .provenance import provenance, report_date
 from .study_claims import claims_body
 from .study_schema import CostSpec, ServerSpec, ServingSpec, Study, TargetSpec, TrainingSpec  # noqa: F401 (public)
 from .study_server import server_body
@@ -40,6 +43,7 @@ from .study_serving import serving_body
 from .study_sources import assumptions_and_sources, prices_of
 from .study_training import training_body
 from .why import render as render_why
+from .xlsx import workbook_bytes
 
 
 class StudyResult(BaseModel):
@@ -71,8 +75,6 @@ class StudyResult(BaseModel):
     def files(self) -> dict[str, bytes]:
         """Every output file: ``report.md``, ``report.xlsx``, ``<table>.csv`` and ``<plot>.png`` (rendered once,
         then reused)."""
-        from .xlsx import workbook_bytes
-
         if self._files is not None:
             return dict(self._files)
         out: dict[str, bytes] = {"report.md": self.markdown.encode("utf-8")}
@@ -94,10 +96,6 @@ class StudyResult(BaseModel):
 # --------------------------------------------------------------------------------------------- loading
 def load_study(path: str | Path) -> tuple[Study, Path]:
     """Read and validate a study YAML; returns the study and its folder (for relative paths)."""
-    from ..catalog.load import read_yaml
-
-    from ..catalog.schema import check_name, check_text
-
     p = Path(path)
     if not os.path.lexists(p):
         raise InputError(f"study file {path}: not found; check the path")
@@ -129,8 +127,6 @@ def load_study(path: str | Path) -> tuple[Study, Path]:
 
 def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path | None = None) -> StudyResult:
     """Run a study (a YAML path or a :class:`Study`) and return its tables, plots, answer and Markdown."""
-    from ..catalog.load import load_catalog
-
     if isinstance(study, Study):
         st, base = study, Path(base_dir or ".")
     else:
@@ -154,8 +150,6 @@ def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path |
 
 def _provenance(st: Study, cat) -> dict:
     """Tool version, catalog and prices dates, and the report date (see :mod:`wseplan.report.provenance`)."""
-    from .provenance import provenance, report_date
-
     pv = provenance(cat, prices_of(cat).date if st.kind not in ("claims", "server") else None)
     pv["report_date"], pv["report_date_from"] = report_date(st.date, pv["catalog_date"], pv["prices_date"])
     return pv

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..claims import check, load_claims, validated_errors
 from ..errors import InputError
+from ..targets import parse_target
 from .markdown import fmt_num
 from .plots import VERDICT_COLORS, Marker, Plot, Series
 from .study_schema import Study
@@ -30,8 +32,6 @@ def claims_path_inside(base: Path, rel: Path) -> Path:
 
 
 def claims_body(st: Study, cat, base: Path) -> dict:
-    from ..claims import check, load_claims
-
     path = Path(st.claims)
     if path.is_absolute() or ".." in path.parts:
         raise InputError(f"claims: {st.claims!r} must be a relative path inside the study's folder")
@@ -84,8 +84,6 @@ def _why(verdicts) -> list[tuple[str, str]]:
 
 
 def _claim_targets(claims, cat) -> list[str]:
-    from ..targets import parse_target
-
     keys = []
     for c in claims:
         if c.target:
@@ -96,15 +94,11 @@ def _claim_targets(claims, cat) -> list[str]:
 
 
 def _error_rows(cat) -> list[dict]:
-    from ..claims import validated_errors
-
     return [{"input": f"held-out error of {name} predictions", "value": f"{fmt_num(err * 100)}%", "range": "",
              "basis": "measured", "source": text} for name, (err, text) in sorted(validated_errors(cat).items())]
 
 
 def _claim_sources(claims, cat) -> list[str]:
-    from ..targets import parse_target
-
     ids: list[str] = []
     for c in claims:
         if c.target:

@@ -2,16 +2,17 @@
 roofline with the FLOP/s the model predicts."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..analytic import cost as C
+from ..targets import parse_target
+from ..workload import build_workload
 from .plots import Plot, Series, roofline_plot
 from .study_schema import Study
 
 
 def cost_vs_util(st: Study, cases: dict, chosen: dict, metric: str, ylabel: str, scale: float = 1.0):
     """Re-evaluate ``metric`` of each target's chosen case over the study's utilisations (no time re-runs)."""
-    import numpy as np
-
-    from ..analytic import cost as C
-
     utils = np.asarray(st.cost.utilizations, dtype=float)
     series, rows = [], []
     for tgt in st.target_names:
@@ -34,9 +35,6 @@ def roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int,
     FLOP/s per device the model predicts there: predicted tokens/s x FLOPs per token / devices at each swept batch
     (serving), or MFU x peak at the chosen size (training). ``achieved``: (target, batch) ->
     ``{tokens_per_s, num_devices}`` or ``{mfu, label}``. The batch lines use the study's default precision."""
-    from ..workload import build_workload
-    from ..targets import parse_target
-
     roofs, points, predicted = [], [], []
     lo_b, hi_b = min(batches), max(batches)
 

@@ -2,6 +2,7 @@
 fails loudly). See :mod:`wseplan.report.study` for what each kind answers."""
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -146,8 +147,6 @@ class Study(_Frozen):
     @field_validator("date", mode="before")
     @classmethod
     def _date_text(cls, v):  # YAML reads an unquoted 2026-12-03 as a date
-        import datetime as _dt
-
         return v.isoformat() if isinstance(v, _dt.date) else v
 
     @property

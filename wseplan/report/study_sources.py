@@ -2,6 +2,10 @@
 report cites."""
 from __future__ import annotations
 
+from ..analytic import cost as C
+from ..catalog.schema import Quantity
+from ..targets import parse_target
+from ..workload import resolve_model
 from .formats import fmt_field
 from .markdown import Column, Table, fmt_num, fmt_quantity
 from .study_schema import Study
@@ -10,14 +14,10 @@ from .tables import basis_label
 
 def prices_of(cat):
     """The prices catalog in force (the bundled one unless ``--prices`` replaced it)."""
-    from ..analytic import cost as C
-
     return C.load_prices(catalog=cat)
 
 
 def _quantity_sources(entry) -> list[str]:
-    from ..catalog.schema import Quantity
-
     ids = []
     for name in type(entry).model_fields:
         v = getattr(entry, name)
@@ -37,8 +37,6 @@ def entry_sources(t, cat) -> list[str]:
 
 
 def model_sources(name: str, cat) -> list[str]:
-    from ..workload import resolve_model
-
     m = resolve_model(name, cat)
     src = getattr(m, "source", [])
     return [src] if isinstance(src, str) else list(src)
@@ -46,8 +44,6 @@ def model_sources(name: str, cat) -> list[str]:
 
 def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targets: list[str] | None = None,
                              extra_rows: list[dict] | None = None) -> tuple[Table, list[dict]]:
-    from ..targets import parse_target
-
     rows = list(extra_rows or [])
     ids: list[str] = []
     if st.model:

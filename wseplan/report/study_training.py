@@ -7,7 +7,12 @@ import math
 
 import numpy as np
 
+from ..analytic import cost as C
+from ..compare import compare_case
 from ..errors import InputError
+from ..targets import parse_target
+from ..timing import stream
+from ..workload import build_workload, resolve_model
 from .markdown import Column, Table, fmt_num
 from .plots import Marker, Plot, Series
 from .study_plots import cost_vs_util, roofline
@@ -18,8 +23,6 @@ from .why import bisect, interval_text
 
 def _size_target(tgt: str, n: int, cat) -> tuple[str, int]:
     """``cs3`` + 4 -> ``cs3x4`` (systems); ``h100`` + 4 -> ``h100x32`` (4 nodes of 8 GPUs)."""
-    from ..targets import parse_target
-
     t = parse_target(tgt, cat)
     if t.count is not None:
         raise InputError(f"training study target {tgt!r}: give the hardware without a count; the study sweeps "
@@ -29,9 +32,6 @@ def _size_target(tgt: str, n: int, cat) -> tuple[str, int]:
 
 
 def training_body(st: Study, cat) -> dict:
-    from ..compare import compare_case
-    from ..workload import resolve_model
-
     tr = st.training
     m = resolve_model(st.model, cat)
     prices = prices_of(cat)
@@ -153,8 +153,6 @@ def training_body(st: Study, cat) -> dict:
 def _run_cost(cases: dict, sweep: list[dict], tgt: str, deadline_s: float, mult: float = 1.0) -> float:
     """The cheapest run cost of ``tgt`` among its sizes that meet ``deadline_s``, with its capex x ``mult``: the
     cost model re-evaluated on the same time inputs (no time re-runs). inf when no size meets the deadline."""
-    from ..analytic import cost as C
-
     best = math.inf
     for r in sweep:
         if r["family"] != tgt or r["run_s"] is None or r["run_s"] > deadline_s or (tgt, r["size"]) not in cases:
@@ -262,8 +260,6 @@ _TRAINING_CAPTIONS = {
 
 def _run_band(times, params, st: Study) -> dict:
     """P10/P50/P90 of the run cost from the Monte Carlo over cost inputs."""
-    from ..analytic import cost as C
-
     if not st.cost.uncertainty:
         return {}
     pct = C.monte_carlo(params, lambda p: C.evaluate(p, times), n=st.cost.uncertainty, seed=st.cost.seed,
@@ -294,17 +290,11 @@ def _training_answer(st: Study, m, plan: list[dict]) -> str:
 
 
 def _is_wafer(tgt: str, cat) -> bool:
-    from ..targets import parse_target
-
     return parse_target(tgt, cat).kind == "wafer"
 
 
 def _stream_plot(st: Study, m, cat, tgt: str):
     """Weight streaming on one system versus batch, from :func:`wseplan.timing.stream` (the plan chain)."""
-    from ..targets import parse_target
-    from ..timing import stream
-    from ..workload import build_workload
-
     tr = st.training
     t = parse_target(f"{tgt}x1", cat)
     prec = st.precision_for(tgt)

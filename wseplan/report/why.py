@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ..claims import validated_errors
 from .markdown import fmt_num
 
 #: the validated error bands of the bundled validation set, per catalog object (computed once: ~1 s)
@@ -39,8 +40,6 @@ def validated_band(cat, device_kind: str, kind: str = "infer") -> tuple[float, s
     """(error band, where it comes from) of the time model's ``gpu-infer`` / ``wse-infer`` / ``gpu-train`` /
     ``wse-train`` predictions (:func:`wseplan.claims.validated_errors`: held out from the bundled validation set),
     or None where none are validated."""
-    from ..claims import validated_errors
-
     hit = _BANDS.get(id(cat))
     if hit is None or hit[0] is not cat:
         hit = (cat, validated_errors(cat))

@@ -4,6 +4,9 @@ A row is predicted with a default only where the default is the one the planner 
 fields it filled (``defaulted``). Defaulted rows are validated but never fitted (:mod:`.fit`): their error is partly
 the default's.
 
+* Rows of a public serving benchmark (an MLPerf/MLCommons row naming a benchmark of
+  ``catalogs/validation/datasets.yaml``) without ``input_len`` or ``output_len``: the benchmark dataset's mean prompt
+  and answer lengths (sourced there). The run measures the whole dataset, so its mean lengths define the work.
 * Decode rows (one output token's time or speed) without ``input_len``: the planner's default context,
   ``defaults.default_context_tokens`` (what ``wseplan serve`` assumes when given no ``--context``); the context only
   sets the KV-cache read of a step, a second-order term. Prefill and end-to-end rows without it are not predicted: the
@@ -21,7 +24,14 @@ its profile allows (:func:`~.gpu._max_throughput`), or one request for a decode 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
+from pathlib import Path
 
+import yaml
+
+from ..catalog.load import default_catalog_dir
+from ..errors import CatalogError
 from ..workload import total_params, weight_bytes_per_param
 from .cases import Case, SkipRow, case_model
 from .common import _target
@@ -48,6 +58,12 @@ def fill_defaults(case: Case, catalog) -> tuple[Case, tuple[str, ...]]:
             f["n_devices"] = int(f["global_batch"])
             filled.append("n_devices")
     elif case.phase in ("prefill", "decode", "e2e-infer"):
+        ds = benchmark_dataset(case) if not (f.get("input_len") and f.get("output_len")) else None
+        if ds is not None:
+            for col, key in (("input_len", "mean_input_tokens"), ("output_len", "mean_output_tokens")):
+                if not f.get(col):
+                    f[col] = int(round(ds[key]))
+                    filled.append(col)
         if not f.get("input_len"):
             if case.phase != "decode":
                 raise SkipRow("input_len not given: a prefill or end-to-end figure depends on the prompt length at "
@@ -68,6 +84,53 @@ def fill_defaults(case: Case, catalog) -> tuple[Case, tuple[str, ...]]:
     if not filled:
         return case, ()
     return dataclasses.replace(case, fields=f), tuple(filled)
+
+
+def datasets_path() -> Path:
+    """The bundled benchmark-dataset lengths, ``catalogs/validation/datasets.yaml``."""
+    return default_catalog_dir() / "validation" / "datasets.yaml"
+
+
+@functools.lru_cache(maxsize=4)
+def read_datasets(path: str | None = None) -> dict[str, dict]:
+    """The benchmark datasets of ``path`` (default :func:`datasets_path`) by name: ``match`` (benchmark names),
+    ``mean_input_tokens`` and ``mean_output_tokens`` (tokens per sample, floats); :class:`CatalogError` on a bad
+    file."""
+    p = Path(path) if path else datasets_path()
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"{p}: cannot read the benchmark datasets ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("datasets"), dict):
+        raise CatalogError(f"{p}: must hold a 'datasets' mapping")
+    out = {}
+    for name, e in data["datasets"].items():
+        try:
+            match = [str(m).lower() for m in e["match"]]
+            lens = {k: float(e[k]["value"]) for k in ("mean_input_tokens", "mean_output_tokens")}
+        except (KeyError, TypeError, ValueError):
+            raise CatalogError(f"{p}: dataset {name!r} needs match and mean_input_tokens/mean_output_tokens values")
+        if not match or any(not 0 < v < 1e7 for v in lens.values()):
+            raise CatalogError(f"{p}: dataset {name!r}: match must be non-empty and lengths in (0, 1e7) tokens")
+        out[name] = {"match": match, **lens}
+    return out
+
+
+_BENCHMARK_ROW = re.compile(r"mlperf|mlcommons", re.I)
+
+
+def benchmark_dataset(case: Case) -> dict | None:
+    """The dataset of ``datasets.yaml`` whose benchmark name an MLPerf/MLCommons row names (model, source or notes
+    text), or None. A benchmark name matches as a whole token (``llama2-70b`` matches ``llama2-70b-99`` but not
+    ``llama2-70b-lora``'s training rows, which are not serving rows)."""
+    text = " ".join((case.model or "", case.source or "", case.notes or "")).lower()
+    if not _BENCHMARK_ROW.search(text):
+        return None
+    for name, ds in read_datasets().items():
+        for m in ds["match"]:
+            if re.search(r"(?<![\w.])" + re.escape(m) + r"(?![\w.]|[-_]lora)", text):
+                return {"name": name, **ds}
+    return None
 
 
 def _gpu(case: Case, catalog):

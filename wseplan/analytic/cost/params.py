@@ -1,0 +1,141 @@
+"""The named, overridable cost inputs of one target (:class:`Param`, ``--set NAME=VALUE``), resolved from the
+prices catalog and the hardware catalog."""
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from ...catalog.schema import Quantity
+from ...errors import CatalogError, InputError, suggest
+from .prices import HardwarePrice, Prices, SitePrices, _check_value
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Param(_Frozen):
+    """One named, overridable cost input with its range and provenance (``value`` in the name's unit)."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    source: list[str]
+    basis: str
+    note: str | None = None
+
+    @classmethod
+    def from_quantity(cls, name: str, q: Quantity) -> "Param":
+        lo, hi = q.bound("low"), q.bound("high")
+        return cls(name=name, value=q.si, low=min(lo, q.si), high=max(hi, q.si), source=q.source_ids,
+                   basis=q.basis, note=q.note)
+
+    @property
+    def uncertain(self) -> bool:
+        return self.high > self.low
+
+
+
+def hardware_price_key(target) -> str:
+    """The prices key of a resolved target: the system key for wafers (cs3), the GPU key for GPUs."""
+    return target.device.system if target.kind == "wafer" else target.key
+
+
+def cost_params(prices: Prices, catalog, target, *, memoryx_option: str | None = None,
+                include_memoryx: bool = False) -> dict[str, Param]:
+    """The named inputs for one target: site inputs, the system's capex, network share, power and space.
+
+    Names: the site fields of :class:`SitePrices`, plus ``capex_usd`` (per system or GPU node),
+    ``network_frac``, ``peak_power_w`` (per system or node, from the hardware catalog with its range),
+    ``rack_units`` (per system or node), ``cloud_usd_per_device_hour`` (GPUs with a rental price), and for
+    wafer training ``memoryx_capacity_bytes``, ``memoryx_dram_capacity_bytes``, ``memoryx_dram_usd_per_tb``,
+    ``memoryx_flash_usd_per_tb``.
+    """
+    out: dict[str, Param] = {}
+    for name in SitePrices.model_fields:
+        out[name] = Param.from_quantity(name, getattr(prices.site, name))
+    key = hardware_price_key(target)
+    hp = prices.hardware.get(key)
+    if target.kind == "wafer":
+        sysm = catalog.systems[target.device.system]
+        if hp is None:
+            raise CatalogError(f"prices: no capex for system {key!r}; add hardware.{key} to a prices file (--prices)")
+        out["peak_power_w"] = Param.from_quantity("peak_power_w", sysm.power_w)
+        out["rack_units"] = Param.from_quantity("rack_units", sysm.rack_units)
+    else:
+        gpu = target.device
+        if hp is None:  # fall back on the hardware catalog's node price
+            hp = HardwarePrice(capex_usd=gpu.node_price_usd,
+                               network_frac=prices.hardware["h100-sxm"].network_frac if "h100-sxm" in prices.hardware
+                               else Quantity(value=0.15, source="techtalkcto-h100", basis="estimate", note="fabric share"))
+        out["peak_power_w"] = Param.from_quantity("peak_power_w", gpu.node_power_w)
+        out["rack_units"] = Param.from_quantity("rack_units", gpu.node_rack_units)
+    if not hp.capex_usd.si > 0:  # never cost hardware at $0: a missing price is a refusal naming the field
+        field = (f"gpus.{key}.node_price_usd in a --catalog file or hardware.{key}.capex_usd in a --prices file"
+                 if target.kind == "gpu" else f"hardware.{key}.capex_usd in a --prices file")
+        why = f" ({hp.capex_usd.note})" if hp.capex_usd.note else ""
+        raise InputError(f"cost: {key} has no price (capex ${hp.capex_usd.si:g}, basis {hp.capex_usd.basis}{why}); "
+                         f"fill {field}")
+    out["capex_usd"] = Param.from_quantity("capex_usd", hp.capex_usd)
+    out["network_frac"] = Param.from_quantity("network_frac", hp.network_frac)
+    if hp.cloud_usd_per_device_hour is not None:
+        out["cloud_usd_per_device_hour"] = Param.from_quantity("cloud_usd_per_device_hour", hp.cloud_usd_per_device_hour)
+    if include_memoryx and target.kind == "wafer":
+        sysm = catalog.systems[target.device.system]
+        mx = catalog.memoryx[sysm.memoryx]
+        opt = memoryx_option or mx.default_capacity
+        if opt not in mx.capacity_options_bytes:
+            raise InputError(f"memoryx: unknown option {opt!r}; choose one of {', '.join(mx.capacity_options_bytes)}")
+        out["memoryx_capacity_bytes"] = Param.from_quantity("memoryx_capacity_bytes", mx.capacity_options_bytes[opt])
+        out["memoryx_dram_capacity_bytes"] = Param.from_quantity("memoryx_dram_capacity_bytes", mx.dram_capacity_bytes)
+        out["memoryx_dram_usd_per_tb"] = Param.from_quantity("memoryx_dram_usd_per_tb", prices.memoryx.dram_usd_per_tb)
+        out["memoryx_flash_usd_per_tb"] = Param.from_quantity("memoryx_flash_usd_per_tb", prices.memoryx.flash_usd_per_tb)
+    return out
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, float]:
+    """``["electricity_usd_per_kwh=0.12", "cs3.capex_usd=2e6"]`` -> dict; one-line InputError otherwise."""
+    out: dict[str, float] = {}
+    for it in items or []:
+        if "=" not in it:
+            raise InputError(f"--set: expected NAME=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
+        try:
+            val = float(v)
+        except ValueError:
+            raise InputError(f"--set: value of {k.strip()!r} must be a number, got {v!r}") from None
+        if not math.isfinite(val):
+            raise InputError(f"--set: value of {k.strip()!r} must be finite, got {v!r}")
+        out[k.strip()] = val
+    return out
+
+
+def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, hardware_key: str | None = None) -> dict[str, Param]:
+    """Pin named inputs to a value (its range collapses to that value). ``HW.name`` applies to hardware HW only.
+
+    Raises
+    ------
+    InputError
+        For a name that is not an input of this case (with suggestions), or a value out of range
+        (fractions outside [0, 1], non-positive years/PUE/utilisation, negative prices).
+    """
+    out = dict(params)
+    for key, val in overrides.items():
+        name = key
+        if "." in key:
+            hw, name = key.split(".", 1)
+            if hardware_key is not None and hw.lower() != hardware_key:
+                continue
+        if name not in out:
+            raise InputError(f"--set: unknown cost input {key!r}{suggest(name, out)}; inputs here: {', '.join(out)}")
+        _check_value(name, val)
+        out[name] = Param(name=name, value=val, low=val, high=val, source=["--set on the command line"],
+                          basis="user", note="set by the user (--set)")
+    return out
+
+
+
+def nominal(params: dict[str, Param]) -> dict[str, float]:
+    return {k: p.value for k, p in params.items()}

@@ -1,0 +1,151 @@
+"""The prices catalog: ``catalogs/prices/*.yaml`` (dated, cited, low/value/high) read into a frozen :class:`Prices`,
+user ``--prices`` files merged on top, and the ranges every cost input keeps."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ...catalog.load import default_catalog_dir, read_yaml
+from ...catalog.schema import Quantity
+from ...errors import CatalogError, InputError, suggest, validation_detail
+from ...units import MAX_ABS_SI
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SitePrices(_Frozen):
+    electricity_usd_per_kwh: Quantity
+    pue: Quantity
+    amortization_years: Quantity
+    installation_frac: Quantity
+    maintenance_frac_per_year: Quantity
+    facility_usd_per_kw_month: Quantity
+    utilization_frac: Quantity
+    busy_power_frac: Quantity
+    idle_power_frac: Quantity
+    rack_units_per_rack: Quantity
+    train_tokens_per_param: Quantity
+
+
+class HardwarePrice(_Frozen):
+    capex_usd: Quantity
+    network_frac: Quantity
+    cloud_usd_per_device_hour: Quantity | None = None
+
+
+class MemoryXPrice(_Frozen):
+    dram_usd_per_tb: Quantity
+    flash_usd_per_tb: Quantity
+
+
+class ServicePrice(_Frozen):
+    hardware: str
+    input_usd_per_mtok: Quantity
+    output_usd_per_mtok: Quantity
+
+
+class Prices(_Frozen):
+    """All cost inputs of one dated prices catalog."""
+
+    date: str
+    site: SitePrices
+    hardware: dict[str, HardwarePrice]
+    memoryx: MemoryXPrice
+    service_prices: dict[str, ServicePrice] = {}
+    files: list[str] = []
+
+
+def default_prices_dir() -> Path:
+    return default_catalog_dir() / "prices"
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "value":
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices:
+    """Read the bundled ``catalogs/prices/*.yaml`` (newest date last wins) and merge ``files`` on top.
+
+    A user file has the same layout and may hold any subset of it; its entries replace the bundled ones
+    field by field. Source ids are checked against ``catalog.sources`` when a catalog is given.
+    """
+    paths = sorted(default_prices_dir().glob("*.y*ml"))
+    raw: dict = {}
+    used = []
+    for p in [*paths, *[Path(f) for f in files]]:
+        if not p.is_file():
+            raise InputError(f"--prices: file {p} not found; check the path")
+        data = read_yaml(p)
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            raise CatalogError(f"{p}: top level must be a mapping with keys date, site, hardware, memoryx, service_prices")
+        raw = _deep_merge(raw, data)
+        used.append(str(p))
+    if not raw:
+        raise CatalogError(f"no prices catalog found in {default_prices_dir()}; add a prices YAML file")
+    raw["files"] = used
+    try:
+        prices = Prices.model_validate(raw)
+    except (ValidationError, InputError) as exc:
+        if isinstance(exc, ValidationError):
+            loc, msg = validation_detail(exc)
+            raise CatalogError(f"prices ({used[-1]}): {loc}: {msg}") from None
+        raise CatalogError(f"prices ({used[-1]}): {exc}") from None
+    for where, q in _iter_quantities(prices):  # a file's numbers keep the ranges --set keeps (no negative price)
+        for bound in ("value", "low", "high"):
+            v = q.si if bound == "value" else (q.bound(bound) if getattr(q, bound) is not None else None)
+            if v is not None:
+                try:
+                    _check_value(where.rsplit(".", 1)[-1], v, where=f"prices ({used[-1]})", label=f"{where}.{bound}")
+                except InputError as exc:
+                    raise CatalogError(str(exc)) from None
+    if catalog is not None:
+        known = catalog.all_source_ids()
+        for where, q in _iter_quantities(prices):
+            for sid in (q.source_ids if q.cites_ids else ()):  # basis user/quote: a free-text source
+                if sid not in known:
+                    raise CatalogError(f"prices: {where}: unknown source id {sid!r}{suggest(sid, known)}; add it to "
+                                       "sources.yaml, or give basis user or quote with a free-text source")
+    return prices
+
+
+def _iter_quantities(prices: Prices):
+    for name in SitePrices.model_fields:
+        yield f"site.{name}", getattr(prices.site, name)
+    for hw, hp in prices.hardware.items():
+        for name in HardwarePrice.model_fields:
+            q = getattr(hp, name)
+            if q is not None:
+                yield f"hardware.{hw}.{name}", q
+    for name in MemoryXPrice.model_fields:
+        yield f"memoryx.{name}", getattr(prices.memoryx, name)
+    for m, sp in prices.service_prices.items():
+        yield f"service_prices.{m}.input_usd_per_mtok", sp.input_usd_per_mtok
+        yield f"service_prices.{m}.output_usd_per_mtok", sp.output_usd_per_mtok
+
+
+
+def _check_value(name: str, val: float, where: str = "--set", label: str | None = None) -> None:
+    """The ranges every cost input keeps, from ``--set`` or from a prices file (``where`` names it, ``label`` the
+    field)."""
+    what = label or name
+    if name.endswith("_frac") and not (0.0 <= val <= 1.0) and name != "network_frac":
+        raise InputError(f"{where}: {what} is a fraction and must be in [0, 1], got {val}")
+    if name in ("utilization_frac", "amortization_years", "pue", "rack_units_per_rack") and val <= 0:
+        raise InputError(f"{where}: {what} must be positive, got {val}")
+    if name == "pue" and val < 1.0:
+        raise InputError(f"{where}: {what} must be >= 1 (facility power / IT power), got {val}")
+    if val < 0:
+        raise InputError(f"{where}: {what} must not be negative, got {val}")
+    if val > MAX_ABS_SI:  # beyond it the costs overflow to infinity
+        raise InputError(f"{where}: {what} must be at most {MAX_ABS_SI:g}, got {val:g}")

@@ -1,0 +1,102 @@
+"""Owning a deployment: capex, maintenance, electricity and facility per year and per hour, power, MemoryX capex.
+
+Pure keyword-only numpy functions: scalars or arrays alike (the nominal case, a Monte Carlo sample, a tornado).
+Units: USD, W, h (hours only inside ``*_per_hour`` names), kWh only in ``electricity_usd_per_kwh``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: hours in a Julian year (365.25 d) [h]; a unit definition, not a catalog input
+HOURS_PER_YEAR = 8766.0
+#: seconds per hour [s]
+S_PER_HOUR = 3600.0
+
+
+def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_capex_usd, installation_frac,
+                    amortization_years, maintenance_frac_per_year, peak_power_per_system_w, busy_power_frac,
+                    idle_power_frac, utilization_frac, pue, electricity_usd_per_kwh, facility_usd_per_kw_month):
+    """Annual and hourly cost of owning ``num_systems`` systems of one type.
+
+    Parameters
+    ----------
+    num_systems : array_like
+        Systems (CS-3) or nodes (8-GPU servers) [count].
+    capex_per_system_usd : array_like
+        Purchase price of one system or node [USD].
+    network_frac : array_like
+        Scale-out fabric (InfiniBand, SwarmX/Ethernet) as a share of system capex [fraction].
+    extra_capex_usd : array_like
+        Capex shared by the deployment (MemoryX) [USD].
+    installation_frac : array_like
+        One-time installation as a share of hardware capex, amortised with it [fraction].
+    amortization_years : array_like
+        Straight-line depreciation period [years].
+    maintenance_frac_per_year : array_like
+        Annual maintenance as a share of hardware capex [fraction/year].
+    peak_power_per_system_w : array_like
+        Peak IT power of one system or node [W].
+    busy_power_frac, idle_power_frac : array_like
+        Average draw while busy / idle as a share of peak [fraction].
+    utilization_frac : array_like
+        Share of hours the deployment does paid work [fraction, (0, 1]].
+    pue : array_like
+        Power usage effectiveness (facility power / IT power) [-].
+    electricity_usd_per_kwh : array_like
+        Electricity price [USD/kWh].
+    facility_usd_per_kw_month : array_like
+        Facility (colocation) charge per kW of provisioned peak IT power [USD/(kW month)].
+
+    Returns
+    -------
+    dict of arrays
+        ``hardware_capex_usd``, ``capex_usd`` (incl. installation), ``capex_usd_per_year``,
+        ``maintenance_usd_per_year``, ``electricity_usd_per_year``, ``facility_usd_per_year``,
+        ``total_usd_per_year``, ``usd_per_hour`` (per wall-clock hour owned), ``usd_per_busy_hour``,
+        ``peak_it_power_w``, ``average_it_power_w``, ``busy_it_power_w``, ``peak_facility_power_w``.
+
+    Notes
+    -----
+    hardware = n capex (1 + network) + extra;  capex = hardware (1 + installation);
+    per year: capex / years + hardware maintenance + P_avg PUE 8766 h price + P_peak facility 12;
+    P_avg = P_peak (u busy + (1 - u) idle). The cost of an hour of paid work is the yearly total over
+    8766 u hours.
+
+    References
+    ----------
+    Epoch AI, training-cost-trends (energy.py: PUE and average draw at 75% of server TDP), 2024.
+    """
+    n = np.asarray(num_systems, dtype=float)
+    hardware = n * capex_per_system_usd * (1.0 + network_frac) + extra_capex_usd
+    capex = hardware * (1.0 + installation_frac)
+    capex_per_year = capex / amortization_years
+    maintenance = hardware * maintenance_frac_per_year
+    peak_w = n * peak_power_per_system_w
+    avg_w = peak_w * (utilization_frac * busy_power_frac + (1.0 - utilization_frac) * idle_power_frac)
+    electricity = avg_w * pue / 1000.0 * HOURS_PER_YEAR * electricity_usd_per_kwh
+    facility = peak_w / 1000.0 * facility_usd_per_kw_month * 12.0
+    total = capex_per_year + maintenance + electricity + facility
+    per_hour = total / HOURS_PER_YEAR
+    return {
+        "hardware_capex_usd": hardware,
+        "capex_usd": capex,
+        "capex_usd_per_year": capex_per_year,
+        "maintenance_usd_per_year": maintenance,
+        "electricity_usd_per_year": electricity,
+        "facility_usd_per_year": facility,
+        "total_usd_per_year": total,
+        "usd_per_hour": per_hour,
+        "usd_per_busy_hour": per_hour / utilization_frac,
+        "peak_it_power_w": peak_w,
+        "average_it_power_w": avg_w,
+        "busy_it_power_w": peak_w * busy_power_frac,
+        "peak_facility_power_w": peak_w * pue,
+    }
+
+
+
+def memoryx_capex_usd(*, capacity_bytes, dram_capacity_bytes, dram_usd_per_tb, flash_usd_per_tb):
+    """Capex of a MemoryX option: its DRAM tier (up to ``dram_capacity_bytes``) and the flash beyond [USD]."""
+    cap = np.asarray(capacity_bytes, dtype=float)
+    dram = np.minimum(cap, dram_capacity_bytes)
+    return dram / 1e12 * dram_usd_per_tb + (cap - dram) / 1e12 * flash_usd_per_tb

@@ -1,0 +1,106 @@
+"""Uncertainty of the cost inputs: seeded, vectorized triangular Monte Carlo (P10/P50/P90) and the tornado (swing of
+an answer when each input moves from low to high)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ...errors import InputError
+from .params import Param, nominal
+
+#: most Monte Carlo samples of the cost inputs (the cap study files have, wseplan.report.study.CostSpec): each
+#: sample holds every input and output, ~1 KB, so the cap bounds memory at ~100 MB
+MAX_UNCERTAINTY_SAMPLES = 100_000
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _check_samples(n: int) -> None:
+    if n > MAX_UNCERTAINTY_SAMPLES:
+        raise InputError(f"--uncertainty: {n:,} samples exceed the limit of {MAX_UNCERTAINTY_SAMPLES:,} (as in study "
+                         "files); use fewer samples")
+
+
+def sample_params(params: dict[str, Param], n: int, seed: int) -> dict[str, np.ndarray]:
+    """``n`` samples of every input: triangular(low, value, high) via scipy.stats; fixed inputs repeat.
+
+    Inputs are drawn independently, in the order of ``params``, from one ``numpy`` generator seeded with
+    ``seed``, so the same seed gives the same samples.
+    """
+    from scipy import stats
+
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise InputError(f"--uncertainty: sample count must be an integer >= 2, got {n!r}")
+    _check_samples(n)
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for k, p in params.items():
+        if not p.uncertain:
+            out[k] = np.full(n, p.value)
+            continue
+        scale = p.high - p.low
+        c = (p.value - p.low) / scale
+        out[k] = stats.triang.rvs(c, loc=p.low, scale=scale, size=n, random_state=rng)
+    return out
+
+
+class Percentiles(_Frozen):
+    metric: str
+    nominal: float
+    p10: float
+    p50: float
+    p90: float
+    mean: float
+
+
+class TornadoRow(_Frozen):
+    """Swing of ``metric`` when ``param`` moves from its low to its high value, the rest at nominal."""
+
+    metric: str
+    param: str
+    low: float
+    high: float
+    metric_at_low: float
+    metric_at_high: float
+    swing: float
+
+
+def monte_carlo(params: dict[str, Param], fn: Callable[[dict], dict], *, n: int, seed: int = 0,
+                metrics: list[str] | None = None) -> list[Percentiles]:
+    """P10/P50/P90 of each metric of ``fn`` over ``n`` seeded samples of ``params`` (one vectorized call)."""
+    samples = sample_params(params, n, seed)
+    res = fn(samples)
+    nom = fn(nominal(params))
+    rows = []
+    for k in metrics or list(res):
+        v = np.broadcast_to(np.asarray(res[k], dtype=float), (n,))
+        p10, p50, p90 = np.percentile(v, [10, 50, 90])
+        rows.append(Percentiles(metric=k, nominal=float(nom[k]), p10=float(p10), p50=float(p50), p90=float(p90),
+                                mean=float(v.mean())))
+    return rows
+
+
+def tornado(params: dict[str, Param], fn: Callable[[dict], dict], metric: str) -> list[TornadoRow]:
+    """One-at-a-time sensitivity of ``metric``: rows sorted by |swing|, largest first (uncertain inputs only).
+
+    All low and high cases are evaluated in one vectorized call: column 2i holds input i at its low value,
+    column 2i+1 at its high value, every other input at nominal.
+    """
+    names = [k for k, p in params.items() if p.uncertain]
+    if not names:
+        return []
+    m = 2 * len(names)
+    cols = {k: np.full(m, p.value) for k, p in params.items()}
+    for i, k in enumerate(names):
+        cols[k][2 * i] = params[k].low
+        cols[k][2 * i + 1] = params[k].high
+    v = np.broadcast_to(np.asarray(fn(cols)[metric], dtype=float), (m,))
+    rows = [TornadoRow(metric=metric, param=k, low=params[k].low, high=params[k].high, metric_at_low=float(v[2 * i]),
+                       metric_at_high=float(v[2 * i + 1]), swing=float(v[2 * i + 1] - v[2 * i]))
+            for i, k in enumerate(names)]
+    rows.sort(key=lambda r: (-abs(r.swing), r.param))
+    return rows
