@@ -328,7 +328,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                         "tokens_per_s": r.get("tokens_per_s") if timed else None},
                        params_b=total_params(q.model) / 1e9 if isinstance(q.model, Model) else None)
     return PlanRecord(
-        model=getattr(q.model, "name", str(q.model)), target=label, hardware=t.key, device_kind=t.kind,
+        model=q.model.name if hasattr(q.model, "name") else str(q.model), target=label, hardware=t.key, device_kind=t.kind,
         precision=q.precision, phase=q.phase, batch=int(r["batch"]), context=int(r["context"]),
         family=fam.name, software=q.software.name, output_tokens=int(r["output_tokens"]) or None,
         sources=dict(sources or {}), fits=fits, num_devices=n_dev, num_replicas=int(round(r["num_replicas"])),
