@@ -209,3 +209,30 @@ def test_a_user_file_is_judged_by_the_bundled_bands(tmp_path, capsys):
     assert main(["validate", str(p), "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["rel_error"] > 1 and row["status"] == OUTSIDE and 0 < row["tolerance_frac"] < 1
+
+
+def test_rows_stating_speculative_decoding_run_it(tmp_path, capsys):
+    """A serving row's `speculative=yes|no` note turns speculative decoding on or off for that row: the wafer
+    production profile speculates by default, so `speculative=no` must predict a lower single-user speed; a GPU row
+    with `speculative=yes` runs the gpu-production-specdec draft and must predict a higher one."""
+    from wseplan.validate.common import speculation_of
+    from wseplan.catalog import load_catalog
+    from wseplan.validate.cases import Case
+
+    p = tmp_path / "spec.csv"
+    wafer = dict(category="wse-infer", phase="decode", model="llama-3.1-70b", input_len=1024, output_len=256,
+                 precision="bf16", hardware="wse3", n_devices=4, metric="tokens_per_s_per_user", value=1000,
+                 unit="tok/s/user", quality="medium", source="Cerebras service figure")
+    gpu = dict(category="gpu-infer", phase="decode", model="llama-3.1-70b", input_len=1024, output_len=256,
+               concurrency=1, precision="fp8", hardware="h200-sxm", n_devices=8, tp=8, metric="tokens_per_s_per_user",
+               value=100, unit="tok/s/user", quality="medium", source="engine benchmark")
+    _write_rows(p, [dict(wafer, id="W1", notes="as published"), dict(wafer, id="W2", notes="speculative=no"),
+                    dict(gpu, id="G1", notes="speculative=no"),
+                    dict(gpu, id="G2", notes="speculative=yes draft=llama-3.2-1b")])
+    assert main(["validate", str(p), "--format", "json"]) == 0
+    pred = {r["id"]: r["predicted"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert pred["W2"] < pred["W1"] / 1.2  # the profile's default speculation, turned off
+    assert pred["G2"] > pred["G1"] * 1.2
+    case = Case("X", "gpu-infer", "decode", "m", "tokens_per_s", 1.0, "tok/s", "h100", "medium", {}, "s",
+                "speculative=yes draft=not named by the vendor")
+    assert speculation_of(case, load_catalog()) == (True, None)  # an unknown draft: the profile's default

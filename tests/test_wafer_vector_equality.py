@@ -18,6 +18,9 @@ import pytest
 
 DATA = Path(__file__).resolve().parent / "data"
 RTOL = 1e-12
+#: record fields that are not wafer physics: the prediction interval comes from the cross-validated model-error file
+#: (``catalogs/calibration/model_error.yaml``), which changes with every GPU refit, and was added after the fixture
+NOT_PHYSICS = ("interval_low", "interval_high", "interval_metric", "interval_note")
 
 
 def _generator():
@@ -31,6 +34,7 @@ def _diff(a, b, path: str, out: list, limit: int = 20) -> None:
     if len(out) >= limit:
         return
     if isinstance(a, dict) and isinstance(b, dict):
+        a, b = ({k: v for k, v in d.items() if k not in NOT_PHYSICS} for d in (a, b))
         if set(a) != set(b):
             out.append(f"{path}: keys differ: only expected {sorted(set(a) - set(b))[:5]}, only got {sorted(set(b) - set(a))[:5]}")
             return

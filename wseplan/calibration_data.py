@@ -46,6 +46,9 @@ class GpuCalibration:
         Per-step latency (alpha) of collectives inside and across nodes [s].
     tp_overlap_frac : float
         Share of tensor-parallel communication hidden behind compute in training [fraction].
+    dp_overlap_frac : float
+        Share of the step's compute time that data-parallel gradient/parameter collectives can hide behind
+        [fraction].
     layer_overhead_s : float
         Fixed cost per transformer block per forward pass in inference (kernel launches, scheduling) [s].
     step_overhead_s : float
@@ -78,6 +81,7 @@ class GpuCalibration:
     nvlink_latency_s: float = 1.0e-5
     network_latency_s: float = 2.0e-5
     tp_overlap_frac: float = 0.1
+    dp_overlap_frac: float = 0.5
     layer_overhead_s: float = 2.0e-5
     step_overhead_s: float = 1.0e-3
     train_step_overhead_s: float = 0.1

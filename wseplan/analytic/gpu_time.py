@@ -14,9 +14,7 @@ Physics (all per GPU, per transformer block, then composed):
 * **Pipeline**: ``t = t_mb (m + (p-1)/v)`` — the bubble ``(p-1)/(v m)`` of Narayanan et al. (2021), eq. 2
   (``v = 1``: the plain 1F1B bubble ``(p-1)/(m+p-1)`` of the whole pipeline); point-to-point activations.
 * **Data parallelism**: gradient all-reduce (ZeRO-1/2: reduce-scatter + all-gather) over InfiniBand,
-  overlapped bucket by bucket with the last micro-batch's backward (and, with a distributed optimizer, the
-  parameter all-gather with the next forward), as Megatron-Core does (:func:`dp_exposed_s`); ZeRO-3/FSDP adds
-  parameter all-gathers per micro-batch.
+  hidden behind ``dp_overlap_frac`` of the compute; ZeRO-3/FSDP adds parameter all-gathers per micro-batch.
 * **Recompute**: ``full`` adds a forward pass, ``selective`` the attention core's forward.
 * **Context parallelism**: ring attention passes K/V between ``cp`` ranks, overlapped with attention.
 * **Decode** reads the weights and the KV cache every step (HBM-bound at small batch), plus collective
@@ -226,7 +224,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     """
     tp, pp, dp, cp, vpp, mb = (np.asarray(v, dtype=float) for v in (tp, pp, dp, cp, vpp, micro_batch))
     rc = np.asarray(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute, dtype=float)
-    peak = gpu.peak_flop_per_s(precision) * gpu.matmul_rel(precision)  # H100-equivalent GEMM efficiencies, per GPU
+    peak = gpu.peak_flop_per_s(precision)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     L = m.num_layers
@@ -280,13 +278,11 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=np.minimum(ranks_node, ranks),
                                        intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
-    ag = 0.5 * ar  # one all-gather of the 16-bit parameters ~ half an all-reduce (reduce-scatter likewise)
+    ag = 0.5 * ar  # one all-gather of the 16-bit parameters ~ half an all-reduce
     zs = np.asarray(zero_stage, dtype=float)
     t_dp = np.where(zs >= 3, ar + 2.0 * nmb * ag, ar)
     compute_total = nmb * layers_stage * t_layer_compute
-    exposed = dp_exposed_s(allreduce_s=ar, grad_bytes=grad_bytes, dp_ranks=ranks, zero_stage=zs, num_microbatches=nmb,
-                           fwd_mb_s=layers_stage * t_fwd, bwd_mb_s=layers_stage * (t_layer_compute - t_fwd),
-                           compute_total_s=compute_total)
+    exposed = np.maximum(t_dp - cal.dp_overlap_frac * compute_total, 0.0)
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
     opt_params = params_stage / tp / np.where(zs >= 1, ranks, 1.0)
     t_opt = opt_params * 36.0 / hbm
@@ -294,38 +290,6 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     return {"step_s": step, "layer_s": t_layer, "compute_s": nmb * t_mb, "tp_comm_s": nmb * layers_stage * t_tp,
             "bubble_s": bubble, "p2p_s": nmb * t_p2p, "dp_exposed_s": exposed, "dp_comm_s": t_dp,
             "optimizer_s": t_opt, "num_microbatches": nmb}
-
-
-#: Megatron-Core's default gradient bucket: max(40M, 1M x data-parallel size) parameters
-#: (megatron/core/distributed/distributed_data_parallel_config.py, ``bucket_size``)
-DP_BUCKET_MIN_PARAMS = 40e6
-DP_BUCKET_PARAMS_PER_RANK = 1e6
-
-
-def dp_exposed_s(*, allreduce_s, grad_bytes, dp_ranks, zero_stage, num_microbatches, fwd_mb_s, bwd_mb_s,
-                 compute_total_s):
-    """Data-parallel communication left on the critical path of a step [s] (Megatron-Core's overlapped DDP).
-
-    Gradients accumulate over the micro-batches; their reduction (all-reduce, or reduce-scatter with ZeRO >= 1,
-    half the all-reduce's bytes on the wire) runs bucket by bucket during the LAST micro-batch's backward, so it
-    hides behind that backward except for the last bucket, whose gradients are ready only at its end. With ZeRO
-    >= 1 (distributed optimizer) the updated parameters are all-gathered bucket by bucket during the next step's
-    first forward (``overlap_param_gather``). ZeRO-3 gathers parameters every micro-batch (forward and backward)
-    and hides them behind the whole step's compute. Buckets: :data:`DP_BUCKET_MIN_PARAMS` or 1M parameters per
-    rank, whichever is larger, 2 B per 16-bit gradient.
-    """
-    ar = np.asarray(allreduce_s, dtype=float)
-    gb = np.maximum(np.asarray(grad_bytes, dtype=float), 1.0)
-    zs = np.asarray(zero_stage, dtype=float)
-    bucket = 2.0 * np.maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * np.asarray(dp_ranks, dtype=float))
-    last = np.minimum(bucket / gb, 1.0)  # share of the reduction after the last backward
-    reduce_s = np.where(zs >= 1, 0.5 * ar, ar)
-    grads = np.maximum(reduce_s * (1.0 - last) - bwd_mb_s, 0.0) + reduce_s * last
-    gather_s = np.where(zs >= 1, 0.5 * ar, 0.0)
-    params = np.maximum(gather_s * (1.0 - last) - fwd_mb_s, 0.0) + gather_s * last
-    z3 = np.maximum(ar + 2.0 * np.asarray(num_microbatches, dtype=float) * 0.5 * ar - compute_total_s, 0.0) + \
-        reduce_s * last
-    return np.where(zs >= 3, z3, np.where(ar > 0, grads + params, 0.0))
 
 
 def time_to_train(*, step_s, tokens_per_step, train_tokens, num_gpus):
@@ -375,7 +339,7 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     """
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1e-12)
     tp = np.asarray(tp, dtype=float)
-    peak = gpu.peak_flop_per_s(precision) * gpu.matmul_rel(precision)  # H100-equivalent GEMM efficiencies, per GPU
+    peak = gpu.peak_flop_per_s(precision)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     attended = np.asarray(attn_pairs, dtype=float) / tokens
@@ -450,6 +414,6 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     ab = activation_bytes_per_element(precision)
     flop = 2.0 * m * k * n / tp
     eff = gemm_efficiency_frac(m=m, n=n, k=k / tp, max_frac=_gemm_max(cal, precision), half_intensity=cal.gemm_half_intensity)
-    t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision) * gpu.matmul_rel(precision),
+    t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision),
                         efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s

@@ -350,7 +350,9 @@ class Gpu(_Checked):
     def matmul_rel(self, precision: str) -> float:
         """Largest fraction of the dense peak this GPU's matmuls reach, relative to the H100 SXM's (measured maximum
         achievable matmul FLOPS, ``matmul_attainable_rel``; 1 where not given). The calibration's GEMM efficiencies
-        are H100-equivalent; this scales them per GPU (an MI300X reaches 51% of its peak where an H100 reaches 80%)."""
+        are fitted across GPUs; this ratio would scale them per GPU (an MI300X reaches 51% of its peak where an H100
+        reaches 80%). Recorded, not applied by the time models: applied, it lowered the held-out inference error and
+        raised the training error more (docs/validation.md, "Mechanisms tried")."""
         widths = ("4bit", "8bit", "16bit")
         start = 0 if precision in ("fp4", "int4") else 1 if precision in ("fp8", "int8") else 2
         for c in widths[start:]:  # a narrower format without its own figure takes the next wider one's

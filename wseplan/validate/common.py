@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..analytic import gpu_time as G
 from ..calibration_data import GpuCalibration
 from ..targets import parse_target
+from ..errors import InputError
 from .cases import Case, SkipRow, note_hint
 
 
@@ -80,6 +81,28 @@ def file_constants(cal) -> GpuCalibration:
 def wafer_profile_for(case) -> str:
     """Research-code rows (WaferLLM) run the research profile; Cerebras service figures the production one."""
     return "wafer-research" if "waferllm" in (case.source or "").lower() else "wafer-production"
+
+
+_SPECULATIVE = re.compile(r"\bspeculative=(yes|no)\b", re.I)
+_DRAFT = re.compile(r"\bdraft=([A-Za-z0-9][\w.\-]*)")
+
+
+def speculation_of(case, catalog) -> tuple[bool | None, str | None]:
+    """Whether a serving row states speculative decoding (``speculative=yes|no`` in its notes; None: not stated),
+    and its draft model when the notes name one the catalog knows (``draft=llama-3.2-1b``), else None (the software
+    profile's default draft)."""
+    m = _SPECULATIVE.search(case.notes or "")
+    if not m:
+        return None, None
+    d = _DRAFT.search(case.notes or "")
+    draft = None
+    if d and m.group(1).lower() == "yes":
+        try:
+            catalog.resolve_model_name(d.group(1))
+            draft = d.group(1)
+        except InputError:  # a draft the catalog does not know: the profile's default draft
+            draft = None
+    return m.group(1).lower() == "yes", draft
 
 
 def _need_fit(r):

@@ -17,7 +17,7 @@ from ..serving import serve
 from ..timing import predict_time
 from .cases import SkipRow, case_model
 from .common import (GPU_INFER_PROFILE, GPU_PROFILE, _is_lora, _need_fit, _recompute, _target, _train_metric,
-                     file_constants, gemv_shape, trial_of, wafer_profile_for)
+                     file_constants, gemv_shape, speculation_of, trial_of, wafer_profile_for)
 
 
 @lru_cache(maxsize=512)
@@ -128,13 +128,27 @@ def sla_of(case) -> tuple[float, float, float] | None:
     return None if not m else (float(m.group(1)), float(m.group(2)), float(m.group(3)) / 1e3)
 
 
+#: the production profile with speculative decoding, for rows that state it (``speculative=yes``)
+GPU_SPECDEC_PROFILE = "gpu-production-specdec"
+
+
 def _gpu_engine(case, cal):
     """The software profile a GPU inference row runs: the production mechanism constants (or a calibration trial's),
     scheduled as the row's engine was (:func:`gpu_scheduling_for`); the GPU baselines of the WaferLLM paper run the
     research profile (:data:`GPU_PROFILE`), as its wafer rows run ``wafer-research``."""
     if wafer_profile_for(case) == "wafer-research":
         return _software(cal)
-    return _software(cal, GPU_INFER_PROFILE, gpu_scheduling_for(case))
+    sw = _software(cal, GPU_INFER_PROFILE, gpu_scheduling_for(case))
+    spec, draft = speculation_of(case, load_catalog())
+    if spec is None:
+        return sw
+    if not spec:  # the row states no speculation
+        return sw.model_copy(update={"engine": sw.engine.model_copy(update={"speculative": None})})
+    # the row states speculative decoding: the profile that runs it (draft, length, acceptance), its named draft
+    sp = resolve_software(GPU_SPECDEC_PROFILE, "gpu", load_catalog()).engine.speculative
+    if draft:
+        sp = sp.model_copy(update={"draft_model": draft})
+    return sw.model_copy(update={"name": f"{sw.name}+speculative", "engine": sw.engine.model_copy(update={"speculative": sp})})
 
 
 def _predict_gpu_infer(case, catalog, cal):

@@ -5,7 +5,7 @@ from ..analytic import gpu_time as G
 from ..analytic import wse_time
 from ..timing import predict_time
 from .cases import SkipRow, case_model, note_hint
-from .common import _need_fit, _recompute, _target, _train_metric, gemv_shape, wafer_profile_for
+from .common import _need_fit, _recompute, _target, _train_metric, gemv_shape, speculation_of, wafer_profile_for
 
 
 def _predict_wafer(case, catalog):
@@ -42,6 +42,11 @@ def _predict_wafer(case, catalog):
             if rows and cols:
                 opts[opt] = (int(float(rows)), int(float(cols)))
     phase = "prefill" if case.phase == "prefill" else "decode"
+    spec, draft = speculation_of(case, catalog)
+    if spec is False:
+        opts["speculative"] = "none"
+    elif spec and draft:
+        opts["speculative"] = draft
     try:
         r = predict_time(model, target, require_fit=False, phase=phase, precision=precision, batch=conc, context=inp,
                          output_tokens=out if case.phase == "e2e-infer" else None, catalog=catalog,
