@@ -159,14 +159,18 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     if len(idx):
         obj[idx] = fam.objective(q, t)
     # the chosen candidate per configuration: best objective, first on ties; else the least shortfall
-    order = np.lexsort((np.arange(len(parent)), obj, parent))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = parent[order][1:] != parent[order][:-1]
-    best = order[first]
-    chosen = np.full(n, -1)
-    chosen[parent[best]] = best
+    one_each = len(parent) == n and bool((parent == np.arange(n)).all())  # every layout given: no choice to make
+    if one_each:
+        chosen = np.arange(n)
+    else:
+        order = np.lexsort((np.arange(len(parent)), obj, parent))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = parent[order][1:] != parent[order][:-1]
+        best = order[first]
+        chosen = np.full(n, -1)
+        chosen[parent[best]] = best
     none_fit = ~np.isfinite(obj[chosen])
-    if none_fit.any():
+    if none_fit.any() and not one_each:
         short = np.asarray(f["per_device_bytes"], dtype=float) - np.asarray(f["capacity_bytes"], dtype=float)
         order = np.lexsort((np.arange(len(parent)), short, parent))
         first = np.ones(len(order), dtype=bool)
@@ -174,34 +178,39 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         least = np.full(n, -1)
         least[parent[order[first]]] = order[first]
         chosen = np.where(none_fit, least, chosen)
+    pick = (lambda a: np.array(a)) if one_each else (lambda a: np.asarray(a)[chosen])  # noqa: E731
     out = {k: v for k, v in base.items() if k not in cols}
     for c in cols:
-        out[c] = cand[c][chosen]
+        out[c] = pick(cand[c])
     for k in FIT_FIELDS:
-        out[k] = np.asarray(f[k])[chosen]
+        out[k] = pick(f[k])
     for k, v in f.items():
         if k not in FIT_FIELDS:
-            out[f"fit.{k}"] = np.asarray(v)[chosen]
-    pos = np.full(len(parent), -1)
-    pos[idx] = np.arange(len(idx))
-    tp = pos[chosen]
-    timed = tp >= 0
+            out[f"fit.{k}"] = pick(v)
+    if one_each:  # the timed candidates are the chosen rows idx, in order
+        timed = contend
+        src = slice(None)
+    else:
+        pos = np.full(len(parent), -1)
+        pos[idx] = np.arange(len(idx))
+        tp = pos[chosen]
+        timed = tp >= 0
+        src = tp[timed]
+
+    def column(v):
+        col = np.full(n, np.nan)
+        col[timed] = np.asarray(v, dtype=float)[src]
+        return col
+
     for k in TIME_FIELDS:
         v = t.get(k)
-        col = np.full(n, np.nan)
-        if v is not None:
-            col[timed] = np.asarray(v, dtype=float)[tp[timed]]
-        out[k] = col
+        out[k] = np.full(n, np.nan) if v is None else column(v)
     out["bottleneck"] = np.where(timed, out["bottleneck"], -1)
     for k, v in (t.get("breakdown") or {}).items():
-        col = np.full(n, np.nan)
-        col[timed] = np.asarray(v, dtype=float)[tp[timed]]
-        out[f"breakdown.{k}"] = col
+        out[f"breakdown.{k}"] = column(v)
     for k, v in t.items():
         if k not in TIME_FIELDS and k != "breakdown":
-            col = np.full(n, np.nan)
-            col[timed] = np.asarray(v, dtype=float)[tp[timed]]
-            out[f"time.{k}"] = col
+            out[f"time.{k}"] = column(v)
     out["fits"] = np.asarray(out["fits"], dtype=bool)
     out["layout_searched"] = searched
     return out
@@ -319,7 +328,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                         "tokens_per_s": r.get("tokens_per_s") if timed else None},
                        params_b=total_params(q.model) / 1e9 if isinstance(q.model, Model) else None)
     return PlanRecord(
-        model=getattr(q.model, "name", str(q.model)), target=label, hardware=t.key, device_kind=t.kind,
+        model=q.model.name if hasattr(q.model, "name") else str(q.model), target=label, hardware=t.key, device_kind=t.kind,
         precision=q.precision, phase=q.phase, batch=int(r["batch"]), context=int(r["context"]),
         family=fam.name, software=q.software.name, output_tokens=int(r["output_tokens"]) or None,
         sources=dict(sources or {}), fits=fits, num_devices=n_dev, num_replicas=int(round(r["num_replicas"])),

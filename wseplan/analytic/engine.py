@@ -66,6 +66,30 @@ def micro_batch_choices(batch, stages, max_choices: int = 12):
     return np.sort(cand, axis=1)
 
 
+#: the powers of two of :func:`micro_batch_choices` (its default ``max_choices``)
+_POWERS = 2.0 ** np.arange(0, 11)
+
+
+def _micro_batch_rows(b: np.ndarray, stages) -> tuple[np.ndarray, np.ndarray]:
+    """The finite candidates of :func:`micro_batch_choices` as (row, n) pairs, rows ascending and ``n`` ascending
+    within a row, each value once: the bound ``min(stages, batch)`` is a power of two in most rows (pipelines of
+    2^k stages), and a repeated ``n`` is the same pass again (same ``mb``, same time), so dropping it changes no
+    result of :func:`decode_round` (it keeps the first of equal rounds) and saves up to half its passes."""
+    top = np.maximum(np.minimum(np.asarray(stages, dtype=float), b), 1.0)
+    if top.ndim != 1 or not np.isfinite(top).all():  # the general form (no row has a non-finite bound in practice)
+        cand = micro_batch_choices(b, stages)
+        rows = np.repeat(np.arange(len(b)), cand.shape[1])
+        n = cand.ravel()
+        ok = np.isfinite(n)
+        return rows[ok], n[ok]
+    c = np.searchsorted(_POWERS, top, side="right")  # powers of two <= top (at least 1: top >= 1)
+    count = c + (_POWERS[c - 1] != top)  # and top itself unless it is the last of them
+    rows = np.repeat(np.arange(len(top)), count)
+    j = np.arange(len(rows)) - (np.cumsum(count) - count)[rows]
+    n = np.where(j < c[rows], _POWERS[np.minimum(j, len(_POWERS) - 1)], top[rows])
+    return rows, n
+
+
 def decode_round(pass_fn, *, batch, stages, **pass_kw):
     """Time of one decode round (one token for each of ``batch`` sequences) [s], with micro-batching on pipelines.
 
@@ -75,12 +99,7 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     """
     b = np.asarray(batch, dtype=float)
     n_rows = len(b)
-    cand = micro_batch_choices(b, stages)
-    K = cand.shape[1]
-    rows = np.repeat(np.arange(n_rows), K)
-    n = cand.ravel()
-    ok = np.isfinite(n)
-    rows, n = rows[ok], n[ok]
+    rows, n = _micro_batch_rows(b, stages)
     mb = np.ceil(b[rows] / n)
     kw = {k: (np.asarray(v)[rows] if np.ndim(v) else v) for k, v in pass_kw.items()}
     lat, stage, parts = pass_fn(rows, mb, **kw)
@@ -135,6 +154,10 @@ def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_
     return np.asarray(batch, dtype=float) * np.asarray(input_tokens, dtype=float) / o * np.asarray(accepted_per_step)
 
 
+#: rows up to which :func:`closed_loop_prefill_wait` bisects in Python floats (fewer calls than numpy's 17 per step)
+_PYTHON_ROWS = 8
+
+
 def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_s, iterations: int = 60):
     """Closed loop of ``concurrency`` requests on an in-flight engine: requests/s and the mean wait for prefill [s].
 
@@ -162,10 +185,79 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
             w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
         return np.where(busy > 0, w, 0.0)
 
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        too_fast = mid * (own + wait(mid) + dec) > B  # more arrivals than the slots can hold
-        hi = np.where(too_fast, mid, hi)
-        lo = np.where(too_fast, lo, mid)
+    # the bisection, in place (the same operations in the same order as ``wait`` and the comments say, without a
+    # temporary array per operation: it runs 60 times per configuration of a serving sweep)
+    pos = busy > 0
+    any_pos, all_pos = bool(pos.any()), bool(pos.all())
+    finite = all(bool(np.isfinite(a).all()) for a in (B, own, dec, busy, hi))
+    # with finite inputs rho = mid busy < 1 always (mid <= hi <= (1 - 1e-12) / busy), so wait's rho >= 1 branch is
+    # only looked for where something is not finite
+    rho_check = not finite
+    # branch-free steps where no NaN can arise: B >= 0, times >= 0 and the sum own + wait + dec bounded (wait <
+    # 5.1e11 busy, as 1 - rho > 9.9e-13), so mid (own + wait + dec) is a number or +inf and ``B - that`` is negative
+    # exactly where the original ``that > B`` holds; a busy = 0 row then gets wait = +0.0 from the arithmetic itself
+    bitwise = finite and bool((B >= 0).all() and (own >= 0).all() and (dec >= 0).all()) and \
+        float(own.max(initial=0.0)) + float(dec.max(initial=0.0)) + 1e13 * float(busy.max(initial=0.0)) < 1e300
+    if bitwise and hi.size <= _PYTHON_ROWS:  # a few rows (a single question): Python floats do the same IEEE
+        out = lo.reshape(-1)  # operations in the same order as the array steps below, without numpy's per-call cost
+        for i, (b_, o_, d_, u_, h_) in enumerate(zip(B.flat, own.flat, dec.flat, busy.flat, hi.flat)):
+            b_, o_, d_, u_, l_, h_ = float(b_), float(o_), float(d_), float(u_), 0.0, float(h_)
+            for _ in range(iterations):
+                mid_ = (l_ + h_) * 0.5
+                fixed = mid_ == l_ or mid_ == h_  # a fixed point after this step (see below)
+                rho_ = mid_ * u_
+                if mid_ * (o_ + rho_ * u_ / ((1.0 - rho_) * 2.0) + d_) > b_:
+                    h_ = mid_
+                else:
+                    l_ = mid_
+                if fixed:
+                    break
+            out[i] = l_
+        return lo, wait(lo)
+    mid, rho, w, den = (np.empty_like(hi) for _ in range(4))
+    flag = np.empty(hi.shape, dtype=bool)
+    mask, tmp = np.empty(hi.shape, dtype=np.int64), np.empty(hi.shape, dtype=np.int64)
+    hi_i, lo_i, mid_i, w_i = hi.view(np.int64), lo.view(np.int64), mid.view(np.int64), w.view(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for it in range(iterations):
+            np.add(lo, hi, out=mid)
+            np.multiply(mid, 0.5, out=mid)  # mid = 0.5 * (lo + hi)
+            # a row whose mid is its lo or its hi is at a fixed point after this step (mid = lo: hi becomes lo or
+            # nothing changes; mid = hi: lo becomes hi or nothing changes); once every row is, the rest of the
+            # iterations change nothing (rows converge after 50-55 of the 60 steps)
+            last = it >= 48 and bool(((mid == lo) | (mid == hi)).all())
+            if any_pos:  # w = wait(mid)
+                np.multiply(mid, busy, out=rho)
+                np.multiply(rho, busy, out=w)
+                np.subtract(1.0, rho, out=den)
+                np.multiply(den, 2.0, out=den)
+                np.divide(w, den, out=w)  # rho * busy / (2 (1 - rho))
+                if rho_check:
+                    np.less(rho, 1.0, out=flag)
+                    if not flag.all():
+                        np.copyto(w, np.inf, where=~flag)
+                if not all_pos and not bitwise:
+                    np.copyto(w, 0.0, where=~pos)
+            else:
+                w.fill(0.0)
+            np.add(own, w, out=w)
+            np.add(w, dec, out=w)
+            np.multiply(mid, w, out=w)
+            if bitwise:  # too fast (that > B) where B - that < 0: select by the sign bit (the decisions are random,
+                np.subtract(B, w, out=w)  # which makes masked copies branch-mispredict)
+                np.right_shift(w_i, 63, out=mask)  # -1 where too fast, else 0
+                np.bitwise_xor(hi_i, mid_i, out=tmp)
+                np.bitwise_and(tmp, mask, out=tmp)
+                np.bitwise_xor(hi_i, tmp, out=hi_i)  # hi = mid where too fast
+                np.bitwise_xor(lo_i, mid_i, out=tmp)
+                np.bitwise_and(tmp, mask, out=tmp)
+                np.bitwise_xor(mid_i, tmp, out=lo_i)  # lo = mid where not
+            else:
+                np.greater(w, B, out=flag)  # too fast: more arrivals than the slots can hold
+                np.copyto(hi, mid, where=flag)
+                np.logical_not(flag, out=flag)
+                np.copyto(lo, mid, where=flag)
+            if last:
+                break
     lam = lo
     return lam, wait(lam)

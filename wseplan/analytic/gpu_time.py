@@ -43,6 +43,7 @@ from ..errors import InputError
 from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_params, embedding_params, head_params,
                         kv_bytes_per_element)
 from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
+from .rows import pair_groups
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
@@ -108,16 +109,9 @@ def _block_gemms(m, tp):
     ]
 
 
-def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
-                         cal: GpuCalibration, sequence_parallel: bool = True):
-    """Forward time of one block's compute on one GPU [s] and its parts (gemm, attention, elementwise).
-
-    ``tokens`` are the tokens the GPU processes in this pass (M of every GEMM); ``context_attended`` is the
-    mean number of keys each query attends to. Weights are read once per pass (roofline against HBM).
-    Arrays broadcast (tokens, tp).
-    """
-    tokens = np.asarray(tokens, dtype=float)
-    tp = np.asarray(tp, dtype=float)
+def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration):
+    """The GEMMs of one block on one GPU [s]: (time, its memory-bound part); a function of the pass's tokens and the
+    TP degree alone (arrays broadcast)."""
     wb = max(BYTES_PER_ELEMENT[precision], 0.5)
     ab = activation_bytes_per_element(precision)
     emax = _gemm_max(cal, precision)
@@ -138,9 +132,33 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
         t_m = byt / hbm_bytes_per_s
         gemm = gemm + np.maximum(t_c, t_m)
         gemm_mem = gemm_mem + np.where(t_m > t_c, t_m, 0.0)
+    return gemm, gemm_mem
+
+
+def _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal: GpuCalibration):
+    """Attention (flash) of one block on one GPU at ``attention_frac`` of peak [s]."""
     attn_flop = 4.0 * m.num_heads * m.head_dim_ * np.asarray(context_attended, dtype=float) * tokens / tp
-    attn = attn_flop / (peak_flop_per_s * cal.attention_frac)
-    elem = cal.elementwise_vectors_per_token * 2.0 * m.d_model * tokens / (tp if sequence_parallel else 1.0) / hbm_bytes_per_s
+    return attn_flop / (peak_flop_per_s * cal.attention_frac)
+
+
+def _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal: GpuCalibration, sequence_parallel: bool = True):
+    """Element-wise operators of one block on one GPU (HBM-bound) [s]."""
+    return cal.elementwise_vectors_per_token * 2.0 * m.d_model * tokens / (tp if sequence_parallel else 1.0) / hbm_bytes_per_s
+
+
+def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
+                         cal: GpuCalibration, sequence_parallel: bool = True):
+    """Forward time of one block's compute on one GPU [s] and its parts (gemm, attention, elementwise).
+
+    ``tokens`` are the tokens the GPU processes in this pass (M of every GEMM); ``context_attended`` is the
+    mean number of keys each query attends to. Weights are read once per pass (roofline against HBM).
+    Arrays broadcast (tokens, tp).
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    gemm, gemm_mem = _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal)
+    attn = _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal)
+    elem = _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal, sequence_parallel)
     return gemm + attn + elem, {"gemm": gemm, "gemm_memory_bound": gemm_mem, "attention": attn, "elementwise": elem}
 
 
@@ -173,6 +191,8 @@ class _Links:
         if self.allreduce_latency > 0:  # the engine's one-shot kernel: one latency, the ring's bytes
             t_in = np.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * np.asarray(message_bytes) / self.nvlink_bw,
                             0.0)
+            if inside.all():  # every group inside the scale-up domain (the across-nodes form would be discarded)
+                return t_in
             t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
                                                   intra_bandwidth_bytes_per_s=self.nvlink_bw,
                                                   intra_latency_s=self.nvlink_lat, inter_bandwidth_bytes_per_s=self.net_bw,
@@ -180,6 +200,8 @@ class _Links:
             return np.where(inside, t_in, t_out)
         t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=self.nvlink_bw,
                                 link_latency_s=self.nvlink_lat, algorithm="tree")
+        if inside.all():
+            return t_in
         t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
                                               intra_bandwidth_bytes_per_s=self.nvlink_bw, intra_latency_s=self.nvlink_lat,
                                               inter_bandwidth_bytes_per_s=self.net_bw, inter_latency_s=self.net_lat,
@@ -321,28 +343,43 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     attended = np.asarray(attn_pairs, dtype=float) / tokens
-    t_blk, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
-                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal)
+    # the terms that depend only on the pass's tokens and the TP degree (GEMMs, element-wise, TP all-reduce, the
+    # stage-to-stage hop) once per distinct pair: a decode round's passes repeat a few micro-batch sizes
+    groups = pair_groups(tokens, tp)
+    tk, tq = (tokens, tp) if groups is None else (tokens[groups[0]], tp[groups[0]])
+    gemm, gemm_mem = _block_gemms_s(m, tk, tq, peak, hbm, precision, cal)
+    elem = _elementwise_s(m, tk, tq, hbm, cal)
+    msg = activation_bytes_per_element(precision) * tk * m.d_model
+    t_tp = 2.0 * links.tp_allreduce(msg, tq)
+    hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
+    if groups is not None:
+        inv = groups[1]
+        gemm, gemm_mem, elem, t_tp, hop = gemm[inv], gemm_mem[inv], elem[inv], t_tp[inv], hop[inv]
+    attn = _attention_s(m, attended, tokens, tp, peak, cal)
+    t_blk = gemm + attn + elem
     kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / np.minimum(tp, m.num_kv_heads)
     t_kv = kv_tok * np.asarray(kv_read_tokens, dtype=float) / hbm
-    t_attn = np.maximum(parts["attention"], t_kv)  # attention is compute- or KV-read-bound
-    t_blk = t_blk - parts["attention"] + t_attn
-    msg = activation_bytes_per_element(precision) * tokens * m.d_model
-    t_tp = 2.0 * links.tp_allreduce(msg, tp)
+    t_attn = np.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
+    t_blk = t_blk - attn + t_attn
     launch = cal.layer_overhead_s + cal.layer_launch_s
     t_layer = t_blk + t_tp + launch
-    t_head = _head_forward_time_s(m, tokens=logits_rows, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                  precision=precision, cal=cal)
+    logits = np.asarray(logits_rows, dtype=float)
+    if groups is not None and logits.shape == tokens.shape and np.array_equal(logits[groups[0]][groups[1]], logits):
+        # one logits count per (tokens, TP) pair, as in every decode round: the LM head once per pair too
+        t_head = _head_forward_time_s(m, tokens=logits[groups[0]], tp=tq, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                      precision=precision, cal=cal)[groups[1]]
+    else:
+        t_head = _head_forward_time_s(m, tokens=logits, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                      precision=precision, cal=cal)
     pp = np.asarray(pp, dtype=float)
-    hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
     p2p = (pp - 1.0) * hop
     L = m.num_layers
     host = cal.step_overhead_s + cal.step_host_s
     total = L * t_layer + t_head + p2p + host
     stage = np.ceil(L / pp) * t_layer + t_head + np.where(pp > 1, hop, 0.0) + host
     stage = np.minimum(stage, total)
-    parts = {"gemm": L * parts["gemm"], "gemm_memory_bound": L * parts["gemm_memory_bound"], "attention": L * t_attn,
-             "kv_read": L * t_kv, "elementwise": L * parts["elementwise"], "tp_comm": L * t_tp,
+    parts = {"gemm": L * gemm, "gemm_memory_bound": L * gemm_mem, "attention": L * t_attn,
+             "kv_read": L * t_kv, "elementwise": L * elem, "tp_comm": L * t_tp,
              "overhead": L * launch + host, "lm_head": t_head, "p2p": p2p}
     return total, stage, parts
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..workload import KIND_BLOCK, kv_bytes_rows
+from .rows import run_starts
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -136,8 +137,8 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
         out = dict(weights=weights + 0.0 * act, optimizer=opt + grads + 0.0 * act, kv_cache=kv, activations=act)
     else:
         shape = np.broadcast_shapes(np.shape(B), np.shape(C))
-        kv_rows = kv_bytes_rows(w, np.broadcast_to(B, shape).ravel(), np.broadcast_to(C, shape).ravel())
-        kv_block = (kv_rows[:, blocks].mean(axis=1) if blocks.any() else np.zeros(len(kv_rows))).reshape(shape)
+        kv_block = _kv_block_mean(w, np.broadcast_to(B, shape).ravel(), np.broadcast_to(C, shape).ravel(),
+                                  blocks).reshape(shape)
         kv = per_stage * kv_block / np.minimum(tp, kv_heads)
         if working_tokens is not None:
             tif = np.asarray(working_tokens, dtype=float)
@@ -148,6 +149,23 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
         out = dict(weights=weights + z, optimizer=z, kv_cache=kv + z, activations=act + z)
     out["total"] = out["weights"] + out["optimizer"] + out["kv_cache"] + out["activations"]
     return out
+
+
+def _kv_block_mean(w, b: np.ndarray, c: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """Mean KV-cache bytes of a transformer block per row [bytes] for ``b`` sequences of ``c`` tokens (1-D arrays).
+
+    A row's value depends on its batch and context alone, so it is computed once per run of consecutive rows
+    with equal ones (a sweep's layouts of one batch and context; the (rows x layers) table is the costly part)
+    and repeated: the same numbers as computing every row."""
+    n = len(b)
+    if not blocks.any():
+        return np.zeros(n)
+    if n > 1:
+        starts = run_starts(b, c)
+        if len(starts) < n:
+            per_run = kv_bytes_rows(w, b[starts], c[starts])[:, blocks].mean(axis=1)
+            return np.repeat(per_run, np.diff(np.append(starts, n)))
+    return kv_bytes_rows(w, b, c)[:, blocks].mean(axis=1)
 
 
 def zero_shard(value, dp, stage: int, min_stage: int):

@@ -23,3 +23,67 @@ def unique_rows(*cols):
     inv = np.empty(n, dtype=np.int64)
     inv[order] = uid
     return order[new], inv
+
+
+# ---------------------------------------------------------------------------------------------
+# Cheaper forms for the array chain's hot paths (the same numbers; see the functions)
+# ---------------------------------------------------------------------------------------------
+#: rows below which grouping costs more than it saves
+MIN_ROWS = 1024
+#: grouping pays only when the distinct pairs are at most this share of the rows
+MAX_DISTINCT_FRAC = 0.5
+_INDEX_BITS = 20  # rows per call < 2**20
+_SECOND_BITS = 8  # second column: integers 0..255 (tensor-parallel degrees)
+_FIRST_SCALE = 256.0  # first column: multiples of 1/256 (token counts, quarter tokens ...) below 2**35 / 256
+
+
+def run_starts(*cols: np.ndarray) -> np.ndarray:
+    """Indices where a run of rows with equal values in every column starts (1-D columns of one length)."""
+    n = len(cols[0])
+    new = np.empty(n, dtype=bool)
+    if n:
+        new[0] = True
+        np.not_equal(cols[0][1:], cols[0][:-1], out=new[1:])
+        for c in cols[1:]:
+            new[1:] |= c[1:] != c[:-1]
+    return np.flatnonzero(new)
+
+
+def pair_groups(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct ``(first, second)`` pairs of two 1-D float columns: ``(rows, inverse)`` with ``rows`` one row of
+    each pair and ``first[rows][inverse] == first`` (the same for ``second``); None when grouping would not pay or
+    the values are not of the kind it handles (then evaluate every row).
+
+    Handled: ``first`` a multiple of 1/256 in (0, 2**27), ``second`` an integer in (0, 256) — as token counts and
+    tensor-parallel degrees are — with at least :data:`MIN_ROWS` rows and at most :data:`MAX_DISTINCT_FRAC` of
+    them distinct. Pairs are packed with the row index into one int64 and sorted (faster than an argsort)."""
+    if np.ndim(first) != 1 or np.shape(second) != np.shape(first) or not MIN_ROWS <= len(first) < 1 << _INDEX_BITS:
+        return None
+    n = len(first)
+    a = first * _FIRST_SCALE
+    lo, hi = a.min(), a.max()
+    if not (lo > 0.0 and hi < 2.0 ** 35):  # NaN fails too; so does -0.0 (it must not meet 0.0)
+        return None
+    ai = a.astype(np.int64)
+    if not np.array_equal(ai, a):
+        return None
+    lo, hi = second.min(), second.max()
+    if not (lo > 0.0 and hi < 2.0 ** _SECOND_BITS):
+        return None
+    bi = second.astype(np.int64)
+    if not np.array_equal(bi, second):
+        return None
+    key = ((ai << _SECOND_BITS) | bi) << _INDEX_BITS
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    idx = key & ((1 << _INDEX_BITS) - 1)
+    key >>= _INDEX_BITS
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    groups = np.cumsum(new) - 1
+    if groups[-1] + 1 > MAX_DISTINCT_FRAC * n:
+        return None
+    inverse = np.empty(n, dtype=np.intp)
+    inverse[idx] = groups
+    return idx[new], inverse

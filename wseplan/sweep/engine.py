@@ -40,8 +40,8 @@ from ..errors import InputError, WseplanError
 from . import evaluate as _evaluate
 from .dask_cluster import (_dask_error, _distributed, _n_workers, _one_line, _quiet, connect,  # noqa: F401
                            local_cluster, parse_scheduler_address, probe_scheduler, usable_cores)
-from .output import (OUTPUT_BYTES_PER_CONFIGURATION, chunk_summary, encode_part, merge_summaries, output_format,
-                     output_spec, to_frame)
+from .output import (OUTPUT_BYTES_PER_CONFIGURATION, chunk_summary, csv_part_buffers, encode_part, merge_summaries,
+                     output_format, output_spec, to_frame)
 from .plan import Plan, default_chunk, plan_sweep
 from .schema import SCHEMA_VERSION, Sweep, load_sweep
 from .writer import StreamWriter, check_target
@@ -234,10 +234,11 @@ def _run_local(plan: Plan, tasks, spec, writer: StreamWriter, progress) -> list[
     for gi, s, e in tasks:
         cols = _evaluate.evaluate_task(groups[gi], s, e)
         summaries.append(chunk_summary(cols))
-        part = encode_part(spec, cols)
+        parts = csv_part_buffers(spec, cols) if spec.fmt == "csv" else [encode_part(spec, cols)]
         del cols
-        writer.add_bytes(part)
-        del part
+        for part in parts:
+            writer.add_bytes(part)
+        del parts
         if progress is not None:
             progress(e - s)
     return summaries

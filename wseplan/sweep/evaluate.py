@@ -36,10 +36,36 @@ def group_setup(g: Group):
     return _SETUPS[key]
 
 
+#: rows per call of the chain inside a GPU task. Every row is evaluated independently of the others, so the
+#: columns do not depend on this; blocks this small keep the chain's temporaries (~60 per row) in the CPU caches
+#: and in the heap instead of fresh mmap'd pages (a 131,072-row task evaluated in one call spent ~30% of its CPU
+#: time in page faults; 1.4 M configurations: 5.3 CPU-s in one call per task, ~4.0 s in blocks of 8,192)
+GPU_BLOCK_ROWS = 8192
+
+
 def evaluate_task(g: Group, start: int, stop: int) -> dict:
-    """Columns (name -> numpy array) of configurations ``[start, stop)`` of group ``g``: one call of the planning
-    chain (:func:`wseplan.plan.evaluate`) on the chunk and the cost of its rows (:func:`wseplan.costing.cost_columns`);
-    rows that do not fit keep ``fits=False`` and blank metrics."""
+    """Columns (name -> numpy array) of configurations ``[start, stop)`` of group ``g``: the planning chain
+    (:func:`wseplan.plan.evaluate`) on the chunk and the cost of its rows (:func:`wseplan.costing.cost_columns`);
+    rows that do not fit keep ``fits=False`` and blank metrics. GPU tasks are evaluated in blocks of
+    :data:`GPU_BLOCK_ROWS` rows and joined (the same columns as one call)."""
+    step = GPU_BLOCK_ROWS if g.target.kind == "gpu" else stop - start
+    if stop - start <= step:
+        return _evaluate_block(g, start, stop)
+    out: dict = {}
+    for s in range(start, stop, step):
+        e = min(s + step, stop)
+        cols = _evaluate_block(g, s, e)
+        if not out:
+            out = {k: np.empty(stop - start, dtype=v.dtype) if isinstance(v, np.ndarray) else v for k, v in cols.items()}
+        for k, v in cols.items():
+            if isinstance(v, np.ndarray):
+                if v.dtype != out[k].dtype:  # as np.concatenate would (a column's type is fixed by the chain anyway)
+                    out[k] = out[k].astype(np.result_type(out[k], v))
+                out[k][s - start:e - start] = v
+    return out
+
+
+def _evaluate_block(g: Group, start: int, stop: int) -> dict:
     cfg = _config_arrays(g, start, stop)
     s = group_setup(g)
     if g.target.kind == "gpu" and g.phase == "train":

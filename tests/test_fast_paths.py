@@ -1,0 +1,281 @@
+"""The array chain's fast paths give the numbers of the plain forms, bit for bit (issue 14, branch h18-speed).
+
+Each fast path skips work (a repeated micro-batch count, a repeated (tokens, TP) pair, a run of equal KV rows, the
+per-configuration layout choice when every layout is given, the iterations of a converged bisection) or does the
+same operations without branches or temporaries. Every test runs the fast path and the plain form on the same
+inputs (the plain form by switching the shortcut off, or, for the closed loop, the bisection as it was written
+before) and compares the bytes of the results: equal-looking is not enough, the sweep files must not change.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wseplan import sweep as S
+from wseplan.analytic import engine as E
+from wseplan.analytic import gpu_time as G
+from wseplan.analytic import memory as M
+from wseplan.analytic import rows as R
+from wseplan.plan import evaluate, setup
+from wseplan.sweep import evaluate as SE
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# closed loop
+# ---------------------------------------------------------------------------------------------
+def _closed_loop_as_written(*, concurrency, own_ttft_s, decode_s, prefill_busy_s, iterations=60):
+    """The bisection of :func:`wseplan.analytic.engine.closed_loop_prefill_wait` before it was made fast."""
+    B = np.asarray(concurrency, dtype=float)
+    own = np.asarray(own_ttft_s, dtype=float)
+    dec = np.asarray(decode_s, dtype=float)
+    busy = np.maximum(np.asarray(prefill_busy_s, dtype=float), 0.0)
+    B, own, dec, busy = np.broadcast_arrays(B, own, dec, busy)
+    hi = B / np.maximum(own + dec, 1e-300)
+    hi = np.where(busy > 0, np.minimum(hi, (1.0 - 1e-12) / np.where(busy > 0, busy, 1.0)), hi)
+    lo = np.zeros_like(hi)
+
+    def wait(lam):
+        rho = lam * busy
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
+        return np.where(busy > 0, w, 0.0)
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        for _ in range(iterations):
+            mid = 0.5 * (lo + hi)
+            too_fast = mid * (own + wait(mid) + dec) > B
+            hi = np.where(too_fast, mid, hi)
+            lo = np.where(too_fast, lo, mid)
+    return lo, wait(lo)
+
+
+def _loop_inputs(seed: int, n: int = 4000):
+    rng = np.random.default_rng(seed)
+    B = rng.choice([1.0, 2.0, 7.0, 64.0, 512.0, 1024.0], n)
+    own = rng.uniform(0.0, 3.0, n) * (rng.uniform(size=n) > 0.1)  # some rows with no own prefill
+    dec = rng.uniform(0.0, 80.0, n) ** 2 / 80.0
+    busy = rng.uniform(-0.01, 0.5, n) * (rng.uniform(size=n) > 0.2)  # busy 0 and below 0 (clipped) too
+    return B, own, dec, busy
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_closed_loop_equals_the_bisection_as_written(seed):
+    B, own, dec, busy = _loop_inputs(seed)
+    got = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+    ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+    assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 9, 40])
+def test_closed_loop_of_a_few_rows_equals_the_bisection_as_written(n):
+    """A few rows are bisected in Python floats: the same IEEE operations, the same answers."""
+    for seed in range(20):
+        B, own, dec, busy = (a[:n] for a in _loop_inputs(seed, 64))
+        got = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+        ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+        assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+
+
+@pytest.mark.parametrize("case", ["nan", "inf", "negative", "all-idle", "scalars", "zero-concurrency", "huge"])
+def test_closed_loop_edge_inputs_take_the_general_steps_and_agree(case):
+    """Inputs outside the branch-free path (NaN, inf, negative times, overflowing sums) and degenerate ones."""
+    B, own, dec, busy = _loop_inputs(7, 300)
+    if case == "nan":
+        own[::9] = np.nan
+    elif case == "inf":
+        dec[::11] = np.inf
+        busy[::13] = np.inf
+    elif case == "negative":
+        dec[::5] = -1.0
+    elif case == "all-idle":
+        busy[:] = 0.0
+    elif case == "scalars":
+        B, own, dec, busy = 16.0, 0.3, 12.0, 0.25
+    elif case == "zero-concurrency":
+        B[::3] = 0.0
+    elif case == "huge":
+        busy[::17] = 1e300
+    with np.errstate(all="ignore"):
+        got = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+        ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+    assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# decode rounds: each micro-batch count once
+# ---------------------------------------------------------------------------------------------
+def test_micro_batch_rows_are_the_choices_without_repeats():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(1, 60))
+        b = rng.choice([1, 2, 3, 5, 8, 16, 33, 64, 100, 1024, 2000, 5000], n).astype(float)
+        st = rng.choice([1, 2, 3, 4, 6, 8, 16, 32, 64, 80, 1500, 3000], n).astype(float)
+        cand = E.micro_batch_choices(b, st)
+        rows = np.repeat(np.arange(n), cand.shape[1])
+        vals = cand.ravel()
+        ok = np.isfinite(vals)
+        rows, vals = rows[ok], vals[ok]
+        keep = np.ones(len(rows), dtype=bool)
+        keep[1:] = ~((rows[1:] == rows[:-1]) & (vals[1:] == vals[:-1]))
+        got_rows, got_n = E._micro_batch_rows(b, st)
+        assert _same(got_rows, rows[keep]) and _same(got_n, vals[keep])
+
+
+def test_decode_round_without_repeats_equals_every_choice():
+    """A repeated micro-batch count is the same pass; the round's time, parts and count do not change."""
+    rng = np.random.default_rng(4)
+    b = rng.choice([1.0, 3.0, 8.0, 64.0, 700.0], 500)
+    stages = rng.choice([1.0, 2.0, 4.0, 8.0, 5.0, 64.0], 500)
+
+    def pass_fn(idx, mb):
+        lat = 1e-3 + 2e-5 * mb * (1.0 + idx % 3)
+        return lat, lat / stages[idx] + 1e-6, {"a": 0.25 * lat, "b": 0.75 * lat}
+
+    def every_choice(b, stages):
+        cand = E.micro_batch_choices(b, stages)
+        rows = np.repeat(np.arange(len(b)), cand.shape[1])
+        vals = cand.ravel()
+        ok = np.isfinite(vals)
+        return rows[ok], vals[ok]
+
+    got = E.decode_round(pass_fn, batch=b, stages=stages)
+    fast = E._micro_batch_rows
+    try:
+        E._micro_batch_rows = every_choice
+        ref = E.decode_round(pass_fn, batch=b, stages=stages)
+    finally:
+        E._micro_batch_rows = fast
+    assert _same(got[0], ref[0]) and _same(got[2], ref[2])
+    assert all(_same(got[1][k], ref[1][k]) for k in ref[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# (tokens, TP) pairs and runs of rows
+# ---------------------------------------------------------------------------------------------
+def test_pair_groups_cover_every_row_and_refuse_what_they_cannot_pack():
+    rng = np.random.default_rng(5)
+    tok = rng.choice([1.0, 2.0, 3.25, 17.5, 4096.0, 1e5], 5000)
+    tp = rng.choice([1.0, 2.0, 4.0, 8.0, 64.0], 5000)
+    first, inv = R.pair_groups(tok, tp)
+    assert _same(tok[first][inv], tok) and _same(tp[first][inv], tp)
+    assert len(first) == len({(a, b) for a, b in zip(tok, tp)})
+    assert R.pair_groups(tok[:100], tp[:100]) is None  # too few rows to pay
+    assert R.pair_groups(np.float64(3.0), np.float64(2.0)) is None and R.pair_groups(tok, 2.0) is None  # scalars
+    assert R.pair_groups(tok / 3.0, tp) is None  # not multiples of 1/256
+    assert R.pair_groups(np.where(tok > 100, np.nan, tok), tp) is None
+    assert R.pair_groups(tok, tp + 0.5) is None and R.pair_groups(tok, tp * 8.0) is None  # TP 512 > 255
+    assert R.pair_groups(np.where(tok > 100, -0.0, tok), tp) is None
+    assert R.pair_groups(rng.integers(1, 10**6, 5000).astype(float), tp) is None  # mostly distinct: no gain
+    assert _same(R.run_starts(np.array([1.0, 1, 2, 2, 2, 1]), np.array([0.0, 0, 0, 1, 1, 1])), np.array([0, 2, 3, 5]))
+
+
+def _pass_inputs(seed: int, n: int = 6000, *, fractional: bool = False):
+    rng = np.random.default_rng(seed)
+    mb = rng.choice([1.0, 2.0, 4.0, 7.0, 64.0, 250.0, 1024.0], n)
+    pre = rng.choice([0.0, 0.25, 1.0, 16.0], n) * mb
+    if fractional:
+        pre = pre + rng.uniform(0, 1, n)
+    kv = rng.choice([255.5, 1024.0, 4352.0, 33280.0], n)
+    tokens = mb + pre
+    return dict(tokens=tokens, attn_pairs=mb * (kv + 1.0) + pre * (pre + 1.0) / 2.0, kv_read_tokens=mb * (kv + 1.0) + pre,
+                logits_rows=mb + np.minimum(pre, 1.0), tp=rng.choice([1.0, 2.0, 4.0, 8.0, 16.0], n),
+                pp=rng.choice([1.0, 2.0, 4.0, 8.0], n))
+
+
+@pytest.mark.parametrize("model,gpu", [("llama-3.1-70b", "h100-sxm"), ("mixtral-8x7b", "h200-sxm"),
+                                       ("gpt-oss-20b", "b200"), ("qwen3-30b-a3b", "mi300x")])
+@pytest.mark.parametrize("fractional", [False, True])
+def test_pass_time_grouped_equals_row_by_row(catalog, monkeypatch, model, gpu, fractional):
+    from wseplan.calibration_data import gpu_calibration
+    from wseplan.workload import resolve_model
+
+    m = resolve_model(model, catalog)
+    dev = catalog.gpus[gpu]
+    kw = _pass_inputs(11, fractional=fractional)
+    kw["logits_rows"] = np.where(np.arange(len(kw["tp"])) % 97 == 0, kw["logits_rows"] + 1.0, kw["logits_rows"]) \
+        if fractional else kw["logits_rows"]
+    cal = gpu_calibration()
+    assert (R.pair_groups(kw["tokens"], kw["tp"]) is None) == fractional  # dyadic token counts are grouped
+    got = G.pass_time_s(m, dev, precision="bf16", cal=cal, **kw)
+    monkeypatch.setattr(G, "pair_groups", lambda a, b: None)
+    ref = G.pass_time_s(m, dev, precision="bf16", cal=cal, **kw)
+    assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+    assert list(got[2]) == list(ref[2]) and all(_same(got[2][k], ref[2][k]) for k in ref[2])
+
+
+def test_tp_all_reduce_inside_the_domain_equals_the_two_level_choice(catalog):
+    from wseplan.analytic.collectives import hierarchical_allreduce_time_s
+    from wseplan.calibration_data import gpu_calibration
+
+    cal = gpu_calibration()
+    for latency in (0.0, cal.allreduce_latency_s or 5e-6):
+        links = G._Links(catalog.gpus["h100-sxm"], cal)
+        links.allreduce_latency = latency
+        tp = np.array([1.0, 2.0, 4.0, 8.0, 8.0, 2.0])
+        msg = np.array([1e3, 1e5, 3e6, 8e6, 16.0, 0.0])
+        got = links.tp_allreduce(msg, tp)
+        both = links.tp_allreduce(np.append(msg, 1e6), np.append(tp, 16.0))  # one group leaves the domain
+        out = hierarchical_allreduce_time_s(message_bytes=1e6, num_ranks=16.0, ranks_per_node=links.domain,
+                                            intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
+                                            inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat,
+                                            algorithm="tree")
+        assert _same(both[:-1], got) and _same(both[-1:], np.atleast_1d(out))
+
+
+def test_kv_runs_equal_row_by_row(catalog, monkeypatch):
+    from wseplan.workload import build_workload, resolve_model
+
+    for name in ("llama-3.1-8b", "gpt-oss-20b"):  # gpt-oss: sliding-window layers cache a window only
+        w = build_workload(resolve_model(name, catalog), catalog, precision="bf16", phase="decode", batch=1, context=1)
+        b = np.repeat([1.0, 1.0, 8.0, 64.0, 64.0, 3.0], 7)
+        c = np.repeat([256.0, 300.0, 300.0, 131072.0, 257.0, 4096.0], 7)
+        blocks = w.kind == M.KIND_BLOCK
+        got = M._kv_block_mean(w, b, c, blocks)
+        monkeypatch.setattr(M, "run_starts", lambda *cols: np.arange(len(cols[0])))
+        assert _same(got, M._kv_block_mean(w, b, c, blocks))
+        monkeypatch.undo()
+
+
+# ---------------------------------------------------------------------------------------------
+# the chain: given layouts, blocks of a task
+# ---------------------------------------------------------------------------------------------
+def test_given_layouts_skip_the_choice_and_agree_with_the_search_path(catalog):
+    """Rows whose layout is given map to themselves; with one searched row in the table the general choice runs
+    for every row, and the given rows come out the same."""
+    s = setup("llama-3.1-70b", "h100-sxmx16", phase="serve", catalog=catalog)
+    rng = np.random.default_rng(8)
+    n = 300
+    lay = [(1, 1, 16), (2, 2, 4), (4, 1, 4), (4, 4, 1), (8, 1, 2), (8, 2, 1), (16, 1, 1)]
+    pick = rng.integers(0, len(lay), n)
+    cfg = {"batch": rng.choice([1.0, 8.0, 64.0, 256.0], n), "context": rng.choice([512.0, 4096.0, 32768.0], n),
+           "output_tokens": rng.choice([16.0, 256.0], n)}
+    for j, k in enumerate(("tp", "pp", "dp")):
+        cfg[k] = np.array([float(lay[i][j]) for i in pick])
+    fast = evaluate(s, cfg)
+    mixed = {k: np.append(v, np.nan if k in ("tp", "pp", "dp") else v[:1]) for k, v in cfg.items()}
+    general = evaluate(s, mixed)
+    assert fast["fits"].any() and not fast["fits"].all()
+    for k, v in fast.items():
+        assert _same(v, general[k][:n]), k
+
+
+@pytest.mark.parametrize("phase,outputs", [("decode", [64, 1024]), ("decode", None), ("prefill", None), ("train", None)])
+def test_task_blocks_equal_one_call(catalog, monkeypatch, phase, outputs):
+    spec = dict(name="blocks", phase=phase, models=["llama-3.1-8b"], targets=["h100-sxmx16"], batches=[1, 7, 64, 512],
+                contexts=[512, 8192], output_tokens=outputs)
+    if phase == "train":
+        spec["layouts"] = {"micro_batch": [1, 2], "recompute": ["selective", "full"]}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    g = S.plan_sweep(S.parse_sweep(spec), catalog).groups[0]
+    monkeypatch.setattr(SE, "GPU_BLOCK_ROWS", 37)
+    blocks = SE.evaluate_task(g, 3, g.size)
+    monkeypatch.setattr(SE, "GPU_BLOCK_ROWS", 1 << 30)
+    whole = SE.evaluate_task(g, 3, g.size)
+    assert list(blocks) == list(whole)
+    for k, v in whole.items():
+        assert _same(blocks[k], v) if isinstance(v, np.ndarray) else blocks[k] == v, k
