@@ -308,3 +308,22 @@ def test_time_cli_train_tokens(capsys):
     assert rec["time_to_train_s"] == pytest.approx(3e11 / rec["tokens_per_s"], rel=1e-9)
     assert rec["gpu_hours"] == pytest.approx(rec["time_to_train_s"] * 1536 / 3600, rel=1e-9)
     assert main(["time", "llama-3-8b", "--target", "h100x1", "--phase", "decode", "--train-tokens", "1e9"]) == 2
+
+
+@pytest.mark.parametrize("name,tokens", [("llama-4-maverick", 1), ("llama-4-maverick", 3), ("mixtral-8x7b", 1),
+                                         ("mixtral-8x7b", 512), ("gpt-oss-20b", 2)])
+def test_routed_expert_flops_are_those_of_the_routed_rows(catalog, name, tokens):
+    """A pass of `tokens` rows through a routed-expert layer computes tokens x k expert rows, whatever the batch
+    (hand count from the block's GEMM shapes); at one token a 128-expert layer runs one expert, not 128 of one row
+    each. With GEMM efficiency held at its maximum and unlimited HBM, the block's GEMM time is FLOPs / rate."""
+    from wseplan.workload import resolve_model
+
+    m = resolve_model(name, catalog)
+    if not hasattr(m, "num_experts") or m.num_experts <= 1:
+        pytest.skip(f"{name} is not a routed-expert model here")
+    cal = GpuCalibration().replace(gemm_half_intensity=1e-12)
+    peak, emax = 1e15, G._gemm_max(cal, "bf16")
+    t, _ = G._block_gemms_s(m, np.asarray(float(tokens)), np.asarray(1.0), peak, math.inf, "bf16", cal)
+    flop = sum(2.0 * n * k * tokens * (1 if dense or m.num_experts == 1 else m.experts_per_token)
+               for n, k, dense in G._block_gemms(m, np.asarray(1.0)))
+    assert float(t) == pytest.approx(flop / (peak * emax), rel=1e-9)

@@ -121,10 +121,12 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
         if dense or E == 1:
             M = tokens
             count, experts_read = 1.0, 1.0
-        else:  # routed experts: each expert sees tokens*k/E; a pass reads the experts some token picked
-            M = np.maximum(tokens * k / E, 1.0)
-            count = float(E)
-            experts_read = E * (1.0 - (1.0 - k / E) ** tokens)
+        else:  # routed experts: the pass runs (and reads) the experts some token picked, E (1 - (1 - k/E)^tokens)
+            # of them in expectation, each on its share of the tokens x k routed rows (>= 1 row): the FLOPs are those
+            # of the tokens x k rows whatever the batch, never E experts of one row each
+            experts_read = np.maximum(E * (1.0 - (1.0 - k / E) ** tokens), 1e-30)
+            count = experts_read
+            M = tokens * k / experts_read
         flop = 2.0 * M * n_ * k_ * count
         eff = gemm_efficiency_frac(m=M, n=n_, k=k_, max_frac=emax, half_intensity=cal.gemm_half_intensity)
         byt = n_ * k_ * wb * experts_read + ab * tokens * (n_ + k_)
