@@ -118,9 +118,9 @@ def _one_line(msg: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app, turning errors into one line and exit status 2, and Ctrl-C into one
     line and exit status 130."""
-    if signal.getsignal(signal.SIGINT) is _exit_interrupted:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        if signal.getsignal(signal.SIGINT) is _exit_interrupted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         return _main(argv)
     except KeyboardInterrupt:
         return _interrupted()
@@ -181,12 +181,13 @@ def _red(text: str) -> str:
 def console() -> None:  # pragma: no cover - the installed console script
     """The installed ``wseplan`` script: :func:`main`, then exit with its status. A Ctrl-C that arrives after the
     command finished (while Python shuts down) still gives one line and status 130, never a traceback."""
-    rc = main()
     try:
-        sys.stdout.flush()
-    except KeyboardInterrupt:
+        rc = main()
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+    except KeyboardInterrupt:  # between the command's end and here
         rc = _interrupted()
-    except (OSError, ValueError):
-        pass
     signal.signal(signal.SIGINT, _exit_interrupted)
     sys.exit(rc)
