@@ -180,7 +180,8 @@ def _red(text: str) -> str:
 
 def console() -> None:  # pragma: no cover - the installed console script
     """The installed ``wseplan`` script: :func:`main`, then exit with its status. A Ctrl-C that arrives after the
-    command finished (while Python shuts down) still gives one line and status 130, never a traceback."""
+    command finished and its output was flushed (while Python shuts down) is ignored: the status is the command's,
+    never a traceback or death by signal."""
     try:
         rc = main()
         try:
@@ -189,5 +190,8 @@ def console() -> None:  # pragma: no cover - the installed console script
             pass
     except KeyboardInterrupt:  # between the command's end and here
         rc = _interrupted()
-    signal.signal(signal.SIGINT, _exit_interrupted)
+    # The command is over and its output flushed. Python's finalization restores the default SIGINT action (death
+    # by signal, status -2) before it unloads numpy, pandas, matplotlib ... (tens of ms): a Ctrl-C then would kill
+    # the process with nothing left to interrupt, so it is ignored and the process ends with the command's status.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(rc)
