@@ -221,7 +221,8 @@ class _CaseMemo:
 
 
 def _row_id(p: Path, line: int, rid: str, seen: set) -> None:
-    """The checks :func:`_case` makes of a row's id (same messages)."""
+    """A row's id: not empty, a valid name, not seen before (``seen`` gains it); the memo's rows and :func:`_case`
+    both check it here."""
     if not rid:
         raise InputError(f"cases: {p} line {line}: empty id")
     try:
@@ -251,9 +252,8 @@ def _row_value(p: Path, rid: str, raw: str) -> float:
 
 def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_name, check_text) -> Case:
     rid = row.get("id") or ""
-    if not rid:
-        raise InputError(f"cases: {p} line {line}: empty id")
-    for c in _NAME_COLUMNS:
+    _row_id(p, line, rid, seen)
+    for c in _NAME_COLUMNS[1:]:  # the id is checked above
         v = row.get(c)
         if v:
             try:
@@ -261,9 +261,6 @@ def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_nam
             except ValueError as exc:
                 shown = rid if len(rid) <= 40 else rid[:37] + "..."
                 raise InputError(f"cases: {p} line {line} (row {shown!r}) column {c}: {exc}") from None
-    if rid in seen:
-        raise InputError(f"cases: {p} line {line}: duplicate id {rid}")
-    seen.add(rid)
     for c in ("category", "phase", "metric", "unit", "hardware", "quality"):
         if not row.get(c):
             raise InputError(f"cases: {p} row {rid}: empty {c}")
