@@ -226,7 +226,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     """
     tp, pp, dp, cp, vpp, mb = (np.asarray(v, dtype=float) for v in (tp, pp, dp, cp, vpp, micro_batch))
     rc = np.asarray(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute, dtype=float)
-    peak = gpu.peak_flop_per_s(precision)
+    peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     L = m.num_layers
@@ -341,7 +341,7 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     """
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1e-12)
     tp = np.asarray(tp, dtype=float)
-    peak = gpu.peak_flop_per_s(precision)
+    peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     attended = np.asarray(attn_pairs, dtype=float) / tokens
@@ -416,6 +416,6 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     ab = activation_bytes_per_element(precision)
     flop = 2.0 * m * k * n / tp
     eff = gemm_efficiency_frac(m=m, n=n, k=k / tp, max_frac=_gemm_max(cal, precision), half_intensity=cal.gemm_half_intensity)
-    t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision),
+    t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision),
                         efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s

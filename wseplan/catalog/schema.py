@@ -350,15 +350,22 @@ class Gpu(_Checked):
     def matmul_rel(self, precision: str) -> float:
         """Largest fraction of the dense peak this GPU's matmuls reach, relative to the H100 SXM's (measured maximum
         achievable matmul FLOPS, ``matmul_attainable_rel``; 1 where not given). The calibration's GEMM efficiencies
-        are fitted across GPUs; this ratio would scale them per GPU (an MI300X reaches 51% of its peak where an H100
-        reaches 80%). Recorded, not applied by the time models: applied, it lowered the held-out inference error and
-        raised the training error more (docs/validation.md, "Mechanisms tried")."""
+        are fitted across GPUs; this ratio scales them per GPU (an MI300X reaches 51% of its peak where an H100
+        reaches 80%). The time models apply it to other vendors' GPUs only (:meth:`gemm_library_rel`); applied to every
+        GPU it raised the held-out training error (docs/validation.md, "Mechanisms tried")."""
         widths = ("4bit", "8bit", "16bit")
         start = 0 if precision in ("fp4", "int4") else 1 if precision in ("fp8", "int8") else 2
         for c in widths[start:]:  # a narrower format without its own figure takes the next wider one's
             if c in self.matmul_attainable_rel:
                 return self.matmul_attainable_rel[c].si
         return 1.0
+
+    def gemm_library_rel(self, precision: str) -> float:
+        """Scale on the calibration's GEMM efficiencies for this GPU's vendor GEMM library: the fitted
+        ``gemm_max_frac_*`` are those of NVIDIA's libraries (the fitted rows run NVIDIA GPUs), so an NVIDIA GPU takes
+        1 (the spread between its generations is inside the fit); another vendor's GPU takes its measured MAMF ratio
+        to the H100 SXM (:meth:`matmul_rel`: MI300X 0.64, MI325X 0.75)."""
+        return 1.0 if self.vendor == "nvidia" else self.matmul_rel(precision)
 
 
 class DeviceEntry(_Checked):
