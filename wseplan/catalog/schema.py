@@ -20,7 +20,6 @@ Basis = Literal["official", "official-secondary", "measured", "third-party", "es
 # "vendor quote, 2026-11"), not an id of catalogs/sources.yaml.
 USER_BASES = ("user", "quote")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
-Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 # name suffix -> dimension expected from a unit string
 _SUFFIX_DIM = [
