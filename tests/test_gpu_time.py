@@ -327,3 +327,19 @@ def test_routed_expert_flops_are_those_of_the_routed_rows(catalog, name, tokens)
     flop = sum(2.0 * n * k * tokens * (1 if dense or m.num_experts == 1 else m.experts_per_token)
                for n, k, dense in G._block_gemms(m, np.asarray(1.0)))
     assert float(t) == pytest.approx(flop / (peak * emax), rel=1e-9)
+
+
+def test_another_vendors_gemm_library_scales_the_fitted_efficiencies(catalog):
+    """An AMD GPU's GEMMs run at its measured achievable-matmul ratio to the H100 SXM (MAMF table: MI300X BF16
+    51.4% / 80.3% of dense peak = 0.64) times the NVIDIA-fitted efficiency; an NVIDIA GPU takes 1."""
+    mi = catalog.gpus["mi300x"]
+    assert mi.gemm_library_rel("bf16") == pytest.approx(0.514 / 0.803, abs=0.005)
+    assert catalog.gpus["a100-80gb"].gemm_library_rel("bf16") == 1.0  # its MAMF ratio (1.08) is not applied
+    as_nvidia = mi.model_copy(update={"vendor": "nvidia"})
+    m = resolve_model("llama-3-70b", catalog)
+    cal = gpu_calibration().replace(hbm_frac=1e6)  # memory never binds: a compute-bound pass
+    kw = dict(precision="bf16", tokens=8192.0, attn_pairs=8192.0 * 4096.0, kv_read_tokens=8192.0, logits_rows=1.0,
+              tp=8.0, cal=cal.replace(nvlink_frac=1e6, nvlink_latency_s=0.0, layer_overhead_s=0.0, step_overhead_s=0.0))
+    amd = G.pass_time_s(m, mi, **kw)[0]
+    nv = G.pass_time_s(m, as_nvidia, **kw)[0]
+    assert float(amd / nv) == pytest.approx(1.0 / mi.gemm_library_rel("bf16"), rel=0.02)
