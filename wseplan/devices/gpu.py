@@ -12,8 +12,11 @@ stage, the three recompute policies and ZeRO 0-3 (each unless fixed by an option
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from ..analytic import elementwise as X
 from ..analytic import gpu_time as G
 from ..analytic.memory import RECOMPUTE, gpu_layout_memory
 from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
@@ -299,16 +302,12 @@ class GpuFamily(InferenceMixin, Family):
 
     def pass_time(self, ctx: GpuContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
                   prefill_kv, prefill_seqs, new_per_seq=1.0):
-        tp = cfg["tp"][rows]
-        pp = cfg["pp"][rows]
-        dec_tok = decode_seqs * new_per_seq
-        tokens = dec_tok + prefill_tokens
-        pairs = dec_tok * (decode_kv + (new_per_seq + 1.0) / 2.0) + prefill_tokens * (prefill_kv + (prefill_span + 1.0) / 2.0)
-        kv_read = decode_seqs * (decode_kv + new_per_seq) + prefill_seqs * (prefill_kv + prefill_span)
-        lat, stage, parts = G.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, tokens=tokens, attn_pairs=pairs,
-                                          kv_read_tokens=kv_read, logits_rows=decode_seqs * new_per_seq + prefill_seqs,
-                                          tp=tp, pp=pp, cal=ctx.cal)
-        return lat, stage, _infer_breakdown(parts)
+        cols = dict(tp=cfg["tp"][rows], pp=cfg["pp"][rows], decode_seqs=decode_seqs, decode_kv=decode_kv,
+                    prefill_tokens=prefill_tokens, prefill_span=prefill_span, prefill_kv=prefill_kv,
+                    prefill_seqs=prefill_seqs)
+        pass_fn = partial(_pass, ctx, new_per_seq=new_per_seq)
+        out = X.by_rows(pass_fn, len(cols["tp"]), cols)  # a few rows (one question): Python floats, same numbers
+        return out if out is not None else pass_fn(**cols)
 
     def flop_per_token(self, ctx: GpuContext, context) -> np.ndarray:
         return G.model_flop_per_token(ctx.m, seq_len=np.asarray(context, dtype=float)) / 3.0
@@ -318,10 +317,14 @@ class GpuFamily(InferenceMixin, Family):
 
     def _train_time(self, ctx: GpuContext, cfg: dict) -> dict:
         B, C = cfg["batch"], cfg["context"]
-        r = G.train_step(ctx.m, ctx.gpu, precision=ctx.q.precision, seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"],
-                         dp=cfg["dp"], cp=ctx.cp, vpp=cfg["vpp"], micro_batch=cfg["micro_batch"], recompute=cfg["recompute"],
-                         zero_stage=cfg["zero_stage"], sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable,
-                         single_layer=ctx.single_layer, cal=ctx.cal)
+        step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision, cp=ctx.cp,
+                          sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
+                          cal=ctx.cal)
+        cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], vpp=cfg["vpp"],
+                    micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"])
+        r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers
+        if r is None:
+            r = step_fn(**cols)
         step = r["step_s"]
         tokens = B * C
         flops = G.model_flop_per_token(ctx.m, seq_len=C) * tokens
@@ -335,13 +338,26 @@ class GpuFamily(InferenceMixin, Family):
                     num_microbatches=r["num_microbatches"])
 
 
+def _pass(ctx: GpuContext, *, tp, pp, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
+          new_per_seq):
+    """One forward pass (see :meth:`GpuFamily.pass_time`) of arrays of rows, or of one row in Python floats."""
+    dec_tok = decode_seqs * new_per_seq
+    tokens = dec_tok + prefill_tokens
+    pairs = dec_tok * (decode_kv + (new_per_seq + 1.0) / 2.0) + prefill_tokens * (prefill_kv + (prefill_span + 1.0) / 2.0)
+    kv_read = decode_seqs * (decode_kv + new_per_seq) + prefill_seqs * (prefill_kv + prefill_span)
+    lat, stage, parts = G.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, tokens=tokens, attn_pairs=pairs,
+                                      kv_read_tokens=kv_read, logits_rows=decode_seqs * new_per_seq + prefill_seqs,
+                                      tp=tp, pp=pp, cal=ctx.cal)
+    return lat, stage, _infer_breakdown(parts)
+
+
 def _infer_breakdown(parts: dict) -> dict:
     """Inference parts by bottleneck name: compute, hbm_bandwidth, nvlink, overhead [s]."""
     gemm = parts["gemm"] + parts["lm_head"]
     gemm_mem = parts["gemm_memory_bound"]
     kv, att = parts["kv_read"], parts["attention"]
-    return {"compute": gemm - gemm_mem + np.maximum(att - kv, 0.0),
-            "hbm_bandwidth": gemm_mem + np.minimum(kv, att) + parts["elementwise"],
+    return {"compute": gemm - gemm_mem + X.maximum(att - kv, 0.0),
+            "hbm_bandwidth": gemm_mem + X.minimum(kv, att) + parts["elementwise"],
             "nvlink": parts["tp_comm"] + parts["p2p"],
             "overhead": parts["overhead"]}
 
