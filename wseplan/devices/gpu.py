@@ -45,6 +45,29 @@ def layout_memory(w, catalog, *, tp, pp, dp, zero_stage=1, recompute="selective"
                              prefill_chunk_tokens=d.prefill_chunk_tokens.si, working_tokens=working_tokens)
 
 
+#: memo of what a context derives from immutable inputs (the workload of a model, a profile's calibration), keyed by
+#: the inputs' identities; each entry keeps its inputs alive, so an id is not reused while its entry stands
+_MEMO: dict = {}
+_MEMO_SIZE = 64
+
+
+def _memo(key: tuple, inputs: tuple, make):
+    hit = _MEMO.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], inputs)):
+        return hit[1]
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    value = make()
+    _MEMO[key] = (inputs, value)
+    return value
+
+
+def _profile_calibration(cal: GpuCalibration, profile) -> GpuCalibration:
+    """The calibration with a software profile's constants (:func:`~wseplan.calibration_data.profile_constants`)."""
+    over = {k: v for k, v in profile_constants(profile).items() if hasattr(cal, k)}
+    return cal.replace(**over) if over else cal
+
+
 class GpuContext:
     """Everything a GPU query needs, computed once."""
 
@@ -64,13 +87,14 @@ class GpuContext:
         except ValueError:
             raise InputError(f"precision: {self.gpu.name} has no {q.precision} rate; choose another precision") from None
         cal = gpu_calibration()
-        over = {k: v for k, v in profile_constants(q.software).items() if hasattr(cal, k)}
-        self.cal: GpuCalibration = cal.replace(**over) if over else cal
+        self.cal: GpuCalibration = _memo(("cal", id(cal), id(q.software)), (cal, q.software),
+                                         lambda: _profile_calibration(cal, q.software))
         self.engine = q.software.engine
         self.reserve = float(q.options.get("reserve", d.gpu_hbm_reserve_frac.si))
         self.capacity = self.gpu.hbm_bytes.si * (1.0 - self.reserve)
         wphase = "train" if q.phase == "train" else "decode"
-        self.w = build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1)
+        self.w = _memo(("w", id(self.m), id(cat), q.precision, wphase), (self.m, cat),
+                       lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1))
         self.grad_bytes = d.gradient_bytes_per_param.si
         self.adam_bytes = d.adam_state_bytes_per_param.si
         self.chunk = d.prefill_chunk_tokens.si
@@ -139,7 +163,8 @@ class GpuFamily(InferenceMixin, Family):
         elif r.get("time.micro_batches") is not None:
             lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
         L = ctx.num_layers
-        edges = np.linspace(0, L, pp + 1).round().astype(int)
+        step = L / pp  # np.linspace(0, L, pp + 1) rounded, in Python floats: i * step, the last edge L itself
+        edges = [round(i * step) for i in range(pp)] + [L]
         stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
         return lay, {"stages": stages}, []
@@ -150,6 +175,8 @@ class GpuFamily(InferenceMixin, Family):
         :meth:`default_layout` and may not fit)."""
         cols = self.columns(ctx.q.phase)
         n = len(cfg["batch"])
+        if all(c in cfg for c in cols) and not any(np.isnan(cfg[c]).any() for c in cols):  # every layout given
+            return {k: np.asarray(v, dtype=float) for k, v in cfg.items()}, np.arange(n, dtype=np.int64)
         vals = np.stack([np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan) for c in cols], axis=1)
         known = ~np.isnan(vals)
         full = known.all(axis=1)
