@@ -8,6 +8,8 @@ before) and compares the bytes of the results: equal-looking is not enough, the 
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -279,3 +281,96 @@ def test_task_blocks_equal_one_call(catalog, monkeypatch, phase, outputs):
     assert list(blocks) == list(whole)
     for k, v in whole.items():
         assert _same(blocks[k], v) if isinstance(v, np.ndarray) else blocks[k] == v, k
+
+
+# ---------------------------------------------------------------------------------------------
+# one configuration: the GPU model in Python floats (wseplan.analytic.elementwise)
+# ---------------------------------------------------------------------------------------------
+_GPU_CASES = [("llama-3.1-70b", "h100-sxmx16", "serve"), ("llama-3.1-8b", "h100-sxmx8", "decode"),
+              ("mixtral-8x7b", "h200-sxmx16", "serve"), ("gpt-oss-20b", "b200x8", "prefill"),
+              ("qwen3-30b-a3b", "mi300xx8", "decode"), ("llama-3.1-70b", "h100-sxmx64", "train"),
+              ("mixtral-8x7b", "a100-sxm-80gbx32", "train"), ("gpt-3-175b", "h100-sxmx1024", "train")]
+
+
+def _random_rows(s, rng, n):
+    """n random configurations of a setup with given layouts (inference: tp x pp x dp = the count)."""
+    q = s.query
+    N = q.target.count
+    lays = [(t, p, N // (t * p)) for t in (1, 2, 4, 8) for p in (1, 2, 4, 8) if N % (t * p) == 0]
+    pick = rng.integers(0, len(lays), n)
+    cfg = {"batch": rng.choice([1.0, 2.0, 7.0, 64.0, 256.0, 1536.0], n),
+           "context": rng.choice([128.0, 2048.0, 4096.0, 32768.0], n),
+           "output_tokens": rng.choice([1.0, 64.0, 1024.0], n) if q.phase == "serve" else np.zeros(n)}
+    for j, k in enumerate(("tp", "pp", "dp")):
+        cfg[k] = np.array([float(lays[i][j]) for i in pick])
+    if q.phase == "train":
+        cfg["dp"] = np.array([float(N // (t * p)) for t, p, _ in (lays[i] for i in pick)])
+        cfg["micro_batch"] = rng.choice([1.0, 2.0], n)
+        cfg["vpp"] = np.where(cfg["pp"] > 1, rng.choice([1.0, 2.0], n), 1.0)
+        cfg["recompute"] = rng.choice([0.0, 1.0, 2.0], n)
+        cfg["zero_stage"] = rng.choice([0.0, 1.0, 2.0, 3.0], n)
+    return cfg
+
+
+@pytest.mark.parametrize("model,target,phase", _GPU_CASES)
+def test_one_row_in_python_floats_equals_the_array_rows(catalog, model, target, phase):
+    """A configuration evaluated alone (a few rows: the GPU passes and steps run in Python floats) gives the bytes
+    it gets among 40 rows (the numpy arrays), for every column of the chain."""
+    from wseplan.analytic import elementwise as X
+
+    s = setup(model, target, phase=phase, catalog=catalog)
+    cfg = _random_rows(s, np.random.default_rng(zlib.crc32(f"{model} {target} {phase}".encode())), 40)
+    many = evaluate(s, cfg)
+    assert many["fits"].any()
+    timed = 0
+    for i in range(40):
+        one = evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()})
+        assert set(one) <= set(many) and (set(one) == set(many) or not one["fits"][0])  # nothing timed: no parts
+        for k, v in one.items():
+            assert _same(v, many[k][i:i + 1]), (i, k)
+        timed += bool(np.isfinite(one["step_s"][0]))
+    assert timed >= 10
+    assert X.SCALAR_ROWS >= 1  # the rows above ran the float path (see the next test)
+
+
+def test_the_float_path_runs_and_falls_back(catalog, monkeypatch):
+    """The few-row path is taken for one configuration, and a row the floats cannot do as numpy does (a division by
+    zero) is evaluated as arrays instead."""
+    from wseplan.analytic import elementwise as X
+
+    calls = []
+    real = X.by_rows
+
+    def spy(fn, n, cols, limit=None):
+        out = real(fn, n, cols, limit)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(X, "by_rows", spy)
+    s = setup("llama-3.1-8b", "h100-sxmx8", phase="serve", catalog=catalog)
+    cfg = {"batch": np.array([8.0]), "context": np.array([1024.0]), "output_tokens": np.array([128.0]),
+           "tp": np.array([8.0]), "pp": np.array([1.0]), "dp": np.array([1.0])}
+    evaluate(s, cfg)
+    assert calls and all(calls)
+    assert X.by_rows(lambda a: 1.0 / a, 2, {"a": np.array([1.0, 0.0])}) is None
+    assert _same(X.by_rows(lambda a: (a * 3.0, {"x": X.maximum(a, np.nan)}), 2, {"a": np.array([1.0, 2.0])})[0],
+                 np.array([3.0, 6.0]))
+    assert X.by_rows(lambda a: a, 9, {"a": np.ones(9)}) is None  # more rows than SCALAR_ROWS: arrays
+
+
+def test_elementwise_helpers_give_numpys_answers():
+    from wseplan.analytic import elementwise as X
+
+    vals = [0.0, -0.0, 1.0, -2.5, 3.0, 1e-300, 1e300, np.inf, -np.inf, np.nan]
+    for a in vals:
+        for b in vals:
+            for f, g in ((X.maximum, np.maximum), (X.minimum, np.minimum)):
+                got, ref = f(a, b), g(np.array([a]), np.array([b]))[0]
+                assert (np.isnan(got) and np.isnan(ref)) or got == ref, (f, a, b)
+            assert X.where(a > b, a, b) == np.where(a > b, a, b) or np.isnan(b)
+        if np.isfinite(a):
+            assert X.ceil(a) == np.ceil(a) and X.floor(a) == np.floor(a) and type(X.ceil(a)) is float
+        got = X.clip(a, 0.0, 1.0)
+        assert (np.isnan(got) and np.isnan(a)) or got == np.clip(a, 0.0, 1.0)
+    for n in (1.0, 2.0, 3.0, 8.0, 1000.0, 1024.0, 4097.0):
+        assert X.ceil(X.log2(n)) == np.ceil(np.log2(np.array([n])))[0]

@@ -1,7 +1,8 @@
 """Alpha-beta models of collective communication (ring and tree), flat and hierarchical.
 
 Every function is keyword-only, pure and numpy-vectorized: arguments broadcast, results are arrays (0-d for
-scalar inputs). ``message_bytes`` is the full buffer each rank holds (all-reduce) or contributes (reduce-scatter
+scalar numpy inputs; plain Python floats give floats, the same numbers: :mod:`wseplan.analytic.elementwise`).
+``message_bytes`` is the full buffer each rank holds (all-reduce) or contributes (reduce-scatter
 input; an all-gather of the same output costs the same); ``link_bandwidth_bytes_per_s`` is one rank's injection bandwidth in
 one direction and ``link_latency_s`` the per-step start-up cost (alpha).
 
@@ -17,23 +18,22 @@ Träff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan", 
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import InputError
+from . import elementwise as X
 
 ALGORITHMS = ("ring", "tree")
 
 
 def _prep(message_bytes, num_ranks, link_bandwidth_bytes_per_s, link_latency_s):
-    m = np.asarray(message_bytes, dtype=float)
-    n = np.asarray(num_ranks, dtype=float)
-    bw = np.asarray(link_bandwidth_bytes_per_s, dtype=float)
-    a = np.asarray(link_latency_s, dtype=float)
-    if np.any(n < 1):
+    m = X.asfloat(message_bytes)
+    n = X.asfloat(num_ranks)
+    bw = X.asfloat(link_bandwidth_bytes_per_s)
+    a = X.asfloat(link_latency_s)
+    if X.any_true(n < 1):
         raise InputError("num_ranks: must be at least 1")
-    if np.any(bw <= 0):
+    if X.any_true(bw <= 0):
         raise InputError("link_bandwidth_bytes_per_s: must be positive")
-    if np.any(m < 0) or np.any(a < 0):
+    if X.any_true(m < 0) or X.any_true(a < 0):
         raise InputError("message_bytes and link_latency_s: must be non-negative")
     return m, n, bw, a
 
@@ -54,9 +54,9 @@ def allreduce_time_s(*, message_bytes, num_ranks, link_bandwidth_bytes_per_s, li
     """
     _check_algorithm(algorithm)
     m, n, bw, a = _prep(message_bytes, num_ranks, link_bandwidth_bytes_per_s, link_latency_s)
-    steps = 2.0 * (n - 1.0) if algorithm == "ring" else 2.0 * np.ceil(np.log2(np.maximum(n, 1.0)))
+    steps = 2.0 * (n - 1.0) if algorithm == "ring" else 2.0 * X.ceil(X.log2(X.maximum(n, 1.0)))
     t = steps * a + 2.0 * (n - 1.0) / n * m / bw
-    return np.where(n > 1, t, 0.0)
+    return X.where(n > 1, t, 0.0)
 
 
 def reduce_scatter_time_s(*, message_bytes, num_ranks, link_bandwidth_bytes_per_s, link_latency_s, algorithm: str = "ring"):
@@ -68,8 +68,8 @@ def reduce_scatter_time_s(*, message_bytes, num_ranks, link_bandwidth_bytes_per_
     """
     _check_algorithm(algorithm)
     m, n, bw, a = _prep(message_bytes, num_ranks, link_bandwidth_bytes_per_s, link_latency_s)
-    steps = (n - 1.0) if algorithm == "ring" else np.ceil(np.log2(np.maximum(n, 1.0)))
-    return np.where(n > 1, steps * a + (n - 1.0) / n * m / bw, 0.0)
+    steps = (n - 1.0) if algorithm == "ring" else X.ceil(X.log2(X.maximum(n, 1.0)))
+    return X.where(n > 1, steps * a + (n - 1.0) / n * m / bw, 0.0)
 
 
 def send_recv_time_s(*, message_bytes, link_bandwidth_bytes_per_s, link_latency_s):
@@ -103,12 +103,12 @@ def hierarchical_allreduce_time_s(*, message_bytes, num_ranks, ranks_per_node, i
     With everything in one node this is the flat intra-node ring; with one rank per node, the flat
     inter-node all-reduce.
     """
-    n = np.asarray(num_ranks, dtype=float)
-    g = np.minimum(n, np.asarray(ranks_per_node, dtype=float))
-    m = np.asarray(message_bytes, dtype=float)
+    n = X.asfloat(num_ranks)
+    g = X.minimum(n, X.asfloat(ranks_per_node))
+    m = X.asfloat(message_bytes)
     rs = reduce_scatter_time_s(message_bytes=m, num_ranks=g, link_bandwidth_bytes_per_s=intra_bandwidth_bytes_per_s,
                                link_latency_s=intra_latency_s, algorithm=algorithm)
-    ar = allreduce_time_s(message_bytes=m / g, num_ranks=np.maximum(np.ceil(n / g), 1.0),
+    ar = allreduce_time_s(message_bytes=m / g, num_ranks=X.maximum(X.ceil(n / g), 1.0),
                           link_bandwidth_bytes_per_s=inter_bandwidth_bytes_per_s, link_latency_s=inter_latency_s,
                           algorithm=algorithm)
     return 2.0 * rs + ar

@@ -42,6 +42,7 @@ from ..calibration_data import GpuCalibration, gpu_calibration
 from ..errors import InputError
 from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_params, embedding_params, head_params,
                         kv_bytes_per_element)
+from . import elementwise as X
 from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
 from .rows import pair_groups
 
@@ -62,15 +63,15 @@ def gemm_efficiency_frac(*, m, n, k, max_frac, half_intensity):
     under-utilisation, the effect documented for cuBLAS in NVIDIA's "Matrix Multiplication Background
     User's Guide" (2023).
     """
-    m, n, k = (np.maximum(np.asarray(v, dtype=float), 1e-9) for v in (m, n, k))
+    m, n, k = X.maximum(X.asfloat(m), 1e-9), X.maximum(X.asfloat(n), 1e-9), X.maximum(X.asfloat(k), 1e-9)
     inten = 1.0 / (1.0 / m + 1.0 / n + 1.0 / k)
-    return np.clip(max_frac * inten / (inten + half_intensity), 0.0, 1.0)
+    return X.clip(max_frac * inten / (inten + half_intensity), 0.0, 1.0)
 
 
 def roofline_time_s(*, flop, bytes_moved, peak_flop_per_s, efficiency_frac, bandwidth_bytes_per_s):
     """``max(flop / (peak * eff), bytes / bandwidth)`` [s]."""
-    return np.maximum(np.asarray(flop, dtype=float) / (peak_flop_per_s * efficiency_frac),
-                      np.asarray(bytes_moved, dtype=float) / bandwidth_bytes_per_s)
+    return X.maximum(X.asfloat(flop) / (peak_flop_per_s * efficiency_frac),
+                     X.asfloat(bytes_moved) / bandwidth_bytes_per_s)
 
 
 def pipeline_bubble_frac(*, num_stages, num_microbatches, virtual_stages=1):
@@ -100,7 +101,7 @@ def _block_gemms(m, tp):
     q = m.num_heads * hd
     kvd = m.num_kv_heads * hd
     up = (2 if m.gated_mlp else 1) * m.d_ff
-    tp = np.asarray(tp, dtype=float)
+    tp = X.asfloat(tp)
     return [
         ((q + 2 * kvd) / tp, d, 1.0),  # QKV
         (d, q / tp, 1.0),  # attention output projection
@@ -124,7 +125,7 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
         else:  # routed experts: the pass runs (and reads) the experts some token picked, E (1 - (1 - k/E)^tokens)
             # of them in expectation, each on its share of the tokens x k routed rows (>= 1 row): the FLOPs are those
             # of the tokens x k rows whatever the batch, never E experts of one row each
-            experts_read = np.maximum(E * (1.0 - (1.0 - k / E) ** tokens), 1e-30)
+            experts_read = X.maximum(E * (1.0 - (1.0 - k / E) ** tokens), 1e-30)
             count = experts_read
             M = tokens * k / experts_read
         flop = 2.0 * M * n_ * k_ * count
@@ -132,14 +133,14 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
         byt = n_ * k_ * wb * experts_read + ab * tokens * (n_ + k_)
         t_c = flop / (peak_flop_per_s * eff)
         t_m = byt / hbm_bytes_per_s
-        gemm = gemm + np.maximum(t_c, t_m)
-        gemm_mem = gemm_mem + np.where(t_m > t_c, t_m, 0.0)
+        gemm = gemm + X.maximum(t_c, t_m)
+        gemm_mem = gemm_mem + X.where(t_m > t_c, t_m, 0.0)
     return gemm, gemm_mem
 
 
 def _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal: GpuCalibration):
     """Attention (flash) of one block on one GPU at ``attention_frac`` of peak [s]."""
-    attn_flop = 4.0 * m.num_heads * m.head_dim_ * np.asarray(context_attended, dtype=float) * tokens / tp
+    attn_flop = 4.0 * m.num_heads * m.head_dim_ * X.asfloat(context_attended) * tokens / tp
     return attn_flop / (peak_flop_per_s * cal.attention_frac)
 
 
@@ -156,8 +157,8 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
     mean number of keys each query attends to. Weights are read once per pass (roofline against HBM).
     Arrays broadcast (tokens, tp).
     """
-    tokens = np.asarray(tokens, dtype=float)
-    tp = np.asarray(tp, dtype=float)
+    tokens = X.asfloat(tokens)
+    tp = X.asfloat(tp)
     gemm, gemm_mem = _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal)
     attn = _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal)
     elem = _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal, sequence_parallel)
@@ -165,8 +166,8 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
 
 
 def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal):
-    tokens = np.asarray(tokens, dtype=float)
-    n_ = m.vocab_size / np.asarray(tp, dtype=float)
+    tokens = X.asfloat(tokens)
+    n_ = m.vocab_size / X.asfloat(tp)
     eff = gemm_efficiency_frac(m=tokens, n=n_, k=m.d_model, max_frac=_gemm_max(cal, precision),
                                half_intensity=cal.gemm_half_intensity)
     byt = n_ * m.d_model * max(BYTES_PER_ELEMENT[precision], 0.5)
@@ -188,27 +189,27 @@ class _Links:
         self.allreduce_latency = cal.allreduce_latency_s
 
     def tp_allreduce(self, message_bytes, tp):
-        tp = np.asarray(tp, dtype=float)
+        tp = X.asfloat(tp)
         inside = tp <= self.domain
         if self.allreduce_latency > 0:  # the engine's one-shot kernel: one latency, the ring's bytes
-            t_in = np.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * np.asarray(message_bytes) / self.nvlink_bw,
-                            0.0)
-            if inside.all():  # every group inside the scale-up domain (the across-nodes form would be discarded)
+            t_in = X.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * X.asfloat(message_bytes) / self.nvlink_bw,
+                           0.0)
+            if X.all_true(inside):  # every group inside the scale-up domain (the across-nodes form would be discarded)
                 return t_in
             t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
                                                   intra_bandwidth_bytes_per_s=self.nvlink_bw,
                                                   intra_latency_s=self.nvlink_lat, inter_bandwidth_bytes_per_s=self.net_bw,
                                                   inter_latency_s=self.net_lat, algorithm="tree")
-            return np.where(inside, t_in, t_out)
+            return X.where(inside, t_in, t_out)
         t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=self.nvlink_bw,
                                 link_latency_s=self.nvlink_lat, algorithm="tree")
-        if inside.all():
+        if X.all_true(inside):
             return t_in
         t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
                                               intra_bandwidth_bytes_per_s=self.nvlink_bw, intra_latency_s=self.nvlink_lat,
                                               inter_bandwidth_bytes_per_s=self.net_bw, inter_latency_s=self.net_lat,
                                               algorithm="tree")
-        return np.where(inside, t_in, t_out)
+        return X.where(inside, t_in, t_out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,14 +225,14 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     including its TP communication), ``num_microbatches``.
     ``recompute`` may be a string or an array of codes (0 none, 1 selective, 2 full).
     """
-    tp, pp, dp, cp, vpp, mb = (np.asarray(v, dtype=float) for v in (tp, pp, dp, cp, vpp, micro_batch))
-    rc = np.asarray(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute, dtype=float)
+    tp, pp, dp, cp, vpp, mb = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch))
+    rc = X.asfloat(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute)
     peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     L = m.num_layers
     ab = activation_bytes_per_element(precision)
-    s = np.asarray(seq_len, dtype=float)
+    s = X.asfloat(seq_len)
     tokens = mb * s / cp  # tokens per micro-batch per GPU's sequence shard
     attended = (s + 1.0) / 2.0  # causal
     t_fwd, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
@@ -239,36 +240,36 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                         sequence_parallel=sequence_parallel)
     # backward: activation gradients (1x) + weight gradients (1x, not for frozen LoRA bases)
     bwd_factor = 1.0 if trainable == "lora" else 2.0
-    t_recompute = np.where(rc >= 2, t_fwd, np.where(rc >= 1, parts["attention"], 0.0))
+    t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
     t_layer_compute = t_fwd * (1.0 + bwd_factor) + t_recompute + parts["attention"] * 0.5  # flash bwd ~2.5x fwd
     # tensor parallel: 2 collectives per block per pass (fwd, bwd, recomputed fwd)
     msg = ab * tokens * m.d_model
     t_ar = links.tp_allreduce(msg, tp)
-    n_tp = 4.0 + np.where(rc >= 2, 2.0, 0.0)
+    n_tp = 4.0 + X.where(rc >= 2, 2.0, 0.0)
     t_tp = n_tp * t_ar * (1.0 - cal.tp_overlap_frac)
     # context parallel: ring-pass K/V, hidden behind attention
     kvd = m.num_kv_heads * m.head_dim_
-    cp_bytes = 2.0 * kvd / np.minimum(tp, m.num_kv_heads) * tokens * ab * (cp - 1.0)
-    cp_bw = np.where(tp * cp <= links.domain, links.nvlink_bw, links.net_bw)
-    t_cp = 3.0 * np.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
+    cp_bytes = 2.0 * kvd / X.minimum(tp, m.num_kv_heads) * tokens * ab * (cp - 1.0)
+    cp_bw = X.where(tp * cp <= links.domain, links.nvlink_bw, links.net_bw)
+    t_cp = 3.0 * X.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
     t_layer = t_layer_compute + t_tp + t_cp
     if single_layer:
-        z = np.zeros_like(t_layer)
+        z = X.zeros_like(t_layer)
         return {"step_s": t_layer, "layer_s": t_layer, "compute_s": t_layer_compute, "tp_comm_s": t_tp,
                 "bubble_s": z, "p2p_s": z, "dp_exposed_s": z, "dp_comm_s": z, "optimizer_s": z,
-                "num_microbatches": np.ones_like(t_layer)}
-    layers_stage = np.ceil(L / pp)
+                "num_microbatches": X.ones_like(t_layer)}
+    layers_stage = X.ceil(L / pp)
     t_head = _head_forward_time_s(m, tokens=tokens, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
                                   precision=precision, cal=cal) * 3.0
     t_mb = layers_stage * t_layer + t_head  # the last stage (the slowest) also runs the LM head
     # point-to-point between stages (scatter/gather: 1/tp of the activation each), fwd + bwd, v times
     p2p_bytes = ab * tokens * m.d_model / tp
     cross = tp * cp * dp >= links.per_node  # neighbours in the pipeline sit in other nodes
-    p2p_bw = np.where(cross, links.net_bw, links.nvlink_bw)
-    p2p_lat = np.where(cross, links.net_lat, links.nvlink_lat)
-    t_p2p = np.where(pp > 1, 2.0 * vpp * send_recv_time_s(message_bytes=p2p_bytes, link_bandwidth_bytes_per_s=p2p_bw,
+    p2p_bw = X.where(cross, links.net_bw, links.nvlink_bw)
+    p2p_lat = X.where(cross, links.net_lat, links.nvlink_lat)
+    t_p2p = X.where(pp > 1, 2.0 * vpp * send_recv_time_s(message_bytes=p2p_bytes, link_bandwidth_bytes_per_s=p2p_bw,
                                                           link_latency_s=p2p_lat), 0.0)
-    nmb = np.maximum(np.asarray(global_batch, dtype=float) / (dp * mb), 1.0)
+    nmb = X.maximum(X.asfloat(global_batch) / (dp * mb), 1.0)
     t_unit = t_mb + t_p2p
     t_pipe = t_unit * (nmb + (pp - 1.0) / vpp)
     bubble = t_unit * (pp - 1.0) / vpp
@@ -276,17 +277,17 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     params_stage = _stage_params(m, pp, trainable)
     grad_bytes = params_stage / tp * 2.0
     ranks = dp * cp
-    ranks_node = np.maximum(np.floor(links.per_node / tp), 1.0)
-    ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=np.minimum(ranks_node, ranks),
+    ranks_node = X.maximum(X.floor(links.per_node / tp), 1.0)
+    ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=X.minimum(ranks_node, ranks),
                                        intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
     ag = 0.5 * ar  # one all-gather of the 16-bit parameters ~ half an all-reduce
-    zs = np.asarray(zero_stage, dtype=float)
-    t_dp = np.where(zs >= 3, ar + 2.0 * nmb * ag, ar)
+    zs = X.asfloat(zero_stage)
+    t_dp = X.where(zs >= 3, ar + 2.0 * nmb * ag, ar)
     compute_total = nmb * layers_stage * t_layer_compute
-    exposed = np.maximum(t_dp - cal.dp_overlap_frac * compute_total, 0.0)
+    exposed = X.maximum(t_dp - cal.dp_overlap_frac * compute_total, 0.0)
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
-    opt_params = params_stage / tp / np.where(zs >= 1, ranks, 1.0)
+    opt_params = params_stage / tp / X.where(zs >= 1, ranks, 1.0)
     t_opt = opt_params * 36.0 / hbm
     step = t_pipe + exposed + t_opt + cal.train_step_overhead_s
     return {"step_s": step, "layer_s": t_layer, "compute_s": nmb * t_mb, "tp_comm_s": nmb * layers_stage * t_tp,
@@ -303,10 +304,10 @@ def time_to_train(*, step_s, tokens_per_step, train_tokens, num_gpus):
 def _stage_params(m, pp, trainable="full"):
     blk = block_params(m)[0]
     if trainable == "lora":
-        return np.zeros_like(np.asarray(pp, dtype=float))
-    pp = np.asarray(pp, dtype=float)
+        return X.zeros_like(X.asfloat(pp))
+    pp = X.asfloat(pp)
     edge = max(embedding_params(m), head_params(m))
-    return np.ceil(m.num_layers / pp) * blk + np.where(pp > 1, edge, embedding_params(m) + head_params(m))
+    return X.ceil(m.num_layers / pp) * blk + X.where(pp > 1, edge, embedding_params(m) + head_params(m))
 
 
 def model_flop_per_token(m, *, seq_len, recompute_counted=False) -> float:
@@ -339,15 +340,15 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     Returns ``(latency_s, stage_s, parts)``: the pass's latency, the busy time of its slowest pipeline stage
     (the last: its blocks plus the LM head; equal to the latency at ``pp = 1``) and the parts [s].
     """
-    tokens = np.maximum(np.asarray(tokens, dtype=float), 1e-12)
-    tp = np.asarray(tp, dtype=float)
+    tokens = X.maximum(X.asfloat(tokens), 1e-12)
+    tp = X.asfloat(tp)
     peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
-    attended = np.asarray(attn_pairs, dtype=float) / tokens
+    attended = X.asfloat(attn_pairs) / tokens
     # the terms that depend only on the pass's tokens and the TP degree (GEMMs, element-wise, TP all-reduce, the
     # stage-to-stage hop) once per distinct pair: a decode round's passes repeat a few micro-batch sizes
-    groups = pair_groups(tokens, tp)
+    groups = pair_groups(tokens, tp) if isinstance(tokens, np.ndarray) else None
     tk, tq = (tokens, tp) if groups is None else (tokens[groups[0]], tp[groups[0]])
     gemm, gemm_mem = _block_gemms_s(m, tk, tq, peak, hbm, precision, cal)
     elem = _elementwise_s(m, tk, tq, hbm, cal)
@@ -359,13 +360,13 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
         gemm, gemm_mem, elem, t_tp, hop = gemm[inv], gemm_mem[inv], elem[inv], t_tp[inv], hop[inv]
     attn = _attention_s(m, attended, tokens, tp, peak, cal)
     t_blk = gemm + attn + elem
-    kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / np.minimum(tp, m.num_kv_heads)
-    t_kv = kv_tok * np.asarray(kv_read_tokens, dtype=float) / hbm
-    t_attn = np.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
+    kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / X.minimum(tp, m.num_kv_heads)
+    t_kv = kv_tok * X.asfloat(kv_read_tokens) / hbm
+    t_attn = X.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
     t_blk = t_blk - attn + t_attn
     launch = cal.layer_overhead_s + cal.layer_launch_s
     t_layer = t_blk + t_tp + launch
-    logits = np.asarray(logits_rows, dtype=float)
+    logits = X.asfloat(logits_rows)
     if groups is not None and logits.shape == tokens.shape and np.array_equal(logits[groups[0]][groups[1]], logits):
         # one logits count per (tokens, TP) pair, as in every decode round: the LM head once per pair too
         t_head = _head_forward_time_s(m, tokens=logits[groups[0]], tp=tq, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
@@ -373,13 +374,13 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     else:
         t_head = _head_forward_time_s(m, tokens=logits, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
                                       precision=precision, cal=cal)
-    pp = np.asarray(pp, dtype=float)
+    pp = X.asfloat(pp)
     p2p = (pp - 1.0) * hop
     L = m.num_layers
     host = cal.step_overhead_s + cal.step_host_s
     total = L * t_layer + t_head + p2p + host
-    stage = np.ceil(L / pp) * t_layer + t_head + np.where(pp > 1, hop, 0.0) + host
-    stage = np.minimum(stage, total)
+    stage = X.ceil(L / pp) * t_layer + t_head + X.where(pp > 1, hop, 0.0) + host
+    stage = X.minimum(stage, total)
     parts = {"gemm": L * gemm, "gemm_memory_bound": L * gemm_mem, "attention": L * t_attn,
              "kv_read": L * t_kv, "elementwise": L * elem, "tp_comm": L * t_tp,
              "overhead": L * launch + host, "lm_head": t_head, "p2p": p2p}

@@ -93,16 +93,10 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     C = np.asarray(context, dtype=float)
     L = max(w.num_blocks, 1)
     per_stage = np.ceil(L / pp)
-    blocks = w.kind == KIND_BLOCK
-    blk_w = float(w.weight_bytes[blocks].max()) if blocks.any() else 0.0
-    blk_p = float(w.params[blocks].max()) if blocks.any() else 0.0
-    edge_w = float(w.weight_bytes[~blocks].max()) if (~blocks).any() else 0.0
-    edge_p = float(w.params[~blocks].max()) if (~blocks).any() else 0.0
-    if w.tied_head_bytes:
-        edge_w = max(edge_w, w.tied_head_bytes)
+    blocks, blk_w, blk_p, edge_w, edge_p, edge_w_sum, edge_p_sum, act_l, ck_l = _layer_figures(w)
     single = pp == 1
-    stage_w = per_stage * blk_w + np.where(single, float(w.weight_bytes[~blocks].sum()), edge_w)
-    stage_p = per_stage * blk_p + np.where(single, float(w.params[~blocks].sum()), edge_p)
+    stage_w = per_stage * blk_w + np.where(single, edge_w_sum, edge_w)
+    stage_p = per_stage * blk_p + np.where(single, edge_p_sum, edge_p)
     weights = stage_w / tp
     # KV heads split over TP up to their number; a latent (MLA) cache is one vector per token, replicated on every
     # TP rank (DeepSeek-V3 report, sec. 2.1.1)
@@ -114,8 +108,6 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
         grads = np.where(zs >= 2, grads / dp, grads)
         opt = stage_p * adam_state_bytes_per_param / tp
         opt = np.where(zs >= 1, opt / dp, opt)
-        act_l = float(w.activation_bytes_per_token[blocks].max()) if blocks.any() else 0.0
-        ck_l = float(w.checkpoint_bytes_per_token[blocks].max()) if blocks.any() else 0.0
         repl = 4.0 * w.arch.d_model if w.arch is not None else 0.0
         per_tok = gpu_activation_bytes_per_token_layer(activation_bytes_per_token=act_l, checkpoint_bytes_per_token=ck_l,
                                                        replicated_bytes_per_token=repl, tp=tp, recompute=rc)
@@ -139,6 +131,33 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
         z = np.zeros_like(kv + act + weights)
         out = dict(weights=weights + z, optimizer=z, kv_cache=kv + z, activations=act + z)
     out["total"] = out["weights"] + out["optimizer"] + out["kv_cache"] + out["activations"]
+    return out
+
+
+_FIGURES: dict = {}
+
+
+def _layer_figures(w):
+    """The per-layer reductions :func:`gpu_layout_memory` needs, once per workload (a frozen dataclass): the block
+    mask, the largest block's weight bytes and parameters, the largest edge layer's (embedding, head; a tied head's
+    bytes at least) and the edge layers' sums, the largest block activation and checkpoint bytes per token."""
+    hit = _FIGURES.get(id(w))
+    if hit is not None and hit[0] is w:
+        return hit[1]
+    blocks = w.kind == KIND_BLOCK
+    blk_w = float(w.weight_bytes[blocks].max()) if blocks.any() else 0.0
+    blk_p = float(w.params[blocks].max()) if blocks.any() else 0.0
+    edge_w = float(w.weight_bytes[~blocks].max()) if (~blocks).any() else 0.0
+    edge_p = float(w.params[~blocks].max()) if (~blocks).any() else 0.0
+    if w.tied_head_bytes:
+        edge_w = max(edge_w, w.tied_head_bytes)
+    act_l = float(w.activation_bytes_per_token[blocks].max()) if blocks.any() else 0.0
+    ck_l = float(w.checkpoint_bytes_per_token[blocks].max()) if blocks.any() else 0.0
+    out = (blocks, blk_w, blk_p, edge_w, edge_p, float(w.weight_bytes[~blocks].sum()), float(w.params[~blocks].sum()),
+           act_l, ck_l)
+    if len(_FIGURES) >= 64:
+        _FIGURES.clear()
+    _FIGURES[id(w)] = (w, out)  # the entry keeps w alive: its id is not reused while the entry stands
     return out
 
 

@@ -73,7 +73,9 @@ def pair_groups(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.n
     bi = second.astype(np.int64)
     if not np.array_equal(bi, second):
         return None
-    key = ((ai << _SECOND_BITS) | bi) << _INDEX_BITS
+    key = np.left_shift(ai, _SECOND_BITS + _INDEX_BITS, out=ai)  # (pair << INDEX_BITS) | row, in place
+    bi <<= _INDEX_BITS
+    key |= bi
     key |= np.arange(n, dtype=np.int64)
     key.sort()
     idx = key & ((1 << _INDEX_BITS) - 1)
@@ -81,9 +83,12 @@ def pair_groups(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.n
     new = np.empty(n, dtype=bool)
     new[0] = True
     np.not_equal(key[1:], key[:-1], out=new[1:])
-    groups = np.cumsum(new) - 1
-    if groups[-1] + 1 > MAX_DISTINCT_FRAC * n:
+    starts = np.flatnonzero(new)
+    if len(starts) > MAX_DISTINCT_FRAC * n:
         return None
+    sizes = np.empty(len(starts), dtype=np.intp)
+    np.subtract(starts[1:], starts[:-1], out=sizes[:-1])
+    sizes[-1] = n - starts[-1]
     inverse = np.empty(n, dtype=np.intp)
-    inverse[idx] = groups
-    return idx[new], inverse
+    inverse[idx] = np.repeat(np.arange(len(starts), dtype=np.intp), sizes)  # the group of each sorted row
+    return idx[starts], inverse

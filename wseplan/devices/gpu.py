@@ -12,8 +12,11 @@ stage, the three recompute policies and ZeRO 0-3 (each unless fixed by an option
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from ..analytic import elementwise as X
 from ..analytic import gpu_time as G
 from ..analytic.memory import RECOMPUTE, gpu_layout_memory
 from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
@@ -42,6 +45,29 @@ def layout_memory(w, catalog, *, tp, pp, dp, zero_stage=1, recompute="selective"
                              prefill_chunk_tokens=d.prefill_chunk_tokens.si, working_tokens=working_tokens)
 
 
+#: memo of what a context derives from immutable inputs (the workload of a model, a profile's calibration), keyed by
+#: the inputs' identities; each entry keeps its inputs alive, so an id is not reused while its entry stands
+_MEMO: dict = {}
+_MEMO_SIZE = 64
+
+
+def _memo(key: tuple, inputs: tuple, make):
+    hit = _MEMO.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], inputs)):
+        return hit[1]
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    value = make()
+    _MEMO[key] = (inputs, value)
+    return value
+
+
+def _profile_calibration(cal: GpuCalibration, profile) -> GpuCalibration:
+    """The calibration with a software profile's constants (:func:`~wseplan.calibration_data.profile_constants`)."""
+    over = {k: v for k, v in profile_constants(profile).items() if hasattr(cal, k)}
+    return cal.replace(**over) if over else cal
+
+
 class GpuContext:
     """Everything a GPU query needs, computed once."""
 
@@ -61,13 +87,14 @@ class GpuContext:
         except ValueError:
             raise InputError(f"precision: {self.gpu.name} has no {q.precision} rate; choose another precision") from None
         cal = gpu_calibration()
-        over = {k: v for k, v in profile_constants(q.software).items() if hasattr(cal, k)}
-        self.cal: GpuCalibration = cal.replace(**over) if over else cal
+        self.cal: GpuCalibration = _memo(("cal", id(cal), id(q.software)), (cal, q.software),
+                                         lambda: _profile_calibration(cal, q.software))
         self.engine = q.software.engine
         self.reserve = float(q.options.get("reserve", d.gpu_hbm_reserve_frac.si))
         self.capacity = self.gpu.hbm_bytes.si * (1.0 - self.reserve)
         wphase = "train" if q.phase == "train" else "decode"
-        self.w = build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1)
+        self.w = _memo(("w", id(self.m), id(cat), q.precision, wphase), (self.m, cat),
+                       lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1))
         self.grad_bytes = d.gradient_bytes_per_param.si
         self.adam_bytes = d.adam_state_bytes_per_param.si
         self.chunk = d.prefill_chunk_tokens.si
@@ -136,7 +163,8 @@ class GpuFamily(InferenceMixin, Family):
         elif r.get("time.micro_batches") is not None:
             lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
         L = ctx.num_layers
-        edges = np.linspace(0, L, pp + 1).round().astype(int)
+        step = L / pp  # np.linspace(0, L, pp + 1) rounded, in Python floats: i * step, the last edge L itself
+        edges = [round(i * step) for i in range(pp)] + [L]
         stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
         return lay, {"stages": stages}, []
@@ -147,6 +175,8 @@ class GpuFamily(InferenceMixin, Family):
         :meth:`default_layout` and may not fit)."""
         cols = self.columns(ctx.q.phase)
         n = len(cfg["batch"])
+        if all(c in cfg for c in cols) and not any(np.isnan(cfg[c]).any() for c in cols):  # every layout given
+            return {k: np.asarray(v, dtype=float) for k, v in cfg.items()}, np.arange(n, dtype=np.int64)
         vals = np.stack([np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan) for c in cols], axis=1)
         known = ~np.isnan(vals)
         full = known.all(axis=1)
@@ -299,16 +329,12 @@ class GpuFamily(InferenceMixin, Family):
 
     def pass_time(self, ctx: GpuContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
                   prefill_kv, prefill_seqs, new_per_seq=1.0):
-        tp = cfg["tp"][rows]
-        pp = cfg["pp"][rows]
-        dec_tok = decode_seqs * new_per_seq
-        tokens = dec_tok + prefill_tokens
-        pairs = dec_tok * (decode_kv + (new_per_seq + 1.0) / 2.0) + prefill_tokens * (prefill_kv + (prefill_span + 1.0) / 2.0)
-        kv_read = decode_seqs * (decode_kv + new_per_seq) + prefill_seqs * (prefill_kv + prefill_span)
-        lat, stage, parts = G.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, tokens=tokens, attn_pairs=pairs,
-                                          kv_read_tokens=kv_read, logits_rows=decode_seqs * new_per_seq + prefill_seqs,
-                                          tp=tp, pp=pp, cal=ctx.cal)
-        return lat, stage, _infer_breakdown(parts)
+        cols = dict(tp=cfg["tp"][rows], pp=cfg["pp"][rows], decode_seqs=decode_seqs, decode_kv=decode_kv,
+                    prefill_tokens=prefill_tokens, prefill_span=prefill_span, prefill_kv=prefill_kv,
+                    prefill_seqs=prefill_seqs)
+        pass_fn = partial(_pass, ctx, new_per_seq=new_per_seq)
+        out = X.by_rows(pass_fn, len(cols["tp"]), cols)  # a few rows (one question): Python floats, same numbers
+        return out if out is not None else pass_fn(**cols)
 
     def flop_per_token(self, ctx: GpuContext, context) -> np.ndarray:
         return G.model_flop_per_token(ctx.m, seq_len=np.asarray(context, dtype=float)) / 3.0
@@ -318,10 +344,14 @@ class GpuFamily(InferenceMixin, Family):
 
     def _train_time(self, ctx: GpuContext, cfg: dict) -> dict:
         B, C = cfg["batch"], cfg["context"]
-        r = G.train_step(ctx.m, ctx.gpu, precision=ctx.q.precision, seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"],
-                         dp=cfg["dp"], cp=ctx.cp, vpp=cfg["vpp"], micro_batch=cfg["micro_batch"], recompute=cfg["recompute"],
-                         zero_stage=cfg["zero_stage"], sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable,
-                         single_layer=ctx.single_layer, cal=ctx.cal)
+        step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision, cp=ctx.cp,
+                          sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
+                          cal=ctx.cal)
+        cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], vpp=cfg["vpp"],
+                    micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"])
+        r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers
+        if r is None:
+            r = step_fn(**cols)
         step = r["step_s"]
         tokens = B * C
         flops = G.model_flop_per_token(ctx.m, seq_len=C) * tokens
@@ -335,13 +365,26 @@ class GpuFamily(InferenceMixin, Family):
                     num_microbatches=r["num_microbatches"])
 
 
+def _pass(ctx: GpuContext, *, tp, pp, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
+          new_per_seq):
+    """One forward pass (see :meth:`GpuFamily.pass_time`) of arrays of rows, or of one row in Python floats."""
+    dec_tok = decode_seqs * new_per_seq
+    tokens = dec_tok + prefill_tokens
+    pairs = dec_tok * (decode_kv + (new_per_seq + 1.0) / 2.0) + prefill_tokens * (prefill_kv + (prefill_span + 1.0) / 2.0)
+    kv_read = decode_seqs * (decode_kv + new_per_seq) + prefill_seqs * (prefill_kv + prefill_span)
+    lat, stage, parts = G.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, tokens=tokens, attn_pairs=pairs,
+                                      kv_read_tokens=kv_read, logits_rows=decode_seqs * new_per_seq + prefill_seqs,
+                                      tp=tp, pp=pp, cal=ctx.cal)
+    return lat, stage, _infer_breakdown(parts)
+
+
 def _infer_breakdown(parts: dict) -> dict:
     """Inference parts by bottleneck name: compute, hbm_bandwidth, nvlink, overhead [s]."""
     gemm = parts["gemm"] + parts["lm_head"]
     gemm_mem = parts["gemm_memory_bound"]
     kv, att = parts["kv_read"], parts["attention"]
-    return {"compute": gemm - gemm_mem + np.maximum(att - kv, 0.0),
-            "hbm_bandwidth": gemm_mem + np.minimum(kv, att) + parts["elementwise"],
+    return {"compute": gemm - gemm_mem + X.maximum(att - kv, 0.0),
+            "hbm_bandwidth": gemm_mem + X.minimum(kv, att) + parts["elementwise"],
             "nvlink": parts["tp_comm"] + parts["p2p"],
             "overhead": parts["overhead"]}
 
