@@ -217,14 +217,18 @@ class _Links:
 # ---------------------------------------------------------------------------------------------
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
-               cal: GpuCalibration):
+               attention_kernel="flash", cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
     ``dp_exposed_s``, ``dp_comm_s``, ``optimizer_s``, ``layer_s`` (one block's fwd+bwd of one micro-batch,
     including its TP communication), ``num_microbatches``.
-    ``recompute`` may be a string or an array of codes (0 none, 1 selective, 2 full).
+    ``recompute`` may be a string or an array of codes (0 none, 1 selective, 2 full). ``attention_kernel``:
+    ``"flash"`` (fused, causal blocks skipped: FlashAttention, 2022 on) or ``"materialized"`` (the frameworks before
+    it: the full s x s score matrix computed and passed through HBM, :func:`materialized_scores_s`).
     """
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
     tp, pp, dp, cp, vpp, mb = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch))
     rc = X.asfloat(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute)
     peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
@@ -234,7 +238,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ab = activation_bytes_per_element(precision)
     s = X.asfloat(seq_len)
     tokens = mb * s / cp  # tokens per micro-batch per GPU's sequence shard
-    attended = (s + 1.0) / 2.0  # causal
+    # causal: flash skips the masked half; a materialized score matrix is computed whole and masked
+    attended = (s + 1.0) / 2.0 if attention_kernel == "flash" else s
     t_fwd, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
                                         hbm_bytes_per_s=hbm, precision=precision, cal=cal,
                                         sequence_parallel=sequence_parallel)
@@ -242,6 +247,9 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     bwd_factor = 1.0 if trainable == "lora" else 2.0
     t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
     t_layer_compute = t_fwd * (1.0 + bwd_factor) + t_recompute + parts["attention"] * 0.5  # flash bwd ~2.5x fwd
+    if attention_kernel == "materialized":
+        t_layer_compute = t_layer_compute + materialized_scores_s(m, tokens=tokens, seq_len=s, tp=tp, recompute=rc,
+                                                                  hbm_bytes_per_s=hbm)
     # tensor parallel: 2 collectives per block per pass (fwd, bwd, recomputed fwd)
     msg = ab * tokens * m.d_model
     t_ar = links.tp_allreduce(msg, tp)
@@ -293,6 +301,27 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     return {"step_s": step, "layer_s": t_layer, "compute_s": nmb * t_mb, "tp_comm_s": nmb * layers_stage * t_tp,
             "bubble_s": bubble, "p2p_s": nmb * t_p2p, "dp_exposed_s": exposed, "dp_comm_s": t_dp,
             "optimizer_s": t_opt, "num_microbatches": nmb}
+
+
+#: attention implementations of a training step (``train_step(attention_kernel=...)``)
+ATTENTION_KERNELS = ("flash", "materialized")
+#: HBM bytes per attention-score element and layer of an unfused attention (Korthikanti et al. 2022, section 4.1:
+#: the forward stores 5 bytes per score element, the 16-bit softmax input and output and a 1-byte dropout mask, plus
+#: the 16-bit dropout output; each written once and read once): forward 10 B; backward 15 B (each stored tensor read,
+#: the gradients of the dropout output, the softmax output and the scores written and read once)
+SCORE_BYTES_FWD = 10.0
+SCORE_BYTES_BWD = 15.0
+
+
+def materialized_scores_s(m, *, tokens, seq_len, tp, recompute, hbm_bytes_per_s):
+    """HBM time [s] of one block's attention-score matrices over a training micro-batch (forward, backward and a
+    recomputed forward when ``recompute`` >= 1), when the attention is not fused: each of ``tokens`` queries scores
+    all ``seq_len`` keys in each of the GPU's ``num_heads / tp`` heads, and every score element crosses HBM
+    :data:`SCORE_BYTES_FWD` + :data:`SCORE_BYTES_BWD` bytes (plus a forward's again when recomputed)."""
+    heads = m.num_heads / X.minimum(X.asfloat(tp), float(m.num_heads))
+    elems = heads * X.asfloat(tokens) * X.asfloat(seq_len)
+    per_elem = SCORE_BYTES_FWD + SCORE_BYTES_BWD + X.where(X.asfloat(recompute) >= 1, SCORE_BYTES_FWD, 0.0)
+    return elems * per_elem / hbm_bytes_per_s
 
 
 def time_to_train(*, step_s, tokens_per_step, train_tokens, num_gpus):

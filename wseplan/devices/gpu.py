@@ -102,6 +102,10 @@ class GpuContext:
         self.trainable = q.options.get("trainable", "full")
         self.cp = float(q.options.get("context_parallel", 1))
         self.single_layer = bool(q.options.get("single_layer", False))
+        self.attention_kernel = q.options.get("attention_kernel", "flash")
+        if self.attention_kernel not in G.ATTENTION_KERNELS:
+            raise InputError(f"attention_kernel: {self.attention_kernel!r} is not an attention implementation; choose "
+                             f"one of {', '.join(G.ATTENTION_KERNELS)}")
         domain = int(self.gpu.scale_up_domain_gpus.si)
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
@@ -112,7 +116,8 @@ class GpuFamily(InferenceMixin, Family):
     name = "gpu"
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
-    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer") + SPEC_OPTIONS
+    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer",
+               "attention_kernel") + SPEC_OPTIONS
 
     @property
     def layout_columns(self):  # both sets; a query uses one
@@ -346,7 +351,7 @@ class GpuFamily(InferenceMixin, Family):
         B, C = cfg["batch"], cfg["context"]
         step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision, cp=ctx.cp,
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
-                          cal=ctx.cal)
+                          attention_kernel=ctx.attention_kernel, cal=ctx.cal)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"])
         r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers

@@ -105,6 +105,24 @@ def speculation_of(case, catalog) -> tuple[bool | None, str | None]:
     return m.group(1).lower() == "yes", draft
 
 
+_ATTENTION = re.compile(r"\battention_kernel=(flash|materialized)\b")
+_YEAR = re.compile(r"\b(19[89]\d|20[0-3]\d)\b")
+#: the last year whose published training runs predate fused (flash) attention in the training frameworks
+#: (FlashAttention: Dao et al. 2022; Megatron-LM, whose 2021-2022 runs materialize the scores, took it up in 2023)
+LAST_MATERIALIZED_YEAR = 2022
+
+
+def attention_kernel_of(case) -> str:
+    """The attention implementation of a training row's run: ``attention_kernel=flash|materialized`` in its notes;
+    else ``materialized`` when its citation names a year up to :data:`LAST_MATERIALIZED_YEAR` (a run of that time),
+    ``flash`` (current frameworks) otherwise."""
+    m = _ATTENTION.search(case.notes or "")
+    if m:
+        return m.group(1)
+    years = [int(y) for y in _YEAR.findall(case.source.split(" (")[0].split(",")[0])]
+    return "materialized" if years and max(years) <= LAST_MATERIALIZED_YEAR else "flash"
+
+
 def _need_fit(r):
     """A measured run happened, so it fitted: rows the (conservative) memory model refuses are still timed
     (``require_fit=False``); only a prediction without a time is skipped."""
