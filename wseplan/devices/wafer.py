@@ -365,10 +365,10 @@ class WaferFamily(InferenceMixin, Family):
         dkv = decode_kv
         rows_all = dtok + ptok
         kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
-        region = fkern.Region(r_, c_)  # line terms shared by the pass's kernels
+        region = fkern.Region.of(r_, c_)  # line terms shared by the pass's kernels
         any_d = has_d.any()
         # (a) and the decode rows of (b) as one array pass: the first n entries every token, the next n the decode tokens
-        reg2 = fkern.Region(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d else region
+        reg2 = fkern.Region.of(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d else region
         both = wt.decode_block_cycles_array(
             arch=ctx.m, batch=np.concatenate([np.maximum(rows_all, 1.0), np.maximum(dtok, 1.0)]) if any_d else
             np.maximum(rows_all, 1.0), context=np.concatenate([kv_all, dkv]) if any_d else kv_all, rows=reg2.P,
