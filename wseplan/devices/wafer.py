@@ -134,7 +134,8 @@ class WaferFamily(InferenceMixin, Family):
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         a = ctx.w.working_set_bytes_per_token * work
-        kmin = greedy_stage_counts(ctx.items(B, kv, np.ones(n, dtype=bool)), ctx.items(B, kv, np.zeros(n, dtype=bool)),
+        kvr = kv_bytes_rows(ctx.w, B, kv)  # the items' KV bytes (ctx.items without computing them twice)
+        kmin = greedy_stage_counts(ctx.weights(n, np.ones(n, dtype=bool)) + kvr, ctx.weights(n, np.zeros(n, dtype=bool)) + kvr,
                                    a, ctx.cap)
         N = ctx.count
         # per row: the given replica size; without a count the fewest wafers that fit; with N wafers every size from
