@@ -79,7 +79,14 @@ def _reduce_kwargs(fk: dict) -> dict:
 def _stacked(region, *operands) -> list[np.ndarray]:
     """Each group of operands broadcast to one shape (theirs and the region's) and stacked along a new first axis
     (one entry per kernel), so a block's kernels run as one array pass."""
-    shape = np.broadcast_shapes(region.P.shape, region.Q.shape, *(np.shape(v) for group in operands for v in group))
+    shapes = {region.P.shape, region.Q.shape}
+    for group in operands:
+        for v in group:
+            if type(v) is np.ndarray:
+                shapes.add(v.shape)
+            elif not isinstance(v, (float, int, np.generic)):
+                shapes.add(np.shape(v))
+    shape = shapes.pop() if len(shapes) == 1 else np.broadcast_shapes(*shapes)
     out = []
     for group in operands:
         a = np.empty((len(group), *shape))
