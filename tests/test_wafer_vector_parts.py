@@ -1,7 +1,7 @@
 """The building blocks of the vectorized wafer path give, bit for bit, what the one-at-a-time forms give (issue 14).
 
 Each fast form is checked against the plain form it replaces, on inputs chosen to make ties and edge cases
-likely: the batched min-max partition (bisection and pointer walk) against the scalar dynamic program, the tree
+likely: the batched min-max partition (bisection, pointer walk, and the walk on Python floats for a few rows) against the scalar dynamic program, the tree
 critical path from its table against the unrolled evaluation, the one-pass GEMV parts against three calls of the
 GEMV, the few-rows greedy stage count against the vectorized one, and the distinct-row helper.
 """
@@ -29,9 +29,11 @@ def _items(rng, kind, N, n):
     return np.full((N, n), 1e9 + 0.1) + rng.integers(0, 3, size=(N, n)) * 1e-7  # ties up to rounding
 
 
-@pytest.mark.parametrize("walk_min_rows", [1, 10**9], ids=["walk", "bisection"])
-def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows):
+@pytest.mark.parametrize("walk_min_rows,rows_max", [(1, 0), (10**9, 0), (10**9, 10**9)],
+                         ids=["walk", "bisection", "python-rows"])
+def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows, rows_max):
     monkeypatch.setattr(P, "WALK_MIN_ROWS", walk_min_rows)
+    monkeypatch.setattr(P, "ROWS_MAX", rows_max)
     rng = np.random.default_rng(11)
     for trial in range(24):
         n = int(rng.integers(2, 30))

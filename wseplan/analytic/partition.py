@@ -424,6 +424,43 @@ def _dp_stage_walk(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tu
     return val.T, arg.T
 
 
+def _dp_stage_rows(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_dp_stage_walk` row by row on Python floats, for a few rows (a single question): the same pointer walk,
+    the same IEEE additions, subtractions and comparisons in the same order, without numpy's cost per call."""
+    M, W = dp.shape
+    val = np.full((M, W), np.inf)
+    arg = np.zeros((M, W), dtype=np.int64)
+    inf = float("inf")
+    for row in range(M):
+        g, p, ar = dp[row].tolist(), pre[row].tolist(), float(a[row])
+        vals, args = [inf] * W, [0] * W
+        c = s - 1
+        for j in range(s, W):
+            pj = p[j]
+            while c < j and g[c] < (pj - p[c]) + ar:  # advance to the first i with g(i) >= h(i, j) (or j)
+                c += 1
+            has_h = c >= s
+            hv = (pj - p[c - 1]) + ar if has_h else inf
+            gv = g[c] if c <= j - 1 else inf
+            use_h = has_h and hv <= gv
+            i = c - 1 if use_h else c
+            if use_h:
+                while i > s - 1 and (pj - p[i - 1]) + ar <= hv:  # back to the start of h's plateau
+                    i -= 1
+            args[j] = i
+            gi, hi = g[i], (pj - p[i]) + ar
+            vals[j] = gi if (gi >= hi or gi != gi) else hi  # np.maximum: the larger, NaN if either is
+            if hi != hi:
+                vals[j] = hi
+        val[row] = vals
+        arg[row] = args
+    return val, arg
+
+
+#: chunks of at most this many rows take :func:`_dp_stage_rows`
+ROWS_MAX = 4
+
+
 #: chunks of at least this many rows take :func:`_dp_stage_walk` (fewer array steps per row, more per chunk)
 WALK_MIN_ROWS = 2048
 
@@ -440,7 +477,7 @@ def _dp_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int) -> tuple[np.ndarray
     pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
     dp = np.maximum(0.0, pre - pre[:, :1] + a[:, None])
     dp[:, 0] = np.inf
-    stage = _dp_stage_walk if M >= WALK_MIN_ROWS else _dp_stage
+    stage = _dp_stage_walk if M >= WALK_MIN_ROWS else _dp_stage_rows if M <= ROWS_MAX else _dp_stage
     args = {}
     for s in range(2, k):
         dp, args[s] = stage(dp, pre, a, s)
