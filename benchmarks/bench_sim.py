@@ -9,7 +9,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from wseplan.sim import MeshParams, decode_layer, gemv, simulate_stream  # noqa: E402
+from wseplan.catalog import load_catalog  # noqa: E402
+from wseplan.sim import decode_layer, gemv, simulate_stream  # noqa: E402
+from wseplan.sim.catalog_params import mesh_params_from_catalog  # noqa: E402
 
 
 def median_time(fn, repeats):
@@ -22,7 +24,8 @@ def median_time(fn, repeats):
 
 
 def main():
-    w3, w2 = MeshParams.wse3(), MeshParams.wse2()
+    cat = load_catalog()
+    w3, w2 = (mesh_params_from_catalog(cat.wafers[k]) for k in ("wse3", "wse2"))
     t, r = median_time(lambda: gemv(w3, k=32768, n=32768, region=(w3.rows, w3.cols)), 5)
     print(f"GEMV 32768x32768 on WSE-3 {w3.rows}x{w3.cols}: {t:.3f} s (target <= 1 s)  "
           f"-> {r.cycles:.0f} cycles, bottleneck {r.bottleneck}")

@@ -98,11 +98,12 @@ def test_allreduce_is_two_reductions_and_two_broadcasts():
 
 @pytest.mark.parametrize("k,n,region", [(16384, 16384, (750, 750)), (4096, 4096, (420, 420)),
                                         (4096, 14336, (360, 360)), (2048, 2048, (64, 64))])
-def test_gemv_closed_form_tracks_simulator(k, n, region):
+def test_gemv_closed_form_tracks_simulator(catalog, k, n, region):
     """The closed form (no kernel overhead, same hardware numbers) stays within 25% of the cycle simulator."""
-    from wseplan.sim.mesh import MeshParams, gemv
+    from wseplan.sim.catalog_params import mesh_params_from_catalog
+    from wseplan.sim.mesh import gemv
 
-    sim = gemv(MeshParams.wse2(), k=k, n=n, region=region).cycles
+    sim = gemv(mesh_params_from_catalog(catalog.wafers["wse2"]), k=k, n=n, region=region).cycles
     cf = float(F.gemv_cycles(k=k, n=n, rows=region[0], cols=region[1], ramp_latency_cycles=2.0, **KW))
     assert abs(cf / sim - 1) < 0.25
 

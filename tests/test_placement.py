@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wseplan.analytic.partition import greedy_stages, min_max_partition
+from wseplan.analytic.partition import fewest_stages, min_max_partition
 from wseplan.catalog import load_catalog
 from wseplan.fit import fit
 from wseplan.optimize.placement import place, solve_partition
@@ -56,7 +56,7 @@ def test_devices_ilp_equals_greedy_and_brute_force(x, cap_mult, const):
     cap = (x.max() + const) * cap_mult
     sol = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=cap, stage_const_bytes=const, objective="devices",
                           method="ilp", warm_start=False)
-    g = greedy_stages(x, cap, const)
+    g = fewest_stages(x, cap, const)
     assert solve_partition(item_cost=x, item_bytes=x, capacity_bytes=cap, stage_const_bytes=const,
                            objective="devices").num_stages == len(g)  # the default (greedy) path
     assert sol.status == "optimal"

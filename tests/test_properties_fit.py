@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from wseplan.analytic.partition import greedy_stages, min_max_partition
+from wseplan.analytic.partition import fewest_stages, min_max_partition
 from wseplan.catalog import load_catalog
 from wseplan.catalog.schema import Model
 from wseplan.devices.gpu import layout_memory
@@ -353,7 +353,7 @@ _items = st.lists(st.integers(0, 10**6), min_size=1, max_size=40).map(lambda v: 
 def test_greedy_count_is_min_max_boundary(x, const, data):
     # capacities from just below the largest item (infeasible) to the whole sum (one stage)
     cap = float(data.draw(st.integers(int(x.max() + const) - 10, int(x.sum() + const) + 10), label="cap"))
-    stages = greedy_stages(x, cap, const)
+    stages = fewest_stages(x, cap, const)
     if stages is None:
         event("an item alone exceeds the capacity")
         assert x.max() + const > cap

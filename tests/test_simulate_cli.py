@@ -7,13 +7,6 @@ from pathlib import Path
 import pytest
 
 from wseplan.cli import main
-from wseplan.sim import MeshParams
-from wseplan.sim.catalog_params import mesh_params_from_catalog
-
-
-def test_catalog_params_equal_documented_presets(catalog):
-    assert mesh_params_from_catalog(catalog.wafers["wse2"]) == MeshParams.wse2()
-    assert mesh_params_from_catalog(catalog.wafers["wse3"]) == MeshParams.wse3()
 
 
 def test_gemv_json_and_waferllm_row_within_2x(capsys):

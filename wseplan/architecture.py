@@ -16,7 +16,6 @@ from .catalog.schema import Model
 # ---------------------------------------------------------------------------------------------
 # Transformer structure: which layers are MoE, what each attends to, the GEMMs of each block type
 # ---------------------------------------------------------------------------------------------
-SPANS = ("full", "sliding", "chunked")
 _SPAN_OF = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
 
 
@@ -299,12 +298,4 @@ def mean_attended_tokens(span: str, window: int | None, context, *, phase: str, 
         w = float(window)
         q, r = np.floor(c / w), np.mod(c, w)
         out = (q * w * (w + 1.0) / 2.0 + r * (r + 1.0) / 2.0) / np.maximum(c, 1.0)
-    return float(out) if out.ndim == 0 else out
-
-
-def cached_tokens(span: str, window: int | None, context):
-    """Tokens of KV cache a layer keeps for a sequence of ``context`` tokens: all of them for full attention,
-    at most the window (or chunk) otherwise [tokens]."""
-    c = np.asarray(context, dtype=float)
-    out = c if span == "full" or window is None else np.minimum(c, float(window))
     return float(out) if out.ndim == 0 else out

@@ -11,11 +11,11 @@ row says which batch it used and why.
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from . import costing
 from .analytic import cost as C
 from .catalog.load import load_catalog
+from .catalog.schema import Frozen
 from .errors import InputError, WseplanError
 from .plan import default_sizes, evaluate, normalise_phase, record, setup
 from .report.markdown import Column, Table
@@ -26,11 +26,7 @@ SCHEMA_VERSION = 1
 PHASES = ("train", "prefill", "decode", "serve")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CompareRow(_Frozen):
+class CompareRow(Frozen):
     """One target. SI units: seconds, tokens/s, watts, USD, joules. None where it does not apply."""
 
     target: str
@@ -67,7 +63,7 @@ class CompareRow(_Frozen):
         return row
 
 
-class CompareResult(_Frozen):
+class CompareResult(Frozen):
     """The compare record (``wseplan compare --format json``; see docs/cli-output.md)."""
 
     schema_version: int = SCHEMA_VERSION
@@ -82,9 +78,6 @@ class CompareResult(_Frozen):
     prices_date: str | None = None
     rows: list[CompareRow]
     notes: list[str] = []
-
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
 
     def to_frame(self):
         """One row per target (pandas DataFrame), the case in ``df.attrs``."""

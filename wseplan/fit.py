@@ -10,7 +10,7 @@ from .catalog.load import load_catalog
 from .devices import family_for
 from .errors import InputError
 from .plan import normalise_phase, plan
-from .records import FitResult, PlanRecord
+from .records import FitResult, PlanRecord, view
 from .targets import parse_target
 from .workload import build_workload, resolve_model  # noqa: F401  (public names of this module)
 
@@ -18,14 +18,8 @@ from .workload import build_workload, resolve_model  # noqa: F401  (public names
 def fit_view(r: PlanRecord) -> FitResult:
     """The fit fields of a plan record."""
     extra = r.details
-    return FitResult(model=r.model, target=r.target, hardware=r.hardware, device_kind=r.device_kind,
-                     precision=r.precision, phase=r.phase, batch=r.batch, context=r.context, family=r.family,
-                     software=r.software, sources=r.sources, fits=r.fits, num_devices=r.num_devices,
-                     capacity_bytes=r.capacity_bytes, weights_bytes=r.weights_bytes, kv_cache_bytes=r.kv_cache_bytes,
-                     activation_bytes=r.activation_bytes, optimizer_bytes=r.optimizer_bytes, total_bytes=r.total_bytes,
-                     headroom_bytes=r.headroom_bytes, shortfall_bytes=r.shortfall_bytes, binding=r.binding,
-                     max_tokens_in_flight=r.max_tokens_in_flight, stages=extra.get("stages", []), layout=r.layout or None,
-                     memoryx=extra.get("memoryx"), streaming=extra.get("streaming"), notes=r.notes)
+    return view(FitResult, r, stages=extra.get("stages", []), layout=r.layout or None, memoryx=extra.get("memoryx"),
+                streaming=extra.get("streaming"))
 
 
 def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch: int | None = None,

@@ -16,9 +16,10 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from .catalog.load import default_catalog_dir, read_yaml
+from .catalog.schema import Frozen
 from .errors import CatalogError, validation_detail
 
 #: widening of the log-interval per envelope dimension a prediction lies outside (a planning assumption)
@@ -27,11 +28,7 @@ WIDEN_OUTSIDE = 1.5
 QUANTILES = (5, 10, 25, 50, 75, 90, 95)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Envelope(_Frozen):
+class Envelope(Frozen):
     """What the validated rows of a category span."""
 
     params_b: tuple[float, float]
@@ -39,7 +36,7 @@ class Envelope(_Frozen):
     hardware: list[str]
 
 
-class CategoryError(_Frozen):
+class CategoryError(Frozen):
     rows: int
     median_abs_rel_error: float
     quantiles: dict[str, float]
@@ -47,7 +44,7 @@ class CategoryError(_Frozen):
     residuals: dict[str, float]
 
 
-class ModelErrorFile(_Frozen):
+class ModelErrorFile(Frozen):
     description: str
     method: str
     level: float

@@ -7,16 +7,12 @@ end in ``_frac``. A field that does not apply (or a time of a configuration that
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from .catalog.schema import Frozen
 
 SCHEMA_VERSION = 2
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RecordHead(_Frozen):
+class RecordHead(Frozen):
     """Fields every model-on-target record starts with."""
 
     schema_version: int = SCHEMA_VERSION
@@ -28,6 +24,12 @@ class RecordHead(_Frozen):
     phase: str
     batch: int
     context: int
+
+
+def view(cls, rec: Frozen, **given):
+    """A ``cls`` record filled from the same-named fields of ``rec`` (``given`` fields win)."""
+    return cls(**{k: getattr(rec, k) for k in cls.model_fields if k in type(rec).model_fields and k not in given},
+               **given)
 
 
 def _flat(rec: dict, nested: tuple[str, ...] = ()) -> dict:
@@ -85,9 +87,6 @@ class PlanRecord(RecordHead):
     details: dict = {}
     notes: list[str] = []
 
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
-
     def to_row(self) -> dict:
         row = _flat(self.to_record(), ("layout", "sources"))
         for k, v in self.breakdown_s.items():
@@ -95,7 +94,7 @@ class PlanRecord(RecordHead):
         return row
 
 
-class Stage(_Frozen):
+class Stage(Frozen):
     """One device's share: 0-based inclusive transformer-block indices (-1/-1 when it holds no block)."""
 
     device: int
@@ -106,14 +105,14 @@ class Stage(_Frozen):
     bytes: float
 
 
-class MemoryXFit(_Frozen):
+class MemoryXFit(Frozen):
     option: str
     capacity_bytes: float
     required_bytes: float
     fits: bool
 
 
-class StreamingFit(_Frozen):
+class StreamingFit(Frozen):
     """Batch bounds for weight-streaming training on a wafer (per system and pass)."""
 
     stream_bandwidth_bytes_per_s: float
@@ -148,9 +147,6 @@ class FitResult(RecordHead):
     streaming: StreamingFit | None = None
     notes: list[str] = []
 
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
-
     def to_row(self) -> dict:
         """Flat scalar fields (no stages), for tables and CSV."""
         return _flat(self.to_record(), ("layout", "sources", "memoryx", "streaming"))
@@ -184,17 +180,10 @@ class TimeResult(RecordHead):
     layout: dict | None = None
     notes: list[str] = []
 
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
-
-    def to_row(self) -> dict:
-        row = _flat(self.to_record(), ("layout", "sources"))
-        for k, v in (self.breakdown_s or {}).items():
-            row[f"breakdown_{k}_s"] = v
-        return row
+    to_row = PlanRecord.to_row
 
 
-class StreamResult(_Frozen):
+class StreamResult(Frozen):
     """One weight-streaming training prediction (``wseplan stream``).
 
     ``min_tokens_compute_bound`` / ``max_tokens_on_wafer`` and ``min_batch_compute_bound`` / ``max_batch_on_wafer``
@@ -237,9 +226,6 @@ class StreamResult(_Frozen):
     bottleneck: str
     alternatives_step_s: dict[str, float] = {}
     notes: list[str] = []
-
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
 
     def to_row(self) -> dict:
         row = _flat(self.to_record())

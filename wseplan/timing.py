@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .errors import InputError
 from .plan import plan
-from .records import PlanRecord, StreamResult, TimeResult
+from .records import PlanRecord, StreamResult, TimeResult, view
 
 #: family options accepted by :func:`predict_time` as keyword arguments; layout keys go to ``layout``
 LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "micro_batch": "micro_batch",
@@ -18,15 +18,7 @@ LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_paralle
 
 def time_view(r: PlanRecord) -> TimeResult:
     """The time fields of a plan record."""
-    return TimeResult(model=r.model, target=r.target, hardware=r.hardware, device_kind=r.device_kind,
-                      precision=r.precision, phase=r.phase, batch=r.batch, context=r.context, family=r.family,
-                      software=r.software, sources=r.sources, fits=r.fits, num_devices=r.num_devices,
-                      output_tokens=r.output_tokens, step_s=r.step_s, tokens_per_s=r.tokens_per_s,
-                      tokens_per_s_per_user=r.tokens_per_s_per_user, ttft_s=r.ttft_s, tpot_s=r.tpot_s,
-                      request_s=r.request_s, requests_per_s=r.requests_per_s, model_flop_per_s=r.model_flop_per_s,
-                      model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
-                      interval_metric=r.interval_metric, interval_low=r.interval_low, interval_high=r.interval_high,
-                      interval_note=r.interval_note, breakdown_s=r.breakdown_s, layout=r.layout or None, notes=r.notes)
+    return view(TimeResult, r, layout=r.layout or None)
 
 
 def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 # the structure of a transformer (block types, their GEMMs and attention) lives in .architecture; re-exported here
-from .architecture import (SPANS, Attention, BlockType, Gemm, _group_table, _layer_groups, _mlp_parts,  # noqa: F401
-                           block_types, cached_tokens, is_moe_layer, layer_span, mean_attended_tokens)
-from .catalog.schema import PRECISIONS, GenericModel, LayerSpec, Model
+from .architecture import (Attention, BlockType, Gemm, _group_table, _layer_groups, _mlp_parts,  # noqa: F401
+                           block_types, is_moe_layer, layer_span, mean_attended_tokens)
+from .catalog.schema import PRECISIONS, GenericModel, Model
 from .errors import InputError, suggest
 # readers of config.json and layer-list files; re-exported here
 from .model_files import generic_model_from_file, model_from_hf_config  # noqa: F401

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from wseplan.sim import (BroadcastAlgo, Gather, MeshParams, ReduceAlgo, allreduce, broadcast, decode_layer,
                          gemm, gemv, reduce)
 from wseplan.sim._errors import InputError
+from wseplan.sim.catalog_params import mesh_params_from_catalog
 
 
 def small(**kw):
@@ -192,9 +193,9 @@ def test_deeper_queue_never_slower(P, Q, size, depth):
     assert b.cycles <= a.cycles + 1e-9
 
 
-def test_presets_documented_numbers():
-    w2, w3 = MeshParams.wse2(), MeshParams.wse3()
+def test_catalog_wafers_documented_numbers(catalog):
+    w2, w3 = (mesh_params_from_catalog(catalog.wafers[k]) for k in ("wse2", "wse3"))
     assert (w2.rows * w2.cols, w3.rows * w3.cols) == (745_500, 883_350)
     assert w2.flop_per_cycle == 8 and w3.flop_per_cycle == 16 and w2.num_colors == 21
-    assert MeshParams.wse2(clock_hz=0.85e9).clock_hz == 0.85e9
+    assert mesh_params_from_catalog(catalog.wafers["wse2"], clock_hz=0.85e9).clock_hz == 0.85e9
     assert math.isclose(w2.wavelet_cycles, 1.0)

@@ -1,8 +1,8 @@
 """Alpha-beta models of collective communication (ring and tree), flat and hierarchical.
 
 Every function is keyword-only, pure and numpy-vectorized: arguments broadcast, results are arrays (0-d for
-scalar inputs). ``message_bytes`` is the full buffer each rank holds (all-reduce), contributes (reduce-scatter
-input) or receives (all-gather output); ``link_bandwidth_bytes_per_s`` is one rank's injection bandwidth in
+scalar inputs). ``message_bytes`` is the full buffer each rank holds (all-reduce) or contributes (reduce-scatter
+input; an all-gather of the same output costs the same); ``link_bandwidth_bytes_per_s`` is one rank's injection bandwidth in
 one direction and ``link_latency_s`` the per-step start-up cost (alpha).
 
 Units: bytes, seconds, bytes/s.
@@ -70,18 +70,6 @@ def reduce_scatter_time_s(*, message_bytes, num_ranks, link_bandwidth_bytes_per_
     m, n, bw, a = _prep(message_bytes, num_ranks, link_bandwidth_bytes_per_s, link_latency_s)
     steps = (n - 1.0) if algorithm == "ring" else np.ceil(np.log2(np.maximum(n, 1.0)))
     return np.where(n > 1, steps * a + (n - 1.0) / n * m / bw, 0.0)
-
-
-def allgather_time_s(*, message_bytes, num_ranks, link_bandwidth_bytes_per_s, link_latency_s, algorithm: str = "ring"):
-    """All-gather time [s]: each rank contributes ``m / n`` and ends with the full ``m``.
-
-    Notes
-    -----
-    The mirror of reduce-scatter: ``(n-1) alpha + (n-1)/n * m / B`` (ring), ``log2 n`` steps for a tree.
-    """
-    return reduce_scatter_time_s(message_bytes=message_bytes, num_ranks=num_ranks,
-                                 link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s, link_latency_s=link_latency_s,
-                                 algorithm=algorithm)
 
 
 def send_recv_time_s(*, message_bytes, link_bandwidth_bytes_per_s, link_latency_s):

@@ -17,15 +17,6 @@ def wafer_stream_buffer_bytes(layer_weight_bytes: np.ndarray) -> float:
     return 2.0 * float(np.max(layer_weight_bytes))
 
 
-def wafer_train_activation_bytes_per_token(checkpoint_bytes_per_token: np.ndarray, activation_bytes_per_token: np.ndarray) -> float:
-    """On-wafer activation bytes per token in weight-streaming training [bytes/token].
-
-    Each layer's input is kept as a checkpoint for the backward pass (``sum(checkpoint)``), and one layer at a
-    time holds its full activation set while its backward runs (``max(activation)``).
-    """
-    return float(np.sum(checkpoint_bytes_per_token) + np.max(activation_bytes_per_token))
-
-
 def stream_min_tokens_compute_bound(*, layer_weight_bytes: np.ndarray, layer_flop_per_token: np.ndarray,
                                     peak_flop_per_s: float, stream_bandwidth_bytes_per_s: float) -> float:
     """Tokens per step needed for the forward compute of every layer to hide its weight load [tokens].
@@ -166,8 +157,3 @@ def _kv_block_mean(w, b: np.ndarray, c: np.ndarray, blocks: np.ndarray) -> np.nd
             per_run = kv_bytes_rows(w, b[starts], c[starts])[:, blocks].mean(axis=1)
             return np.repeat(per_run, np.diff(np.append(starts, n)))
     return kv_bytes_rows(w, b, c)[:, blocks].mean(axis=1)
-
-
-def zero_shard(value, dp, stage: int, min_stage: int):
-    """Divide ``value`` by ``dp`` when ZeRO ``stage >= min_stage`` (1: optimizer, 2: +gradients, 3: +weights)."""
-    return value / np.asarray(dp, dtype=float) if stage >= min_stage else value * np.ones_like(np.asarray(dp, dtype=float))

@@ -17,25 +17,6 @@ import numpy as np
 from .rows import unique_rows
 
 
-def greedy_stages(item_bytes: np.ndarray, capacity_bytes: float, stage_const_bytes: float = 0.0) -> list[tuple[int, int]] | None:
-    """Pack items into the fewest contiguous stages of at most ``capacity_bytes`` each.
-
-    Returns a list of (first, last) inclusive item indices, or None if one item alone does not fit.
-    Greedy is optimal here: extending the current stage never hurts the stages that follow.
-    """
-    stages: list[tuple[int, int]] = []
-    start, load = 0, stage_const_bytes
-    for i, b in enumerate(item_bytes):
-        if stage_const_bytes + b > capacity_bytes:
-            return None
-        if load + b > capacity_bytes:
-            stages.append((start, i - 1))
-            start, load = i, stage_const_bytes
-        load += b
-    stages.append((start, len(item_bytes) - 1))
-    return stages
-
-
 def min_max_partition(item_bytes: np.ndarray, num_stages: int, stage_const_bytes: float = 0.0) -> tuple[float, list[tuple[int, int]]]:
     """Exact DP: split items into exactly ``num_stages`` non-empty contiguous stages minimising the largest load.
 
@@ -77,21 +58,6 @@ def min_max_partition(item_bytes: np.ndarray, num_stages: int, stage_const_bytes
 
 #: above this many DP cells (k x (n+1)^2) the bottleneck search below is used instead (same optimum)
 _DP_LIMIT = 20_000_000
-
-
-def _greedy_cuts(pre: np.ndarray, capacity: float, const: float) -> list[int] | None:
-    """Start indices of greedy stages at ``capacity`` using prefix sums (O(stages log n)); None if an item is too big."""
-    n = len(pre) - 1
-    starts = [0]
-    i = 0
-    while True:
-        j = int(np.searchsorted(pre, pre[i] + capacity - const, side="right")) - 1  # largest j with load <= cap
-        if j <= i:
-            return None
-        if j >= n:
-            return starts
-        starts.append(j)
-        i = j
 
 
 def _bottleneck_partition(x: np.ndarray, k: int, const: float) -> tuple[float, list[tuple[int, int]]]:
@@ -262,7 +228,7 @@ def fewest_stages(item_bytes, capacity_bytes: float, stage_const_bytes: float = 
     ``item_cost`` is given, of at most ``max_stage_cost``); None when one item alone does not fit.
 
     Greedy is optimal: extending the current stage never hurts the stages after it (items are non-negative).
-    O(stages log n) with prefix sums; the same packing as :func:`greedy_stages` when no cost limit is given.
+    O(stages log n) with prefix sums.
     """
     b = np.asarray(item_bytes, dtype=float)
     n = len(b)
@@ -282,7 +248,7 @@ def fewest_stages(item_bytes, capacity_bytes: float, stage_const_bytes: float = 
 # Vectorized over many item vectors (one per configuration)
 # ---------------------------------------------------------------------------------------------
 def greedy_stage_counts(x_multi: np.ndarray, x_single: np.ndarray, stage_const: np.ndarray, capacity: float) -> np.ndarray:
-    """Fewest contiguous stages per row (:func:`greedy_stages`, vectorized over rows) [count].
+    """Fewest contiguous stages per row (:func:`fewest_stages` without a cost limit, vectorized over rows) [count].
 
     ``x_single`` (N, n) are the item bytes when everything sits on one device, ``x_multi`` (N, n) when the
     items are spread (e.g. a tied LM head needs its own copy); ``stage_const`` (N,) bytes every stage holds.

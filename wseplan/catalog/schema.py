@@ -20,7 +20,6 @@ Basis = Literal["official", "official-secondary", "measured", "third-party", "es
 # "vendor quote, 2026-11"), not an id of catalogs/sources.yaml.
 USER_BASES = ("user", "quote")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
-Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 # name suffix -> dimension expected from a unit string
 _SUFFIX_DIM = [
@@ -116,11 +115,15 @@ def expected_dimension(name: str) -> str | None:
     return None
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
+    # the base of every catalog schema and result record: immutable, unknown fields refused
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    def to_record(self) -> dict:
+        return self.model_dump(mode="json")
 
-class Quantity(_Frozen):
+
+class Quantity(Frozen):
     """A number with its provenance. ``si`` is the value in SI base units."""
 
     value: float | int | str
@@ -196,7 +199,7 @@ MAX_COUNT = 2**31 - 1
 """Largest value of a count field (PE rows, systems per cluster, GPUs per node, default batch ...)."""
 
 
-class _Checked(_Frozen):
+class _Checked(Frozen):
     """Checks every Quantity field: its unit string matches the dimension in the field's name, it is not
     negative, capacities/bandwidths/rates/clocks/powers and counts are positive, counts are whole numbers of at
     most :data:`MAX_COUNT`, and ``_frac`` fields lie in [0, 1)."""
@@ -231,7 +234,7 @@ class _Checked(_Frozen):
         return self
 
 
-class Source(_Frozen):
+class Source(Frozen):
     title: Text
     url: Text | None = None
     kind: Literal["datasheet", "paper", "docs", "blog", "press", "code", "dataset", "forum", "derived", "measurement"]
@@ -392,7 +395,7 @@ def _dim():
     return Field(default=None, gt=0, le=16_777_216)
 
 
-class Model(_Frozen):
+class Model(Frozen):
     """A transformer architecture. ``source``/``basis`` cover every field of the entry.
 
     The first block of fields describes a uniform decoder (every layer alike; ``num_experts > 1`` makes every
@@ -526,7 +529,7 @@ class Model(_Frozen):
         return self.d_model // self.num_heads
 
 
-class LayerSpec(_Frozen):
+class LayerSpec(Frozen):
     """One layer of a generic (non-transformer) model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -537,7 +540,7 @@ class LayerSpec(_Frozen):
     activation_bytes_per_sample: float = Field(ge=0, le=1e16)
 
 
-class GenericModel(_Frozen):
+class GenericModel(Frozen):
     """A model given as a plain list of layers (e.g. a 3D U-Net or a GNN)."""
 
     name: Name

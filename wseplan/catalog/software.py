@@ -13,18 +13,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..errors import CatalogError, InputError, suggest, validation_detail
 from .load import default_catalog_dir, read_yaml
-from .schema import Quantity
+from .schema import Frozen, Quantity
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Speculative(_Frozen):
+class Speculative(Frozen):
     """Speculative decoding: a draft model proposes ``draft_tokens`` tokens, the target verifies them in one pass."""
 
     draft_model: str = Field(min_length=1)
@@ -33,7 +29,7 @@ class Speculative(_Frozen):
     draft_placement: Literal["same_devices", "own_devices"] = "same_devices"
 
 
-class Engine(_Frozen):
+class Engine(Frozen):
     """How the engine runs requests."""
 
     scheduling: Literal["inflight", "static"]
@@ -45,7 +41,7 @@ class Engine(_Frozen):
     prefill_kernel: Literal["auto", "gemm"] = "auto"
 
 
-class SoftwareProfile(_Frozen):
+class SoftwareProfile(Frozen):
     name: str
     family: str
     default: bool = False
@@ -65,7 +61,7 @@ class SoftwareProfile(_Frozen):
         return q.si
 
 
-class SoftwareFile(_Frozen):
+class SoftwareFile(Frozen):
     software: dict[str, SoftwareProfile]
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from ..analytic.cost import (apply_overrides, cost_params, deployment_cost, hardware_price_key, load_prices,
                              memoryx_capex_usd, nominal)
 from ..catalog.load import load_catalog
+from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
 from ..plan import plan
 from ..serving import replica_options, serve
@@ -37,7 +38,7 @@ from ..targets import Target, parse_target
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
 from .fleet_schema import (SCHEMA_VERSION, AllocationRow, Caps, Config, ConstraintRow, Demand, DemandSpec,  # noqa: F401
-                           FleetPlan, FleetProblem, Sla, SystemRow, SystemSpec, SystemType, WorkloadSpec, _Frozen,
+                           FleetPlan, FleetProblem, Sla, SystemRow, SystemSpec, SystemType, WorkloadSpec,
                            meets_sla, read_demand)
 from .milp import SolverRun, resolve_solver, status_detail
 
@@ -45,7 +46,7 @@ from .milp import SolverRun, resolve_solver, status_detail
 # ---------------------------------------------------------------------------------------------
 # Solving (the model and its decomposition live in fleet_model)
 # ---------------------------------------------------------------------------------------------
-class _Solved(_Frozen):
+class _Solved(Frozen):
     status: str
     optimal: bool
     objective: float | None

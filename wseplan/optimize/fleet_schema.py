@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..catalog.load import read_yaml
-from ..catalog.schema import check_name, check_text
+from ..catalog.schema import Frozen, check_name, check_text
 from ..errors import InputError, validation_detail
 from ..targets import MAX_GPUS
 from ..units import parse_quantity
@@ -16,10 +16,6 @@ from .fleet_model import CAPS
 from .milp import SolverRun
 
 SCHEMA_VERSION = 1
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -30,7 +26,7 @@ def _num(v, field: str) -> float:
     return x
 
 
-class Sla(_Frozen):
+class Sla(Frozen):
     """Serving limits: TTFT at ``percentile`` (queueing included) and TPOT (the running batch's per-token time)."""
 
     ttft_s: float | None = Field(default=None, gt=0)
@@ -45,7 +41,7 @@ class Sla(_Frozen):
 SECONDS_PER_DAY = 86400.0
 
 
-class WorkloadSpec(_Frozen):
+class WorkloadSpec(Frozen):
     """One workload of a demand file.
 
     Serving demand is given one of three ways, all peak rates the fleet must carry:
@@ -138,7 +134,7 @@ class WorkloadSpec(_Frozen):
         return self.precisions.get(system) or self.precisions.get(hardware) or self.precision
 
 
-class SystemSpec(_Frozen):
+class SystemSpec(Frozen):
     hardware: str
     name: str | None = None
     max_systems: int | None = Field(default=None, ge=0)
@@ -149,13 +145,13 @@ class SystemSpec(_Frozen):
         return v if v is None else check_name(v)
 
 
-class Caps(_Frozen):
+class Caps(Frozen):
     power_cap_w: float | None = None
     rack_units_cap: float | None = None
     budget_usd: float | None = None
 
 
-class DemandSpec(_Frozen):
+class DemandSpec(Frozen):
     """A demand file (``wseplan fleet DEMAND.yaml``); see studies/demand-example.yaml."""
 
     name: str = "demand"
@@ -220,7 +216,7 @@ def read_demand(path: str | Path) -> DemandSpec:
 # ---------------------------------------------------------------------------------------------
 # The ILP's data: system types and configurations (one replica of a workload on one system type)
 # ---------------------------------------------------------------------------------------------
-class SystemType(_Frozen):
+class SystemType(Frozen):
     """One menu entry with its per-system cost, power and space (traceable to the prices catalog)."""
 
     name: str
@@ -235,7 +231,7 @@ class SystemType(_Frozen):
     cost_inputs: dict[str, float] = {}
 
 
-class Config(_Frozen):
+class Config(Frozen):
     """One way to run a replica of a workload: system type, devices, batch, and what the time model says."""
 
     workload: str
@@ -250,7 +246,7 @@ class Config(_Frozen):
     extra_annual_usd: float = 0.0
 
 
-class Demand(_Frozen):
+class Demand(Frozen):
     name: str
     kind: str
     model: str
@@ -260,7 +256,7 @@ class Demand(_Frozen):
     deadline_s: float | None = None
 
 
-class FleetProblem(_Frozen):
+class FleetProblem(Frozen):
     demands: list[Demand]
     systems: list[SystemType]
     configs: list[Config]
@@ -284,7 +280,7 @@ def meets_sla(c: Config, d: Demand, factor: float = 1.0) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Results
 # ---------------------------------------------------------------------------------------------
-class SystemRow(_Frozen):
+class SystemRow(Frozen):
     system: str
     hardware: str
     count: int
@@ -295,7 +291,7 @@ class SystemRow(_Frozen):
     rack_units: float
 
 
-class AllocationRow(_Frozen):
+class AllocationRow(Frozen):
     workload: str
     system: str
     replicas: int
@@ -310,7 +306,7 @@ class AllocationRow(_Frozen):
     run_s: float | None = None
 
 
-class ConstraintRow(_Frozen):
+class ConstraintRow(Frozen):
     """A constraint of the solved plan: its use, its LP shadow price, and what relaxing it 10% saves.
 
     ``saving_usd_per_year`` is exact (integer re-solve, or a proof that nothing changes; ``analysis`` says
@@ -335,7 +331,7 @@ class ConstraintRow(_Frozen):
     note: str | None = None
 
 
-class FleetPlan(_Frozen):
+class FleetPlan(Frozen):
     """The fleet record (``wseplan fleet --format json``); documented in docs/cli-output.md."""
 
     schema_version: int = SCHEMA_VERSION
@@ -362,9 +358,6 @@ class FleetPlan(_Frozen):
     allocations: list[AllocationRow]
     constraints: list[ConstraintRow]
     notes: list[str] = []
-
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
 
     def to_row(self) -> dict:
         rec = self.to_record()

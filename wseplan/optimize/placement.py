@@ -147,7 +147,6 @@ def solve_partition(*, item_cost, item_bytes, capacity_bytes: float | None = Non
 
 
 def _solve_dp(c, b, cap, cc, cb, objective, k_exact, max_stages, solver) -> PartitionSolution:
-    n = len(c)
     t0 = time.perf_counter()
 
     def infeasible(reason: str) -> PartitionSolution:

@@ -5,13 +5,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from ..catalog.schema import Frozen
 from .milp import SolverRun, status_detail
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class DeviceGroup(NamedTuple):
@@ -22,7 +18,7 @@ class DeviceGroup(NamedTuple):
     cost_scale: float = 1.0
 
 
-class PartitionSolution(_Frozen):
+class PartitionSolution(Frozen):
     """Solution of :func:`solve_partition` (item indices, 0-based inclusive)."""
 
     status: str  # optimal | time_limit | infeasible

@@ -140,16 +140,6 @@ def fmt_quantity(v, unit: str, sig: int = 4) -> str:
     return f"{fmt_num(v / f, sig)} {name}" + (f" per {per}" if per else "")
 
 
-def fmt_duration(seconds, sig: int = 4) -> str:
-    """A duration in s, min, h, days or years as fits: ``fmt_duration(2.524e6) == '29.21 days'``."""
-    return fmt_quantity(seconds, "s", sig)
-
-
-def fmt_usd(v, sig: int = 4) -> str:
-    """Money: ``$391k``, ``$11.96M``, ``$19.9``."""
-    return fmt_quantity(v, "$", sig)
-
-
 def fmt_bytes(v, sig: int = 3) -> str:
     """Bytes with a decimal prefix (GB = 1e9 B): ``41.2 GB``."""
     return fmt_quantity(v, "bytes", sig).replace(" bytes", " B")

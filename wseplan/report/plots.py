@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -197,7 +196,3 @@ def roofline_plot(*, targets: Sequence[dict], points: Sequence[dict] = (), predi
         plot.markers.append(Marker(pt["intensity_flop_per_byte"],
                                    f"{pt['label']}: {fmt_num(pt['intensity_flop_per_byte'], 3)} FLOP/byte"))
     return plot
-
-
-def save_plot(plot: Plot) -> bytes:
-    return render(plot)

@@ -27,7 +27,6 @@ from ..serving import all_in_usd_per_mtok, pareto_frontier, serve, with_limits
 from ..targets import parse_target
 from .markdown import fmt_num
 from .study_schema import Study
-from .tables import weakness
 from .why import bisect, interval_text
 
 

@@ -83,51 +83,6 @@ class MeshParams:
         """Link time of one wavelet [cycles]."""
         return self.wavelet_bytes / self.link_bytes_per_cycle
 
-    @classmethod
-    def wse2(cls, **overrides) -> "MeshParams":
-        """Cerebras WSE-2 (CS-2), FP16. Sources: the ids of ``catalogs/sources.yaml`` named below.
-
-        * rows x cols 994 x 750: largest program rectangle 750 x 994 (``csl-examples`` single-tile-matvec).
-        * 48 KiB SRAM per PE (``alcf-cerebras``); 24 B/cycle SRAM (``cerebras-hc34``: 2 x 64-bit reads + 1
-          write).
-        * 8 FLOP/cycle FP16 (4-wide FMAC, ``cerebras-weight-streaming-blog``: 3.4 M FPUs / 850k cores).
-        * 1 cycle per hop (third-party simulator designs, unverified); 32-bit link per direction per cycle =
-          4 B/cycle (``csl-skills-digest``).
-        * 21 colours: 24 routable minus 3 reserved by memcpy (``cerebras-sdk-colors``).
-        * 1.1 GHz (``cerebras-hc34``; Cerebras's own timing code in ``csl-examples`` uses 850 MHz - override
-          ``clock_hz`` for it).
-        * Input-queue depth 8 wavelets and 2 cycles of ramp latency: estimates (no public figure; "a few cycles
-          of injection/ejection overhead" assumed).
-        """
-        base = dict(rows=994, cols=750, sram_per_pe_bytes=48 * 1024, sram_bytes_per_cycle=24.0,
-                    flop_per_cycle=8.0, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
-                    input_queue_depth_wavelets=8, wavelet_bytes=4, num_colors=21, clock_hz=1.1e9,
-                    kernel_launch_overhead_cycles=0.0, ramp_latency_cycles=2.0, sram_reserved_bytes=0.0)
-        base.update(overrides)
-        return cls(**base)
-
-    @classmethod
-    def wse3(cls, **overrides) -> "MeshParams":
-        """Cerebras WSE-3 (CS-3), FP16. Sources: the ids of ``catalogs/sources.yaml`` named below.
-
-        * rows x cols 1170 x 755: fabric 762 x 1172 (``waferllm-code``) with the WSE-2 rule width-7, height-2
-          (``csl-examples``; an estimate).
-        * 48 KiB SRAM and 24 B/cycle per PE, as WSE-2 (``alcf-cerebras``; 21 PB/s over 900k cores leaves the
-          per-core SRAM bandwidth unchanged, ``alcf-sc24``).
-        * 16 FLOP/cycle FP16 (8-wide SIMD, ``csl-skills-digest`` of the SDK docs).
-        * 1 cycle per hop (unverified), 4 B/cycle links.
-        * 6 colours: the binding resource on WSE-3 is ~6 free input queues (8 minus memcpy's,
-          ``cerebras-sdk-colors``).
-        * 1.1 GHz (WaferLLM ``launch_wse3.py``, ``waferllm-code``).
-        * Input-queue depth 8 wavelets and ramp latency 2 cycles: estimates, as for WSE-2.
-        """
-        base = dict(rows=1170, cols=755, sram_per_pe_bytes=48 * 1024, sram_bytes_per_cycle=24.0,
-                    flop_per_cycle=16.0, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
-                    input_queue_depth_wavelets=8, wavelet_bytes=4, num_colors=6, clock_hz=1.1e9,
-                    kernel_launch_overhead_cycles=0.0, ramp_latency_cycles=2.0, sram_reserved_bytes=0.0)
-        base.update(overrides)
-        return cls(**base)
-
 
 class BroadcastAlgo(str, enum.Enum):
     """How a message is spread along a line of PEs."""

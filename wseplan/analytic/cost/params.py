@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict
-
-from ...catalog.schema import Quantity
+from ...catalog.schema import Frozen, Quantity
 from ...errors import CatalogError, InputError, suggest
 from .prices import HardwarePrice, Prices, SitePrices, _check_value
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Param(_Frozen):
+class Param(Frozen):
     """One named, overridable cost input with its range and provenance (``value`` in the name's unit)."""
 
     name: str

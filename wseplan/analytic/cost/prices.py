@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from ...catalog.load import default_catalog_dir, read_yaml
-from ...catalog.schema import Quantity
+from ...catalog.schema import Frozen, Quantity
 from ...errors import CatalogError, InputError, suggest, validation_detail
 from ...units import MAX_ABS_SI
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SitePrices(_Frozen):
+class SitePrices(Frozen):
     electricity_usd_per_kwh: Quantity
     pue: Quantity
     amortization_years: Quantity
@@ -30,24 +26,24 @@ class SitePrices(_Frozen):
     train_tokens_per_param: Quantity
 
 
-class HardwarePrice(_Frozen):
+class HardwarePrice(Frozen):
     capex_usd: Quantity
     network_frac: Quantity
     cloud_usd_per_device_hour: Quantity | None = None
 
 
-class MemoryXPrice(_Frozen):
+class MemoryXPrice(Frozen):
     dram_usd_per_tb: Quantity
     flash_usd_per_tb: Quantity
 
 
-class ServicePrice(_Frozen):
+class ServicePrice(Frozen):
     hardware: str
     input_usd_per_mtok: Quantity
     output_usd_per_mtok: Quantity
 
 
-class Prices(_Frozen):
+class Prices(Frozen):
     """All cost inputs of one dated prices catalog."""
 
     date: str

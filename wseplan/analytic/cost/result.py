@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from ...catalog.schema import Frozen
 from .params import Param, nominal
 from .prices import ServicePrice
 from .serving import rental_serving_cost, serving_cost
@@ -18,11 +18,7 @@ from .uncertainty import TornadoRow, monte_carlo, tornado
 SCHEMA_VERSION = 1
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TimeInputs(_Frozen):
+class TimeInputs(Frozen):
     """Time numbers the cost model consumes (from the time model, or given by hand)."""
 
     phase: str  # "serve" | "train"
@@ -96,7 +92,7 @@ UNITS = {
 }
 
 
-class MetricRow(_Frozen):
+class MetricRow(Frozen):
     metric: str
     unit: str
     value: float
@@ -105,7 +101,7 @@ class MetricRow(_Frozen):
     p90: float | None = None
 
 
-class CostResult(_Frozen):
+class CostResult(Frozen):
     """The cost record (``wseplan cost --format json``); documented in docs/cli-output.md."""
 
     schema_version: int = SCHEMA_VERSION
@@ -131,9 +127,6 @@ class CostResult(_Frozen):
     notes: list[str] = []
     plan: dict | None = None
     operating_point: dict | None = None  # serving without a batch: the searched point (wseplan.serving.operating_point)
-
-    def to_record(self) -> dict:
-        return self.model_dump(mode="json")
 
     def metric(self, name: str) -> float:
         for m in self.metrics:

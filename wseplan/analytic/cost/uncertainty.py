@@ -5,18 +5,14 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from ...catalog.schema import Frozen
 from ...errors import InputError
 from .params import Param, nominal
 
 #: most Monte Carlo samples of the cost inputs (the cap study files have, wseplan.report.study.CostSpec): each
 #: sample holds every input and output, ~1 KB, so the cap bounds memory at ~100 MB
 MAX_UNCERTAINTY_SAMPLES = 100_000
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def _check_samples(n: int) -> None:
@@ -48,7 +44,7 @@ def sample_params(params: dict[str, Param], n: int, seed: int) -> dict[str, np.n
     return out
 
 
-class Percentiles(_Frozen):
+class Percentiles(Frozen):
     metric: str
     nominal: float
     p10: float
@@ -57,7 +53,7 @@ class Percentiles(_Frozen):
     mean: float
 
 
-class TornadoRow(_Frozen):
+class TornadoRow(Frozen):
     """Swing of ``metric`` when ``param`` moves from its low to its high value, the rest at nominal."""
 
     metric: str
