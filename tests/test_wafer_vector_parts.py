@@ -1,7 +1,7 @@
 """The building blocks of the vectorized wafer path give, bit for bit, what the one-at-a-time forms give (issue 14).
 
 Each fast form is checked against the plain form it replaces, on inputs chosen to make ties and edge cases
-likely: the batched min-max partition (bisection and pointer walk) against the scalar dynamic program, the tree
+likely: the batched min-max partition (bisection, pointer walk, and the walk on Python floats for a few rows) against the scalar dynamic program, the tree
 critical path from its table against the unrolled evaluation, the one-pass GEMV parts against three calls of the
 GEMV, the few-rows greedy stage count against the vectorized one, and the distinct-row helper.
 """
@@ -29,9 +29,11 @@ def _items(rng, kind, N, n):
     return np.full((N, n), 1e9 + 0.1) + rng.integers(0, 3, size=(N, n)) * 1e-7  # ties up to rounding
 
 
-@pytest.mark.parametrize("walk_min_rows", [1, 10**9], ids=["walk", "bisection"])
-def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows):
+@pytest.mark.parametrize("walk_min_rows,rows_max", [(1, 0), (10**9, 0), (10**9, 10**9)],
+                         ids=["walk", "bisection", "python-rows"])
+def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows, rows_max):
     monkeypatch.setattr(P, "WALK_MIN_ROWS", walk_min_rows)
+    monkeypatch.setattr(P, "ROWS_MAX", rows_max)
     rng = np.random.default_rng(11)
     for trial in range(24):
         n = int(rng.integers(2, 30))
@@ -174,3 +176,30 @@ def test_block_kernels_once_per_distinct_row_equal_row_by_row(catalog):
             assert np.array_equal(per_row[key][i], one_r[key]), key
         for key in head:
             assert np.array_equal(head[key][i], one_h[key][0]), key
+
+
+def test_kept_regions_give_the_numbers_of_new_ones():
+    """:meth:`Region.of` hands back one kept region per small side array (its line terms computed once) and a new
+    region for large arrays; the GEMV on a kept region, used again, equals the GEMV on a fresh region bit for bit."""
+    sides = np.array([[33.0, 64.0, 377.0, 1000.0]])
+    kept = K.Region.of(sides, sides)
+    assert K.Region.of(sides.copy(), sides.copy()) is kept and not kept.P.flags.writeable
+    assert K.Region.of(sides.T, sides.T) is not kept  # another shape, another region
+    big = np.full(K.KEEP_MAX_SIZE + 1, 64.0)
+    assert K.Region.of(big, big) is not K.Region.of(big, big)
+    kw = dict(k=np.array([[8192.0], [28672.0]]), n=np.array([[10240.0], [8192.0]]), m=np.array([[3.0], [17.0]]),
+              flop_per_cycle=8.0, sram_bytes_per_cycle=24.0, link_bytes_per_cycle=4.0, tree_model="critical_path",
+              variants=((1.0, 2.0, 30.0, 1.5, 2.5, 0.8), (0.0, 0.0, 0.0, 0.0, 0.0, 0.8)))
+    for _ in range(2):  # the second time from the kept line terms
+        again = K.gemv_variants(K.Region.of(sides, sides), **kw)
+        fresh = K.gemv_variants(K.Region(sides, sides), **kw)
+        for x, y in zip(again, fresh):
+            assert np.array_equal(x, y)
+
+
+def test_mac_cycles_scalar_constants_equal_the_array_form():
+    for args in ((8.0, 24.0, 2.0, 0.8), (8, 24.0, 1, 1.0), (np.float64(4.0), 12.0, 2.0, 1e30)):
+        a = K.mac_cycles(flop_per_cycle=args[0], sram_bytes_per_cycle=args[1], dtype_bytes=args[2], efficiency_frac=args[3])
+        b = K.mac_cycles(flop_per_cycle=np.array([args[0]]), sram_bytes_per_cycle=args[1], dtype_bytes=args[2],
+                         efficiency_frac=args[3])
+        assert np.array_equal(np.atleast_1d(a), b)

@@ -34,10 +34,23 @@ def ceil_div(a, b):
 
 
 def mac_cycles(*, flop_per_cycle, sram_bytes_per_cycle, dtype_bytes=2.0, efficiency_frac=1.0):
-    """Cycles per multiply-accumulate on one PE [cycles/MAC] (documented at :func:`.fabric.mac_cycles`)."""
+    """Cycles per multiply-accumulate on one PE [cycles/MAC] (documented at :func:`.fabric.mac_cycles`); scalar
+    constants are computed once per set (:func:`_mac_scalar`, the same expression)."""
+    try:
+        return _mac_scalar(flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, efficiency_frac)
+    except TypeError:  # an array argument: not hashable
+        return _mac(flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, efficiency_frac)
+
+
+def _mac(flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, efficiency_frac):
     ideal = np.maximum(2.0 / np.asarray(flop_per_cycle, dtype=float),
                        3.0 * dtype_bytes / np.asarray(sram_bytes_per_cycle, dtype=float))
     return ideal / efficiency_frac
+
+
+@functools.lru_cache(maxsize=256)
+def _mac_scalar(flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, efficiency_frac):
+    return _mac(flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, efficiency_frac)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +151,17 @@ class ReduceLine:
         return t if self.all_gt1 else np.where(self.gt1, t, 0.0)
 
 
+#: :meth:`Region.of` keeps regions of at most this many sides, and at most this many regions (then starts afresh)
+KEEP_MAX_SIZE = 64
+KEEP_MAX_REGIONS = 512
+_KEPT: dict = {}
+
+
 class Region:
-    """A rows x cols region (broadcasting arrays of PEs) and its line terms, computed once per constant set."""
+    """A rows x cols region (broadcasting arrays of PEs) and its line terms, computed once per constant set.
+
+    :meth:`of` returns a kept region for small side arrays (the region sides of one configuration, or the candidate
+    sides of a wafer), so that their line terms are computed once per process and constant set."""
 
     __slots__ = ("P", "Q", "_memo")
 
@@ -147,6 +169,25 @@ class Region:
         self.P = np.asarray(rows, dtype=float)
         self.Q = np.asarray(cols, dtype=float)
         self._memo: dict = {}
+
+    @staticmethod
+    def of(rows, cols) -> "Region":
+        """A region of ``rows`` x ``cols``: the kept one with the same sides (bit for bit, same shapes) when the
+        arrays are small (at most :data:`KEEP_MAX_SIZE` values), else a new one. A region's line terms depend on
+        its sides and the constants (its memo's keys) alone, so a kept region gives the numbers a new one gives."""
+        P = np.asarray(rows, dtype=float)
+        Q = np.asarray(cols, dtype=float)
+        if P.size > KEEP_MAX_SIZE or Q.size > KEEP_MAX_SIZE:
+            return Region(P, Q)
+        key = (P.shape, P.tobytes(), Q.shape, Q.tobytes())
+        got = _KEPT.get(key)
+        if got is None:
+            if len(_KEPT) >= KEEP_MAX_REGIONS:
+                _KEPT.clear()
+            P, Q = P.copy(), Q.copy()
+            P.flags.writeable = Q.flags.writeable = False
+            got = _KEPT[key] = Region(P, Q)
+        return got
 
     def _line(self, axis: str):
         return self.P if axis == "P" else self.Q

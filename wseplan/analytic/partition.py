@@ -354,39 +354,77 @@ def _dp_stage(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tuple[n
 def _dp_stage_walk(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_dp_stage` for many rows: the crossing ``c`` does not decrease with ``j`` (``h`` grows with ``j``), so
     one pointer per row walks from the previous column's crossing, all rows at once, column by column: about two
-    array steps per column instead of a bisection per cell. Same comparisons, same result."""
+    array steps per column instead of a bisection per cell. Same comparisons, same result.
+
+    The pointers are kept as flat indices ``i * M + row`` into the transposed tables (``s >= 2``, so ``c - 1 >= 0``
+    and ``c <= j <= W - 1``: no clipping is needed), and a row's ``c < j`` holds at a column's first step (``c`` ends
+    the previous column at most at ``j - 1``)."""
     M, W = dp.shape
     gf = np.ascontiguousarray(dp.T).ravel()  # element (i, row) at i * M + row
     pT = np.ascontiguousarray(pre.T)
     pf = pT.ravel()
-    r = np.arange(M)
     val = np.full((W, M), np.inf)
     arg = np.zeros((W, M), dtype=np.int64)
     c = np.full(M, s - 1)
+    at = c * M + np.arange(M)  # the flat index of (c, row)
     for j in range(s, W):
         pj = pT[j]
-        while True:  # advance to the first i with g(i) >= h(i, j) (or j)
-            at = c * M + r
+        adv = gf[at] < (pj - pf[at]) + a  # advance to the first i with g(i) >= h(i, j) (or j)
+        while adv.any():
+            c += adv
+            at += adv * M
             adv = (c < j) & (gf[at] < (pj - pf[at]) + a)
-            if not adv.any():
-                break
-            c = c + adv
         has_h = c >= s
-        im1 = np.maximum(c - 1, 0) * M + r
-        hv = np.where(has_h, (pj - pf[im1]) + a, np.inf)
-        gv = np.where(c <= j - 1, gf[np.minimum(c, W - 1) * M + r], np.inf)
+        hv = np.where(has_h, (pj - pf[at - M]) + a, np.inf)
+        gv = np.where(c <= j - 1, gf[at], np.inf)
         use_h = has_h & (hv <= gv)
-        i = np.where(use_h, c - 1, c)
-        while True:  # back to the start of h's plateau
-            prev = np.maximum(i - 1, 0) * M + r
-            back = use_h & (i > s - 1) & ((pj - pf[prev]) + a <= hv)
-            if not back.any():
-                break
+        i = c - use_h
+        ia = at - use_h * M
+        back = use_h & (i > s - 1) & ((pj - pf[ia - M]) + a <= hv)
+        while back.any():  # back to the start of h's plateau
             i = i - back
+            ia = ia - back * M
+            back = use_h & (i > s - 1) & ((pj - pf[np.maximum(ia - M, 0)]) + a <= hv)
         arg[j] = i
-        at = i * M + r
-        val[j] = np.maximum(gf[at], (pj - pf[at]) + a)
+        val[j] = np.maximum(gf[ia], (pj - pf[ia]) + a)
     return val.T, arg.T
+
+
+def _dp_stage_rows(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_dp_stage_walk` row by row on Python floats, for a few rows (a single question): the same pointer walk,
+    the same IEEE additions, subtractions and comparisons in the same order, without numpy's cost per call."""
+    M, W = dp.shape
+    val = np.full((M, W), np.inf)
+    arg = np.zeros((M, W), dtype=np.int64)
+    inf = float("inf")
+    for row in range(M):
+        g, p, ar = dp[row].tolist(), pre[row].tolist(), float(a[row])
+        vals, args = [inf] * W, [0] * W
+        c = s - 1
+        for j in range(s, W):
+            pj = p[j]
+            while c < j and g[c] < (pj - p[c]) + ar:  # advance to the first i with g(i) >= h(i, j) (or j)
+                c += 1
+            has_h = c >= s
+            hv = (pj - p[c - 1]) + ar if has_h else inf
+            gv = g[c] if c <= j - 1 else inf
+            use_h = has_h and hv <= gv
+            i = c - 1 if use_h else c
+            if use_h:
+                while i > s - 1 and (pj - p[i - 1]) + ar <= hv:  # back to the start of h's plateau
+                    i -= 1
+            args[j] = i
+            gi, hi = g[i], (pj - p[i]) + ar
+            vals[j] = gi if (gi >= hi or gi != gi) else hi  # np.maximum: the larger, NaN if either is
+            if hi != hi:
+                vals[j] = hi
+        val[row] = vals
+        arg[row] = args
+    return val, arg
+
+
+#: chunks of at most this many rows take :func:`_dp_stage_rows`
+ROWS_MAX = 4
 
 
 #: chunks of at least this many rows take :func:`_dp_stage_walk` (fewer array steps per row, more per chunk)
@@ -405,7 +443,7 @@ def _dp_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int) -> tuple[np.ndarray
     pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
     dp = np.maximum(0.0, pre - pre[:, :1] + a[:, None])
     dp[:, 0] = np.inf
-    stage = _dp_stage_walk if M >= WALK_MIN_ROWS else _dp_stage
+    stage = _dp_stage_walk if M >= WALK_MIN_ROWS else _dp_stage_rows if M <= ROWS_MAX else _dp_stage
     args = {}
     for s in range(2, k):
         dp, args[s] = stage(dp, pre, a, s)

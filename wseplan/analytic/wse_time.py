@@ -79,7 +79,14 @@ def _reduce_kwargs(fk: dict) -> dict:
 def _stacked(region, *operands) -> list[np.ndarray]:
     """Each group of operands broadcast to one shape (theirs and the region's) and stacked along a new first axis
     (one entry per kernel), so a block's kernels run as one array pass."""
-    shape = np.broadcast_shapes(region.P.shape, region.Q.shape, *(np.shape(v) for group in operands for v in group))
+    shapes = {region.P.shape, region.Q.shape}
+    for group in operands:
+        for v in group:
+            if type(v) is np.ndarray:
+                shapes.add(v.shape)
+            elif not isinstance(v, (float, int, np.generic)):
+                shapes.add(np.shape(v))
+    shape = shapes.pop() if len(shapes) == 1 else np.broadcast_shapes(*shapes)
     out = []
     for group in operands:
         a = np.empty((len(group), *shape))
@@ -92,7 +99,7 @@ def _stacked(region, *operands) -> list[np.ndarray]:
 def _statistics(rows, cols, nbytes, fk, region, *, serial: bool):
     """Line reduction + line broadcast of each statistic in ``nbytes`` (one per row of the stack) along the rows of
     the region [cycles]: ``(full, serial)`` sums (``serial``: without hop, ramp and stage latency) or ``full`` alone."""
-    region = fkern.Region(rows, cols) if region is None else region
+    region = fkern.Region.of(rows, cols) if region is None else region
     rk = _reduce_kwargs(fk)
     variants = [(fk["hop_latency_cycles"], fk["ramp_latency_cycles"], rk["reduce_stage_cycles"], rk["tree_level_cycles"])]
     if serial:
@@ -237,7 +244,7 @@ def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gem
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
-    region = fkern.Region(rows, cols) if region is None else region  # line terms shared by every kernel of the block
+    region = fkern.Region.of(rows, cols) if region is None else region  # line terms shared by every kernel of the block
     g = dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac)
     cb = ctx * b
     shape = np.broadcast_shapes(b.shape, cb.shape, region.P.shape, region.Q.shape)
@@ -273,7 +280,7 @@ def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_effi
     :func:`decode_block_cycles_array`; once per distinct row where rows repeat)."""
     D = _dims(arch)
     b = np.asarray(batch, dtype=float)
-    region = fkern.Region(rows, cols) if region is None else region
+    region = fkern.Region.of(rows, cols) if region is None else region
     shape = np.broadcast_shapes(b.shape, region.P.shape, region.Q.shape)
 
     def per_batch(bb, reg):
@@ -296,7 +303,7 @@ def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_e
     tok = np.asarray(tokens, dtype=float)
     att = np.asarray(prior_tokens, dtype=float) + ((tok + 1.0) / 2.0 if causal else tok)
     t = tok * np.asarray(batch, dtype=float)
-    region = fkern.Region(rows, cols) if region is None else region  # line terms shared by every kernel of the block
+    region = fkern.Region.of(rows, cols) if region is None else region  # line terms shared by every kernel of the block
     g = dict(fk, mac_efficiency_frac=gemm_mac_efficiency_frac, step_overhead_cycles=gemm_step_overhead_cycles)
     mats = [(t, D["d"], D["q"] + 2 * D["kv"]), (t, D["q"], att), (t, att, D["q"]), (t, D["q"], D["d"]),
             (t, D["d"], D["ff_in"]), (t, D["ff"], D["d"])]

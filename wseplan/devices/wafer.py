@@ -134,7 +134,8 @@ class WaferFamily(InferenceMixin, Family):
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         a = ctx.w.working_set_bytes_per_token * work
-        kmin = greedy_stage_counts(ctx.items(B, kv, np.ones(n, dtype=bool)), ctx.items(B, kv, np.zeros(n, dtype=bool)),
+        kvr = kv_bytes_rows(ctx.w, B, kv)  # the items' KV bytes (ctx.items without computing them twice)
+        kmin = greedy_stage_counts(ctx.weights(n, np.ones(n, dtype=bool)) + kvr, ctx.weights(n, np.zeros(n, dtype=bool)) + kvr,
                                    a, ctx.cap)
         N = ctx.count
         # per row: the given replica size; without a count the fewest wafers that fit; with N wafers every size from
@@ -260,12 +261,11 @@ class WaferFamily(InferenceMixin, Family):
         out["pipeline_stages_prefill"] = cfg["_groups_p"]
         return out
 
-    def _with_stages(self, ctx: WaferContext, cfg: dict, fit: dict) -> dict:
+    def _with_stages(self, ctx: WaferContext, cfg: dict, fit: dict, kinds=("decode", "prefill")) -> dict:
         """``cfg`` plus the per-wafer layer counts and bytes of the fit's partition, and the region side and layer
-        groups chosen for each pass kind (decode GEMV, prefill GEMM)."""
+        groups chosen for each pass kind of ``kinds`` (decode GEMV, prefill GEMM; a kind left out is chosen when a
+        pass first needs it, :meth:`_regions`)."""
         cfg = dict(cfg)
-        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
-        n = len(B)
         start, end, loads = fit["stage_start"], fit["stage_end"], fit["stage_loads"]
         valid = start >= 0
         bc = ctx.block_counter
@@ -274,13 +274,24 @@ class WaferFamily(InferenceMixin, Family):
         cfg["_valid"] = valid
         cfg["_nw"] = valid.sum(axis=1).astype(float)
         cfg["_replicas"] = np.asarray(fit["num_replicas"], dtype=float)
+        self._regions(ctx, cfg, kinds)
+        return cfg
+
+    def _regions(self, ctx: WaferContext, cfg: dict, kinds) -> None:
+        """The region side (``_rows_<k>``, ``_cols_<k>``) and layer groups (``_groups_<k>``) of each pass kind of
+        ``kinds`` into ``cfg``."""
+        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
+        n = len(B)
         kv, _ = self.kv_and_working_tokens(ctx, B, C, O)
         layer_bytes = wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=B, context=kv)
-        dec_ctx = C if ctx.q.phase == "decode" else C + O / 2.0
-        chunk, _, _, _ = _prefill_chunk(ctx, B, C)
-        # the decode regions serve the verification rows of speculative decoding too (k + 1 per sequence)
-        rows_d = B * (ctx.spec["draft_tokens"] + 1.0) if getattr(ctx, "spec", None) else B
-        for ph, mb, c_ in (("decode", rows_d, dec_ctx), ("prefill", np.ones(n), chunk)):
+        for ph in kinds:
+            if ph == "decode":
+                # the decode regions serve the verification rows of speculative decoding too (k + 1 per sequence)
+                mb = B * (ctx.spec["draft_tokens"] + 1.0) if getattr(ctx, "spec", None) else B
+                c_ = C if ctx.q.phase == "decode" else C + O / 2.0
+            else:
+                mb = np.ones(n)
+                c_, _, _, _ = _prefill_chunk(ctx, B, C)
             g = ctx.grids[ph]
             if g is None:
                 side = self._best_side(ctx, cfg, ph, mb, c_, layer_bytes)
@@ -290,7 +301,21 @@ class WaferFamily(InferenceMixin, Family):
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
                 cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))
             cfg[f"_groups_{ph[0]}"] = self._groups(ctx, cfg, cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"]).sum(axis=1)
-        return cfg
+
+    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0):
+        """:meth:`InferenceMixin._decode`; a plain round (no prompt tokens) of the same rows as the context's previous
+        one is that round again: a serving evaluation asks for the draft model's round twice (with and without the
+        prompt chunks on the target's passes), on the same rows, batch and KV lengths (compared bit for bit)."""
+        if prefill_per_seq is not None or budget is not None:
+            return super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq)
+        key = (np.asarray(rows).tobytes(), np.asarray(batch, dtype=float).tobytes(), np.asarray(kv, dtype=float).tobytes(),
+               float(new_per_seq))
+        last = getattr(ctx, "_last_round", None)
+        if last is not None and last[0] is cfg and last[1] == key:
+            return last[2]
+        out = super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq)
+        ctx._last_round = (cfg, key, out)
+        return out
 
     def draft_setup(self, ctx: WaferContext, cfg: dict):
         """The draft model on its own wafer(s): the fewest that hold it, with its own regions (the target's
@@ -307,7 +332,7 @@ class WaferFamily(InferenceMixin, Family):
         cand, parent = self.candidates(dctx, base)
         first = np.unique(parent, return_index=True)[1]
         dcfg = {k: v[first] for k, v in cand.items()}
-        dcfg = self._with_stages(dctx, dcfg, self.fit(dctx, dcfg))
+        dcfg = self._with_stages(dctx, dcfg, self.fit(dctx, dcfg), kinds=("decode",))  # it only decodes
         ctx._draft_for = (cfg, dcfg)
         return dctx, dcfg
 
@@ -365,10 +390,10 @@ class WaferFamily(InferenceMixin, Family):
         dkv = decode_kv
         rows_all = dtok + ptok
         kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
-        region = fkern.Region(r_, c_)  # line terms shared by the pass's kernels
+        region = fkern.Region.of(r_, c_)  # line terms shared by the pass's kernels
         any_d = has_d.any()
         # (a) and the decode rows of (b) as one array pass: the first n entries every token, the next n the decode tokens
-        reg2 = fkern.Region(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d else region
+        reg2 = fkern.Region.of(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d else region
         both = wt.decode_block_cycles_array(
             arch=ctx.m, batch=np.concatenate([np.maximum(rows_all, 1.0), np.maximum(dtok, 1.0)]) if any_d else
             np.maximum(rows_all, 1.0), context=np.concatenate([kv_all, dkv]) if any_d else kv_all, rows=reg2.P,
@@ -407,8 +432,10 @@ class WaferFamily(InferenceMixin, Family):
         ptok = _as_n(prefill_tokens, n)
         has_d = dseq > 0
         # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
-        r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows])
-        c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows])
+        if "_rows_p" not in cfg and not has_d.all():
+            self._regions(ctx, cfg, ("prefill",))
+        r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows]) if "_rows_p" in cfg else cfg["_rows_d"][rows]
+        c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows]) if "_rows_p" in cfg else cfg["_cols_d"][rows]
         fk, c = ctx.fk, ctx.c
         dtok = dseq * new_per_seq
         # the kernels depend on the region and the pass's sizes alone: evaluated once per distinct combination
