@@ -7,7 +7,9 @@ Physics (all per GPU, per transformer block, then composed):
   ``eff(I) = e_max * I / (I + I_half)`` of the GEMM's arithmetic intensity ``I = 1/(1/M + 1/N + 1/K)``
   (M tokens, N and K the weight matrix's dimensions after the tensor-parallel split), and never faster
   than reading their operands from HBM (roofline). Small per-GPU matrices (high TP, small batch) are slower.
-* **Attention** (flash) runs at ``attention_frac`` of peak; causal masks halve its work.
+* **Attention** (flash) runs at ``attention_frac`` of peak; causal masks halve its work. A training run of a framework
+  without fused attention (``attention_kernel="materialized"``: the 2021-2022 Megatron-LM runs) computes the whole
+  score matrix and passes it through HBM (:func:`materialized_scores_s`, the bytes of Korthikanti et al. 2022).
 * **Element-wise operators** move ``elementwise_vectors_per_token`` d-wide 16-bit vectors per token per block.
 * **Tensor parallelism**: two all-reduces (or reduce-scatter + all-gather with sequence parallelism) per block
   per pass on NVLink (alpha-beta ring, :mod:`wseplan.analytic.collectives`).
