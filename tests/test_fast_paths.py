@@ -347,9 +347,10 @@ def test_the_float_path_runs_and_falls_back(catalog, monkeypatch):
         return out
 
     monkeypatch.setattr(X, "by_rows", spy)
-    s = setup("llama-3.1-8b", "h100-sxmx8", phase="serve", catalog=catalog)
-    cfg = {"batch": np.array([8.0]), "context": np.array([1024.0]), "output_tokens": np.array([128.0]),
-           "tp": np.array([8.0]), "pp": np.array([1.0]), "dp": np.array([1.0])}
+    s = setup("llama-3.1-8b", "h100-sxmx8", phase="train", catalog=catalog)
+    cfg = {"batch": np.array([64.0]), "context": np.array([1024.0]), "output_tokens": np.array([0.0]),
+           "tp": np.array([8.0]), "pp": np.array([1.0]), "dp": np.array([1.0]), "micro_batch": np.array([1.0]),
+           "vpp": np.array([1.0]), "recompute": np.array([1.0]), "zero_stage": np.array([1.0])}
     evaluate(s, cfg)
     assert calls and all(calls)
     assert X.by_rows(lambda a: 1.0 / a, 2, {"a": np.array([1.0, 0.0])}) is None
@@ -374,3 +375,216 @@ def test_elementwise_helpers_give_numpys_answers():
         assert (np.isnan(got) and np.isnan(a)) or got == np.clip(a, 0.0, 1.0)
     for n in (1.0, 2.0, 3.0, 8.0, 1000.0, 1024.0, 4097.0):
         assert X.ceil(X.log2(n)) == np.ceil(np.log2(np.array([n])))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# one configuration: the serving engine in Python floats (branch h23-engine-float)
+# ---------------------------------------------------------------------------------------------
+def _same_rows(one: dict, many: dict, i: int, n: int = 1, where=""):
+    assert set(one) <= set(many) and (set(one) == set(many) or not one["fits"].any()), where
+    for k, v in one.items():
+        assert _same(v, many[k][i:i + n]), (where, i, k)
+
+
+_ENGINE_CASES = [("llama-3.1-70b", "h100-sxmx16", "serve", None), ("llama-3.1-8b", "h100-sxmx8", "decode", None),
+                 ("mixtral-8x7b", "h200-sxmx16", "serve", None), ("qwen3-30b-a3b", "mi300xx8", "prefill", None),
+                 ("llama-3.1-70b", "h100-sxmx16", "serve", "gpu-production-specdec"),
+                 ("llama-3.1-70b", "h100-sxmx16", "decode", "gpu-production-specdec"),
+                 ("gpt-oss-20b", "b200x8", "serve", "gpu-fitted-2026-11"),
+                 ("mixtral-8x7b", "h100-sxmx16", "prefill", "gpu-fitted-2026-11")]
+
+
+@pytest.mark.parametrize("model,target,phase,software", _ENGINE_CASES)
+def test_engine_in_python_floats_equals_the_array_rows(catalog, model, target, phase, software):
+    """Decode rounds (pipelined micro-batches, speculative verification and drafts), prefill passes, static and
+    in-flight serving with the closed loop: one question (and a few: 3 rows) composed in Python floats gives the
+    bytes of the same rows among 40 (the arrays), every column."""
+    s = setup(model, target, phase=phase, software=software, catalog=catalog)
+    cfg = _random_rows(s, np.random.default_rng(zlib.crc32(f"{model} {target} {phase} {software}".encode())), 40)
+    many = evaluate(s, cfg)
+    assert np.isfinite(many["step_s"]).sum() >= 10
+    if software == "gpu-production-specdec":
+        assert (many["time.accepted_tokens_per_step"] > 1.0).sum() >= 10  # the speculative rounds are taken
+    for i in range(40):
+        _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i, where="one")
+    for i in range(0, 39, 3):
+        _same_rows(evaluate(s, {k: v[i:i + 3] for k, v in cfg.items()}), many, i, 3, where="three")
+
+
+def test_the_engine_takes_the_float_path_and_falls_back(catalog, monkeypatch):
+    """One question is composed from ``pass_row`` (no array pass at all); a pass the floats cannot do as numpy does
+    sends the whole question to the arrays, with the same numbers."""
+    from wseplan.devices.gpu import GpuFamily
+
+    s = setup("llama-3.1-70b", "h100-sxmx16", phase="serve", software="gpu-production-specdec", catalog=catalog)
+    cfg = _random_rows(s, np.random.default_rng(21), 12)
+    many = evaluate(s, cfg)
+    calls = {"row": 0, "array": 0}
+    real_row, real_time = GpuFamily.pass_row, GpuFamily.pass_time
+
+    def row(self, *a, **kw):
+        calls["row"] += 1
+        return real_row(self, *a, **kw)
+
+    def arrays(self, *a, **kw):
+        calls["array"] += 1
+        return real_time(self, *a, **kw)
+
+    monkeypatch.setattr(GpuFamily, "pass_row", row)
+    monkeypatch.setattr(GpuFamily, "pass_time", arrays)
+    for i in range(12):
+        _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
+    assert calls["row"] > 0 and calls["array"] == 0
+
+    def refuse(self, *a, **kw):
+        raise ZeroDivisionError
+    monkeypatch.setattr(GpuFamily, "pass_row", refuse)
+    for i in range(12):
+        _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
+    assert calls["array"] > 0
+
+
+def test_plan_records_equal_the_records_of_the_array_rows(catalog):
+    """:func:`wseplan.plan.plan` (one question: floats, the short column and row conversions, the cached aliases and
+    interval) gives the record that :func:`wseplan.plan.record` makes of the same row among many."""
+    from wseplan.plan import plan, record
+
+    rng = np.random.default_rng(5)
+    for model, target, phase in [("llama-3.1-70b", "h100-sxmx16", "serve"), ("mixtral-8x7b", "h200-sxmx16", "decode"),
+                                 ("gpt-oss-20b", "b200x8", "prefill"), ("llama-3.1-70b", "h100-sxmx64", "train")]:
+        s = setup(model, target, phase=phase, catalog=catalog)
+        cfg = _random_rows(s, rng, 12)
+        many = evaluate(s, cfg)
+        cols = s.layout_columns
+        for i in range(12):
+            lay = {c: int(cfg[c][i]) for c in cols}
+            one = plan(model, target, phase=phase, batch=int(cfg["batch"][i]), context=int(cfg["context"][i]),
+                       output_tokens=int(cfg["output_tokens"][i]) or None, layout=lay, catalog=catalog)
+            ref = record(s, many, i, sources=dict(one.sources))
+            assert one.model_dump() == ref.model_dump(), (model, phase, i)
+
+
+def _round_pass(idx, mb, kv_, pre_):
+    """A pass of made-up costs written with the elementwise helpers (arrays or floats alike)."""
+    from wseplan.analytic import elementwise as X
+
+    lat = 1e-3 + 2e-6 * mb * X.maximum(kv_ / 1024.0, 1.0) + 3e-7 * pre_
+    return lat, lat / 3.0 + 1e-6 * mb, {"a": 0.25 * lat, "b": X.minimum(lat, 2e-3), "c": 0.0}
+
+
+def test_decode_round_of_one_row_in_floats_equals_the_arrays():
+    rng = np.random.default_rng(9)
+    b = rng.choice([1.0, 3.0, 8.0, 64.0, 700.0, 5000.0], 300)
+    stages = rng.choice([1.0, 2.0, 3.0, 4.0, 8.0, 6.0, 64.0, 2000.0], 300)
+    kv = rng.choice([0.0, 512.0, 4096.0], 300)
+    pre = rng.choice([0.0, 16.0, 4000.0], 300)
+    best, parts, nmb = E.decode_round(_round_pass, batch=b, stages=stages, kv_=kv, pre_=pre)
+    for i in range(300):
+        one = E.decode_round(_round_pass, batch=float(b[i]), stages=float(stages[i]), kv_=float(kv[i]), pre_=float(pre[i]))
+        assert type(one[0]) is float and type(one[2]) is float
+        assert _same(np.array([one[0]]), best[i:i + 1]) and _same(np.array([one[2]]), nmb[i:i + 1])
+        assert list(one[1]) == list(parts) and all(_same(np.array([one[1][k]]), parts[k][i:i + 1]) for k in parts)
+    with pytest.raises(ValueError):
+        E.decode_round(_round_pass, batch=8.0, stages=float("nan"), kv_=0.0, pre_=0.0)
+    with pytest.raises(ValueError):
+        E.decode_round(_round_pass, batch=8.0, stages=4.0, kv_=float("nan"), pre_=0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_closed_loop_of_python_floats_equals_the_bisection_as_written(seed):
+    B, own, dec, busy = _loop_inputs(seed, 300)
+    if seed == 3:  # the inputs outside the branch-free bisection: NaN, inf, negative, overflowing
+        own[::7], dec[::11], dec[::13], busy[::17] = np.nan, np.inf, -1.0, 1e300
+    with np.errstate(all="ignore"):
+        ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+    for i in range(len(B)):
+        with np.errstate(all="ignore"):
+            lam, w = E.closed_loop_prefill_wait(concurrency=float(B[i]), own_ttft_s=float(own[i]), decode_s=float(dec[i]),
+                                                prefill_busy_s=float(busy[i]))
+        assert type(lam) is float and type(w) is float
+        assert _same(np.array([lam]), ref[0][i:i + 1]) and _same(np.array([w]), ref[1][i:i + 1]), i
+
+
+def test_engine_helpers_of_python_floats_equal_the_arrays():
+    rng = np.random.default_rng(12)
+    p = rng.choice([1.0, 7.0, 1000.0, 9400.0, 131072.0], 200)
+    b = rng.choice([1.0, 4.0, 64.0, 3.0], 200)
+    o = rng.choice([0.0, 1.0, 256.0, 3.0], 200)
+    for mode in ("batch", "prompt", "chunk"):
+        for budget in (2048.0, 8192.0, 300.0):
+            arr = E.prefill_passes(prompt_tokens=p, batch=b, pass_mode=mode, token_budget=budget)
+            for i in range(200):
+                one = E.prefill_passes(prompt_tokens=float(p[i]), batch=float(b[i]), pass_mode=mode, token_budget=budget)
+                assert all(type(v) is float and _same(np.array([v]), np.broadcast_to(a, p.shape)[i:i + 1])
+                           for v, a in zip(one, arr)), (mode, budget, i)
+    with pytest.raises(ZeroDivisionError):  # numpy would give inf: the caller evaluates the arrays
+        E.prefill_passes(prompt_tokens=10.0, batch=1.0, pass_mode="chunk", token_budget=0.0)
+    arr = E.steady_state_prefill_tokens(batch=1.0, input_tokens=p, output_tokens=o)
+    lat, st, n = rng.uniform(0, 1, 200), rng.uniform(0, 1, 200), rng.choice([1.0, 2.0, 7.0], 200)
+    piped = E.pipelined_passes_s(latency_s=lat, stage_s=st, passes=n)
+    for i in range(200):
+        one = E.steady_state_prefill_tokens(batch=1.0, input_tokens=float(p[i]), output_tokens=float(o[i]))
+        assert type(one) is float and _same(np.array([one]), arr[i:i + 1])
+        one = E.pipelined_passes_s(latency_s=float(lat[i]), stage_s=float(st[i]), passes=float(n[i]))
+        assert type(one) is float and _same(np.array([one]), piped[i:i + 1])
+
+
+@pytest.mark.parametrize("target,phase", [("cs3x4", "decode"), ("cs3", "serve"), ("cs3x2", "prefill")])
+def test_wafer_questions_through_the_shared_engine_equal_the_array_rows(catalog, target, phase):
+    """The wafer families share the engine (arrays: they have no float pass); a question alone and among many agree."""
+    s = setup("llama-3.1-8b", target, phase=phase, catalog=catalog)
+    rng = np.random.default_rng(zlib.crc32(f"{target} {phase}".encode()))
+    n = 6
+    cfg = {"batch": rng.choice([1.0, 4.0, 32.0], n), "context": rng.choice([512.0, 4096.0], n),
+           "output_tokens": rng.choice([64.0, 512.0], n) if phase == "serve" else np.zeros(n)}
+    cfg["num_wafers"] = np.full(n, float(s.query.target.count or 1))
+    many = evaluate(s, cfg)
+    assert np.isfinite(many["step_s"]).sum() >= 3
+    for i in range(n):
+        _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
+
+
+def test_alias_indexes_are_cached_and_follow_the_catalog(catalog):
+    import copy
+    import pickle
+
+    cat = copy.deepcopy(catalog)
+    a = cat.hardware_keys()
+    assert dict(a) == cat._build_hardware_keys() and cat.hardware_keys() == a
+    with pytest.raises(TypeError):
+        a["x"] = ("gpus", "h100-sxm")  # read-only: a caller cannot spoil the cache
+    key = next(iter(cat.models))
+    m = cat.models[key]
+    assert cat.resolve_model_name(key) == ("models", key)
+    cat.models["my-model"] = m.model_copy(update={"aliases": ["my-alias"]})  # added
+    assert cat.resolve_model_name("MY-ALIAS") == ("models", "my-model")
+    cat.models["my-model"] = m.model_copy(update={"aliases": ["other-alias"]})  # replaced
+    assert cat.resolve_model_name("other-alias") == ("models", "my-model")
+    with pytest.raises(Exception):
+        cat.resolve_model_name("my-alias")
+    del cat.models["my-model"]  # removed
+    with pytest.raises(Exception):
+        cat.resolve_model_name("other-alias")
+    gpu = next(iter(cat.gpus))
+    cat.gpus["my-gpu"] = cat.gpus[gpu].model_copy(update={"aliases": ["my-gpu-alias"]})
+    assert cat.hardware_keys()["my-gpu-alias"] == ("gpus", "my-gpu")
+    again = pickle.loads(pickle.dumps(cat))  # the cache pickles (Dask ships catalogs)
+    assert dict(again.hardware_keys()) == dict(cat.hardware_keys())
+
+
+def test_interval_bounds_are_cached_per_file_and_question():
+    from wseplan import model_error as ME
+
+    f = ME.load_model_error()
+    if f is None:
+        pytest.skip("no model-error file")
+    args = dict(params_b=70.6, devices=8, hardware="h100-sxm")
+    first = ME.speed_bounds("gpu-infer", **args)
+    assert ME.speed_bounds("gpu-infer", **args) is first
+    assert ME._speed_bounds(f, "gpu-infer", 70.6, 8, "h100-sxm", None) == first
+    assert ME.speed_bounds("gpu-infer", params_b=7000.0, devices=8, hardware="h100-sxm") != first  # widened
+    ME._load.cache_clear()  # a rewritten file: a new object, answered afresh
+    try:
+        assert ME.load_model_error() is not f and ME.speed_bounds("gpu-infer", **args) == first
+    finally:
+        ME._load.cache_clear()

@@ -13,6 +13,7 @@ the note says which: no data says how fast the error grows there, so the factor 
 from __future__ import annotations
 
 import math
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,9 +73,19 @@ def _load(path: str) -> ModelErrorFile | None:
         raise CatalogError(f"{p}: {loc}: {msg}") from None
 
 
+#: the default file's path per $WSEPLAN_CATALOG_DIR (the bundled folder does not move while the program runs)
+_DEFAULT_PATHS: dict = {}
+
+
 def load_model_error(path: str | Path | None = None) -> ModelErrorFile | None:
     """The model-error file (None when there is none)."""
-    return _load(str(Path(path) if path is not None else model_error_path()))
+    if path is None:
+        env = os.environ.get("WSEPLAN_CATALOG_DIR")
+        p = _DEFAULT_PATHS.get(env)
+        if p is None:
+            p = _DEFAULT_PATHS[env] = str(model_error_path())
+        return _load(p)
+    return _load(str(Path(path)))
 
 
 def category_for(device_kind: str, phase: str) -> str:
@@ -91,6 +102,22 @@ def speed_bounds(category: str, *, params_b: float | None = None, devices: int |
     f = load_model_error(path)
     if f is None:
         return None
+    key = (id(f), category, params_b, devices, hardware, level)
+    hit = _BOUNDS.get(key)
+    if hit is not None and hit[0] is f:  # the same file object (kept alive here: its id is not reused)
+        return hit[1]
+    out = _speed_bounds(f, category, params_b, devices, hardware, level)
+    if len(_BOUNDS) >= 512:
+        _BOUNDS.clear()
+    _BOUNDS[key] = (f, out)
+    return out
+
+
+#: :func:`speed_bounds` answers by file and arguments (a question asks for its interval once per record)
+_BOUNDS: dict = {}
+
+
+def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware, level) -> tuple[float, float, str]:
     level = f.level if level is None else level
     lo_q, hi_q = _level_keys(level)
     cat = f.categories.get(category)

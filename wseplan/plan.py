@@ -197,7 +197,11 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         timed = tp >= 0
         src = tp[timed]
 
+    every = one_each and bool(timed.all())  # one question that fits: the timed rows are the rows, in order
+
     def column(v):
+        if every and np.shape(v) == (n,):
+            return np.array(v, dtype=float)
         col = np.full(n, np.nan)
         col[timed] = np.asarray(v, dtype=float)[src]
         return col
@@ -229,6 +233,10 @@ def row(arrays: dict[str, np.ndarray], i: int = 0) -> dict:
     """Row ``i`` of :func:`evaluate`'s arrays as plain Python values (NaN -> None)."""
     out = {}
     for k, v in arrays.items():
+        if type(v) is np.ndarray and v.ndim == 1 and v.dtype.kind in "fbi":  # the usual column: one Python value
+            x = v.item(i)
+            out[k] = None if x != x else x  # float (NaN -> None), bool or int, as below
+            continue
         x = v[i]
         if isinstance(x, np.ndarray):
             out[k] = x.tolist()
@@ -303,6 +311,19 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
     return record(s, arr, 0, sources=src, require_fit=require_fit)
 
 
+#: billions of parameters per model object (models are frozen; the object is kept, so its id is not reused)
+_PARAMS_B: dict = {}
+
+
+def _params_b(m: Model) -> float:
+    hit = _PARAMS_B.get(id(m))
+    if hit is None or hit[0] is not m:
+        if len(_PARAMS_B) >= 256:
+            _PARAMS_B.clear()
+        hit = _PARAMS_B[id(m)] = (m, total_params(m) / 1e9)
+    return hit[1]
+
+
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
     q, fam = s.query, s.family
@@ -326,7 +347,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
     iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "num_devices": n_dev,
                         "step_s": r.get("step_s") if timed else None,
                         "tokens_per_s": r.get("tokens_per_s") if timed else None},
-                       params_b=total_params(q.model) / 1e9 if isinstance(q.model, Model) else None)
+                       params_b=_params_b(q.model) if isinstance(q.model, Model) else None)
     return PlanRecord(
         model=q.model.name if hasattr(q.model, "name") else str(q.model), target=label, hardware=t.key, device_kind=t.kind,
         precision=q.precision, phase=q.phase, batch=int(r["batch"]), context=int(r["context"]),

@@ -28,8 +28,15 @@ class RecordHead(Frozen):
 
 def view(cls, rec: Frozen, **given):
     """A ``cls`` record filled from the same-named fields of ``rec`` (``given`` fields win)."""
-    return cls(**{k: getattr(rec, k) for k in cls.model_fields if k in type(rec).model_fields and k not in given},
-               **given)
+    shared = _SHARED.get((cls, type(rec)))
+    if shared is None:
+        src = type(rec).model_fields
+        shared = _SHARED[(cls, type(rec))] = tuple(k for k in cls.model_fields if k in src)
+    return cls(**{k: getattr(rec, k) for k in shared if k not in given}, **given)
+
+
+#: the field names two record classes share, in the view's order (classes do not change while the program runs)
+_SHARED: dict = {}
 
 
 def _flat(rec: dict, nested: tuple[str, ...] = ()) -> dict:

@@ -22,11 +22,20 @@ busy (equal to the latency when there is one stage). This module composes passes
   ``E[accepted] = (1 - alpha^(k+1)) / (1 - alpha)`` tokens are emitted per step at per-token acceptance
   ``alpha``; the step costs the verification pass plus ``k`` draft passes.
 
-All functions are pure and vectorized over configurations (numpy arrays broadcast).
+All functions are pure and vectorized over configurations (numpy arrays broadcast). :func:`decode_round`,
+:func:`pipelined_passes_s`, :func:`prefill_passes`, :func:`steady_state_prefill_tokens` and
+:func:`closed_loop_prefill_wait` also take one configuration as Python floats (written with the helpers of
+:mod:`wseplan.analytic.elementwise`: the same IEEE operations, no numpy call per operation); where the floats cannot
+give numpy's answer they raise one of :data:`~wseplan.analytic.elementwise.SCALAR_ERRORS` and the caller evaluates
+the arrays instead.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from . import elementwise as X
 
 #: what :func:`phase_objective` minimises per phase when a layout is searched
 OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve": "tpot_s"}
@@ -68,6 +77,7 @@ def micro_batch_choices(batch, stages, max_choices: int = 12):
 
 #: the powers of two of :func:`micro_batch_choices` (its default ``max_choices``)
 _POWERS = 2.0 ** np.arange(0, 11)
+_POWERS_LIST = _POWERS.tolist()
 
 
 def _micro_batch_rows(b: np.ndarray, stages) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +106,12 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     ``pass_fn(idx, seqs, **kw)`` evaluates passes for rows ``idx`` of micro-batches of ``seqs`` sequences and
     returns ``(latency_s, stage_s, parts)``; ``pass_kw`` arrays (per row) are passed through, indexed.
     Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round.
+
+    A Python float ``batch`` is one configuration (``stages`` and ``pass_kw`` floats too): its candidates are
+    passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats.
     """
+    if type(batch) is float:
+        return _decode_round_row(pass_fn, batch, stages, pass_kw)
     b = np.asarray(batch, dtype=float)
     n_rows = len(b)
     rows, n = _micro_batch_rows(b, stages)
@@ -118,8 +133,33 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     return best, parts_s, n[first]
 
 
+def _decode_round_row(pass_fn, b: float, stages: float, kw: dict):
+    """:func:`decode_round` of one configuration in Python floats: the candidates of :func:`_micro_batch_rows` in the
+    same order, the same minimum (NaN-propagating, as ``np.minimum.at``) and the same first candidate reaching it."""
+    top = X.maximum(X.minimum(stages, b), 1.0)
+    if not math.isfinite(top):  # the general form of the arrays
+        raise ValueError("decode_round: a non-finite micro-batch bound")
+    cand = [p for p in _POWERS_LIST if p <= top]
+    if cand[-1] != top:
+        cand.append(top)
+    best = math.inf
+    rounds = []
+    for n in cand:
+        lat, stage, parts = pass_fn(None, X.ceil(b / n), **kw)
+        rnd = X.maximum(lat, n * stage)
+        best = X.minimum(best, rnd)
+        rounds.append((rnd, lat, parts, n))
+    for rnd, lat, parts, n in rounds:
+        if rnd <= best:  # first candidate reaching the minimum (fewest micro-batches on a tie)
+            scale = rnd / (lat if lat > 0 else 1.0)
+            return best, {k: v * scale for k, v in parts.items()}, n
+    raise ValueError("decode_round: a NaN round")  # no candidate reaches a NaN minimum: the arrays decide
+
+
 def pipelined_passes_s(*, latency_s, stage_s, passes):
     """Time for ``passes`` passes that follow each other through a pipeline [s]: ``lat + (passes - 1) * stage``."""
+    if type(latency_s) is float:
+        return latency_s + (X.asfloat(passes) - 1.0) * stage_s
     return np.asarray(latency_s) + (np.asarray(passes, dtype=float) - 1.0) * np.asarray(stage_s)
 
 
@@ -132,17 +172,21 @@ def prefill_passes(*, prompt_tokens, batch, pass_mode: str, token_budget):
     ones cut into chunks). A chunk of ``c`` tokens of a prompt ``p`` tokens long that starts at offset ``o``
     attends to ``o`` earlier tokens plus its own causal half; averaged over a prompt's chunks ``o = (p - c) / 2``.
     """
-    p = np.asarray(prompt_tokens, dtype=float)
-    b = np.asarray(batch, dtype=float)
+    if type(prompt_tokens) is float and type(batch) is float:  # one configuration: Python floats
+        p, b, budget = prompt_tokens, batch, float(token_budget)
+    else:
+        p = np.asarray(prompt_tokens, dtype=float)
+        b = np.asarray(batch, dtype=float)
+        budget = np.asarray(token_budget, dtype=float)
     if pass_mode == "batch":
-        return b * p, np.ones_like(p), np.zeros_like(p), b
+        return b * p, X.ones_like(p), X.zeros_like(p), b
     if pass_mode == "prompt":
-        return p, b, np.zeros_like(p), np.ones_like(b)
+        return p, b, X.zeros_like(p), X.ones_like(b)
     total = b * p
-    passes = np.maximum(np.ceil(total / np.asarray(token_budget, dtype=float)), 1.0)
+    passes = X.maximum(X.ceil(total / budget), 1.0)
     c = total / passes  # tokens per pass (equal passes: no pass pays for tokens that are not there)
-    seqs = np.maximum(c / np.maximum(p, 1.0), 1.0)  # prompts sharing a pass (1 while a prompt spans passes)
-    span = np.minimum(c, p)
+    seqs = X.maximum(c / X.maximum(p, 1.0), 1.0)  # prompts sharing a pass (1 while a prompt spans passes)
+    span = X.minimum(c, p)
     return c, passes, (p - span) / 2.0, seqs
 
 
@@ -150,6 +194,8 @@ def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_
     """Prompt tokens per engine step that keep prefill in step with completions [tokens]:
     ``B * input / output`` (one request finishes every ``output / B`` steps per slot), divided by the tokens a
     step emits per sequence (speculative decoding finishes requests in fewer steps)."""
+    if type(input_tokens) is float and type(output_tokens) is float:  # one configuration: Python floats
+        return float(batch) * input_tokens / X.maximum(output_tokens, 1.0) * float(accepted_per_step)
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
     return np.asarray(batch, dtype=float) * np.asarray(input_tokens, dtype=float) / o * np.asarray(accepted_per_step)
 
@@ -168,8 +214,10 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
     This is the queueing NVIDIA's NIM tables show for long prompts: TTFT doubles from concurrency 1 to 50 at
     5,000-token prompts while the own prefill stays the same.
 
-    Returns (requests_per_s, mean_wait_s).
+    Returns (requests_per_s, mean_wait_s); Python floats for Python float inputs (one configuration).
     """
+    if all(type(v) is float for v in (concurrency, own_ttft_s, decode_s, prefill_busy_s)):
+        return _closed_loop_row(concurrency, own_ttft_s, decode_s, prefill_busy_s, iterations)
     B = np.asarray(concurrency, dtype=float)
     own = np.asarray(own_ttft_s, dtype=float)
     dec = np.asarray(decode_s, dtype=float)
@@ -200,19 +248,8 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
         float(own.max(initial=0.0)) + float(dec.max(initial=0.0)) + 1e13 * float(busy.max(initial=0.0)) < 1e300
     if bitwise and hi.size <= _PYTHON_ROWS:  # a few rows (a single question): Python floats do the same IEEE
         out = lo.reshape(-1)  # operations in the same order as the array steps below, without numpy's per-call cost
-        for i, (b_, o_, d_, u_, h_) in enumerate(zip(B.flat, own.flat, dec.flat, busy.flat, hi.flat)):
-            b_, o_, d_, u_, l_, h_ = float(b_), float(o_), float(d_), float(u_), 0.0, float(h_)
-            for _ in range(iterations):
-                mid_ = (l_ + h_) * 0.5
-                fixed = mid_ == l_ or mid_ == h_  # a fixed point after this step (see below)
-                rho_ = mid_ * u_
-                if mid_ * (o_ + rho_ * u_ / ((1.0 - rho_) * 2.0) + d_) > b_:
-                    h_ = mid_
-                else:
-                    l_ = mid_
-                if fixed:
-                    break
-            out[i] = l_
+        for i, (b_, o_, d_, u_, h_) in enumerate(zip(B.tolist(), own.tolist(), dec.tolist(), busy.tolist(), hi.tolist())):
+            out[i] = _bisect_row(b_, o_, d_, u_, h_, iterations)
         return lo, wait(lo)
     mid, rho, w, den = (np.empty_like(hi) for _ in range(4))
     flag = np.empty(hi.shape, dtype=bool)
@@ -261,3 +298,39 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
                 break
     lam = lo
     return lam, wait(lam)
+
+
+def _bisect_row(b_: float, o_: float, d_: float, u_: float, h_: float, iterations: int) -> float:
+    """The bisection of :func:`closed_loop_prefill_wait` for one row whose inputs pass its ``bitwise`` test, in Python
+    floats: the same IEEE operations in the same order as its array steps (lo starts at 0)."""
+    l_ = 0.0
+    for _ in range(iterations):
+        mid_ = (l_ + h_) * 0.5
+        fixed = mid_ == l_ or mid_ == h_  # a fixed point after this step (see the array steps)
+        rho_ = mid_ * u_
+        if mid_ * (o_ + rho_ * u_ / ((1.0 - rho_) * 2.0) + d_) > b_:
+            h_ = mid_
+        else:
+            l_ = mid_
+        if fixed:
+            break
+    return l_
+
+
+def _closed_loop_row(B: float, own: float, dec: float, busy: float, iterations: int):
+    """:func:`closed_loop_prefill_wait` of one configuration in Python floats: the same upper bound, the same test for
+    the branch-free bisection (else the array steps of one row), the same wait."""
+    busy = X.maximum(busy, 0.0)
+    hi = B / X.maximum(own + dec, 1e-300)
+    if busy > 0:
+        hi = X.minimum(hi, (1.0 - 1e-12) / busy)
+    if not (all(math.isfinite(v) for v in (B, own, dec, busy, hi)) and B >= 0 and own >= 0 and dec >= 0
+            and max(own, 0.0) + max(dec, 0.0) + 1e13 * max(busy, 0.0) < 1e300):
+        lam, w = closed_loop_prefill_wait(concurrency=np.array([B]), own_ttft_s=np.array([own]),
+                                          decode_s=np.array([dec]), prefill_busy_s=np.array([busy]), iterations=iterations)
+        return float(lam[0]), float(w[0])
+    lam = _bisect_row(B, own, dec, busy, hi, iterations)
+    if not busy > 0:
+        return lam, 0.0
+    rho = lam * busy
+    return lam, rho * busy / (2.0 * (1.0 - rho))  # rho < 1 (lam <= hi <= (1 - 1e-12) / busy)

@@ -8,8 +8,10 @@ import math
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from pydantic import ValidationError
 
@@ -349,7 +351,24 @@ class Catalog:
     extra_dirs: list[str] = field(default_factory=list)
 
     # -- lookups -----------------------------------------------------------------------------
-    def _aliases(self, sections: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    def _cached_index(self, name: str, sections: tuple[str, ...], build):
+        """``build()`` (a read-only view), rebuilt when an entry of ``sections`` is added, removed or replaced (entries
+        are frozen: the same key bound to the same object has the same names), else from the last call: a question
+        resolves its model and target once each, and the index of every alias costs more than the rest of it."""
+        stamp = tuple((tuple(d), tuple(map(id, d.values()))) for d in (getattr(self, sec) for sec in sections))
+        cache = self.__dict__.setdefault("_index_cache", {})
+        hit = cache.get(name)
+        if hit is not None and hit[0] == stamp:
+            return MappingProxyType(hit[1])
+        idx = build()
+        cache[name] = (stamp, idx)  # plain dicts: a catalog still pickles (Dask ships it to workers)
+        return MappingProxyType(idx)
+
+    def _aliases(self, sections: tuple[str, ...]) -> Mapping[str, tuple[str, str]]:
+        """Lower-case names and aliases of the entries of ``sections`` -> (section, key); the first entry wins."""
+        return self._cached_index(",".join(sections), sections, lambda: self._build_aliases(sections))
+
+    def _build_aliases(self, sections: tuple[str, ...]) -> dict[str, tuple[str, str]]:
         out: dict[str, tuple[str, str]] = {}
         for sec in sections:
             for key, entry in getattr(self, sec).items():
@@ -370,9 +389,12 @@ class Catalog:
             )
         return hit
 
-    def hardware_keys(self) -> dict[str, tuple[str, str]]:
-        """Lower-case hardware names and aliases -> (section, key); systems map to their wafer."""
-        idx = self._aliases(("wafers", "gpus", "devices"))
+    def hardware_keys(self) -> Mapping[str, tuple[str, str]]:
+        """Lower-case hardware names and aliases -> (section, key); systems map to their wafer (a read-only view)."""
+        return self._cached_index("hardware", ("wafers", "gpus", "devices", "systems"), self._build_hardware_keys)
+
+    def _build_hardware_keys(self) -> dict[str, tuple[str, str]]:
+        idx = self._build_aliases(("wafers", "gpus", "devices"))
         for key, sysm in self.systems.items():
             for a in [key, *sysm.aliases]:
                 idx.setdefault(a.lower(), ("wafers", sysm.wafer))

@@ -54,9 +54,16 @@ def argmax_code(parts: dict[str, Any], n: int) -> np.ndarray:
     if not parts:
         return np.full(n, BOTTLENECK_CODE["none"], dtype=np.int64)
     names = list(parts)
-    stack = np.stack([np.broadcast_to(np.asarray(parts[k], dtype=float), (n,)) for k in names])
+    stack = np.stack([_as_n(parts[k], n) for k in names])
     codes = np.asarray([BOTTLENECK_CODE[k] for k in names])
     return codes[np.argmax(np.nan_to_num(stack, nan=-np.inf), axis=0)]
+
+
+def _as_n(v, n: int) -> np.ndarray:
+    """``np.broadcast_to(np.asarray(v, dtype=float), (n,))``; an array of that shape and type as it is."""
+    if type(v) is np.ndarray and v.shape == (n,) and v.dtype == np.float64:
+        return v
+    return np.broadcast_to(np.asarray(v, dtype=float), (n,))
 
 
 def binding_code(parts: dict[str, np.ndarray], load: np.ndarray, capacity, fits: np.ndarray) -> np.ndarray:

@@ -341,8 +341,13 @@ class GpuFamily(InferenceMixin, Family):
         out = X.by_rows(pass_fn, len(cols["tp"]), cols)  # a few rows (one question): Python floats, same numbers
         return out if out is not None else pass_fn(**cols)
 
+    def pass_row(self, ctx: GpuContext, cfg: dict, i: int, *, new_per_seq=1.0, **kw):
+        """:meth:`pass_time` of row ``i`` in Python floats (the same function; raises one of
+        :data:`~wseplan.analytic.elementwise.SCALAR_ERRORS` where numpy would give inf or NaN)."""
+        return _pass(ctx, tp=float(cfg["tp"][i]), pp=float(cfg["pp"][i]), new_per_seq=new_per_seq, **kw)
+
     def flop_per_token(self, ctx: GpuContext, context) -> np.ndarray:
-        return G.model_flop_per_token(ctx.m, seq_len=np.asarray(context, dtype=float)) / 3.0
+        return G.model_flop_per_token(ctx.m, seq_len=X.asfloat(context)) / 3.0
 
     def peak_flop_per_s(self, ctx: GpuContext) -> float:
         return ctx.peak

@@ -23,6 +23,7 @@ import dataclasses
 
 import numpy as np
 
+from ..analytic import elementwise as X
 from ..analytic import engine as E
 from ..errors import InputError
 from ..workload import resolve_model
@@ -30,22 +31,37 @@ from .base import argmax_code
 
 
 class InferenceMixin:
-    """Inference phases from a family's forward pass (see the module docstring)."""
+    """Inference phases from a family's forward pass (see the module docstring).
+
+    A family that can also run its pass on one configuration in Python floats supplies ``pass_row(ctx, cfg, i,
+    **pass_kw)`` -> ``(latency_s, stage_s, parts)`` of row ``i`` (floats; raising one of
+    :data:`~wseplan.analytic.elementwise.SCALAR_ERRORS` where numpy would give inf or NaN). Then a question of a few
+    rows (one configuration) is composed row by row in Python floats by the same code below (written with
+    :mod:`wseplan.analytic.elementwise`; ``rows`` is then the row's index, an ``int``), and stacked back into
+    arrays: the same IEEE operations, without numpy's per-call cost on one-element arrays. A row the floats cannot do
+    as numpy does sends the whole question to the arrays.
+    """
+
+    def _pass(self, ctx, cfg, rows, **kw):
+        """The family's pass of ``rows`` (an index array), or of one row in Python floats (an ``int``)."""
+        if type(rows) is int:
+            return self.pass_row(ctx, cfg, rows, **kw)
+        return self.pass_time(ctx, cfg, rows, **kw)
 
     def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0):
         """Decode round over rows: (tpot, parts, micro_batches). ``prefill_per_seq`` prompt tokens ride along per
         decoding sequence (in-flight batching), at most ``budget - seqs x new_per_seq`` per pass;
         ``new_per_seq`` > 1 is a speculative verification step (k + 1 positions per sequence)."""
-        stages = self.pipeline_stages(ctx, cfg)[rows]
+        stages = _at(self.pipeline_stages(ctx, cfg), rows)
 
         def pass_fn(idx, mb, kv_, pre_, bud_):
-            pre = np.minimum(pre_ * mb, np.maximum(bud_ - mb * new_per_seq, 0.0))
-            return self.pass_time(ctx, cfg, rows[idx], decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre,
-                                  prefill_span=pre, prefill_kv=np.zeros_like(pre), prefill_seqs=np.minimum(pre, 1.0),
-                                  new_per_seq=new_per_seq)
+            pre = X.minimum(pre_ * mb, X.maximum(bud_ - mb * new_per_seq, 0.0))
+            return self._pass(ctx, cfg, rows if idx is None else rows[idx], decode_seqs=mb, decode_kv=kv_,
+                              prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
+                              prefill_seqs=X.minimum(pre, 1.0), new_per_seq=new_per_seq)
 
-        pre = np.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq
-        bud = np.full_like(batch, np.inf) if budget is None else budget
+        pre = X.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq
+        bud = _full(batch, np.inf) if budget is None else budget
         return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
 
     def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None):
@@ -56,7 +72,7 @@ class InferenceMixin:
         tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget)
         spec = getattr(ctx, "spec", None)
         if spec is None:
-            return tpot, parts, nmb, np.ones_like(tpot)
+            return tpot, parts, nmb, X.ones_like(tpot)
         k, a = spec["draft_tokens"], spec["acceptance_frac"]
         verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq=k + 1.0)
         dctx, dcfg = self.draft_setup(ctx, cfg)
@@ -64,47 +80,61 @@ class InferenceMixin:
         g = float(E.accepted_tokens_per_step(draft_tokens=k, acceptance_frac=a))
         spec_tpot = (verify + k * draft) / g
         use = spec_tpot < tpot  # the engine speculates where it pays (not at compute-bound batches)
-        scale = np.where(verify > 0, spec_tpot / np.where(verify > 0, verify, 1.0), 1.0)
-        out_parts = {name: np.where(use, np.asarray(vparts.get(name, 0.0)) * scale, np.asarray(v))
-                     for name, v in parts.items()}
-        return np.where(use, spec_tpot, tpot), out_parts, np.where(use, vnmb, nmb), np.where(use, g, 1.0)
+        scale = X.where(verify > 0, spec_tpot / X.where(verify > 0, verify, 1.0), 1.0)
+        out_parts = {name: X.where(use, _arr(vparts.get(name, 0.0)) * scale, _arr(v)) for name, v in parts.items()}
+        return X.where(use, spec_tpot, tpot), out_parts, X.where(use, vnmb, nmb), X.where(use, g, 1.0)
 
     def _prefill(self, ctx, cfg, rows, batch, prompt):
         eng = ctx.engine
         chunk, passes, offset, seqs = E.prefill_passes(prompt_tokens=prompt, batch=batch, pass_mode=eng.prefill_pass,
                                                        token_budget=eng.token_budget.si)
-        span = np.minimum(chunk / seqs, prompt)
-        lat, stage, parts = self.pass_time(ctx, cfg, rows, decode_seqs=np.zeros_like(chunk), decode_kv=np.zeros_like(chunk),
-                                           prefill_tokens=chunk, prefill_span=span, prefill_kv=offset, prefill_seqs=seqs)
+        span = X.minimum(chunk / seqs, prompt)
+        lat, stage, parts = self._pass(ctx, cfg, rows, decode_seqs=X.zeros_like(chunk), decode_kv=X.zeros_like(chunk),
+                                       prefill_tokens=chunk, prefill_span=span, prefill_kv=offset, prefill_seqs=seqs)
         total = E.pipelined_passes_s(latency_s=lat, stage_s=stage, passes=passes)
-        scale = total / np.where(lat > 0, lat, 1.0)
-        return total, {k: np.asarray(v) * scale for k, v in parts.items()}
+        scale = total / X.where(lat > 0, lat, 1.0)
+        return total, {k: _arr(v) * scale for k, v in parts.items()}
 
     def infer_time(self, ctx, cfg: dict) -> dict:
-        phase = ctx.q.phase
         B = np.asarray(cfg["batch"], dtype=float)
-        C = np.asarray(cfg["context"], dtype=float)
-        O = np.asarray(cfg["output_tokens"], dtype=float)
         n = len(B)
-        rows = np.arange(n)
-        R = self.replicas(ctx, cfg)
-        ndev = np.asarray(self.devices_per_replica(ctx, cfg), dtype=float) * R
+        cols = dict(B=B, C=np.asarray(cfg["context"], dtype=float), O=np.asarray(cfg["output_tokens"], dtype=float),
+                    R=np.asarray(self.replicas(ctx, cfg), dtype=float))
+        cols["ndev"] = np.asarray(self.devices_per_replica(ctx, cfg), dtype=float) * cols["R"]
+        out = None
+        if n <= X.SCALAR_ROWS and getattr(self, "pass_row", None) is not None:
+            vals = [(v if v.shape == (n,) else np.broadcast_to(v, (n,))).tolist() for v in cols.values()]
+            try:
+                out = X._stack([self._infer(ctx, cfg, i, *row) for i, row in enumerate(zip(*vals))])
+            except X.SCALAR_ERRORS:
+                out = None
+        if out is None:
+            out = self._infer(ctx, cfg, np.arange(n), *cols.values())
+        parts = out.pop("_parts")
+        out["bottleneck"] = argmax_code(parts, n)
+        out["breakdown"] = {k: _as_n(v, n) for k, v in parts.items()}
+        return out
+
+    def _infer(self, ctx, cfg, rows, B, C, O, R, ndev) -> dict:
+        """The phase's times of ``rows`` (an index array, the columns arrays; or one row's index and floats)."""
+        phase = ctx.q.phase
         peak = self.peak_flop_per_s(ctx)
+        zero = X.zeros_like(B)
         out: dict = {}
         if phase == "decode":
             tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C)
             out.update(step_s=tpot, tpot_s=tpot, tokens_per_s=R * B / tpot, tokens_per_s_per_user=1.0 / tpot,
-                       micro_batches=nmb, accepted_tokens_per_step=acc, cost_prefill_s=np.zeros(n),
-                       cost_prompt_tokens=np.zeros(n), cost_decode_s=tpot, cost_output_tokens=R * B)
+                       micro_batches=nmb, accepted_tokens_per_step=acc, cost_prefill_s=zero,
+                       cost_prompt_tokens=zero, cost_decode_s=tpot, cost_output_tokens=R * B)
             flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C)
         elif phase == "prefill":
             t, parts = self._prefill(ctx, cfg, rows, B, C)
             out.update(step_s=t, ttft_s=t, tokens_per_s=R * B * C / t, cost_prefill_s=t, cost_prompt_tokens=R * B * C,
-                       cost_decode_s=np.zeros(n), cost_output_tokens=np.zeros(n))
+                       cost_decode_s=zero, cost_output_tokens=zero)
             flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C / 2.0)
         else:
             eng = ctx.engine
-            steps = np.maximum(O - 1.0, 0.0)
+            steps = X.maximum(O - 1.0, 0.0)
             if eng.scheduling == "static":
                 ttft, p_parts = self._prefill(ctx, cfg, rows, B, C)
                 tpot, d_parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)
@@ -113,45 +143,66 @@ class InferenceMixin:
                 tokens_per_s = R * B * O / request
                 acct = dict(cost_prefill_s=ttft, cost_prompt_tokens=R * B * C, cost_decode_s=tpot, cost_output_tokens=R * B)
             else:
-                budget = np.full(n, eng.token_budget.si)
+                budget = _full(B, eng.token_budget.si)
                 pre_per_seq = E.steady_state_prefill_tokens(batch=1.0, input_tokens=C, output_tokens=O)
                 tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
                                                           budget=budget)
                 # own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round
-                spare = np.maximum(budget - np.ceil(B / nmb), 1.0)
-                passes = np.ceil(C / spare)
+                spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
+                passes = X.ceil(C / spare)
                 chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
-                lat, _, _ = self.pass_time(ctx, cfg, rows, decode_seqs=np.ceil(B / nmb), decode_kv=C + O / 2.0,
-                                           prefill_tokens=chunk, prefill_span=chunk, prefill_kv=(C - chunk) / 2.0,
-                                           prefill_seqs=np.ones(n))
-                nst = np.maximum(self.pipeline_stages(ctx, cfg), 1.0)
-                own = E.pipelined_passes_s(latency_s=lat, stage_s=np.maximum(tpot / nmb, lat / nst), passes=passes)
+                lat, _, _ = self._pass(ctx, cfg, rows, decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0,
+                                       prefill_tokens=chunk, prefill_span=chunk, prefill_kv=(C - chunk) / 2.0,
+                                       prefill_seqs=X.ones_like(B))
+                nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
+                own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(tpot / nmb, lat / nst), passes=passes)
                 # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
-                full, _, _ = self.pass_time(ctx, cfg, rows, decode_seqs=np.ceil(B / nmb), decode_kv=C + O / 2.0,
-                                            prefill_tokens=spare, prefill_span=spare, prefill_kv=(C - chunk) / 2.0,
-                                            prefill_seqs=np.ones(n))
-                busy = C / spare * np.maximum(tpot / nmb, full / nst)
+                full, _, _ = self._pass(ctx, cfg, rows, decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0,
+                                        prefill_tokens=spare, prefill_span=spare, prefill_kv=(C - chunk) / 2.0,
+                                        prefill_seqs=X.ones_like(B))
+                busy = C / spare * X.maximum(tpot / nmb, full / nst)
                 # closed loop at B: prompts queue for the prefill budget (M/D/1); Little's law gives the throughput
                 lam, wait = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=steps * tpot,
                                                        prefill_busy_s=busy)
                 ttft = own + wait
                 request = ttft + steps * tpot
-                tokens_per_s = R * lam * np.maximum(O, 1.0)
+                tokens_per_s = R * lam * X.maximum(O, 1.0)
                 out.update(ttft_own_s=own, prefill_busy_s=busy)
                 alone, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)  # the same round without prompt chunks
-                pre_tok = np.minimum(pre_per_seq * B, np.maximum(budget - B / nmb, 0.0) * nmb)
-                acct = dict(cost_prefill_s=np.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
-                            cost_decode_s=np.minimum(alone, tpot), cost_output_tokens=R * B)
+                pre_tok = X.minimum(pre_per_seq * B, X.maximum(budget - B / nmb, 0.0) * nmb)
+                acct = dict(cost_prefill_s=X.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
+                            cost_decode_s=X.minimum(alone, tpot), cost_output_tokens=R * B)
             out.update(step_s=request, ttft_s=ttft, tpot_s=tpot, tokens_per_s=tokens_per_s,
-                       tokens_per_s_per_user=1.0 / tpot, request_s=request, requests_per_s=tokens_per_s / np.maximum(O, 1.0),
+                       tokens_per_s_per_user=1.0 / tpot, request_s=request, requests_per_s=tokens_per_s / X.maximum(O, 1.0),
                        micro_batches=nmb, accepted_tokens_per_step=acc, **acct)
-            flop_rate = tokens_per_s * (self.flop_per_token(ctx, C + O / 2.0) + C / np.maximum(O, 1.0)
+            flop_rate = tokens_per_s * (self.flop_per_token(ctx, C + O / 2.0) + C / X.maximum(O, 1.0)
                                         * self.flop_per_token(ctx, C / 2.0))
         out["model_flop_per_s"] = flop_rate
-        out["model_flop_utilization_frac"] = np.minimum(flop_rate / (ndev * peak), 1.0)
-        out["bottleneck"] = argmax_code(parts, n)
-        out["breakdown"] = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in parts.items()}
+        out["model_flop_utilization_frac"] = X.minimum(flop_rate / (ndev * peak), 1.0)
+        out["_parts"] = parts
         return out
+
+
+def _as_n(v, n: int) -> np.ndarray:
+    """``np.broadcast_to(np.asarray(v, dtype=float), (n,))``; an array of that shape and type as it is."""
+    if type(v) is np.ndarray and v.shape == (n,) and v.dtype == np.float64:
+        return v
+    return np.broadcast_to(np.asarray(v, dtype=float), (n,))
+
+
+def _at(col, rows):
+    """``col[rows]``; for one row (an ``int``) a Python float."""
+    return float(col[rows]) if type(rows) is int else col[rows]
+
+
+def _full(like, value: float):
+    """``np.full_like(like, value)``; ``value`` for a Python float."""
+    return np.full_like(like, value) if isinstance(like, np.ndarray) else float(value)
+
+
+def _arr(v):
+    """``np.asarray(v)`` of a part; a Python float stays one."""
+    return v if type(v) is float else np.asarray(v)
 
 
 SPEC_OPTIONS = ("speculative", "draft_tokens", "acceptance")
