@@ -588,3 +588,26 @@ def test_interval_bounds_are_cached_per_file_and_question():
         assert ME.load_model_error() is not f and ME.speed_bounds("gpu-infer", **args) == first
     finally:
         ME._load.cache_clear()
+
+
+def test_bottleneck_and_binding_codes_of_a_few_rows_equal_the_array_rule(monkeypatch):
+    """A few rows are decided in Python floats; the array rule (nan_to_num, first maximum; a NaN binds first)
+    decides the same, including NaN, infinities and ties."""
+    from wseplan.devices import base
+
+    rng = np.random.default_rng(31)
+    vals = np.array([0.0, -0.0, 1.0, 1.0, 2.5, -3.0, np.inf, -np.inf, np.nan, 1.7976931348623157e308, -1e308])
+    names = ["compute", "hbm_bandwidth", "nvlink", "overhead"]
+    for _ in range(400):
+        n = int(rng.integers(1, base._FEW_ROWS + 1))
+        parts = {k: rng.choice(vals, n) for k in names[:int(rng.integers(1, 5))]}
+        if rng.uniform() < 0.3:
+            parts[next(iter(parts))] = float(rng.choice(vals))  # a scalar part
+        load, cap = rng.choice(vals, n), rng.choice([1.0, 4.0, np.nan, np.inf], n)
+        fits = rng.uniform(size=n) < 0.5
+        bparts = {k: v for k, v in zip(("weights", "kv_cache", "activations", "optimizer"), parts.values())}
+        few = base.argmax_code(parts, n), base.binding_code(bparts, load, cap, fits)
+        monkeypatch.setattr(base, "_FEW_ROWS", 0)
+        ref = base.argmax_code(parts, n), base.binding_code(bparts, load, cap, fits)
+        monkeypatch.undo()
+        assert _same(few[0], ref[0]) and _same(few[1], ref[1]), (parts, load, cap, fits)

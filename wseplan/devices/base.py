@@ -23,6 +23,7 @@ Column conventions (all float64 numpy arrays of one length ``n``):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -54,9 +55,37 @@ def argmax_code(parts: dict[str, Any], n: int) -> np.ndarray:
     if not parts:
         return np.full(n, BOTTLENECK_CODE["none"], dtype=np.int64)
     names = list(parts)
+    if n <= _FEW_ROWS:  # one question: the same rule per row in Python floats (numpy's nan_to_num, first maximum)
+        cols = [_as_n(parts[k], n).tolist() for k in names]
+        return np.array([BOTTLENECK_CODE[names[_first_max([_nan_low(c[r]) for c in cols])]] for r in range(n)],
+                        dtype=_INT)
     stack = np.stack([_as_n(parts[k], n) for k in names])
     codes = np.asarray([BOTTLENECK_CODE[k] for k in names])
     return codes[np.argmax(np.nan_to_num(stack, nan=-np.inf), axis=0)]
+
+
+#: rows up to which :func:`argmax_code` and :func:`binding_code` decide row by row in Python floats
+_FEW_ROWS = 8
+_BIG = float(np.finfo(float).max)
+_INT = np.asarray([0]).dtype  # numpy's integer of a list of Python ints (the array path's codes)
+
+
+def _nan_low(v: float) -> float:
+    """``np.nan_to_num(v, nan=-inf)``: NaN -> -inf, +inf -> the largest float, -inf -> the most negative one."""
+    if v != v:
+        return -math.inf
+    return _BIG if v == math.inf else -_BIG if v == -math.inf else v
+
+
+def _first_max(vals: list) -> int:
+    """``np.argmax`` of one row: the first NaN, else the first maximum."""
+    best = 0
+    for j, v in enumerate(vals):
+        if v != v:
+            return j
+        if v > vals[best]:
+            best = j
+    return best
 
 
 def _as_n(v, n: int) -> np.ndarray:
@@ -71,6 +100,12 @@ def binding_code(parts: dict[str, np.ndarray], load: np.ndarray, capacity, fits:
     term (``weights``, ``kv_cache``, ``activations``, ``optimizer``)."""
     n = len(load)
     names = list(parts)
+    if n <= _FEW_ROWS:  # one question: the same rule per row in Python floats
+        cols = [_as_n(parts[k], n).tolist() for k in names]
+        ld, cap, ok = _as_n(load, n).tolist(), _as_n(capacity, n).tolist(), np.broadcast_to(fits, (n,)).tolist()
+        return np.array([BINDING_CODE["none"] if ok[r] and ld[r] < 0.5 * cap[r]
+                         else BINDING_CODE[names[_first_max([c[r] for c in cols])]] for r in range(n)],
+                        dtype=_INT)
     stack = np.stack([np.broadcast_to(np.asarray(parts[k], dtype=float), (n,)) for k in names])
     largest = np.asarray([BINDING_CODE[k] for k in names])[np.argmax(stack, axis=0)]
     return np.where(fits & (load < 0.5 * np.asarray(capacity, dtype=float)), BINDING_CODE["none"], largest)
