@@ -154,12 +154,16 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         np.minimum.at(least, parent[fits], ndev[fits])
         contend &= ndev <= least[parent]
     idx = np.nonzero(contend)[0]
-    t = fam.time(ctx, {k: v[idx] for k, v in cand.items()}, {k: np.asarray(v)[idx] for k, v in f.items()}) if len(idx) else {}
+    # every layout given: no choice to make (and no objective to weigh)
+    one_each = len(parent) == n and bool((parent == np.arange(n)).all())
+    if len(idx) == len(parent):  # every candidate contends: the columns as they are
+        t = fam.time(ctx, dict(cand), {k: np.asarray(v) for k, v in f.items()})
+    else:
+        t = fam.time(ctx, {k: v[idx] for k, v in cand.items()}, {k: np.asarray(v)[idx] for k, v in f.items()}) if len(idx) else {}
     obj = np.full(len(parent), np.inf)
-    if len(idx):
+    if len(idx) and not one_each:
         obj[idx] = fam.objective(q, t)
     # the chosen candidate per configuration: best objective, first on ties; else the least shortfall
-    one_each = len(parent) == n and bool((parent == np.arange(n)).all())  # every layout given: no choice to make
     if one_each:
         chosen = np.arange(n)
     else:
@@ -169,8 +173,7 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         best = order[first]
         chosen = np.full(n, -1)
         chosen[parent[best]] = best
-    none_fit = ~np.isfinite(obj[chosen])
-    if none_fit.any() and not one_each:
+    if not one_each and (none_fit := ~np.isfinite(obj[chosen])).any():
         short = np.asarray(f["per_device_bytes"], dtype=float) - np.asarray(f["capacity_bytes"], dtype=float)
         order = np.lexsort((np.arange(len(parent)), short, parent))
         first = np.ones(len(order), dtype=bool)

@@ -92,11 +92,23 @@ def block_params(m: Model) -> tuple[float, float]:
     layers, leading dense layers) returns the mean over its layers, so that ``num_layers * block_params``
     is still the blocks' total and active count; the largest block is ``max(b.params for b in block_types(m))``.
     """
+    hit = _BLOCK_PARAMS.get(id(m))
+    if hit is not None and hit[0] is m:  # models are frozen: the same object has the same blocks
+        return hit[1]
     types = block_types(m)
     if len(types) == 1:
-        return types[0].params, types[0].active_params
-    L = m.num_layers
-    return (sum(b.count * b.params for b in types) / L, sum(b.count * b.active_params for b in types) / L)
+        out = types[0].params, types[0].active_params
+    else:
+        L = m.num_layers
+        out = (sum(b.count * b.params for b in types) / L, sum(b.count * b.active_params for b in types) / L)
+    if len(_BLOCK_PARAMS) >= 256:
+        _BLOCK_PARAMS.clear()
+    _BLOCK_PARAMS[id(m)] = (m, out)  # the model is kept: its id is not reused while it is here
+    return out
+
+
+#: :func:`block_params` by model object (a question asks for it several times: FLOPs per token, stage weights)
+_BLOCK_PARAMS: dict = {}
 
 
 def embedding_params(m: Model) -> float:

@@ -105,7 +105,7 @@ class InferenceMixin:
         if n <= X.SCALAR_ROWS and getattr(self, "pass_row", None) is not None:
             vals = [(v if v.shape == (n,) else np.broadcast_to(v, (n,))).tolist() for v in cols.values()]
             try:
-                out = X._stack([self._infer(ctx, cfg, i, *row) for i, row in enumerate(zip(*vals))])
+                out = _columns([self._infer(ctx, cfg, i, *row) for i, row in enumerate(zip(*vals))])
             except X.SCALAR_ERRORS:
                 out = None
         if out is None:
@@ -181,6 +181,18 @@ class InferenceMixin:
         out["model_flop_utilization_frac"] = X.minimum(flop_rate / (ndev * peak), 1.0)
         out["_parts"] = parts
         return out
+
+
+def _columns(res: list[dict]) -> dict:
+    """Rows of :meth:`InferenceMixin._infer` (floats; ``_parts`` a dict of floats) as float64 columns: one array of
+    every value, a row of it per column."""
+    first = res[0]
+    keys = [k for k in first if k != "_parts"]
+    pkeys = list(first["_parts"])
+    m = np.array([[r[k] for r in res] for k in keys] + [[r["_parts"][k] for r in res] for k in pkeys], dtype=float)
+    out = dict(zip(keys, m))
+    out["_parts"] = dict(zip(pkeys, m[len(keys):]))
+    return out
 
 
 def _as_n(v, n: int) -> np.ndarray:
