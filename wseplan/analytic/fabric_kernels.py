@@ -288,6 +288,30 @@ class Region:
         self._memo[key] = got
         return got
 
+    def stacked_reduce(self, axis, variants, tlof, a, max_levels, tree_model, ndim: int):
+        """The reduction lines and chain hops of :func:`reduce_broadcast`'s variants along ``axis`` stacked along a new
+        first axis for messages of ``ndim`` dimensions: ``(line, (L - 1) h, L > 1)``; kept per constant set. None
+        where a constant is an array or the lines take different forms (then the loop runs)."""
+        key = ("reduce", axis, variants, tlof, a, max_levels, tree_model, ndim)
+        try:
+            got = self._memo.get(key, False)
+        except TypeError:
+            return None
+        if got is not False:
+            return got
+        got = None
+        L = self._line(axis)
+        if L.ndim <= ndim and all(_scalar(v) for v in (tlof, a, max_levels)) and all(_scalar(c) for v in variants for c in v):
+            lines = [self.reduce_line(axis, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, "best")
+                     for h, ramp, rsc, tlc in variants]
+            line = ReduceLine.stack(lines, ndim)
+            if line is not None:
+                hops = np.stack([self.chain_hops(axis, v[0])[0] for v in variants])
+                hops = hops.reshape((len(variants),) + (1,) * (ndim + 1 - hops.ndim) + hops.shape[1:])
+                got = (line, hops, self.chain_hops(axis, variants[0][0])[1])
+        self._memo[key] = got
+        return got
+
     def gt1(self, axis: str):
         key = ("gt1", axis)
         got = self._memo.get(key)
@@ -305,6 +329,11 @@ def reduce_broadcast(region: Region, axis: str, message_bytes, *, variants, link
     s = wavelet_bytes / link_bytes_per_cycle
     a = np.maximum(s, 1.0)
     Ma, Ms = M * a, M * s
+    st = region.stacked_reduce(axis, tuple(variants), tree_level_overlap_frac, a, max_tree_levels, tree_model, np.ndim(Ma))
+    if st is not None:  # the variants along a new first axis: one array pass, each entry the loop's arithmetic
+        line, Lh, gt1 = st
+        red, bc = line.cycles(Ma), np.where(gt1, Lh + Ms, 0.0)
+        return [(red[i], bc[i]) for i in range(len(variants))]
     out = []
     for h, ramp, rsc, tlc in variants:
         line = region.reduce_line(axis, h, ramp, rsc, tlc, tree_level_overlap_frac, a, max_tree_levels, tree_model, "best")
