@@ -38,7 +38,7 @@ def serving_cost(*, usd_per_busy_hour, busy_it_power_w, pue, prefill_s, prompt_t
     cost per token = (USD/h / 3600) x seconds the deployment spends on that token; energy = P_busy PUE t.
     """
     usd_per_s = np.asarray(usd_per_busy_hour, dtype=float) / S_PER_HOUR
-    s_in = np.asarray(prefill_s, dtype=float) / prompt_tokens
+    s_in = _per_token(prefill_s, prompt_tokens)
     s_out = np.asarray(decode_step_s, dtype=float) / output_tokens_per_step
     facility_w = busy_it_power_w * pue
     return {
@@ -48,6 +48,15 @@ def serving_cost(*, usd_per_busy_hour, busy_it_power_w, pue, prefill_s, prompt_t
         "energy_j_per_output_token": facility_w * s_out,
     }
 
+
+
+def _per_token(seconds, tokens):
+    """Seconds per token [s]; NaN (no warning) where no tokens were processed (a decode-only question has no prompt)."""
+    t = np.asarray(seconds, dtype=float)
+    n = np.asarray(tokens, dtype=float)
+    t, n = np.broadcast_arrays(t, n)
+    out = np.divide(t, n, out=np.full(t.shape, np.nan), where=n > 0)
+    return out if out.ndim else out[()]
 
 
 def rental_serving_cost(*, cloud_usd_per_device_hour, num_devices, prefill_s, prompt_tokens, decode_step_s,
@@ -72,6 +81,6 @@ def rental_serving_cost(*, cloud_usd_per_device_hour, num_devices, prefill_s, pr
     usd_per_s = per_hour / S_PER_HOUR
     return {
         "rental_usd_per_hour": per_hour,
-        "rental_input_usd_per_mtok": usd_per_s * np.asarray(prefill_s, dtype=float) / prompt_tokens * 1e6,
+        "rental_input_usd_per_mtok": usd_per_s * _per_token(prefill_s, prompt_tokens) * 1e6,
         "rental_output_usd_per_mtok": usd_per_s * np.asarray(decode_step_s, dtype=float) / output_tokens_per_step * 1e6,
     }
