@@ -134,6 +134,31 @@ class ReduceLine:
             self.path = (L - 1.0) * h + lv * (ramp + tlc)
         self.fac = 1.0 + np.maximum(lv - 1.0, 0.0) * (1.0 - tlof)
 
+    @staticmethod
+    def stack(lines: list, ndim: int):
+        """Lines of the same lengths (one per variant of the constants) as one line whose terms carry the variants
+        along a new first axis, for messages of ``ndim`` dimensions stacked the same way; None where the lines take
+        different forms (then each runs alone)."""
+        first = lines[0]
+        mode = first.mode
+        if any(ln.mode != mode or ln.all_gt1 != first.all_gt1 for ln in lines):
+            return None
+
+        def lead(vals):
+            arr = np.stack([np.asarray(v, dtype=float) for v in vals])
+            return arr.reshape((len(vals),) + (1,) * (ndim + 1 - arr.ndim) + arr.shape[1:])
+
+        out = ReduceLine.__new__(ReduceLine)
+        out.gt1, out.all_gt1, out.mode = first.gt1, first.all_gt1, mode
+        out.K1 = lead([ln.K1 for ln in lines])
+        if mode != "chain":
+            out.path = lead([ln.path for ln in lines])
+            out.fac = lead([ln.fac for ln in lines])
+            if mode == "best":
+                use = np.stack([np.broadcast_to(ln.use, np.shape(ln.K1)) for ln in lines])
+                out.use = use.reshape((len(lines),) + (1,) * (ndim + 1 - use.ndim) + use.shape[1:])
+        return out
+
     def cycles(self, Ma):
         """The reduction of a message with ``Ma`` = wavelets x per-wavelet service [cycles]."""
         chain = self.K1 + Ma
@@ -221,6 +246,72 @@ class Region:
                 self._memo[key] = got
         return got
 
+    def stacked_gemv(self, variants, flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, s, epw, tlof, num_colors, tree_model,
+                     algo, ndim: int):
+        """The per-variant terms of :func:`gemv_variants` stacked along a new first axis for operands of ``ndim``
+        dimensions: ``(tm, per_kernel_overhead, chain hops along Q, per-wavelet service a, reduction line along P)``,
+        each entry the term the variant's own loop computes; kept per constant set. None where a constant is an array
+        or the variants' reductions take different forms (then the loop runs)."""
+        key = ("gemv", variants, flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, s, epw, tlof, num_colors, tree_model,
+               algo, ndim)
+        try:
+            got = self._memo.get(key, False)
+        except TypeError:  # an array constant
+            return None
+        if got is not False:
+            return got
+        got = None
+        if self.P.ndim <= ndim and self.Q.ndim <= ndim and all(_scalar(v) for v in (flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, s, epw, tlof, num_colors)) \
+                and all(_scalar(c) for var in variants for c in var):
+            tms, pkos, Qhs, as_, lines = [], [], [], [], []
+            for h, ramp, pko, rsc, tlc, eff in variants:
+                tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,
+                                dtype_bytes=dtype_bytes, efficiency_frac=eff)
+                a = np.maximum(s, epw * tm)
+                tms.append(tm)
+                pkos.append(pko)
+                Qhs.append(self.chain_hops("Q", h)[0])
+                as_.append(a)
+                lines.append(self.reduce_line("P", h, ramp, rsc, tlc, tlof, a, num_colors - 1.0, tree_model, algo))
+            line = ReduceLine.stack(lines, ndim)
+            if line is not None:
+                lead = (len(variants),) + (1,) * ndim
+
+                def per_variant(vals):
+                    return np.array(vals, dtype=float).reshape(lead)
+
+                def region_terms(vals):
+                    arr = np.stack([np.asarray(v, dtype=float) for v in vals])
+                    return arr.reshape((len(vals),) + (1,) * (ndim + 1 - arr.ndim) + arr.shape[1:])
+
+                got = (per_variant(tms), per_variant(pkos), region_terms(Qhs), per_variant(as_), line)
+        self._memo[key] = got
+        return got
+
+    def stacked_reduce(self, axis, variants, tlof, a, max_levels, tree_model, ndim: int):
+        """The reduction lines and chain hops of :func:`reduce_broadcast`'s variants along ``axis`` stacked along a new
+        first axis for messages of ``ndim`` dimensions: ``(line, (L - 1) h, L > 1)``; kept per constant set. None
+        where a constant is an array or the lines take different forms (then the loop runs)."""
+        key = ("reduce", axis, variants, tlof, a, max_levels, tree_model, ndim)
+        try:
+            got = self._memo.get(key, False)
+        except TypeError:
+            return None
+        if got is not False:
+            return got
+        got = None
+        L = self._line(axis)
+        if L.ndim <= ndim and all(_scalar(v) for v in (tlof, a, max_levels)) and all(_scalar(c) for v in variants for c in v):
+            lines = [self.reduce_line(axis, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, "best")
+                     for h, ramp, rsc, tlc in variants]
+            line = ReduceLine.stack(lines, ndim)
+            if line is not None:
+                hops = np.stack([self.chain_hops(axis, v[0])[0] for v in variants])
+                hops = hops.reshape((len(variants),) + (1,) * (ndim + 1 - hops.ndim) + hops.shape[1:])
+                got = (line, hops, self.chain_hops(axis, variants[0][0])[1])
+        self._memo[key] = got
+        return got
+
     def gt1(self, axis: str):
         key = ("gt1", axis)
         got = self._memo.get(key)
@@ -238,6 +329,11 @@ def reduce_broadcast(region: Region, axis: str, message_bytes, *, variants, link
     s = wavelet_bytes / link_bytes_per_cycle
     a = np.maximum(s, 1.0)
     Ma, Ms = M * a, M * s
+    st = region.stacked_reduce(axis, tuple(variants), tree_level_overlap_frac, a, max_tree_levels, tree_model, np.ndim(Ma))
+    if st is not None:  # the variants along a new first axis: one array pass, each entry the loop's arithmetic
+        line, Lh, gt1 = st
+        red, bc = line.cycles(Ma), np.where(gt1, Lh + Ms, 0.0)
+        return [(red[i], bc[i]) for i in range(len(variants))]
     out = []
     for h, ramp, rsc, tlc in variants:
         line = region.reduce_line(axis, h, ramp, rsc, tlc, tree_level_overlap_frac, a, max_tree_levels, tree_model, "best")
@@ -266,6 +362,16 @@ def gemv_variants(region: Region, *, k, n, flop_per_cycle, sram_bytes_per_cycle,
     My = num_wavelets(message_bytes=m * nt * dtype_bytes, wavelet_bytes=wavelet_bytes)
     dMy = My - num_wavelets(message_bytes=nt * dtype_bytes, wavelet_bytes=wavelet_bytes)
     gt1P = region.gt1("P")
+    st = region.stacked_gemv(variants, flop_per_cycle, sram_bytes_per_cycle, dtype_bytes, s, epw, tree_level_overlap_frac,
+                             num_colors, tree_model, reduce_algo, np.ndim(mktnt))
+    if st is not None:  # the variants along a new first axis: one array pass, each entry the loop's arithmetic
+        tm, pko, Qh, a, line = st
+        compute = mktnt * tm
+        bcast = np.where(region.gt1("Q"), Qh + Mxs, 0.0)
+        serial_y = np.where(gt1P, dMy * a, 0.0)
+        hidden = broadcast_overlap_frac * np.minimum(serial_x + serial_y, compute)
+        red = line.cycles(My * a)
+        return list(pko + bcast + compute - hidden + red)
     out = []
     for h, ramp, pko, rsc, tlc, eff in variants:
         tm = mac_cycles(flop_per_cycle=flop_per_cycle, sram_bytes_per_cycle=sram_bytes_per_cycle,

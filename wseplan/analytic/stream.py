@@ -185,8 +185,18 @@ def slot_sequence_time_s(*, load_s, compute_s, out_s=0.0, latency_s=0.0, prefetc
     before = np.cumsum(d, axis=0) - d  # sum_{j<i} d_j
     E = load[0] + lat + before + comp
     tail_out = np.flip(np.cumsum(np.flip(out, axis=0), axis=0), axis=0)  # sum_{j>=i} o_j
-    out_end = np.max(E + tail_out, axis=0) + np.where(out.sum(axis=0) > 0, lat, 0.0)
+    out_end = np.max(E + tail_out, axis=0) + np.where(layer_sum(out) > 0, lat, 0.0)
     return np.maximum(E[-1], out_end)
+
+
+def layer_sum(a):
+    """The sum over the layer axis (the first) of ``a`` [same unit], in the order one configuration's column takes
+    whatever the other axes hold: each column summed along contiguous memory (numpy's pairwise summation), not row
+    by row, so a configuration's numbers do not depend on the rows evaluated beside it."""
+    a = np.asarray(a, dtype=float)
+    if a.ndim <= 1:
+        return a.sum(axis=0)
+    return np.ascontiguousarray(np.moveaxis(a, 0, -1)).sum(axis=-1)
 
 
 def recompute_segment_layers(num_layers: int) -> int:
@@ -299,16 +309,16 @@ def training_step_time_s(*, weight_bytes, flop_per_token, tokens, compute_flop_p
                                latency_exposed_frac=latency_exposed_frac)
     # the backward's first load was prefetched during the forward's last layer
     hidden = np.minimum(bl[0], fwd_c[-1]) if int(prefetch_layers) > 0 else 0.0
-    compute = fwd_c.sum(axis=0) + bwd_c.sum(axis=0)
+    compute = layer_sum(fwd_c) + layer_sum(bwd_c)
     if optimizer_s is None:
         opt_exposed = np.zeros_like(compute)
     else:
         o = per_layer(optimizer_s)
-        opt_exposed = np.maximum(o[0], o.sum(axis=0) - (bwd - o[0]))
+        opt_exposed = np.maximum(o[0], layer_sum(o) - (bwd - o[0]))
     step = fwd + bwd - hidden + opt_exposed
     step = np.maximum(step, compute)
-    recompute = extra_forward_passes * fl.sum(axis=0) * T / R
-    spill_io = 2.0 * sp.sum(axis=0) / Bio
+    recompute = extra_forward_passes * layer_sum(fl) * T / R
+    spill_io = 2.0 * layer_sum(sp) / Bio
     return {"step_s": step, "compute_s": compute, "forward_s": fwd, "backward_s": bwd - hidden,
             "exposed_load_s": np.maximum(step - compute - opt_exposed, 0.0), "optimizer_exposed_s": opt_exposed,
             "recompute_s": recompute * np.ones_like(step), "spill_io_s": spill_io * np.ones_like(step),

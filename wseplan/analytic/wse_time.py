@@ -260,12 +260,24 @@ def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gem
         m, k, n = _stacked(reg, (1.0, 1.0), (D["q"], x), (x, D["q"]))
         return fkern.gemv_parts(reg, m=m, k=k, n=n, **g)
 
-    pa, lat, ser = _on_rows(per_batch, b, region, shape)
-    pc = _on_rows(per_context, cb, region, shape)
+    if _row_plan(b, region, shape) is None and _row_plan(cb, region, shape) is None:
+        # no row repeats enough to pay: the six GEMVs as one array pass (QKV, score, context, output, MLP up, down)
+        mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], cb), (1.0, cb, D["q"]), (b, D["q"], D["d"]),
+                (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"])]
+        m, k, n = _stacked(region, *zip(*mats))
+        six = fkern.gemv_parts(region, m=m, k=k, n=n, **g)
+        (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * b, 4.0 * b, 8.0 * b * D["heads"]], fk, region, serial=True)
+        ser = red0 + bc0
+        lat = (red + bc) - ser
+        order = {key: [v[i] for i in range(6)] for key, v in six.items()}
+    else:
+        pa, lat, ser = _on_rows(per_batch, b, region, shape)
+        pc = _on_rows(per_context, cb, region, shape)
+        order = {key: (pa[key][0], pc[key][0], pc[key][1], pa[key][1], pa[key][2], pa[key][3]) for key in pa}
     parts = {}
     for key in ("overhead", "latency", "serialization", "compute"):  # QKV, score, context, output, MLP up, MLP down
         acc = 0.0
-        for v in (pa[key][0], pc[key][0], pc[key][1], pa[key][1], pa[key][2], pa[key][3]):
+        for v in order[key]:
             acc = acc + v
         parts[key] = acc
     for i in range(3):  # two norms and one softmax

@@ -18,8 +18,8 @@ import math
 import numpy as np
 
 from ..analytic.memory import stream_min_tokens_compute_bound, wafer_stream_buffer_bytes
-from ..analytic.stream import (POLICIES, activation_bytes_per_token, load_stream_constants, recompute_forward_passes,
-                               swarmx_tree_levels, training_step_time_s)
+from ..analytic.stream import (POLICIES, activation_bytes_per_token, layer_sum, load_stream_constants,
+                               recompute_forward_passes, swarmx_tree_levels, training_step_time_s)
 from ..errors import InputError
 from ..workload import build_workload
 from .base import BINDING_CODE, BOTTLENECK_CODE, Family, Hardware, Query, argmax_code
@@ -190,7 +190,7 @@ class WaferStreamFamily(Family):
         is_spill = chosen == 3
         exposed_spill = np.where(is_spill, np.maximum(0.0, step - runs["checkpoint"]["step_s"]), 0.0)
         link_busy = passes * (float((w.weight_bytes / 1.0).sum()) * 2.0 / stream_bw
-                              + np.where(is_spill, 2.0 * spill.sum(axis=0) / ctx.io_bw, 0.0))
+                              + np.where(is_spill, 2.0 * layer_sum(spill) / ctx.io_bw, 0.0))
         parts = {"compute": compute - recomp, "recompute": recomp, "weight_stream": exposed - exposed_spill,
                  "spill_io": exposed_spill, "optimizer": opt}
         bn = argmax_code(parts, len(B))
@@ -216,7 +216,7 @@ class WaferStreamFamily(Family):
                     min_tokens_compute_bound=t_min, max_tokens_on_wafer=max_tok,
                     min_batch_compute_bound=np.maximum(1.0, np.ceil(t_min / s)),
                     max_batch_on_wafer=np.where(np.isfinite(max_tok), np.floor(np.minimum(max_tok, 2.0 ** 62) / s), 2.0 ** 62),
-                    spill_bytes=np.where(is_spill, 2.0 * passes * spill.sum(axis=0), 0.0),
+                    spill_bytes=np.where(is_spill, 2.0 * passes * layer_sum(spill), 0.0),
                     alt_recompute_step_s=runs["recompute"]["step_s"], alt_spill_step_s=runs["spill"]["step_s"])
 
     def default_layout(self, ctx: StreamContext, given: dict, batch: int) -> dict:
