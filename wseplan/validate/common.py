@@ -3,11 +3,17 @@ the software profiles rows run, and the GEMV shape of kernel rows."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import re
 from dataclasses import dataclass
 
+import yaml
+
 from ..analytic import gpu_time as G
 from ..calibration_data import GpuCalibration
+from ..catalog.load import default_catalog_dir
+from ..errors import CatalogError
 from ..targets import parse_target
 from ..errors import InputError
 from .cases import Case, SkipRow, note_hint
@@ -27,6 +33,45 @@ def _train_tokens(case: Case) -> float:
     if samples and seq:
         return float(samples) * seq
     raise SkipRow("train_tokens (or train_samples) not given in notes")
+
+
+@functools.lru_cache(maxsize=2)
+def training_benchmarks(path: str | None = None) -> dict[str, dict]:
+    """The evaluation schedules of ``catalogs/validation/training_benchmarks.yaml`` by name: ``match`` (benchmark
+    names), ``eval_samples``, ``eval_every_samples``, ``skipped_evals`` (floats); :class:`CatalogError` on a bad file."""
+    p = path or str(default_catalog_dir() / "validation" / "training_benchmarks.yaml")
+    try:
+        data = yaml.safe_load(open(p).read())["training_benchmarks"]
+        return {name: {"match": [str(m).lower() for m in e["match"]],
+                       **{k: float(e[k]["value"]) for k in ("eval_samples", "eval_every_samples", "skipped_evals")}}
+                for name, e in data.items()}
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise CatalogError(f"{p}: cannot read the training benchmarks ({exc.__class__.__name__}: {exc})") from None
+
+
+def eval_schedule(case: Case) -> dict | None:
+    """The evaluation schedule of the MLPerf training benchmark a row names (model, source or notes text), or None."""
+    text = " ".join((case.model or "", case.source or "", case.notes or "")).lower()
+    for e in training_benchmarks().values():
+        if any(re.search(r"(?<![\w.])" + re.escape(m) + r"(?![\w.])", text) for m in e["match"]):
+            return e
+    return None
+
+
+def eval_time_s(case: Case, *, tokens_per_s: float, recompute: str) -> float | None:
+    """Seconds a benchmark run spends in its evaluations [s], from its schedule: one evaluation every
+    ``eval_every_samples`` training samples after the first ``skipped_evals``, each a forward pass over
+    ``eval_samples`` sequences of the row's length at the step's forward share of its training rate (a training
+    step is a forward, a backward of 1x (LoRA: activation gradients only) or 2x the forward, and a recomputed forward
+    with full recompute). None where the row names no scheduled benchmark or gives no ``train_samples``."""
+    sched = eval_schedule(case)
+    samples = note_hint(case.notes, "train_samples")
+    seq = case.get("seq_len")
+    if sched is None or not samples or not seq:
+        return None
+    evals = max(math.floor(float(samples) / sched["eval_every_samples"]) - sched["skipped_evals"], 0.0)
+    passes = 1.0 + (1.0 if _is_lora(case) else 2.0) + (1.0 if recompute == "full" else 0.0)
+    return evals * sched["eval_samples"] * seq / (tokens_per_s * passes)
 
 
 def _flop_multiplier(case: Case, recompute: str) -> float:
@@ -168,6 +213,9 @@ def _train_metric(case, model, *, step_s: float, tokens_per_step: float, num_dev
     if metric == "tokens_per_s_per_gpu":
         return tok_s / num_devices
     if metric == "time_to_train_min":
+        ev = eval_time_s(case, tokens_per_s=tok_s, recompute=recompute)
+        if ev is not None:  # the benchmark's own evaluation schedule
+            return (_train_tokens(case) / tok_s + ev) / 60.0
         return _train_tokens(case) / tok_s * (1.0 + cal.benchmark_eval_overhead_frac) / 60.0
     if metric == "gpu_hours":
         return _train_tokens(case) / tok_s * num_devices / 3600.0
