@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from wseplan.analytic.partition import fewest_stages, min_max_partition
@@ -34,6 +34,8 @@ items = st.lists(st.integers(0, 50), min_size=1, max_size=9).map(lambda v: np.ar
 
 @settings(max_examples=40, deadline=None)
 @given(x=items, k=st.integers(1, 9), const=st.sampled_from([0.0, 3.0]))
+# HiGHS 1.16 reports "Solve error" on this instance with its presolve (with or without the start); solved again without presolve (milp._solve_highs)
+@example(x=np.array([0.0, 5.0, 23.0, 1.0, 3.0, 0.0, 1.0, 21.0]), k=3, const=0.0)
 def test_latency_ilp_equals_dp_and_beats_every_candidate(x, k, const):
     k = min(k, len(x))
     sol = solve_partition(item_cost=x, item_bytes=x, capacity_bytes=1e9, stage_const_cost=const, stage_const_bytes=const,

@@ -378,6 +378,8 @@ class FleetModel:
         # the LP relaxation is cheap and gives the bounds and duals: it is not held to a MIP time limit of zero
         limit = max(self.time_limit_s, 30.0) if relax else self.time_limit_s
         res = solve_milp(m, self.solver, time_limit_s=limit, start=start, relax=relax)
+        if "solver" in res.extra:  # HiGHS failed and CBC answered: the later solves and the record say CBC
+            self.solver, self.version, self.fallback = res.extra["solver"], None, res.extra.get("fallback_reason")
         self.solve_s += time.perf_counter() - t0
         if not relax:
             self.mip_solves += 1

@@ -199,19 +199,24 @@ def _consistent(m: Milp, res: MilpResult, relax: bool = False) -> bool:
 
 
 def _solve_highs(m: Milp, *, time_limit_s, start, relax, mip_rel_gap) -> MilpResult:
-    """HiGHS, checked: a solution that does not hold up is solved again without the start, then without
-    presolve; ``extra["retries"]`` counts the repeats."""
+    """HiGHS, checked: a solution that does not hold up, or a solve error, is solved again without the start, then
+    without presolve; ``extra["retries"]`` counts the repeats. A solve error that survives both is solved by CBC, and
+    ``extra`` says so (``solver``, ``fallback_reason``) for the record's ``solver_run``."""
     t0 = time.perf_counter()
     res = _solve_highs_once(m, time_limit_s=time_limit_s, start=start, relax=relax, mip_rel_gap=mip_rel_gap,
                             presolve=True)
     retries = 0
     for use_start, presolve in ((False, True), (False, False)):
-        if _consistent(m, res, relax):
+        if res.status != "solve_error" and _consistent(m, res, relax):
             break
         retries += 1
         res = _solve_highs_once(m, time_limit_s=time_limit_s, start=start if use_start else None, relax=relax,
                                 mip_rel_gap=mip_rel_gap, presolve=presolve)
-    if not _consistent(m, res, relax):
+    if res.status == "solve_error":
+        res = _solve_cbc(m, time_limit_s=time_limit_s, start=start, relax=relax, mip_rel_gap=mip_rel_gap)
+        res.extra.update(solver="cbc", fallback_reason="HiGHS reported a solve error three times (with and without "
+                                                      "the start and presolve); solved with CBC")
+    elif not _consistent(m, res, relax):
         raise WseplanError("HiGHS returned a solution that violates its own model three times; try --solver cbc")
     res.solve_s = time.perf_counter() - t0
     res.extra["retries"] = retries
@@ -259,9 +264,11 @@ def _solve_highs_once(m: Milp, *, time_limit_s, start, relax, mip_rel_gap, preso
         status = "time_limit"
     elif st in (S.kTimeLimit, S.kIterationLimit, S.kInterrupt, S.kMemoryLimit):
         status = "no_solution"
+    elif st == S.kSolveError:  # a numerical failure inside HiGHS: the caller retries, then asks CBC
+        status = "solve_error"
     else:
         raise WseplanError(f"HiGHS: unexpected model status {h.modelStatusToString(st)}")
-    if status in ("infeasible", "no_solution"):
+    if status in ("infeasible", "no_solution", "solve_error"):
         return MilpResult(status=status, x=None, objective=None, bound=None, gap_frac=None, solve_s=solve_s)
     sol = h.getSolution()
     x = np.asarray(sol.col_value, dtype=float)

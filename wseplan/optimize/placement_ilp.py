@@ -173,6 +173,9 @@ def _decode(ilp: _Ilp, x: np.ndarray) -> tuple[list[tuple[int, int]], list[int]]
 def _ilp_solution(ilp: _Ilp, res, c, cc, groups, objective, solver_name, requested, version, fallback, t_build,
                   start_sol: tuple | None, lb_obj: float) -> PartitionSolution:
     """Turn a MILP result into a PartitionSolution; a stopped search keeps the better of its and the warm start."""
+    if "solver" in res.extra:  # the requested solver failed and another one answered (milp._solve_highs)
+        solver_name, fallback = res.extra["solver"], res.extra.get("fallback_reason", fallback)
+        version = None
     m = ilp.milp
     nv, nc = m.num_cols, m.num_rows
     scales = [g.cost_scale for g in groups]
