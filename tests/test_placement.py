@@ -345,3 +345,25 @@ def test_place_on_mixed_wafers(cat):
     assert r.stages[0].embedding and r.stages[-1].lm_head and len(w.weight_bytes) >= r.num_stages
     with pytest.raises(Exception, match="count"):
         place("llama-3.1-70b", "cs3x2", also_targets=["cs2"], catalog=cat)
+
+
+def test_a_highs_solve_error_that_survives_the_retries_is_solved_by_cbc(monkeypatch):
+    """min x0 + 2 x1 s.t. x0 + x1 >= 3, integers in [0, 5]: optimum 3 at (3, 0). HiGHS made to fail every time: the
+    three tries are made, then CBC answers and the result says so."""
+    import scipy.sparse as sp
+
+    from wseplan.optimize import milp as M
+
+    m = M.Milp(c=np.array([1.0, 2.0]), A=sp.csr_matrix(np.array([[1.0, 1.0]])), row_lo=np.array([3.0]),
+               row_hi=np.array([np.inf]), col_lo=np.zeros(2), col_hi=np.full(2, 5.0), integer=np.array([True, True]))
+    tries = []
+
+    def failing(mm, **kw):
+        tries.append(kw["presolve"])
+        return M.MilpResult(status="solve_error", x=None, objective=None, bound=None, gap_frac=None, solve_s=0.0)
+
+    monkeypatch.setattr(M, "_solve_highs_once", failing)
+    res = M.solve_milp(m, "highs", time_limit_s=10.0)
+    assert tries == [True, True, False]
+    assert res.status == "optimal" and res.objective == pytest.approx(3.0)
+    assert res.extra["solver"] == "cbc" and "solve error" in res.extra["fallback_reason"]
