@@ -531,7 +531,8 @@ def test_engine_helpers_of_python_floats_equal_the_arrays():
 
 @pytest.mark.parametrize("target,phase", [("cs3x4", "decode"), ("cs3", "serve"), ("cs3x2", "prefill")])
 def test_wafer_questions_through_the_shared_engine_equal_the_array_rows(catalog, target, phase):
-    """The wafer families share the engine (arrays: they have no float pass); a question alone and among many agree."""
+    """The wafer families share the engine (the resident family with its float pass, :mod:`wseplan.devices.wafer_row`);
+    a question alone and among many agree."""
     s = setup("llama-3.1-8b", target, phase=phase, catalog=catalog)
     rng = np.random.default_rng(zlib.crc32(f"{target} {phase}".encode()))
     n = 6
@@ -611,3 +612,53 @@ def test_bottleneck_and_binding_codes_of_a_few_rows_equal_the_array_rule(monkeyp
         ref = base.argmax_code(parts, n), base.binding_code(bparts, load, cap, fits)
         monkeypatch.undo()
         assert _same(few[0], ref[0]) and _same(few[1], ref[1]), (parts, load, cap, fits)
+
+
+@pytest.mark.parametrize("model,target,phase,software", [("llama-3.1-70b", "cs3x4", "decode", "wafer-production"),
+                                                         ("llama-3.1-70b", "cs3x4", "serve", "wafer-production"),
+                                                         ("llama-3.1-8b", "cs2x2", "serve", "wafer-research"),
+                                                         ("gpt-oss-20b", "cs3x2", "prefill", "wafer-production")])
+def test_wafer_questions_take_the_float_pass_with_and_without_the_kernel_memo(catalog, monkeypatch, model, target, phase,
+                                                                              software):
+    """A wafer question is composed from ``pass_row`` (no array pass); its kernels come from the setup's memo (filled
+    by earlier questions, a decode round's candidates at once) or are evaluated afresh (memo emptied before each
+    question): the same bytes as the row among many either way; a refused float pass sends it to the arrays."""
+    from wseplan.devices.wafer import WaferFamily
+
+    s = setup(model, target, phase=phase, software=software, catalog=catalog)
+    rng = np.random.default_rng(zlib.crc32(f"{model} {target} {phase} {software}".encode()))
+    n = 10
+    cfg = {"batch": rng.choice([1.0, 2.0, 3.0, 8.0, 17.0, 32.0], n), "context": rng.choice([128.0, 2048.0, 8192.0], n),
+           "output_tokens": rng.choice([1.0, 64.0, 512.0], n) if phase == "serve" else np.zeros(n)}
+    cfg["num_wafers"] = np.full(n, np.nan)
+    many = evaluate(s, cfg)
+    assert np.isfinite(many["step_s"]).sum() >= 5
+    calls = {"row": 0, "array": 0}
+    real_row, real_time = WaferFamily.pass_row, WaferFamily.pass_time
+
+    def row(self, *a, **kw):
+        calls["row"] += 1
+        return real_row(self, *a, **kw)
+
+    def arrays(self, *a, **kw):
+        calls["array"] += 1
+        return real_time(self, *a, **kw)
+
+    monkeypatch.setattr(WaferFamily, "pass_row", row)
+    monkeypatch.setattr(WaferFamily, "pass_time", arrays)
+    for cold in (True, False, False):  # a fresh memo per question; then the memo the questions filled, twice
+        for i in range(n):
+            if cold:
+                for c in (s.ctx, getattr(s.ctx, "_draft", None)):
+                    if c is not None:
+                        c.__dict__.pop("_kernel_memo", None)
+            _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
+    assert calls["row"] > 0 and calls["array"] == 0
+    assert s.ctx._kernel_memo  # filled
+
+    def refuse(self, *a, **kw):
+        raise ZeroDivisionError
+    monkeypatch.setattr(WaferFamily, "pass_row", refuse)
+    for i in range(n):
+        _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
+    assert calls["array"] > 0
