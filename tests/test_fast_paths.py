@@ -419,19 +419,7 @@ def test_the_engine_takes_the_float_path_and_falls_back(catalog, monkeypatch):
     s = setup("llama-3.1-70b", "h100-sxmx16", phase="serve", software="gpu-production-specdec", catalog=catalog)
     cfg = _random_rows(s, np.random.default_rng(21), 12)
     many = evaluate(s, cfg)
-    calls = {"row": 0, "array": 0}
-    real_row, real_time = GpuFamily.pass_row, GpuFamily.pass_time
-
-    def row(self, *a, **kw):
-        calls["row"] += 1
-        return real_row(self, *a, **kw)
-
-    def arrays(self, *a, **kw):
-        calls["array"] += 1
-        return real_time(self, *a, **kw)
-
-    monkeypatch.setattr(GpuFamily, "pass_row", row)
-    monkeypatch.setattr(GpuFamily, "pass_time", arrays)
+    calls = _count_passes(monkeypatch, GpuFamily)
     for i in range(12):
         _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
     assert calls["row"] > 0 and calls["array"] == 0
@@ -633,19 +621,7 @@ def test_wafer_questions_take_the_float_pass_with_and_without_the_kernel_memo(ca
     cfg["num_wafers"] = np.full(n, np.nan)
     many = evaluate(s, cfg)
     assert np.isfinite(many["step_s"]).sum() >= 5
-    calls = {"row": 0, "array": 0}
-    real_row, real_time = WaferFamily.pass_row, WaferFamily.pass_time
-
-    def row(self, *a, **kw):
-        calls["row"] += 1
-        return real_row(self, *a, **kw)
-
-    def arrays(self, *a, **kw):
-        calls["array"] += 1
-        return real_time(self, *a, **kw)
-
-    monkeypatch.setattr(WaferFamily, "pass_row", row)
-    monkeypatch.setattr(WaferFamily, "pass_time", arrays)
+    calls = _count_passes(monkeypatch, WaferFamily)
     for cold in (True, False, False):  # a fresh memo per question; then the memo the questions filled, twice
         for i in range(n):
             if cold:
@@ -662,3 +638,21 @@ def test_wafer_questions_take_the_float_pass_with_and_without_the_kernel_memo(ca
     for i in range(n):
         _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
     assert calls["array"] > 0
+
+
+def _count_passes(monkeypatch, family) -> dict:
+    """Count a family's float (``pass_row``) and array (``pass_time``) forward passes: ``{"row": n, "array": n}``."""
+    calls = {"row": 0, "array": 0}
+    real_row, real_time = family.pass_row, family.pass_time
+
+    def row(self, *a, **kw):
+        calls["row"] += 1
+        return real_row(self, *a, **kw)
+
+    def arrays(self, *a, **kw):
+        calls["array"] += 1
+        return real_time(self, *a, **kw)
+
+    monkeypatch.setattr(family, "pass_row", row)
+    monkeypatch.setattr(family, "pass_time", arrays)
+    return calls
