@@ -37,6 +37,7 @@ EXPECTED = {
     "network_latency_s": (20e-6, 5e-6, 60e-6),
     "tp_overlap_frac": (0.10, 0.01, 0.70),
     "dp_overlap_frac": (0.50, 0.05, 0.75),
+    "zero3_overlap_frac": (0.50, 0.10, 1.0),
     "layer_overhead_s": (100e-6, 10e-6, 1.2e-3),
     "step_overhead_s": (1e-3, 0.1e-3, 10e-3),
     "train_step_overhead_s": (0.1, 0.01, 1.0),

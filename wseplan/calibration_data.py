@@ -47,8 +47,10 @@ class GpuCalibration:
     tp_overlap_frac : float
         Share of tensor-parallel communication hidden behind compute in training [fraction].
     dp_overlap_frac : float
-        Share of the step's compute time that data-parallel gradient/parameter collectives can hide behind
-        [fraction].
+        Share of the step's compute time that data-parallel gradient all-reduces can hide behind [fraction].
+    zero3_overlap_frac : float
+        Share of the step's compute time that ZeRO-3/FSDP's prefetched parameter gathers and gradient
+        reduce-scatters can hide behind [fraction].
     layer_overhead_s : float
         Fixed cost per transformer block per forward pass in inference (kernel launches, scheduling) [s].
     step_overhead_s : float
@@ -82,6 +84,7 @@ class GpuCalibration:
     network_latency_s: float = 2.0e-5
     tp_overlap_frac: float = 0.1
     dp_overlap_frac: float = 0.5
+    zero3_overlap_frac: float = 0.5
     layer_overhead_s: float = 2.0e-5
     step_overhead_s: float = 1.0e-3
     train_step_overhead_s: float = 0.1

@@ -16,7 +16,8 @@ Physics (all per GPU, per transformer block, then composed):
 * **Pipeline**: ``t = t_mb (m + (p-1)/v)`` — the bubble ``(p-1)/(v m)`` of Narayanan et al. (2021), eq. 2
   (``v = 1``: the plain 1F1B bubble ``(p-1)/(m+p-1)`` of the whole pipeline); point-to-point activations.
 * **Data parallelism**: gradient all-reduce (ZeRO-1/2: reduce-scatter + all-gather) over InfiniBand,
-  hidden behind ``dp_overlap_frac`` of the compute; ZeRO-3/FSDP adds parameter all-gathers per micro-batch.
+  hidden behind ``dp_overlap_frac`` of the compute; ZeRO-3/FSDP instead moves 3x the parameters per micro-batch in
+  flat rings (two all-gathers, one reduce-scatter), hidden behind ``zero3_overlap_frac`` of the compute.
 * **Recompute**: ``full`` adds a forward pass, ``selective`` the attention core's forward.
 * **Context parallelism**: ring attention passes K/V between ``cp`` ranks, overlapped with attention.
 * **Decode** reads the weights and the KV cache every step (HBM-bound at small batch), plus collective
@@ -291,11 +292,22 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=X.minimum(ranks_node, ranks),
                                        intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
-    ag = 0.5 * ar  # one all-gather of the 16-bit parameters ~ half an all-reduce
     zs = X.asfloat(zero_stage)
-    t_dp = X.where(zs >= 3, ar + 2.0 * nmb * ag, ar)
     compute_total = nmb * layers_stage * t_layer_compute
-    exposed = X.maximum(t_dp - cal.dp_overlap_frac * compute_total, 0.0)
+    exposed = X.maximum(ar - cal.dp_overlap_frac * compute_total, 0.0)
+    # ZeRO-3 / fully sharded data parallel: per micro-batch, an all-gather of the 16-bit parameters for the forward,
+    # another for the backward and a reduce-scatter of the gradients (3x the parameters per GPU: Rajbhandari et al.
+    # 2020, sec. 7.2.2). They are flat rings over all the ranks, so a group that leaves the scale-up domain moves each
+    # GPU's whole share through its own network link (Wang et al. 2023, ZeRO++, sec. 3: 3M of cross-node traffic per
+    # GPU and iteration). Prefetching issues a layer's gathers during its neighbour's compute (Zhao et al. 2023, FSDP,
+    # sec. 3.3): ``zero3_overlap_frac`` of the compute can hide them.
+    spans = tp * ranks > links.domain
+    ring = reduce_scatter_time_s(message_bytes=grad_bytes, num_ranks=ranks,
+                                 link_bandwidth_bytes_per_s=X.where(spans, links.net_bw, links.nvlink_bw),
+                                 link_latency_s=X.where(spans, links.net_lat, links.nvlink_lat))
+    t_z3 = 3.0 * nmb * ring
+    t_dp = X.where(zs >= 3, t_z3, ar)
+    exposed = X.where(zs >= 3, X.maximum(t_z3 - cal.zero3_overlap_frac * compute_total, 0.0), exposed)
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
     opt_params = params_stage / tp / X.where(zs >= 1, ranks, 1.0)
     t_opt = opt_params * 36.0 / hbm

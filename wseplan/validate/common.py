@@ -38,21 +38,29 @@ def _train_tokens(case: Case) -> float:
 @functools.lru_cache(maxsize=2)
 def training_benchmarks(path: str | None = None) -> dict[str, dict]:
     """The evaluation schedules of ``catalogs/validation/training_benchmarks.yaml`` by name: ``match`` (benchmark
-    names), ``eval_samples``, ``eval_every_samples``, ``skipped_evals`` (floats); :class:`CatalogError` on a bad file."""
+    names), ``source_match`` (round names the row's source must contain; empty: any round), ``eval_samples``,
+    ``eval_every_samples``, ``skipped_evals``, ``skipped_evals_per_gbs`` (floats); :class:`CatalogError` on a bad
+    file."""
     p = path or str(default_catalog_dir() / "validation" / "training_benchmarks.yaml")
     try:
         data = yaml.safe_load(open(p).read())["training_benchmarks"]
         return {name: {"match": [str(m).lower() for m in e["match"]],
-                       **{k: float(e[k]["value"]) for k in ("eval_samples", "eval_every_samples", "skipped_evals")}}
+                       "source_match": [str(m).lower() for m in e.get("source_match", [])],
+                       **{k: float(e[k]["value"]) for k in ("eval_samples", "eval_every_samples", "skipped_evals")},
+                       "skipped_evals_per_gbs": float(e.get("skipped_evals_per_gbs", {"value": 0.0})["value"])}
                 for name, e in data.items()}
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
         raise CatalogError(f"{p}: cannot read the training benchmarks ({exc.__class__.__name__}: {exc})") from None
 
 
 def eval_schedule(case: Case) -> dict | None:
-    """The evaluation schedule of the MLPerf training benchmark a row names (model, source or notes text), or None."""
+    """The evaluation schedule of the MLPerf training benchmark a row names (model, source or notes text) in the
+    round its source names (a schedule with ``source_match`` applies to those rounds only), or None."""
     text = " ".join((case.model or "", case.source or "", case.notes or "")).lower()
+    src = (case.source or "").lower()
     for e in training_benchmarks().values():
+        if e["source_match"] and not any(m in src for m in e["source_match"]):
+            continue
         if any(re.search(r"(?<![\w.])" + re.escape(m) + r"(?![\w.])", text) for m in e["match"]):
             return e
     return None
@@ -60,16 +68,23 @@ def eval_schedule(case: Case) -> dict | None:
 
 def eval_time_s(case: Case, *, tokens_per_s: float, recompute: str) -> float | None:
     """Seconds a benchmark run spends in its evaluations [s], from its schedule: one evaluation every
-    ``eval_every_samples`` training samples after the first ``skipped_evals``, each a forward pass over
-    ``eval_samples`` sequences of the row's length at the step's forward share of its training rate (a training
-    step is a forward, a backward of 1x (LoRA: activation gradients only) or 2x the forward, and a recomputed forward
-    with full recompute). None where the row names no scheduled benchmark or gives no ``train_samples``."""
+    ``eval_every_samples`` training samples (rounded up to whole global batches) after the first
+    ``floor(skipped_evals + skipped_evals_per_gbs x global batch)``, each a forward pass over ``eval_samples``
+    sequences of the row's length at the step's forward share of its training rate (a training step is a forward, a
+    backward of 1x (LoRA: activation gradients only) or 2x the forward, and a recomputed forward with full
+    recompute). The training samples are the notes' ``train_samples``, else ``train_tokens`` over the sequence
+    length. None where the row names no scheduled benchmark or gives neither."""
     sched = eval_schedule(case)
-    samples = note_hint(case.notes, "train_samples")
     seq = case.get("seq_len")
+    samples = note_hint(case.notes, "train_samples")
+    if not samples and seq and note_hint(case.notes, "train_tokens"):
+        samples = float(note_hint(case.notes, "train_tokens")) / seq
     if sched is None or not samples or not seq:
         return None
-    evals = max(math.floor(float(samples) / sched["eval_every_samples"]) - sched["skipped_evals"], 0.0)
+    gbs = case.get("global_batch") or 1
+    every = math.ceil(sched["eval_every_samples"] / gbs) * gbs
+    skipped = math.floor(sched["skipped_evals"] + sched["skipped_evals_per_gbs"] * gbs)
+    evals = max(math.floor(float(samples) / every) - skipped, 0.0)
     passes = 1.0 + (1.0 if _is_lora(case) else 2.0) + (1.0 if recompute == "full" else 0.0)
     return evals * sched["eval_samples"] * seq / (tokens_per_s * passes)
 
