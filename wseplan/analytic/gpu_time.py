@@ -220,7 +220,7 @@ class _Links:
 # ---------------------------------------------------------------------------------------------
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
-               attention_kernel="flash", cal: GpuCalibration):
+               attention_kernel="flash", tp_comm_overlap=True, cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
@@ -229,6 +229,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ``recompute`` may be a string or an array of codes (0 none, 1 selective, 2 full). ``attention_kernel``:
     ``"flash"`` (fused, causal blocks skipped: FlashAttention, 2022 on) or ``"materialized"`` (the frameworks before
     it: the full s x s score matrix computed and passed through HBM, :func:`materialized_scores_s`).
+    ``tp_comm_overlap``: the framework overlaps the tensor-parallel collectives with the adjacent GEMMs
+    (userbuffers, 2023 on), hiding ``cal.tp_overlap_frac`` of them; False (the frameworks before it) exposes them all.
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
@@ -257,7 +259,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     msg = ab * tokens * m.d_model
     t_ar = links.tp_allreduce(msg, tp)
     n_tp = 4.0 + X.where(rc >= 2, 2.0, 0.0)
-    t_tp = n_tp * t_ar * (1.0 - cal.tp_overlap_frac)
+    t_tp = n_tp * t_ar * (1.0 - (cal.tp_overlap_frac if tp_comm_overlap else 0.0))
     # context parallel: ring-pass K/V, hidden behind attention
     kvd = m.num_kv_heads * m.head_dim_
     cp_bytes = 2.0 * kvd / X.minimum(tp, m.num_kv_heads) * tokens * ab * (cp - 1.0)

@@ -116,7 +116,8 @@ class Query:
     """The scalar part of a question: model x target x phase x precision x software profile x options.
 
     ``options`` are family options (GPU: ``zero_stage``, ``recompute``, ``sequence_parallel``, ``trainable``,
-    ``context_parallel``, ``attention_kernel`` ("flash" or "materialized" for pre-2023 training frameworks); wafer: ``reserve``, ``memoryx_option``, ``policy``, ``micro_batch`` ...); a family
+    ``context_parallel``, ``attention_kernel`` ("flash" or "materialized" for pre-2023 training frameworks), ``tp_comm_overlap`` (False
+    for pre-2023 frameworks, which expose the tensor-parallel collectives); wafer: ``reserve``, ``memoryx_option``, ``policy``, ``micro_batch`` ...); a family
     refuses options it does not know with one line.
     """
 

@@ -106,6 +106,10 @@ class GpuContext:
         if self.attention_kernel not in G.ATTENTION_KERNELS:
             raise InputError(f"attention_kernel: {self.attention_kernel!r} is not an attention implementation; choose "
                              f"one of {', '.join(G.ATTENTION_KERNELS)}")
+        self.tp_comm_overlap = q.options.get("tp_comm_overlap", True)
+        if not isinstance(self.tp_comm_overlap, bool):
+            raise InputError(f"tp_comm_overlap: {self.tp_comm_overlap!r} is not true or false; give true (frameworks that "
+                             "overlap tensor-parallel collectives with GEMMs, 2023 on) or false")
         domain = int(self.gpu.scale_up_domain_gpus.si)
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
@@ -117,7 +121,7 @@ class GpuFamily(InferenceMixin, Family):
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
     options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer",
-               "attention_kernel") + SPEC_OPTIONS
+               "attention_kernel", "tp_comm_overlap") + SPEC_OPTIONS
 
     @property
     def layout_columns(self):  # both sets; a query uses one
@@ -356,7 +360,7 @@ class GpuFamily(InferenceMixin, Family):
         B, C = cfg["batch"], cfg["context"]
         step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision, cp=ctx.cp,
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
-                          attention_kernel=ctx.attention_kernel, cal=ctx.cal)
+                          attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap, cal=ctx.cal)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"])
         r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers

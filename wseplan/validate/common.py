@@ -183,6 +183,20 @@ def attention_kernel_of(case) -> str:
     return "materialized" if years and max(years) <= LAST_MATERIALIZED_YEAR else "flash"
 
 
+_TP_OVERLAP = re.compile(r"\btp_comm_overlap=(yes|no)\b")
+
+
+def tp_comm_overlap_of(case) -> bool:
+    """Whether a training row's framework overlaps its tensor-parallel collectives with GEMMs: ``tp_comm_overlap=yes|no``
+    in its notes; else no when its citation names a year up to :data:`LAST_MATERIALIZED_YEAR` (NeMo/Megatron added the
+    userbuffers overlap in 2023), yes otherwise."""
+    m = _TP_OVERLAP.search(case.notes or "")
+    if m:
+        return m.group(1) == "yes"
+    years = [int(y) for y in _YEAR.findall(case.source.split(" (")[0].split(",")[0])]
+    return not (years and max(years) <= LAST_MATERIALIZED_YEAR)
+
+
 def _need_fit(r):
     """A measured run happened, so it fitted: rows the (conservative) memory model refuses are still timed
     (``require_fit=False``); only a prediction without a time is skipped."""
