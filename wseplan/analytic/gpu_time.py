@@ -147,9 +147,19 @@ def _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal: GpuCalib
     return attn_flop / (peak_flop_per_s * cal.attention_frac)
 
 
+#: share of a block's element-wise traffic outside the tensor-parallel regions (the layer norms, dropouts and residual
+#: adds on the full hidden state): 10 of the 34 bytes per token and hidden unit a layer stores (Korthikanti et al. 2022,
+#: eq. 2, ``sbh (10 + 24/t + ...)`` without sequence parallelism, ``34/t`` with it)
+REPLICATED_ELEMENTWISE_SHARE = 10.0 / 34.0
+
+
 def _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal: GpuCalibration, sequence_parallel: bool = True):
-    """Element-wise operators of one block on one GPU (HBM-bound) [s]."""
-    return cal.elementwise_vectors_per_token * 2.0 * m.d_model * tokens / (tp if sequence_parallel else 1.0) / hbm_bytes_per_s
+    """Element-wise operators of one block on one GPU (HBM-bound) [s]: split over ``tp`` with sequence parallelism;
+    without it the :data:`REPLICATED_ELEMENTWISE_SHARE` outside the tensor-parallel regions runs whole on every GPU."""
+    total = cal.elementwise_vectors_per_token * 2.0 * m.d_model * tokens / hbm_bytes_per_s
+    if sequence_parallel:
+        return total / tp
+    return total * ((1.0 - REPLICATED_ELEMENTWISE_SHARE) / tp + REPLICATED_ELEMENTWISE_SHARE)
 
 
 def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
@@ -251,7 +261,11 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # backward: activation gradients (1x) + weight gradients (1x, not for frozen LoRA bases)
     bwd_factor = 1.0 if trainable == "lora" else 2.0
     t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
-    t_layer_compute = t_fwd * (1.0 + bwd_factor) + t_recompute + parts["attention"] * 0.5  # flash bwd ~2.5x fwd
+    # without sequence parallelism the replicated norms and dropouts slow the forward passes; their backward is
+    # counted split (Korthikanti et al. 2022, Table 4: sequence parallelism saves 0.5 ms of a 7.7 ms forward, 0.1 ms
+    # of an 11.9 ms backward)
+    t_bwd = t_fwd if sequence_parallel else t_fwd - parts["elementwise"] + _elementwise_s(m, tokens, tp, hbm, cal)
+    t_layer_compute = t_fwd + t_bwd * bwd_factor + t_recompute + parts["attention"] * 0.5  # flash bwd ~2.5x fwd
     if attention_kernel == "materialized":
         t_layer_compute = t_layer_compute + materialized_scores_s(m, tokens=tokens, seq_len=s, tp=tp, recompute=rc,
                                                                   hbm_bytes_per_s=hbm)

@@ -197,6 +197,23 @@ def tp_comm_overlap_of(case) -> bool:
     return not (years and max(years) <= LAST_MATERIALIZED_YEAR)
 
 
+_SP = re.compile(r"\bsequence_parallel=(yes|no)\b")
+#: the last year whose published training runs predate sequence parallelism (Korthikanti et al. 2022 introduced it
+#: in Megatron-LM)
+LAST_NO_SP_YEAR = 2022
+
+
+def sequence_parallel_of(case) -> bool:
+    """Whether a training row's run split its norms and dropouts over the tensor-parallel GPUs (sequence parallelism):
+    ``sequence_parallel=yes|no`` in its notes; else no when its citation names a year up to :data:`LAST_NO_SP_YEAR`,
+    yes otherwise."""
+    m = _SP.search(case.notes or "")
+    if m:
+        return m.group(1) == "yes"
+    years = [int(y) for y in _YEAR.findall(case.source.split(" (")[0].split(",")[0])]
+    return not (years and max(years) <= LAST_NO_SP_YEAR)
+
+
 def _need_fit(r):
     """A measured run happened, so it fitted: rows the (conservative) memory model refuses are still timed
     (``require_fit=False``); only a prediction without a time is skipped."""
