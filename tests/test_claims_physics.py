@@ -59,9 +59,13 @@ def test_one_training_run_gets_one_verdict_however_phrased(catalog, errors, run,
     m = [v.margin for v in vs]
     if m[0] is not None:
         assert m[1] == pytest.approx(m[0], rel=1e-9) and m[2] == pytest.approx(m[0], rel=1e-9)
+    # judged by the estimate's own interval (one error for the three phrasings), from training rows, never the
+    # inference ones; never narrower than the category's error inside the validated envelope
+    assert len({v.error_frac for v in vs}) == 1
     band = errors.get(category("train_tokens_per_s", "wafer" if run[1].startswith("cs") else "gpu"))
-    for v in vs:  # judged by the training band (or none), never the inference one
-        assert v.error_frac is None or (band is not None and v.error_frac == band[0])
+    for v in vs:
+        assert "infer predictions" not in v.reason
+        assert v.error_frac is None or band is None or v.error_frac >= band[0] - 1e-12
 
 
 #: decode runs (model, target, batch, context) on GPUs (the wafer's decode model is slower to evaluate)

@@ -19,9 +19,10 @@ Every claim is judged by general physics and by the planning chain, never by loo
    and for wafer decode the hops a reduction across each layer's PE region must make).
 2. **Estimates** from :func:`wseplan.plan.plan` (the best layout that fits, searched when the claim gives none,
    with the claim's software profile and speculative-decoding options; never a layout that does not fit) and the
-   catalog for power. A claim better than the estimate by more than the **held-out** error of its category
-   (:mod:`wseplan.claims.bands`: leave-one-source-out cross-validation; training claims by the training
-   category) is ``optimistic``.
+   catalog for power. A claim better than the estimate by more than the **held-out** error of that estimate is
+   ``optimistic``: the upper end of the plan record's own prediction interval (:mod:`wseplan.model_error`: the
+   leave-one-source-out residuals of its category, training claims by training rows, widened outside the validated
+   model sizes, device counts and hardware), the same interval ``wseplan time``/``plan`` print.
 3. Otherwise ``consistent`` (including claims at or below the estimate).
 
 ``margin`` is how many times better than the bound (impossible) or the estimate (optimistic) the claim is:

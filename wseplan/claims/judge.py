@@ -10,7 +10,7 @@ from ..devices import families
 from ..errors import InputError, WseplanError
 from ..plan import plan
 from ..report.markdown import fmt_quantity
-from .bands import heldout_bands
+from ..model_error import load_model_error, speed_bounds
 from .physics import (QUANTITY_TEXT, Physical, bandwidth_bound, fit_bound, hop_s, normalise, peak,
                       quantity_bounds, target_of, workload)
 from .schema import KIND_UNIT, Claim, Verdict, claimed_si, load_claims, need
@@ -26,10 +26,33 @@ def _fmt(v: float, unit: str) -> str:
 # --------------------------------------------------------------------------------------------- error bands
 def validated_errors(catalog=None) -> dict[str, tuple[float, str]]:
     """The held-out error of each category of prediction (``gpu-train``, ``gpu-infer``, ``wse-infer`` ...):
-    category -> (error [fraction], a sentence naming where it comes from). From the committed table of
-    :mod:`wseplan.claims.bands` (leave-one-source-out cross-validation of the bundled validation set); a category
-    without validated rows is absent and claims of that category are never called optimistic."""
-    return {k: (b.heldout_frac, b.describe()) for k, b in heldout_bands().items()}
+    category -> (error [fraction], a sentence naming where it comes from): how much faster than predicted the truth
+    may be at the upper end of the prediction interval of :mod:`wseplan.model_error` (the leave-one-source-out
+    residuals of ``catalogs/calibration/model_error.yaml``, the same interval plan records carry), inside the
+    validated envelope; used for estimates that are not a plan record (a plan record carries its own interval). A
+    category without validated rows is absent."""
+    f = load_model_error()
+    if f is None:
+        return {}
+    return {k: _speed_band(speed_bounds(k)) for k in sorted(f.categories)}
+
+
+def _speed_band(bounds) -> tuple[float, str]:
+    """(error fraction, note) from ``(low, high, note)`` bounds of true speed / predicted speed."""
+    _, hi, note = bounds
+    return max(hi - 1.0, 0.0), note
+
+
+def record_band(r) -> tuple[float, str] | None:
+    """(error fraction, note) of a plan record's own prediction interval (its ``interval_*`` fields, widened outside
+    the validated envelope): how much faster than predicted the truth may be; None when the record has none."""
+    if r.interval_low is None or r.interval_high is None or not r.interval_metric:
+        return None
+    v = getattr(r, r.interval_metric, None)
+    if not v:
+        return None
+    hi = v / r.interval_low if r.interval_metric == "step_s" else r.interval_high / v  # a time's low end is the fast one
+    return max(hi - 1.0, 0.0), r.interval_note or ""
 
 
 def category(quantity: str, device_kind: str | None) -> str:
@@ -83,49 +106,56 @@ def _layout_text(r) -> str:
 
 def estimate(c: Claim, cat, t, p: Physical) -> tuple[float | None, str]:
     """wseplan's estimate of the claim's physical quantity, or (None, why) when no model covers it."""
+    est, note, _ = _estimate(c, cat, t, p)
+    return est, note
+
+
+def _estimate(c: Claim, cat, t, p: Physical):
+    """:func:`estimate` and the held-out band of the plan record behind it (None when it is not a plan)."""
     kind = c.kind
     if kind == "power_w":
         if t.kind == "wafer":
             q = cat.system_for_wafer(t.key).power_w
             return q.si * t.count, (f"catalog CS system power x {t.count} (range {_fmt(q.bound('low'), 'W')} to "
-                                    f"{_fmt(q.bound('high'), 'W')} each)")
+                                    f"{_fmt(q.bound('high'), 'W')} each)"), None
         g = t.device
         nodes = math.ceil(t.count / g.gpus_per_node.si)
-        return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)"
+        return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)", None
     if kind == "usd_per_mtok":
         try:
             res = compare(c.model, [t.label], phase=c.phase or "decode", precision=c.precision, batch=c.batch or 1,
                           context=c.context, catalog=cat)
         except WseplanError as exc:
-            return None, f"cost model declined: {exc}"
-        return res.rows[0].usd_per_mtok, "wseplan compare $/M tokens"
+            return None, f"cost model declined: {exc}", None
+        return res.rows[0].usd_per_mtok, "wseplan compare $/M tokens", None
     if p.quantity not in ("train_tokens_per_s", "tpot_s", "ttft_s"):
-        return None, "no batch stated, so no estimate to compare with"
+        return None, "no batch stated, so no estimate to compare with", None
     if p.training and c.batch is None:
-        return None, "no batch stated, so no estimate to compare with"
+        return None, "no batch stated, so no estimate to compare with", None
     if not time_model_available(t.kind):
-        return None, f"no {t.kind} time model in this version"
+        return None, f"no {t.kind} time model in this version", None
     batch = c.batch or 1
     try:
         r = _plan(c, cat, t, p.phase, batch, c.context)
     except WseplanError as exc:
-        return None, f"time model declined: {exc}"
+        return None, f"time model declined: {exc}", None
     if not r.fits or r.step_s is None:
         return None, (f"no layout of {t.label} fits {r.model} at batch {batch} ({r.binding} binds), so nothing to "
-                      "time; judged on the hard bounds only")
+                      "time; judged on the hard bounds only"), None
     note = (f"wseplan plan ({p.phase}, batch {r.batch}, context {r.context}, software {r.software}; "
             f"{_layout_text(r) or 'layout ' + r.target}; bottleneck {r.bottleneck})")
+    band = record_band(r)
     if p.quantity == "train_tokens_per_s":
-        return r.batch * r.context / r.step_s, note
+        return r.batch * r.context / r.step_s, note, band
     if p.quantity == "tpot_s":
-        return r.tpot_s or r.step_s, note
-    return r.ttft_s or r.step_s, note
+        return r.tpot_s or r.step_s, note, band
+    return r.ttft_s or r.step_s, note, band
 
 
 # --------------------------------------------------------------------------------------------- checking
 def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdict:
     """Judge one claim (see :mod:`wseplan.claims`). ``errors`` as from :func:`validated_errors` (read when not
-    given)."""
+    given): the category errors for estimates that are not a plan record (a plan record carries its own interval)."""
     cat = catalog or load_catalog()
     if errors is None:
         errors = validated_errors(cat)
@@ -163,15 +193,15 @@ def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdic
         return _check_memory(c, cat, t, claimed, unit)
     if kind == "power_w":
         need(c, "target")
-        est, note = estimate(c, cat, t, Physical(kind, claimed, unit, lower_better, "decode"))
+        est, note, _ = _estimate(c, cat, t, Physical(kind, claimed, unit, lower_better, "decode"))
         return plain({}, est, note)
     need(c, "model", "target")
     p = normalise(c, claimed)
     bounds, spec_note = quantity_bounds(c, cat, t, p)
     fb = fit_bound(c, cat, p.phase, c.batch or 1, c.context or 1, t)
     capacity = None if fb.fits else fb
-    est, note = estimate(c, cat, t, p)
-    return _judge(c, p, bounds, est, note, t, cat, capacity, errors, spec_note)
+    est, note, band = _estimate(c, cat, t, p)
+    return _judge(c, p, bounds, est, note, t, cat, capacity, errors, spec_note, band)
 
 
 def _option_text(fb, t, cat) -> str:
@@ -215,8 +245,9 @@ def _check_memory(c: Claim, cat, t, claimed: float, unit: str) -> Verdict:
 
 
 def _judge(c: Claim, p: Physical, bounds: dict[str, float], est, note: str, t, cat, capacity=None, errors=None,
-           spec_note: str = "") -> Verdict:
-    """The verdict, computed on the physical quantity ``p`` and shown in the claim's own unit."""
+           spec_note: str = "", band=None) -> Verdict:
+    """The verdict, computed on the physical quantity ``p`` and shown in the claim's own unit. ``band``: the
+    (error, note) of the plan record behind the estimate (its own prediction interval); else the category's."""
     claim_unit, _ = KIND_UNIT[c.kind]
     show = p.to_claim  # quantity -> the claim's unit
     claimed_shown = claimed_si(c)
@@ -260,7 +291,7 @@ def _judge(c: Claim, p: Physical, bounds: dict[str, float], est, note: str, t, c
     if c.kind in _CATALOG_KINDS:
         return Verdict(**common, verdict="consistent", estimate=est_shown, margin=ratio(p.value, est),
                        reason=f"within the {note} ({_fmt(est_shown, claim_unit)})")
-    err, err_src = _error_for(c, p, t, cat, errors or {})
+    err, err_src = band if band is not None else _error_for(c, p, t, cat, errors or {})
     m = ratio(p.value, est)
     est_text = f"wseplan's estimate {_fmt(est_shown, claim_unit)} ({note})"
     if err is None:
@@ -269,8 +300,8 @@ def _judge(c: Claim, p: Physical, bounds: dict[str, float], est, note: str, t, c
                               f"{err_src}, so not judged optimistic{restated}")
     if m > 1.0 + err:
         return Verdict(**common, verdict="optimistic", estimate=est_shown, margin=m, error_frac=err,
-                       reason=f"{m:.3g}x better than {est_text}; more than the held-out error {err:.0%} "
-                              f"({err_src}){restated}{tight_text}")
+                       reason=f"{m:.3g}x better than {est_text}; beyond the held-out error {err:.0%} of the "
+                              f"estimate ({err_src}){restated}{tight_text}")
     return Verdict(**common, verdict="consistent", estimate=est_shown, margin=m, error_frac=err,
                    reason=(f"no better than {est_text}" if m <= 1.0 else
                            f"{m:.3g}x better than {est_text}, within the held-out error {err:.0%} ({err_src})")

@@ -1,0 +1,50 @@
+"""A claim is judged against the held-out prediction interval of its own estimate: the interval the plan record
+carries (and ``wseplan time`` prints), from catalogs/calibration/model_error.yaml, widened outside the validated
+envelope; one implementation of "how wrong can the estimate be" for planning and for claims."""
+import pytest
+
+from wseplan.claims import Claim, check_claim, validated_errors
+from wseplan.model_error import load_model_error, speed_bounds
+from wseplan.plan import plan
+
+
+def _claim(value, **kw):
+    base = dict(id="c", text="t", kind="tokens_per_s_per_user", model="llama-3-8b", target="h100-sxmx1", batch=1,
+                context=1024, precision="bf16")
+    return Claim(**{**base, **kw, "value": value})
+
+
+def test_claim_band_is_the_plan_records_interval(catalog):
+    # a training rate: far from every hard bound, so only the estimate and its interval decide
+    kw = dict(kind="tokens_per_s", phase="train", target="h100-sxmx8", batch=64, context=2048)
+    r = plan("llama-3-8b", "h100-sxmx8", phase="train", precision="bf16", batch=64, context=2048, catalog=catalog)
+    assert r.interval_metric == "step_s"
+    hi = r.step_s / r.interval_low  # true speed / predicted speed at the fast end of the 80% interval
+    assert hi > 1.0
+    est = 64 * 2048 / r.step_s
+    inside = check_claim(_claim(est * hi * 0.99, **kw), catalog)
+    beyond = check_claim(_claim(est * hi * 1.01, **kw), catalog)
+    assert inside.verdict == "consistent" and beyond.verdict == "optimistic"
+    assert inside.error_frac == pytest.approx(hi - 1.0, rel=1e-9) == beyond.error_frac
+    assert r.interval_note in beyond.reason
+
+
+def test_inside_the_envelope_the_band_is_the_categorys(catalog):
+    # Llama 3 8B on one H100 lies inside the gpu-infer envelope: no widening, the category's own upper quantile
+    f = load_model_error()
+    q = f.categories["gpu-infer"].quantiles
+    lo, hi, note = speed_bounds("gpu-infer", params_b=8.03, devices=1, hardware="h100-sxm")
+    assert hi == pytest.approx(2.718281828459045 ** (-q["p10"]), rel=1e-12) and "widened" not in note
+    assert validated_errors(catalog)["gpu-infer"][0] == pytest.approx(hi - 1.0, rel=1e-12)
+    v = check_claim(_claim(1e-9), catalog)  # far below the estimate
+    assert v.verdict == "consistent" and v.error_frac == pytest.approx(hi - 1.0, rel=1e-9)
+
+
+def test_outside_the_envelope_the_band_widens_and_says_why(catalog):
+    # a 405B model on 22 CS-3: model size, device count and hardware all outside the wafer rows (8-13B, one WSE-2)
+    kw = dict(model="llama-3.1-405b", target="cs3x22", context=8192)
+    est = check_claim(_claim(1.0, **kw), catalog).estimate
+    v = check_claim(_claim(est * 1.05, **kw), catalog)
+    inside = speed_bounds("wse-infer")[1] - 1.0
+    assert v.error_frac is not None and v.error_frac > inside
+    assert "widened" in v.reason and "outside" in v.reason
