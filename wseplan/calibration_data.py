@@ -11,6 +11,7 @@ hot path. The priors of the fitted constants (mechanism, value, physical range, 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -195,8 +196,10 @@ def _cached_profiles(path: str) -> dict[str, dict[str, float]]:
 def profile_constants(profile) -> dict[str, float]:
     """The constants of a software ``profile`` as the GPU models run them: each constant the profile states with a
     prior range (``low``/``high``) takes its fitted value from the calibration file when the file has one for the
-    profile (by name; a ``name/variant`` profile uses ``name``'s), every other constant its stated value."""
-    fitted = _cached_profiles(str(calibration_path())).get(profile.name.split("/")[0], {})
+    profile (by its ``calibrated_as`` profile, else its name; a ``name/variant`` or ``name+variant`` profile uses
+    ``name``'s), every other constant its stated value."""
+    base = getattr(profile, "calibrated_as", None) or re.split(r"[/+]", profile.name)[0]
+    fitted = _cached_profiles(str(calibration_path())).get(base, {})
     return {k: (fitted[k] if k in fitted and q.low is not None and q.high is not None else q.si)
             for k, q in profile.constants.items()}
 

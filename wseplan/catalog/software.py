@@ -51,6 +51,9 @@ class SoftwareProfile(Frozen):
     note: str | None = None
     engine: Engine
     constants: dict[str, Quantity] = {}
+    #: the profile whose calibrated mechanism constants this one runs (a variant of the same engine, e.g. with
+    #: speculative decoding); None: its own name's
+    calibrated_as: str | None = None
 
     def constant(self, key: str, default: float | None = None) -> float:
         q = self.constants.get(key)

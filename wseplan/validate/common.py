@@ -43,7 +43,8 @@ def training_benchmarks(path: str | None = None) -> dict[str, dict]:
     file."""
     p = path or str(default_catalog_dir() / "validation" / "training_benchmarks.yaml")
     try:
-        data = yaml.safe_load(open(p).read())["training_benchmarks"]
+        with open(p) as fh:
+            data = yaml.safe_load(fh)["training_benchmarks"]
         return {name: {"match": [str(m).lower() for m in e["match"]],
                        "source_match": [str(m).lower() for m in e.get("source_match", [])],
                        **{k: float(e[k]["value"]) for k in ("eval_samples", "eval_every_samples", "skipped_evals")},
