@@ -4,7 +4,8 @@
 operation; a question of one configuration asks for a few passes (one per micro-batch candidate of a decode round),
 each on one row. :func:`pass_row` is the same pass on one row: the kernels (cycles of a block and of the head, which
 depend on the region and the pass's token counts alone) are evaluated by the array code itself, once per distinct
-combination per setup and remembered (a decode round's micro-batch candidates in one array pass), and the pass's
+combination per setup and remembered (a decode round's micro-batch candidates in one array pass, under speculative
+decoding with the verification round's), and the pass's
 bookkeeping over the replica's wafers (layer groups, hops, the slowest group) is the array code's expression in
 Python floats: the same IEEE-754 operations in the same order, so every number is the array path's, bit for bit.
 Where numpy would give inf or NaN the float forms raise one of
@@ -30,31 +31,44 @@ _POWERS = [2.0 ** k for k in range(11)]  # the engine's micro-batch counts (a gu
 def kernels_row(fam, ctx, cfg, i, r_, c_, dseq, ptok, dkv, span, pkv, pseqs, nps):
     """Block and head kernel parts [cycles] (dicts of floats) of one pass on an ``r_`` x ``c_`` region, from the
     setup's memo; a miss evaluates :meth:`WaferFamily._pass_kernels` (arrays), for a plain decode pass on the micro-batch
-    sizes of all of the row's round candidates at once."""
+    sizes of all of the row's round candidates at once, and under speculative decoding for both the plain round (one
+    token per sequence) and the verification round (k + 1), which a decode question asks one after the other."""
     memo = ctx.__dict__.setdefault("_kernel_memo", {})
     key = _KEY(r_, c_, dseq, ptok, dkv, span, pkv, pseqs, nps)
     hit = memo.get(key)
     if hit is not None:
         return hit
-    seqs = [dseq]
+    want = [(dseq, nps)]
     if dseq > 0 and ptok == 0 and span == 0 and pkv == 0 and pseqs == 0:  # a plain decode pass: the round's other sizes
+        # and, under speculative decoding, the verification round's (k + 1 tokens per sequence: the same sizes, asked
+        # right after this round) or the plain round's
+        spec = getattr(ctx, "spec", None)
+        per_seq = [nps]
+        if spec is not None:
+            other = 1.0 if nps == spec["draft_tokens"] + 1.0 else spec["draft_tokens"] + 1.0 if nps == 1.0 else None
+            if other is not None:
+                per_seq.append(other)
         b = float(cfg["batch"][i])
         top = max(min(float(cfg["_groups_d"][i]), b), 1.0)
+        sizes = [dseq]
         if math.isfinite(top):
             for n in [p for p in _POWERS if p <= top] + [top]:
                 mb = float(math.ceil(b / n))
-                if mb != dseq and mb > 0 and mb not in seqs and _KEY(r_, c_, mb, ptok, dkv, span, pkv, pseqs, nps) not in memo:
-                    seqs.append(mb)
-    m = len(seqs)
-    cols = [np.full(m, r_), np.full(m, c_), np.array(seqs), np.full(m, ptok)] + [np.full(m, v) for v in (dkv, span, pkv, pseqs, nps)]
+                if mb > 0 and mb not in sizes:
+                    sizes.append(mb)
+        want = [(s, t) for t in per_seq for s in sizes
+                if (s, t) == (dseq, nps) or _KEY(r_, c_, s, ptok, dkv, span, pkv, pseqs, t) not in memo]
+    m = len(want)
+    cols = [np.full(m, r_), np.full(m, c_), np.array([s for s, _ in want]), np.full(m, ptok)] \
+        + [np.full(m, v) for v in (dkv, span, pkv, pseqs)] + [np.array([t for _, t in want])]
     blk, head = fam._pass_kernels(ctx, *cols)
     blk = {k: np.broadcast_to(np.asarray(v, dtype=float), (m,)).tolist() for k, v in blk.items()}
     head = {k: np.broadcast_to(np.asarray(v, dtype=float), (m,)).tolist() for k, v in head.items()}
     if len(memo) + m > MEMO_MAX:
         memo.clear()
-    for j, s in enumerate(seqs):
-        memo[_KEY(r_, c_, s, ptok, dkv, span, pkv, pseqs, nps)] = ({k: v[j] for k, v in blk.items()},
-                                                                    {k: v[j] for k, v in head.items()})
+    for j, (s, t) in enumerate(want):
+        memo[_KEY(r_, c_, s, ptok, dkv, span, pkv, pseqs, t)] = ({k: v[j] for k, v in blk.items()},
+                                                                  {k: v[j] for k, v in head.items()})
     return memo[key]
 
 
