@@ -108,7 +108,8 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round.
 
     A Python float ``batch`` is one configuration (``stages`` and ``pass_kw`` floats too): its candidates are
-    passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats.
+    passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats; a
+    ``pass_fn.prefetch(list of seqs, **kw)``, where there is one, is told all of them first.
     """
     if type(batch) is float:
         return _decode_round_row(pass_fn, batch, stages, pass_kw)
@@ -142,6 +143,9 @@ def _decode_round_row(pass_fn, b: float, stages: float, kw: dict):
     cand = [p for p in _POWERS_LIST if p <= top]
     if cand[-1] != top:
         cand.append(top)
+    fetch = getattr(pass_fn, "prefetch", None)
+    if fetch is not None:  # the candidates' sizes announced at once (a family may evaluate their kernels together)
+        fetch([X.ceil(b / n) for n in cand], **kw)
     best = math.inf
     rounds = []
     for n in cand:

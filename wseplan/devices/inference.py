@@ -54,11 +54,23 @@ class InferenceMixin:
         ``new_per_seq`` > 1 is a speculative verification step (k + 1 positions per sequence)."""
         stages = _at(self.pipeline_stages(ctx, cfg), rows)
 
+        def pass_kw(mb, kv_, pre_, bud_, nps):
+            pre = X.minimum(pre_ * mb, X.maximum(bud_ - mb * nps, 0.0))
+            return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
+                        prefill_seqs=X.minimum(pre, 1.0), new_per_seq=nps)
+
         def pass_fn(idx, mb, kv_, pre_, bud_):
-            pre = X.minimum(pre_ * mb, X.maximum(bud_ - mb * new_per_seq, 0.0))
-            return self._pass(ctx, cfg, rows if idx is None else rows[idx], decode_seqs=mb, decode_kv=kv_,
-                              prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
-                              prefill_seqs=X.minimum(pre, 1.0), new_per_seq=new_per_seq)
+            return self._pass(ctx, cfg, rows if idx is None else rows[idx], **pass_kw(mb, kv_, pre_, bud_, new_per_seq))
+
+        if type(rows) is int and getattr(self, "prefetch_row", None) is not None:
+            # one configuration: the round's candidates announced at once, with the verification round's under
+            # speculative decoding (the same sizes at k + 1 tokens per sequence, asked right after the plain round)
+            spec = getattr(ctx, "spec", None)
+            per_seq = [new_per_seq] + ([spec["draft_tokens"] + 1.0] if spec is not None and new_per_seq == 1.0 else [])
+
+            def prefetch(mbs, kv_, pre_, bud_):
+                self.prefetch_row(ctx, cfg, rows, [pass_kw(mb, kv_, pre_, bud_, t) for t in per_seq for mb in mbs])
+            pass_fn.prefetch = prefetch
 
         pre = X.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq
         bud = _full(batch, np.inf) if budget is None else budget
