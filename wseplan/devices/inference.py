@@ -69,7 +69,7 @@ class InferenceMixin:
             per_seq = [new_per_seq] + ([spec["draft_tokens"] + 1.0] if spec is not None and new_per_seq == 1.0 else [])
 
             def prefetch(mbs, kv_, pre_, bud_):
-                self.prefetch_row(ctx, cfg, rows, [pass_kw(mb, kv_, pre_, bud_, t) for t in per_seq for mb in mbs])
+                self.prefetch_row(ctx, cfg, rows, (pass_kw(mb, kv_, pre_, bud_, t) for t in per_seq for mb in mbs))
             pass_fn.prefetch = prefetch
 
         pre = X.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq

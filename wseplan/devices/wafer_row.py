@@ -54,16 +54,22 @@ def _evaluate(fam, ctx, memo: dict, args: list) -> None:
         memo[_KEY(*a)] = ({k: v[j] for k, v in blk.items()}, {k: v[j] for k, v in head.items()})
 
 
-def prefetch_row(fam, ctx, cfg, i: int, passes: list) -> None:
-    """Remember the kernels of the passes ``passes`` (keyword dicts of :func:`pass_row`) of row ``i`` that the memo
-    lacks, in one array pass: a decode round announces its micro-batch candidates before asking for them one by
-    one, so that a first question pays one array pass per round instead of one per candidate."""
+def prefetch_row(fam, ctx, cfg, i: int, passes) -> None:
+    """Remember the kernels of the passes ``passes`` (an iterable of keyword dicts of :func:`pass_row`) of row ``i``
+    that the memo lacks, in one array pass: a decode round announces its micro-batch candidates before asking for
+    them one by one, so that a first question pays one array pass per round instead of one per candidate. When the
+    first pass is remembered the rest are taken to be (they were announced together; a pass that is not is
+    evaluated when asked for), and ``passes`` is not read further."""
     memo = ctx.__dict__.setdefault("_kernel_memo", {})
     seen, todo = set(), []
-    for kw in passes:
+    for j, kw in enumerate(passes):
         a = _kernel_args(fam, ctx, cfg, i, **kw)
         key = _KEY(*a)
-        if key not in memo and key not in seen:
+        if key in memo:
+            if j == 0:
+                return
+            continue
+        if key not in seen:
             seen.add(key)
             todo.append(a)
     if todo:
