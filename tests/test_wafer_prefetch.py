@@ -81,11 +81,14 @@ def test_first_asks_with_announced_rounds_equal_the_arrays(catalog, monkeypatch,
     assert with_prefetch < calls["kernels"]  # fewer array passes when the rounds are announced
 
 
-def test_a_first_decode_question_evaluates_each_models_kernels_once(catalog, monkeypatch):
-    """Llama-3.1-70B decode on four CS-3 with the production profile's speculative decoding: the plain round's and
-    the verification round's candidates in one array pass, the draft model's round in another."""
-    s = setup("llama-3.1-70b", "cs3x4", phase="decode", software="wafer-production", catalog=catalog)
-    assert s.ctx.spec is not None
+@pytest.mark.parametrize("phase", ["decode", "serve"])
+def test_a_first_question_evaluates_each_models_kernels_once(catalog, monkeypatch, phase):
+    """Llama-3.1-70B on four CS-3 with the production profile's speculative decoding (and in-flight batching): the
+    target's passes in one array pass (decode: the plain round's and the verification round's candidates; serve: those
+    of the rounds with and without prompt chunks, and the own-prompt passes of every micro-batch count), the draft
+    model's round in another."""
+    s = setup("llama-3.1-70b", "cs3x4", phase=phase, software="wafer-production", catalog=catalog)
+    assert s.ctx.spec is not None and (phase == "decode" or s.query.software.engine.scheduling == "inflight")
     calls = []
     real = WaferFamily._pass_kernels
 
@@ -97,6 +100,6 @@ def test_a_first_decode_question_evaluates_each_models_kernels_once(catalog, mon
     for b in (1.0, 7.0, 24.0):
         _cold(s)
         calls.clear()
-        out = evaluate(s, {"batch": np.array([b]), "context": np.array([2048.0]), "output_tokens": np.zeros(1)})
+        out = evaluate(s, {"batch": np.array([b]), "context": np.array([2048.0]), "output_tokens": np.array([256.0 if phase == "serve" else 0.0])})
         assert bool(out["fits"][0]) and np.isfinite(out["tpot_s"][0]), (b, out["fits"], out["num_wafers"])
         assert len(calls) == 2, (b, calls)
