@@ -1,6 +1,7 @@
-"""A wafer question's decode rounds announce their micro-batch candidates (``pass_fn.prefetch``) and the resident
-family evaluates their kernels in one array pass (:func:`wseplan.devices.wafer_row.prefetch_row`), the verification
-round's sizes with the plain round's under speculative decoding. The kernels are the same numbers whether evaluated
+"""A wafer question's decode rounds announce their micro-batch candidates (``announce_row``) and the resident family
+evaluates their kernels in one array pass at the first miss (:func:`wseplan.devices.wafer_row.prefetch_row`), the
+verification round's sizes with the plain round's under speculative decoding, every target pass of a serving question
+at once. The kernels are the same numbers whether evaluated
 together, one at a time or among many rows: every field of a question asked first (empty memos) equals the field
 with the announcement turned off and the row among many (bytes compared)."""
 from __future__ import annotations
@@ -57,7 +58,6 @@ def test_first_asks_with_announced_rounds_equal_the_arrays(catalog, monkeypatch,
         return real_k(self, *a, **kw)
 
     monkeypatch.setattr(WR, "prefetch_row", pre)
-    monkeypatch.setattr("wseplan.devices.wafer._prefetch_row", pre)
     monkeypatch.setattr(WaferFamily, "_pass_kernels", kern)
     first = []
     for i in range(n):
@@ -65,7 +65,7 @@ def test_first_asks_with_announced_rounds_equal_the_arrays(catalog, monkeypatch,
         first.append(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}))
     assert calls["prefetch"] > 0
     with_prefetch = calls["kernels"]
-    monkeypatch.setattr("wseplan.devices.wafer._prefetch_row", lambda *a, **kw: None)  # announcements ignored
+    monkeypatch.setattr(WaferFamily, "announce_row", None)  # no announcements: each pass's kernels when asked for
     calls["kernels"] = 0
     for i in range(n):
         _cold(s)

@@ -108,8 +108,8 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round.
 
     A Python float ``batch`` is one configuration (``stages`` and ``pass_kw`` floats too): its candidates are
-    passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats; a
-    ``pass_fn.prefetch(list of seqs, **kw)``, where there is one, is told all of them first.
+    passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats (the
+    candidates: :func:`round_counts`).
     """
     if type(batch) is float:
         return _decode_round_row(pass_fn, batch, stages, pass_kw)
@@ -151,9 +151,6 @@ def _decode_round_row(pass_fn, b: float, stages: float, kw: dict):
     """:func:`decode_round` of one configuration in Python floats: the candidates of :func:`_micro_batch_rows` in the
     same order, the same minimum (NaN-propagating, as ``np.minimum.at``) and the same first candidate reaching it."""
     cand = round_counts(b, stages)
-    fetch = getattr(pass_fn, "prefetch", None)
-    if fetch is not None:  # the candidates' sizes announced at once (a family may evaluate their kernels together)
-        fetch([X.ceil(b / n) for n in cand], **kw)
     best = math.inf
     rounds = []
     for n in cand:

@@ -57,15 +57,14 @@ class InferenceMixin:
         def pass_fn(idx, mb, kv_, pre_, bud_):
             return self._pass(ctx, cfg, rows if idx is None else rows[idx], **_round_pass(mb, kv_, pre_, bud_, new_per_seq))
 
-        if type(rows) is int and getattr(self, "prefetch_row", None) is not None:
-            # one configuration: the round's candidates announced at once, with the verification round's under
-            # speculative decoding (the same sizes at k + 1 tokens per sequence, asked right after the plain round)
-            def prefetch(mbs, kv_, pre_, bud_):
-                self.prefetch_row(ctx, cfg, rows, (_round_pass(mb, kv_, pre_, bud_, t) for t in _per_seq(ctx, new_per_seq)
-                                                   for mb in mbs))
-            pass_fn.prefetch = prefetch
-
         pre, bud = _round_prompts(batch, prefill_per_seq, budget)
+        announce = getattr(self, "announce_row", None)
+        if type(rows) is int and announce is not None:
+            # one configuration: the round's candidates announced, with the verification round's under speculative
+            # decoding (the same sizes at k + 1 tokens per sequence, asked right after the plain round)
+            with announce(ctx, cfg, rows, lambda: [_round_pass(X.ceil(batch / n), kv, pre, bud, t) for t in
+                                                   _per_seq(ctx, new_per_seq) for n in E.round_counts(batch, stages)]):
+                return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
         return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
 
     def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None):
@@ -161,19 +160,23 @@ class InferenceMixin:
                     return (spare, passes, chunk, dict(common, prefill_tokens=chunk, prefill_span=chunk),
                             dict(common, prefill_tokens=spare, prefill_span=spare))
 
-                if type(rows) is int and getattr(self, "prefetch_row", None) is not None:
-                    # one configuration: every pass of the target the answer may ask for, announced at once (the rounds
-                    # with and without prompt chunks, with their verification rounds; the own-prompt passes of each
+                announce = getattr(self, "announce_row", None)
+                if type(rows) is int and announce is not None:
+                    # one configuration: every pass of the target the answer may ask for, announced (the rounds with
+                    # and without prompt chunks, with their verification rounds; the own-prompt passes of each
                     # micro-batch count the round may choose)
-                    counts = E.round_counts(B, _at(self.pipeline_stages(ctx, cfg), rows))
-                    announced = [_round_pass(X.ceil(B / n), C + O / 2.0, p, b, t) for p, b in
-                                 ((pre_per_seq, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0)
-                                 for n in counts]
-                    for n in counts:
-                        announced += prompt_passes(n)[3:]
-                    self.prefetch_row(ctx, cfg, rows, announced)
-                tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
-                                                          budget=budget)
+                    def passes():
+                        counts = E.round_counts(B, _at(self.pipeline_stages(ctx, cfg), rows))
+                        out = [_round_pass(X.ceil(B / n), C + O / 2.0, p, b, t) for p, b in
+                               ((pre_per_seq, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0)
+                               for n in counts]
+                        return out + [kw for n in counts for kw in prompt_passes(n)[3:]]
+                    with announce(ctx, cfg, rows, passes):
+                        tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
+                                                                  prefill_per_seq=pre_per_seq, budget=budget)
+                else:
+                    tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
+                                                              budget=budget)
                 spare, passes, chunk, own_kw, full_kw = prompt_passes(nmb)
                 lat, _, _ = self._pass(ctx, cfg, rows, **own_kw)
                 nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)

@@ -4,8 +4,9 @@
 operation; a question of one configuration asks for a few passes (one per micro-batch candidate of a decode round),
 each on one row. :func:`pass_row` is the same pass on one row: the kernels (cycles of a block and of the head, which
 depend on the region and the pass's token counts alone) are evaluated by the array code itself, once per distinct
-combination per setup and remembered (a decode round announces its micro-batch candidates, :func:`prefetch_row`, and
-their kernels are evaluated in one array pass, under speculative decoding with the verification round's), and the pass's
+combination per setup and remembered (a decode round announces its micro-batch candidates, :func:`announce_row`, and
+their kernels are evaluated in one array pass at the first miss, under speculative decoding with the verification
+round's; a serving question announces every pass of the target), and the pass's
 bookkeeping over the replica's wafers (layer groups, hops, the slowest group) is the array code's expression in
 Python floats: the same IEEE-754 operations in the same order, so every number is the array path's, bit for bit.
 Where numpy would give inf or NaN the float forms raise one of
@@ -13,6 +14,7 @@ Where numpy would give inf or NaN the float forms raise one of
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 
@@ -54,22 +56,34 @@ def _evaluate(fam, ctx, memo: dict, args: list) -> None:
         memo[_KEY(*a)] = ({k: v[j] for k, v in blk.items()}, {k: v[j] for k, v in head.items()})
 
 
+@contextlib.contextmanager
+def announce_row(fam, ctx, cfg, i: int, passes):
+    """While the block runs, the passes ``passes()`` (a callable giving keyword dicts of :func:`pass_row`) of row ``i``
+    are announced: the first pass whose kernels the memo lacks has every announced pass's kernels evaluated in one
+    array pass (:func:`prefetch_row`). A decode round announces its micro-batch candidates before asking for them one
+    by one, so that a first question pays one array pass where it paid one per candidate; a question asked again
+    finds its kernels and never reads the announcement."""
+    pending = ctx.__dict__.setdefault("_announced", [])
+    entry = (cfg, i, passes)
+    pending.append(entry)
+    try:
+        yield
+    finally:
+        for j in range(len(pending) - 1, -1, -1):
+            if pending[j] is entry:
+                del pending[j]
+                break
+
+
 def prefetch_row(fam, ctx, cfg, i: int, passes) -> None:
-    """Remember the kernels of the passes ``passes`` (an iterable of keyword dicts of :func:`pass_row`) of row ``i``
-    that the memo lacks, in one array pass: a decode round announces its micro-batch candidates before asking for
-    them one by one, so that a first question pays one array pass per round instead of one per candidate. When the
-    first pass is remembered the rest are taken to be (they were announced together; a pass that is not is
-    evaluated when asked for), and ``passes`` is not read further."""
+    """Remember the kernels of the passes ``passes`` (keyword dicts of :func:`pass_row`) of row ``i`` that the memo
+    lacks, in one array pass."""
     memo = ctx.__dict__.setdefault("_kernel_memo", {})
     seen, todo = set(), []
-    for j, kw in enumerate(passes):
+    for kw in passes:
         a = _kernel_args(fam, ctx, cfg, i, **kw)
         key = _KEY(*a)
-        if key in memo:
-            if j == 0:
-                return
-            continue
-        if key not in seen:
+        if key not in memo and key not in seen:
             seen.add(key)
             todo.append(a)
     if todo:
@@ -78,13 +92,22 @@ def prefetch_row(fam, ctx, cfg, i: int, passes) -> None:
 
 def kernels_row(fam, ctx, args: tuple):
     """Block and head kernel parts [cycles] (dicts of floats) of one pass with the kernel arguments ``args``
-    (:func:`_kernel_args`), from the setup's memo; a miss evaluates :meth:`WaferFamily._pass_kernels` (arrays)."""
+    (:func:`_kernel_args`), from the setup's memo; a miss evaluates the announced passes (:func:`announce_row`) with
+    it, or it alone, by :meth:`WaferFamily._pass_kernels` (arrays)."""
     memo = ctx.__dict__.setdefault("_kernel_memo", {})
     key = _KEY(*args)
     hit = memo.get(key)
     if hit is None:
-        _evaluate(fam, ctx, memo, [args])
-        hit = memo[key]
+        pending = ctx.__dict__.get("_announced")
+        if pending:
+            todo = list(pending)
+            pending.clear()
+            for cfg_, i_, passes in todo:
+                prefetch_row(fam, ctx, cfg_, i_, passes())
+            hit = memo.get(key)
+        if hit is None:
+            _evaluate(fam, ctx, memo, [args])
+            hit = memo[key]
     return hit
 
 
