@@ -1,5 +1,7 @@
-"""The training step's attention implementation (gpu_time.train_step(attention_kernel=...)) and the rule that gives a
-validation row its kernel."""
+"""The training step's attention implementation (gpu_time.train_step(attention_kernel=...)), and the rules that give a
+validation row its training framework's generation: attention kernel, tensor-parallel overlap, sequence parallelism."""
+from pathlib import Path
+
 import pytest
 
 from wseplan.analytic import gpu_time as G
@@ -7,8 +9,8 @@ from wseplan.calibration_data import gpu_calibration
 from wseplan.catalog.load import load_catalog
 from wseplan.errors import InputError
 from wseplan.timing import predict_time
-from wseplan.validate.cases import Case
-from wseplan.validate.common import attention_kernel_of
+from wseplan.validate.cases import Case, read_cases
+from wseplan.validate.common import attention_kernel_of, sequence_parallel_of, tp_comm_overlap_of
 from wseplan.workload import resolve_model
 
 
@@ -66,3 +68,35 @@ def _case(source, notes=""):
 ])
 def test_row_attention_rule(source, notes, kernel):
     assert attention_kernel_of(_case(source, notes)) == kernel
+
+
+@pytest.mark.parametrize("source, notes, overlap", [
+    ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training'", "", False),
+    ("Korthikanti et al. 2022 (arXiv:2205.05198), Table 4", "", False),
+    ("MLCommons training_results_v5.0 (NVIDIA/results/eos)", "", True),
+    ("Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783)", "", True),
+    ("Narayanan et al. 2021", "tp_comm_overlap=yes", True),
+    ("MLCommons training_results_v5.0", "tp_comm_overlap=no", False),
+    # the attention hint does not decide the overlap
+    ("Narayanan et al. 2021", "attention_kernel=flash", False),
+])
+def test_row_overlap_rule(source, notes, overlap):
+    assert tp_comm_overlap_of(_case(source, notes)) is overlap
+
+
+@pytest.mark.parametrize("source, notes, sp", [
+    ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training'", "", False),
+    ("Chowdhery et al. 2022, 'PaLM'", "", False),
+    ("MLCommons training_results_v5.0 (NVIDIA/results/eos)", "", True),
+    ("Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783)", "", True),
+    ("Korthikanti et al. 2022 (arXiv:2205.05198), Table 4", "x; sequence_parallel=yes: the row", True),
+    ("MLCommons training_results_v5.0", "sequence_parallel=no", False),
+])
+def test_row_sequence_parallel_rule(source, notes, sp):
+    assert sequence_parallel_of(_case(source, notes)) is sp
+
+
+def test_korthikanti_table4_rows_state_their_sequence_parallelism():
+    rows = {c.id: c for c in read_cases(Path(__file__).parents[1] / "catalogs/validation/validation-public.csv")}
+    assert [sequence_parallel_of(rows[i]) for i in ("R047", "R048", "R049", "R050", "R051")] == \
+        [False, True, False, False, True]

@@ -1,14 +1,11 @@
 """Sequence parallelism in the training step: without it a block's norms, dropouts and residual adds run whole on every
-tensor-parallel GPU (Korthikanti et al. 2022), and the rule that gives a validation row its framework's choice."""
-from pathlib import Path
-
+tensor-parallel GPU (Korthikanti et al. 2022). The rule that gives a validation row its framework's choice is tested
+with the other framework rules in tests/test_attention_kernel.py."""
 import pytest
 
 from wseplan.analytic import gpu_time as G
 from wseplan.calibration_data import gpu_calibration
 from wseplan.catalog.load import load_catalog
-from wseplan.validate.cases import Case, read_cases
-from wseplan.validate.common import sequence_parallel_of
 from wseplan.workload import resolve_model
 
 
@@ -43,26 +40,3 @@ def test_without_sequence_parallelism_the_forward_passes_pay_the_replicated_oper
         # the forward (and a recomputed forward) carry it; the backward is counted split (Korthikanti et al. 2022,
         # Table 4: sequence parallelism saves 0.5 ms of the forward, 0.1 ms of the backward)
         assert float(off["compute_s"]) - float(on["compute_s"]) == pytest.approx(fwd_passes * extra, rel=1e-9)
-
-
-def _case(source, notes=""):
-    return Case(id="R1", category="gpu-train", phase="train", model="m", metric="step_s", value=1.0, unit="s",
-                hardware="a100-80gb", quality="strong", source=source, notes=notes, fields={})
-
-
-@pytest.mark.parametrize("source, notes, sp", [
-    ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training'", "", False),
-    ("Chowdhery et al. 2022, 'PaLM'", "", False),
-    ("MLCommons training_results_v5.0 (NVIDIA/results/eos)", "", True),
-    ("Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783)", "", True),
-    ("Korthikanti et al. 2022 (arXiv:2205.05198), Table 4", "x; sequence_parallel=yes: the row", True),
-    ("MLCommons training_results_v5.0", "sequence_parallel=no", False),
-])
-def test_row_sequence_parallel_rule(source, notes, sp):
-    assert sequence_parallel_of(_case(source, notes)) is sp
-
-
-def test_korthikanti_table4_rows_state_their_sequence_parallelism():
-    rows = {c.id: c for c in read_cases(Path(__file__).parents[1] / "catalogs/validation/validation-public.csv")}
-    assert [sequence_parallel_of(rows[i]) for i in ("R047", "R048", "R049", "R050", "R051")] == \
-        [False, True, False, False, True]

@@ -1,5 +1,6 @@
 """Tensor-parallel communication overlap of a training framework (gpu_time.train_step(tp_comm_overlap=...), the GPU
-family option ``tp_comm_overlap``) and the rule that gives a validation row its framework's overlap."""
+family option ``tp_comm_overlap``). The rule that gives a validation row its framework's overlap is tested with the
+other framework rules in tests/test_attention_kernel.py."""
 import pytest
 
 from wseplan.analytic import gpu_time as G
@@ -7,8 +8,6 @@ from wseplan.calibration_data import gpu_calibration
 from wseplan.catalog.load import load_catalog
 from wseplan.errors import InputError
 from wseplan.timing import predict_time
-from wseplan.validate.cases import Case
-from wseplan.validate.common import tp_comm_overlap_of
 from wseplan.workload import resolve_model
 
 
@@ -36,22 +35,3 @@ def test_plan_default_overlaps_and_option_is_checked():
     assert a.step_s < b.step_s
     with pytest.raises(InputError, match="tp_comm_overlap"):
         predict_time("llama-3-8b", "h100x8", tp_comm_overlap="sometimes", **kw)
-
-
-def _case(source, notes=""):
-    return Case(id="R1", category="gpu-train", phase="train", model="m", metric="step_s", value=1.0, unit="s",
-                hardware="a100-80gb", quality="strong", source=source, notes=notes, fields={})
-
-
-@pytest.mark.parametrize("source, notes, overlap", [
-    ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training'", "", False),
-    ("Korthikanti et al. 2022 (arXiv:2205.05198), Table 4", "", False),
-    ("MLCommons training_results_v5.0 (NVIDIA/results/eos)", "", True),
-    ("Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783)", "", True),
-    ("Narayanan et al. 2021", "tp_comm_overlap=yes", True),
-    ("MLCommons training_results_v5.0", "tp_comm_overlap=no", False),
-    # the attention hint does not decide the overlap
-    ("Narayanan et al. 2021", "attention_kernel=flash", False),
-])
-def test_row_overlap_rule(source, notes, overlap):
-    assert tp_comm_overlap_of(_case(source, notes)) is overlap

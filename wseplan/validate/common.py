@@ -165,53 +165,49 @@ def speculation_of(case, catalog) -> tuple[bool | None, str | None]:
     return m.group(1).lower() == "yes", draft
 
 
-_ATTENTION = re.compile(r"\battention_kernel=(flash|materialized)\b")
 _YEAR = re.compile(r"\b(19[89]\d|20[0-3]\d)\b")
-#: the last year whose published training runs predate fused (flash) attention in the training frameworks
-#: (FlashAttention: Dao et al. 2022; Megatron-LM, whose 2021-2022 runs materialize the scores, took it up in 2023)
+#: the last year whose published training runs predate the current training frameworks' fused (flash) attention,
+#: tensor-parallel communication overlap and sequence parallelism (FlashAttention: Dao et al. 2022; sequence
+#: parallelism: Korthikanti et al. 2022; NeMo's userbuffers TP overlap: 2023; Megatron-LM's own 2021-2022 runs and the
+#: other frameworks of 2022 ran without them)
 LAST_MATERIALIZED_YEAR = 2022
+
+
+def _framework_choice(case, key: str, values: tuple[str, str]) -> str | None:
+    """``key=value`` stated in a training row's notes (one of ``values``), else None."""
+    m = re.search(rf"\b{key}=({'|'.join(values)})\b", case.notes or "")
+    return m.group(1) if m else None
+
+
+def _before_current_frameworks(case) -> bool:
+    """Whether the row's citation names a year up to :data:`LAST_MATERIALIZED_YEAR` (a run of that time)."""
+    years = [int(y) for y in _YEAR.findall(case.source.split(" (")[0].split(",")[0])]
+    return bool(years) and max(years) <= LAST_MATERIALIZED_YEAR
 
 
 def attention_kernel_of(case) -> str:
     """The attention implementation of a training row's run: ``attention_kernel=flash|materialized`` in its notes;
     else ``materialized`` when its citation names a year up to :data:`LAST_MATERIALIZED_YEAR` (a run of that time),
     ``flash`` (current frameworks) otherwise."""
-    m = _ATTENTION.search(case.notes or "")
-    if m:
-        return m.group(1)
-    years = [int(y) for y in _YEAR.findall(case.source.split(" (")[0].split(",")[0])]
-    return "materialized" if years and max(years) <= LAST_MATERIALIZED_YEAR else "flash"
-
-
-_TP_OVERLAP = re.compile(r"\btp_comm_overlap=(yes|no)\b")
+    stated = _framework_choice(case, "attention_kernel", ("flash", "materialized"))
+    return stated or ("materialized" if _before_current_frameworks(case) else "flash")
 
 
 def tp_comm_overlap_of(case) -> bool:
     """Whether a training row's framework overlaps its tensor-parallel collectives with GEMMs: ``tp_comm_overlap=yes|no``
     in its notes; else no when its citation names a year up to :data:`LAST_MATERIALIZED_YEAR` (NeMo/Megatron added the
     userbuffers overlap in 2023), yes otherwise."""
-    m = _TP_OVERLAP.search(case.notes or "")
-    if m:
-        return m.group(1) == "yes"
-    years = [int(y) for y in _YEAR.findall(case.source.split(" (")[0].split(",")[0])]
-    return not (years and max(years) <= LAST_MATERIALIZED_YEAR)
-
-
-_SP = re.compile(r"\bsequence_parallel=(yes|no)\b")
-#: the last year whose published training runs predate sequence parallelism (Korthikanti et al. 2022 introduced it
-#: in Megatron-LM)
-LAST_NO_SP_YEAR = 2022
+    stated = _framework_choice(case, "tp_comm_overlap", ("yes", "no"))
+    return stated == "yes" if stated else not _before_current_frameworks(case)
 
 
 def sequence_parallel_of(case) -> bool:
     """Whether a training row's run split its norms and dropouts over the tensor-parallel GPUs (sequence parallelism):
-    ``sequence_parallel=yes|no`` in its notes; else no when its citation names a year up to :data:`LAST_NO_SP_YEAR`,
-    yes otherwise."""
-    m = _SP.search(case.notes or "")
-    if m:
-        return m.group(1) == "yes"
-    years = [int(y) for y in _YEAR.findall(case.source.split(" (")[0].split(",")[0])]
-    return not (years and max(years) <= LAST_NO_SP_YEAR)
+    ``sequence_parallel=yes|no`` in its notes; else no when its citation names a year up to
+    :data:`LAST_MATERIALIZED_YEAR` (Korthikanti et al. 2022 introduced it in Megatron-LM; the other frameworks of that
+    year ran without it), yes otherwise."""
+    stated = _framework_choice(case, "sequence_parallel", ("yes", "no"))
+    return stated == "yes" if stated else not _before_current_frameworks(case)
 
 
 def _need_fit(r):
