@@ -108,7 +108,8 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round.
 
     A Python float ``batch`` is one configuration (``stages`` and ``pass_kw`` floats too): its candidates are
-    passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats.
+    passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats (the
+    candidates: :func:`round_counts`).
     """
     if type(batch) is float:
         return _decode_round_row(pass_fn, batch, stages, pass_kw)
@@ -133,15 +134,23 @@ def decode_round(pass_fn, *, batch, stages, **pass_kw):
     return best, parts_s, n[first]
 
 
-def _decode_round_row(pass_fn, b: float, stages: float, kw: dict):
-    """:func:`decode_round` of one configuration in Python floats: the candidates of :func:`_micro_batch_rows` in the
-    same order, the same minimum (NaN-propagating, as ``np.minimum.at``) and the same first candidate reaching it."""
+def round_counts(b: float, stages: float) -> list[float]:
+    """The micro-batch counts a decode round of one configuration tries (:func:`_micro_batch_rows` of its row, in
+    Python floats): the powers of two up to ``max(min(stages, b), 1)`` and that bound. Raises ValueError on a
+    non-finite bound (the arrays' general form decides)."""
     top = X.maximum(X.minimum(stages, b), 1.0)
     if not math.isfinite(top):  # the general form of the arrays
         raise ValueError("decode_round: a non-finite micro-batch bound")
     cand = [p for p in _POWERS_LIST if p <= top]
     if cand[-1] != top:
         cand.append(top)
+    return cand
+
+
+def _decode_round_row(pass_fn, b: float, stages: float, kw: dict):
+    """:func:`decode_round` of one configuration in Python floats: the candidates of :func:`_micro_batch_rows` in the
+    same order, the same minimum (NaN-propagating, as ``np.minimum.at``) and the same first candidate reaching it."""
+    cand = round_counts(b, stages)
     best = math.inf
     rounds = []
     for n in cand:

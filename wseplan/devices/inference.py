@@ -55,13 +55,16 @@ class InferenceMixin:
         stages = _at(self.pipeline_stages(ctx, cfg), rows)
 
         def pass_fn(idx, mb, kv_, pre_, bud_):
-            pre = X.minimum(pre_ * mb, X.maximum(bud_ - mb * new_per_seq, 0.0))
-            return self._pass(ctx, cfg, rows if idx is None else rows[idx], decode_seqs=mb, decode_kv=kv_,
-                              prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
-                              prefill_seqs=X.minimum(pre, 1.0), new_per_seq=new_per_seq)
+            return self._pass(ctx, cfg, rows if idx is None else rows[idx], **_round_pass(mb, kv_, pre_, bud_, new_per_seq))
 
-        pre = X.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq
-        bud = _full(batch, np.inf) if budget is None else budget
+        pre, bud = _round_prompts(batch, prefill_per_seq, budget)
+        announce = getattr(self, "announce_row", None)
+        if type(rows) is int and announce is not None:
+            # one configuration: the round's candidates announced, with the verification round's under speculative
+            # decoding (the same sizes at k + 1 tokens per sequence, asked right after the plain round)
+            with announce(ctx, cfg, rows, lambda: [_round_pass(X.ceil(batch / n), kv, pre, bud, t) for t in
+                                                   _per_seq(ctx, new_per_seq) for n in E.round_counts(batch, stages)]):
+                return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
         return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
 
     def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None):
@@ -145,21 +148,41 @@ class InferenceMixin:
             else:
                 budget = _full(B, eng.token_budget.si)
                 pre_per_seq = E.steady_state_prefill_tokens(batch=1.0, input_tokens=C, output_tokens=O)
-                tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
-                                                          budget=budget)
-                # own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round
-                spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
-                passes = X.ceil(C / spare)
-                chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
-                lat, _, _ = self._pass(ctx, cfg, rows, decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0,
-                                       prefill_tokens=chunk, prefill_span=chunk, prefill_kv=(C - chunk) / 2.0,
-                                       prefill_seqs=X.ones_like(B))
+
+                def prompt_passes(nmb):
+                    """Own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round:
+                    ``(spare, passes, chunk, own chunk's pass, a full spare budget's pass)``."""
+                    spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
+                    passes = X.ceil(C / spare)
+                    chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
+                    common = dict(decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0,
+                                  prefill_seqs=X.ones_like(B))
+                    return (spare, passes, chunk, dict(common, prefill_tokens=chunk, prefill_span=chunk),
+                            dict(common, prefill_tokens=spare, prefill_span=spare))
+
+                announce = getattr(self, "announce_row", None)
+                if type(rows) is int and announce is not None:
+                    # one configuration: every pass of the target the answer may ask for, announced (the rounds with
+                    # and without prompt chunks, with their verification rounds; the own-prompt passes of each
+                    # micro-batch count the round may choose)
+                    def passes():
+                        counts = E.round_counts(B, _at(self.pipeline_stages(ctx, cfg), rows))
+                        out = [_round_pass(X.ceil(B / n), C + O / 2.0, p, b, t) for p, b in
+                               ((pre_per_seq, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0)
+                               for n in counts]
+                        return out + [kw for n in counts for kw in prompt_passes(n)[3:]]
+                    with announce(ctx, cfg, rows, passes):
+                        tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
+                                                                  prefill_per_seq=pre_per_seq, budget=budget)
+                else:
+                    tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
+                                                              budget=budget)
+                spare, passes, chunk, own_kw, full_kw = prompt_passes(nmb)
+                lat, _, _ = self._pass(ctx, cfg, rows, **own_kw)
                 nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
                 own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(tpot / nmb, lat / nst), passes=passes)
                 # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
-                full, _, _ = self._pass(ctx, cfg, rows, decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0,
-                                        prefill_tokens=spare, prefill_span=spare, prefill_kv=(C - chunk) / 2.0,
-                                        prefill_seqs=X.ones_like(B))
+                full, _, _ = self._pass(ctx, cfg, rows, **full_kw)
                 busy = C / spare * X.maximum(tpot / nmb, full / nst)
                 # closed loop at B: prompts queue for the prefill budget (M/D/1); Little's law gives the throughput
                 lam, wait = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=steps * tpot,
@@ -181,6 +204,27 @@ class InferenceMixin:
         out["model_flop_utilization_frac"] = X.minimum(flop_rate / (ndev * peak), 1.0)
         out["_parts"] = parts
         return out
+
+
+def _round_pass(mb, kv_, pre_, bud_, nps) -> dict:
+    """The pass keywords of a decode round's micro-batch of ``mb`` sequences adding ``nps`` tokens each over ``kv_``
+    cached tokens, with ``pre_`` prompt tokens per sequence riding along, at most ``bud_ - mb x nps`` per pass."""
+    pre = X.minimum(pre_ * mb, X.maximum(bud_ - mb * nps, 0.0))
+    return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
+                prefill_seqs=X.minimum(pre, 1.0), new_per_seq=nps)
+
+
+def _round_prompts(batch, prefill_per_seq, budget):
+    """A round's prompt tokens per sequence and pass budget: none and no limit unless given."""
+    pre = X.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq
+    return pre, (_full(batch, np.inf) if budget is None else budget)
+
+
+def _per_seq(ctx, new_per_seq) -> list:
+    """New tokens per sequence of the rounds a round announces: its own, and under speculative decoding a plain
+    round's verification round (k + 1, asked right after it)."""
+    spec = getattr(ctx, "spec", None)
+    return [new_per_seq] + ([spec["draft_tokens"] + 1.0] if spec is not None and new_per_seq == 1.0 else [])
 
 
 def _columns(res: list[dict]) -> dict:

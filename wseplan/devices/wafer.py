@@ -30,6 +30,7 @@ from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
 from .wafer_row import pass_row as _pass_row
+from .wafer_row import announce_row as _announce_row
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
 
@@ -453,6 +454,11 @@ class WaferFamily(InferenceMixin, Family):
     def pass_row(self, ctx: WaferContext, cfg: dict, i: int, **kw):
         """:meth:`pass_time` of row ``i`` in Python floats, the kernels remembered per setup (:mod:`.wafer_row`)."""
         return _pass_row(self, ctx, cfg, i, **kw)
+
+    def announce_row(self, ctx: WaferContext, cfg: dict, i: int, passes):
+        """A context in which the passes ``passes()`` (:meth:`pass_row` keywords) of row ``i`` are announced: their
+        kernels are evaluated in one array pass at the first miss (:func:`.wafer_row.announce_row`)."""
+        return _announce_row(self, ctx, cfg, i, passes)
 
     def pass_time(self, ctx: WaferContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
                   prefill_kv, prefill_seqs, new_per_seq=1.0):

@@ -4,7 +4,9 @@
 operation; a question of one configuration asks for a few passes (one per micro-batch candidate of a decode round),
 each on one row. :func:`pass_row` is the same pass on one row: the kernels (cycles of a block and of the head, which
 depend on the region and the pass's token counts alone) are evaluated by the array code itself, once per distinct
-combination per setup and remembered (a decode round's micro-batch candidates in one array pass), and the pass's
+combination per setup and remembered (a decode round announces its micro-batch candidates, :func:`announce_row`, and
+their kernels are evaluated in one array pass at the first miss, under speculative decoding with the verification
+round's; a serving question announces every pass of the target), and the pass's
 bookkeeping over the replica's wafers (layer groups, hops, the slowest group) is the array code's expression in
 Python floats: the same IEEE-754 operations in the same order, so every number is the array path's, bit for bit.
 Where numpy would give inf or NaN the float forms raise one of
@@ -12,6 +14,7 @@ Where numpy would give inf or NaN the float forms raise one of
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 
@@ -24,52 +27,97 @@ from ..analytic import wse_time as wt
 MEMO_MAX = 4096
 
 _KEY = struct.Struct("9d").pack  # the kernel arguments' exact bits (-0.0 and NaN payloads kept apart)
-_POWERS = [2.0 ** k for k in range(11)]  # the engine's micro-batch counts (a guess of the sizes to come; any will do)
 
 
-def kernels_row(fam, ctx, cfg, i, r_, c_, dseq, ptok, dkv, span, pkv, pseqs, nps):
-    """Block and head kernel parts [cycles] (dicts of floats) of one pass on an ``r_`` x ``c_`` region, from the
-    setup's memo; a miss evaluates :meth:`WaferFamily._pass_kernels` (arrays), for a plain decode pass on the micro-batch
-    sizes of all of the row's round candidates at once."""
-    memo = ctx.__dict__.setdefault("_kernel_memo", {})
-    key = _KEY(r_, c_, dseq, ptok, dkv, span, pkv, pseqs, nps)
-    hit = memo.get(key)
-    if hit is not None:
-        return hit
-    seqs = [dseq]
-    if dseq > 0 and ptok == 0 and span == 0 and pkv == 0 and pseqs == 0:  # a plain decode pass: the round's other sizes
-        b = float(cfg["batch"][i])
-        top = max(min(float(cfg["_groups_d"][i]), b), 1.0)
-        if math.isfinite(top):
-            for n in [p for p in _POWERS if p <= top] + [top]:
-                mb = float(math.ceil(b / n))
-                if mb != dseq and mb > 0 and mb not in seqs and _KEY(r_, c_, mb, ptok, dkv, span, pkv, pseqs, nps) not in memo:
-                    seqs.append(mb)
-    m = len(seqs)
-    cols = [np.full(m, r_), np.full(m, c_), np.array(seqs), np.full(m, ptok)] + [np.full(m, v) for v in (dkv, span, pkv, pseqs, nps)]
+def _kernel_args(fam, ctx, cfg, i, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
+                 new_per_seq=1.0) -> tuple:
+    """The kernels' arguments of one pass of row ``i`` (floats): ``(rows, cols, decode seqs, prompt tokens, decode KV,
+    span, prompt KV, prompt seqs, new tokens per seq)``; a pass with decode sequences runs on the decode regions, a
+    prefill-only pass on the prefill regions."""
+    dseq = float(decode_seqs)
+    if "_rows_p" not in cfg and not dseq > 0:
+        fam._regions(ctx, cfg, ("prefill",))
+    k = "d" if dseq > 0 or "_rows_p" not in cfg else "p"
+    return (float(cfg[f"_rows_{k}"][i]), float(cfg[f"_cols_{k}"][i]), dseq, float(prefill_tokens), float(decode_kv),
+            float(prefill_span), float(prefill_kv), float(prefill_seqs), float(new_per_seq))
+
+
+def _evaluate(fam, ctx, memo: dict, args: list) -> None:
+    """Kernel parts of the passes ``args`` (tuples of :func:`_kernel_args`, distinct, none remembered) by one array
+    pass of :meth:`WaferFamily._pass_kernels`, into ``memo``."""
+    m = len(args)
+    cols = [np.array(c) for c in zip(*args)]
     blk, head = fam._pass_kernels(ctx, *cols)
     blk = {k: np.broadcast_to(np.asarray(v, dtype=float), (m,)).tolist() for k, v in blk.items()}
     head = {k: np.broadcast_to(np.asarray(v, dtype=float), (m,)).tolist() for k, v in head.items()}
     if len(memo) + m > MEMO_MAX:
         memo.clear()
-    for j, s in enumerate(seqs):
-        memo[_KEY(r_, c_, s, ptok, dkv, span, pkv, pseqs, nps)] = ({k: v[j] for k, v in blk.items()},
-                                                                    {k: v[j] for k, v in head.items()})
-    return memo[key]
+    for j, a in enumerate(args):
+        memo[_KEY(*a)] = ({k: v[j] for k, v in blk.items()}, {k: v[j] for k, v in head.items()})
+
+
+@contextlib.contextmanager
+def announce_row(fam, ctx, cfg, i: int, passes):
+    """While the block runs, the passes ``passes()`` (a callable giving keyword dicts of :func:`pass_row`) of row ``i``
+    are announced: the first pass whose kernels the memo lacks has every announced pass's kernels evaluated in one
+    array pass (:func:`prefetch_row`). A decode round announces its micro-batch candidates before asking for them one
+    by one, so that a first question pays one array pass where it paid one per candidate; a question asked again
+    finds its kernels and never reads the announcement."""
+    pending = ctx.__dict__.setdefault("_announced", [])
+    entry = (cfg, i, passes)
+    pending.append(entry)
+    try:
+        yield
+    finally:
+        for j in range(len(pending) - 1, -1, -1):
+            if pending[j] is entry:
+                del pending[j]
+                break
+
+
+def prefetch_row(fam, ctx, cfg, i: int, passes) -> None:
+    """Remember the kernels of the passes ``passes`` (keyword dicts of :func:`pass_row`) of row ``i`` that the memo
+    lacks, in one array pass."""
+    memo = ctx.__dict__.setdefault("_kernel_memo", {})
+    seen, todo = set(), []
+    for kw in passes:
+        a = _kernel_args(fam, ctx, cfg, i, **kw)
+        key = _KEY(*a)
+        if key not in memo and key not in seen:
+            seen.add(key)
+            todo.append(a)
+    if todo:
+        _evaluate(fam, ctx, memo, todo)
+
+
+def kernels_row(fam, ctx, args: tuple):
+    """Block and head kernel parts [cycles] (dicts of floats) of one pass with the kernel arguments ``args``
+    (:func:`_kernel_args`), from the setup's memo; a miss evaluates the announced passes (:func:`announce_row`) with
+    it, or it alone, by :meth:`WaferFamily._pass_kernels` (arrays)."""
+    memo = ctx.__dict__.setdefault("_kernel_memo", {})
+    key = _KEY(*args)
+    hit = memo.get(key)
+    if hit is None:
+        pending = ctx.__dict__.get("_announced")
+        if pending:
+            todo = list(pending)
+            pending.clear()
+            for cfg_, i_, passes in todo:
+                prefetch_row(fam, ctx, cfg_, i_, passes())
+            hit = memo.get(key)
+        if hit is None:
+            _evaluate(fam, ctx, memo, [args])
+            hit = memo[key]
+    return hit
 
 
 def pass_row(fam, ctx, cfg, i: int, *, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
              new_per_seq=1.0):
     """:meth:`WaferFamily.pass_time` of row ``i`` in Python floats: ``(latency_s, slowest group's busy time, parts)``."""
-    dseq, ptok = float(decode_seqs), float(prefill_tokens)
-    nps = float(new_per_seq)
-    has_d = dseq > 0
-    if "_rows_p" not in cfg and not has_d:
-        fam._regions(ctx, cfg, ("prefill",))
-    k = "d" if has_d or "_rows_p" not in cfg else "p"
-    r_, c_ = float(cfg[f"_rows_{k}"][i]), float(cfg[f"_cols_{k}"][i])
-    blk, head = kernels_row(fam, ctx, cfg, i, r_, c_, dseq, ptok, float(decode_kv), float(prefill_span),
-                            float(prefill_kv), float(prefill_seqs), nps)
+    args = _kernel_args(fam, ctx, cfg, i, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
+                        new_per_seq)
+    r_, c_, dseq, ptok, _, _, _, _, nps = args
+    blk, head = kernels_row(fam, ctx, args)
     fk, c = ctx.fk, ctx.c
     clock = float(ctx.clock)
     blk_total = head_total = 0.0  # summed left to right as the arrays are (not math.fsum, not 3.12's compensated sum)
