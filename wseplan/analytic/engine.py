@@ -20,7 +20,8 @@ busy (equal to the latency when there is one stage). This module composes passes
 * **speculative decoding** (Leviathan et al., ICML 2023; Chen et al. 2023): a draft proposes ``k`` tokens, the
   target verifies ``k + 1`` positions per sequence in one pass, and
   ``E[accepted] = (1 - alpha^(k+1)) / (1 - alpha)`` tokens are emitted per step at per-token acceptance
-  ``alpha``; the step costs the verification pass plus ``k`` draft passes.
+  ``alpha``; the step costs the verification pass plus ``k`` draft passes (without the engine's per-step host work,
+  paid once with the verification).
 
 All functions are pure and vectorized over configurations (numpy arrays broadcast). :func:`decode_round`,
 :func:`pipelined_passes_s`, :func:`prefill_passes`, :func:`steady_state_prefill_tokens` and

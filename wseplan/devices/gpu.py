@@ -353,6 +353,10 @@ class GpuFamily(InferenceMixin, Family):
     def flop_per_token(self, ctx: GpuContext, context) -> np.ndarray:
         return G.model_flop_per_token(ctx.m, seq_len=X.asfloat(context)) / 3.0
 
+    def step_host_s(self, ctx: GpuContext) -> float:
+        """The per-pass host costs of the GPU pass (``step_overhead_s + step_host_s`` of :func:`gpu_time.pass_time_s`)."""
+        return ctx.cal.step_overhead_s + ctx.cal.step_host_s
+
     def peak_flop_per_s(self, ctx: GpuContext) -> float:
         return ctx.peak
 

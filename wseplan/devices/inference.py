@@ -67,9 +67,14 @@ class InferenceMixin:
                 return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
         return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
 
+    def step_host_s(self, ctx) -> float:
+        """Host time of one engine step outside the device passes [s] (none unless the family models one)."""
+        return 0.0
+
     def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None):
         """Time per output token of a decode round, with speculative decoding where the software profile (or the
-        ``speculative`` options) turns it on and it is faster: ``(verify + k x draft) / E[accepted]``.
+        ``speculative`` options) turns it on and it is faster: ``(verify + k x draft) / E[accepted]``, the draft passes
+        without the step's host work (:meth:`step_host_s`, paid once with the verification).
 
         Returns (tpot, parts, micro_batches, accepted tokens per step [1 without speculation])."""
         tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget)
@@ -80,6 +85,9 @@ class InferenceMixin:
         verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq=k + 1.0)
         dctx, dcfg = self.draft_setup(ctx, cfg)
         draft, _, _ = self._decode(dctx, dcfg, rows, batch, kv)
+        # the engine's per-step host work (scheduling, input preparation, sampling) is done once per speculative step,
+        # with the verification pass; the k draft passes run back to back on the device
+        draft = draft - self.step_host_s(dctx)
         g = float(E.accepted_tokens_per_step(draft_tokens=k, acceptance_frac=a))
         spec_tpot = (verify + k * draft) / g
         use = spec_tpot < tpot  # the engine speculates where it pays (not at compute-bound batches)
