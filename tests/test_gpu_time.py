@@ -343,3 +343,25 @@ def test_another_vendors_gemm_library_scales_the_fitted_efficiencies(catalog):
     amd = G.pass_time_s(m, mi, **kw)[0]
     nv = G.pass_time_s(m, as_nvidia, **kw)[0]
     assert float(amd / nv) == pytest.approx(1.0 / mi.gemm_library_rel("bf16"), rel=0.02)
+
+
+def test_four_bit_models_run_their_attention_at_the_fp8_rate():
+    """FlashAttention and TensorRT-LLM's attention kernels stop at fp8: a 4-bit model's attention runs against the
+    fp8 peak, its GEMMs against the 4-bit one."""
+    from wseplan.analytic import gpu_time as G
+    from wseplan.calibration_data import gpu_calibration
+    from wseplan.catalog.load import load_catalog
+    from wseplan.workload import resolve_model
+
+    cat = load_catalog()
+    g, m, cal = cat.gpus["b200"], resolve_model("llama-3-8b", cat), gpu_calibration()
+    assert G.attention_peak_flop_per_s(g, "fp4") == g.peak_flop_per_s("fp8") < g.peak_flop_per_s("fp4")
+    assert G.attention_peak_flop_per_s(g, "bf16") == g.peak_flop_per_s("bf16")
+    kw = dict(tokens=4096.0, attn_pairs=4096.0 * 2048.0, kv_read_tokens=0.0, logits_rows=1.0, tp=1.0, cal=cal)
+    _, _, p4 = G.pass_time_s(m, g, precision="fp4", **kw)
+    _, _, p8 = G.pass_time_s(m, g, precision="fp8", **kw)
+    # the same attention FLOPs at the same peak: the same attention time; the GEMMs differ
+    assert float(p4["attention"]) == pytest.approx(float(p8["attention"]), rel=1e-12)
+    hand = m.num_layers * 4.0 * m.num_heads * m.head_dim_ * 2048.0 * 4096.0 / (g.peak_flop_per_s("fp8") * cal.attention_frac)
+    assert float(p4["attention"]) == pytest.approx(hand, rel=1e-12)
+    assert float(p4["gemm"]) < float(p8["gemm"])

@@ -7,7 +7,8 @@ Physics (all per GPU, per transformer block, then composed):
   ``eff(I) = e_max * I / (I + I_half)`` of the GEMM's arithmetic intensity ``I = 1/(1/M + 1/N + 1/K)``
   (M tokens, N and K the weight matrix's dimensions after the tensor-parallel split), and never faster
   than reading their operands from HBM (roofline). Small per-GPU matrices (high TP, small batch) are slower.
-* **Attention** (flash) runs at ``attention_frac`` of peak; causal masks halve its work. A training run of a framework
+* **Attention** (flash) runs at ``attention_frac`` of peak (of the fp8 peak for 4-bit models:
+  :data:`ATTENTION_PRECISION`); causal masks halve its work. A training run of a framework
   without fused attention (``attention_kernel="materialized"``: the 2021-2022 Megatron-LM runs) computes the whole
   score matrix and passes it through HBM (:func:`materialized_scores_s`, the bytes of Korthikanti et al. 2022).
 * **Element-wise operators** move ``elementwise_vectors_per_token`` d-wide 16-bit vectors per token per block.
@@ -141,6 +142,19 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
     return gemm, gemm_mem
 
 
+#: the math precision of the attention kernels for a model precision: 4-bit models run their attention in fp8 at the
+#: lowest (FlashAttention-3 and TensorRT-LLM's FMHA stop at fp8; NVFP4 training keeps attention in 16 bits, NVFP4
+#: inference checkpoints an fp8 KV cache)
+ATTENTION_PRECISION = {"fp4": "fp8", "int4": "fp8"}
+
+
+def attention_peak_flop_per_s(gpu, precision: str) -> float:
+    """The dense peak [FLOP/s] the attention kernels of a ``precision`` model run against (:data:`ATTENTION_PRECISION`),
+    scaled by the GPU's GEMM library as the GEMMs are."""
+    p = ATTENTION_PRECISION.get(precision, precision)
+    return gpu.peak_flop_per_s(p) * gpu.gemm_library_rel(p)
+
+
 def _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal: GpuCalibration):
     """Attention (flash) of one block on one GPU at ``attention_frac`` of peak [s]."""
     attn_flop = 4.0 * m.num_heads * m.head_dim_ * X.asfloat(context_attended) * tokens / tp
@@ -163,7 +177,7 @@ def _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal: GpuCalibration, sequence
 
 
 def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
-                         cal: GpuCalibration, sequence_parallel: bool = True):
+                         cal: GpuCalibration, sequence_parallel: bool = True, attention_peak_flop_per_s=None):
     """Forward time of one block's compute on one GPU [s] and its parts (gemm, attention, elementwise).
 
     ``tokens`` are the tokens the GPU processes in this pass (M of every GEMM); ``context_attended`` is the
@@ -173,7 +187,8 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
     tokens = X.asfloat(tokens)
     tp = X.asfloat(tp)
     gemm, gemm_mem = _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal)
-    attn = _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal)
+    attn_peak = peak_flop_per_s if attention_peak_flop_per_s is None else attention_peak_flop_per_s
+    attn = _attention_s(m, context_attended, tokens, tp, attn_peak, cal)
     elem = _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal, sequence_parallel)
     return gemm + attn + elem, {"gemm": gemm, "gemm_memory_bound": gemm_mem, "attention": attn, "elementwise": elem}
 
@@ -257,7 +272,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     attended = (s + 1.0) / 2.0 if attention_kernel == "flash" else s
     t_fwd, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
                                         hbm_bytes_per_s=hbm, precision=precision, cal=cal,
-                                        sequence_parallel=sequence_parallel)
+                                        sequence_parallel=sequence_parallel,
+                                        attention_peak_flop_per_s=attention_peak_flop_per_s(gpu, precision))
     # backward: activation gradients (1x) + weight gradients (1x, not for frozen LoRA bases)
     bwd_factor = 1.0 if trainable == "lora" else 2.0
     t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
@@ -417,7 +433,7 @@ def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, l
     if groups is not None:
         inv = groups[1]
         gemm, gemm_mem, elem, t_tp, hop = gemm[inv], gemm_mem[inv], elem[inv], t_tp[inv], hop[inv]
-    attn = _attention_s(m, attended, tokens, tp, peak, cal)
+    attn = _attention_s(m, attended, tokens, tp, attention_peak_flop_per_s(gpu, precision), cal)
     t_blk = gemm + attn + elem
     kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / X.minimum(tp, m.num_kv_heads)
     t_kv = kv_tok * X.asfloat(kv_read_tokens) / hbm
