@@ -346,8 +346,8 @@ def test_another_vendors_gemm_library_scales_the_fitted_efficiencies(catalog):
 
 
 def test_four_bit_models_run_their_attention_at_the_fp8_rate():
-    """FlashAttention and TensorRT-LLM's attention kernels stop at fp8: a 4-bit model's attention runs against the
-    fp8 peak, its GEMMs against the 4-bit one."""
+    """The attention kernels of the validated engines (FlashAttention-3, TensorRT-LLM's FMHA) stop at fp8: a 4-bit
+    model's attention runs against the fp8 peak, its GEMMs against the 4-bit one."""
     from wseplan.analytic import gpu_time as G
     from wseplan.calibration_data import gpu_calibration
     from wseplan.catalog.load import load_catalog
