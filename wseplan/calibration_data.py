@@ -11,7 +11,6 @@ hot path. The priors of the fitted constants (mechanism, value, physical range, 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .catalog.load import default_catalog_dir, read_yaml
 from .catalog.schema import Quantity
+from .catalog.software import calibrated_name
 from .errors import CatalogError, validation_detail
 
 
@@ -198,8 +198,7 @@ def profile_constants(profile) -> dict[str, float]:
     prior range (``low``/``high``) takes its fitted value from the calibration file when the file has one for the
     profile (by its ``calibrated_as`` profile, else its name; a ``name/variant`` or ``name+variant`` profile uses
     ``name``'s), every other constant its stated value."""
-    base = getattr(profile, "calibrated_as", None) or re.split(r"[/+]", profile.name)[0]
-    fitted = _cached_profiles(str(calibration_path())).get(base, {})
+    fitted = _cached_profiles(str(calibration_path())).get(calibrated_name(profile), {})
     return {k: (fitted[k] if k in fitted and q.low is not None and q.high is not None else q.si)
             for k, q in profile.constants.items()}
 

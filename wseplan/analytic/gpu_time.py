@@ -327,7 +327,6 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
     zs = X.asfloat(zero_stage)
     compute_total = nmb * layers_stage * t_layer_compute
-    exposed = X.maximum(ar - cal.dp_overlap_frac * compute_total, 0.0)
     # ZeRO-3 / fully sharded data parallel: per micro-batch, an all-gather of the 16-bit parameters for the forward,
     # another for the backward and a reduce-scatter of the gradients (3x the parameters per GPU: Rajbhandari et al.
     # 2020, sec. 7.2.2). They are flat rings over all the ranks, so a group that leaves the scale-up domain moves each
@@ -340,7 +339,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                  link_latency_s=X.where(spans, links.net_lat, links.nvlink_lat))
     t_z3 = 3.0 * nmb * ring
     t_dp = X.where(zs >= 3, t_z3, ar)
-    exposed = X.where(zs >= 3, X.maximum(t_z3 - cal.zero3_overlap_frac * compute_total, 0.0), exposed)
+    hide = X.where(zs >= 3, cal.zero3_overlap_frac, cal.dp_overlap_frac) * compute_total
+    exposed = X.maximum(t_dp - hide, 0.0)
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
     opt_params = params_stage / tp / X.where(zs >= 1, ranks, 1.0)
     t_opt = opt_params * 36.0 / hbm

@@ -9,6 +9,7 @@ the production behaviour a buyer means. Research-code behaviour is a named profi
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -95,7 +96,18 @@ def load_software(catalog) -> dict[str, SoftwareProfile]:
         d = software_dir(Path(extra))
         if d.is_dir():
             profiles.update(_load_dir(str(d)))
+    for name, prof in profiles.items():
+        base = profiles.get(prof.calibrated_as) if prof.calibrated_as else prof
+        if base is None or base.family != prof.family:
+            raise CatalogError(f"software {name}: calibrated_as: {prof.calibrated_as!r} is not a {prof.family} profile; "
+                               f"name one of {', '.join(sorted(k for k, p in profiles.items() if p.family == prof.family))}")
     return profiles
+
+
+def calibrated_name(profile) -> str:
+    """The profile whose fitted mechanism constants ``profile`` runs: its ``calibrated_as``, else its own name without
+    a variant suffix (``gpu-production/static`` and ``gpu-production+speculative`` run ``gpu-production``'s)."""
+    return profile.calibrated_as or re.split(r"[/+]", profile.name)[0]
 
 
 def resolve_software(name: str | None, family: str, catalog) -> SoftwareProfile:

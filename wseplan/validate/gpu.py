@@ -11,7 +11,7 @@ import numpy as np
 from ..analytic import gpu_time as G
 from ..catalog.load import load_catalog
 from ..catalog.schema import Quantity
-from ..catalog.software import resolve_software
+from ..catalog.software import calibrated_name, resolve_software
 from ..plan import evaluate, setup
 from ..serving import serve
 from ..timing import predict_time
@@ -34,7 +34,7 @@ def _software(cal, base: str = GPU_PROFILE, scheduling: str | None = None):
     if trial is not None:
         consts = {f.name: _quantity(getattr(trial.cal, f.name)) for f in dataclasses.fields(trial.cal)}
         consts.update({k: _quantity(q.si) for k, q in prof.constants.items()})  # as stated (its prior), not fitted
-        consts.update({k: _quantity(v) for k, v in trial.overrides(prof.name).items()})
+        consts.update({k: _quantity(v) for k, v in trial.overrides(calibrated_name(prof)).items()})
         prof = prof.model_copy(update={"constants": consts})
     if scheduling == "static" and prof.engine.scheduling != "static":
         eng = prof.engine.model_copy(update={"scheduling": "static", "prefill_pass": "batch", "speculative": None})
