@@ -149,6 +149,25 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
 ATTENTION_PRECISION = {"fp4": "fp8", "int4": "fp8"}
 
 
+#: 4-bit training recipes: the share of the blocks whose linear layers stay in 16 bits, and the precision of the
+#: attention, the LM head and those blocks. NVIDIA's NVFP4 pretraining recipe keeps about 15% of the linear layers
+#: (most of them the last blocks) in BF16, and the attention (softmax and its batched GEMMs) and the output head in the
+#: original precision (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv:2509.25149, 2025, sec. 4). The
+#: blocks are assumed spread over the pipeline stages (the recipe does not say how a pipeline places them).
+FP4_TRAINING_HIGH_PRECISION_SHARE = 0.15
+FP4_TRAINING_HIGH_PRECISION = "bf16"
+
+
+def training_precision_mix(precision: str):
+    """The (share of the blocks, GEMM precision) pairs a ``precision`` training run computes its linear layers in, and
+    the precision of its attention and LM head: one pair and the model's precision except for 4-bit training
+    (:data:`FP4_TRAINING_HIGH_PRECISION_SHARE`)."""
+    if BYTES_PER_ELEMENT[precision] <= 0.5:
+        h = FP4_TRAINING_HIGH_PRECISION_SHARE
+        return ((1.0 - h, precision), (h, FP4_TRAINING_HIGH_PRECISION)), FP4_TRAINING_HIGH_PRECISION
+    return ((1.0, precision),), precision
+
+
 def attention_peak_flop_per_s(gpu, precision: str) -> float:
     """The dense peak [FLOP/s] the attention kernels of a ``precision`` model run against (:data:`ATTENTION_PRECISION`),
     scaled by the GPU's GEMM library as the GEMMs are."""
@@ -262,7 +281,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
     tp, pp, dp, cp, vpp, mb = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch))
     rc = X.asfloat(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute)
-    peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
+    mix, hp = training_precision_mix(precision)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     L = m.num_layers
@@ -271,10 +290,15 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     tokens = mb * s / cp  # tokens per micro-batch per GPU's sequence shard
     # causal: flash skips the masked half; a materialized score matrix is computed whole and masked
     attended = (s + 1.0) / 2.0 if attention_kernel == "flash" else s
-    t_fwd, parts = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp, peak_flop_per_s=peak,
-                                        hbm_bytes_per_s=hbm, precision=precision, cal=cal,
-                                        sequence_parallel=sequence_parallel,
-                                        attention_peak_flop_per_s=attention_peak_flop_per_s(gpu, precision))
+    attn_peak = attention_peak_flop_per_s(gpu, hp)
+    t_fwd, parts = 0.0, {}
+    for share, p in mix:  # the blocks of each GEMM precision, averaged over the stage
+        t_p, parts_p = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp,
+                                            peak_flop_per_s=gpu.peak_flop_per_s(p) * gpu.gemm_library_rel(p),
+                                            hbm_bytes_per_s=hbm, precision=p, cal=cal,
+                                            sequence_parallel=sequence_parallel, attention_peak_flop_per_s=attn_peak)
+        t_fwd = t_fwd + share * t_p
+        parts = {k: parts.get(k, 0.0) + share * v for k, v in parts_p.items()}
     # backward: activation gradients (1x) + weight gradients (1x, not for frozen LoRA bases)
     bwd_factor = 1.0 if trainable == "lora" else 2.0
     t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
@@ -303,8 +327,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                 "bubble_s": z, "p2p_s": z, "dp_exposed_s": z, "dp_comm_s": z, "optimizer_s": z,
                 "num_microbatches": X.ones_like(t_layer)}
     layers_stage = X.ceil(L / pp)
-    t_head = _head_forward_time_s(m, tokens=tokens, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                  precision=precision, cal=cal) * 3.0
+    t_head = _head_forward_time_s(m, tokens=tokens, tp=tp, hbm_bytes_per_s=hbm, precision=hp, cal=cal,
+                                  peak_flop_per_s=gpu.peak_flop_per_s(hp) * gpu.gemm_library_rel(hp)) * 3.0
     t_mb = layers_stage * t_layer + t_head  # the last stage (the slowest) also runs the LM head
     # point-to-point between stages (scatter/gather: 1/tp of the activation each), fwd + bwd, v times
     p2p_bytes = ab * tokens * m.d_model / tp
@@ -321,7 +345,9 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     params_stage = _stage_params(m, pp, trainable)
     grad_bytes = params_stage / tp * 2.0
     ranks = dp * cp
-    ranks_node = X.maximum(X.floor(links.per_node / tp), 1.0)
+    # the data-parallel neighbours of a TP group that share its scale-up domain (an NVL72 rack's 72 GPUs, a TPU pod's
+    # ICI torus; a node's 8 elsewhere) reduce over NVLink; the rest cross the scale-out network
+    ranks_node = X.maximum(X.floor(links.domain / tp), 1.0)
     ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=X.minimum(ranks_node, ranks),
                                        intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)

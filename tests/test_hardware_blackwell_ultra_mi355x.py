@@ -1,0 +1,35 @@
+"""Catalog entries of the 2025 accelerators (B300, GB300, MI355X), checked against independent arithmetic on the
+vendors' rack and architecture figures."""
+import pytest
+
+from wseplan.catalog.load import load_catalog
+
+
+def test_gb300_per_gpu_figures_are_the_rack_figures_over_72():
+    g = load_catalog().gpus["gb300"]
+    # NVIDIA GB300 NVL72: 1,080 PF dense FP4, 360 PF dense FP8, 576 TB/s of HBM bandwidth, 130 TB/s NVLink per rack
+    assert g.peak_flop_per_s("fp4") == pytest.approx(1080e15 / 72)
+    assert g.peak_flop_per_s("fp8") == pytest.approx(360e15 / 72)
+    assert g.hbm_bandwidth_bytes_per_s.si == pytest.approx(576e12 / 72)
+    # 130 TB/s bidirectional per rack: ~1.8 TB/s per GPU, 900 GB/s each way
+    assert g.scale_up_bandwidth_bytes_per_s.si * 2 * 72 == pytest.approx(130e12, rel=0.01)
+    assert g.scale_up_domain_gpus.si == 72
+    # Blackwell Ultra: FP4 at 3x the FP8 rate (B200: 2x)
+    assert g.peak_flop_per_s("fp4") == pytest.approx(3 * g.peak_flop_per_s("fp8"))
+
+
+def test_mi355x_fp8_peak_from_its_compute_units():
+    g = load_catalog().gpus["mi355x"]
+    # AMD at ISSCC 2026: 8,192 FP8 FLOP per clock per CU; 256 CUs (8 XCDs x 32) at 2.4 GHz
+    assert g.peak_flop_per_s("fp8") == pytest.approx(8192 * 256 * 2.4e9, rel=1e-4)
+    assert g.peak_flop_per_s("bf16") == pytest.approx(g.peak_flop_per_s("fp8") / 2, rel=1e-4)
+    assert g.peak_flop_per_s("fp4") == pytest.approx(g.peak_flop_per_s("fp8") * 2, rel=1e-4)
+
+
+def test_new_gpus_fit_and_time_through_the_plan_chain():
+    from wseplan.plan import plan
+    cat = load_catalog()
+    for target in ("gb300x72", "b300x8", "mi355xx8"):
+        r = plan("llama-3.1-70b", target, phase="decode", batch=8, context=4096, catalog=cat)
+        assert r.fits
+        assert r.tokens_per_s > 0

@@ -1,0 +1,78 @@
+"""Two mechanisms of the GPU training step: the NVFP4 training recipe (a share of the blocks and the attention in 16
+bits) and the data-parallel all-reduce inside a scale-up domain larger than a node (GB200 NVL72)."""
+import pytest
+
+from wseplan.analytic import gpu_time as G
+from wseplan.calibration_data import gpu_calibration
+from wseplan.catalog.load import load_catalog
+from wseplan.workload import resolve_model
+
+
+def test_fp4_training_mix_is_the_nvfp4_recipe():
+    # NVIDIA, "Pretraining LLMs with NVFP4" (arXiv:2509.25149), sec. 4: ~15% of the linear layers and the attention in BF16
+    mix, hp = G.training_precision_mix("fp4")
+    assert hp == "bf16"
+    assert mix == ((pytest.approx(0.85), "fp4"), (pytest.approx(0.15), "bf16"))
+    assert G.training_precision_mix("fp8") == (((1.0, "fp8"),), "fp8")
+    assert G.training_precision_mix("bf16") == (((1.0, "bf16"),), "bf16")
+
+
+def _layer(precision, cal, gpu="gb200"):
+    cat = load_catalog()
+    # one block, 16 sequences of 4,096 tokens: every GEMM compute-bound at its precision's peak
+    return G.train_step(resolve_model("llama-3-70b", cat), cat.gpus[gpu], precision=precision, seq_len=4096,
+                        global_batch=16, micro_batch=16, tp=1, pp=1, dp=1, recompute="none", single_layer=True,
+                        cal=cal)
+
+
+def test_fp4_training_layer_by_hand():
+    cat = load_catalog()
+    g = cat.gpus["gb200"]
+    base = gpu_calibration()
+    # the same GEMM ceiling at every precision, so a GEMM's time scales with 1 / (peak x library ratio) alone
+    cal = base.replace(gemm_max_frac_4bit=0.7, gemm_max_frac_8bit=0.7, gemm_max_frac_16bit=0.7)
+    t4 = float(_layer("fp4", cal)["compute_s"])
+    t16 = float(_layer("bf16", cal)["compute_s"])
+    m = resolve_model("llama-3-70b", cat)
+    tokens = 16 * 4096
+    gemm16, _ = G._block_gemms_s(m, tokens, 1.0, g.peak_flop_per_s("bf16") * g.gemm_library_rel("bf16"),
+                                 g.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac, "bf16", cal)
+    speed = (g.peak_flop_per_s("fp4") * g.gemm_library_rel("fp4")) / (g.peak_flop_per_s("bf16") * g.gemm_library_rel("bf16"))
+    # forward + 2x backward, no recompute: the 85% of blocks at fp4 save (1 - 1/speed) of their GEMM time; the attention
+    # and the element-wise operators are those of the bf16 run
+    saving = 3.0 * 0.85 * float(gemm16) * (1.0 - 1.0 / speed)
+    assert t16 - t4 == pytest.approx(saving, rel=1e-9)
+    # an all-fp4 step would have been faster: the recipe costs 15% of the blocks at the bf16 rate
+    assert t4 > t16 - 3.0 * float(gemm16) * (1.0 - 1.0 / speed)
+
+
+def test_fp8_training_is_unchanged_by_the_mix():
+    cal = gpu_calibration()
+    a = _layer("fp8", cal)
+    cat = load_catalog()
+    g = cat.gpus["gb200"]
+    m = resolve_model("llama-3-70b", cat)
+    t_fwd, parts = G.block_forward_time_s(m, tokens=16 * 4096, context_attended=(4096 + 1) / 2, tp=1.0,
+                                      peak_flop_per_s=g.peak_flop_per_s("fp8") * g.gemm_library_rel("fp8"),
+                                      hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac, precision="fp8",
+                                      cal=cal, attention_peak_flop_per_s=G.attention_peak_flop_per_s(g, "fp8"))
+    # fwd + 2x bwd + the flash backward's extra half attention, every block at fp8
+    assert float(a["compute_s"]) == pytest.approx(3.0 * float(t_fwd) + 0.5 * float(parts["attention"]), rel=1e-12)
+
+
+def test_dp_allreduce_inside_an_nvl72_rack_runs_on_nvlink():
+    cat = load_catalog()
+    cal = gpu_calibration()
+    g = cat.gpus["gb200"]
+    m = resolve_model("llama-3-8b", cat)
+    r = G.train_step(m, g, precision="bf16", seq_len=8192, global_batch=72, micro_batch=1, tp=1, pp=1, dp=72,
+                     recompute="none", cal=cal)
+    grad = float(G._stage_params(m, 1.0)) * 2.0
+    bw = g.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
+    # 72 ranks, all in the rack's NVLink domain (not the 4-GPU compute tray): reduce-scatter + all-gather rings on NVLink
+    ring = 71 * cal.nvlink_latency_s + 71 / 72 * grad / bw
+    assert float(r["dp_comm_s"]) == pytest.approx(2.0 * ring, rel=1e-9)
+    # 144 GPUs leave the rack: slower than the 72 inside it
+    r2 = G.train_step(m, g, precision="bf16", seq_len=8192, global_batch=144, micro_batch=1, tp=1, pp=1, dp=144,
+                      recompute="none", cal=cal)
+    assert float(r2["dp_comm_s"]) > float(r["dp_comm_s"])
