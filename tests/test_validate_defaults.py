@@ -35,11 +35,41 @@ def test_training_batch_defaults_to_the_planner_step_and_one_sequence_per_node(c
     assert filled == ("seq_len", "global_batch", "n_devices")
 
 
-def test_decode_rows_take_the_default_context_prefill_rows_are_not_defined(cat):
+def test_decode_rows_take_the_default_context(cat):
     c, filled = fill_defaults(_case(n_devices=8, tp=8, concurrency=1), cat)
     assert c.get("input_len") == int(cat.defaults.default_context_tokens.si) and filled == ("input_len",)
+
+
+def test_prefill_and_e2e_rows_take_the_public_per_user_benchmark_workload(cat):
+    # Artificial Analysis' default workload: ~1,000 prompt tokens and ~1,000 answer tokens
+    c, filled = fill_defaults(_case(phase="e2e-infer", metric="tokens_per_s", output_len=292, n_devices=8, tp=2), cat)
+    # one prompt at a time, as the benchmark sends them
+    assert (c.get("input_len"), c.get("output_len"), c.get("concurrency")) == (1000, 292, 1)
+    assert filled == ("input_len", "concurrency")
+    c, filled = fill_defaults(_case(phase="prefill", metric="ttft_ms", n_devices=8, tp=8, concurrency=4), cat)
+    assert (c.get("input_len"), c.get("output_len"), c.get("concurrency")) == (1000, 1000, 4)
+    assert filled == ("input_len", "output_len")
+
+
+def test_without_a_default_workload_prefill_rows_are_not_defined(cat, tmp_path, monkeypatch):
+    from wseplan.validate import defaults as D
+    monkeypatch.setattr(D, "default_workload", lambda: None)
     with pytest.raises(SkipRow, match="prompt length"):
         fill_defaults(_case(phase="e2e-infer", metric="tokens_per_s", output_len=292, n_devices=8, tp=2), cat)
+
+
+def test_two_default_workloads_are_refused(tmp_path):
+    from wseplan.errors import CatalogError
+    from wseplan.validate.defaults import read_datasets
+    entry = ("  {n}:\n    match: []\n    default_workload: true\n    mean_input_tokens: {{value: 100}}\n"
+             "    mean_output_tokens: {{value: 100}}\n")
+    p = tmp_path / "d.yaml"
+    p.write_text("datasets:\n" + entry.format(n="a") + entry.format(n="b"))
+    with pytest.raises(CatalogError, match="default_workload"):
+        read_datasets(str(p))
+    p.write_text("datasets:\n  a:\n    match: []\n    mean_input_tokens: {value: 100}\n    mean_output_tokens: {value: 1}\n")
+    with pytest.raises(CatalogError, match="non-empty"):
+        read_datasets(str(p))
 
 
 def test_tensor_parallel_from_device_count_and_node_size(cat):
@@ -61,4 +91,4 @@ def test_records_name_the_defaulted_fields(cat):
     recs = validate_cases([_case(n_devices=8, tp=8, concurrency=1),
                            _case("X2", phase="e2e-infer", metric="tokens_per_s", output_len=292, n_devices=8, tp=2)], cat)
     assert recs[0]["defaulted"] == ["input_len"] and recs[0]["predicted"] is not None
-    assert recs[1]["predicted"] is None and "prompt length" in recs[1]["reason"]
+    assert recs[1]["defaulted"] == ["input_len", "concurrency"] and recs[1]["predicted"] is not None

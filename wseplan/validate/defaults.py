@@ -9,8 +9,12 @@ the default's.
   and answer lengths (sourced there). The run measures the whole dataset, so its mean lengths define the work.
 * Decode rows (one output token's time or speed) without ``input_len``: the planner's default context,
   ``defaults.default_context_tokens`` (what ``wseplan serve`` assumes when given no ``--context``); the context only
-  sets the KV-cache read of a step, a second-order term. Prefill and end-to-end rows without it are not predicted: the
-  prompt sets their work at first order (the prefill FLOPs per request grow with it), and no default defines it.
+  sets the KV-cache read of a step, a second-order term.
+* Prefill and end-to-end rows without ``input_len`` that name no benchmark: the prompt sets their work at first order,
+  so they take the workload of the public per-user speed benchmark (``default_workload`` in ``datasets.yaml``:
+  Artificial Analysis' default, about 1,000 prompt and 1,000 answer tokens, one prompt at a time), where published
+  per-user speeds and times to first token of API services are measured; the output length and the concurrency (one
+  request) too when the row gives none.
 * Inference without ``tp`` (and without the parallel layout): ``tp = min(n_devices, node size)`` with the remaining
   devices as data-parallel replicas; without ``n_devices`` either, the smallest power of two up to the node size
   whose HBM (less the planner's reserve) holds the weights.
@@ -66,10 +70,20 @@ def fill_defaults(case: Case, catalog) -> tuple[Case, tuple[str, ...]]:
                     filled.append(col)
         if not f.get("input_len"):
             if case.phase != "decode":
-                raise SkipRow("input_len not given: a prefill or end-to-end figure depends on the prompt length at "
-                              "first order, and no documented default defines it")
-            f["input_len"] = int(d.default_context_tokens.si)
-            filled.append("input_len")
+                wl = default_workload()
+                if wl is None:
+                    raise SkipRow("input_len not given: a prefill or end-to-end figure depends on the prompt length at "
+                                  "first order, and no documented default defines it")
+                for col, key in (("input_len", "mean_input_tokens"), ("output_len", "mean_output_tokens")):
+                    if not f.get(col):
+                        f[col] = int(round(wl[key]))
+                        filled.append(col)
+                if not f.get("concurrency"):  # the benchmark sends one prompt at a time
+                    f["concurrency"] = 1
+                    filled.append("concurrency")
+            else:
+                f["input_len"] = int(d.default_context_tokens.si)
+                filled.append("input_len")
         if not case.hardware.startswith("wse") and f.get("tp") is None and f.get("pp") is None and f.get("dp") is None:
             node = _node_size(case, catalog)
             n = f.get("n_devices")
@@ -108,12 +122,25 @@ def read_datasets(path: str | None = None) -> dict[str, dict]:
         try:
             match = [str(m).lower() for m in e["match"]]
             lens = {k: float(e[k]["value"]) for k in ("mean_input_tokens", "mean_output_tokens")}
-        except (KeyError, TypeError, ValueError):
+            default = bool(e.get("default_workload", False))
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise CatalogError(f"{p}: dataset {name!r} needs match and mean_input_tokens/mean_output_tokens values")
-        if not match or any(not 0 < v < 1e7 for v in lens.values()):
-            raise CatalogError(f"{p}: dataset {name!r}: match must be non-empty and lengths in (0, 1e7) tokens")
-        out[name] = {"match": match, **lens}
+        if (not match and not default) or any(not 0 < v < 1e7 for v in lens.values()):
+            raise CatalogError(f"{p}: dataset {name!r}: match must be non-empty (or default_workload true) and lengths "
+                               "in (0, 1e7) tokens")
+        out[name] = {"match": match, "default_workload": default, **lens}
+    if sum(d["default_workload"] for d in out.values()) > 1:
+        raise CatalogError(f"{p}: at most one dataset may set default_workload")
     return out
+
+
+def default_workload() -> dict | None:
+    """The workload of ``datasets.yaml`` marked ``default_workload`` (the published per-user speed benchmark's default
+    prompt and answer lengths), or None."""
+    for name, ds in read_datasets().items():
+        if ds["default_workload"]:
+            return {"name": name, **ds}
+    return None
 
 
 _BENCHMARK_ROW = re.compile(r"mlperf|mlcommons", re.I)
