@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import zlib
 
+import math
+
 import numpy as np
 import pytest
 
@@ -65,27 +67,53 @@ def _loop_inputs(seed: int, n: int = 4000):
     return B, own, dec, busy
 
 
+def _close(got, ref, rtol):
+    """Equal within ``rtol`` where finite, and the same NaNs and infinities elsewhere."""
+    got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
+    fin = np.isfinite(ref)
+    return np.array_equal(np.isfinite(got), fin) and np.array_equal(got[~fin], ref[~fin], equal_nan=True) and \
+        bool(np.all(np.abs(got[fin] - ref[fin]) <= rtol * np.abs(ref[fin])))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_closed_loop_equals_the_bisection_as_written(seed):
+def test_closed_loop_root_is_the_bisections_fixed_point(seed):
+    """The closed-form root of the fixed point equals the 60-step bisection it replaced to the bisection's own
+    resolution (lambda to ~1 ulp; the wait, steep as rho nears 1, to ~1e-12), and satisfies Little's law."""
     B, own, dec, busy = _loop_inputs(seed)
     got = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
     ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
-    assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+    assert _close(got[0], ref[0], 4e-15) and _close(got[1], ref[1], 1e-11)
+    pos = B > 0
+    np.testing.assert_allclose((got[0] * (own + got[1] + dec))[pos], B[pos], rtol=1e-11)
+
+
+def test_closed_loop_root_by_hand():
+    """B = 10 slots, a = own + decode = 2 s, u = 0.1 s of prefill per prompt: lambda (2 + 0.01 lambda / (2 (1 - 0.1
+    lambda))) = 10; times 2 (1 - 0.1 lambda): -0.39 lambda^2 + 6 lambda - 20 = 0, lambda = 4.8835 (the root below
+    1/u = 10 and B/a = 5: the queue takes 2.3% of the requests' rate)."""
+    lam, w = E.closed_loop_prefill_wait(concurrency=10.0, own_ttft_s=0.5, decode_s=1.5, prefill_busy_s=0.1)
+    A, Bq, C = 0.1 * (0.1 - 4.0), 4.0 + 2.0, -20.0  # u (u - 2a), 2 (a + B u), -2 B
+    ref = (-Bq + math.sqrt(Bq * Bq - 4 * A * C)) / (2 * A)
+    assert lam == pytest.approx(ref, rel=1e-14) and 4.88 < lam < 4.89
+    assert w == pytest.approx(lam * 0.01 / (2 * (1 - 0.1 * lam)), rel=1e-14)
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8, 9, 40])
-def test_closed_loop_of_a_few_rows_equals_the_bisection_as_written(n):
-    """A few rows are bisected in Python floats: the same IEEE operations, the same answers."""
+def test_closed_loop_of_a_few_rows_equals_the_arrays(n):
+    """One configuration in Python floats does the array answer's IEEE operations: the same bits."""
     for seed in range(20):
         B, own, dec, busy = (a[:n] for a in _loop_inputs(seed, 64))
         got = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
-        ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
-        assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+        for i in range(n):
+            one = E.closed_loop_prefill_wait(concurrency=float(B[i]), own_ttft_s=float(own[i]), decode_s=float(dec[i]),
+                                             prefill_busy_s=float(busy[i]))
+            assert (one[0], one[1]) == (float(got[0][i]), float(got[1][i]))
 
 
 @pytest.mark.parametrize("case", ["nan", "inf", "negative", "all-idle", "scalars", "zero-concurrency", "huge"])
-def test_closed_loop_edge_inputs_take_the_general_steps_and_agree(case):
-    """Inputs outside the branch-free path (NaN, inf, negative times, overflowing sums) and degenerate ones."""
+def test_closed_loop_edge_inputs_agree_with_the_bisection(case):
+    """Inputs outside the closed form's domain (NaN, inf, negative times, overflowing sums) take the bisection and
+    give its bits; degenerate plain ones (no prefill work, no requests) the root."""
     B, own, dec, busy = _loop_inputs(7, 300)
     if case == "nan":
         own[::9] = np.nan
@@ -105,7 +133,14 @@ def test_closed_loop_edge_inputs_take_the_general_steps_and_agree(case):
     with np.errstate(all="ignore"):
         got = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
         ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
-    assert _same(got[0], ref[0]) and _same(got[1], ref[1])
+    B, own, dec, busy = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (B, own, dec, busy)))
+    with np.errstate(all="ignore"):
+        odd = ~(np.isfinite(B) & np.isfinite(own) & np.isfinite(dec) & np.isfinite(busy) & (B >= 0) & (own >= 0)
+                & (dec >= 0) & (own + dec + 1e13 * np.maximum(busy, 0.0) < 1e300))
+    assert odd.any() == (case in ("nan", "inf", "negative", "huge"))
+    lam, w, rl, rw = (np.atleast_1d(v) for v in (*got, *ref))
+    assert _same(lam[odd], rl[odd]) and _same(w[odd], rw[odd])  # bisected: the bisection's bits
+    assert _close(lam[~odd], rl[~odd], 4e-15) and _close(w[~odd], rw[~odd], 1e-11)  # the root: its resolution
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,12 +514,12 @@ def test_decode_round_of_one_row_in_floats_equals_the_arrays():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_closed_loop_of_python_floats_equals_the_bisection_as_written(seed):
+def test_closed_loop_of_python_floats_equals_the_arrays(seed):
     B, own, dec, busy = _loop_inputs(seed, 300)
-    if seed == 3:  # the inputs outside the branch-free bisection: NaN, inf, negative, overflowing
+    if seed == 3:  # the inputs outside the closed form's domain: NaN, inf, negative, overflowing
         own[::7], dec[::11], dec[::13], busy[::17] = np.nan, np.inf, -1.0, 1e300
     with np.errstate(all="ignore"):
-        ref = _closed_loop_as_written(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
+        ref = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
     for i in range(len(B)):
         with np.errstate(all="ignore"):
             lam, w = E.closed_loop_prefill_wait(concurrency=float(B[i]), own_ttft_s=float(own[i]), decode_s=float(dec[i]),

@@ -210,137 +210,84 @@ def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_
     return np.asarray(batch, dtype=float) * np.asarray(input_tokens, dtype=float) / o * np.asarray(accepted_per_step)
 
 
-#: rows up to which :func:`closed_loop_prefill_wait` bisects in Python floats (fewer calls than numpy's 17 per step)
-_PYTHON_ROWS = 8
-
-
-def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_s, iterations: int = 60):
+def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_s):
     """Closed loop of ``concurrency`` requests on an in-flight engine: requests/s and the mean wait for prefill [s].
 
     Each slot's request lives ``own_ttft + W + decode_s``; new prompts arrive at ``lambda = B / that`` and queue
-    for the engine's prefill token budget, a single server busy ``prefill_busy_s`` per prompt (fixed-size work:
-    M/D/1, Pollaczek-Khinchine mean wait ``W = rho busy / (2 (1 - rho))`` with ``rho = lambda busy``). The fixed
-    point is found by bisection on lambda (unique: the wait rises with lambda, the arrival rate falls with it).
-    This is the queueing NVIDIA's NIM tables show for long prompts: TTFT doubles from concurrency 1 to 50 at
-    5,000-token prompts while the own prefill stays the same.
+    for the engine's prefill token budget, a single server busy ``u = prefill_busy_s`` per prompt (fixed-size work:
+    M/D/1, Pollaczek-Khinchine mean wait ``W = rho u / (2 (1 - rho))`` with ``rho = lambda u``). This is the queueing
+    NVIDIA's NIM tables show for long prompts: TTFT doubles from concurrency 1 to 50 at 5,000-token prompts while the
+    own prefill stays the same.
+
+    The fixed point ``lambda (a + W(lambda)) = B`` (``a = own_ttft + decode_s``) is a quadratic in lambda; its root in
+    ``[0, 1/u)`` (unique: the wait rises with lambda, the arrival rate falls with it), in the form without
+    cancellation, is ``lambda = 2 B / (a + B u + sqrt((a - B u)^2 + 2 B u^2))`` (``B / a`` at ``u = 0``), capped at
+    ``(1 - 1e-12) / u``. Inputs that are not finite or negative are bisected on the same equation instead.
 
     Returns (requests_per_s, mean_wait_s); Python floats for Python float inputs (one configuration).
     """
     if all(type(v) is float for v in (concurrency, own_ttft_s, decode_s, prefill_busy_s)):
-        return _closed_loop_row(concurrency, own_ttft_s, decode_s, prefill_busy_s, iterations)
+        return _closed_loop_row(concurrency, own_ttft_s, decode_s, prefill_busy_s)
     B = np.asarray(concurrency, dtype=float)
     own = np.asarray(own_ttft_s, dtype=float)
     dec = np.asarray(decode_s, dtype=float)
     busy = np.maximum(np.asarray(prefill_busy_s, dtype=float), 0.0)
     B, own, dec, busy = np.broadcast_arrays(B, own, dec, busy)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lam = _root(B, own + dec, busy, np.sqrt)
+        plain = np.isfinite(B) & np.isfinite(own) & np.isfinite(dec) & np.isfinite(busy) & (B >= 0) & (own >= 0) & \
+            (dec >= 0) & (own + dec + 1e13 * busy < 1e300)
+        if not plain.all():  # rows outside the closed form's domain: bisected
+            odd = ~plain
+            lam = np.array(lam, dtype=float)
+            lam[odd] = _bisection(B[odd], own[odd], dec[odd], busy[odd])
+        return lam, _wait(lam, busy)
+
+
+def _root(B, a, u, sqrt):
+    """The fixed point's root (arrays or Python floats; ``sqrt`` of the matching kind): the same IEEE operations in the
+    same order for both, so one configuration gets the array answer."""
+    s = B * u
+    d = a - s
+    root = 2.0 * B / ((a + s) + sqrt(d * d + 2.0 * s * u))
+    cap = X.minimum(B / X.maximum(a, 1e-300), X.where(u > 0, (1.0 - 1e-12) / X.where(u > 0, u, 1.0), np.inf))
+    return X.where(B > 0, X.minimum(root, cap), 0.0)
+
+
+def _wait(lam, busy):
+    rho = lam * busy
+    w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
+    return np.where(busy > 0, w, 0.0)
+
+
+def _bisection(B, own, dec, busy, iterations: int = 60):
+    """The fixed point by bisection on lambda, for inputs outside the closed form's domain (NaN, inf, negative)."""
     hi = B / np.maximum(own + dec, 1e-300)  # no wait at all
     hi = np.where(busy > 0, np.minimum(hi, (1.0 - 1e-12) / np.where(busy > 0, busy, 1.0)), hi)
     lo = np.zeros_like(hi)
-
-    def wait(lam):
-        rho = lam * busy
-        with np.errstate(divide="ignore", invalid="ignore"):
-            w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
-        return np.where(busy > 0, w, 0.0)
-
-    # the bisection, in place (the same operations in the same order as ``wait`` and the comments say, without a
-    # temporary array per operation: it runs 60 times per configuration of a serving sweep)
-    pos = busy > 0
-    any_pos, all_pos = bool(pos.any()), bool(pos.all())
-    finite = all(bool(np.isfinite(a).all()) for a in (B, own, dec, busy, hi))
-    # with finite inputs rho = mid busy < 1 always (mid <= hi <= (1 - 1e-12) / busy), so wait's rho >= 1 branch is
-    # only looked for where something is not finite
-    rho_check = not finite
-    # branch-free steps where no NaN can arise: B >= 0, times >= 0 and the sum own + wait + dec bounded (wait <
-    # 5.1e11 busy, as 1 - rho > 9.9e-13), so mid (own + wait + dec) is a number or +inf and ``B - that`` is negative
-    # exactly where the original ``that > B`` holds; a busy = 0 row then gets wait = +0.0 from the arithmetic itself
-    bitwise = finite and bool((B >= 0).all() and (own >= 0).all() and (dec >= 0).all()) and \
-        float(own.max(initial=0.0)) + float(dec.max(initial=0.0)) + 1e13 * float(busy.max(initial=0.0)) < 1e300
-    if bitwise and hi.size <= _PYTHON_ROWS:  # a few rows (a single question): Python floats do the same IEEE
-        out = lo.reshape(-1)  # operations in the same order as the array steps below, without numpy's per-call cost
-        for i, (b_, o_, d_, u_, h_) in enumerate(zip(B.tolist(), own.tolist(), dec.tolist(), busy.tolist(), hi.tolist())):
-            out[i] = _bisect_row(b_, o_, d_, u_, h_, iterations)
-        return lo, wait(lo)
-    mid, rho, w, den = (np.empty_like(hi) for _ in range(4))
-    flag = np.empty(hi.shape, dtype=bool)
-    mask, tmp = np.empty(hi.shape, dtype=np.int64), np.empty(hi.shape, dtype=np.int64)
-    hi_i, lo_i, mid_i, w_i = hi.view(np.int64), lo.view(np.int64), mid.view(np.int64), w.view(np.int64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for it in range(iterations):
-            np.add(lo, hi, out=mid)
-            np.multiply(mid, 0.5, out=mid)  # mid = 0.5 * (lo + hi)
-            # a row whose mid is its lo or its hi is at a fixed point after this step (mid = lo: hi becomes lo or
-            # nothing changes; mid = hi: lo becomes hi or nothing changes); once every row is, the rest of the
-            # iterations change nothing (rows converge after 50-55 of the 60 steps)
-            last = it >= 48 and bool(((mid == lo) | (mid == hi)).all())
-            if any_pos:  # w = wait(mid)
-                np.multiply(mid, busy, out=rho)
-                np.multiply(rho, busy, out=w)
-                np.subtract(1.0, rho, out=den)
-                np.multiply(den, 2.0, out=den)
-                np.divide(w, den, out=w)  # rho * busy / (2 (1 - rho))
-                if rho_check:
-                    np.less(rho, 1.0, out=flag)
-                    if not flag.all():
-                        np.copyto(w, np.inf, where=~flag)
-                if not all_pos and not bitwise:
-                    np.copyto(w, 0.0, where=~pos)
-            else:
-                w.fill(0.0)
-            np.add(own, w, out=w)
-            np.add(w, dec, out=w)
-            np.multiply(mid, w, out=w)
-            if bitwise:  # too fast (that > B) where B - that < 0: select by the sign bit (the decisions are random,
-                np.subtract(B, w, out=w)  # which makes masked copies branch-mispredict)
-                np.right_shift(w_i, 63, out=mask)  # -1 where too fast, else 0
-                np.bitwise_xor(hi_i, mid_i, out=tmp)
-                np.bitwise_and(tmp, mask, out=tmp)
-                np.bitwise_xor(hi_i, tmp, out=hi_i)  # hi = mid where too fast
-                np.bitwise_xor(lo_i, mid_i, out=tmp)
-                np.bitwise_and(tmp, mask, out=tmp)
-                np.bitwise_xor(mid_i, tmp, out=lo_i)  # lo = mid where not
-            else:
-                np.greater(w, B, out=flag)  # too fast: more arrivals than the slots can hold
-                np.copyto(hi, mid, where=flag)
-                np.logical_not(flag, out=flag)
-                np.copyto(lo, mid, where=flag)
-            if last:
-                break
-    lam = lo
-    return lam, wait(lam)
-
-
-def _bisect_row(b_: float, o_: float, d_: float, u_: float, h_: float, iterations: int) -> float:
-    """The bisection of :func:`closed_loop_prefill_wait` for one row whose inputs pass its ``bitwise`` test, in Python
-    floats: the same IEEE operations in the same order as its array steps (lo starts at 0)."""
-    l_ = 0.0
     for _ in range(iterations):
-        mid_ = (l_ + h_) * 0.5
-        fixed = mid_ == l_ or mid_ == h_  # a fixed point after this step (see the array steps)
-        rho_ = mid_ * u_
-        if mid_ * (o_ + rho_ * u_ / ((1.0 - rho_) * 2.0) + d_) > b_:
-            h_ = mid_
-        else:
-            l_ = mid_
-        if fixed:
-            break
-    return l_
+        mid = 0.5 * (lo + hi)
+        too_fast = mid * (own + _wait(mid, busy) + dec) > B
+        hi = np.where(too_fast, mid, hi)
+        lo = np.where(too_fast, lo, mid)
+    return lo
 
 
-def _closed_loop_row(B: float, own: float, dec: float, busy: float, iterations: int):
-    """:func:`closed_loop_prefill_wait` of one configuration in Python floats: the same upper bound, the same test for
-    the branch-free bisection (else the array steps of one row), the same wait."""
+def _closed_loop_row(B: float, own: float, dec: float, busy: float):
+    """:func:`closed_loop_prefill_wait` of one configuration in Python floats (the array answer's operations)."""
     busy = X.maximum(busy, 0.0)
-    hi = B / X.maximum(own + dec, 1e-300)
-    if busy > 0:
-        hi = X.minimum(hi, (1.0 - 1e-12) / busy)
-    if not (all(math.isfinite(v) for v in (B, own, dec, busy, hi)) and B >= 0 and own >= 0 and dec >= 0
+    if not (all(math.isfinite(v) for v in (B, own, dec, busy)) and B >= 0 and own >= 0 and dec >= 0
             and max(own, 0.0) + max(dec, 0.0) + 1e13 * max(busy, 0.0) < 1e300):
         lam, w = closed_loop_prefill_wait(concurrency=np.array([B]), own_ttft_s=np.array([own]),
-                                          decode_s=np.array([dec]), prefill_busy_s=np.array([busy]), iterations=iterations)
+                                          decode_s=np.array([dec]), prefill_busy_s=np.array([busy]))
         return float(lam[0]), float(w[0])
-    lam = _bisect_row(B, own, dec, busy, hi, iterations)
+    try:
+        lam = _root(B, own + dec, busy, math.sqrt)
+    except X.SCALAR_ERRORS:  # a zero denominator (no work at all): numpy's inf/NaN answer through the arrays
+        lam, w = closed_loop_prefill_wait(concurrency=np.array([B]), own_ttft_s=np.array([own]),
+                                          decode_s=np.array([dec]), prefill_busy_s=np.array([busy]))
+        return float(lam[0]), float(w[0])
     if not busy > 0:
         return lam, 0.0
     rho = lam * busy
-    return lam, rho * busy / (2.0 * (1.0 - rho))  # rho < 1 (lam <= hi <= (1 - 1e-12) / busy)
+    return lam, rho * busy / (2.0 * (1.0 - rho))  # rho < 1 (lam <= (1 - 1e-12) / busy)
