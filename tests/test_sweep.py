@@ -1027,3 +1027,32 @@ def test_a_real_scheduler_pair_then_losing_the_scheduler(scheduler_pair, tmp_pat
     assert sched.wait(timeout=30) is not None
     assert sorted(os.listdir(tmp_path / "d")) == ["x.parquet"]  # the previous output, untouched; no temporaries
     assert (tmp_path / "d" / "x.parquet").read_bytes() == (tmp_path / "l" / "x.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("threshold, method", [(None, "fork"), ("65536", None)])
+def test_local_cluster_forks_its_workers_on_linux(monkeypatch, threshold, method):
+    """The CLI's local cluster forks its workers (they start with wseplan imported: no ~1 CPU-s import each); a malloc
+    trim threshold to set needs fresh processes, so Dask's own start method is kept then."""
+    pytest.importorskip("distributed")
+    import sys as _sys
+
+    import dask
+    import distributed
+
+    from wseplan.sweep import dask_cluster as D
+
+    seen = {}
+
+    def fake(**kw):
+        seen["method"] = dask.config.get("distributed.worker.multiprocessing-method", None)
+        seen["threshold"] = dask.config.get("distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_", None)
+        return "cluster"
+
+    monkeypatch.setattr(distributed, "LocalCluster", fake)
+    monkeypatch.setattr(_sys, "platform", "linux")
+    default = dask.config.get("distributed.worker.multiprocessing-method", None)
+    assert D.local_cluster(2, malloc_trim_threshold=threshold) == "cluster"
+    assert seen["method"] == (method or default) and seen["threshold"] == threshold
+    monkeypatch.setattr(_sys, "platform", "darwin")
+    D.local_cluster(2)
+    assert seen["method"] == default

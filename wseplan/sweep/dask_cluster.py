@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 import time
 import warnings
 
@@ -133,6 +134,12 @@ def local_cluster(workers: int | None = None, dashboard: str | None = None, *, m
         except ImportError:
             raise InputError("--dashboard: the Dask dashboard needs bokeh; pip install 'bokeh>=3.1'") from None
     cfg = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": malloc_trim_threshold}
+    if malloc_trim_threshold is None and sys.platform.startswith("linux"):
+        # the workers are forks of this process (Linux's multiprocessing default before Python 3.14): they start with
+        # numpy, the catalog and wseplan already imported instead of importing them again (spawn: ~1 s and ~1 CPU-s
+        # per worker, as much as a 10^6-configuration sweep's evaluation), and with this process's malloc settings
+        # (no trim threshold, as the engine wants). A threshold to set needs a fresh process: spawn
+        cfg["distributed.worker.multiprocessing-method"] = "fork"
     scheduler_kwargs = {}
     if dash is None:  # Dask's scheduler serves HTTP pages even without a dashboard: keep only /health, any free port
         cfg.update({"distributed.scheduler.http.routes": ["distributed.http.health"],
