@@ -33,3 +33,24 @@ def test_new_gpus_fit_and_time_through_the_plan_chain():
         r = plan("llama-3.1-70b", target, phase="decode", batch=8, context=4096, catalog=cat)
         assert r.fits
         assert r.tokens_per_s > 0
+
+
+def test_tpu_v6e_and_v5e_chips_add_up_to_googles_pod_figures():
+    cat = load_catalog()
+    v6e, v5e = cat.gpus["tpu-v6e"], cat.gpus["tpu-v5e"]
+    # Google's pod tables: v6e 234.9 PF bf16 and 102.4 TB/s of all-reduce bandwidth per 256-chip pod; v5e 50.63 PF
+    # bf16, 100 PetaOps int8 and 51.2 TB/s
+    assert 256 * v6e.peak_flop_per_s("bf16") == pytest.approx(234.9e15, rel=0.002)
+    assert 256 * v6e.scale_up_bandwidth_bytes_per_s.si == pytest.approx(102.4e12, rel=1e-9)
+    assert 256 * v5e.peak_flop_per_s("bf16") == pytest.approx(50.63e15, rel=0.005)
+    assert 256 * v5e.peak_flop_per_s("int8") == pytest.approx(100e15, rel=0.01)
+    assert 256 * v5e.scale_up_bandwidth_bytes_per_s.si == pytest.approx(51.2e12, rel=1e-9)
+    assert v6e.scale_up_domain_gpus.si == v5e.scale_up_domain_gpus.si == 256
+
+
+def test_l40s_dense_peaks_are_half_the_sparse_ones():
+    g = load_catalog().gpus["l40s"]
+    # the datasheet's own pair is 362.05 dense and 733 sparse (1.2% apart from 2x; its FP8 pair is exact)
+    assert 2 * g.peak_flop_per_s("bf16") == pytest.approx(733e12, rel=0.015)
+    assert 2 * g.peak_flop_per_s("fp8") == pytest.approx(1466e12, rel=1e-9)
+    assert g.scale_up_bandwidth_bytes_per_s.si == pytest.approx(64e9 / 2)  # PCIe Gen4 x16, per direction
