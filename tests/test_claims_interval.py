@@ -48,3 +48,24 @@ def test_outside_the_envelope_the_band_widens_and_says_why(catalog):
     inside = speed_bounds("wse-infer")[1] - 1.0
     assert v.error_frac is not None and v.error_frac > inside
     assert "widened" in v.reason and "outside" in v.reason
+
+
+def test_an_inference_profile_no_validated_row_ran_widens_the_interval(tmp_path):
+    """The wafer rows were all predicted with the research profile: a production-profile prediction lies outside the
+    validated envelope in one more dimension, and its interval is WIDEN_OUTSIDE times wider (log scale)."""
+    from wseplan import model_error as ME
+
+    f = ME.load_model_error()
+    env = f.categories["wse-infer"].envelope
+    assert env.software == ["wafer-research"]
+    assert f.categories["gpu-train"].envelope.software == []  # training: not checked
+    kw = dict(params_b=float(env.params_b[0]), devices=int(env.devices[0]), hardware=env.hardware[0])
+    lo0, hi0, note0 = ME.speed_bounds("wse-infer", software="wafer-research", **kw)
+    lo1, hi1, note1 = ME.speed_bounds("wse-infer", software="wafer-production", **kw)
+    assert "software wafer-production not validated" in note1 and "software" not in note0
+    import math
+    assert math.log(hi1 / lo1) == pytest.approx(ME.WIDEN_OUTSIDE * math.log(hi0 / lo0), rel=1e-9)
+    # a GPU training prediction does not care which serving profile it names
+    a = ME.speed_bounds("gpu-train", software="gpu-production")
+    b = ME.speed_bounds("gpu-train", software="anything")
+    assert a == b

@@ -605,7 +605,7 @@ def test_interval_bounds_are_cached_per_file_and_question():
     args = dict(params_b=70.6, devices=8, hardware="h100-sxm")
     first = ME.speed_bounds("gpu-infer", **args)
     assert ME.speed_bounds("gpu-infer", **args) is first
-    assert ME._speed_bounds(f, "gpu-infer", 70.6, 8, "h100-sxm", None) == first
+    assert ME._speed_bounds(f, "gpu-infer", 70.6, 8, "h100-sxm", None, None) == first
     assert ME.speed_bounds("gpu-infer", params_b=7000.0, devices=8, hardware="h100-sxm") != first  # widened
     ME._load.cache_clear()  # a rewritten file: a new object, answered afresh
     try:

@@ -23,6 +23,7 @@ import numpy as np
 
 from .analytic import cost as C
 from .catalog.load import load_catalog
+from .catalog.software import calibrated_name
 from .errors import InputError
 from .model_error import category_for, time_factor_range
 from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
@@ -104,7 +105,7 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
     q = s.query
     b = time_factor_range(category_for(q.target.kind, q.phase), params_b=total_params(q.model) / 1e9
                           if hasattr(q.model, "num_layers") else None,
-                          devices=rec.num_devices, hardware=q.target.key)
+                          devices=rec.num_devices, hardware=q.target.key, software=calibrated_name(q.software))
     if b is None:
         return None
     lo, hi, note = b

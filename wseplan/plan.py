@@ -28,7 +28,7 @@ import numpy as np
 from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
 from .catalog.schema import Model
-from .catalog.software import resolve_software
+from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
 from .errors import InputError
@@ -348,6 +348,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                                "(a layer-list model has no transformer shapes); the fit alone is given"]
     bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
     iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "num_devices": n_dev,
+                        "software": calibrated_name(q.software),
                         "step_s": r.get("step_s") if timed else None,
                         "tokens_per_s": r.get("tokens_per_s") if timed else None},
                        params_b=_params_b(q.model) if isinstance(q.model, Model) else None)

@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..model_error import QUANTILES, _load, model_error_path
 from ..workload import total_params
 from .cases import TIME_METRICS, SkipRow, case_model, read_cases, source_key
+from .common import GPU_INFER_PROFILE, GPU_PROFILE, wafer_profile_for
 from .cv import committed_choice, cross_validate
 from .defaults import fill_defaults
 from .run import predict_case
@@ -67,6 +68,16 @@ def held_out(paths, *, catalog=None, max_nfev: int = 5, method: str = "one-step"
     return {"rows": out, "seconds": time.perf_counter() - t0}
 
 
+def _profile_of(case) -> str:
+    """The software profile (calibrated name) an inference row is predicted with: the wafer rows' research or
+    production profile, the GPU baselines of the research rows the research GPU profile, other GPU rows the production
+    engine's."""
+    wp = wafer_profile_for(case)
+    if case.hardware.startswith("wse"):
+        return wp
+    return GPU_PROFILE if wp == "wafer-research" else GPU_INFER_PROFILE
+
+
 def speed_residual(case, predicted: float) -> float:
     """``log(predicted speed / measured speed)``: a time metric counts as an inverse speed."""
     r = math.log(predicted / case.value)
@@ -95,7 +106,7 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
         c = cases[rid]
         if c.quality not in ("strong", "medium"):
             continue
-        g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set()})
+        g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set(), "software": set()})
         g["res"][rid] = round(speed_residual(c, r["held_out"]), 5)
         filled, _ = fill_defaults(c, cat)
         try:
@@ -104,6 +115,8 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
             pass
         g["devices"].append(int(filled.get("n_devices") or filled.get("tp") or 1))
         g["hardware"].add(c.hardware)
+        if c.category.endswith("-infer"):  # the serving profile the row ran (training times do not depend on one)
+            g["software"].add(_profile_of(c))
     out = {}
     for name, g in sorted(cats.items()):
         res = np.array(list(g["res"].values()))
@@ -113,7 +126,7 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
                      "envelope": {"params_b": [round(min(g["params"]), 4), round(max(g["params"]), 4)] if g["params"]
                                   else [0.0, 0.0],
                                   "devices": [min(g["devices"]), max(g["devices"])],
-                                  "hardware": sorted(g["hardware"])},
+                                  "hardware": sorted(g["hardware"]), "software": sorted(g["software"])},
                      "residuals": g["res"]}
     return {"description": "Cross-validated (leave-one-source-out) errors of the time models per validation category "
                            "and the envelope of what was validated; read by wseplan.model_error for prediction "
