@@ -76,3 +76,26 @@ def test_dp_allreduce_inside_an_nvl72_rack_runs_on_nvlink():
     r2 = G.train_step(m, g, precision="bf16", seq_len=8192, global_batch=144, micro_batch=1, tp=1, pp=1, dp=144,
                       recompute="none", cal=cal)
     assert float(r2["dp_comm_s"]) > float(r["dp_comm_s"])
+
+
+def test_dp_blocks_that_straddle_racks_reduce_over_the_network():
+    """64-GPU data-parallel blocks (TP 4 x DP 16) in 72-GPU racks: most blocks straddle a rack boundary, so the ring
+    runs at each GPU's network link (one rank per 4-GPU tray, as before NVL72); 72-GPU blocks (TP 4 x DP 18) fill
+    whole racks and stay on NVLink."""
+    cat = load_catalog()
+    cal = gpu_calibration()
+    g = cat.gpus["gb200"]
+    m = resolve_model("llama-3-70b", cat)
+
+    def dp_comm(dp):
+        return float(G.train_step(m, g, precision="bf16", seq_len=4096, global_batch=dp, micro_batch=1, tp=4, pp=1,
+                                  dp=dp, recompute="none", cal=cal)["dp_comm_s"])
+
+    grad = float(G._stage_params(m, 1.0)) / 4 * 2.0
+    net = g.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
+    ring16 = 2 * 15 * cal.network_latency_s + 2 * 15 / 16 * grad / net  # 16 ranks, one per tray: all on the network
+    assert dp_comm(16) == pytest.approx(ring16, rel=1e-9)
+    nv = g.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
+    ring18 = 2 * (17 * cal.nvlink_latency_s + 17 / 18 * grad / nv)  # reduce-scatter + all-gather inside the rack
+    assert dp_comm(18) == pytest.approx(ring18, rel=1e-9)
+    assert dp_comm(18) < dp_comm(16)

@@ -346,8 +346,13 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     grad_bytes = params_stage / tp * 2.0
     ranks = dp * cp
     # the data-parallel neighbours of a TP group that share its scale-up domain (an NVL72 rack's 72 GPUs, a TPU pod's
-    # ICI torus; a node's 8 elsewhere) reduce over NVLink; the rest cross the scale-out network
-    ranks_node = X.maximum(X.floor(links.domain / tp), 1.0)
+    # ICI torus; a node's 8 elsewhere) reduce over NVLink; the rest cross the scale-out network. The group's ranks
+    # (Megatron's order: TP innermost, then CP and DP) fill tp*cp*dp consecutive GPUs; where such blocks are smaller
+    # than the domain and do not divide it, most straddle its boundaries (72-GPU racks holding 64-GPU pipeline
+    # stages) and the domain counts as its nodes only; a block of whole domains or more reduces inside each of them
+    span = tp * ranks
+    aligned = X.where(span < links.domain, links.domain % X.maximum(span, 1.0), 0.0) == 0
+    ranks_node = X.maximum(X.floor(X.where(aligned, links.domain, links.per_node) / tp), 1.0)
     ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=X.minimum(ranks_node, ranks),
                                        intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
