@@ -10,11 +10,25 @@ from wseplan.workload import resolve_model
 
 def test_fp4_training_mix_is_the_nvfp4_recipe():
     # NVIDIA, "Pretraining LLMs with NVFP4" (arXiv:2509.25149), sec. 4: ~15% of the linear layers and the attention in BF16
-    mix, hp = G.training_precision_mix("fp4")
+    q = load_catalog().defaults.fp4_training_high_precision_frac
+    assert q.si == 0.15 and q.source == "nvidia-nvfp4-pretraining"
+    mix, hp = G.training_precision_mix("fp4", q.si)
     assert hp == "bf16"
     assert mix == ((pytest.approx(0.85), "fp4"), (pytest.approx(0.15), "bf16"))
-    assert G.training_precision_mix("fp8") == (((1.0, "fp8"),), "fp8")
-    assert G.training_precision_mix("bf16") == (((1.0, "bf16"),), "bf16")
+    assert G.training_precision_mix("fp8", q.si) == (((1.0, "fp8"),), "fp8")
+    assert G.training_precision_mix("bf16", q.si) == (((1.0, "bf16"),), "bf16")
+
+
+def test_a_catalog_may_change_the_recipe_share(tmp_path):
+    """``--catalog`` folders override defaults key by key: a recipe with no BF16 blocks makes 4-bit training faster."""
+    from wseplan.plan import plan
+
+    (tmp_path / "defaults.yaml").write_text("defaults:\n  fp4_training_high_precision_frac: {value: 0.0, "
+                                            "source: mine, basis: user}\n")
+    kw = dict(phase="train", precision="fp4", batch=64, context=4096, layout={"tp": 4, "pp": 1, "dp": 16})
+    base = plan("llama-3-70b", "b200x64", **kw)
+    mine = plan("llama-3-70b", "b200x64", catalog=load_catalog(extra_dirs=[str(tmp_path)]), **kw)
+    assert mine.step_s < base.step_s
 
 
 def _layer(precision, cal, gpu="gb200"):

@@ -43,6 +43,7 @@ import math
 import numpy as np
 
 from ..calibration_data import GpuCalibration, gpu_calibration
+from ..catalog.load import load_catalog
 from ..errors import InputError
 from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_params, embedding_params, head_params,
                         kv_bytes_per_element)
@@ -149,21 +150,20 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
 ATTENTION_PRECISION = {"fp4": "fp8", "int4": "fp8"}
 
 
-#: 4-bit training recipes: the share of the blocks whose linear layers stay in 16 bits, and the precision of the
-#: attention, the LM head and those blocks. NVIDIA's NVFP4 pretraining recipe keeps about 15% of the linear layers
-#: (most of them the last blocks) in BF16, and the attention (softmax and its batched GEMMs) and the output head in the
-#: original precision (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv:2509.25149, 2025, sec. 4). The
-#: blocks are assumed spread over the pipeline stages (the recipe does not say how a pipeline places them).
-FP4_TRAINING_HIGH_PRECISION_SHARE = 0.15
+#: the precision of the attention, the LM head and the high-precision blocks of a 4-bit training run: NVIDIA's NVFP4
+#: pretraining recipe keeps the attention (softmax and its batched GEMMs), the output head and a share of the linear
+#: layers (``defaults.fp4_training_high_precision_frac``, mostly the last blocks) in BF16 (NVIDIA, "Pretraining Large
+#: Language Models with NVFP4", arXiv:2509.25149, 2025, sec. 4). The blocks are assumed spread over the pipeline
+#: stages (the recipe does not say how a pipeline places them).
 FP4_TRAINING_HIGH_PRECISION = "bf16"
 
 
-def training_precision_mix(precision: str):
+def training_precision_mix(precision: str, high_precision_frac: float):
     """The (share of the blocks, GEMM precision) pairs a ``precision`` training run computes its linear layers in, and
-    the precision of its attention and LM head: one pair and the model's precision except for 4-bit training
-    (:data:`FP4_TRAINING_HIGH_PRECISION_SHARE`)."""
+    the precision of its attention and LM head: one pair and the model's precision, except for 4-bit training, which
+    keeps ``high_precision_frac`` of the blocks in :data:`FP4_TRAINING_HIGH_PRECISION`."""
     if BYTES_PER_ELEMENT[precision] <= 0.5:
-        h = FP4_TRAINING_HIGH_PRECISION_SHARE
+        h = float(high_precision_frac)
         return ((1.0 - h, precision), (h, FP4_TRAINING_HIGH_PRECISION)), FP4_TRAINING_HIGH_PRECISION
     return ((1.0, precision),), precision
 
@@ -265,7 +265,7 @@ class _Links:
 # ---------------------------------------------------------------------------------------------
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
-               attention_kernel="flash", tp_comm_overlap=True, cal: GpuCalibration):
+               attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
@@ -276,12 +276,16 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     it: the full s x s score matrix computed and passed through HBM, :func:`materialized_scores_s`).
     ``tp_comm_overlap``: the framework overlaps the tensor-parallel collectives with the adjacent GEMMs
     (userbuffers, 2023 on), hiding ``cal.tp_overlap_frac`` of them; False (the frameworks before it) exposes them all.
+    ``fp4_high_precision_frac``: the share of the blocks a 4-bit run keeps in BF16 (:func:`training_precision_mix`;
+    default: the bundled catalog's ``defaults.fp4_training_high_precision_frac``).
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
     tp, pp, dp, cp, vpp, mb = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch))
     rc = X.asfloat(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute)
-    mix, hp = training_precision_mix(precision)
+    if fp4_high_precision_frac is None:  # the bundled catalog's recipe share (callers with a catalog pass theirs)
+        fp4_high_precision_frac = load_catalog().defaults.fp4_training_high_precision_frac.si
+    mix, hp = training_precision_mix(precision, fp4_high_precision_frac)
     links = _Links(gpu, cal)
     hbm = links.hbm_bw
     L = m.num_layers

@@ -574,3 +574,5 @@ class Defaults(_Checked):
     default_train_batch: Quantity
     default_train_context_tokens: Quantity
     default_min_tokens_per_s_per_user: Quantity
+    #: 4-bit training recipes: the share of the blocks whose linear layers stay in 16 bits
+    fp4_training_high_precision_frac: Quantity

@@ -364,7 +364,8 @@ class GpuFamily(InferenceMixin, Family):
         B, C = cfg["batch"], cfg["context"]
         step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision, cp=ctx.cp,
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
-                          attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap, cal=ctx.cal)
+                          attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap,
+                          fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si, cal=ctx.cal)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"])
         r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers
