@@ -715,8 +715,10 @@ def proc_cluster():
     import dask
     from dask.distributed import Client
 
+    # spawned workers: these tests kill workers on purpose, and a nanny that re-forks a worker from this test process
+    # (its threads and the clusters of earlier tests) is not what they test; the CLI's forked start is tested apart
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-        cluster = S.local_cluster(2)
+        cluster = S.local_cluster(2, start_method="spawn")
     client = Client(cluster, set_as_default=False)
     try:
         yield cluster, client
@@ -1056,3 +1058,5 @@ def test_local_cluster_forks_its_workers_on_linux(monkeypatch, threshold, method
     monkeypatch.setattr(_sys, "platform", "darwin")
     D.local_cluster(2)
     assert seen["method"] == default
+    D.local_cluster(2, start_method="spawn")
+    assert seen["method"] == "spawn"

@@ -118,10 +118,12 @@ def connect(scheduler: str, timeout_s: float = 10.0):
     return client
 
 
-def local_cluster(workers: int | None = None, dashboard: str | None = None, *, malloc_trim_threshold: str | None = None):
+def local_cluster(workers: int | None = None, dashboard: str | None = None, *, malloc_trim_threshold: str | None = None,
+                  start_method: str | None = None):
     """A LocalCluster of ``workers`` single-threaded worker processes bound to 127.0.0.1, no dashboard unless
     ``dashboard`` (HOST:PORT or PORT) is given, ``MALLOC_TRIM_THRESHOLD_`` cleared for the workers (or set to
-    ``malloc_trim_threshold``)."""
+    ``malloc_trim_threshold``). ``start_method``: how the worker processes start (``fork``, ``spawn``,
+    ``forkserver``); default fork on Linux without a threshold to set, else Dask's own."""
     import dask
 
     dist = _distributed()
@@ -134,7 +136,9 @@ def local_cluster(workers: int | None = None, dashboard: str | None = None, *, m
         except ImportError:
             raise InputError("--dashboard: the Dask dashboard needs bokeh; pip install 'bokeh>=3.1'") from None
     cfg = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": malloc_trim_threshold}
-    if malloc_trim_threshold is None and sys.platform.startswith("linux"):
+    if start_method is not None:
+        cfg["distributed.worker.multiprocessing-method"] = start_method
+    elif malloc_trim_threshold is None and sys.platform.startswith("linux"):
         # the workers are forks of this process (Linux's multiprocessing default before Python 3.14): they start with
         # numpy, the catalog and wseplan already imported instead of importing them again (spawn: ~1 s and ~1 CPU-s
         # per worker, as much as a 10^6-configuration sweep's evaluation), and with this process's malloc settings
