@@ -54,3 +54,14 @@ def test_l40s_dense_peaks_are_half_the_sparse_ones():
     assert 2 * g.peak_flop_per_s("bf16") == pytest.approx(733e12, rel=0.015)
     assert 2 * g.peak_flop_per_s("fp8") == pytest.approx(1466e12, rel=1e-9)
     assert g.scale_up_bandwidth_bytes_per_s.si == pytest.approx(64e9 / 2)  # PCIe Gen4 x16, per direction
+
+
+def test_gh200_runs_the_h100_sxm_gpu_with_more_memory():
+    cat = load_catalog()
+    h100 = cat.gpus["h100-sxm"]
+    for key, hbm, bw in (("gh200", 96, 4.0e12), ("gh200-144gb", 144, 4.9e12)):
+        g = cat.gpus[key]
+        for p in ("bf16", "fp8", "int8"):  # the same Hopper GPU and tensor cores
+            assert g.peak_flop_per_s(p) == pytest.approx(h100.peak_flop_per_s(p), rel=1e-3)
+        assert g.hbm_bytes.si == hbm * 2**30 and g.hbm_bandwidth_bytes_per_s.si == pytest.approx(bw)
+        assert g.scale_up_bandwidth_bytes_per_s.si == h100.scale_up_bandwidth_bytes_per_s.si
