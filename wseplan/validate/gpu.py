@@ -135,11 +135,18 @@ def sla_of(case) -> tuple[float, float, float] | None:
 GPU_SPECDEC_PROFILE = "gpu-production-specdec"
 
 
+def gpu_profile_for(case) -> str:
+    """The GPU software profile (calibrated name) an inference row runs: the research profile (:data:`GPU_PROFILE`)
+    for the GPU baselines of the WaferLLM paper, as its wafer rows run ``wafer-research``; else the production engine's
+    (:data:`GPU_INFER_PROFILE`)."""
+    return GPU_PROFILE if wafer_profile_for(case) == "wafer-research" else GPU_INFER_PROFILE
+
+
 def _gpu_engine(case, cal):
-    """The software profile a GPU inference row runs: the production mechanism constants (or a calibration trial's),
-    scheduled as the row's engine was (:func:`gpu_scheduling_for`); the GPU baselines of the WaferLLM paper run the
-    research profile (:data:`GPU_PROFILE`), as its wafer rows run ``wafer-research``."""
-    if wafer_profile_for(case) == "wafer-research":
+    """The software profile a GPU inference row runs (:func:`gpu_profile_for`): the production mechanism constants (or
+    a calibration trial's), scheduled as the row's engine was (:func:`gpu_scheduling_for`); the research profile for
+    the WaferLLM GPU baselines."""
+    if gpu_profile_for(case) == GPU_PROFILE:
         return _software(cal)
     sw = _software(cal, GPU_INFER_PROFILE, gpu_scheduling_for(case))
     spec, draft = speculation_of(case, load_catalog())

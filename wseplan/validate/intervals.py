@@ -24,9 +24,10 @@ from ..errors import InputError
 from ..model_error import QUANTILES, _load, model_error_path
 from ..workload import total_params
 from .cases import TIME_METRICS, SkipRow, case_model, read_cases, source_key
-from .common import GPU_INFER_PROFILE, GPU_PROFILE, wafer_profile_for
+from .common import wafer_profile_for
 from .cv import committed_choice, cross_validate
 from .defaults import fill_defaults
+from .gpu import gpu_profile_for
 from .run import predict_case
 
 BUNDLED = ("validation-public.csv", "validation-extra.csv")
@@ -69,13 +70,8 @@ def held_out(paths, *, catalog=None, max_nfev: int = 5, method: str = "one-step"
 
 
 def _profile_of(case) -> str:
-    """The software profile (calibrated name) an inference row is predicted with: the wafer rows' research or
-    production profile, the GPU baselines of the research rows the research GPU profile, other GPU rows the production
-    engine's."""
-    wp = wafer_profile_for(case)
-    if case.hardware.startswith("wse"):
-        return wp
-    return GPU_PROFILE if wp == "wafer-research" else GPU_INFER_PROFILE
+    """The software profile (calibrated name) an inference row is predicted with (the validator's own choice)."""
+    return wafer_profile_for(case) if case.hardware.startswith("wse") else gpu_profile_for(case)
 
 
 def speed_residual(case, predicted: float) -> float:
