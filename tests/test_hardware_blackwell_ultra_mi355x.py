@@ -65,3 +65,14 @@ def test_gh200_runs_the_h100_sxm_gpu_with_more_memory():
             assert g.peak_flop_per_s(p) == pytest.approx(h100.peak_flop_per_s(p), rel=1e-3)
         assert g.hbm_bytes.si == hbm * 2**30 and g.hbm_bandwidth_bytes_per_s.si == pytest.approx(bw)
         assert g.scale_up_bandwidth_bytes_per_s.si == h100.scale_up_bandwidth_bytes_per_s.si
+
+
+def test_rtx_pro_6000_dense_rates_follow_its_sparse_fp4_figure():
+    g = load_catalog().gpus["rtx-pro-6000"]
+    # NVIDIA lists 4,000 AI TOPS (FP4, sparse): dense FP4 half of it, FP8 half of that, BF16 half again (Blackwell ratios)
+    assert g.peak_flop_per_s("fp4") == pytest.approx(4000e12 / 2)
+    assert g.peak_flop_per_s("fp8") == pytest.approx(g.peak_flop_per_s("fp4") / 2)
+    assert g.peak_flop_per_s("bf16") == pytest.approx(g.peak_flop_per_s("fp8") / 2)
+    # 28 Gb/s GDDR7 on a 512-bit bus
+    assert g.hbm_bandwidth_bytes_per_s.si == pytest.approx(28e9 * 512 / 8)
+    assert g.scale_up_bandwidth_bytes_per_s.si == pytest.approx(128e9 / 2)  # PCIe Gen5 x16, per direction
