@@ -365,3 +365,24 @@ def test_four_bit_models_run_their_attention_at_the_fp8_rate():
     hand = m.num_layers * 4.0 * m.num_heads * m.head_dim_ * 2048.0 * 4096.0 / (g.peak_flop_per_s("fp8") * cal.attention_frac)
     assert float(p4["attention"]) == pytest.approx(hand, rel=1e-12)
     assert float(p4["gemm"]) < float(p8["gemm"])
+
+
+def test_lora_backward_skips_only_the_weight_gradient_gemms(catalog):
+    """LoRA (Hu et al. 2021) freezes the base weights: a block's fwd+bwd equals full training's minus one forward
+    GEMM pass (the weight gradients); attention and element-wise backward stay. By hand from the forward's parts:
+    full = fwd + 2 fwd + 0.5 attn (flash bwd 2.5x its fwd), LoRA = full - gemm."""
+    m = resolve_model("llama-2-70b", catalog)
+    gpu = catalog.gpus["h100-sxm"]
+    cal = gpu_calibration()
+    kw = dict(precision="fp8", seq_len=8192, global_batch=1, tp=4, pp=1, dp=1, micro_batch=1, recompute="none",
+              single_layer=True, cal=cal)
+    full = G.train_step(m, gpu, trainable="full", **kw)["compute_s"]
+    lora = G.train_step(m, gpu, trainable="lora", **kw)["compute_s"]
+    fwd, parts = G.block_forward_time_s(m, tokens=8192.0, context_attended=(8192 + 1) / 2, tp=4.0,
+                                        peak_flop_per_s=gpu.peak_flop_per_s("fp8") * gpu.gemm_library_rel("fp8"),
+                                        hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac, precision="fp8",
+                                        cal=cal, attention_peak_flop_per_s=G.attention_peak_flop_per_s(gpu, "fp8"))
+    assert float(full) == pytest.approx(3 * fwd + 0.5 * parts["attention"], rel=1e-12)
+    assert float(lora) == pytest.approx(3 * fwd + 0.5 * parts["attention"] - parts["gemm"], rel=1e-12)
+    # the attention's backward is not skipped: LoRA saves less than a third of the step at long context
+    assert float(lora) > 2 * fwd + 1.5 * parts["attention"]

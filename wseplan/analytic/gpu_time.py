@@ -303,14 +303,18 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                             sequence_parallel=sequence_parallel, attention_peak_flop_per_s=attn_peak)
         t_fwd = t_fwd + share * t_p
         parts = {k: parts.get(k, 0.0) + share * v for k, v in parts_p.items()}
-    # backward: activation gradients (1x) + weight gradients (1x, not for frozen LoRA bases)
-    bwd_factor = 1.0 if trainable == "lora" else 2.0
     t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
     # without sequence parallelism the replicated norms and dropouts slow the forward passes; their backward is
     # counted split (Korthikanti et al. 2022, Table 4: sequence parallelism saves 0.5 ms of a 7.7 ms forward, 0.1 ms
     # of an 11.9 ms backward)
     t_bwd = t_fwd if sequence_parallel else t_fwd - parts["elementwise"] + _elementwise_s(m, tokens, tp, hbm, cal)
-    t_layer_compute = t_fwd + t_bwd * bwd_factor + t_recompute + parts["attention"] * 0.5  # flash bwd ~2.5x fwd
+    # backward: activation gradients (1x the forward) + weight gradients (1x), the fused attention's backward 2.5x its
+    # forward (FlashAttention-2, Dao 2023, sec. 3.1: 5 matmuls against the forward's 2)
+    t_layer_compute = t_fwd + t_bwd * 2.0 + t_recompute + parts["attention"] * 0.5
+    if trainable == "lora":
+        # LoRA freezes the base weights (Hu et al. 2021): the backward skips only their weight-gradient GEMMs, one
+        # GEMM pass; the attention (no weights) and the element-wise operators back-propagate as in full training
+        t_layer_compute = t_layer_compute - parts["gemm"]
     if attention_kernel == "materialized":
         t_layer_compute = t_layer_compute + materialized_scores_s(m, tokens=tokens, seq_len=s, tp=tp, recompute=rc,
                                                                   hbm_bytes_per_s=hbm)
@@ -332,7 +336,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                 "num_microbatches": X.ones_like(t_layer)}
     layers_stage = X.ceil(L / pp)
     t_head = _head_forward_time_s(m, tokens=tokens, tp=tp, hbm_bytes_per_s=hbm, precision=hp, cal=cal,
-                                  peak_flop_per_s=gpu.peak_flop_per_s(hp) * gpu.gemm_library_rel(hp)) * 3.0
+                                  peak_flop_per_s=gpu.peak_flop_per_s(hp) * gpu.gemm_library_rel(hp))
+    t_head = t_head * (2.0 if trainable == "lora" else 3.0)  # forward, input gradients, weight gradients (not LoRA's)
     t_mb = layers_stage * t_layer + t_head  # the last stage (the slowest) also runs the LM head
     # point-to-point between stages (scatter/gather: 1/tp of the activation each), fwd + bwd, v times
     p2p_bytes = ab * tokens * m.d_model / tp
