@@ -10,7 +10,7 @@ import yaml
 from ..calibration_data import (CALIBRATION_KEYS, GpuCalibration, _cached, _cached_profiles, calibration_path,
                                read_gpu_efficiency)
 from ..catalog.load import load_catalog
-from .cv import CHOICES, category_medians, choice_named, committed_choice, cross_validate, held_keys, select_choice
+from .cv import CHOICES, CV_METHOD, category_medians, choice_named, committed_choice, cross_validate, held_keys, select_choice
 from .cases import default_cases_path, read_cases
 from .fit import fit_params, trial_from
 
@@ -102,7 +102,7 @@ def _previous_selection(path) -> dict:
     return read_gpu_efficiency(p).selection if p.is_file() else {}
 
 
-def leave_one_source_out(cases_path=None, *, catalog=None, max_nfev: int = 5, method: str = "one-step") -> list[dict]:
+def leave_one_source_out(cases_path=None, *, catalog=None, max_nfev: int = 5, method: str = CV_METHOD) -> list[dict]:
     """For each source of the fit rows of ``cases_path`` (default: the bundled public file), the median |rel_error|
     in-sample (committed calibration) and held out (constants refitted without the source over the committed model
     choice's files and ``cases_path``, :func:`~.cv.cross_validate` with ``method``)."""

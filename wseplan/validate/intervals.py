@@ -1,7 +1,7 @@
 """Held-out predictions of every validation row, and the model-error file built from them.
 
 :func:`held_out` predicts each row of a validation file as if its source had never been seen: GPU rows with the
-constants refitted without their source (:func:`~.cv.cross_validate`, one-step refits), wafer rows with the kernel
+constants refitted without their source (:func:`~.cv.cross_validate` with :data:`~.cv.CV_METHOD`), wafer rows with the kernel
 constants refitted without it (:func:`wseplan.analytic.wse_fit.held_out_by_source`). :func:`write_model_error` turns
 the held-out residuals of the bundled files into ``catalogs/calibration/model_error.yaml`` (read by
 :mod:`wseplan.model_error`). This module is not imported by ``wseplan.validate`` (the wafer refit imports that
@@ -25,7 +25,7 @@ from ..model_error import QUANTILES, _load, model_error_path
 from ..workload import total_params
 from .cases import TIME_METRICS, SkipRow, case_model, read_cases, source_key
 from .common import wafer_profile_for
-from .cv import committed_choice, cross_validate
+from .cv import CV_METHOD, committed_choice, cross_validate
 from .defaults import fill_defaults
 from .gpu import gpu_profile_for
 from .run import predict_case
@@ -33,7 +33,7 @@ from .run import predict_case
 BUNDLED = ("validation-public.csv", "validation-extra.csv")
 
 
-def held_out(paths, *, catalog=None, max_nfev: int = 5, method: str = "one-step") -> dict:
+def held_out(paths, *, catalog=None, max_nfev: int = 5, method: str = CV_METHOD) -> dict:
     """``{"rows": {id: {"in_sample": v, "held_out": v}}, "seconds": s}`` for every row of ``paths`` (one file or
     several) that predicts: GPU rows refitted without their source (the committed model choice, its files plus
     ``paths``; ``method`` and ``max_nfev`` as :func:`~.cv.cross_validate`), wafer rows likewise; a row whose source
@@ -129,7 +129,7 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
                            "intervals and the cost Monte Carlo.",
             "method": "wseplan.validate.intervals.write_model_error: held-out predictions of the strong/medium rows of "
                       "catalogs/validation/validation-public.csv and validation-extra.csv (GPU constants refitted "
-                      "without each source by one bounded Gauss-Newton step of the penalised fit, wafer kernel "
+                      "without each source by a few trust-region steps of the penalised fit (chord), wafer kernel "
                       "constants refitted likewise); residual = "
                       "log(predicted speed / measured speed), a time metric counted as an inverse speed; quantiles by "
                       "numpy.percentile (linear)",
@@ -137,7 +137,7 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
 
 
 def write_model_error(path: str | Path | None = None, *, log=print) -> Path:
-    """Recompute ``catalogs/calibration/model_error.yaml`` from the bundled validation files (one-step refits)."""
+    """Recompute ``catalogs/calibration/model_error.yaml`` from the bundled validation files (chord refits)."""
     cat = load_catalog()
     ho = held_out([default_catalog_dir() / "validation" / f for f in BUNDLED], catalog=cat)
     log(f"held-out predictions of {len(ho['rows'])} rows in {ho['seconds']:.0f} s")
