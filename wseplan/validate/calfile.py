@@ -10,7 +10,8 @@ import yaml
 from ..calibration_data import (CALIBRATION_KEYS, GpuCalibration, _cached, _cached_profiles, calibration_path,
                                read_gpu_efficiency)
 from ..catalog.load import load_catalog
-from .cv import CHOICES, CV_METHOD, category_medians, choice_named, committed_choice, cross_validate, held_keys, select_choice
+from .cv import (CHOICES, CV_METHOD, category_medians, choice_named, committed_choice, cross_validate, held_keys,
+                 select_choice)
 from .cases import default_cases_path, read_cases
 from .fit import fit_params, trial_from
 

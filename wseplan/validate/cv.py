@@ -4,10 +4,10 @@ A source's rows are predicted with constants fitted without them (:func:`cross_v
 starts from the fit on all rows and keeps that fit's Jacobian: either one bounded Gauss-Newton step of the linearised
 penalised problem (``one-step``, seconds) or a few trust-region steps that re-predict the other rows (``chord``, a
 minute); the two agree to within half a point at the committed noise level but not at smaller ones, so every
-held-out figure (the selection, ``validate --cv source``, the model-error file) uses ``chord`` (:data:`CV_METHOD`). Model choices
-(:data:`CHOICES`: how much the priors weigh, which constants are held at their prior, which files are fitted) are
-compared by their held-out error (:func:`select_choice`), not by their in-sample error; the chosen one is recorded in
-``catalogs/calibration/gpu_efficiency.yaml`` (``selection``) and reproduced by :func:`refit_and_write`.
+held-out figure (the selection, ``validate --cv source``, the model-error file) uses ``chord`` (:data:`CV_METHOD`).
+Model choices (:data:`CHOICES`: how much the priors weigh, which constants are held at their prior, which files are
+fitted) are compared by their held-out error (:func:`select_choice`), not by their in-sample error; the chosen one is
+recorded in ``catalogs/calibration/gpu_efficiency.yaml`` (``selection``) and reproduced by :func:`refit_and_write`.
 """
 from __future__ import annotations
 
