@@ -4,8 +4,9 @@
 constants refitted without their source (:func:`~.cv.cross_validate` with :data:`~.cv.CV_METHOD`), wafer rows with
 the kernel constants refitted without it (:func:`wseplan.analytic.wse_fit.held_out_by_source`).
 :func:`write_model_error` turns the held-out residuals of the bundled files into
-``catalogs/calibration/model_error.yaml`` (read by :mod:`wseplan.model_error`). This module is not imported by ``wseplan.validate`` (the wafer refit imports that
-package): ``from wseplan.validate.intervals import write_model_error``.
+``catalogs/calibration/model_error.yaml`` (read by :mod:`wseplan.model_error`). This module is not imported by
+``wseplan.validate`` (the wafer refit imports that package): ``from wseplan.validate.intervals import
+write_model_error``.
 """
 from __future__ import annotations
 
