@@ -252,9 +252,10 @@ def test_wse_time_uses_sim_fit_and_colour_limit(cat):
     assert F.wafer_fabric_kwargs(cat.wafers["wse2"], "fp16", c, use_sim_fit=False)["num_colors"] == np.inf
 
 
-def test_colour_limit_forces_chain_on_wse3(cat):
-    """WSE-3: the input broadcast holds one of 6 colours, so a reduction tree may have 5 levels (32 PEs); on a
-    600-PE column (10 levels) the GEMV reduction is the chain - hand form (L-1)(h + ramp + c) + M a."""
+def test_colour_limit_takes_the_ktree_on_wse3(cat):
+    """WSE-3: the input broadcast holds one of 6 colours, so a binary reduction tree may have 5 levels (32 PEs); on a
+    600-PE column (10 levels) the GEMV reduction is WaferLLM's two-level K-tree (4 colours): hand form
+    (L-1) h + ((r-1) + (ceil(L/r)-1)) (ramp + c) + M a (2 - phi) with r = ceil(sqrt L) = 25, i.e. 24 + 23 stages."""
     c = F.load_fabric_constants()
     w = cat.wafers["wse3"]
     fk = F.wafer_fabric_kwargs(w, "fp16", c)
@@ -262,14 +263,16 @@ def test_colour_limit_forces_chain_on_wse3(cat):
     limited = float(F.gemv_cycles(**g, **fk))
     free = float(F.gemv_cycles(**g, **dict(fk, num_colors=np.inf)))
     chain = float(F.gemv_cycles(**g, **dict(fk, reduce_algo="chain")))
-    assert limited == pytest.approx(chain, rel=1e-12) and free < limited
-    # the chain part by hand: nt = ceil(4096/600) = 7 fp16 values = 4 wavelets, a = max(1, 2 * t_mac)
+    assert free < limited < chain
+    # the reduction part by hand: nt = ceil(4096/600) = 7 fp16 values = 4 wavelets, a = max(1, 2 * t_mac)
     tm = max(2 / w.flop_per_cycle_per_pe["fp16"].si, 3 * 2 / w.sram_bytes_per_cycle_per_pe.si)
     a = max(1.0, 2 * tm)
-    hand = 599 * (1.0 + 2.0 + fk["reduce_stage_cycles"]) + 4 * a
+    hand = 599 * 1.0 + (24 + 23) * (2.0 + fk["reduce_stage_cycles"]) + 4 * a * (2.0 - fk["tree_level_overlap_frac"])
     red = float(F.line_reduce_cycles(length_pes=600, message_bytes=7 * 2, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
-                                     ramp_latency_cycles=2.0, add_cycles_per_wavelet=2 * tm, algo="chain",
-                                     reduce_stage_cycles=fk["reduce_stage_cycles"]))
+                                     ramp_latency_cycles=2.0, add_cycles_per_wavelet=2 * tm, algo="best",
+                                     reduce_stage_cycles=fk["reduce_stage_cycles"], tree_level_cycles=fk["tree_level_cycles"],
+                                     tree_level_overlap_frac=fk["tree_level_overlap_frac"], max_tree_levels=5,
+                                     tree_model=fk["tree_model"]))
     assert red == pytest.approx(hand, rel=1e-12)
     # and the decode model sees it: a WSE-3 decode block on 600 x 600 is slower with the limit than without
     m = cat.models["llama-3-8b"]
@@ -277,6 +280,29 @@ def test_colour_limit_forces_chain_on_wse3(cat):
     unl = W.decode_block_cycles(arch=m, batch=1, context=4096, rows=600, cols=600, fk=dict(fk, num_colors=np.inf),
                                 gemv_mac_efficiency_frac=1.0)
     assert sum(float(v) for v in lim.values()) > sum(float(v) for v in unl.values())
+
+
+@pytest.mark.parametrize("L", [64, 100, 256, 377, 500, 755, 1170])
+def test_ktree_closed_form_tracks_the_simulator(cat, L):
+    """The closed-form K-tree (line_reduce_cycles, best, 6 colours) within 3% of the mesh simulator's reduction on
+    WSE-3 lines that cannot hold a binary tree; and both count the same colours."""
+    from wseplan.analytic import fabric_kernels as K
+    from wseplan.sim import reduce
+    from wseplan.sim import _fabric as fb
+    from wseplan.sim.catalog_params import mesh_params_from_catalog
+
+    w = cat.wafers["wse3"]
+    fk = F.wafer_fabric_kwargs(w, "fp16", F.load_fabric_constants())
+    p = mesh_params_from_catalog(w)
+    for nbytes in (4, 64, 1024):
+        sim = reduce(p, nbytes=nbytes, region=(1, L), axis="row").cycles
+        cf = float(F.line_reduce_cycles(length_pes=L, message_bytes=nbytes, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
+                                        ramp_latency_cycles=2.0, add_cycles_per_wavelet=2 * max(1 / 16, 2 / 24),
+                                        reduce_stage_cycles=fk["reduce_stage_cycles"], tree_level_cycles=fk["tree_level_cycles"],
+                                        tree_level_overlap_frac=fk["tree_level_overlap_frac"], max_tree_levels=6,
+                                        tree_model=fk["tree_model"]))
+        assert cf == pytest.approx(sim, rel=0.03)
+    assert all(float(K.ktree_colors(n)) == fb.ktree_colors(n) for n in range(1, 1300))
 
 
 def test_measurement_refit_reproduces_fabric_yaml(tmp_path):

@@ -1,5 +1,7 @@
 """The closed forms in wseplan.sim._fabric against brute-force evaluation of their recurrences."""
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -107,3 +109,58 @@ def test_tree_broadcast_by_hand():
     have, _ = fb.tree_broadcast_line(t0=np.array(0.0), num_wavelets=3, hop_cycles=1, wavelet_cycles=1,
                                      ramp_cycles=0, length=4)
     np.testing.assert_allclose(have, [0, 7, 5, 9])
+
+
+def brute_ktree(ready, m, a0, a, h, ramp):
+    """Two-level K-tree by explicit per-level, per-group chains (the recurrence of brute_chain on each group)."""
+    length = len(ready)
+    r = math.isqrt(length - 1) + 1 if length > 1 else 1
+    first = np.array(ready, float)
+    done = first.copy()
+    step, st_ = 0.0, 1
+    while st_ < length:
+        new_step = max(step, a0, a)
+        for head in range(0, length, st_ * r):
+            members = [head + j * st_ for j in range(r) if head + j * st_ < length]
+            if len(members) < 2:
+                continue
+            order = members[::-1]
+            out = brute_chain(first[order], step, a0, a, m, st_ * h + ramp)
+            for pos, t in zip(order, out):
+                done[pos] = max(done[pos], t)
+            first[head] = out[-1] - (m - 1) * new_step
+        step = new_step
+        st_ *= r
+    return done
+
+
+@settings(max_examples=150, deadline=None)
+@given(length=st.integers(1, 12), m=st.integers(1, 6), a0=st.integers(1, 3), a=st.integers(1, 3),
+       h=st.integers(0, 3), ramp=st.integers(0, 3), ready=st.lists(st.integers(0, 30), min_size=12, max_size=12))
+def test_ktree_reduce_matches_per_group_chains(length, m, a0, a, h, ramp, ready):
+    ready = np.array(ready[:length], float)
+    done, levels = fb.ktree_reduce_line(ready=ready, ready_step=0, first_cycles=a0, stage_service_cycles=a,
+                                        num_wavelets=m, hop_cycles=h, ramp_cycles=ramp)
+    np.testing.assert_allclose(done, brute_ktree(ready, m, a0, a, h, ramp), rtol=1e-12)
+    # every position but 0 sends exactly once, to the position one stride nearer to 0
+    senders = np.concatenate([s for _, s in levels]) if levels else np.array([], int)
+    assert sorted(senders.tolist()) == list(range(1, length))
+
+
+def test_ktree_by_hand():
+    """L = 9: segments of r = 3; level 1 chains of 3 (stage latency h + ramp = 3): 1 + 2 (1 + 3) = 9; level 2 over
+    heads 0, 3, 6 (stage latency 3 h + ramp = 5): 9 + 1 + 2 (1 + 5) = 22 (one wavelet, a0 = a = 1)."""
+    done, _ = fb.ktree_reduce_line(ready=np.zeros(9), ready_step=0, first_cycles=1, stage_service_cycles=1,
+                                   num_wavelets=1, hop_cycles=1, ramp_cycles=2)
+    assert done[0] == 22.0
+    assert fb.ktree_radix(9) == 3 and fb.ktree_radix(10) == 4 and fb.ktree_radix(377) == 20
+    assert fb.ktree_colors(9) == 4 and fb.ktree_colors(2) == 1 and fb.ktree_colors(3) == 2
+
+
+def test_ktree_of_two_equals_chain():
+    ready = np.array([[3.0, 10.0]])
+    done, _ = fb.ktree_reduce_line(ready=ready, ready_step=0, first_cycles=1, stage_service_cycles=2,
+                                   num_wavelets=5, hop_cycles=1, ramp_cycles=2)
+    chain = fb.chain_reduce_line(ready=ready[:, ::-1], ready_step=0, first_cycles=1, stage_service_cycles=2,
+                                 num_wavelets=5, stage_cycles=3)
+    assert done[0, 0] == chain[0, -1]

@@ -199,3 +199,19 @@ def test_catalog_wafers_documented_numbers(catalog):
     assert w2.flop_per_cycle == 8 and w3.flop_per_cycle == 16 and w2.num_colors == 21
     assert mesh_params_from_catalog(catalog.wafers["wse2"], clock_hz=0.85e9).clock_hz == 0.85e9
     assert math.isclose(w2.wavelet_cycles, 1.0)
+
+
+def test_colour_limit_takes_the_ktree(catalog):
+    """WSE-3 keeps 6 free colours: a 377-PE line's binary tree needs 9 levels (does not fit), so the automatic
+    choice is the two-level K-tree (4 colours), faster than the chain that fits too (WaferLLM's MeshGEMV)."""
+    p = mesh_params_from_catalog(catalog.wafers["wse3"])
+    auto = reduce(p, nbytes=64, region=(1, 377), axis="row")
+    kt = reduce(p, nbytes=64, region=(1, 377), axis="row", algo=ReduceAlgo.KTREE)
+    tree = reduce(p, nbytes=64, region=(1, 377), axis="row", algo=ReduceAlgo.TREE)
+    chain = reduce(p, nbytes=64, region=(1, 377), axis="row", algo=ReduceAlgo.CHAIN)
+    assert not tree.fits and kt.fits and chain.fits and kt.colors_used == 4
+    assert auto.cycles == kt.cycles < chain.cycles
+    # with colours for the binary tree the K-tree is not taken
+    free = reduce(small(num_colors=21, rows=1, cols=377), nbytes=64, region=(1, 377), axis="row")
+    assert free.cycles == reduce(small(num_colors=21, rows=1, cols=377), nbytes=64, region=(1, 377), axis="row",
+                                 algo=ReduceAlgo.TREE).cycles

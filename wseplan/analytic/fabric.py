@@ -122,8 +122,9 @@ def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_by
         Share of each further tree level's message time that overlaps the previous level (the levels are
         pipelined) [0-1]; fitted to the simulator, 0 by default (every level pays the whole message).
     max_tree_levels : float
-        Tree levels the routing colours allow (one colour per level); ``best`` falls back to the chain when
-        the tree needs more [levels]. Default: no limit.
+        Routing colours the reduction may use (a binary tree takes one per level) [colours]; where the binary tree
+        needs more, ``best`` takes the faster of the chain and the two-level K-tree (at most 4 colours). Default:
+        no limit.
     tree_model : {'levels', 'critical_path'}
         ``levels``: every PE path pays ``ceil(log2 L)`` levels and ``L-1`` hops (exact for a power-of-two
         line); ``critical_path``: :func:`tree_path_cycles` with ``send = ramp + c_t`` and ``skip = a``.
@@ -134,8 +135,11 @@ def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_by
     ``c_t`` = ``tree_level_cycles``, ``phi`` = ``tree_level_overlap_frac``. Chain (pipelined add-and-forward
     through every PE): ``(L-1)(h + ramp + c) + M a``. Binary tree (one pipelined pairwise transfer per level,
     ``lv`` levels): ``(L-1) h + lv (ramp + c_t) + M a (1 + (lv - 1)(1 - phi))``; with ``c_t = phi = 0`` this is
-    ``(L-1) h + lv (ramp + M a)``. ``best`` takes the faster (as WaferLLM's K-tree all-reduce picks its
-    fan-in) among those the colour budget allows.
+    ``(L-1) h + lv (ramp + M a)``. Two-level K-tree (WaferLLM's K-tree all-reduce with K = 2: chains within
+    segments of ``r = ceil(sqrt L)`` PEs, then a chain over the segment heads; 2 colours per level of three or more
+    members, :func:`wseplan.sim._fabric.ktree_reduce_line`): ``(L-1) h + ((r-1) + (ceil(L/r)-1)) (ramp + c) +
+    M a (2 - phi)``. ``best`` takes the faster among those the colour budget allows; the K-tree only where the
+    binary tree does not fit (WSE-3's 6 free colours: lines over 32 PEs).
     """
     if algo not in REDUCE_ALGOS:
         raise InputError(f"algo: unknown reduce {algo!r}; use one of {', '.join(REDUCE_ALGOS)}")
@@ -330,7 +334,8 @@ def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstan
     the simulator fit, the simulator-fitted constants (``reduce_stage_cycles``, ``tree_level_cycles``,
     ``tree_level_overlap_frac``, ``broadcast_overlap_frac``, ``tree_model``) from ``fabric_sim_fit.yaml``
     (:func:`sim_fit_values`) plus the wafer's routing-colour limit ``num_colors`` (catalog
-    ``free_routing_colors``; a reduction tree needs one colour per level, so long lines fall back to the chain).
+    ``free_routing_colors``; a binary reduction tree needs one colour per level, so long lines take the two-level
+    K-tree or the chain).
 
     Parameters
     ----------

@@ -106,11 +106,30 @@ def _scalar(v) -> bool:
     return isinstance(v, (float, int, str, np.generic)) or (isinstance(v, np.ndarray) and v.ndim == 0)
 
 
+def ktree_colors(L):
+    """Routing colours of the two-level K-tree over lines of ``L`` PEs (:func:`wseplan.sim._fabric.ktree_colors`):
+    per level 2 for a chain of three or more members, 1 for a pair [colours]."""
+    L = np.asarray(L, dtype=float)
+    r = np.ceil(np.sqrt(np.maximum(L, 1.0)))
+    heads = np.ceil(L / r)
+    lvl1 = np.where(np.minimum(r, L) >= 3.0, 2.0, 1.0)
+    lvl2 = np.where(heads >= 3.0, 2.0, np.where(heads >= 2.0, 1.0, 0.0))
+    return np.where(L > 1.0, lvl1 + lvl2, 0.0)
+
+
+def ktree_merges(L):
+    """Add-and-forward stages on the critical path of the two-level K-tree: ``(r - 1) + (ceil(L/r) - 1)`` with
+    ``r = ceil(sqrt L)`` [stages]."""
+    L = np.asarray(L, dtype=float)
+    r = np.ceil(np.sqrt(np.maximum(L, 1.0)))
+    return np.maximum(np.minimum(r, L) - 1.0, 0.0) + np.maximum(np.ceil(L / r) - 1.0, 0.0)
+
+
 class ReduceLine:
     """The terms of :func:`.fabric.line_reduce_cycles` that depend on the line lengths and the constants alone;
     :meth:`cycles` adds a message (its wavelets times the per-wavelet service ``a``)."""
 
-    __slots__ = ("gt1", "all_gt1", "K1", "path", "fac", "use", "mode")
+    __slots__ = ("gt1", "all_gt1", "K1", "path", "fac", "use", "mode", "kuse", "kpath", "kfac")
 
     def __init__(self, L, *, h, ramp, rsc, tlc, tlof, a, max_levels, tree_model, algo):
         scalars = all(_scalar(v) for v in (h, ramp, rsc, tlc, tlof, a, max_levels))
@@ -123,7 +142,11 @@ class ReduceLine:
         lv = np.ceil(np.log2(np.maximum(L, 1.0)))
         if algo == "best":
             self.use = lv <= max_levels
-            if scalars and not np.any(self.use):
+            # where the colours cannot hold the binary tree, the two-level K-tree (at most 4 colours) may
+            self.kuse = ~self.use & (ktree_colors(L) <= max_levels)
+            self.kpath = (L - 1.0) * h + ktree_merges(L) * (ramp + rsc)
+            self.kfac = 1.0 + (1.0 - tlof)
+            if scalars and not np.any(self.use) and not np.any(self.kuse):
                 self.mode = "chain"
                 return
             if scalars and np.all(self.use):
@@ -155,8 +178,11 @@ class ReduceLine:
             out.path = lead([ln.path for ln in lines])
             out.fac = lead([ln.fac for ln in lines])
             if mode == "best":
-                use = np.stack([np.broadcast_to(ln.use, np.shape(ln.K1)) for ln in lines])
-                out.use = use.reshape((len(lines),) + (1,) * (ndim + 1 - use.ndim) + use.shape[1:])
+                for name in ("use", "kuse"):
+                    m = np.stack([np.broadcast_to(getattr(ln, name), np.shape(ln.K1)) for ln in lines])
+                    setattr(out, name, m.reshape((len(lines),) + (1,) * (ndim + 1 - m.ndim) + m.shape[1:]))
+                out.kpath = lead([ln.kpath for ln in lines])
+                out.kfac = lead([ln.kfac for ln in lines])
         return out
 
     def cycles(self, Ma):
@@ -172,7 +198,8 @@ class ReduceLine:
             elif mode == "min":
                 t = np.minimum(chain, tree)
             else:
-                t = np.where(self.use, np.minimum(chain, tree), chain)
+                t = np.where(self.use, np.minimum(chain, tree),
+                             np.where(self.kuse, np.minimum(chain, self.kpath + Ma * self.kfac), chain))
         return t if self.all_gt1 else np.where(self.gt1, t, 0.0)
 
 

@@ -16,7 +16,7 @@ and context (the KV cache is the stationary operand), a softmax (all-reduce), th
 
 Constants: hardware from the catalog wafer; the fabric constants the mesh simulator resolves
 (``fabric_sim_fit.yaml``, ``wseplan calibrate``) and the wafer's routing-colour limit (``free_routing_colors``:
-reduction trees deeper than the free colours allow fall back to the chain) through
+binary reduction trees deeper than the free colours allow give way to the two-level K-tree or the chain) through
 :func:`.fabric.wafer_fabric_kwargs`; the kernel constants fitted to the WaferLLM measurements on top of them
 (``fabric.yaml``, :func:`.wse_fit.fit_wse_overheads`).
 

@@ -360,8 +360,9 @@ class WaferFamily(InferenceMixin, Family):
         return np.where(cfg["_valid"][sel], g, 0.0)
 
     def _best_side(self, ctx, cfg, phase, mb, tokens, layer_bytes):
-        """Square side minimising one wafer's pass time for this pass kind, among sides that tile the wafer, hold
-        the largest layer and leave room for every layer group (WaferLLM's region choice)."""
+        """Square side minimising one wafer's pass time for this pass kind (its layers' blocks and the hand-overs
+        between its layer groups), among sides that tile the wafer, hold the largest layer and leave room for every
+        layer group (WaferLLM's region choice)."""
         sides = ctx.sides
         n = len(layer_bytes)
         regions = (ctx.R // sides) * (ctx.C // sides)
@@ -386,7 +387,16 @@ class WaferFamily(InferenceMixin, Family):
                     if len(memo) >= 4096:
                         memo.clear()
                     memo[key] = tot
-            cost[:, cols] = np.where(ok[:, cols], tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None], np.inf)
+            # and the hand-overs between the fullest wafer's layer groups (as pass_time: the activations cross the
+            # region, then a kernel launch), so that smaller regions pay for the stages they add
+            grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
+            act = (mb if phase == "decode" else tok)[:, None] * ctx.m.d_model * ctx.fk["dtype_bytes"]
+            sd = sides[cols][None, :]
+            hand = fab.message_cycles(hops=2.0 * sd, message_bytes=act / sd, hop_latency_cycles=ctx.fk["hop_latency_cycles"],
+                                      link_bytes_per_cycle=ctx.fk["link_bytes_per_cycle"],
+                                      wavelet_bytes=ctx.fk["wavelet_bytes"]) + ctx.fk["per_kernel_overhead_cycles"]
+            cost[:, cols] = np.where(ok[:, cols], tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None]
+                                     + np.maximum(grp - 1.0, 0.0) * hand, np.inf)
         anyok = np.isfinite(cost).any(axis=1)
         return np.where(anyok, sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
 

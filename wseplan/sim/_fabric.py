@@ -9,12 +9,17 @@ brute-force evaluation of its recurrence on small cases (``tests/sim/test_fabric
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = [
     "multicast_line",
     "chain_reduce_line",
     "tree_reduce_line",
+    "ktree_reduce_line",
+    "ktree_radix",
+    "ktree_colors",
     "tree_broadcast_line",
     "store_forward_line",
     "incast_finish",
@@ -205,6 +210,86 @@ def tree_reduce_line(*, ready, ready_step, first_cycles, stage_service_cycles, n
         done[..., recv] = end
         levels.append((st, send))
         st *= 2
+    return done, levels
+
+
+def ktree_radix(length: int) -> int:
+    """Segment length of the two-level K-tree over ``length`` positions: ``ceil(sqrt(length))`` [PEs]."""
+    return math.isqrt(length - 1) + 1 if length > 1 else 1
+
+
+def _ktree_groups(length: int, st: int, r: int) -> list[np.ndarray]:
+    """Index arrays (groups, members) of one K-tree level with stride ``st``: member j of the group headed at h is
+    h + j*st (j < r, within the line); groups of equal size share one array (at most two sizes); a lone head has no
+    work at that level and is left out."""
+    heads = np.arange(0, length, st * r)
+    sizes = np.minimum(r, (length - 1 - heads) // st + 1)
+    out = []
+    for g in np.unique(sizes[sizes > 1]):
+        hs = heads[sizes == g]
+        out.append(hs[:, None] + st * np.arange(int(g))[None, :])
+    return out
+
+
+def ktree_colors(length: int) -> int:
+    """Routing colours of the two-level K-tree over ``length`` positions: per level, 2 for a chain of 3 or more
+    members (alternating parity, as the chain reduction), 1 for pairs [colours]."""
+    if length <= 1:
+        return 0
+    r = ktree_radix(length)
+    need, st = 0, 1
+    while st < length:
+        members = max(int(g.shape[1]) for g in _ktree_groups(length, st, r))
+        need += 2 if members >= 3 else 1
+        st *= r
+    return need
+
+
+def ktree_reduce_line(*, ready, ready_step, first_cycles, stage_service_cycles, num_wavelets, hop_cycles,
+                      ramp_cycles):
+    """Two-level reduction towards position 0: WaferLLM's K-tree all-reduce with K = 2 (He et al., OSDI 2025,
+    MeshGEMV), which keeps a line's reduction to a few routing colours.
+
+    Parameters are those of :func:`tree_reduce_line` [cycles]. Level 1: every segment of ``r = ceil(sqrt L)``
+    consecutive positions chain-reduces into its first position (stage latency ``h + ramp``); level 2: the segment
+    heads (stride ``r``) chain-reduce into position 0 (stage latency ``r*h + ramp``). Each level is
+    :func:`chain_reduce_line`; a head's merged partial enters level 2 with an affine readiness (last wavelet at its
+    level-1 end, earlier ones spaced by the slowest service), as a level of :func:`tree_reduce_line`.
+
+    Returns
+    -------
+    done : ndarray, shape (..., L)
+        Time each position has finished its last send or add [cycles]; ``done[..., 0]`` ends the reduction.
+    link_levels : list of (stride, senders)
+        For link accounting: per level the stride and the sender positions (each sends to the position ``stride``
+        nearer to 0).
+    """
+    ready = np.array(ready, dtype=float)
+    length = ready.shape[-1]
+    done = ready.copy()
+    levels = []
+    if length <= 1:
+        return done, levels
+    r = ktree_radix(length)
+    m1 = int(num_wavelets) - 1
+    a, a0 = float(stage_service_cycles), float(first_cycles)
+    amx = max(a0, a)
+    first, step = ready.copy(), float(ready_step)
+    st = 1
+    while st < length:
+        senders = []
+        new_step = max(step, amx)
+        for idx in _ktree_groups(length, st, r):
+            order = idx[:, ::-1]                      # chain stage 0 = the far member, the last stage = the head
+            out = chain_reduce_line(ready=first[..., order], ready_step=step, first_cycles=a0,
+                                    stage_service_cycles=a, num_wavelets=num_wavelets,
+                                    stage_cycles=st * float(hop_cycles) + float(ramp_cycles))
+            done[..., order] = np.maximum(done[..., order], out)
+            first[..., idx[:, 0]] = out[..., -1] - m1 * new_step
+            senders.append(idx[:, 1:].ravel())
+        step = new_step
+        levels.append((st, np.sort(np.concatenate(senders))))
+        st *= r
     return done, levels
 
 

@@ -200,12 +200,15 @@ def _reduce_phase(tr: _Trace, *, axis, algo, ready, ready_step, num_wavelets, dt
         tr.use_colors({(axis, "reduce-chain", par) for par in range(min(2, length - 1))})
         tr.grid(tr.busy, axis)[..., :-1] += M * add
     else:
-        done, levels = fb.tree_reduce_line(ready=ready, ready_step=ready_step, first_cycles=a0,
-                                           stage_service_cycles=a, num_wavelets=M, hop_cycles=h,
-                                           ramp_cycles=ramp)
+        line = fb.tree_reduce_line if algo == ReduceAlgo.TREE else fb.ktree_reduce_line
+        done, levels = line(ready=ready, ready_step=ready_step, first_cycles=a0, stage_service_cycles=a,
+                            num_wavelets=M, hop_cycles=h, ramp_cycles=ramp)
         if loads.size:
             loads += _span_loads(length, levels, M, toward_zero=True)
-        tr.use_colors({(axis, "reduce-tree", lvl) for lvl in range(len(levels))})
+        if algo == ReduceAlgo.TREE:
+            tr.use_colors({(axis, "reduce-tree", lvl) for lvl in range(len(levels))})
+        else:
+            tr.use_colors({(axis, "reduce-ktree", c) for c in range(fb.ktree_colors(length))})
         nrecv = np.zeros(length)
         for st, send in levels:
             nrecv[send - st] += 1
@@ -232,8 +235,11 @@ def _pick_reduce(tr: _Trace, algo, *, ready, ready_step, num_wavelets, dtype_byt
     worst = ready.reshape(-1, length)[[int(np.argmax(ready.reshape(-1, length).max(-1)))]]
     budget = tr.params.num_colors - other_colors
     cands = []
-    for alg in (ReduceAlgo.CHAIN, ReduceAlgo.TREE):
-        need = min(2, length - 1) if alg == ReduceAlgo.CHAIN else fb.tree_levels(length)
+    # the two-level K-tree is a candidate where the colours cannot hold the binary tree (it needs at most 4)
+    algs = (ReduceAlgo.CHAIN, ReduceAlgo.TREE) + ((ReduceAlgo.KTREE,) if fb.tree_levels(length) > budget else ())
+    for alg in algs:
+        need = (min(2, length - 1) if alg == ReduceAlgo.CHAIN else fb.tree_levels(length) if alg == ReduceAlgo.TREE
+                else fb.ktree_colors(length))
         t = _reduce_time(tr.params, algo=alg, ready=worst, ready_step=ready_step, num_wavelets=num_wavelets,
                          dtype_bytes=dtype_bytes, epw=epw)
         cands.append((need > budget, t, alg))

@@ -97,6 +97,7 @@ class ReduceAlgo(str, enum.Enum):
 
     CHAIN = "chain"  #: pipelined add-and-forward through every PE
     TREE = "tree"    #: binary tree, one pipelined pairwise transfer per level
+    KTREE = "ktree"  #: two-level tree (WaferLLM's K-tree, K = 2): chains within segments of ceil(sqrt L), then over their heads
 
 
 class Gather(str, enum.Enum):
