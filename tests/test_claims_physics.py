@@ -226,13 +226,13 @@ def test_cerebras_production_figures_are_judged_with_the_production_profile(cata
     decoding): Llama-3.1-70B at 2,100 tokens/s on four CS-3 (Cerebras, 2024-10-24) and Llama-3.1-405B at 969
     tokens/s (Cerebras via Tom's Hardware, 2024-11-20). Neither breaks a bound; the verdict follows the estimate's
     own interval, which no validated row of the production profile narrows (every public wafer row ran research
-    code): both are consistent, about 2x the estimate."""
+    code): both are consistent, 1.3-1.7x the estimate."""
     for model, target, claimed in (("llama-3.1-70b", "cs3x4", 2100), ("llama-3.1-405b", "cs3x22", 969)):
         v = check_claim(Claim(id="c", text="t", kind="tokens_per_s_per_user", model=model, target=target, batch=1,
                               context=1024, value=claimed), catalog, errors=errors)
         assert v.bound is None and "wafer-production" in v.reason
         assert v.verdict == ("consistent" if v.margin <= 1 + v.error_frac else "optimistic")
-        assert v.verdict == "consistent" and 1.5 < v.margin < 2.5
+        assert v.verdict == "consistent" and 1.1 < v.margin < 2.5
         # the band is wider than the research profile's would be: the software dimension counts
         assert v.error_frac > errors["wse-infer"][0]
         assert math.isfinite(v.estimate) and v.estimate > 0
