@@ -142,15 +142,16 @@ class ReduceLine:
         lv = np.ceil(np.log2(np.maximum(L, 1.0)))
         if algo == "best":
             self.use = lv <= max_levels
-            # where the colours cannot hold the binary tree, the two-level K-tree (at most 4 colours) may
-            self.kuse = ~self.use & (ktree_colors(L) <= max_levels)
-            self.kpath = (L - 1.0) * h + ktree_merges(L) * (ramp + rsc)
-            self.kfac = 1.0 + (1.0 - tlof)
-            if scalars and not np.any(self.use) and not np.any(self.kuse):
-                self.mode = "chain"
-                return
             if scalars and np.all(self.use):
                 self.mode = "min"
+            else:
+                # where the colours cannot hold the binary tree, the two-level K-tree (at most 4 colours) may
+                self.kuse = ~self.use & (ktree_colors(L) <= max_levels)
+                self.kpath = (L - 1.0) * h + ktree_merges(L) * (ramp + rsc)
+                self.kfac = 1.0 + (1.0 - tlof)
+                if scalars and not np.any(self.use) and not np.any(self.kuse):
+                    self.mode = "chain"
+                    return
         if tree_model == "critical_path":
             self.path = tree_path_cycles(L, h, ramp + tlc, a)
         else:
