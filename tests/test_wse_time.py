@@ -255,7 +255,8 @@ def test_wse_time_uses_sim_fit_and_colour_limit(cat):
 def test_colour_limit_takes_the_ktree_on_wse3(cat):
     """WSE-3: the input broadcast holds one of 6 colours, so a binary reduction tree may have 5 levels (32 PEs); on a
     600-PE column (10 levels) the GEMV reduction is WaferLLM's two-level K-tree (4 colours): hand form
-    (L-1) h + ((r-1) + (ceil(L/r)-1)) (ramp + c) + M a (2 - phi) with r = ceil(sqrt L) = 25, i.e. 24 + 23 stages."""
+    (L-1) h + ((r-1) + (ceil(L/r)-1)) (ramp + c) + M a with r = ceil(sqrt L) = 25, i.e. 24 + 23 stages (600 = 24 x 25:
+    every segment full)."""
     c = F.load_fabric_constants()
     w = cat.wafers["wse3"]
     fk = F.wafer_fabric_kwargs(w, "fp16", c)
@@ -267,7 +268,7 @@ def test_colour_limit_takes_the_ktree_on_wse3(cat):
     # the reduction part by hand: nt = ceil(4096/600) = 7 fp16 values = 4 wavelets, a = max(1, 2 * t_mac)
     tm = max(2 / w.flop_per_cycle_per_pe["fp16"].si, 3 * 2 / w.sram_bytes_per_cycle_per_pe.si)
     a = max(1.0, 2 * tm)
-    hand = 599 * 1.0 + (24 + 23) * (2.0 + fk["reduce_stage_cycles"]) + 4 * a * (2.0 - fk["tree_level_overlap_frac"])
+    hand = 599 * 1.0 + (24 + 23) * (2.0 + fk["reduce_stage_cycles"]) + 4 * a
     red = float(F.line_reduce_cycles(length_pes=600, message_bytes=7 * 2, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
                                      ramp_latency_cycles=2.0, add_cycles_per_wavelet=2 * tm, algo="best",
                                      reduce_stage_cycles=fk["reduce_stage_cycles"], tree_level_cycles=fk["tree_level_cycles"],
@@ -282,10 +283,12 @@ def test_colour_limit_takes_the_ktree_on_wse3(cat):
     assert sum(float(v) for v in lim.values()) > sum(float(v) for v in unl.values())
 
 
-@pytest.mark.parametrize("L", [64, 100, 256, 377, 500, 755, 1170])
-def test_ktree_closed_form_tracks_the_simulator(cat, L):
-    """The closed-form K-tree (line_reduce_cycles, best, 6 colours) within 3% of the mesh simulator's reduction on
-    WSE-3 lines that cannot hold a binary tree; and both count the same colours."""
+@pytest.mark.parametrize("L,colors", [(39, 5), (69, 6), (78, 6), (100, 6), (152, 6), (256, 6), (377, 6), (500, 6),
+                                      (755, 6), (1170, 6)])
+def test_ktree_closed_form_tracks_the_simulator(cat, L, colors):
+    """The closed-form K-tree (line_reduce_cycles, best) within 3% of the mesh simulator's reduction on WSE-3 lines
+    that cannot hold a binary tree, square and not (a partial last segment), short and long messages; and both
+    count the same colours."""
     from wseplan.analytic import fabric_kernels as K
     from wseplan.sim import reduce
     from wseplan.sim import _fabric as fb
@@ -293,15 +296,21 @@ def test_ktree_closed_form_tracks_the_simulator(cat, L):
 
     w = cat.wafers["wse3"]
     fk = F.wafer_fabric_kwargs(w, "fp16", F.load_fabric_constants())
-    p = mesh_params_from_catalog(w)
-    for nbytes in (4, 64, 1024):
-        sim = reduce(p, nbytes=nbytes, region=(1, L), axis="row").cycles
+    p = mesh_params_from_catalog(w, num_colors=colors)
+    for nbytes in (4, 64, 1024, 4096):
+        res = reduce(p, nbytes=nbytes, region=(1, L), axis="row")
+        assert res.fits
+        sim = res.cycles
         cf = float(F.line_reduce_cycles(length_pes=L, message_bytes=nbytes, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
                                         ramp_latency_cycles=2.0, add_cycles_per_wavelet=2 * max(1 / 16, 2 / 24),
                                         reduce_stage_cycles=fk["reduce_stage_cycles"], tree_level_cycles=fk["tree_level_cycles"],
-                                        tree_level_overlap_frac=fk["tree_level_overlap_frac"], max_tree_levels=6,
+                                        tree_level_overlap_frac=fk["tree_level_overlap_frac"], max_tree_levels=colors,
                                         tree_model=fk["tree_model"]))
         assert cf == pytest.approx(sim, rel=0.03)
+        kt = float(F.line_reduce_cycles(length_pes=L, message_bytes=nbytes, hop_latency_cycles=1.0, link_bytes_per_cycle=4.0,
+                                        ramp_latency_cycles=2.0, add_cycles_per_wavelet=2 * max(1 / 16, 2 / 24),
+                                        reduce_stage_cycles=fk["reduce_stage_cycles"], algo="ktree"))
+        assert kt == cf  # the choice is the K-tree
     assert all(float(K.ktree_colors(n)) == fb.ktree_colors(n) for n in range(1, 1300))
 
 

@@ -215,3 +215,12 @@ def test_colour_limit_takes_the_ktree(catalog):
     free = reduce(small(num_colors=21, rows=1, cols=377), nbytes=64, region=(1, 377), axis="row")
     assert free.cycles == reduce(small(num_colors=21, rows=1, cols=377), nbytes=64, region=(1, 377), axis="row",
                                  algo=ReduceAlgo.TREE).cycles
+
+
+def test_allreduce_keeps_within_the_colours_on_wse3(catalog):
+    """The 2-D all-reduce lets each line reduction use the budget less the two broadcasts' colours, so it leaves the
+    K-tree out (two K-trees would need 4 + 4 + 2 colours): on WSE-3 a 100 x 100 all-reduce fits, with chains."""
+    p = mesh_params_from_catalog(catalog.wafers["wse3"])
+    r = allreduce(p, nbytes=64, region=(100, 100))
+    assert r.fits and r.colors_used <= 6
+    assert r.cycles == allreduce(p, nbytes=64, region=(100, 100), algo=ReduceAlgo.CHAIN).cycles

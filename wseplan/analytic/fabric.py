@@ -33,7 +33,7 @@ from .fabric_constants import (SIM_FIT_IDENTITY, SIM_FIT_NAMES, TREE_MODELS, Fab
                                default_calibration_dir, load_fabric_constants, load_fabric_sim_fit, sim_fit_values)
 
 BROADCAST_ALGOS = ("chain", "store_forward", "tree")
-REDUCE_ALGOS = ("chain", "tree", "best")
+REDUCE_ALGOS = ("chain", "tree", "ktree", "best")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 1, "fp4": 1}
 
 
@@ -138,10 +138,12 @@ def line_reduce_cycles(*, length_pes, message_bytes, hop_latency_cycles, link_by
     ``(L-1) h + lv (ramp + M a)``. Two-level K-tree (WaferLLM's K-tree all-reduce with K = 2: chains within
     segments of ``r = ceil(sqrt L)`` PEs, then a chain over the segment heads; 2 colours per level of three or more
     members, :func:`wseplan.sim._fabric.ktree_reduce_line`): ``(L-1) h + ((r-1) + (ceil(L/r)-1)) (ramp + c) +
-    M a (2 - phi)``. ``best`` takes the faster among those the colour budget allows; the K-tree only where the
-    binary tree does not fit (WSE-3's 6 free colours: lines over 32 PEs).
+    M a`` when ``L`` is a perfect square (:func:`.fabric_kernels.ktree_path` for a partial last segment). ``best``
+    takes the faster among those the colour budget allows, the K-tree only where the binary tree does not fit
+    (WSE-3's 6 free colours: lines over 32 PEs); ``best_tc`` the faster of chain and tree alone (the 2-D
+    all-reduce, whose colour accounting lets each line use the whole budget, so it keeps to the two).
     """
-    if algo not in REDUCE_ALGOS:
+    if algo not in REDUCE_ALGOS and algo != "best_tc":
         raise InputError(f"algo: unknown reduce {algo!r}; use one of {', '.join(REDUCE_ALGOS)}")
     L = np.asarray(length_pes, dtype=float)
     M = num_wavelets(message_bytes=message_bytes, wavelet_bytes=wavelet_bytes)
@@ -171,7 +173,7 @@ def allreduce_cycles(*, rows, cols, message_bytes, hop_latency_cycles, link_byte
               ramp_latency_cycles=ramp_latency_cycles)
     rk = dict(kw, add_cycles_per_wavelet=add_cycles_per_wavelet, reduce_stage_cycles=reduce_stage_cycles,
               tree_level_cycles=tree_level_cycles, tree_level_overlap_frac=tree_level_overlap_frac,
-              max_tree_levels=num_colors - 2.0, tree_model=tree_model)
+              max_tree_levels=num_colors - 2.0, tree_model=tree_model, algo="best_tc")
     red = line_reduce_cycles(length_pes=cols, **rk) + line_reduce_cycles(length_pes=rows, **rk)
     bc = line_broadcast_cycles(length_pes=rows, **kw) + line_broadcast_cycles(length_pes=cols, **kw)
     return red + bc

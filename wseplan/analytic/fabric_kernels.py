@@ -117,12 +117,18 @@ def ktree_colors(L):
     return np.where(L > 1.0, lvl1 + lvl2, 0.0)
 
 
-def ktree_merges(L):
-    """Add-and-forward stages on the critical path of the two-level K-tree: ``(r - 1) + (ceil(L/r) - 1)`` with
-    ``r = ceil(sqrt L)`` [stages]."""
+def ktree_path(L, h, stage):
+    """Critical path of the two-level K-tree over lines of ``L`` PEs without the message [cycles]: with
+    ``r = ceil(sqrt L)`` segments, ``k = ceil(L/r)`` of them, the last holding ``g = L - (k-1) r``, level-1 stages
+    costing ``c1 = h + stage`` and level-2 stages (``r`` hops apart) ``c2 = r h + stage``, the slower of the path
+    through the last segment, ``(g-1) c1 + (k-1) c2``, and through the one before it, ``(r-1) c1 + (k-2) c2``
+    (``stage`` = ramp + the chain's stage service). A perfect square gives ``(L-1) h + 2 (r-1) stage``."""
     L = np.asarray(L, dtype=float)
     r = np.ceil(np.sqrt(np.maximum(L, 1.0)))
-    return np.maximum(np.minimum(r, L) - 1.0, 0.0) + np.maximum(np.ceil(L / r) - 1.0, 0.0)
+    k = np.ceil(L / r)
+    g = L - (k - 1.0) * r
+    c1, c2 = h + stage, r * h + stage
+    return np.where(L > 1.0, np.maximum((g - 1.0) * c1 + (k - 1.0) * c2, (r - 1.0) * c1 + (k - 2.0) * c2), 0.0)
 
 
 class ReduceLine:
@@ -139,16 +145,21 @@ class ReduceLine:
         self.mode = algo
         if algo == "chain":
             return
+        if algo == "ktree":
+            self.kpath, self.kfac = ktree_path(L, h, ramp + rsc), 1.0
+            return
         lv = np.ceil(np.log2(np.maximum(L, 1.0)))
-        if algo == "best":
+        if algo in ("best", "best_tc"):
+            self.mode = "best"
             self.use = lv <= max_levels
             if scalars and np.all(self.use):
                 self.mode = "min"
             else:
-                # where the colours cannot hold the binary tree, the two-level K-tree (at most 4 colours) may
-                self.kuse = ~self.use & (ktree_colors(L) <= max_levels)
-                self.kpath = (L - 1.0) * h + ktree_merges(L) * (ramp + rsc)
-                self.kfac = 1.0 + (1.0 - tlof)
+                # where the colours cannot hold the binary tree, the two-level K-tree (at most 4 colours) may; its
+                # levels are chains, so the message is paid about once (no per-level term)
+                self.kuse = ~self.use & (ktree_colors(L) <= max_levels) if algo == "best" else np.zeros(np.shape(L), bool)
+                self.kpath = ktree_path(L, h, ramp + rsc) if algo == "best" else 0.0
+                self.kfac = 1.0
                 if scalars and not np.any(self.use) and not np.any(self.kuse):
                     self.mode = "chain"
                     return
@@ -175,7 +186,10 @@ class ReduceLine:
         out = ReduceLine.__new__(ReduceLine)
         out.gt1, out.all_gt1, out.mode = first.gt1, first.all_gt1, mode
         out.K1 = lead([ln.K1 for ln in lines])
-        if mode != "chain":
+        if mode == "ktree":
+            out.kpath = lead([ln.kpath for ln in lines])
+            out.kfac = lead([ln.kfac for ln in lines])
+        elif mode != "chain":
             out.path = lead([ln.path for ln in lines])
             out.fac = lead([ln.fac for ln in lines])
             if mode == "best":
@@ -192,6 +206,8 @@ class ReduceLine:
         mode = self.mode
         if mode == "chain":
             t = chain
+        elif mode == "ktree":
+            t = self.kpath + Ma * self.kfac
         else:
             tree = self.path + Ma * self.fac
             if mode == "tree":

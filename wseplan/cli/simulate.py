@@ -62,7 +62,7 @@ def _out(res, fmt: str, title: str, extra: dict | None = None) -> None:
 def gemv_cmd(k: int = typer.Option(..., "--k", help="Input length K [elements]."),
              n: int = typer.Option(..., "--n", help="Output length N [elements]."),
              target: str = _TARGET, region: Optional[str] = _REGION, precision: str = _PREC,
-             reduce_algo: Optional[str] = typer.Option(None, "--reduce", help="chain | tree (default: the faster)."),
+             reduce_algo: Optional[str] = typer.Option(None, "--reduce", help="chain | tree | ktree (default: the fastest the colours allow)."),
              clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """y[1,N] = x[1,K] · W[K,N] with W tiled over a region. Example: wseplan simulate gemv --k 16384 --n 16384 --target wse2 --region 720x720"""
     from ..sim import ReduceAlgo, gemv
@@ -70,8 +70,8 @@ def gemv_cmd(k: int = typer.Option(..., "--k", help="Input length K [elements]."
     _, t, p = _params(target, precision, catalog, clock_hz)
     ra = None
     if reduce_algo is not None:
-        if reduce_algo not in ("chain", "tree"):
-            raise InputError(f"--reduce: use chain or tree, got {reduce_algo!r}")
+        if reduce_algo not in ("chain", "tree", "ktree"):
+            raise InputError(f"--reduce: use chain, tree or ktree, got {reduce_algo!r}")
         ra = ReduceAlgo(reduce_algo)
     res = gemv(p, k=k, n=n, region=_region(region), dtype_bytes=_dtype_bytes(precision), reduce_algo=ra)
     _out(res, fmt, f"GEMV {k}x{n} on {t.key}", {"kernel": "gemv", "k": k, "n": n, "target": t.key})
@@ -93,14 +93,14 @@ def gemm_cmd(m: int = typer.Option(..., "--m", help="Rows of X [elements]."),
 @sim_app.command("reduce")
 def reduce_cmd(nbytes: float = typer.Option(..., "--bytes", help="Vector size per PE [bytes]."),
                axis: str = typer.Option("row", "--axis", help="row | col"),
-               algo: str = typer.Option("chain", "--algo", help="chain | tree"),
+               algo: str = typer.Option("chain", "--algo", help="chain | tree | ktree (two-level K-tree)"),
                target: str = _TARGET, region: Optional[str] = _REGION, precision: str = _PREC,
                clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """Reduce a vector along rows or columns. Example: wseplan simulate reduce --bytes 4096 --region 1x512 --algo tree"""
     from ..sim import ReduceAlgo, reduce
 
-    if algo not in ("chain", "tree"):
-        raise InputError(f"--algo: use chain or tree, got {algo!r}")
+    if algo not in ("chain", "tree", "ktree"):
+        raise InputError(f"--algo: use chain, tree or ktree, got {algo!r}")
     if axis not in ("row", "col"):
         raise InputError(f"--axis: use row or col, got {axis!r}")
     _, t, p = _params(target, precision, catalog, clock_hz)

@@ -224,8 +224,9 @@ def _reduce_time(params: MeshParams, *, algo, ready, ready_step, num_wavelets, d
                                num_wavelets=num_wavelets, dtype_bytes=dtype_bytes, epw=epw)[..., 0].max())
 
 
-def _pick_reduce(tr: _Trace, algo, *, ready, ready_step, num_wavelets, dtype_bytes, epw, other_colors):
-    """Chosen algorithm: the given one, or the faster of chain/tree that fits the colour budget."""
+def _pick_reduce(tr: _Trace, algo, *, ready, ready_step, num_wavelets, dtype_bytes, epw, other_colors, ktree=True):
+    """Chosen algorithm: the given one, or the faster of chain/tree (and, where the binary tree does not fit and
+    ``ktree``, the two-level K-tree) that fits the colour budget."""
     if algo is not None:
         return ReduceAlgo(algo)
     length = ready.shape[-1]
@@ -236,7 +237,7 @@ def _pick_reduce(tr: _Trace, algo, *, ready, ready_step, num_wavelets, dtype_byt
     budget = tr.params.num_colors - other_colors
     cands = []
     # the two-level K-tree is a candidate where the colours cannot hold the binary tree (it needs at most 4)
-    algs = (ReduceAlgo.CHAIN, ReduceAlgo.TREE) + ((ReduceAlgo.KTREE,) if fb.tree_levels(length) > budget else ())
+    algs = (ReduceAlgo.CHAIN, ReduceAlgo.TREE) + ((ReduceAlgo.KTREE,) if ktree and fb.tree_levels(length) > budget else ())
     for alg in algs:
         need = (min(2, length - 1) if alg == ReduceAlgo.CHAIN else fb.tree_levels(length) if alg == ReduceAlgo.TREE
                 else fb.ktree_colors(length))
@@ -343,7 +344,10 @@ def _check_dtype(dtype_bytes):
 
 def _allreduce_into(tr: _Trace, *, ready, nbytes, dtype_bytes, algo, name, rows=None, cols=None):
     """All-reduce over the sub-region rows x cols of the trace (default all): reduce rows to column 0,
-    column 0 to PE (0, 0), broadcast down column 0, then along the rows. Returns per-PE finish (P', Q')."""
+    column 0 to PE (0, 0), broadcast down column 0, then along the rows. Returns per-PE finish (P', Q').
+
+    Each line reduction picks from chain and tree with the budget less the two broadcasts' colours (the two do not
+    share it: a known simplification, which the closed form mirrors), so the K-tree is left out here."""
     p = tr.params
     sub = ready if rows is None else ready[:rows, :cols]
     P, Q = sub.shape
@@ -353,14 +357,14 @@ def _allreduce_into(tr: _Trace, *, ready, nbytes, dtype_bytes, algo, name, rows=
     view = _Trace(p, P, Q)
     view.phase_colors = tr.phase_colors
     alg_r = _pick_reduce(view, algo, ready=sub, ready_step=0.0, num_wavelets=M, dtype_bytes=dtype_bytes,
-                         epw=epw, other_colors=2)
+                         epw=epw, other_colors=2, ktree=False)
     row_busy = None
     row_done = _reduce_phase(view, axis="row", algo=alg_r, ready=sub, ready_step=0.0, num_wavelets=M,
                              dtype_bytes=dtype_bytes, epw=epw)
     row_busy = view.busy.copy()
     col_in = row_done[:, :1].T                                   # (1, P)
     alg_c = _pick_reduce(view, algo, ready=col_in, ready_step=0.0, num_wavelets=M, dtype_bytes=dtype_bytes,
-                         epw=epw, other_colors=2)
+                         epw=epw, other_colors=2, ktree=False)
     col_done = _reduce_phase(view, axis="col", algo=alg_c, ready=np.repeat(col_in, Q, axis=0),
                              ready_step=0.0, num_wavelets=M, dtype_bytes=dtype_bytes, epw=epw)
     # Only column 0 actually reduces: undo the loads and busy time booked for the other columns.
