@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,10 +82,11 @@ def test_chain_reduce_matches_recurrence(length, m, g, a0, a, c, ready):
     np.testing.assert_allclose(got, brute_chain(ready, g, a0, a, m, c), rtol=1e-12)
 
 
-def test_tree_reduce_two_stage_equals_chain():
+@pytest.mark.parametrize("line", [fb.tree_reduce_line, fb.ktree_reduce_line])
+def test_two_stage_tree_and_ktree_equal_chain(line):
     ready = np.array([[3.0, 10.0]])
-    done, _ = fb.tree_reduce_line(ready=ready, ready_step=0, first_cycles=1, stage_service_cycles=2,
-                                  num_wavelets=5, hop_cycles=1, ramp_cycles=2)
+    done, _ = line(ready=ready, ready_step=0, first_cycles=1, stage_service_cycles=2,
+                   num_wavelets=5, hop_cycles=1, ramp_cycles=2)
     chain = fb.chain_reduce_line(ready=ready[:, ::-1], ready_step=0, first_cycles=1, stage_service_cycles=2,
                                  num_wavelets=5, stage_cycles=3)
     assert done[0, 0] == chain[0, -1]
@@ -155,12 +157,3 @@ def test_ktree_by_hand():
     assert done[0] == 22.0
     assert fb.ktree_radix(9) == 3 and fb.ktree_radix(10) == 4 and fb.ktree_radix(377) == 20
     assert fb.ktree_colors(9) == 4 and fb.ktree_colors(2) == 1 and fb.ktree_colors(3) == 2
-
-
-def test_ktree_of_two_equals_chain():
-    ready = np.array([[3.0, 10.0]])
-    done, _ = fb.ktree_reduce_line(ready=ready, ready_step=0, first_cycles=1, stage_service_cycles=2,
-                                   num_wavelets=5, hop_cycles=1, ramp_cycles=2)
-    chain = fb.chain_reduce_line(ready=ready[:, ::-1], ready_step=0, first_cycles=1, stage_service_cycles=2,
-                                 num_wavelets=5, stage_cycles=3)
-    assert done[0, 0] == chain[0, -1]
