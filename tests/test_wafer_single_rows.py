@@ -100,7 +100,7 @@ def test_stacked_gemv_variants_equal_the_loop(monkeypatch, seed):
             else float(rng.integers(1, 50))
         kw = dict(k=float(rng.integers(1, 20000)), n=float(rng.integers(1, 20000)), m=m, flop_per_cycle=float(rng.choice([2.0, 8.0])),
                   sram_bytes_per_cycle=float(rng.choice([8.0, 16.0])), link_bytes_per_cycle=float(rng.choice([4.0, 2.0])),
-                  reduce_algo=str(rng.choice(["best", "chain", "tree"])), broadcast_overlap_frac=float(rng.random()),
+                  reduce_algo=str(rng.choice(["best", "chain", "tree", "ktree"])), broadcast_overlap_frac=float(rng.random()),
                   tree_level_overlap_frac=float(rng.random()), num_colors=float(rng.choice([np.inf, 3.0, 8.0, 24.0])),
                   tree_model=str(rng.choice(["levels", "critical_path"])),
                   variants=((float(rng.integers(0, 5)), float(rng.integers(0, 3)), 50.0, float(rng.integers(0, 9)),
