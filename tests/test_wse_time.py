@@ -345,3 +345,23 @@ def test_fit_predictions_equal_validate(cat):
     assert {r.category for r in rows} == {"wse-infer"} and {r.quality for r in rows} <= {"strong", "medium"}
     for r in rows:
         assert WF.predict_row(r, cat, c) == pytest.approx(predict_case(r, cat), rel=1e-12)
+
+
+def test_wafer_draft_lives_in_the_targets_free_sram(cat):
+    """wafer-production's draft (Llama-3.2-1B) adds no wafer: it lives in the SRAM the target leaves free, and where it
+    does not fit there the engine does not speculate. Llama-3.1-8B on one CS-3: at batch 1 x 8,192 the draft fits and
+    speculation is used (faster than without); at batch 4 x 40,000 the target holds ~37 GB of the wafer's 41.2 GB
+    (5% reserve) and the draft would need 1.236e9 x 2 B of weights + 4 x 40,000 x 16 layers x 8 KV heads x 64 x 2 x 2 B
+    of KV = 2.47 + 5.24 GB (hand count): it does not fit, so the step is the plain one."""
+    from wseplan.plan import plan
+
+    small = plan("llama-3.1-8b", "cs3x1", phase="decode", batch=1, context=8192, catalog=cat)
+    plain = plan("llama-3.1-8b", "cs3x1", phase="decode", batch=1, context=8192, catalog=cat, options={"speculative": "none"})
+    assert small.fits and small.num_devices == 1 and small.tpot_s < plain.tpot_s
+    big = plan("llama-3.1-8b", "cs3x1", phase="decode", batch=4, context=40_000, catalog=cat)
+    big_plain = plan("llama-3.1-8b", "cs3x1", phase="decode", batch=4, context=40_000, catalog=cat,
+                     options={"speculative": "none"})
+    draft_bytes = 1.236e9 * 2 + 4 * 40_000 * 16 * 8 * 64 * 2 * 2
+    assert big.fits and big.num_devices == 1
+    assert big.per_device_bytes + draft_bytes > 0.95 * cat.wafers["wse3"].usable_sram_bytes
+    assert big.tpot_s == big_plain.tpot_s

@@ -71,6 +71,11 @@ class InferenceMixin:
         """Host time of one engine step outside the device passes [s] (none unless the family models one)."""
         return 0.0
 
+    def draft_fits(self, ctx, cfg, rows, dctx, dcfg):
+        """Whether the draft model of speculative decoding fits beside the target on the rows' devices (the family
+        decides where a draft lives; by default it always does)."""
+        return True
+
     def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None):
         """Time per output token of a decode round, with speculative decoding where the software profile (or the
         ``speculative`` options) turns it on and it is faster: ``(verify + k x draft) / E[accepted]``, the draft passes
@@ -90,7 +95,8 @@ class InferenceMixin:
         draft = draft - self.step_host_s(dctx)
         g = float(E.accepted_tokens_per_step(draft_tokens=k, acceptance_frac=a))
         spec_tpot = (verify + k * draft) / g
-        use = spec_tpot < tpot  # the engine speculates where it pays (not at compute-bound batches)
+        # the engine speculates where it pays (not at compute-bound batches) and where the draft fits beside the target
+        use = (spec_tpot < tpot) & self.draft_fits(ctx, cfg, rows, dctx, dcfg)
         scale = X.where(verify > 0, spec_tpot / X.where(verify > 0, verify, 1.0), 1.0)
         out_parts = {name: X.where(use, _arr(vparts.get(name, 0.0)) * scale, _arr(v)) for name, v in parts.items()}
         return X.where(use, spec_tpot, tpot), out_parts, X.where(use, vnmb, nmb), X.where(use, g, 1.0)

@@ -333,9 +333,20 @@ class WaferFamily(InferenceMixin, Family):
         ctx._last_round = (cfg, key, out)
         return out
 
+    def draft_fits(self, ctx: WaferContext, cfg: dict, rows, dctx: WaferContext, dcfg: dict):
+        """The draft lives in the SRAM the target leaves free on the replica's wafers (it runs between the target's
+        verification passes, on PEs the target is not using then): its weights and KV cache must fit in the free
+        bytes, else the engine does not speculate. No wafer is added for it."""
+        free = ctx.cap * cfg["_nw"][rows] - np.sum(cfg["_sb"][rows], axis=-1)
+        need = np.sum(dcfg["_sb"][rows], axis=-1)
+        ok = need <= free
+        return bool(ok) if np.ndim(ok) == 0 else ok
+
     def draft_setup(self, ctx: WaferContext, cfg: dict):
-        """The draft model on its own wafer(s): the fewest that hold it, with its own regions (the target's
-        wafers keep theirs); rows align with ``cfg``'s."""
+        """The draft model's regions and stages, laid out as on wafers of its own (the fewest that hold it); it is
+        placed in the SRAM the target's wafers leave free (:meth:`draft_fits`), so the replica counts no wafer for
+        it; its regions are sized by whole PEs' SRAM (an approximation: the free share per PE is smaller). Rows align
+        with ``cfg``'s."""
         if getattr(ctx, "_draft", None) is None:
             ctx._draft = WaferContext(draft_query(ctx.q, ctx.spec["draft_model"]))
         dctx = ctx._draft
