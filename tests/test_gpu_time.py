@@ -386,3 +386,20 @@ def test_lora_backward_skips_only_the_weight_gradient_gemms(catalog):
     assert float(lora) == pytest.approx(3 * fwd + 0.5 * parts["attention"] - parts["gemm"], rel=1e-12)
     # the attention's backward is not skipped: LoRA saves less than a third of the step at long context
     assert float(lora) > 2 * fwd + 1.5 * parts["attention"]
+
+
+def test_gpu_draft_memory_is_checked():
+    """Speculative decoding's draft shares the target's GPUs: its weights (and KV cache) must fit in the memory the
+    target leaves. Llama-3.1-70B in fp8 on one H100 holds ~70.9 GB of ~77.3 GB usable; an 8B draft needs ~8 GB of fp8
+    weights (hand count: 8.0e9 params x 1 B), so it does not fit and the step is the plain one; on two H100s (TP2,
+    ~35 GB each) it fits and pays."""
+    from wseplan.plan import plan
+
+    kw = dict(phase="decode", batch=1, context=2048, precision="fp8", software="gpu-production-specdec")
+    one = plan("llama-3.1-70b", "h100x1", options={"speculative": "llama-3.1-8b"}, **kw)
+    one_plain = plan("llama-3.1-70b", "h100x1", options={"speculative": "none"}, **kw)
+    assert one.fits and one.capacity_bytes - one.per_device_bytes < 8.0e9
+    assert one.tpot_s == one_plain.tpot_s
+    two = plan("llama-3.1-70b", "h100x2", options={"speculative": "llama-3.1-8b"}, **kw)
+    two_plain = plan("llama-3.1-70b", "h100x2", options={"speculative": "none"}, **kw)
+    assert two.fits and two.tpot_s < two_plain.tpot_s

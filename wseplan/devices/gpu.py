@@ -321,8 +321,20 @@ class GpuFamily(InferenceMixin, Family):
             return self._train_time(ctx, cfg)
         return self.infer_time(ctx, cfg)
 
+    def draft_fits(self, ctx: GpuContext, cfg: dict, rows, dctx: GpuContext, dcfg: dict):
+        """The draft's weights and KV cache (same TP/PP) must fit in the memory the target leaves free on each GPU
+        (the two alternate, so they share the activation workspace); else the engine does not speculate."""
+        one = np.ndim(rows) == 0
+        idx = np.atleast_1d(rows)
+        sub = {k: np.asarray(cfg[k], dtype=float)[idx] for k in ("batch", "context", "output_tokens", "tp", "pp", "dp")}
+        t, d = self.fit(ctx, sub), self.fit(dctx, sub)
+        need = (d["weights_bytes"] + d["kv_cache_bytes"]) / d["num_devices"]
+        ok = need <= t["capacity_bytes"] - t["per_device_bytes"]
+        return bool(ok[0]) if one else ok
+
     def draft_setup(self, ctx: GpuContext, cfg: dict):
-        """The draft model on the same GPUs with the same TP/PP (draft and target alternate on one engine)."""
+        """The draft model on the same GPUs with the same TP/PP (draft and target alternate on one engine); its memory
+        is checked by :meth:`draft_fits`."""
         if getattr(ctx, "_draft", None) is None:
             ctx._draft = GpuContext(draft_query(ctx.q, ctx.spec["draft_model"]))
         return ctx._draft, cfg
