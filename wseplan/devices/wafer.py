@@ -403,9 +403,7 @@ class WaferFamily(InferenceMixin, Family):
             grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
             act = (mb if phase == "decode" else tok)[:, None] * ctx.m.d_model * ctx.fk["dtype_bytes"]
             sd = sides[cols][None, :]
-            hand = fab.message_cycles(hops=2.0 * sd, message_bytes=act / sd, hop_latency_cycles=ctx.fk["hop_latency_cycles"],
-                                      link_bytes_per_cycle=ctx.fk["link_bytes_per_cycle"],
-                                      wavelet_bytes=ctx.fk["wavelet_bytes"]) + ctx.fk["per_kernel_overhead_cycles"]
+            hand = handover_cycles(ctx.fk, sd, sd, act)
             cost[:, cols] = np.where(ok[:, cols], tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None]
                                      + np.maximum(grp - 1.0, 0.0) * hand, np.inf)
         anyok = np.isfinite(cost).any(axis=1)
@@ -506,10 +504,7 @@ class WaferFamily(InferenceMixin, Family):
         blk_total = sum(_as_n(v, n) for v in blk.values())
         head_total = sum(_as_n(v, n) for v in head.values())
         act_bytes = (dtok + ptok) * ctx.m.d_model * fk["dtype_bytes"]
-        side = np.minimum(r_, c_)
-        hop = fab.message_cycles(hops=r_ + c_, message_bytes=act_bytes / side, hop_latency_cycles=fk["hop_latency_cycles"],
-                                 link_bytes_per_cycle=fk["link_bytes_per_cycle"],
-                                 wavelet_bytes=fk["wavelet_bytes"]) + fk["per_kernel_overhead_cycles"]
+        hop = handover_cycles(fk, r_, c_, act_bytes)
         x = fab.cross_system_transfer_s(message_bytes=act_bytes, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
                                         latency_s=c.cross_system_latency_s.si)
         nl, valid, nw = cfg["_nl"][rows], cfg["_valid"][rows], cfg["_nw"][rows]
@@ -532,6 +527,15 @@ class WaferFamily(InferenceMixin, Family):
             parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
         parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
         return lat, mx, parts
+
+
+def handover_cycles(fk: dict, rows, cols, act_bytes):
+    """One hand-over of a pass's activations from a layer group's region to the next on the wafer [cycles]: the
+    activations (``act_bytes``, spread over the region's shorter side) cross ``rows + cols`` hops, then a kernel
+    launch. Used by the pass time and by the region search (arrays broadcast; ``wafer_row`` has its float form)."""
+    return fab.message_cycles(hops=rows + cols, message_bytes=act_bytes / np.minimum(rows, cols),
+                              hop_latency_cycles=fk["hop_latency_cycles"], link_bytes_per_cycle=fk["link_bytes_per_cycle"],
+                              wavelet_bytes=fk["wavelet_bytes"]) + fk["per_kernel_overhead_cycles"]
 
 
 def _as_n(v, n: int) -> np.ndarray:
