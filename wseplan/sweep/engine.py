@@ -313,12 +313,14 @@ def _run_dask(plan: Plan, tasks, spec, open_writer, *, scheduler, client, worker
                 raise InputError(f"--engine dask: no workers joined the scheduler at {where} within "
                                  f"{worker_timeout_s:g} s; start some with `dask worker {where}`") from None
             groups = {g.index: g for g in plan.groups}
-            scattered = {gi: client.scatter(groups[gi], broadcast=True, hash=False)
-                         for gi in sorted({gi for gi, _, _ in tasks})}
+            token = uuid.uuid4().hex[:12]
+            # each group as a task of its own (not scattered data): the scheduler keeps its recipe, so a group lost
+            # with the worker that held it is made again and the sweep tasks that need it are retried, not cancelled
+            group_futs = {gi: client.submit(_same, groups[gi], key=f"wseplan-group-{token}-{gi}", pure=False)
+                          for gi in sorted({gi for gi, _, _ in tasks})}
             with open_writer() as writer:
                 parts_dir = str(writer.parts_dir())
-                token = uuid.uuid4().hex[:12]
-                futures = [client.submit(_dask_part, scattered[gi], s, e, i, spec, parts_dir, pure=False,
+                futures = [client.submit(_dask_part, group_futs[gi], s, e, i, spec, parts_dir, pure=False,
                                          key=f"wseplan-sweep-{token}-{i:06d}", priority=-i)
                            for i, (gi, s, e) in enumerate(tasks)]
                 try:
@@ -326,7 +328,7 @@ def _run_dask(plan: Plan, tasks, spec, open_writer, *, scheduler, client, worker
                                                  worker_timeout_s)
                 except BaseException:
                     with contextlib.suppress(Exception):
-                        client.cancel(futures)
+                        client.cancel(futures + list(group_futs.values()))
                     raise
                 return summaries, writer.commit()
         except (WseplanError, KeyboardInterrupt):
@@ -337,6 +339,11 @@ def _run_dask(plan: Plan, tasks, spec, open_writer, *, scheduler, client, worker
             for obj in owned:
                 with contextlib.suppress(Exception):
                     obj.close(timeout=5) if obj.__class__.__name__ == "Client" else obj.close()
+
+
+def _same(x):
+    """The argument itself: a task whose result is a sweep group (:func:`_run_dask`)."""
+    return x
 
 
 def _gather_in_order(dist, client, futures, writer: StreamWriter, progress, where, connect_timeout_s,
