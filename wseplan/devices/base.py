@@ -117,7 +117,8 @@ class Query:
 
     ``options`` are family options (GPU: ``zero_stage``, ``recompute``, ``sequence_parallel``, ``trainable``,
     ``context_parallel``, ``attention_kernel`` ("flash" or "materialized" for pre-2023 training frameworks), ``tp_comm_overlap`` (False
-    for pre-2023 frameworks, which expose the tensor-parallel collectives); wafer: ``reserve``, ``memoryx_option``, ``policy``, ``micro_batch`` ...); a family
+    for pre-2023 frameworks, which expose the tensor-parallel collectives), ``pipeline_split`` ("uneven", or "even"
+    for frameworks that need the layers to divide the interleaved stages); wafer: ``reserve``, ``memoryx_option``, ``policy``, ``micro_batch`` ...); a family
     refuses options it does not know with one line.
     """
 

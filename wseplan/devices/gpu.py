@@ -28,6 +28,15 @@ from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage")
+#: how a training framework may split the layers over pipeline stages (option ``pipeline_split``). ``uneven``
+#: (default, current frameworks): any count per stage, so interleaving needs only a layer in each of the ``pp x vpp``
+#: virtual stages - Megatron-core's ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+#: and ``--account-for-embedding-in-pipeline-split``, as NVIDIA's MLPerf Training v5.0 Llama 3.1 405B runs use (126
+#: layers on pp 8 x vpp 8), and Meta's own Llama 3 405B training (Llama Team 2024, arXiv:2407.21783, sec. 3.3.2: one
+#: layer fewer on the first and last of 16 stages, with an interleaved schedule); DeepSpeed's pipeline partitions by
+#: parameters. ``even``: the layers divide ``pp x vpp`` for interleaving, as Megatron-LM required in its 2021-2022
+#: releases (Narayanan et al. 2021). The stage time counts ``ceil(L / pp)`` layers either way (the fullest stage).
+PIPELINE_SPLITS = ("uneven", "even")
 INFER_COLUMNS = ("tp", "pp", "dp")
 
 
@@ -110,6 +119,10 @@ class GpuContext:
         if not isinstance(self.tp_comm_overlap, bool):
             raise InputError(f"tp_comm_overlap: {self.tp_comm_overlap!r} is not true or false; give true (frameworks that "
                              "overlap tensor-parallel collectives with GEMMs, 2023 on) or false")
+        self.pipeline_split = q.options.get("pipeline_split", "uneven")
+        if self.pipeline_split not in PIPELINE_SPLITS:
+            raise InputError(f"pipeline_split: {self.pipeline_split!r} is not a pipeline split; give 'uneven' (current "
+                             "frameworks: any number of layers per stage) or 'even' (layers divide pp x vpp)")
         domain = int(self.gpu.scale_up_domain_gpus.si)
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
@@ -121,7 +134,7 @@ class GpuFamily(InferenceMixin, Family):
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
     options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer",
-               "attention_kernel", "tp_comm_overlap") + SPEC_OPTIONS
+               "attention_kernel", "tp_comm_overlap", "pipeline_split") + SPEC_OPTIONS
 
     @property
     def layout_columns(self):  # both sets; a query uses one
@@ -250,7 +263,10 @@ class GpuFamily(InferenceMixin, Family):
         T, P, D = T[i], P[i], D[i]
         per_replica = batch / D
         ok = (np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9) & (per_replica >= mb)
-        ok &= (v == 1) | ((P > 1) & (np.mod(L, P * v) == 0))
+        # interleaving needs a layer in every virtual stage; frameworks that split only evenly also need the layers to
+        # divide pp x vpp (see PIPELINE_SPLITS)
+        even = np.mod(L, P * v) == 0 if ctx.pipeline_split == "even" else L >= P * v
+        ok &= (v == 1) | ((P > 1) & even)
         return {"tp": T[ok], "pp": P[ok], "dp": D[ok], "micro_batch": mb[ok].astype(float), "vpp": v[ok].astype(float),
                 "recompute": rc[ok].astype(float), "zero_stage": zs[ok].astype(float)}
 

@@ -211,6 +211,15 @@ def sequence_parallel_of(case) -> bool:
     return stated == "yes" if stated else not _before_current_frameworks(case)
 
 
+def pipeline_split_of(case) -> str:
+    """How a training row's framework split the layers over pipeline stages (the ``pipeline_split`` option of the GPU
+    family): ``pipeline_split=uneven|even`` in its notes; else ``even`` when its citation names a year up to
+    :data:`LAST_MATERIALIZED_YEAR` (Megatron-LM then needed the layers to divide the interleaved stages), ``uneven``
+    otherwise (current frameworks)."""
+    stated = _framework_choice(case, "pipeline_split", ("uneven", "even"))
+    return stated or ("even" if _before_current_frameworks(case) else "uneven")
+
+
 def _need_fit(r):
     """A measured run happened, so it fitted: rows the (conservative) memory model refuses are still timed
     (``require_fit=False``); only a prediction without a time is skipped."""
