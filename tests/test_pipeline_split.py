@@ -71,3 +71,12 @@ def _case(source, notes=""):
 ])
 def test_row_pipeline_split_rule(source, notes, split):
     assert pipeline_split_of(_case(source, notes)) == split
+
+
+def test_context_parallel_search_keeps_to_the_target_count():
+    # 64 GPUs with cp 2: the searched tp x pp x dp splits the other 32 (it used to split all 64, a 128-GPU layout)
+    r = plan("llama-3-70b", "h100x64", phase="train", batch=64, context=32768, options={"context_parallel": 2})
+    lay = r.layout
+    assert lay["tensor_parallel"] * lay["pipeline_parallel"] * lay["data_parallel"] * 2 == 64 == r.num_devices
+    with pytest.raises(InputError, match="context_parallel"):
+        plan("llama-3-70b", "h100x64", phase="train", batch=64, context=32768, options={"context_parallel": 3})

@@ -92,3 +92,71 @@ def test_records_name_the_defaulted_fields(cat):
                            _case("X2", phase="e2e-infer", metric="tokens_per_s", output_len=292, n_devices=8, tp=2)], cat)
     assert recs[0]["defaulted"] == ["input_len"] and recs[0]["predicted"] is not None
     assert recs[1]["defaulted"] == ["input_len", "concurrency"] and recs[1]["predicted"] is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Empty parallel degrees, device counts and answer lengths; model names without architecture columns
+# ---------------------------------------------------------------------------------------------
+from wseplan.validate.cases import _catalog_named, _name_candidates, case_model  # noqa: E402
+from wseplan.validate.gpu import train_degrees  # noqa: E402
+
+
+@pytest.mark.parametrize("given, n, cp, expect", [
+    ((8, 16, 64), 8192, 1, (8, 16, 64)),  # all stated: kept
+    ((None, 1, 32), 64, 1, (2, 1, 32)),  # one empty: 64 / (1 x 32) = 2
+    ((8, None, 24), 1536, 1, (8, 8, 24)),  # 1,536 / (8 x 24) = 8
+    ((4, 1, None), 64, 2, (4, 1, 8)),  # 64 / (4 x 1 x cp 2) = 8
+    ((8, None, None), 8, 1, (8, 1, 1)),  # the stated tp already uses every GPU: the rest are 1
+    ((8, None, None), 64, 1, (8, None, None)),  # two empty with GPUs left: searched, never read as 1
+    ((None, None, None), 64, 1, (None, None, None)),
+])
+def test_train_degrees_follow_the_device_count(given, n, cp, expect):
+    assert train_degrees(*given, n=n, cp=cp) == expect
+
+
+def test_train_degrees_refuse_a_count_they_do_not_divide():
+    with pytest.raises(SkipRow, match="do not divide"):
+        train_degrees(8, 3, None, n=64)
+
+
+def test_training_device_count_defaults_to_the_stated_layout(cat):
+    # tp 8 x pp 4 x dp 16 x cp 2 = 1,024 GPUs, whatever the batch
+    c, filled = fill_defaults(_case(phase="train", category="gpu-train", metric="mfu", seq_len=4096, global_batch=512,
+                                    tp=8, pp=4, dp=16, cp=2), cat)
+    assert c.get("n_devices") == 1024 and filled == ("n_devices",)
+    # tp 8 only: one GPU per sequence (510) in whole groups of 8: 510 / 8 = 63.75 -> 64 groups, 512 GPUs
+    c, _ = fill_defaults(_case(phase="train", category="gpu-train", metric="mfu", seq_len=4096, global_batch=510, tp=8),
+                         cat)
+    assert c.get("n_devices") == 512
+
+
+def test_an_end_to_end_row_without_answer_length_takes_the_planner_default(cat):
+    c, filled = fill_defaults(_case(phase="e2e-infer", metric="tokens_per_s", input_len=2048, n_devices=8, tp=8), cat)
+    assert c.get("output_len") == int(cat.defaults.default_output_tokens.si) == 256 and filled == ("output_len",)
+
+
+def test_rows_with_empty_degrees_are_predicted(cat):
+    # the GPT-3.6B weak-scaling point (Narayanan et al. 2021): 64 GPUs, tp 2 x dp 32; with tp left empty the count
+    # gives it back, and the prediction is the one of the stated layout
+    kw = dict(category="gpu-train", phase="train", model="gpt", metric="tflops_per_gpu", value=100.0, unit="TFLOP/s",
+              hardware="a100-80gb", n_layers=30, d_model=3072, n_heads=32, seq_len=2048, global_batch=512,
+              n_devices=64, pp=1, dp=32, precision="bf16")
+    full = validate_cases([_case("A", tp=2, **kw)], cat)[0]
+    empty = validate_cases([_case("B", **kw)], cat)[0]
+    assert full["predicted"] is not None and empty["predicted"] == full["predicted"]
+
+
+def test_model_names_resolve_without_architecture_columns(cat):
+    assert "llama-2-70b" in _name_candidates("Llama 2 70B LoRA fine-tune (MLPerf llama2_70b_lora)")
+    c = _case(model="Llama 2 70B LoRA fine-tune (MLPerf llama2_70b_lora)", n_params_b=70)
+    assert _catalog_named(c, cat) is cat.models["llama-2-70b"]
+    # a size that disagrees (beyond 15%) is another model: no match
+    assert _catalog_named(_case(model="Llama 2 70B chat", n_params_b=13), cat) is None
+    # columns that disagree with the catalog (MLPerf's 405B benchmark swaps the tokenizer: vocab 32,768) keep the
+    # row's columns and take the rest (126 layers) from the model the name means
+    c = _case(model="Llama 3.1 405B (MLPerf llama31_405b pretraining)", n_params_b=405, d_model=16384, n_heads=128,
+              n_kv_heads=8, d_ff=53248, vocab=32768)
+    m = case_model(c, cat)
+    assert (m.num_layers, m.vocab_size, m.d_model) == (126, 32768, 16384)
+    # no columns at all: the catalog model itself ("Llama 3 405B" is the herd paper's name of Llama 3.1 405B)
+    assert case_model(_case(model="Llama 3 405B", n_params_b=405), cat) is cat.models["llama-3.1-405b"]

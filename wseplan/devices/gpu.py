@@ -234,6 +234,11 @@ class GpuFamily(InferenceMixin, Family):
     def _grid(self, ctx: GpuContext, batch: float) -> dict:
         L = ctx.num_layers
         N = ctx.count
+        if N is not None and ctx.cp > 1:  # context-parallel groups take cp of the GPUs; the layout splits the rest
+            if N % int(ctx.cp):
+                raise InputError(f"context_parallel: {ctx.cp:g} does not divide the target's {N} GPUs; give a count "
+                                 "that is a multiple of it")
+            N //= int(ctx.cp)
         tps = [t for t in ctx.tp_values if N is None or (N % t == 0)]
         T, P, D = [], [], []
         for t in tps:

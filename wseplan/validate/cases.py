@@ -16,6 +16,7 @@ from pathlib import Path
 from ..catalog.load import default_catalog_dir, file_kind
 from ..catalog.schema import Model, check_name, check_text
 from ..errors import InputError
+from ..workload import total_params
 
 REQUIRED_COLUMNS = ("id", "category", "phase", "model", "metric", "value", "unit", "hardware", "quality")
 ALL_COLUMNS = ("id", "category", "phase", "model", "n_params_b", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff",
@@ -359,15 +360,26 @@ def moe_layout_from_notes(notes: str) -> dict:
     return out
 
 
-def _catalog_moe_model(case: Case, catalog) -> Model | None:
-    """The catalog transformer an MoE row names (its name, or the name without a parenthesised remark, with
-    spaces as hyphens), when every architecture column the row gives agrees with it (``d_ff`` may be the
-    expert or the dense width)."""
+def _name_candidates(model: str | None) -> list[str]:
+    """Catalog names a row's free-text model name may mean, most specific first: the name itself, without a
+    parenthesised remark, lower case with spaces as hyphens, then that name cut back a word at a time to its first two
+    words ("Llama 2 70B LoRA fine-tune (MLPerf ...)" -> "llama-2-70b-lora-fine-tune", ..., "llama-2-70b")."""
+    base = re.sub(r"\s*\(.*?\)", "", model or "").strip()
+    words = [w for w in re.split(r"[\s_]+", base.lower()) if w]
+    cut = ["-".join(words[:k]) for k in range(len(words), 1, -1)]
+    return [n for n in dict.fromkeys([model, base, *cut]) if n]
+
+
+#: how far a row's ``n_params_b`` may be from a catalog model's total for the name to mean that model
+NAME_PARAMS_TOLERANCE = 0.15
+
+
+def _catalog_named(case: Case, catalog, *, columns: bool = True) -> Model | None:
+    """The catalog transformer a row's model name means (:func:`_name_candidates`), when its ``n_params_b`` is within
+    :data:`NAME_PARAMS_TOLERANCE` of the model's total parameters and (``columns``) every architecture column the row
+    gives agrees with it (``d_ff`` may be the expert or the dense width)."""
     f = case.fields
-    base = re.sub(r"\s*\(.*?\)", "", case.model or "").strip()
-    for name in dict.fromkeys([case.model, base, re.sub(r"[\s_]+", "-", base.lower())]):
-        if not name:
-            continue
+    for name in _name_candidates(case.model):
         try:
             sec, key = catalog.resolve_model_name(name)
         except InputError:
@@ -379,9 +391,17 @@ def _catalog_moe_model(case: Case, catalog) -> Model | None:
                   "n_kv_heads": {m.num_kv_heads, m.num_heads} if m.attention == "mla" else {m.num_kv_heads},
                   "d_ff": {m.d_ff, m.dense_d_ff or m.d_ff}, "vocab": {m.vocab_size}, "n_experts": {m.num_experts},
                   "experts_per_token": {m.experts_per_token}}
-        if all(f.get(k) is None or f.get(k) in v for k, v in stated.items()):
+        size = f.get("n_params_b")
+        if size and abs(total_params(m) / 1e9 / float(size) - 1.0) > NAME_PARAMS_TOLERANCE:
+            continue
+        if not columns or all(f.get(k) is None or f.get(k) in v for k, v in stated.items()):
             return m
     return None
+
+
+#: the architecture columns a dense row may leave empty, and the catalog model's attribute that fills each
+_FILL_COLUMNS = {"n_layers": "num_layers", "d_model": "d_model", "n_heads": "num_heads", "n_kv_heads": "num_kv_heads",
+                 "d_ff": "d_ff", "vocab": "vocab_size"}
 
 
 def case_model(case: Case, catalog) -> Model:
@@ -394,8 +414,21 @@ def case_model(case: Case, catalog) -> Model:
     f = case.fields
     L, d, h = f.get("n_layers"), f.get("d_model"), f.get("n_heads")
     E = f.get("n_experts") or 1
+    if E == 1 and not (L and d) and any(f.get(k) for k in _FILL_COLUMNS):
+        # some columns given, the shape incomplete: the model the name means (by name and size) completes it, unless
+        # the name is a catalog name or the columns agree with the model it means (then that model, as below)
+        try:
+            catalog.resolve_model_name(case.model)
+            exact = True
+        except InputError:
+            exact = False
+        if not exact and _catalog_named(case, catalog) is None:
+            m = _catalog_named(case, catalog, columns=False)
+            if m is not None and (m.num_experts or 1) == 1:
+                f = dict(f, **{k: f.get(k) or getattr(m, a) for k, a in _FILL_COLUMNS.items()})
+                L, d, h = f["n_layers"], f["d_model"], f["n_heads"]
     if E > 1:
-        m = _catalog_moe_model(case, catalog)
+        m = _catalog_named(case, catalog)
         if m is not None:
             return m
     if L and d:
@@ -423,7 +456,10 @@ def case_model(case: Case, catalog) -> Model:
     try:
         sec, key = catalog.resolve_model_name(case.model)
     except InputError:
-        raise SkipRow("architecture not given (n_layers, d_model) and the model name is not in the catalog") from None
+        m = _catalog_named(case, catalog)
+        if m is None:
+            raise SkipRow("architecture not given (n_layers, d_model) and the model name is not in the catalog") from None
+        return m
     m = getattr(catalog, sec)[key]
     if not isinstance(m, Model):
         raise SkipRow("the catalog model is not a transformer")

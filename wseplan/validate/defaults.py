@@ -7,6 +7,8 @@ the default's.
 * Rows of a public serving benchmark (an MLPerf/MLCommons row naming a benchmark of
   ``catalogs/validation/datasets.yaml``) without ``input_len`` or ``output_len``: the benchmark dataset's mean prompt
   and answer lengths (sourced there). The run measures the whole dataset, so its mean lengths define the work.
+* End-to-end rows with a prompt length but no ``output_len`` (and no benchmark that defines it): the planner's default
+  answer length, ``defaults.default_output_tokens`` (256 tokens; what ``wseplan serve`` assumes when given no ``--output-len``).
 * Decode rows (one output token's time or speed) without ``input_len``: the planner's default context,
   ``defaults.default_context_tokens`` (what ``wseplan serve`` assumes when given no ``--context``); the context only
   sets the KV-cache read of a step, a second-order term.
@@ -20,7 +22,12 @@ the default's.
   whose HBM (less the planner's reserve) holds the weights.
 * Training without ``seq_len``: ``defaults.default_train_context_tokens``; without ``global_batch``: the planner's
   default step, ``default_train_batch x default_train_context_tokens`` tokens, in sequences of the row's length;
-  without ``n_devices``: one GPU per sequence of the global batch (data parallelism at micro-batch 1).
+  without ``n_devices``: the product of the stated ``tp x pp x dp x cp`` when all three degrees are stated, else one
+  GPU per sequence of the global batch (data parallelism at micro-batch 1) in whole groups of the stated degrees.
+* Training with some of ``tp``, ``pp``, ``dp`` empty (``gpu.train_degrees``): the device count decides an empty degree
+  where it leaves one choice (one empty: ``n / (cp x the others)``; the stated ones already use every GPU: 1); the
+  rest are searched with the stated ones held (the planner's partial layout search). An empty degree is never read as
+  1 otherwise (the file format's rule).
 
 The batch of a serving row without ``concurrency`` is not a default of this module: the engine runs the largest batch
 its profile allows (:func:`~.gpu._max_throughput`), or one request for a decode latency.
@@ -59,7 +66,14 @@ def fill_defaults(case: Case, catalog) -> tuple[Case, tuple[str, ...]]:
             filled.append("global_batch")
         if not f.get("n_devices") and f.get("global_batch") and case.metric != "layer_fwd_bwd_ms" \
                 and not case.hardware.startswith("wse"):
-            f["n_devices"] = int(f["global_batch"])
+            stated = [int(f[k]) for k in ("tp", "pp", "dp") if f.get(k)]
+            group = int(f.get("cp") or 1)
+            for v in stated:
+                group *= v
+            if len(stated) == 3:  # the stated layout is the whole machine
+                f["n_devices"] = group
+            else:  # one GPU per sequence, in whole groups of the stated degrees
+                f["n_devices"] = group * max(int(round(int(f["global_batch"]) / group)), 1)
             filled.append("n_devices")
     elif case.phase in ("prefill", "decode", "e2e-infer"):
         ds = benchmark_dataset(case) if not (f.get("input_len") and f.get("output_len")) else None
@@ -84,6 +98,10 @@ def fill_defaults(case: Case, catalog) -> tuple[Case, tuple[str, ...]]:
             else:
                 f["input_len"] = int(d.default_context_tokens.si)
                 filled.append("input_len")
+        if not f.get("output_len") and case.phase == "e2e-infer":
+            # a prompt given, the answer length not: the planner's default answer (what `wseplan serve` assumes)
+            f["output_len"] = int(d.default_output_tokens.si)
+            filled.append("output_len")
         if not case.hardware.startswith("wse") and f.get("tp") is None and f.get("pp") is None and f.get("dp") is None:
             node = _node_size(case, catalog)
             n = f.get("n_devices")

@@ -54,17 +54,18 @@ def _predict_gpu_train(case, catalog, cal):
     if not seq:
         raise SkipRow("seq_len not given")
     n = f.get("n_devices")
-    tp, pp, cp, vpp = f.get("tp") or 1, f.get("pp") or 1, f.get("cp") or 1, f.get("vpp")
+    cp, vpp = f.get("cp") or 1, f.get("vpp")
     single = case.metric == "layer_fwd_bwd_ms"
     gb = f.get("global_batch")
     if not gb:
         raise SkipRow("global_batch not given")
-    if single:
-        dp, n = 1, tp
+    if single:  # one layer on the row's GPUs, tensor-parallel over all of them unless tp is stated
+        tp, pp, dp = f.get("tp") or n or 1, 1, 1
+        n = tp
     else:
         if not n:
             raise SkipRow("n_devices not given")
-        dp = f.get("dp") or max(n // (tp * pp * cp), 1)
+        tp, pp, dp = train_degrees(f.get("tp"), f.get("pp"), f.get("dp"), n=n, cp=cp)
     layout = {"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "recompute": f.get("recompute") or _recompute(case),
               "zero_stage": f.get("zero_stage"), "micro_batch": gb if single else None}
     if single:
@@ -96,10 +97,31 @@ def _predict_gpu_train(case, catalog, cal):
                          cal=file_constants(cal))
 
 
+def train_degrees(tp, pp, dp, *, n: int, cp: int = 1) -> tuple[int | None, int | None, int | None]:
+    """A training row's tensor, pipeline and data-parallel degrees with the empty ones the device count decides
+    (the file's rule: an empty degree is 1 only where the count makes that the only option). Given degrees stay; with
+    one empty it is ``n / (cp x the other two)``, and with two or three empty the ones the count leaves no choice
+    for are 1 when the given degrees already use every device. The rest stay None, and the planner searches them
+    with the given ones held. Raises SkipRow when the given degrees do not divide the count."""
+    given = [v for v in (tp, pp, dp) if v]
+    prod = cp
+    for v in given:
+        prod *= v
+    if n % prod:
+        raise SkipRow(f"the stated parallel degrees (product {prod}) do not divide n_devices {n}")
+    rest = n // prod
+    empty = [v is None or v == 0 for v in (tp, pp, dp)]
+    if sum(empty) == 1 or rest == 1:
+        tp, pp, dp = (rest if e else v for v, e in zip((tp, pp, dp), empty))
+    return tp, pp, dp
+
+
 def _infer_layout(case):
     f = case.fields
     n = f.get("n_devices")
-    tp, pp, dp = f.get("tp"), f.get("pp") or 1, f.get("dp")
+    tp, pp, dp = f.get("tp"), f.get("pp"), f.get("dp")
+    if pp is None:  # an empty pipeline degree is what the count leaves over a stated tp x dp, else 1
+        pp = n // (tp * dp) if n and tp and dp and n % (tp * dp) == 0 else 1
     if tp is None:
         if n is None:
             raise SkipRow("n_devices and tp not given")
