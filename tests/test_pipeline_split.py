@@ -80,3 +80,22 @@ def test_context_parallel_search_keeps_to_the_target_count():
     assert lay["tensor_parallel"] * lay["pipeline_parallel"] * lay["data_parallel"] * 2 == 64 == r.num_devices
     with pytest.raises(InputError, match="context_parallel"):
         plan("llama-3-70b", "h100x64", phase="train", batch=64, context=32768, options={"context_parallel": 3})
+
+
+def test_cli_time_takes_the_split(capsys):
+    import json
+
+    from wseplan.cli import main
+
+    args = ["time", "llama-3.1-405b", "--target", "h100-sxmx16384", "--phase", "train", "--batch", "2048",
+            "--context", "8192", "--tp", "8", "--pp", "16", "--dp", "128", "-f", "json"]
+    assert main(args) == 0
+    uneven = json.loads(capsys.readouterr().out)
+    assert main([*args, "--pipeline-split", "even"]) == 0
+    even = json.loads(capsys.readouterr().out)
+    assert even["layout"]["virtual_pipeline"] == 1 < uneven["layout"]["virtual_pipeline"]
+    assert uneven["step_s"] < even["step_s"]
+    assert main(["time", "llama-3.1-405b", "--target", "h100-sxmx16384", "--phase", "train",
+                 "--pipeline-split", "ragged"]) == 2
+    err = capsys.readouterr().err
+    assert "pipeline_split" in err and "Traceback" not in err

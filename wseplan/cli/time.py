@@ -31,6 +31,9 @@ def time_cmd(
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train)."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
+    pipeline_split: Optional[str] = typer.Option(
+        None, "--pipeline-split", help="GPU train: uneven (default: any layers per stage, current frameworks) | even "
+        "(layers divide pp x vpp, Megatron-LM 2021-2022)."),
     search: bool = typer.Option(False, "--search", help="Search the layout (the default whenever no layout option is given)."),
     train_tokens: Optional[float] = O.train_tokens_opt("Train: also report wall time and GPU-hours for N tokens."),
     fmt: str = O.format_opt(),
@@ -47,7 +50,8 @@ def time_cmd(
     cat = O.load_catalog(catalog)
     lay = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, virtual_pipeline=vpp,
                                   micro_batch=micro_batch).items() if v is not None}
-    opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero).items() if v is not None}
+    opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
+                                  pipeline_split=pipeline_split).items() if v is not None}
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:
