@@ -66,6 +66,8 @@ def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float]
             rec["reason"] = str(exc)
         except InputError as exc:
             rec["reason"] = f"input: {exc}"
+        except (ArithmeticError, TypeError, ValueError) as exc:  # one row the models cannot take: recorded, not fatal
+            rec["reason"] = f"model error: {type(exc).__name__}: {exc}"
         out.append(rec)
     return judge(out, category_bands(out) if bands is None else bands)
 

@@ -50,7 +50,9 @@ def _predict_wafer(case, catalog):
     if m == "tokens_per_s_per_user":
         if case.phase == "decode":
             return 1.0 / (r.tpot_s or r.step_s)
-        return out / r.request_s
+        if case.phase == "e2e-infer" and out and r.request_s:
+            return out / r.request_s
+        raise SkipRow(f"metric {m} needs a decode or end-to-end row with output_len")
     if m == "tokens_per_s":
         return r.tokens_per_s
     if m == "tokens_per_s_per_gpu":
