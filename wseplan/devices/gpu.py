@@ -157,11 +157,13 @@ class GpuFamily(InferenceMixin, Family):
         count), tp the rest after pp and dp; training micro-batch 1, no interleaving, selective recompute, ZeRO-1."""
         out = dict(given)
         n = ctx.count
+        cp = int(ctx.cp)
         out.setdefault("pp", 1)
         if "tp" not in out:
-            out["tp"] = max(1, (n or 1) // (out["pp"] * out.get("dp", 1))) if n else 1
+            out["tp"] = max(1, (n or 1) // (out["pp"] * out.get("dp", 1) * cp)) if n else 1
         if "dp" not in out:
-            out["dp"] = n // (out["tp"] * out["pp"]) if n and n % (out["tp"] * out["pp"]) == 0 else 1
+            group = out["tp"] * out["pp"] * cp
+            out["dp"] = n // group if n and n % group == 0 else 1
         if n is not None and out["tp"] * out["pp"] * out["dp"] * ctx.cp != n:
             raise InputError(f"layout: tp {out['tp']} x pp {out['pp']} x dp {out['dp']}"
                              f"{f' x cp {ctx.cp:g}' if ctx.cp > 1 else ''} does not use the target's {n} GPUs; "
