@@ -58,6 +58,9 @@ BAD = [
     ("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [1]\ncontexts: [1]\nset: {nonsense_usd: 1}\n", "set"),
     ("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [1]\ncontexts: [1]\n"
      "layouts: {tensor_parallel: [16], pipeline_parallel: [1], data_parallel: [1]}\n", "layouts"),
+    # Llama-3.1-8B has 32 heads: no tp of [3, 5] divides them
+    ("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [1]\ncontexts: [1]\n"
+     "layouts: {tensor_parallel: [3, 5]}\n", "layouts.tensor_parallel"),
     ("- just\n- a list\n", "top level"),
     ("name: [unclosed\n", "sweep"),
 ]
@@ -1060,3 +1063,11 @@ def test_local_cluster_forks_its_workers_on_linux(monkeypatch, threshold, method
     assert seen["method"] == default
     D.local_cluster(2, start_method="spawn")
     assert seen["method"] == "spawn"
+
+
+def test_tp_that_does_not_divide_the_heads_is_no_row(catalog):
+    # tp 3 does not divide Llama-3.1-8B's 32 heads (plan refuses it); tp 8 does: only its rows are swept
+    spec = dict(name="h", phase="decode", models=["llama-3.1-8b"], targets=["h100x8"], batches=[1, 8], contexts=[2048],
+                layouts={"tensor_parallel": [3, 8]})
+    df = S.run_sweep(S.parse_sweep(spec), catalog=catalog)
+    assert len(df) == 2 and set(df["tensor_parallel"]) == {8}

@@ -92,7 +92,11 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
     limit = domain if domain > 8 else min(domain, int(catalog.defaults.gpu_max_tensor_parallel.si))
     heads = model.num_heads
     if lo.tensor_parallel is not None:
-        tps = lo.tensor_parallel
+        # a degree that does not divide the heads is no layout of this model (as `plan` refuses it): not a row
+        tps = [t for t in lo.tensor_parallel if heads % t == 0]
+        if not tps:
+            raise InputError(f"layouts.tensor_parallel: none of {lo.tensor_parallel} divides {model.name}'s {heads} "
+                             "attention heads; give a divisor of it")
     else:
         tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= limit and heads % t == 0 and (n is None or n % t == 0)]
     if lo.pipeline_parallel is not None:
