@@ -10,7 +10,7 @@ from wseplan.catalog.load import load_catalog
 from wseplan.errors import InputError
 from wseplan.timing import predict_time
 from wseplan.validate.cases import Case, read_cases
-from wseplan.validate.common import attention_kernel_of, sequence_parallel_of, tp_comm_overlap_of
+from wseplan.validate.common import attention_kernel_of, pipeline_split_of, sequence_parallel_of, tp_comm_overlap_of
 from wseplan.workload import resolve_model
 
 
@@ -94,6 +94,18 @@ def test_row_overlap_rule(source, notes, overlap):
 ])
 def test_row_sequence_parallel_rule(source, notes, sp):
     assert sequence_parallel_of(_case(source, notes)) is sp
+
+
+@pytest.mark.parametrize("source, notes, split", [
+    ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training'", "", "even"),
+    ("Smith et al. 2022, 'Using DeepSpeed and Megatron to Train Megatron-Turing NLG 530B'", "", "even"),
+    ("Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783)", "", "uneven"),
+    ("MLCommons training_results_v5.0 (NVIDIA/results/eos)", "", "uneven"),
+    ("Narayanan et al. 2021", "pipeline_split=uneven", "uneven"),
+    ("MLCommons training_results_v5.0", "pipeline_split=even", "even"),
+])
+def test_row_pipeline_split_rule(source, notes, split):
+    assert pipeline_split_of(_case(source, notes)) == split
 
 
 def test_korthikanti_table4_rows_state_their_sequence_parallelism():

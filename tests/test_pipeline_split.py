@@ -7,8 +7,6 @@ import pytest
 from wseplan.devices.gpu import PIPELINE_SPLITS
 from wseplan.errors import InputError
 from wseplan.plan import plan, setup
-from wseplan.validate.cases import Case
-from wseplan.validate.common import pipeline_split_of
 
 
 def _grid(split: str) -> dict:
@@ -54,23 +52,6 @@ def test_default_is_uneven_and_option_is_checked():
         plan("llama-3.1-405b", "h100-sxmx16384", options={"pipeline_split": "uneven"}, **kw).step_s
     with pytest.raises(InputError, match="pipeline_split"):
         plan("llama-3.1-405b", "h100-sxmx16384", options={"pipeline_split": "ragged"}, **kw)
-
-
-def _case(source, notes=""):
-    return Case(id="R1", category="gpu-train", phase="train", model="m", metric="step_s", value=1.0, unit="s",
-                hardware="a100-80gb", quality="strong", source=source, notes=notes, fields={})
-
-
-@pytest.mark.parametrize("source, notes, split", [
-    ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training'", "", "even"),
-    ("Smith et al. 2022, 'Using DeepSpeed and Megatron to Train Megatron-Turing NLG 530B'", "", "even"),
-    ("Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783)", "", "uneven"),
-    ("MLCommons training_results_v5.0 (NVIDIA/results/eos)", "", "uneven"),
-    ("Narayanan et al. 2021", "pipeline_split=uneven", "uneven"),
-    ("MLCommons training_results_v5.0", "pipeline_split=even", "even"),
-])
-def test_row_pipeline_split_rule(source, notes, split):
-    assert pipeline_split_of(_case(source, notes)) == split
 
 
 def test_context_parallel_search_keeps_to_the_target_count():
