@@ -191,6 +191,38 @@ def test_decode_round_without_repeats_equals_every_choice():
     assert all(_same(got[1][k], ref[1][k]) for k in ref[1])
 
 
+def test_decode_round_with_fixed_counts_runs_that_round():
+    """``counts`` fixes the micro-batches in flight: the round is that candidate's (``max(lat, n x stage)``, by hand
+    below), the count is returned as given, and it is never faster than the free choice; one row in floats agrees."""
+    rng = np.random.default_rng(6)
+    b = rng.choice([1.0, 3.0, 8.0, 64.0, 700.0], 400)
+    stages = rng.choice([1.0, 2.0, 4.0, 8.0, 64.0], 400)
+
+    def pass_fn(idx, mb):
+        lat = 1e-3 + 2e-5 * mb * (1.0 + idx % 3)
+        return lat, lat / stages[idx] + 1e-6, {"a": lat}
+
+    free = E.decode_round(pass_fn, batch=b, stages=stages)
+    counts = np.maximum(np.minimum(stages, b), 1.0)  # every row at its largest count
+    fixed = E.decode_round(pass_fn, batch=b, stages=stages, counts=counts)
+    idx = np.arange(len(b))
+    lat = 1e-3 + 2e-5 * np.ceil(b / counts) * (1.0 + idx % 3)
+    hand = np.maximum(lat, counts * (lat / stages + 1e-6))
+    assert np.allclose(fixed[0], hand, rtol=1e-15) and _same(fixed[2], counts)
+    assert (fixed[0] >= free[0]).all()
+    # at the free round's own counts the fixed round is the free round
+    again = E.decode_round(pass_fn, batch=b, stages=stages, counts=free[2])
+    assert _same(again[0], free[0]) and _same(again[2], free[2])
+    i = 17
+
+    def row_fn(_, mb):
+        lat_, st_, parts = pass_fn(np.array([i]), np.array([mb]))
+        return float(lat_[0]), float(st_[0]), {"a": float(parts["a"][0])}
+
+    t, _, n = E.decode_round(row_fn, batch=float(b[i]), stages=float(stages[i]), counts=float(counts[i]))
+    assert t == fixed[0][i] and n == counts[i]
+
+
 # ---------------------------------------------------------------------------------------------
 # (tokens, TP) pairs and runs of rows
 # ---------------------------------------------------------------------------------------------

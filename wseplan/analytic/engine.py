@@ -101,22 +101,26 @@ def _micro_batch_rows(b: np.ndarray, stages) -> tuple[np.ndarray, np.ndarray]:
     return rows, n
 
 
-def decode_round(pass_fn, *, batch, stages, **pass_kw):
+def decode_round(pass_fn, *, batch, stages, counts=None, **pass_kw):
     """Time of one decode round (one token for each of ``batch`` sequences) [s], with micro-batching on pipelines.
 
     ``pass_fn(idx, seqs, **kw)`` evaluates passes for rows ``idx`` of micro-batches of ``seqs`` sequences and
     returns ``(latency_s, stage_s, parts)``; ``pass_kw`` arrays (per row) are passed through, indexed.
-    Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round.
+    Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round. ``counts`` (per row) fixes the number of
+    micro-batches instead of choosing the fastest of the candidates (the same round run as another round chose).
 
     A Python float ``batch`` is one configuration (``stages`` and ``pass_kw`` floats too): its candidates are
     passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats (the
     candidates: :func:`round_counts`).
     """
     if type(batch) is float:
-        return _decode_round_row(pass_fn, batch, stages, pass_kw)
+        return _decode_round_row(pass_fn, batch, stages, pass_kw, counts)
     b = np.asarray(batch, dtype=float)
     n_rows = len(b)
-    rows, n = _micro_batch_rows(b, stages)
+    if counts is None:
+        rows, n = _micro_batch_rows(b, stages)
+    else:
+        rows, n = np.arange(n_rows), np.broadcast_to(np.asarray(counts, dtype=float), (n_rows,))
     mb = np.ceil(b[rows] / n)
     kw = {k: (np.asarray(v)[rows] if np.ndim(v) else v) for k, v in pass_kw.items()}
     lat, stage, parts = pass_fn(rows, mb, **kw)
@@ -148,10 +152,11 @@ def round_counts(b: float, stages: float) -> list[float]:
     return cand
 
 
-def _decode_round_row(pass_fn, b: float, stages: float, kw: dict):
+def _decode_round_row(pass_fn, b: float, stages: float, kw: dict, counts=None):
     """:func:`decode_round` of one configuration in Python floats: the candidates of :func:`_micro_batch_rows` in the
-    same order, the same minimum (NaN-propagating, as ``np.minimum.at``) and the same first candidate reaching it."""
-    cand = round_counts(b, stages)
+    same order (or the one ``counts`` fixes), the same minimum (NaN-propagating, as ``np.minimum.at``) and the same
+    first candidate reaching it."""
+    cand = round_counts(b, stages) if counts is None else [float(counts)]
     best = math.inf
     rounds = []
     for n in cand:

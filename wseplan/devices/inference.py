@@ -48,10 +48,11 @@ class InferenceMixin:
             return self.pass_row(ctx, cfg, rows, **kw)
         return self.pass_time(ctx, cfg, rows, **kw)
 
-    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0):
+    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None):
         """Decode round over rows: (tpot, parts, micro_batches). ``prefill_per_seq`` prompt tokens ride along per
         decoding sequence (in-flight batching), at most ``budget - seqs x new_per_seq`` per pass;
-        ``new_per_seq`` > 1 is a speculative verification step (k + 1 positions per sequence)."""
+        ``new_per_seq`` > 1 is a speculative verification step (k + 1 positions per sequence); ``counts`` fixes the
+        micro-batches in flight (default: the fastest candidate)."""
         stages = _at(self.pipeline_stages(ctx, cfg), rows)
 
         def pass_fn(idx, mb, kv_, pre_, bud_):
@@ -62,10 +63,11 @@ class InferenceMixin:
         if type(rows) is int and announce is not None:
             # one configuration: the round's candidates announced, with the verification round's under speculative
             # decoding (the same sizes at k + 1 tokens per sequence, asked right after the plain round)
+            cand = E.round_counts(batch, stages) if counts is None else [counts]
             with announce(ctx, cfg, rows, lambda: [_round_pass(X.ceil(batch / n), kv, pre, bud, t) for t in
-                                                   _per_seq(ctx, new_per_seq) for n in E.round_counts(batch, stages)]):
-                return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
-        return E.decode_round(pass_fn, batch=batch, stages=stages, kv_=kv, pre_=pre, bud_=bud)
+                                                   _per_seq(ctx, new_per_seq) for n in cand]):
+                return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud)
+        return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud)
 
     def step_host_s(self, ctx) -> float:
         """Host time of one engine step outside the device passes [s] (none unless the family models one)."""
@@ -76,18 +78,21 @@ class InferenceMixin:
         decides where a draft lives; by default it always does)."""
         return True
 
-    def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None):
+    def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, counts=None):
         """Time per output token of a decode round, with speculative decoding where the software profile (or the
         ``speculative`` options) turns it on and it is faster: ``(verify + k x draft) / E[accepted]``, the draft passes
-        without the step's host work (:meth:`step_host_s`, paid once with the verification).
+        without the step's host work (:meth:`step_host_s`, paid once with the verification). ``counts`` fixes the
+        target's micro-batches in flight (the plain and the verification round; the draft model's round chooses its
+        own).
 
         Returns (tpot, parts, micro_batches, accepted tokens per step [1 without speculation])."""
-        tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget)
+        tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, counts=counts)
         spec = getattr(ctx, "spec", None)
         if spec is None:
             return tpot, parts, nmb, X.ones_like(tpot)
         k, a = spec["draft_tokens"], spec["acceptance_frac"]
-        verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq=k + 1.0)
+        verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq=k + 1.0,
+                                            counts=counts)
         dctx, dcfg = self.draft_setup(ctx, cfg)
         draft, _, _ = self._decode(dctx, dcfg, rows, batch, kv)
         # the engine's per-step host work (scheduling, input preparation, sampling) is done once per speculative step,
@@ -205,7 +210,8 @@ class InferenceMixin:
                 request = ttft + steps * tpot
                 tokens_per_s = R * lam * X.maximum(O, 1.0)
                 out.update(ttft_own_s=own, prefill_busy_s=busy)
-                alone, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)  # the same round without prompt chunks
+                # the same round without its prompt chunks, at the micro-batches the round runs: what the prompts add
+                alone, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb)
                 pre_tok = X.minimum(pre_per_seq * B, X.maximum(budget - B / nmb, 0.0) * nmb)
                 acct = dict(cost_prefill_s=X.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
                             cost_decode_s=X.minimum(alone, tpot), cost_output_tokens=R * B)
