@@ -30,11 +30,10 @@ from .registry import register
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage")
 #: how a training framework may split the layers over pipeline stages (option ``pipeline_split``). ``uneven``
 #: (default, current frameworks): any count per stage, so interleaving needs only a layer in each of the ``pp x vpp``
-#: virtual stages - Megatron-core's ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
-#: and ``--account-for-embedding-in-pipeline-split``, as NVIDIA's MLPerf Training v5.0 Llama 3.1 405B runs use (126
-#: layers on pp 8 x vpp 8), and Meta's own Llama 3 405B training (Llama Team 2024, arXiv:2407.21783, sec. 3.3.2: one
-#: layer fewer on the first and last of 16 stages, with an interleaved schedule); DeepSpeed's pipeline partitions by
-#: parameters. ``even``: the layers divide ``pp x vpp`` for interleaving, as Megatron-LM required in its 2021-2022
+#: virtual stages (Megatron-core: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``;
+#: NVIDIA's MLPerf Training v5.0 Llama 3.1 405B layouts interleave its 126 layers on pp 8 x vpp 8, validation rows
+#: R120-R137; Meta's own Llama 3 405B training, Llama Team 2024, arXiv:2407.21783, sec. 3.3.2: one layer fewer on the
+#: first and last of 16 stages, with an interleaved schedule; DeepSpeed's pipeline partitions by parameters). ``even``: the layers divide ``pp x vpp`` for interleaving, as Megatron-LM required in its 2021-2022
 #: releases (Narayanan et al. 2021). The stage time counts ``ceil(L / pp)`` layers either way (the fullest stage).
 PIPELINE_SPLITS = ("uneven", "even")
 INFER_COLUMNS = ("tp", "pp", "dp")
