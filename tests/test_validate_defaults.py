@@ -208,3 +208,24 @@ def test_perturbed_public_rows_never_stop_a_validation_run(cat):
     for r in recs:
         assert (r["predicted"] is not None and r["predicted"] > 0) or r["reason"], r
     assert sum(r["predicted"] is not None for r in recs) > 75  # most stay predictable
+
+
+def test_a_4d_wide_mlp_is_gated_when_the_stated_size_says_so(cat):
+    from wseplan.workload import total_params
+
+    # PaLM 540B (Chowdhery et al. 2022, Table 1): 118 layers, d 18,432, 48 heads, 1 KV head, SwiGLU of width
+    # 4 x 18,432 = 73,728, vocabulary 256k. Plain 2-matrix MLPs would make it ~416B: the stated 540.35B decides
+    palm = _case("P", model="PaLM 540B", n_params_b=540.35, n_layers=118, d_model=18432, n_heads=48, n_kv_heads=1,
+                 d_ff=73728, vocab=256000)
+    m = case_model(palm, cat)
+    # gated: 572.4B here (no column states PaLM's 256-wide heads, so the columns give 384: +6%); plain: ~416B (-23%)
+    assert m.gated_mlp and abs(total_params(m) / 540.35e9 - 1.0) < 0.07
+    # GPT-3 175B (Brown et al. 2020): the same 4 x d_model width, plain MLP, 175B
+    gpt = _case("G", model="GPT-3 175B", n_params_b=175, n_layers=96, d_model=12288, n_heads=96, d_ff=49152,
+                vocab=50257)
+    m = case_model(gpt, cat)
+    assert not m.gated_mlp and abs(total_params(m) / 175e9 - 1.0) < 0.01
+    # other widths stay gated whatever the size (Llama 3.2 3B ties its embeddings, which no column states)
+    llama = _case("L", model="Llama 3.2 3B", n_params_b=3.21, n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8,
+                  d_ff=8192, vocab=128256)
+    assert case_model(llama, cat).gated_mlp

@@ -445,12 +445,24 @@ def case_model(case: Case, catalog) -> Model:
                 vocab = 51200
         k = f.get("experts_per_token") or 1
         layout = moe_layout_from_notes(case.notes) if E > 1 else {}
-        try:
+
+        def build(g: bool) -> Model:
             return Model(name=case.model or case.id, source="wseplan-estimate", basis="estimate",
                          note=f"validation row {case.id}", num_layers=L, d_model=d, num_heads=h,
-                         num_kv_heads=kvh if h % kvh == 0 else h, d_ff=d_ff, gated_mlp=gated, vocab_size=vocab,
+                         num_kv_heads=kvh if h % kvh == 0 else h, d_ff=d_ff, gated_mlp=g, vocab_size=vocab,
                          tied_embeddings=False, num_experts=E, experts_per_token=min(k, E),
-                         norm="rmsnorm" if gated else "layernorm", linear_bias=not gated, **layout)
+                         norm="rmsnorm" if g else "layernorm", linear_bias=not g, **layout)
+        try:
+            m = build(gated)
+            size = f.get("n_params_b")
+            if size and E == 1 and d_ff == 4 * d:
+                # a width of 4 x d_model does not tell a gated MLP from a plain one (PaLM's SwiGLU is as wide as a GPT
+                # MLP): the stated parameter count decides (PaLM 540B: 416B plain, 540B gated). Other widths are
+                # gated (Llama's 8/3-ish ratios), whatever the count says (tied embeddings are not a column)
+                other = build(not gated)
+                if abs(total_params(other) / 1e9 - size) < abs(total_params(m) / 1e9 - size):
+                    m = other
+            return m
         except Exception as exc:  # pydantic: inconsistent shape
             raise SkipRow(f"architecture columns are inconsistent ({str(exc).splitlines()[-1].strip()})") from None
     try:
