@@ -225,7 +225,22 @@ def test_a_4d_wide_mlp_is_gated_when_the_stated_size_says_so(cat):
                 vocab=50257)
     m = case_model(gpt, cat)
     assert not m.gated_mlp and abs(total_params(m) / 175e9 - 1.0) < 0.01
-    # other widths stay gated whatever the size (Llama 3.2 3B ties its embeddings, which no column states)
+    # other widths stay gated whatever the size
+    odd = _case("O", model="Some 3B model", n_params_b=3.21, n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8,
+                d_ff=8192, vocab=128256)
+    assert case_model(odd, cat).gated_mlp
+
+
+def test_a_row_whose_columns_agree_with_the_model_its_name_means_takes_that_model(cat):
+    from wseplan.workload import total_params
+
+    # Llama 3.2 3B ties its input and output embeddings, which no column states: built from the columns it would
+    # count 3.61B; the catalog model (Meta's config.json) counts the published 3.21B
     llama = _case("L", model="Llama 3.2 3B", n_params_b=3.21, n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8,
                   d_ff=8192, vocab=128256)
-    assert case_model(llama, cat).gated_mlp
+    m = case_model(llama, cat)
+    assert m is cat.models["llama-3.2-3b"] and abs(total_params(m) / 3.21e9 - 1.0) < 0.01
+    # a column that disagrees (another vocabulary) keeps the row's own columns
+    other = _case("L2", model="Llama 3.2 3B", n_params_b=3.21, n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8,
+                  d_ff=8192, vocab=32000)
+    assert case_model(other, cat).vocab_size == 32000

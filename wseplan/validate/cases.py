@@ -427,7 +427,9 @@ def case_model(case: Case, catalog) -> Model:
             if m is not None and (m.num_experts or 1) == 1:
                 f = dict(f, **{k: f.get(k) or getattr(m, a) for k, a in _FILL_COLUMNS.items()})
                 L, d, h = f["n_layers"], f["d_model"], f["n_heads"]
-    if E > 1:
+    if E > 1 or (L and d and f.get("n_params_b")):
+        # the catalog model the name means, where every stated column agrees with it: it carries what no column
+        # states (tied embeddings, head width, norms, windows, the MoE layer pattern)
         m = _catalog_named(case, catalog)
         if m is not None:
             return m
