@@ -244,3 +244,18 @@ def test_a_row_whose_columns_agree_with_the_model_its_name_means_takes_that_mode
     other = _case("L2", model="Llama 3.2 3B", n_params_b=3.21, n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8,
                   d_ff=8192, vocab=32000)
     assert case_model(other, cat).vocab_size == 32000
+
+
+def test_searched_degrees_are_marked_defaulted(cat):
+    # 64 GPUs, tp 8 stated: pp and dp are searched (64 / 8 leaves a choice), so the row names them
+    c, filled = fill_defaults(_case(phase="train", category="gpu-train", metric="mfu", seq_len=4096, global_batch=512,
+                                    n_devices=64, tp=8), cat)
+    assert filled == ("pp", "dp")
+    # tp 8 x pp 2 stated: dp = 64 / 16 = 4 is decided by the count, nothing searched
+    _, filled = fill_defaults(_case(phase="train", category="gpu-train", metric="mfu", seq_len=4096, global_batch=512,
+                                    n_devices=64, tp=8, pp=2), cat)
+    assert filled == ()
+    # tp 8 on 8 GPUs: the rest are 1
+    _, filled = fill_defaults(_case(phase="train", category="gpu-train", metric="mfu", seq_len=4096, global_batch=512,
+                                    n_devices=8, tp=8), cat)
+    assert filled == ()

@@ -75,6 +75,14 @@ def fill_defaults(case: Case, catalog) -> tuple[Case, tuple[str, ...]]:
             else:  # one GPU per sequence, in whole groups of the stated degrees
                 f["n_devices"] = group * max(int(round(int(f["global_batch"]) / group)), 1)
             filled.append("n_devices")
+        stated = [k for k in ("tp", "pp", "dp") if f.get(k)]
+        n = f.get("n_devices")
+        if 0 < len(stated) < 2 and n and case.metric != "layer_fwd_bwd_ms" and not case.hardware.startswith("wse"):
+            group = int(f.get("cp") or 1)
+            for k in stated:
+                group *= int(f[k])
+            if n != group:  # degrees the count does not decide: searched (gpu.train_degrees), so marked
+                filled.extend(k for k in ("tp", "pp", "dp") if k not in stated)
     elif case.phase in ("prefill", "decode", "e2e-infer"):
         ds = benchmark_dataset(case) if not (f.get("input_len") and f.get("output_len")) else None
         if ds is not None:
