@@ -26,8 +26,8 @@ the default's.
   GPU per sequence of the global batch (data parallelism at micro-batch 1) in whole groups of the stated degrees.
 * Training with some of ``tp``, ``pp``, ``dp`` empty (``gpu.train_degrees``): the device count decides an empty degree
   where it leaves one choice (one empty: ``n / (cp x the others)``; the stated ones already use every GPU: 1); the
-  rest are searched with the stated ones held (the planner's partial layout search). An empty degree is never read as
-  1 otherwise (the file format's rule).
+  rest are searched with the stated ones held (the planner's partial layout search) and listed as defaulted. An empty
+  degree is never read as 1 otherwise (the file format's rule).
 
 The batch of a serving row without ``concurrency`` is not a default of this module: the engine runs the largest batch
 its profile allows (:func:`~.gpu._max_throughput`), or one request for a decode latency.
