@@ -307,10 +307,9 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
             missing = [k for k in cols if k not in given]
             if missing:
                 raise InputError(f"layout: give {', '.join(missing)} too, or no layout to search one")
-        heads = getattr(s.query.model, "num_heads", None) if s.family.name == "gpu" else None
-        if heads and "tp" in given and heads % given["tp"]:
-            raise InputError(f"tp: {given['tp']} does not divide {s.query.model.name}'s {heads} attention heads; give a "
-                             f"divisor of {heads}, or no tp to search one")
+        check = getattr(s.family, "check_layout", None)  # a family's rules for a given layout (one-line InputError)
+        if check is not None:
+            check(s.ctx, given)
         for k in cols:
             cfg[k] = np.array([float(given[k]) if k in given else np.nan])
     src["layout"] = "searched" if not given else "given" if set(given) >= set(cols) else "partly searched"

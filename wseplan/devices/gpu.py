@@ -39,6 +39,13 @@ PIPELINE_SPLITS = ("uneven", "even")
 INFER_COLUMNS = ("tp", "pp", "dp")
 
 
+def tp_divides_heads(model, tp: int) -> bool:
+    """Whether ``tp`` tensor-parallel ranks can split ``model``'s attention heads (every framework gives each rank whole
+    heads); a model without heads (a layer list) takes any degree."""
+    heads = getattr(model, "num_heads", None)
+    return not heads or heads % int(tp) == 0
+
+
 def layout_memory(w, catalog, *, tp, pp, dp, zero_stage=1, recompute="selective", micro_batch=1, vpp=1, batch=None,
                   context=None, working_tokens=None, reserve=None) -> dict:
     """Per-GPU memory of layouts (arrays broadcast) with the catalog's defaults: :func:`~wseplan.analytic.memory.
@@ -151,6 +158,14 @@ class GpuFamily(InferenceMixin, Family):
                         system_rack_units=g.node_rack_units.si, price_key=ctx.q.target.key, system_name=f"{g.name} node")
 
     # -- layouts ------------------------------------------------------------------------------------
+    def check_layout(self, ctx: GpuContext, given: dict) -> None:
+        """Refuse a given layout no framework can run: a ``tp`` that does not divide the attention heads."""
+        tp = given.get("tp")
+        if tp is not None and not tp_divides_heads(ctx.m, tp):
+            heads = ctx.m.num_heads
+            raise InputError(f"tp: {tp} does not divide {ctx.m.name}'s {heads} attention heads; give a divisor of "
+                             f"{heads}, or no tp to search one")
+
     def default_layout(self, ctx: GpuContext, given: dict, batch: int) -> dict:
         """Complete a partly given layout outside the search grid: pp 1, dp the rest of the device count (1 without a
         count), tp the rest after pp and dp; training micro-batch 1, no interleaving, selective recompute, ZeRO-1."""

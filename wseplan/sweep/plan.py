@@ -10,6 +10,7 @@ from ..analytic.cost import load_prices, nominal
 from ..catalog.load import load_catalog
 from ..catalog.schema import Model
 from ..costing import params_for
+from ..devices.gpu import tp_divides_heads
 from ..errors import InputError
 from ..plan import setup
 from ..targets import parse_target
@@ -93,7 +94,7 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
     heads = model.num_heads
     if lo.tensor_parallel is not None:
         # a degree that does not divide the heads is no layout of this model (as `plan` refuses it): not a row
-        tps = [t for t in lo.tensor_parallel if heads % t == 0]
+        tps = [t for t in lo.tensor_parallel if tp_divides_heads(model, t)]
         if not tps:
             raise InputError(f"layouts.tensor_parallel: none of {lo.tensor_parallel} divides {model.name}'s {heads} "
                              "attention heads; give a divisor of it")

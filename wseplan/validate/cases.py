@@ -399,6 +399,15 @@ def _catalog_named(case: Case, catalog, *, columns: bool = True) -> Model | None
     return None
 
 
+def _is_catalog_name(catalog, name) -> bool:
+    """Whether ``name`` is a catalog model's name or alias as written."""
+    try:
+        catalog.resolve_model_name(name)
+    except InputError:
+        return False
+    return True
+
+
 #: the architecture columns a dense row may leave empty, and the catalog model's attribute that fills each
 _FILL_COLUMNS = {"n_layers": "num_layers", "d_model": "d_model", "n_heads": "num_heads", "n_kv_heads": "num_kv_heads",
                  "d_ff": "d_ff", "vocab": "vocab_size"}
@@ -414,25 +423,20 @@ def case_model(case: Case, catalog) -> Model:
     f = case.fields
     L, d, h = f.get("n_layers"), f.get("d_model"), f.get("n_heads")
     E = f.get("n_experts") or 1
-    if E == 1 and not (L and d) and any(f.get(k) for k in _FILL_COLUMNS):
-        # some columns given, the shape incomplete: the model the name means (by name and size) completes it, unless
-        # the name is a catalog name or the columns agree with the model it means (then that model, as below)
-        try:
-            catalog.resolve_model_name(case.model)
-            exact = True
-        except InputError:
-            exact = False
-        if not exact and _catalog_named(case, catalog) is None:
-            m = _catalog_named(case, catalog, columns=False)
-            if m is not None and (m.num_experts or 1) == 1:
-                f = dict(f, **{k: f.get(k) or getattr(m, a) for k, a in _FILL_COLUMNS.items()})
-                L, d, h = f["n_layers"], f["d_model"], f["n_heads"]
-    if E > 1 or (L and d and f.get("n_params_b")):
+    exact = _is_catalog_name(catalog, case.model)
+    if E > 1 or (L and d and f.get("n_params_b")) or not (L and d or exact):
         # the catalog model the name means, where every stated column agrees with it: it carries what no column
         # states (tied embeddings, head width, norms, windows, the MoE layer pattern)
         m = _catalog_named(case, catalog)
         if m is not None:
             return m
+    if E == 1 and not (L and d) and not exact and any(f.get(k) for k in _FILL_COLUMNS):
+        # some columns given, the shape incomplete and disagreeing: the model the name means (by name and size)
+        # completes what the row leaves empty
+        m = _catalog_named(case, catalog, columns=False)
+        if m is not None and (m.num_experts or 1) == 1:
+            f = dict(f, **{k: f.get(k) or getattr(m, a) for k, a in _FILL_COLUMNS.items()})
+            L, d, h = f["n_layers"], f["d_model"], f["n_heads"]
     if L and d:
         h = h or max(d // 128, 1)
         kvh = f.get("n_kv_heads") or h
@@ -467,13 +471,9 @@ def case_model(case: Case, catalog) -> Model:
             return m
         except Exception as exc:  # pydantic: inconsistent shape
             raise SkipRow(f"architecture columns are inconsistent ({str(exc).splitlines()[-1].strip()})") from None
-    try:
-        sec, key = catalog.resolve_model_name(case.model)
-    except InputError:
-        m = _catalog_named(case, catalog)
-        if m is None:
-            raise SkipRow("architecture not given (n_layers, d_model) and the model name is not in the catalog") from None
-        return m
+    if not exact:  # (a name the catalog does not hold that means no catalog model either: tried above)
+        raise SkipRow("architecture not given (n_layers, d_model) and the model name is not in the catalog")
+    sec, key = catalog.resolve_model_name(case.model)
     m = getattr(catalog, sec)[key]
     if not isinstance(m, Model):
         raise SkipRow("the catalog model is not a transformer")
