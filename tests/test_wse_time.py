@@ -341,10 +341,71 @@ def test_fit_predictions_equal_validate(cat):
     if not default_cases_path().is_file():
         pytest.skip("validation-public.csv not available")
     c = F.load_fabric_constants()
-    rows = WF.fit_rows(read_cases(default_cases_path()))
-    assert {r.category for r in rows} == {"wse-infer"} and {r.quality for r in rows} <= {"strong", "medium"}
+    rows = WF.fit_rows(WF.bundled_cases())
+    assert {r.category for r in rows} == {"wse-infer", "micro"} and {r.quality for r in rows} <= {"strong", "medium"}
+    assert all(r.phase == "kernel" and r.hardware.startswith("wse") for r in rows if r.category == "micro")
+    assert {"R358", "R362", "R731"} <= {r.id for r in rows}
     for r in rows:
         assert WF.predict_row(r, cat, c) == pytest.approx(predict_case(r, cat), rel=1e-12)
+
+
+def test_gemm_latency_by_hand(cat):
+    """gemm_latency_s against a hand count of the shift GEMM (fabric.gemm_cycles' formula) for the SGEMM of
+    Miyajima et al. (J. Inf. Process. 34, 2026): fp32 33,000^2 on 750 x 750 WSE-2 PEs, tiles 44 x 44 x 44, one fp32 MAC
+    per cycle at full rate (2 FLOP/cycle; 3 x 4 B / 24 B per cycle of SRAM = 0.5 cycle, so the FLOP limit binds),
+    750 steps each max(compute, shift) plus the step overhead, one kernel overhead, 1.1 GHz."""
+    c = F.load_fabric_constants()
+    w = cat.wafers["wse2"]
+    eff, step, pko = c.gemm_mac_efficiency_frac.si, c.gemm_step_overhead_cycles.si, c.per_kernel_overhead_cycles.si
+    compute = 44 * 44 * 44 * 1.0 / eff
+    shift = 2 * (1 + 2) + 44 * 44 * 4 / 4  # two hops (hop 1 + ramp 2 cycles each) + the tile's 4-byte wavelets
+    hand = (pko + 750 * (step + max(compute, shift))) / 1.1e9
+    got = F.gemm_latency_s(m=33000, k=33000, n=33000, region_rows=750, region_cols=750, wafer=w, precision="fp32")
+    assert got == pytest.approx(hand, rel=1e-9)
+    with pytest.raises(InputError, match="k: must be a positive integer"):
+        F.gemm_latency_s(m=1, k=0, n=1, wafer=w)
+
+
+def test_kernel_shape_parses_gemv_and_gemm():
+    from wseplan.validate.common import kernel_shape
+
+    assert kernel_shape("GEMM [33000,33000]x[33000,33000]") == ("GEMM", 33000, 33000, 33000)
+    assert kernel_shape("GEMV [1,16K]x[16K,16K]") == ("GEMV", 1, 16384, 16384)
+    assert kernel_shape("BiCGStab, 7-point stencil") is None
+
+
+def test_wafer_fit_is_penalised_by_its_priors(cat):
+    """Every fitted wafer constant has a prior with a mechanism, a physical range and sources; the fit's bounds are
+    those ranges and it starts from the prior values. With the SGEMM row alone (WaferLLM held out) the data fix the
+    GEMM efficiency and the priors hold the constants the row cannot see: the step overhead (750 steps of 500
+    cycles are 0.2% of the kernel) stays within 5% of its prior, where an unpenalised fit let it drift 4x."""
+    from wseplan.analytic import wse_fit as WF
+    from wseplan.calibration_data import WAFER_FITTED_KEYS, read_wafer_priors
+
+    pri = read_wafer_priors()
+    assert tuple(pri) == WAFER_FITTED_KEYS == tuple(WF.FIT_BOUNDS)
+    for k, q in pri.items():
+        assert q.mechanism and q.source and q.bound("low") < q.si < q.bound("high")
+        assert WF.FIT_BOUNDS[k] == (q.bound("low"), q.bound("high")) and WF.DEFAULT_START[k] == q.si
+    rows = [r for r in WF.fit_rows(WF.bundled_cases()) if r.id == "R731"]
+    v = WF._least_squares(rows, cat, F.load_fabric_constants(), WF.DEFAULT_START, 20)
+    assert v["gemm_step_overhead_cycles"] == pytest.approx(pri["gemm_step_overhead_cycles"].si, rel=0.05)
+    assert v["per_kernel_overhead_cycles"] == pytest.approx(pri["per_kernel_overhead_cycles"].si, rel=0.05)
+    assert 0.2 < v["gemm_mac_efficiency_frac"] < 0.33
+
+
+def test_wafer_priors_file_errors(tmp_path):
+    from wseplan.calibration_data import read_wafer_priors
+    from wseplan.errors import CatalogError
+
+    p = tmp_path / "wafer_priors.yaml"
+    p.write_text("wafer_priors:\n  per_kernel_overhead_cycles: {value: 300, low: 30, high: 3000, source: x, basis: measured, "
+                 "mechanism: launch}\n")
+    with pytest.raises(CatalogError, match="no prior for gemm_mac_efficiency_frac"):
+        read_wafer_priors(p)
+    p.write_text("wafer_priors:\n  bogus: {value: 1, low: 0.5, high: 2, source: x, basis: measured, mechanism: m}\n")
+    with pytest.raises(CatalogError, match="unknown constant 'bogus'"):
+        read_wafer_priors(p)
 
 
 def test_wafer_draft_lives_in_the_targets_free_sram(cat):

@@ -11,6 +11,7 @@ hot path. The priors of the fitted constants (mechanism, value, physical range, 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -135,14 +136,44 @@ def priors_path(base_dir: str | Path | None = None) -> Path:
 def read_gpu_priors(path: str | Path | None = None) -> dict[str, GpuPrior]:
     """The priors of ``catalogs/calibration/gpu_priors.yaml`` by constant name; :class:`CatalogError` on a bad file
     (an unknown constant, a prior without a range, a value outside its range)."""
-    p = Path(path) if path is not None else priors_path()
+    return read_priors(Path(path) if path is not None else priors_path(), "gpu_priors", CALIBRATION_KEYS)
+
+
+#: the wafer kernel constants fitted to measurements (``catalogs/calibration/fabric.yaml``), whose priors
+#: ``catalogs/calibration/wafer_priors.yaml`` holds
+WAFER_FITTED_KEYS = ("per_kernel_overhead_cycles", "gemm_mac_efficiency_frac", "gemm_step_overhead_cycles")
+
+
+@lru_cache(maxsize=4)
+def read_wafer_priors(path: str | Path | None = None) -> dict[str, GpuPrior]:
+    """The priors of the measured wafer kernel constants (``catalogs/calibration/wafer_priors.yaml``) by name, in
+    :data:`WAFER_FITTED_KEYS` order; :class:`CatalogError` on a bad file or a missing constant."""
+    p = Path(path) if path is not None else default_catalog_dir() / "calibration" / "wafer_priors.yaml"
+    out = read_priors(p, "wafer_priors", WAFER_FITTED_KEYS)
+    missing = [k for k in WAFER_FITTED_KEYS if k not in out]
+    if missing:
+        raise CatalogError(f"{p}: no prior for {', '.join(missing)}; every fitted wafer constant needs one")
+    return {k: out[k] for k in WAFER_FITTED_KEYS}
+
+
+def prior_z(value: float, low: float, high: float, x: float) -> float:
+    """The prior residual of ``x`` for a prior ``value`` in ``[low, high]``: ``log(x / value)`` in half-widths, a
+    half-width being half the log-distance from ``value`` to the bound on ``x``'s side (0 for a point prior)."""
+    b = high if x >= value else low
+    w = abs(math.log(b / value)) / 2.0
+    return 0.0 if w == 0 else math.log(x / value) / w
+
+
+def read_priors(p: Path, section: str, allowed) -> dict[str, GpuPrior]:
+    """The ``section`` mapping of priors file ``p`` (constant -> :class:`GpuPrior`), each name in ``allowed``, each
+    with ``0 < low <= value <= high``; :class:`CatalogError` naming the file and field otherwise."""
     data = read_yaml(p)
-    if not isinstance(data, dict) or not isinstance(data.get("gpu_priors"), dict):
-        raise CatalogError(f"{p}: must hold a 'gpu_priors' mapping")
+    if not isinstance(data, dict) or not isinstance(data.get(section), dict):
+        raise CatalogError(f"{p}: must hold a {section!r} mapping")
     out = {}
-    for k, v in data["gpu_priors"].items():
-        if k not in CALIBRATION_KEYS:
-            raise CatalogError(f"{p}: unknown constant {k!r}; allowed: {', '.join(CALIBRATION_KEYS)}")
+    for k, v in data[section].items():
+        if k not in allowed:
+            raise CatalogError(f"{p}: unknown constant {k!r}; allowed: {', '.join(allowed)}")
         try:
             q = GpuPrior.model_validate(v)
         except ValidationError as exc:

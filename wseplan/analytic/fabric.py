@@ -442,6 +442,49 @@ def gemv_latency_s(*, k: int, n: int, region_rows: int | None = None, region_col
     return float(cyc) / wafer.clock_hz.si
 
 
+def gemm_latency_s(*, m: int, k: int, n: int, region_rows: int | None = None, region_cols: int | None = None, wafer,
+                   precision: str = "fp16", constants: FabricConstants | None = None) -> float:
+    """Latency of one GEMM ``[m, k] x [k, n]`` by cyclic shifts (:func:`gemm_cycles`) on a region of a catalog
+    wafer [s], with the measured kernel constants (``gemm_mac_efficiency_frac``, ``gemm_step_overhead_cycles``,
+    ``per_kernel_overhead_cycles``) of ``constants``.
+
+    Parameters
+    ----------
+    m, k, n : int
+        Matrix dimensions [elements].
+    region_rows, region_cols : int, optional
+        Region [PEs]; default the largest square of the wafer (:func:`default_region`), no larger than ``m`` x ``n``.
+    wafer : Wafer
+        Catalog wafer entry.
+    precision : str
+        Element format (bytes per element, FLOP/cycle).
+    constants : FabricConstants, optional
+        Default: ``catalogs/calibration/fabric.yaml``.
+
+    Returns
+    -------
+    float
+        Latency [s]: :func:`gemm_cycles` divided by the clock.
+
+    Examples
+    --------
+    Matsuzaki, Mukunoki and Miyajima (J. Inf. Process. 34, 2026; SC24 IA^3 workshop) measure 349.0 TFLOP/s for
+    an fp32 ``33,000 x 33,000`` product on 750 x 750 PEs of a CS-2: ``2 * 33000**3 / 349.0e12 = 0.206 s``.
+    """
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name}: must be a positive integer, got {v!r}")
+    c = constants or load_fabric_constants()
+    side = default_region(wafer)
+    P, Q = _check_region(wafer, side[0] if region_rows is None else region_rows,
+                         side[1] if region_cols is None else region_cols)
+    P, Q = min(P, m), min(Q, n)
+    kw = wafer_fabric_kwargs(wafer, precision, c)
+    cyc = gemm_cycles(m=m, k=k, n=n, rows=P, cols=Q, mac_efficiency_frac=c.gemm_mac_efficiency_frac.si,
+                      step_overhead_cycles=c.gemm_step_overhead_cycles.si, **kw)
+    return float(cyc) / wafer.clock_hz.si
+
+
 # ---------------------------------------------------------------------------------------------
 # Between wafers
 # ---------------------------------------------------------------------------------------------
@@ -458,6 +501,7 @@ def cycles_to_s(cycles, clock_hz: float):
 __all__ = [
     "FabricConstants", "WseFitRecord", "WseFitStats", "load_fabric_constants", "FabricSimConstants", "load_fabric_sim_fit", "sim_fit_values", "num_wavelets", "message_cycles", "line_broadcast_cycles",
     "line_reduce_cycles", "allreduce_cycles", "mac_cycles", "gemv_cycles", "gemv_parts_cycles", "gemm_cycles",
-    "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_region", "gemv_latency_s", "cross_system_transfer_s",
+    "gemm_parts_cycles", "wafer_fabric_kwargs", "default_region", "gemv_region", "gemv_latency_s", "gemm_latency_s",
+    "cross_system_transfer_s",
     "cycles_to_s", "tree_path_cycles", "TREE_MODELS",
 ]

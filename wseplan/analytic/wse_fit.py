@@ -1,12 +1,13 @@
-"""Refit of the measurement-level wafer constants of ``catalogs/calibration/fabric.yaml`` to the public
-WaferLLM rows, on top of the simulator-fitted fabric constants.
+"""Refit of the measurement-level wafer constants of ``catalogs/calibration/fabric.yaml`` to the measured wafer rows
+of the bundled validation files, on top of the simulator-fitted fabric constants.
 
 The calibration chain of the wafer inference model (:mod:`.wse_time`) is: catalog hardware
 (``catalogs/hardware/wafers.yaml``) -> mesh simulator (:mod:`wseplan.sim.mesh`) -> the closed-form fabric
 constants fitted to it (``fabric_sim_fit.yaml``, ``wseplan calibrate``) -> the analytic model. What the
 simulator does not model - the software cost of launching and synchronising a kernel and the MAC rate the
 kernels achieve - is fitted here to measurements, with the simulator-fitted constants (and the wafer's
-routing-colour limit) held fixed:
+routing-colour limit) held fixed. Each fitted constant has a mechanism and a prior
+(``catalogs/calibration/wafer_priors.yaml``):
 
 * ``per_kernel_overhead_cycles`` - fixed cost of each kernel [cycles];
 * ``gemv_mac_efficiency_frac`` - achieved share of the PE MAC rate in GEMV (decode) [0-1]: held at 1.0
@@ -14,16 +15,20 @@ routing-colour limit) held fixed:
 * ``gemm_mac_efficiency_frac`` - the same in MeshGEMM (prefill) [0-1];
 * ``gemm_step_overhead_cycles`` - fixed cost of each MeshGEMM shift step [cycles].
 
-Rows: the ``wse-infer`` rows of quality strong or medium that the model predicts (decode, prefill, end to
-end), each predicted exactly as ``wseplan validate`` does (inline architecture, ``wse_core_grid*`` hints).
-No row is weighted or treated specially. Residuals ``log(predicted / measured)``,
-``scipy.optimize.least_squares`` (trf, bounded, linear loss) started from :data:`DEFAULT_START`, values
-rounded to 3 significant digits; deterministic, so :func:`fit_wse_overheads` rewrites ``fabric.yaml`` byte
-for byte from the same inputs.
+Rows (:func:`fit_rows`): the ``wse-infer`` rows and the wafer GEMV/GEMM kernel rows of quality strong or medium
+that the model predicts, each predicted exactly as ``wseplan validate`` does (inline architecture,
+``wse_core_grid*`` hints). No row is weighted or treated specially. Penalised least squares: residuals
+``log(predicted / measured) / NOISE`` plus one prior residual per constant (as the GPU calibration,
+:mod:`wseplan.validate.fit`), ``scipy.optimize.least_squares`` (trf, linear loss, within the prior ranges) started
+from the prior values, values rounded to 3 significant digits; deterministic, so :func:`fit_wse_overheads` rewrites
+``fabric.yaml`` byte for byte from the same inputs. :func:`held_out_by_source` refits without each source: held out,
+WaferLLM's rows are predicted from the SGEMM row and the priors.
 
 References
 ----------
-He, C. et al., "WaferLLM: Large Language Model Inference at Wafer Scale", USENIX OSDI 2025, Tables 2-4.
+He, C. et al., "WaferLLM: Large Language Model Inference at Wafer Scale", USENIX OSDI 2025, Tables 2-4, 6.
+Miyajima, T., Matsuzaki, R., Mukunoki, D., "Single-precision Matrix Multiplication Performance on Cerebras CS-2",
+J. Inf. Process. 34 (2026) 132-139, abstract (349.0 TFLOP/s, 33,000 x 33,000 on 750 x 750 PEs).
 """
 from __future__ import annotations
 
@@ -34,21 +39,23 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from ..calibration_data import prior_z, read_wafer_priors
 from ..catalog.load import load_catalog, read_yaml
 from ..catalog.schema import Quantity
 from ..catalog.software import resolve_software
 from ..errors import InputError
 from ..timing import predict_time
 from ..validate import NON_PERFORMANCE, SkipRow, _target, case_model, default_cases_path, read_cases, source_key
-from ..validate.wafer import wafer_row_options
+from ..validate.wafer import KERNEL_METRICS, predict_wafer_kernel, wafer_row_options
 from . import fabric_constants as fab
 
-#: fitted constants and their bounds (low, high)
-FIT_BOUNDS = {
-    "per_kernel_overhead_cycles": (0.0, 5000.0),
-    "gemm_mac_efficiency_frac": (0.02, 1.0),
-    "gemm_step_overhead_cycles": (0.0, 5000.0),
-}
+#: the priors of the fitted constants (``catalogs/calibration/wafer_priors.yaml``: mechanism, value, range, sources)
+PRIORS = read_wafer_priors()
+#: fitted constants and their hard bounds (low, high): the physical ranges of their priors
+FIT_BOUNDS = {k: (q.bound("low"), q.bound("high")) for k, q in PRIORS.items()}
+#: expected log-error of one row: a row's log-ratio residual is divided by it, so that the rows and the priors weigh
+#: as in the GPU calibration's committed choice (noise 0.2, ``wseplan.validate.cv``)
+NOISE = 0.2
 #: measurement-level constants held at a documented value, with the reason (written to fabric.yaml)
 FIXED = {
     "gemv_mac_efficiency_frac": (1.0, "not fitted: GEMV tiles run at the PE's full MAC rate (max of FLOP and SRAM limits), as in "
@@ -56,14 +63,8 @@ FIXED = {
                                       "row). Fitted freely on the decode rows it falls to 0.16, trading against "
                                       "per_kernel_overhead_cycles (the decode rows barely separate the two), and puts R362 at 2.2x"),
 }
-#: documented starting point of the fit: a few hundred cycles of task launch and synchronisation per kernel
-#: (order of a CSL task activation plus a fabric barrier), GEMV near the PE's MAC rate (the weights are
-#: local), MeshGEMM at half of it (small tiles), and a shift-step cost of the same order as a kernel launch
-DEFAULT_START = {
-    "per_kernel_overhead_cycles": 300.0,
-    "gemm_mac_efficiency_frac": 0.5,
-    "gemm_step_overhead_cycles": 500.0,
-}
+#: starting point of the fit: the prior values
+DEFAULT_START = {k: q.si for k, q in PRIORS.items()}
 FIT_NOTES = {
     "per_kernel_overhead_cycles": "fitted by wseplan.analytic.wse_fit on the rows in fitted_on (with the simulator-fitted "
                                   "fabric constants): task launch and synchronisation per kernel",
@@ -74,9 +75,13 @@ FIT_NOTES = {
 }
 FIT_QUALITIES = ("strong", "medium")
 FIT_CATEGORY = "wse-infer"
-METHOD = ("scipy.optimize.least_squares (trf, bounded, linear loss) on log(predicted/measured) of the rows in "
-          "fitted_on, fabric_sim_fit.yaml constants and the colour limit held fixed, started from "
-          "wseplan.analytic.wse_fit.DEFAULT_START; values rounded to 3 significant digits; reproduce with "
+#: the sources of the rows the constants are fitted on (``catalogs/sources.yaml`` keys)
+FIT_SOURCES = ["waferllm-osdi25", "matsuzaki-sgemm-cs2"]
+#: the bundled validation files whose wafer rows the fit uses (``catalogs/validation/``)
+FIT_FILES = ("validation-public.csv", "validation-extra.csv")
+METHOD = ("penalised least squares, scipy.optimize.least_squares (trf, linear loss, within the prior ranges): "
+          "log(predicted/measured) / 0.2 of the rows in fitted_on plus the prior residuals of wafer_priors.yaml, "
+          "fabric_sim_fit.yaml constants and the colour limit held fixed, started from the prior values; values rounded to 3 significant digits; reproduce with "
           "`python -c 'from wseplan.analytic.wse_fit import fit_wse_overheads; fit_wse_overheads()'`")
 HEADER = """\
 # Calibrated constants of the on-wafer fabric closed forms (wseplan/analytic/fabric.py, wse_time.py).
@@ -86,8 +91,9 @@ HEADER = """\
 # catalogs/hardware/wafers.yaml; the fabric constants the simulator resolves from fabric_sim_fit.yaml
 # (`wseplan calibrate`). fabric_model: sim_fit says the kernel constants below were fitted on top of those
 # (wafer_fabric_kwargs applies them together); `fit` records the rows, the start, the in-sample residuals
-# (rel_error = predicted / measured - 1) and the leave-one-model-out residuals. All rows come from one source
-# (WaferLLM, WSE-2), so treat the constants as WaferLLM-software constants.
+# (rel_error = predicted / measured - 1) and the leave-one-model-out residuals. The fit is penalised least squares
+# with the priors of wafer_priors.yaml. The rows are WaferLLM's (WSE-2 inference and MeshGEMV kernels) and one
+# independent WSE-2 SGEMM measurement (R731, Miyajima et al. 2026), so treat the constants as research-software ones.
 """
 
 
@@ -110,14 +116,25 @@ class WseFitResult(BaseModel):
 # Rows and predictions
 # ---------------------------------------------------------------------------------------------
 def fit_rows(cases) -> list:
-    """The rows the fit may use: ``wse-infer`` rows of quality strong/medium with a time metric."""
-    return [c for c in cases if c.category == FIT_CATEGORY and c.quality in FIT_QUALITIES
-            and c.metric not in NON_PERFORMANCE]
+    """The rows the fit may use, of quality strong/medium: ``wse-infer`` rows with a performance metric, and wafer
+    kernel rows (GEMV, GEMM) with a latency or FLOP rate (:data:`~wseplan.validate.wafer.KERNEL_METRICS`)."""
+    def kernel(c):
+        return c.phase == "kernel" and c.hardware.startswith("wse") and c.metric in KERNEL_METRICS
+    return [c for c in cases if c.quality in FIT_QUALITIES and c.metric not in NON_PERFORMANCE
+            and (c.category == FIT_CATEGORY or kernel(c))]
+
+
+def bundled_cases() -> list:
+    """The rows of the bundled validation files (:data:`FIT_FILES`), in file order."""
+    base = default_cases_path().parent
+    return [c for f in FIT_FILES for c in read_cases(base / f)]
 
 
 def predict_row(case, catalog, constants: fab.FabricConstants) -> float:
-    """Predict one wafer inference row with kernel ``constants``, by the rule of
+    """Predict one wafer inference or kernel row with kernel ``constants``, by the rule of
     ``wseplan.validate._predict_wafer`` (inline architecture, ``wse_core_grid*`` hints, metric conversion)."""
+    if case.phase == "kernel":
+        return predict_wafer_kernel(case, catalog, constants)
     if case.phase not in ("prefill", "decode", "e2e-infer"):
         raise SkipRow(f"phase {case.phase} is not fitted")
     f = case.fields
@@ -153,7 +170,7 @@ def wafer_profile(constants: fab.FabricConstants, catalog):
 def with_values(constants: fab.FabricConstants, values: dict[str, float]) -> fab.FabricConstants:
     """``constants`` with the fitted names replaced by ``values`` (each a Quantity with its fit note);
     ``fabric_model`` becomes ``sim_fit`` (the fit runs on top of the simulator-fitted constants)."""
-    upd = {k: Quantity(value=float(v), source="waferllm-osdi25", basis="estimate",
+    upd = {k: Quantity(value=float(v), source=FIT_SOURCES, basis="estimate",
                        note=FIT_NOTES[k] if k in FIT_NOTES else FIXED[k][1]) for k, v in values.items()}
     return constants.model_copy(update=upd).with_fabric_model("sim_fit")
 
@@ -178,8 +195,11 @@ def _least_squares(rows, catalog, base, start, max_nfev) -> dict[str, float]:
     x0 = np.clip(np.array([start[k] for k in names]) / scale, lo / scale, hi / scale)
 
     def resid(x):
-        c = with_values(base, dict(zip(names, x * scale)))
-        return np.array([math.log(max(predict_row(r, catalog, c), 1e-30) / r.value) for r in rows])
+        v = x * scale
+        c = with_values(base, dict(zip(names, v)))
+        data = [math.log(max(predict_row(r, catalog, c), 1e-30) / r.value) / NOISE for r in rows]
+        prior = [prior_z(PRIORS[k].si, lo[i], hi[i], v[i]) for i, k in enumerate(names)]
+        return np.array(data + prior)
 
     res = least_squares(resid, x0, bounds=(lo / scale, hi / scale), method="trf", loss="linear",
                         diff_step=1e-3, max_nfev=max_nfev)
@@ -195,12 +215,12 @@ def fit_wse_overheads(cases_path: str | Path | None = None, *, catalog=None, sta
                       exclude_models: tuple[str, ...] = (), leave_one_model_out: bool = True, max_nfev: int = 60,
                       write: bool = True, path: str | Path | None = None) -> WseFitResult:
     """Fit the measurement-level constants of ``fabric.yaml`` (:data:`FIT_BOUNDS`; :data:`FIXED` held) to the
-    public ``wse-infer`` rows and write it.
+    strong and medium wafer rows of the bundled validation files (:func:`fit_rows`) and write it.
 
     Parameters
     ----------
     cases_path : path, optional
-        Validation file (default ``catalogs/validation/validation-public.csv``).
+        Validation file (default: the bundled files, :data:`FIT_FILES`).
     catalog : Catalog, optional
     start : dict, optional
         Starting values (default :data:`DEFAULT_START`; the fit is deterministic from them).
@@ -226,14 +246,15 @@ def fit_wse_overheads(cases_path: str | Path | None = None, *, catalog=None, sta
     unknown = set(st) - set(FIT_BOUNDS)
     if unknown:
         raise InputError(f"start: unknown constants {', '.join(sorted(unknown))}; use {', '.join(FIT_BOUNDS)}")
-    rows = [r for r in fit_rows(read_cases(cases_path or default_cases_path())) if r.model not in exclude_models]
+    cases = read_cases(cases_path) if cases_path is not None else bundled_cases()
+    rows = [r for r in fit_rows(cases) if r.model not in exclude_models]
     if not rows:
-        raise InputError("cases_path: no strong/medium wse-infer rows to fit; pass the public validation file")
+        raise InputError("cases_path: no strong/medium wafer rows to fit; pass a validation file with wse-infer rows")
     values = dict(_least_squares(rows, cat, base, st, max_nfev), **{k: v for k, (v, _) in FIXED.items()})
     fitted = with_values(base, values)
     rel = _rel_errors(rows, cat, fitted)
     lomo = {}
-    models = sorted({r.model for r in rows})
+    models = sorted({r.model for r in rows if r.phase != "kernel"})  # kernel rows stay in every training set
     if leave_one_model_out and len(models) > 1:
         for m in models:
             train = [r for r in rows if r.model != m]
@@ -252,7 +273,7 @@ def fit_wse_overheads(cases_path: str | Path | None = None, *, catalog=None, sta
             if k == "fabric_model":
                 continue
             if k in values:
-                consts[k] = {"value": values[k], "source": "waferllm-osdi25", "basis": "estimate",
+                consts[k] = {"value": values[k], "source": list(FIT_SOURCES), "basis": "estimate",
                              "note": FIT_NOTES[k] if k in FIT_NOTES else FIXED[k][1]}
             elif k in raw:
                 consts[k] = raw[k]
@@ -269,16 +290,19 @@ def fit_wse_overheads(cases_path: str | Path | None = None, *, catalog=None, sta
 
 
 def held_out_by_source(cases, *, catalog=None, max_nfev: int = 20) -> dict[str, float]:
-    """Leave-one-source-out predictions of the wafer rows (id -> predicted value): each source's fit rows
-    (:func:`fit_rows`) predicted with the constants fitted on the other sources' rows, or, where no other source has
-    wafer rows, with the documented starting values (:data:`DEFAULT_START`: nothing measured fitted)."""
+    """Leave-one-source-out predictions of the wafer rows of ``cases`` (id -> predicted value): each source's fit
+    rows (:func:`fit_rows`) predicted with the constants fitted on the other sources' rows of ``cases`` and of the
+    bundled files (:func:`bundled_cases`, the rows the committed constants were fitted on), or, where no other source
+    has wafer rows, with the documented starting values (:data:`DEFAULT_START`: nothing measured fitted)."""
     cat = catalog or load_catalog()
     base = fab.load_fabric_constants()
     fixed = {k: v for k, (v, _) in FIXED.items()}
     rows = fit_rows(cases)
+    ids = {r.id for r in rows}
+    pool = rows + [r for r in fit_rows(bundled_cases()) if r.id not in ids]
     out = {}
     for src in sorted({source_key(r) for r in rows}):
-        train = [r for r in rows if source_key(r) != src]
+        train = [r for r in pool if source_key(r) != src]
         values = _least_squares(train, cat, base, DEFAULT_START, max_nfev) if train else dict(DEFAULT_START)
         consts = with_values(base, dict(values, **fixed))
         for r in rows:
@@ -290,5 +314,5 @@ def held_out_by_source(cases, *, catalog=None, max_nfev: int = 20) -> dict[str, 
     return out
 
 
-__all__ = ["FIT_BOUNDS", "FIXED", "DEFAULT_START", "WseFitResult", "fit_rows", "predict_row", "with_values",
+__all__ = ["FIT_BOUNDS", "FIXED", "DEFAULT_START", "WseFitResult", "fit_rows", "bundled_cases", "predict_row", "with_values",
            "fit_wse_overheads", "held_out_by_source"]

@@ -228,19 +228,26 @@ def _need_fit(r):
     return r
 
 
-_GEMV = re.compile(r"GEMV\s*\[\s*(\d+)\s*,\s*(\d+)([KkMm]?)\s*\]\s*x\s*\[\s*(\d+)([KkMm]?)\s*,\s*(\d+)([KkMm]?)\s*\]")
+_KERNEL = re.compile(r"(GEMV|GEMM)\s*\[\s*(\d+)([KkMm]?)\s*,\s*(\d+)([KkMm]?)\s*\]\s*x\s*\[\s*(\d+)([KkMm]?)\s*,"
+                     r"\s*(\d+)([KkMm]?)\s*\]")
 
 
 def _dim(num: str, suffix: str) -> int:
     return int(num) * {"": 1, "k": 1024, "m": 1024 ** 2}[suffix.lower()]
 
 
-def gemv_shape(text: str) -> tuple[int, int, int] | None:
-    """(M, K, N) of a ``GEMV [M,K]x[K,N]`` model string (16K = 16384), or None."""
-    m = _GEMV.search(text or "")
+def kernel_shape(text: str) -> tuple[str, int, int, int] | None:
+    """(kind, M, K, N) of a ``GEMV [M,K]x[K,N]`` or ``GEMM [M,K]x[K,N]`` model string (16K = 16384), or None."""
+    m = _KERNEL.search(text or "")
     if not m:
         return None
-    return int(m.group(1)), _dim(m.group(2), m.group(3)), _dim(m.group(6), m.group(7))
+    return m.group(1), _dim(m.group(2), m.group(3)), _dim(m.group(4), m.group(5)), _dim(m.group(8), m.group(9))
+
+
+def gemv_shape(text: str) -> tuple[int, int, int] | None:
+    """(M, K, N) of a ``GEMV [M,K]x[K,N]`` model string (16K = 16384), or None."""
+    s = kernel_shape(text)
+    return s[1:] if s is not None and s[0] == "GEMV" else None
 
 
 def _train_metric(case, model, *, step_s: float, tokens_per_step: float, num_devices: int, peak_flop_per_s: float,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..calibration_data import GpuCalibration, read_gpu_priors
+from ..calibration_data import GpuCalibration, prior_z, read_gpu_priors
 from ..catalog.load import load_catalog
 from ..catalog.software import resolve_software
 from ..errors import InputError
@@ -51,9 +51,7 @@ class Param:
 
     def z(self, x: float) -> float:
         """The prior residual of value ``x``: log-distance from the prior value in half-widths to the bound."""
-        b = self.high if x >= self.value else self.low
-        w = abs(math.log(b / self.value)) / 2.0
-        return 0.0 if w == 0 else math.log(x / self.value) / w
+        return prior_z(self.value, self.low, self.high, x)
 
     def dz(self, x: float) -> float:
         b = self.high if x >= self.value else self.low

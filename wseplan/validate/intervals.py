@@ -55,10 +55,10 @@ def held_out(paths, *, catalog=None, max_nfev: int = 5, method: str = CV_METHOD)
             v = float(predict_case(c, cat))
         except (SkipRow, InputError):
             continue
-        if c.id in by_id:
-            h = by_id[c.id]["held_out"]
-        elif c.hardware.startswith("wse"):
+        if c.hardware.startswith("wse"):  # wafer rows, kernels included: the wafer constants refitted without the source
             h = wafer.get(c.id, v)
+        elif c.id in by_id:
+            h = by_id[c.id]["held_out"]
         elif source_key(c) in cv["trials"]:
             try:
                 h = float(predict_case(c, cat, cv["trials"][source_key(c)]))

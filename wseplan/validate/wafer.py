@@ -2,28 +2,40 @@
 from __future__ import annotations
 
 from ..analytic import gpu_time as G
-from ..analytic import wse_time
+from ..analytic import fabric
 from ..timing import predict_time
 from .cases import SkipRow, case_model, note_hint
-from .common import _need_fit, _recompute, _target, _train_metric, gemv_shape, speculation_of, wafer_profile_for
+from .common import _need_fit, _recompute, _target, _train_metric, kernel_shape, speculation_of, wafer_profile_for
+
+
+#: kernel-row metrics the wafer kernel model predicts: a latency [ms] or a FLOP rate [TFLOP/s] (2 m k n per product)
+KERNEL_METRICS = ("latency_ms", "tflops")
+
+
+def predict_wafer_kernel(case, catalog, constants=None) -> float:
+    """One ``GEMV [M,K]x[K,N]`` or ``GEMM [M,K]x[K,N]`` kernel row on a wafer, in the row's metric
+    (:data:`KERNEL_METRICS`), with kernel ``constants`` (default ``fabric.yaml``); the region from the row's
+    ``wse_core_grid=RxC`` hint, else the kernel's default region."""
+    shape = kernel_shape(case.model)
+    if shape is None or case.metric not in KERNEL_METRICS:
+        raise SkipRow("kernel is not a GEMV or GEMM latency or FLOP rate; no model for it")
+    kind, m, k, n = shape
+    target = _target(case, catalog, None)
+    kw = dict(k=k, n=n, m=m, wafer=target.device, precision=case.get("precision") or "fp16", constants=constants)
+    grid = note_hint(case.notes, "wse_core_grid")
+    if grid and "x" in grid:
+        r_, _, c_ = grid.partition("x")
+        kw.update(region_rows=int(float(r_)), region_cols=int(float(c_)))
+    try:
+        lat = float((fabric.gemv_latency_s if kind == "GEMV" else fabric.gemm_latency_s)(**kw))
+    except (NotImplementedError, TypeError):
+        raise SkipRow("wafer model unavailable") from None
+    return lat * 1e3 if case.metric == "latency_ms" else 2.0 * m * k * n / lat / 1e12
 
 
 def _predict_wafer(case, catalog):
     if case.phase == "kernel":
-        shape = gemv_shape(case.model)
-        fn = wse_time.gemv_latency_s
-        if shape is None or case.metric != "latency_ms":
-            raise SkipRow("kernel is not a GEMV latency; no model for it")
-        target = _target(case, catalog, None)
-        kw = dict(k=shape[1], n=shape[2], m=shape[0], wafer=target.device, precision=case.get("precision") or "fp16")
-        grid = note_hint(case.notes, "wse_core_grid")
-        if grid and "x" in grid:
-            r_, _, c_ = grid.partition("x")
-            kw.update(region_rows=int(float(r_)), region_cols=int(float(c_)))
-        try:
-            return float(fn(**kw)) * 1e3
-        except (NotImplementedError, TypeError):
-            raise SkipRow("wafer model unavailable") from None
+        return predict_wafer_kernel(case, catalog)
     model = case_model(case, catalog)
     f = case.fields
     if case.phase == "train":
