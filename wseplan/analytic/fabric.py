@@ -468,7 +468,7 @@ def gemm_latency_s(*, m: int, k: int, n: int, region_rows: int | None = None, re
 
     Examples
     --------
-    Matsuzaki, Mukunoki and Miyajima (J. Inf. Process. 34, 2026; SC24 IA^3 workshop) measure 349.0 TFLOP/s for
+    Miyajima, Matsuzaki and Mukunoki (J. Inf. Process. 34, 2026; SC24 IA^3 workshop) measure 349.0 TFLOP/s for
     an fp32 ``33,000 x 33,000`` product on 750 x 750 PEs of a CS-2: ``2 * 33000**3 / 349.0e12 = 0.206 s``.
     """
     for name, v in (("m", m), ("k", k), ("n", n)):

@@ -80,8 +80,9 @@ FIT_SOURCES = ["waferllm-osdi25", "matsuzaki-sgemm-cs2"]
 #: the bundled validation files whose wafer rows the fit uses (``catalogs/validation/``)
 FIT_FILES = ("validation-public.csv", "validation-extra.csv")
 METHOD = ("penalised least squares, scipy.optimize.least_squares (trf, linear loss, within the prior ranges): "
-          "log(predicted/measured) / 0.2 of the rows in fitted_on plus the prior residuals of wafer_priors.yaml, "
-          "fabric_sim_fit.yaml constants and the colour limit held fixed, started from the prior values; values rounded to 3 significant digits; reproduce with "
+          f"log(predicted/measured) / {NOISE:g} of the rows in fitted_on plus the prior residuals of wafer_priors.yaml, "
+          "fabric_sim_fit.yaml constants and the colour limit held fixed, started from the prior values; values "
+          "rounded to 3 significant digits; reproduce with "
           "`python -c 'from wseplan.analytic.wse_fit import fit_wse_overheads; fit_wse_overheads()'`")
 HEADER = """\
 # Calibrated constants of the on-wafer fabric closed forms (wseplan/analytic/fabric.py, wse_time.py).
@@ -293,7 +294,7 @@ def held_out_by_source(cases, *, catalog=None, max_nfev: int = 20) -> dict[str, 
     """Leave-one-source-out predictions of the wafer rows of ``cases`` (id -> predicted value): each source's fit
     rows (:func:`fit_rows`) predicted with the constants fitted on the other sources' rows of ``cases`` and of the
     bundled files (:func:`bundled_cases`, the rows the committed constants were fitted on), or, where no other source
-    has wafer rows, with the documented starting values (:data:`DEFAULT_START`: nothing measured fitted)."""
+    has wafer rows, with the prior values (:data:`DEFAULT_START`: nothing measured fitted)."""
     cat = catalog or load_catalog()
     base = fab.load_fabric_constants()
     fixed = {k: v for k, (v, _) in FIXED.items()}
