@@ -53,7 +53,8 @@ def test_outside_the_envelope_the_band_widens_and_says_why(catalog):
 def test_an_inference_profile_no_validated_row_ran_widens_the_interval(tmp_path):
     """The wafer rows were all predicted with the research profile: a production-profile prediction lies outside the
     validated envelope in one more dimension, and its log-interval grows by the log of one software release's spread
-    (SOFTWARE_RELEASE_SPREAD = 3.5, Cerebras' 70B service August -> October 2024), half on each side."""
+    (3.5 in catalogs/calibration/interval_widening.yaml: Cerebras' 70B service August -> October 2024), half on each
+    side."""
     from wseplan import model_error as ME
 
     f = ME.load_model_error()
@@ -68,10 +69,26 @@ def test_an_inference_profile_no_validated_row_ran_widens_the_interval(tmp_path)
     assert math.log(hi1 / lo1) == pytest.approx(math.log(hi0 / lo0) + math.log(3.5), rel=1e-9)
     assert math.log(hi1 / hi0) == pytest.approx(0.5 * math.log(3.5), rel=1e-9)
     assert "one software release (3.5x across the interval)" in note1
-    # with another dimension outside too, that dimension widens by WIDEN_OUTSIDE and the release spread is added
+    assert ME.widening() == (1.5, 3.5)
+    # with another dimension outside too, that dimension widens by 1.5 and the release spread is added
     lo2, hi2, _ = ME.speed_bounds("wse-infer", software="wafer-production", **dict(kw, hardware="wse3"))
-    assert math.log(hi2 / lo2) == pytest.approx(ME.WIDEN_OUTSIDE * math.log(hi0 / lo0) + math.log(3.5), rel=1e-9)
+    assert math.log(hi2 / lo2) == pytest.approx(1.5 * math.log(hi0 / lo0) + math.log(3.5), rel=1e-9)
     # a GPU training prediction does not care which serving profile it names
     a = ME.speed_bounds("gpu-train", software="gpu-production")
     b = ME.speed_bounds("gpu-train", software="anything")
     assert a == b
+
+
+def test_interval_widening_file_errors(tmp_path, monkeypatch):
+    """A bad widening file is a one-line CatalogError naming the file and field."""
+    from wseplan import model_error as ME
+    from wseplan.errors import CatalogError
+
+    p = tmp_path / "w.yaml"
+    p.write_text("interval_widening:\n  per_dimension_factor: {value: 0.5, source: x, basis: measured}\n"
+                 "  software_release_spread: {value: 3.5, source: x, basis: measured}\n")
+    with pytest.raises(CatalogError, match="per_dimension_factor: must be at least 1"):
+        ME._widening(str(p))
+    p.write_text("nothing: 1\n")
+    with pytest.raises(CatalogError, match="must hold an 'interval_widening' mapping"):
+        ME._widening(str(p))
