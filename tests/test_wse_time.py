@@ -393,6 +393,15 @@ def test_wafer_fit_is_penalised_by_its_priors(cat):
     assert v["gemm_step_overhead_cycles"] == pytest.approx(pri["gemm_step_overhead_cycles"].si, rel=0.05)
     assert v["per_kernel_overhead_cycles"] == pytest.approx(pri["per_kernel_overhead_cycles"].si, rel=0.05)
     assert 0.2 < v["gemm_mac_efficiency_frac"] < 0.33
+    # constants that end at a bound of their range are reported (fabric.yaml's fit.at_bound); the committed ones do not
+    assert WF.at_bound({"per_kernel_overhead_cycles": 3000.0, "gemm_mac_efficiency_frac": 0.1,
+                        "gemm_step_overhead_cycles": 600.0}) == ["per_kernel_overhead_cycles: high",
+                                                                  "gemm_mac_efficiency_frac: low"]
+    import yaml
+
+    from wseplan.analytic.fabric_constants import FabricFile
+    doc = FabricFile.model_validate(yaml.safe_load((ROOT / "catalogs/calibration/fabric.yaml").read_text()))
+    assert doc.fit.at_bound == []
 
 
 def test_wafer_priors_file_errors(tmp_path):

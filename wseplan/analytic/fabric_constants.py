@@ -77,6 +77,8 @@ class WseFitRecord(BaseModel):
     in_sample: WseFitStats
     residuals: dict[str, float]
     leave_one_model_out: dict[str, WseFitStats] = {}
+    #: fitted constants that ended within 0.1% (in log) of a bound of their prior range, as ``name: low|high``
+    at_bound: list[str] = []
 
 
 class FabricFile(BaseModel):

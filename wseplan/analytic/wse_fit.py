@@ -188,6 +188,18 @@ def with_values(constants: fab.FabricConstants, values: dict[str, float]) -> fab
     return constants.model_copy(update=upd).with_fabric_model("sim_fit")
 
 
+def at_bound(values: dict[str, float], rel: float = 1e-3) -> list[str]:
+    """The fitted constants of ``values`` within ``rel`` (in log) of a bound of their prior range, as ``name: low|high``
+    (reported in ``fabric.yaml``: a constant at a bound says the rows push it beyond its physical range)."""
+    out = []
+    for k, (lo, hi) in FIT_BOUNDS.items():
+        if k in values and abs(math.log(values[k] / lo)) < rel:
+            out.append(f"{k}: low")
+        elif k in values and abs(math.log(hi / values[k])) < rel:
+            out.append(f"{k}: high")
+    return out
+
+
 def _round_sig(x: float, digits: int = 3) -> float:
     return 0.0 if x == 0 else float(f"{x:.{digits}g}")
 
@@ -275,6 +287,7 @@ def fit_wse_overheads(cases_path: str | Path | None = None, *, catalog=None, sta
             v = dict(_least_squares(train, cat, base, st, max_nfev), **{k: x for k, (x, _) in FIXED.items()})
             lomo[m] = _stats([r.id for r in held], _rel_errors(held, cat, with_values(base, v)))
     record = fab.WseFitRecord(method=METHOD, fitted=list(FIT_BOUNDS), start={k: float(v) for k, v in st.items()},
+                              at_bound=at_bound(values),
                               in_sample=_stats([r.id for r in rows], rel),
                               residuals={r.id: round(float(e), 4) for r, e in zip(rows, rel)},
                               leave_one_model_out=lomo)
@@ -328,5 +341,5 @@ def held_out_by_source(cases, *, catalog=None, max_nfev: int = 20) -> dict[str, 
     return out
 
 
-__all__ = ["FIT_BOUNDS", "FIXED", "DEFAULT_START", "WseFitResult", "fit_rows", "bundled_cases", "predict_row", "with_values",
+__all__ = ["FIT_BOUNDS", "FIXED", "DEFAULT_START", "WseFitResult", "fit_rows", "bundled_cases", "at_bound", "predict_row", "with_values",
            "fit_wse_overheads", "held_out_by_source"]
