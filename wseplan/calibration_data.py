@@ -164,6 +164,16 @@ def prior_z(value: float, low: float, high: float, x: float) -> float:
     return 0.0 if w == 0 else math.log(x / value) / w
 
 
+def bound_side(x: float, low: float, high: float, rel: float = 1e-3) -> str | None:
+    """``"low"`` or ``"high"`` when ``x`` lies within ``rel`` (in log) of that bound of ``[low, high]``, else None: a
+    fitted constant that ends there is reported (the rows push it beyond its physical range)."""
+    if abs(math.log(x / low)) < rel:
+        return "low"
+    if abs(math.log(high / x)) < rel:
+        return "high"
+    return None
+
+
 def read_priors(p: Path, section: str, allowed) -> dict[str, GpuPrior]:
     """The ``section`` mapping of priors file ``p`` (constant -> :class:`GpuPrior`), each name in ``allowed``, each
     with ``0 < low <= value <= high``; :class:`CatalogError` naming the file and field otherwise."""

@@ -39,7 +39,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from ..calibration_data import prior_z, read_wafer_priors
+from ..calibration_data import bound_side, prior_z, read_wafer_priors
 from ..catalog.load import load_catalog, read_yaml
 from ..catalog.schema import Quantity
 from ..catalog.software import resolve_software
@@ -191,13 +191,8 @@ def with_values(constants: fab.FabricConstants, values: dict[str, float]) -> fab
 def at_bound(values: dict[str, float], rel: float = 1e-3) -> list[str]:
     """The fitted constants of ``values`` within ``rel`` (in log) of a bound of their prior range, as ``name: low|high``
     (reported in ``fabric.yaml``: a constant at a bound says the rows push it beyond its physical range)."""
-    out = []
-    for k, (lo, hi) in FIT_BOUNDS.items():
-        if k in values and abs(math.log(values[k] / lo)) < rel:
-            out.append(f"{k}: low")
-        elif k in values and abs(math.log(hi / values[k])) < rel:
-            out.append(f"{k}: high")
-    return out
+    sides = {k: bound_side(values[k], lo, hi, rel) for k, (lo, hi) in FIT_BOUNDS.items() if k in values}
+    return [f"{k}: {side}" for k, side in sides.items() if side]
 
 
 def _round_sig(x: float, digits: int = 3) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..calibration_data import GpuCalibration, prior_z, read_gpu_priors
+from ..calibration_data import GpuCalibration, bound_side, prior_z, read_gpu_priors
 from ..catalog.load import load_catalog
 from ..catalog.software import resolve_software
 from ..errors import InputError
@@ -261,14 +261,8 @@ class Problem:
 
     def at_bound(self, x, rel: float = 1e-3) -> list[str]:
         """Free constants within ``rel`` (in log) of a bound of their prior range, as ``name: low|high``."""
-        out = []
-        for k in self.free:
-            p = self.params[k]
-            if abs(math.log(x[k] / p.low)) < rel:
-                out.append(f"{p.key}: low")
-            elif abs(math.log(p.high / x[k])) < rel:
-                out.append(f"{p.key}: high")
-        return out
+        sides = {k: bound_side(x[k], self.params[k].low, self.params[k].high, rel) for k in self.free}
+        return [f"{self.params[k].key}: {side}" for k, side in sides.items() if side]
 
 
 def fit_gpu_efficiency(cases_path=None, *, exclude_sources: tuple[str, ...] = (), catalog=None, max_nfev: int = 40,
