@@ -54,6 +54,24 @@ def test_gemm_efficiency_saturates_with_shape():
     assert G.gemm_efficiency_frac(m=300, n=300, k=300, max_frac=0.8, half_intensity=50.0) == pytest.approx(0.8 * 100 / 150)
 
 
+def test_ridge_combine_is_a_soft_roofline():
+    # p = 2 on a 3-4-5 triangle: sqrt(3^2 + 4^2) = 5 (hand calculation); p <= 0 is the plain roofline max
+    assert G.ridge_combine_s(3.0, 4.0, 2.0) == pytest.approx(5.0, rel=1e-12)
+    assert G.ridge_combine_s(3.0, 4.0, 0.0) == 4.0
+    # p = 1 adds the two times (no overlap): half the compute roof exactly at the ridge
+    assert G.ridge_combine_s(np.array([2.0]), np.array([2.0]), 1.0)[0] == pytest.approx(4.0, rel=1e-12)
+    # between the roofline max and the sum for any p >= 1; tends to the max as p grows
+    rng = np.random.default_rng(1)
+    tc, tm = rng.uniform(1e-6, 1e-3, 200), rng.uniform(1e-6, 1e-3, 200)
+    for p in (1.0, 1.7, 3.0, 8.0):
+        t = G.ridge_combine_s(tc, tm, p)
+        assert np.all(t >= np.maximum(tc, tm) * (1 - 1e-12)) and np.all(t <= (tc + tm) * (1 + 1e-12))
+    assert np.allclose(G.ridge_combine_s(tc, tm, 200.0), np.maximum(tc, tm), rtol=0.01)
+    # far from the ridge the larger time is the answer: a batch-1 GEMV's compute time is ~1/150 of its memory time
+    # on an A100 (2 FLOP per 2-byte weight against a 153 FLOP/byte balance), and p = 1.7 adds well under 1%
+    assert G.ridge_combine_s(1.0, 150.0, 1.7) == pytest.approx(150.0, rel=1e-2)
+
+
 def test_calibration_file_loads_and_lists_fitted_rows():
     f = read_gpu_efficiency()
     assert f.fitted_on and all(r.startswith("R") for r in f.fitted_on)
@@ -178,10 +196,13 @@ def test_inference_time_never_rises_with_more_bandwidth_or_compute(catalog, batc
 @settings(max_examples=40, deadline=None)
 @given(ctx=st.integers(128, 32768), tp=st.sampled_from([1, 2, 4, 8]), k=st.floats(0.02, 1.0))
 def test_bandwidth_bound_decode_scales_as_one_over_k(catalog, ctx, tp, k):
-    """Batch-1 decode with no fixed overheads is bandwidth-bound: every bandwidth x k gives time / k."""
+    """Batch-1 decode with no fixed overheads is bandwidth-bound: every bandwidth x k gives time / k (on the plain
+    roofline: the soft ridge, exponent > 0, lets the small compute time of the padded tiles add a little as the
+    bandwidth grows towards the ridge)."""
     m = resolve_model("llama-3-8b", catalog)
     gpu = catalog.gpus["h100-sxm"]
-    cal = gpu_calibration().replace(layer_overhead_s=0.0, step_overhead_s=0.0, nvlink_latency_s=0.0, network_latency_s=0.0)
+    cal = gpu_calibration().replace(layer_overhead_s=0.0, step_overhead_s=0.0, nvlink_latency_s=0.0, network_latency_s=0.0,
+                                    gemm_ridge_exponent=0.0)
     kw = dict(precision="bf16", batch=1, new_tokens=1, context=ctx, tp=tp, cal=cal)
     t1, _ = G.forward_pass_time_s(m, gpu, **kw)
     tk, _ = G.forward_pass_time_s(m, _scaled(gpu, bw=k), **kw)

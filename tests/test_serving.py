@@ -79,6 +79,33 @@ def test_replica_search_covers_the_fixed_count(catalog):
     assert max(p.tokens_per_s / p.num_devices for p in free.points) >= max(p.tokens_per_s / p.num_devices for p in fixed.points) * (1 - 1e-9)
 
 
+def test_default_grid_adds_the_concurrency_that_fills_the_kv_cache(catalog):
+    """An in-flight engine admits requests while their KV cache fits: without a concurrency, serve tries the powers of
+    two and the concurrency that fills the memory. Llama-3.1-70B fp8 on one H200 with 1,000 + 1,000 tokens: 128
+    requests fit and 256 do not, so the fill point lies between them; it fits, and 3% more requests do not."""
+    from wseplan.plan import evaluate, setup
+
+    r = serve("llama-3.1-70b", "h200x1", precision="fp8", input_tokens=1000, output_tokens=1000, catalog=catalog,
+              prices=False)
+    grid = {1 << i for i in range(12)}
+    extra = [p.batch for p in r.points if p.batch not in grid]
+    assert len(extra) == 1 and 128 < extra[0] < 256
+    fill = extra[0]
+    s = setup("llama-3.1-70b", "h200x1", phase="serve", precision="fp8", catalog=catalog)
+    b = np.array([128.0, fill, math.ceil(fill * 1.03), 256.0])
+    arr = evaluate(s, {"batch": b, "context": np.full(4, 1000.0), "output_tokens": np.full(4, 1000.0)})
+    assert list(arr["fits"]) == [True, True, False, False]
+    # by hand: the tokens the 128-request layout can still hold, over 2,000 tokens per request
+    assert fill <= arr["max_tokens_in_flight"][0] // 2000 < fill * 1.03
+    # the highest-throughput point is the filled one (decode is still memory-bound there: more requests, more tokens/s)
+    assert max(r.points, key=lambda p: p.capacity_requests_per_s).batch == fill
+    # a given concurrency or grid is evaluated as given
+    assert [p.batch for p in serve("llama-3.1-70b", "h200x1", precision="fp8", input_tokens=1000, output_tokens=1000,
+                                   catalog=catalog, prices=False, batches=[64, 128]).points] == [64, 128]
+    assert [p.batch for p in serve("llama-3.1-70b", "h200x1", precision="fp8", input_tokens=1000, output_tokens=1000,
+                                   catalog=catalog, prices=False, concurrency=100).points] == [100]
+
+
 def test_rate_beyond_capacity_and_bad_input(catalog):
     r = serve("llama-3.1-8b", "h100x1", input_tokens=1024, output_tokens=128, concurrency=4, rate=1e6, catalog=catalog)
     assert not r.fits and r.chosen is None and "carries" in r.notes[0]

@@ -28,6 +28,7 @@ EXPECTED = {
     "gemm_max_frac_8bit": (0.72, 0.45, 0.78),
     "gemm_max_frac_4bit": (0.70, 0.40, 0.80),
     "gemm_half_intensity": (60, 15, 250),
+    "gemm_ridge_exponent": (2, 1, 8),
     "attention_frac": (0.50, 0.30, 0.75),
     "hbm_frac": (0.80, 0.65, 0.92),
     "elementwise_vectors_per_token": (17, 4, 40),

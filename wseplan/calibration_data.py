@@ -35,6 +35,9 @@ class GpuCalibration:
     gemm_half_intensity : float
         GEMM arithmetic intensity ``1/(1/M + 1/N + 1/K)`` at which a GEMM reaches half its asymptotic
         efficiency [FLOP/element-ish, dimensionless].
+    gemm_ridge_exponent : float
+        Exponent ``p`` of the soft roofline ``(t_c^p + t_m^p)^(1/p)`` of a GEMM's compute and memory times (operand
+        loads overlap the math only partly near the ridge point); ``0`` selects the plain ``max`` [dimensionless].
     attention_frac : float
         Fraction of the dense peak reached by (flash) attention score/context products [fraction].
     hbm_frac : float
@@ -77,6 +80,7 @@ class GpuCalibration:
     gemm_max_frac_8bit: float = 0.65
     gemm_max_frac_4bit: float = 0.55
     gemm_half_intensity: float = 60.0
+    gemm_ridge_exponent: float = 0.0
     attention_frac: float = 0.5
     hbm_frac: float = 0.8
     elementwise_vectors_per_token: float = 20.0

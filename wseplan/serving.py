@@ -110,8 +110,33 @@ def concurrency_grid(max_batch: float) -> list[int]:
     return [1 << i for i in range(int(math.log2(top)) + 1)]
 
 
+def _fill(s, cfg: dict, arr: dict, kv_tokens: int, max_batch: int | None):
+    """``(cfg, arr)`` with one more concurrency: the largest whose KV cache fits, when it lies between the tried ones.
+
+    An in-flight engine (vLLM, TensorRT-LLM, SGLang; the wafer service) admits requests while their KV cache fits
+    (``max_batch`` caps it), so its highest-throughput point is the concurrency that fills the memory, not the power of
+    two below it. It is read off the largest fitting tried concurrency (the tokens its layout could hold over each
+    request's ``kv_tokens``, prompt plus answer as the fit reserves them) and checked by evaluating it; a few smaller
+    values are tried when it does not fit (the working set also grows with the concurrency)."""
+    b = cfg["batch"]
+    ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
+    if max_batch is None or not ok.any():
+        return cfg, arr
+    top = int(np.nonzero(ok)[0][np.argmax(b[ok])])
+    room = float(arr["max_tokens_in_flight"][top])
+    want = int(min(max_batch, room // max(kv_tokens, 1)))
+    for c in dict.fromkeys((want, int(want * 0.97), int(want * 0.9))):
+        if c <= b[top] or c in b:
+            break
+        cfg2 = {k: np.append(v, v[top] if k != "batch" else float(c)) for k, v in cfg.items()}
+        arr2 = evaluate(s, cfg2)
+        if bool(arr2["fits"][-1]) and np.isfinite(arr2["tpot_s"][-1]):
+            return cfg2, arr2
+    return cfg, arr
+
+
 def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
-            ttft_limit_s, tpot_limit_s, utilization) -> list[ServePoint]:
+            ttft_limit_s, tpot_limit_s, utilization, fill_to: int | None = None) -> list[ServePoint]:
 
     b = np.asarray(batches, dtype=float)
     n = len(b)
@@ -119,6 +144,10 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     for k, v in (layout or {}).items():
         cfg[k] = np.full(n, float(v))
     arr = evaluate(s, cfg)
+    if fill_to is not None:  # the default grid: add the concurrency that fills the KV cache
+        cfg, arr = _fill(s, cfg, arr, input_tokens + output_tokens, fill_to)
+        b = cfg["batch"]
+        n = len(b)
     ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
     if not ok.any():
         return []
@@ -242,19 +271,22 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         for b in batches:
             check_positive_int(b, "batches")
         batches = sorted(set(int(b) for b in batches))
+    # the default grid (no concurrency, no batches given) also tries the concurrency that fills the KV cache
+    fill_to = int(eng.max_batch.si) if not concurrency and batches is None else None
+    given_batches = batches
     batches = [concurrency] if concurrency else batches or concurrency_grid(eng.max_batch.si)
     points: list[ServePoint] = []
     t0 = s0.query.target
     kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
               overrides=overrides, rate=rate, percentile=percentile, output_scv=output_scv, ttft_limit_s=ttft_limit_s,
-              tpot_limit_s=tpot_limit_s, utilization=utilization)
+              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to)
     if layout and s0.query.target.count is None:
         raise InputError(f"layout: a fixed layout needs a target with a device count (e.g. {s0.query.target.key}x8)")
     for size in ([None] if layout else replica_sizes(s0)):
         if size is None:
             s, lay = s0, layout
         elif size == "x2":  # wafers: from the fewest that fit to twice that
-            few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None))
+            few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None))
             kmin = few[0].devices_per_replica if few else None
             if kmin is None:
                 continue
@@ -289,7 +321,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
         free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
                      output_tokens=output_tokens, concurrency=concurrency, percentile=percentile, output_scv=output_scv,
-                     utilization=utilization, options=options, layout=layout, batches=batches, catalog=cat, prices=False)
+                     utilization=utilization, options=options, layout=layout, batches=given_batches, catalog=cat, prices=False)
         if free.points:
             top = max(free.points, key=lambda p: (p.capacity_requests_per_s / p.num_devices, -p.num_devices))
             per_replica = top.capacity_requests_per_s / top.num_replicas

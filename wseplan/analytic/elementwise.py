@@ -58,6 +58,14 @@ def where(cond, a, b):
     return a if cond else b
 
 
+def power(x, p):
+    """``np.power(x, p)``; on floats numpy's own scalar power (its answer differs from ``float ** float`` in the last
+    bit for a few percent of operands: numpy's vectorised pow is not the C library's), returned as a float."""
+    if isinstance(x, _nd) or isinstance(p, _nd):
+        return np.power(x, p)
+    return float(np.power(np.float64(x), np.float64(p)))
+
+
 def ceil(x):
     if isinstance(x, _nd):
         return np.ceil(x)

@@ -6,7 +6,9 @@ Physics (all per GPU, per transformer block, then composed):
 * **GEMMs** run at ``peak * eff(I)`` with the shape-dependent efficiency
   ``eff(I) = e_max * I / (I + I_half)`` of the GEMM's arithmetic intensity ``I = 1/(1/M + 1/N + 1/K)``
   (M tokens, N and K the weight matrix's dimensions after the tensor-parallel split), and never faster
-  than reading their operands from HBM (roofline). Small per-GPU matrices (high TP, small batch) are slower.
+  than reading their operands from HBM: the compute time ``t_c`` and the memory time ``t_m`` combine on a soft
+  roofline ``(t_c^p + t_m^p)^(1/p)`` (:func:`ridge_combine_s`, ``gemm_ridge_exponent``: loads overlap the math only
+  partly near the ridge point). Small per-GPU matrices (high TP, small batch) are slower.
 * **Attention** (flash) runs at ``attention_frac`` of peak (of the fp8 peak for 4-bit models:
   :data:`ATTENTION_PRECISION`); causal masks halve its work. A training run of a framework
   without fused attention (``attention_kernel="materialized"``: the 2021-2022 Megatron-LM runs) computes the whole
@@ -73,10 +75,28 @@ def gemm_efficiency_frac(*, m, n, k, max_frac, half_intensity):
     return X.clip(max_frac * inten / (inten + half_intensity), 0.0, 1.0)
 
 
-def roofline_time_s(*, flop, bytes_moved, peak_flop_per_s, efficiency_frac, bandwidth_bytes_per_s):
-    """``max(flop / (peak * eff), bytes / bandwidth)`` [s]."""
-    return X.maximum(X.asfloat(flop) / (peak_flop_per_s * efficiency_frac),
-                     X.asfloat(bytes_moved) / bandwidth_bytes_per_s)
+def ridge_combine_s(t_compute, t_memory, exponent):
+    """A kernel's time from its compute and memory times [s]: ``(t_c^p + t_m^p)^(1/p)`` with ``p = exponent``.
+
+    The roofline's ``max(t_c, t_m)`` is the limit ``p -> inf`` (operand loads fully overlapped with the math); ``p = 1``
+    adds the two (no overlap). Near the ridge point a GEMM's loads overlap its tensor-core math only partly (a few
+    prefetch stages, the first and last tiles exposed), so measured GEMM throughput turns from the memory roof to the
+    compute roof gradually (Williams, Waterman and Patterson, "Roofline", CACM 2009, for the limit; NVIDIA's Matrix
+    Multiplication Background guide for the gradual turn). ``exponent <= 0`` selects the plain ``max``. Far from the
+    ridge the result is the larger time (a batch-1 GEMV stays at its memory time).
+    """
+    t_c, t_m = X.asfloat(t_compute), X.asfloat(t_memory)
+    if exponent <= 0:
+        return X.maximum(t_c, t_m)
+    hi = X.maximum(X.maximum(t_c, t_m), 1e-300)
+    return hi * X.power(X.power(t_c / hi, exponent) + X.power(t_m / hi, exponent), 1.0 / exponent)
+
+
+def roofline_time_s(*, flop, bytes_moved, peak_flop_per_s, efficiency_frac, bandwidth_bytes_per_s, exponent=0.0):
+    """``max(flop / (peak * eff), bytes / bandwidth)`` [s] (``exponent > 0``: the soft form of
+    :func:`ridge_combine_s`)."""
+    return ridge_combine_s(X.asfloat(flop) / (peak_flop_per_s * efficiency_frac),
+                           X.asfloat(bytes_moved) / bandwidth_bytes_per_s, exponent)
 
 
 def pipeline_bubble_frac(*, num_stages, num_microbatches, virtual_stages=1):
@@ -138,8 +158,9 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
         byt = n_ * k_ * wb * experts_read + ab * tokens * (n_ + k_)
         t_c = flop / (peak_flop_per_s * eff)
         t_m = byt / hbm_bytes_per_s
-        gemm = gemm + X.maximum(t_c, t_m)
-        gemm_mem = gemm_mem + X.where(t_m > t_c, t_m, 0.0)
+        t_g = ridge_combine_s(t_c, t_m, cal.gemm_ridge_exponent)
+        gemm = gemm + t_g
+        gemm_mem = gemm_mem + X.where(t_m > t_c, t_g, 0.0)
     return gemm, gemm_mem
 
 
@@ -220,7 +241,7 @@ def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, pre
                                half_intensity=cal.gemm_half_intensity)
     byt = n_ * m.d_model * max(BYTES_PER_ELEMENT[precision], 0.5)
     return roofline_time_s(flop=2.0 * tokens * n_ * m.d_model, bytes_moved=byt, peak_flop_per_s=peak_flop_per_s,
-                           efficiency_frac=eff, bandwidth_bytes_per_s=hbm_bytes_per_s)
+                           efficiency_frac=eff, bandwidth_bytes_per_s=hbm_bytes_per_s, exponent=cal.gemm_ridge_exponent)
 
 
 class _Links:
@@ -534,5 +555,5 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     flop = 2.0 * m * k * n / tp
     eff = gemm_efficiency_frac(m=m, n=n, k=k / tp, max_frac=_gemm_max(cal, precision), half_intensity=cal.gemm_half_intensity)
     t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision),
-                        efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw)
+                        efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw, exponent=cal.gemm_ridge_exponent)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s

@@ -27,7 +27,8 @@ def serve_cmd(
     input_len: int = typer.Option(2048, "--input-len", "--input-tokens", help="Prompt tokens per request (mean)."),
     output_len: int = typer.Option(256, "--output-len", "--output-tokens", help="Answer tokens per request (mean)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests one replica runs at once (its batch "
-                                              "slots); default: every power of two up to the engine's largest batch."),
+                                              "slots); default: every power of two up to the engine's largest "
+                                              "batch, and the concurrency that fills the KV cache."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
                                          "each point at --utilization of its capacity. May be given with --concurrency."),
     ttft_limit: Optional[float] = typer.Option(None, "--ttft-limit", help="Time to first token limit at --percentile [s]."),
