@@ -30,6 +30,7 @@ from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
 from .wafer_row import pass_row as _pass_row
+from .wafer_row import MEMO_MAX
 from .wafer_row import announce_row as _announce_row
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
@@ -99,6 +100,21 @@ class WaferContext:
     def items(self, batch, kv_len, multi):
         """Per-configuration item bytes (N, items): weights + the KV cache of ``batch`` sequences of ``kv_len``."""
         return self.weights(len(batch), multi) + kv_bytes_rows(self.w, batch, kv_len)
+
+
+def _remembered(ctx, memo_name: str, key, compute):
+    """``compute()`` for one question, remembered in the setup's memo ``memo_name`` under ``key`` (``None``: not
+    remembered, e.g. several rows at once); the memo starts again when it holds :data:`.wafer_row.MEMO_MAX`."""
+    if key is None:
+        return compute()
+    memo = ctx.__dict__.setdefault(memo_name, {})
+    hit = memo.get(key)
+    if hit is None:
+        hit = compute()
+        if len(memo) >= MEMO_MAX:
+            memo.clear()
+        memo[key] = hit
+    return hit
 
 
 class WaferFamily(InferenceMixin, Family):
@@ -173,13 +189,7 @@ class WaferFamily(InferenceMixin, Family):
         if len(cfg["batch"]) != 1:
             return self._fit(ctx, cfg)
         key = b"".join(np.asarray(cfg[k], dtype=float).tobytes() for k in ("batch", "context", "output_tokens", "num_wafers"))
-        memo = ctx.__dict__.setdefault("_fit_memo", {})
-        hit = memo.get(key)
-        if hit is None:
-            hit = self._fit(ctx, cfg)
-            if len(memo) >= 4096:
-                memo.clear()
-            memo[key] = hit
+        hit = _remembered(ctx, "_fit_memo", key, lambda: self._fit(ctx, cfg))
         return {k: v.copy() for k, v in hit.items()}
 
     def _fit(self, ctx: WaferContext, cfg: dict) -> dict:
@@ -357,18 +367,14 @@ class WaferFamily(InferenceMixin, Family):
         base = {k: np.asarray(cfg[k], dtype=float) for k in ("batch", "context", "output_tokens")}
         # one question: its draft layout remembered per setup by the three columns it depends on (copies handed out)
         key = b"".join(v.tobytes() for v in base.values()) if n == 1 else None
-        memo = ctx.__dict__.setdefault("_draft_memo", {})
-        hit = memo.get(key) if key is not None else None
-        if hit is None:
-            base["num_wafers"] = np.full(n, np.nan)
-            cand, parent = self.candidates(dctx, base)
+
+        def layout():
+            cand, parent = self.candidates(dctx, dict(base, num_wafers=np.full(n, np.nan)))
             first = np.unique(parent, return_index=True)[1]
-            hit = {k: v[first] for k, v in cand.items()}
-            hit = self._with_stages(dctx, hit, self.fit(dctx, hit), kinds=("decode",))  # it only decodes
-            if key is not None:
-                if len(memo) >= 4096:
-                    memo.clear()
-                memo[key] = hit
+            rows = {k: v[first] for k, v in cand.items()}
+            return self._with_stages(dctx, rows, self.fit(dctx, rows), kinds=("decode",))  # it only decodes
+
+        hit = _remembered(ctx, "_draft_memo", key, layout)
         dcfg = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in hit.items()} if key is not None else hit
         ctx._draft_for = (cfg, dcfg)
         return dctx, dcfg
@@ -400,14 +406,7 @@ class WaferFamily(InferenceMixin, Family):
             tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
             # one question: the block's cycles on the sides, remembered per setup by (pass kind, sizes, sides)
             key = (phase, mb.tobytes(), tok.tobytes(), cols.tobytes()) if n == 1 else None
-            memo = ctx.__dict__.setdefault("_side_memo", {})
-            tot = memo.get(key) if key is not None else None
-            if tot is None:
-                tot = self._side_cycles(ctx, phase, mb, tok, sides[cols][None, :])
-                if key is not None:
-                    if len(memo) >= 4096:
-                        memo.clear()
-                    memo[key] = tot
+            tot = _remembered(ctx, "_side_memo", key, lambda: self._side_cycles(ctx, phase, mb, tok, sides[cols][None, :]))
             # and the hand-overs between the fullest wafer's layer groups (as pass_time: the activations cross the
             # region, then a kernel launch), so that smaller regions pay for the stages they add
             grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
