@@ -236,3 +236,22 @@ def test_rows_stating_speculative_decoding_run_it(tmp_path, capsys):
     case = Case("X", "gpu-infer", "decode", "m", "tokens_per_s", 1.0, "tok/s", "h100", "medium", {}, "s",
                 "speculative=yes draft=not named by the vendor")
     assert speculation_of(case, load_catalog()) == (True, None)  # an unknown draft: the profile's default
+
+
+def test_capacity_rows_are_predicted_by_the_fit(records):
+    """WaferLLM's longest generations (Table 5) are a memory bound: the SRAM the fit leaves beside the resident
+    weights over the KV bytes of one token, by hand from the architecture, not a time model."""
+    from wseplan.catalog import load_catalog
+    from wseplan.fit import fit
+    from wseplan.validate import CAPACITY_METRICS
+
+    by_id = {r["id"]: r for r in records}
+    cat = load_catalog()
+    for rid, name, layers, kv_heads, head_dim in (("R366", "llama-3-8b", 32, 8, 128), ("R367", "llama-2-13b", 40, 40, 128)):
+        r = by_id[rid]
+        assert r["metric"] in CAPACITY_METRICS and r["predicted"] is not None
+        f = fit(name, "wse2", precision="fp16", phase="decode", batch=1, context=1, catalog=cat, software="wafer-research")
+        kv_per_token = layers * 2 * kv_heads * head_dim * 2  # K and V, fp16
+        room = f.capacity_bytes - f.weights_bytes - f.activation_bytes
+        assert r["predicted"] == pytest.approx(np.floor(room / kv_per_token), abs=1.0)
+    assert abs(by_id["R366"]["rel_error"]) < 0.1  # Llama-3-8B: 137,548 tokens measured (GQA: 128 KiB per token)

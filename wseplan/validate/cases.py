@@ -29,12 +29,14 @@ INT_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", 
 CATEGORIES = ("gpu-train", "gpu-infer", "wse-infer", "wse-train", "micro")
 NON_PERFORMANCE = {
     "effective_training_time_pct": "goodput percentage, not a performance quantity",
-    "max_decode_output_tokens": "maximum generation length (a memory bound), not a performance quantity",
     "latency_per_token_ratio_vs_h100": "ratio to other hardware, not a performance quantity of this row",
     "decode_power_frac_tdp": "power fraction, not a performance quantity",
     "idle_power_frac_tdp": "power fraction, not a performance quantity",
     "comm_energy_per_byte_ratio_h100_over_cs3": "energy ratio to other hardware, not a performance quantity",
 }
+#: capacity metrics: what the memory model (the fit) bounds, predicted from the layout's room for KV cache rather than
+#: from a time model, so no time-model constant is fitted to them and the time models' error bands leave them out
+CAPACITY_METRICS = frozenset({"max_decode_output_tokens"})
 #: metrics that are times (lower is better); every other performance metric is a speed (throughput, FLOP rate, MFU)
 TIME_METRICS = frozenset({"latency_ms", "ttft_ms", "time_per_iter_s", "time_to_train_min", "gpu_hours",
                           "layer_fwd_bwd_ms"})

@@ -24,7 +24,7 @@ from ..catalog.load import default_catalog_dir, load_catalog
 from ..errors import InputError
 from ..model_error import QUANTILES, _load, model_error_path
 from ..workload import total_params
-from .cases import TIME_METRICS, SkipRow, case_model, read_cases, source_key
+from .cases import CAPACITY_METRICS, TIME_METRICS, SkipRow, case_model, read_cases, source_key
 from .common import wafer_profile_for
 from .cv import CV_METHOD, committed_choice, cross_validate
 from .defaults import fill_defaults
@@ -101,7 +101,7 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
     cats: dict[str, dict] = {}
     for rid, r in sorted(ho["rows"].items()):
         c = cases[rid]
-        if c.quality not in ("strong", "medium"):
+        if c.quality not in ("strong", "medium") or c.metric in CAPACITY_METRICS:  # the time models' errors only
             continue
         g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set(), "software": set()})
         g["res"][rid] = round(speed_residual(c, r["held_out"]), 5)

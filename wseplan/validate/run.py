@@ -2,8 +2,9 @@
 
 Every row is predicted (:func:`predict_case`) and the prediction converted to the row's own metric and unit;
 ``rel_error = predicted / measured - 1``. A row is skipped only when its metric is not a performance quantity (power
-fractions, ratios to other hardware, goodput percentages, maximum generation length) or when an input it needs is
-missing and no documented default defines it; every skip carries its reason.
+fractions, ratios to other hardware, goodput percentages) or when an input it needs is missing and no documented
+default defines it; every skip carries its reason. A capacity row (:data:`~.cases.CAPACITY_METRICS`: the longest
+generation a system holds) is predicted by the memory model, the fit (:func:`predict_capacity`).
 
 Status of a row (the tolerance rule): ``within tolerance`` when ``|rel_error|`` is at most its category's band,
 ``outside tolerance`` when above, ``not predicted`` when skipped, ``no tolerance band`` when its category has no
@@ -20,10 +21,12 @@ import numpy as np
 
 from ..catalog.load import load_catalog
 from ..errors import InputError
-from .cases import NON_PERFORMANCE, NOT_PREDICTED, NO_BAND, OUTSIDE, TOLERANCE_PERCENTILE, WITHIN, Case, SkipRow, \
-    default_cases_path, read_cases, source_key
+from ..fit import fit
+from .cases import CAPACITY_METRICS, NON_PERFORMANCE, NOT_PREDICTED, NO_BAND, OUTSIDE, TOLERANCE_PERCENTILE, WITHIN, Case, \
+    SkipRow, case_model, default_cases_path, read_cases, source_key
+from .common import _target, wafer_profile_for
 from .defaults import fill_defaults
-from .gpu import _predict_gpu_infer, _predict_gpu_kernel, _predict_gpu_train
+from .gpu import _infer_layout, _predict_gpu_infer, _predict_gpu_kernel, _predict_gpu_train
 from .wafer import _predict_wafer
 
 
@@ -33,6 +36,8 @@ def predict_case(case: Case, catalog, cal=None) -> float:
     if case.metric in NON_PERFORMANCE:
         raise SkipRow(NON_PERFORMANCE[case.metric])
     case, _ = fill_defaults(case, catalog)
+    if case.metric in CAPACITY_METRICS:
+        return predict_capacity(case, catalog)
     if case.hardware.startswith("wse"):
         return _predict_wafer(case, catalog)
     if case.phase == "kernel":
@@ -40,6 +45,27 @@ def predict_case(case: Case, catalog, cal=None) -> float:
     if case.phase == "train":
         return _predict_gpu_train(case, catalog, cal)
     return _predict_gpu_infer(case, catalog, cal)
+
+
+def predict_capacity(case: Case, catalog) -> float:
+    """A capacity row (``max_decode_output_tokens``): the tokens of KV cache one sequence can hold in decode beside
+    the row's other sequences (``concurrency``, default 1) on the layout the fit chooses (a wafer: the resident
+    weights' stages; GPUs: the row's tensor/pipeline degrees), i.e. ``max_tokens_in_flight`` of
+    :func:`wseplan.fit.fit` per sequence [tokens]. The whole KV length counts (prompt and generated tokens)."""
+    f = case.fields
+    batch = int(f.get("concurrency") or f.get("global_batch") or 1)
+    precision = f.get("precision") or ("fp16" if case.hardware.startswith("wse") else "bf16")
+    model = case_model(case, catalog)
+    if case.hardware.startswith("wse"):
+        target, layout, software = _target(case, catalog, f.get("n_devices")), None, wafer_profile_for(case)
+    else:
+        tp, pp, dp = _infer_layout(case)
+        target, layout, software = _target(case, catalog, tp * pp * dp), {"tp": tp, "pp": pp, "dp": dp}, None
+    r = fit(model, target, precision=precision, phase="decode", batch=batch, context=int(f.get("input_len") or 1),
+            layout=layout, software=software, catalog=catalog)
+    if not r.fits or not r.max_tokens_in_flight:
+        raise SkipRow("the model does not fit the row's system: no generation length")
+    return r.max_tokens_in_flight / batch
 
 
 def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float] | None = None) -> list[dict]:
@@ -75,11 +101,13 @@ def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float]
 def category_bands(records: list[dict]) -> dict[str, float]:
     """Per category, the :data:`TOLERANCE_PERCENTILE` th percentile of ``|rel_error|`` over its predicted strong
     and medium rows that needed no documented default (a defaulted row's error is partly the default's; categories
-    without such rows have no band)."""
+    without such rows have no band). Capacity rows (:data:`~.cases.CAPACITY_METRICS`) are judged by the band but do
+    not set it: it is the time models' validated error, the one ``wseplan check`` allows a claim."""
     out = {}
     for cat_name in sorted({r["category"] for r in records}):
         errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r.get("rel_error") is not None
-                and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium") and not r.get("defaulted")]
+                and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium") and not r.get("defaulted")
+                and r.get("metric") not in CAPACITY_METRICS]
         if errs:
             out[cat_name] = float(np.percentile(errs, TOLERANCE_PERCENTILE))
     return out
