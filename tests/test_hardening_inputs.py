@@ -384,3 +384,14 @@ def test_readers_raise_typed_errors(tmp_path):
 def test_device_is_never_read(tmp_path):
     with pytest.raises(CatalogError, match="character device"):
         read_yaml(Path("/dev/zero"))
+
+
+@pytest.mark.parametrize("argv", [["fleet", "{p}"], ["sweep", "{p}"], ["cost", "llama-70b", "--target", "h100x8", "--prices", "{p}"]])
+def test_a_folder_given_as_input_file_is_named_as_such(tmp_path, capsys, argv):
+    """An input path that exists but is a folder is refused as a folder (not "not found"), in one line, status 2."""
+    from wseplan.cli import main
+
+    rc = main([a.format(p=tmp_path) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "is a folder" in err and "not found" not in err

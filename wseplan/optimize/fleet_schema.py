@@ -3,6 +3,8 @@
 (:class:`FleetPlan` with its system, allocation and constraint rows)."""
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -176,7 +178,7 @@ class DemandSpec(Frozen):
 def read_demand(path: str | Path) -> DemandSpec:
     """Read and validate a demand YAML file; errors are one line naming the field."""
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise InputError(f"demand: file {path} not found; check the path")
     raw = read_yaml(p)
     if not isinstance(raw, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -138,7 +139,7 @@ class Sweep(BaseModel):
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; a malformed one raises a one-line :class:`InputError` naming the field."""
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise InputError(f"sweep: file {p} not found; check the path")
     try:
         data = read_yaml(p)

@@ -2,6 +2,8 @@
 user ``--prices`` files merged on top, and the ranges every cost input keeps."""
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -78,7 +80,7 @@ def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices
     raw: dict = {}
     used = []
     for p in [*paths, *[Path(f) for f in files]]:
-        if not p.is_file():
+        if not os.path.lexists(p):
             raise InputError(f"--prices: file {p} not found; check the path")
         data = read_yaml(p)
         if data is None:
