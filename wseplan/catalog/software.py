@@ -30,6 +30,19 @@ class Speculative(Frozen):
     draft_placement: Literal["same_devices", "own_devices"] = "same_devices"
 
 
+class KvMemory(Frozen):
+    """How much device memory the engine gives its KV cache (GPU inference).
+
+    ``total``: everything but ``frac`` of the device's memory is usable by weights, activations and KV cache (vLLM's
+    ``gpu_memory_utilization``, default 0.9; the catalog's ``gpu_hbm_reserve_frac`` when no profile says otherwise).
+    ``free``: the KV cache takes ``frac`` of the memory left after the weights, the activation buffers and the
+    runtime's own ``runtime_bytes`` (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``, default 0.9)."""
+
+    rule: Literal["total", "free"]
+    frac: Quantity
+    runtime_bytes: Quantity | None = None
+
+
 class Engine(Frozen):
     """How the engine runs requests."""
 
@@ -40,6 +53,8 @@ class Engine(Frozen):
     speculative: Speculative | None = None
     #: prompt tokens on the GEMM kernels always (research code) or on whichever kernel is cheaper per pass (auto)
     prefill_kernel: Literal["auto", "gemm"] = "auto"
+    #: the KV-cache memory rule (GPU inference); None: ``total`` with the catalog's ``gpu_hbm_reserve_frac``
+    kv_memory: KvMemory | None = None
 
 
 class SoftwareProfile(Frozen):

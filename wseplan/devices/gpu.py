@@ -107,6 +107,17 @@ class GpuContext:
         self.engine = q.software.engine
         self.reserve = float(q.options.get("reserve", d.gpu_hbm_reserve_frac.si))
         self.capacity = self.gpu.hbm_bytes.si * (1.0 - self.reserve)
+        # the engine's KV-cache rule (inference): a share of the memory the weights leave (TensorRT-LLM), or of the
+        # whole memory (vLLM; the reserve above); a reserve given as an option always wins
+        km = getattr(q.software.engine, "kv_memory", None)
+        self.kv_free_frac = self.runtime_bytes = None
+        if q.phase != "train" and km is not None and "reserve" not in q.options:
+            if km.rule == "free":
+                self.kv_free_frac = float(km.frac.si)
+                self.runtime_bytes = float(km.runtime_bytes.si) if km.runtime_bytes is not None else 0.0
+            else:
+                self.reserve = float(km.frac.si)
+                self.capacity = self.gpu.hbm_bytes.si * (1.0 - self.reserve)
         wphase = "train" if q.phase == "train" else "decode"
         self.w = _memo(("w", id(self.m), id(cat), q.precision, wphase), (self.m, cat),
                        lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1))
@@ -321,6 +332,11 @@ class GpuFamily(InferenceMixin, Family):
             replicas = dp
         total = mem["total"]
         cap = np.full_like(total, ctx.capacity)
+        if ctx.kv_free_frac is not None and ph != "train":
+            # the KV cache gets kv_free_frac of what the weights, activation buffers and runtime leave free
+            usable = ctx.gpu.hbm_bytes.si - ctx.runtime_bytes
+            free = usable - (total - mem["kv_cache"])
+            cap = np.where(free > 0, usable - (1.0 - ctx.kv_free_frac) * np.maximum(free, 0.0), usable) + 0.0 * total
         fits = total <= cap
         parts = {k: mem[k] for k in ("weights", "kv_cache", "activations", "optimizer")}
         kv_room = cap - total + mem["kv_cache"]

@@ -137,6 +137,21 @@ INFLIGHT_MARKERS = ("mlperf", "nim for llms", "trtllm-bench", "in-flight", "infl
 _SLA = re.compile(r"TTFT p(\d+)\s*<=\s*([\d.]+)\s*s and TPOT p\d+\s*<=\s*([\d.]+)\s*ms", re.I)
 
 
+#: words in a row's source or notes that name TensorRT-LLM (its own docs, trtllm-bench, NVIDIA's MLPerf harness)
+TRTLLM_MARKERS = ("tensorrt-llm", "tensorrt llm", "trtllm", "trt-llm", "_trt/")
+#: the production profile as TensorRT-LLM sizes its KV cache (a share of the memory the weights leave free)
+GPU_TRTLLM_PROFILE = "gpu-production-trtllm"
+
+
+def gpu_engine_profile_for(case) -> str:
+    """The production profile an in-flight GPU row's engine runs: :data:`GPU_TRTLLM_PROFILE` when its source or notes
+    name TensorRT-LLM (:data:`TRTLLM_MARKERS`), whose KV cache takes a share of the memory left after the weights;
+    else :data:`~.common.GPU_INFER_PROFILE` (vLLM's rule: a share of the whole memory). Both run the same calibrated
+    mechanism constants."""
+    text = f"{case.source} {case.notes}".lower()
+    return GPU_TRTLLM_PROFILE if any(m in text for m in TRTLLM_MARKERS) else GPU_INFER_PROFILE
+
+
 def gpu_scheduling_for(case) -> str:
     """How the measured engine scheduled requests: ``inflight`` when the row's source is a serving engine or load
     generator (MLPerf, NIM/AIPerf, trtllm-bench, vLLM, SGLang), ``static`` for static-batch harnesses and by default
@@ -171,7 +186,7 @@ def _gpu_engine(case, cal):
     the WaferLLM GPU baselines."""
     if gpu_profile_for(case) == GPU_PROFILE:
         return _software(cal)
-    sw = _software(cal, GPU_INFER_PROFILE, gpu_scheduling_for(case))
+    sw = _software(cal, gpu_engine_profile_for(case), gpu_scheduling_for(case))
     spec, draft = speculation_of(case, load_catalog())
     if spec is None:
         return sw

@@ -1,0 +1,44 @@
+"""The engine's KV-cache memory rule on GPUs (software profiles' ``engine.kv_memory``): vLLM's share of the whole
+memory (gpu-production) against TensorRT-LLM's share of the memory the weights leave free (gpu-production-trtllm)."""
+import math
+
+import pytest
+
+from wseplan.fit import fit
+
+GIB = 2.0 ** 30
+#: Llama-3.1-70B: 80 layers x K and V x 8 KV heads x head width 128, one byte each in an fp8 cache
+KV_PER_TOKEN_FP8 = 80 * 2 * 8 * 128 * 1
+
+
+def _fit(software=None, **kw):
+    return fit("llama-3.1-70b", "h100x1", precision="fp8", phase="decode", batch=1, context=2000, software=software, **kw)
+
+
+def test_vllm_rule_keeps_a_tenth_of_the_whole_memory():
+    f = _fit()
+    assert f.capacity_bytes == pytest.approx(0.9 * 80 * GIB)  # gpu_memory_utilization 0.9
+    room = 0.9 * 80 * GIB - f.weights_bytes - f.activation_bytes
+    assert f.max_tokens_in_flight == math.floor(room / KV_PER_TOKEN_FP8)
+
+
+def test_trtllm_rule_gives_the_cache_nine_tenths_of_what_the_weights_leave():
+    """free_gpu_memory_fraction 0.9 of (80 GiB - 1 GiB runtime - weights - activation buffers), by hand."""
+    f = _fit("gpu-production-trtllm")
+    free = 80 * GIB - 1 * GIB - f.weights_bytes - f.activation_bytes
+    assert abs(f.max_tokens_in_flight - 0.9 * free / KV_PER_TOKEN_FP8) <= 1.0
+    # where the weights nearly fill the GPU the two rules differ by almost 2x (12 GB of cache against 7 GB)
+    assert f.max_tokens_in_flight > 1.8 * _fit().max_tokens_in_flight
+
+
+def test_an_explicit_reserve_wins_and_training_keeps_the_reserve():
+    assert _fit("gpu-production-trtllm", reserve=0.2).capacity_bytes == pytest.approx(0.8 * 80 * GIB)
+    t = fit("llama-3-8b", "h100x8", precision="bf16", phase="train", batch=64, context=4096,
+            software="gpu-production-trtllm")
+    assert t.capacity_bytes == pytest.approx(0.9 * 80 * GIB)
+
+
+def test_a_model_that_leaves_nothing_free_does_not_fit_under_either_rule():
+    for sw in (None, "gpu-production-trtllm"):
+        f = fit("llama-3.1-70b", "h100x1", precision="bf16", phase="decode", batch=1, context=2000, software=sw)
+        assert not f.fits
