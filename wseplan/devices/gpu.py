@@ -336,7 +336,7 @@ class GpuFamily(InferenceMixin, Family):
             # the KV cache gets kv_free_frac of what the weights, activation buffers and runtime leave free
             usable = ctx.gpu.hbm_bytes.si - ctx.runtime_bytes
             free = usable - (total - mem["kv_cache"])
-            cap = np.where(free > 0, usable - (1.0 - ctx.kv_free_frac) * np.maximum(free, 0.0), usable) + 0.0 * total
+            cap = np.where(free > 0, usable - (1.0 - ctx.kv_free_frac) * np.maximum(free, 0.0), usable)
         fits = total <= cap
         parts = {k: mem[k] for k in ("weights", "kv_cache", "activations", "optimizer")}
         kv_room = cap - total + mem["kv_cache"]

@@ -26,7 +26,7 @@ from .cases import CAPACITY_METRICS, NON_PERFORMANCE, NOT_PREDICTED, NO_BAND, OU
     SkipRow, case_model, default_cases_path, read_cases, source_key
 from .common import _target, wafer_profile_for
 from .defaults import fill_defaults
-from .gpu import _infer_layout, _predict_gpu_infer, _predict_gpu_kernel, _predict_gpu_train
+from .gpu import _infer_layout, _predict_gpu_infer, _predict_gpu_kernel, _predict_gpu_train, gpu_engine_profile_for
 from .wafer import _predict_wafer
 
 
@@ -50,7 +50,7 @@ def predict_case(case: Case, catalog, cal=None) -> float:
 def predict_capacity(case: Case, catalog) -> float:
     """A capacity row (``max_decode_output_tokens``): the tokens of KV cache one sequence can hold in decode beside
     the row's other sequences (``concurrency``, default 1) on the layout the fit chooses (a wafer: the resident
-    weights' stages; GPUs: the row's tensor/pipeline degrees), i.e. ``max_tokens_in_flight`` of
+    weights' stages; GPUs: the row's tensor/pipeline degrees and its engine's KV-cache rule), i.e. ``max_tokens_in_flight`` of
     :func:`wseplan.fit.fit` per sequence [tokens]. The whole KV length counts (prompt and generated tokens)."""
     f = case.fields
     batch = int(f.get("concurrency") or f.get("global_batch") or 1)
@@ -60,7 +60,8 @@ def predict_capacity(case: Case, catalog) -> float:
         target, layout, software = _target(case, catalog, f.get("n_devices")), None, wafer_profile_for(case)
     else:
         tp, pp, dp = _infer_layout(case)
-        target, layout, software = _target(case, catalog, tp * pp * dp), {"tp": tp, "pp": pp, "dp": dp}, None
+        target, layout = _target(case, catalog, tp * pp * dp), {"tp": tp, "pp": pp, "dp": dp}
+        software = gpu_engine_profile_for(case)  # the engine's own KV-cache rule
     r = fit(model, target, precision=precision, phase="decode", batch=batch, context=int(f.get("input_len") or 1),
             layout=layout, software=software, catalog=catalog)
     if not r.fits or not r.max_tokens_in_flight:
