@@ -126,3 +126,21 @@ def test_catalog_list_prices_table(capsys):
     out = capsys.readouterr().out
     assert "hardware.cs3.capex_usd" in out and "$" in out
     assert main(["catalog", "list", "hardware", "--prices", "x.yaml"]) == 2
+
+
+def test_catalog_list_software_names_every_profile_and_one_default_per_family(capsys):
+    """`wseplan catalog list software`: the names `--software` takes, with each family's default marked."""
+    import json
+
+    from wseplan.catalog import load_catalog
+    from wseplan.catalog.software import load_software
+
+    assert main(["catalog", "list", "software", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    profiles = load_software(load_catalog())
+    assert sorted(r["key"] for r in rows) == sorted(profiles)
+    defaults = [r["key"] for r in rows if "default" in r["aliases"].split(", ")]
+    assert sorted(defaults) == ["gpu-production", "wafer-production"]
+    trt = next(r for r in rows if r["key"] == "gpu-production-trtllm")
+    assert "calibrated as gpu-production" in trt["aliases"] and "family gpu" in trt["aliases"]

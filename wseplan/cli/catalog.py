@@ -13,17 +13,18 @@ from .output import check_format, emit, table_out
 
 catalog_app = typer.Typer(help="Inspect the catalogs (hardware, models, sources, prices) and the schemas of the files "
                                "you can write.", no_args_is_help=True)
-SECTIONS = ("all", "hardware", "models", "sources", "prices")
+SECTIONS = ("all", "hardware", "models", "sources", "software", "prices")
 
 
 @catalog_app.command("list")
 def catalog_list(
-    section: str = typer.Argument("all", help="all | hardware | models | sources | prices"),
+    section: str = typer.Argument("all", help="all | hardware | models | sources | software | prices"),
     prices: Optional[list[str]] = O.prices_opt(),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
-    """List catalog entries. Example: wseplan catalog list hardware ; wseplan catalog list prices --prices my-quotes.yaml"""
+    """List catalog entries. Example: wseplan catalog list hardware ; wseplan catalog list software ; wseplan catalog
+    list prices --prices my-quotes.yaml"""
     check_format(fmt)
     if section not in SECTIONS:
         raise InputError(f"section: unknown {safe_text(section)!r}; use {', '.join(SECTIONS[:-1])} or {SECTIONS[-1]}")
@@ -49,6 +50,13 @@ def catalog_list(
     if section in ("all", "sources"):
         for k, s in cat.sources.items():
             rows.append({"section": "source", "key": k, "name": s.title, "aliases": s.url or ""})
+    if section in ("all", "software"):  # the profiles `--software NAME` takes (docs/software-profiles.md)
+        from ..catalog.software import load_software
+
+        for k, p in sorted(load_software(cat).items()):
+            tags = [f"family {p.family}"] + (["default"] * p.default) + ([f"calibrated as {p.calibrated_as}"]
+                                                                          if p.calibrated_as else [])
+            rows.append({"section": "software", "key": k, "name": " ".join(p.description.split()), "aliases": ", ".join(tags)})
     table_out(rows, fmt, title=f"catalog: {section}")
 
 
