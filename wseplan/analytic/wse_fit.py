@@ -45,7 +45,7 @@ from ..catalog.schema import Quantity
 from ..catalog.software import resolve_software
 from ..errors import InputError
 from ..timing import predict_time
-from ..validate import CAPACITY_METRICS, NON_PERFORMANCE, SkipRow, _target, case_model, default_cases_path, read_cases, source_key
+from ..validate import NOT_TIMED, SkipRow, _target, case_model, default_cases_path, read_cases, source_key
 from ..validate.common import kernel_shape
 from ..validate.wafer import KERNEL_METRICS, predict_wafer_kernel, wafer_row_options
 from . import fabric_constants as fab
@@ -133,8 +133,7 @@ def fit_rows(cases, kernels: tuple[str, ...] = FIT_KERNELS) -> list:
         shape = kernel_shape(c.model)
         return (c.phase == "kernel" and c.hardware.startswith("wse") and c.metric in KERNEL_METRICS
                 and shape is not None and shape[0] in kernels)
-    return [c for c in cases if c.quality in FIT_QUALITIES and c.metric not in NON_PERFORMANCE
-            and c.metric not in CAPACITY_METRICS and (c.category == FIT_CATEGORY or kernel(c))]
+    return [c for c in cases if c.quality in FIT_QUALITIES and c.metric not in NOT_TIMED and (c.category == FIT_CATEGORY or kernel(c))]
 
 
 def bundled_cases() -> list:

@@ -105,19 +105,15 @@ class GpuContext:
         self.cal: GpuCalibration = _memo(("cal", id(cal), id(q.software)), (cal, q.software),
                                          lambda: _profile_calibration(cal, q.software))
         self.engine = q.software.engine
-        self.reserve = float(q.options.get("reserve", d.gpu_hbm_reserve_frac.si))
+        # the engine's KV-cache rule (inference): a share of the whole memory (vLLM: the reserve) or of what the
+        # weights leave (TensorRT-LLM: kv_free_frac); a reserve given as an option always wins
+        km = q.software.engine.kv_memory if q.phase != "train" and "reserve" not in q.options else None
+        total_rule = km is not None and km.rule == "total"
+        self.reserve = float(q.options.get("reserve", km.frac.si if total_rule else d.gpu_hbm_reserve_frac.si))
         self.capacity = self.gpu.hbm_bytes.si * (1.0 - self.reserve)
-        # the engine's KV-cache rule (inference): a share of the memory the weights leave (TensorRT-LLM), or of the
-        # whole memory (vLLM; the reserve above); a reserve given as an option always wins
-        km = getattr(q.software.engine, "kv_memory", None)
-        self.kv_free_frac = self.runtime_bytes = None
-        if q.phase != "train" and km is not None and "reserve" not in q.options:
-            if km.rule == "free":
-                self.kv_free_frac = float(km.frac.si)
-                self.runtime_bytes = float(km.runtime_bytes.si) if km.runtime_bytes is not None else 0.0
-            else:
-                self.reserve = float(km.frac.si)
-                self.capacity = self.gpu.hbm_bytes.si * (1.0 - self.reserve)
+        free_rule = km is not None and km.rule == "free"
+        self.kv_free_frac = float(km.frac.si) if free_rule else None
+        self.runtime_bytes = float(km.runtime_bytes.si if km.runtime_bytes is not None else 0.0) if free_rule else None
         wphase = "train" if q.phase == "train" else "decode"
         self.w = _memo(("w", id(self.m), id(cat), q.precision, wphase), (self.m, cat),
                        lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1))

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator, model_validator

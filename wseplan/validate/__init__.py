@@ -11,8 +11,8 @@ Every public name stays importable from ``wseplan.validate``.
 """
 from __future__ import annotations
 
-from .cases import (ALL_COLUMNS, CAPACITY_METRICS, CATEGORIES, INT_COLUMNS, MAX_CELL_CHARS, MAX_INT_CELL, NO_BAND, NON_PERFORMANCE,
-                    NOT_PREDICTED, OUTPUT_COLUMNS, OUTSIDE, REQUIRED_COLUMNS, STATUSES, TOLERANCE_PERCENTILE, WITHIN,
+from .cases import (ALL_COLUMNS, CAPACITY_METRICS, CATEGORIES, INT_COLUMNS, MAX_CELL_CHARS, MAX_INT_CELL, NO_BAND,
+                    NON_PERFORMANCE, NOT_PREDICTED, NOT_TIMED, OUTPUT_COLUMNS, OUTSIDE, REQUIRED_COLUMNS, STATUSES, TOLERANCE_PERCENTILE, WITHIN,
                     Case, SkipRow, case_model, default_cases_path, iter_cases, moe_layout_from_notes, note_hint,
                     read_cases, source_key)
 from .common import GPU_INFER_PROFILE, GPU_PROFILE, _target, gemv_shape, wafer_profile_for
@@ -24,7 +24,7 @@ from .run import (category_bands, cross_validated_summary, judge, predict_case, 
                   validate_cases, validate_file)
 
 __all__ = ["ALL_COLUMNS", "CATEGORIES", "GPU_CATEGORIES", "GPU_INFER_PROFILE", "GPU_PROFILE",
-           "CAPACITY_METRICS", "INFLIGHT_MARKERS", "INT_COLUMNS", "MAX_CELL_CHARS", "MAX_INT_CELL", "NON_PERFORMANCE", "NOT_PREDICTED",
+           "CAPACITY_METRICS", "INFLIGHT_MARKERS", "INT_COLUMNS", "MAX_CELL_CHARS", "MAX_INT_CELL", "NON_PERFORMANCE", "NOT_PREDICTED", "NOT_TIMED",
            "NO_BAND", "OUTPUT_COLUMNS", "OUTSIDE", "REQUIRED_COLUMNS", "STATUSES",
            "TOLERANCE_PERCENTILE", "WITHIN", "Case", "SkipRow", "_target", "case_model",
            "category_bands", "default_cases_path", "fit_cases", "fit_gpu_efficiency", "gemv_shape",

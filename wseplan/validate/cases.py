@@ -37,6 +37,8 @@ NON_PERFORMANCE = {
 #: capacity metrics: what the memory model (the fit) bounds, predicted from the layout's room for KV cache rather than
 #: from a time model, so no time-model constant is fitted to them and the time models' error bands leave them out
 CAPACITY_METRICS = frozenset({"max_decode_output_tokens"})
+#: metrics no time-model constant is fitted to: the non-performance ones and the capacity ones
+NOT_TIMED = frozenset(NON_PERFORMANCE) | CAPACITY_METRICS
 #: metrics that are times (lower is better); every other performance metric is a speed (throughput, FLOP rate, MFU)
 TIME_METRICS = frozenset({"latency_ms", "ttft_ms", "time_per_iter_s", "time_to_train_min", "gpu_hours",
                           "layer_fwd_bwd_ms"})

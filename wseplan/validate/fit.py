@@ -23,7 +23,7 @@ from ..calibration_data import GpuCalibration, bound_side, prior_z, read_gpu_pri
 from ..catalog.load import load_catalog
 from ..catalog.software import resolve_software
 from ..errors import InputError
-from .cases import CAPACITY_METRICS, NON_PERFORMANCE, Case, SkipRow, default_cases_path, read_cases, source_key
+from .cases import NOT_TIMED, Case, SkipRow, default_cases_path, read_cases, source_key
 from .common import GPU_INFER_PROFILE, Trial
 from .defaults import fill_defaults
 from .run import predict_case
@@ -89,7 +89,7 @@ def fit_params(catalog=None) -> list[Param]:
 def fit_cases(cases: list[Case]) -> list[Case]:
     """Rows a GPU calibration may use: strong or medium GPU rows (not wafers) of a performance metric."""
     return [c for c in cases if c.category in GPU_CATEGORIES and not c.hardware.startswith("wse")
-            and c.quality in ("strong", "medium") and c.metric not in NON_PERFORMANCE and c.metric not in CAPACITY_METRICS]
+            and c.quality in ("strong", "medium") and c.metric not in NOT_TIMED]
 
 
 def read_fit_cases(paths, catalog=None) -> list[Case]:

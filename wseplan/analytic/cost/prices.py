@@ -3,7 +3,6 @@ user ``--prices`` files merged on top, and the ranges every cost input keeps."""
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 from pydantic import ValidationError
