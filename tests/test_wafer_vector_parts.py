@@ -49,6 +49,47 @@ def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows, rows_max
             assert loads[i][start[i] >= 0].max() == best
 
 
+@pytest.mark.parametrize("stride", [1, 3, 32])
+def test_neighbour_partition_equals_dynamic_program(monkeypatch, stride):
+    """The sampled program plus proved neighbours' answers (:func:`_neighbour_chunk`) gives the program's own answer
+    on every row: ties, plateaus, rounding-level differences, and a family of rows whose answer changes along it."""
+    monkeypatch.setattr(P, "NEIGHBOUR_STRIDE", stride)
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n = int(rng.integers(2, 40))
+        N = int(rng.integers(1, 200))
+        if trial % 5 == 4:  # an embedding, identical blocks growing with a per-row KV term, a head
+            x = np.full((N, n), 3.0) + (rng.random(N) * 10)[:, None]
+            x[:, 0], x[:, -1] = 7.0, 5.0
+        else:
+            x = _items(rng, trial % 4, N, n)
+        k = int(rng.integers(2, n + 1))
+        a = rng.integers(0, 5, size=N).astype(float) * (1e8 if trial % 4 == 2 else 1.0)
+        K = k + int(rng.integers(0, 3))
+        us, ue = P._neighbour_chunk(x, k, a, K)
+        rs, re = P._dp_chunk(x, k, a, K)
+        assert np.array_equal(us, rs) and np.array_equal(ue, re), trial
+
+
+def test_partition_proof_accepts_only_the_programs_answer():
+    """:func:`_verify_partition` accepts a proposal iff it is the program's answer: the answer itself passes; a
+    boundary moved by one (often an equally good partition: a tie the program breaks its own way) fails."""
+    rng = np.random.default_rng(9)
+    for trial in range(80):
+        n, N = int(rng.integers(3, 25)), 100
+        x = _items(rng, trial % 4, N, n)
+        k = int(rng.integers(2, n + 1))
+        a = rng.integers(0, 5, size=N).astype(float)
+        rs, _ = P._dp_chunk(x, k, a, k)
+        truth = P._bounds(rs, k, n)
+        move = rng.integers(-1, 2, size=(N, k + 1))
+        move[:, 0] = move[:, -1] = 0
+        prop = truth + move
+        pre = np.concatenate([np.zeros((N, 1)), np.cumsum(x, axis=1)], axis=1)
+        ok = P._verify_partition(pre, a, prop)
+        assert np.array_equal(ok, np.all(prop == truth, axis=1)), trial
+
+
 def test_batched_partition_row_keys_solve_each_distinct_row_once(monkeypatch):
     """Rows named equal by their keys are solved once; the answer is the one of their own rows."""
     rng = np.random.default_rng(5)
