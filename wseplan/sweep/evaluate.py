@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costing import cost_columns, num_systems
+from ..pricing import cost_columns, num_systems
 from ..plan import evaluate, setup
 from .plan import Group
 from .schema import BOTTLENECKS  # noqa: F401  (codes of the bottleneck column)

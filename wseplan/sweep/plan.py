@@ -9,7 +9,7 @@ import numpy as np
 from ..analytic.cost import load_prices, nominal
 from ..catalog.load import load_catalog
 from ..catalog.schema import Model
-from ..costing import params_for
+from ..pricing import params_for
 from ..devices.gpu import tp_divides_heads
 from ..errors import InputError
 from ..plan import setup
