@@ -99,9 +99,9 @@ def test_batched_partition_row_keys_solve_each_distinct_row_once(monkeypatch):
     calls = []
     orig = P._dp_chunk
 
-    def spy(xs, kc, aa, KK):
+    def spy(xs, kc, aa, KK, pre=None):
         calls.append(len(xs))
-        return orig(xs, kc, aa, KK)
+        return orig(xs, kc, aa, KK, pre)
 
     monkeypatch.setattr(P, "_dp_chunk", spy)
     start, end, _ = P.min_max_partition_batched(x, k, a, row_keys=(pick.astype(float), k, a))

@@ -290,6 +290,14 @@ def _greedy_count(items: list, a: float, capacity: float) -> int:
     return len(items) if fail else stages
 
 
+def _prefix(x: np.ndarray) -> np.ndarray:
+    """Prefix sums of each row of ``x`` (N, n) with a leading 0: (N, n + 1)."""
+    out = np.empty((x.shape[0], x.shape[1] + 1))
+    out[:, 0] = 0.0
+    np.cumsum(x, axis=1, out=out[:, 1:])
+    return out
+
+
 def _dp_stage(dp: np.ndarray, pre: np.ndarray, a: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
     """One full stage ``s >= 2`` of the dynamic program: ``(dp[s], first minimal split point)`` for every ``j``.
 
@@ -431,7 +439,7 @@ ROWS_MAX = 4
 WALK_MIN_ROWS = 2048
 
 
-def _dp_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+def _dp_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int, pre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The dynamic program of :func:`min_max_partition` on rows of ``k >= 2`` stages: (start, end), each (rows, K).
 
     ``dp[s][j]`` (best largest load of items ``[0, j)`` in ``s`` stages) and the first minimal split point as the
@@ -440,7 +448,8 @@ def _dp_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int) -> tuple[np.ndarray
     (:func:`_dp_stage`, :func:`_dp_stage_walk`).
     """
     M, n = xs.shape
-    pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
+    if pre is None:
+        pre = _prefix(xs)
     dp = np.maximum(0.0, pre - pre[:, :1] + a[:, None])
     dp[:, 0] = np.inf
     stage = _dp_stage_walk if M >= WALK_MIN_ROWS else _dp_stage_rows if M <= ROWS_MAX else _dp_stage
@@ -525,18 +534,20 @@ def _bounds(us: np.ndarray, k: int, n: int) -> np.ndarray:
     return np.concatenate([us[:, :k], np.full((len(us), 1), n, dtype=np.int64)], axis=1)
 
 
-def _neighbour_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+def _neighbour_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int, pre: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_dp_chunk` for many rows: rows in order of their total bytes; every ``NEIGHBOUR_STRIDE``-th is solved by
     the dynamic program, every other row takes the answer of the sampled row before it (else after it) when
     :func:`_verify_partition` proves it is the program's own answer for that row, else is solved by the program.
     The same (start, end) as :func:`_dp_chunk`, bit for bit: a proposal is kept only when proved."""
     M, n = xs.shape
-    pre = np.concatenate([np.zeros((M, 1)), np.cumsum(xs, axis=1)], axis=1)
+    if pre is None:
+        pre = _prefix(xs)
     order = np.lexsort((a, pre[:, -1]))
     rank = np.empty(M, dtype=np.int64)
     rank[order] = np.arange(M)
     sample = order[::NEIGHBOUR_STRIDE]
-    ss, _ = _dp_chunk(xs[sample], k, a[sample], K)
+    ss, _ = _dp_chunk(xs[sample], k, a[sample], K, pre[sample])
     sb = _bounds(ss, k, n)
     bounds = np.empty((M, k + 1), dtype=np.int64)
     done = np.zeros(M, dtype=bool)
@@ -551,7 +562,7 @@ def _neighbour_chunk(xs: np.ndarray, k: int, a: np.ndarray, K: int) -> tuple[np.
         done[todo[good]] = True
     rest = np.nonzero(~done)[0]
     if len(rest):
-        rs, _ = _dp_chunk(xs[rest], k, a[rest], K)
+        rs, _ = _dp_chunk(xs[rest], k, a[rest], K, pre[rest])
         bounds[rest] = _bounds(rs, k, n)
     us = np.full((M, K), -1, dtype=np.int64)
     ue = np.full((M, K), -1, dtype=np.int64)
@@ -581,6 +592,7 @@ def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndar
     end = np.full((N, K), -1, dtype=np.int64)
     one = k == 1
     start[one, 0], end[one, 0] = 0, n - 1
+    pre = _prefix(x)  # row by row, the same sums as each solver's own
     def distinct(idx):
         """(first, inverse) of the distinct rows among ``idx`` (indices into ``idx``)."""
         if row_keys is not None:
@@ -617,13 +629,12 @@ def min_max_partition_batched(x: np.ndarray, k: np.ndarray, stage_const: np.ndar
             rows_ = rows_[k[rows_] == kc]
             c0 += len(rows_)
             solve = _neighbour_chunk if len(rows_) >= NEIGHBOUR_MIN_ROWS and kc >= 2 else _dp_chunk
-            cs, ce = solve(x[rows_], kc, a_all[rows_], K)
+            cs, ce = solve(x[rows_], kc, a_all[rows_], K, pre[rows_])
             us[rows_], ue[rows_] = cs, ce
         rep = multi[first_idx]
         start[multi] = us[rep][inv]
         end[multi] = ue[rep][inv]
     valid = start >= 0
-    pre = np.concatenate([np.zeros((N, 1)), np.cumsum(x, axis=1)], axis=1)
     rows = np.arange(N)[:, None]
     loads = np.where(valid, pre[rows, np.maximum(end, 0) + 1] - pre[rows, np.maximum(start, 0)] + a_all[:, None], -np.inf)
     return start, end, loads

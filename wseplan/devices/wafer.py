@@ -81,6 +81,7 @@ class WaferContext:
         self.sram_pe = self.wafer.sram_per_pe_bytes.si
         self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
         self.n_items = len(self.w.kind)
+        self._prefix_tables = None  # prefix_bytes' item tables, built on first use
         self.block_counter = np.concatenate([[0], np.cumsum(self.w.kind == KIND_BLOCK)])
         base = parse_grid(q.options.get("core_grid"), "core_grid", self.wafer)
         self.grids = {ph: parse_grid(q.options.get(f"core_grid_{ph}"), f"core_grid_{ph}", self.wafer) or base
@@ -96,6 +97,41 @@ class WaferContext:
         if self.w.tied_head_bytes:
             wb[:, -1] += np.where(multi, self.w.tied_head_bytes, 0.0)
         return wb
+
+    def prefix_bytes(self, batch, kv_len, multi):
+        """``(weights_at, kv_at)``: functions of item bounds ``j`` ((N,) or (N, K) integers in [0, items]) giving each
+        row's weight bytes and KV-cache bytes of items ``[0, j)`` [bytes], for ``batch`` sequences of ``kv_len`` tokens
+        (the KV bytes of :func:`kv_bytes_rows`, a windowed layer caching at most its window) and the tied head's own
+        copy on ``multi`` rows. Built from prefix sums over the items, so a gather costs O(N K), not O(N items)."""
+        if self._prefix_tables is None:
+            wb = self.w.weight_bytes.astype(float)
+            w1 = wb.copy()
+            w1[-1] += self.w.tied_head_bytes or 0.0
+            pre_w = np.stack([np.concatenate([[0.0], np.cumsum(wb)]), np.concatenate([[0.0], np.cumsum(w1)])])
+            if self.w.kv_bytes_per_cached_token is None:
+                classes = [(np.inf, np.concatenate([[0.0], np.cumsum(self.w.kv_bytes_per_token)]))]
+            else:
+                win = self.w.kv_window_tokens
+                classes = [(float(c), np.concatenate([[0.0], np.cumsum(np.where(win == c, self.w.kv_bytes_per_cached_token,
+                                                                                0.0))]))
+                           for c in np.unique(win)]
+            self._prefix_tables = (pre_w, classes)
+        pre_w, classes = self._prefix_tables
+        b = np.asarray(batch, dtype=float)
+        kv = np.asarray(kv_len, dtype=float)
+        variant = np.asarray(multi, dtype=np.int64)
+        scale = [(b * np.minimum(kv, c), p) for c, p in classes]
+
+        def expand(v, j):
+            return v if j.ndim == 1 else v[:, None]
+
+        def weights_at(j):
+            return pre_w[expand(variant, j), j]
+
+        def kv_at(j):
+            return sum(p[j] * expand(f, j) for f, p in scale)
+
+        return weights_at, kv_at
 
     def items(self, batch, kv_len, multi):
         """Per-configuration item bytes (N, items): weights + the KV cache of ``batch`` sequences of ``kv_len``."""
@@ -178,11 +214,11 @@ class WaferFamily(InferenceMixin, Family):
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         k = np.minimum(cfg["num_wafers"], ctx.n_items).astype(np.int64)
         a = ctx.w.working_set_bytes_per_token * np.asarray(work, dtype=float)
-        kvr = kv_bytes_rows(ctx.w, B, kv)
-        x = ctx.weights(len(B), k > 1) + kvr
+        multi = k > 1
+        x = ctx.weights(len(B), multi) + kv_bytes_rows(ctx.w, B, kv)
         # a row's items, stage constant and stage count follow from (batch, KV tokens, working bytes, stages)
         start, end, loads = min_max_partition_batched(x, k, a, row_keys=(B, kv, a, k))
-        return x, kvr, a, start, end, loads
+        return multi, kv, a, start, end, loads
 
     def fit(self, ctx: WaferContext, cfg: dict) -> dict:
         """The fit of the rows; one question's remembered per setup by its four columns (copies handed out)."""
@@ -195,37 +231,38 @@ class WaferFamily(InferenceMixin, Family):
     def _fit(self, ctx: WaferContext, cfg: dict) -> dict:
         B = cfg["batch"]
         n = len(B)
-        x, kvr, a, start, end, loads = self._stages(ctx, cfg)
+        multi, kv_len, a, start, end, loads = self._stages(ctx, cfg)
         valid = start >= 0
         maxload = np.where(valid, loads, -np.inf).max(axis=1)
         fullest = np.argmax(np.where(valid, loads, -np.inf), axis=1)
         fits = maxload <= ctx.cap
         rows = np.arange(n)
+        B_ = np.asarray(B, dtype=float)
+        # the weight and KV bytes of item ranges, from prefix sums over the items (weights: two variants; KV: per
+        # window class, scaled per row), gathered at the stages' bounds only (no configurations x items array)
+        weights_at, kv_at = ctx.prefix_bytes(B_, kv_len, multi)
+        lo, hi = np.maximum(start, 0), np.maximum(end, 0) + 1
         s0, e0 = start[rows, fullest], end[rows, fullest]
-        wb = x - kvr
-        pre_w = np.concatenate([np.zeros((n, 1)), np.cumsum(wb, axis=1)], axis=1)
-        pre_kv = np.concatenate([np.zeros((n, 1)), np.cumsum(kvr, axis=1)], axis=1)
-        w_full = pre_w[rows, e0 + 1] - pre_w[rows, s0]
-        kv_full = pre_kv[rows, e0 + 1] - pre_kv[rows, s0]
+        w_full = weights_at(e0 + 1) - weights_at(s0)
+        kv_full = kv_at(e0 + 1) - kv_at(s0)
         parts = {"weights": w_full, "kv_cache": kv_full, "activations": a, "optimizer": np.zeros(n)}
         # tokens of KV per sequence the same stages could hold: the tightest wafer's room over its KV bytes per
         # token (windowed layers count in full: an upper bound on what more context adds)
         per_tok = np.where(np.isfinite(ctx.w.kv_window_tokens), 0.0, ctx.w.kv_bytes_per_cached_token) \
             if ctx.w.kv_bytes_per_cached_token is not None else ctx.w.kv_bytes_per_token
         pre_pt = np.concatenate([[0.0], np.cumsum(per_tok)])
-        w_stage = np.where(valid, pre_w[rows[:, None], np.maximum(end, 0) + 1] - pre_w[rows[:, None], np.maximum(start, 0)], 0.0)
-        kv_now = np.where(valid, pre_kv[rows[:, None], np.maximum(end, 0) + 1] - pre_kv[rows[:, None], np.maximum(start, 0)], 0.0)
-        pt_stage = np.where(valid, pre_pt[np.maximum(end, 0) + 1] - pre_pt[np.maximum(start, 0)], 0.0)
+        w_stage = np.where(valid, weights_at(hi) - weights_at(lo), 0.0)
+        kv_now = np.where(valid, kv_at(hi) - kv_at(lo), 0.0)
+        pt_stage = np.where(valid, pre_pt[hi] - pre_pt[lo], 0.0)
         room = np.where(valid & (pt_stage > 0), (ctx.cap - w_stage - kv_now - a[:, None]) / np.where(pt_stage > 0, pt_stage, 1.0),
                         np.inf)
         mt = room.min(axis=1)
-        B_ = np.asarray(cfg["batch"], dtype=float)
-        kv_len, _ = self.kv_and_working_tokens(ctx, B_, cfg["context"], cfg["output_tokens"])
         max_tok = np.where(np.isfinite(mt), np.maximum(np.floor(B_ * kv_len + mt), 0.0), 0.0)
         k = np.asarray(cfg["num_wafers"], dtype=float)
         replicas = np.maximum(np.floor((ctx.count or k) / k), 1.0) if ctx.count else np.ones(n)
         nst = valid.sum(axis=1)
-        w_all, kv_all, a_all = pre_w[:, -1] * replicas, pre_kv[:, -1] * replicas, a * nst * replicas
+        last = np.full(n, ctx.n_items)
+        w_all, kv_all, a_all = weights_at(last) * replicas, kv_at(last) * replicas, a * nst * replicas
         return dict(num_devices=k * replicas, num_replicas=replicas, per_device_bytes=maxload,
                     capacity_bytes=np.full(n, ctx.cap), fits=fits, weights_bytes=w_all, kv_cache_bytes=kv_all,
                     activation_bytes=a_all, optimizer_bytes=np.zeros(n), total_bytes=w_all + kv_all + a_all,
