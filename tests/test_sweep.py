@@ -236,7 +236,7 @@ def test_batched_partition_equals_min_max_partition():
     x[:10] = 7.0  # identical items: many ties, the first minimal split point must win as in the scalar DP
     k = rng.integers(1, 12, size=40)
     a = rng.integers(0, 30, size=40).astype(float)
-    from wseplan.analytic.partition import min_max_partition_batched
+    from wseplan.analytic.partition_rows import min_max_partition_batched
 
     start, end, _ = min_max_partition_batched(x, k, a, chunk=7)
     for i in range(40):

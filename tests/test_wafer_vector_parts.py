@@ -13,6 +13,7 @@ import pytest
 from wseplan.analytic import fabric as F
 from wseplan.analytic import fabric_kernels as K
 from wseplan.analytic import partition as P
+from wseplan.analytic import partition_rows as PR
 from wseplan.analytic import rows as R
 
 
@@ -32,8 +33,8 @@ def _items(rng, kind, N, n):
 @pytest.mark.parametrize("walk_min_rows,rows_max", [(1, 0), (10**9, 0), (10**9, 10**9)],
                          ids=["walk", "bisection", "python-rows"])
 def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows, rows_max):
-    monkeypatch.setattr(P, "WALK_MIN_ROWS", walk_min_rows)
-    monkeypatch.setattr(P, "ROWS_MAX", rows_max)
+    monkeypatch.setattr(PR, "WALK_MIN_ROWS", walk_min_rows)
+    monkeypatch.setattr(PR, "ROWS_MAX", rows_max)
     rng = np.random.default_rng(11)
     for trial in range(24):
         n = int(rng.integers(2, 30))
@@ -41,7 +42,7 @@ def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows, rows_max
         x = _items(rng, trial % 4, N, n)
         k = rng.integers(1, n + 1, size=N)
         a = rng.integers(0, 5, size=N).astype(float) * (1e8 if trial % 4 == 2 else 1.0)
-        start, end, loads = P.min_max_partition_batched(x, k, a)
+        start, end, loads = PR.min_max_partition_batched(x, k, a)
         for i in range(N):
             best, ref = P.min_max_partition(x[i], int(k[i]), float(a[i]))
             got = [(int(s), int(e)) for s, e in zip(start[i], end[i]) if s >= 0]
@@ -53,7 +54,7 @@ def test_batched_partition_equals_scalar_dp(monkeypatch, walk_min_rows, rows_max
 def test_neighbour_partition_equals_dynamic_program(monkeypatch, stride):
     """The sampled program plus proved neighbours' answers (:func:`_neighbour_chunk`) gives the program's own answer
     on every row: ties, plateaus, rounding-level differences, and a family of rows whose answer changes along it."""
-    monkeypatch.setattr(P, "NEIGHBOUR_STRIDE", stride)
+    monkeypatch.setattr(PR, "NEIGHBOUR_STRIDE", stride)
     rng = np.random.default_rng(7)
     for trial in range(60):
         n = int(rng.integers(2, 40))
@@ -66,8 +67,8 @@ def test_neighbour_partition_equals_dynamic_program(monkeypatch, stride):
         k = int(rng.integers(2, n + 1))
         a = rng.integers(0, 5, size=N).astype(float) * (1e8 if trial % 4 == 2 else 1.0)
         K = k + int(rng.integers(0, 3))
-        us, ue = P._neighbour_chunk(x, k, a, K)
-        rs, re = P._dp_chunk(x, k, a, K)
+        us, ue = PR._neighbour_chunk(x, k, a, K)
+        rs, re = PR._dp_chunk(x, k, a, K)
         assert np.array_equal(us, rs) and np.array_equal(ue, re), trial
 
 
@@ -80,13 +81,13 @@ def test_partition_proof_accepts_only_the_programs_answer():
         x = _items(rng, trial % 4, N, n)
         k = int(rng.integers(2, n + 1))
         a = rng.integers(0, 5, size=N).astype(float)
-        rs, _ = P._dp_chunk(x, k, a, k)
-        truth = P._bounds(rs, k, n)
+        rs, _ = PR._dp_chunk(x, k, a, k)
+        truth = PR._bounds(rs, k, n)
         move = rng.integers(-1, 2, size=(N, k + 1))
         move[:, 0] = move[:, -1] = 0
         prop = truth + move
         pre = np.concatenate([np.zeros((N, 1)), np.cumsum(x, axis=1)], axis=1)
-        ok = P._verify_partition(pre, a, prop)
+        ok = PR._verify_partition(pre, a, prop)
         assert np.array_equal(ok, np.all(prop == truth, axis=1)), trial
 
 
@@ -97,16 +98,16 @@ def test_batched_partition_row_keys_solve_each_distinct_row_once(monkeypatch):
     pick = rng.integers(0, 3, size=40)
     x, k, a = base[pick], np.full(40, 3), np.zeros(40)
     calls = []
-    orig = P._dp_chunk
+    orig = PR._dp_chunk
 
     def spy(xs, kc, aa, KK, pre=None):
         calls.append(len(xs))
         return orig(xs, kc, aa, KK, pre)
 
-    monkeypatch.setattr(P, "_dp_chunk", spy)
-    start, end, _ = P.min_max_partition_batched(x, k, a, row_keys=(pick.astype(float), k, a))
+    monkeypatch.setattr(PR, "_dp_chunk", spy)
+    start, end, _ = PR.min_max_partition_batched(x, k, a, row_keys=(pick.astype(float), k, a))
     assert sum(calls) == 3
-    ref_s, ref_e, _ = P.min_max_partition_batched(x, k, a)
+    ref_s, ref_e, _ = PR.min_max_partition_batched(x, k, a)
     assert np.array_equal(start, ref_s) and np.array_equal(end, ref_e)
 
 
@@ -116,10 +117,10 @@ def test_greedy_stage_counts_few_rows_equal_vectorized(monkeypatch):
     xs = xm * 0.9
     a = rng.random(4) * 3
     for cap in (5.0, 12.0, 50.0, 500.0, 1e9):
-        few = P.greedy_stage_counts(xm, xs, a, cap)
-        monkeypatch.setattr(P, "_FEW_ROWS", 0)
-        many = P.greedy_stage_counts(xm, xs, a, cap)
-        monkeypatch.setattr(P, "_FEW_ROWS", 4)
+        few = PR.greedy_stage_counts(xm, xs, a, cap)
+        monkeypatch.setattr(PR, "_FEW_ROWS", 0)
+        many = PR.greedy_stage_counts(xm, xs, a, cap)
+        monkeypatch.setattr(PR, "_FEW_ROWS", 4)
         assert np.array_equal(few, many) and few.dtype == many.dtype
 
 

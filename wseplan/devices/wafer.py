@@ -1,7 +1,7 @@
 """Wafer family, weights resident in SRAM: Cerebras inference (the layout of WaferLLM and of Cerebras's service).
 
 A replica is ``num_wafers`` wafers; the model's rows (embedding, blocks, head) are cut into that many contiguous
-stages, one per wafer, balanced by the exact min-max partition (:mod:`wseplan.analytic.partition`). On a wafer
+stages, one per wafer, balanced by the exact min-max partition (:mod:`wseplan.analytic.partition_rows`). On a wafer
 the stage's layers are split into *layer groups*, each on its own square region of PEs (side ``region``), every
 layer of a group spread over its whole region; a token passes the groups in order, hopping between regions on
 the wafer and over Ethernet between wafers. Per-block kernels are the fabric closed forms of
@@ -21,7 +21,7 @@ from ..analytic import fabric as fab
 from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
 from ..analytic.engine import prefill_passes
-from ..analytic.partition import greedy_stage_counts, min_max_partition_batched
+from ..analytic.partition_rows import greedy_stage_counts, min_max_partition_batched
 from ..analytic.rows import unique_rows
 from ..catalog.schema import Model
 from ..errors import InputError
