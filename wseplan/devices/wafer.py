@@ -81,7 +81,7 @@ class WaferContext:
         self.sram_pe = self.wafer.sram_per_pe_bytes.si
         self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
         self.n_items = len(self.w.kind)
-        self._prefix_tables = None  # prefix_bytes' item tables, built on first use
+        self._weight_rows = self._prefix_tables = None  # weight_rows' and prefix_bytes' item tables, built on first use
         self.block_counter = np.concatenate([[0], np.cumsum(self.w.kind == KIND_BLOCK)])
         base = parse_grid(q.options.get("core_grid"), "core_grid", self.wafer)
         self.grids = {ph: parse_grid(q.options.get(f"core_grid_{ph}"), f"core_grid_{ph}", self.wafer) or base
@@ -91,23 +91,29 @@ class WaferContext:
             self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
         self.spec = speculation(q) if self.transformer else None
 
+    def weight_rows(self):
+        """Item weight bytes (2, items): row 0 with every item on one wafer, row 1 spread over several wafers, where a
+        tied LM head needs its own copy of the embedding [bytes]."""
+        if self._weight_rows is None:
+            w0 = np.asarray(self.w.weight_bytes, dtype=float)
+            w1 = w0.copy()
+            if self.w.tied_head_bytes:
+                w1[-1] += self.w.tied_head_bytes
+            self._weight_rows = np.stack([w0, w1])
+        return self._weight_rows
+
     def weights(self, n, multi):
         """Per-configuration item weight bytes (n, items), with the tied head's own copy on multi-wafer rows."""
-        wb = np.broadcast_to(self.w.weight_bytes, (n, self.n_items)).copy()
-        if self.w.tied_head_bytes:
-            wb[:, -1] += np.where(multi, self.w.tied_head_bytes, 0.0)
-        return wb
+        return self.weight_rows()[np.broadcast_to(np.asarray(multi, dtype=np.int64), (n,))]
 
     def prefix_bytes(self, batch, kv_len, multi):
         """``(weights_at, kv_at)``: functions of item bounds ``j`` ((N,) or (N, K) integers in [0, items]) giving each
         row's weight bytes and KV-cache bytes of items ``[0, j)`` [bytes], for ``batch`` sequences of ``kv_len`` tokens
-        (the KV bytes of :func:`kv_bytes_rows`, a windowed layer caching at most its window) and the tied head's own
-        copy on ``multi`` rows. Built from prefix sums over the items, so a gather costs O(N K), not O(N items)."""
+        (the KV bytes of :func:`kv_bytes_rows`, a windowed layer caching at most its window) and the weights of
+        :meth:`weights` (``multi`` rows). Built from prefix sums over the items, so a gather costs O(N K), not
+        O(N items)."""
         if self._prefix_tables is None:
-            wb = self.w.weight_bytes.astype(float)
-            w1 = wb.copy()
-            w1[-1] += self.w.tied_head_bytes or 0.0
-            pre_w = np.stack([np.concatenate([[0.0], np.cumsum(wb)]), np.concatenate([[0.0], np.cumsum(w1)])])
+            pre_w = np.concatenate([np.zeros((2, 1)), np.cumsum(self.weight_rows(), axis=1)], axis=1)
             if self.w.kv_bytes_per_cached_token is None:
                 classes = [(np.inf, np.concatenate([[0.0], np.cumsum(self.w.kv_bytes_per_token)]))]
             else:
@@ -132,10 +138,6 @@ class WaferContext:
             return sum(p[j] * expand(f, j) for f, p in scale)
 
         return weights_at, kv_at
-
-    def items(self, batch, kv_len, multi):
-        """Per-configuration item bytes (N, items): weights + the KV cache of ``batch`` sequences of ``kv_len``."""
-        return self.weights(len(batch), multi) + kv_bytes_rows(self.w, batch, kv_len)
 
 
 def _remembered(ctx, memo_name: str, key, compute):
@@ -188,7 +190,7 @@ class WaferFamily(InferenceMixin, Family):
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         a = ctx.w.working_set_bytes_per_token * work
-        kvr = kv_bytes_rows(ctx.w, B, kv)  # the items' KV bytes (ctx.items without computing them twice)
+        kvr = kv_bytes_rows(ctx.w, B, kv)  # the items' KV bytes, once for both weight variants
         kmin = greedy_stage_counts(ctx.weights(n, np.ones(n, dtype=bool)) + kvr, ctx.weights(n, np.zeros(n, dtype=bool)) + kvr,
                                    a, ctx.cap)
         N = ctx.count
