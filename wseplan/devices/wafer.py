@@ -107,11 +107,12 @@ class WaferContext:
         return self.weight_rows()[np.broadcast_to(np.asarray(multi, dtype=np.int64), (n,))]
 
     def prefix_bytes(self, batch, kv_len, multi):
-        """``(weights_at, kv_at)``: functions of item bounds ``j`` ((N,) or (N, K) integers in [0, items]) giving each
-        row's weight bytes and KV-cache bytes of items ``[0, j)`` [bytes], for ``batch`` sequences of ``kv_len`` tokens
-        (the KV bytes of :func:`kv_bytes_rows`, a windowed layer caching at most its window) and the weights of
-        :meth:`weights` (``multi`` rows). Built from prefix sums over the items, so a gather costs O(N K), not
-        O(N items)."""
+        """``(weights_at, kv_at, token_kv_at)``: functions of item bounds ``j`` ((N,) or (N, K) integers in [0, items])
+        giving each row's weight bytes and KV-cache bytes of items ``[0, j)`` [bytes], for ``batch`` sequences of
+        ``kv_len`` tokens (the KV bytes of :func:`kv_bytes_rows`, a windowed layer caching at most its window) and the
+        weights of :meth:`weights` (``multi`` rows), and the KV bytes one more token of context adds to those items
+        (the layers without a window) [bytes/token]. Built from prefix sums over the items, so a gather costs O(N K),
+        not O(N items)."""
         if self._prefix_tables is None:
             pre_w = np.concatenate([np.zeros((2, 1)), np.cumsum(self.weight_rows(), axis=1)], axis=1)
             if self.w.kv_bytes_per_cached_token is None:
@@ -137,7 +138,12 @@ class WaferContext:
         def kv_at(j):
             return sum(p[j] * expand(f, j) for f, p in scale)
 
-        return weights_at, kv_at
+        unwindowed = dict(classes).get(np.inf)
+
+        def token_kv_at(j):
+            return unwindowed[j] if unwindowed is not None else np.zeros(np.shape(j))
+
+        return weights_at, kv_at, token_kv_at
 
 
 def _remembered(ctx, memo_name: str, key, compute):
@@ -242,7 +248,7 @@ class WaferFamily(InferenceMixin, Family):
         B_ = np.asarray(B, dtype=float)
         # the weight and KV bytes of item ranges, from prefix sums over the items (weights: two variants; KV: per
         # window class, scaled per row), gathered at the stages' bounds only (no configurations x items array)
-        weights_at, kv_at = ctx.prefix_bytes(B_, kv_len, multi)
+        weights_at, kv_at, token_kv_at = ctx.prefix_bytes(B_, kv_len, multi)
         lo, hi = np.maximum(start, 0), np.maximum(end, 0) + 1
         s0, e0 = start[rows, fullest], end[rows, fullest]
         w_full = weights_at(e0 + 1) - weights_at(s0)
@@ -250,12 +256,9 @@ class WaferFamily(InferenceMixin, Family):
         parts = {"weights": w_full, "kv_cache": kv_full, "activations": a, "optimizer": np.zeros(n)}
         # tokens of KV per sequence the same stages could hold: the tightest wafer's room over its KV bytes per
         # token (windowed layers count in full: an upper bound on what more context adds)
-        per_tok = np.where(np.isfinite(ctx.w.kv_window_tokens), 0.0, ctx.w.kv_bytes_per_cached_token) \
-            if ctx.w.kv_bytes_per_cached_token is not None else ctx.w.kv_bytes_per_token
-        pre_pt = np.concatenate([[0.0], np.cumsum(per_tok)])
         w_stage = np.where(valid, weights_at(hi) - weights_at(lo), 0.0)
         kv_now = np.where(valid, kv_at(hi) - kv_at(lo), 0.0)
-        pt_stage = np.where(valid, pre_pt[hi] - pre_pt[lo], 0.0)
+        pt_stage = np.where(valid, token_kv_at(hi) - token_kv_at(lo), 0.0)
         room = np.where(valid & (pt_stage > 0), (ctx.cap - w_stage - kv_now - a[:, None]) / np.where(pt_stage > 0, pt_stage, 1.0),
                         np.inf)
         mt = room.min(axis=1)
