@@ -114,18 +114,13 @@ class WaferContext:
         (the layers without a window) [bytes/token]. Built from prefix sums over the items, so a gather costs O(N K),
         not O(N items)."""
         if self._prefix_tables is None:
-            pre_w = np.concatenate([np.zeros((2, 1)), np.cumsum(self.weight_rows(), axis=1)], axis=1)
-            if self.w.kv_bytes_per_cached_token is None:
-                classes = [(np.inf, np.concatenate([[0.0], np.cumsum(self.w.kv_bytes_per_token)]))]
-            else:
-                win = self.w.kv_window_tokens
-                classes = [(float(c), np.concatenate([[0.0], np.cumsum(np.where(win == c, self.w.kv_bytes_per_cached_token,
-                                                                                0.0))]))
-                           for c in np.unique(win)]
-            self._prefix_tables = (pre_w, classes)
+            w, cached = self.w, self.w.kv_bytes_per_cached_token
+            per_window = [(np.inf, w.kv_bytes_per_token)] if cached is None else \
+                [(float(c), np.where(w.kv_window_tokens == c, cached, 0.0)) for c in np.unique(w.kv_window_tokens)]
+            self._prefix_tables = (np.concatenate([np.zeros((2, 1)), np.cumsum(self.weight_rows(), axis=1)], axis=1),
+                                   [(c, np.concatenate([[0.0], np.cumsum(v)])) for c, v in per_window])
         pre_w, classes = self._prefix_tables
-        b = np.asarray(batch, dtype=float)
-        kv = np.asarray(kv_len, dtype=float)
+        b, kv = np.asarray(batch, dtype=float), np.asarray(kv_len, dtype=float)
         variant = np.asarray(multi, dtype=np.int64)
         scale = [(b * np.minimum(kv, c), p) for c, p in classes]
 
