@@ -106,8 +106,10 @@ def decode_round(pass_fn, *, batch, stages, counts=None, **pass_kw):
 
     ``pass_fn(idx, seqs, **kw)`` evaluates passes for rows ``idx`` of micro-batches of ``seqs`` sequences and
     returns ``(latency_s, stage_s, parts)``; ``pass_kw`` arrays (per row) are passed through, indexed.
-    Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round. ``counts`` (per row) fixes the number of
-    micro-batches instead of choosing the fastest of the candidates (the same round run as another round chose).
+    Returns ``(tpot_s, parts_s, micro_batches)``, parts scaled to the round. A candidate count ``n`` runs micro-batches
+    of ``ceil(batch / n)`` sequences, as many as the batch fills (``ceil(batch / ceil(batch / n))``: 16 sequences in
+    micro-batches of 3 are 6 of them, not 7). ``counts`` (per row) fixes the number of micro-batches instead of
+    choosing the fastest of the candidates (the same round run as another round chose).
 
     A Python float ``batch`` is one configuration (``stages`` and ``pass_kw`` floats too): its candidates are
     passed one at a time as ``pass_fn(None, seqs, **kw)``, which returns floats, and the round is floats (the
@@ -122,6 +124,7 @@ def decode_round(pass_fn, *, batch, stages, counts=None, **pass_kw):
     else:
         rows, n = np.arange(n_rows), np.broadcast_to(np.asarray(counts, dtype=float), (n_rows,))
     mb = np.ceil(b[rows] / n)
+    n = np.ceil(b[rows] / mb)  # the micro-batches of mb sequences the batch fills (7 of 3 for 16 are 6)
     kw = {k: (np.asarray(v)[rows] if np.ndim(v) else v) for k, v in pass_kw.items()}
     lat, stage, parts = pass_fn(rows, mb, **kw)
     lat = np.broadcast_to(np.asarray(lat, dtype=float), mb.shape)
@@ -160,7 +163,9 @@ def _decode_round_row(pass_fn, b: float, stages: float, kw: dict, counts=None):
     best = math.inf
     rounds = []
     for n in cand:
-        lat, stage, parts = pass_fn(None, X.ceil(b / n), **kw)
+        mb = X.ceil(b / n)
+        n = X.ceil(b / mb)  # the micro-batches of mb sequences the batch fills
+        lat, stage, parts = pass_fn(None, mb, **kw)
         rnd = X.maximum(lat, n * stage)
         best = X.minimum(best, rnd)
         rounds.append((rnd, lat, parts, n))

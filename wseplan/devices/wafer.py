@@ -29,8 +29,8 @@ from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, 
 from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
+from .wafer_regions import _remembered, best_side, handover_cycles
 from .wafer_row import pass_row as _pass_row
-from .wafer_row import MEMO_MAX
 from .wafer_row import announce_row as _announce_row
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
@@ -139,21 +139,6 @@ class WaferContext:
             return unwindowed[j] if unwindowed is not None else np.zeros(np.shape(j))
 
         return weights_at, kv_at, token_kv_at
-
-
-def _remembered(ctx, memo_name: str, key, compute):
-    """``compute()`` for one question, remembered in the setup's memo ``memo_name`` under ``key`` (``None``: not
-    remembered, e.g. several rows at once); the memo starts again when it holds :data:`.wafer_row.MEMO_MAX`."""
-    if key is None:
-        return compute()
-    memo = ctx.__dict__.setdefault(memo_name, {})
-    hit = memo.get(key)
-    if hit is None:
-        hit = compute()
-        if len(memo) >= MEMO_MAX:
-            memo.clear()
-        memo[key] = hit
-    return hit
 
 
 class WaferFamily(InferenceMixin, Family):
@@ -350,14 +335,14 @@ class WaferFamily(InferenceMixin, Family):
         for ph in kinds:
             if ph == "decode":
                 # the decode regions serve the verification rows of speculative decoding too (k + 1 per sequence)
-                mb = B * (ctx.spec["draft_tokens"] + 1.0) if getattr(ctx, "spec", None) else B
+                mb = (ctx.spec["draft_tokens"] + 1.0) if getattr(ctx, "spec", None) else 1.0
                 c_ = C if ctx.q.phase == "decode" else C + O / 2.0
             else:
                 mb = np.ones(n)
                 c_, _, _, _ = _prefill_chunk(ctx, B, C)
             g = ctx.grids[ph]
             if g is None:
-                side = self._best_side(ctx, cfg, ph, mb, c_, layer_bytes)
+                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes)
                 cfg[f"_rows_{ph[0]}"] = side
                 cfg[f"_cols_{ph[0]}"] = side
             else:
@@ -422,50 +407,6 @@ class WaferFamily(InferenceMixin, Family):
         g = np.maximum(1.0, np.ceil(cfg["_sb"][sel] / capr[:, None]))
         g = np.minimum(g, np.maximum(cfg["_nl"][sel], 1.0))
         return np.where(cfg["_valid"][sel], g, 0.0)
-
-    def _best_side(self, ctx, cfg, phase, mb, tokens, layer_bytes):
-        """Square side minimising one wafer's pass time for this pass kind (its layers' blocks and the hand-overs
-        between its layer groups), among sides that tile the wafer, hold the largest layer and leave room for every
-        layer group (WaferLLM's region choice)."""
-        sides = ctx.sides
-        n = len(layer_bytes)
-        regions = (ctx.R // sides) * (ctx.C // sides)
-        capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
-        ok = capr[None, :] >= layer_bytes[:, None]
-        # every wafer's groups fit its regions when the fullest wafer's do (the group count grows with the bytes)
-        sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
-        ok &= np.ceil(sb_max[:, None] / capr[None, :]) <= np.maximum(regions, 1)[None, :]
-        # the kernels run only on the sides some row may take, once per distinct (rows, tokens) pair
-        cost = np.full((n, len(sides)), np.inf)
-        cols = np.nonzero(ok.any(axis=0))[0]
-        if len(cols):
-            mb = np.broadcast_to(np.asarray(mb, dtype=float), (n,))
-            tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
-            # one question: the block's cycles on the sides, remembered per setup by (pass kind, sizes, sides)
-            key = (phase, mb.tobytes(), tok.tobytes(), cols.tobytes()) if n == 1 else None
-            tot = _remembered(ctx, "_side_memo", key, lambda: self._side_cycles(ctx, phase, mb, tok, sides[cols][None, :]))
-            # and the hand-overs between the fullest wafer's layer groups (as pass_time: the activations cross the
-            # region, then a kernel launch), so that smaller regions pay for the stages they add
-            grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
-            act = (mb if phase == "decode" else tok)[:, None] * ctx.m.d_model * ctx.fk["dtype_bytes"]
-            sd = sides[cols][None, :]
-            hand = handover_cycles(ctx.fk, sd, sd, act)
-            cost[:, cols] = np.where(ok[:, cols], tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None]
-                                     + np.maximum(grp - 1.0, 0.0) * hand, np.inf)
-        anyok = np.isfinite(cost).any(axis=1)
-        return np.where(anyok, sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
-
-    def _side_cycles(self, ctx, phase, mb, tok, sd):
-        """Cycles of one block [rows x sides] of the pass kind on square sides ``sd``, once per distinct (rows, tokens)."""
-        first, inv = unique_rows(mb, tok)
-        if phase == "decode":
-            blk = wt.decode_block_cycles_array(arch=ctx.m, batch=mb[first][:, None], context=tok[first][:, None], rows=sd,
-                                               cols=sd, fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
-        else:
-            blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok[first][:, None], batch=1, rows=sd, cols=sd,
-                                                fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
-                                                gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
-        return sum(np.asarray(v, dtype=float) for v in blk.values())[inv]
 
     def _pass_kernels(self, ctx: WaferContext, r_, c_, dseq, ptok, decode_kv, prefill_span, prefill_kv, prefill_seqs,
                       new_per_seq):
@@ -573,15 +514,6 @@ class WaferFamily(InferenceMixin, Family):
             parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
         parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
         return lat, mx, parts
-
-
-def handover_cycles(fk: dict, rows, cols, act_bytes):
-    """One hand-over of a pass's activations from a layer group's region to the next on the wafer [cycles]: the
-    activations (``act_bytes``, spread over the region's shorter side) cross ``rows + cols`` hops, then a kernel
-    launch. Used by the pass time and by the region search (arrays broadcast; ``wafer_row`` has its float form)."""
-    return fab.message_cycles(hops=rows + cols, message_bytes=act_bytes / np.minimum(rows, cols),
-                              hop_latency_cycles=fk["hop_latency_cycles"], link_bytes_per_cycle=fk["link_bytes_per_cycle"],
-                              wavelet_bytes=fk["wavelet_bytes"]) + fk["per_kernel_overhead_cycles"]
 
 
 def _as_n(v, n: int) -> np.ndarray:

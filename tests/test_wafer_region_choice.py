@@ -1,0 +1,94 @@
+"""The decode region of a resident wafer layout is the fastest admissible one, micro-batches included.
+
+The region side sets how many layer groups a wafer holds; each group works on its own micro-batch of the decode
+round, so at a batch of many sequences smaller regions (more groups) can finish the round sooner even though each
+block is slower on them. The region search must count that: before, it minimised one pass of the whole batch through
+one group and chose, for Llama-3.1-8B on one CS-3 at batch 64, the whole-wafer region at 953 tokens/s per user where
+a 250-PE side gives 1,785 (and a higher throughput).
+
+The check here is independent of the search's own estimate: every admissible square side (it tiles the wafer, holds
+the largest layer and leaves a region for every layer group, the conditions written out below) is forced through the
+``core_grid_decode`` option and timed by the full time model; the searched layout must be as fast as the fastest.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wseplan.analytic import engine as E
+from wseplan.analytic import wse_time as wt
+from wseplan.plan import evaluate, setup
+
+CASES = [("llama-3.1-8b", "cs3", b) for b in (1, 8, 16, 64, 96)] + [("llama-3.1-70b", "cs3x4", b) for b in (4, 16)] + \
+        [("llama-3.1-70b", "cs3x8", 64), ("llama-3.1-8b", "cs2x2", 48)]
+
+
+def _tpot(catalog, model, target, batch, grid=None):
+    opts = {"speculative": "none"}
+    if grid is not None:
+        opts["core_grid_decode"] = grid
+    s = setup(model, target, phase="decode", options=opts, catalog=catalog)
+    r = evaluate(s, {"batch": np.array([float(batch)]), "context": np.array([2048.0]), "output_tokens": np.zeros(1)})
+    return s, r
+
+
+def _admissible_sides(s, r, batch):
+    """Square sides that tile the wafer, hold the largest layer and give every layer group of the fullest wafer a
+    region of its own (region SRAM: side^2 PEs x SRAM per PE x (1 - reserve))."""
+    ctx = s.ctx
+    w = ctx.wafer
+    rows, cols = int(w.pe_rows.si), int(w.pe_cols.si)
+    largest = float(wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=np.array([float(batch)]),
+                                                 context=np.array([2048.0]))[0])
+    loads = np.asarray(r["fit.stage_loads"][0], dtype=float)
+    fullest = float(loads[np.asarray(r["fit.stage_start"][0]) >= 0].max())
+    out = []
+    for side in ctx.sides:
+        region_bytes = side * side * w.sram_per_pe_bytes.si * (1.0 - ctx.reserve)
+        regions = (rows // int(side)) * (cols // int(side))
+        if region_bytes >= largest and math.ceil(fullest / region_bytes) <= max(regions, 1):
+            out.append(int(side))
+    return out
+
+
+@pytest.mark.parametrize("model,target,batch", CASES)
+def test_searched_decode_region_is_the_fastest_admissible_side(catalog, model, target, batch):
+    s, r = _tpot(catalog, model, target, batch)
+    assert bool(r["fits"][0])
+    chosen = float(r["tpot_s"][0])
+    sides = _admissible_sides(s, r, batch)
+    assert sides, "no admissible side: the case does not test the search"
+    assert int(r["time.region_decode_rows"][0]) in sides
+    forced = {side: float(_tpot(catalog, model, target, batch, (side, side))[1]["tpot_s"][0]) for side in sides}
+    fastest = min(forced.values())
+    assert chosen <= fastest * (1.0 + 1e-9), (chosen, forced)
+
+
+def test_region_search_beats_whole_wafer_region_at_mid_batch(catalog):
+    """The case that exposed the old search: at batch 64 the whole-wafer region is slower than the searched one by
+    more than a third (each of its one or two groups serves the whole batch in turn)."""
+    _, r = _tpot(catalog, "llama-3.1-8b", "cs3", 64)
+    _, whole = _tpot(catalog, "llama-3.1-8b", "cs3", 64, (755, 755))
+    assert float(whole["tpot_s"][0]) > 1.33 * float(r["tpot_s"][0])
+    assert float(r["time.micro_batches"][0]) > 1.0
+
+
+def _pass(lat_per_seq, stage_per_seq):
+    def fn(idx, mb, **kw):
+        mb = np.asarray(mb, dtype=float) if idx is not None else mb
+        return lat_per_seq * mb, stage_per_seq * mb, {"compute": lat_per_seq * mb}
+    return fn
+
+
+def test_decode_round_counts_the_micro_batches_the_batch_fills():
+    """16 sequences on 7 pipeline stages: the candidates are 1, 2, 4 and 7 micro-batches. Seven micro-batches of
+    ceil(16/7) = 3 sequences are six (18 slots already hold 16), so that round is max(7 x 3, 6 x 1.5 x 3) = 27, not
+    max(21, 7 x 4.5) = 31.5; four micro-batches of 4 give max(28, 4 x 6) = 28; the round is 27 with 6 micro-batches.
+    (Hand calculation: pass latency 7 per sequence, slowest stage 1.5 per sequence.)"""
+    tpot, parts, n = E.decode_round(_pass(7.0, 1.5), batch=np.array([16.0]), stages=np.array([7.0]))
+    assert tpot[0] == pytest.approx(27.0) and n[0] == 6.0
+    t1, p1, n1 = E.decode_round(_pass(7.0, 1.5), batch=16.0, stages=7.0)
+    assert (t1, n1) == (tpot[0], n[0])
+    assert p1["compute"] == pytest.approx(27.0)
