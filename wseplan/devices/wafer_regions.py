@@ -56,8 +56,7 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
             est = _decode_round_cycles(ctx, cfg, mb, tok, cols, sd[0], capr[cols])
         else:
             mb = np.broadcast_to(np.asarray(mb, dtype=float), (n,))
-            tot = _side_cycles(ctx, phase, np.broadcast_to(mb[:, None], (n, len(cols))),
-                                    np.broadcast_to(tok[:, None], (n, len(cols))), sd)
+            tot = _side_cycles(ctx, phase, mb, tok, sd)
             # and the hand-overs between the fullest wafer's layer groups (as pass_time: the activations cross
             # the region, then a kernel launch), so that smaller regions pay for the stages they add
             grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
@@ -69,12 +68,21 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
 
 def _decode_round_cycles(ctx, cfg, per_seq, kv, cols, sides, capr):
     """Decode round [cycles, rows x sides] on each square side, composed as :meth:`.WaferFamily.pass_time` and
-    :func:`~wseplan.analytic.engine.decode_round` compose it: the layer groups per wafer as :meth:`.WaferFamily._groups`, a
-    micro-batch's pass (every block, the hand-overs between groups, the LM head, the wafer-to-wafer links) and its
-    slowest group (a wafer's first group ends with a hand-over, its last with the LM head or the link to the next
-    wafer), the round ``max(pass, micro-batches x slowest group)`` for each micro-batch count the round tries
-    (powers of two up to ``min(groups, batch)`` and that bound), the fastest: smaller regions give more groups,
-    each busy with its own micro-batch."""
+    :func:`~wseplan.analytic.engine.decode_round` compose it: the layer groups per wafer as
+    :meth:`.WaferFamily._groups`, a micro-batch's pass (every block, the hand-overs between groups, the LM head, the
+    wafer-to-wafer links) and its slowest group (a wafer's first group ends with a hand-over, its last with the LM
+    head or the link to the next wafer), the round ``max(pass, micro-batches x slowest group)`` for each micro-batch
+    count the round tries (powers of two up to ``min(groups, batch)`` and that bound), the fastest: smaller regions
+    give more groups, each busy with its own micro-batch. One question's remembered per setup."""
+    B = np.asarray(cfg["batch"], dtype=float)
+    key = None
+    if len(B) == 1:
+        key = b"".join(np.ascontiguousarray(v, dtype=float).tobytes() for v in
+                       (B, kv, np.asarray(per_seq, dtype=float), sides, cfg["_sb"], cfg["_nl"], cfg["_valid"]))
+    return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, per_seq, kv, sides, capr))
+
+
+def _round_cycles(ctx, cfg, per_seq, kv, sides, capr):
     B = np.asarray(cfg["batch"], dtype=float)[:, None]
     valid, nl = cfg["_valid"][:, :, None], cfg["_nl"][:, :, None]
     g = np.where(valid, np.minimum(np.maximum(1.0, np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])),
@@ -84,56 +92,78 @@ def _decode_round_cycles(ctx, cfg, per_seq, kv, cols, sides, capr):
     L = cfg["_nl"].sum(axis=1)[:, None]
     gs = np.maximum(g, 1.0)
     q = np.floor_divide(nl, gs)
-    first_layers = q + (nl - q * gs > 0)
+    # the slowest group's blocks by how the group ends (a block takes the same time on every wafer of a side): a
+    # wafer's first group followed by another (hand-over), a wafer's last group before the next wafer (link), the last
+    # wafer's last group (LM head)
     last = (np.arange(nl.shape[1])[None, :] == (nw - 1))[:, :, None]
-    shape = G.shape
-    best = np.full(shape, np.inf)
+    first_n = np.where(valid & (g > 1), q + (nl - q * gs > 0), -np.inf).max(axis=1)
+    link_n = np.where(valid & ~last, q, -np.inf).max(axis=1)
+    head_n = np.where(last, q, 0.0).sum(axis=1)
     bound = np.maximum(np.minimum(G, B), 1.0)
     powers = 2.0 ** np.arange(int(np.log2(max(float(bound.max()), 1.0))) + 1)
-    for top in [np.minimum(p, bound) for p in powers] + [bound]:
-        seqs = np.ceil(B / top)
-        count = np.ceil(B / seqs)
-        rows = seqs * per_seq
-        blk = _side_cycles(ctx, "decode", np.broadcast_to(rows, shape), np.broadcast_to(kv[:, None], shape),
-                                np.broadcast_to(sides[None, :], shape))
-        head = _side_cycles(ctx, "head", np.broadcast_to(rows, shape), np.zeros(shape),
-                                 np.broadcast_to(sides[None, :], shape))
-        act = rows * ctx.m.d_model * ctx.fk["dtype_bytes"]
-        hand = handover_cycles(ctx.fk, sides[None, :], sides[None, :], act)
-        x = fab.cross_system_transfer_s(message_bytes=act, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
-                                        latency_s=ctx.c.cross_system_latency_s.si) * ctx.clock
-        x = np.broadcast_to(x, shape)
-        t_last = q * blk[:, None, :] + np.where(last, head[:, None, :], x[:, None, :])
-        t_first = first_layers * blk[:, None, :] + hand[:, None, :]
-        stage = np.where(valid, np.where(g > 1, np.maximum(t_first, t_last), t_last), -np.inf).max(axis=1)
-        lat = L * blk + (G - nw) * hand + head + (nw - 1.0) * x
-        best = np.minimum(best, np.maximum(lat, count * stage))
-    return best
+    tops = np.stack([np.minimum(p, bound) for p in powers] + [bound])
+    seqs = np.ceil(B / tops)
+    count = np.ceil(B / seqs)
+    rows = seqs * per_seq
+    blk, head, hand, x = _decode_tables(ctx, rows, np.asarray(kv, dtype=float), sides)
+    stage = np.maximum(np.maximum(first_n * blk + hand, link_n * blk + x), head_n * blk + head)
+    lat = L * blk + (G - nw) * hand + head + (nw - 1.0) * x
+    return np.maximum(lat, count * stage).min(axis=0)
+
+
+def _distinct(key, size: int):
+    """The distinct values of a non-negative int64 key array below ``size`` and each entry's index among them, by a
+    table of ``size`` flags where that is small (no sort), else by sorting."""
+    if size <= 4 * key.size + (1 << 20):
+        seen = np.zeros(size, dtype=bool)
+        seen[key] = True
+        values = np.flatnonzero(seen)
+        return values, (np.cumsum(seen) - 1)[key]
+    return np.unique(key, return_inverse=True)
+
+
+def _decode_tables(ctx, rows, kv, sides):
+    """Cycles [rows.shape] of one block, of the LM head, of a hand-over between layer groups and of a link to the
+    next wafer for decode passes of ``rows`` sequence positions (whole numbers, shape ``(..., n, sides)``) at the KV
+    lengths ``kv`` (``n``) on the square ``sides``: each distinct (positions, KV length, side) evaluated once."""
+    S = len(sides)
+    kv_u, kv_i = np.unique(kv, return_inverse=True)
+    K = len(kv_u)
+    r = rows.astype(np.int64)
+    top = int(r.max()) + 1
+    side_i = np.arange(S)
+    hv, hi = _distinct((r * S + side_i).ravel(), top * S)
+    hs = sides[hv % S]
+    head = wt.head_decode_cycles_array(arch=ctx.m, batch=(hv // S).astype(float), rows=hs, cols=hs, fk=ctx.fk,
+                                       gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
+    bv, bi = _distinct(((r * K + kv_i[:, None]) * S + side_i).ravel(), top * K * S)
+    bs = sides[bv % S]
+    blk = wt.decode_block_cycles_array(arch=ctx.m, batch=(bv // (S * K)).astype(float), context=kv_u[(bv // S) % K],
+                                       rows=bs, cols=bs, fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
+    act = (hv // S) * ctx.m.d_model * ctx.fk["dtype_bytes"]
+    hand = handover_cycles(ctx.fk, hs, hs, act)
+    x = fab.cross_system_transfer_s(message_bytes=act, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
+                                    latency_s=ctx.c.cross_system_latency_s.si) * ctx.clock
+    return tuple(v[i].reshape(rows.shape) for v, i in ((_total(blk), bi), (_total(head), hi), (hand, hi), (x, hi)))
+
+
+def _total(parts: dict) -> np.ndarray:
+    return sum(np.asarray(v, dtype=float) for v in parts.values())
+
 
 def _side_cycles(ctx, phase, mb, tok, sd):
-    """Cycles of one block [rows x sides] of the pass kind: ``mb`` sequences (decode) or prompts (prefill) and
-    ``tok`` KV or prompt tokens per row and side on square sides ``sd``, once per distinct (sequences, tokens,
-    side); one question's remembered per setup."""
-    shape = mb.shape
-    sdf = np.broadcast_to(sd, shape).ravel()
-    mbf, tokf = np.ravel(mb), np.ravel(tok)
-    key = (phase, mbf.tobytes(), tokf.tobytes(), sdf.tobytes()) if shape[0] == 1 else None
-    return _remembered(ctx, "_side_memo", key, lambda: _block_cycles(ctx, phase, mbf, tokf, sdf)).reshape(shape)
+    """Cycles of one prefill block [rows x sides]: ``mb`` prompts of ``tok`` tokens per row on the square sides ``sd``
+    (``1 x sides``), once per distinct (prompts, tokens); one question's remembered per setup."""
+    key = (phase, mb.tobytes(), tok.tobytes(), sd.tobytes()) if len(mb) == 1 else None
+    return _remembered(ctx, "_side_memo", key, lambda: _prefill_cycles(ctx, mb, tok, sd))
 
-def _block_cycles(ctx, phase, mb, tok, sd):
-    first, inv = unique_rows(mb, tok, sd)
-    s = sd[first]
-    if phase == "head":
-        blk = wt.head_decode_cycles_array(arch=ctx.m, batch=mb[first], rows=s, cols=s, fk=ctx.fk,
-                                          gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
-    elif phase == "decode":
-        blk = wt.decode_block_cycles_array(arch=ctx.m, batch=mb[first], context=tok[first], rows=s, cols=s, fk=ctx.fk,
-                                           gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
-    else:
-        blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok[first], batch=1, rows=s, cols=s,
-                                            fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
-                                            gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
-    return sum(np.asarray(v, dtype=float) for v in blk.values())[inv]
+
+def _prefill_cycles(ctx, mb, tok, sd):
+    first, inv = unique_rows(mb, tok)
+    blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok[first][:, None], batch=1, rows=sd, cols=sd,
+                                        fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
+                                        gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
+    return _total(blk)[inv]
 
 
 def handover_cycles(fk: dict, rows, cols, act_bytes):
