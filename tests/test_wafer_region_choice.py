@@ -92,3 +92,30 @@ def test_decode_round_counts_the_micro_batches_the_batch_fills():
     t1, p1, n1 = E.decode_round(_pass(7.0, 1.5), batch=16.0, stages=7.0)
     assert (t1, n1) == (tpot[0], n[0])
     assert p1["compute"] == pytest.approx(27.0)
+
+
+SERVE_CASES = [("llama-3.1-70b", "cs3x5", 32), ("llama-3.1-70b", "cs3x5", 64), ("llama-3.1-8b", "cs3", 64),
+               ("llama-3.1-8b", "cs3x2", 128)]
+
+
+@pytest.mark.parametrize("model,target,batch", SERVE_CASES)
+def test_serving_keeps_the_faster_of_the_two_decode_sides(catalog, model, target, batch):
+    """A serving answer weighs the decode side by the decode round and the side by one pass of the whole batch (prompt
+    chunks ride on the decode passes): its request time is the shorter of the two, each forced through
+    ``core_grid_decode`` (2,048-token prompts, 256-token answers, the production profile without speculative
+    decoding: a forced grid would bind the draft model's regions too)."""
+    cfg = {"batch": np.array([float(batch)]), "context": np.array([2048.0]), "output_tokens": np.array([256.0])}
+    s = setup(model, target, phase="serve", options={"speculative": "none"}, catalog=catalog)
+    auto = evaluate(s, dict(cfg))
+    fam, ctx = s.family, s.ctx
+    rows = fam.candidates(ctx, dict(cfg, num_wafers=np.full(1, np.nan)))[0]
+    k = int(auto["num_wafers"][0])
+    one = {key: v[rows["num_wafers"] == k] for key, v in rows.items()}
+    staged = fam._with_stages(ctx, one, fam.fit(ctx, one))
+    sides = {int(staged["_rows_d"][0]), int(staged["_alt_d"][0])}
+    forced = []
+    for side in sides:
+        fs = setup(model, target, phase="serve", options={"core_grid_decode": (side, side), "speculative": "none"},
+                   catalog=catalog)
+        forced.append(float(evaluate(fs, dict(cfg, num_wafers=np.array([float(k)])))["step_s"][0]))
+    assert float(auto["step_s"][0]) == pytest.approx(min(forced), rel=1e-9)

@@ -302,12 +302,46 @@ class WaferFamily(InferenceMixin, Family):
             return {"step_s": np.full(n, np.nan), "tokens_per_s": np.full(n, np.nan), "bottleneck": np.full(n, -1)}
         cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg))
         out = self.infer_time(ctx, cfg)
+        alt = cfg.pop("_alt_d", None)
+        if alt is not None:
+            self._weigh_decode_sides(ctx, cfg, out, alt)
         for ph in ("decode", "prefill"):
             out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
             out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
         out["pipeline_stages_decode"] = cfg["_groups_d"]
         out["pipeline_stages_prefill"] = cfg["_groups_p"]
         return out
+
+    def _weigh_decode_sides(self, ctx: WaferContext, cfg: dict, out: dict, alt) -> None:
+        """Serving: where the decode side by one pass of the whole batch (``alt``) differs from the side by the decode
+        round, the rows are answered on it too and keep the shorter request (prompt chunks ride on the decode
+        passes, and a request's own prompt chunks pass every layer group: more groups of smaller regions speed the
+        decode round but can slow the prompt's way through); ``out`` and ``cfg``'s decode regions updated in place."""
+        n = len(alt)
+        idx = np.nonzero(alt != cfg["_rows_d"])[0]
+        if not len(idx):
+            return
+        sub = {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v) for k, v in cfg.items()}
+        sub["_rows_d"] = sub["_cols_d"] = alt[idx]
+        sub["_groups_d"] = self._groups(ctx, sub, alt[idx], alt[idx]).sum(axis=1)
+        other = self.infer_time(ctx, sub)
+        take = np.zeros(n, dtype=bool)
+        take[idx] = other["step_s"] < out["step_s"][idx]
+        if not take.any():
+            return
+
+        def merged(mine, theirs):
+            full = np.array(np.broadcast_to(np.asarray(mine), (n,)), dtype=np.asarray(mine).dtype)
+            full[idx] = np.where(take[idx], np.asarray(theirs), full[idx])
+            return full
+
+        for k, v in other.items():
+            if k == "breakdown":
+                out[k] = {p: merged(out[k].get(p, np.zeros(n)), v.get(p, np.zeros(len(idx)))) for p in dict.fromkeys([*out[k], *v])}
+            else:
+                out[k] = merged(out[k], v)
+        for k in ("_rows_d", "_cols_d", "_groups_d"):
+            cfg[k] = merged(cfg[k], sub[k])
 
     def _with_stages(self, ctx: WaferContext, cfg: dict, fit: dict, kinds=("decode", "prefill")) -> dict:
         """``cfg`` plus the per-wafer layer counts and bytes of the fit's partition, and the region side and layer
@@ -345,6 +379,8 @@ class WaferFamily(InferenceMixin, Family):
                 side = best_side(ctx, cfg, ph, mb, c_, layer_bytes)
                 cfg[f"_rows_{ph[0]}"] = side
                 cfg[f"_cols_{ph[0]}"] = side
+                if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)
+                    cfg["_alt_d"] = best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes)
             else:
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
                 cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))

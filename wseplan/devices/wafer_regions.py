@@ -38,7 +38,9 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
     sequence, k + 1 under speculative decoding): the decode round as :meth:`.WaferFamily.pass_time` and
     :func:`~wseplan.analytic.engine.decode_round` compose it, for one micro-batch and for as many as there are
     layer groups (smaller regions give more groups, each busy with its own micro-batch); prefill (``mb``: prompts
-    per pass): one pass over the fullest wafer's layers and the hand-overs between its groups."""
+    per pass): one pass over the fullest wafer's layers and the hand-overs between its groups. ``decode-pass``: the
+    decode side by that pass measure, one pass of the whole batch (``mb`` positions per sequence), which prompt chunks
+    riding on the decode passes favour (:meth:`.WaferFamily.time` weighs both decode sides when serving)."""
     sides = ctx.sides
     n = len(layer_bytes)
     regions = (ctx.R // sides) * (ctx.C // sides)
@@ -55,8 +57,14 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
         if phase == "decode":
             est = _decode_round_cycles(ctx, cfg, mb, tok, cols, sd[0], capr[cols])
         else:
-            mb = np.broadcast_to(np.asarray(mb, dtype=float), (n,))
-            tot = _side_cycles(ctx, phase, mb, tok, sd)
+            if phase == "decode-pass":
+                rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
+                tot = _remembered(ctx, "_side_memo", (phase, rows.tobytes(), tok.tobytes(), sd.tobytes()) if n == 1 else None,
+                                  lambda: _decode_tables(ctx, rows, tok, sd[0])[0])
+                tok = rows[:, 0]  # the hand-over carries the pass's rows
+            else:
+                mb = np.broadcast_to(np.asarray(mb, dtype=float), (n,))
+                tot = _side_cycles(ctx, phase, mb, tok, sd)
             # and the hand-overs between the fullest wafer's layer groups (as pass_time: the activations cross
             # the region, then a kernel launch), so that smaller regions pay for the stages they add
             grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
