@@ -324,6 +324,10 @@ class WaferFamily(InferenceMixin, Family):
         sub = {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v) for k, v in cfg.items()}
         sub["_rows_d"] = sub["_cols_d"] = alt[idx]
         sub["_groups_d"] = self._groups(ctx, sub, alt[idx], alt[idx]).sum(axis=1)
+        last = getattr(ctx, "_draft_for", None)
+        if last is not None and last[0] is cfg:  # the draft model's layout of these rows, as laid out for cfg
+            ctx._draft_for = (sub, {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v)
+                                    for k, v in last[1].items()})
         other = self.infer_time(ctx, sub)
         take = np.zeros(n, dtype=bool)
         take[idx] = other["step_s"] < out["step_s"][idx]
