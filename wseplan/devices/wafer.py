@@ -20,7 +20,6 @@ import numpy as np
 from ..analytic import fabric as fab
 from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
-from ..analytic.engine import prefill_passes
 from ..analytic.partition_rows import greedy_stage_counts, min_max_partition_batched
 from ..analytic.rows import unique_rows
 from ..catalog.schema import Model
@@ -29,7 +28,7 @@ from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, 
 from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
-from .wafer_regions import _remembered, best_side, handover_cycles
+from .wafer_regions import _remembered, best_prefill_side, best_side, handover_cycles
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 
@@ -300,16 +299,20 @@ class WaferFamily(InferenceMixin, Family):
         if not ctx.transformer:  # no time model: NaN times, the chain reports the fit alone
             n = len(cfg["batch"])
             return {"step_s": np.full(n, np.nan), "tokens_per_s": np.full(n, np.nan), "bottleneck": np.full(n, -1)}
-        cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg))
+        # prefill regions where prompts run passes of their own: the prefill phase and static batches (in-flight
+        # batching carries prompt chunks on the decode passes)
+        own = ctx.q.phase == "prefill" or (ctx.q.phase == "serve" and ctx.engine.scheduling == "static")
+        cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg),
+                                kinds=("decode", "prefill") if own else ("decode",))
         out = self.infer_time(ctx, cfg)
         alt = cfg.pop("_alt_d", None)
         if alt is not None:
             self._weigh_decode_sides(ctx, cfg, out, alt)
         for ph in ("decode", "prefill"):
-            out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
-            out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
-        out["pipeline_stages_decode"] = cfg["_groups_d"]
-        out["pipeline_stages_prefill"] = cfg["_groups_p"]
+            if f"_rows_{ph[0]}" in cfg:
+                out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
+                out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
+                out[f"pipeline_stages_{ph}"] = cfg[f"_groups_{ph[0]}"]
         return out
 
     def _weigh_decode_sides(self, ctx: WaferContext, cfg: dict, out: dict, alt) -> None:
@@ -370,17 +373,18 @@ class WaferFamily(InferenceMixin, Family):
         n = len(B)
         kv, _ = self.kv_and_working_tokens(ctx, B, C, O)
         layer_bytes = wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=B, context=kv)
+        # the decode regions serve the verification rows of speculative decoding too (k + 1 per sequence) where the
+        # draft fits beside the target (else the engine does not speculate)
+        mb = 1.0
+        if "decode" in kinds and getattr(ctx, "spec", None):
+            dctx, dcfg = self.draft_setup(ctx, cfg)
+            mb = np.where(self.draft_fits(ctx, cfg, np.arange(n), dctx, dcfg), ctx.spec["draft_tokens"] + 1.0, 1.0)
+        c_ = C if ctx.q.phase == "decode" else C + O / 2.0
         for ph in kinds:
-            if ph == "decode":
-                # the decode regions serve the verification rows of speculative decoding too (k + 1 per sequence)
-                mb = (ctx.spec["draft_tokens"] + 1.0) if getattr(ctx, "spec", None) else 1.0
-                c_ = C if ctx.q.phase == "decode" else C + O / 2.0
-            else:
-                mb = np.ones(n)
-                c_, _, _, _ = _prefill_chunk(ctx, B, C)
             g = ctx.grids[ph]
             if g is None:
-                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes)
+                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes) if ph == "decode" else \
+                    best_prefill_side(self, ctx, cfg, layer_bytes)
                 cfg[f"_rows_{ph[0]}"] = side
                 cfg[f"_cols_{ph[0]}"] = side
                 if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)
@@ -561,10 +565,6 @@ def _as_n(v, n: int) -> np.ndarray:
     if type(v) is np.ndarray and v.shape == (n,) and v.dtype == np.float64:
         return v
     return np.broadcast_to(np.asarray(v, dtype=float), (n,))
-
-
-def _prefill_chunk(ctx, B, C):
-    return prefill_passes(prompt_tokens=C, batch=B, pass_mode=ctx.engine.prefill_pass, token_budget=ctx.engine.token_budget.si)
 
 
 register(WaferFamily())

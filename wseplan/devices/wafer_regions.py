@@ -4,16 +4,16 @@ pass kind (decode GEMV, prefill GEMM), and the hand-over between groups that bot
 A side must tile the wafer, hold the largest layer and leave a region for every layer group of the fullest wafer
 (WaferLLM's region choice, He et al., OSDI 2025). Among those, decode takes the side whose decode round is
 fastest, composed as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round` compose it
-(smaller regions give more layer groups, each busy with its own micro-batch); prefill the side with the fastest
-pass over the fullest wafer's layers.
+(smaller regions give more layer groups, each busy with its own micro-batch); prefill the side on which the family's
+own prefill (every prompt pass, pipelined through the groups) is fastest.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..analytic import elementwise as X
 from ..analytic import fabric as fab
 from ..analytic import wse_time as wt
-from ..analytic.rows import unique_rows
 from .wafer_row import MEMO_MAX
 
 
@@ -32,23 +32,65 @@ def _remembered(ctx, memo_name: str, key, compute):
     return hit
 
 
+def admissible(ctx, cfg, layer_bytes):
+    """Which square sides [rows x sides] may carry the rows' layer groups: a region holds the largest layer and the
+    wafer tiles into at least as many regions as its fullest stage needs groups (every wafer's groups fit its
+    regions when the fullest wafer's do: the group count grows with the bytes)."""
+    sides = ctx.sides
+    regions = (ctx.R // sides) * (ctx.C // sides)
+    capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
+    sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
+    return (capr[None, :] >= layer_bytes[:, None]) & (np.ceil(sb_max[:, None] / capr[None, :]) <= np.maximum(regions, 1)[None, :])
+
+
+def _first_best(ctx, cost):
+    """Per row the first side of least finite ``cost`` [rows x sides]; the wafer's shorter side where none is."""
+    anyok = np.isfinite(cost).any(axis=1)
+    return np.where(anyok, ctx.sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
+
+
+def best_prefill_side(family, ctx, cfg, layer_bytes):
+    """The side on which the prefill phase of each row (every pass of its prompts, pipelined through the layer
+    groups) is fastest, timed by the family's own prefill on each admissible side (the rows repeated once per side):
+    more, smaller regions let prompt passes follow each other through more groups, larger ones run each pass's
+    GEMMs faster."""
+    ok = admissible(ctx, cfg, layer_bytes)
+    n = len(layer_bytes)
+    cols = np.nonzero(ok.any(axis=0))[0]
+    cost = np.full(ok.shape, np.inf)
+    if len(cols):
+        rows = np.repeat(np.arange(n), len(cols))
+        side = np.tile(ctx.sides[cols], n)
+        sub = {k: (v[rows] if type(v) is np.ndarray and v.shape[:1] == (n,) else v) for k, v in cfg.items()}
+        sub["_rows_p"] = sub["_cols_p"] = side
+        sub["_groups_p"] = family._groups(ctx, sub, side, side).sum(axis=1)
+        B, C = np.asarray(sub["batch"], dtype=float), np.asarray(sub["context"], dtype=float)
+        t = None
+        if n <= X.SCALAR_ROWS and getattr(family, "pass_row", None) is not None:  # a question's few rows: floats
+            try:
+                t = [family._prefill(ctx, sub, j, float(B[j]), float(C[j]))[0] for j in range(len(rows))]
+            except X.SCALAR_ERRORS:
+                t = None
+        if t is None:
+            t, _ = family._prefill(ctx, sub, np.arange(len(rows)), B, C)
+        cost[:, cols] = np.where(ok[:, cols], np.asarray(t, dtype=float).reshape(n, len(cols)), np.inf)
+    return _first_best(ctx, cost)
+
+
 def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
     """Square side minimising one pass kind's time on the replica, among sides that tile the wafer, hold the
     largest layer and leave room for every layer group (WaferLLM's region choice). Decode (``mb``: positions per
     sequence, k + 1 under speculative decoding): the decode round as :meth:`.WaferFamily.pass_time` and
     :func:`~wseplan.analytic.engine.decode_round` compose it, for one micro-batch and for as many as there are
-    layer groups (smaller regions give more groups, each busy with its own micro-batch); prefill (``mb``: prompts
-    per pass): one pass over the fullest wafer's layers and the hand-overs between its groups. ``decode-pass``: the
-    decode side by that pass measure, one pass of the whole batch (``mb`` positions per sequence), which prompt chunks
-    riding on the decode passes favour (:meth:`.WaferFamily.time` weighs both decode sides when serving)."""
+    layer groups (smaller regions give more groups, each busy with its own micro-batch). ``decode-pass``: the
+    decode side by one pass of the whole batch (``mb`` positions per sequence) over the fullest wafer's layers and
+    the hand-overs between its groups, which prompt chunks riding on the decode passes favour
+    (:meth:`.WaferFamily.time` weighs both decode sides when serving). Prefill: :func:`best_prefill_side`."""
     sides = ctx.sides
     n = len(layer_bytes)
-    regions = (ctx.R // sides) * (ctx.C // sides)
     capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
-    ok = capr[None, :] >= layer_bytes[:, None]
-    # every wafer's groups fit its regions when the fullest wafer's do (the group count grows with the bytes)
     sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
-    ok &= np.ceil(sb_max[:, None] / capr[None, :]) <= np.maximum(regions, 1)[None, :]
+    ok = admissible(ctx, cfg, layer_bytes)
     cost = np.full((n, len(sides)), np.inf)
     cols = np.nonzero(ok.any(axis=0))[0]
     if len(cols):
@@ -56,23 +98,17 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
         sd = sides[cols][None, :]
         if phase == "decode":
             est = _decode_round_cycles(ctx, cfg, mb, tok, cols, sd[0], capr[cols])
-        else:
-            if phase == "decode-pass":
-                rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
-                tot = _remembered(ctx, "_side_memo", (phase, rows.tobytes(), tok.tobytes(), sd.tobytes()) if n == 1 else None,
-                                  lambda: _decode_tables(ctx, rows, tok, sd[0])[0])
-                tok = rows[:, 0]  # the hand-over carries the pass's rows
-            else:
-                mb = np.broadcast_to(np.asarray(mb, dtype=float), (n,))
-                tot = _side_cycles(ctx, phase, mb, tok, sd)
-            # and the hand-overs between the fullest wafer's layer groups (as pass_time: the activations cross
+        else:  # decode-pass
+            rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
+            tot = _remembered(ctx, "_side_memo", (phase, rows.tobytes(), tok.tobytes(), sd.tobytes()) if n == 1 else None,
+                              lambda: _decode_tables(ctx, rows, tok, sd[0])[0])
+            # and the hand-overs between the fullest wafer's layer groups (as pass_time: the pass's activations cross
             # the region, then a kernel launch), so that smaller regions pay for the stages they add
             grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
-            hand = handover_cycles(ctx.fk, sd, sd, tok[:, None] * ctx.m.d_model * ctx.fk["dtype_bytes"])
+            hand = handover_cycles(ctx.fk, sd, sd, rows * ctx.m.d_model * ctx.fk["dtype_bytes"])
             est = tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None] + np.maximum(grp - 1.0, 0.0) * hand
         cost[:, cols] = np.where(ok[:, cols], est, np.inf)
-    anyok = np.isfinite(cost).any(axis=1)
-    return np.where(anyok, sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
+    return _first_best(ctx, cost)
 
 def _decode_round_cycles(ctx, cfg, per_seq, kv, cols, sides, capr):
     """Decode round [cycles, rows x sides] on each square side, composed as :meth:`.WaferFamily.pass_time` and
@@ -112,7 +148,8 @@ def _round_cycles(ctx, cfg, per_seq, kv, sides, capr):
     tops = np.stack([np.minimum(p, bound) for p in powers] + [bound])
     seqs = np.ceil(B / tops)
     count = np.ceil(B / seqs)
-    rows = seqs * per_seq
+    per_seq = np.asarray(per_seq, dtype=float)
+    rows = seqs * (per_seq[:, None] if per_seq.ndim else per_seq)
     blk, head, hand, x = _decode_tables(ctx, rows, np.asarray(kv, dtype=float), sides)
     stage = np.maximum(np.maximum(first_n * blk + hand, link_n * blk + x), head_n * blk + head)
     lat = L * blk + (G - nw) * hand + head + (nw - 1.0) * x
@@ -157,21 +194,6 @@ def _decode_tables(ctx, rows, kv, sides):
 
 def _total(parts: dict) -> np.ndarray:
     return sum(np.asarray(v, dtype=float) for v in parts.values())
-
-
-def _side_cycles(ctx, phase, mb, tok, sd):
-    """Cycles of one prefill block [rows x sides]: ``mb`` prompts of ``tok`` tokens per row on the square sides ``sd``
-    (``1 x sides``), once per distinct (prompts, tokens); one question's remembered per setup."""
-    key = (phase, mb.tobytes(), tok.tobytes(), sd.tobytes()) if len(mb) == 1 else None
-    return _remembered(ctx, "_side_memo", key, lambda: _prefill_cycles(ctx, mb, tok, sd))
-
-
-def _prefill_cycles(ctx, mb, tok, sd):
-    first, inv = unique_rows(mb, tok)
-    blk = wt.prefill_block_cycles_array(arch=ctx.m, tokens=tok[first][:, None], batch=1, rows=sd, cols=sd,
-                                        fk=ctx.fk, gemm_mac_efficiency_frac=ctx.c.gemm_mac_efficiency_frac.si,
-                                        gemm_step_overhead_cycles=ctx.c.gemm_step_overhead_cycles.si)
-    return _total(blk)[inv]
 
 
 def handover_cycles(fk: dict, rows, cols, act_bytes):
