@@ -152,3 +152,16 @@ def test_decode_records_carry_no_prefill_region(catalog):
         r = evaluate(setup("llama-3.1-8b", "cs3", phase=phase, software=software, catalog=catalog), cfg)
         assert ("time.region_prefill_rows" in r) is has, (phase, software)
         assert "time.region_decode_rows" in r
+
+
+def test_a_layout_no_square_side_can_place_says_so(catalog):
+    """Llama-3.1-8B on one CS-3 at batch 192 x 1,000 tokens: weights and KV fill ~41 of 44 GB, so even the largest
+    square side (755 PEs: one region on the 1,170 x 755 PE wafer) needs two layer groups and no side gives every group a
+    region; the record fits (the SRAM holds the bytes) but its notes say the timing is optimistic. At batch 64 an
+    admissible side exists and no such note is made."""
+    def notes(batch):
+        s = setup("llama-3.1-8b", "cs3", phase="decode", options={"speculative": "none"}, catalog=catalog)
+        r = evaluate(s, {"batch": np.array([float(batch)]), "context": np.array([1000.0]), "output_tokens": np.zeros(1)})
+        assert bool(r["fits"][0])
+        return bool(r["time.region_fallback"][0])
+    assert notes(192) and not notes(64)

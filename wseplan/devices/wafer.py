@@ -28,7 +28,7 @@ from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, 
 from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
-from .wafer_regions import _remembered, best_prefill_side, best_side, handover_cycles
+from .wafer_regions import _remembered, admissible, best_prefill_side, best_side, handover_cycles
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 
@@ -275,6 +275,9 @@ class WaferFamily(InferenceMixin, Family):
         notes = []
         if ctx.count and ctx.count % k:
             notes.append(f"{ctx.count % k} of {ctx.count} wafers left idle ({ctx.count // k} replicas of {k})")
+        if r.get("time.region_fallback"):
+            notes.append("no square region side tiles the wafer with a region for every layer group (the SRAM holds "
+                         "them in total): timed on the largest side as if each group had its own region, optimistic")
         return lay, {"stages": stages}, notes
 
     # -- time --------------------------------------------------------------------------------------------------
@@ -308,6 +311,7 @@ class WaferFamily(InferenceMixin, Family):
         alt = cfg.pop("_alt_d", None)
         if alt is not None:
             self._weigh_decode_sides(ctx, cfg, out, alt)
+        out["region_fallback"] = np.asarray(cfg.get("_fallback", np.zeros(len(cfg["batch"]), dtype=bool)), dtype=float)
         for ph in ("decode", "prefill"):
             if f"_rows_{ph[0]}" in cfg:
                 out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
@@ -389,6 +393,7 @@ class WaferFamily(InferenceMixin, Family):
                 cfg[f"_cols_{ph[0]}"] = side
                 if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)
                     cfg["_alt_d"] = best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes)
+                cfg["_fallback"] = cfg.get("_fallback", False) | ~admissible(ctx, cfg, layer_bytes).any(axis=1)
             else:
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
                 cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))
