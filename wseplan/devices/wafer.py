@@ -308,8 +308,7 @@ class WaferFamily(InferenceMixin, Family):
         cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg),
                                 kinds=("decode", "prefill") if own else ("decode",))
         out = self.infer_time(ctx, cfg)
-        alt = cfg.pop("_alt_d", None)
-        if alt is not None:
+        for alt in cfg.pop("_alt_d", ()):
             self._weigh_decode_sides(ctx, cfg, out, alt)
         out["region_fallback"] = np.asarray(cfg.get("_fallback", np.zeros(len(cfg["batch"]), dtype=bool)), dtype=float)
         for ph in ("decode", "prefill"):
@@ -320,10 +319,12 @@ class WaferFamily(InferenceMixin, Family):
         return out
 
     def _weigh_decode_sides(self, ctx: WaferContext, cfg: dict, out: dict, alt) -> None:
-        """Serving: where the decode side by one pass of the whole batch (``alt``) differs from the side by the decode
-        round, the rows are answered on it too and keep the shorter request (prompt chunks ride on the decode
-        passes, and a request's own prompt chunks pass every layer group: more groups of smaller regions speed the
-        decode round but can slow the prompt's way through); ``out`` and ``cfg``'s decode regions updated in place."""
+        """Where another decode side (``alt``) differs from the chosen one, the rows are answered on it too and keep
+        the shorter step (a serving request, or a decode step): the plain round's side where speculative decoding
+        may not pay (the engine speculates only where it is faster), and for serving the side of one pass of the
+        whole batch (prompt chunks ride on the decode passes, and a request's own chunks pass every layer group: more
+        groups of smaller regions speed the decode round but can slow the prompt's way through). ``out`` and
+        ``cfg``'s decode regions updated in place."""
         n = len(alt)
         idx = np.nonzero(alt != cfg["_rows_d"])[0]
         if not len(idx):
@@ -336,6 +337,7 @@ class WaferFamily(InferenceMixin, Family):
             ctx._draft_for = (sub, {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v)
                                     for k, v in last[1].items()})
         other = self.infer_time(ctx, sub)
+        ctx._draft_for = last
         take = np.zeros(n, dtype=bool)
         take[idx] = other["step_s"] < out["step_s"][idx]
         if not take.any():
@@ -391,8 +393,11 @@ class WaferFamily(InferenceMixin, Family):
                     best_prefill_side(self, ctx, cfg, layer_bytes)
                 cfg[f"_rows_{ph[0]}"] = side
                 cfg[f"_cols_{ph[0]}"] = side
-                if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)
-                    cfg["_alt_d"] = best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes)
+                if ph == "decode":  # the other decode sides the answer weighs (time)
+                    alts = [best_side(ctx, cfg, ph, 1.0, c_, layer_bytes)] if np.any(np.asarray(mb) > 1.0) else []
+                    if ctx.q.phase == "serve":
+                        alts.append(best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes))
+                    cfg["_alt_d"] = alts
                 cfg["_fallback"] = cfg.get("_fallback", False) | ~admissible(ctx, cfg, layer_bytes).any(axis=1)
             else:
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
