@@ -19,6 +19,8 @@ import numpy as np
 
 from ..analytic import fabric as fab
 from ..analytic import fabric_kernels as fkern
+from ..analytic import elementwise as X
+from ..analytic import engine as E
 from ..analytic import wse_time as wt
 from ..analytic.partition_rows import greedy_stage_counts, min_max_partition_batched
 from ..analytic.rows import unique_rows
@@ -319,12 +321,10 @@ class WaferFamily(InferenceMixin, Family):
         return out
 
     def _weigh_decode_sides(self, ctx: WaferContext, cfg: dict, out: dict, alt) -> None:
-        """Where another decode side (``alt``) differs from the chosen one, the rows are answered on it too and keep
-        the shorter step (a serving request, or a decode step): the plain round's side where speculative decoding
-        may not pay (the engine speculates only where it is faster), and for serving the side of one pass of the
-        whole batch (prompt chunks ride on the decode passes, and a request's own chunks pass every layer group: more
-        groups of smaller regions speed the decode round but can slow the prompt's way through). ``out`` and
-        ``cfg``'s decode regions updated in place."""
+        """Serving: where the decode side of one pass of the whole batch (``alt``) differs from the side of the decode
+        round, the rows are answered on it too and keep the shorter request (prompt chunks ride on the decode passes,
+        and a request's own chunks pass every layer group: more groups of smaller regions speed the decode round but
+        can slow the prompt's way through). ``out`` and ``cfg``'s decode regions updated in place."""
         n = len(alt)
         idx = np.nonzero(alt != cfg["_rows_d"])[0]
         if not len(idx):
@@ -379,25 +379,27 @@ class WaferFamily(InferenceMixin, Family):
         n = len(B)
         kv, _ = self.kv_and_working_tokens(ctx, B, C, O)
         layer_bytes = wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=B, context=kv)
-        # the decode regions serve the verification rows of speculative decoding too (k + 1 per sequence) where the
-        # draft fits beside the target (else the engine does not speculate)
-        mb = 1.0
+        c_ = C if ctx.q.phase == "decode" else C + O / 2.0
+        # under speculative decoding the decode regions serve the verification rows (k + 1 per sequence) where the
+        # draft fits beside the target and speculating is faster: the side search weighs both with the draft's round
+        mb, spec = 1.0, None
         if "decode" in kinds and getattr(ctx, "spec", None):
             dctx, dcfg = self.draft_setup(ctx, cfg)
-            mb = np.where(self.draft_fits(ctx, cfg, np.arange(n), dctx, dcfg), ctx.spec["draft_tokens"] + 1.0, 1.0)
-        c_ = C if ctx.q.phase == "decode" else C + O / 2.0
+            fits = self.draft_fits(ctx, cfg, np.arange(n), dctx, dcfg)
+            k = ctx.spec["draft_tokens"]
+            draft = self._draft_round(dctx, dcfg, np.asarray(B, dtype=float), np.asarray(c_, dtype=float)) - self.step_host_s(dctx)
+            acc = float(E.accepted_tokens_per_step(draft_tokens=k, acceptance_frac=ctx.spec["acceptance_frac"]))
+            spec = (k, acc, draft * ctx.clock, fits)
+            mb = np.where(fits, k + 1.0, 1.0)
         for ph in kinds:
             g = ctx.grids[ph]
             if g is None:
-                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes) if ph == "decode" else \
+                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec) if ph == "decode" else \
                     best_prefill_side(self, ctx, cfg, layer_bytes)
                 cfg[f"_rows_{ph[0]}"] = side
                 cfg[f"_cols_{ph[0]}"] = side
-                if ph == "decode":  # the other decode sides the answer weighs (time)
-                    alts = [best_side(ctx, cfg, ph, 1.0, c_, layer_bytes)] if np.any(np.asarray(mb) > 1.0) else []
-                    if ctx.q.phase == "serve":
-                        alts.append(best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes))
-                    cfg["_alt_d"] = alts
+                if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)
+                    cfg["_alt_d"] = [best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes)]
                 cfg["_fallback"] = cfg.get("_fallback", False) | ~admissible(ctx, cfg, layer_bytes).any(axis=1)
             else:
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
@@ -410,7 +412,8 @@ class WaferFamily(InferenceMixin, Family):
         prompt chunks on the target's passes), on the same rows, batch and KV lengths (compared bit for bit)."""
         if prefill_per_seq is not None or budget is not None:
             return super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq, counts)
-        key = (np.asarray(rows).tobytes(), np.asarray(batch, dtype=float).tobytes(), np.asarray(kv, dtype=float).tobytes(),
+        key = (type(rows) is int, np.asarray(rows).tobytes(), np.asarray(batch, dtype=float).tobytes(),
+               np.asarray(kv, dtype=float).tobytes(),
                float(new_per_seq), None if counts is None else np.asarray(counts, dtype=float).tobytes())
         last = getattr(ctx, "_last_round", None)
         if last is not None and last[0] is cfg and last[1] == key:
@@ -418,6 +421,17 @@ class WaferFamily(InferenceMixin, Family):
         out = super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq, counts)
         ctx._last_round = (cfg, key, out)
         return out
+
+    def _draft_round(self, dctx, dcfg, B, kv):
+        """The draft model's decode round of every row [s], as :meth:`_decode_tpot` will ask for it (a question's few
+        rows in Python floats, row by row, so that its own asks find them remembered)."""
+        n = len(B)
+        if n <= X.SCALAR_ROWS:
+            try:
+                return np.array([self._decode(dctx, dcfg, i, float(B[i]), float(kv[i]))[0] for i in range(n)])
+            except X.SCALAR_ERRORS:
+                pass
+        return self._decode(dctx, dcfg, np.arange(n), B, kv)[0]
 
     def draft_fits(self, ctx: WaferContext, cfg: dict, rows, dctx: WaferContext, dcfg: dict):
         """The draft lives in the SRAM the target leaves free on the replica's wafers (it runs between the target's

@@ -77,12 +77,13 @@ def best_prefill_side(family, ctx, cfg, layer_bytes):
     return _first_best(ctx, cost)
 
 
-def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
+def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None):
     """Square side minimising one pass kind's time on the replica, among sides that tile the wafer, hold the
-    largest layer and leave room for every layer group (WaferLLM's region choice). Decode (``mb``: positions per
-    sequence, k + 1 under speculative decoding): the decode round as :meth:`.WaferFamily.pass_time` and
-    :func:`~wseplan.analytic.engine.decode_round` compose it, for one micro-batch and for as many as there are
-    layer groups (smaller regions give more groups, each busy with its own micro-batch). ``decode-pass``: the
+    largest layer and leave room for every layer group (WaferLLM's region choice). Decode: the time per output
+    token of the decode round as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round`
+    compose it (smaller regions give more groups, each busy with its own micro-batch); with ``spec = (k, accepted
+    tokens per step, the draft's round [cycles], whether the draft fits)`` the faster of the plain round and
+    ``(verification round of k + 1 positions + k draft rounds) / accepted``, as the engine chooses. ``decode-pass``: the
     decode side by one pass of the whole batch (``mb`` positions per sequence) over the fullest wafer's layers and
     the hand-overs between its groups, which prompt chunks riding on the decode passes favour
     (:meth:`.WaferFamily.time` weighs both decode sides when serving). Prefill: :func:`best_prefill_side`."""
@@ -97,7 +98,11 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes):
         tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
         sd = sides[cols][None, :]
         if phase == "decode":
-            est = _decode_round_cycles(ctx, cfg, mb, tok, cols, sd[0], capr[cols])
+            est = _decode_round_cycles(ctx, cfg, 1.0, tok, cols, sd[0], capr[cols])
+            if spec is not None:
+                k, g, draft, fits = spec
+                verify = _decode_round_cycles(ctx, cfg, k + 1.0, tok, cols, sd[0], capr[cols])
+                est = np.where(np.asarray(fits)[:, None], np.minimum(est, (verify + k * np.asarray(draft)[:, None]) / g), est)
         else:  # decode-pass
             rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
             tot = _remembered(ctx, "_side_memo", (phase, rows.tobytes(), tok.tobytes(), sd.tobytes()) if n == 1 else None,
