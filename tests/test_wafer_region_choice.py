@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from wseplan.analytic import engine as E
 from wseplan.analytic import wse_time as wt
@@ -181,3 +183,25 @@ def test_speculative_decoding_never_slows_a_decode_step(catalog, model, target, 
     ok = spec["fits"].astype(bool)
     assert ok.any()
     assert np.all(spec["tpot_s"][ok] <= plain["tpot_s"][ok] * (1.0 + 1e-9)), (spec["tpot_s"], plain["tpot_s"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(["llama-3.1-8b", "llama-3.2-1b", "mixtral-8x7b", "gpt-oss-20b", "llama-3.1-70b"]),
+       target=st.sampled_from(["cs3", "cs3x2", "cs2x2", "cs3x4"]), batch=st.integers(1, 256),
+       context=st.sampled_from([128, 1024, 4096, 16384]), software=st.sampled_from(["wafer-production", "wafer-research"]))
+def test_no_admissible_decode_side_beats_the_searched_one(catalog, model, target, batch, context, software):
+    """Random resident decode questions (speculation off: a forced grid would bind the draft's regions too): the
+    searched decode region's step is never slower than the step on any admissible side forced through
+    ``core_grid_decode``."""
+    cfg = {"batch": np.array([float(batch)]), "context": np.array([float(context)]), "output_tokens": np.zeros(1)}
+    opts = {"speculative": "none"}
+    s = setup(model, target, phase="decode", software=software, options=opts, catalog=catalog)
+    r = evaluate(s, dict(cfg))
+    if not bool(r["fits"][0]) or r["time.region_fallback"][0]:
+        return
+    k = np.array([float(r["num_wafers"][0])])
+    for side in _admissible_sides(s, r, batch, context=float(context)):
+        fs = setup(model, target, phase="decode", software=software, catalog=catalog,
+                   options=dict(opts, core_grid_decode=(side, side)))
+        forced = float(evaluate(fs, dict(cfg, num_wafers=k))["tpot_s"][0])
+        assert float(r["tpot_s"][0]) <= forced * (1.0 + 1e-9), (side, forced, float(r["tpot_s"][0]))
