@@ -98,10 +98,10 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None):
         tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
         sd = sides[cols][None, :]
         if phase == "decode":
-            est = _decode_round_cycles(ctx, cfg, 1.0, tok, cols, sd[0], capr[cols])
+            est = _decode_round_cycles(ctx, cfg, 1.0, tok, sd[0], capr[cols])
             if spec is not None:
                 k, g, draft, fits = spec
-                verify = _decode_round_cycles(ctx, cfg, k + 1.0, tok, cols, sd[0], capr[cols])
+                verify = _decode_round_cycles(ctx, cfg, k + 1.0, tok, sd[0], capr[cols])
                 est = np.where(np.asarray(fits)[:, None], np.minimum(est, (verify + k * np.asarray(draft)[:, None]) / g), est)
         else:  # decode-pass
             rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
@@ -115,7 +115,8 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None):
         cost[:, cols] = np.where(ok[:, cols], est, np.inf)
     return _first_best(ctx, cost)
 
-def _decode_round_cycles(ctx, cfg, per_seq, kv, cols, sides, capr):
+
+def _decode_round_cycles(ctx, cfg, per_seq, kv, sides, capr):
     """Decode round [cycles, rows x sides] on each square side, composed as :meth:`.WaferFamily.pass_time` and
     :func:`~wseplan.analytic.engine.decode_round` compose it: the layer groups per wafer as
     :meth:`.WaferFamily._groups`, a micro-batch's pass (every block, the hand-overs between groups, the LM head, the
