@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analytic import fabric as fab
-from ..analytic import fabric_kernels as fkern
 from ..analytic import elementwise as X
 from ..analytic import engine as E
+from ..analytic import fabric as fab
+from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
 from ..analytic.partition_rows import greedy_stage_counts, min_max_partition_batched
 from ..analytic.rows import unique_rows
@@ -383,7 +383,7 @@ class WaferFamily(InferenceMixin, Family):
         # under speculative decoding the decode regions serve the verification rows (k + 1 per sequence) where the
         # draft fits beside the target and speculating is faster: the side search weighs both with the draft's round
         mb, spec = 1.0, None
-        if "decode" in kinds and getattr(ctx, "spec", None):
+        if "decode" in kinds and getattr(ctx, "spec", None) and ctx.grids["decode"] is None:
             dctx, dcfg = self.draft_setup(ctx, cfg)
             fits = self.draft_fits(ctx, cfg, np.arange(n), dctx, dcfg)
             k = ctx.spec["draft_tokens"]
