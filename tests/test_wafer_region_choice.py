@@ -190,7 +190,7 @@ def test_speculative_decoding_never_slows_a_decode_step(catalog, model, target, 
     assert np.all(spec["tpot_s"][ok] <= plain["tpot_s"][ok] * (1.0 + 1e-9)), (spec["tpot_s"], plain["tpot_s"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(model=st.sampled_from(["llama-3.1-8b", "llama-3.2-1b", "mixtral-8x7b", "gpt-oss-20b", "llama-3.1-70b"]),
        target=st.sampled_from(["cs3", "cs3x2", "cs2x2", "cs3x4"]), batch=st.integers(1, 256),
        context=st.sampled_from([128, 1024, 4096, 16384]), software=st.sampled_from(["wafer-production", "wafer-research"]))
