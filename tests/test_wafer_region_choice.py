@@ -1,4 +1,6 @@
-"""The decode region of a resident wafer layout is the fastest admissible one, micro-batches included.
+"""The regions of a resident wafer layout are the fastest admissible ones, micro-batches included: decode, prefill,
+serving (two decode sides weighed), speculative decoding (never slower than without), and a layout no side can place
+says so.
 
 The region side sets how many layer groups a wafer holds; each group works on its own micro-batch of the decode
 round, so at a batch of many sequences smaller regions (more groups) can finish the round sooner even though each
