@@ -391,16 +391,17 @@ class WaferFamily(InferenceMixin, Family):
             acc = float(E.accepted_tokens_per_step(draft_tokens=k, acceptance_frac=ctx.spec["acceptance_frac"]))
             spec = (k, acc, draft * ctx.clock, fits)
             mb = np.where(fits, k + 1.0, 1.0)
+        ok = admissible(ctx, cfg, layer_bytes) if any(ctx.grids[ph] is None for ph in kinds) else None
         for ph in kinds:
             g = ctx.grids[ph]
             if g is None:
-                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec) if ph == "decode" else \
-                    best_prefill_side(self, ctx, cfg, layer_bytes)
+                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec, ok) if ph == "decode" else \
+                    best_prefill_side(self, ctx, cfg, layer_bytes, ok)
                 cfg[f"_rows_{ph[0]}"] = side
                 cfg[f"_cols_{ph[0]}"] = side
                 if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)
-                    cfg["_alt_d"] = [best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes)]
-                cfg["_fallback"] = cfg.get("_fallback", False) | ~admissible(ctx, cfg, layer_bytes).any(axis=1)
+                    cfg["_alt_d"] = [best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes, ok=ok)]
+                cfg["_fallback"] = cfg.get("_fallback", False) | ~ok.any(axis=1)
             else:
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
                 cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))

@@ -49,12 +49,12 @@ def _first_best(ctx, cost):
     return np.where(anyok, ctx.sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
 
 
-def best_prefill_side(family, ctx, cfg, layer_bytes):
+def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
     """The side on which the prefill phase of each row (every pass of its prompts, pipelined through the layer
     groups) is fastest, timed by the family's own prefill on each admissible side (the rows repeated once per side):
     more, smaller regions let prompt passes follow each other through more groups, larger ones run each pass's
-    GEMMs faster."""
-    ok = admissible(ctx, cfg, layer_bytes)
+    GEMMs faster. ``ok``: :func:`admissible` of the rows where the caller has it."""
+    ok = admissible(ctx, cfg, layer_bytes) if ok is None else ok
     n = len(layer_bytes)
     cols = np.nonzero(ok.any(axis=0))[0]
     cost = np.full(ok.shape, np.inf)
@@ -77,7 +77,7 @@ def best_prefill_side(family, ctx, cfg, layer_bytes):
     return _first_best(ctx, cost)
 
 
-def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None):
+def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None):
     """Square side minimising one pass kind's time on the replica, among sides that tile the wafer, hold the
     largest layer and leave room for every layer group (WaferLLM's region choice). Decode: the time per output
     token of the decode round as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round`
@@ -86,12 +86,13 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None):
     ``(verification round of k + 1 positions + k draft rounds) / accepted``, as the engine chooses. ``decode-pass``: the
     decode side by one pass of the whole batch (``mb`` positions per sequence) over the fullest wafer's layers and
     the hand-overs between its groups, which prompt chunks riding on the decode passes favour
-    (:meth:`.WaferFamily.time` weighs both decode sides when serving). Prefill: :func:`best_prefill_side`."""
+    (:meth:`.WaferFamily.time` weighs both decode sides when serving). Prefill: :func:`best_prefill_side`. ``ok``:
+    :func:`admissible` of the rows where the caller has it."""
     sides = ctx.sides
     n = len(layer_bytes)
     capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
     sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
-    ok = admissible(ctx, cfg, layer_bytes)
+    ok = admissible(ctx, cfg, layer_bytes) if ok is None else ok
     cost = np.full((n, len(sides)), np.inf)
     cols = np.nonzero(ok.any(axis=0))[0]
     if len(cols):
