@@ -223,3 +223,54 @@ def test_model_object_api(catalog):
               num_heads=4, num_kv_heads=2, d_ff=128, gated_mlp=True, vocab_size=100, tied_embeddings=True)
     res = fit(m, "a100", catalog=catalog)
     assert res.fits and res.num_devices == 1
+
+
+def test_interleaved_moe_fits_eight_h200_at_tp8(catalog):
+    """Llama 4 Maverick interleaves 24 dense blocks with 24 MoE blocks (config.json interleave_moe_layer_step 2): 400B
+    parameters in total (Meta's model card: 17B active, 400B total), 803 GB in bf16, 100.4 GB per GPU over TP8: it fits
+    8 x H200 (141 GB, 136 GB usable at 90 %). Counting every block at the MoE block's size (the earlier fit) put
+    196 GB on each GPU and refused it."""
+    m = catalog.models["llama-4-maverick-17b-128e"]
+    res = fit("llama-4-maverick", "h200x8", batch=1, context=2048, layout={"tp": 8, "pp": 1}, catalog=catalog)
+    assert res.fits
+    per_gpu_weights = 2 * total_params(m) / 8  # one pipeline stage: the whole model split over 8 ranks
+    assert 99e9 < per_gpu_weights < 101e9
+    assert res.weights_bytes == pytest.approx(2 * total_params(m), rel=1e-9)
+    used = res.capacity_bytes - res.headroom_bytes  # the fullest GPU
+    assert per_gpu_weights <= used <= per_gpu_weights + 1e9  # + KV cache and working set
+    assert fit("llama-4-maverick", "h200x8", batch=1, context=2048, catalog=catalog).fits  # searched layout too
+
+
+def test_deepseek_v3_fits_eight_b200(catalog):
+    """DeepSeek-V3: 3 dense blocks then 58 MoE blocks, 671B parameters (DeepSeek-V3 report): 1,342 GB in bf16, 167.8
+    GB per GPU over TP8 against 174 GB usable of a B200's 192 GB (at 90 %)."""
+    res = fit("deepseek-v3", "b200x8", batch=1, context=2048, catalog=catalog)
+    assert res.fits and res.num_devices == 8
+
+
+@pytest.mark.parametrize("name", ["llama-4-maverick-17b-128e", "deepseek-v3", "llama-3.1-70b"])
+@pytest.mark.parametrize("pp", [1, 2, 3, 5, 7])
+def test_gpu_stage_weights_bounded_by_block_runs(catalog, name, pp):
+    """The fullest pipeline stage holds ceil(L / pp) consecutive blocks: its weights lie between an even share of
+    the blocks and that many of the largest block (hand bounds), are the whole model at pp = 1, and for equal blocks
+    (Llama-3.1-70B) are exactly ceil(L / pp) blocks plus the largest edge layer."""
+    from wseplan.analytic.memory import gpu_layout_memory
+    from wseplan.workload import KIND_BLOCK, build_workload
+
+    w = build_workload(catalog.models[name], catalog, phase="decode", precision="bf16", batch=1, context=1)
+    blocks = w.weight_bytes[w.kind == KIND_BLOCK]
+    edge = w.weight_bytes[w.kind != KIND_BLOCK]
+    L = len(blocks)
+    mem = gpu_layout_memory(w, tp=1, pp=pp, dp=1, zero_stage=0, recompute=0, micro_batch=1, virtual_stages=1, batch=1,
+                            context=1, gradient_bytes_per_param=0, adam_state_bytes_per_param=0, prefill_chunk_tokens=1)
+    stage = float(mem["weights"])
+    n = -(-L // pp)
+    if pp == 1:
+        assert stage == pytest.approx(w.weight_bytes.sum(), rel=1e-12)
+        return
+    top_edge = max(float(edge.max()), float(w.tied_head_bytes or 0.0))
+    assert blocks.sum() / pp + top_edge <= stage <= n * blocks.max() + top_edge
+    if blocks.max() == blocks.min():
+        assert stage == pytest.approx(n * blocks[0] + top_edge, rel=1e-12)
+    if name.startswith("llama-4"):  # dense and MoE blocks alternate: ceil(n / 2) MoE blocks and the rest dense
+        assert stage == pytest.approx(-(-n // 2) * blocks.max() + n // 2 * blocks.min() + top_edge, rel=1e-12)

@@ -74,8 +74,10 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     ``w`` is the :class:`~wseplan.workload.Workload` (its phase decides training vs inference accounting; its
     batch and context are not used: ``batch`` and ``context`` arrays are). Every other argument broadcasts
     (``recompute`` as codes 0 none, 1 selective, 2 full). The first stage holds the embedding, the last the LM
-    head; blocks split as evenly as possible (``ceil(L / pp)`` on the fullest stage, each at the largest block's
-    weights and the mean block's KV cache, so layers of different sizes are bounded and windowed layers counted). Inference keeps the KV
+    head; blocks split as evenly as possible (``ceil(L / pp)`` consecutive blocks on the fullest stage: the weights of
+    the heaviest run of that many consecutive blocks, which is the whole model at ``pp = 1`` and bounds any contiguous
+    split of models whose blocks differ, e.g. dense and MoE blocks interleaved; the mean block's KV cache, so windowed
+    layers are counted). Inference keeps the KV
     cache of ``batch x context`` tokens and the activation working set of ``working_tokens`` tokens in flight
     (default: the batch in decode, one prefill chunk in prefill). Weights, gradients and
     Adam state split over TP and PP and, by ZeRO stage, over DP (1: optimizer state, 2: + gradients, 3: +
@@ -93,10 +95,11 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     C = np.asarray(context, dtype=float)
     L = max(w.num_blocks, 1)
     per_stage = np.ceil(L / pp)
-    blocks, blk_w, blk_p, edge_w, edge_p, edge_w_sum, edge_p_sum, act_l, ck_l = _layer_figures(w)
+    blocks, run_w, run_p, edge_w, edge_p, edge_w_sum, edge_p_sum, act_l, ck_l = _layer_figures(w)
     single = pp == 1
-    stage_w = per_stage * blk_w + np.where(single, edge_w_sum, edge_w)
-    stage_p = per_stage * blk_p + np.where(single, edge_p_sum, edge_p)
+    n_run = np.clip(per_stage, 0, len(run_w) - 1).astype(np.int64)
+    stage_w = run_w[n_run] + np.where(single, edge_w_sum, edge_w)
+    stage_p = run_p[n_run] + np.where(single, edge_p_sum, edge_p)
     weights = stage_w / tp
     # KV heads split over TP up to their number; a latent (MLA) cache is one vector per token, replicated on every
     # TP rank (DeepSeek-V3 report, sec. 2.1.1)
@@ -139,25 +142,38 @@ _FIGURES: dict = {}
 
 def _layer_figures(w):
     """The per-layer reductions :func:`gpu_layout_memory` needs, once per workload (a frozen dataclass): the block
-    mask, the largest block's weight bytes and parameters, the largest edge layer's (embedding, head; a tied head's
-    bytes at least) and the edge layers' sums, the largest block activation and checkpoint bytes per token."""
+    mask, the weight bytes and parameters of the heaviest run of ``n`` consecutive blocks for every ``n`` from 0 to the
+    block count (arrays indexed by ``n``), the largest edge layer's (embedding, head; a tied head's bytes at least) and
+    the edge layers' sums, the largest block activation and checkpoint bytes per token."""
     hit = _FIGURES.get(id(w))
     if hit is not None and hit[0] is w:
         return hit[1]
     blocks = w.kind == KIND_BLOCK
-    blk_w = float(w.weight_bytes[blocks].max()) if blocks.any() else 0.0
-    blk_p = float(w.params[blocks].max()) if blocks.any() else 0.0
+    run_w = _heaviest_runs(w.weight_bytes[blocks])
+    run_p = _heaviest_runs(w.params[blocks])
     edge_w = float(w.weight_bytes[~blocks].max()) if (~blocks).any() else 0.0
     edge_p = float(w.params[~blocks].max()) if (~blocks).any() else 0.0
     if w.tied_head_bytes:
         edge_w = max(edge_w, w.tied_head_bytes)
     act_l = float(w.activation_bytes_per_token[blocks].max()) if blocks.any() else 0.0
     ck_l = float(w.checkpoint_bytes_per_token[blocks].max()) if blocks.any() else 0.0
-    out = (blocks, blk_w, blk_p, edge_w, edge_p, float(w.weight_bytes[~blocks].sum()), float(w.params[~blocks].sum()),
+    out = (blocks, run_w, run_p, edge_w, edge_p, float(w.weight_bytes[~blocks].sum()), float(w.params[~blocks].sum()),
            act_l, ck_l)
     if len(_FIGURES) >= 64:
         _FIGURES.clear()
     _FIGURES[id(w)] = (w, out)  # the entry keeps w alive: its id is not reused while the entry stands
+    return out
+
+
+def _heaviest_runs(values) -> np.ndarray:
+    """``out[n]``: the largest sum of ``n`` consecutive entries of ``values`` (``out[0] = 0``; ``out[len]`` the total)."""
+    v = np.asarray(values, dtype=float)
+    cs = np.concatenate([[0.0], np.cumsum(v)])
+    out = np.zeros(len(v) + 1)
+    if len(v) and v.max() == v.min():  # equal blocks: n of them
+        return np.arange(len(v) + 1) * v[0]
+    for n in range(1, len(v) + 1):
+        out[n] = (cs[n:] - cs[:-n]).max()
     return out
 
 
