@@ -44,7 +44,7 @@ def _closed_loop_as_written(*, concurrency, own_ttft_s, decode_s, prefill_busy_s
     lo = np.zeros_like(hi)
 
     def wait(lam):
-        rho = lam * busy
+        rho = lam * (np.maximum(B - 1.0, 0.0) / np.maximum(B, 1e-300)) * busy  # the other B - 1 clients' prompts
         with np.errstate(divide="ignore", invalid="ignore"):
             w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
         return np.where(busy > 0, w, 0.0)
@@ -55,7 +55,11 @@ def _closed_loop_as_written(*, concurrency, own_ttft_s, decode_s, prefill_busy_s
             too_fast = mid * (own + wait(mid) + dec) > B
             hi = np.where(too_fast, mid, hi)
             lo = np.where(too_fast, lo, mid)
-    return lo, wait(lo)
+        w = wait(lo)
+        # a saturated prefill server (the rate at its cap): the rest of the B requests queue for it (Little's law)
+        short = lo * (own + w + dec) < B * (1.0 - 1e-9)
+        w = np.where(short, B / np.where(short, lo, 1.0) - (own + dec), w)
+    return lo, w
 
 
 def _loop_inputs(seed: int, n: int = 4000):
@@ -88,14 +92,15 @@ def test_closed_loop_root_is_the_bisections_fixed_point(seed):
 
 
 def test_closed_loop_root_by_hand():
-    """B = 10 slots, a = own + decode = 2 s, u = 0.1 s of prefill per prompt: lambda (2 + 0.01 lambda / (2 (1 - 0.1
-    lambda))) = 10; times 2 (1 - 0.1 lambda): -0.39 lambda^2 + 6 lambda - 20 = 0, lambda = 4.8835 (the root below
-    1/u = 10 and B/a = 5: the queue takes 2.3% of the requests' rate)."""
+    """B = 10 slots, a = own + decode = 2 s, u = 0.1 s of prefill per prompt; a request meets the other 9 requests'
+    prompts, c = 9/10 of the rate: lambda (2 + 0.9 lambda 0.01 / (2 (1 - 0.09 lambda))) = 10; times
+    2 (1 - 0.09 lambda): -0.351 lambda^2 + 5.8 lambda - 20 = 0, lambda = 4.9032 (the root below 1/u = 10 and
+    B/a = 5: the queue takes 1.9% of the requests' rate)."""
     lam, w = E.closed_loop_prefill_wait(concurrency=10.0, own_ttft_s=0.5, decode_s=1.5, prefill_busy_s=0.1)
-    A, Bq, C = 0.1 * (0.1 - 4.0), 4.0 + 2.0, -20.0  # u (u - 2a), 2 (a + B u), -2 B
+    A, Bq, C = 0.9 * 0.1 * (0.1 - 4.0), 2.0 * (2.0 + 10 * 0.9 * 0.1), -20.0  # c u (u - 2a), 2 (a + B c u), -2 B
     ref = (-Bq + math.sqrt(Bq * Bq - 4 * A * C)) / (2 * A)
-    assert lam == pytest.approx(ref, rel=1e-14) and 4.88 < lam < 4.89
-    assert w == pytest.approx(lam * 0.01 / (2 * (1 - 0.1 * lam)), rel=1e-14)
+    assert lam == pytest.approx(ref, rel=1e-14) and 4.90 < lam < 4.91
+    assert w == pytest.approx(0.9 * lam * 0.01 / (2 * (1 - 0.09 * lam)), rel=1e-14)
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8, 9, 40])

@@ -395,3 +395,10 @@ def test_a_folder_given_as_input_file_is_named_as_such(tmp_path, capsys, argv):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
     assert "is a folder" in err and "not found" not in err
+
+
+@pytest.mark.parametrize("targets", ["h100x8,,wse3", ",wse3", "wse3,"])
+def test_compare_refuses_an_empty_target_entry(capsys, work, targets):
+    """An empty entry in --targets is a typo, not a target to drop silently (audit finding F7)."""
+    err = one_line(capsys, ["compare", "llama-3-8b", "--targets", targets], work)
+    assert "--targets" in err and "empty entry" in err

@@ -119,3 +119,18 @@ def test_cli_cost_and_compare_label_the_operating_point():
     assert rec["batch"] is None and rec["rows"][0]["batch_source"] == "searched"
     rec = _json(["cost", "llama-3-70b", "--target", "h200x8", "--precision", "fp8", "--batch", "2", "--format", "json"])
     assert rec["batch"] == 2 and rec["operating_point"] is None
+
+
+def test_compare_decode_default_shows_the_operating_points_numbers():
+    """`compare` in its default phase (decode) without a batch picks each target's serving operating point: its rows
+    are that point's numbers (per-user speed, throughput, $/M) as `cost` and `serve` give them, not the decode step
+    alone at the chosen batch (which showed 2.7x the per-user speed of the point it said it chose: audit finding F3)."""
+    res = compare("llama-3-70b", ["h200x8", "cs3x4"], precision="bf16", context=2048, catalog=CAT, prices=PRICES)
+    assert res.phase == "serve" and any("decode without a batch" in n for n in res.notes)
+    for row, t in zip(res.rows, ["h200x8", "cs3x4"]):
+        c = cost("llama-3-70b", t, precision="bf16", context=2048, catalog=CAT, prices=PRICES)
+        assert row.batch == c.batch
+        assert row.tokens_per_s_per_user == pytest.approx(c.plan["tokens_per_s_per_user"], rel=1e-12)
+        assert row.tokens_per_s == pytest.approx(c.plan["tokens_per_s"], rel=1e-12)
+        assert row.usd_per_mtok == pytest.approx(c.headline_value, rel=1e-12)
+        assert row.tokens_per_s_per_user >= res.min_tokens_per_s_per_user

@@ -168,7 +168,11 @@ def test_closed_loop_prefill_queue():
     own, dec, busy = 0.4, 10.0, 0.4
     lam, w = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=dec, prefill_busy_s=busy)
     rho = lam * busy
-    np.testing.assert_allclose(w, rho * busy / (2 * (1 - rho)), rtol=1e-12)  # Pollaczek-Khinchine, M/D/1
+    # Pollaczek-Khinchine, M/D/1, at the arrival rate of the other B - 1 clients (arrival theorem): one client never
+    # queues behind itself
+    rho_o = rho * (B - 1) / B
+    np.testing.assert_allclose(w, rho_o * busy / (2 * (1 - rho_o)), rtol=1e-12)
+    assert w[0] == 0.0 and lam[0] == pytest.approx(1 / (own + dec), rel=1e-12)
     np.testing.assert_allclose(lam * (own + w + dec), B, rtol=1e-9)  # Little's law over the B slots
     assert np.all(np.diff(w) > 0) and np.all(rho < 1)
     # B = 50: arrivals ask for 50 / 10.4 = 4.8 prompts/s, more than 1 / 0.4 = 2.5: the prefill queue throttles it
@@ -187,3 +191,39 @@ def test_nim_style_ttft_grows_with_concurrency(catalog):
     ttft = [r.ttft_s for r in recs]
     assert ttft[0] < ttft[1] < ttft[2] and ttft[2] > 1.5 * ttft[0]
     assert [r.tokens_per_s for r in recs] == sorted(r.tokens_per_s for r in recs)
+
+
+@pytest.mark.parametrize("target, options", [("h200x8", None), ("cs3x4", {"speculative": "none"}), ("cs3x4", None)])
+def test_one_request_at_a_time_decodes_without_prompt_riders(catalog, target, options):
+    """With one slot, a request's own prompt is prefilled before it decodes (its TTFT) and no other prompt exists: its
+    decode steps are plain decode steps at the mean KV length (prompt + half the answer), and the closed loop's rate
+    is one request per (TTFT + (O - 1) TPOT), with no wait for the prefill budget (audit finding F4: the steps used to
+    carry the request's own prompt again)."""
+    from wseplan.plan import plan
+
+    C, O = 4096, 256
+    kw = dict(catalog=catalog, options=options)
+    srv = plan("llama-3.1-70b", target, phase="serve", batch=1, context=C, output_tokens=O, **kw)
+    lay = srv.layout
+    given = {"num_wafers": lay["num_wafers"]} if "num_wafers" in lay else \
+        {"tp": lay["tensor_parallel"], "pp": lay["pipeline_parallel"], "dp": lay["data_parallel"]}
+    dec = plan("llama-3.1-70b", target, phase="decode", batch=1, context=C + O // 2, layout=given, **kw)
+    assert srv.tpot_s == pytest.approx(dec.tpot_s, rel=1e-12)
+    assert srv.request_s == pytest.approx(srv.ttft_s + (O - 1) * srv.tpot_s, rel=1e-12)  # no wait for the budget
+    two = plan("llama-3.1-70b", target, phase="serve", batch=2, context=C, output_tokens=O, **kw)
+    assert two.tpot_s > srv.tpot_s  # the other request's prompt rides on the steps
+
+
+def test_speculative_steps_carry_prompts_in_step_with_completions():
+    """A speculative step emits E[accepted] tokens per sequence, so requests finish that many times faster and the
+    prompts that keep pace with them are that many more per step (hand: k = 4, alpha = 0.8: 3.3616)."""
+    from types import SimpleNamespace
+
+    from wseplan.devices.inference import _spec_prompts
+
+    ctx = SimpleNamespace(spec={"draft_tokens": 4.0, "acceptance_frac": 0.8})
+    g = (1 - 0.8 ** 5) / (1 - 0.8)
+    assert g == pytest.approx(3.3616)
+    assert _spec_prompts(ctx, 7.0, 5.0) == pytest.approx(7.0 * g, rel=1e-12)
+    assert _spec_prompts(ctx, 7.0, 1.0) == 7.0  # a plain round
+    assert _spec_prompts(SimpleNamespace(spec=None), 7.0, 5.0) == 7.0

@@ -216,8 +216,9 @@ def test_decode_with_output_tokens_is_a_whole_request(cat):
     assert d.step_s == pytest.approx(e.step_s, rel=1e-12)
     assert d.request_s == pytest.approx(d.ttft_s + 255 * d.tpot_s, rel=1e-12)
     one = predict_time("llama-3-8b", "wse2", phase="decode", precision="fp16", batch=1, context=2048 + 128,
-                       catalog=cat, software="wafer-research", core_grid=(420, 420))
-    # decode at the mean KV length 2048 + 256 / 2; the request's layer groups are sized for its final KV cache
+                       catalog=cat, core_grid=(420, 420))
+    # decode at the mean KV length 2048 + 256 / 2 (one request: no other prompt rides on its steps); the request's
+    # layer groups are sized for its final KV cache
     assert d.tpot_s == pytest.approx(one.tpot_s, rel=0.03) and d.tpot_s >= one.tpot_s
 
 

@@ -230,7 +230,11 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     """
     phase = normalise_phase(phase, output_tokens)
     if isinstance(targets, str):
-        targets = [t.strip() for t in targets.split(",") if t.strip()]
+        parts = [t.strip() for t in targets.split(",")]
+        if any(not t for t in parts) and any(parts):
+            raise InputError(f"--targets: an empty entry in {targets!r}; separate targets by single commas, e.g. "
+                             "h100x8,wse3")
+        targets = [t for t in parts if t]
     if not targets:
         raise InputError("--targets: give at least one target, e.g. wse3,cs3x4,h100x8")
     cat = catalog or load_catalog()
@@ -248,6 +252,12 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     if search:
         speed = min_tokens_per_s_per_user or default_min_tokens_per_s_per_user(cat)
         o_search = output_tokens or default_sizes(cat, "serve", None, context, None)[2]
+        if phase == "decode":  # the operating point is a serving point: its rows are its requests' numbers
+            phase, output_tokens = "serve", o_search
+            kw.update(phase=phase, output_tokens=output_tokens)
+            notes.append("decode without a batch: each row is its target's serving operating point, with the "
+                         "numbers `wseplan cost` and `wseplan serve` give it (prompt chunks ride on the decode steps); "
+                         "give --batch for the decode step alone")
         for t in targets:
             op = operating_point(m, t, precision=precision, input_tokens=context, output_tokens=o_search,
                                  min_tokens_per_s_per_user=min_tokens_per_s_per_user, catalog=cat, prices=prices,

@@ -9,8 +9,11 @@ scalar path: an array of size one). The chain:
 2. **candidates**: a configuration whose layout is not given is expanded into the family's layouts;
 3. **fit** every candidate; only candidates that fit go on;
 4. **choose** per configuration: without a device count the fewest devices that fit, then the phase objective
-   (training and prefill: the shortest step; decode: the shortest time per token; serving: the most output
-   tokens/s); with a count, the objective alone. Ties go to the first candidate (fewer devices, smaller TP/PP);
+   (training and prefill: the shortest step; decode and serving: the shortest time per output token, and among
+   the layouts within :data:`~wseplan.analytic.engine.NEAR_TIE_FRAC` of it the one giving the whole target the
+   most tokens/s, so that a target with a count serves with all its devices rather than leave them idle for a
+   per-user speed a user cannot tell apart); with a count, the objective alone. Ties go to the first candidate
+   (fewer devices, smaller TP/PP);
 5. **time** the chosen layouts; a configuration with no fitting layout keeps ``fits=False``, its shortfall and
    no time and no cost (NaN in arrays, None in records);
 6. **cost** (when prices are given) from the family's hardware figures and the times.
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .analytic import engine as E
 from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
 from .catalog.schema import Model
@@ -163,11 +167,21 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     obj = np.full(len(parent), np.inf)
     if len(idx) and not one_each:
         obj[idx] = fam.objective(q, t)
-    # the chosen candidate per configuration: best objective, first on ties; else the least shortfall
+    # the chosen candidate per configuration: best objective, first on ties; serving and decode: among the layouts
+    # as fast per user as the fastest (within NEAR_TIE_FRAC) the one giving the target the most tokens/s; else the
+    # least shortfall
     if one_each:
         chosen = np.arange(n)
     else:
-        order = np.lexsort((np.arange(len(parent)), obj, parent))
+        thr = np.full(len(parent), np.inf)
+        if q.phase in ("decode", "serve") and len(idx):
+            best_obj = np.full(n, np.inf)
+            np.minimum.at(best_obj, parent, obj)
+            near = np.isfinite(obj) & (obj <= best_obj[parent] * (1.0 + E.NEAR_TIE_FRAC))
+            tps = np.full(len(parent), np.nan)
+            tps[idx] = np.asarray(t.get("tokens_per_s", np.full(len(idx), np.nan)), dtype=float)
+            thr = np.where(near & np.isfinite(tps), -tps, np.where(near, 0.0, np.inf))
+        order = np.lexsort((np.arange(len(parent)), obj, thr, parent))
         first = np.ones(len(order), dtype=bool)
         first[1:] = parent[order][1:] != parent[order][:-1]
         best = order[first]

@@ -160,8 +160,11 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     cap = np.asarray(arr["tokens_per_s"], dtype=float) / (R * max(output_tokens, 1))  # requests/s at full concurrency
     lam = np.full(n, np.nan) if rate is None else rate / R
     lam = np.where(np.isnan(lam), utilization * cap, lam)
+    # the prompts a request meets at the engine's prefill budget are those of the other slots' requests (as the
+    # engine's closed loop, :func:`~wseplan.analytic.engine.closed_loop_prefill_wait`): none with one slot
+    lam_p = lam * np.maximum(b - 1.0, 0.0) / b
     with np.errstate(divide="ignore", invalid="ignore"):
-        pre_wait = {p: np.where(busy > 0, Q.mgc_wait(arrival_rate=lam, mean_service_s=np.where(busy > 0, busy, 1.0),
+        pre_wait = {p: np.where(busy > 0, Q.mgc_wait(arrival_rate=lam_p, mean_service_s=np.where(busy > 0, busy, 1.0),
                                                      servers=np.ones(n), service_scv=0.0, percentile=p), 0.0)
                     for p in (None, *PERCENTILES, percentile)}
     ttft = own + pre_wait[None]  # mean TTFT before waiting for a slot

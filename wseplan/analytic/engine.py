@@ -13,8 +13,10 @@ busy (equal to the latency when there is one stage). This module composes passes
   ``latency(chunk) + (passes - 1) * slowest_stage(chunk)``;
 * the **steady state of in-flight batching with chunked prefill** (Orca, Yu et al. OSDI 2022; Sarathi-Serve,
   Agrawal et al. OSDI 2024): every engine step runs one decode token for each of the ``B`` running requests and
-  a share of the prompt tokens of new requests, ``P = B * input / output`` per step on average so that prefill
-  work keeps pace with completions, capped by the step's token budget (``max_num_batched_tokens``); TPOT is
+  a share of the prompt tokens of new requests, ``P = (B - 1) * input / output`` per step on average (the other
+  requests' prompts: a request's own is prefilled before it decodes) so that prefill work keeps pace with
+  completions (times the tokens a speculative step emits), capped by the step's token budget
+  (``max_num_batched_tokens``); TPOT is
   the mixed step (prefill interference included), a request's own TTFT is its prompt's chunks at the step's
   spare budget, and the replica's capacity counts both prefill and decode work;
 * **speculative decoding** (Leviathan et al., ICML 2023; Chen et al. 2023): a draft proposes ``k`` tokens, the
@@ -40,6 +42,12 @@ from . import elementwise as X
 
 #: what :func:`phase_objective` minimises per phase when a layout is searched
 OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve": "tpot_s"}
+
+#: decode and serving layouts whose time per output token is within this fraction of the fastest layout's count as
+#: equally fast for a user; among them :func:`wseplan.plan.evaluate` takes the one giving the whole target the most
+#: tokens/s (e.g. four replicas of 4 wafers instead of one of 9 that is 2% faster per user with 7 wafers idle). A
+#: search policy, not physics: 5% is below what a user notices in streamed text and within the time model's error.
+NEAR_TIE_FRAC = 0.05
 
 
 def phase_objective(phase: str, tim: dict[str, np.ndarray]) -> np.ndarray:
@@ -212,8 +220,10 @@ def prefill_passes(*, prompt_tokens, batch, pass_mode: str, token_budget):
 
 def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_per_step=1.0):
     """Prompt tokens per engine step that keep prefill in step with completions [tokens]:
-    ``B * input / output`` (one request finishes every ``output / B`` steps per slot), divided by the tokens a
-    step emits per sequence (speculative decoding finishes requests in fewer steps)."""
+    ``B * input / output`` (one request finishes every ``output / B`` steps per slot), times the tokens a step emits
+    per sequence (speculative decoding finishes requests in fewer steps). The serving model passes ``B`` as the
+    share of the *other* requests, ``(B - 1) / B`` per decoding sequence: a request's own prompt is prefilled before
+    it decodes (its TTFT), so it never rides on its own decode steps."""
     if type(input_tokens) is float and type(output_tokens) is float:  # one configuration: Python floats
         return float(batch) * input_tokens / X.maximum(output_tokens, 1.0) * float(accepted_per_step)
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
@@ -225,14 +235,19 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
 
     Each slot's request lives ``own_ttft + W + decode_s``; new prompts arrive at ``lambda = B / that`` and queue
     for the engine's prefill token budget, a single server busy ``u = prefill_busy_s`` per prompt (fixed-size work:
-    M/D/1, Pollaczek-Khinchine mean wait ``W = rho u / (2 (1 - rho))`` with ``rho = lambda u``). This is the queueing
+    M/D/1, Pollaczek-Khinchine mean wait ``W = rho u / (2 (1 - rho))``). A request meets the prompts of the other
+    ``B - 1`` requests only (the arrival theorem of closed queueing networks, Reiser and Lavenberg, J. ACM 27(2),
+    1980: an arriving customer sees the network in equilibrium without itself), so ``rho = lambda u (B - 1) / B``: one
+    request never waits for its own prompt. This is the queueing
     NVIDIA's NIM tables show for long prompts: TTFT doubles from concurrency 1 to 50 at 5,000-token prompts while the
     own prefill stays the same.
 
     The fixed point ``lambda (a + W(lambda)) = B`` (``a = own_ttft + decode_s``) is a quadratic in lambda; its root in
     ``[0, 1/u)`` (unique: the wait rises with lambda, the arrival rate falls with it), in the form without
-    cancellation, is ``lambda = 2 B / (a + B u + sqrt((a - B u)^2 + 2 B u^2))`` (``B / a`` at ``u = 0``), capped at
-    ``(1 - 1e-12) / u``. Inputs that are not finite or negative are bisected on the same equation instead.
+    cancellation, is ``lambda = 2 B / (a + B' u + sqrt((a - B' u)^2 + 2 B' u^2))`` with ``B' = B - 1`` (``B / a`` at
+    ``u = 0`` or ``B = 1``), capped at ``(1 - 1e-12) / u``, where the prefill server saturates and the requests it
+    cannot take queue for it (``W = B / lambda - a``). Inputs that are not finite or negative are bisected on the same
+    equation instead.
 
     Returns (requests_per_s, mean_wait_s); Python floats for Python float inputs (one configuration).
     """
@@ -251,21 +266,34 @@ def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_
             odd = ~plain
             lam = np.array(lam, dtype=float)
             lam[odd] = _bisection(B[odd], own[odd], dec[odd], busy[odd])
-        return lam, _wait(lam, busy)
+        return lam, _settle(lam, _wait(lam, busy, B), B, own + dec)
 
 
 def _root(B, a, u, sqrt):
     """The fixed point's root (arrays or Python floats; ``sqrt`` of the matching kind): the same IEEE operations in the
     same order for both, so one configuration gets the array answer."""
-    s = B * u
+    s = X.maximum(B - 1.0, 0.0) * u  # the other requests' prompts (arrival theorem)
     d = a - s
     root = 2.0 * B / ((a + s) + sqrt(d * d + 2.0 * s * u))
     cap = X.minimum(B / X.maximum(a, 1e-300), X.where(u > 0, (1.0 - 1e-12) / X.where(u > 0, u, 1.0), np.inf))
     return X.where(B > 0, X.minimum(root, cap), 0.0)
 
 
-def _wait(lam, busy):
-    rho = lam * busy
+def _others(lam, B):
+    """The prompt arrival rate a request meets at the prefill server: the other ``B - 1`` requests' share of ``lam``
+    (a closed loop's arrival theorem; no queue at all for one request)."""
+    return lam * (X.maximum(B - 1.0, 0.0) / X.maximum(B, 1e-300))
+
+
+def _settle(lam, w, B, a):
+    """The wait where the prefill server saturates (the rate capped at ``1/u``, the others' wait formula finite):
+    the requests the server cannot take in queue for it, ``W = B / lambda - a`` (Little's law over the B slots)."""
+    short = lam * (a + w) < B * (1.0 - 1e-9)
+    return X.where(short, B / X.where(short, lam, 1.0) - a, w)
+
+
+def _wait(lam, busy, B):
+    rho = _others(lam, B) * busy
     w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
     return np.where(busy > 0, w, 0.0)
 
@@ -277,7 +305,7 @@ def _bisection(B, own, dec, busy, iterations: int = 60):
     lo = np.zeros_like(hi)
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
-        too_fast = mid * (own + _wait(mid, busy) + dec) > B
+        too_fast = mid * (own + _wait(mid, busy, B) + dec) > B
         hi = np.where(too_fast, mid, hi)
         lo = np.where(too_fast, lo, mid)
     return lo
@@ -299,5 +327,5 @@ def _closed_loop_row(B: float, own: float, dec: float, busy: float):
         return float(lam[0]), float(w[0])
     if not busy > 0:
         return lam, 0.0
-    rho = lam * busy
-    return lam, rho * busy / (2.0 * (1.0 - rho))  # rho < 1 (lam <= (1 - 1e-12) / busy)
+    rho = _others(lam, B) * busy
+    return lam, _settle(lam, rho * busy / (2.0 * (1.0 - rho)), B, own + dec)  # rho < 1 (lam <= (1 - 1e-12) / busy)

@@ -150,7 +150,7 @@ def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: s
         else:  # routed experts: the pass runs (and reads) the experts some token picked, E (1 - (1 - k/E)^tokens)
             # of them in expectation, each on its share of the tokens x k routed rows (>= 1 row): the FLOPs are those
             # of the tokens x k rows whatever the batch, never E experts of one row each
-            experts_read = X.maximum(E * (1.0 - (1.0 - k / E) ** tokens), 1e-30)
+            experts_read = X.maximum(E * (1.0 - X.power(1.0 - k / E, tokens)), 1e-30)
             count = experts_read
             M = tokens * k / experts_read
         flop = 2.0 * M * n_ * k_ * count

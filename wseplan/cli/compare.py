@@ -40,8 +40,7 @@ def compare_cmd(
     if uncertainty < 0 or uncertainty == 1:
         raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
     cat = O.load_catalog(catalog)
-    names = [t.strip() for t in targets.split(",") if t.strip()]
-    res = compare_fn(model, names, phase=phase, precision=precision, batch=batch, context=context,
+    res = compare_fn(model, targets, phase=phase, precision=precision, batch=batch, context=context,
                      output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
                      overrides=O.cost_overrides(set_, cat), uncertainty=uncertainty, seed=seed,
                      min_tokens_per_s_per_user=min_speed)

@@ -64,8 +64,9 @@ class InferenceMixin:
             # one configuration: the round's candidates announced, with the verification round's under speculative
             # decoding (the same sizes at k + 1 tokens per sequence, asked right after the plain round)
             cand = E.round_counts(batch, stages) if counts is None else [counts]
-            with announce(ctx, cfg, rows, lambda: [_round_pass(X.ceil(batch / n), kv, pre, bud, t) for t in
-                                                   _per_seq(ctx, new_per_seq) for n in cand]):
+            with announce(ctx, cfg, rows, lambda: [_round_pass(X.ceil(batch / n), kv, pre if t == new_per_seq else
+                                                               _spec_prompts(ctx, pre, t), bud, t)
+                                                   for t in _per_seq(ctx, new_per_seq) for n in cand]):
                 return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud)
         return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud)
 
@@ -91,8 +92,9 @@ class InferenceMixin:
         if spec is None:
             return tpot, parts, nmb, X.ones_like(tpot)
         k, a = spec["draft_tokens"], spec["acceptance_frac"]
-        verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq=k + 1.0,
-                                            counts=counts)
+        # a speculative step finishes requests E[accepted] times faster, so it carries that many more prompt tokens
+        vpre = None if prefill_per_seq is None else _spec_prompts(ctx, prefill_per_seq, k + 1.0)
+        verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, vpre, budget, new_per_seq=k + 1.0, counts=counts)
         dctx, dcfg = self.draft_setup(ctx, cfg)
         draft, _, _ = self._decode(dctx, dcfg, rows, batch, kv)
         # the engine's per-step host work (scheduling, input preparation, sampling) is done once per speculative step,
@@ -166,7 +168,10 @@ class InferenceMixin:
                 acct = dict(cost_prefill_s=ttft, cost_prompt_tokens=R * B * C, cost_decode_s=tpot, cost_output_tokens=R * B)
             else:
                 budget = _full(B, eng.token_budget.si)
-                pre_per_seq = E.steady_state_prefill_tokens(batch=1.0, input_tokens=C, output_tokens=O)
+                # the prompts that ride on a request's decode steps are the other B - 1 requests' (its own is prefilled
+                # before it decodes, in its TTFT): per decoding sequence (B - 1) / B of the engine's prompt share
+                pre_per_seq = E.steady_state_prefill_tokens(batch=X.maximum(B - 1.0, 0.0) / B, input_tokens=C,
+                                                            output_tokens=O)
 
                 def prompt_passes(nmb):
                     """Own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round:
@@ -186,7 +191,7 @@ class InferenceMixin:
                     # micro-batch count the round may choose)
                     def passes():
                         counts = E.round_counts(B, _at(self.pipeline_stages(ctx, cfg), rows))
-                        out = [_round_pass(X.ceil(B / n), C + O / 2.0, p, b, t) for p, b in
+                        out = [_round_pass(X.ceil(B / n), C + O / 2.0, _spec_prompts(ctx, p, t), b, t) for p, b in
                                ((pre_per_seq, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0)
                                for n in counts]
                         return out + [kw for n in counts for kw in prompt_passes(n)[3:]]
@@ -213,7 +218,10 @@ class InferenceMixin:
                 # the same round without its prompt chunks, at the micro-batches the round runs: what the prompts add
                 alone, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb)
                 pre_tok = X.minimum(pre_per_seq * B, X.maximum(budget - B / nmb, 0.0) * nmb)
-                acct = dict(cost_prefill_s=X.maximum(tpot - alone, 0.0), cost_prompt_tokens=R * pre_tok,
+                # one request at a time (B = 1): no prompt rides on a decode step; its prompt costs its own prefill
+                lone = pre_tok <= 0.0
+                acct = dict(cost_prefill_s=X.where(lone, own, X.maximum(tpot - alone, 0.0)),
+                            cost_prompt_tokens=R * X.where(lone, C, pre_tok),
                             cost_decode_s=X.minimum(alone, tpot), cost_output_tokens=R * B)
             out.update(step_s=request, ttft_s=ttft, tpot_s=tpot, tokens_per_s=tokens_per_s,
                        tokens_per_s_per_user=1.0 / tpot, request_s=request, requests_per_s=tokens_per_s / X.maximum(O, 1.0),
@@ -238,6 +246,16 @@ def _round_prompts(batch, prefill_per_seq, budget):
     """A round's prompt tokens per sequence and pass budget: none and no limit unless given."""
     pre = X.zeros_like(batch) if prefill_per_seq is None else prefill_per_seq
     return pre, (_full(batch, np.inf) if budget is None else budget)
+
+
+def _spec_prompts(ctx, pre, new_per_seq):
+    """Prompt tokens per sequence riding on a round of ``new_per_seq`` tokens per sequence: ``pre`` for a plain round,
+    ``pre x E[accepted]`` for a speculative verification round (``new_per_seq`` > 1), whose steps complete requests
+    that much faster (the prompts keep pace with the completions)."""
+    spec = getattr(ctx, "spec", None)
+    if spec is None or not new_per_seq > 1.0:
+        return pre
+    return pre * float(E.accepted_tokens_per_step(draft_tokens=spec["draft_tokens"], acceptance_frac=spec["acceptance_frac"]))
 
 
 def _per_seq(ctx, new_per_seq) -> list:
