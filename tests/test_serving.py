@@ -227,3 +227,22 @@ def test_speculative_steps_carry_prompts_in_step_with_completions():
     assert _spec_prompts(ctx, 7.0, 5.0) == pytest.approx(7.0 * g, rel=1e-12)
     assert _spec_prompts(ctx, 7.0, 1.0) == 7.0  # a plain round
     assert _spec_prompts(SimpleNamespace(spec=None), 7.0, 5.0) == 7.0
+
+
+def test_serve_ttft_is_the_mean_at_the_points_load(catalog):
+    """`ttft_s` means the mean time to first token in every record (audit finding F6: `serve` used the name for the
+    own prefill alone): at one slot, half loaded, it is the own prefill (`ttft_own_s`) plus the Pollaczek-Khinchine
+    mean wait of an M/G/1 queue, rho S (1 + cs^2) / (2 (1 - rho)), with S = own prefill + (O - 1) TPOT and cs^2 the
+    squared variation of S from the answer lengths' (output_scv) (hand formula)."""
+    from wseplan.serving import DEFAULT_OUTPUT_SCV
+
+    C, O = 2048, 256
+    res = serve("llama-3.1-8b", "h100x1", input_tokens=C, output_tokens=O, concurrency=1, utilization=0.5,
+                catalog=catalog, prices=False)
+    p = res.chosen
+    S = p.ttft_own_s + (O - 1) * p.tpot_s
+    rho = 0.5
+    cs2 = ((O - 1) * p.tpot_s) ** 2 * DEFAULT_OUTPUT_SCV / S ** 2
+    wait = rho * S * (1 + cs2) / (2 * (1 - rho))
+    assert p.ttft_s == pytest.approx(p.ttft_own_s + wait, rel=1e-3)  # the variation's O - 1 vs O: 1e-4
+    assert p.ttft_own_s < p.ttft_s < p.ttft_p99_s

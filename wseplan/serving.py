@@ -46,8 +46,10 @@ class _Frozen(BaseModel):
 class ServePoint(_Frozen):
     """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD.
 
-    ``ttft_s`` is the request's own prefill (no queueing); ``ttft_p50_s`` ... ``ttft_p99_s`` add, at the point's
-    load, the wait for the engine's prefill budget (M/D/1, in-flight engines) and for a batch slot (M/G/c)."""
+    ``ttft_s`` is the mean time to first token at the point's load, as in every record (``wseplan time``: at its
+    concurrency): the request's own prefill (``ttft_own_s``, no queueing) plus the mean wait for the engine's prefill
+    budget (M/D/1, in-flight engines) and for a batch slot (M/G/c); ``ttft_p50_s`` ... ``ttft_p99_s`` the same at
+    those percentiles."""
 
     devices_per_replica: int
     num_replicas: int
@@ -56,6 +58,7 @@ class ServePoint(_Frozen):
     layout: dict
     tpot_s: float
     ttft_s: float
+    ttft_own_s: float
     ttft_p50_s: float
     ttft_p90_s: float
     ttft_p95_s: float
@@ -172,7 +175,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     scv = Q.service_scv(prefill_s=ttft, decode_s_per_token=tpot, output_tokens_mean=output_tokens,
                         output_tokens_scv=output_scv)
     waits = {p: pre_wait[p] + Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv,
-                                         percentile=p) for p in (*PERCENTILES, percentile)}
+                                         percentile=p) for p in (None, *PERCENTILES, percentile)}
     util = lam / cap
     cost = None
     if prices is not None:
@@ -194,7 +197,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         out.append(ServePoint(
             devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
             num_devices=int(arr["num_devices"][i]), batch=int(b[i]), layout=rec.layout, tpot_s=float(tpot[i]),
-            ttft_s=float(own[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
+            ttft_s=tt[None], ttft_own_s=float(own[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
             ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
             capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
             tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
@@ -430,7 +433,7 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
         out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
                         capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
-                        utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
+                        utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
                         tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
     return out
 
