@@ -30,7 +30,7 @@ from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, 
 from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
-from .wafer_regions import _remembered, admissible, best_prefill_side, best_side, handover_cycles
+from .wafer_regions import _remembered, admissible, best_prefill_side, best_side, handover_cycles, riders
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 
@@ -395,8 +395,8 @@ class WaferFamily(InferenceMixin, Family):
         for ph in kinds:
             g = ctx.grids[ph]
             if g is None:
-                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec, ok) if ph == "decode" else \
-                    best_prefill_side(self, ctx, cfg, layer_bytes, ok)
+                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec, ok, riders(ctx, B, C, O)) \
+                    if ph == "decode" else best_prefill_side(self, ctx, cfg, layer_bytes, ok)
                 cfg[f"_rows_{ph[0]}"] = side
                 cfg[f"_cols_{ph[0]}"] = side
                 if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)

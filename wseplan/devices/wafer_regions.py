@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analytic import elementwise as X
+from ..analytic import engine as E
 from ..analytic import fabric as fab
 from ..analytic import wse_time as wt
 from .wafer_row import MEMO_MAX
@@ -49,6 +50,17 @@ def _first_best(ctx, cost):
     return np.where(anyok, ctx.sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
 
 
+def riders(ctx, B, C, O):
+    """In-flight serving: (prompt tokens per decoding sequence, pass budget) riding on the decode round, as the engine
+    puts them there (the other requests' prompts, :mod:`~wseplan.devices.inference`); None for decode and static
+    batches."""
+    if ctx.q.phase != "serve" or ctx.engine.scheduling == "static":
+        return None
+    B = np.asarray(B, dtype=float)
+    return (E.steady_state_prefill_tokens(batch=np.maximum(B - 1.0, 0.0) / B, input_tokens=C, output_tokens=O),
+            ctx.engine.token_budget.si)
+
+
 def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
     """The side on which the prefill phase of each row (every pass of its prompts, pipelined through the layer
     groups) is fastest, timed by the family's own prefill on each admissible side (the rows repeated once per side):
@@ -77,7 +89,7 @@ def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
     return _first_best(ctx, cost)
 
 
-def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None):
+def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None, prompts=None):
     """Square side minimising one pass kind's time on the replica, among sides that tile the wafer, hold the
     largest layer and leave room for every layer group (WaferLLM's region choice). Decode: the time per output
     token of the decode round as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round`
@@ -87,7 +99,9 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None):
     decode side by one pass of the whole batch (``mb`` positions per sequence) over the fullest wafer's layers and
     the hand-overs between its groups, which prompt chunks riding on the decode passes favour
     (:meth:`.WaferFamily.time` weighs both decode sides when serving). Prefill: :func:`best_prefill_side`. ``ok``:
-    :func:`admissible` of the rows where the caller has it."""
+    :func:`admissible` of the rows where the caller has it. ``prompts = (tokens per decoding sequence, pass budget)``:
+    in-flight serving's prompt chunks riding on the decode round, counted as rows of its passes (a speculative
+    verification round's scaled by the accepted tokens), so that the side serves the round it will run."""
     sides = ctx.sides
     n = len(layer_bytes)
     capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
@@ -99,10 +113,11 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None):
         tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
         sd = sides[cols][None, :]
         if phase == "decode":
-            est = _decode_round_cycles(ctx, cfg, 1.0, tok, sd[0], capr[cols])
+            est = _decode_round_cycles(ctx, cfg, 1.0, tok, sd[0], capr[cols], prompts)
             if spec is not None:
                 k, g, draft, fits = spec
-                verify = _decode_round_cycles(ctx, cfg, k + 1.0, tok, sd[0], capr[cols])
+                vpr = None if prompts is None else (prompts[0] * g, prompts[1])
+                verify = _decode_round_cycles(ctx, cfg, k + 1.0, tok, sd[0], capr[cols], vpr)
                 est = np.where(np.asarray(fits)[:, None], np.minimum(est, (verify + k * np.asarray(draft)[:, None]) / g), est)
         else:  # decode-pass
             rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
@@ -117,7 +132,7 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None):
     return _first_best(ctx, cost)
 
 
-def _decode_round_cycles(ctx, cfg, per_seq, kv, sides, capr):
+def _decode_round_cycles(ctx, cfg, per_seq, kv, sides, capr, prompts=None):
     """Decode round [cycles, rows x sides] on each square side, composed as :meth:`.WaferFamily.pass_time` and
     :func:`~wseplan.analytic.engine.decode_round` compose it: the layer groups per wafer as
     :meth:`.WaferFamily._groups`, a micro-batch's pass (every block, the hand-overs between groups, the LM head, the
@@ -128,12 +143,13 @@ def _decode_round_cycles(ctx, cfg, per_seq, kv, sides, capr):
     B = np.asarray(cfg["batch"], dtype=float)
     key = None
     if len(B) == 1:
+        extra = () if prompts is None else (np.asarray(prompts[0], dtype=float), np.asarray(prompts[1], dtype=float))
         key = b"".join(np.ascontiguousarray(v, dtype=float).tobytes() for v in
-                       (B, kv, np.asarray(per_seq, dtype=float), sides, cfg["_sb"], cfg["_nl"], cfg["_valid"]))
-    return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, per_seq, kv, sides, capr))
+                       (B, kv, np.asarray(per_seq, dtype=float), sides, cfg["_sb"], cfg["_nl"], cfg["_valid"], *extra))
+    return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, per_seq, kv, sides, capr, prompts))
 
 
-def _round_cycles(ctx, cfg, per_seq, kv, sides, capr):
+def _round_cycles(ctx, cfg, per_seq, kv, sides, capr, prompts=None):
     B = np.asarray(cfg["batch"], dtype=float)[:, None]
     valid, nl = cfg["_valid"][:, :, None], cfg["_nl"][:, :, None]
     g = np.where(valid, np.minimum(np.maximum(1.0, np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])),
@@ -157,6 +173,9 @@ def _round_cycles(ctx, cfg, per_seq, kv, sides, capr):
     count = np.ceil(B / seqs)
     per_seq = np.asarray(per_seq, dtype=float)
     rows = seqs * (per_seq[:, None] if per_seq.ndim else per_seq)
+    if prompts is not None:  # the prompt tokens riding on each pass, at most what the pass's budget leaves
+        pre, budget = (np.broadcast_to(np.asarray(v, dtype=float), B.shape[:1])[None, :, None] for v in prompts)
+        rows = np.ceil(rows + np.minimum(seqs * pre, np.maximum(budget - rows, 0.0)))
     blk, head, hand, x = _decode_tables(ctx, rows, np.asarray(kv, dtype=float), sides)
     stage = np.maximum(np.maximum(first_n * blk + hand, link_n * blk + x), head_n * blk + head)
     lat = L * blk + (G - nw) * hand + head + (nw - 1.0) * x
