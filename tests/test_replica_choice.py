@@ -1,13 +1,15 @@
 """How decode and serving choose among layouts of a target with a device count (audit finding F2): the fastest per
-user, and among the layouts within ``NEAR_TIE_FRAC`` of it the one giving the whole target the most tokens/s, so
+user, and among the layouts within ``layout_near_tie_frac`` of it the one giving the whole target the most tokens/s, so
 that 16 CS-3 are not run as one 9-wafer replica with 7 idle for a 2% faster token. Each case is checked against
-every replica size forced through the layout (the search's answer is one of them)."""
+every replica size forced through the layout (``defaults.layout_near_tie_frac`` in catalogs/defaults.yaml) (the search's answer is one of them)."""
 from __future__ import annotations
 
 import pytest
 
-from wseplan.analytic.engine import NEAR_TIE_FRAC
+from wseplan.catalog import load_catalog
 from wseplan.plan import plan
+
+NEAR_TIE_FRAC = load_catalog().defaults.layout_near_tie_frac.si
 
 
 def _forced(catalog, model, target, phase, batch, sizes, **kw):

@@ -10,7 +10,7 @@ scalar path: an array of size one). The chain:
 3. **fit** every candidate; only candidates that fit go on;
 4. **choose** per configuration: without a device count the fewest devices that fit, then the phase objective
    (training and prefill: the shortest step; decode and serving: the shortest time per output token, and among
-   the layouts within :data:`~wseplan.analytic.engine.NEAR_TIE_FRAC` of it the one giving the whole target the
+   the layouts within ``defaults.layout_near_tie_frac`` (5%) of it the one giving the whole target the
    most tokens/s, so that a target with a count serves with all its devices rather than leave them idle for a
    per-user speed a user cannot tell apart); with a count, the objective alone. Ties go to the first candidate
    (fewer devices, smaller TP/PP);
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .analytic import engine as E
 from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
 from .catalog.schema import Model
@@ -168,8 +167,8 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     if len(idx) and not one_each:
         obj[idx] = fam.objective(q, t)
     # the chosen candidate per configuration: best objective, first on ties; serving and decode: among the layouts
-    # as fast per user as the fastest (within NEAR_TIE_FRAC) the one giving the target the most tokens/s; else the
-    # least shortfall
+    # as fast per user as the fastest (within defaults.layout_near_tie_frac) the one giving the target the most
+    # tokens/s; else the least shortfall
     if one_each:
         chosen = np.arange(n)
     else:
@@ -177,7 +176,7 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         if q.phase in ("decode", "serve") and len(idx):
             best_obj = np.full(n, np.inf)
             np.minimum.at(best_obj, parent, obj)
-            near = np.isfinite(obj) & (obj <= best_obj[parent] * (1.0 + E.NEAR_TIE_FRAC))
+            near = np.isfinite(obj) & (obj <= best_obj[parent] * (1.0 + q.catalog.defaults.layout_near_tie_frac.si))
             tps = np.full(len(parent), np.nan)
             tps[idx] = np.asarray(t.get("tokens_per_s", np.full(len(idx), np.nan)), dtype=float)
             thr = np.where(near & np.isfinite(tps), -tps, np.where(near, 0.0, np.inf))

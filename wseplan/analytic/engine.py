@@ -43,12 +43,6 @@ from . import elementwise as X
 #: what :func:`phase_objective` minimises per phase when a layout is searched
 OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve": "tpot_s"}
 
-#: decode and serving layouts whose time per output token is within this fraction of the fastest layout's count as
-#: equally fast for a user; among them :func:`wseplan.plan.evaluate` takes the one giving the whole target the most
-#: tokens/s (e.g. four replicas of 4 wafers instead of one of 9 that is 2% faster per user with 7 wafers idle). A
-#: search policy, not physics: 5% is below what a user notices in streamed text and within the time model's error.
-NEAR_TIE_FRAC = 0.05
-
 
 def phase_objective(phase: str, tim: dict[str, np.ndarray]) -> np.ndarray:
     """Smaller is better: training and prefill minimise the step, decode and serving the time per output token
@@ -228,6 +222,14 @@ def steady_state_prefill_tokens(*, batch, input_tokens, output_tokens, accepted_
         return float(batch) * input_tokens / X.maximum(output_tokens, 1.0) * float(accepted_per_step)
     o = np.maximum(np.asarray(output_tokens, dtype=float), 1.0)
     return np.asarray(batch, dtype=float) * np.asarray(input_tokens, dtype=float) / o * np.asarray(accepted_per_step)
+
+
+def riding_prompt_tokens(*, batch, input_tokens, output_tokens):
+    """Prompt tokens per decoding sequence per engine step in the steady state of in-flight batching [tokens]: the
+    other ``B - 1`` requests' share, :func:`steady_state_prefill_tokens` at ``(B - 1) / B`` (a request's own prompt is
+    prefilled before it decodes). Floats for one configuration, arrays otherwise."""
+    return steady_state_prefill_tokens(batch=X.maximum(batch - 1.0, 0.0) / batch, input_tokens=input_tokens,
+                                       output_tokens=output_tokens)
 
 
 def closed_loop_prefill_wait(*, concurrency, own_ttft_s, decode_s, prefill_busy_s):

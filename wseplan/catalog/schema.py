@@ -574,5 +574,7 @@ class Defaults(_Checked):
     default_train_batch: Quantity
     default_train_context_tokens: Quantity
     default_min_tokens_per_s_per_user: Quantity
+    #: decode/serving layouts within this fraction of the fastest time per token count as equally fast (wseplan.plan)
+    layout_near_tie_frac: Quantity
     #: 4-bit training recipes: the share of the blocks whose linear layers stay in 16 bits
     fp4_training_high_precision_frac: Quantity

@@ -170,8 +170,7 @@ class InferenceMixin:
                 budget = _full(B, eng.token_budget.si)
                 # the prompts that ride on a request's decode steps are the other B - 1 requests' (its own is prefilled
                 # before it decodes, in its TTFT): per decoding sequence (B - 1) / B of the engine's prompt share
-                pre_per_seq = E.steady_state_prefill_tokens(batch=X.maximum(B - 1.0, 0.0) / B, input_tokens=C,
-                                                            output_tokens=O)
+                pre_per_seq = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
 
                 def prompt_passes(nmb):
                     """Own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round:

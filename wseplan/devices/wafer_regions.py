@@ -56,9 +56,8 @@ def riders(ctx, B, C, O):
     batches."""
     if ctx.q.phase != "serve" or ctx.engine.scheduling == "static":
         return None
-    B = np.asarray(B, dtype=float)
-    return (E.steady_state_prefill_tokens(batch=np.maximum(B - 1.0, 0.0) / B, input_tokens=C, output_tokens=O),
-            ctx.engine.token_budget.si)
+    return E.riding_prompt_tokens(batch=np.asarray(B, dtype=float), input_tokens=C, output_tokens=O), \
+        ctx.engine.token_budget.si
 
 
 def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
