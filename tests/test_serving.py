@@ -221,9 +221,14 @@ def test_speculative_steps_carry_prompts_in_step_with_completions():
 
     from wseplan.devices.inference import _spec_prompts
 
-    ctx = SimpleNamespace(spec={"draft_tokens": 4.0, "acceptance_frac": 0.8})
     g = (1 - 0.8 ** 5) / (1 - 0.8)
     assert g == pytest.approx(3.3616)
+    from wseplan.plan import setup
+
+    spec = setup("llama-3.1-70b", "cs3x4", phase="serve").ctx.spec  # wafer-production: k = 4, alpha = 0.8
+    assert (spec["draft_tokens"], spec["acceptance_frac"]) == (4.0, 0.8)
+    assert spec["accepted_per_step"] == pytest.approx(g, rel=1e-12)
+    ctx = SimpleNamespace(spec=spec)
     assert _spec_prompts(ctx, 7.0, 5.0) == pytest.approx(7.0 * g, rel=1e-12)
     assert _spec_prompts(ctx, 7.0, 1.0) == 7.0  # a plain round
     assert _spec_prompts(SimpleNamespace(spec=None), 7.0, 5.0) == 7.0

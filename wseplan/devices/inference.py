@@ -91,7 +91,7 @@ class InferenceMixin:
         spec = getattr(ctx, "spec", None)
         if spec is None:
             return tpot, parts, nmb, X.ones_like(tpot)
-        k, a = spec["draft_tokens"], spec["acceptance_frac"]
+        k = spec["draft_tokens"]
         # a speculative step finishes requests E[accepted] times faster, so it carries that many more prompt tokens
         vpre = None if prefill_per_seq is None else _spec_prompts(ctx, prefill_per_seq, k + 1.0)
         verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, vpre, budget, new_per_seq=k + 1.0, counts=counts)
@@ -100,7 +100,7 @@ class InferenceMixin:
         # the engine's per-step host work (scheduling, input preparation, sampling) is done once per speculative step,
         # with the verification pass; the k draft passes run back to back on the device
         draft = draft - self.step_host_s(dctx)
-        g = float(E.accepted_tokens_per_step(draft_tokens=k, acceptance_frac=a))
+        g = spec["accepted_per_step"]
         spec_tpot = (verify + k * draft) / g
         # the engine speculates where it pays (not at compute-bound batches) and where the draft fits beside the target
         use = (spec_tpot < tpot) & self.draft_fits(ctx, cfg, rows, dctx, dcfg)
@@ -254,7 +254,7 @@ def _spec_prompts(ctx, pre, new_per_seq):
     spec = getattr(ctx, "spec", None)
     if spec is None or not new_per_seq > 1.0:
         return pre
-    return pre * float(E.accepted_tokens_per_step(draft_tokens=spec["draft_tokens"], acceptance_frac=spec["acceptance_frac"]))
+    return pre * spec["accepted_per_step"]
 
 
 def _per_seq(ctx, new_per_seq) -> list:
@@ -304,7 +304,8 @@ SPEC_OPTIONS = ("speculative", "draft_tokens", "acceptance")
 def speculation(q) -> dict | None:
     """Speculative decoding of a query: the software profile's default, overridden by the options ``speculative``
     (a draft model name, or ``none``), ``draft_tokens`` (k) and ``acceptance`` (per-token acceptance, 0-1).
-    Returns None when off, else ``{draft_model, draft_tokens, acceptance_frac}``."""
+    Returns None when off, else ``{draft_model, draft_tokens, acceptance_frac, accepted_per_step}`` (the last
+    :func:`~wseplan.analytic.engine.accepted_tokens_per_step` of the two before it)."""
     sp = q.software.engine.speculative
     name = q.options.get("speculative", sp.draft_model if sp else None)
     if name is None or str(name).lower() in ("none", "off", "false", "0", ""):
@@ -322,7 +323,8 @@ def speculation(q) -> dict | None:
             raise InputError(f"speculative: unknown draft model {name!r} ({e}); name a catalog model or a config.json") from None
     else:
         draft = name
-    return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a)}
+    return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a),
+            "accepted_per_step": float(E.accepted_tokens_per_step(draft_tokens=float(k), acceptance_frac=float(a)))}
 
 
 def draft_query(q, draft_model):

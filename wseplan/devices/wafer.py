@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..analytic import elementwise as X
-from ..analytic import engine as E
 from ..analytic import fabric as fab
 from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
@@ -388,7 +387,7 @@ class WaferFamily(InferenceMixin, Family):
             fits = self.draft_fits(ctx, cfg, np.arange(n), dctx, dcfg)
             k = ctx.spec["draft_tokens"]
             draft = self._draft_round(dctx, dcfg, np.asarray(B, dtype=float), np.asarray(c_, dtype=float)) - self.step_host_s(dctx)
-            acc = float(E.accepted_tokens_per_step(draft_tokens=k, acceptance_frac=ctx.spec["acceptance_frac"]))
+            acc = ctx.spec["accepted_per_step"]
             spec = (k, acc, draft * ctx.clock, fits)
             mb = np.where(fits, k + 1.0, 1.0)
         ok = admissible(ctx, cfg, layer_bytes) if any(ctx.grids[ph] is None for ph in kinds) else None
