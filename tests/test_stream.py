@@ -213,3 +213,30 @@ def test_fit_and_stream_agree(cat, model, batch, context, n):
     assert f.streaming.max_tokens_on_wafer == r.max_tokens_on_wafer
     assert f.streaming.min_batch_compute_bound == r.min_batch_compute_bound
     assert f.streaming.max_batch_on_wafer == r.max_batch_on_wafer
+
+
+def test_stream_gives_no_time_for_what_does_not_fit(catalog):
+    """A weight-streaming configuration that does not fit (DeepSeek-V3's MoE layers on 4 CS-3 at 8,192 tokens) gets no
+    step, no step parts and no per-step policy comparison (second audit: the table printed a 70.8 s exposed load and a
+    0.6% MFU beside "no time or cost is given")."""
+    from wseplan.timing import stream
+
+    r = stream("deepseek-v3", "cs3x4", batch=16, context=8192, catalog=catalog)
+    assert not r.fits and r.step_s is None and r.tokens_per_s is None
+    assert all(v is None for v in (r.compute_s, r.recompute_s, r.exposed_load_s, r.exposed_spill_s,
+                                   r.optimizer_exposed_s, r.utilization_frac, r.model_flop_per_s,
+                                   r.model_flop_utilization_frac))
+    assert r.alternatives_step_s == {} and not any("per step" in n for n in r.notes)
+
+
+def test_stream_policy_note_says_why_a_slower_policy_is_chosen(catalog):
+    """Mixtral on 4 CS-3 at 256 x 2,048: spill is chosen although recompute would be a little faster, because
+    recompute does not fit; the note must not call spill faster."""
+    from wseplan.timing import stream
+
+    r = stream("mixtral-8x7b", "cs3x4", batch=256, context=2048, catalog=catalog)
+    assert r.fits and r.activation_policy == "spill"
+    alt = r.alternatives_step_s
+    assert alt["spill"] > alt["recompute"]
+    note = next(n for n in r.notes if n.startswith("checkpoints do not fit"))
+    assert "faster" not in note and "recompute does not fit" in note

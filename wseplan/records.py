@@ -212,14 +212,15 @@ class StreamResult(Frozen):
     activation_policy: str
     step_s: float | None
     tokens_per_s: float | None
-    compute_s: float
-    recompute_s: float
-    exposed_load_s: float
-    exposed_spill_s: float
-    optimizer_exposed_s: float
-    utilization_frac: float
-    model_flop_per_s: float
-    model_flop_utilization_frac: float
+    #: the step's parts; None where the configuration does not fit (nothing that does not fit is timed)
+    compute_s: float | None
+    recompute_s: float | None
+    exposed_load_s: float | None
+    exposed_spill_s: float | None
+    optimizer_exposed_s: float | None
+    utilization_frac: float | None
+    model_flop_per_s: float | None
+    model_flop_utilization_frac: float | None
     stream_bandwidth_bytes_per_s: float
     io_bandwidth_bytes_per_s: float
     transfer_latency_s: float

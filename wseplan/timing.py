@@ -52,15 +52,16 @@ def stream_view(r: PlanRecord):
     f = r.details["stream"]
     st = r.details["streaming"]
     alt = {}
-    if f["activation_policy"] in ("recompute", "spill") and "checkpoints do not fit" in " ".join(r.notes):
+    if r.fits and f["activation_policy"] in ("recompute", "spill") and "checkpoints do not fit" in " ".join(r.notes):
         alt = {"recompute": f["alt_recompute_step_s"], "spill": f["alt_spill_step_s"]}
+    t = (lambda k: f[k]) if r.fits else (lambda k: None)  # noqa: E731  (no time for what does not fit)
     return StreamResult(model=r.model, target=r.target, hardware=r.hardware, precision=r.precision, batch=r.batch,
                         context=r.context, num_systems=int(r.layout["num_systems"]), per_system_batch=f["per_system_batch"],
                         tokens_per_step=float(r.batch * r.context), fits=r.fits, activation_policy=f["activation_policy"],
-                        step_s=r.step_s, tokens_per_s=r.tokens_per_s, compute_s=f["compute_s"], recompute_s=f["recompute_s"],
-                        exposed_load_s=f["exposed_load_s"], exposed_spill_s=f["exposed_spill_s"],
-                        optimizer_exposed_s=f["optimizer_exposed_s"], utilization_frac=f["utilization_frac"],
-                        model_flop_per_s=f["model_flop_per_s"], model_flop_utilization_frac=f["model_flop_utilization_frac"],
+                        step_s=r.step_s, tokens_per_s=r.tokens_per_s, compute_s=t("compute_s"), recompute_s=t("recompute_s"),
+                        exposed_load_s=t("exposed_load_s"), exposed_spill_s=t("exposed_spill_s"),
+                        optimizer_exposed_s=t("optimizer_exposed_s"), utilization_frac=t("utilization_frac"),
+                        model_flop_per_s=t("model_flop_per_s"), model_flop_utilization_frac=t("model_flop_utilization_frac"),
                         stream_bandwidth_bytes_per_s=f["stream_bandwidth_bytes_per_s"],
                         io_bandwidth_bytes_per_s=f["io_bandwidth_bytes_per_s"], transfer_latency_s=f["transfer_latency_s"],
                         memoryx_tier=f["memoryx_tier"], min_tokens_compute_bound=st["min_tokens_compute_bound"],

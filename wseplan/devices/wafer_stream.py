@@ -245,10 +245,13 @@ class WaferStreamFamily(Family):
         if not st["feasible_compute_bound"]:
             notes.append(f"no pass both hides the weight stream (>= {st['min_tokens_compute_bound']:,.0f} tokens) and "
                          f"fits the wafer under policy {policy} (<= {st['max_tokens_on_wafer']:,.0f} tokens)")
-        if policy in ("recompute", "spill") and ctx.policy == "auto":
+        if policy in ("recompute", "spill") and ctx.policy == "auto" and bool(r["fits"]):  # no times for a misfit
             other = "spill" if policy == "recompute" else "recompute"
-            notes.append(f"checkpoints do not fit on the wafer: {policy} is faster than {other} "
-                         f"({f[f'alt_{policy}_step_s']:.4g} s vs {f[f'alt_{other}_step_s']:.4g} s per step)")
+            mine, theirs = f[f"alt_{policy}_step_s"], f[f"alt_{other}_step_s"]
+            notes.append(f"checkpoints do not fit on the wafer: {policy} is faster than {other} ({mine:.4g} s vs "
+                         f"{theirs:.4g} s per step)" if mine <= theirs else
+                         f"checkpoints do not fit on the wafer: {policy} ({mine:.4g} s per step) is chosen because "
+                         f"{other} does not fit either ({theirs:.4g} s per step if it did)")
         nb = int((ctx.workload(int(r["context"])).kind == 1).sum())
         stages = [dict(device=i, first_layer=0, last_layer=nb - 1, embedding=True, lm_head=True,
                        bytes=float(r["per_device_bytes"])) for i in range(int(r["num_systems"]))]
