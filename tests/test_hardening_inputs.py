@@ -402,3 +402,12 @@ def test_compare_refuses_an_empty_target_entry(capsys, work, targets):
     """An empty entry in --targets is a typo, not a target to drop silently (audit finding F7)."""
     err = one_line(capsys, ["compare", "llama-3-8b", "--targets", targets], work)
     assert "--targets" in err and "empty entry" in err
+
+
+def test_cost_names_the_memoryx_shortfall(capsys, work):
+    """GPT-3 175B's weights and Adam state (16 B per parameter, 2.8 TB) do not fit a 1.5 TB MemoryX: the error names
+    the store's shortfall and the fix (a larger option), not "0 B short per device ... add devices" (second audit)."""
+    err = one_line(capsys, ["cost", "gpt-3-175b", "--target", "cs3x4", "--phase", "train", "--memoryx", "1.5tb"], work)
+    assert "MemoryX option 1.5tb" in err and "larger MemoryX option" in err and "0 B short" not in err
+    short = int(err.split("(")[1].split(" B short")[0].replace(",", ""))
+    assert 1.2e12 < short < 1.4e12  # 175e9 x 16 B = 2.8e12 B needed, 1.5e12 B held

@@ -87,6 +87,13 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     arr = evaluate(s, cfg)
     rec = record(s, arr, 0, sources=src)
     if not rec.fits:
+        mx = rec.details.get("memoryx") or {}
+        if rec.binding == "memoryx" and mx:  # the weight store, not a device, is too small
+            need, have = mx["required_bytes"], mx["capacity_bytes"]
+            raise InputError(f"{rec.model} does not fit {rec.target} at batch {b}, context {c}: MemoryX option "
+                             f"{mx['option']} holds {have:,.0f} B, weights and optimizer state need {need:,.0f} B "
+                             f"({need - have:,.0f} B short); no cost for a configuration that cannot run — choose a "
+                             "larger MemoryX option (--memoryx)")
         raise InputError(f"{rec.model} does not fit {rec.target} at batch {b}, context {c} ({rec.binding} binds, "
                          f"{rec.shortfall_bytes:,.0f} B short per device); no cost for a configuration that cannot run "
                          "— lower the batch or context, or add devices")
