@@ -232,3 +232,17 @@ def test_wseplan_serve_is_exported_lazily():
     assert "serve" in dir(wseplan)
     with pytest.raises(AttributeError):
         wseplan.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("target, kind", [("cs3x4", "wafer"), ("h100x8", "gpu")])
+def test_train_tokens_report_device_hours_and_gpu_hours_only_on_gpus(capsys, target, kind):
+    """`time --train-tokens`: device-hours = time to train x devices / 3,600 on every target; `gpu_hours` only where
+    the devices are GPUs (second audit: wafer system-hours were labelled GPU-hours)."""
+    from wseplan.cli import main
+
+    capsys.readouterr()
+    assert main(["time", "llama-3.1-8b", "--target", target, "--phase", "train", "--train-tokens", "1e9",
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["device_hours"] == pytest.approx(d["time_to_train_s"] * d["num_devices"] / 3600.0, rel=1e-12)
+    assert ("gpu_hours" in d) == (kind == "gpu")

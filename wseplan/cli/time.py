@@ -64,7 +64,10 @@ def time_cmd(
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         secs = train_tokens / res.tokens_per_s
-        extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "gpu_hours": secs * res.num_devices / 3600.0}
+        hours = secs * res.num_devices / 3600.0
+        # device-hours in every record; gpu_hours only where the devices are GPUs (on wafers they are system-hours)
+        extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "device_hours": hours,
+                 **({"gpu_hours": hours} if res.device_kind == "gpu" else {})}
     rec = res.to_record()
     rec.update(extra)
     row = res.to_row()
