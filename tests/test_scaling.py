@@ -129,3 +129,24 @@ def test_cli_scale_csv(capsys):
     rc = main(["scale", "llama-3-8b", "--targets", "wse3", "--max-systems", "2", "--format", "json"])
     rows = json.loads(capsys.readouterr().out)
     assert rc == 0 and [r["num_systems"] for r in rows] == [1, 2]
+
+
+def test_training_report_scaling_efficiency_is_scales():
+    """The training study's size sweep gives each cluster's scaling efficiency as `wseplan scale` does (one
+    implementation: per-device throughput over the family's smallest size, clipped to [0, 1]); the report printed
+    1.012-1.019 where `scale` gave 1.0 for the same rows (second audit)."""
+    import csv
+    from pathlib import Path
+
+    rows = list(csv.DictReader(open(Path(__file__).resolve().parents[1] / "reports/train-175b/size_sweep.csv")))
+    fam = {}
+    for r in rows:
+        if not r["throughput [tokens/s]"]:
+            continue
+        key = r["cluster"].rstrip("0123456789").rstrip("x")
+        tps, n = float(r["throughput [tokens/s]"]), float(r["devices [count]"])
+        ref = fam.setdefault(key, tps / n)
+        want = float(SC.strong_scaling_efficiency(tokens_per_s=tps, tokens_per_s_one=ref, num_systems=n))
+        assert float(r["scaling efficiency [fraction]"]) == pytest.approx(want, rel=1e-5, abs=1e-6)
+        assert 0.0 <= float(r["scaling efficiency [fraction]"]) <= 1.0
+    assert len(fam) >= 2

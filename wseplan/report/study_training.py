@@ -10,6 +10,7 @@ import numpy as np
 from ..analytic import cost as C
 from ..compare import compare_case
 from ..errors import InputError
+from ..scale import strong_scaling_efficiency
 from ..targets import parse_target
 from ..timing import stream
 from ..workload import build_workload, resolve_model
@@ -55,13 +56,14 @@ def training_body(st: Study, cat) -> dict:
                 band = _run_band(times, params, st)
                 rec.update(band)
             sweep.append(rec)
-    # scaling efficiency: per-device throughput relative to the smallest size that ran
+    # scaling efficiency: per-device throughput relative to the smallest size that ran, as `wseplan scale` computes it
     for tgt in st.target_names:
         rs = [r for r in sweep if r["family"] == tgt and r["tokens_per_s"]]
         if rs:
             ref = rs[0]["tokens_per_s"] / rs[0]["num_devices"]
             for r in rs:
-                r["scaling_efficiency_frac"] = (r["tokens_per_s"] / r["num_devices"]) / ref
+                r["scaling_efficiency_frac"] = float(strong_scaling_efficiency(
+                    tokens_per_s=r["tokens_per_s"], tokens_per_s_one=ref, num_systems=r["num_devices"]))
     plan = []
     for tgt in st.target_names:
         rs = [r for r in sweep if r["family"] == tgt and r["meets_deadline"]]
