@@ -52,7 +52,7 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
                  options=options, catalog=catalog)
         st = r.details.get("streaming") or {}
         rows.append(dict(target=target.key, num_systems=n, num_devices=r.num_devices, fits=r.fits, step_s=r.step_s,
-                         tokens_per_s=r.tokens_per_s, per_system_batch=global_batch / n,
+                         tokens_per_s=r.tokens_per_s, per_system_batch=float(-(-global_batch // n)),
                          min_batch_compute_bound=st.get("min_batch_compute_bound"),
                          model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
                          layout=layout_label(r.layout)))

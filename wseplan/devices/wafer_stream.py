@@ -131,7 +131,9 @@ class WaferStreamFamily(Family):
                              min(bw_tier, ctx.io_bw))
         levels = swarmx_tree_levels(num_systems=N, fanout=sx.fanout.si)
         lat = mx.link_latency_s.si + levels * sx.per_level_latency_s.si
-        per_sys = B / N
+        # whole sequences: the busiest system holds ceil(B / N) of them (a sequence is not split across systems), and
+        # the step waits for it; a batch smaller than the systems leaves the rest idle
+        per_sys = np.ceil(B / N)
         buf = wafer_stream_buffer_bytes(w.weight_bytes)
         avail = ctx.cap - buf
         ck, act = w.checkpoint_bytes_per_token, w.activation_bytes_per_token
@@ -240,8 +242,9 @@ class WaferStreamFamily(Family):
             notes.append(f"MemoryX option {ctx.option} holds {mx['capacity_bytes']:,.0f} B; weights + optimizer state "
                          f"need {mx['required_bytes']:,.0f} B; choose a larger option")
         if f["passes"] > 1:
-            notes.append(f"{int(f['passes'])} passes of {f['per_system_batch'] / f['passes']:.4g} sequences per system "
-                         "(gradient accumulation)")
+            per, k = int(f["per_system_batch"]), int(f["passes"])
+            sizes = f"{per // k}" if per % k == 0 else f"{per // k}-{per // k + 1}"
+            notes.append(f"{k} passes of {sizes} sequences per system (gradient accumulation)")
         if not st["feasible_compute_bound"]:
             notes.append(f"no pass both hides the weight stream (>= {st['min_tokens_compute_bound']:,.0f} tokens) and "
                          f"fits the wafer under policy {policy} (<= {st['max_tokens_on_wafer']:,.0f} tokens)")
