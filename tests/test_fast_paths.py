@@ -379,6 +379,7 @@ def _random_rows(s, rng, n):
         cfg["dp"] = np.array([float(N // (t * p)) for t, p, _ in (lays[i] for i in pick)])
         cfg["micro_batch"] = rng.choice([1.0, 2.0], n)
         cfg["vpp"] = np.where(cfg["pp"] > 1, rng.choice([1.0, 2.0], n), 1.0)
+        cfg["cp"] = np.ones(n)
         cfg["recompute"] = rng.choice([0.0, 1.0, 2.0], n)
         cfg["zero_stage"] = rng.choice([0.0, 1.0, 2.0, 3.0], n)
     return cfg

@@ -18,3 +18,24 @@ def test_completed_layout_counts_context_parallel_once():
     # 64 GPUs, cp 2, tp 8 and pp 1 given: dp = 64 / (8 x 1 x 2) = 4 (it was 64 / 8 = 8, then refused as 128 GPUs)
     r = plan("llama-3-8b", "h100x64", phase="train", layout={"tp": 8, "pp": 1}, options={"context_parallel": 2})
     assert r.layout["data_parallel"] == 4 and r.num_devices == 64
+
+
+def test_long_context_training_searches_context_parallelism(catalog):
+    """GPU training searches context parallelism where each rank keeps >= 4,096 tokens of the sequence (second audit:
+    `fit` refused Llama-3.1-405B at 131,072 tokens on 1,024 H100, which `--cp 8` fits, and Llama-3.1-70B ran 1.66x
+    slower than with cp 16). Meta trained its 128K stage with context parallelism (Llama 3 paper, sec. 3.3.2)."""
+    from wseplan.plan import plan
+
+    big = dict(phase="train", batch=128, context=131072, catalog=catalog)
+    searched = plan("llama-3.1-405b", "h100x1024", **big)
+    assert searched.fits and searched.layout["context_parallel"] > 1
+    assert not plan("llama-3.1-405b", "h100x1024", options={"context_parallel": 1}, **big).fits
+    kw = dict(phase="train", batch=64, context=131072, catalog=catalog)
+    s = plan("llama-3.1-70b", "h100x1024", **kw)
+    for cp in (1, 16):
+        given = plan("llama-3.1-70b", "h100x1024", options={"context_parallel": cp}, **kw)
+        assert given.layout["context_parallel"] == cp and s.step_s <= given.step_s
+    assert s.step_s < 0.75 * plan("llama-3.1-70b", "h100x1024", options={"context_parallel": 1}, **kw).step_s
+    short = plan("gpt-3-175b", "h100x1024", phase="train", batch=1536, context=2048, catalog=catalog)
+    assert short.layout["context_parallel"] == 1  # 2,048 tokens: no rank would keep 4,096
+    assert plan("llama-3.1-70b", "h100x1024", layout={"cp": 8}, **kw).layout["context_parallel"] == 8  # a layout column

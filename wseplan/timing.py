@@ -13,7 +13,7 @@ from .records import PlanRecord, StreamResult, TimeResult, view
 #: family options accepted by :func:`predict_time` as keyword arguments; layout keys go to ``layout``
 LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "micro_batch": "micro_batch",
                "virtual_pipeline": "vpp", "recompute": "recompute", "zero_stage": "zero_stage",
-               "num_wafers": "num_wafers", "num_systems": "num_systems"}
+               "context_parallel": "cp", "num_wafers": "num_wafers", "num_systems": "num_systems"}
 
 
 def time_view(r: PlanRecord) -> TimeResult:

@@ -27,7 +27,13 @@ from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_co
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
 
-TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage")
+TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp")
+
+#: context parallelism is searched for a training sequence where every rank keeps at least this many tokens of it
+#: (ring attention splits the sequence over cp ranks; below a few thousand tokens per rank the exchanged K/V is no
+#: longer hidden behind the attention and CP only adds traffic): a bound of the search space, not physics
+CP_MIN_TOKENS_PER_RANK = 4096
+CP_VALUES = (1, 2, 4, 8, 16, 32)
 #: how a training framework may split the layers over pipeline stages (option ``pipeline_split``). ``uneven``
 #: (default, current frameworks): any count per stage, so interleaving needs only a layer in each of the ``pp x vpp``
 #: virtual stages (Megatron-core: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``;
@@ -122,7 +128,8 @@ class GpuContext:
         self.chunk = d.prefill_chunk_tokens.si
         self.sequence_parallel = bool(q.options.get("sequence_parallel", True))
         self.trainable = q.options.get("trainable", "full")
-        self.cp = float(q.options.get("context_parallel", 1))
+        cp = q.options.get("context_parallel")
+        self.cp_given = None if cp is None else float(cp)  # the option fixes the layout column
         self.single_layer = bool(q.options.get("single_layer", False))
         self.attention_kernel = q.options.get("attention_kernel", "flash")
         if self.attention_kernel not in G.ATTENTION_KERNELS:
@@ -178,16 +185,18 @@ class GpuFamily(InferenceMixin, Family):
         count), tp the rest after pp and dp; training micro-batch 1, no interleaving, selective recompute, ZeRO-1."""
         out = dict(given)
         n = ctx.count
-        cp = int(ctx.cp)
+        if ctx.q.phase == "train":
+            out.setdefault("cp", ctx.cp_given or 1)
+        cp = int(out.get("cp", 1))
         out.setdefault("pp", 1)
         if "tp" not in out:
             out["tp"] = max(1, (n or 1) // (out["pp"] * out.get("dp", 1) * cp)) if n else 1
         if "dp" not in out:
             group = out["tp"] * out["pp"] * cp
             out["dp"] = n // group if n and n % group == 0 else 1
-        if n is not None and out["tp"] * out["pp"] * out["dp"] * ctx.cp != n:
+        if n is not None and out["tp"] * out["pp"] * out["dp"] * cp != n:
             raise InputError(f"layout: tp {out['tp']} x pp {out['pp']} x dp {out['dp']}"
-                             f"{f' x cp {ctx.cp:g}' if ctx.cp > 1 else ''} does not use the target's {n} GPUs; "
+                             f"{f' x cp {cp:g}' if cp > 1 else ''} does not use the target's {n} GPUs; "
                              "give a layout whose product is the count, or a target without a count")
         if ctx.q.phase == "train":
             out.setdefault("micro_batch", 1)
@@ -202,7 +211,7 @@ class GpuFamily(InferenceMixin, Family):
         if ctx.q.phase == "train":
             lay.update(micro_batch=int(r["micro_batch"]), virtual_pipeline=int(r["vpp"]),
                        recompute=RECOMPUTE[int(r["recompute"])], zero_stage=int(r["zero_stage"]),
-                       context_parallel=int(ctx.cp))
+                       context_parallel=int(r["cp"]))
             if r.get("time.num_microbatches") is not None:
                 lay["num_microbatches"] = int(round(r["time.num_microbatches"]))
         elif r.get("time.micro_batches") is not None:
@@ -220,6 +229,8 @@ class GpuFamily(InferenceMixin, Family):
         :meth:`default_layout` and may not fit)."""
         cols = self.columns(ctx.q.phase)
         n = len(cfg["batch"])
+        if ctx.q.phase == "train" and ctx.cp_given is not None and "cp" not in cfg:  # the option fixes the column
+            cfg = dict(cfg, cp=np.full(n, ctx.cp_given))
         if all(c in cfg for c in cols) and not any(np.isnan(cfg[c]).any() for c in cols):  # every layout given
             return {k: np.asarray(v, dtype=float) for k, v in cfg.items()}, np.arange(n, dtype=np.int64)
         vals = np.stack([np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan) for c in cols], axis=1)
@@ -231,10 +242,10 @@ class GpuFamily(InferenceMixin, Family):
             parent.append(np.nonzero(full)[0])
         grids: dict = {}
         for i in np.nonzero(~full)[0]:
-            b = float(cfg["batch"][i])
-            if b not in grids:
-                grids[b] = self._grid(ctx, b)
-            grid = grids[b]
+            b, c_ = float(cfg["batch"][i]), float(cfg["context"][i])
+            if (b, c_) not in grids:
+                grids[b, c_] = self._grid(ctx, b, c_)
+            grid = grids[b, c_]
             keep = np.ones(len(grid["tp"]), dtype=bool)
             for j, c in enumerate(cols):
                 if known[i, j]:
@@ -254,29 +265,40 @@ class GpuFamily(InferenceMixin, Family):
         out = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in parts]) for k in keys}
         return out, np.concatenate(parent).astype(np.int64)
 
-    def _grid(self, ctx: GpuContext, batch: float) -> dict:
+    def _grid(self, ctx: GpuContext, batch: float, context: float = 1.0) -> dict:
         L = ctx.num_layers
-        N = ctx.count
-        if N is not None and ctx.cp > 1:  # context-parallel groups take cp of the GPUs; the layout splits the rest
-            if N % int(ctx.cp):
-                raise InputError(f"context_parallel: {ctx.cp:g} does not divide the target's {N} GPUs; give a count "
-                                 "that is a multiple of it")
-            N //= int(ctx.cp)
-        tps = [t for t in ctx.tp_values if N is None or (N % t == 0)]
-        T, P, D = [], [], []
-        for t in tps:
-            if N is None:
-                pps = range(1, L + 1)
-            else:
-                pps = [p for p in range(1, L + 1) if (N // t) % p == 0]
-            for p in pps:
+        N0 = ctx.count
+        train = ctx.q.phase == "train"
+        # context parallelism (training, a device count): cp ranks share a sequence, each keeping at least
+        # CP_MIN_TOKENS_PER_RANK of it; the given option fixes it
+        if not train:
+            cps = [1]
+        elif ctx.cp_given is not None:
+            cps = [int(ctx.cp_given)]
+            if N0 is not None and N0 % cps[0]:
+                raise InputError(f"context_parallel: {ctx.cp_given:g} does not divide the target's {N0} GPUs; give a "
+                                 "count that is a multiple of it")
+        else:
+            cps = [c for c in CP_VALUES if c == 1 or (N0 is not None and N0 % c == 0
+                                                      and context / c >= CP_MIN_TOKENS_PER_RANK)]
+        T, P, D, K = [], [], [], []
+        for cp in cps:
+            N = None if N0 is None else N0 // cp  # the cp groups take cp of the GPUs; the layout splits the rest
+            tps = [t for t in ctx.tp_values if N is None or (N % t == 0)]
+            for t in tps:
                 if N is None:
-                    dps = [1] if ctx.q.phase != "train" else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
+                    pps = range(1, L + 1)
                 else:
-                    dps = [N // (t * p)]
-                for d_ in dps:
-                    T.append(t), P.append(p), D.append(d_)
-        T, P, D = (np.asarray(a, dtype=float) for a in (T, P, D))
+                    pps = [p for p in range(1, L + 1) if (N // t) % p == 0]
+                for p in pps:
+                    if N is None:
+                        dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
+                    else:
+                        dps = [N // (t * p)]
+                    for d_ in dps:
+                        T.append(t), P.append(p), D.append(d_), K.append(cp)
+        N = N0
+        T, P, D, K = (np.asarray(a, dtype=float) for a in (T, P, D, K))
         if len(T) == 0:
             raise InputError(f"target: no tensor x pipeline x data layout of {ctx.m.name} uses {N} GPUs; "
                              "choose a count that is a multiple of a power of two")
@@ -288,7 +310,7 @@ class GpuFamily(InferenceMixin, Family):
         rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2]
         zss = [1] if fixed else [0, 1, 2, 3]
         i, mb, v, rc, zs = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, vps, rcs, zss, indexing="ij"))
-        T, P, D = T[i], P[i], D[i]
+        T, P, D, K = T[i], P[i], D[i], K[i]
         per_replica = batch / D
         ok = (np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9) & (per_replica >= mb)
         # interleaving needs a layer in every virtual stage; frameworks that split only evenly also need the layers to
@@ -296,7 +318,7 @@ class GpuFamily(InferenceMixin, Family):
         even = np.mod(L, P * v) == 0 if ctx.pipeline_split == "even" else L >= P * v
         ok &= (v == 1) | ((P > 1) & even)
         return {"tp": T[ok], "pp": P[ok], "dp": D[ok], "micro_batch": mb[ok].astype(float), "vpp": v[ok].astype(float),
-                "recompute": rc[ok].astype(float), "zero_stage": zs[ok].astype(float)}
+                "recompute": rc[ok].astype(float), "zero_stage": zs[ok].astype(float), "cp": K[ok]}
 
     # -- fit ------------------------------------------------------------------------------------------
     def fit(self, ctx: GpuContext, cfg: dict) -> dict:
@@ -304,19 +326,20 @@ class GpuFamily(InferenceMixin, Family):
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         tp, pp, dp = cfg["tp"], cfg["pp"], cfg["dp"]
         if ph == "train":
-            mem = gpu_layout_memory(ctx.w, tp=tp * ctx.cp, pp=pp, dp=dp, zero_stage=cfg["zero_stage"],
+            cp = np.asarray(cfg["cp"], dtype=float)
+            mem = gpu_layout_memory(ctx.w, tp=tp * cp, pp=pp, dp=dp, zero_stage=cfg["zero_stage"],
                                     recompute=cfg["recompute"], micro_batch=cfg["micro_batch"], virtual_stages=cfg["vpp"],
                                     batch=B, context=C, gradient_bytes_per_param=ctx.grad_bytes,
                                     adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk)
-            if ctx.cp > 1:  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
-                mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * ctx.cp, zero_stage=cfg["zero_stage"],
+            if (cp > 1).any():  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
+                mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, zero_stage=cfg["zero_stage"],
                                        recompute=cfg["recompute"], micro_batch=cfg["micro_batch"],
                                        virtual_stages=cfg["vpp"], batch=B, context=C,
                                        gradient_bytes_per_param=ctx.grad_bytes, adam_state_bytes_per_param=ctx.adam_bytes,
                                        prefill_chunk_tokens=ctx.chunk)
                 mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
                 mem["total"] = mem["weights"] + mem["optimizer"] + mem["kv_cache"] + mem["activations"]
-            devices = tp * pp * dp * ctx.cp
+            devices = tp * pp * dp * cp
             replicas = np.ones_like(B)
         else:
             kv_len, work = self.kv_and_working_tokens(ctx, B, C, O)
@@ -423,11 +446,11 @@ class GpuFamily(InferenceMixin, Family):
 
     def _train_time(self, ctx: GpuContext, cfg: dict) -> dict:
         B, C = cfg["batch"], cfg["context"]
-        step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision, cp=ctx.cp,
+        step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision,
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
                           attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap,
                           fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si, cal=ctx.cal)
-        cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], vpp=cfg["vpp"],
+        cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], cp=cfg["cp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"])
         r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers
         if r is None:
@@ -435,7 +458,7 @@ class GpuFamily(InferenceMixin, Family):
         step = r["step_s"]
         tokens = B * C
         flops = G.model_flop_per_token(ctx.m, seq_len=C) * tokens
-        ndev = cfg["tp"] * cfg["pp"] * cfg["dp"] * ctx.cp
+        ndev = cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg["cp"]
         bd = {"compute": r["compute_s"] - r["tp_comm_s"], "nvlink": r["tp_comm_s"], "pipeline_bubble": r["bubble_s"],
               "pipeline_p2p": r["p2p_s"], "network": r["dp_exposed_s"], "optimizer": r["optimizer_s"]}
         n = len(B)

@@ -70,6 +70,7 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
     s = group_setup(g)
     if g.target.kind == "gpu" and g.phase == "train":
         cfg.setdefault("vpp", np.ones(len(cfg["batch"])))
+        cfg.setdefault("cp", np.ones(len(cfg["batch"])))  # a sweep row is a given layout: no context parallelism
     arr = evaluate(s, cfg)
     cost = cost_columns(s, arr, g.params, train_tokens=g.train_tokens)
     n = len(cfg["batch"])
