@@ -23,6 +23,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from .analytic import engine as E
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
@@ -165,7 +166,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     lam = np.where(np.isnan(lam), utilization * cap, lam)
     # the prompts a request meets at the engine's prefill budget are those of the other slots' requests (as the
     # engine's closed loop, :func:`~wseplan.analytic.engine.closed_loop_prefill_wait`): none with one slot
-    lam_p = lam * np.maximum(b - 1.0, 0.0) / b
+    lam_p = E.others_arrival_rate(lam, b)
     with np.errstate(divide="ignore", invalid="ignore"):
         pre_wait = {p: np.where(busy > 0, Q.mgc_wait(arrival_rate=lam_p, mean_service_s=np.where(busy > 0, busy, 1.0),
                                                      servers=np.ones(n), service_scv=0.0, percentile=p), 0.0)

@@ -281,7 +281,7 @@ def _root(B, a, u, sqrt):
     return X.where(B > 0, X.minimum(root, cap), 0.0)
 
 
-def _others(lam, B):
+def others_arrival_rate(lam, B):
     """The prompt arrival rate a request meets at the prefill server: the other ``B - 1`` requests' share of ``lam``
     (a closed loop's arrival theorem; no queue at all for one request)."""
     return lam * (X.maximum(B - 1.0, 0.0) / X.maximum(B, 1e-300))
@@ -295,7 +295,7 @@ def _settle(lam, w, B, a):
 
 
 def _wait(lam, busy, B):
-    rho = _others(lam, B) * busy
+    rho = others_arrival_rate(lam, B) * busy
     w = np.where(rho < 1.0, rho * busy / (2.0 * (1.0 - rho)), np.inf)
     return np.where(busy > 0, w, 0.0)
 
@@ -329,5 +329,5 @@ def _closed_loop_row(B: float, own: float, dec: float, busy: float):
         return float(lam[0]), float(w[0])
     if not busy > 0:
         return lam, 0.0
-    rho = _others(lam, B) * busy
+    rho = others_arrival_rate(lam, B) * busy
     return lam, _settle(lam, rho * busy / (2.0 * (1.0 - rho)), B, own + dec)  # rho < 1 (lam <= (1 - 1e-12) / busy)

@@ -569,6 +569,8 @@ class Defaults(_Checked):
     gradient_bytes_per_param: Quantity
     wafer_activation_working_set_factor: Quantity
     gpu_max_tensor_parallel: Quantity
+    #: GPU training: context parallelism is searched where each rank keeps at least this many tokens (wseplan.devices.gpu)
+    gpu_cp_min_tokens_per_rank: Quantity
     prefill_chunk_tokens: Quantity
     default_output_tokens: Quantity
     default_train_batch: Quantity

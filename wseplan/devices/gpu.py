@@ -29,10 +29,8 @@ from .registry import register
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp")
 
-#: context parallelism is searched for a training sequence where every rank keeps at least this many tokens of it
-#: (ring attention splits the sequence over cp ranks; below a few thousand tokens per rank the exchanged K/V is no
-#: longer hidden behind the attention and CP only adds traffic): a bound of the search space, not physics
-CP_MIN_TOKENS_PER_RANK = 4096
+#: context-parallel degrees the training search tries (where every rank keeps at least
+#: ``defaults.gpu_cp_min_tokens_per_rank`` tokens of the sequence)
 CP_VALUES = (1, 2, 4, 8, 16, 32)
 #: how a training framework may split the layers over pipeline stages (option ``pipeline_split``). ``uneven``
 #: (default, current frameworks): any count per stage, so interleaving needs only a layer in each of the ``pp x vpp``
@@ -270,7 +268,8 @@ class GpuFamily(InferenceMixin, Family):
         N0 = ctx.count
         train = ctx.q.phase == "train"
         # context parallelism (training, a device count): cp ranks share a sequence, each keeping at least
-        # CP_MIN_TOKENS_PER_RANK of it; the given option fixes it
+        # defaults.gpu_cp_min_tokens_per_rank of it; the given option fixes it
+        cp_min = ctx.q.catalog.defaults.gpu_cp_min_tokens_per_rank.si
         if not train:
             cps = [1]
         elif ctx.cp_given is not None:
@@ -280,7 +279,7 @@ class GpuFamily(InferenceMixin, Family):
                                  "count that is a multiple of it")
         else:
             cps = [c for c in CP_VALUES if c == 1 or (N0 is not None and N0 % c == 0
-                                                      and context / c >= CP_MIN_TOKENS_PER_RANK)]
+                                                      and context / c >= cp_min)]
         T, P, D, K = [], [], [], []
         for cp in cps:
             N = None if N0 is None else N0 // cp  # the cp groups take cp of the GPUs; the layout splits the rest
