@@ -229,12 +229,21 @@ def test_stream_gives_no_time_for_what_does_not_fit(catalog):
     assert r.alternatives_step_s == {} and not any("per step" in n for n in r.notes)
 
 
-def test_stream_policy_note_says_why_a_slower_policy_is_chosen(catalog):
-    """Mixtral on 4 CS-3 at 256 x 2,048: spill is chosen although recompute would be a little faster, because
-    recompute does not fit; the note must not call spill faster."""
+def test_stream_policy_note_says_why_a_slower_policy_is_chosen(tmp_path):
+    """Mixtral on 4 CS-3 at 256 x 2,048 with a one-node MemoryX (a `--catalog` override; its slow update hides
+    better behind recompute's longer backward): spill is chosen although recompute would be faster, because recompute
+    does not fit; the note must not call spill faster."""
+    from pathlib import Path
+
+    import yaml
+
+    from wseplan.catalog import load_catalog
     from wseplan.timing import stream
 
-    r = stream("mixtral-8x7b", "cs3x4", batch=256, context=2048, catalog=catalog)
+    bundled = yaml.safe_load((Path(__file__).parents[1] / "catalogs/hardware/systems.yaml").read_text())
+    entry = dict(bundled["memoryx"]["memoryx-cs3"], update_nodes={"value": 1, "source": "mine", "basis": "user"})
+    (tmp_path / "mx.yaml").write_text(yaml.safe_dump({"memoryx": {"memoryx-cs3": entry}}))
+    r = stream("mixtral-8x7b", "cs3x4", batch=256, context=2048, catalog=load_catalog([tmp_path]))
     assert r.fits and r.activation_policy == "spill"
     alt = r.alternatives_step_s
     assert alt["spill"] > alt["recompute"]

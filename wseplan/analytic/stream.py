@@ -53,7 +53,6 @@ class StreamConstants(BaseModel):
     compute_efficiency_frac: Quantity
     overlap_efficiency_frac: Quantity
     prefetch_layers: Quantity
-    memoryx_update_bytes_per_s: Quantity
     gpu_dp_compute_efficiency_frac: Quantity
     gpu_dp_overlap_frac: Quantity
     gpu_dp_link_latency_s: Quantity

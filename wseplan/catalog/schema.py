@@ -307,6 +307,16 @@ class MemoryX(_Checked):
     dram_capacity_bytes: Quantity
     link_latency_s: Quantity
     optimizer_bytes_per_param: Quantity
+    update_nodes: Quantity
+    node_update_bandwidth_bytes_per_s: Quantity
+
+    def update_bytes_per_s(self, *, dram: bool = True) -> float:
+        """Optimizer-update memory traffic of the whole MemoryX: nodes x sustained bandwidth per node, slowed by
+        the flash/DRAM stream ratio when the state sits in the flash tier [bytes/s]."""
+        rate = self.update_nodes.si * self.node_update_bandwidth_bytes_per_s.si
+        if dram:
+            return rate
+        return rate * self.flash_stream_bandwidth_bytes_per_s.si / self.dram_stream_bandwidth_bytes_per_s.si
 
 
 class SwarmX(_Checked):

@@ -149,7 +149,7 @@ class WaferStreamFamily(Family):
         per_tok = {p: activation_bytes_per_token(policy=p, checkpoint_bytes_per_token=ck, activation_bytes_per_token=act)
                    for p in ("store", "checkpoint", "recompute")}
         per_tok["spill"] = act_max
-        opt_s = w.params * mx.optimizer_bytes_per_param.si * 2.0 / c.memoryx_update_bytes_per_s.si
+        opt_s = w.params * mx.optimizer_bytes_per_param.si * 2.0 / mx.update_bytes_per_s(dram=dram)
         common = dict(weight_bytes=w.weight_bytes, flop_per_token=w.flop_per_token, tokens=tokens,
                       compute_flop_per_s=ctx.rate, stream_bandwidth_bytes_per_s=stream_bw,
                       io_bandwidth_bytes_per_s=ctx.io_bw, latency_s=lat, prefetch_layers=int(c.prefetch_layers.si),
@@ -196,7 +196,7 @@ class WaferStreamFamily(Family):
         parts = {"compute": compute - recomp, "recompute": recomp, "weight_stream": exposed - exposed_spill,
                  "spill_io": exposed_spill, "optimizer": opt}
         bn = argmax_code(parts, len(B))
-        bn = np.where(link_busy > compute, np.where(exposed_spill > exposed - exposed_spill, BOTTLENECK_CODE["spill_io"],
+        bn = np.where((link_busy > compute) & (link_busy >= opt), np.where(exposed_spill > exposed - exposed_spill, BOTTLENECK_CODE["spill_io"],
                                                     BOTTLENECK_CODE["weight_stream"]), bn)
         bn = np.where(ok, bn, BOTTLENECK_CODE["sram"])
         t_min = np.asarray([stream_min_tokens_compute_bound(layer_weight_bytes=w.weight_bytes,

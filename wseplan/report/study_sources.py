@@ -68,6 +68,14 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
             rows.append(_arow(f"{sysm.name} I/O (MemoryX/SwarmX)", fmt_quantity(sysm.io_bandwidth_bytes_per_s.si,
                                                                                  "bytes/s"),
                               sysm.io_bandwidth_bytes_per_s, cat))
+            if st.kind == "training":
+                mx = cat.memoryx[sysm.memoryx]
+                rows.append(_arow(f"{mx.name} optimizer update per node",
+                                  fmt_quantity(mx.node_update_bandwidth_bytes_per_s.si, "bytes/s"),
+                                  mx.node_update_bandwidth_bytes_per_s, cat,
+                                  extra_note=f"x {mx.update_nodes.si:g} nodes = "
+                                             f"{fmt_quantity(mx.update_bytes_per_s(), 'bytes/s')} (DRAM tier)"))
+                ids += [*mx.update_nodes.source_ids, *mx.node_update_bandwidth_bytes_per_s.source_ids]
         else:
             pk = dev.dense_peak_flop_per_s.get(prec)
             rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),
