@@ -216,12 +216,12 @@ def test_fit_and_stream_agree(cat, model, batch, context, n):
 
 
 def test_stream_gives_no_time_for_what_does_not_fit(catalog):
-    """A weight-streaming configuration that does not fit (DeepSeek-V3's MoE layers on 4 CS-3 at 8,192 tokens) gets no
-    step, no step parts and no per-step policy comparison (second audit: the table printed a 70.8 s exposed load and a
-    0.6% MFU beside "no time or cost is given")."""
+    """A weight-streaming configuration that does not fit (one 131,072-token sequence of Llama-3.1-405B per CS-3:
+    its activations need 80.9 GB of 41.2 GB) gets no step, no step parts and no per-step policy comparison (second
+    audit: the table printed a 70.8 s exposed load and a 0.6% MFU beside "no time or cost is given")."""
     from wseplan.timing import stream
 
-    r = stream("deepseek-v3", "cs3x4", batch=16, context=8192, catalog=catalog)
+    r = stream("llama-3.1-405b", "cs3x4", batch=16, context=131072, catalog=catalog)
     assert not r.fits and r.step_s is None and r.tokens_per_s is None
     assert all(v is None for v in (r.compute_s, r.recompute_s, r.exposed_load_s, r.exposed_spill_s,
                                    r.optimizer_exposed_s, r.utilization_frac, r.model_flop_per_s,

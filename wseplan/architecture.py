@@ -257,6 +257,26 @@ def _group_table(m: Model) -> list[tuple]:
     return rows
 
 
+def stream_unit_params(m: Model) -> list[tuple]:
+    """Per layer group: (layer indices, the largest set of the block's weights streamed as one unit) [params].
+
+    Weight streaming buffers a unit while the previous one computes. A dense block is one unit (Cerebras: a
+    layer's weights must fit on the wafer); the routed experts of an MoE block are independent matmuls over the
+    tokens routed to each, so each expert is streamed as its own unit, after the rest of the block (attention,
+    router, shared experts, norms)."""
+    _, a_params, _ = _attention_parts(m)
+    norms = m.norms_per_block * _norm_size(m, m.d_model)
+    rows = []
+    for (moe, _span, _window), idx in _layer_groups(m).items():
+        _, m_params, _, _ = _mlp_parts(m, moe)
+        total = a_params + m_params + norms
+        if moe:
+            one = _mlp_params(m, m.d_ff)
+            total = max(total - m.num_experts * one, one)
+        rows.append((idx, float(total)))
+    return rows
+
+
 def block_types(m: Model) -> tuple[BlockType, ...]:
     """The model's transformer layers grouped by identical structure, in order of first appearance.
 

@@ -20,7 +20,7 @@ import numpy as np
 
 # the structure of a transformer (block types, their GEMMs and attention) lives in .architecture; re-exported here
 from .architecture import (Attention, BlockType, Gemm, _group_table, _layer_groups, _mlp_parts,  # noqa: F401
-                           block_types, is_moe_layer, layer_span, mean_attended_tokens)
+                           block_types, is_moe_layer, layer_span, mean_attended_tokens, stream_unit_params)
 from .catalog.schema import PRECISIONS, GenericModel, Model
 from .errors import InputError, suggest
 # readers of config.json and layer-list files; re-exported here
@@ -221,6 +221,7 @@ class Workload:
     tied_head_bytes: float = 0.0
     kv_bytes_per_cached_token: np.ndarray | None = field(default=None, repr=False)
     kv_window_tokens: np.ndarray | None = field(default=None, repr=False)
+    stream_unit_bytes: np.ndarray | None = field(default=None, repr=False)
 
     # -- derived -------------------------------------------------------------------------------
     @property
@@ -236,6 +237,12 @@ class Workload:
     def flop_per_token(self) -> np.ndarray:
         """Forward FLOPs per token per row [FLOP]."""
         return self.matmul_flop_per_token + self.attention_flop_per_token
+
+    @property
+    def stream_units(self) -> np.ndarray:
+        """Per row, the largest set of weights streamed as one unit [bytes] (the row's weights unless an MoE
+        block streams its routed experts one at a time, :func:`wseplan.architecture.stream_unit_params`)."""
+        return self.weight_bytes if self.stream_unit_bytes is None else self.stream_unit_bytes
 
     @property
     def total_params(self) -> float:
@@ -324,6 +331,9 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
         if att.window is not None:
             window[rows] = att.window
     weight_bytes = params * wbp
+    units = weight_bytes.copy()
+    for idx, unit in stream_unit_params(m):
+        units[np.asarray(idx) + 1] = unit * wbp
     ckpt = np.zeros(n)
     ckpt[1:-1] = ab * m.d_model
     ws = ab * (working_set_factor * m.d_model + 2.0 * _mlp_width_used(m, None))
@@ -332,7 +342,8 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
                     kind=kind, params=params, active_params=active, weight_bytes=weight_bytes,
                     matmul_flop_per_token=mm, attention_flop_per_token=attn, activation_bytes_per_token=act,
                     checkpoint_bytes_per_token=ckpt, kv_bytes_per_token=kv, working_set_bytes_per_token=ws,
-                    arch=m, tied_head_bytes=tied_bytes, kv_bytes_per_cached_token=kv_cached, kv_window_tokens=window)
+                    arch=m, tied_head_bytes=tied_bytes, kv_bytes_per_cached_token=kv_cached, kv_window_tokens=window,
+                    stream_unit_bytes=units)
 
 
 def generic_workload(g: GenericModel, *, precision: str, phase: str, batch: int, context: int = 1) -> Workload:

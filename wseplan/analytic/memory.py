@@ -13,7 +13,8 @@ RECOMPUTE = ("none", "selective", "full")
 
 
 def wafer_stream_buffer_bytes(layer_weight_bytes: np.ndarray) -> float:
-    """SRAM held by streamed weights during training [bytes]: the largest layer, double-buffered for prefetch."""
+    """SRAM held by streamed weights during training [bytes]: the largest unit streamed at once (a layer, or one
+    routed expert of an MoE layer: ``Workload.stream_units``), double-buffered for prefetch."""
     return 2.0 * float(np.max(layer_weight_bytes))
 
 

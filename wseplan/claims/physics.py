@@ -219,7 +219,7 @@ def fit_bound(c: Claim, cat, phase: str, batch: int, context: int, t) -> FitBoun
     """Whether the model can fit the target at all, from :func:`wseplan.fit.fit` with the most generous
     configuration: GPU training with ZeRO-3 and full recompute (the least memory any layout needs); wafer training
     with the largest MemoryX option of the catalog (it must hold weights and optimizer state) and the wafer
-    holding the double-buffered largest layer (activations can be recomputed or spilled)."""
+    holding the double-buffered largest streamed unit (activations can be recomputed or spilled)."""
     kw = {"zero_stage": 3, "recompute": "full"} if phase == "train" and t.kind == "gpu" else {}
     option = None
     if phase == "train" and t.kind == "wafer":
@@ -232,7 +232,7 @@ def fit_bound(c: Claim, cat, phase: str, batch: int, context: int, t) -> FitBoun
     name = "sram_capacity" if t.kind == "wafer" else "hbm_capacity"
     cap = r.capacity_bytes * r.num_devices
     if t.kind == "wafer" and phase == "train":
-        # weights_bytes of a streaming fit is the double-buffered largest layer on each of its wafers
+        # weights_bytes of a streaming fit is the double-buffered largest streamed unit on each of its wafers
         per_wafer = r.weights_bytes / max(r.num_devices, 1)
         return FitBound(per_wafer <= r.capacity_bytes, name, r.capacity_bytes, per_wafer, r, option)
     need_b = r.total_bytes

@@ -3,8 +3,8 @@
 Activations stay on the wafer; every layer's weights stream in from MemoryX for the forward and again for the
 backward pass, gradients stream back, and the optimizer runs in MemoryX (:mod:`wseplan.analytic.stream`). Fit:
 MemoryX holds weights and optimizer state (its capacity option; its tier sets the stream bandwidth); the wafer
-holds two layers of streamed weights and the activations the policy keeps for the tokens of one pass. The same
-evaluation gives the streaming bounds (tokens per pass that hide the weight stream at the achieved compute rate;
+holds two streamed units of weights (a layer; an MoE layer streams its routed experts one at a time) and the
+activations the policy keeps for the tokens of one pass. The same evaluation gives the streaming bounds (tokens per pass that hide the weight stream at the achieved compute rate;
 tokens the wafer holds under the chosen policy) and the step time, so ``fit`` and ``stream`` cannot disagree.
 
 Layout column: ``num_systems`` (given by the target's count; 1 without one). Options: ``policy`` (auto | store |
@@ -134,7 +134,7 @@ class WaferStreamFamily(Family):
         # whole sequences: the busiest system holds ceil(B / N) of them (a sequence is not split across systems), and
         # the step waits for it; a batch smaller than the systems leaves the rest idle
         per_sys = np.ceil(B / N)
-        buf = wafer_stream_buffer_bytes(w.weight_bytes)
+        buf = wafer_stream_buffer_bytes(w.stream_units)
         avail = ctx.cap - buf
         ck, act = w.checkpoint_bytes_per_token, w.activation_bytes_per_token
         act_max = float(act.max(initial=0.0))
