@@ -39,3 +39,26 @@ def test_long_context_training_searches_context_parallelism(catalog):
     short = plan("gpt-3-175b", "h100x1024", phase="train", batch=1536, context=2048, catalog=catalog)
     assert short.layout["context_parallel"] == 1  # 2,048 tokens: no rank would keep 4,096
     assert plan("llama-3.1-70b", "h100x1024", layout={"cp": 8}, **kw).layout["context_parallel"] == 8  # a layout column
+
+
+def test_training_with_a_count_may_leave_gpus_idle_when_fewer_are_faster():
+    """Mixtral at 256 x 8,192 on 12,288 H100: every layout using all 12,288 splits the batch into too few micro-batches
+    per replica (pp 12 x dp 64 x cp 2: 4 each), so 8,192 of them (tp 8, pp 16, dp 32, cp 2) train faster (second audit:
+    12,288 GPUs took 1.494 days where 8,192 took 1.336). The target is still all 12,288: priced on them, with a note."""
+    from wseplan.costing import cost
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="train", batch=256, context=8192)
+    big, small = predict_time("mixtral", "h100x12288", **kw), predict_time("mixtral", "h100x8192", **kw)
+    assert big.step_s <= small.step_s
+    lay = big.layout
+    used = lay["tensor_parallel"] * lay["pipeline_parallel"] * lay["data_parallel"] * lay["context_parallel"]
+    assert used < 12288 and big.num_devices == 12288
+    assert any(f"{12288 - used:,} of 12,288 GPUs left idle" in n for n in big.notes)
+    assert not any("idle" in n for n in small.notes)
+    # a layout that uses every GPU is slower: the forced full-width one
+    full = predict_time("mixtral", "h100x12288", layout={"tp": 8, "pp": 12, "dp": 64, "cp": 2}, **kw)
+    assert full.step_s > big.step_s
+    # priced on the whole target: 1.5x the GPUs for the same step
+    cb, cs = cost("mixtral", "h100x12288", **kw), cost("mixtral", "h100x8192", **kw)
+    assert cb.metric("usd_per_run") == pytest.approx(cs.metric("usd_per_run") * 1.5 * big.step_s / small.step_s, rel=0.02)

@@ -219,7 +219,12 @@ class GpuFamily(InferenceMixin, Family):
         edges = [round(i * step) for i in range(pp)] + [L]
         stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
-        return lay, {"stages": stages}, []
+        notes = []
+        used = tp * pp * dp * int(r.get("cp", 1) if ctx.q.phase == "train" else 1)
+        if ctx.count and used < ctx.count:
+            notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle: {used:,} train faster than any layout "
+                         f"using all of them (the batch splits into too few micro-batches per replica)")
+        return lay, {"stages": stages}, notes
 
     def candidates(self, ctx: GpuContext, cfg: dict) -> tuple[dict, np.ndarray]:
         """Rows with every layout column given stay as they are; in other rows the missing columns are searched
@@ -292,6 +297,9 @@ class GpuFamily(InferenceMixin, Family):
                 for p in pps:
                     if N is None:
                         dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
+                    elif train:  # all the GPUs, or fewer replicas (down to 1/8) where the batch splits better
+                        full = N // (t * p)
+                        dps = [full] + [2 ** i for i in range(15) if full / 8 <= 2 ** i < full and batch % 2 ** i == 0]
                     else:
                         dps = [N // (t * p)]
                     for d_ in dps:
@@ -362,7 +370,9 @@ class GpuFamily(InferenceMixin, Family):
         if ph != "train":
             kv_tok = mem["kv_cache"] / np.maximum(B * (C + O), 1.0)
         max_tok = np.where(kv_tok > 0, np.maximum(kv_room, 0.0) / np.where(kv_tok > 0, kv_tok, 1.0), 0.0)
-        return dict(num_devices=devices, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
+        # a training layout may leave GPUs of a count idle (:meth:`_grid`); the target is still all of them
+        held = np.maximum(devices, ctx.count) if ph == "train" and ctx.count else devices
+        return dict(num_devices=held, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
                     weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices,
                     activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,
                     total_bytes=total * devices, binding=binding_code(parts, total, cap, fits),
