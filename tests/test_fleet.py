@@ -395,3 +395,22 @@ def test_lp_analysis_mode_by_hand():
     assert {c.name: c.saving_usd_per_year for c in exact.constraints}["demand_w"] == 0.0
     with pytest.raises(Exception, match="analysis"):
         solve_fleet(_budget_case(), analysis="fast")
+
+
+def test_binding_means_the_same_for_caps_and_demands():
+    """A cap met with equality whose 10% relaxation saves nothing is tight but not binding, as a demand is (before, a
+    zero-slack cap was called binding and a zero-slack demand was not). Hand: demand 6 tok/s from A (1 tok/s, 10/yr,
+    power 10 W) or B (3 tok/s, 25/yr, power 40 W): 2 B cost 50/yr and draw 80 W; under an 80 W cap the plan is 2 B
+    with zero slack, and at 88 W (10% looser) nothing cheaper exists (3 A + 1 B = 55/yr, 6 A = 60/yr)."""
+    pb = _budget_case(budget=None, power=80.0)
+    pb = pb.model_copy(update={"systems": [_sys("A", 100, 10, power=10), _sys("B", 400, 25, power=40)]})
+    assert _brute(pb) == pytest.approx(50.0)
+    assert _brute(pb, {"power_cap_w": 88.0, "rack_units_cap": None, "budget_usd": None}) == pytest.approx(50.0)
+    plan = solve_fleet(pb)
+    assert plan.total_usd_per_year == pytest.approx(50.0)
+    cons = {c.name: c for c in plan.constraints}
+    cap, dem = cons["power_cap_w"], cons["demand_w"]
+    assert cap.slack == pytest.approx(0.0) and cap.tight and cap.saving_usd_per_year == 0.0 and not cap.binding
+    assert dem.slack == pytest.approx(0.0) and dem.tight
+    assert dem.binding == (dem.saving_usd_per_year > 0)  # 5.4 tok/s: 1 B + 3 A = 55 > 50, so no saving
+    assert not dem.binding

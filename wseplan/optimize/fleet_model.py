@@ -458,11 +458,13 @@ def relaxation_analysis(pb, model: FleetModel, base: dict, analyze: bool,
             row.update(relaxed(rel, how))
             if lp_ok:
                 row.update(shadow_price=-lp["caps"].get(k, 0.0) + 0.0, shadow_price_unit=_SHADOW_UNIT[k])
-        row["binding"] = binding(row) or abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
+        row["binding"] = binding(row)
+        row["tight"] = abs(rhs - lhs) <= 1e-9 * max(abs(rhs), 1.0)
         cons.append(row)
     for di, d in enumerate(pb.demands):
         supply = sum(pb.configs[i].supply * r for i, r in base["replicas"].items() if pb.configs[i].workload == d.name)
-        row = dict(name=f"demand_{d.name}", kind="demand", lhs=supply, rhs=d.amount, slack=supply - d.amount)
+        row = dict(name=f"demand_{d.name}", kind="demand", lhs=supply, rhs=d.amount, slack=supply - d.amount,
+                   tight=abs(supply - d.amount) <= 1e-9 * max(abs(d.amount), 1.0))
         rows_sla = None
         if analyze:
             if use_lp:

@@ -321,7 +321,8 @@ class ConstraintRow(Frozen):
     lhs: float | None = None
     rhs: float | None = None
     slack: float | None = None
-    binding: bool
+    binding: bool  # relaxing it 10% lowers the optimum (integer re-solve or LP relaxation), for every kind of row
+    tight: bool = False  # it holds with equality (zero slack), whether or not relaxing it would save anything
     relaxed_usd_per_year: float | None = None
     saving_usd_per_year: float | None = None
     lp_saving_usd_per_year: float | None = None  # the LP relaxation's saving, where the LP answered the row
