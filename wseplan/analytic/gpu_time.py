@@ -367,7 +367,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     p2p_lat = X.where(cross, links.net_lat, links.nvlink_lat)
     t_p2p = X.where(pp > 1, 2.0 * vpp * send_recv_time_s(message_bytes=p2p_bytes, link_bandwidth_bytes_per_s=p2p_bw,
                                                           link_latency_s=p2p_lat), 0.0)
-    nmb = X.maximum(X.asfloat(global_batch) / (dp * mb), 1.0)
+    # the busiest replica holds ceil(B / dp) whole sequences in ceil(that / mb) micro-batches (the last may be short)
+    nmb = X.maximum(X.ceil(X.ceil(X.asfloat(global_batch) / dp - 1e-9) / mb - 1e-9), 1.0)
     t_unit = t_mb + t_p2p
     t_pipe = t_unit * (nmb + (pp - 1.0) / vpp)
     bubble = t_unit * (pp - 1.0) / vpp
