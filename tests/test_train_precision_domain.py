@@ -115,3 +115,17 @@ def test_dp_blocks_that_straddle_racks_reduce_over_the_network():
     ring18 = 2 * (17 * cal.nvlink_latency_s + 17 / 18 * grad / nv)  # reduce-scatter + all-gather inside the rack
     assert dp_comm(18) == pytest.approx(ring18, rel=1e-9)
     assert dp_comm(18) < dp_comm(16)
+
+
+def test_a_format_without_a_datapath_is_named_in_the_notes():
+    """fp4 on H100 (no FP4 tensor cores: its catalog entry has no fp4 peak) runs at the fp8 rate, and fp8 on a WSE-3
+    (16-bit SIMD only) at the fp16 rate; both say so (second audit: silently). A format the device has: no note."""
+    from wseplan.timing import predict_time, stream
+
+    h = predict_time("gpt3-175b", "h100x1024", phase="train", batch=1536, context=2048, precision="fp4")
+    assert any("no fp4 datapath" in n and "fp8 rate" in n for n in h.notes)
+    w8, w16 = (stream("gpt3-175b", "cs3x16", batch=1536, context=2048, precision=p) for p in ("fp8", "bf16"))
+    assert any("no fp8 datapath" in n and "fp16 rate" in n for n in w8.notes)
+    assert w8.step_s == w16.step_s  # training keeps 16-bit weights, and the math runs at the 16-bit rate
+    b = predict_time("gpt3-175b", "b200x1024", phase="train", batch=1536, context=2048, precision="fp4")
+    assert not any("datapath" in n for n in b.notes + w16.notes)

@@ -343,6 +343,22 @@ def _params_b(m: Model) -> float:
     return hit[1]
 
 
+#: number formats from narrowest to widest: a device without a format's datapath runs it at the next wider one
+_WIDER = ("fp4", "int4", "fp8", "int8", "fp16", "bf16", "tf32", "fp32")
+
+
+def _datapath_note(t, precision: str) -> list[str]:
+    """A note when the target's catalog entry has no rate for ``precision`` and its math runs at a wider format's."""
+    dev = getattr(t, "device", None)
+    rates = getattr(dev, "dense_peak_flop_per_s", None) or getattr(dev, "flop_per_cycle_per_pe", None)
+    if not isinstance(rates, dict) or precision in rates or precision not in _WIDER:
+        return []
+    wider = next((p for p in _WIDER[_WIDER.index(precision) + 1:] if p in rates), None)
+    if wider is None:
+        return []
+    return [f"{t.key} has no {precision} datapath in the catalog: its math runs at the {wider} rate"]
+
+
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
     q, fam = s.query, s.family
@@ -359,6 +375,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                  + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
                  ] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
+    if timed:
+        notes = list(notes) + _datapath_note(t, q.precision)
     if fits and r.get("step_s") is None:
         notes = list(notes) + [f"no {fam.name} time model for {getattr(q.model, 'name', 'this model')} "
                                "(a layer-list model has no transformer shapes); the fit alone is given"]
