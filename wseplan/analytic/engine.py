@@ -185,6 +185,21 @@ def pipelined_passes_s(*, latency_s, stage_s, passes):
     return np.asarray(latency_s) + (np.asarray(passes, dtype=float) - 1.0) * np.asarray(stage_s)
 
 
+def prefill_chunk_budgets(token_budget: float, pass_mode: str, min_chunk_tokens: float | None = None) -> list[float]:
+    """Chunk sizes a chunked prefill may cut prompts into [tokens]: the token budget, then halves of it down to
+    ``min_chunk_tokens`` (the engine's; None: the budget alone). Through ``S`` pipeline stages ``n`` chunks take
+    ``S + n - 1`` stage times, so a prompt shorter than the budget finishes sooner in several smaller chunks that fill
+    the stages (Li et al., "TeraPipe: token-level pipeline parallelism", ICML 2021; Cerebras' inference release:
+    prompt chunks follow each other through the wafers); on one stage a smaller chunk is never faster."""
+    if pass_mode != "chunk" or min_chunk_tokens is None:
+        return [float(token_budget)]
+    out, c = [float(token_budget)], float(token_budget) / 2.0
+    while c >= float(min_chunk_tokens):
+        out.append(c)
+        c /= 2.0
+    return out
+
+
 def prefill_passes(*, prompt_tokens, batch, pass_mode: str, token_budget):
     """How a batch of prompts is cut into passes [tokens per pass, passes, prior tokens attended on average].
 

@@ -49,6 +49,9 @@ class Engine(Frozen):
     scheduling: Literal["inflight", "static"]
     prefill_pass: Literal["batch", "prompt", "chunk"]
     token_budget: Quantity
+    #: the smallest chunk a prompt is cut into where smaller chunks fill a pipeline of stages sooner (None: the
+    #: token budget, no finer cut)
+    min_chunk_tokens: Quantity | None = None
     max_batch: Quantity
     speculative: Speculative | None = None
     #: prompt tokens on the GEMM kernels always (research code) or on whichever kernel is cheaper per pass (auto)

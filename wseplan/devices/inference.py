@@ -109,15 +109,37 @@ class InferenceMixin:
         return X.where(use, spec_tpot, tpot), out_parts, X.where(use, vnmb, nmb), X.where(use, g, 1.0)
 
     def _prefill(self, ctx, cfg, rows, batch, prompt):
+        """Prefill of ``batch`` prompts [s] and its parts. Chunked prefill through a pipeline of stages cuts the
+        prompt tokens into the chunk (of the token budget or a smaller one, :func:`E.prefill_chunk_budgets`) whose
+        chunks, following each other through the stages, finish soonest (TeraPipe's token pipelining)."""
         eng = ctx.engine
-        chunk, passes, offset, seqs = E.prefill_passes(prompt_tokens=prompt, batch=batch, pass_mode=eng.prefill_pass,
-                                                       token_budget=eng.token_budget.si)
-        span = X.minimum(chunk / seqs, prompt)
-        lat, stage, parts = self._pass(ctx, cfg, rows, decode_seqs=X.zeros_like(chunk), decode_kv=X.zeros_like(chunk),
-                                       prefill_tokens=chunk, prefill_span=span, prefill_kv=offset, prefill_seqs=seqs)
-        total = E.pipelined_passes_s(latency_s=lat, stage_s=stage, passes=passes)
-        scale = total / X.where(lat > 0, lat, 1.0)
-        return total, {k: _arr(v) * scale for k, v in parts.items()}
+        cuts = []
+        for budget in E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens)):
+            chunk, passes, offset, seqs = E.prefill_passes(prompt_tokens=prompt, batch=batch, pass_mode=eng.prefill_pass,
+                                                           token_budget=budget)
+            cuts.append((passes, dict(decode_seqs=X.zeros_like(chunk), decode_kv=X.zeros_like(chunk), prefill_tokens=chunk,
+                                      prefill_span=X.minimum(chunk / seqs, prompt), prefill_kv=offset, prefill_seqs=seqs)))
+        announce = getattr(self, "announce_row", None)
+        if type(rows) is int and announce is not None and len(cuts) > 1:  # one configuration: the cuts in one array pass
+            with announce(ctx, cfg, rows, lambda: [kw for _, kw in cuts]):
+                return self._best_cut(ctx, cfg, rows, cuts)
+        return self._best_cut(ctx, cfg, rows, cuts)
+
+    def _best_cut(self, ctx, cfg, rows, cuts):
+        best = best_parts = None
+        for passes, kw in cuts:
+            lat, stage, parts = self._pass(ctx, cfg, rows, **kw)
+            total = E.pipelined_passes_s(latency_s=lat, stage_s=stage, passes=passes)
+            scale = total / X.where(lat > 0, lat, 1.0)
+            parts = {k: _arr(v) * scale for k, v in parts.items()}
+            if best is None:
+                best, best_parts = total, parts
+                continue
+            take = total < best
+            best = X.where(take, total, best)
+            best_parts = {k: X.where(take, parts.get(k, 0.0), best_parts.get(k, 0.0))
+                          for k in dict.fromkeys([*best_parts, *parts])}
+        return best, best_parts
 
     def infer_time(self, ctx, cfg: dict) -> dict:
         B = np.asarray(cfg["batch"], dtype=float)
@@ -172,11 +194,13 @@ class InferenceMixin:
                 # before it decodes, in its TTFT): per decoding sequence (B - 1) / B of the engine's prompt share
                 pre_per_seq = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
 
-                def prompt_passes(nmb):
-                    """Own prompt: chunks of the pass's spare budget, one chunk per micro-batch slot of the round:
-                    ``(spare, passes, chunk, own chunk's pass, a full spare budget's pass)``."""
+                chunks = E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens))
+
+                def prompt_passes(nmb, cap=None):
+                    """Own prompt: chunks of the pass's spare budget (at most ``cap`` tokens), one chunk per micro-batch
+                    slot of the round: ``(spare, passes, chunk, own chunk's pass, a full spare budget's pass)``."""
                     spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
-                    passes = X.ceil(C / spare)
+                    passes = X.ceil(C / (spare if cap is None else X.minimum(spare, cap)))
                     chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
                     common = dict(decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0,
                                   prefill_seqs=X.ones_like(B))
@@ -193,7 +217,8 @@ class InferenceMixin:
                         out = [_round_pass(X.ceil(B / n), C + O / 2.0, _spec_prompts(ctx, p, t), b, t) for p, b in
                                ((pre_per_seq, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0)
                                for n in counts]
-                        return out + [kw for n in counts for kw in prompt_passes(n)[3:]]
+                        return out + [kw for n in counts for kw in prompt_passes(n)[3:]] + [
+                            prompt_passes(n, c)[3] for n in counts for c in chunks[1:]]
                     with announce(ctx, cfg, rows, passes):
                         tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
                                                                   prefill_per_seq=pre_per_seq, budget=budget)
@@ -201,9 +226,13 @@ class InferenceMixin:
                     tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
                                                               budget=budget)
                 spare, passes, chunk, own_kw, full_kw = prompt_passes(nmb)
-                lat, _, _ = self._pass(ctx, cfg, rows, **own_kw)
                 nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
-                own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(tpot / nmb, lat / nst), passes=passes)
+                own = None
+                for cap in [None, *chunks[1:]]:  # the own prompt in the chunk that finishes it soonest
+                    _, n_own, _, kw, _ = prompt_passes(nmb, cap)
+                    lat, _, _ = self._pass(ctx, cfg, rows, **kw)
+                    t_own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(tpot / nmb, lat / nst), passes=n_own)
+                    own = t_own if own is None else X.minimum(own, t_own)
                 # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
                 full, _, _ = self._pass(ctx, cfg, rows, **full_kw)
                 busy = C / spare * X.maximum(tpot / nmb, full / nst)
@@ -231,6 +260,11 @@ class InferenceMixin:
         out["model_flop_utilization_frac"] = X.minimum(flop_rate / (ndev * peak), 1.0)
         out["_parts"] = parts
         return out
+
+
+def _si(q):
+    """A quantity's SI value, or None."""
+    return None if q is None else q.si
 
 
 def _round_pass(mb, kv_, pre_, bud_, nps) -> dict:
