@@ -48,27 +48,44 @@ class InferenceMixin:
             return self.pass_row(ctx, cfg, rows, **kw)
         return self.pass_time(ctx, cfg, rows, **kw)
 
-    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None):
+    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None,
+                chunk=None):
         """Decode round over rows: (tpot, parts, micro_batches). ``prefill_per_seq`` prompt tokens ride along per
         decoding sequence (in-flight batching), at most ``budget - seqs x new_per_seq`` per pass;
         ``new_per_seq`` > 1 is a speculative verification step (k + 1 positions per sequence); ``counts`` fixes the
-        micro-batches in flight (default: the fastest candidate)."""
+        micro-batches in flight (default: the fastest candidate). ``chunk`` (the prompt length): prompts arrive
+        whole, so a pass carrying fewer prompt tokens on average than one arrival (a prompt, or the pass's spare
+        budget of a longer one) is the mixture of passes with that chunk and passes with none (:func:`_mixed_pass`)."""
         stages = _at(self.pipeline_stages(ctx, cfg), rows)
 
-        def pass_fn(idx, mb, kv_, pre_, bud_):
-            return self._pass(ctx, cfg, rows if idx is None else rows[idx], **_round_pass(mb, kv_, pre_, bud_, new_per_seq))
+        def pass_fn(idx, mb, kv_, pre_, bud_, chunk_=None):
+            at = rows if idx is None else rows[idx]
+            kw = _round_pass(mb, kv_, pre_, bud_, new_per_seq)
+            if chunk_ is None:
+                return self._pass(ctx, cfg, at, **kw)
+            return _mixed_pass(lambda k: self._pass(ctx, cfg, at, **k), kw, mb, kv_, bud_, new_per_seq, chunk_)
 
         pre, bud = _round_prompts(batch, prefill_per_seq, budget)
+        extra = {} if chunk is None or prefill_per_seq is None else {"chunk_": chunk}
         announce = getattr(self, "announce_row", None)
         if type(rows) is int and announce is not None:
             # one configuration: the round's candidates announced, with the verification round's under speculative
             # decoding (the same sizes at k + 1 tokens per sequence, asked right after the plain round)
             cand = E.round_counts(batch, stages) if counts is None else [counts]
-            with announce(ctx, cfg, rows, lambda: [_round_pass(X.ceil(batch / n), kv, pre if t == new_per_seq else
-                                                               _spec_prompts(ctx, pre, t), bud, t)
-                                                   for t in _per_seq(ctx, new_per_seq) for n in cand]):
-                return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud)
-        return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud)
+
+            def passes():
+                out = []
+                for t in _per_seq(ctx, new_per_seq):
+                    for n in cand:
+                        mb = X.ceil(batch / n)
+                        out.append(_round_pass(mb, kv, pre if t == new_per_seq else _spec_prompts(ctx, pre, t), bud, t))
+                        if extra:  # the mixture's two passes
+                            out += [_round_pass(mb, kv, c / mb, bud, t) for c in (0.0, chunk)]
+                return out
+            with announce(ctx, cfg, rows, passes):
+                return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud,
+                                      **extra)
+        return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud, **extra)
 
     def step_host_s(self, ctx) -> float:
         """Host time of one engine step outside the device passes [s] (none unless the family models one)."""
@@ -79,7 +96,7 @@ class InferenceMixin:
         decides where a draft lives; by default it always does)."""
         return True
 
-    def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, counts=None):
+    def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, counts=None, chunk=None):
         """Time per output token of a decode round, with speculative decoding where the software profile (or the
         ``speculative`` options) turns it on and it is faster: ``(verify + k x draft) / E[accepted]``, the draft passes
         without the step's host work (:meth:`step_host_s`, paid once with the verification). ``counts`` fixes the
@@ -87,14 +104,15 @@ class InferenceMixin:
         own).
 
         Returns (tpot, parts, micro_batches, accepted tokens per step [1 without speculation])."""
-        tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, counts=counts)
+        tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, counts=counts, chunk=chunk)
         spec = getattr(ctx, "spec", None)
         if spec is None:
             return tpot, parts, nmb, X.ones_like(tpot)
         k = spec["draft_tokens"]
         # a speculative step finishes requests E[accepted] times faster, so it carries that many more prompt tokens
         vpre = None if prefill_per_seq is None else _spec_prompts(ctx, prefill_per_seq, k + 1.0)
-        verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, vpre, budget, new_per_seq=k + 1.0, counts=counts)
+        verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, vpre, budget, new_per_seq=k + 1.0, counts=counts,
+                                            chunk=chunk)
         dctx, dcfg = self.draft_setup(ctx, cfg)
         draft, _, _ = self._decode(dctx, dcfg, rows, batch, kv)
         # the engine's per-step host work (scheduling, input preparation, sampling) is done once per speculative step,
@@ -221,10 +239,10 @@ class InferenceMixin:
                             prompt_passes(n, c)[3] for n in counts for c in chunks[1:]]
                     with announce(ctx, cfg, rows, passes):
                         tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
-                                                                  prefill_per_seq=pre_per_seq, budget=budget)
+                                                                  prefill_per_seq=pre_per_seq, budget=budget, chunk=C)
                 else:
                     tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
-                                                              budget=budget)
+                                                              budget=budget, chunk=C)
                 spare, passes, chunk, own_kw, full_kw = prompt_passes(nmb)
                 nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
                 own = None
@@ -273,6 +291,30 @@ def _round_pass(mb, kv_, pre_, bud_, nps) -> dict:
     pre = X.minimum(pre_ * mb, X.maximum(bud_ - mb * nps, 0.0))
     return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
                 prefill_seqs=X.minimum(pre, 1.0), new_per_seq=nps)
+
+
+def _mixed_pass(run, kw, mb, kv_, bud_, nps, prompt):
+    """A decode pass carrying on average ``kw['prefill_tokens']`` prompt tokens, where prompts of ``prompt`` tokens
+    arrive whole: a share ``w = tokens / c`` of the passes carries a chunk of ``c = min(prompt, spare budget)`` tokens
+    and the rest none (chunked prefill takes a waiting prompt, whole or a budget's worth; Agrawal et al., Sarathi-Serve,
+    OSDI 2024), so the pass costs ``w t(c) + (1 - w) t(0)``. On average over a step's cost, which is not linear in
+    its prompt tokens (an MoE pass reads every expert some token picks), this is not ``t(tokens)``. A pass carrying a
+    chunk or more on average is left as it is. Returns ``run``'s (latency, stage, parts)."""
+    tok = kw["prefill_tokens"]
+    c = X.minimum(prompt, X.maximum(bud_ - mb * nps, 0.0))
+    w = X.where(c > tok, tok / X.where(c > 0, c, 1.0), 1.0)
+    if type(w) is float and w >= 1.0:
+        return run(kw)
+    if type(w) is not float and bool(np.all(w >= 1.0)):
+        return run(kw)
+    lat1, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps))
+    lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps))
+    latn, stn, pn = run(kw)
+    full = w >= 1.0
+    mix = lambda a1, a0, an: X.where(full, an, w * a1 + (1.0 - w) * a0)  # noqa: E731
+    parts = {k: mix(_arr(p1.get(k, 0.0)), _arr(p0.get(k, 0.0)), _arr(pn.get(k, 0.0)))
+             for k in dict.fromkeys([*pn, *p1, *p0])}
+    return mix(lat1, lat0, latn), mix(st1, st0, stn), parts
 
 
 def _round_prompts(batch, prefill_per_seq, budget):

@@ -406,12 +406,13 @@ class WaferFamily(InferenceMixin, Family):
                 cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))
             cfg[f"_groups_{ph[0]}"] = self._groups(ctx, cfg, cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"]).sum(axis=1)
 
-    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None):
+    def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None,
+                chunk=None):
         """:meth:`InferenceMixin._decode`; a plain round (no prompt tokens) of the same rows as the context's previous
         one is that round again: a serving evaluation asks for the draft model's round twice (with and without the
         prompt chunks on the target's passes), on the same rows, batch and KV lengths (compared bit for bit)."""
         if prefill_per_seq is not None or budget is not None:
-            return super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq, counts)
+            return super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq, counts, chunk)
         key = (type(rows) is int, np.asarray(rows).tobytes(), np.asarray(batch, dtype=float).tobytes(),
                np.asarray(kv, dtype=float).tobytes(),
                float(new_per_seq), None if counts is None else np.asarray(counts, dtype=float).tobytes())
