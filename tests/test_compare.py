@@ -98,7 +98,7 @@ def test_cli_json(capsys):
 def test_cli_csv_has_units_in_headers(capsys):
     assert main(["compare", "llama-3-8b", "--targets", "h100x1", "--context", "1024", "-f", "csv"]) == 0
     rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
-    assert "time per output token [ms]" in rows[0] and "output [$/M tokens]" in rows[0]
+    assert "time per output token [ms]" in rows[0] and "all-in [$/M output tokens]" in rows[0]
     for cell in rows[1]:
         if cell.replace(".", "").replace("e", "").replace("-", "").isdigit():
             # significant digits (leading zeros of 0.54 are not): no 17-digit floats

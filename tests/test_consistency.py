@@ -212,8 +212,8 @@ def test_every_path_gives_the_plan_number(q):
         if m.metric in cols and not m.metric.startswith("service_"):
             same(m.value, float(np.asarray(cols[m.metric]).ravel()[0]), f"cost_columns.{m.metric}")
     headline = "usd_per_mtok_trained" if rec.phase == "train" else cr.headline_metric
-    energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token"}.get(
-        rec.phase, "energy_j_per_output_token")
+    energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token",
+              "serve": "energy_j_per_output_token_all_in"}.get(rec.phase, "energy_j_per_output_token")
     same(row.usd_per_mtok, cr.metric(headline), "compare.usd_per_mtok")
     same(row.usd_per_hour, cr.metric("usd_per_hour"), "compare.usd_per_hour")
     same(row.energy_j_per_token, cr.metric(energy), "compare.energy_j_per_token")

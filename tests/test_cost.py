@@ -262,7 +262,7 @@ def test_cli_cost_json_and_overrides(capsys):
     assert rec["samples"] == 200 and rec["seed"] == 3
     m = {r["metric"]: r for r in rec["metrics"]}
     assert m["output_usd_per_mtok"]["p10"] <= m["output_usd_per_mtok"]["p50"] <= m["output_usd_per_mtok"]["p90"]
-    assert rec["tornado"] and rec["tornado"][0]["metric"] == "output_usd_per_mtok"
+    assert rec["tornado"] and rec["tornado"][0]["metric"] == rec["headline_metric"] == "all_in_usd_per_mtok"
     for fmt in ("table", "csv", "md"):
         assert main(["cost", "llama-3.1-70b", "--target", "h100-sxmx8", "--format", fmt]) == 0
     capsys.readouterr()

@@ -219,7 +219,8 @@ def test_cost_agrees_with_the_cost_api(catalog):
                      output_tokens=ot, train_tokens=sw.train_tokens, overrides=sw.set, layout=lay, catalog=catalog)
             assert c.num_systems == r["num_systems"]
             assert _close(c.metric("usd_per_hour"), r["usd_per_hour"])
-            key = {"train": "usd_per_mtok_trained", "prefill": "input_usd_per_mtok"}.get(sw.phase, "output_usd_per_mtok")
+            key = {"train": "usd_per_mtok_trained", "prefill": "input_usd_per_mtok",
+                   "serve": "all_in_usd_per_mtok"}.get(r["phase"], "output_usd_per_mtok")
             assert _close(c.metric(key), r["usd_per_mtok"], 1e-8)
             if sw.phase == "train":
                 assert _close(c.metric("usd_per_run"), r["usd_per_run"])

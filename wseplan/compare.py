@@ -115,7 +115,8 @@ class CompareResult(Frozen):
                      Column("tokens_per_s", "per system [tokens/s]")]
         cols += [Column("power_w", "power [kW]", 1e3), Column("usd_per_hour", "cost [$/h]")]
         cols += ([Column("usd_per_run", "run cost [$M]", 1e6), Column("usd_per_mtok", "[$/M tokens trained]")]
-                 if train else [Column("usd_per_mtok", "output [$/M tokens]")])
+                 if train else [Column("usd_per_mtok", "all-in [$/M output tokens]" if self.phase == "serve"
+                                       else "output [$/M tokens]" if self.phase == "decode" else "input [$/M tokens]")])
         cols.append(Column("energy_j_per_token", "energy [J/token]"))
         if any(r.operating_point for r in self.rows):
             cols.insert(4, Column("batch_source", "batch from"))
@@ -187,8 +188,8 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
         return CompareRow(**row, notes=notes), None, None
     phase = s.query.phase
     metric = costing.HEADLINE[phase] if phase != "train" else "usd_per_mtok_trained"
-    energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token"}.get(
-        phase, "energy_j_per_output_token")
+    energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token",
+              "serve": "energy_j_per_output_token_all_in"}.get(phase, "energy_j_per_output_token")
     row.update(power_w=_metric(cr, "busy_it_power_w"), usd_per_hour=_metric(cr, "usd_per_hour"),
                usd_per_mtok=_metric(cr, metric), energy_j_per_token=_metric(cr, energy))
     if phase == "train":

@@ -26,7 +26,7 @@ from .workload import total_params as transformer_params
 
 #: the headline metric of each phase
 HEADLINE = {"train": "usd_per_run", "prefill": "input_usd_per_mtok", "decode": "output_usd_per_mtok",
-            "serve": "output_usd_per_mtok"}
+            "serve": "all_in_usd_per_mtok"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class ArrayTimes:
     step_s: np.ndarray | None = None
     tokens_per_step: np.ndarray | None = None
     train_tokens: np.ndarray | float | None = None
+    output_tokens_per_s: np.ndarray | None = None
 
 
 def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
@@ -95,7 +96,8 @@ def array_times(s: Setup, arr: dict, *, train_tokens=None) -> ArrayTimes:
     g = lambda k: arr.get(f"time.{k}", np.full(len(ndev), np.nan))  # noqa: E731
     return ArrayTimes(phase="serve", num_devices=ndev, num_systems=nsys, prefill_s=g("cost_prefill_s"),
                       prompt_tokens=g("cost_prompt_tokens"), decode_step_s=g("cost_decode_s"),
-                      output_tokens_per_step=g("cost_output_tokens"))
+                      output_tokens_per_step=g("cost_output_tokens"),
+                      output_tokens_per_s=None if ph == "prefill" else np.asarray(arr["tokens_per_s"], dtype=float))
 
 
 def cost_columns(s: Setup, arr: dict, p: dict, *, train_tokens=None) -> dict:

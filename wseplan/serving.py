@@ -502,7 +502,8 @@ def operating_point(model, target, *, precision: str = "bf16", software: str | N
         min_tokens_per_s_per_user, src = default_min_tokens_per_s_per_user(cat), "default"
     x = min_tokens_per_s_per_user
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < 1e9:
-        raise InputError(f"min_tokens_per_s_per_user (--min-speed): must be a positive number, got {x!r}")
+        raise InputError(f"min_tokens_per_s_per_user (--min-speed): must be a positive number below 1e9 tokens/s per "
+                         f"user, got {x!r}")
     res = serve(model, target, precision=precision, software=software, input_tokens=input_tokens,
                 output_tokens=output_tokens, tpot_limit_s=1.0 / x, catalog=cat, prices=prices, overrides=overrides,
                 options=options, layout=layout)

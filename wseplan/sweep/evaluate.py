@@ -78,8 +78,9 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
                                "tokens_per_s", "tokens_per_s_per_user", "bottleneck")}
     res["num_systems"] = num_systems(s, arr["num_devices"])
     pick = {"train": ("usd_per_mtok_trained", "energy_j_per_train_token"),
-            "prefill": ("input_usd_per_mtok", "energy_j_per_input_token")}.get(g.phase,
-                                                                              ("output_usd_per_mtok", "energy_j_per_output_token"))
+            "prefill": ("input_usd_per_mtok", "energy_j_per_input_token"),
+            "serve": ("all_in_usd_per_mtok", "energy_j_per_output_token_all_in")}.get(
+        g.phase, ("output_usd_per_mtok", "energy_j_per_output_token"))
     nan = np.full(n, np.nan)
 
     def col(k):

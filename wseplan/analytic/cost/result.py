@@ -31,6 +31,8 @@ class TimeInputs(Frozen):
     step_s: float | None = None
     tokens_per_step: float | None = None
     train_tokens: float | None = None
+    #: output tokens the deployment delivers per second at its load, request overheads included (serve, decode) [tokens/s]
+    output_tokens_per_s: float | None = None
 
 
 def evaluate(p: dict, t: TimeInputs) -> dict:
@@ -61,6 +63,11 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
         out.update(serving_cost(usd_per_busy_hour=d["usd_per_busy_hour"], busy_it_power_w=d["busy_it_power_w"],
                                 pue=p["pue"], prefill_s=scaled(t.prefill_s), prompt_tokens=t.prompt_tokens,
                                 decode_step_s=scaled(t.decode_step_s), output_tokens_per_step=t.output_tokens_per_step))
+        if t.output_tokens_per_s is not None:
+            # all in: the deployment's busy hour over the output tokens it delivers, prompts and waits included
+            tps = np.asarray(t.output_tokens_per_s, dtype=float) / f
+            out["all_in_usd_per_mtok"] = np.asarray(d["usd_per_busy_hour"], dtype=float) / S_PER_HOUR / tps * 1e6
+            out["energy_j_per_output_token_all_in"] = np.asarray(d["busy_it_power_w"], dtype=float) * p["pue"] / tps
         if "cloud_usd_per_device_hour" in p:
             out.update(rental_serving_cost(cloud_usd_per_device_hour=p["cloud_usd_per_device_hour"],
                                            num_devices=t.num_devices, prefill_s=scaled(t.prefill_s),
@@ -84,7 +91,8 @@ UNITS = {
     "total_usd_per_year": "USD/yr", "usd_per_hour": "USD/h", "usd_per_busy_hour": "USD/h",
     "usd_per_system_hour": "USD/h", "usd_per_device_hour": "USD/h", "peak_it_power_w": "W",
     "average_it_power_w": "W", "busy_it_power_w": "W", "peak_facility_power_w": "W", "rack_units": "U", "racks": "-",
-    "input_usd_per_mtok": "USD/Mtok", "output_usd_per_mtok": "USD/Mtok", "energy_j_per_input_token": "J",
+    "input_usd_per_mtok": "USD/Mtok", "output_usd_per_mtok": "USD/Mtok", "all_in_usd_per_mtok": "USD/Mtok",
+    "energy_j_per_output_token_all_in": "J", "energy_j_per_input_token": "J",
     "energy_j_per_output_token": "J", "rental_usd_per_hour": "USD/h", "rental_input_usd_per_mtok": "USD/Mtok",
     "rental_output_usd_per_mtok": "USD/Mtok", "run_s": "s", "usd_per_run": "USD", "energy_j_per_run": "J",
     "energy_j_per_train_token": "J", "usd_per_mtok_trained": "USD/Mtok", "rental_usd_per_run": "USD",
@@ -173,7 +181,8 @@ def cost_from_times(params: dict[str, Param], times: TimeInputs, *, model: str, 
             return evaluate(p, times)
 
     nom = fn(nominal(params))
-    headline = headline_metric or ("output_usd_per_mtok" if times.phase == "serve" else "usd_per_run")
+    headline = headline_metric or ("usd_per_run" if times.phase != "serve" else "output_usd_per_mtok"
+                                   if times.output_tokens_per_s is None else "all_in_usd_per_mtok")
     pct = {}
     if uncertainty:
         pct = {r.metric: r for r in monte_carlo(params, fn, n=uncertainty, seed=seed)}

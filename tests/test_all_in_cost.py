@@ -1,0 +1,40 @@
+"""Serving's headline $/M output tokens is all in: the deployment's busy hour over the output tokens it delivers at
+its load, the prompts' prefill and the requests' waits included (third audit: compare showed only the decode side of
+the time split, $4.15/M on 8 x H200 against $4.34/M on 8 x H100, while a request costs 11% more on the H200)."""
+import pytest
+
+from wseplan.compare import compare
+from wseplan.costing import cost
+from wseplan.errors import InputError
+from wseplan.timing import predict_time
+
+
+def test_all_in_is_the_busy_hour_over_delivered_output_tokens():
+    kw = dict(phase="serve", batch=16, context=8192, output_tokens=256)
+    c = cost("llama-3-70b", "h100x8", **kw)
+    t = predict_time("llama-3-70b", "h100x8", **kw)
+    busy_hour = c.metric("usd_per_busy_hour")
+    assert c.headline_metric == "all_in_usd_per_mtok"
+    assert c.metric("all_in_usd_per_mtok") == pytest.approx(busy_hour / 3600 / t.tokens_per_s * 1e6, rel=1e-9)
+    # a request's prompt and answer at the split prices come to about the same (the split is a time share)
+    per_req = (8192 * c.metric("input_usd_per_mtok") + 256 * c.metric("output_usd_per_mtok")) / 256
+    assert c.metric("all_in_usd_per_mtok") > c.metric("output_usd_per_mtok")
+    assert c.metric("all_in_usd_per_mtok") == pytest.approx(per_req, rel=0.5)
+    pue = next(p.value for p in c.params if p.name == "pue")
+    e = c.metric("energy_j_per_output_token_all_in")
+    assert e == pytest.approx(c.metric("busy_it_power_w") * pue / t.tokens_per_s, rel=1e-9)
+    assert e > c.metric("energy_j_per_output_token")
+
+
+def test_compare_ranks_by_what_a_request_costs():
+    r = compare("llama-3-70b", ["h100x8", "h200x8"], phase="serve", batch=16, context=8192, output_tokens=256)
+    by = {row.target: row for row in r.rows}
+    for tgt in ("h100x8", "h200x8"):
+        c = cost("llama-3-70b", tgt, phase="serve", batch=16, context=8192, output_tokens=256)
+        assert by[tgt].usd_per_mtok == pytest.approx(c.metric("all_in_usd_per_mtok"), rel=1e-9)
+        assert by[tgt].energy_j_per_token == pytest.approx(c.metric("energy_j_per_output_token_all_in"), rel=1e-9)
+
+
+def test_min_speed_message_names_the_limit():
+    with pytest.raises(InputError, match="below 1e9"):
+        cost("llama-3-70b", "h100x8", phase="serve", min_tokens_per_s_per_user=1e9)
