@@ -198,7 +198,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     if band is not None:
         row.update(usd_per_mtok_p10=band.p10, usd_per_mtok_p50=band.p50, usd_per_mtok_p90=band.p90)
     notes += [n for n in cr.notes if n not in notes]
-    return CompareRow(**row, notes=notes), cr.times, costing.params_for(s, prices, overrides=overrides)
+    return CompareRow(**row, notes=notes), cr.times, {p.name: p for p in cr.params}  # the inputs the cost used
 
 
 def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,

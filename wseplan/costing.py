@@ -106,8 +106,8 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
 
 
 def model_time_param(s: Setup, rec) -> C.Param | None:
-    """The model error of the time prediction as a cost input: true time / predicted time, triangular over the 5th to
-    95th percentile of the held-out errors of its category (:mod:`wseplan.model_error`), nominal 1 (so nominal costs
+    """The model error of the time prediction as a cost input: true time / predicted time, triangular in its logarithm over
+    the 5th to 95th percentile of the held-out errors of its category (:mod:`wseplan.model_error`), nominal 1 (so nominal costs
     are the predicted ones); the Monte Carlo samples it with the prices. None without a model-error file."""
     q = s.query
     b = time_factor_range(category_for(q.target.kind, q.phase), params_b=total_params(q.model) / 1e9
@@ -116,7 +116,7 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
     if b is None:
         return None
     lo, hi, note = b
-    return C.Param(name="model_time_factor", value=1.0, low=min(lo, 1.0), high=max(hi, 1.0),
+    return C.Param(name="model_time_factor", value=1.0, low=min(lo, 1.0), high=max(hi, 1.0), log_scale=True,
                    source=["wseplan-model-error"], basis="estimate",
                    note=f"true time / predicted time of the {q.phase} times; {note}")
 

@@ -19,6 +19,9 @@ class Param(Frozen):
     source: list[str]
     basis: str
     note: str | None = None
+    #: sampled triangular in the logarithm (a ratio such as the model's time error: symmetric factors, median near
+    #: the value), else triangular in the value
+    log_scale: bool = False
 
     @classmethod
     def from_quantity(cls, name: str, q: Quantity) -> "Param":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import math
+
 import numpy as np
 
 from ...catalog.schema import Frozen
@@ -38,9 +40,10 @@ def sample_params(params: dict[str, Param], n: int, seed: int) -> dict[str, np.n
         if not p.uncertain:
             out[k] = np.full(n, p.value)
             continue
-        scale = p.high - p.low
-        c = (p.value - p.low) / scale
-        out[k] = stats.triang.rvs(c, loc=p.low, scale=scale, size=n, random_state=rng)
+        lo, mid, hi = ((math.log(p.low), math.log(p.value), math.log(p.high)) if p.log_scale and p.low > 0
+                       else (p.low, p.value, p.high))
+        x = stats.triang.rvs((mid - lo) / (hi - lo), loc=lo, scale=hi - lo, size=n, random_state=rng)
+        out[k] = np.exp(x) if p.log_scale and p.low > 0 else x
     return out
 
 
