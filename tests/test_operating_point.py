@@ -51,7 +51,10 @@ def test_cost_without_batch_is_the_cheapest_point_that_meets_the_speed():
     assert (best.batch, best.layout) == (sv.chosen.batch, sv.chosen.layout) and best.batch == res.batch
     assert res.plan["tokens_per_s_per_user"] >= 20
     # cost prices the replica at full load; serve reports it at its default load (90% of capacity)
-    assert res.headline_value == pytest.approx(best.output_usd_per_mtok * DEFAULT_UTILIZATION, rel=1e-9)
+    assert res.metric("output_usd_per_mtok") == pytest.approx(best.output_usd_per_mtok * DEFAULT_UTILIZATION, rel=1e-9)
+    util = PRICES.site.utilization_frac.si  # the headline is all in: the busy hour over the tokens delivered
+    assert res.headline_value == pytest.approx(best.usd_per_hour / (util * 3600 * best.tokens_per_s) * 1e6
+                                               * DEFAULT_UTILIZATION, rel=1e-9)
     # the same number as asking for that batch and layout explicitly
     lay = op["layout"]
     again = cost("llama-3-70b", "h200x8", batch=res.batch, layout=lay, **ASK)
@@ -85,7 +88,12 @@ def test_wafer_operating_point_reproduces_the_serve_point():
     sv = serve("llama-3.1-8b", "cs3", input_tokens=1024, output_tokens=128, tpot_limit_s=1 / 20, catalog=CAT,
                prices=PRICES)
     assert res.num_devices == sv.chosen.num_devices and res.batch == sv.chosen.batch
-    assert res.headline_value == pytest.approx(sv.chosen.output_usd_per_mtok * DEFAULT_UTILIZATION, rel=1e-9)
+    # all in: the busy hour over the tokens the point delivers; serve's points run at DEFAULT_UTILIZATION of capacity
+    util = PRICES.site.utilization_frac.si
+    all_in = sv.chosen.usd_per_hour / (util * 3600 * sv.chosen.tokens_per_s) * 1e6
+    assert res.headline_value == pytest.approx(all_in * DEFAULT_UTILIZATION, rel=1e-9)
+    assert res.metric("output_usd_per_mtok") == pytest.approx(sv.chosen.output_usd_per_mtok * DEFAULT_UTILIZATION,
+                                                               rel=1e-9)
 
 
 def test_explicit_batch_is_kept():

@@ -320,14 +320,15 @@ def test_gpu_fit_never_exceeds_capacity(m, phase, precision, batch, context, cou
               zero_stage=zero, recompute=recompute)
     lo = res.layout
     used = lo["tensor_parallel"] * lo["pipeline_parallel"] * lo["data_parallel"] * lo.get("context_parallel", 1)
-    if phase == "train":  # training may leave GPUs idle where fewer replicas train faster, and says so
-        assert used <= count and res.num_devices == count
-        assert (used == count) or any(f"{count - used:,} of {count:,} GPUs left idle" in n for n in res.notes)
-    else:
-        assert used == count
+    # a layout may leave GPUs idle (training: fewer replicas train faster; inference: a replica size that does not
+    # divide the count), and says so; the target is all of them
+    assert used <= count and res.num_devices == count
+    assert (used == count) or any(f"{count - used:,} of {count:,} GPUs left idle" in n for n in res.notes)
     w = build_workload(m, CAT, precision=precision, phase=phase, batch=batch, context=context)
     if phase == "train":
-        per_gpu = layout_memory(w, CAT, tp=[lo["tensor_parallel"]], pp=[lo["pipeline_parallel"]], dp=[lo["data_parallel"]],
+        # context parallelism shards a sequence's activations as tensor parallelism does (gpu.fit: tp x cp)
+        per_gpu = layout_memory(w, CAT, tp=[lo["tensor_parallel"] * lo.get("context_parallel", 1)],
+                                pp=[lo["pipeline_parallel"]], dp=[lo["data_parallel"]],
                                 zero_stage=zero, recompute=recompute, micro_batch=lo["micro_batch"],
                                 vpp=lo["virtual_pipeline"])["total"][0]
     else:  # the tokens in flight of the default engine: a decode step's batch, or a prompt chunk of its token budget

@@ -43,3 +43,30 @@ def test_chosen_layout_is_the_best_near_tie(catalog, model, target, phase, batch
     r = plan(model, target, phase=phase, batch=batch, context=2048, catalog=catalog, **kw)
     assert r.layout["num_wafers"] in near
     assert r.tokens_per_s == pytest.approx(max(v[1] for v in near.values()), rel=1e-12)
+
+
+def test_a_gpu_count_serves_as_equal_replicas_of_the_cheapest_size():
+    """16 H100 can run as two 8-GPU replicas: the operating point (cheapest meeting the speed) is then the 8-GPU one's,
+    at twice the throughput (third audit: 16 and 32 H100 came out 22% and 40% dearer per token than 8, since the plan's
+    layout search for a count maximises the speed per user)."""
+    from wseplan.compare import compare
+
+    r = compare("llama-3-70b", ["h100x8", "h100x16", "h100x32"], phase="serve", context=8192, output_tokens=256)
+    by = {row.target: row for row in r.rows}
+    one = by["h100x8"].usd_per_mtok
+    for t, k in (("h100x16", 2), ("h100x32", 4)):
+        assert by[t].usd_per_mtok <= one * (1 + 1e-9)
+        assert by[t].tokens_per_s >= k * by["h100x8"].tokens_per_s * (1 - 1e-9)
+
+
+def test_a_replica_size_that_does_not_divide_the_count_leaves_gpus_idle():
+    """12 H100 at batch 32: one TP8 replica (4 GPUs idle) decodes faster and delivers more than any layout of all 12
+    (tp 4 x pp 3: 17.7 ms, 1,807 tok/s against 11.8 ms, 2,717 tok/s); the target is still 12 GPUs, priced whole."""
+    from wseplan.timing import predict_time
+
+    a = predict_time("llama-3-70b", "h100x12", phase="decode", batch=32, context=2048)
+    b = predict_time("llama-3-70b", "h100x8", phase="decode", batch=32, context=2048)
+    assert a.tpot_s == pytest.approx(b.tpot_s, rel=1e-12) and a.tokens_per_s == pytest.approx(b.tokens_per_s, rel=1e-12)
+    assert a.num_devices == 12 and any("4 of 12 GPUs left idle" in n for n in a.notes)
+    full = predict_time("llama-3-70b", "h100x12", phase="decode", batch=32, context=2048, layout={"tp": 4, "pp": 3, "dp": 1})
+    assert full.tpot_s > a.tpot_s and full.tokens_per_s < a.tokens_per_s

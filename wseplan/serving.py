@@ -229,10 +229,17 @@ def pareto_frontier(points: list[ServePoint], util: float = 1.0) -> list[ServePo
 
 
 def replica_sizes(s0) -> list[int | None]:
-    """Replica sizes to search for a target without a count: None (the fewest that fit) and larger ones."""
+    """Replica sizes to search: without a count None (the fewest that fit) and larger ones; with a GPU count the
+    plan's own layout (None) and ``("dp", d)`` for every data-parallel split into equal replicas of a power-of-two
+    size inside the scale-up domain (16 H100 as 2 replicas of 8: the plan's layout search maximises the speed per
+    user, so the cheaper split is a candidate of its own)."""
     t = s0.query.target
-    if t.count is not None:
-        return [None]
+    if t.count is not None:  # a GPU count also runs as equal data-parallel replicas of each size that divides it
+        if t.kind != "gpu":
+            return [None]
+        dom = int(t.device.scale_up_domain_gpus.si)
+        return [None] + [("dp", t.count // n) for n in (1, 2, 4, 8, 16, 32, 64, 72)
+                         if n < t.count and t.count % n == 0 and n <= dom]
     if t.kind == "gpu":
         dom = int(t.device.scale_up_domain_gpus.si)
         return [None] + [n for n in (2, 4, 8, 16, 32, 64, 72) if n <= min(dom, 72)]
@@ -292,6 +299,9 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     for size in ([None] if layout else replica_sizes(s0)):
         if size is None:
             s, lay = s0, layout
+        elif isinstance(size, tuple):  # a GPU count split into equal data-parallel replicas
+            points += _points(s0, layout={size[0]: size[1]}, **kw)
+            continue
         elif size == "x2":  # wafers: from the fewest that fit to twice that
             few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None))
             kmin = few[0].devices_per_replica if few else None

@@ -221,9 +221,12 @@ class GpuFamily(InferenceMixin, Family):
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
         notes = []
         used = tp * pp * dp * int(r.get("cp", 1) if ctx.q.phase == "train" else 1)
-        if ctx.count and used < ctx.count:
+        if ctx.count and used < ctx.count and ctx.q.phase == "train":
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle: {used:,} train faster than any layout "
                          f"using all of them (the batch splits into too few micro-batches per replica)")
+        elif ctx.count and used < ctx.count:
+            notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle ({dp} replicas of {tp * pp}: a faster "
+                         f"replica size than any that divides the count)")
         return lay, {"stages": stages}, notes
 
     def candidates(self, ctx: GpuContext, cfg: dict) -> tuple[dict, np.ndarray]:
@@ -288,12 +291,15 @@ class GpuFamily(InferenceMixin, Family):
         T, P, D, K = [], [], [], []
         for cp in cps:
             N = None if N0 is None else N0 // cp  # the cp groups take cp of the GPUs; the layout splits the rest
-            tps = [t for t in ctx.tp_values if N is None or (N % t == 0)]
+            # inference with a count: also replicas of a power-of-two size that does not divide it (the rest idle)
+            tps = [t for t in ctx.tp_values if N is None or (N % t == 0) or (not train and t <= N)]
             for t in tps:
                 if N is None:
                     pps = range(1, L + 1)
                 else:
-                    pps = [p for p in range(1, L + 1) if (N // t) % p == 0]
+                    pps = [p for p in range(1, L + 1) if (N // t) % p == 0 and N % t == 0]
+                    if not train:
+                        pps = sorted(set(pps) | {2 ** i for i in range(8) if 2 ** i <= L and t * 2 ** i <= N})
                 for p in pps:
                     if N is None:
                         dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
@@ -301,7 +307,7 @@ class GpuFamily(InferenceMixin, Family):
                         full = N // (t * p)
                         dps = [full] + [2 ** i for i in range(15) if full / 8 <= 2 ** i < full and batch % 2 ** i == 0]
                     else:
-                        dps = [N // (t * p)]
+                        dps = [N // (t * p)]  # inference: as many whole replicas as the count holds
                     for d_ in dps:
                         T.append(t), P.append(p), D.append(d_), K.append(cp)
         N = N0
@@ -370,8 +376,8 @@ class GpuFamily(InferenceMixin, Family):
         if ph != "train":
             kv_tok = mem["kv_cache"] / np.maximum(B * (C + O), 1.0)
         max_tok = np.where(kv_tok > 0, np.maximum(kv_room, 0.0) / np.where(kv_tok > 0, kv_tok, 1.0), 0.0)
-        # a training layout may leave GPUs of a count idle (:meth:`_grid`); the target is still all of them
-        held = np.maximum(devices, ctx.count) if ph == "train" and ctx.count else devices
+        # a layout may leave GPUs of a count idle (:meth:`_grid`); the target is still all of them
+        held = np.maximum(devices, ctx.count) if ctx.count else devices
         return dict(num_devices=held, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
                     weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices,
                     activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,

@@ -248,7 +248,9 @@ class WaferFamily(InferenceMixin, Family):
         nst = valid.sum(axis=1)
         last = np.full(n, ctx.n_items)
         w_all, kv_all, a_all = weights_at(last) * replicas, kv_at(last) * replicas, a * nst * replicas
-        return dict(num_devices=k * replicas, num_replicas=replicas, per_device_bytes=maxload,
+        # a target with a count is all its wafers, the idle remainder too (priced whole, as GPUs)
+        held = np.maximum(k * replicas, ctx.count) if ctx.count else k * replicas
+        return dict(num_devices=held, num_replicas=replicas, per_device_bytes=maxload,
                     capacity_bytes=np.full(n, ctx.cap), fits=fits, weights_bytes=w_all, kv_cache_bytes=kv_all,
                     activation_bytes=a_all, optimizer_bytes=np.zeros(n), total_bytes=w_all + kv_all + a_all,
                     binding=binding_code(parts, maxload, ctx.cap, fits), max_tokens_in_flight=max_tok,
