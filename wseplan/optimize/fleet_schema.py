@@ -50,8 +50,9 @@ class WorkloadSpec(Frozen):
     ``requests_per_user_per_day`` spread over a day (/ 86,400 s) and multiplied by ``peak_factor`` (the busiest
     hour's rate over the day's average). :meth:`output_tokens_per_s_demand` is the rate in output tokens/s.
     ``precisions`` sets a precision per system (system name or hardware key, e.g. ``{h200-sxm: fp8}``);
-    the others use ``precision``. ``replica_sizes``: ``fewest`` (replicas of the fewest devices that hold the
-    model) or ``search`` (every size of :func:`wseplan.serving.serve`'s replica search, e.g. 4 to 8 CS-3).
+    the others use ``precision``. ``replica_sizes``: ``search`` (the default: every size of
+    :func:`wseplan.serving.serve`'s replica search, e.g. 2 to 8 H200 or 4 to 8 CS-3) or ``fewest`` (replicas of the
+    fewest devices that hold the model only).
     """
 
     name: str
@@ -68,7 +69,7 @@ class WorkloadSpec(Frozen):
     prompt_tokens: int = Field(default=2048, gt=0)
     output_tokens: int = Field(default=256, gt=0)
     batches: list[int] = [1, 4, 16, 64]
-    replica_sizes: str = Field(default="fewest", pattern="^(fewest|search)$",
+    replica_sizes: str = Field(default="search", pattern="^(fewest|search)$",
                                description="fewest: replicas of the fewest devices that hold the model; search: every "
                                            "replica size of the serve replica search")
     sla: Sla = Sla()
