@@ -258,3 +258,20 @@ def test_a_bolder_claim_is_never_judged_milder(catalog, errors, a, b):
     assert _SEVERITY[v_hi.verdict] >= _SEVERITY[v_lo.verdict]
     if v_lo.estimate and lo <= v_lo.estimate:
         assert v_lo.verdict == "consistent"  # at or below the estimate is always consistent
+
+
+def test_a_price_claim_without_a_batch_is_judged_at_the_operating_point(catalog):
+    """A $/M-token claim that states no batch is compared with the operating point `cost` gives without one (the
+    cheapest point meeting the default speed per user), not with batch 1 (third audit: Cerebras' $0.60/M on 4 CS-3
+    was called 212x optimistic at batch 1 where the operating point gives 36x); a per-token price is a per-side price,
+    so the decode claim meets the output side."""
+    from wseplan.costing import cost
+
+    c = Claim(id="p", text="t", kind="usd_per_mtok", value=0.6, unit="USD/Mtok", model="llama-3.1-70b",
+              target="cs3x4", phase="decode")
+    v = check_claim(c, catalog)
+    op = cost("llama-3.1-70b", "cs3x4", phase="decode", catalog=catalog)
+    assert op.operating_point is not None
+    assert v.estimate == pytest.approx(op.metric("output_usd_per_mtok"), rel=1e-9)
+    b1 = cost("llama-3.1-70b", "cs3x4", phase="decode", batch=1, catalog=catalog)
+    assert b1.metric("output_usd_per_mtok") > 2 * v.estimate

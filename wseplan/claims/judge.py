@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 from ..catalog.load import load_catalog
-from ..compare import compare
+from ..costing import cost
 from ..devices import families
 from ..errors import InputError, WseplanError
 from ..plan import plan
@@ -123,11 +123,16 @@ def _estimate(c: Claim, cat, t, p: Physical):
         return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)", None
     if kind == "usd_per_mtok":
         try:
-            res = compare(c.model, [t.label], phase=c.phase or "decode", precision=c.precision, batch=c.batch or 1,
-                          context=c.context, catalog=cat)
+            # no batch stated: the operating point a buyer means (the cheapest meeting the default speed per user);
+            # a price per token is a vendor's per-side price, so the side the claim's phase names is compared
+            res = cost(c.model, t.label, phase=c.phase or "decode", precision=c.precision, batch=c.batch,
+                       context=c.context, catalog=cat)
         except WseplanError as exc:
             return None, f"cost model declined: {exc}", None
-        return res.rows[0].usd_per_mtok, "wseplan compare $/M tokens", None
+        side = {"train": "usd_per_mtok_trained", "prefill": "input_usd_per_mtok"}.get(c.phase or "decode",
+                                                                                     "output_usd_per_mtok")
+        how = f"batch {c.batch}" if c.batch else f"its operating point, batch {res.batch} (searched)"
+        return res.metric(side), f"wseplan cost {side} at {how}", None
     if p.quantity not in ("train_tokens_per_s", "tpot_s", "ttft_s"):
         return None, "no batch stated, so no estimate to compare with", None
     if p.training and c.batch is None:
