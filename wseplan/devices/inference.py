@@ -208,6 +208,10 @@ class InferenceMixin:
                 acct = dict(cost_prefill_s=ttft, cost_prompt_tokens=R * B * C, cost_decode_s=tpot, cost_output_tokens=R * B)
             else:
                 budget = _full(B, eng.token_budget.si)
+                # prompts arrive whole on the steps of a model with routed experts, whose step reads every expert some
+                # token picks (not additive in the tokens); a dense step's cost is taken at the mean prompt load, the
+                # form that validates better held out on dense serving (docs/software-profiles.md)
+                arrivals = C if _routed(ctx) else None
                 # the prompts that ride on a request's decode steps are the other B - 1 requests' (its own is prefilled
                 # before it decodes, in its TTFT): per decoding sequence (B - 1) / B of the engine's prompt share
                 pre_per_seq = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
@@ -239,10 +243,11 @@ class InferenceMixin:
                             prompt_passes(n, c)[3] for n in counts for c in chunks[1:]]
                     with announce(ctx, cfg, rows, passes):
                         tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
-                                                                  prefill_per_seq=pre_per_seq, budget=budget, chunk=C)
+                                                                  prefill_per_seq=pre_per_seq, budget=budget,
+                                                                  chunk=arrivals)
                 else:
                     tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
-                                                              budget=budget, chunk=C)
+                                                              budget=budget, chunk=arrivals)
                 spare, passes, chunk, own_kw, full_kw = prompt_passes(nmb)
                 nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
                 own = None
@@ -278,6 +283,12 @@ class InferenceMixin:
         out["model_flop_utilization_frac"] = X.minimum(flop_rate / (ndev * peak), 1.0)
         out["_parts"] = parts
         return out
+
+
+def _routed(ctx) -> bool:
+    """Whether the context's model has routed experts (an MoE)."""
+    m = getattr(ctx, "m", None) or getattr(getattr(ctx, "q", None), "model", None)
+    return getattr(m, "num_experts", 1) > 1
 
 
 def _si(q):
