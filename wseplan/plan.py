@@ -30,7 +30,7 @@ import numpy as np
 
 from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
-from .catalog.schema import Model
+from .catalog.schema import FORMATS_NARROW_TO_WIDE, Model
 from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
@@ -343,17 +343,13 @@ def _params_b(m: Model) -> float:
     return hit[1]
 
 
-#: number formats from narrowest to widest: a device without a format's datapath runs it at the next wider one
-_WIDER = ("fp4", "int4", "fp8", "int8", "fp16", "bf16", "tf32", "fp32")
-
-
 def _datapath_note(t, precision: str) -> list[str]:
     """A note when the target's catalog entry has no rate for ``precision`` and its math runs at a wider format's."""
     dev = getattr(t, "device", None)
     rates = getattr(dev, "dense_peak_flop_per_s", None) or getattr(dev, "flop_per_cycle_per_pe", None)
-    if not isinstance(rates, dict) or precision in rates or precision not in _WIDER:
+    if not isinstance(rates, dict) or precision in rates or precision not in FORMATS_NARROW_TO_WIDE:
         return []
-    wider = next((p for p in _WIDER[_WIDER.index(precision) + 1:] if p in rates), None)
+    wider = next((p for p in FORMATS_NARROW_TO_WIDE[FORMATS_NARROW_TO_WIDE.index(precision) + 1:] if p in rates), None)
     if wider is None:
         return []
     return [f"{t.key} has no {precision} datapath in the catalog: its math runs at the {wider} rate"]

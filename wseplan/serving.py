@@ -228,6 +228,10 @@ def pareto_frontier(points: list[ServePoint], util: float = 1.0) -> list[ServePo
     return out
 
 
+#: GPU replica sizes the serving search tries: powers of two, and an NVL72 rack whole (inside the scale-up domain)
+GPU_REPLICA_SIZES = (2, 4, 8, 16, 32, 64, 72)
+
+
 def replica_sizes(s0) -> list[int | None]:
     """Replica sizes to search: without a count None (the fewest that fit) and larger ones; with a GPU count the
     plan's own layout (None) and ``("dp", d)`` for every data-parallel split into equal replicas of a power-of-two
@@ -238,11 +242,11 @@ def replica_sizes(s0) -> list[int | None]:
         if t.kind != "gpu":
             return [None]
         dom = int(t.device.scale_up_domain_gpus.si)
-        return [None] + [("dp", t.count // n) for n in (1, 2, 4, 8, 16, 32, 64, 72)
+        return [None] + [("dp", t.count // n) for n in (1, *GPU_REPLICA_SIZES)
                          if n < t.count and t.count % n == 0 and n <= dom]
     if t.kind == "gpu":
         dom = int(t.device.scale_up_domain_gpus.si)
-        return [None] + [n for n in (2, 4, 8, 16, 32, 64, 72) if n <= min(dom, 72)]
+        return [None] + [n for n in GPU_REPLICA_SIZES if n <= dom]
     return [None, "x2"]
 
 

@@ -329,6 +329,10 @@ class SwarmX(_Checked):
     per_level_latency_s: Quantity
 
 
+#: number formats from narrowest to widest: a device without a format's datapath runs it at the next wider one
+FORMATS_NARROW_TO_WIDE = ("fp4", "int4", "fp8", "int8", "fp16", "bf16", "tf32", "fp32")
+
+
 class Gpu(_Checked):
     """One GPU (or TPU chip) and the node it usually ships in."""
 
@@ -351,11 +355,10 @@ class Gpu(_Checked):
 
     def peak_flop_per_s(self, precision: str) -> float:
         """Dense peak [FLOP/s] for ``precision``; a format the GPU lacks runs at the next wider one."""
-        order = ["fp4", "int4", "fp8", "int8", "fp16", "bf16", "tf32", "fp32"]
         if precision in self.dense_peak_flop_per_s:
             return self.dense_peak_flop_per_s[precision].si
-        i = order.index(precision)
-        for p in order[i + 1:]:
+        i = FORMATS_NARROW_TO_WIDE.index(precision)
+        for p in FORMATS_NARROW_TO_WIDE[i + 1:]:
             if p in self.dense_peak_flop_per_s:
                 return self.dense_peak_flop_per_s[p].si
         raise ValueError(f"{self.name} has no dense peak for {precision}")
@@ -581,6 +584,7 @@ class Defaults(_Checked):
     gpu_max_tensor_parallel: Quantity
     #: GPU training: context parallelism is searched where each rank keeps at least this many tokens (wseplan.devices.gpu)
     gpu_cp_min_tokens_per_rank: Quantity
+    gpu_train_min_replica_frac: Quantity
     prefill_chunk_tokens: Quantity
     default_output_tokens: Quantity
     default_train_batch: Quantity

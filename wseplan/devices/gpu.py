@@ -278,6 +278,7 @@ class GpuFamily(InferenceMixin, Family):
         # context parallelism (training, a device count): cp ranks share a sequence, each keeping at least
         # defaults.gpu_cp_min_tokens_per_rank of it; the given option fixes it
         cp_min = ctx.q.catalog.defaults.gpu_cp_min_tokens_per_rank.si
+        rep_min = ctx.q.catalog.defaults.gpu_train_min_replica_frac.si
         if not train:
             cps = [1]
         elif ctx.cp_given is not None:
@@ -303,9 +304,9 @@ class GpuFamily(InferenceMixin, Family):
                 for p in pps:
                     if N is None:
                         dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
-                    elif train:  # all the GPUs, or fewer replicas (down to 1/8) where the batch splits better
+                    elif train:  # all the GPUs, or fewer replicas (a documented share of them) where the batch splits better
                         full = N // (t * p)
-                        dps = [full] + [2 ** i for i in range(15) if full / 8 <= 2 ** i < full and batch % 2 ** i == 0]
+                        dps = [full] + [2 ** i for i in range(15) if full * rep_min <= 2 ** i < full and batch % 2 ** i == 0]
                     else:
                         dps = [N // (t * p)]  # inference: as many whole replicas as the count holds
                     for d_ in dps:
