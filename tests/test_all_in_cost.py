@@ -38,3 +38,18 @@ def test_compare_ranks_by_what_a_request_costs():
 def test_min_speed_message_names_the_limit():
     with pytest.raises(InputError, match="below 1e9"):
         cost("llama-3-70b", "h100x8", phase="serve", min_tokens_per_s_per_user=1e9)
+
+
+def test_serve_points_carry_the_same_all_in_cost():
+    """A serve point's all-in $/M is cost's headline for its layout and batch, at the point's load (90% of capacity)."""
+    from wseplan.analytic.cost import load_prices
+    from wseplan.catalog import load_catalog
+    from wseplan.serving import DEFAULT_UTILIZATION, all_in_usd_per_mtok, serve
+
+    cat = load_catalog()
+    pr = load_prices(catalog=cat)
+    p = serve("llama-3-70b", "h100x8", concurrency=16, catalog=cat, prices=pr).chosen
+    assert p.all_in_usd_per_mtok == pytest.approx(all_in_usd_per_mtok(p, pr.site.utilization_frac.si), rel=1e-12)
+    lay = {"tp": p.layout["tensor_parallel"], "pp": p.layout["pipeline_parallel"], "dp": p.layout["data_parallel"]}
+    c = cost("llama-3-70b", "h100x8", phase="serve", batch=16, context=2048, output_tokens=256, layout=lay)
+    assert p.all_in_usd_per_mtok == pytest.approx(c.headline_value / DEFAULT_UTILIZATION, rel=1e-9)

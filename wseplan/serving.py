@@ -76,6 +76,8 @@ class ServePoint(_Frozen):
     usd_per_hour: float | None = None
     output_usd_per_mtok: float | None = None
     input_usd_per_mtok: float | None = None
+    #: the busy hour over the output tokens delivered at this load, prompts and waits included (as ``cost``'s headline)
+    all_in_usd_per_mtok: float | None = None
 
 
 class ServeResult(_Frozen):
@@ -188,11 +190,12 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         tt = {p: float(own[i] + waits[p][i]) for p in waits}  # own prefill + prefill-budget wait + slot wait
         meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
         rec = record(s, arr, int(i))
-        usd_h = out_usd = in_usd = None
+        usd_h = out_usd = in_usd = all_in = None
         if cost is not None:
             u = max(float(util[i]), 1e-12)
             usd_h = float(np.asarray(cost["usd_per_hour"]).ravel()[i if np.size(cost["usd_per_hour"]) > 1 else 0])
             out_usd = float(np.asarray(cost["output_usd_per_mtok"]).ravel()[i]) / u
+            all_in = float(np.asarray(cost["all_in_usd_per_mtok"]).ravel()[i]) / u
             iv = np.asarray(cost.get("input_usd_per_mtok", np.full(n, np.nan))).ravel()[i]
             in_usd = None if not np.isfinite(iv) else float(iv) / u
         out.append(ServePoint(
@@ -204,7 +207,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
             accepted_tokens_per_step=float(arr.get("time.accepted_tokens_per_step", np.ones(n))[i]),
             bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
-            output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd))
+            output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in))
     return out
 
 
