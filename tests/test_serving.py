@@ -211,7 +211,10 @@ def test_one_request_at_a_time_decodes_without_prompt_riders(catalog, target, op
     assert srv.tpot_s == pytest.approx(dec.tpot_s, rel=1e-12)
     assert srv.request_s == pytest.approx(srv.ttft_s + (O - 1) * srv.tpot_s, rel=1e-12)  # no wait for the budget
     two = plan("llama-3.1-70b", target, phase="serve", batch=2, context=C, output_tokens=O, **kw)
-    assert two.tpot_s > srv.tpot_s  # the other request's prompt rides on the steps
+    if "num_wafers" in lay:  # the other request's prompt chunks fill the idle stages of the wafers' pipeline
+        assert two.tpot_s >= srv.tpot_s and two.tokens_per_s > 1.5 * srv.tokens_per_s
+    else:
+        assert two.tpot_s > srv.tpot_s  # the other request's prompt rides on the steps
 
 
 def test_speculative_steps_carry_prompts_in_step_with_completions():

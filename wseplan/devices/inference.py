@@ -42,6 +42,9 @@ class InferenceMixin:
     as numpy does sends the whole question to the arrays.
     """
 
+    #: whether prompts ride on this family's decode steps as whole arrivals for every model (not only MoE)
+    arrivals_whole = False
+
     def _pass(self, ctx, cfg, rows, **kw):
         """The family's pass of ``rows`` (an index array), or of one row in Python floats (an ``int``)."""
         if type(rows) is int:
@@ -63,7 +66,8 @@ class InferenceMixin:
             kw = _round_pass(mb, kv_, pre_, bud_, new_per_seq)
             if chunk_ is None:
                 return self._pass(ctx, cfg, at, **kw)
-            return _mixed_pass(lambda k: self._pass(ctx, cfg, at, **k), kw, mb, kv_, bud_, new_per_seq, chunk_)
+            form = _slot_pass if self.arrivals_whole else _mixed_pass
+            return form(lambda k: self._pass(ctx, cfg, at, **k), kw, mb, kv_, bud_, new_per_seq, chunk_)
 
         pre, bud = _round_prompts(batch, prefill_per_seq, budget)
         extra = {} if chunk is None or prefill_per_seq is None else {"chunk_": chunk}
@@ -132,9 +136,17 @@ class InferenceMixin:
         chunks, following each other through the stages, finish soonest (TeraPipe's token pipelining)."""
         eng = ctx.engine
         cuts = []
-        for budget in E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens)):
+        for i, budget in enumerate(E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass,
+                                                            _si(eng.min_chunk_tokens))):
             chunk, passes, offset, seqs = E.prefill_passes(prompt_tokens=prompt, batch=batch, pass_mode=eng.prefill_pass,
                                                            token_budget=budget)
+            if i > 0:  # a finer cut: chunks of the cut's size, the last one short but timed whole (never below the
+                # engine's floor, and never faster for a longer prompt: 65 tokens are not two chunks of 32.5)
+                total = X.asfloat(prompt) * batch
+                chunk = X.minimum(budget, total)
+                passes = X.ceil(total / chunk - 1e-9)
+                offset = X.maximum(prompt - chunk, 0.0) / 2.0
+                seqs = X.maximum(chunk / X.maximum(prompt, 1.0), 1.0)
             cuts.append((passes, dict(decode_seqs=X.zeros_like(chunk), decode_kv=X.zeros_like(chunk), prefill_tokens=chunk,
                                       prefill_span=X.minimum(chunk / seqs, prompt), prefill_kv=offset, prefill_seqs=seqs)))
         announce = getattr(self, "announce_row", None)
@@ -209,9 +221,10 @@ class InferenceMixin:
             else:
                 budget = _full(B, eng.token_budget.si)
                 # prompts arrive whole on the steps of a model with routed experts, whose step reads every expert some
-                # token picks (not additive in the tokens); a dense step's cost is taken at the mean prompt load, the
-                # form that validates better held out on dense serving (docs/software-profiles.md)
-                arrivals = C if _routed(ctx) else None
+                # token picks (not additive in the tokens), and on a pipeline of wafers' layer groups, where every step
+                # carries its prompt tokens through each stage in turn; a dense GPU step's cost is taken at the mean
+                # prompt load, the form that validates better held out on GPU serving (docs/software-profiles.md)
+                arrivals = C if _routed(ctx) or self.arrivals_whole else None
                 # the prompts that ride on a request's decode steps are the other B - 1 requests' (its own is prefilled
                 # before it decodes, in its TTFT): per decoding sequence (B - 1) / B of the engine's prompt share
                 pre_per_seq = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
@@ -222,8 +235,12 @@ class InferenceMixin:
                     """Own prompt: chunks of the pass's spare budget (at most ``cap`` tokens), one chunk per micro-batch
                     slot of the round: ``(spare, passes, chunk, own chunk's pass, a full spare budget's pass)``."""
                     spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
-                    passes = X.ceil(C / (spare if cap is None else X.minimum(spare, cap)))
-                    chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
+                    if cap is None:
+                        passes = X.ceil(C / spare)
+                        chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
+                    else:  # a finer cut: chunks of the cut's size, the last timed whole (as the prefill's)
+                        chunk = X.minimum(X.minimum(spare, cap), C)
+                        passes = X.ceil(C / chunk - 1e-9)
                     common = dict(decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0,
                                   prefill_seqs=X.ones_like(B))
                     return (spare, passes, chunk, dict(common, prefill_tokens=chunk, prefill_span=chunk),
@@ -326,6 +343,25 @@ def _mixed_pass(run, kw, mb, kv_, bud_, nps, prompt):
     parts = {k: mix(_arr(p1.get(k, 0.0)), _arr(p0.get(k, 0.0)), _arr(pn.get(k, 0.0)))
              for k in dict.fromkeys([*pn, *p1, *p0])}
     return mix(lat1, lat0, latn), mix(st1, st0, stn), parts
+
+
+def _slot_pass(run, kw, mb, kv_, bud_, nps, prompt):
+    """A decode pass of a pipeline of stages carrying on average ``kw['prefill_tokens']`` prompt tokens, where prompts
+    of ``prompt`` tokens arrive whole and their chunks (``c = min(prompt, spare budget)`` tokens) follow the decode
+    micro-batches through the stages in slots of their own: they add their busy time at the slowest stage to the
+    round's, ``w (stage(c) - stage(0))`` per pass with ``w = tokens / c``, and nothing to a decode pass's latency (a
+    pipeline whose stages idle between the round's few micro-batches fills them; a chunk's own latency is its request's
+    TTFT). Returns ``run``'s (latency, stage, parts)."""
+    tok = kw["prefill_tokens"]
+    if type(tok) is float and tok <= 0.0:
+        return run(kw)
+    c = X.maximum(X.minimum(prompt, X.maximum(bud_ - mb * nps, 0.0)), 1e-12)
+    w = tok / c
+    lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps))
+    _, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps))
+    parts = {k: _arr(p0.get(k, 0.0)) + w * X.maximum(_arr(p1.get(k, 0.0)) - _arr(p0.get(k, 0.0)), 0.0)
+             for k in dict.fromkeys([*p0, *p1])}
+    return lat0, st0 + w * X.maximum(st1 - st0, 0.0), parts
 
 
 def _round_prompts(batch, prefill_per_seq, budget):

@@ -147,6 +147,7 @@ class WaferFamily(InferenceMixin, Family):
     phases = ("prefill", "decode", "serve")
     layout_columns = ("num_wafers",)
     options = ("reserve",) + GRID_OPTIONS + SPEC_OPTIONS
+    arrivals_whole = True  # a step carries its prompt tokens through every layer group in turn
 
     def prepare(self, q: Query) -> WaferContext:
         return WaferContext(q)
