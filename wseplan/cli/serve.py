@@ -47,7 +47,7 @@ def serve_cmd(
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
     """One serving operating point: TTFT percentiles, TPOT, tokens/s per user and per replica, $/M tokens, and the
-    Pareto frontier of $/M output tokens vs tokens/s per user.
+    Pareto frontier of all-in $/M output tokens vs tokens/s per user.
 
     Without --concurrency or --rate it reports the highest-throughput point (per device) that fits; with limits or a
     rate, the cheapest point that carries the rate and meets the limits.
@@ -179,7 +179,8 @@ def summary_rows(res) -> list[dict]:
             ("bottleneck", c.bottleneck or "–"),
             ("software", res.software),
             ("speculative", _speculative_text(res)),
-            ("$/M output tokens", fmt_field("output_usd_per_mtok", c.output_usd_per_mtok)),
+            ("$/M output tokens, all in", fmt_field("all_in_usd_per_mtok", c.all_in_usd_per_mtok)),
+            ("$/M output tokens (decode side)", fmt_field("output_usd_per_mtok", c.output_usd_per_mtok)),
             ("$/M input tokens", fmt_field("input_usd_per_mtok", c.input_usd_per_mtok)),
             ("cost per hour", fmt_field("usd_per_hour", c.usd_per_hour)),
         ]
@@ -193,7 +194,7 @@ def frontier_rows(res) -> list[dict]:
     key = f"ttft_{_pct(res)}_s"
     ch = res.chosen
     return [{"num_devices": p.num_devices, "batch": p.batch, "tokens_per_s_per_user": p.tokens_per_s_per_user,
-             "output_usd_per_mtok": p.output_usd_per_mtok, key: p.ttft_at_percentile_s, "tpot_s": p.tpot_s,
+             "all_in_usd_per_mtok": p.all_in_usd_per_mtok, key: p.ttft_at_percentile_s, "tpot_s": p.tpot_s,
              "tokens_per_s": p.tokens_per_s, "chosen": fmt_bool(ch is not None and p == ch)} for p in res.frontier]
 
 
@@ -223,7 +224,7 @@ def render_serve(res, fmt: str, prices: list[str] | None = None) -> None:
              f"{res.output_tokens} answer tokens)")
     sections = [Section(title, summary_rows(res))]
     if res.chosen is not None:
-        sections.append(Section(f"Pareto frontier: $/M output tokens vs tokens/s per user (TTFT {_pct(res)})",
+        sections.append(Section(f"Pareto frontier: all-in $/M output tokens vs tokens/s per user (TTFT {_pct(res)})",
                                 frontier_rows(res)))
     render(Rendered(record=res.to_record(), csv_rows=csv_rows(res), heading=title, sections=sections,
                     notes=list(res.notes), prices=list(prices or [])), fmt)
