@@ -263,3 +263,13 @@ def test_stream_splits_the_batch_in_whole_sequences(catalog):
     r = stream("llama-3.1-405b", "cs3x4", batch=256, context=2048, catalog=catalog)
     note = next(n for n in r.notes if "passes of" in n)
     assert "." not in note.split("passes of")[1].split("sequences")[0]  # whole sequences
+
+
+def test_systems_beyond_the_batch_are_noted_idle(catalog):
+    """1,024 sequences on 2,048 CS-3: half the systems hold no sequence; the step equals 1,024 systems' and the record
+    says so (fourth audit: silent, and the run priced twice as high)."""
+    a = stream("llama-3-70b", "cs3x2048", batch=1024, context=4096, catalog=catalog)
+    b = stream("llama-3-70b", "cs3x1024", batch=1024, context=4096, catalog=catalog)
+    assert a.step_s == pytest.approx(b.step_s, rel=1e-3)
+    assert any(n.startswith("1,024 of 2,048 systems left idle") for n in a.notes)
+    assert not any("left idle" in n for n in b.notes)

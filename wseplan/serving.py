@@ -241,7 +241,9 @@ def replica_sizes(s0) -> list[int | None]:
     size inside the scale-up domain (16 H100 as 2 replicas of 8: the plan's layout search maximises the speed per
     user, so the cheaper split is a candidate of its own)."""
     t = s0.query.target
-    if t.count is not None:  # a GPU count also runs as equal data-parallel replicas of each size that divides it
+    if t.count is not None:  # a count also runs as equal data-parallel replicas of each size that divides it
+        if t.kind == "wafer":
+            return [None] + [("num_wafers", k) for k in range(1, t.count) if t.count % k == 0]
         if t.kind != "gpu":
             return [None]
         dom = int(t.device.scale_up_domain_gpus.si)
@@ -306,7 +308,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     for size in ([None] if layout else replica_sizes(s0)):
         if size is None:
             s, lay = s0, layout
-        elif isinstance(size, tuple):  # a GPU count split into equal data-parallel replicas
+        elif isinstance(size, tuple):  # a count split into equal data-parallel replicas
             points += _points(s0, layout={size[0]: size[1]}, **kw)
             continue
         elif size == "x2":  # wafers: from the fewest that fit to twice that

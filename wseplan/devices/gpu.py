@@ -299,8 +299,8 @@ class GpuFamily(InferenceMixin, Family):
                     pps = range(1, L + 1)
                 else:
                     pps = [p for p in range(1, L + 1) if (N // t) % p == 0 and N % t == 0]
-                    if not train:
-                        pps = sorted(set(pps) | {2 ** i for i in range(8) if 2 ** i <= L and t * 2 ** i <= N})
+                    if not train:  # a replica of t x p GPUs fewer than the count (pipelines up to 16 stages)
+                        pps = sorted(set(pps) | set(range(1, min(L, N // t, 16) + 1)))
                 for p in pps:
                     if N is None:
                         dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]

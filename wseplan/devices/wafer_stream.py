@@ -238,6 +238,10 @@ class WaferStreamFamily(Family):
               "max_batch_on_wafer": int(f["max_batch_on_wafer"]),
               "feasible_compute_bound": bool(f["min_tokens_compute_bound"] <= f["max_tokens_on_wafer"])}
         notes = []
+        n_sys, seqs = int(r["num_systems"]), int(r["batch"])
+        if n_sys > seqs:  # a sequence is not split across systems
+            notes.append(f"{n_sys - seqs:,} of {n_sys:,} systems left idle: the batch has {seqs:,} sequences and a "
+                         "sequence is not split across systems (the target is priced whole)")
         if not mx["fits"]:
             notes.append(f"MemoryX option {ctx.option} holds {mx['capacity_bytes']:,.0f} B; weights + optimizer state "
                          f"need {mx['required_bytes']:,.0f} B; choose a larger option")
