@@ -83,7 +83,7 @@ class InferenceMixin:
                     for n in cand:
                         mb = X.ceil(batch / n)
                         out.append(_round_pass(mb, kv, pre if t == new_per_seq else _spec_prompts(ctx, pre, t), bud, t))
-                        if extra:  # the mixture's two passes
+                        if extra and pre > 0:  # the arrival form's two passes
                             out += [_round_pass(mb, kv, c / mb, bud, t) for c in (0.0, chunk)]
                 return out
             with announce(ctx, cfg, rows, passes):
@@ -256,6 +256,9 @@ class InferenceMixin:
                         out = [_round_pass(X.ceil(B / n), C + O / 2.0, _spec_prompts(ctx, p, t), b, t) for p, b in
                                ((pre_per_seq, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0)
                                for n in counts]
+                        if arrivals is not None and pre_per_seq > 0:  # the arrival form's passes (with a chunk, none)
+                            out += [_round_pass(X.ceil(B / n), C + O / 2.0, c / X.ceil(B / n), budget, t)
+                                    for c in (0.0, C) for t in _per_seq(ctx, 1.0) for n in counts]
                         return out + [kw for n in counts for kw in prompt_passes(n)[3:]] + [
                             prompt_passes(n, c)[3] for n in counts for c in chunks[1:]]
                     with announce(ctx, cfg, rows, passes):
