@@ -47,7 +47,7 @@ def test_first_asks_with_announced_rounds_equal_the_arrays(catalog, monkeypatch,
     many = evaluate(s, cfg)
     assert np.isfinite(many["step_s"]).sum() >= n // 2
     calls = {"prefetch": 0, "kernels": 0}
-    real_pre, real_k = WR.prefetch_row, WaferFamily._pass_kernels
+    real_pre, real_k = WR.prefetch_rows, WaferFamily._pass_kernels
 
     def pre(*a, **kw):
         calls["prefetch"] += 1
@@ -57,7 +57,7 @@ def test_first_asks_with_announced_rounds_equal_the_arrays(catalog, monkeypatch,
         calls["kernels"] += 1
         return real_k(self, *a, **kw)
 
-    monkeypatch.setattr(WR, "prefetch_row", pre)
+    monkeypatch.setattr(WR, "prefetch_rows", pre)
     monkeypatch.setattr(WaferFamily, "_pass_kernels", kern)
     first = []
     for i in range(n):

@@ -134,6 +134,15 @@ class InferenceMixin:
         """Prefill of ``batch`` prompts [s] and its parts. Chunked prefill through a pipeline of stages cuts the
         prompt tokens into the chunk (of the token budget or a smaller one, :func:`E.prefill_chunk_budgets`) whose
         chunks, following each other through the stages, finish soonest (TeraPipe's token pipelining)."""
+        cuts = self._prefill_cuts(ctx, batch, prompt)
+        announce = getattr(self, "announce_row", None)
+        if type(rows) is int and announce is not None and len(cuts) > 1:  # one configuration: the cuts in one array pass
+            with announce(ctx, cfg, rows, lambda: [kw for _, kw in cuts]):
+                return self._best_cut(ctx, cfg, rows, cuts)
+        return self._best_cut(ctx, cfg, rows, cuts)
+
+    def _prefill_cuts(self, ctx, batch, prompt) -> list:
+        """The cuts a prefill of ``batch`` prompts may take: ``(passes, pass keywords)`` per candidate chunk."""
         eng = ctx.engine
         cuts = []
         for i, budget in enumerate(E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass,
@@ -149,11 +158,7 @@ class InferenceMixin:
                 seqs = X.maximum(chunk / X.maximum(prompt, 1.0), 1.0)
             cuts.append((passes, dict(decode_seqs=X.zeros_like(chunk), decode_kv=X.zeros_like(chunk), prefill_tokens=chunk,
                                       prefill_span=X.minimum(chunk / seqs, prompt), prefill_kv=offset, prefill_seqs=seqs)))
-        announce = getattr(self, "announce_row", None)
-        if type(rows) is int and announce is not None and len(cuts) > 1:  # one configuration: the cuts in one array pass
-            with announce(ctx, cfg, rows, lambda: [kw for _, kw in cuts]):
-                return self._best_cut(ctx, cfg, rows, cuts)
-        return self._best_cut(ctx, cfg, rows, cuts)
+        return cuts
 
     def _best_cut(self, ctx, cfg, rows, cuts):
         best = best_parts = None

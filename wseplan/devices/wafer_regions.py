@@ -9,6 +9,8 @@ own prefill (every prompt pass, pipelined through the groups) is fastest.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..analytic import elementwise as X
@@ -79,7 +81,12 @@ def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
         t = None
         if n <= X.SCALAR_ROWS and getattr(family, "pass_row", None) is not None:  # a question's few rows: floats
             try:
-                t = [family._prefill(ctx, sub, j, float(B[j]), float(C[j]))[0] for j in range(len(rows))]
+                announce = getattr(family, "announce_row", None)
+                with contextlib.ExitStack() as stack:  # every side's prefill passes announced: one array pass
+                    for j in range(len(rows) if announce is not None else 0):
+                        cuts = family._prefill_cuts(ctx, float(B[j]), float(C[j]))
+                        stack.enter_context(announce(ctx, sub, j, lambda c=cuts: [kw for _, kw in c]))
+                    t = [family._prefill(ctx, sub, j, float(B[j]), float(C[j]))[0] for j in range(len(rows))]
             except X.SCALAR_ERRORS:
                 t = None
         if t is None:

@@ -60,7 +60,7 @@ def _evaluate(fam, ctx, memo: dict, args: list) -> None:
 def announce_row(fam, ctx, cfg, i: int, passes):
     """While the block runs, the passes ``passes()`` (a callable giving keyword dicts of :func:`pass_row`) of row ``i``
     are announced: the first pass whose kernels the memo lacks has every announced pass's kernels evaluated in one
-    array pass (:func:`prefetch_row`). A decode round announces its micro-batch candidates before asking for them one
+    array pass (:func:`prefetch_rows`). A decode round announces its micro-batch candidates before asking for them one
     by one, so that a first question pays one array pass where it paid one per candidate; a question asked again
     finds its kernels and never reads the announcement."""
     pending = ctx.__dict__.setdefault("_announced", [])
@@ -75,13 +75,13 @@ def announce_row(fam, ctx, cfg, i: int, passes):
                 break
 
 
-def prefetch_row(fam, ctx, cfg, i: int, passes) -> None:
-    """Remember the kernels of the passes ``passes`` (keyword dicts of :func:`pass_row`) of row ``i`` that the memo
-    lacks, in one array pass."""
+def prefetch_rows(fam, ctx, entries, extra=None) -> None:
+    """Remember the kernels of the passes of every ``(cfg, i, passes)`` entry (keyword dicts of :func:`pass_row` for
+    row ``i`` of ``cfg``), and of the kernel arguments ``extra``, that the memo lacks, in one array pass."""
     memo = ctx.__dict__.setdefault("_kernel_memo", {})
     seen, todo = set(), []
-    for kw in passes:
-        a = _kernel_args(fam, ctx, cfg, i, **kw)
+    args = [_kernel_args(fam, ctx, cfg, i, **kw) for cfg, i, passes in entries for kw in passes]
+    for a in args + ([extra] if extra is not None else []):
         key = _KEY(*a)
         if key not in memo and key not in seen:
             seen.add(key)
@@ -99,11 +99,10 @@ def kernels_row(fam, ctx, args: tuple):
     hit = memo.get(key)
     if hit is None:
         pending = ctx.__dict__.get("_announced")
-        if pending:
+        if pending:  # every announced pass (of every announcing row) and this one, in one array pass
             todo = list(pending)
             pending.clear()
-            for cfg_, i_, passes in todo:
-                prefetch_row(fam, ctx, cfg_, i_, passes())
+            prefetch_rows(fam, ctx, [(cfg_, i_, passes()) for cfg_, i_, passes in todo], extra=args)
             hit = memo.get(key)
         if hit is None:
             _evaluate(fam, ctx, memo, [args])
