@@ -267,6 +267,7 @@ def row(arrays: dict[str, np.ndarray], i: int = 0) -> dict:
 
 
 def target_with_count(t: Target, count: int) -> Target:
+    """``t`` with exactly ``count`` devices (``h100x16`` from ``h100``)."""
     return Target(text=f"{t.key}x{count}", kind=t.kind, key=t.key, device=t.device, count=count)
 
 

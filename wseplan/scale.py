@@ -17,9 +17,8 @@ import math
 import numpy as np
 
 from .errors import InputError
-from .plan import plan
+from .plan import plan, target_with_count
 from .records import layout_label
-from .targets import Target
 
 
 def system_counts(max_systems: int) -> list[int]:
@@ -47,7 +46,7 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
         if global_batch < n:
             break
         per = 1 if target.kind == "wafer" else int(target.device.gpus_per_node.si)
-        t = Target(text=f"{target.key}x{n * per}", kind=target.kind, key=target.key, device=target.device, count=n * per)
+        t = target_with_count(target, n * per)
         r = plan(model, t, phase="train", precision=precision, batch=global_batch, context=context, software=software,
                  options=options, catalog=catalog)
         st = r.details.get("streaming") or {}

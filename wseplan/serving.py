@@ -29,8 +29,7 @@ from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for
 from .errors import InputError
-from .plan import bottleneck_name, evaluate, record, setup
-from .targets import Target
+from .plan import bottleneck_name, evaluate, record, setup, target_with_count
 from .workload import check_positive_int
 
 #: the load at which a point is reported when no rate is given (share of the replica's capacity)
@@ -317,13 +316,13 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             if kmin is None:
                 continue
             for k in range(kmin + 1, 2 * kmin + 1):
-                tk = Target(text=f"{t0.key}x{k}", kind=t0.kind, key=t0.key, device=t0.device, count=k)
+                tk = target_with_count(t0, k)
                 sk = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
                            catalog=cat)
                 points += _points(sk, layout={"num_wafers": k}, **kw)
             continue
         else:
-            tk = Target(text=f"{t0.key}x{size}", kind=t0.kind, key=t0.key, device=t0.device, count=size)
+            tk = target_with_count(t0, size)
             s = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
                       catalog=cat)
             lay = {"dp": 1}

@@ -32,9 +32,9 @@ from ..analytic.cost import (apply_overrides, cost_params, deployment_cost, hard
 from ..catalog.load import load_catalog
 from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
-from ..plan import plan
+from ..plan import plan, target_with_count
 from ..serving import replica_options, serve
-from ..targets import Target, parse_target
+from ..targets import parse_target
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
 from .fleet_schema import (SCHEMA_VERSION, AllocationRow, Caps, Config, ConstraintRow, Demand, DemandSpec,  # noqa: F401
@@ -312,7 +312,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
 
                         tokens = prices.site.train_tokens_per_param.si * total_params(m)
                     for k in counts:
-                        t = Target(text=f"{t0.key}x{k}", kind=t0.kind, key=t0.key, device=t0.device, count=int(k))
+                        t = target_with_count(t0, int(k))
                         tr = plan(m, t, phase="train", precision=wl.precision, batch=wl.batch, context=wl.context,
                                   catalog=cat)
                         if not tr.fits:
