@@ -235,10 +235,11 @@ GPU_REPLICA_SIZES = (2, 4, 8, 16, 32, 64, 72)
 
 
 def replica_sizes(s0) -> list[int | None]:
-    """Replica sizes to search: without a count None (the fewest that fit) and larger ones; with a GPU count the
-    plan's own layout (None) and ``("dp", d)`` for every data-parallel split into equal replicas of a power-of-two
-    size inside the scale-up domain (16 H100 as 2 replicas of 8: the plan's layout search maximises the speed per
-    user, so the cheaper split is a candidate of its own)."""
+    """Replica sizes to search: without a count None (the fewest that fit) and larger ones; with a count the plan's
+    own layout (None) and a split into equal replicas of each size that divides it: ``("dp", d)`` on GPUs (replica
+    sizes of :data:`GPU_REPLICA_SIZES` inside the scale-up domain), ``("num_wafers", k)`` on wafers (16 H100 as 2
+    replicas of 8, 12 CS-3 as 2 of 6: the plan's layout search maximises the speed per user, so the cheaper split is
+    a candidate of its own)."""
     t = s0.query.target
     if t.count is not None:  # a count also runs as equal data-parallel replicas of each size that divides it
         if t.kind == "wafer":

@@ -200,6 +200,13 @@ def prefill_chunk_budgets(token_budget: float, pass_mode: str, min_chunk_tokens:
     return out
 
 
+def cut_passes(tokens, cut):
+    """A finer cut of ``tokens`` prompt tokens: chunks of ``cut`` tokens (all of them if fewer), the last short but timed
+    whole, so one more token never makes the prefill faster [(tokens per chunk, chunks)]."""
+    chunk = X.minimum(cut, tokens)
+    return chunk, X.ceil(tokens / chunk - 1e-9)
+
+
 def prefill_passes(*, prompt_tokens, batch, pass_mode: str, token_budget):
     """How a batch of prompts is cut into passes [tokens per pass, passes, prior tokens attended on average].
 

@@ -585,6 +585,7 @@ class Defaults(_Checked):
     #: GPU training: context parallelism is searched where each rank keeps at least this many tokens (wseplan.devices.gpu)
     gpu_cp_min_tokens_per_rank: Quantity
     gpu_train_min_replica_frac: Quantity
+    gpu_infer_idle_max_pipeline: Quantity
     prefill_chunk_tokens: Quantity
     default_output_tokens: Quantity
     default_train_batch: Quantity

@@ -279,6 +279,7 @@ class GpuFamily(InferenceMixin, Family):
         # defaults.gpu_cp_min_tokens_per_rank of it; the given option fixes it
         cp_min = ctx.q.catalog.defaults.gpu_cp_min_tokens_per_rank.si
         rep_min = ctx.q.catalog.defaults.gpu_train_min_replica_frac.si
+        pp_idle = int(ctx.q.catalog.defaults.gpu_infer_idle_max_pipeline.si)
         if not train:
             cps = [1]
         elif ctx.cp_given is not None:
@@ -299,8 +300,8 @@ class GpuFamily(InferenceMixin, Family):
                     pps = range(1, L + 1)
                 else:
                     pps = [p for p in range(1, L + 1) if (N // t) % p == 0 and N % t == 0]
-                    if not train:  # a replica of t x p GPUs fewer than the count (pipelines up to 16 stages)
-                        pps = sorted(set(pps) | set(range(1, min(L, N // t, 16) + 1)))
+                    if not train:  # a replica of t x p GPUs fewer than the count (a documented pipeline bound)
+                        pps = sorted(set(pps) | set(range(1, min(L, N // t, pp_idle) + 1)))
                 for p in pps:
                     if N is None:
                         dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]

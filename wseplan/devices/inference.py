@@ -58,7 +58,9 @@ class InferenceMixin:
         ``new_per_seq`` > 1 is a speculative verification step (k + 1 positions per sequence); ``counts`` fixes the
         micro-batches in flight (default: the fastest candidate). ``chunk`` (the prompt length): prompts arrive
         whole, so a pass carrying fewer prompt tokens on average than one arrival (a prompt, or the pass's spare
-        budget of a longer one) is the mixture of passes with that chunk and passes with none (:func:`_mixed_pass`)."""
+        budget of a longer one) is the mixture of passes with that chunk and passes with none (:func:`_mixed_pass`), or on a
+        family whose passes run through a pipeline of stages (``arrivals_whole``) rides in slots of its own
+        (:func:`_slot_pass`)."""
         stages = _at(self.pipeline_stages(ctx, cfg), rows)
 
         def pass_fn(idx, mb, kv_, pre_, bud_, chunk_=None):
@@ -149,11 +151,8 @@ class InferenceMixin:
                                                             _si(eng.min_chunk_tokens))):
             chunk, passes, offset, seqs = E.prefill_passes(prompt_tokens=prompt, batch=batch, pass_mode=eng.prefill_pass,
                                                            token_budget=budget)
-            if i > 0:  # a finer cut: chunks of the cut's size, the last one short but timed whole (never below the
-                # engine's floor, and never faster for a longer prompt: 65 tokens are not two chunks of 32.5)
-                total = X.asfloat(prompt) * batch
-                chunk = X.minimum(budget, total)
-                passes = X.ceil(total / chunk - 1e-9)
+            if i > 0:  # a finer cut (never below the engine's floor: 65 tokens are not two chunks of 32.5)
+                chunk, passes = E.cut_passes(X.asfloat(prompt) * batch, budget)
                 offset = X.maximum(prompt - chunk, 0.0) / 2.0
                 seqs = X.maximum(chunk / X.maximum(prompt, 1.0), 1.0)
             cuts.append((passes, dict(decode_seqs=X.zeros_like(chunk), decode_kv=X.zeros_like(chunk), prefill_tokens=chunk,
@@ -243,9 +242,8 @@ class InferenceMixin:
                     if cap is None:
                         passes = X.ceil(C / spare)
                         chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
-                    else:  # a finer cut: chunks of the cut's size, the last timed whole (as the prefill's)
-                        chunk = X.minimum(X.minimum(spare, cap), C)
-                        passes = X.ceil(C / chunk - 1e-9)
+                    else:  # a finer cut, as the prefill's
+                        chunk, passes = E.cut_passes(C, X.minimum(spare, cap))
                     common = dict(decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0,
                                   prefill_seqs=X.ones_like(B))
                     return (spare, passes, chunk, dict(common, prefill_tokens=chunk, prefill_span=chunk),
@@ -329,6 +327,11 @@ def _round_pass(mb, kv_, pre_, bud_, nps) -> dict:
                 prefill_seqs=X.minimum(pre, 1.0), new_per_seq=nps)
 
 
+def _arrival_chunk(prompt, bud_, mb, nps):
+    """Prompt tokens one arrival puts on a pass: the whole prompt, or the pass's spare budget of a longer one [tokens]."""
+    return X.minimum(prompt, X.maximum(bud_ - mb * nps, 0.0))
+
+
 def _mixed_pass(run, kw, mb, kv_, bud_, nps, prompt):
     """A decode pass carrying on average ``kw['prefill_tokens']`` prompt tokens, where prompts of ``prompt`` tokens
     arrive whole: a share ``w = tokens / c`` of the passes carries a chunk of ``c = min(prompt, spare budget)`` tokens
@@ -337,11 +340,9 @@ def _mixed_pass(run, kw, mb, kv_, bud_, nps, prompt):
     its prompt tokens (an MoE pass reads every expert some token picks), this is not ``t(tokens)``. A pass carrying a
     chunk or more on average is left as it is. Returns ``run``'s (latency, stage, parts)."""
     tok = kw["prefill_tokens"]
-    c = X.minimum(prompt, X.maximum(bud_ - mb * nps, 0.0))
+    c = _arrival_chunk(prompt, bud_, mb, nps)
     w = X.where(c > tok, tok / X.where(c > 0, c, 1.0), 1.0)
-    if type(w) is float and w >= 1.0:
-        return run(kw)
-    if type(w) is not float and bool(np.all(w >= 1.0)):
+    if bool(np.all(np.asarray(w) >= 1.0)):
         return run(kw)
     lat1, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps))
     lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps))
@@ -363,7 +364,7 @@ def _slot_pass(run, kw, mb, kv_, bud_, nps, prompt):
     tok = kw["prefill_tokens"]
     if type(tok) is float and tok <= 0.0:
         return run(kw)
-    c = X.maximum(X.minimum(prompt, X.maximum(bud_ - mb * nps, 0.0)), 1e-12)
+    c = X.maximum(_arrival_chunk(prompt, bud_, mb, nps), 1e-12)
     w = tok / c
     lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps))
     _, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps))
