@@ -136,6 +136,30 @@ def test_overrides_pin_inputs_and_reject_bad_names(cat, prices):
         C.parse_overrides(["pue=abc"])
 
 
+def test_override_prefix_may_be_any_alias_of_the_hardware(cat, prices):
+    """``h100.capex_usd`` pins an H100 node as ``h100-sxm.capex_usd`` does, ``wse3``/``cs-3`` pin a CS-3 (audit18 F1: an
+    alias prefix was compared raw with the prices key and silently skipped); a typo under another target's prefix and
+    an unknown prefix are refused."""
+    gpu = C.cost_params(prices, cat, parse_target("h100x8", cat))
+    wafer = C.cost_params(prices, cat, parse_target("cs3x4", cat))
+    for alias in ("h100", "H100", "h100-sxm"):
+        out = C.apply_overrides(gpu, {f"{alias}.capex_usd": 1.0}, hardware_key="h100-sxm", catalog=cat)
+        assert out["capex_usd"].value == 1.0, alias
+    for alias in ("wse3", "cs-3", "cs3"):
+        assert C.apply_overrides(wafer, {f"{alias}.capex_usd": 7.0}, hardware_key="cs3", catalog=cat)["capex_usd"].value == 7.0
+    kept = C.apply_overrides(wafer, {"h100.capex_usd": 1.0}, hardware_key="cs3", catalog=cat)
+    assert kept["capex_usd"].value == wafer["capex_usd"].value  # another hardware's input leaves a CS-3 alone
+    with pytest.raises(InputError, match="capex"):
+        C.apply_overrides(wafer, {"h100.capex": 1.0}, hardware_key="cs3", catalog=cat)
+    with pytest.raises(InputError, match="not a hardware key"):
+        C.apply_overrides(gpu, {"nonsense.capex_usd": 1.0}, hardware_key="h100-sxm", catalog=cat)
+    # through the API: the alias changes the price as the prices key does
+    a = costing.cost("llama-3-70b", "h100x8", phase="decode", batch=8, context=2048, overrides={"h100.capex_usd": 1.0})
+    b = costing.cost("llama-3-70b", "h100x8", phase="decode", batch=8, context=2048, overrides={"h100-sxm.capex_usd": 1.0})
+    c = costing.cost("llama-3-70b", "h100x8", phase="decode", batch=8, context=2048)
+    assert a.headline_value == b.headline_value < c.headline_value
+
+
 def test_user_prices_file_merges_field_by_field(cat, tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("site:\n  pue: {value: 1.4, low: 1.3, high: 1.5, source: uptime-pue-2024, basis: third-party}\n")

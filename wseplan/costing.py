@@ -131,7 +131,7 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     mt = model_time_param(s, rec)
     if mt is not None:
         params["model_time_factor"] = mt
-    params = C.apply_overrides(params, overrides or {}, hardware_key=s.family.hardware(s.ctx).price_key)
+    params = C.apply_overrides(params, overrides or {}, hardware_key=s.family.hardware(s.ctx).price_key, catalog=cat)
     notes = list(rec.notes)
     tt = train_tokens
     if phase == "train" and tt is None:

@@ -67,7 +67,7 @@ def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
                                 note=f"{hw.system_name}: from its catalog entry")
         out["capex_usd"] = C.Param.from_quantity("capex_usd", hp.capex_usd)
         out["network_frac"] = C.Param.from_quantity("network_frac", hp.network_frac)
-    return C.apply_overrides(out, overrides or {}, hardware_key=hw.price_key)
+    return C.apply_overrides(out, overrides or {}, hardware_key=hw.price_key, catalog=s.query.catalog)
 
 
 def num_systems(s: Setup, num_devices) -> np.ndarray:

@@ -212,7 +212,7 @@ def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemTy
     key = hardware_price_key(t)
     # an override applies to the types that have that input (cloud prices: GPUs; MemoryX: wafers)
     mine = {k: v for k, v in overrides.items() if k.split(".", 1)[-1] in params}
-    params = apply_overrides(params, mine, hardware_key=key)
+    params = apply_overrides(params, mine, hardware_key=key, catalog=catalog)
     p = nominal(params)
     d = deployment_cost(num_systems=1, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"],
                         extra_capex_usd=0.0, installation_frac=p["installation_frac"],

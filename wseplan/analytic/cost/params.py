@@ -109,21 +109,50 @@ def parse_overrides(items: list[str] | None) -> dict[str, float]:
     return out
 
 
-def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, hardware_key: str | None = None) -> dict[str, Param]:
-    """Pin named inputs to a value (its range collapses to that value). ``HW.name`` applies to hardware HW only.
+#: the per-hardware cost inputs (``HW.NAME``) some target has: a name outside these and the site inputs is refused
+#: under any hardware prefix, so a typo under another target's prefix is not silently skipped
+HARDWARE_INPUTS = ("capex_usd", "network_frac", "peak_power_w", "rack_units", "cloud_usd_per_device_hour",
+                   "memoryx_capacity_bytes", "memoryx_dram_capacity_bytes", "memoryx_dram_usd_per_tb",
+                   "memoryx_flash_usd_per_tb", "model_time_factor")
+
+
+def price_key_of(name: str, catalog) -> str:
+    """The prices key a hardware name or alias stands for (``h100`` -> ``h100-sxm``, ``wse3``/``cs-3`` -> ``cs3``).
 
     Raises
     ------
     InputError
-        For a name that is not an input of this case (with suggestions), or a value out of range
-        (fractions outside [0, 1], non-positive years/PUE/utilisation, negative prices).
+        For a name that is no hardware of the catalog.
+    """
+    hit = catalog.hardware_keys().get(name.lower())
+    if hit is None:
+        raise InputError(f"--set: {name!r} is not a hardware key; use HW.NAME=VALUE with a key or alias of "
+                         "`wseplan catalog list hardware`")
+    section, key = hit
+    return catalog.wafers[key].system if section == "wafers" else key
+
+
+def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, hardware_key: str | None = None,
+                    catalog=None) -> dict[str, Param]:
+    """Pin named inputs to a value (its range collapses to that value). ``HW.name`` applies to hardware HW only:
+    with ``catalog`` HW may be any name or alias of the hardware (resolved to its prices key, as ``hardware_key``).
+
+    Raises
+    ------
+    InputError
+        For a name that is not an input of this case (with suggestions), a hardware prefix the catalog does not
+        know, or a value out of range (fractions outside [0, 1], non-positive years/PUE/utilisation, negative prices).
     """
     out = dict(params)
     for key, val in overrides.items():
         name = key
         if "." in key:
             hw, name = key.split(".", 1)
-            if hardware_key is not None and hw.lower() != hardware_key:
+            hw_key = price_key_of(hw, catalog) if catalog is not None else hw.lower()
+            if hardware_key is not None and hw_key != hardware_key:
+                if name not in HARDWARE_INPUTS and name not in SitePrices.model_fields:
+                    raise InputError(f"--set: unknown cost input {key!r}{suggest(name, HARDWARE_INPUTS)}; hardware "
+                                     f"inputs: {', '.join(HARDWARE_INPUTS)}")
                 continue
         if name not in out:
             raise InputError(f"--set: unknown cost input {key!r}{suggest(name, out)}; inputs here: {', '.join(out)}")
@@ -131,7 +160,6 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
         out[name] = Param(name=name, value=val, low=val, high=val, source=["--set on the command line"],
                           basis="user", note="set by the user (--set)")
     return out
-
 
 
 def nominal(params: dict[str, Param]) -> dict[str, float]:
