@@ -156,7 +156,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     """
     s = setup(model, target, phase=normalise_phase(phase, output_tokens), precision=precision, software=software,
               catalog=catalog)
-    b, c, o, src = default_sizes(s.query.catalog, s.query.phase, batch, context, output_tokens)
+    b, c, o, src = default_sizes(s.query.catalog, s.query.phase, batch, context, output_tokens, model=s.query.model)
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
     for k, v in (layout or {}).items():
         cfg[k] = np.array([float(v)])
@@ -241,8 +241,9 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     cat = catalog or load_catalog()
     train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
     search = batch is None and phase in ("decode", "serve")
-    batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens)
     m = resolve_model(model, cat) if isinstance(model, str) else model
+    given_context = context
+    batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens, model=m)
     prices = prices or C.load_prices(catalog=cat)
     kw = dict(phase=phase, precision=precision, context=context, output_tokens=output_tokens, train_tokens=train_tokens,
               catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides)
@@ -252,10 +253,10 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     rows = []
     if search:
         speed = min_tokens_per_s_per_user or default_min_tokens_per_s_per_user(cat)
-        o_search = output_tokens or default_sizes(cat, "serve", None, context, None)[2]
+        _, c_search, o_search, _ = default_sizes(cat, "serve", None, given_context, output_tokens or None, model=m)
         if phase == "decode":  # the operating point is a serving point: its rows are its requests' numbers
-            phase, output_tokens = "serve", o_search
-            kw.update(phase=phase, output_tokens=output_tokens)
+            phase, output_tokens, context = "serve", o_search, c_search
+            kw.update(phase=phase, output_tokens=output_tokens, context=context)
             notes.append("decode without a batch: each row is its target's serving operating point, with the "
                          "numbers `wseplan cost` and `wseplan serve` give it (prompt chunks ride on the decode steps); "
                          "give --batch for the decode step alone")

@@ -30,6 +30,7 @@ from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       total_params)
 from .serving import operating_point
+from .workload import resolve_model
 
 
 def check_train_tokens(train_tokens) -> float | None:
@@ -71,14 +72,15 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
         opts["memoryx_option"] = memoryx_option
     op = None
     if batch is None and phase in ("serve", "decode"):
-        _, c0, o0, _ = default_sizes(cat, "serve", None, context, output_tokens)
+        _, c0, o0, _ = default_sizes(cat, "serve", None, context, output_tokens,
+                                     model=resolve_model(model, cat) if isinstance(model, str) else model)
         op = operating_point(model, target, precision=precision, software=software, input_tokens=c0, output_tokens=o0,
                              min_tokens_per_s_per_user=min_tokens_per_s_per_user, catalog=cat, prices=prices,
                              overrides=overrides, options=opts, layout=layout)
         if op is not None:
             target, batch, layout = op.target, op.batch, {**op.layout, **(layout or {})}
     s = setup(model, target, phase=phase, precision=precision, software=software, options=opts, catalog=cat)
-    b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens)
+    b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens, model=s.query.model)
     if op is not None:
         src["batch"] = "searched"
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}

@@ -219,7 +219,7 @@ def model_from_hf_config(path: str | Path) -> Model:
             num_experts=experts, experts_per_token=topk,
             norm="layernorm" if "layer_norm_epsilon" in cfg or mtype in ("gpt2", "gpt_neox", "opt") else "rmsnorm",
             qkv_bias=opt_bool("attention_bias", mtype.startswith("qwen2")) and mtype != "gpt_oss",
-            max_context=opt_int("max_position_embeddings", 8192),
+            max_context=opt_int("max_position_embeddings", None),
             **extra,
         )
     except ValidationError as exc:  # -> one line naming the field

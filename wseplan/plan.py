@@ -94,8 +94,47 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     return Setup(query=q, family=fam, ctx=fam.prepare(q))
 
 
-def default_sizes(cat: Catalog, phase: str, batch, context, output_tokens) -> tuple[int, int, int, dict]:
-    """Batch, context and output tokens with the catalog defaults where not given, and where each came from."""
+def positions_of(m) -> tuple[int | None, bool]:
+    """(the longest sequence ``m`` can represent [tokens], whether a learned position table bounds it): the table's
+    rows for learned positions (GPT-3's 2,048), else the stated ``max_context`` (None: not stated)."""
+    learned = int(getattr(m, "learned_pos_embeddings", 0) or 0)
+    return (learned, True) if learned else (getattr(m, "max_context", None), False)
+
+
+def check_positions(m, context, output_tokens) -> None:
+    """Refuse sequences longer than a learned position table (the model has no position for the extra tokens).
+
+    Raises
+    ------
+    InputError
+        Naming the context, the model's positions and the longest context that fits them.
+    """
+    limit, learned = positions_of(m)
+    if not learned:
+        return
+    c_, o_ = np.broadcast_arrays(np.ravel(np.asarray(context, dtype=float)), np.ravel(np.asarray(output_tokens, dtype=float)))
+    total = c_ + o_
+    if total.size and float(total.max()) > limit:
+        i = int(np.argmax(total))
+        c, o = float(c_[i]), float(o_[i])
+        what = f"{c:,.0f} + {o:,.0f} output tokens" if o else f"{c:,.0f} tokens"
+        raise InputError(f"context: {what} exceed {getattr(m, 'name', 'the model')}'s {limit:,} learned positions "
+                         f"(a position table of that many rows); give a context of at most {max(limit - o, 1):,.0f}")
+
+
+def positions_note(m, context: int, output_tokens: int) -> list[str]:
+    """A note when a sequence runs past the model's stated ``max_context`` (rotary positions: it can be extended)."""
+    limit, learned = positions_of(m)
+    total = context + (output_tokens or 0)
+    if learned or not limit or total <= limit:
+        return []
+    return [f"{total:,} tokens per sequence is beyond {m.name}'s {limit:,} (max_position_embeddings): the model needs a "
+            "context extension (e.g. RoPE scaling, as Llama 3.1 extends Llama 3) to attend that far; planned as if it could"]
+
+
+def default_sizes(cat: Catalog, phase: str, batch, context, output_tokens, model=None) -> tuple[int, int, int, dict]:
+    """Batch, context and output tokens with the catalog defaults where not given, and where each came from. A
+    defaulted context is cut to what ``model``'s positions hold (with the output tokens of a request)."""
     d = cat.defaults
     src = {}
     train = phase == "train"
@@ -113,6 +152,12 @@ def default_sizes(cat: Catalog, phase: str, batch, context, output_tokens) -> tu
         output_tokens = pick(output_tokens, "output_tokens", d.default_output_tokens)
     else:
         output_tokens = 0 if not output_tokens else output_tokens
+    limit = positions_of(model)[0] if model is not None else None
+    if src["context"] == "default" and limit and isinstance(output_tokens, (int, float)):
+        room = int(limit - (output_tokens or 0))
+        if 0 < room < context:
+            context = room
+            src["context"] = "default (the model's positions)"
     check_positive_int(batch, "batch")
     check_positive_int(context, "context")
     if phase == "serve":
@@ -139,6 +184,7 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     n = len(cfg["batch"])
     cols = s.layout_columns
     base = {k: np.asarray(cfg[k], dtype=float) for k in ("batch", "context", "output_tokens")}
+    check_positions(q.model, base["context"], base["output_tokens"] if q.phase == "serve" else np.zeros(n))
     for c in cols:
         base[c] = np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan)
     searched = np.isnan(base[cols[0]]) if cols else np.zeros(n, dtype=bool)
@@ -302,7 +348,7 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
     cat = catalog or load_catalog()
     phase = normalise_phase(phase, output_tokens)
     s = setup(model, target, phase=phase, precision=precision, software=software, options=options, catalog=cat)
-    b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens)
+    b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens, model=s.query.model)
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
     given = {k: v for k, v in (layout or {}).items() if v is not None}
     cols = s.layout_columns
@@ -374,6 +420,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
         notes = list(notes) + _datapath_note(t, q.precision)
+    if isinstance(q.model, Model):
+        notes = list(notes) + positions_note(q.model, int(r["context"]), int(r["output_tokens"] or 0) if q.phase == "serve" else 0)
     if fits and r.get("step_s") is None:
         notes = list(notes) + [f"no {fam.name} time model for {getattr(q.model, 'name', 'this model')} "
                                "(a layer-list model has no transformer shapes); the fit alone is given"]

@@ -459,7 +459,8 @@ class Model(Frozen):
     qkv_bias: bool = False
     linear_bias: bool = False
     learned_pos_embeddings: int = Field(default=0, ge=0, le=100_000_000)
-    max_context: int = Field(default=8192, gt=0, le=1_000_000_000)
+    #: longest sequence the model attends (config.json ``max_position_embeddings``); None: not stated
+    max_context: int | None = Field(default=None, gt=0, le=1_000_000_000)
     # -- optional: which layers are MoE, and their MLPs -------------------------------------------------
     #: MLP width of the dense (non-MoE) layers of an MoE model; unset: ``d_ff``
     dense_d_ff: int | None = _dim()
