@@ -212,3 +212,20 @@ def test_no_admissible_decode_side_beats_the_searched_one(catalog, model, target
                    options=dict(opts, core_grid_decode=(side, side)))
         forced = float(evaluate(fs, dict(cfg, num_wafers=k))["tpot_s"][0])
         assert float(r["tpot_s"][0]) <= forced * (1.0 + 1e-9), (side, forced, float(r["tpot_s"][0]))
+
+
+def test_speculation_dropped_for_a_draft_that_does_not_fit_is_noted(catalog):
+    """Llama-3.1-70B on 4 CS-3 at 4,096 tokens (audit18 F5): at batch 14 the 1B draft's weights and KV (about 4.4 GB)
+    fit in the SRAM the target leaves, at batch 15 they do not, so the production engine stops speculating and the
+    step is the plain one; the record says why (it had halved the throughput without a word)."""
+    from wseplan.plan import plan
+
+    spec = {b: plan("llama-3.1-70b", "cs3x4", phase="decode", batch=b, context=4096, catalog=catalog) for b in (14, 15)}
+    plain = plan("llama-3.1-70b", "cs3x4", phase="decode", batch=15, context=4096, options={"speculative": "none"},
+                 catalog=catalog)
+    assert spec[15].tpot_s == pytest.approx(plain.tpot_s, rel=1e-12)  # the plain step
+    assert spec[14].tpot_s < 0.75 * spec[15].tpot_s  # speculation pays where the draft fits
+    off = [n for n in spec[15].notes if n.startswith("speculative decoding off")]
+    assert len(off) == 1 and "does not fit" in off[0] and "Llama-3.2-1B" in off[0]
+    assert not any(n.startswith("speculative decoding off") for n in spec[14].notes)
+    assert not any(n.startswith("speculative decoding off") for n in plain.notes)  # no speculation asked for

@@ -402,6 +402,20 @@ def _datapath_note(t, precision: str) -> list[str]:
     return [f"{t.key} has no {precision} datapath in the catalog: its math runs at the {wider} rate"]
 
 
+def _speculation_note(s: Setup, r: dict) -> list[str]:
+    """Why a profile's speculative decoding is off at this point: its draft does not fit beside the target in the
+    memory the batch leaves, or a speculative step is no faster (a compute-bound batch)."""
+    spec = getattr(s.ctx, "spec", None)
+    fits, acc = r.get("time.draft_fits"), r.get("time.accepted_tokens_per_step")
+    if spec is None or fits is None or acc is None or acc > 1.0:
+        return []
+    draft = getattr(spec["draft_model"], "name", spec["draft_model"])
+    if fits < 0.5:
+        return [f"speculative decoding off: the draft ({draft}) does not fit beside the target in the memory left at "
+                "this batch and context (a smaller batch or more devices keep it)"]
+    return [f"speculative decoding off: at this batch a speculative step with {draft} is no faster than a plain one"]
+
+
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
     q, fam = s.query, s.family
@@ -420,6 +434,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
         notes = list(notes) + _datapath_note(t, q.precision)
+    if timed:
+        notes = list(notes) + _speculation_note(s, r)
     if isinstance(q.model, Model):
         notes = list(notes) + positions_note(q.model, int(r["context"]), int(r["output_tokens"] or 0) if q.phase == "serve" else 0)
     if fits and r.get("step_s") is None:

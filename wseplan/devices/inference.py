@@ -109,11 +109,12 @@ class InferenceMixin:
         target's micro-batches in flight (the plain and the verification round; the draft model's round chooses its
         own).
 
-        Returns (tpot, parts, micro_batches, accepted tokens per step [1 without speculation])."""
+        Returns (tpot, parts, micro_batches, accepted tokens per step [1 without speculation], whether the draft fits
+        beside the target [1/0; None without speculation])."""
         tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, counts=counts, chunk=chunk)
         spec = getattr(ctx, "spec", None)
         if spec is None:
-            return tpot, parts, nmb, X.ones_like(tpot)
+            return tpot, parts, nmb, X.ones_like(tpot), None
         k = spec["draft_tokens"]
         # a speculative step finishes requests E[accepted] times faster, so it carries that many more prompt tokens
         vpre = None if prefill_per_seq is None else _spec_prompts(ctx, prefill_per_seq, k + 1.0)
@@ -127,10 +128,12 @@ class InferenceMixin:
         g = spec["accepted_per_step"]
         spec_tpot = (verify + k * draft) / g
         # the engine speculates where it pays (not at compute-bound batches) and where the draft fits beside the target
-        use = (spec_tpot < tpot) & self.draft_fits(ctx, cfg, rows, dctx, dcfg)
+        fits = self.draft_fits(ctx, cfg, rows, dctx, dcfg)
+        use = (spec_tpot < tpot) & fits
         scale = X.where(verify > 0, spec_tpot / X.where(verify > 0, verify, 1.0), 1.0)
         out_parts = {name: X.where(use, _arr(vparts.get(name, 0.0)) * scale, _arr(v)) for name, v in parts.items()}
-        return X.where(use, spec_tpot, tpot), out_parts, X.where(use, vnmb, nmb), X.where(use, g, 1.0)
+        return (X.where(use, spec_tpot, tpot), out_parts, X.where(use, vnmb, nmb), X.where(use, g, 1.0),
+                X.where(fits, 1.0, 0.0) + X.zeros_like(tpot))
 
     def _prefill(self, ctx, cfg, rows, batch, prompt):
         """Prefill of ``batch`` prompts [s] and its parts. Chunked prefill through a pipeline of stages cuts the
@@ -201,8 +204,9 @@ class InferenceMixin:
         peak = self.peak_flop_per_s(ctx)
         zero = X.zeros_like(B)
         out: dict = {}
+        dfit = None  # whether the draft of speculative decoding fits beside the target (None: no speculation)
         if phase == "decode":
-            tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C)
+            tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C)
             out.update(step_s=tpot, tpot_s=tpot, tokens_per_s=R * B / tpot, tokens_per_s_per_user=1.0 / tpot,
                        micro_batches=nmb, accepted_tokens_per_step=acc, cost_prefill_s=zero,
                        cost_prompt_tokens=zero, cost_decode_s=tpot, cost_output_tokens=R * B)
@@ -217,7 +221,7 @@ class InferenceMixin:
             steps = X.maximum(O - 1.0, 0.0)
             if eng.scheduling == "static":
                 ttft, p_parts = self._prefill(ctx, cfg, rows, B, C)
-                tpot, d_parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)
+                tpot, d_parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)
                 request = ttft + steps * tpot
                 parts = {k: p_parts.get(k, 0.0) + steps * d_parts.get(k, 0.0) for k in dict.fromkeys([*p_parts, *d_parts])}  # ordered: sums must not depend on hashing
                 tokens_per_s = R * B * O / request
@@ -265,12 +269,12 @@ class InferenceMixin:
                         return out + [kw for n in counts for kw in prompt_passes(n)[3:]] + [
                             prompt_passes(n, c)[3] for n in counts for c in chunks[1:]]
                     with announce(ctx, cfg, rows, passes):
-                        tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
-                                                                  prefill_per_seq=pre_per_seq, budget=budget,
-                                                                  chunk=arrivals)
+                        tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
+                                                                        prefill_per_seq=pre_per_seq, budget=budget,
+                                                                        chunk=arrivals)
                 else:
-                    tpot, parts, nmb, acc = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq,
-                                                              budget=budget, chunk=arrivals)
+                    tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
+                                                                    prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals)
                 spare, passes, chunk, own_kw, full_kw = prompt_passes(nmb)
                 nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
                 own = None
@@ -290,7 +294,7 @@ class InferenceMixin:
                 tokens_per_s = R * lam * X.maximum(O, 1.0)
                 out.update(ttft_own_s=own, prefill_busy_s=busy)
                 # the same round without its prompt chunks, at the micro-batches the round runs: what the prompts add
-                alone, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb)
+                alone, _, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb)
                 pre_tok = X.minimum(pre_per_seq * B, X.maximum(budget - B / nmb, 0.0) * nmb)
                 # one request at a time (B = 1): no prompt rides on a decode step; its prompt costs its own prefill
                 lone = pre_tok <= 0.0
@@ -304,6 +308,8 @@ class InferenceMixin:
                                         * self.flop_per_token(ctx, C / 2.0))
         out["model_flop_per_s"] = flop_rate
         out["model_flop_utilization_frac"] = X.minimum(flop_rate / (ndev * peak), 1.0)
+        if dfit is not None:
+            out["draft_fits"] = dfit
         out["_parts"] = parts
         return out
 
