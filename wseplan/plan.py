@@ -69,6 +69,9 @@ def normalise_phase(phase: str, output_tokens) -> str:
         raise InputError(f"phase: unknown {phase!r}; use one of {', '.join(PHASES)}")
     if p == "decode" and output_tokens:
         return "serve"
+    if output_tokens and p in ("prefill", "train"):
+        raise InputError(f"output_tokens: a {p} has no generated tokens (got {output_tokens}); remove it, or use phase "
+                         "serve for whole requests")
     return p
 
 
@@ -372,6 +375,9 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
             check(s.ctx, given)
         for k in cols:
             cfg[k] = np.array([float(given[k]) if k in given else np.nan])
+    mb = given.get("micro_batch")
+    if mb is not None and mb > b:
+        raise InputError(f"micro_batch: {mb} sequences exceed the batch of {b}; give a micro-batch of at most {b}")
     src["layout"] = "searched" if not given else "given" if set(given) >= set(cols) else "partly searched"
     arr = evaluate(s, cfg, require_fit=require_fit)
     return record(s, arr, 0, sources=src, require_fit=require_fit)

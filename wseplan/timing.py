@@ -6,9 +6,11 @@ and no times.
 """
 from __future__ import annotations
 
+from .catalog.load import load_catalog
 from .errors import InputError
 from .plan import plan
 from .records import PlanRecord, StreamResult, TimeResult, view
+from .targets import parse_target
 
 #: family options accepted by :func:`predict_time` as keyword arguments; layout keys go to ``layout``
 LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "micro_batch": "micro_batch",
@@ -76,7 +78,15 @@ def stream(model, target, *, precision: str = "bf16", batch: int | None = None, 
            micro_batch: int | None = None, reserve: float | None = None, software: str | None = None, catalog=None):
     """Weight-streaming training of ``model`` on wafer ``target`` (the API behind ``wseplan stream``): the same
     evaluation as ``fit``/``time --phase train`` on a wafer, with the streaming fields."""
+    cat = catalog or load_catalog()
+    t = parse_target(target, cat) if isinstance(target, str) else target
+    if t.kind != "wafer":
+        raise InputError(f"target: {t.text} is not a wafer; weight streaming is a CS-2/CS-3 question (cs3, cs3x16); for "
+                         "GPU training use `wseplan time MODEL --target ... --phase train`")
+    if num_systems is not None and t.count is not None and num_systems != t.count:
+        raise InputError(f"systems: {num_systems} contradicts the target's count {t.count} ({t.text}); give one of "
+                         f"them (e.g. --target {t.key}x{num_systems})")
     opts = {"policy": policy, "memoryx_option": memoryx_option, "micro_batch": micro_batch, "reserve": reserve}
     lay = {"num_systems": num_systems} if num_systems is not None else None
-    return stream_view(plan(model, target, phase="train", precision=precision, batch=batch, context=context,
-                            layout=lay, software=software, options=opts, catalog=catalog))
+    return stream_view(plan(model, t, phase="train", precision=precision, batch=batch, context=context,
+                            layout=lay, software=software, options=opts, catalog=cat))
