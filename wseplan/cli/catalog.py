@@ -24,7 +24,7 @@ def catalog_list(
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
     """List catalog entries. Example: wseplan catalog list hardware ; wseplan catalog list software ; wseplan catalog
-    list prices --prices my-quotes.yaml"""
+    list prices --prices my-quotes.yaml (your own quotes file; docs/catalogs.md shows one)"""
     check_format(fmt)
     if section not in SECTIONS:
         raise InputError(f"section: unknown {safe_text(section)!r}; use {', '.join(SECTIONS[:-1])} or {SECTIONS[-1]}")
