@@ -52,6 +52,11 @@ ARCH_VARIANT_FIELDS = frozenset(Model.model_fields) - {
 CATALOG_MODELS = sorted(CAT.models.values(), key=lambda m: -m.num_layers * m.d_model**2)
 
 
+def within_positions(m, context: int) -> bool:
+    """Whether ``context`` tokens fit ``m``'s learned position table (GPT-3: 2,048); longer sequences are refused."""
+    return not m.learned_pos_embeddings or context <= m.learned_pos_embeddings
+
+
 def models(max_layers: int = 128):
     """The catalog's transformers and generated ones (from ~1 MB to ~1 TB of weights)."""
     return st.one_of(st.sampled_from([m for m in CATALOG_MODELS if m.num_layers <= max_layers]),
@@ -140,9 +145,14 @@ def test_gpu_layout_memory_monotone_in_batch_and_context(m, phase, precision, b,
     w_lo, lo = mem(b[0], c[0])
     w_mid, mid = mem(b[1], c[0])
     w_hi, hi = mem(b[1], c[1])
-    for key in ("weights", "optimizer", "kv_cache", "activations", "total"):
-        assert lo[key][0] <= mid[key][0] <= hi[key][0], key
-    assert lo["weights"][0] == hi["weights"][0] and lo["optimizer"][0] == hi["optimizer"][0]
+    assert lo["total"][0] <= mid["total"][0] <= hi["total"][0]
+    # the parts are those of the fullest stage: from pp = 3 on it may turn from an edge stage (fewer blocks and the
+    # embedding) to a middle one (more blocks) as the batch or context grows, so its parts move apart; with one kind of
+    # stage each part grows and the weights stay
+    if pp <= 2:
+        for key in ("weights", "optimizer", "kv_cache", "activations"):
+            assert lo[key][0] <= mid[key][0] <= hi[key][0], key
+        assert lo["weights"][0] == hi["weights"][0] and lo["optimizer"][0] == hi["optimizer"][0]
     assert w_lo.kv_cache_bytes <= w_mid.kv_cache_bytes <= w_hi.kv_cache_bytes
     assert w_lo.total_weight_bytes == w_hi.total_weight_bytes
 
@@ -152,6 +162,7 @@ def test_gpu_layout_memory_monotone_in_batch_and_context(m, phase, precision, b,
        count=st.integers(1, 8))
 def test_wafer_fullest_stage_monotone_in_batch_and_context(m, phase, precision, b, c, count):
     """On a fixed number of wafers the fullest wafer's bytes never fall as batch, then context, grow."""
+    assume(within_positions(m, max(c)))
     target = f"wse3x{count}"
     if phase == "train":  # streaming: a fixed activation policy (auto switches to a leaner one as tokens grow)
         from wseplan.plan import plan

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import costing
+from . import costing, pricing
 from .analytic import cost as C
 from .catalog.load import load_catalog
 from .catalog.schema import Frozen
@@ -137,6 +137,13 @@ def _metric(res, name: str):
         return None
 
 
+def energy_metric(phase: str) -> str:
+    """The energy per token a phase's row shows: per token trained, per input token, per output token all in
+    (serving) or of the decode steps alone."""
+    return {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token",
+            "serve": "energy_j_per_output_token_all_in"}.get(phase, "energy_j_per_output_token")
+
+
 def compare_one(model, target: str, **kw) -> CompareRow:
     """Fit, time and cost of ``model`` on one target (see :func:`compare_case`)."""
     return compare_case(model, target, **kw)[0]
@@ -185,13 +192,16 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
         if "--set" in str(exc):
             raise
         notes.append(f"cost model: {exc}")
+        if pricing.unpriced(s, prices):  # no price: the run's days, power and energy stand without the dollars
+            cr = costing.price_record(s, arr, rec, pricing.with_placeholder_price(s, prices), train_tokens=train_tokens)
+            row.update(power_w=_metric(cr, "busy_it_power_w"), energy_j_per_token=_metric(cr, energy_metric(s.query.phase)))
+            if s.query.phase == "train":
+                row.update(run_s=_metric(cr, "run_s"))
         return CompareRow(**row, notes=notes), None, None
     phase = s.query.phase
     metric = costing.HEADLINE[phase] if phase != "train" else "usd_per_mtok_trained"
-    energy = {"train": "energy_j_per_train_token", "prefill": "energy_j_per_input_token",
-              "serve": "energy_j_per_output_token_all_in"}.get(phase, "energy_j_per_output_token")
     row.update(power_w=_metric(cr, "busy_it_power_w"), usd_per_hour=_metric(cr, "usd_per_hour"),
-               usd_per_mtok=_metric(cr, metric), energy_j_per_token=_metric(cr, energy))
+               usd_per_mtok=_metric(cr, metric), energy_j_per_token=_metric(cr, energy_metric(phase)))
     if phase == "train":
         row.update(usd_per_run=_metric(cr, "usd_per_run"), run_s=_metric(cr, "run_s"))
     band = next((m for m in cr.metrics if m.metric == metric and m.p10 is not None), None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .analytic import cost as C
+from .catalog.schema import Quantity
 from .errors import InputError
 from .plan import Setup
 from .workload import total_params as transformer_params
@@ -68,6 +69,25 @@ def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
         out["capex_usd"] = C.Param.from_quantity("capex_usd", hp.capex_usd)
         out["network_frac"] = C.Param.from_quantity("network_frac", hp.network_frac)
     return C.apply_overrides(out, overrides or {}, hardware_key=hw.price_key, catalog=s.query.catalog)
+
+
+def unpriced(s: Setup, prices) -> bool:
+    """Whether the setup's hardware has no capex in the prices or the hardware catalog (a rental-only part such as a
+    TPU): its run time, power and energy are still given, its dollars are not."""
+    hp = prices.hardware.get(s.family.hardware(s.ctx).price_key)
+    if hp is not None:
+        return not hp.capex_usd.si > 0
+    node = getattr(s.query.target.device, "node_price_usd", None) if s.query.target.kind == "gpu" else None
+    return node is None or not node.si > 0
+
+
+def with_placeholder_price(s: Setup, prices):
+    """``prices`` with a $1 capex for the setup's unpriced hardware (:func:`unpriced`), so the cost model can give
+    its time-, power- and energy-only figures; every dollar figure of the result is meaningless and must be dropped."""
+    key = s.family.hardware(s.ctx).price_key
+    q = Quantity(value=1.0, source="wseplan-estimate", basis="estimate", note="placeholder: the hardware has no price")
+    z = Quantity(value=0.0, source="wseplan-estimate", basis="estimate", note="placeholder: the hardware has no price")
+    return prices.model_copy(update={"hardware": {**prices.hardware, key: C.HardwarePrice(capex_usd=q, network_frac=z)}})
 
 
 def num_systems(s: Setup, num_devices) -> np.ndarray:

@@ -95,12 +95,34 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     B = np.asarray(batch, dtype=float)
     C = np.asarray(context, dtype=float)
     L = max(w.num_blocks, 1)
-    per_stage = np.ceil(L / pp)
+    n = np.ceil(L / pp)
     blocks, run_w, run_p, edge_w, edge_p, edge_w_sum, edge_p_sum, act_l, ck_l = _layer_figures(w)
     single = pp == 1
+    # the middle stages hold n = ceil(L / pp) blocks; the two edge stages (embedding, head) take the pp x n - L blocks
+    # the split leaves over, half each, so an edge stage holds n - k blocks and its edge layer (k = 0 at pp <= 2 and
+    # where the blocks divide evenly): the fullest of the two kinds is the fullest stage
+    k = np.where(pp >= 3, np.minimum(np.floor((pp * n - L) / 2.0), n), 0.0)
+    mid = _stage_parts(w, n, 0.0, 0.0, run_w, run_p, act_l, ck_l, blocks, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp,
+                       rc=rc, B=B, C=C, gradient_bytes_per_param=gradient_bytes_per_param,
+                       adam_state_bytes_per_param=adam_state_bytes_per_param,
+                       prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
+    edge = _stage_parts(w, n - k, np.where(single, edge_w_sum, edge_w), np.where(single, edge_p_sum, edge_p), run_w,
+                        run_p, act_l, ck_l, blocks, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp, rc=rc, B=B, C=C,
+                        gradient_bytes_per_param=gradient_bytes_per_param,
+                        adam_state_bytes_per_param=adam_state_bytes_per_param,
+                        prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
+    take_mid = (pp >= 3) & (mid["total"] > edge["total"])
+    return {key: np.where(take_mid, mid[key], edge[key]) for key in edge}
+
+
+def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, tp, pp, dp, zs, mb, vpp, rc, B, C,
+                 gradient_bytes_per_param, adam_state_bytes_per_param, prefill_chunk_tokens, working_tokens) -> dict:
+    """Per-GPU bytes of a stage of ``nb`` consecutive blocks (the heaviest run of that many) and an edge layer of
+    ``ew`` bytes / ``ep`` parameters (0: a middle stage), by part (:func:`gpu_layout_memory`)."""
+    per_stage = nb
     n_run = np.clip(per_stage, 0, len(run_w) - 1).astype(np.int64)
-    stage_w = run_w[n_run] + np.where(single, edge_w_sum, edge_w)
-    stage_p = run_p[n_run] + np.where(single, edge_p_sum, edge_p)
+    stage_w = run_w[n_run] + ew
+    stage_p = run_p[n_run] + ep
     weights = stage_w / tp
     # KV heads split over TP up to their number; a latent (MLA) cache is one vector per token, replicated on every
     # TP rank (DeepSeek-V3 report, sec. 2.1.1)

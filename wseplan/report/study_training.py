@@ -67,9 +67,14 @@ def training_body(st: Study, cat) -> dict:
     plan = []
     for tgt in st.target_names:
         rs = [r for r in sweep if r["family"] == tgt and r["meets_deadline"]]
-        if rs:
-            best = min(rs, key=lambda r: (r["usd_per_run"], r["num_devices"]))
+        priced = [r for r in rs if r["usd_per_run"] is not None]
+        if priced:
+            best = min(priced, key=lambda r: (r["usd_per_run"], r["num_devices"]))
             plan.append(dict(best, note=""))
+        elif rs:  # no price (a rental-only part): the fewest devices that meet the deadline, without dollars
+            best = min(rs, key=lambda r: r["num_devices"])
+            plan.append(dict(best, note="meets the deadline, but has no price in the catalogs (fill its capex to rank "
+                                        "it by cost)"))
         else:
             ran = [r for r in sweep if r["family"] == tgt and r["run_s"]]
             fastest = min(ran, key=lambda r: r["run_s"]) if ran else None
@@ -226,7 +231,7 @@ def training_why(st: Study, cat, sweep: list[dict], plan: list[dict], cases: dic
     else:
         flips.append("One target meets the deadline: there is no ranking to flip.")
     out.append(("What would flip the ranking", " ".join(flips)))
-    ok = sorted([p for p in plan if p["meets_deadline"]], key=lambda p: p["usd_per_run"])
+    ok = sorted([p for p in plan if p["meets_deadline"] and p["usd_per_run"] is not None], key=lambda p: p["usd_per_run"])
     if ok:
         b = ok[0]
         kind = "wafer" if _is_wafer(b["family"], cat) else "gpu"
@@ -273,9 +278,13 @@ def _training_answer(st: Study, m, plan: list[dict]) -> str:
     tr = st.training
     head = (f"To train {m.name} on {fmt_num(tr.tokens / 1e9)}B tokens within {fmt_num(tr.deadline_days)} days "
             f"(global batch {tr.global_batch} x {tr.seq_len} tokens), ")
-    ok = sorted([p for p in plan if p["meets_deadline"]], key=lambda p: p["usd_per_run"])
+    ok = sorted([p for p in plan if p["meets_deadline"] and p["usd_per_run"] is not None], key=lambda p: p["usd_per_run"])
+    free = [p for p in plan if p["meets_deadline"] and p["usd_per_run"] is None]
+    unpriced = [f"{p['target']} meets the deadline in {fmt_num(p['run_s'] / 86400)} days "
+                f"({fmt_num(p['energy_j_per_run'] / 3.6e9)} MWh) but has no price in the catalogs." for p in free]
     if not ok:
-        return head + "no swept cluster meets the deadline. " + " ".join(f"{p['family']}: {p['note']}." for p in plan)
+        return " ".join([head + ("no priced cluster" if free else "no swept cluster") + " meets the deadline."]
+                        + unpriced + [f"{p['family']}: {p['note']}." for p in plan if not p["meets_deadline"]])
     b = ok[0]
     band = (f" (P10-P90 ${fmt_num(b['usd_per_run_p10'] / 1e6)}M-${fmt_num(b['usd_per_run_p90'] / 1e6)}M)"
             if b.get("usd_per_run_p10") is not None else "")  # no band with cost.uncertainty 0
@@ -285,6 +294,7 @@ def _training_answer(st: Study, m, plan: list[dict]) -> str:
     for p in ok[1:]:
         parts.append(f"{p['target']} takes {fmt_num(p['run_s'] / 86400)} days for ${fmt_num(p['usd_per_run'] / 1e6)}M "
                      f"({fmt_num(p['energy_j_per_run'] / 3.6e9)} MWh).")
+    parts += unpriced
     for p in plan:
         if not p["meets_deadline"]:
             parts.append(f"{p['family']} {p['note']}.")
