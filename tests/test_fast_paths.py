@@ -373,6 +373,8 @@ def _random_rows(s, rng, n):
     cfg = {"batch": rng.choice([1.0, 2.0, 7.0, 64.0, 256.0, 1536.0], n),
            "context": rng.choice([128.0, 2048.0, 4096.0, 32768.0], n),
            "output_tokens": rng.choice([1.0, 64.0, 1024.0], n) if q.phase == "serve" else np.zeros(n)}
+    if q.model.learned_pos_embeddings:  # a learned position table refuses longer sequences (GPT-3: 2,048)
+        cfg["context"] = np.minimum(cfg["context"], q.model.learned_pos_embeddings - cfg["output_tokens"])
     for j, k in enumerate(("tp", "pp", "dp")):
         cfg[k] = np.array([float(lays[i][j]) for i in pick])
     if q.phase == "train":

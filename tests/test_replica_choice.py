@@ -80,7 +80,7 @@ def test_a_wafer_count_serves_as_equal_replicas_when_cheaper():
 
     c = cost("llama-3-70b", "cs3x12")
     for k in (4, 6):
-        sv = serve("llama-3-70b", "cs3x12", input_tokens=8192, output_tokens=256, layout={"num_wafers": k},
+        sv = serve("llama-3-70b", "cs3x12", input_tokens=c.context, output_tokens=256, layout={"num_wafers": k},
                    tpot_limit_s=1 / 20)
         ok = [p for p in sv.points if p.meets_sla]
         best = min(p.all_in_usd_per_mtok for p in ok)
