@@ -229,3 +229,17 @@ def test_speculation_dropped_for_a_draft_that_does_not_fit_is_noted(catalog):
     assert len(off) == 1 and "does not fit" in off[0] and "Llama-3.2-1B" in off[0]
     assert not any(n.startswith("speculative decoding off") for n in spec[14].notes)
     assert not any(n.startswith("speculative decoding off") for n in plain.notes)  # no speculation asked for
+
+
+def test_whole_layer_moe_placement_names_the_byte_bound(catalog):
+    """DeepSeek-V3 on wafers (audit18 F4): layers are placed whole, and one 23 GB MoE layer fills a wafer two cannot
+    share, so 58 wafers hold what 1.342 TB / 41.25 GB = 33 wafers hold by bytes; the record says so. A dense model
+    placed near its byte bound (Llama-3.1-70B: 4 wafers) gets no such note."""
+    from wseplan.plan import plan
+
+    r = plan("deepseek-v3", "wse3", phase="decode", batch=1, context=4096, catalog=catalog)
+    bound = -(-r.total_bytes // r.capacity_bytes)
+    assert bound == 33 and r.num_devices == 58
+    assert any(n.startswith("layers are placed whole") and "58 wafers" in n and "need 33" in n for n in r.notes)
+    d = plan("llama-3.1-70b", "wse3", phase="decode", batch=1, context=8192, catalog=catalog)
+    assert not any(n.startswith("layers are placed whole") for n in d.notes)

@@ -28,6 +28,7 @@ from ..errors import InputError
 from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, stage_records
 from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
+from .wafer_notes import resident_notes
 from .registry import register
 from .wafer_regions import _remembered, admissible, best_prefill_side, best_side, handover_cycles, riders
 from .wafer_row import pass_row as _pass_row
@@ -276,13 +277,7 @@ class WaferFamily(InferenceMixin, Family):
                 lay[f"pipeline_stages_{ph}"] = int(r[f"time.pipeline_stages_{ph}"])
         if r.get("time.micro_batches") is not None:
             lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
-        notes = []
-        if ctx.count and ctx.count % k:
-            notes.append(f"{ctx.count % k} of {ctx.count} wafers left idle ({ctx.count // k} replicas of {k})")
-        if r.get("time.region_fallback"):
-            notes.append("no square region side tiles the wafer with a region for every layer group (the SRAM holds "
-                         "them in total): timed on the largest side as if each group had its own region, optimistic")
-        return lay, {"stages": stages}, notes
+        return lay, {"stages": stages}, resident_notes(ctx, r, k)
 
     # -- time --------------------------------------------------------------------------------------------------
     def pipeline_stages(self, ctx, cfg):
