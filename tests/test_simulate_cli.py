@@ -73,3 +73,21 @@ def test_gpu_calibrate_refuses_without_gpu(tmp_path):
     assert r.returncode == 3
     assert "nothing measured" in r.stdout
     assert not out.exists()
+
+
+def test_stream_simulation_computes_at_the_planners_rate(capsys):
+    """`simulate stream` and `stream` time the same forward and backward compute (audit20 F2: the simulator ran the
+    wafer at its dense peak, the planner at peak x the calibrated compute efficiency, so its compute was half): the
+    simulator's compute time equals the planner's compute less its recompute (policy spill: none recomputed, the
+    backward's 2x forward FLOPs), and its rate is the planner's peak x efficiency."""
+    from wseplan.analytic.stream import load_stream_constants
+    from wseplan.catalog import load_catalog
+
+    assert main(["simulate", "stream", "llama-3-70b", "--batch", "8", "--context", "4096", "-f", "json"]) == 0
+    sim = json.loads(capsys.readouterr().out)[0]
+    assert main(["stream", "llama-3-70b", "--target", "cs3x1", "--batch", "8", "--context", "4096", "--policy", "spill",
+                 "-f", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert sim["compute_time_s"] == pytest.approx(plan["compute_s"] - plan["recompute_s"], rel=1e-9)
+    peak = load_catalog().wafers["wse3"].peak_flop_per_s("bf16")
+    assert sim["compute_flop_per_s"] == pytest.approx(peak * load_stream_constants().compute_efficiency_frac.si, rel=1e-12)

@@ -171,9 +171,11 @@ def stream_cmd(model: str = typer.Argument(..., help="Catalog model, config.json
                systems: int = typer.Option(1, "--systems", help="Data-parallel systems behind SwarmX."),
                precision: str = O.precision_opt(),
                fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
-    """Weight streaming of one training step (MemoryX -> wafer). Example: wseplan simulate stream gpt3-175b --batch 64"""
+    """Weight streaming of one training step (MemoryX -> wafer), the wafer computing at the achieved rate the planner
+    uses (peak x the stream calibration's compute efficiency). Example: wseplan simulate stream gpt3-175b --batch 64"""
     import numpy as np
 
+    from ..analytic.stream import load_stream_constants
     from ..fit import build_workload, resolve_model
     from ..sim import simulate_stream
     from ..targets import parse_target
@@ -195,14 +197,16 @@ def stream_cmd(model: str = typer.Argument(..., help="Catalog model, config.json
     bw = mx.dram_stream_bandwidth_bytes_per_s.si if bandwidth is None else bandwidth
     if not bw > 0:
         raise InputError(f"--bandwidth: must be > 0 bytes/s, got {bandwidth!r}")
-    peak = t.device.peak_flop_per_s(precision)
+    # the achieved rate the planner's weight-streaming model and the calibration use (peak x compute efficiency of
+    # catalogs/calibration/stream.yaml), not the dense peak
+    rate = t.device.peak_flop_per_s(precision) * load_stream_constants().compute_efficiency_frac.si
     f = w.flop_per_token
     res = simulate_stream(layer_weight_bytes=w.weight_bytes, fwd_flop_per_token=f, bwd_flop_per_token=2 * f,
-                          tokens_per_step=w.tokens_per_step, compute_flop_per_s=peak, link_bandwidth_bytes_per_s=bw,
+                          tokens_per_step=w.tokens_per_step, compute_flop_per_s=rate, link_bandwidth_bytes_per_s=bw,
                           link_latency_s=mx.link_latency_s.si, prefetch_layers=prefetch, num_systems=systems,
                           swarmx_mode="tree", swarmx_fanout=int(sw.fanout.si), swarmx_hop_latency_s=sw.per_level_latency_s.si)
     row = {"model": w.model_name, "target": t.key, "batch": batch, "context": context, "tokens_per_step": w.tokens_per_step,
-           "prefetch_layers": prefetch, "bandwidth_bytes_per_s": bw, "systems": systems,
+           "prefetch_layers": prefetch, "bandwidth_bytes_per_s": bw, "compute_flop_per_s": rate, "systems": systems,
            "step_time_s": float(np.asarray(res.step_time_s)), "compute_time_s": float(np.asarray(res.compute_time_s)),
            "stall_time_s": float(np.asarray(res.stall_time_s)), "utilization_frac": float(np.asarray(res.utilization_frac)),
            "bound": str(np.asarray(res.bound))}

@@ -27,6 +27,13 @@ INT_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", 
                "input_len", "output_len", "global_batch", "concurrency", "n_devices", "tp", "pp", "dp", "cp", "ep", "vpp",
                "zero_stage")
 CATEGORIES = ("gpu-train", "gpu-infer", "wse-infer", "wse-train", "micro")
+QUALITIES = ("strong", "medium", "weak")
+#: the unit each predicted metric's value is in (a row in another unit is refused, not compared as if it were this)
+METRIC_UNITS = {"latency_ms": "ms", "ttft_ms": "ms", "layer_fwd_bwd_ms": "ms", "time_per_iter_s": "s",
+                "time_to_train_min": "min", "gpu_hours": "GPU-h", "tokens_per_s": "tok/s", "prefill_tokens_per_s": "tok/s",
+                "tokens_per_s_per_gpu": "tok/s/GPU", "tokens_per_s_per_user": "tok/s/user", "tflops": "TFLOP/s",
+                "tflops_per_gpu": "TFLOP/s", "pflops": "PFLOP/s", "mfu": "fraction", "pct_of_peak": "%",
+                "max_decode_output_tokens": "tokens"}
 NON_PERFORMANCE = {
     "effective_training_time_pct": "goodput percentage, not a performance quantity",
     "latency_per_token_ratio_vs_h100": "ratio to other hardware, not a performance quantity of this row",
@@ -269,6 +276,13 @@ def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_nam
     for c in ("category", "phase", "metric", "unit", "hardware", "quality"):
         if not row.get(c):
             raise InputError(f"cases: {p} row {rid}: empty {c}")
+    for c, allowed in (("category", CATEGORIES), ("quality", QUALITIES)):
+        if row[c] not in allowed:
+            raise InputError(f"cases: {p} row {rid}: {c} {row[c][:40]!r} is not one of {', '.join(allowed)}")
+    unit = METRIC_UNITS.get(row["metric"])
+    if unit is not None and row["unit"].strip() != unit:
+        raise InputError(f"cases: {p} row {rid}: unit {row['unit'][:40]!r} is not the unit of {row['metric']} "
+                         f"({unit}); give the value in {unit}")
     for c in ("notes", "source"):
         if row.get(c):
             row[c] = row[c].translate(_LINE_SEPARATORS)
@@ -299,6 +313,12 @@ def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_nam
                                  "in [0, 1e6]")
         else:
             fields[c] = v
+    parts = [fields.get(c) for c in ("tp", "pp", "dp")]
+    if fields.get("n_devices") and all(parts):
+        used = parts[0] * parts[1] * parts[2] * (fields.get("cp") or 1)
+        if used != fields["n_devices"]:
+            raise InputError(f"cases: {p} row {rid}: n_devices {fields['n_devices']} is not tp x pp x dp x cp = {used}; "
+                             "give a consistent layout or leave a cell empty")
     return Case(id=rid, category=row["category"], phase=row["phase"], model=row.get("model") or "",
                 metric=row["metric"], value=value, unit=row["unit"], hardware=row["hardware"].lower(),
                 quality=row["quality"], fields=fields, source=row.get("source") or "", notes=row.get("notes") or "")

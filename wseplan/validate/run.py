@@ -128,7 +128,7 @@ def judge(records: list[dict], bands: dict[str, float]) -> list[dict]:
 
 def reference_bands(catalog) -> dict[str, float]:
     """The tolerance bands of the bundled validation set (what ``wseplan validate`` judges any file by)."""
-    return category_bands(validate_file(default_cases_path(), catalog))
+    return category_bands(validate_cases(read_cases(default_cases_path()), catalog))
 
 
 def summarize(records: list[dict]) -> list[dict]:
@@ -152,9 +152,13 @@ def summarize(records: list[dict]) -> list[dict]:
     return rows
 
 
-def validate_file(path: str | Path, catalog=None, cal=None) -> list[dict]:
-    """:func:`validate_cases` of the rows of ``path``."""
-    return validate_cases(read_cases(path), catalog or load_catalog(), cal)
+def validate_file(path: str | Path, catalog=None, cal=None, bands: dict[str, float] | None = None) -> list[dict]:
+    """:func:`validate_cases` of the rows of ``path``, judged as ``wseplan validate`` judges them: the bundled set by
+    its own bands, any other file by the bundled set's (:func:`reference_bands`) unless ``bands`` are given."""
+    cat = catalog or load_catalog()
+    if bands is None and Path(path).resolve() != default_cases_path().resolve():
+        bands = reference_bands(cat)
+    return validate_cases(read_cases(path), cat, cal, bands=bands)
 
 
 
