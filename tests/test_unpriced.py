@@ -49,3 +49,31 @@ def test_training_report_judges_the_deadline_on_days(tmp_path):
     assert "no price" in tpu["note"]
     assert "tpu-v5ex2048 meets the deadline" in body["answer"] and "no price" in body["answer"]
     assert "cheapest option is h100x2048" in body["answer"]  # the priced target is still ranked
+
+
+def test_sweep_keeps_an_unpriced_target_with_blank_dollars(tmp_path, capsys):
+    """A sweep naming a TPU (audit20 F3: refused whole, blamed on `set:`) evaluates it; its rows keep time and energy,
+    equal to compare's for the same layout, and leave the dollars blank; a priced target in the same sweep keeps its."""
+    import json
+
+    import pandas as pd
+
+    from wseplan.cli import main
+    from wseplan.compare import compare_case
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nphase: decode\nmodels: [llama-3-8b]\ntargets: [tpu-v5px8, h100x8]\nbatches: [16]\n"
+                    "contexts: [2048]\noutput_tokens: [128]\noutput: s.csv\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "-f", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert any("tpu-v5p has no price" in s for s in rec["skipped"])
+    df = pd.read_csv(tmp_path / "o" / "s.csv")
+    tpu, gpu = df[df.hardware == "tpu-v5p"], df[df.hardware == "h100-sxm"]
+    assert len(tpu) and tpu.usd_per_mtok.isna().all() and tpu.usd_per_hour.isna().all()
+    assert gpu.usd_per_mtok.notna().all()
+    row = tpu.iloc[0]
+    lay = {k: int(row[c]) for k, c in (("tp", "tensor_parallel"), ("pp", "pipeline_parallel"), ("dp", "data_parallel"))}
+    cr, _, _ = compare_case("llama-3-8b", "tpu-v5px8", phase="decode", precision="bf16", batch=16, context=2048, output_tokens=128,
+                            layout=lay, catalog=CAT, prices=C.load_prices(catalog=CAT))
+    assert cr.tokens_per_s == pytest.approx(row.tokens_per_s, rel=1e-9)
+    assert cr.energy_j_per_token == pytest.approx(row.energy_j_per_token, rel=1e-9) and cr.usd_per_mtok is None

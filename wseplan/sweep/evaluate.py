@@ -85,7 +85,9 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
 
     def col(k):
         v = cost.get(k)
-        return nan if v is None else np.where(arr["fits"], np.broadcast_to(np.asarray(v, dtype=float), (n,)), np.nan)
+        if v is None or (not g.priced and "usd" in k):  # no price: no dollars (time and energy stand)
+            return nan
+        return np.where(arr["fits"], np.broadcast_to(np.asarray(v, dtype=float), (n,)), np.nan)
 
     res.update(usd_per_hour=col("usd_per_hour"), usd_per_busy_hour=col("usd_per_busy_hour"), usd_per_mtok=col(pick[0]),
                input_usd_per_mtok=col("input_usd_per_mtok") if g.phase != "train" else nan,

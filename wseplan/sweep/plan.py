@@ -9,7 +9,7 @@ import numpy as np
 from ..analytic.cost import load_prices, nominal
 from ..catalog.load import load_catalog
 from ..catalog.schema import Model
-from ..pricing import params_for
+from ..pricing import params_for, unpriced, with_placeholder_price
 from ..devices.gpu import tp_divides_heads
 from ..errors import InputError
 from ..plan import setup
@@ -37,6 +37,8 @@ class Group:
     params: dict  # nominal cost inputs
     train_tokens: float | None
     catalog: object = field(repr=False, default=None)
+    #: False for hardware without a price (a rental-only part): its dollar columns are blank, time and energy stand
+    priced: bool = True
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -170,7 +172,7 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
     for mname, m in models:
         for t in targets:
             lay = _gpu_layouts(sweep, m, t, cat) if t.kind == "gpu" else {}
-            params = None
+            params, priced = None, True
             for p in sweep.precisions:
                 try:
                     t.device.peak_flop_per_s(p)
@@ -178,14 +180,21 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
                     skipped.append(f"{t.key} has no {p} rate: {mname} x {t.text} x {p} skipped")
                     continue
                 if params is None:
+                    s_ = setup(m, t, phase=phase, precision=p, catalog=cat)
+                    priced = not unpriced(s_, prices)
+                    if not priced:  # time, fit and energy without dollars, as compare does (the columns are blank)
+                        skipped.append(f"{t.key} has no price: the dollar columns of {mname} x {t.text} are blank")
                     try:
-                        params = params_for(setup(m, t, phase=phase, precision=p, catalog=cat), prices,
+                        params = params_for(s_, prices if priced else with_placeholder_price(s_, prices),
                                             overrides=sweep.set)
                     except InputError as exc:
-                        raise InputError(f"set: {str(exc).removeprefix('--set: ')}") from None
+                        msg = str(exc)
+                        raise InputError(f"set: {msg.removeprefix('--set: ')}" if msg.startswith("--set") else msg) \
+                            from None
                 groups.append(Group(index=len(groups), model_name=mname, model=m, target=t, precision=p,
                                     phase=phase, batches=batches, contexts=contexts, outputs=outputs,
-                                    layouts=lay, params=nominal(params), train_tokens=sweep.train_tokens, catalog=cat))
+                                    layouts=lay, params=nominal(params), train_tokens=sweep.train_tokens, catalog=cat,
+                                    priced=priced))
     plan = Plan(sweep=sweep, groups=groups, skipped=skipped)
     if not groups:
         raise InputError("precisions: no target supports any of the sweep's precisions; choose others")
