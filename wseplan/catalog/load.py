@@ -19,7 +19,7 @@ from ..errors import CatalogError, InputError, suggest, validation_detail
 from ..plugins import load_plugins
 from .parse_cache import ParseCache, cache_dir, parser_id
 from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Quantity, Source,
-                     SwarmX, System, Wafer, check_hardware_key, check_key)
+                     SwarmX, System, USER_BASES, Wafer, check_hardware_key, check_key)
 
 
 
@@ -522,7 +522,7 @@ def _check_references(cat: Catalog) -> None:
         elif hasattr(type(obj), "model_fields"):
             for name in type(obj).model_fields:
                 check(f"{where}.{name}", getattr(obj, name))
-            if isinstance(obj, (Model, GenericModel)):
+            if isinstance(obj, (Model, GenericModel)) and obj.basis not in USER_BASES:  # a user's entry: free text
                 ids = [obj.source] if isinstance(obj.source, str) else obj.source
                 for sid in ids:
                     if sid not in known:

@@ -62,19 +62,29 @@ def catalog_list(
 
 @catalog_app.command("show")
 def catalog_show(
-    name: str = typer.Argument(..., help="A hardware key, model name or alias, or a source id."),
+    name: str = typer.Argument(..., help="A hardware key or alias (a system key shows the system), a MemoryX, SwarmX or "
+                                         "software profile key, a model name or alias, or a source id."),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
-    """Show one entry with every number's value, SI value, source and basis. Example: wseplan catalog show h100"""
-    from ..catalog.schema import Quantity
+    """Show one entry with every number's value, SI value, source and basis. Example: wseplan catalog show h100 ;
+    wseplan catalog show cs3 ; wseplan catalog show memoryx-cs3 ; wseplan catalog show wafer-production"""
+    from ..catalog.software import load_software
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
     key = name.lower()
-    entry = None
     hw = cat.hardware_keys()
-    if key in hw:
+    systems = {a.lower(): k for k, sysm in cat.systems.items() for a in [k, *sysm.aliases]}
+    entry = None
+    for section in (cat.memoryx, cat.swarmx, load_software(cat)):
+        if key in section:
+            entry = section[key]
+    if entry is not None:
+        pass
+    elif key in systems:  # a system's own names show the system (power, rack space, I/O); its wafer is `wse3` ...
+        entry = cat.systems[systems[key]]
+    elif key in hw:
         sec, k = hw[key]
         entry = getattr(cat, sec)[k]
     elif key in cat.sources:
@@ -84,19 +94,33 @@ def catalog_show(
             sec, k = cat.resolve_model_name(name)
             entry = getattr(cat, sec)[k]
         except InputError:
-            names = list(hw) + list(cat.sources) + list(cat._aliases(("models",)))
+            names = (list(hw) + list(cat.sources) + list(cat._aliases(("models",))) + list(cat.memoryx)
+                     + list(cat.swarmx) + list(load_software(cat)))
             raise InputError(f"name: unknown catalog entry {name!r}{suggest(name, names)}; see `wseplan catalog list`") from None
+    table_out(_show_rows(entry), fmt, title=name)
+
+
+def _show_rows(entry, prefix: str = "") -> list[dict]:
+    """One row per field of ``entry``: a number with its SI value, basis and source; nested entries (a software
+    profile's engine, a MemoryX's capacity options) flattened as ``outer.inner``."""
+    from pydantic import BaseModel
+
+    from ..catalog.schema import Quantity
+
     rows = []
     for fname in type(entry).model_fields:
         v = getattr(entry, fname)
-        items = [(fname, v)] if not isinstance(v, dict) else [(f"{fname}.{a}", b) for a, b in v.items()]
+        items = [(prefix + fname, v)] if not isinstance(v, dict) else [(f"{prefix}{fname}.{a}", b) for a, b in v.items()]
         for label, q in items:
             if isinstance(q, Quantity):
                 rows.append({"field": label, "value": str(q.value), "si": q.si, "basis": q.basis,
                              "source": ", ".join(q.source_ids), "note": q.note or ""})
-            elif not isinstance(q, (list, dict)) or label == "aliases":
-                rows.append({"field": label, "value": str(q), "si": None, "basis": "", "source": "", "note": ""})
-    table_out(rows, fmt, title=name)
+            elif isinstance(q, BaseModel):
+                rows += _show_rows(q, label + ".")
+            elif not isinstance(q, (list, dict)) or label.endswith("aliases") or label.endswith("source"):
+                shown = ", ".join(map(str, q)) if isinstance(q, list) else str(q)
+                rows.append({"field": label, "value": shown, "si": None, "basis": "", "source": "", "note": ""})
+    return rows
 
 
 def _list_prices(cat, files: list[str], fmt: str) -> None:
