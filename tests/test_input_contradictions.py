@@ -18,6 +18,10 @@ from wseplan.cli import main
       "--micro-batch", "16"], ["micro_batch", "at most 8"]),
     (["time", "llama-3-70b", "--target", "h100x8", "--phase", "prefill", "-o", "100"], ["output_tokens", "prefill"]),
     (["cost", "llama-3-70b", "--target", "h100x8", "--phase", "train", "-o", "100"], ["output_tokens", "train"]),
+    # audit20 F9: an empty --targets entry (as compare), the same hardware twice, a TP degree on a wafer
+    (["scale", "llama-3-8b", "--targets", "wse3,,h100", "--max-systems", "1"], ["empty entry"]),
+    (["scale", "llama-3-8b", "--targets", "wse3,cs3", "--max-systems", "1"], ["same hardware", "wse3"]),
+    (["place", "llama-3-70b", "--target", "cs3x4", "--tp", "3"], ["tensor_parallel", "GPU targets"]),
 ])
 def test_contradictions_are_one_line_errors(capsys, tmp_path, monkeypatch, argv, words):
     monkeypatch.chdir(tmp_path)

@@ -20,6 +20,7 @@ from .errors import InputError, WseplanError
 from .plan import default_sizes, evaluate, normalise_phase, record, setup
 from .report.markdown import Column, Table
 from .serving import default_min_tokens_per_s_per_user, operating_point
+from .targets import split_targets
 from .workload import resolve_model
 
 SCHEMA_VERSION = 1
@@ -241,11 +242,7 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     """
     phase = normalise_phase(phase, output_tokens)
     if isinstance(targets, str):
-        parts = [t.strip() for t in targets.split(",")]
-        if any(not t for t in parts) and any(parts):
-            raise InputError(f"--targets: an empty entry in {targets!r}; separate targets by single commas, e.g. "
-                             "h100x8,wse3")
-        targets = [t for t in parts if t]
+        targets = split_targets(targets)
     if not targets:
         raise InputError("--targets: give at least one target, e.g. wse3,cs3x4,h100x8")
     cat = catalog or load_catalog()

@@ -74,3 +74,15 @@ def parse_target(text: str, catalog: Catalog) -> Target:
             shown = f"{count:,}" if count < 10**12 else "more than 10^12"
             raise InputError(f"target: {text.strip()!r} asks for {shown} devices; at most {limit:,} {what}")
     return Target(text=text, kind=kind, key=hw, device=device, count=count)
+
+
+def split_targets(text: str, example: str = "h100x8,wse3") -> list[str]:
+    """The comma-separated entries of a ``--targets`` value; an empty entry (``h100x8,,wse3``) or none at all is a
+    one-line InputError (``compare`` and ``scale`` alike)."""
+    parts = [t.strip() for t in text.split(",")]
+    if any(not t for t in parts) and any(parts):
+        raise InputError(f"--targets: an empty entry in {text!r}; separate targets by single commas, e.g. {example}")
+    out = [t for t in parts if t]
+    if not out:
+        raise InputError(f"--targets: give at least one target, e.g. {example}")
+    return out

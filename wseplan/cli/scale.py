@@ -27,21 +27,21 @@ def scale_cmd(
     """
     from ..scale import scaling_frame
     from ..fit import resolve_model
-    from ..targets import parse_target
+    from ..targets import parse_target, split_targets
 
     check_format(fmt)
     if max_systems < 1 or max_systems > 4096:
         raise InputError(f"--max-systems: must be between 1 and 4096, got {max_systems}")
     cat = O.load_catalog(catalog)
     m = resolve_model(model, cat)
-    keys = [k.strip() for k in targets.split(",") if k.strip()]
-    if not keys:
-        raise InputError("--targets: give at least one hardware key, e.g. wse3,h100")
-    ts = []
-    for k in keys:
+    ts, named = [], {}
+    for k in split_targets(targets, "wse3,h100"):
         t = parse_target(k, cat)
         if t.count is not None:
             raise InputError(f"--targets: give hardware keys without a count ({k!r}); the sweep sets the count via --max-systems")
+        if t.key in named:
+            raise InputError(f"--targets: {named[t.key]!r} and {k!r} name the same hardware ({t.key}); give it once")
+        named[t.key] = k
         ts.append(t)
     df = scaling_frame(m, ts, cat, precision=precision, global_batch=batch, context=context, max_systems=max_systems,
                        policy=policy)

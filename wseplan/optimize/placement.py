@@ -283,6 +283,9 @@ def place(model, target, *, objective: str = "latency", precision: str = "bf16",
     in_flight = float(w.batch) if phase == "decode" else float(min(tokens, d.prefill_chunk_tokens.si))
     act_const = w.working_set_bytes_per_token * in_flight
     notes: list[str] = []
+    if t.kind == "wafer" and tensor_parallel != 1:
+        raise InputError(f"tensor_parallel: {tensor_parallel} applies to GPU targets; a wafer holds whole layers "
+                         "(leave --tp out)")
     tp = 1 if t.kind == "wafer" else tensor_parallel
 
     def capacity(tt) -> float:
