@@ -135,11 +135,14 @@ def table_out(rows: list[dict], fmt: str, title: str = "", prices: list[str] | N
 def quantities(row: dict) -> list[dict]:
     """A one-record row as ``{quantity, value}`` rows (a vertical table), each value with its unit."""
     out = []
+    # a prediction interval's bounds are in the unit of the metric it brackets (``interval_metric``)
+    like = {"interval_low": row.get("interval_metric"), "interval_high": row.get("interval_metric")}
     for k, v in row.items():
         if k in SKIP_IN_TABLES:
             continue
+        shown = fmt_field(like.get(k) or k, v)
         out.append({"quantity": field_unit(k).label if isinstance(v, (int, float)) and not isinstance(v, bool)
-                    else k.replace("_", " "), "value": fmt_field(k, v)})
+                    else k.replace("_", " "), "value": shown})
     return out
 
 
@@ -176,7 +179,10 @@ def render(r: Rendered, fmt: str) -> None:
     if fmt == "json":
         json_out(r.record, r.prices)
     elif fmt == "csv":
-        emit(to_csv(r.csv_rows))
+        rows = r.csv_rows
+        if len(rows) == 1 and r.notes and "notes" not in rows[0]:  # one record: its notes as a column, not lost
+            rows = [dict(rows[0], notes=" | ".join(str(n) for n in r.notes))]
+        emit(to_csv(rows))
     elif fmt == "md":
         parts = [f"## {humanize_text(r.heading)}\n\n"]
         for i, s in enumerate(r.sections):

@@ -4,6 +4,7 @@ The record is documented in docs/cli-output.md. pulp loads only inside the comma
 """
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import typer
@@ -61,9 +62,17 @@ def render_place(res, fmt: str) -> None:
     """The placement record: json the record, csv one row, table/md a summary and the stages. The latency
     objective is a proxy the ILP minimises (bytes read in decode, FLOPs in prefill); the tables say so."""
     row = res.to_row()
+    if fmt == "csv":  # the answer itself (which layers on which device) as one JSON cell
+        hw = list(res.stage_hardware) or [res.hardware] * len(res.stages)
+        row = dict(row, stages_json=json.dumps([dict(s.model_dump(), hardware=h) for s, h in zip(res.stages, hw)],
+                                               separators=(",", ":")))
     summary = quantities({k: v for k, v in row.items() if k not in ("objective", "objective_unit", "max_stage_cost",
                                                                       "cost_unit")})
     unit = res.objective_unit
+    for q in summary:  # the bounds are in the objective's unit (bytes, FLOP, seconds)
+        v = row.get(q["quantity"].replace(" ", "_"))
+        if q["quantity"] in ("best bound", "solver best bound") and isinstance(v, (int, float)) and unit:
+            q["value"] = fmt_quantity(v, unit)
     notes = list(res.notes)
     if res.objective is not None:
         if res.objective_kind == "latency" and unit in _PROXY:
