@@ -53,9 +53,10 @@ def stream_view(r: PlanRecord):
                          f"({r.family}, {r.phase}); use `wseplan time --phase train` for GPUs")
     f = r.details["stream"]
     st = r.details["streaming"]
-    alt = {}
-    if r.fits and f["activation_policy"] in ("recompute", "spill") and "checkpoints do not fit" in " ".join(r.notes):
-        alt = {"recompute": f["alt_recompute_step_s"], "spill": f["alt_spill_step_s"]}
+    # the step of every activation policy that fits, each at the passes its activations allow (none for a misfit)
+    alt = {p: f[k] for p in ("store", "checkpoint", "recompute", "spill")
+           if r.fits and (k := f"alt_{p}_step_s") in f and f[k] is not None and f[k] == f[k]}
+    alt = alt if len(alt) > 1 else {}
     t = (lambda k: f[k]) if r.fits else (lambda k: None)  # noqa: E731  (no time for what does not fit)
     return StreamResult(model=r.model, target=r.target, hardware=r.hardware, precision=r.precision, batch=r.batch,
                         context=r.context, num_systems=int(r.layout["num_systems"]), per_system_batch=f["per_system_batch"],

@@ -138,19 +138,27 @@ class WaferStreamFamily(Family):
         avail = ctx.cap - buf
         ck, act = w.checkpoint_bytes_per_token, w.activation_bytes_per_token
         act_max = float(act.max(initial=0.0))
-        if ctx.micro_batch is not None:
-            mb = np.full_like(B, float(ctx.micro_batch))
-        else:  # the whole share in one pass if one layer's working set fits, else the largest number that does
-            fit_seqs = math.floor(max(avail, 0.0) / (act_max * s)) if act_max > 0 else math.inf
-            mb = np.where(fit_seqs >= per_sys, per_sys, max(1.0, fit_seqs) if math.isfinite(fit_seqs) else per_sys)
-        one = mb >= per_sys
-        passes = np.where(one, 1.0, np.ceil(per_sys / mb))
-        tokens = per_sys * s / passes
         per_tok = {p: activation_bytes_per_token(policy=p, checkpoint_bytes_per_token=ck, activation_bytes_per_token=act)
                    for p in ("store", "checkpoint", "recompute")}
         per_tok["spill"] = act_max
+
+        def pass_plan(need):
+            """(passes, tokens per pass) of a policy keeping ``need`` bytes per token on the wafer: the given
+            micro-batch, else the whole share in one pass where it fits, else the largest number of sequences that
+            fits (one at the least)."""
+            if ctx.micro_batch is not None:
+                mb = np.full_like(B, float(ctx.micro_batch))
+            else:
+                fit_seqs = math.floor(max(avail, 0.0) / (need * s)) if need > 0 else math.inf
+                mb = np.where(fit_seqs >= per_sys, per_sys, max(1.0, fit_seqs) if math.isfinite(fit_seqs) else per_sys)
+            k = np.where(mb >= per_sys, 1.0, np.ceil(per_sys / mb))
+            return k, per_sys * s / k
+
+        # each policy at the passes its own activations allow (spill keeps one layer's working set: the most sequences)
+        plans = {p: pass_plan(float(np.max(per_tok[p], initial=0.0)) if p != "spill" else act_max) for p in POLICY_ORDER}
+        passes, tokens = plans["spill"]
         opt_s = w.params * mx.optimizer_bytes_per_param.si * 2.0 / mx.update_bytes_per_s(dram=dram)
-        common = dict(weight_bytes=w.weight_bytes, flop_per_token=w.flop_per_token, tokens=tokens,
+        common = dict(weight_bytes=w.weight_bytes, flop_per_token=w.flop_per_token,
                       compute_flop_per_s=ctx.rate, stream_bandwidth_bytes_per_s=stream_bw,
                       io_bandwidth_bytes_per_s=ctx.io_bw, latency_s=lat, prefetch_layers=int(c.prefetch_layers.si),
                       overlap_efficiency_frac=c.overlap_efficiency_frac.si, optimizer_s=opt_s,
@@ -160,28 +168,30 @@ class WaferStreamFamily(Family):
         spill_frac = np.where(total_ck > 0, np.minimum(over, total_ck) / np.where(total_ck > 0, total_ck, 1.0), 0.0)
         spill = spill_frac[None, :] * tokens[None, :] * ck[:, None]
 
-        def run(p):
-            r = training_step_time_s(spill_bytes=spill if p == "spill" else None,
+        def run(p, plan=None):
+            k_p, tok_p = plans[p] if plan is None else plan
+            r = training_step_time_s(spill_bytes=spill if p == "spill" else None, tokens=tok_p,
                                      extra_forward_passes=recompute_forward_passes(p), **common)
-            opt = np.asarray(r["optimizer_exposed_s"], dtype=float) * np.ones_like(tokens)
+            opt = np.asarray(r["optimizer_exposed_s"], dtype=float) * np.ones_like(tok_p)
             res = {"optimizer_exposed_s": opt}
             for k in ("step_s", "compute_s", "exposed_load_s", "recompute_s", "utilization_frac"):
-                v = np.asarray(r[k], dtype=float) * np.ones_like(tokens)
+                v = np.asarray(r[k], dtype=float) * np.ones_like(tok_p)
                 if k == "step_s":  # every pass streams the weights again; the optimizer runs once, after the last
-                    v = (v - opt) * passes + opt
+                    v = (v - opt) * k_p + opt
                 elif k != "utilization_frac":
-                    v = v * passes
+                    v = v * k_p
                 res[k] = v
             return res
 
         runs = {p: run(p) for p in POLICY_ORDER}
-        fitp = {p: tokens * per_tok[p] <= avail for p in POLICY_ORDER}
-        if ctx.policy == "auto":
-            rec_faster = runs["recompute"]["step_s"] <= runs["spill"]["step_s"]
-            pick_rec = np.where(fitp["recompute"] & fitp["spill"], rec_faster, fitp["recompute"])
-            chosen = np.where(fitp["store"], 0, np.where(fitp["checkpoint"], 1, np.where(pick_rec, 2, 3)))
+        fitp = {p: plans[p][1] * per_tok[p] <= avail for p in POLICY_ORDER}
+        if ctx.policy == "auto":  # the fastest policy that fits, each at its own passes (ties: the leaner-free first)
+            steps = np.stack([np.where(fitp[p], runs[p]["step_s"], np.inf) for p in POLICY_ORDER])
+            chosen = np.where(np.isfinite(steps).any(axis=0), np.argmin(steps, axis=0), POLICY_ORDER.index("spill"))
         else:
             chosen = np.full(len(B), POLICY_ORDER.index(ctx.policy))
+        passes = np.choose(chosen, [plans[p][0] for p in POLICY_ORDER])
+        tokens_chosen = np.choose(chosen, [plans[p][1] for p in POLICY_ORDER])
 
         def sel(key, table=runs):
             return np.choose(chosen, [table[p][key] for p in POLICY_ORDER])
@@ -190,7 +200,8 @@ class WaferStreamFamily(Family):
         recomp, opt = sel("recompute_s"), sel("optimizer_exposed_s")
         ok = np.choose(chosen, [fitp[p] for p in POLICY_ORDER]) & (avail > 0)
         is_spill = chosen == 3
-        exposed_spill = np.where(is_spill, np.maximum(0.0, step - runs["checkpoint"]["step_s"]), 0.0)
+        # the spill's exposed I/O: its step less the same passes keeping the checkpoints on the wafer
+        exposed_spill = np.where(is_spill, np.maximum(0.0, step - run("checkpoint", plans["spill"])["step_s"]), 0.0)
         link_busy = passes * (float((w.weight_bytes / 1.0).sum()) * 2.0 / stream_bw
                               + np.where(is_spill, 2.0 * layer_sum(spill) / ctx.io_bw, 0.0))
         parts = {"compute": compute - recomp, "recompute": recomp, "weight_stream": exposed - exposed_spill,
@@ -205,12 +216,12 @@ class WaferStreamFamily(Family):
         t_min = t_min[np.searchsorted(np.unique(stream_bw), stream_bw)]
         max_tok = np.choose(chosen, [max(0.0, avail / per_tok[p]) if per_tok[p] > 0 else np.inf for p in POLICY_ORDER])
         model_flop = 3.0 * float(w.flop_per_token.sum()) * B * s
-        acts = np.choose(chosen, [tokens * per_tok[p] for p in POLICY_ORDER])
+        acts = np.choose(chosen, [plans[p][1] * per_tok[p] for p in POLICY_ORDER])
         return dict(step_s=step, tokens_per_s=B * s / step, compute_s=compute, recompute_s=recomp, exposed_load_s=exposed,
                     exposed_spill_s=exposed_spill, optimizer_exposed_s=opt, utilization_frac=sel("utilization_frac"),
                     model_flop_per_s=model_flop / step,
                     model_flop_utilization_frac=np.minimum(1.0, model_flop / step / (ctx.peak * N)), bottleneck=bn,
-                    policy=chosen.astype(float), passes=passes, per_system_batch=per_sys, tokens_per_pass=tokens,
+                    policy=chosen.astype(float), passes=passes, per_system_batch=per_sys, tokens_per_pass=tokens_chosen,
                     stream_bandwidth_bytes_per_s=stream_bw, transfer_latency_s=lat + 0.0 * B,
                     memoryx_tier=np.full(len(B), 0.0 if dram else 1.0), memoryx_required_bytes=np.full(len(B), mx_need),
                     memoryx_capacity_bytes=np.full(len(B), ctx.mx_cap), memoryx_fits=np.full(len(B), float(mx_need <= ctx.mx_cap)),
@@ -219,7 +230,8 @@ class WaferStreamFamily(Family):
                     min_batch_compute_bound=np.maximum(1.0, np.ceil(t_min / s)),
                     max_batch_on_wafer=np.where(np.isfinite(max_tok), np.floor(np.minimum(max_tok, 2.0 ** 62) / s), 2.0 ** 62),
                     spill_bytes=np.where(is_spill, 2.0 * passes * layer_sum(spill), 0.0),
-                    alt_recompute_step_s=runs["recompute"]["step_s"], alt_spill_step_s=runs["spill"]["step_s"])
+                    **{f"alt_{p}_step_s": np.where(fitp[p], runs[p]["step_s"], np.nan) for p in POLICY_ORDER},
+                    **{f"alt_{p}_passes": plans[p][0] for p in POLICY_ORDER})
 
     def default_layout(self, ctx: StreamContext, given: dict, batch: int) -> dict:
         return given
@@ -252,13 +264,12 @@ class WaferStreamFamily(Family):
         if not st["feasible_compute_bound"]:
             notes.append(f"no pass both hides the weight stream (>= {st['min_tokens_compute_bound']:,.0f} tokens) and "
                          f"fits the wafer under policy {policy} (<= {st['max_tokens_on_wafer']:,.0f} tokens)")
-        if policy in ("recompute", "spill") and ctx.policy == "auto" and bool(r["fits"]):  # no times for a misfit
-            other = "spill" if policy == "recompute" else "recompute"
-            mine, theirs = f[f"alt_{policy}_step_s"], f[f"alt_{other}_step_s"]
-            notes.append(f"checkpoints do not fit on the wafer: {policy} is faster than {other} ({mine:.4g} s vs "
-                         f"{theirs:.4g} s per step)" if mine <= theirs else
-                         f"checkpoints do not fit on the wafer: {policy} ({mine:.4g} s per step) is chosen because "
-                         f"{other} does not fit either ({theirs:.4g} s per step if it did)")
+        others = [(p, f[f"alt_{p}_step_s"], int(f[f"alt_{p}_passes"])) for p in POLICY_ORDER
+                  if p != policy and f.get(f"alt_{p}_step_s") is not None and np.isfinite(f[f"alt_{p}_step_s"])]
+        if ctx.policy == "auto" and bool(r["fits"]) and others:  # no times for a misfit
+            alts = ", ".join(f"{p} {t:.4g} s in {k} pass{'es' if k > 1 else ''}" for p, t, k in others)
+            notes.append(f"activation policy {policy}, the fastest that fits the wafer ({r['step_s']:.4g} s per step; "
+                         f"{alts}; each policy at the passes its activations allow)")
         nb = int((ctx.workload(int(r["context"])).kind == 1).sum())
         stages = [dict(device=i, first_layer=0, last_layer=nb - 1, embedding=True, lm_head=True,
                        bytes=float(r["per_device_bytes"])) for i in range(int(r["num_systems"]))]
@@ -282,6 +293,7 @@ STREAM_FIELDS = ("step_s", "tokens_per_s", "compute_s", "recompute_s", "exposed_
                  "policy", "passes", "per_system_batch", "tokens_per_pass", "stream_bandwidth_bytes_per_s",
                  "transfer_latency_s", "memoryx_tier", "memoryx_required_bytes", "memoryx_capacity_bytes", "memoryx_fits",
                  "wafer_fits", "buffer_bytes", "activation_bytes", "min_tokens_compute_bound", "max_tokens_on_wafer",
-                 "min_batch_compute_bound", "max_batch_on_wafer", "spill_bytes", "alt_recompute_step_s", "alt_spill_step_s")
+                 "min_batch_compute_bound", "max_batch_on_wafer", "spill_bytes",
+                 *(f"alt_{p}_{k}" for p in POLICY_ORDER for k in ("step_s", "passes")))
 
 register(WaferStreamFamily())
