@@ -86,7 +86,8 @@ def test_a_first_question_evaluates_each_models_kernels_once(catalog, monkeypatc
     """Llama-3.1-70B on four CS-3 with the production profile's speculative decoding (and in-flight batching): the
     target's passes in one array pass (decode: the plain round's and the verification round's candidates; serve: those
     of the rounds with and without prompt chunks, and the own-prompt passes of every micro-batch count), the draft
-    model's round in another."""
+    model's round in another, or none where a region search's tables hold the round's kernels (decode rows alone:
+    :func:`wseplan.devices.wafer_row.keep_decode_table`)."""
     s = setup("llama-3.1-70b", "cs3x4", phase=phase, software="wafer-production", catalog=catalog)
     assert s.ctx.spec is not None and (phase == "decode" or s.query.software.engine.scheduling == "inflight")
     calls = []
@@ -102,4 +103,6 @@ def test_a_first_question_evaluates_each_models_kernels_once(catalog, monkeypatc
         calls.clear()
         out = evaluate(s, {"batch": np.array([b]), "context": np.array([2048.0]), "output_tokens": np.array([256.0 if phase == "serve" else 0.0])})
         assert bool(out["fits"][0]) and np.isfinite(out["tpot_s"][0]), (b, out["fits"], out["num_wafers"])
-        assert len(calls) == 2, (b, calls)
+        assert len(calls) <= 2, (b, calls)
+        if phase == "decode" and b == 1.0:  # every pass a decode pass on a searched side: all from the tables
+            assert not calls, calls

@@ -17,7 +17,7 @@ from ..analytic import elementwise as X
 from ..analytic import engine as E
 from ..analytic import fabric as fab
 from ..analytic import wse_time as wt
-from .wafer_row import MEMO_MAX
+from .wafer_row import MEMO_MAX, keep_decode_table
 
 
 def _remembered(ctx, memo_name: str, key, compute):
@@ -221,6 +221,7 @@ def _decode_tables(ctx, rows, kv, sides):
     hand = handover_cycles(ctx.fk, hs, hs, act)
     x = fab.cross_system_transfer_s(message_bytes=act, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
                                     latency_s=ctx.c.cross_system_latency_s.si) * ctx.clock
+    keep_decode_table(ctx, ((bv // (S * K)).astype(float), kv_u[(bv // S) % K], bs), blk, ((hv // S).astype(float), hs), head)
     return tuple(v[i].reshape(rows.shape) for v, i in ((_total(blk), bi), (_total(head), hi), (hand, hi), (x, hi)))
 
 

@@ -6,7 +6,8 @@ each on one row. :func:`pass_row` is the same pass on one row: the kernels (cycl
 depend on the region and the pass's token counts alone) are evaluated by the array code itself, once per distinct
 combination per setup and remembered (a decode round announces its micro-batch candidates, :func:`announce_row`, and
 their kernels are evaluated in one array pass at the first miss, under speculative decoding with the verification
-round's; a serving question announces every pass of the target), and the pass's
+round's; a serving question announces every pass of the target); a pass of decode rows alone takes them from the
+region search's decode tables where those hold its entry (:func:`keep_decode_table`: the same array code), and the pass's
 bookkeeping over the replica's wafers (layer groups, hops, the slowest group) is the array code's expression in
 Python floats: the same IEEE-754 operations in the same order, so every number is the array path's, bit for bit.
 Where numpy would give inf or NaN the float forms raise one of
@@ -25,6 +26,8 @@ from ..analytic import wse_time as wt
 
 #: kernel results remembered per setup (a bound on memory: the memo starts again when it is full)
 MEMO_MAX = 4096
+#: region-search decode tables kept per setup for the pass kernels (:func:`keep_decode_table`)
+TABLES_MAX = 4
 
 _KEY = struct.Struct("9d").pack  # the kernel arguments' exact bits (-0.0 and NaN payloads kept apart)
 
@@ -42,17 +45,74 @@ def _kernel_args(fam, ctx, cfg, i, decode_seqs, decode_kv, prefill_tokens, prefi
             float(prefill_span), float(prefill_kv), float(prefill_seqs), float(new_per_seq))
 
 
+def keep_decode_table(ctx, blk_at, blk: dict, head_at, head: dict) -> None:
+    """Keep a region search's decode kernels for the passes that follow (:func:`_from_tables`): block parts ``blk``
+    [cycles] (arrays over the entries whose ``(positions, KV length, side)`` columns are ``blk_at``) and LM head parts
+    ``head`` [cycles] (over ``head_at`` = ``(positions, side)``) of GEMV-only passes on square regions. The setup keeps
+    the last :data:`TABLES_MAX`; their lookup index is built at the first lookup."""
+    tables = ctx.__dict__.setdefault("_decode_kernel_tables", [])
+    if len(tables) >= TABLES_MAX:
+        del tables[0]
+    tables.append([None, blk_at, blk, head_at, head])
+
+
+def _index(t) -> tuple:
+    """A kept table's lookup, per part kind ``(entry -> position, part names, part values per name)`` (floats): the
+    block's entries ``(positions, KV, side)``, the head's ``(positions, side)``."""
+    _, blk_at, blk, head_at, head = t
+
+    def lookup(at, parts):
+        n = len(at[0])
+        where = {key: j for j, key in enumerate(zip(*(np.asarray(a, dtype=float).tolist() for a in at)))}
+        return where, list(parts), [np.broadcast_to(np.asarray(v, dtype=float), (n,)).tolist() for v in parts.values()]
+
+    t[0] = (lookup(blk_at, blk), lookup(head_at, head))
+    return t[0]
+
+
+def _from_tables(ctx, args: tuple):
+    """The kernel parts of a pass (:func:`_kernel_args`) from a kept region-search table, or None. Only a pass of
+    decode rows alone on a square region whose array form evaluates a table's entry: no prompt tokens, at least one
+    position, and the KV length its :meth:`WaferFamily._pass_kernels` averages over the rows (``(d kv + 0) / d``) equal
+    to the table's; its block parts then are the table's plus ``fabric`` 0 (the prompt-on-GEMM alternative adds
+    nothing), the head the table's at those positions: the numbers the array pass gives."""
+    tables = ctx.__dict__.get("_decode_kernel_tables")
+    r, c, dseq, ptok, dkv, span, pkv, pseqs, nps = args
+    if not tables or r != c or ptok != 0.0 or span != 0.0 or pkv != 0.0 or pseqs != 0.0 or not dseq > 0:
+        return None
+    dtok = dseq * nps
+    if not (dtok >= 1.0 and math.isfinite(dtok) and math.isfinite(dkv)) or (dtok * dkv + 0.0) / max(dtok, 1e-12) != dkv:
+        return None
+    for t in reversed(tables):
+        (bw, bn, bv), (hw, hn, hv) = t[0] or _index(t)
+        jb, jh = bw.get((dtok, dkv, r)), hw.get((dtok, r))
+        if jb is not None and jh is not None:
+            blk = {k: v[jb] for k, v in zip(bn, bv)}
+            if all(map(math.isfinite, blk.values())):
+                blk["fabric"] = 0.0
+                return blk, {k: v[jh] for k, v in zip(hn, hv)}
+    return None
+
+
 def _evaluate(fam, ctx, memo: dict, args: list) -> None:
-    """Kernel parts of the passes ``args`` (tuples of :func:`_kernel_args`, distinct, none remembered) by one array
-    pass of :meth:`WaferFamily._pass_kernels`, into ``memo``."""
-    m = len(args)
-    cols = [np.array(c) for c in zip(*args)]
+    """Kernel parts of the passes ``args`` (tuples of :func:`_kernel_args`, distinct, none remembered), from the kept
+    region-search tables where they hold them (:func:`_from_tables`), the rest by one array pass of
+    :meth:`WaferFamily._pass_kernels`, into ``memo``."""
+    found = [_from_tables(ctx, a) for a in args]
+    todo = [a for a, f in zip(args, found) if f is None]
+    if len(memo) + len(args) > MEMO_MAX:
+        memo.clear()
+    for a, f in zip(args, found):
+        if f is not None:
+            memo[_KEY(*a)] = f
+    if not todo:
+        return
+    m = len(todo)
+    cols = [np.array(c) for c in zip(*todo)]
     blk, head = fam._pass_kernels(ctx, *cols)
     blk = {k: np.broadcast_to(np.asarray(v, dtype=float), (m,)).tolist() for k, v in blk.items()}
     head = {k: np.broadcast_to(np.asarray(v, dtype=float), (m,)).tolist() for k, v in head.items()}
-    if len(memo) + m > MEMO_MAX:
-        memo.clear()
-    for j, a in enumerate(args):
+    for j, a in enumerate(todo):
         memo[_KEY(*a)] = ({k: v[j] for k, v in blk.items()}, {k: v[j] for k, v in head.items()})
 
 
