@@ -183,7 +183,11 @@ _PART_NAMES = {"overhead": "kernel_overhead", "latency": "fabric_latency", "seri
 # ---------------------------------------------------------------------------------------------
 # Array-capable forms (batch, context and region sides broadcast), for vectorized sweeps
 # ---------------------------------------------------------------------------------------------
-def _row_plan(x, region, shape, min_rows: int = 32):
+#: the fewest rows :func:`_row_plan` looks for repeats among
+ROW_PLAN_MIN = 32
+
+
+def _row_plan(x, region, shape, min_rows: int = ROW_PLAN_MIN):
     """Distinct rows for evaluating a function of ``x`` and the region along the first axis of ``shape``:
     ``(inverse, x on the distinct rows, their region)`` when ``x`` and the region vary along that axis alone (a
     configuration's batch against region sides along the second axis, or one region per row) and rows repeat
@@ -302,6 +306,46 @@ def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_effi
         return {k: v[None] for k, v in parts.items()}
 
     return {k: v[0] for k, v in _on_rows(per_batch, b, region, shape).items()}
+
+
+def decode_block_and_head_cycles_array(*, arch, batch, context, head_batch, rows, cols, fk: dict,
+                                       gemv_mac_efficiency_frac: float, region=None) -> tuple[dict, dict]:
+    """:func:`decode_block_cycles_array` (``batch`` sequences at ``context``) and :func:`head_decode_cycles_array`
+    (``head_batch`` sequences) on the same regions as one array pass [cycles]: ``(block parts, head parts)``, the two
+    calls' numbers (the same kernels, stacked: the block's six GEMVs and the head's, the block's three statistics and
+    the head's two). Where rows repeat enough for :func:`_row_plan` to pay, the two calls."""
+    b = np.asarray(batch, dtype=float)
+    hb = np.asarray(head_batch, dtype=float)
+    ctx = np.asarray(context, dtype=float)
+    region = fkern.Region.of(rows, cols) if region is None else region
+    shape = np.broadcast_shapes(b.shape, hb.shape, ctx.shape, region.P.shape, region.Q.shape)
+    kw = dict(arch=arch, fk=fk, gemv_mac_efficiency_frac=gemv_mac_efficiency_frac, region=region, rows=rows, cols=cols)
+    cb = ctx * b
+    if any(_row_plan(x, region, shape) is not None for x in (b, cb, hb)):
+        return decode_block_cycles_array(batch=b, context=ctx, **kw), head_decode_cycles_array(batch=hb, **kw)
+    D = _dims(arch)
+    mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], cb), (1.0, cb, D["q"]), (b, D["q"], D["d"]),
+            (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"]), (hb, D["d"], D["vocab"])]
+    m, k, n = _stacked(region, *zip(*mats))
+    seven = fkern.gemv_parts(region, m=m, k=k, n=n, **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
+    (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * b, 4.0 * b, 8.0 * b * D["heads"], 4.0 * hb, 8.0 * hb], fk,
+                                         region, serial=True)
+    ser = red0 + bc0
+    lat = (red + bc) - ser
+    pko = fk["per_kernel_overhead_cycles"]
+    blk = {}
+    for key in ("overhead", "latency", "serialization", "compute"):  # QKV, score, context, output, MLP up, MLP down
+        acc = 0.0
+        for i in range(6):
+            acc = acc + seven[key][i]
+        blk[key] = acc
+    head = {key: v[6] * 1.0 for key, v in seven.items()}
+    for part, stats in ((blk, range(3)), (head, (3, 4))):  # the block's norms and softmax; the head's norm, arg-max
+        for i in stats:
+            part["overhead"] = part["overhead"] + pko
+            part["latency"] = part["latency"] + lat[i]
+            part["serialization"] = part["serialization"] + ser[i]
+    return blk, head
 
 
 def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficiency_frac: float,

@@ -211,18 +211,24 @@ def _decode_tables(ctx, rows, kv, sides):
     side_i = np.arange(S)
     hv, hi = _distinct((r * S + side_i).ravel(), top * S)
     hs = sides[hv % S]
-    head = wt.head_decode_cycles_array(arch=ctx.m, batch=(hv // S).astype(float), rows=hs, cols=hs, fk=ctx.fk,
-                                       gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
     bv, bi = _distinct(((r * K + kv_i[:, None]) * S + side_i).ravel(), top * K * S)
     bs = sides[bv % S]
-    blk = wt.decode_block_cycles_array(arch=ctx.m, batch=(bv // (S * K)).astype(float), context=kv_u[(bv // S) % K],
-                                       rows=bs, cols=bs, fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
+    b_at = ((bv // (S * K)).astype(float), kv_u[(bv // S) % K], bs)
+    kw = dict(arch=ctx.m, fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
+    if K == 1 or len(bv) < wt.ROW_PLAN_MIN:  # the head on the block's entries (as many), both in one array pass
+        blk, head = wt.decode_block_and_head_cycles_array(batch=b_at[0], context=b_at[1], head_batch=b_at[0], rows=bs,
+                                                          cols=bs, **kw)
+        h_at, h_i = (b_at[0], bs), bi
+    else:
+        h_at, h_i = ((hv // S).astype(float), hs), hi
+        head = wt.head_decode_cycles_array(batch=h_at[0], rows=hs, cols=hs, **kw)
+        blk = wt.decode_block_cycles_array(batch=b_at[0], context=b_at[1], rows=bs, cols=bs, **kw)
     act = (hv // S) * ctx.m.d_model * ctx.fk["dtype_bytes"]
     hand = handover_cycles(ctx.fk, hs, hs, act)
     x = fab.cross_system_transfer_s(message_bytes=act, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
                                     latency_s=ctx.c.cross_system_latency_s.si) * ctx.clock
-    keep_decode_table(ctx, ((bv // (S * K)).astype(float), kv_u[(bv // S) % K], bs), blk, ((hv // S).astype(float), hs), head)
-    return tuple(v[i].reshape(rows.shape) for v, i in ((_total(blk), bi), (_total(head), hi), (hand, hi), (x, hi)))
+    keep_decode_table(ctx, b_at, blk, h_at, head)
+    return tuple(v[i].reshape(rows.shape) for v, i in ((_total(blk), bi), (_total(head), h_i), (hand, hi), (x, hi)))
 
 
 def _total(parts: dict) -> np.ndarray:
