@@ -493,12 +493,15 @@ class WaferFamily(InferenceMixin, Family):
         kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
         region = fkern.Region.of(r_, c_)  # line terms shared by the pass's kernels
         any_d = has_d.any()
-        # (a) and the decode rows of (b) as one array pass: the first n entries every token, the next n the decode tokens
+        emit = np.maximum(dtok + prefill_seqs, 1.0)
+        # (a) and the decode rows of (b) as one array pass with the LM head (of ``emit`` rows, the first n entries): the
+        # first n entries every token, the next n the decode tokens
         reg2 = fkern.Region.of(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d else region
-        both = wt.decode_block_cycles_array(
+        both, head = wt.decode_block_and_head_cycles_array(
             arch=ctx.m, batch=np.concatenate([np.maximum(rows_all, 1.0), np.maximum(dtok, 1.0)]) if any_d else
             np.maximum(rows_all, 1.0), context=np.concatenate([kv_all, dkv]) if any_d else kv_all, rows=reg2.P,
-            cols=reg2.Q, fk=fk, gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=reg2)
+            head_batch=np.concatenate([emit, emit]) if any_d else emit, cols=reg2.Q, fk=fk,
+            gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=reg2)
         gemv_all = {k: v[:n] for k, v in both.items()} if any_d else both
         split = {k: np.where(has_d, 0.0, 0.0) for k in ("overhead", "latency", "serialization", "compute", "fabric")}
         if any_d:
@@ -519,10 +522,7 @@ class WaferFamily(InferenceMixin, Family):
         use_a = (tot_a <= tot_b) & ((ctx.engine.prefill_kernel == "auto") | ~has_p)
         blk = {k: np.where(use_a, np.asarray(gemv_all.get(k, 0.0), dtype=float), np.asarray(split.get(k, 0.0), dtype=float))
                for k in dict.fromkeys([*gemv_all, *split])}  # ordered: sums must not depend on hashing
-        emit = np.maximum(dtok + prefill_seqs, 1.0)
-        head = wt.head_decode_cycles_array(arch=ctx.m, batch=emit, rows=r_, cols=c_, fk=fk,
-                                           gemv_mac_efficiency_frac=c.gemv_mac_efficiency_frac.si, region=region)
-        return blk, {k: _as_n(v, n) for k, v in head.items()}
+        return blk, {k: _as_n(v[:n], n) for k, v in head.items()}
 
     def pass_row(self, ctx: WaferContext, cfg: dict, i: int, **kw):
         """:meth:`pass_time` of row ``i`` in Python floats, the kernels remembered per setup (:mod:`.wafer_row`)."""

@@ -119,11 +119,13 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None, prom
         tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
         sd = sides[cols][None, :]
         if phase == "decode":
-            est = _decode_round_cycles(ctx, cfg, 1.0, tok, sd[0], capr[cols], prompts)
-            if spec is not None:
+            rounds = [(1.0, prompts)]
+            if spec is not None:  # and the verification round, in the same array pass
                 k, g, draft, fits = spec
-                vpr = None if prompts is None else (prompts[0] * g, prompts[1])
-                verify = _decode_round_cycles(ctx, cfg, k + 1.0, tok, sd[0], capr[cols], vpr)
+                rounds.append((k + 1.0, None if prompts is None else (prompts[0] * g, prompts[1])))
+            est, *verify = _decode_round_cycles(ctx, cfg, rounds, tok, sd[0], capr[cols])
+            if spec is not None:
+                verify = verify[0]
                 est = np.where(np.asarray(fits)[:, None], np.minimum(est, (verify + k * np.asarray(draft)[:, None]) / g), est)
         else:  # decode-pass
             rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
@@ -138,24 +140,26 @@ def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None, prom
     return _first_best(ctx, cost)
 
 
-def _decode_round_cycles(ctx, cfg, per_seq, kv, sides, capr, prompts=None):
-    """Decode round [cycles, rows x sides] on each square side, composed as :meth:`.WaferFamily.pass_time` and
+def _decode_round_cycles(ctx, cfg, rounds, kv, sides, capr):
+    """Decode rounds [cycles, rows x sides] on each square side, one per ``(positions per sequence, prompts)`` of
+    ``rounds`` (``prompts`` as :func:`best_side`'s, or None), composed as :meth:`.WaferFamily.pass_time` and
     :func:`~wseplan.analytic.engine.decode_round` compose it: the layer groups per wafer as
     :meth:`.WaferFamily._groups`, a micro-batch's pass (every block, the hand-overs between groups, the LM head, the
     wafer-to-wafer links) and its slowest group (a wafer's first group ends with a hand-over, its last with the LM
     head or the link to the next wafer), the round ``max(pass, micro-batches x slowest group)`` for each micro-batch
     count the round tries (powers of two up to ``min(groups, batch)`` and that bound), the fastest: smaller regions
-    give more groups, each busy with its own micro-batch. One question's remembered per setup."""
+    give more groups, each busy with its own micro-batch. The rounds' kernels in one array pass; one question's
+    remembered per setup."""
     B = np.asarray(cfg["batch"], dtype=float)
     key = None
     if len(B) == 1:
-        extra = () if prompts is None else (np.asarray(prompts[0], dtype=float), np.asarray(prompts[1], dtype=float))
-        key = b"".join(np.ascontiguousarray(v, dtype=float).tobytes() for v in
-                       (B, kv, np.asarray(per_seq, dtype=float), sides, cfg["_sb"], cfg["_nl"], cfg["_valid"], *extra))
-    return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, per_seq, kv, sides, capr, prompts))
+        f = lambda v: np.ascontiguousarray(v, dtype=float).tobytes()  # noqa: E731
+        key = (b"".join(f(v) for v in (B, kv, sides, cfg["_sb"], cfg["_nl"], cfg["_valid"])),
+               tuple((f(p), None if pr is None else (f(pr[0]), f(pr[1]))) for p, pr in rounds))
+    return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, rounds, kv, sides, capr))
 
 
-def _round_cycles(ctx, cfg, per_seq, kv, sides, capr, prompts=None):
+def _round_cycles(ctx, cfg, rounds, kv, sides, capr):
     B = np.asarray(cfg["batch"], dtype=float)[:, None]
     valid, nl = cfg["_valid"][:, :, None], cfg["_nl"][:, :, None]
     g = np.where(valid, np.minimum(np.maximum(1.0, np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])),
@@ -177,15 +181,23 @@ def _round_cycles(ctx, cfg, per_seq, kv, sides, capr, prompts=None):
     tops = np.stack([np.minimum(p, bound) for p in powers] + [bound])
     seqs = np.ceil(B / tops)
     count = np.ceil(B / seqs)
-    per_seq = np.asarray(per_seq, dtype=float)
-    rows = seqs * (per_seq[:, None] if per_seq.ndim else per_seq)
-    if prompts is not None:  # the prompt tokens riding on each pass, at most what the pass's budget leaves
-        pre, budget = (np.broadcast_to(np.asarray(v, dtype=float), B.shape[:1])[None, :, None] for v in prompts)
-        rows = np.ceil(rows + np.minimum(seqs * pre, np.maximum(budget - rows, 0.0)))
-    blk, head, hand, x = _decode_tables(ctx, rows, np.asarray(kv, dtype=float), sides)
-    stage = np.maximum(np.maximum(first_n * blk + hand, link_n * blk + x), head_n * blk + head)
-    lat = L * blk + (G - nw) * hand + head + (nw - 1.0) * x
-    return np.maximum(lat, count * stage).min(axis=0)
+    every = []
+    for per_seq, prompts in rounds:
+        per_seq = np.asarray(per_seq, dtype=float)
+        rows = seqs * (per_seq[:, None] if per_seq.ndim else per_seq)
+        if prompts is not None:  # the prompt tokens riding on each pass, at most what the pass's budget leaves
+            pre, budget = (np.broadcast_to(np.asarray(v, dtype=float), B.shape[:1])[None, :, None] for v in prompts)
+            rows = np.ceil(rows + np.minimum(seqs * pre, np.maximum(budget - rows, 0.0)))
+        every.append(rows)
+    T = len(tops)
+    tables = _decode_tables(ctx, np.concatenate(every) if len(every) > 1 else every[0], np.asarray(kv, dtype=float), sides)
+    out = []
+    for j in range(len(rounds)):
+        blk, head, hand, x = (v[j * T:(j + 1) * T] for v in tables)
+        stage = np.maximum(np.maximum(first_n * blk + hand, link_n * blk + x), head_n * blk + head)
+        lat = L * blk + (G - nw) * hand + head + (nw - 1.0) * x
+        out.append(np.maximum(lat, count * stage).min(axis=0))
+    return out
 
 
 def _distinct(key, size: int):
