@@ -491,12 +491,12 @@ class WaferFamily(InferenceMixin, Family):
         dkv = decode_kv
         rows_all = dtok + ptok
         kv_all = (dtok * dkv + ptok * pkv) / np.maximum(rows_all, 1e-12)
-        region = fkern.Region.of(r_, c_)  # line terms shared by the pass's kernels
+        one = bool((r_ == r_[0]).all() and (c_ == c_[0]).all())  # one side: a region of one entry, kept across questions
+        region = fkern.Region.of(r_[:1] if one else r_, c_[:1] if one else c_)  # line terms shared by the pass's kernels
         any_d = has_d.any()
         emit = np.maximum(dtok + prefill_seqs, 1.0)
-        # (a) and the decode rows of (b) as one array pass with the LM head (of ``emit`` rows, the first n entries): the
-        # first n entries every token, the next n the decode tokens
-        reg2 = fkern.Region.of(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d else region
+        # (a), the decode rows of (b) and the LM head as one array pass: n entries every token (and the head), n decode
+        reg2 = fkern.Region.of(np.concatenate([r_, r_]), np.concatenate([c_, c_])) if any_d and not one else region
         both, head = wt.decode_block_and_head_cycles_array(
             arch=ctx.m, batch=np.concatenate([np.maximum(rows_all, 1.0), np.maximum(dtok, 1.0)]) if any_d else
             np.maximum(rows_all, 1.0), context=np.concatenate([kv_all, dkv]) if any_d else kv_all, rows=reg2.P,
