@@ -187,6 +187,11 @@ _PART_NAMES = {"overhead": "kernel_overhead", "latency": "fabric_latency", "seri
 ROW_PLAN_MIN = 32
 
 
+#: up to this many entries :func:`decode_block_and_head_cycles_array` is one array pass even where rows repeat (numpy's
+#: cost per call outweighs the kernels evaluated twice)
+FUSED_MAX = 256
+
+
 def _row_plan(x, region, shape, min_rows: int = ROW_PLAN_MIN):
     """Distinct rows for evaluating a function of ``x`` and the region along the first axis of ``shape``:
     ``(inverse, x on the distinct rows, their region)`` when ``x`` and the region vary along that axis alone (a
@@ -313,7 +318,8 @@ def decode_block_and_head_cycles_array(*, arch, batch, context, head_batch, rows
     """:func:`decode_block_cycles_array` (``batch`` sequences at ``context``) and :func:`head_decode_cycles_array`
     (``head_batch`` sequences) on the same regions as one array pass [cycles]: ``(block parts, head parts)``, the two
     calls' numbers (the same kernels, stacked: the block's six GEMVs and the head's, the block's three statistics and
-    the head's two). Where rows repeat enough for :func:`_row_plan` to pay, the two calls."""
+    the head's two). Where rows are more than :data:`FUSED_MAX` and repeat enough for :func:`_row_plan` to pay, the two
+    calls."""
     b = np.asarray(batch, dtype=float)
     hb = np.asarray(head_batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
@@ -321,7 +327,7 @@ def decode_block_and_head_cycles_array(*, arch, batch, context, head_batch, rows
     shape = np.broadcast_shapes(b.shape, hb.shape, ctx.shape, region.P.shape, region.Q.shape)
     kw = dict(arch=arch, fk=fk, gemv_mac_efficiency_frac=gemv_mac_efficiency_frac, region=region, rows=rows, cols=cols)
     cb = ctx * b
-    if any(_row_plan(x, region, shape) is not None for x in (b, cb, hb)):
+    if math.prod(shape) > FUSED_MAX and any(_row_plan(x, region, shape) is not None for x in (b, cb, hb)):
         return decode_block_cycles_array(batch=b, context=ctx, **kw), head_decode_cycles_array(batch=hb, **kw)
     D = _dims(arch)
     mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], cb), (1.0, cb, D["q"]), (b, D["q"], D["d"]),
