@@ -28,6 +28,8 @@ from ..analytic import wse_time as wt
 MEMO_MAX = 4096
 #: region-search decode tables kept per setup for the pass kernels (:func:`keep_decode_table`)
 TABLES_MAX = 4
+#: the most entries of a kept table
+TABLE_ENTRIES_MAX = 512
 
 _KEY = struct.Struct("9d").pack  # the kernel arguments' exact bits (-0.0 and NaN payloads kept apart)
 
@@ -49,7 +51,10 @@ def keep_decode_table(ctx, blk_at, blk: dict, head_at, head: dict) -> None:
     """Keep a region search's decode kernels for the passes that follow (:func:`_from_tables`): block parts ``blk``
     [cycles] (arrays over the entries whose ``(positions, KV length, side)`` columns are ``blk_at``) and LM head parts
     ``head`` [cycles] (over ``head_at`` = ``(positions, side)``) of GEMV-only passes on square regions. The setup keeps
-    the last :data:`TABLES_MAX`; their lookup index is built at the first lookup."""
+    the last :data:`TABLES_MAX` of at most :data:`TABLE_ENTRIES_MAX` entries (a many-row search's are not kept: a
+    question's lookup would build their index); their lookup index is built at the first lookup."""
+    if len(blk_at[0]) > TABLE_ENTRIES_MAX or len(head_at[0]) > TABLE_ENTRIES_MAX:
+        return
     tables = ctx.__dict__.setdefault("_decode_kernel_tables", [])
     if len(tables) >= TABLES_MAX:
         del tables[0]
