@@ -8,9 +8,10 @@ block is slower on them. The region search must count that: before, it minimised
 one group and chose, for Llama-3.1-8B on one CS-3 at batch 64, the whole-wafer region at 953 tokens/s per user where
 a 250-PE side gives 1,785 (and a higher throughput).
 
-The check here is independent of the search's own estimate: every admissible square side (it tiles the wafer, holds
-the largest layer and leaves a region for every layer group, the conditions written out below) is forced through the
-``core_grid_decode`` option and timed by the full time model; the searched layout must be as fast as the fastest.
+The check here is independent of the search's own estimate: every admissible candidate region (WaferLLM's squares
+and the near-square rectangles that fill the wafer's remainder; it tiles the wafer, holds the largest layer and leaves
+a region for every layer group, the conditions written out below) is forced through the ``core_grid_decode`` option
+and timed by the full time model; the searched layout must be as fast as the fastest.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def _tpot(catalog, model, target, batch, grid=None):
 
 
 def _admissible_sides(s, r, batch, context=2048.0):
-    """Square sides that tile the wafer, hold the largest layer and give every layer group of the fullest wafer a
-    region of its own (region SRAM: side^2 PEs x SRAM per PE x (1 - reserve))."""
+    """Candidate regions ``(rows, cols)`` that tile the wafer, hold the largest layer and give every layer group of the
+    fullest wafer a region of its own (region SRAM: rows x cols PEs x SRAM per PE x (1 - reserve))."""
     ctx = s.ctx
     w = ctx.wafer
     rows, cols = int(w.pe_rows.si), int(w.pe_cols.si)
@@ -49,11 +50,11 @@ def _admissible_sides(s, r, batch, context=2048.0):
     loads = np.asarray(r["fit.stage_loads"][0], dtype=float)
     fullest = float(loads[np.asarray(r["fit.stage_start"][0]) >= 0].max())
     out = []
-    for side in ctx.sides:
-        region_bytes = side * side * w.sram_per_pe_bytes.si * (1.0 - ctx.reserve)
-        regions = (rows // int(side)) * (cols // int(side))
+    for pr, pc in zip(ctx.region_rows.tolist(), ctx.region_cols.tolist()):
+        region_bytes = pr * pc * w.sram_per_pe_bytes.si * (1.0 - ctx.reserve)
+        regions = (rows // int(pr)) * (cols // int(pc))
         if region_bytes >= largest and math.ceil(fullest / region_bytes) <= max(regions, 1):
-            out.append(int(side))
+            out.append((int(pr), int(pc)))
     return out
 
 
@@ -64,8 +65,8 @@ def test_searched_decode_region_is_the_fastest_admissible_side(catalog, model, t
     chosen = float(r["tpot_s"][0])
     sides = _admissible_sides(s, r, batch)
     assert sides, "no admissible side: the case does not test the search"
-    assert int(r["time.region_decode_rows"][0]) in sides
-    forced = {side: float(_tpot(catalog, model, target, batch, (side, side))[1]["tpot_s"][0]) for side in sides}
+    assert (int(r["time.region_decode_rows"][0]), int(r["time.region_decode_cols"][0])) in sides
+    forced = {side: float(_tpot(catalog, model, target, batch, side)[1]["tpot_s"][0]) for side in sides}
     fastest = min(forced.values())
     assert chosen <= fastest * (1.0 + 1e-9), (chosen, forced)
 
@@ -121,10 +122,10 @@ def test_serving_keeps_the_faster_of_the_two_decode_sides(catalog, model, target
     k = int(auto["num_wafers"][0])
     one = {key: v[rows["num_wafers"] == k] for key, v in rows.items()}
     staged = fam._with_stages(ctx, one, fam.fit(ctx, one))
-    sides = {int(staged["_rows_d"][0])} | {int(alt[0]) for alt in staged["_alt_d"]}
+    sides = {(int(staged["_rows_d"][0]), int(staged["_cols_d"][0]))} | {(int(a[0][0]), int(a[1][0])) for a in staged["_alt_d"]}
     forced = []
     for side in sides:
-        fs = setup(model, target, phase="serve", options={"core_grid_decode": (side, side), "speculative": "none"},
+        fs = setup(model, target, phase="serve", options={"core_grid_decode": side, "speculative": "none"},
                    catalog=catalog)
         forced.append(float(evaluate(fs, dict(cfg, num_wafers=np.array([float(k)])))["step_s"][0]))
     assert float(auto["step_s"][0]) == pytest.approx(min(forced), rel=1e-9)
@@ -146,7 +147,7 @@ def test_searched_prefill_region_is_the_fastest_admissible_side(catalog, model, 
     sides = _admissible_sides(s, r, batch, context=2048.0)
     assert len(sides) > 1
     forced = {side: float(evaluate(setup(model, target, phase="prefill", software=software,
-                                         options={"core_grid_prefill": (side, side)}, catalog=catalog),
+                                         options={"core_grid_prefill": side}, catalog=catalog),
                                    dict(cfg))["ttft_s"][0]) for side in sides}
     assert float(r["ttft_s"][0]) <= min(forced.values()) * (1.0 + 1e-9), forced
 
@@ -165,15 +166,19 @@ def test_decode_records_carry_no_prefill_region(catalog):
 
 def test_a_layout_no_square_side_can_place_says_so(catalog):
     """Llama-3.1-8B on one CS-3 at batch 192 x 1,000 tokens: weights and KV fill ~41 of 44 GB, so even the largest
-    square side (755 PEs: one region on the 1,170 x 755 PE wafer) needs two layer groups and no side gives every group a
-    region; the record fits (the SRAM holds the bytes) but its notes say the timing is optimistic. At batch 64 an
-    admissible side exists and no such note is made."""
-    def notes(batch):
+    square side (755 PEs: one region on the 1,170 x 755 PE wafer) needs two layer groups and no square gives every
+    group a region; with the squares alone (WaferLLM's candidates) the record fits but its notes say the timing is
+    optimistic. The rectangles that fill the wafer (here the whole 1,170 x 755 grid) place it: no fallback. At batch
+    64 a square is admissible and no such note is made either way."""
+    def notes(batch, squares_only):
         s = setup("llama-3.1-8b", "cs3", phase="decode", options={"speculative": "none"}, catalog=catalog)
+        if squares_only:
+            s.ctx.region_rows, s.ctx.region_cols = s.ctx.sides, s.ctx.sides
         r = evaluate(s, {"batch": np.array([float(batch)]), "context": np.array([1000.0]), "output_tokens": np.zeros(1)})
         assert bool(r["fits"][0])
         return bool(r["time.region_fallback"][0])
-    assert notes(192) and not notes(64)
+    assert notes(192, True) and not notes(64, True)
+    assert not notes(192, False) and not notes(64, False)
 
 
 @pytest.mark.parametrize("model,target,batches", [("llama-3.1-8b", "cs3", (1, 8, 32, 64, 128)),
@@ -209,7 +214,7 @@ def test_no_admissible_decode_side_beats_the_searched_one(catalog, model, target
     k = np.array([float(r["num_wafers"][0])])
     for side in _admissible_sides(s, r, batch, context=float(context)):
         fs = setup(model, target, phase="decode", software=software, catalog=catalog,
-                   options=dict(opts, core_grid_decode=(side, side)))
+                   options=dict(opts, core_grid_decode=side))
         forced = float(evaluate(fs, dict(cfg, num_wafers=k))["tpot_s"][0])
         assert float(r["tpot_s"][0]) <= forced * (1.0 + 1e-9), (side, forced, float(r["tpot_s"][0]))
 

@@ -181,13 +181,13 @@ def test_default_region_holds_one_layer(cat):
     from wseplan.workload import block_params
 
     r = predict_time("llama-3.1-70b", "cs3x4", phase="decode", precision="fp16", context=2048, catalog=cat, software="wafer-research")
-    side = int(r.layout["core_grid_decode"].split("x")[0])
+    rows, cols = (int(v) for v in r.layout["core_grid_decode"].split("x"))  # a square or a rectangle
     w = cat.wafers["wse3"]
     m = cat.models["llama-3.1-70b"]
     block = block_params(m)[0] * 2 + 2 * m.num_kv_heads * m.head_dim_ * 2 * 2048
-    cap = side * side * w.sram_per_pe_bytes.si * (1 - cat.defaults.wafer_sram_reserve_frac.si)
+    cap = rows * cols * w.sram_per_pe_bytes.si * (1 - cat.defaults.wafer_sram_reserve_frac.si)
     assert cap >= block
-    regions = (int(w.pe_rows.si) // side) * (int(w.pe_cols.si) // side)
+    regions = (int(w.pe_rows.si) // rows) * (int(w.pe_cols.si) // cols)
     assert r.layout["pipeline_stages_decode"] <= 4 * regions
     assert not r.notes
 

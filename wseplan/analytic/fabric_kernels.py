@@ -221,7 +221,7 @@ class ReduceLine:
 
 
 #: :meth:`Region.of` keeps regions of at most this many sides, and at most this many regions (then starts afresh)
-KEEP_MAX_SIZE = 64
+KEEP_MAX_SIZE = 160  # a wafer's candidate regions (squares and rectangles: ~110 on a CS-3) are one kept region
 KEEP_MAX_REGIONS = 512
 _KEPT: dict = {}
 

@@ -168,7 +168,9 @@ def prefill_block_cycles(*, arch, tokens, rows, cols, fk: dict, gemm_mac_efficie
 # ---------------------------------------------------------------------------------------------
 
 def _region_candidates(wafer, min_side: int = 32) -> np.ndarray:
-    """Square region sides that tile the wafer maximally: ``min(R // a, C // b)`` for a x b regions [PEs]."""
+    """Square region sides that tile the wafer maximally: ``min(R // a, C // b)`` for a x b regions [PEs] (WaferLLM's
+    square regions; the resident wafer search adds the near-square rectangles that fill the remainder a square tiling
+    leaves idle, :func:`wseplan.devices.wafer_regions.region_shapes`)."""
     R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
     a = np.arange(1, max(R // min_side, 1) + 1)
     b = np.arange(1, max(C // min_side, 1) + 1)

@@ -2,15 +2,16 @@
 
 A replica is ``num_wafers`` wafers; the model's rows (embedding, blocks, head) are cut into that many contiguous
 stages, one per wafer, balanced by the exact min-max partition (:mod:`wseplan.analytic.partition_rows`). On a wafer
-the stage's layers are split into *layer groups*, each on its own square region of PEs (side ``region``), every
+the stage's layers are split into *layer groups*, each on its own region of PEs (a square, or a near-square
+rectangle that fills the wafer's remainder: :mod:`.wafer_regions`), every
 layer of a group spread over its whole region; a token passes the groups in order, hopping between regions on
 the wafer and over Ethernet between wafers. Per-block kernels are the fabric closed forms of
 :mod:`wseplan.analytic.wse_time` (GEMV in decode, GEMM in prefill); the groups are the pipeline stages of the
 serving engine (:mod:`wseplan.analytic.engine`).
 
 Layout column: ``num_wafers`` (wafers per replica). Searched: without a device count the fewest wafers that fit;
-with ``N`` wafers every replica size from the fewest to ``N`` (``N // k`` replicas). Region sides are chosen per
-pass kind (decode GEMV, prefill GEMM) to minimise that pass's per-wafer time among the sides that tile the wafer
+with ``N`` wafers every replica size from the fewest to ``N`` (``N // k`` replicas). Regions are chosen per pass
+kind (decode GEMV, prefill GEMM) to minimise that pass's per-wafer time among the regions that tile the wafer
 and hold the largest layer, unless given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``).
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .wafer_notes import resident_notes
 from .registry import register
-from .wafer_regions import _remembered, admissible, best_prefill_side, best_side, handover_cycles, riders
+from .wafer_regions import _remembered, admissible, best_prefill_side, best_side, handover_cycles, region_shapes, riders
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 
@@ -78,7 +79,8 @@ class WaferContext:
         self.cap = self.wafer.usable_sram_bytes * (1.0 - self.reserve)
         self.clock = self.wafer.clock_hz.si
         self.R, self.C = int(self.wafer.pe_rows.si), int(self.wafer.pe_cols.si)
-        self.sides = wt._region_candidates(self.wafer).astype(float)
+        self.sides = wt._region_candidates(self.wafer).astype(float)  # WaferLLM's squares; then the rectangles
+        self.region_rows, self.region_cols = region_shapes(self.R, self.C, self.sides)
         self.sram_pe = self.wafer.sram_per_pe_bytes.si
         self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
         self.n_items = len(self.w.kind)
@@ -307,8 +309,10 @@ class WaferFamily(InferenceMixin, Family):
         cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg),
                                 kinds=("decode", "prefill") if own else ("decode",))
         out = self.infer_time(ctx, cfg)
+        seen = [(cfg["_rows_d"], cfg["_cols_d"])]
         for alt in cfg.pop("_alt_d", ()):
-            self._weigh_decode_sides(ctx, cfg, out, alt)
+            self._weigh_decode_sides(ctx, cfg, out, alt, seen)
+            seen.append(alt)
         out["region_fallback"] = np.asarray(cfg.get("_fallback", np.zeros(len(cfg["batch"]), dtype=bool)), dtype=float)
         for ph in ("decode", "prefill"):
             if f"_rows_{ph[0]}" in cfg:
@@ -317,18 +321,19 @@ class WaferFamily(InferenceMixin, Family):
                 out[f"pipeline_stages_{ph}"] = cfg[f"_groups_{ph[0]}"]
         return out
 
-    def _weigh_decode_sides(self, ctx: WaferContext, cfg: dict, out: dict, alt) -> None:
-        """Serving: where the decode side of one pass of the whole batch (``alt``) differs from the side of the decode
+    def _weigh_decode_sides(self, ctx: WaferContext, cfg: dict, out: dict, alt, seen=()) -> None:
+        """Serving: where the decode region of one pass of the whole batch (``alt``) differs from that of the decode
         round, the rows are answered on it too and keep the shorter request (prompt chunks ride on the decode passes,
         and a request's own chunks pass every layer group: more groups of smaller regions speed the decode round but
-        can slow the prompt's way through). ``out`` and ``cfg``'s decode regions updated in place."""
-        n = len(alt)
-        idx = np.nonzero(alt != cfg["_rows_d"])[0]
+        can slow the prompt's way through). ``out`` and ``cfg``'s decode regions updated in place; rows whose ``alt`` is
+        one of the regions ``seen`` (already weighed) are skipped."""
+        (ar, ac), n = alt, len(alt[0])
+        idx = np.nonzero(np.logical_and.reduce([(ar != pr) | (ac != pc) for pr, pc in [*seen, (cfg["_rows_d"], cfg["_cols_d"])]]))[0]
         if not len(idx):
             return
         sub = {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v) for k, v in cfg.items()}
-        sub["_rows_d"] = sub["_cols_d"] = alt[idx]
-        sub["_groups_d"] = self._groups(ctx, sub, alt[idx], alt[idx]).sum(axis=1)
+        sub["_rows_d"], sub["_cols_d"] = ar[idx], ac[idx]
+        sub["_groups_d"] = self._groups(ctx, sub, ar[idx], ac[idx]).sum(axis=1)
         last = getattr(ctx, "_draft_for", None)
         if last is not None and last[0] is cfg:  # the draft model's layout of these rows, as laid out for cfg
             ctx._draft_for = (sub, {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v)
@@ -354,7 +359,7 @@ class WaferFamily(InferenceMixin, Family):
             cfg[k] = merged(cfg[k], sub[k])
 
     def _with_stages(self, ctx: WaferContext, cfg: dict, fit: dict, kinds=("decode", "prefill")) -> dict:
-        """``cfg`` plus the per-wafer layer counts and bytes of the fit's partition, and the region side and layer
+        """``cfg`` plus the per-wafer layer counts and bytes of the fit's partition, and the region and layer
         groups chosen for each pass kind of ``kinds`` (decode GEMV, prefill GEMM; a kind left out is chosen when a
         pass first needs it, :meth:`_regions`)."""
         cfg = dict(cfg)
@@ -370,7 +375,7 @@ class WaferFamily(InferenceMixin, Family):
         return cfg
 
     def _regions(self, ctx: WaferContext, cfg: dict, kinds) -> None:
-        """The region side (``_rows_<k>``, ``_cols_<k>``) and layer groups (``_groups_<k>``) of each pass kind of
+        """The region (``_rows_<k>``, ``_cols_<k>``) and layer groups (``_groups_<k>``) of each pass kind of
         ``kinds`` into ``cfg``."""
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         n = len(B)
@@ -378,7 +383,7 @@ class WaferFamily(InferenceMixin, Family):
         layer_bytes = wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=B, context=kv)
         c_ = C if ctx.q.phase == "decode" else C + O / 2.0
         # under speculative decoding the decode regions serve the verification rows (k + 1 per sequence) where the
-        # draft fits beside the target and speculating is faster: the side search weighs both with the draft's round
+        # draft fits beside the target and speculating is faster: the region search weighs both with the draft's round
         mb, spec = 1.0, None
         if "decode" in kinds and getattr(ctx, "spec", None) and ctx.grids["decode"] is None:
             dctx, dcfg = self.draft_setup(ctx, cfg)
@@ -392,12 +397,12 @@ class WaferFamily(InferenceMixin, Family):
         for ph in kinds:
             g = ctx.grids[ph]
             if g is None:
-                side = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec, ok, riders(ctx, B, C, O)) \
-                    if ph == "decode" else best_prefill_side(self, ctx, cfg, layer_bytes, ok)
-                cfg[f"_rows_{ph[0]}"] = side
-                cfg[f"_cols_{ph[0]}"] = side
-                if ph == "decode" and ctx.q.phase == "serve":  # the other decode side a serving answer weighs (time)
-                    cfg["_alt_d"] = [best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes, ok=ok)]
+                found = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec, ok, riders(ctx, B, C, O), squares=True) \
+                    if ph == "decode" else (best_prefill_side(self, ctx, cfg, layer_bytes, ok),)
+                cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"] = found[0]
+                if ph == "decode" and ctx.q.phase == "serve":  # the other decode regions a serving answer weighs: the
+                    # whole-batch pass's, and both searches' best squares (never slower than WaferLLM's squares alone)
+                    cfg["_alt_d"] = [found[1], *best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes, ok=ok, squares=True)]
                 cfg["_fallback"] = cfg.get("_fallback", False) | ~ok.any(axis=1)
             else:
                 cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))

@@ -11,9 +11,9 @@ def resident_notes(ctx, r: dict, k: int) -> list[str]:
     if ctx.count and ctx.count % k:
         notes.append(f"{ctx.count % k} of {ctx.count} wafers left idle ({ctx.count // k} replicas of {k})")
     if r.get("time.region_fallback"):
-        notes.append("no square region side tiles the wafer with a region for every layer group (the SRAM holds "
-                     "them in total): timed on the largest side as if each group had its own region, an approximation "
-                     "(fewer, larger regions than the layer groups)")
+        notes.append("no region (square, or rectangle filling the wafer) tiles the wafer with a region for every layer "
+                     "group (the SRAM holds them in total): timed on the largest square as if each group had its own "
+                     "region, an approximation (fewer, larger regions than the layer groups)")
     bound = math.ceil(r["total_bytes"] / r["capacity_bytes"]) if r.get("capacity_bytes") else k
     if getattr(ctx.m, "num_experts", 1) > 1 and k > 1.25 * bound:
         notes.append(f"layers are placed whole, one MoE layer's experts on one wafer: {k} wafers where the bytes alone "

@@ -1,10 +1,18 @@
-"""The region search of the resident wafer family: the square side of the PE regions its layer groups run on, per
-pass kind (decode GEMV, prefill GEMM), and the hand-over between groups that both the search and the pass time count.
+"""The region search of the resident wafer family: the shape (rows x cols PEs) of the regions its layer groups run
+on, per pass kind (decode GEMV, prefill GEMM), and the hand-over between groups that both the search and the pass time
+count.
 
-A side must tile the wafer, hold the largest layer and leave a region for every layer group of the fullest wafer
-(WaferLLM's region choice, He et al., OSDI 2025). Among those, decode takes the side whose decode round is
-fastest, composed as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round` compose it
-(smaller regions give more layer groups, each busy with its own micro-batch); prefill the side on which the family's
+The candidates (:func:`region_shapes`) are WaferLLM's square sides (He et al., OSDI 2025) and the near-square
+rectangles that tile the wafer maximally: ``R // a`` x ``C // b`` for ``a`` x ``b`` regions, ``b`` the floor or the
+ceiling of ``a C / R`` (whichever gives columns nearer the rows), aspect at most 2. A square tiling leaves the wafer's
+remainder idle (on the 1,170 x 755 CS-3, 5 x 5 regions of 151 x 151 use 65% of the PEs) and its region count jumps
+(24 regions of 188 x 188, then 6 of 377 x 377), so a few more bytes of KV cache could push the layer groups onto far
+fewer, larger regions (Llama-3.1-8B at 4,096 tokens: a decode step 70% slower for 2.6% more bytes); the rectangles
+fill the wafer (24 regions of 195 x 188, 8 of 292 x 251, one of 1,170 x 755), so that the step follows the workload
+and a wafer whose SRAM holds its bytes always has a region for every layer group. A region must tile the wafer, hold the largest layer and leave a region for
+every layer group of the fullest wafer (WaferLLM's admissibility). Among those, decode takes the region whose decode
+round is fastest, composed as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round` compose it
+(smaller regions give more layer groups, each busy with its own micro-batch); prefill the region on which the family's
 own prefill (every prompt pass, pipelined through the groups) is fastest.
 """
 from __future__ import annotations
@@ -35,21 +43,50 @@ def _remembered(ctx, memo_name: str, key, compute):
     return hit
 
 
+def region_shapes(R: int, C: int, sides, min_side: int = 32, max_aspect: float = 2.0):
+    """The candidate regions ``(rows, cols)`` [PEs] of an ``R`` x ``C`` PE wafer: the square ``sides`` (WaferLLM's,
+    :func:`~wseplan.analytic.wse_time._region_candidates`), then the maximal near-square rectangles ``R // a`` x
+    ``C // b`` for ``a`` region rows and the ``b`` of ``floor(a C / R)``, ``ceil(a C / R)`` (at least 1) whose columns
+    are nearer the rows (both sides at least ``min_side``, longer over shorter at most ``max_aspect``, squares left to
+    the squares), by increasing area.
+    A rectangle tiling uses the wafer's remainder that a square tiling leaves idle (the region count is ``a b``, the
+    capacity ``(R // a) (C // b)`` PEs' SRAM)."""
+    sides = np.asarray(sides, dtype=float)
+    a = np.arange(1, max(R // min_side, 1) + 1)
+    b = np.maximum(np.stack([np.floor(a * C / R), np.ceil(a * C / R)]), 1.0).astype(np.int64)
+    r = R // a
+    c = C // b[np.argmin(np.abs(C // b - r[None, :]), axis=0), np.arange(len(a))]  # the b whose columns are nearest r
+    keep = (r >= min_side) & (c >= min_side) & (r != c) & (np.maximum(r, c) <= max_aspect * np.minimum(r, c))
+    pairs = sorted(set(zip(r[keep].tolist(), c[keep].tolist())), key=lambda p: (p[0] * p[1], p[0]))
+    return (np.concatenate([sides, np.array([p[0] for p in pairs], dtype=float)]),
+            np.concatenate([sides, np.array([p[1] for p in pairs], dtype=float)]))
+
+
+def region_capacity(ctx, rows, cols):
+    """The SRAM of ``rows`` x ``cols`` PE regions after the runtime reserve [bytes]."""
+    return rows * cols * ctx.sram_pe * (1.0 - ctx.reserve)
+
+
 def admissible(ctx, cfg, layer_bytes):
-    """Which square sides [rows x sides] may carry the rows' layer groups: a region holds the largest layer and the
-    wafer tiles into at least as many regions as its fullest stage needs groups (every wafer's groups fit its
+    """Which candidate regions [rows x candidates] may carry the rows' layer groups: a region holds the largest layer
+    and the wafer tiles into at least as many regions as its fullest stage needs groups (every wafer's groups fit its
     regions when the fullest wafer's do: the group count grows with the bytes)."""
-    sides = ctx.sides
-    regions = (ctx.R // sides) * (ctx.C // sides)
-    capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
+    rr, cc = ctx.region_rows, ctx.region_cols
+    regions = (ctx.R // rr) * (ctx.C // cc)
+    capr = region_capacity(ctx, rr, cc)
     sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
     return (capr[None, :] >= layer_bytes[:, None]) & (np.ceil(sb_max[:, None] / capr[None, :]) <= np.maximum(regions, 1)[None, :])
 
 
-def _first_best(ctx, cost):
-    """Per row the first side of least finite ``cost`` [rows x sides]; the wafer's shorter side where none is."""
+def _first_best(ctx, cost, squares: bool = False):
+    """Per row ``(rows, cols)`` of the first candidate region of least finite ``cost`` [rows x candidates]; a square of
+    the wafer's shorter side where none is. ``squares``: and the same among the squares alone (WaferLLM's candidates,
+    the first columns), as a second pair."""
     anyok = np.isfinite(cost).any(axis=1)
-    return np.where(anyok, ctx.sides[np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)], float(min(ctx.R, ctx.C)))
+    j = np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)
+    fall = float(min(ctx.R, ctx.C))
+    best = np.where(anyok, ctx.region_rows[j], fall), np.where(anyok, ctx.region_cols[j], fall)
+    return (best, _first_best(ctx, cost[:, :len(ctx.sides)])) if squares else best
 
 
 def riders(ctx, B, C, O):
@@ -63,8 +100,9 @@ def riders(ctx, B, C, O):
 
 
 def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
-    """The side on which the prefill phase of each row (every pass of its prompts, pipelined through the layer
-    groups) is fastest, timed by the family's own prefill on each admissible side (the rows repeated once per side):
+    """The region ``(rows, cols)`` on which the prefill phase of each row (every pass of its prompts, pipelined through
+    the layer groups) is fastest, timed by the family's own prefill on each admissible region (the rows repeated once
+    per region):
     more, smaller regions let prompt passes follow each other through more groups, larger ones run each pass's
     GEMMs faster. ``ok``: :func:`admissible` of the rows where the caller has it."""
     ok = admissible(ctx, cfg, layer_bytes) if ok is None else ok
@@ -73,16 +111,16 @@ def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
     cost = np.full(ok.shape, np.inf)
     if len(cols):
         rows = np.repeat(np.arange(n), len(cols))
-        side = np.tile(ctx.sides[cols], n)
+        r_, c_ = np.tile(ctx.region_rows[cols], n), np.tile(ctx.region_cols[cols], n)
         sub = {k: (v[rows] if type(v) is np.ndarray and v.shape[:1] == (n,) else v) for k, v in cfg.items()}
-        sub["_rows_p"] = sub["_cols_p"] = side
-        sub["_groups_p"] = family._groups(ctx, sub, side, side).sum(axis=1)
+        sub["_rows_p"], sub["_cols_p"] = r_, c_
+        sub["_groups_p"] = family._groups(ctx, sub, r_, c_).sum(axis=1)
         B, C = np.asarray(sub["batch"], dtype=float), np.asarray(sub["context"], dtype=float)
         t = None
         if n <= X.SCALAR_ROWS and getattr(family, "pass_row", None) is not None:  # a question's few rows: floats
             try:
                 announce = getattr(family, "announce_row", None)
-                with contextlib.ExitStack() as stack:  # every side's prefill passes announced: one array pass
+                with contextlib.ExitStack() as stack:  # every region's prefill passes announced: one array pass
                     for j in range(len(rows) if announce is not None else 0):
                         cuts = family._prefill_cuts(ctx, float(B[j]), float(C[j]))
                         stack.enter_context(announce(ctx, sub, j, lambda c=cuts: [kw for _, kw in c]))
@@ -95,53 +133,54 @@ def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
     return _first_best(ctx, cost)
 
 
-def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None, prompts=None):
-    """Square side minimising one pass kind's time on the replica, among sides that tile the wafer, hold the
-    largest layer and leave room for every layer group (WaferLLM's region choice). Decode: the time per output
+def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None, prompts=None, squares=False):
+    """The region ``(rows, cols)`` minimising one pass kind's time on the replica, among the candidates
+    (:func:`region_shapes`: squares and near-square rectangles) that tile the wafer, hold the largest layer and leave
+    room for every layer group (WaferLLM's admissibility). Decode: the time per output
     token of the decode round as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round`
     compose it (smaller regions give more groups, each busy with its own micro-batch); with ``spec = (k, accepted
     tokens per step, the draft's round [cycles], whether the draft fits)`` the faster of the plain round and
     ``(verification round of k + 1 positions + k draft rounds) / accepted``, as the engine chooses. ``decode-pass``: the
-    decode side by one pass of the whole batch (``mb`` positions per sequence) over the fullest wafer's layers and
+    decode region by one pass of the whole batch (``mb`` positions per sequence) over the fullest wafer's layers and
     the hand-overs between its groups, which prompt chunks riding on the decode passes favour
-    (:meth:`.WaferFamily.time` weighs both decode sides when serving). Prefill: :func:`best_prefill_side`. ``ok``:
+    (:meth:`.WaferFamily.time` weighs both decode regions when serving). Prefill: :func:`best_prefill_side`. ``ok``:
     :func:`admissible` of the rows where the caller has it. ``prompts = (tokens per decoding sequence, pass budget)``:
     in-flight serving's prompt chunks riding on the decode round, counted as rows of its passes (a speculative
-    verification round's scaled by the accepted tokens), so that the side serves the round it will run."""
-    sides = ctx.sides
+    verification round's scaled by the accepted tokens), so that the region serves the round it will run.
+    ``squares``: ``(best, best among the squares alone)``, from the same costs (a serving answer weighs both)."""
     n = len(layer_bytes)
-    capr = sides ** 2 * ctx.sram_pe * (1.0 - ctx.reserve)
+    capr = region_capacity(ctx, ctx.region_rows, ctx.region_cols)
     sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
     ok = admissible(ctx, cfg, layer_bytes) if ok is None else ok
-    cost = np.full((n, len(sides)), np.inf)
+    cost = np.full((n, len(capr)), np.inf)
     cols = np.nonzero(ok.any(axis=0))[0]
     if len(cols):
         tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
-        sd = sides[cols][None, :]
+        shape = (ctx.region_rows[cols], ctx.region_cols[cols])
         if phase == "decode":
             rounds = [(1.0, prompts)]
             if spec is not None:  # and the verification round, in the same array pass
                 k, g, draft, fits = spec
                 rounds.append((k + 1.0, None if prompts is None else (prompts[0] * g, prompts[1])))
-            est, *verify = _decode_round_cycles(ctx, cfg, rounds, tok, sd[0], capr[cols])
+            est, *verify = _decode_round_cycles(ctx, cfg, rounds, tok, shape, capr[cols])
             if spec is not None:
                 verify = verify[0]
                 est = np.where(np.asarray(fits)[:, None], np.minimum(est, (verify + k * np.asarray(draft)[:, None]) / g), est)
         else:  # decode-pass
             rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
-            tot = _remembered(ctx, "_side_memo", (phase, rows.tobytes(), tok.tobytes(), sd.tobytes()) if n == 1 else None,
-                              lambda: _decode_tables(ctx, rows, tok, sd[0])[0])
+            key = (phase, rows.tobytes(), tok.tobytes(), shape[0].tobytes(), shape[1].tobytes()) if n == 1 else None
+            tot = _remembered(ctx, "_side_memo", key, lambda: _decode_tables(ctx, rows, tok, shape)[0])
             # and the hand-overs between the fullest wafer's layer groups (as pass_time: the pass's activations cross
             # the region, then a kernel launch), so that smaller regions pay for the stages they add
             grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
-            hand = handover_cycles(ctx.fk, sd, sd, rows * ctx.m.d_model * ctx.fk["dtype_bytes"])
+            hand = handover_cycles(ctx.fk, shape[0][None, :], shape[1][None, :], rows * ctx.m.d_model * ctx.fk["dtype_bytes"])
             est = tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None] + np.maximum(grp - 1.0, 0.0) * hand
         cost[:, cols] = np.where(ok[:, cols], est, np.inf)
-    return _first_best(ctx, cost)
+    return _first_best(ctx, cost, squares)
 
 
-def _decode_round_cycles(ctx, cfg, rounds, kv, sides, capr):
-    """Decode rounds [cycles, rows x sides] on each square side, one per ``(positions per sequence, prompts)`` of
+def _decode_round_cycles(ctx, cfg, rounds, kv, shape, capr):
+    """Decode rounds [cycles, rows x regions] on each region of ``shape = (rows, cols)``, one per ``(positions per sequence, prompts)`` of
     ``rounds`` (``prompts`` as :func:`best_side`'s, or None), composed as :meth:`.WaferFamily.pass_time` and
     :func:`~wseplan.analytic.engine.decode_round` compose it: the layer groups per wafer as
     :meth:`.WaferFamily._groups`, a micro-batch's pass (every block, the hand-overs between groups, the LM head, the
@@ -154,12 +193,12 @@ def _decode_round_cycles(ctx, cfg, rounds, kv, sides, capr):
     key = None
     if len(B) == 1:
         f = lambda v: np.ascontiguousarray(v, dtype=float).tobytes()  # noqa: E731
-        key = (b"".join(f(v) for v in (B, kv, sides, cfg["_sb"], cfg["_nl"], cfg["_valid"])),
+        key = (b"".join(f(v) for v in (B, kv, shape[0], shape[1], cfg["_sb"], cfg["_nl"], cfg["_valid"])),
                tuple((f(p), None if pr is None else (f(pr[0]), f(pr[1]))) for p, pr in rounds))
-    return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, rounds, kv, sides, capr))
+    return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, rounds, kv, shape, capr))
 
 
-def _round_cycles(ctx, cfg, rounds, kv, sides, capr):
+def _round_cycles(ctx, cfg, rounds, kv, shape, capr):
     B = np.asarray(cfg["batch"], dtype=float)[:, None]
     valid, nl = cfg["_valid"][:, :, None], cfg["_nl"][:, :, None]
     g = np.where(valid, np.minimum(np.maximum(1.0, np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])),
@@ -169,7 +208,7 @@ def _round_cycles(ctx, cfg, rounds, kv, sides, capr):
     L = cfg["_nl"].sum(axis=1)[:, None]
     gs = np.maximum(g, 1.0)
     q = np.floor_divide(nl, gs)
-    # the slowest group's blocks by how the group ends (a block takes the same time on every wafer of a side): a
+    # the slowest group's blocks by how the group ends (a block takes the same time on every wafer of a region): a
     # wafer's first group followed by another (hand-over), a wafer's last group before the next wafer (link), the last
     # wafer's last group (LM head)
     last = (np.arange(nl.shape[1])[None, :] == (nw - 1))[:, :, None]
@@ -190,7 +229,7 @@ def _round_cycles(ctx, cfg, rounds, kv, sides, capr):
             rows = np.ceil(rows + np.minimum(seqs * pre, np.maximum(budget - rows, 0.0)))
         every.append(rows)
     T = len(tops)
-    tables = _decode_tables(ctx, np.concatenate(every) if len(every) > 1 else every[0], np.asarray(kv, dtype=float), sides)
+    tables = _decode_tables(ctx, np.concatenate(every) if len(every) > 1 else every[0], np.asarray(kv, dtype=float), shape)
     out = []
     for j in range(len(rounds)):
         blk, head, hand, x = (v[j * T:(j + 1) * T] for v in tables)
@@ -211,32 +250,34 @@ def _distinct(key, size: int):
     return np.unique(key, return_inverse=True)
 
 
-def _decode_tables(ctx, rows, kv, sides):
+def _decode_tables(ctx, rows, kv, shape):
     """Cycles [rows.shape] of one block, of the LM head, of a hand-over between layer groups and of a link to the
-    next wafer for decode passes of ``rows`` sequence positions (whole numbers, shape ``(..., n, sides)``) at the KV
-    lengths ``kv`` (``n``) on the square ``sides``: each distinct (positions, KV length, side) evaluated once."""
-    S = len(sides)
+    next wafer for decode passes of ``rows`` sequence positions (whole numbers, shape ``(..., n, regions)``) at the KV
+    lengths ``kv`` (``n``) on the regions ``shape = (rows, cols)``: each distinct (positions, KV length, region)
+    evaluated once."""
+    pr, pc = shape
+    S = len(pr)
     kv_u, kv_i = np.unique(kv, return_inverse=True)
     K = len(kv_u)
     r = rows.astype(np.int64)
     top = int(r.max()) + 1
     side_i = np.arange(S)
     hv, hi = _distinct((r * S + side_i).ravel(), top * S)
-    hs = sides[hv % S]
+    hr, hc = pr[hv % S], pc[hv % S]
     bv, bi = _distinct(((r * K + kv_i[:, None]) * S + side_i).ravel(), top * K * S)
-    bs = sides[bv % S]
-    b_at = ((bv // (S * K)).astype(float), kv_u[(bv // S) % K], bs)
+    br, bc = pr[bv % S], pc[bv % S]
+    b_at = ((bv // (S * K)).astype(float), kv_u[(bv // S) % K], br, bc)
     kw = dict(arch=ctx.m, fk=ctx.fk, gemv_mac_efficiency_frac=ctx.c.gemv_mac_efficiency_frac.si)
     if K == 1 or len(bv) < wt.ROW_PLAN_MIN:  # the head on the block's entries (as many), both in one array pass
-        blk, head = wt.decode_block_and_head_cycles_array(batch=b_at[0], context=b_at[1], head_batch=b_at[0], rows=bs,
-                                                          cols=bs, **kw)
-        h_at, h_i = (b_at[0], bs), bi
+        blk, head = wt.decode_block_and_head_cycles_array(batch=b_at[0], context=b_at[1], head_batch=b_at[0], rows=br,
+                                                          cols=bc, **kw)
+        h_at, h_i = (b_at[0], br, bc), bi
     else:
-        h_at, h_i = ((hv // S).astype(float), hs), hi
-        head = wt.head_decode_cycles_array(batch=h_at[0], rows=hs, cols=hs, **kw)
-        blk = wt.decode_block_cycles_array(batch=b_at[0], context=b_at[1], rows=bs, cols=bs, **kw)
+        h_at, h_i = ((hv // S).astype(float), hr, hc), hi
+        head = wt.head_decode_cycles_array(batch=h_at[0], rows=hr, cols=hc, **kw)
+        blk = wt.decode_block_cycles_array(batch=b_at[0], context=b_at[1], rows=br, cols=bc, **kw)
     act = (hv // S) * ctx.m.d_model * ctx.fk["dtype_bytes"]
-    hand = handover_cycles(ctx.fk, hs, hs, act)
+    hand = handover_cycles(ctx.fk, hr, hc, act)
     x = fab.cross_system_transfer_s(message_bytes=act, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
                                     latency_s=ctx.c.cross_system_latency_s.si) * ctx.clock
     keep_decode_table(ctx, b_at, blk, h_at, head)

@@ -49,8 +49,9 @@ def _kernel_args(fam, ctx, cfg, i, decode_seqs, decode_kv, prefill_tokens, prefi
 
 def keep_decode_table(ctx, blk_at, blk: dict, head_at, head: dict) -> None:
     """Keep a region search's decode kernels for the passes that follow (:func:`_from_tables`): block parts ``blk``
-    [cycles] (arrays over the entries whose ``(positions, KV length, side)`` columns are ``blk_at``) and LM head parts
-    ``head`` [cycles] (over ``head_at`` = ``(positions, side)``) of GEMV-only passes on square regions. The setup keeps
+    [cycles] (arrays over the entries whose ``(positions, KV length, rows, cols)`` columns are ``blk_at``) and LM head
+    parts ``head`` [cycles] (over ``head_at`` = ``(positions, rows, cols)``) of GEMV-only passes on the candidate
+    regions (squares and rectangles, keyed by both sides). The setup keeps
     the last :data:`TABLES_MAX` of at most :data:`TABLE_ENTRIES_MAX` entries (a many-row search's are not kept: a
     question's lookup would build their index); their lookup index is built at the first lookup."""
     if len(blk_at[0]) > TABLE_ENTRIES_MAX or len(head_at[0]) > TABLE_ENTRIES_MAX:
@@ -63,7 +64,7 @@ def keep_decode_table(ctx, blk_at, blk: dict, head_at, head: dict) -> None:
 
 def _index(t) -> tuple:
     """A kept table's lookup, per part kind ``(entry -> position, part names, part values per name)`` (floats): the
-    block's entries ``(positions, KV, side)``, the head's ``(positions, side)``."""
+    block's entries ``(positions, KV, rows, cols)``, the head's ``(positions, rows, cols)``."""
     _, blk_at, blk, head_at, head = t
 
     def lookup(at, parts):
@@ -77,20 +78,20 @@ def _index(t) -> tuple:
 
 def _from_tables(ctx, args: tuple):
     """The kernel parts of a pass (:func:`_kernel_args`) from a kept region-search table, or None. Only a pass of
-    decode rows alone on a square region whose array form evaluates a table's entry: no prompt tokens, at least one
+    decode rows alone on a region whose array form evaluates a table's entry: no prompt tokens, at least one
     position, and the KV length its :meth:`WaferFamily._pass_kernels` averages over the rows (``(d kv + 0) / d``) equal
     to the table's; its block parts then are the table's plus ``fabric`` 0 (the prompt-on-GEMM alternative adds
     nothing), the head the table's at those positions: the numbers the array pass gives."""
     tables = ctx.__dict__.get("_decode_kernel_tables")
     r, c, dseq, ptok, dkv, span, pkv, pseqs, nps = args
-    if not tables or r != c or ptok != 0.0 or span != 0.0 or pkv != 0.0 or pseqs != 0.0 or not dseq > 0:
+    if not tables or ptok != 0.0 or span != 0.0 or pkv != 0.0 or pseqs != 0.0 or not dseq > 0:
         return None
     dtok = dseq * nps
     if not (dtok >= 1.0 and math.isfinite(dtok) and math.isfinite(dkv)) or (dtok * dkv + 0.0) / max(dtok, 1e-12) != dkv:
         return None
     for t in reversed(tables):
         (bw, bn, bv), (hw, hn, hv) = t[0] or _index(t)
-        jb, jh = bw.get((dtok, dkv, r)), hw.get((dtok, r))
+        jb, jh = bw.get((dtok, dkv, r, c)), hw.get((dtok, r, c))
         if jb is not None and jh is not None:
             blk = {k: v[jb] for k, v in zip(bn, bv)}
             if all(map(math.isfinite, blk.values())):
