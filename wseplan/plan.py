@@ -439,9 +439,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                  ] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
-        notes = list(notes) + _datapath_note(t, q.precision)
-    if timed:
-        notes = list(notes) + _speculation_note(s, r)
+        notes = list(notes) + _datapath_note(t, q.precision) + _speculation_note(s, r)
     if isinstance(q.model, Model):
         notes = list(notes) + positions_note(q.model, int(r["context"]), int(r["output_tokens"] or 0) if q.phase == "serve" else 0)
     if fits and r.get("step_s") is None:

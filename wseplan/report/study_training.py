@@ -231,7 +231,7 @@ def training_why(st: Study, cat, sweep: list[dict], plan: list[dict], cases: dic
     else:
         flips.append("One target meets the deadline: there is no ranking to flip.")
     out.append(("What would flip the ranking", " ".join(flips)))
-    ok = sorted([p for p in plan if p["meets_deadline"] and p["usd_per_run"] is not None], key=lambda p: p["usd_per_run"])
+    ok = _ranked(plan)
     if ok:
         b = ok[0]
         kind = "wafer" if _is_wafer(b["family"], cat) else "gpu"
@@ -241,6 +241,11 @@ def training_why(st: Study, cat, sweep: list[dict], plan: list[dict], cases: dic
     out.append(("List prices", "No vendor publishes a list price per training run for these systems; nothing to "
                                "compare."))
     return out
+
+
+def _ranked(plan: list[dict]) -> list[dict]:
+    """The plan's priced targets that meet the deadline, cheapest run first (unpriced ones are named apart)."""
+    return sorted([p for p in plan if p["meets_deadline"] and p["usd_per_run"] is not None], key=lambda p: p["usd_per_run"])
 
 
 def _capex_of(cases: dict, tgt: str) -> float:
@@ -278,7 +283,7 @@ def _training_answer(st: Study, m, plan: list[dict]) -> str:
     tr = st.training
     head = (f"To train {m.name} on {fmt_num(tr.tokens / 1e9)}B tokens within {fmt_num(tr.deadline_days)} days "
             f"(global batch {tr.global_batch} x {tr.seq_len} tokens), ")
-    ok = sorted([p for p in plan if p["meets_deadline"] and p["usd_per_run"] is not None], key=lambda p: p["usd_per_run"])
+    ok = _ranked(plan)
     free = [p for p in plan if p["meets_deadline"] and p["usd_per_run"] is None]
     unpriced = [f"{p['target']} meets the deadline in {fmt_num(p['run_s'] / 86400)} days "
                 f"({fmt_num(p['energy_j_per_run'] / 3.6e9)} MWh) but has no price in the catalogs." for p in free]
