@@ -28,12 +28,12 @@ def prices(cat):
     return C.load_prices(catalog=cat)
 
 
-def _hand_hourly(p, n_sys, extra=0.0):
+def _hand_hourly(p, n_sys, extra=0.0, extra_w=0.0):
     """The TCO arithmetic written out independently of the module (same formula as the docs)."""
     hardware = n_sys * p["capex_usd"] * (1 + p["network_frac"]) + extra
     capex = hardware * (1 + p["installation_frac"])
     per_year = capex / p["amortization_years"] + hardware * p["maintenance_frac_per_year"]
-    peak = n_sys * p["peak_power_w"]
+    peak = n_sys * p["peak_power_w"] + extra_w
     u = p["utilization_frac"]
     avg = peak * (u * p["busy_power_frac"] + (1 - u) * p["idle_power_frac"])
     per_year += avg * p["pue"] / 1000 * H * p["electricity_usd_per_kwh"]
@@ -104,13 +104,38 @@ def test_training_run_with_memoryx_hand_check(cat, prices):
                          train_tokens=3e11)
     res = C.cost_from_times(params, times, model="m", target="cs3x16", hardware="wse3", price_key="cs3", batch=1024,
                             context=2048, prices_date=prices.date)
-    per_year, busy_hour, busy_w = _hand_hourly(p, 16, extra)
+    # the cluster's CPU servers (ALCF's CS-3 cluster: 12 MemoryX nodes of 1128 GiB, and 8 SwarmX + 4 worker + 4
+    # activation servers for 4 systems): the 12 TB option needs ceil(12e12 / (1128 x 2^30)) = 10 < 12 DRAM servers,
+    # so 12; 16 systems x 4 = 64 more; 76 servers at the catalog's 800 W each
+    assert p["memoryx_node_dram_bytes"] == 1128 * 2**30 and p["cluster_nodes_per_system"] == 4 and cap == 12e12
+    nodes = 12 + 16 * 4
+    assert res.metric("cluster_nodes") == nodes
+    assert p["cluster_node_power_w"] == 800.0
+    per_year, busy_hour, busy_w = _hand_hourly(p, 16, extra, extra_w=nodes * 800.0)
     run_s = 3e11 / (1024 * 2048) * 2.0
+    assert res.metric("cluster_peak_power_w") == pytest.approx(nodes * 800.0, rel=1e-12)
     assert res.metric("memoryx_capex_usd") == pytest.approx(extra, rel=1e-9)
     assert res.metric("run_s") == pytest.approx(run_s, rel=1e-9)
     assert res.metric("usd_per_run") == pytest.approx(run_s / 3600 * busy_hour, rel=1e-9)
     assert res.metric("energy_j_per_run") == pytest.approx(busy_w * p["pue"] * run_s, rel=1e-9)
     assert res.headline_metric == "usd_per_run"
+
+
+def test_cluster_servers_scale_with_the_memoryx_option(cat):
+    """The largest MemoryX option (1.2 PB, its flash tier beyond 12 TB of DRAM) adds one flash server per 100 TB (the
+    catalog's estimate): 12 DRAM + ceil(1188 / 100) = 12 flash servers; a serving target counts none."""
+    t = parse_target("cs3", cat)
+    prices = C.load_prices(catalog=cat)
+    p = C.nominal(C.cost_params(prices, cat, t, include_memoryx=True, memoryx_option="1200tb"))
+    assert p["memoryx_node_flash_bytes"] == 100e12
+    times = C.TimeInputs(phase="train", num_devices=1, num_systems=1, step_s=1.0, tokens_per_step=1.0, train_tokens=1.0)
+    r = C.evaluate(p, times)
+    assert float(r["cluster_nodes"]) == 12 + 12 + 4
+    assert float(r["peak_it_power_w"]) == pytest.approx(23e3 + 28 * 800.0, rel=1e-12)
+    serve = C.evaluate(C.nominal(C.cost_params(prices, cat, t)), C.TimeInputs(
+        phase="serve", num_devices=1, num_systems=1, prefill_s=1.0, prompt_tokens=1.0, decode_step_s=1.0,
+        output_tokens_per_step=1.0))
+    assert float(serve["cluster_nodes"]) == 0 and float(serve["peak_it_power_w"]) == 23e3
 
 
 def test_every_price_has_a_known_source_and_a_range(cat, prices):

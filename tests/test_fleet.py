@@ -38,7 +38,8 @@ def _brute(pb: FleetProblem, caps=None):
             continue
         counts = {s: math.ceil(sum(c.num_devices * k for c, k in zip(cfg, n) if c.system == s) / sysd[s].devices_per_system)
                   for s in sysd}
-        use = {"power_cap_w": sum(sysd[s].peak_facility_power_w * v for s, v in counts.items()),
+        use = {"power_cap_w": sum(sysd[s].peak_facility_power_w * v for s, v in counts.items())
+               + sum(c.extra_facility_power_w * k for c, k in zip(cfg, n)),
                "rack_units_cap": sum(sysd[s].rack_units * v for s, v in counts.items()),
                "budget_usd": sum(sysd[s].capex_usd * v for s, v in counts.items())
                + sum(c.extra_capex_usd * k for c, k in zip(cfg, n))}
@@ -98,7 +99,8 @@ def test_ilp_equals_brute_force_on_small_cases(args):
         for s in systems:
             for _ in range(2):
                 configs.append(Config(workload=f"w{w}", system=s.name, num_devices=int(rng.integers(1, 3)), batch=1,
-                                      supply=float(rng.integers(2, 6)), ttft_s=0.1, tpot_s=float(rng.choice([0.01, 0.2]))))
+                                      supply=float(rng.integers(2, 6)), ttft_s=0.1, tpot_s=float(rng.choice([0.01, 0.2])),
+                                      extra_facility_power_w=float(rng.choice([0.0, 0.0, 4.0]))))  # a replica's own servers
     caps = dict(power_cap_w=float(rng.integers(20, 60)), rack_units_cap=None, budget_usd=float(rng.integers(800, 4000)))
     pb = FleetProblem(demands=demands, systems=systems, configs=configs, **caps)
     best = _brute(pb)
@@ -248,6 +250,10 @@ def test_overrides_apply_per_system_type(fake_time):
     assert new["cs3"].cost_inputs["memoryx_dram_usd_per_tb"] == 1e5
     wafer_train = [c for c in pb.configs if c.system == "cs3" and c.run_s is not None]
     assert wafer_train and all(c.extra_capex_usd > 0 for c in wafer_train)
+    # a replica of k CS-3 brings its cluster's CPU servers: 12 MemoryX + 4 per system, 800 W each, times the PUE
+    p = new["cs3"].cost_inputs
+    for c in wafer_train:
+        assert c.extra_facility_power_w == pytest.approx((12 + 4 * c.num_devices) * 800.0 * p["pue"], rel=1e-9)
     with pytest.raises(InputError, match="unknown cost input"):
         build_problem(spec, catalog=cat, overrides={"electricity": 0.1})
 

@@ -294,6 +294,10 @@ class System(_Checked):
     max_cluster_systems: Quantity
     memoryx: Key
     swarmx: Key
+    #: CPU servers of a weight-streaming cluster per system besides MemoryX (SwarmX, input workers, activation
+    #: servers) and the draw of one such server; None: not counted
+    cluster_nodes_per_system: Quantity | None = None
+    cluster_node_power_w: Quantity | None = None
 
 
 class MemoryX(_Checked):
@@ -309,6 +313,9 @@ class MemoryX(_Checked):
     optimizer_bytes_per_param: Quantity
     update_nodes: Quantity
     node_update_bandwidth_bytes_per_s: Quantity
+    #: DRAM and flash one MemoryX server holds (node counts of an option, for its power); None: not counted
+    node_dram_bytes: Quantity | None = None
+    node_flash_bytes: Quantity | None = None
 
     def update_bytes_per_s(self, *, dram: bool = True) -> float:
         """Optimizer-update memory traffic of the whole MemoryX: nodes x sustained bandwidth per node, slowed by

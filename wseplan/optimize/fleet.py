@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analytic.cost import (apply_overrides, cost_params, deployment_cost, hardware_price_key, load_prices,
-                             memoryx_capex_usd, nominal)
+from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deployment_cost, evaluate, hardware_price_key,
+                             load_prices, nominal)
 from ..catalog.load import load_catalog
 from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
@@ -229,14 +229,15 @@ def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemTy
     return st, {"target": t, "params": p}
 
 
-def _memoryx_extra(catalog, prices, t, p) -> tuple[float, float]:
-    """(capex, yearly cost) of the default MemoryX option of a wafer system for one training replica."""
-
-    hw = float(memoryx_capex_usd(capacity_bytes=p["memoryx_capacity_bytes"],
-                                 dram_capacity_bytes=p["memoryx_dram_capacity_bytes"],
-                                 dram_usd_per_tb=p["memoryx_dram_usd_per_tb"], flash_usd_per_tb=p["memoryx_flash_usd_per_tb"]))
-    capex = hw * (1 + p["installation_frac"])
-    return capex, capex / p["amortization_years"] + hw * p["maintenance_frac_per_year"]
+def _memoryx_extra(p, st, num_systems) -> tuple[float, float, float]:
+    """(capex, yearly cost, peak facility power) of a wafer training replica's MemoryX option and its cluster's CPU
+    servers (MemoryX, SwarmX, input workers), beyond its ``num_systems`` systems of type ``st``: the cost model's
+    terms (:func:`~wseplan.analytic.cost.evaluate`) less the systems' own (linear in the count)."""
+    full = evaluate(p, TimeInputs(phase="train", num_devices=num_systems, num_systems=num_systems, step_s=1.0,
+                                  tokens_per_step=1.0, train_tokens=1.0))  # the times do not enter these terms
+    own = (st.capex_usd, st.annual_usd, st.peak_facility_power_w)
+    return tuple(float(full[k]) - num_systems * o
+                 for k, o in zip(("capex_usd", "total_usd_per_year", "peak_facility_power_w"), own))
 
 
 def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) -> tuple:
@@ -321,9 +322,10 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                             continue
                         run_s = tokens / (wl.batch * wl.context) * tr.step_s
                         runs = math.floor(wl.deadline_days * 86400.0 / run_s)
-                        cx, cy = (_memoryx_extra(cat, prices, t0, p) if t0.kind == "wafer" else (0.0, 0.0))
+                        cx, cy, cw = _memoryx_extra(p, st, int(k)) if t0.kind == "wafer" else (0.0, 0.0, 0.0)
                         configs.append(Config(workload=wl.name, system=st.name, num_devices=int(k), batch=wl.batch,
-                                              supply=float(runs), run_s=run_s, extra_capex_usd=cx, extra_annual_usd=cy))
+                                              supply=float(runs), run_s=run_s, extra_capex_usd=cx, extra_annual_usd=cy,
+                                              extra_facility_power_w=cw))
             except (WseplanError, ImportError, NotImplementedError) as exc:
                 notes.append(f"{wl.name} on {st.name}: skipped ({' '.join(str(exc).split())[:160]})")
     return FleetProblem(demands=demands, systems=systems, configs=configs,

@@ -246,6 +246,7 @@ class Config(Frozen):
     run_s: float | None = None
     extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
     extra_annual_usd: float = 0.0
+    extra_facility_power_w: float = 0.0  # per replica (a weight-streaming cluster's CPU servers) x PUE
 
 
 class Demand(Frozen):

@@ -48,7 +48,9 @@ def cost_params(prices: Prices, catalog, target, *, memoryx_option: str | None =
     ``network_frac``, ``peak_power_w`` (per system or node, from the hardware catalog with its range),
     ``rack_units`` (per system or node), ``cloud_usd_per_device_hour`` (GPUs with a rental price), and for
     wafer training ``memoryx_capacity_bytes``, ``memoryx_dram_capacity_bytes``, ``memoryx_dram_usd_per_tb``,
-    ``memoryx_flash_usd_per_tb``.
+    ``memoryx_flash_usd_per_tb``, and where the catalog gives them the cluster's CPU servers:
+    ``cluster_node_power_w``, ``memoryx_min_nodes``, ``memoryx_node_dram_bytes``, ``memoryx_node_flash_bytes``,
+    ``cluster_nodes_per_system``.
     """
     out: dict[str, Param] = {}
     for name in SitePrices.model_fields:
@@ -89,6 +91,16 @@ def cost_params(prices: Prices, catalog, target, *, memoryx_option: str | None =
         out["memoryx_dram_capacity_bytes"] = Param.from_quantity("memoryx_dram_capacity_bytes", mx.dram_capacity_bytes)
         out["memoryx_dram_usd_per_tb"] = Param.from_quantity("memoryx_dram_usd_per_tb", prices.memoryx.dram_usd_per_tb)
         out["memoryx_flash_usd_per_tb"] = Param.from_quantity("memoryx_flash_usd_per_tb", prices.memoryx.flash_usd_per_tb)
+        # the cluster's CPU servers (MemoryX, SwarmX, input workers, activation servers): their power, where given
+        node_w = sysm.cluster_node_power_w
+        if node_w is not None and mx.node_dram_bytes is not None and mx.node_flash_bytes is not None:
+            out["cluster_node_power_w"] = Param.from_quantity("cluster_node_power_w", node_w)
+            out["memoryx_min_nodes"] = Param.from_quantity("memoryx_min_nodes", mx.update_nodes)
+            out["memoryx_node_dram_bytes"] = Param.from_quantity("memoryx_node_dram_bytes", mx.node_dram_bytes)
+            out["memoryx_node_flash_bytes"] = Param.from_quantity("memoryx_node_flash_bytes", mx.node_flash_bytes)
+            if sysm.cluster_nodes_per_system is not None:
+                out["cluster_nodes_per_system"] = Param.from_quantity("cluster_nodes_per_system",
+                                                                      sysm.cluster_nodes_per_system)
     return out
 
 
@@ -113,7 +125,8 @@ def parse_overrides(items: list[str] | None) -> dict[str, float]:
 #: under any hardware prefix, so a typo under another target's prefix is not silently skipped
 HARDWARE_INPUTS = ("capex_usd", "network_frac", "peak_power_w", "rack_units", "cloud_usd_per_device_hour",
                    "memoryx_capacity_bytes", "memoryx_dram_capacity_bytes", "memoryx_dram_usd_per_tb",
-                   "memoryx_flash_usd_per_tb", "model_time_factor")
+                   "memoryx_flash_usd_per_tb", "cluster_node_power_w", "memoryx_min_nodes", "memoryx_node_dram_bytes",
+                   "memoryx_node_flash_bytes", "cluster_nodes_per_system", "model_time_factor")
 
 
 def price_key_of(name: str, catalog) -> str:

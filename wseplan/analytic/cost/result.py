@@ -10,7 +10,7 @@ from ...catalog.schema import Frozen
 from .params import Param, nominal
 from .prices import ServicePrice
 from .serving import rental_serving_cost, serving_cost
-from .tco import S_PER_HOUR, deployment_cost, memoryx_capex_usd
+from .tco import S_PER_HOUR, cluster_nodes, deployment_cost, memoryx_capex_usd
 from .training import training_cost
 from .uncertainty import TornadoRow, monte_carlo, tornado
 
@@ -43,14 +43,23 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
                                   dram_capacity_bytes=p["memoryx_dram_capacity_bytes"],
                                   dram_usd_per_tb=p["memoryx_dram_usd_per_tb"],
                                   flash_usd_per_tb=p["memoryx_flash_usd_per_tb"])
+    nodes = extra_w = 0.0
+    if "cluster_node_power_w" in p:  # a weight-streaming cluster's CPU servers draw beside the systems
+        nodes = cluster_nodes(num_systems=t.num_systems, capacity_bytes=p["memoryx_capacity_bytes"],
+                              dram_capacity_bytes=p["memoryx_dram_capacity_bytes"], min_nodes=p["memoryx_min_nodes"],
+                              node_dram_bytes=p["memoryx_node_dram_bytes"], node_flash_bytes=p["memoryx_node_flash_bytes"],
+                              nodes_per_system=p.get("cluster_nodes_per_system", 0.0))
+        extra_w = nodes * np.asarray(p["cluster_node_power_w"], dtype=float)
     d = deployment_cost(num_systems=t.num_systems, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"],
                         extra_capex_usd=extra, installation_frac=p["installation_frac"],
                         amortization_years=p["amortization_years"], maintenance_frac_per_year=p["maintenance_frac_per_year"],
                         peak_power_per_system_w=p["peak_power_w"], busy_power_frac=p["busy_power_frac"],
                         idle_power_frac=p["idle_power_frac"], utilization_frac=p["utilization_frac"], pue=p["pue"],
                         electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
-                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"])
+                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"], extra_peak_power_w=extra_w)
     out = dict(d)
+    out["cluster_nodes"] = np.asarray(nodes, dtype=float) + 0.0 * d["capex_usd"]
+    out["cluster_peak_power_w"] = np.asarray(extra_w, dtype=float) + 0.0 * d["capex_usd"]
     out["memoryx_capex_usd"] = np.asarray(extra, dtype=float) + 0.0 * d["capex_usd"]
     out["usd_per_system_hour"] = d["usd_per_hour"] / t.num_systems
     out["usd_per_device_hour"] = d["usd_per_hour"] / t.num_devices
@@ -86,7 +95,8 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
 
 #: unit of each reported metric
 UNITS = {
-    "hardware_capex_usd": "USD", "capex_usd": "USD", "memoryx_capex_usd": "USD", "capex_usd_per_year": "USD/yr",
+    "hardware_capex_usd": "USD", "capex_usd": "USD", "memoryx_capex_usd": "USD", "cluster_nodes": "count",
+    "cluster_peak_power_w": "W", "capex_usd_per_year": "USD/yr",
     "maintenance_usd_per_year": "USD/yr", "electricity_usd_per_year": "USD/yr", "facility_usd_per_year": "USD/yr",
     "total_usd_per_year": "USD/yr", "usd_per_hour": "USD/h", "usd_per_busy_hour": "USD/h",
     "usd_per_system_hour": "USD/h", "usd_per_device_hour": "USD/h", "peak_it_power_w": "W",

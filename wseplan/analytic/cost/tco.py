@@ -15,7 +15,8 @@ S_PER_HOUR = 3600.0
 
 def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_capex_usd, installation_frac,
                     amortization_years, maintenance_frac_per_year, peak_power_per_system_w, busy_power_frac,
-                    idle_power_frac, utilization_frac, pue, electricity_usd_per_kwh, facility_usd_per_kw_month):
+                    idle_power_frac, utilization_frac, pue, electricity_usd_per_kwh, facility_usd_per_kw_month,
+                    extra_peak_power_w=0.0):
     """Annual and hourly cost of owning ``num_systems`` systems of one type.
 
     Parameters
@@ -36,6 +37,9 @@ def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_ca
         Annual maintenance as a share of hardware capex [fraction/year].
     peak_power_per_system_w : array_like
         Peak IT power of one system or node [W].
+    extra_peak_power_w : array_like
+        Peak IT power shared by the deployment (a weight-streaming cluster's MemoryX, SwarmX and input servers) [W];
+        drawn in the same busy/idle proportions as the systems.
     busy_power_frac, idle_power_frac : array_like
         Average draw while busy / idle as a share of peak [fraction].
     utilization_frac : array_like
@@ -59,6 +63,7 @@ def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_ca
     -----
     hardware = n capex (1 + network) + extra;  capex = hardware (1 + installation);
     per year: capex / years + hardware maintenance + P_avg PUE 8766 h price + P_peak facility 12;
+    P_peak = n P_system + P_extra;
     P_avg = P_peak (u busy + (1 - u) idle). The cost of an hour of paid work is the yearly total over
     8766 u hours.
 
@@ -71,7 +76,7 @@ def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_ca
     capex = hardware * (1.0 + installation_frac)
     capex_per_year = capex / amortization_years
     maintenance = hardware * maintenance_frac_per_year
-    peak_w = n * peak_power_per_system_w
+    peak_w = n * peak_power_per_system_w + extra_peak_power_w
     avg_w = peak_w * (utilization_frac * busy_power_frac + (1.0 - utilization_frac) * idle_power_frac)
     electricity = avg_w * pue / 1000.0 * HOURS_PER_YEAR * electricity_usd_per_kwh
     facility = peak_w / 1000.0 * facility_usd_per_kw_month * 12.0
@@ -100,3 +105,18 @@ def memoryx_capex_usd(*, capacity_bytes, dram_capacity_bytes, dram_usd_per_tb, f
     cap = np.asarray(capacity_bytes, dtype=float)
     dram = np.minimum(cap, dram_capacity_bytes)
     return dram / 1e12 * dram_usd_per_tb + (cap - dram) / 1e12 * flash_usd_per_tb
+
+
+def cluster_nodes(*, num_systems, capacity_bytes, dram_capacity_bytes, min_nodes, node_dram_bytes, node_flash_bytes,
+                  nodes_per_system):
+    """CPU servers of a weight-streaming cluster [count]: MemoryX's DRAM servers (at least ``min_nodes``, one per
+    ``node_dram_bytes`` of the option's DRAM tier), its flash servers (one per ``node_flash_bytes`` beyond), and
+    ``nodes_per_system`` per system (SwarmX, input workers, activation servers).
+
+    ALCF's four-CS-3 cluster (12 x 1128 GiB MemoryX nodes in use per job, 8 SwarmX, 4 worker and 4 activation nodes)
+    gives 12 + 4 x 4 = 28 for its 12 TB option.
+    """
+    cap = np.asarray(capacity_bytes, dtype=float)
+    dram = np.minimum(cap, dram_capacity_bytes)
+    mx = np.maximum(min_nodes, np.ceil(dram / node_dram_bytes - 1e-9)) + np.ceil((cap - dram) / node_flash_bytes - 1e-9)
+    return mx + np.ceil(np.asarray(num_systems, dtype=float) * nodes_per_system - 1e-9)
