@@ -200,16 +200,18 @@ def test_memoryx_impossible_names_the_largest_option(catalog, tmp_path):
 
 # ------------------------------------------------------------------------------------------ 5. software, speculation
 def test_speculative_decoding_lifts_the_bandwidth_floor_by_k_plus_one(catalog, errors):
-    """One 8xH100 node, bf16 Llama-2-70B, batch 1: one token per pass over 138 GB at 8 x 3.35 TB/s is 194 tokens/s;
-    with 4 draft tokens at most 5 tokens per pass, 970 tokens/s. 300 tokens/s breaks the first, not the second."""
-    base = dict(id="s", text="t", kind="tokens_per_s_per_user", model="llama-2-70b", target="h100x8", batch=1,
+    """One 8xH100 node, bf16 Llama-3.1-70B, batch 1: one token per pass over 141.1 GB (70.55B parameters x 2 B) at
+    8 x 3.35 TB/s is 190 tokens/s; with 4 draft tokens at most 5 tokens per pass, 950 tokens/s. 300 tokens/s breaks
+    the first, not the second. (The draft, Llama-3.2-1B, shares Llama 3.1's 128,256-token vocabulary; Llama 2's
+    32,000-token one could not take it.)"""
+    base = dict(id="s", text="t", kind="tokens_per_s_per_user", model="llama-3.1-70b", target="h100x8", batch=1,
                 context=1024, value=300)
     plain_v = check_claim(Claim(**base), catalog, errors=errors)
     assert plain_v.verdict == "impossible" and plain_v.bound == "memory_bandwidth"
     spec = check_claim(Claim(**base, speculative="llama-3.2-1b", draft_tokens=4, acceptance=0.8), catalog,
                        errors=errors)
     assert spec.verdict != "impossible"
-    assert plain_v.bound_value == pytest.approx(8 * 3.35e12 / 138.6e9, rel=0.03)
+    assert plain_v.bound_value == pytest.approx(8 * 3.35e12 / 141.1e9, rel=0.03)
     assert spec.estimate > plain_v.estimate  # the plan decodes speculatively too
     named = check_claim(Claim(**base, software="gpu-production-specdec"), catalog, errors=errors)
     assert named.verdict != "impossible" and named.estimate == pytest.approx(spec.estimate, rel=1e-9)

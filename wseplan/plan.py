@@ -34,6 +34,7 @@ from .catalog.schema import FORMATS_NARROW_TO_WIDE, Model
 from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
+from .devices.inference import default_draft_refused
 from .errors import InputError
 from .model_error import plan_interval
 from .records import PlanRecord
@@ -409,13 +410,25 @@ def _datapath_note(t, precision: str) -> list[str]:
 
 
 def _speculation_note(s: Setup, r: dict) -> list[str]:
-    """Why a profile's speculative decoding is off at this point: its draft does not fit beside the target in the
-    memory the batch leaves, or a speculative step is no faster (a compute-bound batch)."""
-    spec = getattr(s.ctx, "spec", None)
-    fits, acc = r.get("time.draft_fits"), r.get("time.accepted_tokens_per_step")
-    if spec is None or fits is None or acc is None or acc > 1.0:
+    """Whether speculative decoding is on at this point, with which draft, and if off why: the profile's draft cannot
+    draft for this model (another tokenizer, or no smaller), does not fit beside the target in the memory the batch
+    leaves, or a speculative step is no faster (a compute-bound batch)."""
+    q = s.query
+    if q.phase not in ("decode", "serve"):
         return []
+    spec = getattr(s.ctx, "spec", None)
+    if spec is None:
+        why = default_draft_refused(q)
+        return [] if why is None else [f"speculative decoding off: {why} (the {q.software.name} profile's default "
+                                       "draft; --speculative names another)"]
+    fits, acc = r.get("time.draft_fits"), r.get("time.accepted_tokens_per_step")
     draft = getattr(spec["draft_model"], "name", spec["draft_model"])
+    if acc is not None and acc > 1.0:
+        given = "as asked" if "speculative" in q.options else f"the {q.software.name} profile's default"
+        return [f"speculative decoding on ({given}): {draft} drafts {spec['draft_tokens']:g} tokens a step, {acc:.3g} "
+                "accepted per target pass (--speculative none for plain decoding)"]
+    if fits is None or acc is None:
+        return []
     if fits < 0.5:
         return [f"speculative decoding off: the draft ({draft}) does not fit beside the target in the memory left at "
                 "this batch and context (a smaller batch or more devices keep it)"]

@@ -77,6 +77,8 @@ class ServePoint(_Frozen):
     input_usd_per_mtok: float | None = None
     #: the busy hour over the output tokens delivered at this load, prompts and waits included (as ``cost``'s headline)
     all_in_usd_per_mtok: float | None = None
+    #: the plan record's notes at this point (speculation on or off and why, positions beyond the model's, datapath)
+    notes: list[str] = []
 
 
 class ServeResult(_Frozen):
@@ -206,7 +208,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
             accepted_tokens_per_step=float(arr.get("time.accepted_tokens_per_step", np.ones(n))[i]),
             bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
-            output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in))
+            output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in, notes=list(rec.notes)))
     return out
 
 
@@ -382,6 +384,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None:
         notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given)")
+    notes += [n for n in chosen.notes if n not in notes]  # what the plan says of the chosen point
     return ServeResult(**base, fits=True, chosen=chosen, points=points, frontier=pareto_frontier(ok), notes=notes)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..analytic import elementwise as X
 from ..analytic import engine as E
 from ..errors import InputError
-from ..workload import resolve_model
+from ..workload import resolve_model, total_params
 from .base import argmax_code
 
 
@@ -461,8 +461,42 @@ def speculation(q) -> dict | None:
             raise InputError(f"speculative: unknown draft model {name!r} ({e}); name a catalog model or a config.json") from None
     else:
         draft = name
+    why = draft_mismatch(q.model, draft)
+    if why is not None:
+        if "speculative" not in q.options:  # the profile's default draft cannot serve this model: plain decoding
+            return None
+        raise InputError(f"speculative: {why}; name a smaller draft of the target's family, or --speculative none")
     return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a),
             "accepted_per_step": float(E.accepted_tokens_per_step(draft_tokens=float(k), acceptance_frac=float(a)))}
+
+
+def draft_mismatch(target, draft) -> str | None:
+    """Why ``draft`` cannot draft for ``target`` in draft-target speculative decoding, or None: the target verifies
+    the draft's token ids, so both need one tokenizer (taken as one vocabulary size; Leviathan et al., ICML 2023;
+    vLLM and TensorRT-LLM require it), and a draft no smaller than the target saves nothing."""
+    tv, dv = getattr(target, "vocab_size", None), getattr(draft, "vocab_size", None)
+    if tv is None or dv is None:  # a layer-list model: nothing to compare
+        return None
+    if tv != dv:
+        return (f"the draft {draft.name} has a {dv:,}-token vocabulary and the target {target.name} {tv:,}: "
+                "draft and target need one tokenizer")
+    if total_params(draft) >= total_params(target):
+        return (f"the draft {draft.name} ({total_params(draft) / 1e9:.3g}B parameters) is no smaller than the target "
+                f"{target.name} ({total_params(target) / 1e9:.3g}B)")
+    return None
+
+
+def default_draft_refused(q) -> str | None:
+    """Why the software profile's default draft is not used for this query's model (None: it is, or there is none,
+    or the query names its own draft)."""
+    sp = q.software.engine.speculative
+    if sp is None or "speculative" in q.options:
+        return None
+    try:
+        draft = resolve_model(sp.draft_model, q.catalog)
+    except InputError:
+        return None
+    return draft_mismatch(q.model, draft)
 
 
 def draft_query(q, draft_model):

@@ -240,6 +240,12 @@ def _memoryx_extra(p, st, num_systems) -> tuple[float, float, float]:
                  for k, o in zip(("capex_usd", "total_usd_per_year", "peak_facility_power_w"), own))
 
 
+def positions_notes(res) -> list[str]:
+    """The notes of a replica search's points that concern the model rather than a point: a prompt beyond the
+    model's positions (each point says it; the fleet says it once per workload and system)."""
+    return sorted({n for p in res.points for n in p.notes if "tokens per sequence is beyond" in n})
+
+
 def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) -> tuple:
     """The key of a replica search in a :func:`build_problem` ``cache``: the same key, the same serve question."""
     return (model_name, hardware, precision, wl.prompt_tokens, wl.output_tokens, tuple(sorted(set(wl.batches))),
@@ -299,6 +305,8 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                                     batches=list(wl.batches), prices=False)
                         if cache is not None:
                             cache[key] = hit
+                    notes += [f"{wl.name} on {st.name}: {n}" for n in positions_notes(hit)
+                              if f"{wl.name} on {st.name}: {n}" not in notes]
                     for r in replica_options(m, t0.key, precision=prec, input_tokens=wl.prompt_tokens,
                                              output_tokens=wl.output_tokens, batches=wl.batches, catalog=cat,
                                              percentile=wl.sla.percentile, sizes=wl.replica_sizes, result=hit):

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..catalog.load import read_yaml
-from ..catalog.schema import Frozen, check_name, check_text
+from ..catalog.schema import PRECISIONS, Frozen, check_name, check_text
 from ..errors import InputError, validation_detail
 from ..targets import MAX_GPUS
 from ..units import parse_quantity
@@ -99,6 +99,22 @@ class WorkloadSpec(Frozen):
     def _batches(cls, v):
         if not v or any(b < 1 for b in v):
             raise ValueError("batches: every batch must be a positive integer")
+        return v
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v):
+        if v not in PRECISIONS:
+            raise ValueError(f"unknown precision {v!r}; use one of {', '.join(PRECISIONS)}")
+        return v
+
+    @field_validator("precisions")
+    @classmethod
+    def _precisions(cls, v):
+        bad = {k: p for k, p in v.items() if p not in PRECISIONS}
+        if bad:
+            raise ValueError(f"unknown precision {next(iter(bad.values()))!r} for {next(iter(bad))}; use one of "
+                             f"{', '.join(PRECISIONS)}")
         return v
 
     @field_validator("kind")
