@@ -1072,3 +1072,21 @@ def test_tp_that_does_not_divide_the_heads_is_no_row(catalog):
                 layouts={"tensor_parallel": [3, 8]})
     df = S.run_sweep(S.parse_sweep(spec), catalog=catalog)
     assert len(df) == 2 and set(df["tensor_parallel"]) == {8}
+
+
+def test_a_micro_batch_larger_than_a_replicas_share_is_not_timed_or_priced(catalog):
+    """8 GPUs in data parallel at batch 8 give each replica one sequence: a micro-batch of 4 runs nothing (the scalar
+    chain refuses it), so the row keeps fits = false and blank metrics; micro-batch 1 is timed."""
+    from wseplan.errors import InputError
+    from wseplan.plan import plan
+
+    df = S.run_sweep(S.parse_sweep(dict(name="m", phase="train", models=["llama-3.2-1b"], targets=["h100-sxmx8"],
+                                        batches=[8], contexts=[1024],
+                                        layouts=dict(tensor_parallel=[1], pipeline_parallel=[1], data_parallel=[8],
+                                                     micro_batch=[1, 4]))), catalog=catalog)
+    by_mb = {int(r["micro_batch"]): r for _, r in df.iterrows()}
+    assert bool(by_mb[1]["fits"]) and by_mb[1]["step_s"] > 0
+    assert not bool(by_mb[4]["fits"]) and pd.isna(by_mb[4]["step_s"]) and pd.isna(by_mb[4]["usd_per_mtok"])
+    with pytest.raises(InputError, match="micro_batch"):
+        plan("llama-3.2-1b", "h100-sxmx8", phase="train", batch=8, context=1024, catalog=catalog,
+             layout={"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4})

@@ -376,9 +376,11 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
             check(s.ctx, given)
         for k in cols:
             cfg[k] = np.array([float(given[k]) if k in given else np.nan])
-    mb = given.get("micro_batch")
-    if mb is not None and mb > b:
-        raise InputError(f"micro_batch: {mb} sequences exceed the batch of {b}; give a micro-batch of at most {b}")
+    mb, dp = given.get("micro_batch"), given.get("dp") or 1
+    if mb is not None and mb * dp > b:
+        per = f" x {dp} data-parallel replicas" if dp > 1 else ""
+        raise InputError(f"micro_batch: {mb} sequences{per} exceed the batch of {b}; give a micro-batch of at most "
+                         f"{max(b // dp, 1)}" + (" or fewer data-parallel replicas" if dp > 1 else ""))
     src["layout"] = "searched" if not given else "given" if set(given) >= set(cols) else "partly searched"
     arr = evaluate(s, cfg, require_fit=require_fit)
     return record(s, arr, 0, sources=src, require_fit=require_fit)

@@ -372,6 +372,8 @@ class GpuFamily(InferenceMixin, Family):
             free = usable - (total - mem["kv_cache"])
             cap = np.where(free > 0, usable - (1.0 - ctx.kv_free_frac) * np.maximum(free, 0.0), usable)
         fits = total <= cap
+        if ph == "train":  # a replica given fewer sequences than one micro-batch runs nothing (`time` refuses it)
+            fits &= dp * cfg["micro_batch"] <= B
         parts = {k: mem[k] for k in ("weights", "kv_cache", "activations", "optimizer")}
         kv_room = cap - total + mem["kv_cache"]
         kv_tok = np.where(B * C > 0, mem["kv_cache"] / np.maximum(B * C, 1.0), 0.0)
