@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from wseplan import sweep as S
+from wseplan.errors import InputError
 from wseplan.cli import main
 
 RTOL = 1e-9
@@ -112,6 +113,12 @@ def _check_time(df, catalog, n, seed):
     rng = np.random.default_rng(seed)
     for i in rng.choice(len(df), size=min(n, len(df)), replace=False):
         row = df.iloc[int(i)]
+        if row["phase"] == "train" and row["device_kind"] == "gpu" and \
+                row["data_parallel"] * row["micro_batch"] > row["batch"]:  # a layout `time` refuses: nothing timed
+            with pytest.raises(InputError, match="micro_batch"):
+                _predict(row, catalog)
+            assert not row["fits"] and pd.isna(row["step_s"]) and pd.isna(row["usd_per_mtok"])
+            continue
         t = _predict(row, catalog)
         for k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s", "tokens_per_s_per_user"):
             assert _close(getattr(t, k), row[k]), (k, getattr(t, k), row[k], dict(row))
@@ -1077,7 +1084,6 @@ def test_tp_that_does_not_divide_the_heads_is_no_row(catalog):
 def test_a_micro_batch_larger_than_a_replicas_share_is_not_timed_or_priced(catalog):
     """8 GPUs in data parallel at batch 8 give each replica one sequence: a micro-batch of 4 runs nothing (the scalar
     chain refuses it), so the row keeps fits = false and blank metrics; micro-batch 1 is timed."""
-    from wseplan.errors import InputError
     from wseplan.plan import plan
 
     df = S.run_sweep(S.parse_sweep(dict(name="m", phase="train", models=["llama-3.2-1b"], targets=["h100-sxmx8"],
