@@ -93,6 +93,8 @@ class Attention:
     span : str
         ``full``, ``sliding`` (each query sees the last ``window`` tokens, itself included) or ``chunked``
         (each query sees the tokens of its own ``window``-token chunk up to itself; Llama 4).
+    latent_dim : int
+        MLA's KV latent width ``kv_lora_rank`` [elements]; 0 for standard attention.
     """
 
     num_heads: int
@@ -103,6 +105,28 @@ class Attention:
     window: int | None
     flop_per_pair: float
     span: str = "full"
+    latent_dim: int = 0
+
+    @property
+    def kv_shards(self) -> int:
+        """Ways the KV cache splits over tensor-parallel ranks (at most): the KV heads of standard attention; 1 for
+        MLA, whose latent every rank keeps and reads whole (DeepSeek's and vLLM's MLA kernels)."""
+        return 1 if self.latent_dim else self.num_kv_heads
+
+    @property
+    def decode_flop_per_pair(self) -> float:
+        """Forward FLOPs per (query, key) pair of a decode step [FLOP]: :attr:`flop_per_pair`, except MLA's absorbed
+        form, ``2 * heads * (kv_elems_per_token + latent_dim)`` (scores over the latent and the RoPE key, context
+        over the latent; DeepSeek-V2, sec. 2.1.3: ``W_UK`` and ``W_UV`` absorbed into the query and output
+        projections, whose per-token product the ``kv_b`` GEMM stands for)."""
+        if not self.latent_dim:
+            return self.flop_per_pair
+        return 2.0 * self.num_heads * (self.kv_elems_per_token + self.latent_dim)
+
+    @property
+    def plain(self) -> bool:
+        """Standard attention over the whole context (every uniform dense and MoE model before these fields)."""
+        return self.window is None and not self.latent_dim
 
 
 @dataclass(frozen=True)
@@ -199,12 +223,12 @@ def _attention_core(m: Model, span: str, window: int | None) -> Attention:
     if m.attention == "mla":
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         v = m.v_head_dim
-        kv, kvh = m.kv_lora_rank + m.qk_rope_head_dim, H
+        kv, kvh, latent = m.kv_lora_rank + m.qk_rope_head_dim, H, m.kv_lora_rank
     else:
         qk = v = m.head_dim_
-        kv, kvh = 2 * m.num_kv_heads * qk, m.num_kv_heads
+        kv, kvh, latent = 2 * m.num_kv_heads * qk, m.num_kv_heads, 0
     return Attention(num_heads=H, num_kv_heads=kvh, qk_head_dim=qk, v_head_dim=v, kv_elems_per_token=kv,
-                     window=window, flop_per_pair=2.0 * H * (qk + v), span=span)
+                     window=window, flop_per_pair=2.0 * H * (qk + v), span=span, latent_dim=latent)
 
 
 def _mlp_parts(m: Model, moe: bool) -> tuple[tuple[Gemm, ...], int, int, int]:
@@ -282,8 +306,12 @@ def block_types(m: Model) -> tuple[BlockType, ...]:
 
     Counts sum to ``num_layers``; ``sum(count * params) + embedding_params + head_params == total_params``.
     A uniform model (every entry of the catalog before the optional fields) has one block type whose
-    GEMMs are QKV, attention output, MLP up (gate + up) and down.
+    GEMMs are QKV, attention output, MLP up (gate + up) and down. Remembered per model object (models are frozen):
+    the fit and the time models ask for it on every evaluation.
     """
+    hit = _BLOCK_TYPES.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
     a_gemms, a_params, _ = _attention_parts(m)
     norms = m.norms_per_block * _norm_size(m, m.d_model)
     out = []
@@ -292,7 +320,15 @@ def block_types(m: Model) -> tuple[BlockType, ...]:
         out.append(BlockType(count=len(idx), gemms=a_gemms + m_gemms, attention=_attention_core(m, span, window),
                              params=float(a_params + m_params + norms), active_params=float(a_params + m_active + norms),
                              layers=tuple(idx), moe=moe))
-    return tuple(out)
+    out = tuple(out)
+    if len(_BLOCK_TYPES) >= 256:
+        _BLOCK_TYPES.clear()
+    _BLOCK_TYPES[id(m)] = (m, out)  # the model is kept: its id is not reused while it is here
+    return out
+
+
+#: :func:`block_types` by model object
+_BLOCK_TYPES: dict = {}
 
 
 def mean_attended_tokens(span: str, window: int | None, context, *, phase: str, causal: bool = True):
