@@ -17,6 +17,7 @@ import pytest
 
 from wseplan import sweep as S
 from wseplan.analytic import engine as E
+from wseplan.analytic import gpu_pass as P
 from wseplan.analytic import gpu_time as G
 from wseplan.analytic import memory as M
 from wseplan.analytic import rows as R
@@ -255,9 +256,9 @@ def _pass_inputs(seed: int, n: int = 6000, *, fractional: bool = False):
     if fractional:
         pre = pre + rng.uniform(0, 1, n)
     kv = rng.choice([255.5, 1024.0, 4352.0, 33280.0], n)
-    tokens = mb + pre
-    return dict(tokens=tokens, attn_pairs=mb * (kv + 1.0) + pre * (pre + 1.0) / 2.0, kv_read_tokens=mb * (kv + 1.0) + pre,
-                logits_rows=mb + np.minimum(pre, 1.0), tp=rng.choice([1.0, 2.0, 4.0, 8.0, 16.0], n),
+    seqs = (P.Sequences(seqs=mb, tokens=mb, new=1.0, prior=kv),
+            P.Sequences(seqs=np.minimum(pre, 1.0), tokens=pre, new=pre, prior=0.0 * pre, decode=False))
+    return dict(sequences=seqs, logits_rows=mb + np.minimum(pre, 1.0), tp=rng.choice([1.0, 2.0, 4.0, 8.0, 16.0], n),
                 pp=rng.choice([1.0, 2.0, 4.0, 8.0], n))
 
 
@@ -274,10 +275,11 @@ def test_pass_time_grouped_equals_row_by_row(catalog, monkeypatch, model, gpu, f
     kw["logits_rows"] = np.where(np.arange(len(kw["tp"])) % 97 == 0, kw["logits_rows"] + 1.0, kw["logits_rows"]) \
         if fractional else kw["logits_rows"]
     cal = gpu_calibration()
-    assert (R.pair_groups(kw["tokens"], kw["tp"]) is None) == fractional  # dyadic token counts are grouped
-    got = G.pass_time_s(m, dev, precision="bf16", cal=cal, **kw)
-    monkeypatch.setattr(G, "pair_groups", lambda a, b: None)
-    ref = G.pass_time_s(m, dev, precision="bf16", cal=cal, **kw)
+    tokens = kw["sequences"][0].tokens + kw["sequences"][1].tokens
+    assert (R.pair_groups(tokens, kw["tp"]) is None) == fractional  # dyadic token counts are grouped
+    got = P.pass_time_s(m, dev, precision="bf16", cal=cal, **kw)
+    monkeypatch.setattr(P, "pair_groups", lambda a, b: None)
+    ref = P.pass_time_s(m, dev, precision="bf16", cal=cal, **kw)
     assert _same(got[0], ref[0]) and _same(got[1], ref[1])
     assert list(got[2]) == list(ref[2]) and all(_same(got[2][k], ref[2][k]) for k in ref[2])
 

@@ -336,18 +336,19 @@ def test_time_cli_train_tokens(capsys):
 def test_routed_expert_flops_are_those_of_the_routed_rows(catalog, name, tokens):
     """A pass of `tokens` rows through a routed-expert layer computes tokens x k expert rows, whatever the batch
     (hand count from the block's GEMM shapes); at one token a 128-expert layer runs one expert, not 128 of one row
-    each. With GEMM efficiency held at its maximum and unlimited HBM, the block's GEMM time is FLOPs / rate."""
-    from wseplan.workload import resolve_model
+    each. With GEMM efficiency held at its maximum and unlimited HBM, each block type's GEMM time is FLOPs / rate
+    (its dense MLP, or its top-k routed experts and its shared experts)."""
+    from wseplan.workload import block_types, resolve_model
 
     m = resolve_model(name, catalog)
     if not hasattr(m, "num_experts") or m.num_experts <= 1:
         pytest.skip(f"{name} is not a routed-expert model here")
     cal = GpuCalibration().replace(gemm_half_intensity=1e-12)
     peak, emax = 1e15, G._gemm_max(cal, "bf16")
-    t, _ = G._block_gemms_s(m, np.asarray(float(tokens)), np.asarray(1.0), peak, math.inf, "bf16", cal)
-    flop = sum(2.0 * n * k * tokens * (1 if dense or m.num_experts == 1 else m.experts_per_token)
-               for n, k, dense in G._block_gemms(m, np.asarray(1.0)))
-    assert float(t) == pytest.approx(flop / (peak * emax), rel=1e-9)
+    for block in block_types(m):
+        t, _ = G._block_gemms_s(block, np.asarray(float(tokens)), np.asarray(1.0), peak, math.inf, "bf16", cal)
+        flop = sum(2.0 * g.n * g.k * tokens * g.active for g in block.gemms)
+        assert float(t) == pytest.approx(flop / (peak * emax), rel=1e-9)
 
 
 def test_another_vendors_gemm_library_scales_the_fitted_efficiencies(catalog):
@@ -359,7 +360,8 @@ def test_another_vendors_gemm_library_scales_the_fitted_efficiencies(catalog):
     as_nvidia = mi.model_copy(update={"vendor": "nvidia"})
     m = resolve_model("llama-3-70b", catalog)
     cal = gpu_calibration().replace(hbm_frac=1e6)  # memory never binds: a compute-bound pass
-    kw = dict(precision="bf16", tokens=8192.0, attn_pairs=8192.0 * 4096.0, kv_read_tokens=8192.0, logits_rows=1.0,
+    prompt = G.Sequences(seqs=1.0, tokens=8192.0, new=8192.0, prior=0.0, decode=False)
+    kw = dict(precision="bf16", sequences=(prompt,), logits_rows=1.0,
               tp=8.0, cal=cal.replace(nvlink_frac=1e6, nvlink_latency_s=0.0, layer_overhead_s=0.0, step_overhead_s=0.0))
     amd = G.pass_time_s(m, mi, **kw)[0]
     nv = G.pass_time_s(m, as_nvidia, **kw)[0]
@@ -378,12 +380,13 @@ def test_four_bit_models_run_their_attention_at_the_fp8_rate():
     g, m, cal = cat.gpus["b200"], resolve_model("llama-3-8b", cat), gpu_calibration()
     assert G.attention_peak_flop_per_s(g, "fp4") == g.peak_flop_per_s("fp8") < g.peak_flop_per_s("fp4")
     assert G.attention_peak_flop_per_s(g, "bf16") == g.peak_flop_per_s("bf16")
-    kw = dict(tokens=4096.0, attn_pairs=4096.0 * 2048.0, kv_read_tokens=0.0, logits_rows=1.0, tp=1.0, cal=cal)
+    prompt = G.Sequences(seqs=1.0, tokens=4096.0, new=4096.0, prior=0.0, decode=False)
+    kw = dict(sequences=(prompt,), logits_rows=1.0, tp=1.0, cal=cal)
     _, _, p4 = G.pass_time_s(m, g, precision="fp4", **kw)
     _, _, p8 = G.pass_time_s(m, g, precision="fp8", **kw)
     # the same attention FLOPs at the same peak: the same attention time; the GEMMs differ
     assert float(p4["attention"]) == pytest.approx(float(p8["attention"]), rel=1e-12)
-    hand = m.num_layers * 4.0 * m.num_heads * m.head_dim_ * 2048.0 * 4096.0 / (g.peak_flop_per_s("fp8") * cal.attention_frac)
+    hand = m.num_layers * 4.0 * m.num_heads * m.head_dim_ * 2048.5 * 4096.0 / (g.peak_flop_per_s("fp8") * cal.attention_frac)
     assert float(p4["attention"]) == pytest.approx(hand, rel=1e-12)
     assert float(p4["gemm"]) < float(p8["gemm"])
 

@@ -1,7 +1,10 @@
 """GPU time models: training steps (TP x PP x DP x CP with recompute and ZeRO), prefill, decode and
 end-to-end serving, plus a vectorized search over parallel layouts.
 
-Physics (all per GPU, per transformer block, then composed):
+Physics (all per GPU, per transformer block, then composed). Every block type of the model
+(:func:`wseplan.workload.block_types`, the per-layer workload ``fit`` holds: dense or MoE MLP with its shared
+experts, full, sliding or chunked attention, standard or MLA) is timed as what it is, and a stage holds the slowest run
+of its layers (:mod:`.layers`); a uniform model has one type. The inference passes are in :mod:`.gpu_pass`.
 
 * **GEMMs** run at ``peak * eff(I)`` with the shape-dependent efficiency
   ``eff(I) = e_max * I / (I + I_half)`` of the GEMM's arithmetic intensity ``I = 1/(1/M + 1/N + 1/K)``
@@ -24,7 +27,10 @@ Physics (all per GPU, per transformer block, then composed):
 * **Recompute**: ``full`` adds a forward pass, ``selective`` the attention core's forward.
 * **Context parallelism**: ring attention passes K/V between ``cp`` ranks, overlapped with attention.
 * **Decode** reads the weights and the KV cache every step (HBM-bound at small batch), plus collective
-  latency and a fixed per-block overhead; **prefill** is GEMM-bound.
+  latency and a fixed per-block overhead; **prefill** is GEMM-bound. A routed-expert layer reads the
+  ``E (1 - (1 - k/E)^tokens)`` experts some token picked, plus its shared experts; a windowed layer reads and attends
+  over ``min(context, window)`` tokens; MLA reads its latent (``kv_lora_rank + qk_rope_head_dim`` per token and
+  layer) whole on every tensor-parallel rank.
 
 All efficiency constants live in ``catalogs/calibration/gpu_efficiency.yaml`` (see
 :mod:`wseplan.calibration_data`), fitted on the public validation rows.
@@ -47,11 +53,11 @@ import numpy as np
 from ..calibration_data import GpuCalibration, gpu_calibration
 from ..catalog.load import load_catalog
 from ..errors import InputError
-from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_params, embedding_params, head_params,
-                        kv_bytes_per_element)
+from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_params, block_types, embedding_params,
+                        head_params)
 from . import elementwise as X
 from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
-from .rows import pair_groups
+from .layers import attended_per_token, cached_tokens, slowest_run
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
@@ -120,31 +126,27 @@ def _gemm_max(cal: GpuCalibration, precision: str) -> float:
     return cal.gemm_max_frac_16bit
 
 
-def _block_gemms(m, tp):
-    """Per-GPU (N, K, weight count) of a block's GEMMs after the TP split (MoE: one expert's MLP)."""
-    d, hd = m.d_model, m.head_dim_
-    q = m.num_heads * hd
-    kvd = m.num_kv_heads * hd
-    up = (2 if m.gated_mlp else 1) * m.d_ff
+def _block_gemms(block, tp):
+    """Per-GPU (N, K, weight copies, copies a token uses) of a block type's GEMMs (:class:`~wseplan.workload.Gemm`:
+    QKV or MLA's projections, attention output, the MLP or the routed experts and the shared experts) after the TP
+    split: column-parallel matrices split N, row-parallel ones K, MLA's latent down-projections are replicated."""
     tp = X.asfloat(tp)
-    return [
-        ((q + 2 * kvd) / tp, d, 1.0),  # QKV
-        (d, q / tp, 1.0),  # attention output projection
-        (up / tp, d, 0.0),  # MLP up (gate+up when gated); expert weight flag 0
-        (d, m.d_ff / tp, 0.0),  # MLP down
-    ]
+    return [(g.n / tp if g.tp_split == "n" else g.n, g.k / tp if g.tp_split == "k" else g.k, g.num_experts, g.active)
+            for g in block.gemms]
 
 
-def _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration):
-    """The GEMMs of one block on one GPU [s]: (time, its memory-bound part); a function of the pass's tokens and the
-    TP degree alone (arrays broadcast)."""
+def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration):
+    """The GEMMs of one block type (:class:`~wseplan.workload.BlockType`; a model whose layers are all alike: the
+    model) on one GPU [s]: (time, its memory-bound part); a function of the pass's tokens and the TP degree alone
+    (arrays broadcast)."""
+    if not hasattr(block, "gemms"):
+        block = _only_block(block)
     wb = max(BYTES_PER_ELEMENT[precision], 0.5)
     ab = activation_bytes_per_element(precision)
     emax = _gemm_max(cal, precision)
-    E, k = m.num_experts, m.experts_per_token
     gemm = gemm_mem = 0.0
-    for n_, k_, dense in _block_gemms(m, tp):
-        if dense or E == 1:
+    for n_, k_, E, k in _block_gemms(block, tp):
+        if E == 1:
             M = tokens
             count, experts_read = 1.0, 1.0
         else:  # routed experts: the pass runs (and reads) the experts some token picked, E (1 - (1 - k/E)^tokens)
@@ -196,9 +198,18 @@ def attention_peak_flop_per_s(gpu, precision: str) -> float:
     return gpu.peak_flop_per_s(p) * gpu.gemm_library_rel(p)
 
 
-def _attention_s(m, context_attended, tokens, tp, peak_flop_per_s, cal: GpuCalibration):
-    """Attention (flash) of one block on one GPU at ``attention_frac`` of peak [s]."""
-    attn_flop = 4.0 * m.num_heads * m.head_dim_ * X.asfloat(context_attended) * tokens / tp
+def _only_block(m):
+    """The one block type of a model whose layers are all alike; a model whose layers differ is timed per type."""
+    types = block_types(m)
+    if len(types) != 1:
+        raise ValueError(f"{m.name} has {len(types)} block types; time each (wseplan.workload.block_types)")
+    return types[0]
+
+
+def _attention_s(flop_per_pair, context_attended, tokens, tp, peak_flop_per_s, cal: GpuCalibration):
+    """Attention (flash) of one block on one GPU at ``attention_frac`` of peak [s]: ``flop_per_pair`` (4 heads
+    head_dim for standard attention, :class:`~wseplan.workload.Attention`) per query and attended key."""
+    attn_flop = flop_per_pair * X.asfloat(context_attended) * tokens / tp
     return attn_flop / (peak_flop_per_s * cal.attention_frac)
 
 
@@ -218,18 +229,20 @@ def _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal: GpuCalibration, sequence
 
 
 def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
-                         cal: GpuCalibration, sequence_parallel: bool = True, attention_peak_flop_per_s=None):
+                         cal: GpuCalibration, sequence_parallel: bool = True, attention_peak_flop_per_s=None, block=None):
     """Forward time of one block's compute on one GPU [s] and its parts (gemm, attention, elementwise).
 
     ``tokens`` are the tokens the GPU processes in this pass (M of every GEMM); ``context_attended`` is the
     mean number of keys each query attends to. Weights are read once per pass (roofline against HBM).
+    ``block``: the block type (:func:`~wseplan.workload.block_types`; default the model's only one).
     Arrays broadcast (tokens, tp).
     """
+    block = _only_block(m) if block is None else block
     tokens = X.asfloat(tokens)
     tp = X.asfloat(tp)
-    gemm, gemm_mem = _block_gemms_s(m, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal)
+    gemm, gemm_mem = _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal)
     attn_peak = peak_flop_per_s if attention_peak_flop_per_s is None else attention_peak_flop_per_s
-    attn = _attention_s(m, context_attended, tokens, tp, attn_peak, cal)
+    attn = _attention_s(block.attention.flop_per_pair, context_attended, tokens, tp, attn_peak, cal)
     elem = _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal, sequence_parallel)
     return gemm + attn + elem, {"gemm": gemm, "gemm_memory_bound": gemm_mem, "attention": attn, "elementwise": elem}
 
@@ -316,46 +329,24 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # causal: flash skips the masked half; a materialized score matrix is computed whole and masked
     attended = (s + 1.0) / 2.0 if attention_kernel == "flash" else s
     attn_peak = attention_peak_flop_per_s(gpu, hp)
-    t_fwd, parts = 0.0, {}
-    for share, p in mix:  # the blocks of each GEMM precision, averaged over the stage
-        t_p, parts_p = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp,
-                                            peak_flop_per_s=gpu.peak_flop_per_s(p) * gpu.gemm_library_rel(p),
-                                            hbm_bytes_per_s=hbm, precision=p, cal=cal,
-                                            sequence_parallel=sequence_parallel, attention_peak_flop_per_s=attn_peak)
-        t_fwd = t_fwd + share * t_p
-        parts = {k: parts.get(k, 0.0) + share * v for k, v in parts_p.items()}
-    t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
-    # without sequence parallelism the replicated norms and dropouts slow the forward passes; their backward is
-    # counted split (Korthikanti et al. 2022, Table 4: sequence parallelism saves 0.5 ms of a 7.7 ms forward, 0.1 ms
-    # of an 11.9 ms backward)
-    t_bwd = t_fwd if sequence_parallel else t_fwd - parts["elementwise"] + _elementwise_s(m, tokens, tp, hbm, cal)
-    # backward: activation gradients (1x the forward) + weight gradients (1x), the fused attention's backward 2.5x its
-    # forward (FlashAttention-2, Dao 2023, sec. 3.1: 5 matmuls against the forward's 2)
-    t_layer_compute = t_fwd + t_bwd * 2.0 + t_recompute + parts["attention"] * 0.5
-    if trainable == "lora":
-        # LoRA freezes the base weights (Hu et al. 2021): the backward skips only their weight-gradient GEMMs, one
-        # GEMM pass; the attention (no weights) and the element-wise operators back-propagate as in full training
-        t_layer_compute = t_layer_compute - parts["gemm"]
-    if attention_kernel == "materialized":
-        t_layer_compute = t_layer_compute + materialized_scores_s(m, tokens=tokens, seq_len=s, tp=tp, recompute=rc,
-                                                                  hbm_bytes_per_s=hbm)
-    # tensor parallel: 2 collectives per block per pass (fwd, bwd, recomputed fwd)
-    msg = ab * tokens * m.d_model
-    t_ar = links.tp_allreduce(msg, tp)
-    n_tp = 4.0 + X.where(rc >= 2, 2.0, 0.0)
-    t_tp = n_tp * t_ar * (1.0 - (cal.tp_overlap_frac if tp_comm_overlap else 0.0))
-    # context parallel: ring-pass K/V, hidden behind attention
-    kvd = m.num_kv_heads * m.head_dim_
-    cp_bytes = 2.0 * kvd / X.minimum(tp, m.num_kv_heads) * tokens * ab * (cp - 1.0)
-    cp_bw = X.where(tp * cp <= links.domain, links.nvlink_bw, links.net_bw)
-    t_cp = 3.0 * X.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
-    t_layer = t_layer_compute + t_tp + t_cp
+    types = block_types(m)
+    per_type = [_train_layer_s(m, b, gpu, mix=mix, tokens=tokens, s=s, attended=attended, tp=tp, cp=cp, rc=rc, hbm=hbm,
+                               ab=ab, links=links, attn_peak=attn_peak, sequence_parallel=sequence_parallel,
+                               trainable=trainable, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
+                               cal=cal) for b in types]
+    if len(types) == 1:
+        t_layer, t_layer_compute, t_tp = per_type[0]
+        layers_stage = X.ceil(L / pp)
+    else:  # the slowest run of ceil(L / pp) consecutive layers (every layer with single_layer), as its mean layer
+        counts = [float(b.count) for b in types] if single_layer else \
+            slowest_run(types, L, pp, [t[0] for t in per_type])
+        layers_stage = _layer_sum(counts, [1.0] * len(counts))
+        t_layer, t_layer_compute, t_tp = (_layer_sum(counts, [t[i] for t in per_type]) / layers_stage for i in range(3))
     if single_layer:
         z = X.zeros_like(t_layer)
         return {"step_s": t_layer, "layer_s": t_layer, "compute_s": t_layer_compute, "tp_comm_s": t_tp,
                 "bubble_s": z, "p2p_s": z, "dp_exposed_s": z, "dp_comm_s": z, "optimizer_s": z,
                 "num_microbatches": X.ones_like(t_layer)}
-    layers_stage = X.ceil(L / pp)
     t_head = _head_forward_time_s(m, tokens=tokens, tp=tp, hbm_bytes_per_s=hbm, precision=hp, cal=cal,
                                   peak_flop_per_s=gpu.peak_flop_per_s(hp) * gpu.gemm_library_rel(hp))
     t_head = t_head * (2.0 if trainable == "lora" else 3.0)  # forward, input gradients, weight gradients (not LoRA's)
@@ -412,6 +403,58 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
             "optimizer_s": t_opt, "num_microbatches": nmb}
 
 
+def _layer_sum(counts, values):
+    """``sum(counts[j] * values[j])`` in order [s] (one type: ``counts[0] * values[0]``)."""
+    acc = counts[0] * values[0]
+    for c, v in zip(counts[1:], values[1:]):
+        acc = acc + c * v
+    return acc
+
+
+def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, hbm, ab, links, attn_peak, sequence_parallel,
+                   trainable, attention_kernel, tp_comm_overlap, cal):
+    """One layer of ``block``'s type in a training micro-batch [s]: (fwd + bwd with its TP and CP communication,
+    its compute alone, its TP communication). ``attended``: the keys a query of a full-attention layer attends to."""
+    att = block.attention
+    if att.window is not None and attention_kernel == "flash":  # a window caps the keys (the workload's causal sums)
+        attended = attended_per_token(att, 0.0, s, decode=False)
+    t_fwd, parts = 0.0, {}
+    for share, p in mix:  # the blocks of each GEMM precision, averaged over the stage
+        t_p, parts_p = block_forward_time_s(m, tokens=tokens, context_attended=attended, tp=tp,
+                                            peak_flop_per_s=gpu.peak_flop_per_s(p) * gpu.gemm_library_rel(p),
+                                            hbm_bytes_per_s=hbm, precision=p, cal=cal,
+                                            sequence_parallel=sequence_parallel, attention_peak_flop_per_s=attn_peak,
+                                            block=block)
+        t_fwd = t_fwd + share * t_p
+        parts = {k: parts.get(k, 0.0) + share * v for k, v in parts_p.items()}
+    t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
+    # without sequence parallelism the replicated norms and dropouts slow the forward passes; their backward is
+    # counted split (Korthikanti et al. 2022, Table 4: sequence parallelism saves 0.5 ms of a 7.7 ms forward, 0.1 ms
+    # of an 11.9 ms backward)
+    t_bwd = t_fwd if sequence_parallel else t_fwd - parts["elementwise"] + _elementwise_s(m, tokens, tp, hbm, cal)
+    # backward: activation gradients (1x the forward) + weight gradients (1x), the fused attention's backward 2.5x its
+    # forward (FlashAttention-2, Dao 2023, sec. 3.1: 5 matmuls against the forward's 2)
+    t_layer_compute = t_fwd + t_bwd * 2.0 + t_recompute + parts["attention"] * 0.5
+    if trainable == "lora":
+        # LoRA freezes the base weights (Hu et al. 2021): the backward skips only their weight-gradient GEMMs, one
+        # GEMM pass; the attention (no weights) and the element-wise operators back-propagate as in full training
+        t_layer_compute = t_layer_compute - parts["gemm"]
+    if attention_kernel == "materialized":
+        t_layer_compute = t_layer_compute + materialized_scores_s(m, tokens=tokens, seq_len=s, tp=tp, recompute=rc,
+                                                                  hbm_bytes_per_s=hbm)
+    # tensor parallel: 2 collectives per block per pass (fwd, bwd, recomputed fwd)
+    msg = ab * tokens * m.d_model
+    t_ar = links.tp_allreduce(msg, tp)
+    n_tp = 4.0 + X.where(rc >= 2, 2.0, 0.0)
+    t_tp = n_tp * t_ar * (1.0 - (cal.tp_overlap_frac if tp_comm_overlap else 0.0))
+    # context parallel: ring-pass K/V, hidden behind attention
+    cp_bytes = att.kv_elems_per_token / X.minimum(tp, att.kv_shards) * tokens * ab * (cp - 1.0)
+    cp_bw = X.where(tp * cp <= links.domain, links.nvlink_bw, links.net_bw)
+    t_cp = 3.0 * X.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
+    t_layer = t_layer_compute + t_tp + t_cp
+    return t_layer, t_layer_compute, t_tp
+
+
 #: attention implementations of a training step (``train_step(attention_kernel=...)``)
 ATTENTION_KERNELS = ("flash", "materialized")
 #: HBM bytes per attention-score element and layer of an unfused attention (Korthikanti et al. 2022, section 4.1:
@@ -452,96 +495,28 @@ def model_flop_per_token(m, *, seq_len, recompute_counted=False) -> float:
     """Model FLOPs per trained token [FLOP]: ``3 x forward`` (``4 x`` with a recomputed forward).
 
     Forward = 2 FLOP per active matmul weight (blocks and LM head) + ``4 h s`` attention per layer,
-    counted without the causal mask (Narayanan et al. 2021, eq. 3; Chowdhery et al. 2022, App. B).
+    counted without the causal mask (Narayanan et al. 2021, eq. 3; Chowdhery et al. 2022, App. B). Per block type
+    (:func:`~wseplan.workload.block_types`): its own active weights (a dense layer's MLP, an MoE layer's top-k and
+    shared experts) and its attention's FLOPs per pair over ``min(s, window)`` keys (MLA: the non-absorbed form of
+    DeepSeek-V3's FLOP counts, ``2 heads (qk_head_dim + v_head_dim)``).
     """
-    d, hd = m.d_model, m.head_dim_
+    d = m.d_model
     norms = 2 * (2 * d if m.norm == "layernorm" else d)
-    blk_active = block_params(m)[1] - norms
-    fwd = m.num_layers * (2.0 * blk_active + 4.0 * m.num_heads * hd * seq_len) + 2.0 * m.vocab_size * d
+    types = block_types(m)
+    if len(types) == 1 and types[0].attention.plain:
+        blk_active = block_params(m)[1] - norms
+        fwd = m.num_layers * (2.0 * blk_active + 4.0 * m.num_heads * m.head_dim_ * seq_len) + 2.0 * m.vocab_size * d
+        return fwd * (4.0 if recompute_counted else 3.0)
+    fwd = 2.0 * m.vocab_size * d
+    for b in types:
+        att = b.attention
+        fwd = fwd + b.count * (2.0 * (b.active_params - norms) + att.flop_per_pair * cached_tokens(att, seq_len))
     return fwd * (4.0 if recompute_counted else 3.0)
 
 
 # ---------------------------------------------------------------------------------------------
 # Inference
 # ---------------------------------------------------------------------------------------------
-def pass_time_s(m, gpu, *, precision: str, tokens, attn_pairs, kv_read_tokens, logits_rows, tp, pp=1,
-                cal: GpuCalibration):
-    """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
-
-    Parameters (arrays broadcast)
-    -----------------------------
-    tokens : new tokens the pass processes (the M of every GEMM: decode sequences + prompt-chunk tokens)
-    attn_pairs : query-key pairs of its attention (each new token x the keys it attends to)
-    kv_read_tokens : cached tokens whose K/V the pass reads from HBM (split over ``min(tp, kv_heads)``)
-    logits_rows : rows of the LM head (one per sequence that emits a token)
-
-    Returns ``(latency_s, stage_s, parts)``: the pass's latency, the busy time of its slowest pipeline stage
-    (the last: its blocks plus the LM head; equal to the latency at ``pp = 1``) and the parts [s].
-    """
-    tokens = X.maximum(X.asfloat(tokens), 1e-12)
-    tp = X.asfloat(tp)
-    peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
-    links = _Links(gpu, cal)
-    hbm = links.hbm_bw
-    attended = X.asfloat(attn_pairs) / tokens
-    # the terms that depend only on the pass's tokens and the TP degree (GEMMs, element-wise, TP all-reduce, the
-    # stage-to-stage hop) once per distinct pair: a decode round's passes repeat a few micro-batch sizes
-    groups = pair_groups(tokens, tp) if isinstance(tokens, np.ndarray) else None
-    tk, tq = (tokens, tp) if groups is None else (tokens[groups[0]], tp[groups[0]])
-    gemm, gemm_mem = _block_gemms_s(m, tk, tq, peak, hbm, precision, cal)
-    elem = _elementwise_s(m, tk, tq, hbm, cal)
-    msg = activation_bytes_per_element(precision) * tk * m.d_model
-    t_tp = 2.0 * links.tp_allreduce(msg, tq)
-    hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
-    if groups is not None:
-        inv = groups[1]
-        gemm, gemm_mem, elem, t_tp, hop = gemm[inv], gemm_mem[inv], elem[inv], t_tp[inv], hop[inv]
-    attn = _attention_s(m, attended, tokens, tp, attention_peak_flop_per_s(gpu, precision), cal)
-    t_blk = gemm + attn + elem
-    kv_tok = 2.0 * m.num_kv_heads * m.head_dim_ * kv_bytes_per_element(precision) / X.minimum(tp, m.num_kv_heads)
-    t_kv = kv_tok * X.asfloat(kv_read_tokens) / hbm
-    t_attn = X.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
-    t_blk = t_blk - attn + t_attn
-    launch = cal.layer_overhead_s + cal.layer_launch_s
-    t_layer = t_blk + t_tp + launch
-    logits = X.asfloat(logits_rows)
-    if groups is not None and logits.shape == tokens.shape and np.array_equal(logits[groups[0]][groups[1]], logits):
-        # one logits count per (tokens, TP) pair, as in every decode round: the LM head once per pair too
-        t_head = _head_forward_time_s(m, tokens=logits[groups[0]], tp=tq, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                      precision=precision, cal=cal)[groups[1]]
-    else:
-        t_head = _head_forward_time_s(m, tokens=logits, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                      precision=precision, cal=cal)
-    pp = X.asfloat(pp)
-    p2p = (pp - 1.0) * hop
-    L = m.num_layers
-    host = cal.step_overhead_s + cal.step_host_s
-    total = L * t_layer + t_head + p2p + host
-    stage = X.ceil(L / pp) * t_layer + t_head + X.where(pp > 1, hop, 0.0) + host
-    stage = X.minimum(stage, total)
-    parts = {"gemm": L * gemm, "gemm_memory_bound": L * gemm_mem, "attention": L * t_attn,
-             "kv_read": L * t_kv, "elementwise": L * elem, "tp_comm": L * t_tp,
-             "overhead": L * launch + host, "lm_head": t_head, "p2p": p2p}
-    return total, stage, parts
-
-
-def forward_pass_time_s(m, gpu, *, precision: str, batch, new_tokens, context, tp, pp=1, cal: GpuCalibration,
-                        logits_tokens=None):
-    """One forward pass over ``batch`` sequences, each adding ``new_tokens`` on top of ``context`` cached ones.
-
-    Prefill: ``new_tokens`` = prompt, ``context`` = 0. Decode step: ``new_tokens`` = 1, ``context`` = KV length.
-    Returns (time [s], parts dict): :func:`pass_time_s` with ``tokens = batch * new_tokens``, each token attending
-    to ``context + (new_tokens + 1) / 2`` keys (causal), ``batch * (context + new_tokens)`` KV tokens read.
-    """
-    b = np.asarray(batch, dtype=float)
-    tokens = b * new_tokens
-    t, _, parts = pass_time_s(m, gpu, precision=precision, tokens=tokens,
-                              attn_pairs=tokens * (np.asarray(context, dtype=float) + (new_tokens + 1.0) / 2.0),
-                              kv_read_tokens=b * (np.asarray(context, dtype=float) + new_tokens),
-                              logits_rows=b if logits_tokens is None else logits_tokens, tp=tp, pp=pp, cal=cal)
-    return t, parts
-
-
 def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     """Latency of an ``[m, k] x [k, n]`` GEMV split over ``tp`` GPUs by rows of the weight [s].
 
@@ -558,3 +533,14 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision),
                         efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw, exponent=cal.gemm_ridge_exponent)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s
+
+
+#: the inference passes live in :mod:`.gpu_pass` (they import this module's operators); named here too
+_PASS_NAMES = ("Sequences", "pass_time_s", "forward_pass_time_s")
+
+
+def __getattr__(name):
+    if name in _PASS_NAMES:
+        from . import gpu_pass
+        return getattr(gpu_pass, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

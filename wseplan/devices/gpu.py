@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from ..analytic import elementwise as X
+from ..analytic import gpu_pass as P
 from ..analytic import gpu_time as G
 from ..analytic.memory import RECOMPUTE, gpu_layout_memory
 from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
@@ -457,7 +458,7 @@ class GpuFamily(InferenceMixin, Family):
         return G.model_flop_per_token(ctx.m, seq_len=X.asfloat(context)) / 3.0
 
     def step_host_s(self, ctx: GpuContext) -> float:
-        """The per-pass host costs of the GPU pass (``step_overhead_s + step_host_s`` of :func:`gpu_time.pass_time_s`)."""
+        """The per-pass host costs of the GPU pass (``step_overhead_s + step_host_s`` of :func:`gpu_pass.pass_time_s`)."""
         return ctx.cal.step_overhead_s + ctx.cal.step_host_s
 
     def peak_flop_per_s(self, ctx: GpuContext) -> float:
@@ -490,13 +491,10 @@ class GpuFamily(InferenceMixin, Family):
 def _pass(ctx: GpuContext, *, tp, pp, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
           new_per_seq):
     """One forward pass (see :meth:`GpuFamily.pass_time`) of arrays of rows, or of one row in Python floats."""
-    dec_tok = decode_seqs * new_per_seq
-    tokens = dec_tok + prefill_tokens
-    pairs = dec_tok * (decode_kv + (new_per_seq + 1.0) / 2.0) + prefill_tokens * (prefill_kv + (prefill_span + 1.0) / 2.0)
-    kv_read = decode_seqs * (decode_kv + new_per_seq) + prefill_seqs * (prefill_kv + prefill_span)
-    lat, stage, parts = G.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, tokens=tokens, attn_pairs=pairs,
-                                      kv_read_tokens=kv_read, logits_rows=decode_seqs * new_per_seq + prefill_seqs,
-                                      tp=tp, pp=pp, cal=ctx.cal)
+    seqs = (P.Sequences(seqs=decode_seqs, tokens=decode_seqs * new_per_seq, new=new_per_seq, prior=decode_kv),
+            P.Sequences(seqs=prefill_seqs, tokens=prefill_tokens, new=prefill_span, prior=prefill_kv, decode=False))
+    lat, stage, parts = P.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, sequences=seqs,
+                                      logits_rows=decode_seqs * new_per_seq + prefill_seqs, tp=tp, pp=pp, cal=ctx.cal)
     return lat, stage, _infer_breakdown(parts)
 
 

@@ -1,0 +1,154 @@
+"""GPU inference passes: one forward pass of an engine replica (prefill chunks and decode steps together), from
+the per-operator times of :mod:`.gpu_time`, every block type of the model timed as what it is.
+
+A pass's new tokens are the M of every GEMM; each block type (:func:`wseplan.workload.block_types`: dense or MoE
+MLP with its shared experts; full, sliding or chunked attention; standard or MLA) reads the weights it uses and its
+own KV cache, so that ``time`` reads the per-layer workload ``fit`` holds. Decode is HBM-bound at small batch
+(weights and KV cache read every step), prefill GEMM-bound.
+
+References
+----------
+Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023 (decode memory-bound, KV-cache reads).
+DeepSeek-AI, "DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model", 2024, sec. 2.1
+(multi-head latent attention: the cached latent, absorbed projections).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..calibration_data import GpuCalibration
+from ..workload import activation_bytes_per_element, block_types, kv_bytes_per_element
+from . import elementwise as X
+from .collectives import send_recv_time_s
+from .gpu_time import (_Links, _attention_s, _block_gemms_s, _elementwise_s, _head_forward_time_s, _layer_sum,
+                       attention_peak_flop_per_s)
+from .layers import attended_per_token, cached_tokens, slowest_run
+from .rows import pair_groups
+
+
+class Sequences(NamedTuple):
+    """Sequences of one kind in an inference pass (arrays broadcast): ``seqs`` sequences adding ``new`` tokens each,
+    ``tokens`` in all, on top of ``prior`` cached tokens each; ``decode``: decode steps (else prompt chunks, whose
+    queries attend over the positions they cover)."""
+
+    seqs: object
+    tokens: object
+    new: object
+    prior: object
+    decode: bool = True
+
+
+def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm, cal: GpuCalibration):
+    """One layer's attention in a pass on one GPU [s]: (its compute time, its KV read time). Full attention: each
+    new token attends to its sequence's prior tokens and its predecessors in the pass; a window caps the keys and the
+    cached tokens read (:func:`~.layers.attended_per_token`); MLA decodes in its absorbed form and reads its latent
+    whole on every rank (:class:`~wseplan.workload.Attention`)."""
+    if att.plain:
+        pairs = kv_read = None
+        for g in sequences:  # in order: the decode rows, then the prompt rows
+            p_g, r_g = g.tokens * (g.prior + (g.new + 1.0) / 2.0), g.seqs * (g.prior + g.new)
+            pairs, kv_read = (p_g, r_g) if pairs is None else (pairs + p_g, kv_read + r_g)
+        attn = _attention_s(att.flop_per_pair, pairs / tokens, tokens, tp, peak_flop_per_s, cal)
+    else:
+        flop = kv_read = 0.0
+        for g in sequences:
+            fpp = att.decode_flop_per_pair if g.decode else att.flop_per_pair
+            flop = flop + g.tokens * fpp * attended_per_token(att, g.prior, g.new, decode=g.decode)
+            kv_read = kv_read + g.seqs * cached_tokens(att, g.prior + g.new)
+        attn = _attention_s(1.0, flop / tokens, tokens, tp, peak_flop_per_s, cal)
+    kv_tok = att.kv_elems_per_token * kv_bytes / X.minimum(tp, att.kv_shards)
+    return attn, kv_tok * X.asfloat(kv_read) / hbm
+
+
+def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration):
+    """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
+
+    Parameters (arrays broadcast)
+    -----------------------------
+    sequences : the pass's :class:`Sequences` (decode rows, prompt-chunk rows): its new tokens are the M of every
+        GEMM; each attends to its sequence's keys; the cached K/V of every sequence is read from HBM (split over
+        ``min(tp, kv_heads)``; MLA's latent whole on every rank)
+    logits_rows : rows of the LM head (one per sequence that emits a token)
+
+    Every block type (:func:`~wseplan.workload.block_types`) is timed as what it is, its GEMMs reading the weights it
+    uses (routed experts: those some token picked; shared experts; a dense layer's MLP) and its attention reading its
+    own cache; the pass runs every layer, a pipeline stage the slowest run of ``ceil(L / pp)`` of them.
+
+    Returns ``(latency_s, stage_s, parts)``: the pass's latency, the busy time of its slowest pipeline stage
+    (the last: its blocks plus the LM head; equal to the latency at ``pp = 1``) and the parts [s].
+    """
+    sequences = tuple(sequences)
+    tokens = sequences[0].tokens
+    for g in sequences[1:]:
+        tokens = tokens + g.tokens
+    tokens = X.maximum(X.asfloat(tokens), 1e-12)
+    tp = X.asfloat(tp)
+    peak = gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision)
+    links = _Links(gpu, cal)
+    hbm = links.hbm_bw
+    types = block_types(m)
+    # the terms that depend only on the pass's tokens and the TP degree (GEMMs, element-wise, TP all-reduce, the
+    # stage-to-stage hop) once per distinct pair: a decode round's passes repeat a few micro-batch sizes
+    groups = pair_groups(tokens, tp) if isinstance(tokens, np.ndarray) else None
+    tk, tq = (tokens, tp) if groups is None else (tokens[groups[0]], tp[groups[0]])
+    gemms = [_block_gemms_s(b, tk, tq, peak, hbm, precision, cal) for b in types]
+    elem = _elementwise_s(m, tk, tq, hbm, cal)
+    msg = activation_bytes_per_element(precision) * tk * m.d_model
+    t_tp = 2.0 * links.tp_allreduce(msg, tq)
+    hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
+    if groups is not None:
+        inv = groups[1]
+        gemms = [(g[inv], gm[inv]) for g, gm in gemms]
+        elem, t_tp, hop = elem[inv], t_tp[inv], hop[inv]
+    attn_peak = attention_peak_flop_per_s(gpu, precision)
+    kvb = kv_bytes_per_element(precision)
+    launch = cal.layer_overhead_s + cal.layer_launch_s
+    layer, attn_parts, kv_parts = [], [], []
+    for (gemm, _), b in zip(gemms, types):
+        attn, t_kv = _layer_attention(b.attention, sequences, tokens, tp, attn_peak, kvb, hbm, cal)
+        t_attn = X.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
+        t_blk = gemm + attn + elem
+        t_blk = t_blk - attn + t_attn
+        layer.append(t_blk + t_tp + launch)
+        attn_parts.append(t_attn)
+        kv_parts.append(t_kv)
+    logits = X.asfloat(logits_rows)
+    if groups is not None and logits.shape == tokens.shape and np.array_equal(logits[groups[0]][groups[1]], logits):
+        # one logits count per (tokens, TP) pair, as in every decode round: the LM head once per pair too
+        t_head = _head_forward_time_s(m, tokens=logits[groups[0]], tp=tq, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                      precision=precision, cal=cal)[groups[1]]
+    else:
+        t_head = _head_forward_time_s(m, tokens=logits, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
+                                      precision=precision, cal=cal)
+    pp = X.asfloat(pp)
+    p2p = (pp - 1.0) * hop
+    L = m.num_layers
+    counts = [L] if len(types) == 1 else [b.count for b in types]
+    host = cal.step_overhead_s + cal.step_host_s
+    total = _layer_sum(counts, layer) + t_head + p2p + host
+    stage = _layer_sum(slowest_run(types, L, pp, layer), layer) + t_head + X.where(pp > 1, hop, 0.0) + host
+    stage = X.minimum(stage, total)
+    parts = {"gemm": _layer_sum(counts, [g for g, _ in gemms]), "gemm_memory_bound": _layer_sum(counts, [g for _, g in gemms]),
+             "attention": _layer_sum(counts, attn_parts), "kv_read": _layer_sum(counts, kv_parts),
+             "elementwise": L * elem, "tp_comm": L * t_tp, "overhead": L * launch + host, "lm_head": t_head, "p2p": p2p}
+    return total, stage, parts
+
+
+def forward_pass_time_s(m, gpu, *, precision: str, batch, new_tokens, context, tp, pp=1, cal: GpuCalibration,
+                        logits_tokens=None):
+    """One forward pass over ``batch`` sequences, each adding ``new_tokens`` on top of ``context`` cached ones.
+
+    Prefill: ``new_tokens`` = prompt, ``context`` = 0. Decode step: ``new_tokens`` = 1, ``context`` = KV length.
+    Returns (time [s], parts dict): :func:`pass_time_s` of one :class:`Sequences` (a decode step where
+    ``new_tokens`` is 1 everywhere): ``tokens = batch * new_tokens``, each token attending to ``context +
+    (new_tokens + 1) / 2`` keys (causal), ``batch * (context + new_tokens)`` KV tokens read.
+    """
+    b = np.asarray(batch, dtype=float)
+    tokens = b * new_tokens
+    seqs = Sequences(seqs=b, tokens=tokens, new=new_tokens, prior=np.asarray(context, dtype=float),
+                     decode=bool(np.all(np.asarray(new_tokens) == 1)))
+    t, _, parts = pass_time_s(m, gpu, precision=precision, sequences=(seqs,),
+                              logits_rows=b if logits_tokens is None else logits_tokens, tp=tp, pp=pp, cal=cal)
+    return t, parts
