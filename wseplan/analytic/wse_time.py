@@ -27,13 +27,16 @@ He, C. et al., "WaferLLM: Large Language Model Inference at Wafer Scale", USENIX
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
+from ..architecture import Attention
 from ..errors import InputError
-from ..workload import block_params, kv_bytes_per_element, weight_bytes_per_param
+from ..workload import block_params, block_types, kv_bytes_per_element, weight_bytes_per_param
 from . import fabric as fab
 from . import fabric_kernels as fkern
+from .layers import attended_per_token, cached_tokens
 from .rows import unique_rows
 from .fabric import gemv_latency_s  # noqa: F401  (re-exported for validation's micro rows)
 
@@ -43,13 +46,79 @@ PHASES = ("train", "prefill", "decode", "e2e")
 # ---------------------------------------------------------------------------------------------
 # Shapes
 # ---------------------------------------------------------------------------------------------
-def _dims(arch) -> dict:
-    hd = arch.head_dim_
-    q = arch.num_heads * hd
-    kv = arch.num_kv_heads * hd
-    ff = arch.d_ff * arch.experts_per_token
-    return dict(d=arch.d_model, q=q, kv=kv, heads=arch.num_heads, ff=ff,
-                ff_in=ff * (2 if arch.gated_mlp else 1), vocab=arch.vocab_size)
+class _Dims(NamedTuple):
+    """The matrix shapes of one block type on a region (:func:`_dims`)."""
+
+    share: float  # the type's share of the model's layers
+    pre: tuple  # (input, output) features of the weight GEMVs before the attention core (QKV; MLA's projections)
+    post: tuple  # ... and after it (attention output, MLP or the top-k experts side by side, shared experts)
+    score_k: int  # score GEMV's reduction (heads x query-key width) in prefill; context GEMV's output: ctx_n
+    ctx_n: int
+    decode_score_k: int  # the same in decode (MLA: absorbed, over the latent and the RoPE key)
+    decode_ctx_n: int
+    attention: Attention
+    heads: int
+
+
+def _dims(arch) -> tuple[_Dims, ...]:
+    """Per block type of ``arch`` (:func:`~wseplan.workload.block_types`, the fit's per-layer workload), the shapes
+    its kernels run: each weight matrix as a GEMV or GEMM of ``(input, output)`` features, a routed MLP as its
+    ``experts_per_token`` experts side by side (the compute of the tokens x k routed rows), the attention core's
+    score and context products over the type's window (:data:`_FUSED_WITH`: matrices run as one GEMV). A uniform
+    model has one type of share 1."""
+    hit = _DIMS.get(id(arch))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    types = block_types(arch)
+    out = []
+    for b in types:
+        att = b.attention
+        mats, names = [], []
+        for g in b.gemms:
+            k_, n_ = (g.k * g.active, g.n) if g.tp_split == "k" else (g.k, g.n * g.active)
+            fuse = _FUSED_WITH.get(g.name)
+            if fuse in names:  # one GEMV with the matrix that reads the same vector (or writes the same sum)
+                i = names.index(fuse)
+                k0, n0 = mats[i]
+                mats[i] = (k0 + k_, n0) if g.tp_split == "k" else (k0, n0 + n_)
+                continue
+            mats.append((k_, n_))
+            names.append(g.name)
+        mats = tuple(mats)
+        cut = names.index("attn_out")
+        H = att.num_heads
+        dk, dn = (att.kv_elems_per_token, att.latent_dim) if att.latent_dim else (att.qk_head_dim, att.v_head_dim)
+        out.append(_Dims(share=1.0 if len(types) == 1 else b.count / arch.num_layers, pre=mats[:cut], post=mats[cut:],
+                         score_k=H * att.qk_head_dim, ctx_n=H * att.v_head_dim, decode_score_k=H * dk,
+                         decode_ctx_n=H * dn, attention=att, heads=arch.num_heads))
+    out = tuple(out)
+    if len(_DIMS) >= 64:
+        _DIMS.clear()
+    _DIMS[id(arch)] = (arch, out)
+    return out
+
+
+#: matrices the wafer runs as one GEMV with an earlier one of the block: MLA's two down-projections of the block input
+#: (outputs side by side), and the shared experts beside the routed ones (one more active expert: up-projections side
+#: by side, down-projections summed into one output)
+_FUSED_WITH = {"kv_a": "q_a", "shared_up": "mlp_up", "shared_down": "mlp_down"}
+
+#: :func:`_dims` by model object (models are frozen; the object is kept, so its id is not reused)
+_DIMS: dict = {}
+
+
+def _mean_parts(types, parts_by_type: list[dict]) -> dict:
+    """The parts of a model's mean block [cycles]: each type's parts weighted by its share of the layers (one type:
+    its parts), so that ``layers x`` the mean is the layers' sum."""
+    if len(parts_by_type) == 1:
+        return parts_by_type[0]
+    out = {}
+    for key in parts_by_type[0]:
+        acc = types[0].share * parts_by_type[0][key]
+        for D, p in zip(types[1:], parts_by_type[1:]):
+            acc = acc + D.share * p[key]
+        out[key] = acc
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,40 +320,49 @@ def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gem
 
     The kernels that depend on the batch alone (QKV, output and MLP GEMVs, the statistics) and those that depend on
     context x batch (score and context GEMVs) each run as one stacked array pass, once per distinct row where rows
-    repeat (:func:`_on_rows`), and the parts are summed in the block's order."""
-    D = _dims(arch)
+    repeat (:func:`_on_rows`), and the parts are summed in the block's order. A model whose layers differ: the mean
+    block of its types (:func:`_dims`, :func:`_mean_parts`), each type's context capped by its window."""
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
     region = fkern.Region.of(rows, cols) if region is None else region  # line terms shared by every kernel of the block
+    types = _dims(arch)
+    return _mean_parts(types, [_decode_block_type(D, b, ctx, region, fk, gemv_mac_efficiency_frac) for D in types])
+
+
+def _decode_block_type(D: _Dims, b, ctx, region, fk: dict, gemv_mac_efficiency_frac: float) -> dict:
+    """:func:`decode_block_cycles_array` of one block type [cycles]."""
     g = dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac)
-    cb = ctx * b
+    cb = cached_tokens(D.attention, ctx) * b
     shape = np.broadcast_shapes(b.shape, cb.shape, region.P.shape, region.Q.shape)
+    npre = len(D.pre)
+    nw = npre + len(D.post)
 
     def per_batch(bb, reg):
-        mats = [(bb, D["d"], D["q"] + 2 * D["kv"]), (bb, D["q"], D["d"]), (bb, D["d"], D["ff_in"]), (bb, D["ff"], D["d"])]
+        mats = [(bb, k_, n_) for k_, n_ in D.pre + D.post]
         m, k, n = _stacked(reg, *zip(*mats))
-        (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * bb, 4.0 * bb, 8.0 * bb * D["heads"]], fk, reg, serial=True)
+        (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * bb, 4.0 * bb, 8.0 * bb * D.heads], fk, reg, serial=True)
         serial = red0 + bc0
         return fkern.gemv_parts(reg, m=m, k=k, n=n, **g), (red + bc) - serial, serial
 
     def per_context(x, reg):
-        m, k, n = _stacked(reg, (1.0, 1.0), (D["q"], x), (x, D["q"]))
+        m, k, n = _stacked(reg, (1.0, 1.0), (D.decode_score_k, x), (x, D.decode_ctx_n))
         return fkern.gemv_parts(reg, m=m, k=k, n=n, **g)
 
     if _row_plan(b, region, shape) is None and _row_plan(cb, region, shape) is None:
-        # no row repeats enough to pay: the six GEMVs as one array pass (QKV, score, context, output, MLP up, down)
-        mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], cb), (1.0, cb, D["q"]), (b, D["q"], D["d"]),
-                (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"])]
+        # no row repeats enough to pay: the GEMVs as one array pass (QKV, score, context, output, MLP up, down)
+        mats = [(b, k_, n_) for k_, n_ in D.pre] + [(1.0, D.decode_score_k, cb), (1.0, cb, D.decode_ctx_n)] \
+            + [(b, k_, n_) for k_, n_ in D.post]
         m, k, n = _stacked(region, *zip(*mats))
-        six = fkern.gemv_parts(region, m=m, k=k, n=n, **g)
-        (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * b, 4.0 * b, 8.0 * b * D["heads"]], fk, region, serial=True)
+        every = fkern.gemv_parts(region, m=m, k=k, n=n, **g)
+        (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * b, 4.0 * b, 8.0 * b * D.heads], fk, region, serial=True)
         ser = red0 + bc0
         lat = (red + bc) - ser
-        order = {key: [v[i] for i in range(6)] for key, v in six.items()}
+        order = {key: [v[i] for i in range(nw + 2)] for key, v in every.items()}
     else:
         pa, lat, ser = _on_rows(per_batch, b, region, shape)
         pc = _on_rows(per_context, cb, region, shape)
-        order = {key: (pa[key][0], pc[key][0], pc[key][1], pa[key][1], pa[key][2], pa[key][3]) for key in pa}
+        order = {key: [pa[key][i] for i in range(npre)] + [pc[key][0], pc[key][1]]
+                 + [pa[key][i] for i in range(npre, nw)] for key in pa}
     parts = {}
     for key in ("overhead", "latency", "serialization", "compute"):  # QKV, score, context, output, MLP up, MLP down
         acc = 0.0
@@ -301,13 +379,13 @@ def decode_block_cycles_array(*, arch, batch, context, rows, cols, fk: dict, gem
 def head_decode_cycles_array(*, arch, batch, rows, cols, fk: dict, gemv_mac_efficiency_frac: float, region=None) -> dict:
     """:func:`head_decode_cycles` with broadcasting ``batch``, ``rows``, ``cols`` [cycles] (``region`` as
     :func:`decode_block_cycles_array`; once per distinct row where rows repeat)."""
-    D = _dims(arch)
     b = np.asarray(batch, dtype=float)
     region = fkern.Region.of(rows, cols) if region is None else region
     shape = np.broadcast_shapes(b.shape, region.P.shape, region.Q.shape)
 
     def per_batch(bb, reg):
-        parts = fkern.gemv_parts(reg, m=bb, k=D["d"], n=D["vocab"], **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
+        parts = fkern.gemv_parts(reg, m=bb, k=arch.d_model, n=arch.vocab_size,
+                                 **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
         parts = {k: v * 1.0 for k, v in parts.items()}
         _add_allreduce(parts, None, None, [4.0 * bb, 8.0 * bb], fk, reg)
         return {k: v[None] for k, v in parts.items()}
@@ -321,7 +399,7 @@ def decode_block_and_head_cycles_array(*, arch, batch, context, head_batch, rows
     (``head_batch`` sequences) on the same regions as one array pass [cycles]: ``(block parts, head parts)``, the two
     calls' numbers (the same kernels, stacked: the block's six GEMVs and the head's, the block's three statistics and
     the head's two). Where rows are more than :data:`FUSED_MAX` and repeat enough for :func:`_row_plan` to pay, the two
-    calls."""
+    calls (and for a model whose layers differ, :func:`_dims`)."""
     b = np.asarray(batch, dtype=float)
     hb = np.asarray(head_batch, dtype=float)
     ctx = np.asarray(context, dtype=float)
@@ -329,14 +407,17 @@ def decode_block_and_head_cycles_array(*, arch, batch, context, head_batch, rows
     shape = np.broadcast_shapes(b.shape, hb.shape, ctx.shape, region.P.shape, region.Q.shape)
     kw = dict(arch=arch, fk=fk, gemv_mac_efficiency_frac=gemv_mac_efficiency_frac, region=region, rows=rows, cols=cols)
     cb = ctx * b
-    if math.prod(shape) > FUSED_MAX and any(_row_plan(x, region, shape) is not None for x in (b, cb, hb)):
+    types = _dims(arch)
+    if len(types) > 1 or (math.prod(shape) > FUSED_MAX and any(_row_plan(x, region, shape) is not None for x in (b, cb, hb))):
         return decode_block_cycles_array(batch=b, context=ctx, **kw), head_decode_cycles_array(batch=hb, **kw)
-    D = _dims(arch)
-    mats = [(b, D["d"], D["q"] + 2 * D["kv"]), (1.0, D["q"], cb), (1.0, cb, D["q"]), (b, D["q"], D["d"]),
-            (b, D["d"], D["ff_in"]), (b, D["ff"], D["d"]), (hb, D["d"], D["vocab"])]
+    D = types[0]
+    cb = cached_tokens(D.attention, ctx) * b
+    mats = [(b, k_, n_) for k_, n_ in D.pre] + [(1.0, D.decode_score_k, cb), (1.0, cb, D.decode_ctx_n)] \
+        + [(b, k_, n_) for k_, n_ in D.post] + [(hb, arch.d_model, arch.vocab_size)]
+    nb = len(mats) - 1
     m, k, n = _stacked(region, *zip(*mats))
     seven = fkern.gemv_parts(region, m=m, k=k, n=n, **dict(fk, mac_efficiency_frac=gemv_mac_efficiency_frac))
-    (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * b, 4.0 * b, 8.0 * b * D["heads"], 4.0 * hb, 8.0 * hb], fk,
+    (red, bc), (red0, bc0) = _statistics(None, None, [4.0 * b, 4.0 * b, 8.0 * b * D.heads, 4.0 * hb, 8.0 * hb], fk,
                                          region, serial=True)
     ser = red0 + bc0
     lat = (red + bc) - ser
@@ -344,10 +425,10 @@ def decode_block_and_head_cycles_array(*, arch, batch, context, head_batch, rows
     blk = {}
     for key in ("overhead", "latency", "serialization", "compute"):  # QKV, score, context, output, MLP up, MLP down
         acc = 0.0
-        for i in range(6):
+        for i in range(nb):
             acc = acc + seven[key][i]
         blk[key] = acc
-    head = {key: v[6] * 1.0 for key, v in seven.items()}
+    head = {key: v[nb] * 1.0 for key, v in seven.items()}
     for part, stats in ((blk, range(3)), (head, (3, 4))):  # the block's norms and softmax; the head's norm, arg-max
         for i in stats:
             part["overhead"] = part["overhead"] + pko
@@ -362,19 +443,31 @@ def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_e
     """:func:`prefill_block_cycles` with broadcasting ``tokens``, ``batch``, ``rows``, ``cols`` [cycles].
 
     ``prior_tokens``: earlier tokens of the same prompt already in the KV cache (chunked prefill), which every
-    token of the chunk also attends to. ``region`` as :func:`decode_block_cycles_array`."""
-    D = _dims(arch)
+    token of the chunk also attends to. ``region`` as :func:`decode_block_cycles_array`; a model whose layers differ:
+    the mean block of its types, as there."""
     tok = np.asarray(tokens, dtype=float)
-    att = np.asarray(prior_tokens, dtype=float) + ((tok + 1.0) / 2.0 if causal else tok)
+    prior = np.asarray(prior_tokens, dtype=float)
     t = tok * np.asarray(batch, dtype=float)
     region = fkern.Region.of(rows, cols) if region is None else region  # line terms shared by every kernel of the block
+    types = _dims(arch)
+    return _mean_parts(types, [_prefill_block_type(D, tok, prior, t, rows, cols, fk, gemm_mac_efficiency_frac,
+                                                   gemm_step_overhead_cycles, causal, region) for D in types])
+
+
+def _prefill_block_type(D: _Dims, tok, prior, t, rows, cols, fk, gemm_mac_efficiency_frac, gemm_step_overhead_cycles,
+                        causal, region) -> dict:
+    """:func:`prefill_block_cycles_array` of one block type [cycles]."""
+    if D.attention.window is None:
+        att = prior + ((tok + 1.0) / 2.0 if causal else tok)
+    else:
+        att = attended_per_token(D.attention, prior, tok, decode=False) if causal else \
+            cached_tokens(D.attention, prior + tok)
     g = dict(fk, mac_efficiency_frac=gemm_mac_efficiency_frac, step_overhead_cycles=gemm_step_overhead_cycles)
-    mats = [(t, D["d"], D["q"] + 2 * D["kv"]), (t, D["q"], att), (t, att, D["q"]), (t, D["q"], D["d"]),
-            (t, D["d"], D["ff_in"]), (t, D["ff"], D["d"])]
-    m, k, n = _stacked(region, *zip(*mats))  # the six GEMMs as one array pass, summed in order
+    mats = [(t, k_, n_) for k_, n_ in D.pre] + [(t, D.score_k, att), (t, att, D.ctx_n)] + [(t, k_, n_) for k_, n_ in D.post]
+    m, k, n = _stacked(region, *zip(*mats))  # the GEMMs as one array pass, summed in order
     parts = _accumulate({"overhead": 0.0, "compute": 0.0, "fabric": 0.0}, fkern.gemm_parts(region, m=m, k=k, n=n, **g))
     mt = np.ceil(t / np.asarray(rows, dtype=float))
-    ((lr, lb),) = _statistics(rows, cols, [4.0 * mt, 4.0 * mt, 8.0 * mt * D["heads"]], fk, region, serial=False)
+    ((lr, lb),) = _statistics(rows, cols, [4.0 * mt, 4.0 * mt, 8.0 * mt * D.heads], fk, region, serial=False)
     for i in range(3):
         parts["overhead"] = parts["overhead"] + fk["per_kernel_overhead_cycles"]
         parts["fabric"] = parts["fabric"] + lr[i] + lb[i]
@@ -382,8 +475,17 @@ def prefill_block_cycles_array(*, arch, tokens, rows, cols, fk: dict, gemm_mac_e
 
 
 def largest_layer_bytes_array(arch, *, precision, batch, context):
-    """:func:`_largest_layer_bytes` for broadcasting ``batch`` and ``context`` arrays [bytes]."""
+    """The largest layer's weights and KV cache for ``batch`` sequences of ``context`` tokens, or the LM head's
+    weights where larger [bytes] (broadcasting arrays); per block type (:func:`~wseplan.workload.block_types`), a
+    window caps the cached tokens."""
     wb = weight_bytes_per_param(precision, "decode")
-    kv = (2.0 * arch.num_kv_heads * arch.head_dim_ * kv_bytes_per_element(precision)
-          * np.asarray(batch, dtype=float) * np.asarray(context, dtype=float))
-    return np.maximum(block_params(arch)[0] * wb + kv, arch.vocab_size * arch.d_model * wb)
+    kvb = kv_bytes_per_element(precision)
+    b, c = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
+    types = block_types(arch)
+    if len(types) == 1 and types[0].attention.plain:
+        kv = 2.0 * arch.num_kv_heads * arch.head_dim_ * kvb * b * c
+        return np.maximum(block_params(arch)[0] * wb + kv, arch.vocab_size * arch.d_model * wb)
+    layer = 0.0
+    for t in types:
+        layer = np.maximum(layer, t.params * wb + t.attention.kv_elems_per_token * kvb * b * cached_tokens(t.attention, c))
+    return np.maximum(layer, arch.vocab_size * arch.d_model * wb)
