@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wseplan.analytic import gpu_pass as P
 from wseplan.analytic import gpu_time as G
 from wseplan.calibration_data import GpuCalibration, gpu_calibration, read_gpu_efficiency
 from wseplan.cli import main
@@ -188,8 +189,8 @@ def test_inference_time_never_rises_with_more_bandwidth_or_compute(catalog, batc
     m = resolve_model("llama-3-8b", catalog)
     gpu = catalog.gpus["a100-80gb"]
     kw = dict(precision="bf16", batch=batch, new_tokens=new, context=ctx, tp=tp, cal=gpu_calibration())
-    t0, _ = G.forward_pass_time_s(m, gpu, **kw)
-    t1, _ = G.forward_pass_time_s(m, _scaled(gpu, **{which: k}), **kw)
+    t0, _ = P.forward_pass_time_s(m, gpu, **kw)
+    t1, _ = P.forward_pass_time_s(m, _scaled(gpu, **{which: k}), **kw)
     assert t1 <= t0 * (1 + 1e-12)
 
 
@@ -204,8 +205,8 @@ def test_bandwidth_bound_decode_scales_as_one_over_k(catalog, ctx, tp, k):
     cal = gpu_calibration().replace(layer_overhead_s=0.0, step_overhead_s=0.0, nvlink_latency_s=0.0, network_latency_s=0.0,
                                     gemm_ridge_exponent=0.0)
     kw = dict(precision="bf16", batch=1, new_tokens=1, context=ctx, tp=tp, cal=cal)
-    t1, _ = G.forward_pass_time_s(m, gpu, **kw)
-    tk, _ = G.forward_pass_time_s(m, _scaled(gpu, bw=k), **kw)
+    t1, _ = P.forward_pass_time_s(m, gpu, **kw)
+    tk, _ = P.forward_pass_time_s(m, _scaled(gpu, bw=k), **kw)
     assert tk == pytest.approx(t1 / k, rel=1e-9)
 
 
@@ -360,17 +361,18 @@ def test_another_vendors_gemm_library_scales_the_fitted_efficiencies(catalog):
     as_nvidia = mi.model_copy(update={"vendor": "nvidia"})
     m = resolve_model("llama-3-70b", catalog)
     cal = gpu_calibration().replace(hbm_frac=1e6)  # memory never binds: a compute-bound pass
-    prompt = G.Sequences(seqs=1.0, tokens=8192.0, new=8192.0, prior=0.0, decode=False)
+    prompt = P.Sequences(seqs=1.0, tokens=8192.0, new=8192.0, prior=0.0, decode=False)
     kw = dict(precision="bf16", sequences=(prompt,), logits_rows=1.0,
               tp=8.0, cal=cal.replace(nvlink_frac=1e6, nvlink_latency_s=0.0, layer_overhead_s=0.0, step_overhead_s=0.0))
-    amd = G.pass_time_s(m, mi, **kw)[0]
-    nv = G.pass_time_s(m, as_nvidia, **kw)[0]
+    amd = P.pass_time_s(m, mi, **kw)[0]
+    nv = P.pass_time_s(m, as_nvidia, **kw)[0]
     assert float(amd / nv) == pytest.approx(1.0 / mi.gemm_library_rel("bf16"), rel=0.02)
 
 
 def test_four_bit_models_run_their_attention_at_the_fp8_rate():
     """The attention kernels of the validated engines (FlashAttention-3, TensorRT-LLM's FMHA) stop at fp8: a 4-bit
     model's attention runs against the fp8 peak, its GEMMs against the 4-bit one."""
+    from wseplan.analytic import gpu_pass as P
     from wseplan.analytic import gpu_time as G
     from wseplan.calibration_data import gpu_calibration
     from wseplan.catalog.load import load_catalog
@@ -380,10 +382,10 @@ def test_four_bit_models_run_their_attention_at_the_fp8_rate():
     g, m, cal = cat.gpus["b200"], resolve_model("llama-3-8b", cat), gpu_calibration()
     assert G.attention_peak_flop_per_s(g, "fp4") == g.peak_flop_per_s("fp8") < g.peak_flop_per_s("fp4")
     assert G.attention_peak_flop_per_s(g, "bf16") == g.peak_flop_per_s("bf16")
-    prompt = G.Sequences(seqs=1.0, tokens=4096.0, new=4096.0, prior=0.0, decode=False)
+    prompt = P.Sequences(seqs=1.0, tokens=4096.0, new=4096.0, prior=0.0, decode=False)
     kw = dict(sequences=(prompt,), logits_rows=1.0, tp=1.0, cal=cal)
-    _, _, p4 = G.pass_time_s(m, g, precision="fp4", **kw)
-    _, _, p8 = G.pass_time_s(m, g, precision="fp8", **kw)
+    _, _, p4 = P.pass_time_s(m, g, precision="fp4", **kw)
+    _, _, p8 = P.pass_time_s(m, g, precision="fp8", **kw)
     # the same attention FLOPs at the same peak: the same attention time; the GEMMs differ
     assert float(p4["attention"]) == pytest.approx(float(p8["attention"]), rel=1e-12)
     hand = m.num_layers * 4.0 * m.num_heads * m.head_dim_ * 2048.5 * 4096.0 / (g.peak_flop_per_s("fp8") * cal.attention_frac)

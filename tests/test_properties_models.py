@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wseplan.analytic import cost as C
+from wseplan.analytic import gpu_pass as P
 from wseplan.analytic import gpu_time as G
 from wseplan.analytic import stream as S
 from wseplan.calibration_data import gpu_calibration
@@ -44,7 +45,7 @@ def _scaled_gpu(key: str, *, bw: float = 1.0, flops: float = 1.0, links: float =
 
 
 def _decode_s(model, gpu, *, batch, context, tp):
-    t, _ = G.forward_pass_time_s(CAT.models[model], gpu, precision="bf16", batch=batch, new_tokens=1,
+    t, _ = P.forward_pass_time_s(CAT.models[model], gpu, precision="bf16", batch=batch, new_tokens=1,
                                  context=context, tp=tp, cal=CAL)
     return float(t)
 

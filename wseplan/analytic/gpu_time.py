@@ -533,14 +533,3 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision),
                         efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw, exponent=cal.gemm_ridge_exponent)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s
-
-
-#: the inference passes live in :mod:`.gpu_pass` (they import this module's operators); named here too
-_PASS_NAMES = ("Sequences", "pass_time_s", "forward_pass_time_s")
-
-
-def __getattr__(name):
-    if name in _PASS_NAMES:
-        from . import gpu_pass
-        return getattr(gpu_pass, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
