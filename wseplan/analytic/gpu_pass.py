@@ -125,14 +125,23 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     pp = X.asfloat(pp)
     p2p = (pp - 1.0) * hop
     L = m.num_layers
-    counts = [L] if len(types) == 1 else [b.count for b in types]
     host = cal.step_overhead_s + cal.step_host_s
-    total = _layer_sum(counts, layer) + t_head + p2p + host
-    stage = _layer_sum(slowest_run(types, L, pp, layer), layer) + t_head + X.where(pp > 1, hop, 0.0) + host
+    if len(types) == 1:  # a uniform model: L layers alike, a stage ceil(L / pp) of them
+        (gemm, gemm_mem), = gemms
+        total = L * layer[0] + t_head + p2p + host
+        stage = X.ceil(L / pp) * layer[0] + t_head + X.where(pp > 1, hop, 0.0) + host
+        parts = {"gemm": L * gemm, "gemm_memory_bound": L * gemm_mem, "attention": L * attn_parts[0],
+                 "kv_read": L * kv_parts[0]}
+    else:
+        counts = [b.count for b in types]
+        total = _layer_sum(counts, layer) + t_head + p2p + host
+        stage = _layer_sum(slowest_run(types, L, pp, layer), layer) + t_head + X.where(pp > 1, hop, 0.0) + host
+        parts = {"gemm": _layer_sum(counts, [g for g, _ in gemms]),
+                 "gemm_memory_bound": _layer_sum(counts, [g for _, g in gemms]),
+                 "attention": _layer_sum(counts, attn_parts), "kv_read": _layer_sum(counts, kv_parts)}
     stage = X.minimum(stage, total)
-    parts = {"gemm": _layer_sum(counts, [g for g, _ in gemms]), "gemm_memory_bound": _layer_sum(counts, [g for _, g in gemms]),
-             "attention": _layer_sum(counts, attn_parts), "kv_read": _layer_sum(counts, kv_parts),
-             "elementwise": L * elem, "tp_comm": L * t_tp, "overhead": L * launch + host, "lm_head": t_head, "p2p": p2p}
+    parts.update({"elementwise": L * elem, "tp_comm": L * t_tp, "overhead": L * launch + host, "lm_head": t_head,
+                  "p2p": p2p})
     return total, stage, parts
 
 

@@ -131,8 +131,11 @@ def _block_gemms(block, tp):
     QKV or MLA's projections, attention output, the MLP or the routed experts and the shared experts) after the TP
     split: column-parallel matrices split N, row-parallel ones K, MLA's latent down-projections are replicated."""
     tp = X.asfloat(tp)
-    return [(g.n / tp if g.tp_split == "n" else g.n, g.k / tp if g.tp_split == "k" else g.k, g.num_experts, g.active)
-            for g in block.gemms]
+    out = []
+    for g in block.gemms:
+        split = g.tp_split
+        out.append((g.n / tp if split == "n" else g.n, g.k / tp if split == "k" else g.k, g.num_experts, g.active))
+    return out
 
 
 def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration):
