@@ -30,7 +30,8 @@ import numpy as np
 
 from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
-from .catalog.schema import FORMATS_NARROW_TO_WIDE, Model
+from .catalog.precision import datapath_format, device_rates, training_refusal
+from .catalog.schema import Model
 from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
@@ -84,6 +85,10 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     m = resolve_model(model, cat) if isinstance(model, str) else model
     t = parse_target(target, cat) if isinstance(target, str) else target
     fam = family_for(t.kind, phase)
+    why = training_refusal(getattr(t.device, "name", t.key), device_rates(getattr(t, "device", None)),
+                           precision) if phase == "train" else None
+    if why:
+        raise InputError(why)
     opts = {k: v for k, v in (options or {}).items() if v is not None}
     r = opts.get("reserve")
     if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r < 1.0):
@@ -399,16 +404,20 @@ def _params_b(m: Model) -> float:
     return hit[1]
 
 
-def _datapath_note(t, precision: str) -> list[str]:
-    """A note when the target's catalog entry has no rate for ``precision`` and its math runs at a wider format's."""
-    dev = getattr(t, "device", None)
-    rates = getattr(dev, "dense_peak_flop_per_s", None) or getattr(dev, "flop_per_cycle_per_pe", None)
-    if not isinstance(rates, dict) or precision in rates or precision not in FORMATS_NARROW_TO_WIDE:
+def _datapath_note(t, precision: str, phase: str) -> list[str]:
+    """A note when the target's catalog entry has no rate for ``precision`` and its math runs at a wider format's
+    (:func:`~wseplan.catalog.precision.datapath_format`): inference keeps the weights in ``precision`` in memory and
+    widens them in the kernel (weight-only, as vLLM's FP8 Marlin runs fp8 on Ampere)."""
+    rates = device_rates(getattr(t, "device", None))
+    if rates is None or precision in rates:
         return []
-    wider = next((p for p in FORMATS_NARROW_TO_WIDE[FORMATS_NARROW_TO_WIDE.index(precision) + 1:] if p in rates), None)
+    wider = datapath_format(rates, precision)
     if wider is None:
         return []
-    return [f"{t.key} has no {precision} datapath in the catalog: its math runs at the {wider} rate"]
+    if phase == "train":
+        return [f"{t.key} has no {precision} datapath in the catalog: its math runs at the {wider} rate"]
+    return [f"{t.key} has no {precision} datapath in the catalog: its {precision} weights are read as {precision} and "
+            f"widened to {wider} in the kernel (weight-only), so its math runs at the {wider} rate"]
 
 
 def _speculation_note(s: Setup, r: dict) -> list[str]:
@@ -454,7 +463,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                  ] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
-        notes = list(notes) + _datapath_note(t, q.precision) + _speculation_note(s, r)
+        notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r)
     if isinstance(q.model, Model):
         notes = list(notes) + positions_note(q.model, int(r["context"]), int(r["output_tokens"] or 0) if q.phase == "serve" else 0)
     if fits and r.get("step_s") is None:

@@ -350,8 +350,7 @@ def wafer_fabric_kwargs(wafer, precision: str = "fp16", constants: FabricConstan
     c = constants or load_fabric_constants()
     if use_sim_fit is None:
         use_sim_fit = constants is not None and constants.fabric_model == "sim_fit"
-    key = precision if precision in wafer.flop_per_cycle_per_pe else "fp16"
-    return dict(flop_per_cycle=wafer.flop_per_cycle_per_pe[key].si,
+    return dict(flop_per_cycle=wafer.flop_per_cycle(precision),
                 sram_bytes_per_cycle=wafer.sram_bytes_per_cycle_per_pe.si,
                 hop_latency_cycles=wafer.hop_latency_cycles.si,
                 link_bytes_per_cycle=wafer.link_width_bytes_per_cycle.si,

@@ -16,6 +16,7 @@ from ..units import parse_quantity
 # the checks of names, text and keys live in .names; re-exported here
 from .names import (KEY_PATTERN, MAX_NAME_CHARS, MAX_TEXT_CHARS, MODEL_ALIAS_PATTERN, check_hardware_key,  # noqa: F401
                     check_key, check_model_alias, check_name, check_text)
+from .precision import datapath_format
 
 Basis = Literal["official", "official-secondary", "measured", "third-party", "estimate", "unverified", "user", "quote"]
 # A user's own number (basis ``user``) or a quote they hold (``quote``): its ``source`` is free text (e.g.
@@ -210,10 +211,18 @@ class Wafer(_Checked):
         """SRAM of the usable PE rectangle [bytes] (before the runtime reserve)."""
         return self.num_pes * self.sram_per_pe_bytes.si
 
+    def flop_per_cycle(self, precision: str) -> float:
+        """FLOP per cycle of one PE for ``precision`` [FLOP]: a format without its own SIMD runs at a wider one that
+        holds its values (:func:`~wseplan.catalog.precision.datapath_format`; 8- and 4-bit formats at the 16-bit
+        rate)."""
+        p = datapath_format(self.flop_per_cycle_per_pe, precision)
+        if p is None:
+            raise ValueError(f"{self.name} has no FLOP/cycle for {precision}")
+        return self.flop_per_cycle_per_pe[p].si
+
     def peak_flop_per_s(self, precision: str) -> float:
         """Dense peak over the usable PE grid [FLOP/s] for ``precision`` (16-bit rate for 8/4-bit)."""
-        key = precision if precision in self.flop_per_cycle_per_pe else "fp16"
-        return self.num_pes * self.flop_per_cycle_per_pe[key].si * self.clock_hz.si
+        return self.num_pes * self.flop_per_cycle(precision) * self.clock_hz.si
 
 
 class System(_Checked):
@@ -271,10 +280,6 @@ class SwarmX(_Checked):
     per_level_latency_s: Quantity
 
 
-#: number formats from narrowest to widest: a device without a format's datapath runs it at the next wider one
-FORMATS_NARROW_TO_WIDE = ("fp4", "int4", "fp8", "int8", "fp16", "bf16", "tf32", "fp32")
-
-
 class Gpu(_Checked):
     """One GPU (or TPU chip) and the node it usually ships in."""
 
@@ -296,14 +301,13 @@ class Gpu(_Checked):
     node_rack_units: Quantity
 
     def peak_flop_per_s(self, precision: str) -> float:
-        """Dense peak [FLOP/s] for ``precision``; a format the GPU lacks runs at the next wider one."""
-        if precision in self.dense_peak_flop_per_s:
-            return self.dense_peak_flop_per_s[precision].si
-        i = FORMATS_NARROW_TO_WIDE.index(precision)
-        for p in FORMATS_NARROW_TO_WIDE[i + 1:]:
-            if p in self.dense_peak_flop_per_s:
-                return self.dense_peak_flop_per_s[p].si
-        raise ValueError(f"{self.name} has no dense peak for {precision}")
+        """Dense peak [FLOP/s] for ``precision``; a format the GPU lacks runs at a wider one that holds its values
+        (:func:`~wseplan.catalog.precision.datapath_format`: a float format at a float rate only). ValueError when the
+        catalog lists none (no fp32 figure entered, say)."""
+        p = datapath_format(self.dense_peak_flop_per_s, precision)
+        if p is None:
+            raise ValueError(f"{self.name} has no dense peak for {precision}")
+        return self.dense_peak_flop_per_s[p].si
 
     def matmul_rel(self, precision: str) -> float:
         """Largest fraction of the dense peak this GPU's matmuls reach, relative to the H100 SXM's (measured maximum

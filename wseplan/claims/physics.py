@@ -122,8 +122,7 @@ def peak(t, precision: str, scope: str = "dense") -> float:
         w = t.device
         if scope == "sparse":
             return w.sparse_marketing_peak_flop_per_s.bound("high") * t.count
-        key = precision if precision in w.flop_per_cycle_per_pe else "fp16"
-        return w.num_pes * w.flop_per_cycle_per_pe[key].si * w.clock_hz.bound("high") * t.count
+        return w.num_pes * w.flop_per_cycle(precision) * w.clock_hz.bound("high") * t.count
     g = t.device
     if scope == "sparse":
         for p in (precision, "fp8", "fp16", "bf16"):

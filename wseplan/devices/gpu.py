@@ -21,9 +21,10 @@ from ..analytic import gpu_pass as P
 from ..analytic import gpu_time as G
 from ..analytic.memory import RECOMPUTE, gpu_layout_memory
 from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
+from ..catalog.precision import datapath_format
 from ..catalog.schema import Model
 from ..errors import InputError
-from ..workload import build_workload, kv_bytes_per_element
+from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .registry import register
@@ -82,6 +83,21 @@ def _memo(key: tuple, inputs: tuple, make):
     return value
 
 
+def _gemm_ceiling_field(precision: str) -> str:
+    """The calibration field of a format's GEMM ceiling (by its width, as :func:`~wseplan.analytic.gpu_time._gemm_max`)."""
+    b = BYTES_PER_ELEMENT[precision]
+    return "gemm_max_frac_4bit" if b <= 0.5 else "gemm_max_frac_8bit" if b <= 1.0 else "gemm_max_frac_16bit"
+
+
+def weight_only_calibration(cal: GpuCalibration, precision: str, math: str) -> GpuCalibration:
+    """The calibration of a ``precision`` model on a GPU that runs its math in the wider format ``math`` (no datapath of
+    its own: :func:`~wseplan.catalog.precision.datapath_format`). Its weights keep ``precision``'s bytes, but its GEMMs
+    are ``math`` kernels that widen them as they load (vLLM's FP8 Marlin on an A100: W8A16 on the 16-bit tensor
+    cores), so they reach ``math``'s fitted ceiling rather than the ceiling fitted on ``precision``'s own tensor cores."""
+    src, dst = _gemm_ceiling_field(precision), _gemm_ceiling_field(math)
+    return cal if src == dst else cal.replace(**{src: getattr(cal, dst)})
+
+
 def _profile_calibration(cal: GpuCalibration, profile) -> GpuCalibration:
     """The calibration with a software profile's constants (:func:`~wseplan.calibration_data.profile_constants`)."""
     over = {k: v for k, v in profile_constants(profile).items() if hasattr(cal, k)}
@@ -105,10 +121,18 @@ class GpuContext:
         try:
             self.peak = self.gpu.peak_flop_per_s(q.precision)
         except ValueError:
-            raise InputError(f"precision: {self.gpu.name} has no {q.precision} rate; choose another precision") from None
+            have = ", ".join(self.gpu.dense_peak_flop_per_s)
+            raise InputError(f"precision: the catalog has no {q.precision} rate for {self.gpu.name} (nor for a wider "
+                             f"format it could run at; it lists {have}); choose one of those, or give the figure "
+                             "in a --catalog folder") from None
         cal = gpu_calibration()
         self.cal: GpuCalibration = _memo(("cal", id(cal), id(q.software)), (cal, q.software),
                                          lambda: _profile_calibration(cal, q.software))
+        math = datapath_format(self.gpu.dense_peak_flop_per_s, q.precision)
+        if math != q.precision:  # weight-only: the GEMMs run the wider format's kernels
+            prof = self.cal
+            self.cal = _memo(("wo", id(prof), q.precision, math), (prof,),
+                             lambda: weight_only_calibration(prof, q.precision, math))
         self.engine = q.software.engine
         # the engine's KV-cache rule (inference): a share of the whole memory (vLLM: the reserve) or of what the
         # weights leave (TensorRT-LLM: kv_free_frac); a reserve given as an option always wins

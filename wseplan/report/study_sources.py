@@ -3,6 +3,7 @@ report cites."""
 from __future__ import annotations
 
 from ..analytic import cost as C
+from ..catalog.precision import datapath_format
 from ..catalog.schema import Quantity
 from ..targets import parse_target
 from ..workload import resolve_model
@@ -54,7 +55,7 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
         dev = t.device
         label = t.key
         prec = st.precision_for(tgt)
-        q_peak = (dev.flop_per_cycle_per_pe.get(prec) or dev.flop_per_cycle_per_pe["fp16"]) \
+        q_peak = dev.flop_per_cycle_per_pe[datapath_format(dev.flop_per_cycle_per_pe, prec)] \
             if t.kind == "wafer" else None
         if t.kind == "wafer":
             rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..analytic.cost import load_prices, nominal
 from ..catalog.load import load_catalog
+from ..catalog.precision import device_rates, training_refusal
 from ..catalog.schema import Model
 from ..pricing import params_for, unpriced, with_placeholder_price
 from ..devices.gpu import tp_divides_heads
@@ -178,6 +179,9 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
                     t.device.peak_flop_per_s(p)
                 except (ValueError, KeyError):
                     skipped.append(f"{t.key} has no {p} rate: {mname} x {t.text} x {p} skipped")
+                    continue
+                if phase == "train" and training_refusal(t.key, device_rates(t.device), p):
+                    skipped.append(f"{t.key} cannot train in {p} (no {p} datapath): {mname} x {t.text} x {p} skipped")
                     continue
                 if params is None:
                     s_ = setup(m, t, phase=phase, precision=p, catalog=cat)

@@ -1,0 +1,127 @@
+"""A format a device has no datapath for (audit21 F3): a float format runs at a wider float rate only, never an
+integer one; inference keeps its weights' bytes (weight-only, as vLLM's FP8 Marlin on an A100); training in fp8 or
+fp4 without that datapath, and int4 training anywhere, is refused (one line naming --precision, exit 2)."""
+from __future__ import annotations
+
+import pytest
+
+from wseplan.analytic import gpu_time as G
+from wseplan.calibration_data import gpu_calibration
+from wseplan.catalog import load_catalog
+from wseplan.catalog.precision import datapath_format, training_refusal
+from wseplan.cli import main
+from wseplan.devices.gpu import weight_only_calibration
+from wseplan.errors import InputError
+from wseplan.plan import plan, setup
+from wseplan.workload import resolve_model
+
+
+@pytest.mark.parametrize("gpu, precision, runs_at", [
+    ("a100-80gb", "fp8", "fp16"),  # no FP8 tensor cores: the 16-bit rate, never int8's 624 TFLOP/s
+    ("a100-80gb", "fp4", "fp16"),
+    ("h100-sxm", "fp4", "fp8"),
+    ("h100-sxm", "int4", "int8"),  # int8 and fp8 tie at 1,978.9 TFLOP/s: the first listed
+    ("b300", "int4", "fp8"),  # int8 150 TFLOP/s, fp8 4,500: the faster format that holds -8..7
+    ("a100-80gb", "int8", "int8"),
+    ("v100", "fp8", "fp16"),
+    ("tpu-v4", "fp16", "bf16"),
+])
+def test_a_format_runs_at_a_wider_format_that_holds_its_values(gpu, precision, runs_at):
+    g = load_catalog().gpus[gpu]
+    assert datapath_format(g.dense_peak_flop_per_s, precision) == runs_at
+    assert g.peak_flop_per_s(precision) == g.dense_peak_flop_per_s[runs_at].si
+
+
+def test_fp8_on_an_a100_is_the_16_bit_rate():
+    g = load_catalog().gpus["a100-80gb"]
+    assert g.peak_flop_per_s("fp8") == pytest.approx(312e12, rel=1e-12)  # was 624e12, the int8 rate
+
+
+def test_a_wafer_runs_8_and_4_bit_formats_at_its_16_bit_rate():
+    w = load_catalog().wafers["wse3"]
+    for p in ("fp8", "int8", "fp4", "int4"):
+        assert w.flop_per_cycle(p) == 16.0
+    assert w.flop_per_cycle("tf32") == 2.0  # tf32's range needs fp32, not the fp16 SIMD
+
+
+@pytest.mark.parametrize("target, precision, fix", [
+    ("a100x8", "fp8", "--precision bf16"),
+    ("h100x8", "fp4", "--precision fp8"),
+    ("mi300xx8", "fp4", "--precision fp8"),
+    ("b200x8", "int4", "--precision bf16"),
+    ("h100x8", "int4", "--precision bf16"),
+    ("cs3x4", "fp8", "--precision bf16"),
+    ("cs3x4", "fp4", "--precision bf16"),
+])
+def test_training_without_the_datapath_is_refused(target, precision, fix):
+    with pytest.raises(InputError) as e:
+        plan("llama-3-8b", target, phase="train", precision=precision, batch=64, context=4096)
+    msg = str(e.value)
+    assert msg.startswith("precision: ") and fix in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("target, precision", [("b200x8", "fp4"), ("h100x8", "fp8"), ("mi300xx8", "fp8"),
+                                               ("a100x8", "bf16"), ("cs3x4", "bf16")])
+def test_training_with_the_datapath_is_timed(target, precision):
+    r = plan("llama-3-8b", target, phase="train", precision=precision, batch=64, context=4096)
+    assert r.step_s > 0
+    assert not any("datapath" in n for n in r.notes)
+
+
+def test_cli_refuses_fp8_training_on_an_a100_in_one_line(capsys):
+    capsys.readouterr()
+    rc = main(["time", "llama-3-8b", "--target", "a100x8", "--phase", "train", "--precision", "fp8", "-b", "64",
+               "-c", "4096"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    lines = [ln for ln in (out + err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--precision bf16" in lines[0] and "fp8 datapath" in lines[0]
+
+
+def test_training_refusal_names_what_the_device_lists():
+    msg = training_refusal("NVIDIA A100", {"int8": 1, "fp16": 1, "bf16": 1}, "fp8")
+    assert "it lists int8, fp16, bf16" in msg
+    assert training_refusal("any", None, "int4") is not None  # no recipe on any kind
+    assert training_refusal("any", None, "fp8") is None  # a kind without per-format rates: not judged
+
+
+def test_fp8_inference_on_an_a100_is_weight_only_w8a16():
+    """vLLM (docs, "FP8 W8A8"): FP8 models run on Ampere as weight-only W8A16 with FP8 Marlin. The GEMMs are 16-bit
+    kernels (the 16-bit rate and its fitted ceiling) reading 1-byte weights."""
+    s = setup("llama-3-8b", "a100x1", phase="decode", precision="fp8")
+    base = setup("llama-3-8b", "a100x1", phase="decode", precision="bf16").ctx.cal
+    assert s.ctx.cal.gemm_max_frac_8bit == base.gemm_max_frac_16bit
+    assert s.ctx.cal.gemm_max_frac_16bit == base.gemm_max_frac_16bit
+    # an H100 has FP8 tensor cores: its own fitted fp8 ceiling
+    h = setup("llama-3-8b", "h100x1", phase="decode", precision="fp8")
+    assert h.ctx.cal.gemm_max_frac_8bit == base.gemm_max_frac_8bit
+    r = plan("llama-3-8b", "a100x1", phase="decode", precision="fp8", batch=8, context=4096)
+    assert any("no fp8 datapath" in n and "weight-only" in n and "fp16 rate" in n for n in r.notes)
+
+
+def test_w8a16_decode_gemms_read_one_byte_per_weight_by_hand():
+    """Batch-1 decode of Llama-3-8B on one A100 (plain roofline, so each GEMM is memory-bound): one block's GEMMs read
+    QKV 4096 x 6144, O 4096 x 4096, gate+up 4096 x 28672 and down 14336 x 4096 weights, 218,103,808 of them, at
+    1 byte (fp8 weights) and 1 x (n + k) 16-bit activations each, over the calibrated HBM bandwidth."""
+    cat = load_catalog()
+    g = cat.gpus["a100-80gb"]
+    m = resolve_model("llama-3-8b", cat)
+    cal = weight_only_calibration(gpu_calibration(), "fp8", "fp16").replace(gemm_ridge_exponent=0.0)
+    hbm = g.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
+    weights = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096
+    assert weights == 218_103_808
+    acts = 2.0 * ((6144 + 4096) + (4096 + 4096) + (28672 + 4096) + (4096 + 14336))
+    _, _, parts = G.pass_time_s(m, g, precision="fp8", tokens=1.0, attn_pairs=1.0, kv_read_tokens=1.0,
+                                logits_rows=1.0, tp=1.0, cal=cal)
+    assert float(parts["gemm"]) == pytest.approx(m.num_layers * (weights * 1.0 + acts) / hbm, rel=1e-9)
+    _, _, p16 = G.pass_time_s(m, g, precision="bf16", tokens=1.0, attn_pairs=1.0, kv_read_tokens=1.0,
+                              logits_rows=1.0, tp=1.0, cal=cal)
+    assert float(p16["gemm"]) == pytest.approx(m.num_layers * (weights * 2.0 + acts) / hbm, rel=1e-9)
+
+
+def test_fp8_prefill_on_an_a100_is_no_faster_than_bf16():
+    """Compute-bound: W8A16 runs at the 16-bit rate (the audit saw 2.088 s against bf16's 2.873 s at the int8 rate)."""
+    kw = dict(phase="prefill", batch=64, context=4096)
+    f8 = plan("llama-3-8b", "a100x8", precision="fp8", **kw).step_s
+    b16 = plan("llama-3-8b", "a100x8", precision="bf16", **kw).step_s
+    assert f8 == pytest.approx(b16, rel=0.02)
