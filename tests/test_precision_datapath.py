@@ -125,3 +125,50 @@ def test_fp8_prefill_on_an_a100_is_no_faster_than_bf16():
     f8 = plan("llama-3-8b", "a100x8", precision="fp8", **kw).step_s
     b16 = plan("llama-3-8b", "a100x8", precision="bf16", **kw).step_s
     assert f8 == pytest.approx(b16, rel=0.02)
+
+
+# --------------------------------------------------------------------------------------------- sparse peaks (F5), fp32 (F8)
+@pytest.mark.parametrize("target, precision, expected", [
+    ("b200x1", "fp4", 18e15),  # NVIDIA HGX B200: 144 PFLOPS FP4 sparse / 8 (was 9e15: the fp8 sparse figure)
+    ("mi300xx1", "fp8", 5229.8e12),  # AMD MI300X data sheet (was 2.6149e15: the bf16 sparse figure)
+    ("b200x8", "fp8", 8 * 9e15),
+    ("h100x1", "fp4", 2 * 1978.9e12),  # no fp4 sparse figure: 2:4 sparsity doubles the dense (fp8-rate) peak
+    ("a100x1", "fp8", 2 * 312e12),  # an A100 has no fp8 sparse figure: twice its fp8 (16-bit) dense peak
+    ("mi300xx1", "tf32", 2 * 653.7e12),  # no tf32 sparse figure: twice the tf32 dense, never bf16's sparse 2,614.9
+])
+def test_the_sparse_peak_is_the_formats_own_or_twice_its_dense(target, precision, expected):
+    from wseplan.claims.physics import peak
+    from wseplan.targets import parse_target
+
+    assert peak(parse_target(target, load_catalog()), precision, "sparse") == pytest.approx(expected, rel=1e-12)
+
+
+def test_official_sparse_peaks_are_consistent_claims(tmp_path):
+    from wseplan.claims import check
+
+    f = tmp_path / "claims.yaml"
+    f.write_text("""claims:
+  - {id: b200-fp4-sparse, text: "HGX B200: 18 PFLOPS FP4 with sparsity per GPU.", kind: peak_flop_per_s, target: b200,
+     precision: fp4, scope: sparse, value: 18, unit: PFLOP/s}
+  - {id: mi300x-fp8-sparse, text: "MI300X: 5,229.8 TFLOPS FP8 with sparsity.", kind: peak_flop_per_s, target: mi300x,
+     precision: fp8, scope: sparse, value: 5229.8, unit: TFLOP/s}
+  - {id: mi300x-fp8-sparse-high, text: "MI300X: 5.5 PFLOPS FP8 with sparsity.", kind: peak_flop_per_s,
+     target: mi300x, precision: fp8, scope: sparse, value: 5.5, unit: PFLOP/s}
+""")
+    v = {r.id: r.verdict for r in check(str(f))}
+    assert v == {"b200-fp4-sparse": "consistent", "mi300x-fp8-sparse": "consistent",
+                 "mi300x-fp8-sparse-high": "impossible"}
+
+
+@pytest.mark.parametrize("gpu, tflops", [("b200", 75.0), ("mi300x", 163.4)])
+def test_fp32_rates_come_from_the_datasheets(gpu, tflops):
+    g = load_catalog().gpus[gpu]
+    assert g.peak_flop_per_s("fp32") == pytest.approx(tflops * 1e12, rel=1e-12)
+    r = plan("llama-3-8b", f"{gpu}x8", phase="prefill", precision="fp32", batch=1, context=2048)
+    assert r.step_s > 0
+
+
+def test_a_gpu_without_an_fp32_figure_says_the_catalog_has_none():
+    with pytest.raises(InputError) as e:
+        plan("llama-3-8b", "h100pciex1", phase="prefill", precision="fp32", batch=1, context=2048)
+    assert "the catalog has no fp32 rate" in str(e.value) and "--catalog" in str(e.value)

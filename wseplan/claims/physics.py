@@ -117,17 +117,20 @@ def target_of(c: Claim, cat):
 
 
 def peak(t, precision: str, scope: str = "dense") -> float:
-    """Peak FLOP/s of the whole target (device x count). Wafer: usable PEs x FLOP/cycle x highest clock."""
+    """Peak FLOP/s of the whole target (device x count). Wafer: usable PEs x FLOP/cycle x highest clock.
+
+    ``scope="sparse"``: a GPU's sparse figure for ``precision`` where the catalog lists one, else twice its dense peak
+    (2:4 structured sparsity, which every listed GPU with sparsity doubles at); never a wider format's sparse figure
+    (B200 fp4: 2 x 9 = 18 PFLOP/s, not the fp8 9). A wafer: the marketing sparse peak."""
     if t.kind == "wafer":
         w = t.device
         if scope == "sparse":
             return w.sparse_marketing_peak_flop_per_s.bound("high") * t.count
         return w.num_pes * w.flop_per_cycle(precision) * w.clock_hz.bound("high") * t.count
     g = t.device
-    if scope == "sparse":
-        for p in (precision, "fp8", "fp16", "bf16"):
-            if p in g.sparse_peak_flop_per_s:
-                return g.sparse_peak_flop_per_s[p].si * t.count
+    if scope == "sparse":  # the format's own sparse figure, else 2:4 structured sparsity: twice its dense peak
+        if precision in g.sparse_peak_flop_per_s:
+            return g.sparse_peak_flop_per_s[precision].si * t.count
         return 2.0 * g.peak_flop_per_s(precision) * t.count
     return g.peak_flop_per_s(precision) * t.count
 
