@@ -261,10 +261,18 @@ def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, pre
 
 
 class _Links:
-    """Effective per-GPU link parameters of one GPU type under a calibration."""
+    """Effective per-GPU link parameters of one GPU type under a calibration [bytes/s, s].
+
+    Scale-up through a switch (NVSwitch) gives every GPU its whole bandwidth ``B`` to any peer and in any group. In a
+    full mesh (``scale_up_topology: full-mesh``: AMD's 8-GPU Infinity Fabric platforms, one link ``b`` to each peer,
+    ``B = 7 b``; AMD CDNA 3 white paper, 2023) a collective among ``g`` GPUs runs at ``(g - 1) b`` per GPU
+    (:meth:`group_bw`) and a point-to-point send (pipeline hop, context-parallel ring) at ``b`` (``nvlink_bw``)."""
 
     def __init__(self, gpu, cal: GpuCalibration):
-        self.nvlink_bw = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
+        self.mesh = getattr(gpu, "scale_up_topology", "switch") == "full-mesh"
+        self.switch_bw = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
+        self.link_bw = gpu.scale_up_link_bandwidth_bytes_per_s.si * cal.nvlink_frac if self.mesh else self.switch_bw
+        self.nvlink_bw = self.link_bw
         self.net_bw = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
         self.nvlink_lat = cal.nvlink_latency_s
         self.net_lat = cal.network_latency_s
@@ -273,25 +281,36 @@ class _Links:
         self.hbm_bw = gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
         self.allreduce_latency = cal.allreduce_latency_s
 
+    def group_bw(self, num_gpus):
+        """Scale-up bandwidth per GPU [bytes/s] of a collective among ``num_gpus`` GPUs of one domain (arrays
+        broadcast): the switch's whole bandwidth, or in a full mesh the links to the group's other members,
+        ``(min(g, domain) - 1) b`` (at least one link)."""
+        if not self.mesh:
+            return self.switch_bw
+        g = X.minimum(X.asfloat(num_gpus), self.domain)
+        return self.link_bw * X.maximum(g - 1.0, 1.0)
+
     def tp_allreduce(self, message_bytes, tp):
         tp = X.asfloat(tp)
         inside = tp <= self.domain
+        bw_in = self.group_bw(tp)
+        bw_node = self.group_bw(self.domain)  # across domains: the groups' members in one domain fill it
         if self.allreduce_latency > 0:  # the engine's one-shot kernel: one latency, the ring's bytes
-            t_in = X.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * X.asfloat(message_bytes) / self.nvlink_bw,
+            t_in = X.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * X.asfloat(message_bytes) / bw_in,
                            0.0)
             if X.all_true(inside):  # every group inside the scale-up domain (the across-nodes form would be discarded)
                 return t_in
             t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
-                                                  intra_bandwidth_bytes_per_s=self.nvlink_bw,
+                                                  intra_bandwidth_bytes_per_s=bw_node,
                                                   intra_latency_s=self.nvlink_lat, inter_bandwidth_bytes_per_s=self.net_bw,
                                                   inter_latency_s=self.net_lat, algorithm="tree")
             return X.where(inside, t_in, t_out)
-        t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=self.nvlink_bw,
+        t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=bw_in,
                                 link_latency_s=self.nvlink_lat, algorithm="tree")
         if X.all_true(inside):
             return t_in
         t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
-                                              intra_bandwidth_bytes_per_s=self.nvlink_bw, intra_latency_s=self.nvlink_lat,
+                                              intra_bandwidth_bytes_per_s=bw_node, intra_latency_s=self.nvlink_lat,
                                               inter_bandwidth_bytes_per_s=self.net_bw, inter_latency_s=self.net_lat,
                                               algorithm="tree")
         return X.where(inside, t_in, t_out)
@@ -378,8 +397,10 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     span = tp * ranks
     aligned = X.where(span < links.domain, links.domain % X.maximum(span, 1.0), 0.0) == 0
     ranks_node = X.maximum(X.floor(X.where(aligned, links.domain, links.per_node) / tp), 1.0)
-    ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=X.minimum(ranks_node, ranks),
-                                       intra_bandwidth_bytes_per_s=links.nvlink_bw, intra_latency_s=links.nvlink_lat,
+    ranks_node = X.minimum(ranks_node, ranks)
+    ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=ranks_node,
+                                       intra_bandwidth_bytes_per_s=links.group_bw(ranks_node),
+                                       intra_latency_s=links.nvlink_lat,
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
     zs = X.asfloat(zero_stage)
     compute_total = nmb * layers_stage * t_layer_compute
@@ -391,7 +412,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # sec. 3.3): ``zero3_overlap_frac`` of the compute can hide them.
     spans = tp * ranks > links.domain
     ring = reduce_scatter_time_s(message_bytes=grad_bytes, num_ranks=ranks,
-                                 link_bandwidth_bytes_per_s=X.where(spans, links.net_bw, links.nvlink_bw),
+                                 link_bandwidth_bytes_per_s=X.where(spans, links.net_bw, links.group_bw(ranks)),
                                  link_latency_s=X.where(spans, links.net_lat, links.nvlink_lat))
     t_z3 = 3.0 * nmb * ring
     t_dp = X.where(zs >= 3, t_z3, ar)

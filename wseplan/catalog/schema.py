@@ -292,6 +292,10 @@ class Gpu(_Checked):
     sparse_peak_flop_per_s: dict[str, Quantity] = {}
     matmul_attainable_rel: dict[Literal["16bit", "8bit", "4bit"], Quantity] = {}
     scale_up_bandwidth_bytes_per_s: Quantity
+    #: ``switch`` (NVSwitch: any group of the domain gets each GPU's whole scale-up bandwidth) or ``full-mesh`` (point
+    #: to point links, one per peer: a group of g GPUs gets g - 1 links, ``scale_up_link_bandwidth_bytes_per_s`` each)
+    scale_up_topology: Literal["switch", "full-mesh"] = "switch"
+    scale_up_link_bandwidth_bytes_per_s: Quantity | None = None
     scale_up_domain_gpus: Quantity
     scale_out_bandwidth_bytes_per_s: Quantity
     tdp_w: Quantity
@@ -299,6 +303,17 @@ class Gpu(_Checked):
     node_power_w: Quantity
     node_price_usd: Quantity
     node_rack_units: Quantity
+
+    @model_validator(mode="after")
+    def _mesh_links(self):
+        link = self.scale_up_link_bandwidth_bytes_per_s
+        if self.scale_up_topology == "full-mesh" and link is None:
+            raise ValueError("scale_up_topology full-mesh needs scale_up_link_bandwidth_bytes_per_s (one link, one "
+                             "direction)")
+        if link is not None and link.si > self.scale_up_bandwidth_bytes_per_s.si:
+            raise ValueError(f"scale_up_link_bandwidth_bytes_per_s: one link ({link.value!r}) exceeds the GPU's whole "
+                             f"scale-up bandwidth ({self.scale_up_bandwidth_bytes_per_s.value!r})")
+        return self
 
     def peak_flop_per_s(self, precision: str) -> float:
         """Dense peak [FLOP/s] for ``precision``; a format the GPU lacks runs at a wider one that holds its values
