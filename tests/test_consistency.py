@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from wseplan import sweep as S
 from wseplan.analytic import cost as C
 from wseplan.catalog import load_catalog
+from wseplan.catalog.precision import device_rates, training_refusal
 from wseplan.cli import main
 from wseplan.compare import compare_case
 from wseplan.costing import HEADLINE, cost, cost_columns, params_for
@@ -79,9 +80,9 @@ def same(a, b, what: str = "") -> None:
 def questions(draw, models=MODELS, targets=GPU_TARGETS + WAFER_TARGETS, phases=("train", "prefill", "decode", "serve")):
     """(model, target, phase, batch, context, output_tokens, precision)."""
     target = draw(st.sampled_from(targets))
-    precision = draw(st.sampled_from([p for p in ("bf16", "fp8", "fp16") if _has_rate(target, p)]))
-    wafer = target.startswith(("cs", "wse"))
     phase = draw(st.sampled_from(phases))
+    precision = draw(st.sampled_from([p for p in ("bf16", "fp8", "fp16") if _has_rate(target, p, phase)]))
+    wafer = target.startswith(("cs", "wse"))
     model = draw(st.sampled_from(models))
     if phase == "train":
         batch = draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128] if wafer else [8, 16, 32, 64, 128]))
@@ -93,13 +94,15 @@ def questions(draw, models=MODELS, targets=GPU_TARGETS + WAFER_TARGETS, phases=(
     return model, target, phase, batch, context, out, precision
 
 
-def _has_rate(target: str, precision: str) -> bool:
-    """Whether the target's device has a dense rate for ``precision`` (the chain refuses one it cannot time)."""
+def _has_rate(target: str, precision: str, phase: str = "decode") -> bool:
+    """Whether the target's device has a dense rate for ``precision`` (the chain refuses one it cannot time) and, for
+    training, that precision's datapath (the chain refuses fp8 training without FP8 hardware)."""
+    dev = parse_target(target, CAT).device
     try:
-        parse_target(target, CAT).device.peak_flop_per_s(precision)
-        return True
+        dev.peak_flop_per_s(precision)
     except (ValueError, KeyError):
         return False
+    return phase != "train" or training_refusal(target, device_rates(dev), precision) is None
 
 
 def _ask(q):

@@ -20,18 +20,26 @@ from hypothesis import strategies as st
 
 from wseplan.analytic.partition import fewest_stages, min_max_partition
 from wseplan.catalog import load_catalog
+from wseplan.catalog.precision import device_rates, training_refusal
 from wseplan.catalog.schema import Model
 from wseplan.devices.gpu import layout_memory
 from wseplan.fit import build_workload, fit
 from wseplan.workload import KIND_BLOCK, block_types, total_params, transformer_workload
 
-def _has_rate(gpu: str, precision: str) -> bool:
-    """Whether the catalog GPU has a dense rate for ``precision`` (plan refuses a precision it cannot time)."""
+def _has_rate(gpu: str, precision: str, phase: str = "decode") -> bool:
+    """Whether the catalog GPU has a dense rate for ``precision`` (plan refuses a precision it cannot time) and, for
+    training, the datapath the precision trains on (plan refuses fp8/fp4 training without it and int4 training)."""
+    dev = CAT.gpus[CAT.hardware_keys()[gpu][1]]
     try:
-        CAT.gpus[CAT.hardware_keys()[gpu][1]].peak_flop_per_s(precision)
-        return True
+        dev.peak_flop_per_s(precision)
     except ValueError:
         return False
+    return phase != "train" or training_refusal(gpu, device_rates(dev), precision) is None
+
+
+def _wafer_trains(precision: str, phase: str) -> bool:
+    """Whether a wafer (16-bit SIMD) takes ``precision`` in ``phase``: no fp8/fp4/int4 training."""
+    return phase != "train" or training_refusal("wse3", device_rates(CAT.wafers["wse3"]), precision) is None
 
 
 PROPS = settings(max_examples=200, deadline=None, derandomize=True, database=None, print_blob=False,
@@ -163,6 +171,7 @@ def test_gpu_layout_memory_monotone_in_batch_and_context(m, phase, precision, b,
 def test_wafer_fullest_stage_monotone_in_batch_and_context(m, phase, precision, b, c, count):
     """On a fixed number of wafers the fullest wafer's bytes never fall as batch, then context, grow."""
     assume(within_positions(m, max(c)))
+    assume(_wafer_trains(precision, phase))
     target = f"wse3x{count}"
     if phase == "train":  # streaming: a fixed activation policy (auto switches to a leaner one as tokens grow)
         from wseplan.plan import plan
@@ -193,7 +202,7 @@ def test_wafer_count_monotone_in_context(m, phase, precision, batch, c):
        gpu=st.sampled_from(["h100", "a100-80gb", "b200"]))
 def test_gpu_count_monotone_in_context(m, phase, precision, batch, c, gpu):
     """Without a count, fit picks the fewest GPUs that fit; more context cannot make fewer GPUs fit."""
-    assume(_has_rate(gpu, precision))
+    assume(_has_rate(gpu, precision, phase))
     lo, hi = (fit(m, gpu, precision=precision, phase=phase, batch=batch, context=cc, catalog=CAT) for cc in c)
     event(f"fits: {hi.fits}, GPUs > 1: {hi.num_devices > 1}")
     if hi.fits:
@@ -225,6 +234,7 @@ def test_wafer_stage_bytes_sum_to_total(m, phase, precision, batch, context, cou
 @given(m=models(max_layers=48), phase=phases, precision=precisions, batch=st.integers(1, 64),
        context=st.integers(1, 16_384), count=st.sampled_from([1, 2, 4, 8, 16, 24, 64]))
 def test_gpu_parts_sum_to_total_and_stages_cover(m, phase, precision, batch, context, count):
+    assume(_has_rate("h100", precision, phase))
     res = fit(m, f"h100x{count}", precision=precision, phase=phase, batch=batch, context=context, catalog=CAT)
     parts = res.weights_bytes + res.kv_cache_bytes + res.activation_bytes + res.optimizer_bytes
     assert math.isclose(parts, res.total_bytes, rel_tol=REL)
@@ -277,7 +287,8 @@ def test_catalog_fractions_in_unit_interval():
 def test_fit_fractions_in_unit_interval(m, phase, precision, batch, context, target, reserve):
     """Every *_frac in a fit record lies in [0, 1]; so do the used share of a device and the reserve."""
     key = target.split("x")[0] if target[0] in "hb" else None
-    assume(key is None or _has_rate({"h100": "h100", "b200": "b200"}.get(key, key), precision))
+    assume(key is None or _has_rate({"h100": "h100", "b200": "b200"}.get(key, key), precision, phase))
+    assume(key is not None or _wafer_trains(precision, phase))
     res = fit(m, target, precision=precision, phase=phase, batch=batch, context=context, reserve=reserve, catalog=CAT)
     for name, v in _fracs(res.to_record()):
         assert 0.0 <= v <= 1.0, (name, v)
@@ -326,7 +337,7 @@ def test_weight_bytes_scale_with_bytes_per_element(m, phase, precision, other, b
        context=st.integers(1, 32_768), count=st.integers(1, 64), gpu=st.sampled_from(["h100", "a100-40gb", "mi300x"]),
        zero=st.integers(0, 3), recompute=st.sampled_from(["none", "selective", "full"]))
 def test_gpu_fit_never_exceeds_capacity(m, phase, precision, batch, context, count, gpu, zero, recompute):
-    assume(_has_rate(gpu, precision))
+    assume(_has_rate(gpu, precision, phase))
     res = fit(m, f"{gpu}x{count}", precision=precision, phase=phase, batch=batch, context=context, catalog=CAT,
               zero_stage=zero, recompute=recompute)
     lo = res.layout
