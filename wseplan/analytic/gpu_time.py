@@ -18,7 +18,8 @@ of its layers (:mod:`.layers`); a uniform model has one type. The inference pass
   score matrix and passes it through HBM (:func:`materialized_scores_s`, the bytes of Korthikanti et al. 2022).
 * **Element-wise operators** move ``elementwise_vectors_per_token`` d-wide 16-bit vectors per token per block.
 * **Tensor parallelism**: two all-reduces (or reduce-scatter + all-gather with sequence parallelism) per block
-  per pass on NVLink (alpha-beta ring, :mod:`wseplan.analytic.collectives`).
+  per pass on the scale-up network (alpha-beta ring, :mod:`wseplan.analytic.collectives`; a full mesh gives a group
+  of g GPUs g - 1 links, :class:`_Links`).
 * **Pipeline**: ``t = t_mb (m + (p-1)/v)`` — the bubble ``(p-1)/(v m)`` of Narayanan et al. (2021), eq. 2
   (``v = 1``: the plain 1F1B bubble ``(p-1)/(m+p-1)`` of the whole pipeline); point-to-point activations.
 * **Data parallelism**: gradient all-reduce (ZeRO-1/2: reduce-scatter + all-gather) over InfiniBand,
