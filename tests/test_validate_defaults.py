@@ -168,7 +168,7 @@ def test_a_row_the_models_cannot_take_is_recorded_not_fatal(cat):
                 model="llama-3-8b", input_len=1024, n_devices=1)
     # a GEMV kernel in a format the GPU has no rate for (the catalog raises ValueError): recorded as a model error
     gemv = Case(id="K1", category="micro", phase="kernel", model="GEMV [1,16K]x[16K,16K]", metric="latency_ms",
-                value=0.3, unit="ms", hardware="mi300x", quality="strong", fields={"precision": "fp32", "n_devices": 1,
+                value=0.3, unit="ms", hardware="mi325x", quality="strong", fields={"precision": "fp32", "n_devices": 1,
                                                                                   "tp": 1}, source="test", notes="")
     good = _case("G1", n_devices=8, tp=8, concurrency=1, input_len=2048)
     recs = {r["id"]: r for r in validate_cases([bad, gemv, good], cat)}
