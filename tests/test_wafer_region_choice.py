@@ -109,26 +109,26 @@ SERVE_CASES = [("llama-3.1-70b", "cs3x5", 32), ("llama-3.1-70b", "cs3x5", 64), (
 
 
 @pytest.mark.parametrize("model,target,batch", SERVE_CASES)
-def test_serving_keeps_the_faster_of_the_two_decode_sides(catalog, model, target, batch):
-    """A serving answer weighs the decode side by the decode round and the side by one pass of the whole batch (prompt
-    chunks ride on the decode passes): its request time is the shorter of the two, each forced through
-    ``core_grid_decode`` (2,048-token prompts, 256-token answers, the production profile without speculative
-    decoding: a forced grid would bind the draft model's regions too)."""
+def test_serving_region_gives_the_shortest_request(catalog, model, target, batch):
+    """A serving answer's decode region is the one of the shortest request (``step_s``: prompt chunks ride on the decode
+    passes and a request's own chunks pass every layer group, so neither the fastest decode round nor the fastest pass
+    decides): as short as on every admissible candidate forced through ``core_grid_decode`` (2,048-token prompts,
+    256-token answers, the production profile without speculative decoding: a forced grid would bind the draft model's
+    regions too). Before, the answer weighed three regions besides the decode round's (the whole batch's pass, both
+    searches' best squares; a square of the wafer's shorter side where no square was admissible, unflagged)."""
     cfg = {"batch": np.array([float(batch)]), "context": np.array([2048.0]), "output_tokens": np.array([256.0])}
     s = setup(model, target, phase="serve", options={"speculative": "none"}, catalog=catalog)
     auto = evaluate(s, dict(cfg))
-    fam, ctx = s.family, s.ctx
-    rows = fam.candidates(ctx, dict(cfg, num_wafers=np.full(1, np.nan)))[0]
-    k = int(auto["num_wafers"][0])
-    one = {key: v[rows["num_wafers"] == k] for key, v in rows.items()}
-    staged = fam._with_stages(ctx, one, fam.fit(ctx, one))
-    sides = {(int(staged["_rows_d"][0]), int(staged["_cols_d"][0]))} | {(int(a[0][0]), int(a[1][0])) for a in staged["_alt_d"]}
-    forced = []
-    for side in sides:
-        fs = setup(model, target, phase="serve", options={"core_grid_decode": side, "speculative": "none"},
-                   catalog=catalog)
-        forced.append(float(evaluate(fs, dict(cfg, num_wafers=np.array([float(k)])))["step_s"][0]))
-    assert float(auto["step_s"][0]) == pytest.approx(min(forced), rel=1e-9)
+    assert bool(auto["fits"][0]) and not auto["time.region_fallback"][0]
+    k = np.array([float(auto["num_wafers"][0])])
+    chosen = (int(auto["time.region_decode_rows"][0]), int(auto["time.region_decode_cols"][0]))
+    sides = _admissible_sides(s, auto, batch, context=2048.0 + 256.0)
+    assert chosen in sides and len(sides) > 1
+    forced = {side: float(evaluate(setup(model, target, phase="serve", options={"core_grid_decode": side,
+                                                                                "speculative": "none"}, catalog=catalog),
+                                   dict(cfg, num_wafers=k))["step_s"][0]) for side in sides}
+    assert float(auto["step_s"][0]) == min(forced.values()), (chosen, forced)
+    assert forced[chosen] == float(auto["step_s"][0])
 
 
 PREFILL_CASES = [("llama-3.1-8b", "cs3", b, sw) for b in (1, 4, 16) for sw in ("wafer-production", "wafer-research")] + \

@@ -178,14 +178,16 @@ class InferenceMixin:
                           for k in dict.fromkeys([*best_parts, *parts])}
         return best, best_parts
 
-    def infer_time(self, ctx, cfg: dict) -> dict:
+    def infer_time(self, ctx, cfg: dict, arrays: bool = False) -> dict:
+        """The phase's times of every row of ``cfg``: a few rows (one configuration) in Python floats where the family
+        can, unless ``arrays`` (many candidates of a few rows: one array pass is cheaper than a float pass each)."""
         B = np.asarray(cfg["batch"], dtype=float)
         n = len(B)
         cols = dict(B=B, C=np.asarray(cfg["context"], dtype=float), O=np.asarray(cfg["output_tokens"], dtype=float),
                     R=np.asarray(self.replicas(ctx, cfg), dtype=float))
         cols["ndev"] = np.asarray(self.devices_per_replica(ctx, cfg), dtype=float) * cols["R"]
         out = None
-        if n <= X.SCALAR_ROWS and getattr(self, "pass_row", None) is not None:
+        if n <= X.SCALAR_ROWS and not arrays and getattr(self, "pass_row", None) is not None:
             vals = [(v if v.shape == (n,) else np.broadcast_to(v, (n,))).tolist() for v in cols.values()]
             try:
                 out = _columns([self._infer(ctx, cfg, i, *row) for i, row in enumerate(zip(*vals))])
@@ -197,6 +199,23 @@ class InferenceMixin:
         out["bottleneck"] = argmax_code(parts, n)
         out["breakdown"] = {k: _as_n(v, n) for k, v in parts.items()}
         return out
+
+    def serving_passes(self, ctx, B: float, C: float, O: float, counts) -> list:
+        """The pass keywords (:meth:`pass_time`) of every pass of the target an in-flight serving answer of one row
+        (floats; ``counts``: the micro-batch counts its decode round tries, :func:`E.round_counts`) may ask for: the rounds with and without prompt chunks, with their verification rounds under
+        speculative decoding, the arrival form's passes, and the own-prompt passes of each micro-batch count the round
+        may choose and each chunk."""
+        eng = ctx.engine
+        budget = float(eng.token_budget.si)
+        pre = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
+        out = [_round_pass(X.ceil(B / n), C + O / 2.0, _spec_prompts(ctx, p, t), b, t) for p, b in
+               ((pre, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0) for n in counts]
+        if _routed(ctx) or self.arrivals_whole:  # the arrival form's passes (with a chunk, none; arrays ask for them at B = 1)
+            out += [_round_pass(X.ceil(B / n), C + O / 2.0, c / X.ceil(B / n), budget, t)
+                    for c in (0.0, C) for t in _per_seq(ctx, 1.0) for n in counts]
+        chunks = E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens))
+        return out + [kw for n in counts for kw in _prompt_passes(B, C, O, budget, n)[3:]] + [
+            _prompt_passes(B, C, O, budget, n, c)[3] for n in counts for c in chunks[1:]]
 
     def _infer(self, ctx, cfg, rows, B, C, O, R, ndev) -> dict:
         """The phase's times of ``rows`` (an index array, the columns arrays; or one row's index and floats)."""
@@ -238,37 +257,12 @@ class InferenceMixin:
                 pre_per_seq = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
 
                 chunks = E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens))
-
-                def prompt_passes(nmb, cap=None):
-                    """Own prompt: chunks of the pass's spare budget (at most ``cap`` tokens), one chunk per micro-batch
-                    slot of the round: ``(spare, passes, chunk, own chunk's pass, a full spare budget's pass)``."""
-                    spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
-                    if cap is None:
-                        passes = X.ceil(C / spare)
-                        chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
-                    else:  # a finer cut, as the prefill's
-                        chunk, passes = E.cut_passes(C, X.minimum(spare, cap))
-                    common = dict(decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0,
-                                  prefill_seqs=X.ones_like(B))
-                    return (spare, passes, chunk, dict(common, prefill_tokens=chunk, prefill_span=chunk),
-                            dict(common, prefill_tokens=spare, prefill_span=spare))
-
+                prompt_passes = lambda nmb, cap=None: _prompt_passes(B, C, O, budget, nmb, cap)  # noqa: E731
                 announce = getattr(self, "announce_row", None)
                 if type(rows) is int and announce is not None:
-                    # one configuration: every pass of the target the answer may ask for, announced (the rounds with
-                    # and without prompt chunks, with their verification rounds; the own-prompt passes of each
-                    # micro-batch count the round may choose)
-                    def passes():
-                        counts = E.round_counts(B, _at(self.pipeline_stages(ctx, cfg), rows))
-                        out = [_round_pass(X.ceil(B / n), C + O / 2.0, _spec_prompts(ctx, p, t), b, t) for p, b in
-                               ((pre_per_seq, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0)
-                               for n in counts]
-                        if arrivals is not None and pre_per_seq > 0:  # the arrival form's passes (with a chunk, none)
-                            out += [_round_pass(X.ceil(B / n), C + O / 2.0, c / X.ceil(B / n), budget, t)
-                                    for c in (0.0, C) for t in _per_seq(ctx, 1.0) for n in counts]
-                        return out + [kw for n in counts for kw in prompt_passes(n)[3:]] + [
-                            prompt_passes(n, c)[3] for n in counts for c in chunks[1:]]
-                    with announce(ctx, cfg, rows, passes):
+                    # one configuration: every pass of the target the answer may ask for, announced
+                    with announce(ctx, cfg, rows, lambda: self.serving_passes(
+                            ctx, B, C, O, E.round_counts(B, _at(self.pipeline_stages(ctx, cfg), rows)))):
                         tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
                                                                         prefill_per_seq=pre_per_seq, budget=budget,
                                                                         chunk=arrivals)
@@ -312,6 +306,22 @@ class InferenceMixin:
             out["draft_fits"] = dfit
         out["_parts"] = parts
         return out
+
+
+def _prompt_passes(B, C, O, budget, nmb, cap=None):
+    """A request's own prompt in in-flight serving: chunks of the pass's spare budget (at most ``cap`` tokens), one
+    chunk per micro-batch slot of the round of ``nmb`` micro-batches: ``(spare, passes, chunk, own chunk's pass, a full
+    spare budget's pass)``."""
+    spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
+    if cap is None:
+        passes = X.ceil(C / spare)
+        chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
+    else:  # a finer cut, as the prefill's
+        chunk, passes = E.cut_passes(C, X.minimum(spare, cap))
+    common = dict(decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0,
+                  prefill_seqs=X.ones_like(B))
+    return (spare, passes, chunk, dict(common, prefill_tokens=chunk, prefill_span=chunk),
+            dict(common, prefill_tokens=spare, prefill_span=spare))
 
 
 def _routed(ctx) -> bool:

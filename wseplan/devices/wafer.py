@@ -31,9 +31,10 @@ from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
 from .wafer_notes import resident_notes
 from .registry import register
-from .wafer_regions import _remembered, admissible, best_prefill_side, best_side, handover_cycles, region_shapes, riders
+from .wafer_regions import _remembered, admissible, best_prefill_side, best_serving_side, best_side, handover_cycles, region_shapes
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
+from .wafer_row import MEMO_ROWS, kernels_rows
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
 
@@ -308,11 +309,8 @@ class WaferFamily(InferenceMixin, Family):
         own = ctx.q.phase == "prefill" or (ctx.q.phase == "serve" and ctx.engine.scheduling == "static")
         cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg),
                                 kinds=("decode", "prefill") if own else ("decode",))
-        out = self.infer_time(ctx, cfg)
-        seen = [(cfg["_rows_d"], cfg["_cols_d"])]
-        for alt in cfg.pop("_alt_d", ()):
-            self._weigh_decode_sides(ctx, cfg, out, alt, seen)
-            seen.append(alt)
+        served = cfg.pop("_served", None)  # a serving search's answers on the regions it chose
+        out = self.infer_time(ctx, cfg) if served is None else served
         out["region_fallback"] = np.asarray(cfg.get("_fallback", np.zeros(len(cfg["batch"]), dtype=bool)), dtype=float)
         for ph in ("decode", "prefill"):
             if f"_rows_{ph[0]}" in cfg:
@@ -320,43 +318,6 @@ class WaferFamily(InferenceMixin, Family):
                 out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
                 out[f"pipeline_stages_{ph}"] = cfg[f"_groups_{ph[0]}"]
         return out
-
-    def _weigh_decode_sides(self, ctx: WaferContext, cfg: dict, out: dict, alt, seen=()) -> None:
-        """Serving: where the decode region of one pass of the whole batch (``alt``) differs from that of the decode
-        round, the rows are answered on it too and keep the shorter request (prompt chunks ride on the decode passes,
-        and a request's own chunks pass every layer group: more groups of smaller regions speed the decode round but
-        can slow the prompt's way through). ``out`` and ``cfg``'s decode regions updated in place; rows whose ``alt`` is
-        one of the regions ``seen`` (already weighed) are skipped."""
-        (ar, ac), n = alt, len(alt[0])
-        idx = np.nonzero(np.logical_and.reduce([(ar != pr) | (ac != pc) for pr, pc in [*seen, (cfg["_rows_d"], cfg["_cols_d"])]]))[0]
-        if not len(idx):
-            return
-        sub = {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v) for k, v in cfg.items()}
-        sub["_rows_d"], sub["_cols_d"] = ar[idx], ac[idx]
-        sub["_groups_d"] = self._groups(ctx, sub, ar[idx], ac[idx]).sum(axis=1)
-        last = getattr(ctx, "_draft_for", None)
-        if last is not None and last[0] is cfg:  # the draft model's layout of these rows, as laid out for cfg
-            ctx._draft_for = (sub, {k: (v[idx] if type(v) is np.ndarray and v.shape[:1] == (n,) else v)
-                                    for k, v in last[1].items()})
-        other = self.infer_time(ctx, sub)
-        ctx._draft_for = last
-        take = np.zeros(n, dtype=bool)
-        take[idx] = other["step_s"] < out["step_s"][idx]
-        if not take.any():
-            return
-
-        def merged(mine, theirs):
-            full = np.array(np.broadcast_to(np.asarray(mine), (n,)), dtype=np.asarray(mine).dtype)
-            full[idx] = np.where(take[idx], np.asarray(theirs), full[idx])
-            return full
-
-        for k, v in other.items():
-            if k == "breakdown":
-                out[k] = {p: merged(out[k].get(p, np.zeros(n)), v.get(p, np.zeros(len(idx)))) for p in dict.fromkeys([*out[k], *v])}
-            else:
-                out[k] = merged(out[k], v)
-        for k in ("_rows_d", "_cols_d", "_groups_d"):
-            cfg[k] = merged(cfg[k], sub[k])
 
     def _with_stages(self, ctx: WaferContext, cfg: dict, fit: dict, kinds=("decode", "prefill")) -> dict:
         """``cfg`` plus the per-wafer layer counts and bytes of the fit's partition, and the region and layer
@@ -376,38 +337,38 @@ class WaferFamily(InferenceMixin, Family):
 
     def _regions(self, ctx: WaferContext, cfg: dict, kinds) -> None:
         """The region (``_rows_<k>``, ``_cols_<k>``) and layer groups (``_groups_<k>``) of each pass kind of
-        ``kinds`` into ``cfg``."""
+        ``kinds`` into ``cfg``; a serving search also leaves the answers on its regions (``_served``)."""
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         n = len(B)
         kv, _ = self.kv_and_working_tokens(ctx, B, C, O)
         layer_bytes = wt.largest_layer_bytes_array(ctx.m, precision=ctx.q.precision, batch=B, context=kv)
-        c_ = C if ctx.q.phase == "decode" else C + O / 2.0
-        # under speculative decoding the decode regions serve the verification rows (k + 1 per sequence) where the
-        # draft fits beside the target and speculating is faster: the region search weighs both with the draft's round
-        mb, spec = 1.0, None
-        if "decode" in kinds and getattr(ctx, "spec", None) and ctx.grids["decode"] is None:
-            dctx, dcfg = self.draft_setup(ctx, cfg)
-            fits = self.draft_fits(ctx, cfg, np.arange(n), dctx, dcfg)
-            k = ctx.spec["draft_tokens"]
-            draft = self._draft_round(dctx, dcfg, np.asarray(B, dtype=float), np.asarray(c_, dtype=float)) - self.step_host_s(dctx)
-            acc = ctx.spec["accepted_per_step"]
-            spec = (k, acc, draft * ctx.clock, fits)
-            mb = np.where(fits, k + 1.0, 1.0)
         ok = admissible(ctx, cfg, layer_bytes) if any(ctx.grids[ph] is None for ph in kinds) else None
-        for ph in kinds:
+        for ph in sorted(kinds, reverse=True):  # prefill first: a serving search times whole answers, prompts included
             g = ctx.grids[ph]
-            if g is None:
-                found = best_side(ctx, cfg, ph, mb, c_, layer_bytes, spec, ok, riders(ctx, B, C, O), squares=True) \
-                    if ph == "decode" else (best_prefill_side(self, ctx, cfg, layer_bytes, ok),)
-                cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"] = found[0]
-                if ph == "decode" and ctx.q.phase == "serve":  # the other decode regions a serving answer weighs: the
-                    # whole-batch pass's, and both searches' best squares (never slower than WaferLLM's squares alone)
-                    cfg["_alt_d"] = [found[1], *best_side(ctx, cfg, "decode-pass", mb, c_, layer_bytes, ok=ok, squares=True)]
-                cfg["_fallback"] = cfg.get("_fallback", False) | ~ok.any(axis=1)
+            if g is not None:
+                cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[0])), np.full(n, float(g[1]))
+            elif ph == "prefill":
+                cfg["_rows_p"], cfg["_cols_p"] = best_prefill_side(self, ctx, cfg, layer_bytes, ok)
+            elif ctx.q.phase == "serve":  # the region of the shortest request, every admissible one answered
+                cfg["_rows_d"], cfg["_cols_d"], cfg["_served"] = best_serving_side(self, ctx, cfg, ok)
             else:
-                cfg[f"_rows_{ph[0]}"] = np.full(n, float(g[0]))
-                cfg[f"_cols_{ph[0]}"] = np.full(n, float(g[1]))
+                cfg["_rows_d"], cfg["_cols_d"] = best_side(ctx, cfg, *self._spec_rounds(ctx, cfg), layer_bytes, ok)
+            if g is None:
+                cfg["_fallback"] = cfg.get("_fallback", False) | ~ok.any(axis=1)
             cfg[f"_groups_{ph[0]}"] = self._groups(ctx, cfg, cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"]).sum(axis=1)
+
+    def _spec_rounds(self, ctx: WaferContext, cfg: dict):
+        """The decode search's ``(KV tokens, spec)``: under speculative decoding the search weighs the plain round and
+        the verification round (k + 1 rows per sequence) with the draft's round (:func:`.wafer_regions.best_side`)."""
+        B = np.asarray(cfg["batch"], dtype=float)
+        c_ = np.asarray(cfg["context"], dtype=float) + (0.0 if ctx.q.phase == "decode" else cfg["output_tokens"] / 2.0)
+        if not getattr(ctx, "spec", None):
+            return c_, None
+        dctx, dcfg = self.draft_setup(ctx, cfg)
+        fits = self.draft_fits(ctx, cfg, np.arange(len(B)), dctx, dcfg)
+        draft = self._draft_round(dctx, dcfg, B, c_) - self.step_host_s(dctx)
+        k = ctx.spec["draft_tokens"]
+        return c_, (k, ctx.spec["accepted_per_step"], draft * ctx.clock, fits)
 
     def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None,
                 chunk=None):
@@ -549,17 +510,25 @@ class WaferFamily(InferenceMixin, Family):
         # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
         if "_rows_p" not in cfg and not has_d.all():
             self._regions(ctx, cfg, ("prefill",))
-        r_ = np.where(has_d, cfg["_rows_d"][rows], cfg["_rows_p"][rows]) if "_rows_p" in cfg else cfg["_rows_d"][rows]
-        c_ = np.where(has_d, cfg["_cols_d"][rows], cfg["_cols_p"][rows]) if "_rows_p" in cfg else cfg["_cols_d"][rows]
+        def side(k):  # (the prefill regions are chosen first: no decode regions yet)
+            if "_rows_d" not in cfg:
+                return cfg[f"_{k}_p"][rows]
+            return np.where(has_d, cfg[f"_{k}_d"][rows], cfg[f"_{k}_p"][rows]) if "_rows_p" in cfg else cfg[f"_{k}_d"][rows]
+        r_, c_ = side("rows"), side("cols")
         fk, c = ctx.fk, ctx.c
         dtok = dseq * new_per_seq
         # the kernels depend on the region and the pass's sizes alone: evaluated once per distinct combination
         kcols = [r_, c_, dseq, ptok] + [_as_n(v, n) for v in (decode_kv, prefill_span, prefill_kv, prefill_seqs, new_per_seq)]
-        first, inv = unique_rows(*kcols) if n > 8 else (None, None)
-        blk, head = self._pass_kernels(ctx, *(kcols if first is None else [v[first] for v in kcols]))
-        if first is not None:
-            blk = {k: v[inv] for k, v in blk.items()}
-            head = {k: v[inv] for k, v in head.items()}
+        # a few entries: from the setup's kernel memo (a serving search announces every pass of its candidates)
+        got = kernels_rows(self, ctx, list(zip(*(v.tolist() for v in kcols)))) if n <= MEMO_ROWS else None
+        if got is not None:
+            blk, head = got
+        else:
+            first, inv = unique_rows(*kcols) if n > 8 else (None, None)
+            blk, head = self._pass_kernels(ctx, *(kcols if first is None else [v[first] for v in kcols]))
+            if first is not None:
+                blk = {k: v[inv] for k, v in blk.items()}
+                head = {k: v[inv] for k, v in head.items()}
         blk_total = sum(_as_n(v, n) for v in blk.values())
         head_total = sum(_as_n(v, n) for v in head.values())
         act_bytes = (dtok + ptok) * ctx.m.d_model * fk["dtype_bytes"]

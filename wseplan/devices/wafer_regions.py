@@ -25,7 +25,7 @@ from ..analytic import elementwise as X
 from ..analytic import engine as E
 from ..analytic import fabric as fab
 from ..analytic import wse_time as wt
-from .wafer_row import MEMO_MAX, keep_decode_table
+from .wafer_row import MEMO_MAX, MEMO_ROWS, keep_decode_table, prefetch_rows
 
 
 def _remembered(ctx, memo_name: str, key, compute):
@@ -78,25 +78,13 @@ def admissible(ctx, cfg, layer_bytes):
     return (capr[None, :] >= layer_bytes[:, None]) & (np.ceil(sb_max[:, None] / capr[None, :]) <= np.maximum(regions, 1)[None, :])
 
 
-def _first_best(ctx, cost, squares: bool = False):
+def _first_best(ctx, cost):
     """Per row ``(rows, cols)`` of the first candidate region of least finite ``cost`` [rows x candidates]; a square of
-    the wafer's shorter side where none is. ``squares``: and the same among the squares alone (WaferLLM's candidates,
-    the first columns), as a second pair."""
+    the wafer's shorter side where none is."""
     anyok = np.isfinite(cost).any(axis=1)
     j = np.argmin(np.where(np.isfinite(cost), cost, np.inf), axis=1)
     fall = float(min(ctx.R, ctx.C))
-    best = np.where(anyok, ctx.region_rows[j], fall), np.where(anyok, ctx.region_cols[j], fall)
-    return (best, _first_best(ctx, cost[:, :len(ctx.sides)])) if squares else best
-
-
-def riders(ctx, B, C, O):
-    """In-flight serving: (prompt tokens per decoding sequence, pass budget) riding on the decode round, as the engine
-    puts them there (the other requests' prompts, :mod:`~wseplan.devices.inference`); None for decode and static
-    batches."""
-    if ctx.q.phase != "serve" or ctx.engine.scheduling == "static":
-        return None
-    return E.riding_prompt_tokens(batch=np.asarray(B, dtype=float), input_tokens=C, output_tokens=O), \
-        ctx.engine.token_budget.si
+    return np.where(anyok, ctx.region_rows[j], fall), np.where(anyok, ctx.region_cols[j], fall)
 
 
 def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
@@ -133,55 +121,77 @@ def best_prefill_side(family, ctx, cfg, layer_bytes, ok=None):
     return _first_best(ctx, cost)
 
 
-def best_side(ctx, cfg, phase, mb, tokens, layer_bytes, spec=None, ok=None, prompts=None, squares=False):
-    """The region ``(rows, cols)`` minimising one pass kind's time on the replica, among the candidates
+def best_side(ctx, cfg, tokens, spec, layer_bytes, ok=None):
+    """The decode region ``(rows, cols)`` of the fastest decode round on the replica, among the candidates
     (:func:`region_shapes`: squares and near-square rectangles) that tile the wafer, hold the largest layer and leave
-    room for every layer group (WaferLLM's admissibility). Decode: the time per output
-    token of the decode round as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round`
-    compose it (smaller regions give more groups, each busy with its own micro-batch); with ``spec = (k, accepted
-    tokens per step, the draft's round [cycles], whether the draft fits)`` the faster of the plain round and
-    ``(verification round of k + 1 positions + k draft rounds) / accepted``, as the engine chooses. ``decode-pass``: the
-    decode region by one pass of the whole batch (``mb`` positions per sequence) over the fullest wafer's layers and
-    the hand-overs between its groups, which prompt chunks riding on the decode passes favour
-    (:meth:`.WaferFamily.time` weighs both decode regions when serving). Prefill: :func:`best_prefill_side`. ``ok``:
-    :func:`admissible` of the rows where the caller has it. ``prompts = (tokens per decoding sequence, pass budget)``:
-    in-flight serving's prompt chunks riding on the decode round, counted as rows of its passes (a speculative
-    verification round's scaled by the accepted tokens), so that the region serves the round it will run.
-    ``squares``: ``(best, best among the squares alone)``, from the same costs (a serving answer weighs both)."""
+    room for every layer group (WaferLLM's admissibility): the time per output token of the round at ``tokens`` of KV
+    as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round` compose it (smaller regions give
+    more groups, each busy with its own micro-batch); with ``spec = (k, accepted tokens per step, the draft's round
+    [cycles], whether the draft fits)`` the faster of the plain round and ``(verification round of k + 1 positions + k
+    draft rounds) / accepted``, as the engine chooses. ``ok``: :func:`admissible` of the rows where the caller has it.
+    Serving: :func:`best_serving_side`; prefill: :func:`best_prefill_side`."""
     n = len(layer_bytes)
     capr = region_capacity(ctx, ctx.region_rows, ctx.region_cols)
-    sb_max = np.where(cfg["_valid"], cfg["_sb"], -np.inf).max(axis=1)
     ok = admissible(ctx, cfg, layer_bytes) if ok is None else ok
     cost = np.full((n, len(capr)), np.inf)
     cols = np.nonzero(ok.any(axis=0))[0]
     if len(cols):
         tok = np.broadcast_to(np.asarray(tokens, dtype=float), (n,))
         shape = (ctx.region_rows[cols], ctx.region_cols[cols])
-        if phase == "decode":
-            rounds = [(1.0, prompts)]
-            if spec is not None:  # and the verification round, in the same array pass
-                k, g, draft, fits = spec
-                rounds.append((k + 1.0, None if prompts is None else (prompts[0] * g, prompts[1])))
-            est, *verify = _decode_round_cycles(ctx, cfg, rounds, tok, shape, capr[cols])
-            if spec is not None:
-                verify = verify[0]
-                est = np.where(np.asarray(fits)[:, None], np.minimum(est, (verify + k * np.asarray(draft)[:, None]) / g), est)
-        else:  # decode-pass
-            rows = np.broadcast_to((np.asarray(cfg["batch"], dtype=float) * mb)[:, None], (n, len(cols)))
-            key = (phase, rows.tobytes(), tok.tobytes(), shape[0].tobytes(), shape[1].tobytes()) if n == 1 else None
-            tot = _remembered(ctx, "_side_memo", key, lambda: _decode_tables(ctx, rows, tok, shape)[0])
-            # and the hand-overs between the fullest wafer's layer groups (as pass_time: the pass's activations cross
-            # the region, then a kernel launch), so that smaller regions pay for the stages they add
-            grp = np.minimum(np.ceil(sb_max[:, None] / capr[None, cols]), np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None])
-            hand = handover_cycles(ctx.fk, shape[0][None, :], shape[1][None, :], rows * ctx.m.d_model * ctx.fk["dtype_bytes"])
-            est = tot * np.maximum(cfg["_nl"].max(axis=1), 1.0)[:, None] + np.maximum(grp - 1.0, 0.0) * hand
+        # the plain round and the verification round, in the same array pass
+        est, *verify = _decode_round_cycles(ctx, cfg, [1.0] + ([] if spec is None else [spec[0] + 1.0]), tok, shape,
+                                            capr[cols])
+        if spec is not None:
+            k, g, draft, fits = spec
+            est = np.where(np.asarray(fits)[:, None], np.minimum(est, (verify[0] + k * np.asarray(draft)[:, None]) / g), est)
         cost[:, cols] = np.where(ok[:, cols], est, np.inf)
-    return _first_best(ctx, cost, squares)
+    return _first_best(ctx, cost)
+
+
+def best_serving_side(family, ctx, cfg, ok):
+    """Serving: the decode region ``(rows, cols)`` of each row on which its request is shortest (``step_s``: its
+    time to first token and decode steps, the prompt chunks riding on the decode passes and the engine's prefill
+    queue included), and the answers there (``infer_time``'s columns): every admissible candidate (``ok``) answered
+    by the family's own serving time in one evaluation of the rows repeated once per candidate (a row with none: the
+    square of the wafer's shorter side, as :func:`best_side`), the first of least time kept. Smaller regions speed
+    the decode round with more layer groups, but a request's own prompt chunks pass every group: neither the fastest
+    round nor the fastest pass is the shortest request."""
+    n = len(ok)
+    rows, cand = np.nonzero(np.concatenate([ok, ~ok.any(axis=1)[:, None]], axis=1))  # by row, candidates in order
+    fall = float(min(ctx.R, ctx.C))
+    last = len(ctx.region_rows)
+    r_ = np.where(cand < last, ctx.region_rows[np.minimum(cand, last - 1)], fall)
+    c_ = np.where(cand < last, ctx.region_cols[np.minimum(cand, last - 1)], fall)
+    dcfg = family.draft_setup(ctx, cfg)[1] if getattr(ctx, "spec", None) else None
+    take = lambda d: {k: (v[rows] if type(v) is np.ndarray and v.shape[:1] == (n,) else v) for k, v in d.items()}  # noqa: E731
+    sub = take(cfg)
+    sub["_rows_d"], sub["_cols_d"] = r_, c_
+    sub["_groups_d"] = family._groups(ctx, sub, r_, c_).sum(axis=1)
+    if dcfg is not None:  # the draft model's layout of the repeated rows, as laid out for cfg's
+        ctx._draft_for = (sub, take(dcfg))
+    if len(rows) <= MEMO_ROWS and ctx.engine.scheduling != "static" and getattr(family, "announce_row", None):
+        # a question's candidates: every pass of each, its kernels in one array pass (the composition takes them from
+        # the setup's memo, :func:`.wafer_row.kernels_rows`)
+        B, C, O, G = (np.asarray(sub[k], dtype=float).tolist() for k in ("batch", "context", "output_tokens", "_groups_d"))
+        keys = [(b, c, o, tuple(E.round_counts(b, g))) for b, c, o, g in zip(B, C, O, G)]
+        lists: dict = {}  # a question's candidates differ in their regions and micro-batch counts alone
+        for key in keys:
+            if key not in lists:
+                lists[key] = family.serving_passes(ctx, *key)
+        prefetch_rows(family, ctx, [(sub, i, lists[key]) for i, key in enumerate(keys)])
+    out = family.infer_time(ctx, sub, arrays=True)
+    t = np.asarray(out["step_s"], dtype=float)
+    order = np.lexsort((np.arange(len(rows)), np.where(np.isnan(t), np.inf, t), rows))
+    best = order[np.concatenate([[True], rows[order][1:] != rows[order][:-1]])]  # one per row, in row order
+    pick = lambda v: v[best] if type(v) is np.ndarray and v.shape[:1] == (len(rows),) else v  # noqa: E731
+    served = {k: ({p: pick(np.broadcast_to(x, t.shape)) for p, x in v.items()} if k == "breakdown" else pick(v))
+              for k, v in out.items()}
+    return r_[best], c_[best], served
 
 
 def _decode_round_cycles(ctx, cfg, rounds, kv, shape, capr):
-    """Decode rounds [cycles, rows x regions] on each region of ``shape = (rows, cols)``, one per ``(positions per sequence, prompts)`` of
-    ``rounds`` (``prompts`` as :func:`best_side`'s, or None), composed as :meth:`.WaferFamily.pass_time` and
+    """Decode rounds [cycles, rows x regions] on each region of ``shape = (rows, cols)``, one per count of positions per
+    sequence of ``rounds``, composed as :meth:`.WaferFamily.pass_time` and
     :func:`~wseplan.analytic.engine.decode_round` compose it: the layer groups per wafer as
     :meth:`.WaferFamily._groups`, a micro-batch's pass (every block, the hand-overs between groups, the LM head, the
     wafer-to-wafer links) and its slowest group (a wafer's first group ends with a hand-over, its last with the LM
@@ -194,7 +204,7 @@ def _decode_round_cycles(ctx, cfg, rounds, kv, shape, capr):
     if len(B) == 1:
         f = lambda v: np.ascontiguousarray(v, dtype=float).tobytes()  # noqa: E731
         key = (b"".join(f(v) for v in (B, kv, shape[0], shape[1], cfg["_sb"], cfg["_nl"], cfg["_valid"])),
-               tuple((f(p), None if pr is None else (f(pr[0]), f(pr[1]))) for p, pr in rounds))
+               tuple(rounds))
     return _remembered(ctx, "_side_memo", key, lambda: _round_cycles(ctx, cfg, rounds, kv, shape, capr))
 
 
@@ -220,14 +230,7 @@ def _round_cycles(ctx, cfg, rounds, kv, shape, capr):
     tops = np.stack([np.minimum(p, bound) for p in powers] + [bound])
     seqs = np.ceil(B / tops)
     count = np.ceil(B / seqs)
-    every = []
-    for per_seq, prompts in rounds:
-        per_seq = np.asarray(per_seq, dtype=float)
-        rows = seqs * (per_seq[:, None] if per_seq.ndim else per_seq)
-        if prompts is not None:  # the prompt tokens riding on each pass, at most what the pass's budget leaves
-            pre, budget = (np.broadcast_to(np.asarray(v, dtype=float), B.shape[:1])[None, :, None] for v in prompts)
-            rows = np.ceil(rows + np.minimum(seqs * pre, np.maximum(budget - rows, 0.0)))
-        every.append(rows)
+    every = [seqs * per_seq for per_seq in rounds]
     T = len(tops)
     tables = _decode_tables(ctx, np.concatenate(every) if len(every) > 1 else every[0], np.asarray(kv, dtype=float), shape)
     out = []

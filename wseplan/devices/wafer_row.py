@@ -30,6 +30,8 @@ MEMO_MAX = 4096
 TABLES_MAX = 4
 #: the most entries of a kept table
 TABLE_ENTRIES_MAX = 512
+#: an array pass of at most this many entries takes its kernels from the setup's memo (:func:`kernels_rows`)
+MEMO_ROWS = 64
 
 _KEY = struct.Struct("9d").pack  # the kernel arguments' exact bits (-0.0 and NaN payloads kept apart)
 
@@ -141,13 +143,13 @@ def announce_row(fam, ctx, cfg, i: int, passes):
                 break
 
 
-def prefetch_rows(fam, ctx, entries, extra=None) -> None:
+def prefetch_rows(fam, ctx, entries, extra=()) -> None:
     """Remember the kernels of the passes of every ``(cfg, i, passes)`` entry (keyword dicts of :func:`pass_row` for
-    row ``i`` of ``cfg``), and of the kernel arguments ``extra``, that the memo lacks, in one array pass."""
+    row ``i`` of ``cfg``), and of the kernel arguments of ``extra``, that the memo lacks, in one array pass."""
     memo = ctx.__dict__.setdefault("_kernel_memo", {})
     seen, todo = set(), []
     args = [_kernel_args(fam, ctx, cfg, i, **kw) for cfg, i, passes in entries for kw in passes]
-    for a in args + ([extra] if extra is not None else []):
+    for a in args + list(extra):
         key = _KEY(*a)
         if key not in memo and key not in seen:
             seen.add(key)
@@ -168,12 +170,30 @@ def kernels_row(fam, ctx, args: tuple):
         if pending:  # every announced pass (of every announcing row) and this one, in one array pass
             todo = list(pending)
             pending.clear()
-            prefetch_rows(fam, ctx, [(cfg_, i_, passes()) for cfg_, i_, passes in todo], extra=args)
+            prefetch_rows(fam, ctx, [(cfg_, i_, passes()) for cfg_, i_, passes in todo], extra=[args])
             hit = memo.get(key)
         if hit is None:
             _evaluate(fam, ctx, memo, [args])
             hit = memo[key]
     return hit
+
+
+def kernels_rows(fam, ctx, args: list):
+    """Block and head kernel parts [cycles] of the passes ``args`` (:func:`_kernel_args` tuples) as arrays over them
+    (the parts' union, 0 where a pass lacks one), from the setup's memo; the misses, with the announced passes, in one
+    array pass. None where the memo cannot hold them all (the caller evaluates the arrays)."""
+    memo = ctx.__dict__.setdefault("_kernel_memo", {})
+    keys = [_KEY(*a) for a in args]
+    if not all(k in memo for k in keys):
+        pending = ctx.__dict__.get("_announced") or []
+        todo = list(pending)
+        pending.clear()
+        prefetch_rows(fam, ctx, [(cfg_, i_, passes()) for cfg_, i_, passes in todo], extra=args)
+    got = [memo.get(k) for k in keys]
+    if any(g is None for g in got):
+        return None
+    return tuple({k: np.array([g[j].get(k, 0.0) for g in got]) for k in dict.fromkeys(k for g in got for k in g[j])}
+                 for j in (0, 1))
 
 
 def pass_row(fam, ctx, cfg, i: int, *, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
