@@ -12,7 +12,8 @@ serving engine (:mod:`wseplan.analytic.engine`).
 Layout column: ``num_wafers`` (wafers per replica). Searched: without a device count the fewest wafers that fit;
 with ``N`` wafers every replica size from the fewest to ``N`` (``N // k`` replicas). Regions are chosen per pass
 kind (decode GEMV, prefill GEMM) to minimise that pass's per-wafer time among the regions that tile the wafer
-and hold the largest layer, unless given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``).
+and hold the largest layer (serving: the decode region of the shortest request, every admissible one answered), unless
+given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``).
 """
 from __future__ import annotations
 

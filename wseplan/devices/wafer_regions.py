@@ -13,7 +13,8 @@ and a wafer whose SRAM holds its bytes always has a region for every layer group
 every layer group of the fullest wafer (WaferLLM's admissibility). Among those, decode takes the region whose decode
 round is fastest, composed as :meth:`.WaferFamily.pass_time` and :func:`~wseplan.analytic.engine.decode_round` compose it
 (smaller regions give more layer groups, each busy with its own micro-batch); prefill the region on which the family's
-own prefill (every prompt pass, pipelined through the groups) is fastest.
+own prefill (every prompt pass, pipelined through the groups) is fastest; serving the region of the shortest request,
+every admissible region answered by the family's serving time in one array evaluation (:func:`best_serving_side`).
 """
 from __future__ import annotations
 
