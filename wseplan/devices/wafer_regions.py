@@ -156,7 +156,15 @@ def best_serving_side(family, ctx, cfg, ok):
     by the family's own serving time in one evaluation of the rows repeated once per candidate (a row with none: the
     square of the wafer's shorter side, as :func:`best_side`), the first of least time kept. Smaller regions speed
     the decode round with more layer groups, but a request's own prompt chunks pass every group: neither the fastest
-    round nor the fastest pass is the shortest request."""
+    round nor the fastest pass is the shortest request. One question's remembered per setup (copies handed out)."""
+    key = None if len(ok) != 1 else b"".join(np.asarray(cfg[k], dtype=float).tobytes() for k in (
+        "batch", "context", "output_tokens", "num_wafers"))
+    r_, c_, served = _remembered(ctx, "_serve_memo", key, lambda: _serving_side(family, ctx, cfg, ok))
+    return r_.copy(), c_.copy(), {k: {p: x.copy() for p, x in v.items()} if k == "breakdown" else v.copy()
+                                  for k, v in served.items()}
+
+
+def _serving_side(family, ctx, cfg, ok):
     n = len(ok)
     rows, cand = np.nonzero(np.concatenate([ok, ~ok.any(axis=1)[:, None]], axis=1))  # by row, candidates in order
     fall = float(min(ctx.R, ctx.C))
