@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from wseplan.analytic import gpu_time as G
+from wseplan.analytic import gpu_pass as P
 from wseplan.calibration_data import gpu_calibration
 from wseplan.catalog import load_catalog
 from wseplan.catalog.precision import datapath_format, training_refusal
@@ -111,10 +111,10 @@ def test_w8a16_decode_gemms_read_one_byte_per_weight_by_hand():
     weights = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096
     assert weights == 218_103_808
     acts = 2.0 * ((6144 + 4096) + (4096 + 4096) + (28672 + 4096) + (4096 + 14336))
-    _, _, parts = G.pass_time_s(m, g, precision="fp8", tokens=1.0, attn_pairs=1.0, kv_read_tokens=1.0,
+    _, _, parts = P.pass_time_s(m, g, precision="fp8", sequences=(P.Sequences(seqs=1.0, tokens=1.0, new=1.0, prior=1.0),),
                                 logits_rows=1.0, tp=1.0, cal=cal)
     assert float(parts["gemm"]) == pytest.approx(m.num_layers * (weights * 1.0 + acts) / hbm, rel=1e-9)
-    _, _, p16 = G.pass_time_s(m, g, precision="bf16", tokens=1.0, attn_pairs=1.0, kv_read_tokens=1.0,
+    _, _, p16 = P.pass_time_s(m, g, precision="bf16", sequences=(P.Sequences(seqs=1.0, tokens=1.0, new=1.0, prior=1.0),),
                               logits_rows=1.0, tp=1.0, cal=cal)
     assert float(p16["gemm"]) == pytest.approx(m.num_layers * (weights * 2.0 + acts) / hbm, rel=1e-9)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from wseplan.analytic import gpu_pass as P
 from wseplan.analytic import gpu_time as G
 from wseplan.calibration_data import gpu_calibration
 from wseplan.catalog import load_catalog
@@ -70,8 +71,9 @@ def test_a_pipeline_hop_on_a_mesh_is_one_link():
     m = resolve_model("llama-3-8b", cat)
     cal = gpu_calibration()
     tokens = 4096.0
-    _, _, parts = G.pass_time_s(m, g, precision="bf16", tokens=tokens, attn_pairs=tokens * 2048.0,
-                                kv_read_tokens=tokens, logits_rows=1.0, tp=1.0, pp=2.0, cal=cal)
+    _, _, parts = P.pass_time_s(m, g, precision="bf16", sequences=(P.Sequences(seqs=1.0, tokens=tokens, new=tokens, prior=0.0,
+                                                                          decode=False),),
+                                logits_rows=1.0, tp=1.0, pp=2.0, cal=cal)
     msg = 2.0 * tokens * 4096  # 16-bit activations x d_model
     assert float(parts["p2p"]) == pytest.approx(cal.nvlink_latency_s + msg / (64e9 * cal.nvlink_frac), rel=1e-12)
 
@@ -87,10 +89,10 @@ def test_mesh_equals_a_switch_of_g_minus_1_links_for_a_tp_group():
                                  "scale_up_link_bandwidth_bytes_per_s": None,
                                  "scale_up_bandwidth_bytes_per_s": Quantity(value=links_used * 64e9, source="test",
                                                                             basis="user")})
-        kw = dict(precision="fp8", tokens=8192.0, attn_pairs=8192.0 * 4096, kv_read_tokens=8192.0, logits_rows=1.0,
-                  tp=float(tp), cal=cal)
-        a, _, pa = G.pass_time_s(m, mesh, **kw)
-        b, _, pb = G.pass_time_s(m, sw, **kw)
+        kw = dict(precision="fp8", sequences=(P.Sequences(seqs=1.0, tokens=8192.0, new=8192.0, prior=0.0, decode=False),),
+                  logits_rows=1.0, tp=float(tp), cal=cal)
+        a, _, pa = P.pass_time_s(m, mesh, **kw)
+        b, _, pb = P.pass_time_s(m, sw, **kw)
         assert float(pa["tp_comm"]) == pytest.approx(float(pb["tp_comm"]), rel=1e-12)
         assert float(a) == pytest.approx(float(b), rel=1e-12)
 
