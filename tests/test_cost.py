@@ -359,3 +359,30 @@ def test_pure_functions_broadcast_over_arrays():
     per_sys = 1.1e6 / 4 + 10 * H * 0.1
     np.testing.assert_allclose(d["total_usd_per_year"], per_sys * np.array([1, 2, 4]), rtol=1e-12)
     assert math.isclose(float(d["usd_per_hour"][0]), per_sys / H, rel_tol=1e-12)
+
+
+def test_fit_inputs_are_not_pinnable_and_server_sizes_are_bounded(cat, prices):
+    """The MemoryX capacity, its DRAM tier and the update servers are read by the fit and the time model too: pinning
+    them in the cost alone would price one MemoryX and time another, so --set refuses them (audit22 F6); a MemoryX
+    server's memory of zero (or 1e-300) would make the server count infinite: refused with the field named."""
+    t = parse_target("cs3x4", cat)
+    params = C.cost_params(prices, cat, t, include_memoryx=True)
+    for name in ("memoryx_capacity_bytes", "memoryx_dram_capacity_bytes", "memoryx_min_nodes"):
+        with pytest.raises(InputError, match=name):
+            C.apply_overrides(params, {f"cs3.{name}": 2e12}, hardware_key="cs3")
+    for name in ("memoryx_node_dram_bytes", "memoryx_node_flash_bytes"):
+        for bad in (0.0, 1e-300):
+            with pytest.raises(InputError, match=f"{name}.*at least 1e9"):
+                C.apply_overrides(params, {name: bad}, hardware_key="cs3")
+    out = C.apply_overrides(params, {"cs3.cluster_node_power_w": 500.0}, hardware_key="cs3")
+    assert out["cluster_node_power_w"].value == 500.0
+
+
+def test_training_cost_note_says_what_the_cluster_servers_add(cat):
+    """The note names the servers counted (not 'not included', which the numbers contradicted: audit22 F5)."""
+    from wseplan.costing import cost
+
+    r = cost("llama-3-8b", "cs3x4", phase="train", batch=256, context=2048, catalog=cat)
+    assert r.metric("cluster_nodes") == 12 + 4 * 4
+    assert any("28 CPU servers" in n and "800 W" in n for n in r.notes)
+    assert not any("not included" in n for n in r.notes)

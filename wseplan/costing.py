@@ -42,6 +42,20 @@ def check_train_tokens(train_tokens) -> float | None:
     return float(train_tokens)
 
 
+def _cluster_note(params: dict, num_systems: float) -> str:
+    """What a wafer training cost counts beside the systems: MemoryX capex, and the cluster's CPU servers' power."""
+    head = "MemoryX capex is estimated from DRAM/flash prices"
+    if "cluster_node_power_w" not in params:
+        return head + "; the cluster's CPU servers (MemoryX, SwarmX) are not counted (the catalog gives no node figures)"
+    p = C.nominal(params)
+    n = float(C.cluster_nodes(num_systems=num_systems, capacity_bytes=p["memoryx_capacity_bytes"],
+                              dram_capacity_bytes=p["memoryx_dram_capacity_bytes"], min_nodes=p["memoryx_min_nodes"],
+                              node_dram_bytes=p["memoryx_node_dram_bytes"], node_flash_bytes=p["memoryx_node_flash_bytes"],
+                              nodes_per_system=p.get("cluster_nodes_per_system", 0.0)))
+    return (head + f"; the cluster's {n:,.0f} CPU servers (MemoryX, SwarmX, input workers, activation servers) draw "
+            f"{p['cluster_node_power_w']:,.0f} W each (an estimate) beside the systems; their capex beyond MemoryX's "
+            "is in the network share")
+
 def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch: int | None = None,
          context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
          overrides: dict[str, float] | None = None, prices_files: list[str] | tuple = (), uncertainty: int = 0,
@@ -145,8 +159,7 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     one["num_devices"] = int(one["num_devices"])
     times = C.TimeInputs(**{k: v for k, v in one.items() if v is None or k == "phase" or math.isfinite(v)})
     if s.family.name == "wafer_streaming":
-        notes.append("MemoryX capex is estimated from DRAM/flash prices; MemoryX and SwarmX power are not included "
-                     "(no published figure)")
+        notes.append(_cluster_note(params, times.num_systems))
     listed = None
     if s.query.target.kind == "wafer" and phase != "train":
         listed = service_price_for(s.query.model, s.query.target, prices, cat)

@@ -129,6 +129,12 @@ HARDWARE_INPUTS = ("capex_usd", "network_frac", "peak_power_w", "rack_units", "c
                    "memoryx_node_flash_bytes", "cluster_nodes_per_system", "model_time_factor")
 
 
+#: inputs shown with the costs that the plan's fit and time also read: not pinnable with ``--set``
+FIT_INPUTS = {"memoryx_capacity_bytes": "the MemoryX option's capacity",
+              "memoryx_dram_capacity_bytes": "the MemoryX DRAM tier's capacity (the stream's rate)",
+              "memoryx_min_nodes": "the MemoryX servers sharing the optimizer update (update_nodes)"}
+
+
 def price_key_of(name: str, catalog) -> str:
     """The prices key a hardware name or alias stands for (``h100`` -> ``h100-sxm``, ``wse3``/``cs-3`` -> ``cs3``).
 
@@ -169,6 +175,10 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
                 continue
         if name not in out:
             raise InputError(f"--set: unknown cost input {key!r}{suggest(name, out)}; inputs here: {', '.join(out)}")
+        if name in FIT_INPUTS:  # the plan's fit and time read these from the catalog: pinning the price alone would split them
+            raise InputError(f"--set: {key} is {FIT_INPUTS[name]}, which the fit and the time model also use; "
+                             + ("choose the option with --memoryx" if name == "memoryx_capacity_bytes" else
+                                "change it in a --catalog file"))
         _check_value(name, val)
         out[name] = Param(name=name, value=val, low=val, high=val, source=["--set on the command line"],
                           basis="user", note="set by the user (--set)")

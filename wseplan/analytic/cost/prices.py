@@ -144,5 +144,7 @@ def _check_value(name: str, val: float, where: str = "--set", label: str | None 
         raise InputError(f"{where}: {what} must be >= 1 (facility power / IT power), got {val}")
     if val < 0:
         raise InputError(f"{where}: {what} must not be negative, got {val}")
+    if name in ("memoryx_node_dram_bytes", "memoryx_node_flash_bytes") and val < 1e9:
+        raise InputError(f"{where}: {what} is the memory of one MemoryX server and must be at least 1e9 B, got {val:g}")
     if val > MAX_ABS_SI:  # beyond it the costs overflow to infinity
         raise InputError(f"{where}: {what} must be at most {MAX_ABS_SI:g}, got {val:g}")
