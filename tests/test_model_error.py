@@ -97,3 +97,23 @@ def test_cost_monte_carlo_samples_the_model_error():
     m0 = next(m for m in fixed.metrics if m.metric == "output_usd_per_mtok")
     assert m.value == pytest.approx(m0.value)  # nominal unchanged
     assert m.p90 - m.p10 > m0.p90 - m0.p10
+
+
+def test_no_interval_end_runs_the_model_above_the_compute_roof():
+    """GPT-3 175B training on 64 CS-3 at batch 1,536 x 2,048 (audit22 F4): the held-out interval, widened for an
+    unvalidated category, would reach a step that runs the model's FLOPs at 123% of the dense peak; its fast end is held
+    at MFU 1 (step x MFU), and the cost's model-error factor is held there too."""
+    from wseplan.costing import cost
+    from wseplan.plan import plan
+
+    r = plan("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
+    assert 0 < r.model_flop_utilization_frac < 1
+    assert r.interval_low == pytest.approx(r.step_s * r.model_flop_utilization_frac, rel=1e-12)
+    assert "compute roof" in r.interval_note
+    c = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
+    f = next(p for p in c.params if p.name == "model_time_factor")
+    assert f.low == pytest.approx(r.model_flop_utilization_frac, rel=1e-12)
+    # a GPU inference interval whose fast end is below the roof keeps it
+    g = plan("llama-3.1-8b", "h100x1", phase="decode", batch=1, context=1024)
+    assert g.interval_high < g.tokens_per_s / g.model_flop_utilization_frac
+    assert "compute roof" not in g.interval_note

@@ -132,6 +132,9 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
     if b is None:
         return None
     lo, hi, note = b
+    mfu = rec.model_flop_utilization_frac
+    if mfu is not None and 0.0 < mfu <= 1.0 and lo < mfu:  # no sample may run the model's FLOPs above the peak
+        lo, note = mfu, note + f"; the fast end held at the compute roof (x{mfu:.3g}: MFU 1)"
     return C.Param(name="model_time_factor", value=1.0, low=min(lo, 1.0), high=max(hi, 1.0), log_scale=True,
                    source=["wseplan-model-error"], basis="estimate",
                    note=f"true time / predicted time of the {q.phase} times; {note}")

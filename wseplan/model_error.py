@@ -213,7 +213,9 @@ def _level_keys(level: float) -> tuple[str, str]:
 
 def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     """``interval_metric``/``interval_low``/``interval_high``/``interval_note`` for a plan record's headline: its
-    ``tokens_per_s`` (inference) or ``step_s`` (training); empty when the record has no time."""
+    ``tokens_per_s`` (inference) or ``step_s`` (training); empty when the record has no time. With the record's
+    ``model_flop_utilization_frac`` the fast end is held at the compute roof: no end of the interval runs the model's
+    FLOPs above the devices' dense peak (MFU 1)."""
     train = rec.get("phase") == "train"
     metric = "step_s" if train else "tokens_per_s"
     v = rec.get(metric)
@@ -224,4 +226,11 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
                   hardware=rec.get("hardware"), software=rec.get("software"))
     if iv is None:
         return {}
-    return {"interval_metric": metric, "interval_low": iv[0], "interval_high": iv[1], "interval_note": iv[2]}
+    lo, hi, note = iv
+    mfu = rec.get("model_flop_utilization_frac")
+    if mfu is not None and 0.0 < mfu <= 1.0:
+        roof = v * mfu if train else v / mfu  # the step at MFU 1, or the throughput at MFU 1
+        if (train and lo < roof) or (not train and hi > roof):
+            lo, hi = (max(lo, roof), hi) if train else (lo, min(hi, roof))
+            note += f"; its fast end held at the compute roof (MFU 1, x{1 / mfu:.3g} the prediction's speed)"
+    return {"interval_metric": metric, "interval_low": lo, "interval_high": hi, "interval_note": note}

@@ -473,7 +473,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
     iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "num_devices": n_dev,
                         "software": calibrated_name(q.software),
                         "step_s": r.get("step_s") if timed else None,
-                        "tokens_per_s": r.get("tokens_per_s") if timed else None},
+                        "tokens_per_s": r.get("tokens_per_s") if timed else None,
+                        "model_flop_utilization_frac": r.get("model_flop_utilization_frac") if timed else None},
                        params_b=_params_b(q.model) if isinstance(q.model, Model) else None)
     return PlanRecord(
         model=q.model.name if hasattr(q.model, "name") else str(q.model), target=label, hardware=t.key, device_kind=t.kind,
