@@ -174,9 +174,13 @@ def test_memoryx_capacity_is_judged_against_the_largest_option(catalog):
     v = check_claim(c, catalog)
     assert v.verdict == "consistent" and v.estimate is True
     assert "2400tb" in v.reason and "largest MemoryX option" in v.reason
-    default = plan("llama-3.1-405b", "cs2x1", phase="train", batch=1, context=2048, catalog=catalog)
-    assert default.details["memoryx"]["option"] == "4tb" and not default.details["memoryx"]["fits"]
-    assert default.details["memoryx"]["required_bytes"] > 405e9 * 16 > 4e12
+    small = plan("llama-3.1-405b", "cs2x1", phase="train", batch=1, context=2048, catalog=catalog,
+                 options={"memoryx_option": "4tb"})
+    assert small.details["memoryx"]["option"] == "4tb" and not small.details["memoryx"]["fits"]
+    assert small.details["memoryx"]["required_bytes"] > 405e9 * 16 > 4e12
+    # without an option the plan takes the smallest that holds it (audit22 F2), here the largest
+    auto = plan("llama-3.1-405b", "cs2x1", phase="train", batch=1, context=2048, catalog=catalog)
+    assert auto.details["memoryx"]["option"] == "2400tb" and auto.details["memoryx"]["fits"]
     # a step-time claim of the same run is timed with the option that holds it, never on the one that does not;
     # hand check: no faster than 6 x 405e9 FLOP x 64 x 2,048 tokens / 6.56 PFLOP/s (WSE-2 dense peak) = 49 s
     step = check_claim(Claim(id="s", text="t", kind="step_time_s", model="llama-3.1-405b", target="cs2x1", batch=64,

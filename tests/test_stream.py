@@ -285,3 +285,19 @@ def test_systems_beyond_the_batch_are_noted_idle(catalog):
     assert a.step_s == pytest.approx(b.step_s, rel=1e-3)
     assert any(n.startswith("1,024 of 2,048 systems left idle") for n in a.notes)
     assert not any("left idle" in n for n in b.notes)
+
+
+def test_memoryx_option_defaults_to_the_smallest_that_holds_the_model():
+    """audit22 F2: without --memoryx every command takes the smallest CS-3 MemoryX option (1.5 TB, 12 TB, 1,200 TB)
+    that holds parameters x 16 B: Llama-3-8B (8.03e9 x 16 = 0.13 TB) gets 1.5 TB and is priced for it (1.5 TB x the
+    $40k/TB DRAM price = $60k), GPT-3 175B (2.8 TB) 12 TB; a named option is kept even where it does not hold."""
+    from wseplan.costing import cost
+    from wseplan.plan import plan
+
+    small = plan("llama-3-8b", "cs3x4", phase="train", batch=64, context=2048)
+    assert small.details["memoryx"]["option"] == "1.5tb" and small.details["memoryx"]["fits"]
+    assert cost("llama-3-8b", "cs3x4", phase="train", batch=64, context=2048).metric("memoryx_capex_usd") == \
+        pytest.approx(1.5 * 40_000, rel=1e-9)
+    assert plan("gpt-3-175b", "cs3x4", phase="train", batch=64, context=2048).details["memoryx"]["option"] == "12tb"
+    named = plan("gpt-3-175b", "cs3x4", phase="train", batch=64, context=2048, options={"memoryx_option": "1.5tb"})
+    assert named.details["memoryx"]["option"] == "1.5tb" and not named.fits

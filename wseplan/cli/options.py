@@ -81,7 +81,8 @@ def reserve_opt() -> typer.models.OptionInfo:
     return typer.Option(None, "--reserve", help="Fraction of SRAM/HBM kept back (default: catalog).")
 
 
-def memoryx_opt(help: str = "Wafer training: MemoryX capacity option (e.g. 12tb).") -> typer.models.OptionInfo:
+def memoryx_opt(help: str = "Wafer training: MemoryX capacity option (e.g. 12tb; default: the smallest that holds the "
+                            "weights and optimizer state).") -> typer.models.OptionInfo:
     """``--memoryx``."""
     return typer.Option(None, "--memoryx", help=help)
 

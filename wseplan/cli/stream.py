@@ -16,7 +16,8 @@ def stream_cmd(
     context: Optional[int] = O.context_opt("Sequence length [tokens] (default: catalog)."),
     precision: str = O.precision_opt(),
     policy: str = O.policy_opt(),
-    memoryx: Optional[str] = O.memoryx_opt("MemoryX capacity option (e.g. 12tb); sets the DRAM/flash tier."),
+    memoryx: Optional[str] = O.memoryx_opt("MemoryX capacity option (e.g. 12tb; default: the smallest that holds the weights and optimizer "
+                                            "state)."),
     systems: Optional[int] = typer.Option(None, "--systems", "-n", help="Data-parallel systems behind SwarmX (default: the target's count or 1)."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per pass per system (default: as many as fit)."),
     fmt: str = O.format_opt(),

@@ -21,7 +21,7 @@ from ..analytic.memory import stream_min_tokens_compute_bound, wafer_stream_buff
 from ..analytic.stream import (POLICIES, activation_bytes_per_token, layer_sum, load_stream_constants,
                                recompute_forward_passes, swarmx_tree_levels, training_step_time_s)
 from ..errors import InputError
-from ..workload import build_workload
+from ..workload import build_workload, total_params
 from .base import BINDING_CODE, BOTTLENECK_CODE, Family, Hardware, Query, argmax_code
 from .registry import register
 
@@ -47,7 +47,7 @@ class StreamContext:
         self.policy = o.get("policy", "auto")
         if self.policy not in POLICIES:
             raise InputError(f"policy: unknown {self.policy!r}; use one of {', '.join(POLICIES)}")
-        self.option = self.mx.default_capacity if o.get("memoryx_option") is None else o["memoryx_option"]
+        self.option = self._auto_option(q) if o.get("memoryx_option") is None else o["memoryx_option"]
         if self.option not in self.mx.capacity_options_bytes:
             raise InputError(f"memoryx: unknown option {self.option!r}; choose one of "
                              f"{', '.join(self.mx.capacity_options_bytes)}")
@@ -63,6 +63,18 @@ class StreamContext:
         self.rate = self.peak * self.c.compute_efficiency_frac.si
         self.max_systems = int(min(self.sx.max_systems.si, self.system.max_cluster_systems.si))
         self._w = {}
+
+    def _auto_option(self, q) -> str:
+        """The smallest MemoryX option that holds the model's weights and optimizer state (as ``fit`` picks the fewest
+        devices); the largest where none does (MemoryX then binds); the catalog's default for a model without a
+        parameter count."""
+        opts = self.mx.capacity_options_bytes
+        try:
+            need = total_params(q.model) * self.mx.optimizer_bytes_per_param.si
+        except (AttributeError, TypeError):
+            return self.mx.default_capacity
+        by_size = sorted(opts, key=lambda k: opts[k].si)
+        return next((k for k in by_size if opts[k].si >= need), by_size[-1])
 
     def workload(self, seq_len: int):
         if seq_len not in self._w:
