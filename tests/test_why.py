@@ -150,3 +150,18 @@ def test_serving_report_states_the_crossover_and_the_list_price_gap():
 def test_server_spec_is_checked():
     with pytest.raises(ValueError):
         ServerSpec(prompt_tokens=1, output_tokens=1, ttft_limit_s=0, tpot_limit_s=0.1)
+
+
+def test_training_flip_text_when_no_target_meets_the_deadline(tmp_path):
+    """audit22 F7: with a deadline no swept size meets, the answer says no cluster meets it and the flip bullet must
+    not say that one target does."""
+    from wseplan.report.study import run_study
+
+    text = Path("studies/train-175b.yaml").read_text().replace("deadline_days: 30", "deadline_days: 0.5") \
+        .replace("sizes: [4, 8, 16, 32, 64, 128, 256]", "sizes: [4, 8]").replace("uncertainty: 400", "uncertainty: 0")
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    res = run_study(f)
+    why = dict(res.why)
+    assert "No target meets the deadline" in why["What would flip the ranking"]
+    assert "One target" not in why["What would flip the ranking"] and "Only " not in why["What would flip the ranking"]

@@ -3,6 +3,7 @@ report cites."""
 from __future__ import annotations
 
 from ..analytic import cost as C
+from ..analytic.stream import load_stream_constants
 from ..catalog.precision import datapath_format
 from ..catalog.schema import Quantity
 from ..targets import parse_target
@@ -77,6 +78,11 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
                                   extra_note=f"x {mx.update_nodes.si:g} nodes = "
                                              f"{fmt_quantity(mx.update_bytes_per_s(), 'bytes/s')} (DRAM tier)"))
                 ids += [*mx.update_nodes.source_ids, *mx.node_update_bandwidth_bytes_per_s.source_ids]
+                eff = load_stream_constants().compute_efficiency_frac  # every wafer training time scales with it
+                rows.append(_arow(f"{label} training compute efficiency", fmt_num(eff.si), eff, cat,
+                                  extra_note="share of the dense peak a training pass reaches; no public wafer-training "
+                                             "measurement validates it"))
+                ids += list(eff.source_ids)
         else:
             pk = dev.dense_peak_flop_per_s.get(prec)
             rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),

@@ -215,29 +215,34 @@ def training_why(st: Study, cat, sweep: list[dict], plan: list[dict], cases: dic
                              f"${fmt_num(f(0.0) + other)} per run in power, facility and site costs against "
                              f"{win}'s ${fmt_num(other)}.")
         days = sorted({r["run_s"] for r in sweep if r["run_s"] and r["family"] in names})
-        prev, n_flips = None, len(flips)
+        prev, n_flips, changes = None, len(flips), []
         for d in days:  # the winner for deadlines in [d, next d)
             costs = {t: _run_cost(cases, sweep, t, d) for t in names}
             w = min(costs, key=costs.get)
             if costs[w] < math.inf and prev is not None and w != prev:
-                flips.append(f"With a deadline of {fmt_num(d / 86400)} days or more, {w} is the cheapest "
-                             f"(${fmt_num(costs[w] / 1e6)}M per run); below it, {prev}.")
+                changes.append((d, w, costs[w], prev))
             if costs[w] < math.inf:
                 prev = w
+        for i, (d, w, c, before) in enumerate(changes):  # each change holds until the next one
+            upto = (f"from {fmt_num(d / 86400)} to {fmt_num(changes[i + 1][0] / 86400)} days" if i + 1 < len(changes)
+                    else f"of {fmt_num(d / 86400)} days or more")
+            flips.append(f"With a deadline {upto}, {w} is the cheapest (${fmt_num(c / 1e6)}M per run); "
+                         f"just below {fmt_num(d / 86400)} days, {before}.")
         if len(flips) == n_flips and prev is not None:
             first = next(d for d in days if _run_cost(cases, sweep, prev, d) < math.inf)
             flips.append(f"No deadline changes the cheapest platform: {prev} is the cheapest for every deadline from "
                          f"{fmt_num(first / 86400)} days (its fastest swept size) up.")
+    elif names:
+        flips.append(f"Only {names[0]} meets the deadline: there is no ranking to flip.")
     else:
-        flips.append("One target meets the deadline: there is no ranking to flip.")
+        flips.append("No target meets the deadline: there is no ranking to flip (a later deadline or larger sizes "
+                     "would give one).")
     out.append(("What would flip the ranking", " ".join(flips)))
     ok = _ranked(plan)
-    if ok:
-        b = ok[0]
-        kind = "wafer" if _is_wafer(b["family"], cat) else "gpu"
-        out.append(("Prediction interval", interval_text(
-            f"{b['target']}'s run cost", b["usd_per_run"], b, device_kind=kind, cat=cat, kind="train",
-            inverse=False, prefix="$")))
+    if ok:  # every ranked option's: the answer compares them, and a wafer's rests on no validated training row
+        out.append(("Prediction interval", " ".join(interval_text(
+            f"{b['target']}'s run cost", b["usd_per_run"], b, device_kind="wafer" if _is_wafer(b["family"], cat)
+            else "gpu", cat=cat, kind="train", inverse=False, prefix="$") for b in ok)))
     out.append(("List prices", "No vendor publishes a list price per training run for these systems; nothing to "
                                "compare."))
     return out
