@@ -38,3 +38,31 @@ def test_agreeing_inputs_still_run(capsys):
                  "-f", "json"]) == 0
     assert main(["time", "llama-3-70b", "--target", "h100x8", "--phase", "train", "--batch", "8", "--context", "8192",
                  "--tp", "8", "--micro-batch", "8", "-f", "json"]) == 0
+
+
+def test_wafer_training_inputs_that_contradict_are_refused_with_the_fix():
+    """audit22 F9: a stream micro-batch beyond each system's share of the batch (100, or 20 x 4 systems, of 64
+    sequences) is refused naming the largest that works (16), not clipped; a MemoryX option outside training is refused;
+    scale names the activation policy when no count fits under it, and stops its sweep where a system would get less
+    than one micro-batch."""
+    from wseplan.catalog import load_catalog
+    from wseplan.errors import InputError
+    from wseplan.fit import fit
+    from wseplan.plan import plan
+    from wseplan.scale import scaling_frame
+    from wseplan.targets import parse_target
+    from wseplan.workload import resolve_model
+
+    cat = load_catalog()
+    for mb in (100, 20):
+        with pytest.raises(InputError, match="micro_batch.*at most 16"):
+            plan("gpt-3-175b", "cs3x4", phase="train", batch=64, context=2048, options={"micro_batch": mb}, catalog=cat)
+    assert plan("gpt-3-175b", "cs3x4", phase="train", batch=64, context=2048, options={"micro_batch": 16},
+                catalog=cat).fits
+    with pytest.raises(InputError, match="memoryx.*training only"):
+        fit("gpt-3-175b", "cs3x4", phase="decode", memoryx_option="12tb", catalog=cat)
+    m, t = resolve_model("gpt-3-175b", cat), [parse_target("wse3", cat)]
+    with pytest.raises(InputError, match="--policy store: try --policy auto"):
+        scaling_frame(m, t, cat, global_batch=64, context=2048, max_systems=64, policy="store")
+    df = scaling_frame(m, t, cat, global_batch=64, context=2048, max_systems=64, micro_batch=8)
+    assert list(df["num_systems"]) == [1, 2, 4, 8]  # 16 systems x 8 sequences > 64

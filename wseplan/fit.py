@@ -52,6 +52,9 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
         raise InputError(f"zero: ZeRO stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     if recompute is not None and recompute not in RECOMPUTE:
         raise InputError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    if memoryx_option is not None and phase != "train":
+        raise InputError(f"memoryx: a MemoryX option applies to wafer training only (phase {phase!r}); drop --memoryx "
+                         "or use --phase train")
     opts = {"reserve": reserve, "memoryx_option": memoryx_option}
     lay = dict(layout or {})
     if zero_stage is not None:

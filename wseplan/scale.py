@@ -42,8 +42,9 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
                  software: str | None = None, options: dict | None = None) -> list[dict]:
     """One row per system count (``plan`` on ``<key>x<N x devices per system>``)."""
     rows = []
+    mb = (options or {}).get("micro_batch")
     for n in counts:
-        if global_batch < n:
+        if global_batch < n or (mb is not None and mb * n > global_batch):  # no system may get less than a pass
             break
         per = 1 if target.kind == "wafer" else int(target.device.gpus_per_node.si)
         t = target_with_count(target, n * per)
@@ -54,7 +55,7 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
                          tokens_per_s=r.tokens_per_s, per_system_batch=float(-(-global_batch // n)),
                          min_batch_compute_bound=st.get("min_batch_compute_bound"),
                          model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
-                         layout=layout_label(r.layout)))
+                         layout=layout_label(r.layout), binding=r.binding))
     return rows
 
 
@@ -80,8 +81,13 @@ def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_ba
         df = pd.DataFrame(rows)
         ok = df["fits"].to_numpy(dtype=bool)
         if not ok.any():
+            binds = df["binding"].iloc[-1]  # what binds at the largest count: more systems do not lift MemoryX or a policy
+            fix = ("MemoryX binds at every count: choose a larger option (--memoryx)" if binds == "memoryx" else
+                   f"the activations bind at every count under --policy {policy}: try --policy auto"
+                   if t.kind == "wafer" and policy != "auto" else "raise --max-systems or lower --batch")
             raise InputError(f"targets: no system count up to {max_systems} can train {getattr(model, 'name', model)} "
-                             f"on {t.key} with global batch {global_batch}; raise --max-systems or lower --batch")
+                             f"on {t.key} with global batch {global_batch}; {fix}")
+        df = df.drop(columns=["binding"])
         i0 = int(np.argmax(ok))
         base = df["tokens_per_s"].iloc[i0] / df["num_systems"].iloc[i0]
         tps = df["tokens_per_s"].to_numpy(dtype=float)
