@@ -46,7 +46,9 @@ def training_body(st: Study, cat) -> dict:
                                               uncertainty=st.cost.uncertainty, seed=st.cost.seed,
                                               overrides=st.cost.set)
             rec = row.to_row()
-            rec.update(family=tgt, size=n, target=label, notes=row.notes[-1] if row.run_s is None and row.notes else "")
+            idle = [x for x in row.notes if "left idle" in x]  # idle systems are priced: say why a row costs more
+            rec.update(family=tgt, size=n, target=label,
+                       notes=row.notes[-1] if row.run_s is None and row.notes else "; ".join(idle))
             rec["meets_deadline"] = bool(rec["run_s"] is not None and rec["run_s"] <= tr.deadline_days * 86400)
             rec["energy_j_per_run"] = (rec["energy_j_per_token"] * tr.tokens
                                        if rec["energy_j_per_token"] is not None else None)
@@ -84,7 +86,7 @@ def training_body(st: Study, cat) -> dict:
                          else "no swept size runs (fit or time model)"})
     cols_run = [Column("target", "cluster"), Column("num_devices", "devices [count]"),
                 Column("run_s", "time to train [days]", 86400.0), Column("tokens_per_s", "throughput [tokens/s]"),
-                Column("model_flop_utilization_frac", "MFU [fraction]"), Column("power_w", "IT power [kW]", 1e3),
+                Column("model_flop_utilization_frac", "MFU [fraction]"), Column("power_w", "busy IT power [kW]", 1e3),
                 Column("usd_per_run", "run cost [$M]", 1e6), Column("usd_per_run_p10", "P10 [$M]", 1e6),
                 Column("usd_per_run_p90", "P90 [$M]", 1e6), Column("energy_j_per_run", "energy [MWh]", 3.6e9),
                 Column("bottleneck", "bottleneck")]
