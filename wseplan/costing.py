@@ -42,19 +42,17 @@ def check_train_tokens(train_tokens) -> float | None:
     return float(train_tokens)
 
 
-def _cluster_note(params: dict, num_systems: float) -> str:
-    """What a wafer training cost counts beside the systems: MemoryX capex, and the cluster's CPU servers' power."""
+def _cluster_note(res) -> str:
+    """What a wafer training cost counts beside the systems: MemoryX capex, and its cluster's CPU servers' power (the
+    cost record's ``cluster_nodes`` and ``cluster_peak_power_w``)."""
     head = "MemoryX capex is estimated from DRAM/flash prices"
-    if "cluster_node_power_w" not in params:
+    n = res.metric("cluster_nodes")
+    if not n:
         return head + "; the cluster's CPU servers (MemoryX, SwarmX) are not counted (the catalog gives no node figures)"
-    p = C.nominal(params)
-    n = float(C.cluster_nodes(num_systems=num_systems, capacity_bytes=p["memoryx_capacity_bytes"],
-                              dram_capacity_bytes=p["memoryx_dram_capacity_bytes"], min_nodes=p["memoryx_min_nodes"],
-                              node_dram_bytes=p["memoryx_node_dram_bytes"], node_flash_bytes=p["memoryx_node_flash_bytes"],
-                              nodes_per_system=p.get("cluster_nodes_per_system", 0.0)))
     return (head + f"; the cluster's {n:,.0f} CPU servers (MemoryX, SwarmX, input workers, activation servers) draw "
-            f"{p['cluster_node_power_w']:,.0f} W each (an estimate) beside the systems; their capex beyond MemoryX's "
-            "is in the network share")
+            f"{res.metric('cluster_peak_power_w') / n:,.0f} W each (an estimate) beside the systems; their capex beyond "
+            "MemoryX's is in the network share")
+
 
 def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch: int | None = None,
          context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
@@ -161,8 +159,6 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
            for k, v in at.__dict__.items()}
     one["num_devices"] = int(one["num_devices"])
     times = C.TimeInputs(**{k: v for k, v in one.items() if v is None or k == "phase" or math.isfinite(v)})
-    if s.family.name == "wafer_streaming":
-        notes.append(_cluster_note(params, times.num_systems))
     listed = None
     if s.query.target.kind == "wafer" and phase != "train":
         listed = service_price_for(s.query.model, s.query.target, prices, cat)
@@ -174,6 +170,8 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
                             uncertainty=uncertainty, seed=seed, prices_date=prices.date,
                             service=listed[1] if listed else None, notes=notes, headline_metric=HEADLINE[phase],
                             plan=rec.to_record())
+    if s.family.name == "wafer_streaming":
+        res = res.model_copy(update={"notes": list(res.notes) + [_cluster_note(res)]})
     if listed is None or phase == "train":
         return res
     computed = {k: res.metric(k) for k in ("input_usd_per_mtok", "output_usd_per_mtok")
