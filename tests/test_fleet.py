@@ -250,8 +250,20 @@ def test_overrides_apply_per_system_type(fake_time):
     assert new["cs3"].cost_inputs["memoryx_dram_usd_per_tb"] == 1e5
     wafer_train = [c for c in pb.configs if c.system == "cs3" and c.run_s is not None]
     assert wafer_train and all(c.extra_capex_usd > 0 for c in wafer_train)
-    # a replica of k CS-3 brings its cluster's CPU servers: 12 MemoryX + 4 per system, 800 W each, times the PUE
+    # the MemoryX priced is the option the plan holds the model in (the smallest that holds it), not the default
+    from wseplan.analytic.cost import memoryx_capex_usd
+    from wseplan.plan import plan
+
     p = new["cs3"].cost_inputs
+    wls = {w.name: w for w in spec.workloads}
+    for c in wafer_train[:2]:
+        wl = wls[c.workload]
+        mx = plan(wl.model, f"cs3x{c.num_devices}", phase="train", precision=wl.precision, batch=wl.batch,
+                  context=wl.context, catalog=cat).details["memoryx"]
+        hw = memoryx_capex_usd(capacity_bytes=mx["capacity_bytes"], dram_capacity_bytes=p["memoryx_dram_capacity_bytes"],
+                               dram_usd_per_tb=1e5, flash_usd_per_tb=p["memoryx_flash_usd_per_tb"])
+        assert c.extra_capex_usd == pytest.approx(float(hw) * (1 + p["installation_frac"]), rel=1e-9)
+    # a replica of k CS-3 brings its cluster's CPU servers: 12 MemoryX + 4 per system, 800 W each, times the PUE
     for c in wafer_train:
         assert c.extra_facility_power_w == pytest.approx((12 + 4 * c.num_devices) * 800.0 * p["pue"], rel=1e-9)
     with pytest.raises(InputError, match="unknown cost input"):
@@ -420,3 +432,18 @@ def test_binding_means_the_same_for_caps_and_demands():
     assert dem.slack == pytest.approx(0.0) and dem.tight
     assert dem.binding == (dem.saving_usd_per_year > 0)  # 5.4 tok/s: 1 B + 3 A = 55 > 50, so no saving
     assert not dem.binding
+
+
+def test_wafer_training_replica_prices_the_memoryx_option_its_plan_uses(tmp_path, fake_time):
+    """review18 #1: an 8B training workload fits the 1.5 TB MemoryX option (8.03e9 x 16 B = 0.13 TB); the fleet
+    charges a replica that option (1.5 TB x $40k/TB DRAM x (1 + installation)), not the 12 TB default."""
+    from wseplan.catalog import load_catalog
+
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nsystems:\n  - hardware: cs3\nworkloads:\n  - name: tr\n    model: llama-3-8b\n    kind: train\n"
+                 "    precision: bf16\n    train_tokens: 1e9\n    runs: 1\n    deadline_days: 30\n    batch: 64\n"
+                 "    context: 2048\n    device_counts:\n      cs3: [1]\n")
+    pb = build_problem(read_demand(f), catalog=load_catalog())
+    (c,) = [c for c in pb.configs if c.run_s is not None]
+    p = pb.systems[0].cost_inputs
+    assert c.extra_capex_usd == pytest.approx(1.5 * 40_000 * (1 + p["installation_frac"]), rel=1e-9)

@@ -35,7 +35,6 @@ from .catalog.schema import Model
 from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
-from .devices.inference import default_draft_refused
 from .errors import InputError
 from .model_error import plan_interval
 from .records import PlanRecord
@@ -431,7 +430,7 @@ def _speculation_note(s: Setup, r: dict) -> list[str]:
         return []
     spec = getattr(s.ctx, "spec", None)
     if spec is None:
-        why = default_draft_refused(q)
+        why = getattr(s.ctx, "spec_off", None)  # the profile's default draft refused for this model (set up once)
         return [] if why is None else [f"speculative decoding off: {why} (the {q.software.name} profile's default "
                                        "draft; --speculative names another)"]
     fits, acc = r.get("time.draft_fits"), r.get("time.accepted_tokens_per_step")

@@ -82,7 +82,7 @@ def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_ba
         ok = df["fits"].to_numpy(dtype=bool)
         if not ok.any():
             binds = df["binding"].iloc[-1]  # what binds at the largest count: more systems do not lift MemoryX or a policy
-            fix = ("MemoryX binds at every count: choose a larger option (--memoryx)" if binds == "memoryx" else
+            fix = ("MemoryX binds: the weights and optimizer state exceed its largest option" if binds == "memoryx" else
                    f"the activations bind at every count under --policy {policy}: try --policy auto"
                    if t.kind == "wafer" and policy != "auto" else "raise --max-systems or lower --batch")
             raise InputError(f"targets: no system count up to {max_systems} can train {getattr(model, 'name', model)} "

@@ -26,7 +26,7 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
+from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
 from .registry import register
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp")
@@ -170,6 +170,7 @@ class GpuContext:
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
         self.spec = speculation(q) if q.phase != "train" and self.transformer else None
+        self.spec_off = default_draft_refused(q) if self.spec is None and q.phase != "train" and self.transformer else None
 
 
 class GpuFamily(InferenceMixin, Family):

@@ -29,7 +29,7 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, stage_records
 from .base import Family, Hardware, Query, binding_code
-from .inference import SPEC_OPTIONS, InferenceMixin, draft_query, speculation
+from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
 from .wafer_notes import resident_notes
 from .registry import register
 from .wafer_regions import _remembered, admissible, best_prefill_side, best_serving_side, best_side, handover_cycles, region_shapes
@@ -95,6 +95,7 @@ class WaferContext:
         if not self.transformer:
             self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
         self.spec = speculation(q) if self.transformer else None
+        self.spec_off = default_draft_refused(q) if self.spec is None and self.transformer else None
 
     def weight_rows(self):
         """Item weight bytes (2, items): row 0 with every item on one wafer, row 1 spread over several wafers, where a

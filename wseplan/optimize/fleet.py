@@ -32,7 +32,7 @@ from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deploymen
 from ..catalog.load import load_catalog
 from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
-from ..plan import plan, target_with_count
+from ..plan import plan, positions_note, target_with_count
 from ..serving import replica_options, serve
 from ..targets import parse_target
 from ..workload import resolve_model, total_params
@@ -240,12 +240,6 @@ def _memoryx_extra(p, st, num_systems) -> tuple[float, float, float]:
                  for k, o in zip(("capex_usd", "total_usd_per_year", "peak_facility_power_w"), own))
 
 
-def positions_notes(res) -> list[str]:
-    """The notes of a replica search's points that concern the model rather than a point: a prompt beyond the
-    model's positions (each point says it; the fleet says it once per workload and system)."""
-    return sorted({n for p in res.points for n in p.notes if "tokens per sequence is beyond" in n})
-
-
 def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) -> tuple:
     """The key of a replica search in a :func:`build_problem` ``cache``: the same key, the same serve question."""
     return (model_name, hardware, precision, wl.prompt_tokens, wl.output_tokens, tuple(sorted(set(wl.batches))),
@@ -305,7 +299,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                                     batches=list(wl.batches), prices=False)
                         if cache is not None:
                             cache[key] = hit
-                    notes += [f"{wl.name} on {st.name}: {n}" for n in positions_notes(hit)
+                    notes += [f"{wl.name} on {st.name}: {n}" for n in positions_note(m, wl.prompt_tokens, wl.output_tokens)
                               if f"{wl.name} on {st.name}: {n}" not in notes]
                     for r in replica_options(m, t0.key, precision=prec, input_tokens=wl.prompt_tokens,
                                              output_tokens=wl.output_tokens, batches=wl.batches, catalog=cat,
@@ -330,7 +324,10 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                             continue
                         run_s = tokens / (wl.batch * wl.context) * tr.step_s
                         runs = math.floor(wl.deadline_days * 86400.0 / run_s)
-                        cx, cy, cw = _memoryx_extra(p, st, int(k)) if t0.kind == "wafer" else (0.0, 0.0, 0.0)
+                        mx = tr.details.get("memoryx") or {}  # the option the plan holds the model in
+                        cx, cy, cw = (_memoryx_extra(dict(p, memoryx_capacity_bytes=mx.get("capacity_bytes",
+                                                                                           p["memoryx_capacity_bytes"])),
+                                                     st, int(k)) if t0.kind == "wafer" else (0.0, 0.0, 0.0))
                         configs.append(Config(workload=wl.name, system=st.name, num_devices=int(k), batch=wl.batch,
                                               supply=float(runs), run_s=run_s, extra_capex_usd=cx, extra_annual_usd=cy,
                                               extra_facility_power_w=cw))
