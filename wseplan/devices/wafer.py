@@ -36,6 +36,7 @@ from .wafer_regions import _remembered, admissible, best_prefill_side, best_serv
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 from .wafer_row import MEMO_ROWS, kernels_rows
+from .wafer_groups import slowest_group
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
 
@@ -537,19 +538,24 @@ class WaferFamily(InferenceMixin, Family):
         hop = handover_cycles(fk, r_, c_, act_bytes)
         x = fab.cross_system_transfer_s(message_bytes=act_bytes, bandwidth_bytes_per_s=ctx.system.io_bandwidth_bytes_per_s.si,
                                         latency_s=c.cross_system_latency_s.si)
-        nl, valid, nw = cfg["_nl"][rows], cfg["_valid"][rows], cfg["_nw"][rows]
-        G = self._groups(ctx, cfg, r_, c_, rows)
         clock = ctx.clock
-        last = np.arange(nl.shape[1])[None, :] == (nw - 1)[:, None]
-        q = np.floor_divide(nl, np.maximum(G, 1.0))
-        r = nl - q * np.maximum(G, 1.0)
-        bt, ht, hp, xx = blk_total[:, None], head_total[:, None], hop[:, None], x[:, None]
-        t_last = (q * bt + np.where(last, ht, 0.0)) / clock + np.where(last, 0.0, xx)
-        t_first = ((q + (r > 0)) * bt) / clock + hp / clock
-        stage_max = np.where(G > 1, np.maximum(t_first, t_last), t_last)
-        mx = np.where(valid, stage_max, -np.inf).max(axis=1)
-        sumG = G.sum(axis=1)
-        L = nl.sum(axis=1)
+        nw = cfg["_nw"][rows]
+        fast = slowest_group(self, ctx, cfg, rows, has_d, blk_total, head_total, hop, x)  # per configuration row
+        if fast is not None:
+            mx, sumG, L = fast
+        else:
+            nl, valid = cfg["_nl"][rows], cfg["_valid"][rows]
+            G = self._groups(ctx, cfg, r_, c_, rows)
+            last = np.arange(nl.shape[1])[None, :] == (nw - 1)[:, None]
+            q = np.floor_divide(nl, np.maximum(G, 1.0))
+            r = nl - q * np.maximum(G, 1.0)
+            bt, ht, hp, xx = blk_total[:, None], head_total[:, None], hop[:, None], x[:, None]
+            t_last = (q * bt + np.where(last, ht, 0.0)) / clock + np.where(last, 0.0, xx)
+            t_first = ((q + (r > 0)) * bt) / clock + hp / clock
+            stage_max = np.where(G > 1, np.maximum(t_first, t_last), t_last)
+            mx = np.where(valid, stage_max, -np.inf).max(axis=1)
+            sumG = G.sum(axis=1)
+            L = nl.sum(axis=1)
         lat = L * blk_total / clock + (sumG - nw) * hop / clock + head_total / clock + (nw - 1) * x
         parts = {}
         for key in list(blk) + [k for k in head if k not in blk]:
