@@ -7,12 +7,17 @@ import numpy as np
 def unique_rows(*cols):
     """Distinct rows of equal-length float columns, by bit pattern: ``(first, inverse)`` with ``first`` the index of
     each distinct row's first occurrence and ``cols[j][first][inverse] == cols[j]`` bit for bit. Pure functions of
-    the columns evaluated on ``first`` and gathered by ``inverse`` give the numbers they give row by row."""
+    the columns evaluated on ``first`` and gathered by ``inverse`` give the numbers they give row by row. The distinct
+    rows come in the lexicographic order of the columns' bits (as int64)."""
     n = len(cols[0])
     if n <= 1:
         return np.arange(n), np.arange(n)
     keys = [np.ascontiguousarray(c, dtype=float).view(np.int64) for c in cols]
     keys = [k for k in keys if (k != k[0]).any()] or keys[:1]  # a column equal everywhere tells no rows apart
+    if n >= CODED_MIN_ROWS:
+        got = _coded_unique(keys, n)
+        if got is not None:
+            return got
     order = np.lexsort(keys[::-1]) if len(keys) > 1 else np.argsort(keys[0], kind="stable")
     new = np.ones(n, dtype=bool)
     new[1:] = False
@@ -23,6 +28,69 @@ def unique_rows(*cols):
     inv = np.empty(n, dtype=np.int64)
     inv[order] = uid
     return order[new], inv
+
+
+#: rows from which :func:`unique_rows` codes its columns instead of sorting them together
+CODED_MIN_ROWS = 512
+_FLAGS_EXTRA = 1 << 16  # a flag table of up to 4 n + this many entries costs less than a sort
+
+
+def _column_codes(k: np.ndarray, n: int):
+    """``(codes, count)``: each entry's rank among the distinct values of an int64 key column (the bits of a float
+    column), in key order: by a flag table over the values where they are non-negative whole numbers of a small range
+    (a non-negative float's bits order as its value), else by sorting the column (no argsort) and a binary search."""
+    c = k.view(np.float64)
+    lo, hi = c.min(), c.max()
+    if lo >= 0.0 and hi - lo < 4 * n + _FLAGS_EXTRA and not (lo == 0.0 and np.signbit(c).any()):  # NaN fails
+        ci = c.astype(np.int64)
+        if np.array_equal(ci, c):
+            ci -= int(lo)
+            seen = np.zeros(int(hi - lo) + 1, dtype=bool)
+            seen[ci] = True
+            rank = np.cumsum(seen) - 1
+            return rank[ci], int(rank[-1]) + 1
+    u = np.sort(k)
+    u = u[np.concatenate([[True], u[1:] != u[:-1]])]
+    return np.searchsorted(u, k), len(u)
+
+
+def _coded_unique(keys: list, n: int):
+    """:func:`unique_rows` of many rows: each column coded by rank (:func:`_column_codes`; a column equal to an earlier
+    one dropped: it orders nothing more), the codes joined into one int64 in mixed radix (lexicographic order kept)
+    and that key's distinct values found by a flag table or one sort of key and row index packed together; the same
+    ``(first, inverse)`` as the joint sort. None where the key would not fit 62 bits."""
+    kept: list = []
+    for k in keys:
+        if not any(np.array_equal(k[:16], j[:16]) and np.array_equal(k, j) for j in kept):
+            kept.append(k)
+    key, size = None, 1
+    for k in kept:
+        code, count = _column_codes(k, n)
+        if size * count >= 1 << 62:
+            return None
+        key = code if key is None else key * count + code
+        size *= count
+    if size <= 4 * n + _FLAGS_EXTRA:
+        seen = np.zeros(size, dtype=bool)
+        seen[key] = True
+        rank = np.cumsum(seen) - 1
+        inv = rank[key]
+        first = np.full(int(rank[-1]) + 1, n, dtype=np.int64)
+        np.minimum.at(first, inv, np.arange(n))
+        return first, inv
+    bits = int(n - 1).bit_length()
+    if size >= 1 << (62 - bits):
+        return None
+    packed = (key << bits) | np.arange(n)
+    packed.sort()
+    ks = packed >> bits
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(ks[1:], ks[:-1], out=new[1:])
+    idx = packed & ((1 << bits) - 1)
+    inv = np.empty(n, dtype=np.int64)
+    inv[idx] = np.cumsum(new) - 1
+    return idx[new], inv
 
 
 # ---------------------------------------------------------------------------------------------
