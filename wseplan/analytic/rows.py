@@ -31,7 +31,7 @@ def unique_rows(*cols):
 
 
 #: rows from which :func:`unique_rows` codes its columns instead of sorting them together
-CODED_MIN_ROWS = 512
+CODED_MIN_ROWS = 16384
 _FLAGS_EXTRA = 1 << 16  # a flag table of up to 4 n + this many entries costs less than a sort
 
 
