@@ -23,7 +23,7 @@ from ..analytic import elementwise as X
 from ..analytic import fabric as fab
 from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
-from ..analytic.partition_rows import greedy_stage_counts, min_max_partition_batched
+from ..analytic.partition_rows import min_max_partition_batched
 from ..analytic.rows import unique_rows
 from ..catalog.schema import Model
 from ..errors import InputError
@@ -37,6 +37,7 @@ from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 from .wafer_row import MEMO_ROWS, kernels_rows
 from .wafer_groups import slowest_group
+from .wafer_stages import fewest_stages
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
 
@@ -184,9 +185,7 @@ class WaferFamily(InferenceMixin, Family):
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         a = ctx.w.working_set_bytes_per_token * work
-        kvr = kv_bytes_rows(ctx.w, B, kv)  # the items' KV bytes, once for both weight variants
-        kmin = greedy_stage_counts(ctx.weights(n, np.ones(n, dtype=bool)) + kvr, ctx.weights(n, np.zeros(n, dtype=bool)) + kvr,
-                                   a, ctx.cap)
+        kmin = fewest_stages(ctx, B, kv, a, search)  # the greedy packing's count (at least N where only that matters)
         N = ctx.count
         # per row: the given replica size; without a count the fewest wafers that fit; with N wafers every size from
         # the fewest to N (one candidate row each, in increasing order)
