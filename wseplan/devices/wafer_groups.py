@@ -25,27 +25,32 @@ MIN_ROWS = 256
 TABLES_MAX = 4
 
 
-def _table(fam, ctx, cfg, s: str):
-    """Per configuration row, for the regions of pass kind ``s`` (``"d"``, ``"p"``): ``(layer groups on the replica,
-    blocks on the replica, q of the last wafer, q of the other wafers (max), q + 1 of a first group with a remainder (max))``, -1 where a
-    wafer of that kind is not there."""
-    refs = (cfg["_nl"], cfg["_valid"], cfg["_nw"], cfg["_sb"], cfg[f"_rows_{s}"], cfg[f"_cols_{s}"])
+def _table(fam, ctx, cfg, sides: tuple):
+    """Per configuration row, for the regions of each pass kind of ``sides`` (``"d"``, ``"p"``), the columns
+    ``(layer groups on the replica, blocks on the replica, q of the last wafer, q of the other wafers (max), q + 1 of
+    a first group with a remainder (max))``, -1 where a wafer of that kind is not there: (5, sides x rows), the
+    second kind's rows after the first's."""
+    refs = (cfg["_nl"], cfg["_valid"], cfg["_nw"], cfg["_sb"]) + tuple(cfg[f"_{k}_{s}"] for s in sides for k in ("rows", "cols"))
     kept = ctx.__dict__.setdefault("_group_tables", [])
     for t in kept:
-        if t[0] == s and all(a is b for a, b in zip(t[1], refs)):
+        if t[0] == sides and all(a is b for a, b in zip(t[1], refs)):
             return t[2]
     nl, valid, nw = cfg["_nl"], cfg["_valid"], cfg["_nw"]
-    G = fam._groups(ctx, cfg, refs[4], refs[5])
     last = np.arange(nl.shape[1])[None, :] == (nw - 1)[:, None]
-    gs = np.maximum(G, 1.0)
-    q = np.floor_divide(nl, gs)  # as pass_time computes them
-    r = nl - q * gs
-    qf = q + (r > 0)
-    table = (G.sum(axis=1), nl.sum(axis=1), np.where(valid & last, q, -1.0).max(axis=1), np.where(valid & ~last, q, -1.0).max(axis=1),
-             np.where(valid & (G > 1), qf, -1.0).max(axis=1))
+    blocks = nl.sum(axis=1)
+    parts = []
+    for s in sides:
+        G = fam._groups(ctx, cfg, cfg[f"_rows_{s}"], cfg[f"_cols_{s}"])
+        gs = np.maximum(G, 1.0)
+        q = np.floor_divide(nl, gs)  # as pass_time computes them
+        r = nl - q * gs
+        qf = q + (r > 0)
+        parts.append(np.stack([G.sum(axis=1), blocks, np.where(valid & last, q, -1.0).max(axis=1),
+                               np.where(valid & ~last, q, -1.0).max(axis=1), np.where(valid & (G > 1), qf, -1.0).max(axis=1)]))
+    table = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
     if len(kept) >= TABLES_MAX:
         del kept[0]
-    kept.append((s, refs, table))
+    kept.append((sides, refs, table))
     return table
 
 
@@ -57,9 +62,10 @@ def slowest_group(fam, ctx, cfg, rows, has_d, bt, ht, hp, xx):
     n = len(rows)
     if n < MIN_ROWS or 2 * n < len(cfg["_nw"]) or not bool(np.all((bt >= 0.0) & (bt < np.inf))):
         return None
-    sides = ["p"] if "_rows_d" not in cfg else (["d", "p"] if "_rows_p" in cfg else ["d"])
-    cols = [[v[rows] for v in _table(fam, ctx, cfg, s)] for s in sides]
-    sumG, L, q_last, q_link, q_first = cols[0] if len(cols) == 1 else [np.where(has_d, a, b) for a, b in zip(*cols)]
+    sides = ("p",) if "_rows_d" not in cfg else (("d", "p") if "_rows_p" in cfg else ("d",))
+    table = _table(fam, ctx, cfg, sides)
+    at = rows if len(sides) == 1 else np.where(has_d, rows, rows + len(cfg["_nw"]))
+    sumG, L, q_last, q_link, q_first = np.take(table, at, axis=1)
     clock = ctx.clock
     neg = -np.inf
     t_last = np.where(q_last >= 0, (np.maximum(q_last, 0.0) * bt + ht) / clock + 0.0, neg)
