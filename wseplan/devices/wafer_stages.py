@@ -20,6 +20,8 @@ from ..workload import kv_bytes_rows
 
 #: relative margin of the bound over the packing's rounding
 MARGIN = 1e-9
+#: fewest rows for which the bound pays (a question's few rows are packed: no prefix tables to build)
+MIN_ROWS = 64
 
 
 def fewest_stages(ctx, B, kv, a, search) -> np.ndarray:
@@ -30,7 +32,7 @@ def fewest_stages(ctx, B, kv, a, search) -> np.ndarray:
     N = ctx.count
     out = np.ones(n, dtype=np.int64)
     todo = np.asarray(search, dtype=bool).copy()
-    if N is not None and todo.any():
+    if N is not None and n >= MIN_ROWS and todo.any():
         ends = np.full(n, ctx.n_items)
         w1, kv_at, _ = ctx.prefix_bytes(B, kv, np.ones(n, dtype=bool))
         w0, _, _ = ctx.prefix_bytes(B, kv, np.zeros(n, dtype=bool))
