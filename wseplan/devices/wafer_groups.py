@@ -17,11 +17,13 @@ block, whose product with 0 blocks is NaN) the pass keeps the per-wafer form.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 #: fewest pass rows for which the table pays (a question's few rows keep the per-wafer form)
 MIN_ROWS = 256
-#: tables kept per setup
+#: tables kept per setup (each only while its configuration columns live: a sweep task's go with it)
 TABLES_MAX = 4
 
 
@@ -30,11 +32,12 @@ def _table(fam, ctx, cfg, sides: tuple):
     ``(layer groups on the replica, blocks on the replica, q of the last wafer, q of the other wafers (max), q + 1 of
     a first group with a remainder (max))``, -1 where a wafer of that kind is not there: (5, sides x rows), the
     second kind's rows after the first's."""
-    refs = (cfg["_nl"], cfg["_valid"], cfg["_nw"], cfg["_sb"]) + tuple(cfg[f"_{k}_{s}"] for s in sides for k in ("rows", "cols"))
+    arrays = (cfg["_nl"], cfg["_valid"], cfg["_nw"], cfg["_sb"]) + tuple(cfg[f"_{k}_{s}"] for s in sides for k in ("rows", "cols"))
     kept = ctx.__dict__.setdefault("_group_tables", [])
-    for t in kept:
-        if t[0] == sides and all(a is b for a, b in zip(t[1], refs)):
-            return t[2]
+    for t in list(kept):
+        kind, refs, table = t if len(t) == 3 else (None, (), None)
+        if kind == sides and all(r() is a for r, a in zip(refs, arrays)):
+            return table
     nl, valid, nw = cfg["_nl"], cfg["_valid"], cfg["_nw"]
     last = np.arange(nl.shape[1])[None, :] == (nw - 1)[:, None]
     blocks = nl.sum(axis=1)
@@ -48,9 +51,19 @@ def _table(fam, ctx, cfg, sides: tuple):
         parts.append(np.stack([G.sum(axis=1), blocks, np.where(valid & last, q, -1.0).max(axis=1),
                                np.where(valid & ~last, q, -1.0).max(axis=1), np.where(valid & (G > 1), qf, -1.0).max(axis=1)]))
     table = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+    entry: list = []
+
+    def drop(_, kept=kept, entry=entry):  # a column of the rows is gone: so is their table
+        for i, e in enumerate(kept):
+            if e is entry:
+                del kept[i]
+                break
+        entry.clear()
+
+    entry += [sides, tuple(weakref.ref(a, drop) for a in arrays), table]
     if len(kept) >= TABLES_MAX:
-        del kept[0]
-    kept.append((sides, refs, table))
+        kept.pop(0).clear()
+    kept.append(entry)
     return table
 
 
