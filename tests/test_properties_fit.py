@@ -177,7 +177,7 @@ def test_wafer_fullest_stage_monotone_in_batch_and_context(m, phase, precision, 
         from wseplan.plan import plan
 
         loads = [plan(m, target, phase="train", precision=precision, batch=bb, context=cc, catalog=CAT,
-                      options={"policy": "checkpoint", "micro_batch": 64}).per_device_bytes
+                      options={"policy": "checkpoint", "micro_batch": -(-bb // count)}).per_device_bytes  # one pass
                  for bb, cc in ((b[0], c[0]), (b[1], c[0]), (b[1], c[1]))]
     else:  # resident weights on a fixed number of wafers per replica
         loads = [max(s.bytes for s in fit(m, target, precision=precision, phase=phase, batch=bb, context=cc,

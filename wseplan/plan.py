@@ -380,13 +380,18 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
             check(s.ctx, given)
         for k in cols:
             cfg[k] = np.array([float(given[k]) if k in given else np.nan])
-    mb, dp, who = given.get("micro_batch"), given.get("dp") or 1, "data-parallel replicas"
-    if mb is None and isinstance(s.query.options.get("micro_batch"), (int, np.integer)):  # a wafer stream's option
-        mb, dp, who = s.query.options["micro_batch"], given.get("num_systems") or s.query.target.count or 1, "systems"
+    mb, dp = given.get("micro_batch"), given.get("dp") or 1
+    omb = s.query.options.get("micro_batch")
+    if mb is None and isinstance(omb, (int, np.integer)):  # a wafer stream's: at most a system's share, ceil(b / n)
+        n = given.get("num_systems") or s.query.target.count or 1
+        if omb > -(-b // n):
+            share = f"each of the {n} systems' share of the batch of {b}" if n > 1 else f"the batch of {b}"
+            raise InputError(f"micro_batch: {omb} sequences per pass exceed {share}; give a micro-batch of at most "
+                             f"{-(-b // n)}")
     if mb is not None and mb * dp > b:
-        per = f" x {dp} {who}" if dp > 1 else ""
+        per = f" x {dp} data-parallel replicas" if dp > 1 else ""
         raise InputError(f"micro_batch: {mb} sequences{per} exceed the batch of {b}; give a micro-batch of at most "
-                         f"{max(b // dp, 1)}" + (f" or fewer {who}" if dp > 1 else ""))
+                         f"{max(b // dp, 1)}" + (" or fewer data-parallel replicas" if dp > 1 else ""))
     src["layout"] = "searched" if not given else "given" if set(given) >= set(cols) else "partly searched"
     arr = evaluate(s, cfg, require_fit=require_fit)
     return record(s, arr, 0, sources=src, require_fit=require_fit)

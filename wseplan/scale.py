@@ -44,7 +44,7 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
     rows = []
     mb = (options or {}).get("micro_batch")
     for n in counts:
-        if global_batch < n or (mb is not None and mb * n > global_batch):  # no system may get less than a pass
+        if global_batch < n or (mb is not None and mb > -(-global_batch // n)):  # a pass beyond a system's share
             break
         per = 1 if target.kind == "wafer" else int(target.device.gpus_per_node.si)
         t = target_with_count(target, n * per)
