@@ -77,21 +77,11 @@ def time_model_available(device_kind: str) -> bool:
 
 # --------------------------------------------------------------------------------------------- estimates
 def _plan(c: Claim, cat, t, phase: str, batch: int, context: int | None):
-    """The plan record of the claim's run: the best layout that fits (searched when the claim gives none). Wafer
-    training whose weights and optimizer state overflow the default MemoryX option is planned with the next
-    larger option that holds them."""
+    """The plan record of the claim's run: the best layout that fits (searched when the claim gives none); wafer
+    training takes the smallest MemoryX option that holds the weights and optimizer state (the plan's default)."""
     opts = c.spec_options() if phase != "train" else {}
-    r = plan(c.model, t, phase=phase, precision=c.precision, batch=batch, context=context, software=c.software,
-             options=opts, catalog=cat)
-    if not r.fits and phase == "train" and t.kind == "wafer" and (r.details.get("memoryx") or {}).get("fits") is False:
-        mx = cat.memoryx[cat.system_for_wafer(t.key).memoryx]
-        for key in sorted(mx.capacity_options_bytes, key=lambda k: mx.capacity_options_bytes[k].si):
-            if mx.capacity_options_bytes[key].si > r.details["memoryx"]["capacity_bytes"]:
-                r2 = plan(c.model, t, phase=phase, precision=c.precision, batch=batch, context=context,
-                          software=c.software, options={"memoryx_option": key}, catalog=cat)
-                if r2.fits:
-                    return r2
-    return r
+    return plan(c.model, t, phase=phase, precision=c.precision, batch=batch, context=context, software=c.software,
+                options=opts, catalog=cat)
 
 
 def _layout_text(r) -> str:
