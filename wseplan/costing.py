@@ -25,7 +25,7 @@ from .analytic import cost as C
 from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
-from .model_error import category_for, time_factor_range
+from .model_error import category_for, roof_time_factor, time_factor_range
 from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       total_params)
@@ -130,9 +130,9 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
     if b is None:
         return None
     lo, hi, note = b
-    mfu = rec.model_flop_utilization_frac
-    if mfu is not None and 0.0 < mfu <= 1.0 and lo < mfu:  # no sample may run the model's FLOPs above the peak
-        lo, note = mfu, note + f"; the fast end held at the compute roof (x{mfu:.3g}: MFU 1)"
+    f = roof_time_factor(rec.model_flop_utilization_frac)
+    if f is not None and lo < f:  # no sample may run the model's FLOPs above the peak
+        lo, note = f, note + f"; the fast end held at the compute roof (x{f:.3g}: MFU 1)"
     return C.Param(name="model_time_factor", value=1.0, low=min(lo, 1.0), high=max(hi, 1.0), log_scale=True,
                    source=["wseplan-model-error"], basis="estimate",
                    note=f"true time / predicted time of the {q.phase} times; {note}")

@@ -211,6 +211,13 @@ def _level_keys(level: float) -> tuple[str, str]:
     return lo, hi
 
 
+def roof_time_factor(mfu) -> float | None:
+    """The least true / predicted time the compute roof allows a prediction of model FLOP utilisation ``mfu``: its
+    time at MFU 1 over its time (= ``mfu``); None where ``mfu`` is not in (0, 1]. Used by the prediction interval and
+    by the cost Monte Carlo's model-error factor alike."""
+    return float(mfu) if mfu is not None and 0.0 < mfu <= 1.0 else None
+
+
 def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     """``interval_metric``/``interval_low``/``interval_high``/``interval_note`` for a plan record's headline: its
     ``tokens_per_s`` (inference) or ``step_s`` (training); empty when the record has no time. With the record's
@@ -227,10 +234,10 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     if iv is None:
         return {}
     lo, hi, note = iv
-    mfu = rec.get("model_flop_utilization_frac")
-    if mfu is not None and 0.0 < mfu <= 1.0:
-        roof = v * mfu if train else v / mfu  # the step at MFU 1, or the throughput at MFU 1
+    f = roof_time_factor(rec.get("model_flop_utilization_frac"))
+    if f is not None:
+        roof = v * f if train else v / f  # the step at MFU 1, or the throughput at MFU 1
         if (train and lo < roof) or (not train and hi > roof):
             lo, hi = (max(lo, roof), hi) if train else (lo, min(hi, roof))
-            note += f"; its fast end held at the compute roof (MFU 1, x{1 / mfu:.3g} the prediction's speed)"
+            note += f"; its fast end held at the compute roof (MFU 1, x{1 / f:.3g} the prediction's speed)"
     return {"interval_metric": metric, "interval_low": lo, "interval_high": hi, "interval_note": note}
