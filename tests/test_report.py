@@ -278,3 +278,19 @@ def test_xlsx_bytes_do_not_depend_on_the_clock(monkeypatch):
     monkeypatch.setattr(time, "time", lambda: real() + 86400 * 400)
     monkeypatch.setattr(time, "localtime", lambda s=None: time.gmtime(real() + 86400 * 400))
     assert workbook_bytes(**kw) == first
+
+
+def test_claims_assumptions_show_each_categorys_held_out_interval():
+    """A category whose held-out truth was never faster than predicted (wafer inference: every residual says the
+    model is too fast) has no band above the estimate; the assumption row shows the interval itself, not "0%"."""
+    from wseplan.catalog import load_catalog
+    from wseplan.model_error import speed_bounds
+    from wseplan.report.study_claims import _error_rows
+
+    rows = {r["input"]: r["value"] for r in _error_rows(load_catalog())}
+    assert rows, "the bundled model-error file has validated categories"
+    for name, value in rows.items():
+        cat = name.split(" predictions")[0].rsplit(" ", 1)[-1]
+        lo, hi, _ = speed_bounds(cat)
+        assert lo < hi and value == f"{lo:.2f}x to {hi:.2f}x"
+        assert value != "0%"
