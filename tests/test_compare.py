@@ -126,3 +126,14 @@ def test_cli_human_formats(capsys, fmt):
 def test_cli_bad_input(capsys, args):
     assert main(args) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_not_fitting_counted_target_points_to_the_countless_one(catalog):
+    """A counted target that does not fit names the same hardware without a count, which the planner sizes; a
+    countless target's answer fits, so the hint leads somewhere."""
+    res = compare("llama-3.1-405b", ["h100x1", "cs3x4"], phase="decode", batch=1, context=1024, catalog=catalog)
+    for row, key in zip(res.rows, ("h100", "cs3")):
+        assert row.fits is False
+        assert f"the target without a count (--target {key}) finds the fewest devices that fit" in row.notes[-1]
+    sized = fit("llama-3.1-405b", "cs3", phase="decode", batch=1, context=1024, catalog=catalog)
+    assert sized.fits and sized.num_devices > 4

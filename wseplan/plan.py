@@ -24,6 +24,7 @@ Records say which batch, context, layout and software profile they used and why 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -452,6 +453,10 @@ def _speculation_note(s: Setup, r: dict) -> list[str]:
     return [f"speculative decoding off: at this batch a speculative step with {draft} is no faster than a plain one"]
 
 
+#: a target's count suffix (``cs3x12`` -> ``cs3``)
+_COUNTLESS = re.compile(r"x\d+$")
+
+
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
     q, fam = s.query, s.family
@@ -466,7 +471,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         notes = [f"does not fit: the fullest device needs {load:,.0f} B of {cap:,.0f} B usable "
                  f"({binding_name(r['binding'])} binds); "
                  + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
-                 ] + list(notes)
+                 + (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit" if t.count
+                    else "")] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
         notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r)
