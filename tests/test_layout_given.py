@@ -79,3 +79,21 @@ def test_a_given_layout_runs_whole_sequences_per_replica():
     r3 = predict_time("llama-3.1-8b", "h100x1024", phase="train", context=2048, batch=3072,
                       layout={"tp": 1, "pp": 1, "dp": 1024, "micro_batch": 2})
     assert r3.layout["num_microbatches"] == 2
+
+
+def test_virtual_stages_need_a_layer_each_and_a_pipeline():
+    """A given interleaved layout with more virtual stages than layers (pp 16 x vpp 8 = 128 > Llama-3.1-405B's 126),
+    or with one pipeline stage, is refused as the search never proposes it (audit 23 F4: it was timed, faster than
+    any feasible layout); pp 16 x vpp 7 = 112 <= 126 runs, and with pipeline_split even the 80 layers of a 70B model
+    must divide pp x vpp (8 x 5 = 40 does, 8 x 3 = 24 does not)."""
+    lay = {"tp": 8, "pp": 16, "dp": 128, "micro_batch": 1, "recompute": "full"}
+    kw = dict(phase="train", batch=2048, context=8192)
+    with pytest.raises(InputError, match="vpp: pp 16 x vpp 8 = 128 virtual stages .*126 layers"):
+        plan("llama-3.1-405b", "h100x16384", layout={**lay, "vpp": 8}, **kw)
+    assert plan("llama-3.1-405b", "h100x16384", layout={**lay, "vpp": 7}, **kw).layout["virtual_pipeline"] == 7
+    with pytest.raises(InputError, match="vpp: 2 virtual stages need a pipeline"):
+        plan("llama-3-8b", "h100x8", phase="train", batch=64, context=2048, layout={"tp": 8, "pp": 1, "dp": 1, "vpp": 2})
+    even = dict(phase="train", batch=64, context=4096, options={"pipeline_split": "even"})
+    with pytest.raises(InputError, match="must divide pp x vpp"):
+        plan("llama-3.1-70b", "h100x64", layout={"tp": 8, "pp": 8, "dp": 1, "vpp": 3}, **even)
+    assert plan("llama-3.1-70b", "h100x64", layout={"tp": 8, "pp": 8, "dp": 1, "vpp": 5}, **even).layout["virtual_pipeline"] == 5

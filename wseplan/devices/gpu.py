@@ -197,12 +197,25 @@ class GpuFamily(InferenceMixin, Family):
 
     # -- layouts ------------------------------------------------------------------------------------
     def check_layout(self, ctx: GpuContext, given: dict) -> None:
-        """Refuse a given layout no framework can run: a ``tp`` that does not divide the attention heads."""
+        """Refuse a given layout no framework can run: a ``tp`` that does not divide the attention heads; virtual
+        pipeline stages without a layer each (``pp x vpp`` above the layers; with ``pipeline_split`` ``even``, not
+        dividing them), or with one pipeline stage (the same rule the search applies)."""
         tp = given.get("tp")
         if tp is not None and not tp_divides_heads(ctx.m, tp):
             heads = ctx.m.num_heads
             raise InputError(f"tp: {tp} does not divide {ctx.m.name}'s {heads} attention heads; give a divisor of "
                              f"{heads}, or no tp to search one")
+        v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
+        if v is None or int(v) <= 1 or ctx.q.phase != "train":
+            return
+        if pp is not None and int(pp) <= 1:
+            raise InputError(f"vpp: {int(v)} virtual stages need a pipeline (pp > 1, given {int(pp)}); give vpp 1 or a "
+                             "pipeline degree")
+        if pp is not None and (L < int(pp) * int(v) or (ctx.pipeline_split == "even" and L % (int(pp) * int(v)))):
+            need = "divide" if ctx.pipeline_split == "even" else "be at least"
+            raise InputError(f"vpp: pp {int(pp)} x vpp {int(v)} = {int(pp) * int(v)} virtual stages for {ctx.m.name}'s "
+                             f"{L} layers (they must {need} pp x vpp, one layer or more per virtual stage); give a "
+                             "smaller vpp")
 
     def default_layout(self, ctx: GpuContext, given: dict, batch: int) -> dict:
         """Complete a partly given layout outside the search grid: pp 1, dp the rest of the device count (1 without a
