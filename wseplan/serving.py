@@ -383,7 +383,9 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None:
-        notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given)")
+        notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given): requests arrive at "
+                     "random (open loop), so TTFT counts their queueing; `wseplan time --phase serve --batch N` gives "
+                     "the steady point of N requests in flight (N users each sending the next as the last ends)")
     notes += [n for n in chosen.notes if n not in notes]  # what the plan says of the chosen point
     return ServeResult(**base, fits=True, chosen=chosen, points=points, frontier=pareto_frontier(ok), notes=notes)
 
