@@ -7,6 +7,9 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **load and queueing** (:mod:`wseplan.analytic.queueing`): requests arrive as a Poisson process, hold a slot for
   ``S = TTFT_own + (O - 1) TPOT`` (answer lengths spread with squared CV ``output_scv``); a replica carries at most
   ``B / E[S]`` requests/s; at a rate below that, TTFT percentiles are the own prefill plus the M/G/c wait;
+* **admission** (:func:`_admitted`): a given concurrency above what the KV cache holds runs at the largest batch
+  that fits, the other requests waiting to be admitted (without a rate a closed loop of that many users, each
+  waiting :func:`~wseplan.analytic.engine.admission_wait_s`; with one the M/G/c wait for the batch's slots);
 * **SLA**: TTFT at a percentile and TPOT (the per-token time of the running batch) within limits;
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
@@ -142,8 +145,36 @@ def _fill(s, cfg: dict, arr: dict, kv_tokens: int, max_batch: int | None):
     return cfg, arr
 
 
+def _admitted(s, cfg: dict, users: int, max_batch: int, kv_tokens: int):
+    """``(cfg, arr)`` of the one concurrency an engine runs for ``users`` requests whose KV caches do not all fit: the
+    largest batch that fits (the powers of two below ``users`` and the one that fills the KV cache, as the default
+    grid finds it, :func:`_fill`), at most ``max_batch``; None when not even one request fits (the weights)."""
+    top = max(1, min(users - 1, max_batch))
+    grid = np.asarray(concurrency_grid(top), dtype=float)
+    g = {k: grid if k == "batch" else np.full(grid.size, float(v[0])) for k, v in cfg.items()}
+    g, arr = _fill(s, g, evaluate(s, g), kv_tokens, top)
+    ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
+    if not ok.any():
+        return None
+    i = int(np.nonzero(ok)[0][np.argmax(g["batch"][ok])])
+    one = {k: v[i:i + 1] for k, v in g.items()}
+    return one, evaluate(s, one)
+
+
+def _admission_note(users: int, batch: int, request_s: float, wait_s: float | None) -> str:
+    """What the point of ``users`` requests per replica on ``batch`` slots (the most the KV cache holds) means."""
+    head = (f"{users} users per replica are more than the KV cache holds: the engine runs batch {batch} (the most "
+            f"requests in flight whose KV cache fits) and the other {users - batch} users wait in its admission queue")
+    if wait_s is None:  # a rate is given: the open loop's slot wait (M/G/c on the batch's slots)
+        return head + "; TTFT counts the wait for a slot at the given rate"
+    return (head + f"; closed loop (each user sends the next request as the last ends): the slots stay full, so "
+            f"tokens/s is batch {batch}'s at 100% load, and TTFT adds the queue wait ({users}/{batch} - 1) x the "
+            f"{request_s:.4g} s request = {wait_s:.4g} s (every TTFT percentile is this mean)")
+
+
 def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
-            ttft_limit_s, tpot_limit_s, utilization, fill_to: int | None = None) -> list[ServePoint]:
+            ttft_limit_s, tpot_limit_s, utilization, fill_to: int | None = None, users: int | None = None,
+            max_batch: int | None = None) -> list[ServePoint]:
 
     b = np.asarray(batches, dtype=float)
     n = len(b)
@@ -156,6 +187,14 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         b = cfg["batch"]
         n = len(b)
     ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
+    queued = False  # users (a given concurrency) beyond the KV cache: the engine runs what fits, the rest queue
+    if users is not None and users > 1 and not ok.any():
+        got = _admitted(s, cfg, users, max_batch or users, input_tokens + output_tokens)
+        if got is None:  # not even one request fits: the weights
+            return []
+        (cfg, arr), queued, n = got, True, 1
+        b = cfg["batch"]
+        ok = np.ones(1, dtype=bool)
     if not ok.any():
         return []
     R = np.asarray(arr["num_replicas"], dtype=float)
@@ -165,28 +204,34 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
                    arr["ttft_s"])
     busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0)
     cap = np.asarray(arr["tokens_per_s"], dtype=float) / (R * max(output_tokens, 1))  # requests/s at full concurrency
-    lam = np.full(n, np.nan) if rate is None else rate / R
-    lam = np.where(np.isnan(lam), utilization * cap, lam)
-    # the prompts a request meets at the engine's prefill budget are those of the other slots' requests (as the
-    # engine's closed loop, :func:`~wseplan.analytic.engine.closed_loop_prefill_wait`): none with one slot
-    lam_p = E.others_arrival_rate(lam, b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pre_wait = {p: np.where(busy > 0, Q.mgc_wait(arrival_rate=lam_p, mean_service_s=np.where(busy > 0, busy, 1.0),
-                                                     servers=np.ones(n), service_scv=0.0, percentile=p), 0.0)
-                    for p in (None, *PERCENTILES, percentile)}
-    ttft = own + pre_wait[None]  # mean TTFT before waiting for a slot
-    slot = ttft + (output_tokens - 1.0) * tpot  # a request's time in its slot
-    scv = Q.service_scv(prefill_s=ttft, decode_s_per_token=tpot, output_tokens_mean=output_tokens,
-                        output_tokens_scv=output_scv)
-    waits = {p: pre_wait[p] + Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv,
-                                         percentile=p) for p in (None, *PERCENTILES, percentile)}
+    closed = queued and rate is None
+    if closed:  # the users keep every slot full (the engine's closed loop at the batch) and the rest wait to be admitted
+        lam = cap
+        queue = E.admission_wait_s(users=float(users), slots=b, request_s=np.asarray(arr["request_s"], dtype=float))
+        waits = {p: np.asarray(arr["ttft_s"], dtype=float) + queue - own for p in (None, *PERCENTILES, percentile)}
+    else:
+        lam = np.full(n, np.nan) if rate is None else rate / R
+        lam = np.where(np.isnan(lam), utilization * cap, lam)
+        # the prompts a request meets at the engine's prefill budget are those of the other slots' requests (as the
+        # engine's closed loop, :func:`~wseplan.analytic.engine.closed_loop_prefill_wait`): none with one slot
+        lam_p = E.others_arrival_rate(lam, b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pre_wait = {p: np.where(busy > 0, Q.mgc_wait(arrival_rate=lam_p, mean_service_s=np.where(busy > 0, busy, 1.0),
+                                                         servers=np.ones(n), service_scv=0.0, percentile=p), 0.0)
+                        for p in (None, *PERCENTILES, percentile)}
+        ttft = own + pre_wait[None]  # mean TTFT before waiting for a slot
+        slot = ttft + (output_tokens - 1.0) * tpot  # a request's time in its slot
+        scv = Q.service_scv(prefill_s=ttft, decode_s_per_token=tpot, output_tokens_mean=output_tokens,
+                            output_tokens_scv=output_scv)
+        waits = {p: pre_wait[p] + Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv,
+                                             percentile=p) for p in (None, *PERCENTILES, percentile)}
     util = lam / cap
     cost = None
     if prices is not None:
         cost = cost_columns(s, arr, nominal(params_for(s, prices, overrides=overrides)))
     out = []
     for i in np.nonzero(ok)[0]:
-        if not (util[i] < 1.0):
+        if not (util[i] < 1.0 or closed):
             continue  # the rate exceeds what this point carries: no steady state
         tt = {p: float(own[i] + waits[p][i]) for p in waits}  # own prefill + prefill-budget wait + slot wait
         meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
@@ -208,7 +253,9 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
             accepted_tokens_per_step=float(arr.get("time.accepted_tokens_per_step", np.ones(n))[i]),
             bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
-            output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in, notes=list(rec.notes)))
+            output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in,
+            notes=list(rec.notes) + ([_admission_note(users, int(b[i]), float(arr["request_s"][i]),
+                                                      float(queue[i]) if closed else None)] if queued else [])))
     return out
 
 
@@ -265,8 +312,9 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
           overrides: dict | None = None) -> ServeResult:
     """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
 
-    With ``concurrency`` the replica runs that many requests at once; without it every concurrency up to the
-    engine's largest batch is tried. ``rate`` is the offered load of the whole target [requests/s]; without it each
+    With ``concurrency`` the replica runs that many requests at once, or, when their KV caches do not fit, the
+    largest batch that fits while the others queue (see the module docstring); without it every concurrency up to
+    the engine's largest batch is tried. ``rate`` is the offered load of the whole target [requests/s]; without it each
     point is reported at ``utilization`` of its capacity. The chosen point: with a rate or limits, the cheapest (or,
     without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
     point. A target without a count sizes the replica itself (replica search, see the module docstring); a
@@ -304,7 +352,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     t0 = s0.query.target
     kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
               overrides=overrides, rate=rate, percentile=percentile, output_scv=output_scv, ttft_limit_s=ttft_limit_s,
-              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to)
+              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to, users=concurrency,
+              max_batch=int(eng.max_batch.si))
     if layout and s0.query.target.count is None:
         raise InputError(f"layout: a fixed layout needs a target with a device count (e.g. {s0.query.target.key}x8)")
     for size in ([None] if layout else replica_sizes(s0)):
@@ -314,7 +363,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             points += _points(s0, layout={size[0]: size[1]}, **kw)
             continue
         elif size == "x2":  # wafers: from the fewest that fit to twice that
-            few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None))
+            few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None, users=None))
             kmin = few[0].devices_per_replica if few else None
             if kmin is None:
                 continue
@@ -367,7 +416,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
     """The record for evaluated ``points``: which meet ``base``'s limits, the chosen point and the frontier."""
     rate, ttft_limit_s, tpot_limit_s = base["rate_per_s"], base["ttft_limit_s"], base["tpot_limit_s"]
     if not points:
-        why = "at this concurrency" if concurrency else "at any concurrency"
+        why = "even at one request" if concurrency else "at any concurrency"  # more users than fit queue
         note = (f"{base['model']} does not fit {base['target']} {why}" if rate is None else
                 f"no point of {base['model']} on {base['target']} fits and carries {rate:g} requests/s")
         return ServeResult(**base, fits=False, notes=[note])
@@ -382,7 +431,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                                         p.num_devices, p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
-    if rate is None:
+    if rate is None and chosen.utilization_frac < 1.0:  # else users queue for the slots (closed loop, its note)
         notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given): requests arrive at "
                      "random (open loop), so TTFT counts their queueing; `wseplan time --phase serve --batch N` gives "
                      "the steady point of N requests in flight (N users each sending the next as the last ends)")

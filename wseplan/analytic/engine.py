@@ -303,6 +303,18 @@ def _root(B, a, u, sqrt):
     return X.where(B > 0, X.minimum(root, cap), 0.0)
 
 
+def admission_wait_s(*, users, slots, request_s):
+    """Closed loop of ``users`` on an engine that runs at most ``slots`` requests at once (the most its KV cache
+    holds): the mean wait in its admission queue [s], 0 while the users fit the slots.
+
+    Each user sends the next request when the last one ends (no think time), so the slots stay full: requests end
+    at ``slots / request_s`` (Little's law over the slots, ``request_s`` a request's time in its slot, TTFT and
+    decode), a user's cycle is ``users / that`` and its wait the cycle less its own request,
+    ``(users / slots - 1) * request_s``. An engine's queued requests take no KV cache (vLLM, TensorRT-LLM and NIM
+    admit a request when its cache fits), so the throughput stays that of the full slots however many users wait."""
+    return X.maximum(users / slots - 1.0, 0.0) * request_s
+
+
 def others_arrival_rate(lam, B):
     """The prompt arrival rate a request meets at the prefill server: the other ``B - 1`` requests' share of ``lam``
     (a closed loop's arrival theorem; no queue at all for one request)."""

@@ -28,7 +28,10 @@ def serve_cmd(
     output_len: int = typer.Option(256, "--output-len", "--output-tokens", help="Answer tokens per request (mean)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests one replica runs at once (its batch "
                                               "slots); default: every power of two up to the engine's largest "
-                                              "batch, and the concurrency that fills the KV cache."),
+                                              "batch, and the concurrency that fills the KV cache. Above what the "
+                                              "KV cache holds, the engine runs the largest batch that fits and the "
+                                              "other requests queue for it (without --rate: a closed loop of N "
+                                              "users)."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
                                          "each point at --utilization of its capacity. May be given with --concurrency."),
     ttft_limit: Optional[float] = typer.Option(None, "--ttft-limit", help="Time to first token limit at --percentile [s]."),
@@ -139,6 +142,8 @@ def _speculative_text(res) -> str:
 def _demand_text(res) -> str:
     c = res.chosen
     load = (f"{fmt_num(res.rate_per_s)} requests/s offered" if res.rate_per_s is not None else
+            "every slot busy: more users than the KV cache holds queue for it (see the note)"
+            if c is not None and c.utilization_frac >= 1.0 else
             f"{fmt_field('utilization_frac', c.utilization_frac)} of each point's capacity" if c is not None else
             "no rate given")
     lim = [f"TTFT {_pct(res)} <= {fmt_field('ttft_s', res.ttft_limit_s)}"] if res.ttft_limit_s is not None else []
