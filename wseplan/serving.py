@@ -7,8 +7,8 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **load and queueing** (:mod:`wseplan.analytic.queueing`): requests arrive as a Poisson process, hold a slot for
   ``S = TTFT_own + (O - 1) TPOT`` (answer lengths spread with squared CV ``output_scv``); a replica carries at most
   ``B / E[S]`` requests/s; at a rate below that, TTFT percentiles are the own prefill plus the M/G/c wait;
-* **admission** (:func:`_admitted`): a given concurrency above what the KV cache holds runs at the largest batch
-  that fits, the other requests waiting to be admitted (without a rate a closed loop of that many users, each
+* **admission** (:func:`_admitted`): a given concurrency above what the KV cache of every replica size holds runs at
+  the largest batch that fits, the other requests waiting to be admitted (without a rate a closed loop of that many users, each
   waiting :func:`~wseplan.analytic.engine.admission_wait_s`; with one the M/G/c wait for the batch's slots);
 * **SLA**: TTFT at a percentile and TPOT (the per-token time of the running batch) within limits;
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
@@ -164,7 +164,8 @@ def _admitted(s, cfg: dict, users: int, max_batch: int, kv_tokens: int):
 def _admission_note(users: int, batch: int, request_s: float, wait_s: float | None) -> str:
     """What the point of ``users`` requests per replica on ``batch`` slots (the most the KV cache holds) means."""
     head = (f"{users} users per replica are more than the KV cache holds: the engine runs batch {batch} (the most "
-            f"requests in flight whose KV cache fits) and the other {users - batch} users wait in its admission queue")
+            f"requests in flight whose KV cache fits) and the other {users - batch} "
+            f"{'user waits' if users - batch == 1 else 'users wait'} in its admission queue")
     if wait_s is None:  # a rate is given: the open loop's slot wait (M/G/c on the batch's slots)
         return head + "; TTFT counts the wait for a slot at the given rate"
     return (head + f"; closed loop (each user sends the next request as the last ends): the slots stay full, so "
@@ -352,33 +353,38 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     t0 = s0.query.target
     kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
               overrides=overrides, rate=rate, percentile=percentile, output_scv=output_scv, ttft_limit_s=ttft_limit_s,
-              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to, users=concurrency,
+              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to, users=None,
               max_batch=int(eng.max_batch.si))
     if layout and s0.query.target.count is None:
         raise InputError(f"layout: a fixed layout needs a target with a device count (e.g. {s0.query.target.key}x8)")
-    for size in ([None] if layout else replica_sizes(s0)):
-        if size is None:
-            s, lay = s0, layout
-        elif isinstance(size, tuple):  # a count split into equal data-parallel replicas
-            points += _points(s0, layout={size[0]: size[1]}, **kw)
-            continue
-        elif size == "x2":  # wafers: from the fewest that fit to twice that
-            few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None, users=None))
-            kmin = few[0].devices_per_replica if few else None
-            if kmin is None:
+    # a concurrency no replica size holds: a second search runs the largest batch that fits and queues the rest
+    for users in dict.fromkeys((None, concurrency if concurrency and concurrency > 1 else None)):
+        kw["users"] = users
+        for size in ([None] if layout else replica_sizes(s0)):
+            if size is None:
+                s, lay = s0, layout
+            elif isinstance(size, tuple):  # a count split into equal data-parallel replicas
+                points += _points(s0, layout={size[0]: size[1]}, **kw)
                 continue
-            for k in range(kmin + 1, 2 * kmin + 1):
-                tk = target_with_count(t0, k)
-                sk = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
-                           catalog=cat)
-                points += _points(sk, layout={"num_wafers": k}, **kw)
-            continue
-        else:
-            tk = target_with_count(t0, size)
-            s = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
-                      catalog=cat)
-            lay = {"dp": 1}
-        points += _points(s, layout=lay, **kw)
+            elif size == "x2":  # wafers: from the fewest that fit to twice that
+                few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None, users=None))
+                kmin = few[0].devices_per_replica if few else None
+                if kmin is None:
+                    continue
+                for k in range(kmin + 1, 2 * kmin + 1):
+                    tk = target_with_count(t0, k)
+                    sk = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
+                               catalog=cat)
+                    points += _points(sk, layout={"num_wafers": k}, **kw)
+                continue
+            else:
+                tk = target_with_count(t0, size)
+                s = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
+                          catalog=cat)
+                lay = {"dp": 1}
+            points += _points(s, layout=lay, **kw)
+        if points:
+            break
     q = s0.query
     spec = None
     if getattr(s0.ctx, "spec", None):
