@@ -87,3 +87,24 @@ def test_with_a_rate_the_queued_requests_wait_for_the_kv_limited_slots(catalog, 
     p = r.chosen
     assert p.batch == B and p.requests_per_s == pytest.approx(1.0) and p.utilization_frac < 1.0
     assert any("admission queue" in n and "given rate" in n for n in r.notes)
+
+
+def test_cli_serves_the_nim_case_with_the_queue_note(capsys):
+    """`wseplan serve ... --concurrency 100` answers (it said "does not fit" before) with the queue note, and
+    `--concurrency 150` the same throughput."""
+    import json
+
+    from wseplan.cli import main
+
+    recs = {}
+    for u in (100, 150):
+        rc = main(["serve", MODEL, "--target", TARGET, "-p", "fp8", "--input-len", str(C), "--output-len", str(O),
+                   "--concurrency", str(u), "--format", "json"])
+        out = capsys.readouterr()
+        assert rc == 0, out.err
+        recs[u] = json.loads(out.out)
+    a, b = recs[100], recs[150]
+    assert a["fits"] and a["batch"] < 100 and a["utilization_frac"] == pytest.approx(1.0)
+    assert any(f"runs batch {a['batch']}" in n and "admission queue" in n for n in a["notes"])
+    assert not any("open loop" in n for n in a["notes"])
+    assert b["tokens_per_s"] == pytest.approx(a["tokens_per_s"], rel=1e-12) and b["ttft_s"] > a["ttft_s"]
