@@ -54,17 +54,25 @@ def gpu_activation_bytes_per_token_layer(*, activation_bytes_per_token: float, c
     return np.where(code >= 2, full, kept)
 
 
-def interleaved_activation_factor(*, num_stages, virtual_stages):
-    """Extra activation memory of the first pipeline stage under the interleaved 1F1B schedule [factor >= 1].
+def micro_batches_in_flight(*, num_stages, virtual_stages, micro_batches, rank):
+    """Micro-batches whose activations pipeline rank ``rank`` (0 = the first stage) holds at once under 1F1B, in
+    units of the rank's whole stage [count].
 
-    With ``p`` stages the plain 1F1B schedule keeps ``p`` micro-batches in flight on the first stage (the
-    activations of ``L`` layers' worth of micro-batch inputs in all); with ``v`` model chunks per stage the
-    warm-up holds more: the total is scaled by ``1 + (p - 1) / (p v)`` (Korthikanti et al., "Reducing Activation
-    Recomputation in Large Transformer Models", MLSys 2023, section 4.2.3). ``v = 1`` gives 1.
+    Plain 1F1B (``v = 1``) runs ``p - rank - 1`` warm-up forwards before its first backward, so the rank holds
+    ``p - rank`` micro-batches; the interleaved schedule with ``v`` model chunks per rank runs ``2 (p - rank - 1) +
+    (v - 1) p`` warm-up chunk forwards, so it holds ``2 (p - rank - 1) + (v - 1) p + 1`` chunks of ``1/v`` of its
+    stage (rank 0: ``p + (p - 1) / v``, the ``1 + (p - 1) / (p v)`` factor of Korthikanti et al., "Reducing Activation
+    Recomputation in Large Transformer Models", MLSys 2023, sec. 4.2.3). Either way the warm-up stops at the
+    ``m`` micro-batches the step has (Megatron-LM ``schedules.py``: the warm-up count is capped at the total number
+    of (chunk) micro-batches), so a rank never holds more than ``m``: Meta's Llama 3 405B ran interleaved at
+    ``m = p = 16`` without activation checkpointing (Llama Team 2024, arXiv:2407.21783, sec. 3.3.2).
     """
     p = np.asarray(num_stages, dtype=float)
     v = np.asarray(virtual_stages, dtype=float)
-    return np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    m = np.asarray(micro_batches, dtype=float)
+    r = np.minimum(float(rank), p - 1.0)
+    held = np.where(v > 1, (2.0 * (p - r - 1.0) + (v - 1.0) * p + 1.0) / np.maximum(v, 1.0), p - r)
+    return np.minimum(held, m)
 
 
 def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virtual_stages, batch, context,
@@ -83,9 +91,9 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     (default: the batch in decode, one prefill chunk in prefill). Weights, gradients and
     Adam state split over TP and PP and, by ZeRO stage, over DP (1: optimizer state, 2: + gradients, 3: +
     weights; Rajbhandari et al., SC20). KV heads split over TP up to the number of KV heads (then replicate).
-    Training activations: ``pp`` micro-batches in flight on the first stage (1F1B), times
-    :func:`interleaved_activation_factor` with virtual stages (Korthikanti et al. 2023); inference: a chunk's
-    working set.
+    Training activations: the micro-batches each stage holds under 1F1B, plain or interleaved, at most the step's
+    (:func:`micro_batches_in_flight`: the first stage for an edge stage, the second for a middle one); inference: a
+    chunk's working set.
 
     Returns a dict of arrays: ``weights``, ``optimizer`` (gradients + Adam state), ``kv_cache``,
     ``activations``, ``total``.
@@ -102,12 +110,12 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     # the split leaves over, half each, so an edge stage holds n - k blocks and its edge layer (k = 0 at pp <= 2 and
     # where the blocks divide evenly): the fullest of the two kinds is the fullest stage
     k = np.where(pp >= 3, np.minimum(np.floor((pp * n - L) / 2.0), n), 0.0)
-    mid = _stage_parts(w, n, 0.0, 0.0, run_w, run_p, act_l, ck_l, blocks, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp,
+    mid = _stage_parts(w, n, 0.0, 0.0, run_w, run_p, act_l, ck_l, blocks, rank=1, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp,
                        rc=rc, B=B, C=C, gradient_bytes_per_param=gradient_bytes_per_param,
                        adam_state_bytes_per_param=adam_state_bytes_per_param,
                        prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
     edge = _stage_parts(w, n - k, np.where(single, edge_w_sum, edge_w), np.where(single, edge_p_sum, edge_p), run_w,
-                        run_p, act_l, ck_l, blocks, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp, rc=rc, B=B, C=C,
+                        run_p, act_l, ck_l, blocks, rank=0, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp, rc=rc, B=B, C=C,
                         gradient_bytes_per_param=gradient_bytes_per_param,
                         adam_state_bytes_per_param=adam_state_bytes_per_param,
                         prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
@@ -115,10 +123,11 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     return {key: np.where(take_mid, mid[key], edge[key]) for key in edge}
 
 
-def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, tp, pp, dp, zs, mb, vpp, rc, B, C,
+def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, rank, tp, pp, dp, zs, mb, vpp, rc, B, C,
                  gradient_bytes_per_param, adam_state_bytes_per_param, prefill_chunk_tokens, working_tokens) -> dict:
     """Per-GPU bytes of a stage of ``nb`` consecutive blocks (the heaviest run of that many) and an edge layer of
-    ``ew`` bytes / ``ep`` parameters (0: a middle stage), by part (:func:`gpu_layout_memory`)."""
+    ``ew`` bytes / ``ep`` parameters (0: a middle stage) at pipeline rank ``rank`` (0: the first; 1: the busiest
+    middle one), by part (:func:`gpu_layout_memory`)."""
     per_stage = nb
     n_run = np.clip(per_stage, 0, len(run_w) - 1).astype(np.int64)
     stage_w = run_w[n_run] + ew
@@ -137,10 +146,10 @@ def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, tp, pp, dp
         repl = 4.0 * w.arch.d_model if w.arch is not None else 0.0
         per_tok = gpu_activation_bytes_per_token_layer(activation_bytes_per_token=act_l, checkpoint_bytes_per_token=ck_l,
                                                        replicated_bytes_per_token=repl, tp=tp, recompute=rc)
-        seqs_per_replica = np.ceil(B / dp)
-        in_flight = np.minimum(pp, np.ceil(seqs_per_replica / mb))
+        in_flight = micro_batches_in_flight(num_stages=pp, virtual_stages=vpp, micro_batches=np.ceil(np.ceil(B / dp) / mb),
+                                            rank=rank)
         tok_mb = mb * C
-        act = per_tok * tok_mb * per_stage * in_flight * interleaved_activation_factor(num_stages=pp, virtual_stages=vpp)
+        act = per_tok * tok_mb * per_stage * in_flight
         act = act + np.where(rc >= 2, act_l / tp * tok_mb, 0.0)  # one layer's activations in its recomputed backward
         kv = np.zeros_like(weights * act)
         out = dict(weights=weights + 0.0 * act, optimizer=opt + grads + 0.0 * act, kv_cache=kv, activations=act)
