@@ -52,7 +52,8 @@ class GpuCalibration:
     tp_overlap_frac : float
         Share of tensor-parallel communication hidden behind compute in training [fraction].
     dp_overlap_frac : float
-        Share of the step's compute time that data-parallel gradient all-reduces can hide behind [fraction].
+        Share of a micro-batch's compute that its data-parallel collectives run under (ZeRO-0/1: the step's one
+        gradient reduction under the last micro-batch; ZeRO-2: each micro-batch's reduce-scatter) [fraction].
     zero3_overlap_frac : float
         Share of the step's compute time that ZeRO-3/FSDP's prefetched parameter gathers and gradient
         reduce-scatters can hide behind [fraction].
@@ -89,7 +90,7 @@ class GpuCalibration:
     nvlink_latency_s: float = 1.0e-5
     network_latency_s: float = 2.0e-5
     tp_overlap_frac: float = 0.1
-    dp_overlap_frac: float = 0.5
+    dp_overlap_frac: float = 0.7
     zero3_overlap_frac: float = 0.5
     layer_overhead_s: float = 2.0e-5
     step_overhead_s: float = 1.0e-3

@@ -416,8 +416,14 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                  link_bandwidth_bytes_per_s=X.where(spans, links.net_bw, links.group_bw(ranks)),
                                  link_latency_s=X.where(spans, links.net_lat, links.nvlink_lat))
     t_z3 = 3.0 * nmb * ring
-    t_dp = X.where(zs >= 3, t_z3, ar)
-    hide = X.where(zs >= 3, cal.zero3_overlap_frac, cal.dp_overlap_frac) * compute_total
+    # ZeRO-2 (gradients sharded): a replica cannot accumulate whole gradients, so every micro-batch reduce-scatters its
+    # own under its backward, and the updated shard is all-gathered once. ZeRO-0/1 (and DDP) accumulate them locally
+    # and reduce once: the reduce-scatter runs under the last micro-batch's backward, the all-gather of the updated
+    # parameters under the next step's first forward (Megatron-core syncs gradients only in the last micro-batch;
+    # NeMo, Communication Overlap: layer-sized chunks, one exposed), so one micro-batch's compute is the window
+    t_dp = X.where(zs >= 3, t_z3, X.where(zs >= 2, (nmb + 1.0) * ring, ar))
+    window = X.where(zs >= 2, compute_total, compute_total / nmb)
+    hide = X.where(zs >= 3, cal.zero3_overlap_frac, cal.dp_overlap_frac) * window
     exposed = X.maximum(t_dp - hide, 0.0)
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
     opt_params = params_stage / tp / X.where(zs >= 1, ranks, 1.0)
