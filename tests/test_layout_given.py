@@ -97,3 +97,26 @@ def test_virtual_stages_need_a_layer_each_and_a_pipeline():
     with pytest.raises(InputError, match="must divide pp x vpp"):
         plan("llama-3.1-70b", "h100x64", layout={"tp": 8, "pp": 8, "dp": 1, "vpp": 3}, **even)
     assert plan("llama-3.1-70b", "h100x64", layout={"tp": 8, "pp": 8, "dp": 1, "vpp": 5}, **even).layout["virtual_pipeline"] == 5
+
+
+def test_cli_time_takes_lora(capsys):
+    """`time --trainable lora` reaches the LoRA step the Python API and validation use (audit 23 F10: the CLI had no
+    way to ask): the base weights get no gradients or optimizer step, so the same layout's step is shorter and equal
+    to the API's; an unknown kind and a wafer target are refused with exit 2."""
+    import json
+
+    from wseplan.cli import main
+    from wseplan.timing import predict_time
+
+    args = ["time", "llama-2-70b", "--target", "h100x64", "--phase", "train", "--batch", "8", "--context", "8192",
+            "--tp", "4", "--pp", "1", "--dp", "8", "--cp", "2", "-f", "json"]
+    assert main([*args, "--trainable", "lora"]) == 0
+    lora = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    api = predict_time("llama-2-70b", "h100x64", phase="train", batch=8, context=8192, tensor_parallel=4,
+                       pipeline_parallel=1, data_parallel=8, context_parallel=2, trainable="lora")
+    assert api.fits and lora["step_s"] == pytest.approx(api.step_s, rel=1e-12) and lora["step_s"] < full["step_s"]
+    assert main([*args, "--trainable", "qlora"]) == 2
+    assert "trainable: 'qlora'" in capsys.readouterr().err
+    assert main(["time", "llama-3-8b", "--target", "cs3", "--phase", "train", "--trainable", "lora"]) == 2

@@ -34,6 +34,9 @@ def time_cmd(
     pipeline_split: Optional[str] = typer.Option(
         None, "--pipeline-split", help="GPU train: uneven (default: any layers per stage, current frameworks) | even "
         "(layers divide pp x vpp, Megatron-LM 2021-2022)."),
+    trainable: Optional[str] = typer.Option(
+        None, "--trainable", help="GPU train: full (default: every weight) | lora (frozen base weights, low-rank "
+        "adapters: no weight gradients or optimizer state for the base)."),
     search: bool = typer.Option(False, "--search", help="Search the layout (the default whenever no layout option is given)."),
     train_tokens: Optional[float] = O.train_tokens_opt("Train: also report wall time and GPU-hours for N tokens."),
     fmt: str = O.format_opt(),
@@ -51,7 +54,7 @@ def time_cmd(
     lay = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, virtual_pipeline=vpp,
                                   micro_batch=micro_batch).items() if v is not None}
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
-                                  pipeline_split=pipeline_split).items() if v is not None}
+                                  pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:

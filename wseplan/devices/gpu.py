@@ -151,6 +151,9 @@ class GpuContext:
         self.chunk = d.prefill_chunk_tokens.si
         self.sequence_parallel = bool(q.options.get("sequence_parallel", True))
         self.trainable = q.options.get("trainable", "full")
+        if self.trainable not in ("full", "lora"):
+            raise InputError(f"trainable: {self.trainable!r} is not a training kind; give 'full' (every weight) or "
+                             "'lora' (frozen base weights, low-rank adapters)")
         cp = q.options.get("context_parallel")
         self.cp_given = None if cp is None else float(cp)  # the option fixes the layout column
         self.single_layer = bool(q.options.get("single_layer", False))
