@@ -41,7 +41,8 @@ def test_min_speed_message_names_the_limit():
 
 
 def test_serve_points_carry_the_same_all_in_cost():
-    """A serve point's all-in $/M is cost's headline for its layout and batch, at the point's load (90% of capacity)."""
+    """A serve point's all-in $/M is cost's headline for its layout and batch, at the point's load (closed loop: full;
+    open loop: 90% of capacity)."""
     from wseplan.analytic.cost import load_prices
     from wseplan.catalog import load_catalog
     from wseplan.serving import DEFAULT_UTILIZATION, all_in_usd_per_mtok, serve
@@ -52,4 +53,9 @@ def test_serve_points_carry_the_same_all_in_cost():
     assert p.all_in_usd_per_mtok == pytest.approx(all_in_usd_per_mtok(p, pr.site.utilization_frac.si), rel=1e-12)
     lay = {"tp": p.layout["tensor_parallel"], "pp": p.layout["pipeline_parallel"], "dp": p.layout["data_parallel"]}
     c = cost("llama-3-70b", "h100x8", phase="serve", batch=16, context=2048, output_tokens=256, layout=lay)
-    assert p.all_in_usd_per_mtok == pytest.approx(c.headline_value / DEFAULT_UTILIZATION, rel=1e-9)
+    # 16 users in a closed loop keep the slots full: cost's headline itself
+    assert p.utilization_frac == pytest.approx(1.0)
+    assert p.all_in_usd_per_mtok == pytest.approx(c.headline_value, rel=1e-9)
+    # random arrivals at 90% of capacity: the same hours over 90% of the tokens
+    q = serve("llama-3-70b", "h100x8", concurrency=16, utilization=DEFAULT_UTILIZATION, catalog=cat, prices=pr).chosen
+    assert q.all_in_usd_per_mtok == pytest.approx(c.headline_value / DEFAULT_UTILIZATION, rel=1e-9)

@@ -108,3 +108,48 @@ def test_cli_serves_the_nim_case_with_the_queue_note(capsys):
     assert any(f"runs batch {a['batch']}" in n and "admission queue" in n for n in a["notes"])
     assert not any("open loop" in n for n in a["notes"])
     assert b["tokens_per_s"] == pytest.approx(a["tokens_per_s"], rel=1e-12) and b["ttft_s"] > a["ttft_s"]
+
+
+def test_concurrency_below_the_kv_limit_is_the_closed_loop_time_gives(catalog, served):
+    """`serve --concurrency N` without a rate is N users in a closed loop, the question `time --phase serve --batch N`
+    answers: the same tokens/s, TTFT and TPOT (relative 1e-9; audit23 F9: serve had switched to an open loop at 90%
+    load, a TTFT 5x time's for "25 users"). NIM measured TTFT 689 ms and ITL 38.8 ms at 25 users (row R672)."""
+    r = serve(MODEL, TARGET, concurrency=25, catalog=catalog, **KW)
+    p = r.chosen
+    t = predict_time(MODEL, TARGET, phase="serve", precision="fp8", batch=25, context=C, output_tokens=O,
+                     layout={"tp": p.layout["tensor_parallel"]}, catalog=catalog)
+    assert p.batch == 25 and p.utilization_frac == pytest.approx(1.0)
+    assert p.tokens_per_s == pytest.approx(t.tokens_per_s, rel=1e-9)
+    assert p.ttft_s == pytest.approx(t.ttft_s, rel=1e-9) and p.tpot_s == pytest.approx(t.tpot_s, rel=1e-9)
+    assert p.ttft_p99_s == pytest.approx(p.ttft_s)  # a closed loop's TTFT has no arrival spread
+    assert any("closed loop" in n for n in r.notes)
+    # no jump at the KV limit: one user more than the slots hold runs the full batch at the same tokens/s
+    B = served[100].chosen.batch
+    at, over = (serve(MODEL, TARGET, concurrency=u, catalog=catalog, **KW).chosen for u in (B, B + 1))
+    assert at.batch == over.batch == B
+    assert over.tokens_per_s == pytest.approx(at.tokens_per_s, rel=1e-12)
+    assert over.ttft_s - at.ttft_s == pytest.approx((1 / B) * (at.ttft_s + (O - 1) * at.tpot_s), rel=1e-6)
+
+
+def test_a_given_utilization_keeps_the_open_loop(catalog):
+    """--utilization with --concurrency asks for random arrivals at that load: the point runs below capacity and its
+    TTFT counts the M/G/c wait for a slot (longer than the closed loop's)."""
+    closed = serve(MODEL, TARGET, concurrency=25, catalog=catalog, **KW).chosen
+    opened = serve(MODEL, TARGET, concurrency=25, utilization=0.5, catalog=catalog, **KW).chosen
+    assert opened.utilization_frac == pytest.approx(0.5)
+    assert opened.tokens_per_s == pytest.approx(0.5 * closed.tokens_per_s, rel=1e-9)
+    assert opened.tpot_s == pytest.approx(closed.tpot_s, rel=1e-12)
+
+
+def test_validation_times_a_measured_row_above_the_kv_limit_as_serve_does(catalog):
+    """One question, one answer: a measured serving row with more users than the KV cache holds (NIM's 100 users,
+    row R674) is predicted through `serve`'s admission queue, not timed at a batch that does not fit."""
+    from wseplan.validate.cases import read_cases
+    from wseplan.validate.gpu import _gpu_engine
+    from wseplan.validate.run import predict_case
+
+    case = next(c for c in read_cases("catalogs/validation/validation-extra.csv") if c.id == "R674")
+    sw = _gpu_engine(case, None)
+    r = serve(MODEL, TARGET, software=sw, concurrency=100, layout={"tp": 2, "pp": 1, "dp": 1}, catalog=catalog, **KW)
+    assert r.chosen.batch < 100
+    assert predict_case(case, catalog) == pytest.approx(r.chosen.tokens_per_s, rel=1e-9)

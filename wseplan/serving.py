@@ -7,9 +7,11 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **load and queueing** (:mod:`wseplan.analytic.queueing`): requests arrive as a Poisson process, hold a slot for
   ``S = TTFT_own + (O - 1) TPOT`` (answer lengths spread with squared CV ``output_scv``); a replica carries at most
   ``B / E[S]`` requests/s; at a rate below that, TTFT percentiles are the own prefill plus the M/G/c wait;
-* **admission** (:func:`_admitted`): a given concurrency above what the KV cache of every replica size holds runs at
-  the largest batch that fits, the other requests waiting to be admitted (without a rate a closed loop of that many users, each
-  waiting :func:`~wseplan.analytic.engine.admission_wait_s`; with one the M/G/c wait for the batch's slots);
+* **users** (a given concurrency without a rate): a closed loop of that many users, each sending the next request as
+  the last ends, the slots full (the point ``wseplan time --phase serve --batch N`` gives); above what the KV cache of
+  every replica size holds the engine runs the largest batch that fits and the other users wait to be admitted
+  (:mod:`wseplan.admission`, :func:`~wseplan.analytic.engine.admission_wait_s`; with a rate, the M/G/c wait for the
+  batch's slots);
 * **SLA**: TTFT at a percentile and TPOT (the per-token time of the running batch) within limits;
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
@@ -28,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .analytic import engine as E
 from .analytic import queueing as Q
+from .admission import admission_note, admitted, concurrency_grid, fill_kv
 from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for
@@ -114,68 +117,9 @@ class ServeResult(_Frozen):
         return {**head, **ch, "notes": rec["notes"], "frontier": rec["frontier"], "points": rec["points"]}
 
 
-def concurrency_grid(max_batch: float) -> list[int]:
-    """1, 2, 4, ... up to the engine's largest batch."""
-    top = max(1, int(max_batch))
-    return [1 << i for i in range(int(math.log2(top)) + 1)]
-
-
-def _fill(s, cfg: dict, arr: dict, kv_tokens: int, max_batch: int | None):
-    """``(cfg, arr)`` with one more concurrency: the largest whose KV cache fits, when it lies between the tried ones.
-
-    An in-flight engine (vLLM, TensorRT-LLM, SGLang; the wafer service) admits requests while their KV cache fits
-    (``max_batch`` caps it), so its highest-throughput point is the concurrency that fills the memory, not the power of
-    two below it. It is read off the largest fitting tried concurrency (the tokens its layout could hold over each
-    request's ``kv_tokens``, prompt plus answer as the fit reserves them) and checked by evaluating it; a few smaller
-    values are tried when it does not fit (the working set also grows with the concurrency)."""
-    b = cfg["batch"]
-    ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
-    if max_batch is None or not ok.any():
-        return cfg, arr
-    top = int(np.nonzero(ok)[0][np.argmax(b[ok])])
-    room = float(arr["max_tokens_in_flight"][top])
-    want = int(min(max_batch, room // max(kv_tokens, 1)))
-    for c in dict.fromkeys((want, int(want * 0.97), int(want * 0.9))):
-        if c <= b[top] or c in b:
-            break
-        cfg2 = {k: np.append(v, v[top] if k != "batch" else float(c)) for k, v in cfg.items()}
-        arr2 = evaluate(s, cfg2)
-        if bool(arr2["fits"][-1]) and np.isfinite(arr2["tpot_s"][-1]):
-            return cfg2, arr2
-    return cfg, arr
-
-
-def _admitted(s, cfg: dict, users: int, max_batch: int, kv_tokens: int):
-    """``(cfg, arr)`` of the one concurrency an engine runs for ``users`` requests whose KV caches do not all fit: the
-    largest batch that fits (the powers of two below ``users`` and the one that fills the KV cache, as the default
-    grid finds it, :func:`_fill`), at most ``max_batch``; None when not even one request fits (the weights)."""
-    top = max(1, min(users - 1, max_batch))
-    grid = np.asarray(concurrency_grid(top), dtype=float)
-    g = {k: grid if k == "batch" else np.full(grid.size, float(v[0])) for k, v in cfg.items()}
-    g, arr = _fill(s, g, evaluate(s, g), kv_tokens, top)
-    ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
-    if not ok.any():
-        return None
-    i = int(np.nonzero(ok)[0][np.argmax(g["batch"][ok])])
-    one = {k: v[i:i + 1] for k, v in g.items()}
-    return one, evaluate(s, one)
-
-
-def _admission_note(users: int, batch: int, request_s: float, wait_s: float | None) -> str:
-    """What the point of ``users`` requests per replica on ``batch`` slots (the most the KV cache holds) means."""
-    head = (f"{users} users per replica are more than the KV cache holds: the engine runs batch {batch} (the most "
-            f"requests in flight whose KV cache fits) and the other {users - batch} "
-            f"{'user waits' if users - batch == 1 else 'users wait'} in its admission queue")
-    if wait_s is None:  # a rate is given: the open loop's slot wait (M/G/c on the batch's slots)
-        return head + "; TTFT counts the wait for a slot at the given rate"
-    return (head + f"; closed loop (each user sends the next request as the last ends): the slots stay full, so "
-            f"tokens/s is batch {batch}'s at 100% load, and TTFT adds the queue wait ({users}/{batch} - 1) x the "
-            f"{request_s:.4g} s request = {wait_s:.4g} s (every TTFT percentile is this mean)")
-
-
 def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
             ttft_limit_s, tpot_limit_s, utilization, fill_to: int | None = None, users: int | None = None,
-            max_batch: int | None = None) -> list[ServePoint]:
+            admit: bool = False, closed_loop: bool = False, max_batch: int | None = None) -> list[ServePoint]:
 
     b = np.asarray(batches, dtype=float)
     n = len(b)
@@ -184,13 +128,13 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         cfg[k] = np.full(n, float(v))
     arr = evaluate(s, cfg)
     if fill_to is not None:  # the default grid: add the concurrency that fills the KV cache
-        cfg, arr = _fill(s, cfg, arr, input_tokens + output_tokens, fill_to)
+        cfg, arr = fill_kv(s, cfg, arr, input_tokens + output_tokens, fill_to)
         b = cfg["batch"]
         n = len(b)
     ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
     queued = False  # users (a given concurrency) beyond the KV cache: the engine runs what fits, the rest queue
-    if users is not None and users > 1 and not ok.any():
-        got = _admitted(s, cfg, users, max_batch or users, input_tokens + output_tokens)
+    if admit and users is not None and users > 1 and not ok.any():
+        got = admitted(s, cfg, users, max_batch or users, input_tokens + output_tokens)
         if got is None:  # not even one request fits: the weights
             return []
         (cfg, arr), queued, n = got, True, 1
@@ -205,10 +149,10 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
                    arr["ttft_s"])
     busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0)
     cap = np.asarray(arr["tokens_per_s"], dtype=float) / (R * max(output_tokens, 1))  # requests/s at full concurrency
-    closed = queued and rate is None
-    if closed:  # the users keep every slot full (the engine's closed loop at the batch) and the rest wait to be admitted
+    closed = users is not None and rate is None and (closed_loop or queued)
+    if closed:  # the users keep every slot full (the engine's closed loop at the batch); any beyond it wait to be admitted
         lam = cap
-        queue = E.admission_wait_s(users=float(users), slots=b, request_s=np.asarray(arr["request_s"], dtype=float))
+        queue = E.admission_wait_s(users=float(users) if queued else b, slots=b, request_s=np.asarray(arr["request_s"], dtype=float))
         waits = {p: np.asarray(arr["ttft_s"], dtype=float) + queue - own for p in (None, *PERCENTILES, percentile)}
     else:
         lam = np.full(n, np.nan) if rate is None else rate / R
@@ -255,7 +199,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             accepted_tokens_per_step=float(arr.get("time.accepted_tokens_per_step", np.ones(n))[i]),
             bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
             output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in,
-            notes=list(rec.notes) + ([_admission_note(users, int(b[i]), float(arr["request_s"][i]),
+            notes=list(rec.notes) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
 
@@ -308,15 +252,17 @@ def replica_sizes(s0) -> list[int | None]:
 def serve(model, target, *, precision: str = "bf16", software: str | None = None, input_tokens: int = 2048,
           output_tokens: int = 256, concurrency: int | None = None, rate: float | None = None,
           ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
-          output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float = DEFAULT_UTILIZATION, options: dict | None = None,
+          output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float | None = None, options: dict | None = None,
           layout: dict | None = None, batches=None, catalog=None, prices=None,
           overrides: dict | None = None) -> ServeResult:
     """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
 
     With ``concurrency`` the replica runs that many requests at once, or, when their KV caches do not fit, the
-    largest batch that fits while the others queue (see the module docstring); without it every concurrency up to
-    the engine's largest batch is tried. ``rate`` is the offered load of the whole target [requests/s]; without it each
-    point is reported at ``utilization`` of its capacity. The chosen point: with a rate or limits, the cheapest (or,
+    largest batch that fits while the others queue (see the module docstring); without ``rate`` or ``utilization``
+    those are a closed loop of ``concurrency`` users (each sends the next request as the last ends: the point of
+    ``wseplan time --phase serve --batch N``, slots full). Without a concurrency every one up to the engine's largest
+    batch is tried. ``rate`` is the offered load of the whole target [requests/s] (random arrivals); without it an
+    open-loop point is reported at ``utilization`` of its capacity (default :data:`DEFAULT_UTILIZATION`). The chosen point: with a rate or limits, the cheapest (or,
     without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
     point. A target without a count sizes the replica itself (replica search, see the module docstring); a
     ``layout`` (e.g. ``{"tp": 2, "pp": 1, "dp": 4}`` on ``h100x8``) fixes it instead. ``prices=False`` skips
@@ -333,8 +279,11 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             raise InputError(f"{name}: must be a positive number, got {v!r}")
     if not 0 < percentile < 100:
         raise InputError(f"percentile: must be in (0, 100), got {percentile!r}")
-    if not 0 < utilization < 1:
+    if utilization is not None and not 0 < utilization < 1:
         raise InputError(f"utilization: must be in (0, 1), got {utilization!r}")
+    # a concurrency without a rate or a load: that many users in a closed loop; else random arrivals at the load
+    closed_loop = concurrency is not None and rate is None and utilization is None
+    utilization = DEFAULT_UTILIZATION if utilization is None else utilization
     if prices is None:
         prices = load_prices(catalog=cat)
     elif prices is False:
@@ -353,13 +302,13 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     t0 = s0.query.target
     kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
               overrides=overrides, rate=rate, percentile=percentile, output_scv=output_scv, ttft_limit_s=ttft_limit_s,
-              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to, users=None,
+              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to, users=concurrency, closed_loop=closed_loop,
               max_batch=int(eng.max_batch.si))
     if layout and s0.query.target.count is None:
         raise InputError(f"layout: a fixed layout needs a target with a device count (e.g. {s0.query.target.key}x8)")
     # a concurrency no replica size holds: a second search runs the largest batch that fits and queues the rest
-    for users in dict.fromkeys((None, concurrency if concurrency and concurrency > 1 else None)):
-        kw["users"] = users
+    for admit in ((False, True) if concurrency and concurrency > 1 else (False,)):
+        kw["admit"] = admit
         for size in ([None] if layout else replica_sizes(s0)):
             if size is None:
                 s, lay = s0, layout
@@ -367,7 +316,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
                 points += _points(s0, layout={size[0]: size[1]}, **kw)
                 continue
             elif size == "x2":  # wafers: from the fewest that fit to twice that
-                few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None, users=None))
+                few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None, users=None, admit=False))
                 kmin = few[0].devices_per_replica if few else None
                 if kmin is None:
                     continue
@@ -441,6 +390,11 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given): requests arrive at "
                      "random (open loop), so TTFT counts their queueing; `wseplan time --phase serve --batch N` gives "
                      "the steady point of N requests in flight (N users each sending the next as the last ends)")
+    elif rate is None and concurrency and chosen.batch == concurrency:
+        notes.append(f"{concurrency} {'user' if concurrency == 1 else 'users'} per replica in a closed loop (each sends "
+                     "the next request as the last ends; the point `wseplan time --phase serve --batch N` gives): "
+                     "tokens/s at full load, TTFT with the other users' prompt chunks and no admission queue; --rate gives "
+                     "random arrivals (open loop)")
     notes += [n for n in chosen.notes if n not in notes]  # what the plan says of the chosen point
     return ServeResult(**base, fits=True, chosen=chosen, points=points, frontier=pareto_frontier(ok), notes=notes)
 

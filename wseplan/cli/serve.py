@@ -28,10 +28,11 @@ def serve_cmd(
     output_len: int = typer.Option(256, "--output-len", "--output-tokens", help="Answer tokens per request (mean)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests one replica runs at once (its batch "
                                               "slots); default: every power of two up to the engine's largest "
-                                              "batch, and the concurrency that fills the KV cache. Above what the "
-                                              "KV cache holds, the engine runs the largest batch that fits and the "
-                                              "other requests queue for it (without --rate: a closed loop of N "
-                                              "users)."),
+                                              "batch, and the concurrency that fills the KV cache. Without --rate "
+                                              "or --utilization: N users in a closed loop, each sending the next "
+                                              "request as the last ends (the point `wseplan time --phase serve "
+                                              "--batch N` gives). Above what the KV cache holds, the engine runs the "
+                                              "largest batch that fits and the other requests queue for it."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
                                          "each point at --utilization of its capacity. May be given with --concurrency."),
     ttft_limit: Optional[float] = typer.Option(None, "--ttft-limit", help="Time to first token limit at --percentile [s]."),
@@ -43,7 +44,8 @@ def serve_cmd(
     acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Per-token acceptance probability of the "
                                                "draft's tokens, in [0, 1)."),
     utilization: Optional[float] = typer.Option(None, "--utilization", help="Without --rate: the load of each point as "
-                                                "a share of its capacity, in (0, 1) (default 0.9)."),
+                                                "a share of its capacity, in (0, 1) (default 0.9; with --concurrency "
+                                                "it turns the closed loop into random arrivals at that load)."),
     set_: Optional[list[str]] = O.set_opt(),
     prices: Optional[list[str]] = O.prices_opt(),
     fmt: str = O.format_opt(),
@@ -60,7 +62,7 @@ def serve_cmd(
     wseplan serve llama-70b --target h200x8 --precision fp8 --rate 5 --ttft-limit 2 --percentile 99 --format json
     """
     from ..analytic.cost import load_prices, parse_overrides
-    from ..serving import DEFAULT_UTILIZATION, serve
+    from ..serving import serve
 
     check_format(fmt)
     _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_limit, percentile, draft_tokens,
@@ -69,7 +71,7 @@ def serve_cmd(
     opts = _spec_options(speculative, draft_tokens, acceptance, cat)
     res = serve(model, target, precision=precision, software=software, input_tokens=input_len, output_tokens=output_len,
                 concurrency=concurrency, rate=rate, ttft_limit_s=ttft_limit, tpot_limit_s=tpot_limit,
-                percentile=percentile, utilization=DEFAULT_UTILIZATION if utilization is None else utilization,
+                percentile=percentile, utilization=utilization,
                 options=opts or None, catalog=cat, prices=load_prices(list(prices or []), catalog=cat),
                 overrides=parse_overrides(set_))
     if res.speculative is None and (draft_tokens is not None or acceptance is not None):

@@ -1,0 +1,75 @@
+"""Admission: how many of a replica's users an in-flight engine runs at once.
+
+An in-flight engine (vLLM, TensorRT-LLM, SGLang; the wafer service) admits a request while its KV cache fits, so
+the concurrency a replica runs is at most what its memory holds: the default concurrency grid adds the one that fills
+the KV cache (:func:`fill_kv`), and a given number of users above it runs at the largest batch that fits while the
+others wait in the admission queue (:func:`admitted`, :func:`admission_note`; the wait is
+:func:`wseplan.analytic.engine.admission_wait_s`). Used by :mod:`wseplan.serving` and the validation of measured
+serving rows, so both answer "N users on this replica" the same way.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .plan import evaluate
+
+
+def concurrency_grid(max_batch: float) -> list[int]:
+    """1, 2, 4, ... up to the engine's largest batch."""
+    top = max(1, int(max_batch))
+    return [1 << i for i in range(int(math.log2(top)) + 1)]
+
+
+def fill_kv(s, cfg: dict, arr: dict, kv_tokens: int, max_batch: int | None):
+    """``(cfg, arr)`` with one more concurrency: the largest whose KV cache fits, when it lies between the tried ones.
+
+    An in-flight engine (vLLM, TensorRT-LLM, SGLang; the wafer service) admits requests while their KV cache fits
+    (``max_batch`` caps it), so its highest-throughput point is the concurrency that fills the memory, not the power of
+    two below it. It is read off the largest fitting tried concurrency (the tokens its layout could hold over each
+    request's ``kv_tokens``, prompt plus answer as the fit reserves them) and checked by evaluating it; a few smaller
+    values are tried when it does not fit (the working set also grows with the concurrency)."""
+    b = cfg["batch"]
+    ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
+    if max_batch is None or not ok.any():
+        return cfg, arr
+    top = int(np.nonzero(ok)[0][np.argmax(b[ok])])
+    room = float(arr["max_tokens_in_flight"][top])
+    want = int(min(max_batch, room // max(kv_tokens, 1)))
+    for c in dict.fromkeys((want, int(want * 0.97), int(want * 0.9))):
+        if c <= b[top] or c in b:
+            break
+        cfg2 = {k: np.append(v, v[top] if k != "batch" else float(c)) for k, v in cfg.items()}
+        arr2 = evaluate(s, cfg2)
+        if bool(arr2["fits"][-1]) and np.isfinite(arr2["tpot_s"][-1]):
+            return cfg2, arr2
+    return cfg, arr
+
+
+def admitted(s, cfg: dict, users: int, max_batch: int, kv_tokens: int):
+    """``(cfg, arr)`` of the one concurrency an engine runs for ``users`` requests whose KV caches do not all fit: the
+    largest batch that fits (the powers of two below ``users`` and the one that fills the KV cache, as the default
+    grid finds it, :func:`fill_kv`), at most ``max_batch``; None when not even one request fits (the weights)."""
+    top = max(1, min(users - 1, max_batch))
+    grid = np.asarray(concurrency_grid(top), dtype=float)
+    g = {k: grid if k == "batch" else np.full(grid.size, float(v[0])) for k, v in cfg.items()}
+    g, arr = fill_kv(s, g, evaluate(s, g), kv_tokens, top)
+    ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
+    if not ok.any():
+        return None
+    i = int(np.nonzero(ok)[0][np.argmax(g["batch"][ok])])
+    one = {k: v[i:i + 1] for k, v in g.items()}
+    return one, evaluate(s, one)
+
+
+def admission_note(users: int, batch: int, request_s: float, wait_s: float | None) -> str:
+    """What the point of ``users`` requests per replica on ``batch`` slots (the most the KV cache holds) means."""
+    head = (f"{users} users per replica are more than the KV cache holds: the engine runs batch {batch} (the most "
+            f"requests in flight whose KV cache fits) and the other {users - batch} "
+            f"{'user waits' if users - batch == 1 else 'users wait'} in its admission queue")
+    if wait_s is None:  # a rate is given: the open loop's slot wait (M/G/c on the batch's slots)
+        return head + "; TTFT counts the wait for a slot at the given rate"
+    return (head + f"; closed loop (each user sends the next request as the last ends): the slots stay full, so "
+            f"tokens/s is batch {batch}'s at 100% load, and TTFT adds the queue wait ({users}/{batch} - 1) x the "
+            f"{request_s:.4g} s request = {wait_s:.4g} s (every TTFT percentile is this mean)")
