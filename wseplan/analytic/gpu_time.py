@@ -384,8 +384,12 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # the busiest replica holds ceil(B / dp) whole sequences in ceil(that / mb) micro-batches (the last may be short)
     nmb = X.maximum(X.ceil(X.ceil(X.asfloat(global_batch) / dp - 1e-9) / mb - 1e-9), 1.0)
     t_unit = t_mb + t_p2p
-    t_pipe = t_unit * (nmb + (pp - 1.0) / vpp)
-    bubble = t_unit * (pp - 1.0) / vpp
+    # the warm-up and cool-down run p - 1 model chunks of the slowest stage: ceil(L / (p v)) layers each, so the
+    # interleaved bubble (p - 1) / v of a stage's micro-batch grows where v does not divide a stage's layers (126 layers
+    # on pp 4 x vpp 20: chunks of 2 layers, not 1.6)
+    chunk = X.where(vpp > 1, X.ceil(L / (pp * vpp) - 1e-9) * vpp / X.maximum(X.ceil(L / pp - 1e-9), 1.0), 1.0)
+    bubble = t_unit * (pp - 1.0) / vpp * X.maximum(chunk, 1.0)
+    t_pipe = t_unit * nmb + bubble
     # data parallel over dp*cp ranks of the same (tp, pp) shard
     params_stage = _stage_params(m, pp, trainable)
     grad_bytes = params_stage / tp * 2.0

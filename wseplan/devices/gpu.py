@@ -7,8 +7,8 @@ Layout columns: ``tp``, ``pp``, ``dp`` (data-parallel replicas: engine replicas 
 
 The search space (when no layout is given): ``tp`` in powers of two inside the scale-up domain dividing the
 heads, ``pp`` up to the number of blocks, ``dp`` = devices / (tp pp) with a device count (else one replica); in
-training also micro-batches 1-32 dividing the per-replica batch, 1/2/4 virtual stages dividing the blocks per
-stage, the three recompute policies and ZeRO 0-3 (each unless fixed by an option).
+training also micro-batches 1-32 dividing the per-replica batch, 1-20 virtual stages (:data:`VPP_VALUES`: a layer
+or more in each, the micro-batches a multiple of pp), the three recompute policies and ZeRO 0-3 (each unless fixed by an option).
 """
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stag
 #: context-parallel degrees the training search tries (where every rank keeps at least
 #: ``defaults.gpu_cp_min_tokens_per_rank`` tokens of the sequence)
 CP_VALUES = (1, 2, 4, 8, 16, 32)
+#: virtual pipeline stages the training search tries: the published recipes use 1-20 (NeMo 24.07 performance summary:
+#: GPT-3 175B vpp 6, Llama 3 70B vpp 5, Llama 2 70B vpp 20; Meta's Llama 3 405B and NVIDIA's MLPerf 405B runs 4-8)
+VPP_VALUES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
 #: how a training framework may split the layers over pipeline stages (option ``pipeline_split``). ``uneven``
 #: (default, current frameworks): any count per stage, so interleaving needs only a layer in each of the ``pp x vpp``
 #: virtual stages (Megatron-core: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``;
@@ -367,7 +370,7 @@ class GpuFamily(InferenceMixin, Family):
             return {"tp": T, "pp": P, "dp": D}
         fixed = N is None  # the fewest GPUs that fit: the plainest schedule
         mbs = [1] if fixed else [b for b in (1, 2, 4, 8, 16, 32) if b <= batch]
-        vps = [1] if fixed else [1, 2, 4]
+        vps = [1] if fixed else list(VPP_VALUES)
         rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2]
         zss = [1] if fixed else [0, 1, 2, 3]
         i, mb, v, rc, zs = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, vps, rcs, zss, indexing="ij"))
@@ -378,6 +381,11 @@ class GpuFamily(InferenceMixin, Family):
         # divide pp x vpp (see PIPELINE_SPLITS)
         even = np.mod(L, P * v) == 0 if ctx.pipeline_split == "even" else L >= P * v
         ok &= (v == 1) | ((P > 1) & even)
+        # Megatron-LM's interleaved schedule runs the micro-batches in groups of pp (it refuses a count that pp does not
+        # divide: megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving, core
+        # v0.7): with fewer micro-batches than stages the pipeline has no steady state to interleave
+        nmb = np.round(per_replica / mb)
+        ok &= (v == 1) | (np.mod(nmb, P) == 0)
         return {"tp": T[ok], "pp": P[ok], "dp": D[ok], "micro_batch": mb[ok].astype(float), "vpp": v[ok].astype(float),
                 "recompute": rc[ok].astype(float), "zero_stage": zs[ok].astype(float), "cp": K[ok]}
 
