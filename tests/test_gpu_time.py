@@ -449,3 +449,26 @@ def test_data_parallel_reduction_waits_for_the_last_micro_batch(catalog):
     z2_one = G.train_step(m, gpu, global_batch=64, zero_stage=2, **kw)
     z2_eight = G.train_step(m, gpu, global_batch=512, zero_stage=2, **kw)
     assert float(z2_eight["dp_comm_s"]) / float(z2_one["dp_comm_s"]) == pytest.approx(9 / 2, rel=1e-12)
+
+
+def test_low_precision_training_pays_its_scaling_and_inference_does_not(catalog):
+    """An fp8 training GEMM also scales and casts its 16-bit inputs (Transformer Engine: amax, cast, transposed copy),
+    ``lowp_training_overhead_frac`` of its time, so a training step at q runs as one at q = 0 with the fp8 ceiling
+    divided by 1 + q; a 16-bit step and an inference pass do not depend on q."""
+    m = resolve_model("llama-3-70b", catalog)
+    gpu = catalog.gpus["h100-sxm"]
+    cal = gpu_calibration().replace(lowp_training_overhead_frac=0.25)
+    kw = dict(seq_len=8192, global_batch=64, tp=8, pp=1, dp=8, micro_batch=1, recompute="full", zero_stage=1)
+    with_q = G.train_step(m, gpu, precision="fp8", cal=cal, **kw)
+    by_hand = G.train_step(m, gpu, precision="fp8", **kw, cal=cal.replace(
+        lowp_training_overhead_frac=0.0, gemm_max_frac_8bit=cal.gemm_max_frac_8bit / 1.25,
+        gemm_max_frac_4bit=cal.gemm_max_frac_4bit / 1.25))
+    none = G.train_step(m, gpu, precision="fp8", cal=cal.replace(lowp_training_overhead_frac=0.0), **kw)
+    assert float(with_q["step_s"]) == pytest.approx(float(by_hand["step_s"]), rel=1e-12)
+    assert float(with_q["compute_s"]) > float(none["compute_s"])
+    bf = [G.train_step(m, gpu, precision="bf16", cal=c, **kw)["step_s"] for c in (cal, cal.replace(lowp_training_overhead_frac=0.0))]
+    assert float(bf[0]) == float(bf[1])
+    inf = [G.block_forward_time_s(m, tokens=4096, context_attended=2048, tp=8, peak_flop_per_s=gpu.peak_flop_per_s("fp8"),
+                                  hbm_bytes_per_s=3.35e12, precision="fp8", cal=c)[0]
+           for c in (cal, cal.replace(lowp_training_overhead_frac=0.0))]
+    assert float(inf[0]) == float(inf[1])

@@ -57,6 +57,10 @@ class GpuCalibration:
     zero3_overlap_frac : float
         Share of the step's compute time that ZeRO-3/FSDP's prefetched parameter gathers and gradient
         reduce-scatters can hide behind [fraction].
+    lowp_training_overhead_frac : float
+        Time an 8-bit or 4-bit training GEMM spends beyond the GEMM itself, as a share of it: the framework's scaling
+        (amax reductions, casting 16-bit activations, weights and gradients, the transposed copies the backward
+        needs) that inference's pre-quantized weights skip [fraction].
     layer_overhead_s : float
         Fixed cost per transformer block per forward pass in inference (kernel launches, scheduling) [s].
     step_overhead_s : float
@@ -92,6 +96,7 @@ class GpuCalibration:
     tp_overlap_frac: float = 0.1
     dp_overlap_frac: float = 0.7
     zero3_overlap_frac: float = 0.5
+    lowp_training_overhead_frac: float = 0.0
     layer_overhead_s: float = 2.0e-5
     step_overhead_s: float = 1.0e-3
     train_step_overhead_s: float = 0.1

@@ -185,6 +185,17 @@ ATTENTION_PRECISION = {"fp4": "fp8", "int4": "fp8"}
 FP4_TRAINING_HIGH_PRECISION = "bf16"
 
 
+def training_calibration(cal: GpuCalibration) -> GpuCalibration:
+    """``cal`` for training GEMMs: an 8-bit or 4-bit GEMM of a training step also scales and casts its 16-bit inputs
+    (amax, cast, transposed copy: ``lowp_training_overhead_frac`` of its time), which inference's pre-quantized
+    weights skip, so its ceiling is the inference ceiling over ``1 + lowp_training_overhead_frac``."""
+    q = cal.lowp_training_overhead_frac
+    if q <= 0:
+        return cal
+    return cal.replace(gemm_max_frac_8bit=cal.gemm_max_frac_8bit / (1.0 + q),
+                       gemm_max_frac_4bit=cal.gemm_max_frac_4bit / (1.0 + q), lowp_training_overhead_frac=0.0)
+
+
 def training_precision_mix(precision: str, high_precision_frac: float):
     """The (share of the blocks, GEMM precision) pairs a ``precision`` training run computes its linear layers in, and
     the precision of its attention and LM head: one pair and the model's precision, except for 4-bit training, which
@@ -340,6 +351,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
     tp, pp, dp, cp, vpp, mb = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch))
     rc = X.asfloat(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute)
+    cal = training_calibration(cal)
     if fp4_high_precision_frac is None:  # the bundled catalog's recipe share (callers with a catalog pass theirs)
         fp4_high_precision_frac = load_catalog().defaults.fp4_training_high_precision_frac.si
     mix, hp = training_precision_mix(precision, fp4_high_precision_frac)
