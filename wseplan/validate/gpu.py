@@ -86,6 +86,16 @@ def _predict_gpu_train(case, catalog, cal):
                        tp_comm_overlap=tp_comm_overlap_of(case), sequence_parallel=sequence_parallel_of(case),
                        pipeline_split=pipeline_split_of(case),
                        software=_software(cal))
+    if not res.fits and not f.get("recompute") and not single:
+        # the default recompute does not fit the stated layout: the run used what fits (the planner's fastest
+        # recompute and, for the columns the row leaves out, the rest), never a layout the memory model refuses
+        lay2 = {k: v for k, v in layout.items() if v is not None and k != "recompute"}
+        fit = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
+                           layout=lay2, context_parallel=cp, trainable=trainable, attention_kernel=attention_kernel_of(case),
+                           tp_comm_overlap=tp_comm_overlap_of(case), sequence_parallel=sequence_parallel_of(case),
+                           pipeline_split=pipeline_split_of(case), software=_software(cal))
+        if fit.fits and fit.step_s is not None:
+            res = fit
     _need_fit(res)
     step = res.step_s
     if single:
