@@ -28,9 +28,9 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from .admission import admission_note, admitted, concurrency_grid, fill_kv
 from .analytic import engine as E
 from .analytic import queueing as Q
-from .admission import admission_note, admitted, concurrency_grid, fill_kv
 from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for

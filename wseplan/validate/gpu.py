@@ -80,20 +80,16 @@ def _predict_gpu_train(case, catalog, cal):
     trainable = "lora" if _is_lora(case) else "full"
     count = tp if single else n
     target = _target(case, catalog, count)
-    res = predict_time(model, target, require_fit=False, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
-                       layout={k: v for k, v in layout.items() if v is not None}, context_parallel=cp,
-                       trainable=trainable, single_layer=single or None, attention_kernel=attention_kernel_of(case),
-                       tp_comm_overlap=tp_comm_overlap_of(case), sequence_parallel=sequence_parallel_of(case),
-                       pipeline_split=pipeline_split_of(case),
-                       software=_software(cal))
+    kw = dict(phase="train", precision=precision, batch=gb, context=seq, catalog=catalog, context_parallel=cp,
+              trainable=trainable, single_layer=single or None, attention_kernel=attention_kernel_of(case),
+              tp_comm_overlap=tp_comm_overlap_of(case), sequence_parallel=sequence_parallel_of(case),
+              pipeline_split=pipeline_split_of(case), software=_software(cal))
+    res = predict_time(model, target, require_fit=False, layout={k: v for k, v in layout.items() if v is not None}, **kw)
     if not res.fits and not f.get("recompute") and not single:
         # the default recompute does not fit the stated layout: the run used what fits (the planner's fastest
         # recompute and, for the columns the row leaves out, the rest), never a layout the memory model refuses
-        lay2 = {k: v for k, v in layout.items() if v is not None and k != "recompute"}
-        fit = predict_time(model, target, phase="train", precision=precision, batch=gb, context=seq, catalog=catalog,
-                           layout=lay2, context_parallel=cp, trainable=trainable, attention_kernel=attention_kernel_of(case),
-                           tp_comm_overlap=tp_comm_overlap_of(case), sequence_parallel=sequence_parallel_of(case),
-                           pipeline_split=pipeline_split_of(case), software=_software(cal))
+        fit = predict_time(model, target, layout={k: v for k, v in layout.items() if v is not None and k != "recompute"},
+                           **kw)
         if fit.fits and fit.step_s is not None:
             res = fit
     _need_fit(res)
