@@ -46,7 +46,8 @@ def test_fp4_training_layer_by_hand():
     # the same GEMM ceiling at every precision and the plain roofline (these 65k-token GEMMs are compute-bound; the
     # soft ridge would add a precision-dependent share of their memory time), so a GEMM's time scales with
     # 1 / (peak x library ratio) alone
-    cal = base.replace(gemm_max_frac_4bit=0.7, gemm_max_frac_8bit=0.7, gemm_max_frac_16bit=0.7, gemm_ridge_exponent=0.0)
+    cal = base.replace(gemm_max_frac_4bit=0.7, gemm_max_frac_8bit=0.7, gemm_max_frac_16bit=0.7, gemm_ridge_exponent=0.0,
+                       lowp_training_overhead_frac=0.0)  # the 4-bit scaling cost: test_gpu_time.py
     t4 = float(_layer("fp4", cal)["compute_s"])
     t16 = float(_layer("bf16", cal)["compute_s"])
     m = resolve_model("llama-3-70b", cat)
@@ -71,7 +72,7 @@ def test_fp8_training_is_unchanged_by_the_mix():
     t_fwd, parts = G.block_forward_time_s(m, tokens=16 * 4096, context_attended=(4096 + 1) / 2, tp=1.0,
                                       peak_flop_per_s=g.peak_flop_per_s("fp8") * g.gemm_library_rel("fp8"),
                                       hbm_bytes_per_s=g.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac, precision="fp8",
-                                      cal=cal, attention_peak_flop_per_s=G.attention_peak_flop_per_s(g, "fp8"))
+                                      cal=G.training_calibration(cal), attention_peak_flop_per_s=G.attention_peak_flop_per_s(g, "fp8"))
     # fwd + 2x bwd + the flash backward's extra half attention, every block at fp8
     assert float(a["compute_s"]) == pytest.approx(3.0 * float(t_fwd) + 0.5 * float(parts["attention"]), rel=1e-12)
 
