@@ -3,6 +3,7 @@ used the file's own rows, so one row was always within), and rows its format for
 a unit other than the metric's, an unknown category or quality, a device count the layout contradicts."""
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -46,3 +47,39 @@ def test_rows_the_format_forbids_are_refused(tmp_path, row, words):
     with pytest.raises(InputError) as e:
         read_cases(p)
     assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_reference_bands_are_kept_per_catalog_and_calibration(monkeypatch):
+    """The bundled set is validated once per catalog object and calibration state; a different catalog or a
+    changed calibration file validates it again (a refit in the process must not judge by stale bands)."""
+    import wseplan.validate.run as R
+
+    calls = []
+    monkeypatch.setattr(R, "validate_cases", lambda cases, cat, *a, **k: calls.append(cat) or
+                        [{"category": "gpu-infer", "rel_error": 0.1 * len(calls), "status": "x", "quality": "strong"}])
+    monkeypatch.setattr(R, "category_bands", lambda recs: {"gpu-infer": recs[0]["rel_error"]})
+    monkeypatch.setattr(R, "_BANDS", [])
+    stamp = [("gpu_efficiency.yaml", 1, 1)]
+    monkeypatch.setattr(R, "_calibration_stamp", lambda: tuple(stamp))
+    first = R.reference_bands(CAT)
+    first["gpu-infer"] = -1.0  # a caller's change does not reach the kept bands
+    assert R.reference_bands(CAT) == {"gpu-infer": pytest.approx(0.1)} and len(calls) == 1
+    stamp[0] = ("gpu_efficiency.yaml", 1, 2)  # the file rewritten
+    assert R.reference_bands(CAT) == {"gpu-infer": pytest.approx(0.2)} and len(calls) == 2
+    other = copy.copy(CAT)
+    assert R.reference_bands(other) == {"gpu-infer": pytest.approx(0.3)} and calls[-1] is other
+
+
+def test_a_malformed_user_file_is_refused_before_the_bands_are_computed(tmp_path, monkeypatch, capsys):
+    """The bundled set's validation (seconds in a fresh process) waits until the user's file has been read whole."""
+    import wseplan.validate as V
+
+    def never(cat):
+        raise AssertionError("bands computed before the file was read")
+
+    monkeypatch.setattr(V, "reference_bands", never)
+    p = write(tmp_path, ROW.format(value=150, unit="ms", quality="strong") + ROW.replace("U1", "U2").format(
+        value="nan", unit="ms", quality="strong"))
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "U2" in err and "not a finite number" in err and err.count("\n") == 1

@@ -96,9 +96,11 @@ def validate_cmd(
 
 def _validate_streamed(path: str, cat, fmt: str) -> None:
     """Validate a file other than the bundled one row by row against the bundled bands (bounded memory)."""
-    from ..validate import reference_bands
+    from ..validate import iter_cases, reference_bands
     from ..validate_stream import Progress, Summary, iter_records
 
+    for _ in iter_cases(path):  # a malformed row is refused before the bundled bands take their seconds
+        pass
     progress = Progress("validate")
     n = _write(path, iter_records(path, cat, reference_bands(cat), progress=progress), Summary(), fmt)
     progress.done(n)
