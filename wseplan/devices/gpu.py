@@ -373,7 +373,9 @@ class GpuFamily(InferenceMixin, Family):
         vps = [1] if fixed else list(VPP_VALUES)
         rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2]
         zss = [1] if fixed else [0, 1, 2, 3]
-        i, mb, v, rc, zs = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, vps, rcs, zss, indexing="ij"))
+        # the rules below do not look at recompute or ZeRO: filter the (layout, micro-batch, virtual stages) triples,
+        # then give each kept one every recompute x ZeRO pair (the same rows, in the same order, as filtering them all)
+        i, mb, v = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, vps, indexing="ij"))
         T, P, D, K = T[i], P[i], D[i], K[i]
         per_replica = batch / D
         ok = (np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9) & (per_replica >= mb)
@@ -386,8 +388,12 @@ class GpuFamily(InferenceMixin, Family):
         # v0.7): with fewer micro-batches than stages the pipeline has no steady state to interleave
         nmb = np.round(per_replica / mb)
         ok &= (v == 1) | (np.mod(nmb, P) == 0)
-        return {"tp": T[ok], "pp": P[ok], "dp": D[ok], "micro_batch": mb[ok].astype(float), "vpp": v[ok].astype(float),
-                "recompute": rc[ok].astype(float), "zero_stage": zs[ok].astype(float), "cp": K[ok]}
+        pairs = len(rcs) * len(zss)
+        rc = np.tile(np.repeat(np.asarray(rcs, dtype=float), len(zss)), int(ok.sum()))
+        zs = np.tile(np.asarray(zss, dtype=float), len(rcs) * int(ok.sum()))
+        return {"tp": np.repeat(T[ok], pairs), "pp": np.repeat(P[ok], pairs), "dp": np.repeat(D[ok], pairs),
+                "micro_batch": np.repeat(mb[ok].astype(float), pairs), "vpp": np.repeat(v[ok].astype(float), pairs),
+                "recompute": rc, "zero_stage": zs, "cp": np.repeat(K[ok], pairs)}
 
     # -- fit ------------------------------------------------------------------------------------------
     def fit(self, ctx: GpuContext, cfg: dict) -> dict:
