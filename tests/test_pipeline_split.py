@@ -117,3 +117,17 @@ def test_interleaved_bubble_counts_whole_layers_per_chunk():
         unit = (r[v]["compute_s"] + r[v]["p2p_s"]) / 4  # 64 / 16 = 4 micro-batches; a stage's one
         assert float(r[v]["bubble_s"]) == pytest.approx(float(unit) * 3 * chunk / 32, rel=1e-9)
     assert float(r[20]["bubble_s"]) / (float(r[20]["compute_s"] + r[20]["p2p_s"]) / 4 * 3 / 20) == pytest.approx(1.25)
+
+
+def test_every_kept_layout_is_searched_at_every_recompute_and_zero_stage():
+    """The grid's rules look at tp, pp, dp, cp, micro-batch and virtual stages only: each kept combination carries
+    all 3 recompute x 4 ZeRO pairs, consecutively in product order (recompute outer), and no row repeats."""
+    g = _grid("uneven")
+    n = len(g["tp"])
+    assert n % 12 == 0
+    lay = np.stack([g[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "vpp")], axis=1).reshape(n // 12, 12, 6)
+    assert (lay == lay[:, :1, :]).all()  # one layout per block of 12
+    pairs = np.stack([g["recompute"], g["zero_stage"]], axis=1).reshape(n // 12, 12, 2)
+    want = np.array([(r, z) for r in (0, 1, 2) for z in (0, 1, 2, 3)], dtype=float)
+    assert (pairs == want).all()
+    assert len(np.unique(lay[:, 0, :], axis=0)) == n // 12
