@@ -133,3 +133,41 @@ def test_lora_keeps_no_optimizer_state_for_the_frozen_base():
     assert lora.optimizer_bytes == 0 < full.optimizer_bytes
     assert lora.weights_bytes == full.weights_bytes
     assert lora.fits and not full.fits  # 70B x 16 B of training state on 8 x 80 GB does not fit; frozen it does
+
+
+def test_lora_on_attention_keeps_no_inputs_of_the_frozen_mlp():
+    """A frozen linear layer keeps no input (only its weight gradient needs it), so attention-only adapters (MLPerf's
+    Llama 2 70B LoRA reference: qkv_proj, o_proj) keep d_model + d_ff fewer elements per block and token.
+    Hand count, Llama 2 70B (h 8,192, 64 heads of 128, 8 KV heads, gated MLP of 28,672), 16-bit activations, flash:
+    attention h + h + (q + 2 kv) + q = 8,192 + 8,192 + 10,240 + 8,192 = 34,816; MLP h + h + 3 ff = 102,400; frozen MLP
+    drops h + ff = 36,864: 100,352 / 137,216 of the activations. Adapters on every layer keep them all."""
+    kw = dict(phase="train", batch=8, context=8192, precision="bf16", options=None)
+    lay = {"tp": 4, "pp": 1, "dp": 1, "cp": 2, "micro_batch": 1, "vpp": 1, "zero_stage": 1}
+    got = {}
+    for rc in ("none", "full"):
+        for tr in ("full", "lora", "lora-all"):
+            r = plan("llama-2-70b", "h100x8", layout=dict(lay, recompute=rc), **dict(kw, options={"trainable": tr}))
+            got[rc, tr] = r.activation_bytes
+    assert got["none", "lora"] / got["none", "lora-all"] == pytest.approx(100_352 / 137_216, rel=1e-12)
+    assert got["none", "lora-all"] == pytest.approx(got["none", "full"], rel=1e-12)
+    # full recompute keeps block inputs; only the one block being recomputed holds its activations, so the two differ
+    # by one block's frozen bytes: 36,864 x 2 B x 8,192 tokens / (tp 4 x cp 2) per GPU, on 8 GPUs
+    assert got["full", "lora-all"] - got["full", "lora"] == pytest.approx(36_864 * 2 * 8192 / 8 * 8, rel=1e-9)
+    a = plan("llama-2-70b", "h100x8", layout=dict(lay, recompute="none"), **dict(kw, options={"trainable": "lora"}))
+    b = plan("llama-2-70b", "h100x8", layout=dict(lay, recompute="none"), **dict(kw, options={"trainable": "lora-all"}))
+    assert a.step_s == pytest.approx(b.step_s, rel=1e-12)  # the adapters' own GEMMs are not counted either way
+
+
+def test_fp8_lora_stores_the_frozen_base_in_fp8():
+    """NeMo's fp8_params (on with FP8 in NVIDIA's MLPerf Llama 2 70B LoRA configuration) keeps the frozen weights in
+    fp8: half the 16-bit training copy; bf16 LoRA and full fp8 training keep 16-bit weights. NVIDIA's B200 run
+    (1 x 8 GPUs, tp 1, cp 2, recompute none) needs it to fit: 70B x 1 B = 69 GB per GPU beside the activations."""
+    lay = {"tp": 1, "pp": 1, "dp": 4, "cp": 2, "micro_batch": 1, "vpp": 1, "zero_stage": 1, "recompute": "none"}
+    kw = dict(phase="train", batch=8, context=8192, layout=lay)
+    fp8 = plan("llama-2-70b", "b200x8", precision="fp8", options={"trainable": "lora"}, **kw)
+    bf16 = plan("llama-2-70b", "b200x8", precision="bf16", options={"trainable": "lora"}, **kw)
+    full = plan("llama-2-70b", "b200x8", precision="fp8", **kw)
+    assert fp8.weights_bytes == pytest.approx(bf16.weights_bytes / 2, rel=1e-12)
+    assert full.weights_bytes == pytest.approx(bf16.weights_bytes, rel=1e-12)
+    assert fp8.activation_bytes == pytest.approx(bf16.activation_bytes, rel=1e-12)
+    assert fp8.fits and not bf16.fits

@@ -181,6 +181,20 @@ def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attent
     return attn + mlp + masks + scores
 
 
+def frozen_mlp_bytes_per_token(m: Model, act_bytes: float, *, layer: int | None = None) -> float:
+    """Bytes of :func:`block_activation_bytes_per_token` a block need not keep when its MLP weights are frozen
+    (LoRA adapters on the attention projections only) [bytes per token].
+
+    A linear layer keeps its input only to form its weight gradient (Transformer Engine's ``Linear`` saves it only
+    when ``weight.requires_grad``; the input gradient needs the weight alone), so a frozen MLP drops the inputs of its
+    up/gate projection (``d_model``) and of its down projection (the width a token uses), and keeps its norm input and
+    the activation function's inputs. The MLPerf Training reference for Llama 2 70B LoRA adapts ``qkv_proj`` and
+    ``o_proj`` only (mlcommons/training, llama2_70b_lora/run_llama_70B_scrolls_r16.sh), as Hu et al. (2021, sec. 4.2)
+    adapted the attention weights.
+    """
+    return act_bytes * (m.d_model + _mlp_width_used(m, layer))
+
+
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Workload:
@@ -199,6 +213,8 @@ class Workload:
     kv_bytes_per_token : KV-cache bytes per token of this workload's context [bytes] (a windowed layer keeps
         ``min(context, window)`` tokens, so its entry is scaled by ``min(context, window) / context``)
     kv_bytes_per_cached_token : bytes of one cached token per row [bytes] (transformers only)
+    frozen_mlp_bytes_per_token : activation bytes per token a block does not keep when its MLP is frozen (LoRA on
+        the attention projections, :func:`frozen_mlp_bytes_per_token`) [bytes] (transformers only)
     kv_window_tokens : tokens a row caches at most (inf: the whole context) (transformers only)
     """
 
@@ -222,6 +238,7 @@ class Workload:
     kv_bytes_per_cached_token: np.ndarray | None = field(default=None, repr=False)
     kv_window_tokens: np.ndarray | None = field(default=None, repr=False)
     stream_unit_bytes: np.ndarray | None = field(default=None, repr=False)
+    frozen_mlp_bytes_per_token: np.ndarray | None = field(default=None, repr=False)
 
     # -- derived -------------------------------------------------------------------------------
     @property
@@ -314,7 +331,7 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
     params[0], params[-1] = emb, head
     active[0], active[-1] = emb - m.encoder_params, head
     mm[-1] = 2.0 * m.vocab_size * m.d_model  # LM head (computed even when tied); the embedding is a lookup
-    attn, act, kv, kv_cached = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    attn, act, kv, kv_cached, frozen = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     window = np.full(n, np.inf)
     for idx, p_, a_, nonmm, _, att in _group_table(m):
         rows = np.asarray(idx) + 1 if not isinstance(idx, range) else slice(idx.start + 1, idx.stop + 1)
@@ -325,6 +342,7 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
         attn[rows] = att.flop_per_pair * mean_attended_tokens(att.span, att.window, context, phase=phase, causal=causal)
         act[rows] = block_activation_bytes_per_token(m, ab, flash_attention=flash_attention, seq_len=context,
                                                      layer=idx[0])
+        frozen[rows] = frozen_mlp_bytes_per_token(m, ab, layer=idx[0])
         per_tok = kvb * att.kv_elems_per_token
         kv[rows] = per_tok if att.window is None else per_tok * min(context, att.window) / context
         kv_cached[rows] = per_tok
@@ -343,7 +361,7 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
                     matmul_flop_per_token=mm, attention_flop_per_token=attn, activation_bytes_per_token=act,
                     checkpoint_bytes_per_token=ckpt, kv_bytes_per_token=kv, working_set_bytes_per_token=ws,
                     arch=m, tied_head_bytes=tied_bytes, kv_bytes_per_cached_token=kv_cached, kv_window_tokens=window,
-                    stream_unit_bytes=units)
+                    stream_unit_bytes=units, frozen_mlp_bytes_per_token=frozen)
 
 
 def generic_workload(g: GenericModel, *, precision: str, phase: str, batch: int, context: int = 1) -> Workload:

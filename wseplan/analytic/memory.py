@@ -77,7 +77,7 @@ def micro_batches_in_flight(*, num_stages, virtual_stages, micro_batches, rank):
 
 def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virtual_stages, batch, context,
                       gradient_bytes_per_param: float, adam_state_bytes_per_param: float,
-                      prefill_chunk_tokens: float, working_tokens=None) -> dict[str, np.ndarray]:
+                      prefill_chunk_tokens: float, working_tokens=None, frozen_mlp: bool = False) -> dict[str, np.ndarray]:
     """Per-GPU memory of the fullest pipeline stage for arrays of layouts [bytes], by part.
 
     ``w`` is the :class:`~wseplan.workload.Workload` (its phase decides training vs inference accounting; its
@@ -93,7 +93,8 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     weights; Rajbhandari et al., SC20). KV heads split over TP up to the number of KV heads (then replicate).
     Training activations: the micro-batches each stage holds under 1F1B, plain or interleaved, at most the step's
     (:func:`micro_batches_in_flight`: the first stage for an edge stage, the second for a middle one); inference: a
-    chunk's working set.
+    chunk's working set. ``frozen_mlp``: the MLP weights are frozen (LoRA on the attention projections), so a block
+    keeps ``w.frozen_mlp_bytes_per_token`` less per token (:func:`wseplan.workload.frozen_mlp_bytes_per_token`).
 
     Returns a dict of arrays: ``weights``, ``optimizer`` (gradients + Adam state), ``kv_cache``,
     ``activations``, ``total``.
@@ -104,7 +105,9 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     C = np.asarray(context, dtype=float)
     L = max(w.num_blocks, 1)
     n = np.ceil(L / pp)
-    blocks, run_w, run_p, edge_w, edge_p, edge_w_sum, edge_p_sum, act_l, ck_l = _layer_figures(w)
+    blocks, run_w, run_p, edge_w, edge_p, edge_w_sum, edge_p_sum, act_l, ck_l, act_frozen = _layer_figures(w)
+    if frozen_mlp:
+        act_l = act_frozen
     single = pp == 1
     # the middle stages hold n = ceil(L / pp) blocks; the two edge stages (embedding, head) take the pp x n - L blocks
     # the split leaves over, half each, so an edge stage holds n - k blocks and its edge layer (k = 0 at pp <= 2 and
@@ -176,7 +179,8 @@ def _layer_figures(w):
     """The per-layer reductions :func:`gpu_layout_memory` needs, once per workload (a frozen dataclass): the block
     mask, the weight bytes and parameters of the heaviest run of ``n`` consecutive blocks for every ``n`` from 0 to the
     block count (arrays indexed by ``n``), the largest edge layer's (embedding, head; a tied head's bytes at least) and
-    the edge layers' sums, the largest block activation and checkpoint bytes per token."""
+    the edge layers' sums, the largest block activation and checkpoint bytes per token, and the largest block
+    activation bytes per token with a frozen MLP."""
     hit = _FIGURES.get(id(w))
     if hit is not None and hit[0] is w:
         return hit[1]
@@ -189,8 +193,11 @@ def _layer_figures(w):
         edge_w = max(edge_w, w.tied_head_bytes)
     act_l = float(w.activation_bytes_per_token[blocks].max()) if blocks.any() else 0.0
     ck_l = float(w.checkpoint_bytes_per_token[blocks].max()) if blocks.any() else 0.0
+    frozen = w.frozen_mlp_bytes_per_token
+    act_f = act_l if frozen is None or not blocks.any() else \
+        float((w.activation_bytes_per_token[blocks] - frozen[blocks]).max())
     out = (blocks, run_w, run_p, edge_w, edge_p, float(w.weight_bytes[~blocks].sum()), float(w.params[~blocks].sum()),
-           act_l, ck_l)
+           act_l, ck_l, act_f)
     if len(_FIGURES) >= 64:
         _FIGURES.clear()
     _FIGURES[id(w)] = (w, out)  # the entry keeps w alive: its id is not reused while the entry stands

@@ -36,7 +36,8 @@ def time_cmd(
         "(layers divide pp x vpp, Megatron-LM 2021-2022)."),
     trainable: Optional[str] = typer.Option(
         None, "--trainable", help="GPU train: full (default: every weight) | lora (frozen base weights, low-rank "
-        "adapters: no weight gradients or optimizer state for the base)."),
+        "adapters on the attention projections: no weight gradients or optimizer state for the base, and the frozen "
+        "MLP keeps no inputs of its linear layers) | lora-all (adapters on every linear layer)."),
     search: bool = typer.Option(False, "--search", help="Search the layout (the default whenever no layout option is given)."),
     train_tokens: Optional[float] = O.train_tokens_opt("Train: also report wall time and GPU-hours for N tokens."),
     fmt: str = O.format_opt(),

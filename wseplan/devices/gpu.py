@@ -24,7 +24,7 @@ from ..calibration_data import GpuCalibration, gpu_calibration, profile_constant
 from ..catalog.precision import datapath_format
 from ..catalog.schema import Model
 from ..errors import InputError
-from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element
+from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
 from .registry import register
@@ -46,6 +46,12 @@ VPP_VALUES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
 #: releases (Narayanan et al. 2021). The stage time counts ``ceil(L / pp)`` layers either way (the fullest stage).
 PIPELINE_SPLITS = ("uneven", "even")
 INFER_COLUMNS = ("tp", "pp", "dp")
+
+
+#: what a training run updates: ``full`` every weight; ``lora`` low-rank adapters on the attention projections with the
+#: base weights frozen (the MLPerf Training Llama 2 70B LoRA reference: ``qkv_proj``, ``o_proj``; Hu et al. 2021);
+#: ``lora-all`` adapters on every linear layer (QLoRA's choice), so every block keeps all its activations
+TRAINABLE = ("full", "lora", "lora-all")
 
 
 def tp_divides_heads(model, tp: int) -> bool:
@@ -151,10 +157,19 @@ class GpuContext:
                        lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1))
         self.chunk = d.prefill_chunk_tokens.si
         self.sequence_parallel = bool(q.options.get("sequence_parallel", True))
-        self.trainable = q.options.get("trainable", "full")
-        if self.trainable not in ("full", "lora"):
-            raise InputError(f"trainable: {self.trainable!r} is not a training kind; give 'full' (every weight) or "
-                             "'lora' (frozen base weights, low-rank adapters)")
+        trainable = q.options.get("trainable", "full")
+        if trainable not in TRAINABLE:
+            raise InputError(f"trainable: {trainable!r} is not a training kind; give 'full' (every weight), 'lora' "
+                             "(frozen base weights, adapters on the attention projections) or 'lora-all' (adapters on "
+                             "every linear layer)")
+        self.trainable = "lora" if trainable.startswith("lora") else "full"  # the step's compute is the same
+        # a frozen MLP keeps no inputs of its linear layers (see workload.frozen_mlp_bytes_per_token)
+        self.frozen_mlp = trainable == "lora"
+        # frozen weights need no 16-bit working copy: an 8-bit run stores them in fp8 (NeMo's fp8_params, on in NVIDIA's
+        # MLPerf Llama 2 70B LoRA configuration whenever FP8 is: mlcommons/training_results_v4.0, NVIDIA/benchmarks/
+        # llama2_70b_lora/implementations/nemo/conf/megatron_gpt_peft_tuning_config.yaml)
+        self.weight_frac = (weight_bytes_per_param(q.precision, "decode") / weight_bytes_per_param(q.precision, "train")
+                            if self.trainable == "lora" and q.precision == "fp8" else 1.0)
         # LoRA freezes the base weights: no gradients, master copies or Adam moments for them (Hu et al. 2021, sec.
         # 4.2); the adapters' own state (rank 16 on every linear layer of a 70B model: ~0.3% of its parameters) is
         # left inside the memory reserve
@@ -405,14 +420,17 @@ class GpuFamily(InferenceMixin, Family):
             mem = gpu_layout_memory(ctx.w, tp=tp * cp, pp=pp, dp=dp, zero_stage=cfg["zero_stage"],
                                     recompute=cfg["recompute"], micro_batch=cfg["micro_batch"], virtual_stages=cfg["vpp"],
                                     batch=B, context=C, gradient_bytes_per_param=ctx.grad_bytes,
-                                    adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk)
+                                    adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk,
+                                    frozen_mlp=ctx.frozen_mlp)
             if (cp > 1).any():  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
                 mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, zero_stage=cfg["zero_stage"],
                                        recompute=cfg["recompute"], micro_batch=cfg["micro_batch"],
                                        virtual_stages=cfg["vpp"], batch=B, context=C,
                                        gradient_bytes_per_param=ctx.grad_bytes, adam_state_bytes_per_param=ctx.adam_bytes,
-                                       prefill_chunk_tokens=ctx.chunk)
+                                       prefill_chunk_tokens=ctx.chunk, frozen_mlp=ctx.frozen_mlp)
                 mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
+            if (cp > 1).any() or ctx.weight_frac != 1.0:
+                mem = dict(mem, weights=mem["weights"] * ctx.weight_frac)
                 mem["total"] = mem["weights"] + mem["optimizer"] + mem["kv_cache"] + mem["activations"]
             devices = tp * pp * dp * cp
             replicas = np.ones_like(B)
