@@ -19,14 +19,14 @@ def cat():
 
 def test_default_draft_of_another_vocabulary_is_not_used(cat):
     """Qwen3-235B (151,936-token vocabulary) on the wafer production profile, whose draft is Llama-3.2-1B (128,256):
-    no speculation, so the answer equals plain decoding, and a note names both vocabularies."""
+    no speculation, so the answer equals plain decoding, and a note names both tokenizers."""
     q, d = resolve_model("qwen3-235b-a22b", cat), resolve_model("llama-3.2-1b", cat)
     assert q.vocab_size == 151_936 and d.vocab_size == 128_256  # the published configs' vocab_size
     r = plan("qwen3-235b-a22b", "cs3x12", phase="decode", batch=1, context=4096, catalog=cat)
     plain = plan("qwen3-235b-a22b", "cs3x12", phase="decode", batch=1, context=4096, catalog=cat,
                  options={"speculative": "none"})
     assert r.tpot_s == plain.tpot_s
-    assert any("speculative decoding off" in n and "151,936" in n and "128,256" in n for n in r.notes)
+    assert any("speculative decoding off" in n and "llama3 tokenizer" in n and "qwen3 one" in n for n in r.notes)
     assert not any("speculative decoding" in n for n in plain.notes)
 
 
@@ -65,3 +65,27 @@ def test_demand_file_with_an_unknown_precision_names_the_field(tmp_path):
                  "precision: fp3, requests_per_s: 1, prompt_tokens: 100, output_tokens: 100}\n")
     with pytest.raises(InputError, match=r"workloads\.0\.precision: unknown precision 'fp3'"):
         read_demand(f)
+
+
+def test_one_vocabulary_size_is_not_one_tokenizer(cat):
+    """Mixtral-8x7B and Llama-2-7B both have 32,000 tokens but different tokenizers (Mistral's and Llama 2's): the
+    catalog's ``tokenizer`` refuses the pair; CodeLlama-34B uses Llama 2's tokenizer, so Llama-2-7B may draft for it."""
+    mix, l2, code = (resolve_model(n, cat) for n in ("mixtral-8x7b", "llama-2-7b", "codellama-34b"))
+    assert mix.vocab_size == l2.vocab_size == code.vocab_size == 32_000
+    with pytest.raises(InputError, match="mistral-v1 one: draft and target need one tokenizer"):
+        plan("mixtral-8x7b", "h200x8", phase="decode", batch=1, context=4096, catalog=cat,
+             options={"speculative": "llama-2-7b"})
+    r = plan("codellama-34b", "h200x8", phase="decode", batch=1, context=4096, catalog=cat,
+             options={"speculative": "llama-2-7b"})
+    assert any(n.startswith("speculative decoding on") and "Llama-2-7B" in n for n in r.notes)
+
+
+def test_without_a_stated_tokenizer_the_vocabulary_decides(cat):
+    """A model from a config.json states no tokenizer: the vocabulary size is the test (same size: allowed)."""
+    from wseplan.devices.inference import draft_mismatch
+
+    l31, l32 = resolve_model("llama-3.1-70b", cat), resolve_model("llama-3.2-1b", cat)
+    bare = l32.model_copy(update={"tokenizer": None})
+    assert draft_mismatch(l31, bare) is None
+    assert "128,000-token vocabulary" in draft_mismatch(l31, bare.model_copy(update={"vocab_size": 128_000}))
+    assert "need one tokenizer" in draft_mismatch(l31, l32.model_copy(update={"tokenizer": "llama2"}))

@@ -413,6 +413,10 @@ class Model(Frozen):
     d_ff: int = Field(gt=0, le=16_777_216)
     gated_mlp: bool
     vocab_size: int = Field(gt=0, le=100_000_000)
+    #: the tokenizer the model's token ids come from (``llama2``, ``llama3``, ``mistral-v1``, ...): speculative decoding
+    #: needs the draft's and the target's to be one; None (a config.json, a catalog entry without it): judged by
+    #: ``vocab_size`` alone
+    tokenizer: Name | None = None
     tied_embeddings: bool
     num_experts: int = Field(default=1, gt=0, le=65_536)
     experts_per_token: int = Field(default=1, gt=0, le=65_536)

@@ -482,12 +482,18 @@ def speculation(q) -> dict | None:
 
 def draft_mismatch(target, draft) -> str | None:
     """Why ``draft`` cannot draft for ``target`` in draft-target speculative decoding, or None: the target verifies
-    the draft's token ids, so both need one tokenizer (taken as one vocabulary size; Leviathan et al., ICML 2023;
-    vLLM and TensorRT-LLM require it), and a draft no smaller than the target saves nothing."""
+    the draft's token ids, so both need one tokenizer (Leviathan et al., ICML 2023; vLLM and TensorRT-LLM require
+    it): the catalog's ``tokenizer`` where both models state it (Mixtral and Llama 2 both have 32,000 tokens, not
+    the same ones), else one vocabulary size; and a draft no smaller than the target saves nothing."""
     tv, dv = getattr(target, "vocab_size", None), getattr(draft, "vocab_size", None)
     if tv is None or dv is None:  # a layer-list model: nothing to compare
         return None
-    if tv != dv:
+    tt, dt = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
+    if tt is not None and dt is not None:
+        if tt != dt:
+            return (f"the draft {draft.name} uses the {dt} tokenizer and the target {target.name} the {tt} one: "
+                    "draft and target need one tokenizer")
+    elif tv != dv:
         return (f"the draft {draft.name} has a {dv:,}-token vocabulary and the target {target.name} {tv:,}: "
                 "draft and target need one tokenizer")
     if total_params(draft) >= total_params(target):
