@@ -121,13 +121,14 @@ def test_interleaved_bubble_counts_whole_layers_per_chunk():
 
 def test_every_kept_layout_is_searched_at_every_recompute_and_zero_stage():
     """The grid's rules look at tp, pp, dp, cp, micro-batch and virtual stages only: each kept combination carries
-    all 3 recompute x 4 ZeRO pairs, consecutively in product order (recompute outer), and no row repeats."""
+    all 4 recompute (none, selective, full, partial) x 4 ZeRO pairs, consecutively in product order (recompute
+    outer), and no row repeats."""
     g = _grid("uneven")
     n = len(g["tp"])
-    assert n % 12 == 0
-    lay = np.stack([g[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "vpp")], axis=1).reshape(n // 12, 12, 6)
-    assert (lay == lay[:, :1, :]).all()  # one layout per block of 12
-    pairs = np.stack([g["recompute"], g["zero_stage"]], axis=1).reshape(n // 12, 12, 2)
-    want = np.array([(r, z) for r in (0, 1, 2) for z in (0, 1, 2, 3)], dtype=float)
+    assert n % 16 == 0
+    lay = np.stack([g[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "vpp")], axis=1).reshape(n // 16, 16, 6)
+    assert (lay == lay[:, :1, :]).all()  # one layout per block of 16
+    pairs = np.stack([g["recompute"], g["zero_stage"]], axis=1).reshape(n // 16, 16, 2)
+    want = np.array([(r, z) for r in (0, 1, 2, 3) for z in (0, 1, 2, 3)], dtype=float)
     assert (pairs == want).all()
-    assert len(np.unique(lay[:, 0, :], axis=0)) == n // 12
+    assert len(np.unique(lay[:, 0, :], axis=0)) == n // 16

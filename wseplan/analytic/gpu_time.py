@@ -60,7 +60,7 @@ from . import elementwise as X
 from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
 from .layers import attended_per_token, cached_tokens, slowest_run
 
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial": 3}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,13 +333,15 @@ class _Links:
 # ---------------------------------------------------------------------------------------------
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
-               attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, cal: GpuCalibration):
+               attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, recompute_frac=0.0,
+               cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
     ``dp_exposed_s``, ``dp_comm_s``, ``optimizer_s``, ``layer_s`` (one block's fwd+bwd of one micro-batch,
     including its TP communication), ``num_microbatches``.
-    ``recompute`` may be a string or an array of codes (0 none, 1 selective, 2 full). ``attention_kernel``:
+    ``recompute`` may be a string or an array of codes (0 none, 1 selective, 2 full, 3 partial: the
+    ``recompute_frac`` of the stage's layers recomputed whole, the rest not at all). ``attention_kernel``:
     ``"flash"`` (fused, causal blocks skipped: FlashAttention, 2022 on) or ``"materialized"`` (the frameworks before
     it: the full s x s score matrix computed and passed through HBM, :func:`materialized_scores_s`).
     ``tp_comm_overlap``: the framework overlaps the tensor-parallel collectives with the adjacent GEMMs
@@ -351,6 +353,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
     tp, pp, dp, cp, vpp, mb = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch))
     rc = X.asfloat(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute)
+    # the share of layers whose forward runs again in the backward (full: all; partial: recompute_frac)
+    full_frac = X.where(rc == 2, 1.0, X.where(rc == 3, X.asfloat(recompute_frac), 0.0))
     cal = training_calibration(cal)
     if fp4_high_precision_frac is None:  # the bundled catalog's recipe share (callers with a catalog pass theirs)
         fp4_high_precision_frac = load_catalog().defaults.fp4_training_high_precision_frac.si
@@ -365,7 +369,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     attended = (s + 1.0) / 2.0 if attention_kernel == "flash" else s
     attn_peak = attention_peak_flop_per_s(gpu, hp)
     types = block_types(m)
-    per_type = [_train_layer_s(m, b, gpu, mix=mix, tokens=tokens, s=s, attended=attended, tp=tp, cp=cp, rc=rc, hbm=hbm,
+    per_type = [_train_layer_s(m, b, gpu, mix=mix, tokens=tokens, s=s, attended=attended, tp=tp, cp=cp, rc=rc,
+                               full_frac=full_frac, hbm=hbm,
                                ab=ab, links=links, attn_peak=attn_peak, sequence_parallel=sequence_parallel,
                                trainable=trainable, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
                                cal=cal) for b in types]
@@ -458,10 +463,11 @@ def _layer_sum(counts, values):
     return acc
 
 
-def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, hbm, ab, links, attn_peak, sequence_parallel,
-                   trainable, attention_kernel, tp_comm_overlap, cal):
+def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_frac, hbm, ab, links, attn_peak,
+                   sequence_parallel, trainable, attention_kernel, tp_comm_overlap, cal):
     """One layer of ``block``'s type in a training micro-batch [s]: (fwd + bwd with its TP and CP communication,
-    its compute alone, its TP communication). ``attended``: the keys a query of a full-attention layer attends to."""
+    its compute alone, its TP communication), the mean over the stage's layers where ``full_frac`` of them recompute
+    their forward. ``attended``: the keys a query of a full-attention layer attends to."""
     att = block.attention
     if att.window is not None and attention_kernel == "flash":  # a window caps the keys (the workload's causal sums)
         attended = attended_per_token(att, 0.0, s, decode=False)
@@ -474,7 +480,7 @@ def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, hbm, 
                                             block=block)
         t_fwd = t_fwd + share * t_p
         parts = {k: parts.get(k, 0.0) + share * v for k, v in parts_p.items()}
-    t_recompute = X.where(rc >= 2, t_fwd, X.where(rc >= 1, parts["attention"], 0.0))
+    t_recompute = full_frac * t_fwd + X.where(rc == 1, parts["attention"], 0.0)
     # without sequence parallelism the replicated norms and dropouts slow the forward passes; their backward is
     # counted split (Korthikanti et al. 2022, Table 4: sequence parallelism saves 0.5 ms of a 7.7 ms forward, 0.1 ms
     # of an 11.9 ms backward)
@@ -487,12 +493,13 @@ def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, hbm, 
         # GEMM pass; the attention (no weights) and the element-wise operators back-propagate as in full training
         t_layer_compute = t_layer_compute - parts["gemm"]
     if attention_kernel == "materialized":
-        t_layer_compute = t_layer_compute + materialized_scores_s(m, tokens=tokens, seq_len=s, tp=tp, recompute=rc,
-                                                                  hbm_bytes_per_s=hbm)
+        t_layer_compute = t_layer_compute + materialized_scores_s(m, tokens=tokens, seq_len=s, tp=tp,
+                                                                  recompute=rc, hbm_bytes_per_s=hbm,
+                                                                  recomputed_frac=X.where(rc == 1, 1.0, full_frac))
     # tensor parallel: 2 collectives per block per pass (fwd, bwd, recomputed fwd)
     msg = ab * tokens * m.d_model
     t_ar = links.tp_allreduce(msg, tp)
-    n_tp = 4.0 + X.where(rc >= 2, 2.0, 0.0)
+    n_tp = 4.0 + 2.0 * full_frac
     t_tp = n_tp * t_ar * (1.0 - (cal.tp_overlap_frac if tp_comm_overlap else 0.0))
     # context parallel: ring-pass K/V, hidden behind attention
     cp_bytes = att.kv_elems_per_token / X.minimum(tp, att.kv_shards) * tokens * ab * (cp - 1.0)
@@ -512,14 +519,16 @@ SCORE_BYTES_FWD = 10.0
 SCORE_BYTES_BWD = 15.0
 
 
-def materialized_scores_s(m, *, tokens, seq_len, tp, recompute, hbm_bytes_per_s):
+def materialized_scores_s(m, *, tokens, seq_len, tp, recompute, hbm_bytes_per_s, recomputed_frac=None):
     """HBM time [s] of one block's attention-score matrices over a training micro-batch (forward, backward and a
-    recomputed forward when ``recompute`` >= 1), when the attention is not fused: each of ``tokens`` queries scores
-    all ``seq_len`` keys in each of the GPU's ``num_heads / tp`` heads, and every score element crosses HBM
-    :data:`SCORE_BYTES_FWD` + :data:`SCORE_BYTES_BWD` bytes (plus a forward's again when recomputed)."""
+    recomputed forward when ``recompute`` >= 1, or in the share ``recomputed_frac`` of the layers when given), when
+    the attention is not fused: each of ``tokens`` queries scores all ``seq_len`` keys in each of the GPU's
+    ``num_heads / tp`` heads, and every score element crosses HBM :data:`SCORE_BYTES_FWD` + :data:`SCORE_BYTES_BWD`
+    bytes (plus a forward's again when recomputed)."""
     heads = m.num_heads / X.minimum(X.asfloat(tp), float(m.num_heads))
     elems = heads * X.asfloat(tokens) * X.asfloat(seq_len)
-    per_elem = SCORE_BYTES_FWD + SCORE_BYTES_BWD + X.where(X.asfloat(recompute) >= 1, SCORE_BYTES_FWD, 0.0)
+    again = X.where(X.asfloat(recompute) >= 1, 1.0, 0.0) if recomputed_frac is None else X.asfloat(recomputed_frac)
+    per_elem = SCORE_BYTES_FWD + SCORE_BYTES_BWD + again * SCORE_BYTES_FWD
     return elems * per_elem / hbm_bytes_per_s
 
 

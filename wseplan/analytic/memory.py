@@ -9,7 +9,13 @@ import numpy as np
 from ..workload import KIND_BLOCK, kv_bytes_rows
 from .rows import run_starts
 
-RECOMPUTE = ("none", "selective", "full")
+#: activation recomputation of a GPU training layout (codes 0-3). ``partial``: Megatron-LM's ``--recompute-method
+#: block`` with ``--recompute-granularity full`` ("recompute the input activations of only a set number of individual
+#: Transformer layers per pipeline stage and do the rest without any recomputing", megatron/training/arguments.py):
+#: ``recompute_num_layers`` of a stage's layers are recomputed whole, the rest keep their activations; the layout
+#: search takes the fewest layers that fit (as a fraction of the stage's layers, ``recompute_frac``).
+RECOMPUTE = ("none", "selective", "full", "partial")
+PARTIAL = 3
 
 
 def wafer_stream_buffer_bytes(layer_weight_bytes: np.ndarray) -> float:
@@ -36,13 +42,15 @@ def stream_min_tokens_compute_bound(*, layer_weight_bytes: np.ndarray, layer_flo
 
 
 def gpu_activation_bytes_per_token_layer(*, activation_bytes_per_token: float, checkpoint_bytes_per_token: float,
-                                         replicated_bytes_per_token: float, tp, recompute, sequence_parallel=True):
+                                         replicated_bytes_per_token: float, tp, recompute, sequence_parallel=True,
+                                         recompute_frac=0.0):
     """Activation bytes kept per token per layer on one GPU [bytes] (Korthikanti et al. 2022, eqs. 2-4).
 
     ``none``/``selective`` keep the layer's activations (flash attention already drops the score terms that
     selective recomputation targets); with sequence parallelism everything is split over ``tp``, otherwise
     the norm/dropout part (``replicated_bytes_per_token``) is replicated. ``full`` keeps only the layer
-    input (split over ``tp`` with sequence parallelism).
+    input (split over ``tp`` with sequence parallelism); ``partial`` (code 3) keeps the input of the
+    ``recompute_frac`` of the layers recomputed whole and the activations of the rest (the mean layer).
     """
     tp = np.asarray(tp, dtype=float)
     code = np.asarray(RECOMPUTE.index(recompute) if isinstance(recompute, str) else recompute, dtype=float)
@@ -51,7 +59,8 @@ def gpu_activation_bytes_per_token_layer(*, activation_bytes_per_token: float, c
         kept = activation_bytes_per_token / tp
     else:
         kept = replicated_bytes_per_token + (activation_bytes_per_token - replicated_bytes_per_token) / tp
-    return np.where(code >= 2, full, kept)
+    f = np.asarray(recompute_frac, dtype=float)
+    return np.where(code == 2, full, np.where(code == PARTIAL, kept + f * (full - kept), kept))
 
 
 def micro_batches_in_flight(*, num_stages, virtual_stages, micro_batches, rank):
@@ -77,7 +86,8 @@ def micro_batches_in_flight(*, num_stages, virtual_stages, micro_batches, rank):
 
 def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virtual_stages, batch, context,
                       gradient_bytes_per_param: float, adam_state_bytes_per_param: float,
-                      prefill_chunk_tokens: float, working_tokens=None, frozen_mlp: bool = False) -> dict[str, np.ndarray]:
+                      prefill_chunk_tokens: float, working_tokens=None, frozen_mlp: bool = False,
+                      recompute_frac=0.0) -> dict[str, np.ndarray]:
     """Per-GPU memory of the fullest pipeline stage for arrays of layouts [bytes], by part.
 
     ``w`` is the :class:`~wseplan.workload.Workload` (its phase decides training vs inference accounting; its
@@ -101,6 +111,7 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     """
     tp, pp, dp, zs, mb, vpp = (np.asarray(v, dtype=float) for v in (tp, pp, dp, zero_stage, micro_batch, virtual_stages))
     rc = np.asarray(RECOMPUTE.index(recompute) if isinstance(recompute, str) else recompute, dtype=float)
+    rf = np.asarray(recompute_frac, dtype=float)
     B = np.asarray(batch, dtype=float)
     C = np.asarray(context, dtype=float)
     L = max(w.num_blocks, 1)
@@ -114,11 +125,12 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     # where the blocks divide evenly): the fullest of the two kinds is the fullest stage
     k = np.where(pp >= 3, np.minimum(np.floor((pp * n - L) / 2.0), n), 0.0)
     mid = _stage_parts(w, n, 0.0, 0.0, run_w, run_p, act_l, ck_l, blocks, rank=1, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp,
-                       rc=rc, B=B, C=C, gradient_bytes_per_param=gradient_bytes_per_param,
+                       rc=rc, rf=rf, B=B, C=C, gradient_bytes_per_param=gradient_bytes_per_param,
                        adam_state_bytes_per_param=adam_state_bytes_per_param,
                        prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
     edge = _stage_parts(w, n - k, np.where(single, edge_w_sum, edge_w), np.where(single, edge_p_sum, edge_p), run_w,
-                        run_p, act_l, ck_l, blocks, rank=0, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp, rc=rc, B=B, C=C,
+                        run_p, act_l, ck_l, blocks, rank=0, tp=tp, pp=pp, dp=dp, zs=zs, mb=mb, vpp=vpp, rc=rc, rf=rf,
+                        B=B, C=C,
                         gradient_bytes_per_param=gradient_bytes_per_param,
                         adam_state_bytes_per_param=adam_state_bytes_per_param,
                         prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
@@ -126,7 +138,7 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     return {key: np.where(take_mid, mid[key], edge[key]) for key in edge}
 
 
-def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, rank, tp, pp, dp, zs, mb, vpp, rc, B, C,
+def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, rank, tp, pp, dp, zs, mb, vpp, rc, rf, B, C,
                  gradient_bytes_per_param, adam_state_bytes_per_param, prefill_chunk_tokens, working_tokens) -> dict:
     """Per-GPU bytes of a stage of ``nb`` consecutive blocks (the heaviest run of that many) and an edge layer of
     ``ew`` bytes / ``ep`` parameters (0: a middle stage) at pipeline rank ``rank`` (0: the first; 1: the busiest
@@ -148,12 +160,14 @@ def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, rank, tp, 
         opt = np.where(zs >= 1, opt / dp, opt)
         repl = 4.0 * w.arch.d_model if w.arch is not None else 0.0
         per_tok = gpu_activation_bytes_per_token_layer(activation_bytes_per_token=act_l, checkpoint_bytes_per_token=ck_l,
-                                                       replicated_bytes_per_token=repl, tp=tp, recompute=rc)
+                                                       replicated_bytes_per_token=repl, tp=tp, recompute=rc,
+                                                       recompute_frac=rf)
         in_flight = micro_batches_in_flight(num_stages=pp, virtual_stages=vpp, micro_batches=np.ceil(np.ceil(B / dp) / mb),
                                             rank=rank)
         tok_mb = mb * C
         act = per_tok * tok_mb * per_stage * in_flight
-        act = act + np.where(rc >= 2, act_l / tp * tok_mb, 0.0)  # one layer's activations in its recomputed backward
+        recomputes = (rc == 2) | ((rc == PARTIAL) & (rf > 0))
+        act = act + np.where(recomputes, act_l / tp * tok_mb, 0.0)  # one layer's activations in its recomputed backward
         kv = np.zeros_like(weights * act)
         out = dict(weights=weights + 0.0 * act, optimizer=opt + grads + 0.0 * act, kv_cache=kv, activations=act)
     else:

@@ -19,7 +19,7 @@ def fit(
     context: Optional[int] = O.context_opt(),
     reserve: Optional[float] = O.reserve_opt(),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU training: ZeRO stage 0-3 (default: searched)."),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU training: none | selective | full (default: searched)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU training: none | selective | full | partial (fewest whole layers per stage that fit; default: searched)."),
     memoryx: Optional[str] = O.memoryx_opt(),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),

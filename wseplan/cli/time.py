@@ -29,7 +29,7 @@ def time_cmd(
     cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree (GPU train)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train)."),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial (the fewest whole layers per stage that fit, Megatron-LM block recompute)."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
     pipeline_split: Optional[str] = typer.Option(
         None, "--pipeline-split", help="GPU train: uneven (default: any layers per stage, current frameworks) | even "

@@ -19,7 +19,7 @@ import numpy as np
 from ..analytic import elementwise as X
 from ..analytic import gpu_pass as P
 from ..analytic import gpu_time as G
-from ..analytic.memory import RECOMPUTE, gpu_layout_memory
+from ..analytic.memory import PARTIAL, RECOMPUTE, gpu_layout_memory
 from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
 from ..catalog.precision import datapath_format
 from ..catalog.schema import Model
@@ -274,6 +274,9 @@ class GpuFamily(InferenceMixin, Family):
             lay.update(micro_batch=int(r["micro_batch"]), virtual_pipeline=int(r["vpp"]),
                        recompute=RECOMPUTE[int(r["recompute"])], zero_stage=int(r["zero_stage"]),
                        context_parallel=int(r["cp"]))
+            if int(r["recompute"]) == PARTIAL and r.get("fit.recompute_frac") is not None:
+                # Megatron-LM's recompute_num_layers: whole layers of each stage recomputed
+                lay["recompute_layers"] = int(round(r["fit.recompute_frac"] * np.ceil(ctx.num_layers / pp)))
             if r.get("time.num_microbatches") is not None:
                 lay["num_microbatches"] = int(round(r["time.num_microbatches"]))
         elif r.get("time.micro_batches") is not None:
@@ -386,7 +389,7 @@ class GpuFamily(InferenceMixin, Family):
         fixed = N is None  # the fewest GPUs that fit: the plainest schedule
         mbs = [1] if fixed else [b for b in (1, 2, 4, 8, 16, 32) if b <= batch]
         vps = [1] if fixed else list(VPP_VALUES)
-        rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2]
+        rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2, PARTIAL]
         zss = [1] if fixed else [0, 1, 2, 3]
         # the rules below do not look at recompute or ZeRO: filter the (layout, micro-batch, virtual stages) triples,
         # then give each kept one every recompute x ZeRO pair (the same rows, in the same order, as filtering them all)
@@ -415,23 +418,18 @@ class GpuFamily(InferenceMixin, Family):
         ph = ctx.q.phase
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         tp, pp, dp = cfg["tp"], cfg["pp"], cfg["dp"]
+        rf = None
         if ph == "train":
             cp = np.asarray(cfg["cp"], dtype=float)
-            mem = gpu_layout_memory(ctx.w, tp=tp * cp, pp=pp, dp=dp, zero_stage=cfg["zero_stage"],
-                                    recompute=cfg["recompute"], micro_batch=cfg["micro_batch"], virtual_stages=cfg["vpp"],
-                                    batch=B, context=C, gradient_bytes_per_param=ctx.grad_bytes,
-                                    adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk,
-                                    frozen_mlp=ctx.frozen_mlp)
-            if (cp > 1).any():  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
-                mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, zero_stage=cfg["zero_stage"],
-                                       recompute=cfg["recompute"], micro_batch=cfg["micro_batch"],
-                                       virtual_stages=cfg["vpp"], batch=B, context=C,
-                                       gradient_bytes_per_param=ctx.grad_bytes, adam_state_bytes_per_param=ctx.adam_bytes,
-                                       prefill_chunk_tokens=ctx.chunk, frozen_mlp=ctx.frozen_mlp)
-                mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
-            if (cp > 1).any() or ctx.weight_frac != 1.0:
-                mem = dict(mem, weights=mem["weights"] * ctx.weight_frac)
-                mem["total"] = mem["weights"] + mem["optimizer"] + mem["kv_cache"] + mem["activations"]
+            rf = np.zeros(len(B))
+            mem = _train_memory(ctx, cfg, rf)
+            part = np.nonzero(np.asarray(cfg["recompute"]) == PARTIAL)[0]
+            if len(part):
+                rf[part] = _partial_frac(ctx, {k: np.asarray(v)[part] for k, v in cfg.items()}, mem["total"][part])
+                mp = _train_memory(ctx, {k: np.asarray(v)[part] for k, v in cfg.items()}, rf[part])
+                mem = {k: v.copy() for k, v in mem.items()}
+                for k in mem:
+                    mem[k][part] = mp[k]
             devices = tp * pp * dp * cp
             replicas = np.ones_like(B)
         else:
@@ -460,11 +458,14 @@ class GpuFamily(InferenceMixin, Family):
         max_tok = np.where(kv_tok > 0, np.maximum(kv_room, 0.0) / np.where(kv_tok > 0, kv_tok, 1.0), 0.0)
         # a layout may leave GPUs of a count idle (:meth:`_grid`); the target is still all of them
         held = np.maximum(devices, ctx.count) if ctx.count else devices
-        return dict(num_devices=held, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
-                    weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices,
-                    activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,
-                    total_bytes=total * devices, binding=binding_code(parts, total, cap, fits),
-                    max_tokens_in_flight=np.floor(max_tok))
+        out = dict(num_devices=held, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
+                   weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices,
+                   activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,
+                   total_bytes=total * devices, binding=binding_code(parts, total, cap, fits),
+                   max_tokens_in_flight=np.floor(max_tok))
+        if rf is not None:
+            out["recompute_frac"] = rf
+        return out
 
     def kv_and_working_tokens(self, ctx, B, C, O):
         """KV length held per sequence and activation tokens in flight per pass, by phase and engine."""
@@ -487,7 +488,8 @@ class GpuFamily(InferenceMixin, Family):
             n = len(cfg["batch"])
             return {"step_s": np.full(n, np.nan), "tokens_per_s": np.full(n, np.nan), "bottleneck": np.full(n, -1)}
         if ctx.q.phase == "train":
-            return self._train_time(ctx, cfg)
+            rf = None if fit is None else fit.get("recompute_frac")
+            return self._train_time(ctx, cfg, np.zeros(len(cfg["batch"])) if rf is None else np.asarray(rf, dtype=float))
         return self.infer_time(ctx, cfg)
 
     def draft_fits(self, ctx: GpuContext, cfg: dict, rows, dctx: GpuContext, dcfg: dict):
@@ -541,14 +543,15 @@ class GpuFamily(InferenceMixin, Family):
     def peak_flop_per_s(self, ctx: GpuContext) -> float:
         return ctx.peak
 
-    def _train_time(self, ctx: GpuContext, cfg: dict) -> dict:
+    def _train_time(self, ctx: GpuContext, cfg: dict, rf) -> dict:
         B, C = cfg["batch"], cfg["context"]
         step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision,
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
                           attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap,
                           fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si, cal=ctx.cal)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], cp=cfg["cp"], vpp=cfg["vpp"],
-                    micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"])
+                    micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"],
+                    recompute_frac=rf)
         r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers
         if r is None:
             r = step_fn(**cols)
@@ -589,3 +592,39 @@ def _infer_breakdown(parts: dict) -> dict:
 register(GpuFamily())
 
 __all__ = ["GpuFamily", "GpuContext", "BINDING_CODE", "kv_bytes_per_element"]
+
+
+def _train_memory(ctx: GpuContext, cfg: dict, rf) -> dict:
+    """Per-GPU training memory of layout rows [bytes] by part (:func:`gpu_layout_memory` with this context's training
+    accounting: context parallelism splits activations over tp x cp and weights over tp, ZeRO over dp x cp; LoRA's
+    frozen base and MLP; ``rf`` the partial-recompute fractions)."""
+    B, C, tp, pp, dp = cfg["batch"], cfg["context"], cfg["tp"], cfg["pp"], cfg["dp"]
+    cp = np.asarray(cfg["cp"], dtype=float)
+    kw = dict(zero_stage=cfg["zero_stage"], recompute=cfg["recompute"], micro_batch=cfg["micro_batch"],
+              virtual_stages=cfg["vpp"], batch=B, context=C, gradient_bytes_per_param=ctx.grad_bytes,
+              adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk, frozen_mlp=ctx.frozen_mlp,
+              recompute_frac=rf)
+    mem = gpu_layout_memory(ctx.w, tp=tp * cp, pp=pp, dp=dp, **kw)
+    if (cp > 1).any():  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
+        mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, **kw)
+        mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
+    if (cp > 1).any() or ctx.weight_frac != 1.0:
+        mem = dict(mem, weights=mem["weights"] * ctx.weight_frac)
+        mem["total"] = mem["weights"] + mem["optimizer"] + mem["kv_cache"] + mem["activations"]
+    return mem
+
+
+def _partial_frac(ctx: GpuContext, cfg: dict, none_total) -> np.ndarray:
+    """The fewest whole layers of a stage recomputed (``partial``) with which each row fits, as a fraction of the
+    stage's ``ceil(L / pp)`` layers: 0 where the layout fits without recomputation (then partial is none), 1 where
+    only recomputing every layer could (partial is full). A stage's memory falls by the same bytes per recomputed
+    layer, so between one layer and all of them it is a straight line (the fullest of the stages, a maximum of such
+    lines, lies on or below it): the layer count read off that line always fits."""
+    n_st = np.ceil(ctx.num_layers / np.asarray(cfg["pp"], dtype=float))
+    one = _train_memory(ctx, cfg, 1.0 / n_st)["total"]
+    every = _train_memory(ctx, cfg, np.ones(len(n_st)))["total"]
+    per_layer = (one - every) / np.maximum(n_st - 1.0, 1.0)
+    need = np.where(per_layer > 0, 1.0 + np.ceil((one - ctx.capacity) / np.where(per_layer > 0, per_layer, 1.0) - 1e-9),
+                    n_st)
+    k = np.where(none_total <= ctx.capacity, 0.0, np.where(one <= ctx.capacity, 1.0, np.clip(need, 1.0, n_st)))
+    return k / n_st

@@ -67,7 +67,7 @@ def eval_schedule(case: Case) -> dict | None:
     return None
 
 
-def eval_time_s(case: Case, *, tokens_per_s: float, recompute: str) -> float | None:
+def eval_time_s(case: Case, *, tokens_per_s: float, recompute: str | float) -> float | None:
     """Seconds a benchmark run spends in its evaluations [s], from its schedule: one evaluation every
     ``eval_every_samples`` training samples (rounded up to whole global batches) after the first
     ``floor(skipped_evals + skipped_evals_per_gbs x global batch)``, each a forward pass over ``eval_samples``
@@ -86,13 +86,21 @@ def eval_time_s(case: Case, *, tokens_per_s: float, recompute: str) -> float | N
     every = math.ceil(sched["eval_every_samples"] / gbs) * gbs
     skipped = math.floor(sched["skipped_evals"] + sched["skipped_evals_per_gbs"] * gbs)
     evals = max(math.floor(float(samples) / every) - skipped, 0.0)
-    passes = 1.0 + (1.0 if _is_lora(case) else 2.0) + (1.0 if recompute == "full" else 0.0)
+    passes = 1.0 + (1.0 if _is_lora(case) else 2.0) + recomputed_share(recompute)
     return evals * sched["eval_samples"] * seq / (tokens_per_s * passes)
 
 
-def _flop_multiplier(case: Case, recompute: str) -> float:
+def recomputed_share(recompute: str | float) -> float:
+    """The share of a step's layers that run their forward again: ``full`` 1, ``none``/``selective`` 0, or the share
+    itself (a partial recomputation's layers over the stage's)."""
+    if isinstance(recompute, str):
+        return 1.0 if recompute == "full" else 0.0
+    return float(recompute)
+
+
+def _flop_multiplier(case: Case, recompute: str | float) -> float:
     conv = case.get("flops_convention") or "model"
-    return 4.0 if conv == "hardware" and recompute == "full" else 3.0
+    return 3.0 + recomputed_share(recompute) if conv == "hardware" else 3.0
 
 
 def _recompute(case: Case) -> str:
@@ -251,8 +259,9 @@ def gemv_shape(text: str) -> tuple[int, int, int] | None:
 
 
 def _train_metric(case, model, *, step_s: float, tokens_per_step: float, num_devices: int, peak_flop_per_s: float,
-                  recompute: str, cal) -> float:
-    """Convert a training step time to the row's metric (shared by GPU and wafer rows)."""
+                  recompute: str | float, cal) -> float:
+    """Convert a training step time to the row's metric (shared by GPU and wafer rows); ``recompute``: the layout's
+    recomputation, or the share of layers recomputed (:func:`recomputed_share`)."""
     tok_s = tokens_per_step / step_s
     seq = case.get("seq_len")
     flop_tok = G.model_flop_per_token(model, seq_len=seq) * _flop_multiplier(case, recompute) / 3.0

@@ -3,6 +3,7 @@ per the row's source), and GEMV kernels."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from functools import lru_cache
 
@@ -98,6 +99,8 @@ def _predict_gpu_train(case, catalog, cal):
         return step * 1e3
     lay = res.layout or {}
     rec = lay.get("recompute", _recompute(case))
+    if rec == "partial":  # the share of a stage's layers recomputed whole
+        rec = lay.get("recompute_layers", 0) / math.ceil(model.num_layers / lay.get("pipeline_parallel", 1))
     return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=res.num_devices,
                          peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec,
                          cal=file_constants(cal))
