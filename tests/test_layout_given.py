@@ -171,3 +171,35 @@ def test_fp8_lora_stores_the_frozen_base_in_fp8():
     assert full.weights_bytes == pytest.approx(bf16.weights_bytes, rel=1e-12)
     assert fp8.activation_bytes == pytest.approx(bf16.activation_bytes, rel=1e-12)
     assert fp8.fits and not bf16.fits
+
+
+def test_lora_under_zero3_gathers_its_frozen_weights():
+    """ZeRO-3 shards the frozen base (that is how LoRA fits), so each micro-batch all-gathers it for the forward and
+    again for the backward: 2 of the 3 moves of full training (no gradients to reduce-scatter; audit24 F1)."""
+    from wseplan.analytic import gpu_time as G
+    from wseplan.calibration_data import gpu_calibration
+    from wseplan.catalog import load_catalog
+    from wseplan.workload import resolve_model
+
+    cat = load_catalog()
+    m, gpu = resolve_model("llama-2-70b", cat), cat.gpus["h100-sxm"]
+    kw = dict(precision="bf16", seq_len=4096, global_batch=128, tp=1, pp=1, dp=64, micro_batch=1, recompute="full",
+              zero_stage=3, cal=gpu_calibration())
+    full = G.train_step(m, gpu, trainable="full", **kw)
+    lora = G.train_step(m, gpu, trainable="lora", **kw)
+    assert float(lora["dp_comm_s"]) == pytest.approx(2.0 / 3.0 * float(full["dp_comm_s"]), rel=1e-12)
+    assert float(lora["dp_exposed_s"]) > 0.0
+
+
+def test_lora_model_flops_skip_the_frozen_weight_gradients():
+    """LoRA's model FLOPs: the frozen matmuls twice their forward (forward, input gradients), the attention three
+    times. Hand count, Llama 2 70B: matmul weights per layer 2 x 8,192^2 + 2 x 8,192 x 1,024 + 3 x 8,192 x 28,672 =
+    855,638,016, x 80 layers + the 32,000 x 8,192 head = 68,713,185,280; one pass of them is 2 FLOP each."""
+    from wseplan.analytic import gpu_time as G
+    from wseplan.catalog import load_catalog
+    from wseplan.workload import resolve_model
+
+    m = resolve_model("llama-2-70b", load_catalog())
+    full = G.model_flop_per_token(m, seq_len=4096)
+    lora = G.model_flop_per_token(m, seq_len=4096, trainable="lora")
+    assert full - lora == pytest.approx(2.0 * 68_713_185_280, rel=1e-12)

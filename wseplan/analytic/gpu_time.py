@@ -433,10 +433,15 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # GPU and iteration). Prefetching issues a layer's gathers during its neighbour's compute (Zhao et al. 2023, FSDP,
     # sec. 3.3): ``zero3_overlap_frac`` of the compute can hide them.
     spans = tp * ranks > links.domain
-    ring = reduce_scatter_time_s(message_bytes=grad_bytes, num_ranks=ranks,
-                                 link_bandwidth_bytes_per_s=X.where(spans, links.net_bw, links.group_bw(ranks)),
-                                 link_latency_s=X.where(spans, links.net_lat, links.nvlink_lat))
+    ring_bw = X.where(spans, links.net_bw, links.group_bw(ranks))
+    ring_lat = X.where(spans, links.net_lat, links.nvlink_lat)
+    ring = reduce_scatter_time_s(message_bytes=grad_bytes, num_ranks=ranks, link_bandwidth_bytes_per_s=ring_bw,
+                                 link_latency_s=ring_lat)
     t_z3 = 3.0 * nmb * ring
+    if trainable == "lora":  # frozen weights sharded by ZeRO-3 are still gathered for the forward and the backward
+        frozen = _stage_params(m, pp, "full") / tp * 2.0  # their 16-bit copies; no gradients to reduce-scatter
+        t_z3 = 2.0 * nmb * reduce_scatter_time_s(message_bytes=frozen, num_ranks=ranks,
+                                                 link_bandwidth_bytes_per_s=ring_bw, link_latency_s=ring_lat)
     # ZeRO-2 (gradients sharded): a replica cannot accumulate whole gradients, so every micro-batch reduce-scatters its
     # own under its backward, and the updated shard is all-gathered once. ZeRO-0/1 (and DDP) accumulate them locally
     # and reduce once: the reduce-scatter runs under the last micro-batch's backward, the all-gather of the updated
@@ -547,14 +552,16 @@ def _stage_params(m, pp, trainable="full"):
     return X.ceil(m.num_layers / pp) * blk + X.where(pp > 1, edge, embedding_params(m) + head_params(m))
 
 
-def model_flop_per_token(m, *, seq_len, recompute_counted=False) -> float:
+def model_flop_per_token(m, *, seq_len, recompute_counted=False, trainable="full") -> float:
     """Model FLOPs per trained token [FLOP]: ``3 x forward`` (``4 x`` with a recomputed forward).
 
     Forward = 2 FLOP per active matmul weight (blocks and LM head) + ``4 h s`` attention per layer,
     counted without the causal mask (Narayanan et al. 2021, eq. 3; Chowdhery et al. 2022, App. B). Per block type
     (:func:`~wseplan.workload.block_types`): its own active weights (a dense layer's MLP, an MoE layer's top-k and
     shared experts) and its attention's FLOPs per pair over ``min(s, window)`` keys (MLA: the non-absorbed form of
-    DeepSeek-V3's FLOP counts, ``2 heads (qk_head_dim + v_head_dim)``).
+    DeepSeek-V3's FLOP counts, ``2 heads (qk_head_dim + v_head_dim)``). ``trainable="lora"``: the frozen weights
+    get no weight gradients, so their matmuls count twice the forward (forward and input gradients), the attention
+    three times.
     """
     d = m.d_model
     norms = 2 * (2 * d if m.norm == "layernorm" else d)
@@ -562,12 +569,15 @@ def model_flop_per_token(m, *, seq_len, recompute_counted=False) -> float:
     if len(types) == 1 and types[0].attention.plain:
         blk_active = block_params(m)[1] - norms
         fwd = m.num_layers * (2.0 * blk_active + 4.0 * m.num_heads * m.head_dim_ * seq_len) + 2.0 * m.vocab_size * d
-        return fwd * (4.0 if recompute_counted else 3.0)
-    fwd = 2.0 * m.vocab_size * d
-    for b in types:
-        att = b.attention
-        fwd = fwd + b.count * (2.0 * (b.active_params - norms) + att.flop_per_pair * cached_tokens(att, seq_len))
-    return fwd * (4.0 if recompute_counted else 3.0)
+        weights = m.num_layers * 2.0 * blk_active + 2.0 * m.vocab_size * d
+    else:
+        fwd = weights = 2.0 * m.vocab_size * d
+        for b in types:
+            att = b.attention
+            fwd = fwd + b.count * (2.0 * (b.active_params - norms) + att.flop_per_pair * cached_tokens(att, seq_len))
+            weights = weights + b.count * 2.0 * (b.active_params - norms)
+    total = fwd * (4.0 if recompute_counted else 3.0)
+    return total - weights if trainable == "lora" else total  # no weight-gradient pass of the frozen weights
 
 
 # ---------------------------------------------------------------------------------------------

@@ -557,7 +557,7 @@ class GpuFamily(InferenceMixin, Family):
             r = step_fn(**cols)
         step = r["step_s"]
         tokens = B * C
-        flops = G.model_flop_per_token(ctx.m, seq_len=C) * tokens
+        flops = G.model_flop_per_token(ctx.m, seq_len=C, trainable=ctx.trainable) * tokens
         ndev = cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg["cp"]
         bd = {"compute": r["compute_s"] - r["tp_comm_s"], "nvlink": r["tp_comm_s"], "pipeline_bubble": r["bubble_s"],
               "pipeline_p2p": r["p2p_s"], "network": r["dp_exposed_s"], "optimizer": r["optimizer_s"]}
