@@ -433,8 +433,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # GPU and iteration). Prefetching issues a layer's gathers during its neighbour's compute (Zhao et al. 2023, FSDP,
     # sec. 3.3): ``zero3_overlap_frac`` of the compute can hide them.
     spans = tp * ranks > links.domain
-    ring_bw = X.where(spans, links.net_bw, links.group_bw(ranks))
-    ring_lat = X.where(spans, links.net_lat, links.nvlink_lat)
+    ring_bw, ring_lat = X.where(spans, links.net_bw, links.group_bw(ranks)), X.where(spans, links.net_lat, links.nvlink_lat)
     ring = reduce_scatter_time_s(message_bytes=grad_bytes, num_ranks=ranks, link_bandwidth_bytes_per_s=ring_bw,
                                  link_latency_s=ring_lat)
     t_z3 = 3.0 * nmb * ring

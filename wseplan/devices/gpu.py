@@ -1,14 +1,16 @@
 """GPU family: nodes and clusters of GPUs (and TPU chips) with tensor, pipeline and data parallelism.
 
 Layout columns: ``tp``, ``pp``, ``dp`` (data-parallel replicas: engine replicas in inference), and for training
-``micro_batch``, ``vpp`` (virtual pipeline stages), ``recompute`` (code 0 none, 1 selective, 2 full),
+``micro_batch``, ``vpp`` (virtual pipeline stages), ``recompute`` (0 none, 1 selective, 2 full, 3 partial),
 ``zero_stage``. Memory: :func:`wseplan.analytic.memory.gpu_layout_memory`; time: the per-operator roofline of
 :mod:`wseplan.analytic.gpu_time` (training steps, inference passes composed by :mod:`wseplan.analytic.engine`).
 
 The search space (when no layout is given): ``tp`` in powers of two inside the scale-up domain dividing the
 heads, ``pp`` up to the number of blocks, ``dp`` = devices / (tp pp) with a device count (else one replica); in
 training also micro-batches 1-32 dividing the per-replica batch, 1-20 virtual stages (:data:`VPP_VALUES`: a layer
-or more in each, the micro-batches a multiple of pp), the three recompute policies and ZeRO 0-3 (each unless fixed by an option).
+or more in each, the micro-batches a multiple of pp), the four recompute policies (partial: the fewest whole layers
+per stage that fit) and ZeRO 0-3 (each unless fixed by an option); a count with awkward divisors also lays out the
+largest power of two and three times one below it (:func:`~wseplan.devices.gpu_train.train_counts`).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
+from .gpu_train import partial_frac, train_counts, train_memory
 from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
 from .registry import register
 
@@ -159,12 +162,10 @@ class GpuContext:
         self.sequence_parallel = bool(q.options.get("sequence_parallel", True))
         trainable = q.options.get("trainable", "full")
         if trainable not in TRAINABLE:
-            raise InputError(f"trainable: {trainable!r} is not a training kind; give 'full' (every weight), 'lora' "
-                             "(frozen base weights, adapters on the attention projections) or 'lora-all' (adapters on "
-                             "every linear layer)")
+            raise InputError(f"trainable: {trainable!r} is not a training kind; give 'full' (every weight), 'lora' (frozen "
+                             "base, adapters on the attention projections) or 'lora-all' (adapters on every linear layer)")
         self.trainable = "lora" if trainable.startswith("lora") else "full"  # the step's compute is the same
-        # a frozen MLP keeps no inputs of its linear layers (see workload.frozen_mlp_bytes_per_token)
-        self.frozen_mlp = trainable == "lora"
+        self.frozen_mlp = trainable == "lora"  # keeps no inputs of its linear layers (workload.frozen_mlp_bytes_per_token)
         # frozen weights need no 16-bit working copy: an 8-bit run stores them in fp8 (NeMo's fp8_params, on in NVIDIA's
         # MLPerf Llama 2 70B LoRA configuration whenever FP8 is: mlcommons/training_results_v4.0, NVIDIA/benchmarks/
         # llama2_70b_lora/implementations/nemo/conf/megatron_gpt_peft_tuning_config.yaml)
@@ -290,7 +291,8 @@ class GpuFamily(InferenceMixin, Family):
         used = tp * pp * dp * int(r.get("cp", 1) if ctx.q.phase == "train" else 1)
         if ctx.count and used < ctx.count and ctx.q.phase == "train":
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle: {used:,} train faster than any layout "
-                         f"using all of them (the batch splits into too few micro-batches per replica)")
+                         f"using all of them (a layout divides the GPUs it uses, and each replica's share of the batch "
+                         f"into whole micro-batches)")
         elif ctx.count and used < ctx.count:
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle ({dp} replicas of {tp * pp}: a faster "
                          f"replica size than any that divides the count)")
@@ -347,38 +349,41 @@ class GpuFamily(InferenceMixin, Family):
         cp_min = ctx.q.catalog.defaults.gpu_cp_min_tokens_per_rank.si
         rep_min = ctx.q.catalog.defaults.gpu_train_min_replica_frac.si
         pp_idle = int(ctx.q.catalog.defaults.gpu_infer_idle_max_pipeline.si)
-        if not train:
-            cps = [1]
-        elif ctx.cp_given is not None:
-            cps = [int(ctx.cp_given)]
-            if N0 is not None and N0 % cps[0]:
-                raise InputError(f"context_parallel: {ctx.cp_given:g} does not divide the target's {N0} GPUs; give a "
-                                 "count that is a multiple of it")
-        else:
-            cps = [c for c in CP_VALUES if c == 1 or (N0 is not None and N0 % c == 0
-                                                      and context / c >= cp_min)]
+        if train and ctx.cp_given is not None and N0 is not None and N0 % int(ctx.cp_given):
+            raise InputError(f"context_parallel: {ctx.cp_given:g} does not divide the target's {N0} GPUs; give a "
+                             "count that is a multiple of it")
         T, P, D, K = [], [], [], []
-        for cp in cps:
-            N = None if N0 is None else N0 // cp  # the cp groups take cp of the GPUs; the layout splits the rest
-            # inference with a count: also replicas of a power-of-two size that does not divide it (the rest idle)
-            tps = [t for t in ctx.tp_values if N is None or (N % t == 0) or (not train and t <= N)]
-            for t in tps:
-                if N is None:
-                    pps = range(1, L + 1)
-                else:
-                    pps = [p for p in range(1, L + 1) if (N // t) % p == 0 and N % t == 0]
-                    if not train:  # a replica of t x p GPUs fewer than the count (a documented pipeline bound)
-                        pps = sorted(set(pps) | set(range(1, min(L, N // t, pp_idle) + 1)))
-                for p in pps:
+        seen: set = set()
+        for Nc in train_counts(N0) if train else [N0]:
+            if not train:
+                cps = [1]
+            elif ctx.cp_given is not None:
+                cps = [int(ctx.cp_given)] if Nc is None or Nc % int(ctx.cp_given) == 0 else []
+            else:
+                cps = [c for c in CP_VALUES if c == 1 or (Nc is not None and Nc % c == 0 and context / c >= cp_min)]
+            for cp in cps:
+                N = None if Nc is None else Nc // cp  # the cp groups take cp of the GPUs; the layout splits the rest
+                # inference with a count: also replicas of a power-of-two size that does not divide it (the rest idle)
+                tps = [t for t in ctx.tp_values if N is None or (N % t == 0) or (not train and t <= N)]
+                for t in tps:
                     if N is None:
-                        dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
-                    elif train:  # all the GPUs, or fewer replicas (a documented share of them) where the batch splits better
-                        full = N // (t * p)
-                        dps = [full] + [2 ** i for i in range(15) if full * rep_min <= 2 ** i < full and batch % 2 ** i == 0]
+                        pps = range(1, L + 1)
                     else:
-                        dps = [N // (t * p)]  # inference: as many whole replicas as the count holds
-                    for d_ in dps:
-                        T.append(t), P.append(p), D.append(d_), K.append(cp)
+                        pps = [p for p in range(1, L + 1) if (N // t) % p == 0 and N % t == 0]
+                        if not train:  # a replica of t x p GPUs fewer than the count (a documented pipeline bound)
+                            pps = sorted(set(pps) | set(range(1, min(L, N // t, pp_idle) + 1)))
+                    for p in pps:
+                        if N is None:
+                            dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
+                        elif train:  # all the GPUs, or fewer replicas (a documented share) where the batch splits better
+                            full = N // (t * p)
+                            dps = [full] + [2 ** i for i in range(15) if full * rep_min <= 2 ** i < full and batch % 2 ** i == 0]
+                        else:
+                            dps = [N // (t * p)]  # inference: as many whole replicas as the count holds
+                        for d_ in dps:
+                            if (t, p, d_, cp) not in seen:
+                                seen.add((t, p, d_, cp))
+                                T.append(t), P.append(p), D.append(d_), K.append(cp)
         N = N0
         T, P, D, K = (np.asarray(a, dtype=float) for a in (T, P, D, K))
         if len(T) == 0:
@@ -422,11 +427,11 @@ class GpuFamily(InferenceMixin, Family):
         if ph == "train":
             cp = np.asarray(cfg["cp"], dtype=float)
             rf = np.zeros(len(B))
-            mem = _train_memory(ctx, cfg, rf)
+            mem = train_memory(ctx, cfg, rf)
             part = np.nonzero(np.asarray(cfg["recompute"]) == PARTIAL)[0]
             if len(part):
-                rf[part] = _partial_frac(ctx, {k: np.asarray(v)[part] for k, v in cfg.items()}, mem["total"][part])
-                mp = _train_memory(ctx, {k: np.asarray(v)[part] for k, v in cfg.items()}, rf[part])
+                rf[part] = partial_frac(ctx, {k: np.asarray(v)[part] for k, v in cfg.items()}, mem["total"][part])
+                mp = train_memory(ctx, {k: np.asarray(v)[part] for k, v in cfg.items()}, rf[part])
                 mem = {k: v.copy() for k, v in mem.items()}
                 for k in mem:
                     mem[k][part] = mp[k]
@@ -593,38 +598,3 @@ register(GpuFamily())
 
 __all__ = ["GpuFamily", "GpuContext", "BINDING_CODE", "kv_bytes_per_element"]
 
-
-def _train_memory(ctx: GpuContext, cfg: dict, rf) -> dict:
-    """Per-GPU training memory of layout rows [bytes] by part (:func:`gpu_layout_memory` with this context's training
-    accounting: context parallelism splits activations over tp x cp and weights over tp, ZeRO over dp x cp; LoRA's
-    frozen base and MLP; ``rf`` the partial-recompute fractions)."""
-    B, C, tp, pp, dp = cfg["batch"], cfg["context"], cfg["tp"], cfg["pp"], cfg["dp"]
-    cp = np.asarray(cfg["cp"], dtype=float)
-    kw = dict(zero_stage=cfg["zero_stage"], recompute=cfg["recompute"], micro_batch=cfg["micro_batch"],
-              virtual_stages=cfg["vpp"], batch=B, context=C, gradient_bytes_per_param=ctx.grad_bytes,
-              adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk, frozen_mlp=ctx.frozen_mlp,
-              recompute_frac=rf)
-    mem = gpu_layout_memory(ctx.w, tp=tp * cp, pp=pp, dp=dp, **kw)
-    if (cp > 1).any():  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
-        mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, **kw)
-        mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
-    if (cp > 1).any() or ctx.weight_frac != 1.0:
-        mem = dict(mem, weights=mem["weights"] * ctx.weight_frac)
-        mem["total"] = mem["weights"] + mem["optimizer"] + mem["kv_cache"] + mem["activations"]
-    return mem
-
-
-def _partial_frac(ctx: GpuContext, cfg: dict, none_total) -> np.ndarray:
-    """The fewest whole layers of a stage recomputed (``partial``) with which each row fits, as a fraction of the
-    stage's ``ceil(L / pp)`` layers: 0 where the layout fits without recomputation (then partial is none), 1 where
-    only recomputing every layer could (partial is full). A stage's memory falls by the same bytes per recomputed
-    layer, so between one layer and all of them it is a straight line (the fullest of the stages, a maximum of such
-    lines, lies on or below it): the layer count read off that line always fits."""
-    n_st = np.ceil(ctx.num_layers / np.asarray(cfg["pp"], dtype=float))
-    one = _train_memory(ctx, cfg, 1.0 / n_st)["total"]
-    every = _train_memory(ctx, cfg, np.ones(len(n_st)))["total"]
-    per_layer = (one - every) / np.maximum(n_st - 1.0, 1.0)
-    need = np.where(per_layer > 0, 1.0 + np.ceil((one - ctx.capacity) / np.where(per_layer > 0, per_layer, 1.0) - 1e-9),
-                    n_st)
-    k = np.where(none_total <= ctx.capacity, 0.0, np.where(one <= ctx.capacity, 1.0, np.clip(need, 1.0, n_st)))
-    return k / n_st
