@@ -56,6 +56,10 @@ class CompareRow(Frozen):
     usd_per_mtok_p10: float | None = None
     usd_per_mtok_p50: float | None = None
     usd_per_mtok_p90: float | None = None
+    #: the time record's 80% interval of its ``interval_metric`` (``step_s`` or ``tokens_per_s``), as ``time`` gives it
+    interval_metric: str | None = None
+    interval_low: float | None = None
+    interval_high: float | None = None
     notes: list[str] = []
 
     def to_row(self) -> dict:
@@ -185,7 +189,8 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
         return CompareRow(**base, notes=notes), None, None
     row = dict(base, step_s=rec.step_s, ttft_s=rec.ttft_s, tpot_s=rec.tpot_s, tokens_per_s=rec.tokens_per_s,
                tokens_per_s_per_user=rec.tokens_per_s_per_user,
-               model_flop_utilization_frac=rec.model_flop_utilization_frac, bottleneck=rec.bottleneck)
+               model_flop_utilization_frac=rec.model_flop_utilization_frac, bottleneck=rec.bottleneck,
+               interval_metric=rec.interval_metric, interval_low=rec.interval_low, interval_high=rec.interval_high)
     try:
         cr = costing.price_record(s, arr, rec, prices, overrides=overrides, train_tokens=train_tokens,
                                   uncertainty=uncertainty, seed=seed)

@@ -243,11 +243,22 @@ def training_why(st: Study, cat, sweep: list[dict], plan: list[dict], cases: dic
     ok = _ranked(plan)
     if ok:  # every ranked option's: the answer compares them, and a wafer's rests on no validated training row
         out.append(("Prediction interval", " ".join(interval_text(
-            f"{b['target']}'s run cost", b["usd_per_run"], b, device_kind="wafer" if _is_wafer(b["family"], cat)
-            else "gpu", cat=cat, kind="train", inverse=False, prefix="$") for b in ok)))
+            f"{b['target']}'s run cost", b["usd_per_run"], _run_cost_interval(b), device_kind="wafer"
+            if _is_wafer(b["family"], cat) else "gpu", cat=cat, kind="train", inverse=False, prefix="$",
+            source="from the step time's 80% interval as `wseplan time` prints it, cost inputs held; the P10-P90 "
+                   "above also spans the cost inputs' ranges") for b in ok)))
     out.append(("List prices", "No vendor publishes a list price per training run for these systems; nothing to "
                                "compare."))
     return out
+
+
+def _run_cost_interval(b: dict) -> dict | None:
+    """The run cost's interval from the time record's step-time interval (a run's cost is its time x the hourly
+    cost), or None where the record carries none."""
+    lo, hi, step = b.get("interval_low"), b.get("interval_high"), b.get("step_s")
+    if b.get("interval_metric") != "step_s" or lo is None or hi is None or not step:
+        return None
+    return {"interval_low": b["usd_per_run"] * lo / step, "interval_high": b["usd_per_run"] * hi / step}
 
 
 def _ranked(plan: list[dict]) -> list[dict]:

@@ -48,13 +48,13 @@ def validated_band(cat, device_kind: str, kind: str = "infer") -> tuple[float, s
 
 
 def interval_text(what: str, value: float | None, record: dict | None, *, device_kind: str, cat, kind: str = "infer",
-                  inverse: bool = True, unit: str = "", prefix: str = "") -> str:
+                  inverse: bool = True, unit: str = "", prefix: str = "", source: str = "") -> str:
     """The prediction interval on a headline ``value`` (e.g. $/M tokens of the chosen point).
 
     A record with ``interval_low``/``interval_high`` gives its own; otherwise the time model's validated error
     ``e`` is applied to the throughput: a cost per token (``inverse``) then lies between ``value / (1 + e)`` and
     ``value / (1 - e)``, a speed or a time between ``value (1 - e)`` and ``value (1 + e)``. Values are written
-    ``{prefix}{value}{unit}`` (``$0.645/M output tokens``).
+    ``{prefix}{value}{unit}`` (``$0.645/M output tokens``); ``source`` says where a record's interval comes from.
     """
 
     def q(v: float) -> str:
@@ -65,7 +65,7 @@ def interval_text(what: str, value: float | None, record: dict | None, *, device
     rec = record or {}
     lo, hi = rec.get("interval_low"), rec.get("interval_high")
     if lo is not None and hi is not None:
-        return f"{what} {q(value)}: the model's prediction interval is {q(lo)} to {q(hi)}."
+        return f"{what} {q(value)}: the model's prediction interval is {q(lo)} to {q(hi)}{f' ({source})' if source else ''}."
     band = validated_band(cat, device_kind, kind)
     if band is None:
         return (f"{what} {q(value)}: the records carry no prediction interval and no "
