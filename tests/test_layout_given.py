@@ -203,3 +203,14 @@ def test_lora_model_flops_skip_the_frozen_weight_gradients():
     full = G.model_flop_per_token(m, seq_len=4096)
     lora = G.model_flop_per_token(m, seq_len=4096, trainable="lora")
     assert full - lora == pytest.approx(2.0 * 68_713_185_280, rel=1e-12)
+
+
+@pytest.mark.parametrize("opt", [["--trainable", "lora"], ["--pipeline-split", "even"]])
+def test_training_options_are_refused_outside_training(opt, capsys):
+    """audit24 F9: a training-only option given for decode changed nothing and said nothing; it is refused in one
+    line naming the option (exit 2), as the wafer family refuses --trainable."""
+    from wseplan.cli import main
+
+    rc = main(["time", "llama-70b", "--target", "h100x8", "--phase", "decode", "--batch", "4", "--context", "2048", *opt])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "not used by the gpu family for phase decode" in err

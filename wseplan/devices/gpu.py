@@ -9,8 +9,8 @@ The search space (when no layout is given): ``tp`` in powers of two inside the s
 heads, ``pp`` up to the number of blocks, ``dp`` = devices / (tp pp) with a device count (else one replica); in
 training also micro-batches 1-32 dividing the per-replica batch, 1-20 virtual stages (:data:`VPP_VALUES`: a layer
 or more in each, the micro-batches a multiple of pp), the four recompute policies (partial: the fewest whole layers
-per stage that fit) and ZeRO 0-3 (each unless fixed by an option); a count with awkward divisors also lays out the
-largest power of two and three times one below it (:func:`~wseplan.devices.gpu_train.train_counts`).
+per stage that fit) and ZeRO 0-3 (each unless fixed by an option); an awkward count also lays out smaller ones
+(:func:`~wseplan.devices.gpu_train.train_counts`).
 """
 from __future__ import annotations
 
@@ -51,9 +51,8 @@ PIPELINE_SPLITS = ("uneven", "even")
 INFER_COLUMNS = ("tp", "pp", "dp")
 
 
-#: what a training run updates: ``full`` every weight; ``lora`` low-rank adapters on the attention projections with the
-#: base weights frozen (the MLPerf Training Llama 2 70B LoRA reference: ``qkv_proj``, ``o_proj``; Hu et al. 2021);
-#: ``lora-all`` adapters on every linear layer (QLoRA's choice), so every block keeps all its activations
+#: what a training run updates: ``full`` every weight; ``lora`` adapters on the attention projections, the base frozen
+#: (MLPerf's Llama 2 70B LoRA reference: ``qkv_proj``, ``o_proj``; Hu et al. 2021); ``lora-all`` on every linear layer
 TRAINABLE = ("full", "lora", "lora-all")
 
 
@@ -205,6 +204,7 @@ class GpuFamily(InferenceMixin, Family):
     phases = ("train", "prefill", "decode", "serve")
     options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer",
                "attention_kernel", "tp_comm_overlap", "pipeline_split") + SPEC_OPTIONS
+    train_only_options = options[1:8]  # inference refuses them (all but reserve and speculative decoding's)
 
     @property
     def layout_columns(self):  # both sets; a query uses one
