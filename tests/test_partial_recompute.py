@@ -67,22 +67,3 @@ def test_partial_that_needs_no_layer_is_none_and_the_search_keeps_none():
     assert s.layout["recompute"] != "partial"
     assert np.isfinite(s.step_s)
 
-
-def test_compare_rows_carry_the_time_interval_and_the_report_scales_it_to_the_run():
-    """audit24 F5: the training report said "no interval is attached to the records" and applied a symmetric band;
-    compare's rows now carry the time record's interval, and the report's run-cost interval is that step-time
-    interval times the run cost per second of step."""
-    from wseplan.catalog import load_catalog
-    from wseplan.compare import compare_case
-    from wseplan.report.study_sources import prices_of
-    from wseplan.report.study_training import _run_cost_interval
-
-    kw = dict(phase="train", batch=1536, context=2048)
-    t = predict_time("gpt-3-175b", "b200x128", **kw)
-    row, _, _ = compare_case("gpt-3-175b", "b200x128", precision="bf16", output_tokens=None, train_tokens=3e11,
-                             prices=prices_of(load_catalog()), **kw)
-    assert (row.interval_metric, row.interval_low, row.interval_high) == ("step_s", t.interval_low, t.interval_high)
-    iv = _run_cost_interval(row.to_row())
-    assert iv["interval_low"] == pytest.approx(row.usd_per_run * t.interval_low / t.step_s, rel=1e-12)
-    assert iv["interval_high"] == pytest.approx(row.usd_per_run * t.interval_high / t.step_s, rel=1e-12)
-    assert _run_cost_interval(dict(row.to_row(), interval_low=None)) is None

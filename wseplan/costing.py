@@ -92,9 +92,13 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
         if op is not None:
             target, batch, layout = op.target, op.batch, {**op.layout, **(layout or {})}
     s = setup(model, target, phase=phase, precision=precision, software=software, options=opts, catalog=cat)
-    b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens, model=s.query.model)
+    searched_context = context is None and op is not None  # the point was searched at the serving request's prompt
+    b, c, o, src = default_sizes(cat, phase, batch, c0 if searched_context else context, output_tokens,
+                                 model=s.query.model)
     if op is not None:
         src["batch"] = "searched"
+    if searched_context:
+        src["context"] = "default (the serving request's prompt)"
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
     for k, v in (layout or {}).items():
         cfg[k] = np.array([float(v)])

@@ -157,7 +157,8 @@ def default_sizes(cat: Catalog, phase: str, batch, context, output_tokens, model
         return value
 
     batch = pick(batch, "batch", d.default_train_batch if train else d.default_batch)
-    context = pick(context, "context", d.default_train_context_tokens if train else d.default_context_tokens)
+    context = pick(context, "context", d.default_train_context_tokens if train else
+                   d.default_prompt_tokens if phase == "serve" else d.default_context_tokens)
     if phase == "serve":
         output_tokens = pick(output_tokens, "output_tokens", d.default_output_tokens)
     else:

@@ -249,8 +249,8 @@ def replica_sizes(s0) -> list[int | None]:
     return [None, "x2"]
 
 
-def serve(model, target, *, precision: str = "bf16", software: str | None = None, input_tokens: int = 2048,
-          output_tokens: int = 256, concurrency: int | None = None, rate: float | None = None,
+def serve(model, target, *, precision: str = "bf16", software: str | None = None, input_tokens: int | None = None,
+          output_tokens: int | None = None, concurrency: int | None = None, rate: float | None = None,
           ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
           output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float | None = None, options: dict | None = None,
           layout: dict | None = None, batches=None, catalog=None, prices=None,
@@ -266,10 +266,15 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
     point. A target without a count sizes the replica itself (replica search, see the module docstring); a
     ``layout`` (e.g. ``{"tp": 2, "pp": 1, "dp": 4}`` on ``h100x8``) fixes it instead. ``prices=False`` skips
-    pricing (points without $ fields).
+    pricing (points without $ fields). ``input_tokens``/``output_tokens`` default to the catalog's serving request
+    (``defaults.default_prompt_tokens``, ``default_output_tokens``: 2,048 and 256).
     """
 
     cat = catalog or load_catalog()
+    if input_tokens is None:  # the catalog's serving request, as time, cost and compare take it
+        input_tokens = int(cat.defaults.default_prompt_tokens.si)
+    if output_tokens is None:
+        output_tokens = int(cat.defaults.default_output_tokens.si)
     check_positive_int(input_tokens, "input_tokens")
     check_positive_int(output_tokens, "output_tokens")
     if concurrency is not None:
@@ -392,7 +397,8 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                      "the steady point of N requests in flight (N users each sending the next as the last ends)")
     elif rate is None and concurrency and chosen.batch == concurrency:
         notes.append(f"{concurrency} {'user' if concurrency == 1 else 'users'} per replica in a closed loop (each sends "
-                     "the next request as the last ends; the point `wseplan time --phase serve --batch N` gives): "
+                     "the next request as the last ends; the point `wseplan time --phase serve --batch N` gives for "
+                     "the same replica layout, which --tp/--pp/--dp give it): "
                      "tokens/s at full load, TTFT with the other users' prompt chunks and no admission queue; --rate gives "
                      "random arrivals (open loop)")
     notes += [n for n in chosen.notes if n not in notes]  # what the plan says of the chosen point

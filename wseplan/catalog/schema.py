@@ -554,6 +554,8 @@ class Defaults(_Checked):
     gpu_infer_idle_max_pipeline: Quantity
     prefill_chunk_tokens: Quantity
     default_output_tokens: Quantity
+    #: serving: the prompt tokens of a request when none are given (every command: serve, time, cost, compare)
+    default_prompt_tokens: Quantity
     default_train_batch: Quantity
     default_train_context_tokens: Quantity
     default_min_tokens_per_s_per_user: Quantity

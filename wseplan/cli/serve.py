@@ -24,14 +24,18 @@ def serve_cmd(
                                "searching replica sizes)."),
     precision: str = O.precision_opt(),
     software: Optional[str] = O.software_opt(),
-    input_len: int = typer.Option(2048, "--input-len", "--input-tokens", help="Prompt tokens per request (mean)."),
-    output_len: int = typer.Option(256, "--output-len", "--output-tokens", help="Answer tokens per request (mean)."),
+    input_len: Optional[int] = typer.Option(None, "--input-len", "--input-tokens", help="Prompt tokens per request "
+                                            "(mean; default 2,048, the catalog's serving request, as time/cost/compare)."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", "--output-tokens", help="Answer tokens per request "
+                                             "(mean; default 256)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests one replica runs at once (its batch "
                                               "slots); default: every power of two up to the engine's largest "
                                               "batch, and the concurrency that fills the KV cache. Without --rate "
                                               "or --utilization: N users in a closed loop, each sending the next "
                                               "request as the last ends (the point `wseplan time --phase serve "
-                                              "--batch N` gives). Above what the KV cache holds, the engine runs the "
+                                              "--batch N` gives for the same replica layout: on a count, serve keeps "
+                                              "the replica size with the most tokens/s per device, time the fastest "
+                                              "per user). Above what the KV cache holds, the engine runs the "
                                               "largest batch that fits and the other requests queue for it."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
                                          "each point at --utilization of its capacity. May be given with --concurrency."),
@@ -86,8 +90,9 @@ def _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_lim
     """One-line errors naming the flag (before any catalog is read)."""
     from ..workload import MAX_BATCH, MAX_CONTEXT, check_positive_int
 
-    check_positive_int(input_len, "--input-len", MAX_CONTEXT)
-    check_positive_int(output_len, "--output-len", MAX_CONTEXT)
+    for flag, v in (("--input-len", input_len), ("--output-len", output_len)):
+        if v is not None:
+            check_positive_int(v, flag, MAX_CONTEXT)
     if concurrency is not None:
         check_positive_int(concurrency, "--concurrency", MAX_BATCH)
     for flag, v in (("--rate", rate), ("--ttft-limit", ttft_limit), ("--tpot-limit", tpot_limit)):
