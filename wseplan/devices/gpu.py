@@ -202,9 +202,9 @@ class GpuFamily(InferenceMixin, Family):
     name = "gpu"
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
-    options = ("reserve", "sequence_parallel", "trainable", "context_parallel", "single_layer",
-               "attention_kernel", "tp_comm_overlap", "pipeline_split") + SPEC_OPTIONS
-    train_only_options = options[1:8]  # inference refuses them (all but reserve and speculative decoding's)
+    train_only_options = ("sequence_parallel", "trainable", "context_parallel", "single_layer", "attention_kernel",
+                          "tp_comm_overlap", "pipeline_split")  # inference refuses them
+    options = ("reserve",) + train_only_options + SPEC_OPTIONS
 
     @property
     def layout_columns(self):  # both sets; a query uses one
