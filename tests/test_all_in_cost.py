@@ -57,5 +57,8 @@ def test_serve_points_carry_the_same_all_in_cost():
     assert p.utilization_frac == pytest.approx(1.0)
     assert p.all_in_usd_per_mtok == pytest.approx(c.headline_value, rel=1e-9)
     # random arrivals at 90% of capacity: the same hours over 90% of the tokens
+    # (the open loop searches replica sizes, so its layout is its own: cost is asked at that layout)
     q = serve("llama-3-70b", "h100x8", concurrency=16, utilization=DEFAULT_UTILIZATION, catalog=cat, prices=pr).chosen
-    assert q.all_in_usd_per_mtok == pytest.approx(c.headline_value / DEFAULT_UTILIZATION, rel=1e-9)
+    lay_q = {"tp": q.layout["tensor_parallel"], "pp": q.layout["pipeline_parallel"], "dp": q.layout["data_parallel"]}
+    c_q = cost("llama-3-70b", "h100x8", phase="serve", batch=16, context=2048, output_tokens=256, layout=lay_q)
+    assert q.all_in_usd_per_mtok == pytest.approx(c_q.headline_value / DEFAULT_UTILIZATION, rel=1e-9)

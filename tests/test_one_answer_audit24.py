@@ -46,3 +46,16 @@ def test_every_command_takes_one_default_serving_request():
     c = cost("llama-70b", "h200x8", phase="serve", catalog=cat)
     (row,) = compare("llama-70b", ["h200x8"], phase="decode", catalog=cat).rows
     assert row.usd_per_mtok == pytest.approx(c.metric("all_in_usd_per_mtok"), rel=1e-9)
+
+
+def test_closed_loop_on_a_count_takes_times_layout():
+    """audit24 F4: on h200x8, `serve --concurrency 32` took the replica search's TP2 x 4 (most tokens/s per device)
+    and `time --phase serve --batch 32` TP8 x 1 (fastest per user): the closed loop on a target with a count is now the
+    plan chain's own point, layout included."""
+    from wseplan.serving import serve
+
+    s = serve("llama-70b", "h200x8", concurrency=32, prices=False)
+    t = predict_time("llama-70b", "h200x8", phase="serve", batch=32)
+    assert s.chosen.layout == t.layout
+    for k in ("tokens_per_s", "ttft_s", "tpot_s"):
+        assert getattr(s.chosen, k) == pytest.approx(getattr(t, k), rel=1e-9), k

@@ -260,7 +260,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     With ``concurrency`` the replica runs that many requests at once, or, when their KV caches do not fit, the
     largest batch that fits while the others queue (see the module docstring); without ``rate`` or ``utilization``
     those are a closed loop of ``concurrency`` users (each sends the next request as the last ends: the point of
-    ``wseplan time --phase serve --batch N``, slots full). Without a concurrency every one up to the engine's largest
+    ``wseplan time --phase serve --batch N``, slots full; on a target with a count its layout too, the plan chain's
+    own). Without a concurrency every one up to the engine's largest
     batch is tried. ``rate`` is the offered load of the whole target [requests/s] (random arrivals); without it an
     open-loop point is reported at ``utilization`` of its capacity (default :data:`DEFAULT_UTILIZATION`). The chosen point: with a rate or limits, the cheapest (or,
     without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
@@ -314,7 +315,9 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     # a concurrency no replica size holds: a second search runs the largest batch that fits and queues the rest
     for admit in ((False, True) if concurrency and concurrency > 1 else (False,)):
         kw["admit"] = admit
-        for size in ([None] if layout else replica_sizes(s0)):
+        # N users in a closed loop on a target with a count: the plan chain's own layout for batch N (the point of
+        # `time --phase serve --batch N`, one implementation); else the replica search
+        for size in ([None] if layout or (closed_loop and t0.count is not None) else replica_sizes(s0)):
             if size is None:
                 s, lay = s0, layout
             elif isinstance(size, tuple):  # a count split into equal data-parallel replicas
@@ -397,8 +400,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                      "the steady point of N requests in flight (N users each sending the next as the last ends)")
     elif rate is None and concurrency and chosen.batch == concurrency:
         notes.append(f"{concurrency} {'user' if concurrency == 1 else 'users'} per replica in a closed loop (each sends "
-                     "the next request as the last ends; the point `wseplan time --phase serve --batch N` gives for "
-                     "the same replica layout, which --tp/--pp/--dp give it): "
+                     "the next request as the last ends; the point `wseplan time --phase serve --batch N` gives): "
                      "tokens/s at full load, TTFT with the other users' prompt chunks and no admission queue; --rate gives "
                      "random arrivals (open loop)")
     notes += [n for n in chosen.notes if n not in notes]  # what the plan says of the chosen point

@@ -33,9 +33,8 @@ def serve_cmd(
                                               "batch, and the concurrency that fills the KV cache. Without --rate "
                                               "or --utilization: N users in a closed loop, each sending the next "
                                               "request as the last ends (the point `wseplan time --phase serve "
-                                              "--batch N` gives for the same replica layout: on a count, serve keeps "
-                                              "the replica size with the most tokens/s per device, time the fastest "
-                                              "per user). Above what the KV cache holds, the engine runs the "
+                                              "--batch N` gives, its layout included, on a target with a count). "
+                                              "Above what the KV cache holds, the engine runs the "
                                               "largest batch that fits and the other requests queue for it."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
                                          "each point at --utilization of its capacity. May be given with --concurrency."),
