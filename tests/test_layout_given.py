@@ -189,6 +189,9 @@ def test_lora_under_zero3_gathers_its_frozen_weights():
     lora = G.train_step(m, gpu, trainable="lora", **kw)
     assert float(lora["dp_comm_s"]) == pytest.approx(2.0 / 3.0 * float(full["dp_comm_s"]), rel=1e-12)
     assert float(lora["dp_exposed_s"]) > 0.0
+    # an fp8 run stores the frozen base in fp8: half the bytes gathered (the ring's latency terms stay)
+    fp8 = G.train_step(m, gpu, trainable="lora", frozen_weight_frac=0.5, **kw)
+    assert 0.5 * float(lora["dp_comm_s"]) < float(fp8["dp_comm_s"]) < float(lora["dp_comm_s"])
 
 
 def test_lora_model_flops_skip_the_frozen_weight_gradients():

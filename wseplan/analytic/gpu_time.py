@@ -334,7 +334,7 @@ class _Links:
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
                attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, recompute_frac=0.0,
-               cal: GpuCalibration):
+               frozen_weight_frac=1.0, cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
@@ -347,7 +347,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ``tp_comm_overlap``: the framework overlaps the tensor-parallel collectives with the adjacent GEMMs
     (userbuffers, 2023 on), hiding ``cal.tp_overlap_frac`` of them; False (the frameworks before it) exposes them all.
     ``fp4_high_precision_frac``: the share of the blocks a 4-bit run keeps in BF16 (:func:`training_precision_mix`;
-    default: the bundled catalog's ``defaults.fp4_training_high_precision_frac``).
+    default: the bundled catalog's ``defaults.fp4_training_high_precision_frac``). ``frozen_weight_frac``: LoRA's
+    frozen weights' bytes over their 16-bit copy (0.5 where an fp8 run stores them in fp8), as ZeRO-3 gathers them.
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
@@ -434,13 +435,12 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # sec. 3.3): ``zero3_overlap_frac`` of the compute can hide them.
     spans = tp * ranks > links.domain
     ring_bw, ring_lat = X.where(spans, links.net_bw, links.group_bw(ranks)), X.where(spans, links.net_lat, links.nvlink_lat)
-    ring = reduce_scatter_time_s(message_bytes=grad_bytes, num_ranks=ranks, link_bandwidth_bytes_per_s=ring_bw,
-                                 link_latency_s=ring_lat)
+    ring_kw = dict(num_ranks=ranks, link_bandwidth_bytes_per_s=ring_bw, link_latency_s=ring_lat)
+    ring = reduce_scatter_time_s(message_bytes=grad_bytes, **ring_kw)
     t_z3 = 3.0 * nmb * ring
     if trainable == "lora":  # frozen weights sharded by ZeRO-3 are still gathered for the forward and the backward
-        frozen = _stage_params(m, pp, "full") / tp * 2.0  # their 16-bit copies; no gradients to reduce-scatter
-        t_z3 = 2.0 * nmb * reduce_scatter_time_s(message_bytes=frozen, num_ranks=ranks,
-                                                 link_bandwidth_bytes_per_s=ring_bw, link_latency_s=ring_lat)
+        frozen = _stage_params(m, pp, "full") / tp * 2.0 * frozen_weight_frac  # as stored; no gradients to scatter
+        t_z3 = 2.0 * nmb * reduce_scatter_time_s(message_bytes=frozen, **ring_kw)
     # ZeRO-2 (gradients sharded): a replica cannot accumulate whole gradients, so every micro-batch reduce-scatters its
     # own under its backward, and the updated shard is all-gathered once. ZeRO-0/1 (and DDP) accumulate them locally
     # and reduce once: the reduce-scatter runs under the last micro-batch's backward, the all-gather of the updated

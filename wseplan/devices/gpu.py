@@ -165,9 +165,8 @@ class GpuContext:
                              "base, adapters on the attention projections) or 'lora-all' (adapters on every linear layer)")
         self.trainable = "lora" if trainable.startswith("lora") else "full"  # the step's compute is the same
         self.frozen_mlp = trainable == "lora"  # keeps no inputs of its linear layers (workload.frozen_mlp_bytes_per_token)
-        # frozen weights need no 16-bit working copy: an 8-bit run stores them in fp8 (NeMo's fp8_params, on in NVIDIA's
-        # MLPerf Llama 2 70B LoRA configuration whenever FP8 is: mlcommons/training_results_v4.0, NVIDIA/benchmarks/
-        # llama2_70b_lora/implementations/nemo/conf/megatron_gpt_peft_tuning_config.yaml)
+        # frozen weights need no 16-bit copy: fp8 runs store them in fp8 (NeMo's fp8_params, on with FP8 in NVIDIA's MLPerf
+        # Llama 2 70B LoRA config: training_results_v4.0 .../llama2_70b_lora/implementations/nemo/conf/*peft*.yaml)
         self.weight_frac = (weight_bytes_per_param(q.precision, "decode") / weight_bytes_per_param(q.precision, "train")
                             if self.trainable == "lora" and q.precision == "fp8" else 1.0)
         # LoRA freezes the base weights: no gradients, master copies or Adam moments for them (Hu et al. 2021, sec.
@@ -552,8 +551,9 @@ class GpuFamily(InferenceMixin, Family):
         B, C = cfg["batch"], cfg["context"]
         step_fn = partial(G.train_step, ctx.m, ctx.gpu, precision=ctx.q.precision,
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
-                          attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap,
-                          fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si, cal=ctx.cal)
+                          attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap, cal=ctx.cal,
+                          fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si,
+                          frozen_weight_frac=ctx.weight_frac)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], cp=cfg["cp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"],
                     recompute_frac=rf)
