@@ -93,11 +93,12 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     r = opts.get("reserve")
     if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r < 1.0):
         raise InputError(f"reserve: must be a fraction in [0, 1), got {r!r}")
-    bad = sorted(set(opts) - set(fam.options) | (set(opts) & set(getattr(fam, "train_only_options", ())) if
-                                                  phase != "train" else set()))
+    train_only = () if phase == "train" else getattr(fam, "train_only_options", ())
+    allowed = [o for o in fam.options if o not in train_only]
+    bad = sorted(set(opts) - set(allowed))
     if bad:
         raise InputError(f"options: {', '.join(bad)} not used by the {fam.name} family for phase {phase}; "
-                         f"allowed: {', '.join(o for o in fam.options if phase == 'train' or o not in getattr(fam, 'train_only_options', ())) or 'none'}")
+                         f"allowed: {', '.join(allowed) or 'none'}")
     sw = software if not hasattr(software, "engine") else software
     prof = sw if hasattr(sw, "engine") else resolve_software(sw, getattr(fam, "software_family", t.kind), cat)
     q = Query(model=m, target=t, phase=phase, precision=precision, catalog=cat, software=prof, options=opts)
