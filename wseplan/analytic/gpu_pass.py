@@ -40,15 +40,30 @@ class Sequences(NamedTuple):
     decode: bool = True
 
 
-def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm, cal: GpuCalibration):
+def decode_kv_reads(att, tp, grouped: bool = True):
+    """Times a decode step reads each cached KV element on one GPU of ``tp``: 1 for a kernel that reads each KV head
+    once for its group of query heads (``grouped``; and for MLA's shared latent); else the GPU's query heads per KV
+    head it holds (a kernel with one thread block per query head: TensorRT-LLM's masked MHA up to v0.6, which NVIDIA's
+    XQA kernel replaced for GQA with up to 2.4x the Llama-70B decode throughput)."""
+    if grouped or att.latent_dim or att.num_kv_heads >= att.num_heads:
+        return 1.0
+    kv_per_gpu = att.num_kv_heads / X.minimum(tp, att.kv_shards)
+    return X.maximum(att.num_heads / X.asfloat(tp) / kv_per_gpu, 1.0)
+
+
+def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm, cal: GpuCalibration,
+                     grouped: bool = True):
     """One layer's attention in a pass on one GPU [s]: (its compute time, its KV read time). Full attention: each
     new token attends to its sequence's prior tokens and its predecessors in the pass; a window caps the keys and the
     cached tokens read (:func:`~.layers.attended_per_token`); MLA decodes in its absorbed form and reads its latent
-    whole on every rank (:class:`~wseplan.workload.Attention`)."""
+    whole on every rank (:class:`~wseplan.workload.Attention`); decode rows read the cache :func:`decode_kv_reads`
+    times (``grouped``: the decode kernel shares a KV head's reads across its query heads)."""
+    reads = decode_kv_reads(att, tp, grouped)
     if att.plain:
         pairs = kv_read = None
         for g in sequences:  # in order: the decode rows, then the prompt rows
             p_g, r_g = g.tokens * (g.prior + (g.new + 1.0) / 2.0), g.seqs * (g.prior + g.new)
+            r_g = r_g * reads if g.decode else r_g
             pairs, kv_read = (p_g, r_g) if pairs is None else (pairs + p_g, kv_read + r_g)
         attn = _attention_s(att.flop_per_pair, pairs / tokens, tokens, tp, peak_flop_per_s, cal)
     else:
@@ -56,13 +71,14 @@ def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm,
         for g in sequences:
             fpp = att.decode_flop_per_pair if g.decode else att.flop_per_pair
             flop = flop + g.tokens * fpp * attended_per_token(att, g.prior, g.new, decode=g.decode)
-            kv_read = kv_read + g.seqs * cached_tokens(att, g.prior + g.new)
+            kv_read = kv_read + g.seqs * cached_tokens(att, g.prior + g.new) * (reads if g.decode else 1.0)
         attn = _attention_s(1.0, flop / tokens, tokens, tp, peak_flop_per_s, cal)
     kv_tok = att.kv_elems_per_token * kv_bytes / X.minimum(tp, att.kv_shards)
     return attn, kv_tok * X.asfloat(kv_read) / hbm
 
 
-def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration):
+def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration,
+                grouped_kv: bool = True):
     """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
 
     Parameters (arrays broadcast)
@@ -71,6 +87,8 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         GEMM; each attends to its sequence's keys; the cached K/V of every sequence is read from HBM (split over
         ``min(tp, kv_heads)``; MLA's latent whole on every rank)
     logits_rows : rows of the LM head (one per sequence that emits a token)
+    grouped_kv : the decode attention kernel reads each KV head once for its query heads (else once per query head:
+        the engine's ``decode_attention``, :func:`decode_kv_reads`)
 
     Every block type (:func:`~wseplan.workload.block_types`) is timed as what it is, its GEMMs reading the weights it
     uses (routed experts: those some token picked; shared experts; a dense layer's MLP) and its attention reading its
@@ -107,7 +125,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     launch = cal.layer_overhead_s + cal.layer_launch_s
     layer, attn_parts, kv_parts = [], [], []
     for (gemm, _), b in zip(gemms, types):
-        attn, t_kv = _layer_attention(b.attention, sequences, tokens, tp, attn_peak, kvb, hbm, cal)
+        attn, t_kv = _layer_attention(b.attention, sequences, tokens, tp, attn_peak, kvb, hbm, cal, grouped_kv)
         t_attn = X.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
         t_blk = gemm + attn + elem
         t_blk = t_blk - attn + t_attn

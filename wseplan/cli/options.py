@@ -110,7 +110,7 @@ def seed_opt() -> typer.models.OptionInfo:
 
 
 def software_opt() -> typer.models.OptionInfo:
-    """``--software NAME``: a named software profile of the catalog (placeholder; wired in with the profiles)."""
+    """``--software NAME``: a named software profile of the catalog (``serve``, ``time``)."""
     return typer.Option(None, "--software", help="Software profile (engine overheads and efficiencies) from the "
                         "catalog; `wseplan catalog list software` names them (default: the family's production profile).")
 

@@ -20,6 +20,7 @@ def time_cmd(
     target: str = O.target_opt("<hardware key>[x<N>]: wse3, cs3x4, h100x8, a100x1536 …"),
     phase: str = O.phase_opt(help="train | prefill | decode | serve (whole requests)"),
     precision: str = O.precision_opt(),
+    software: Optional[str] = O.software_opt(),
     batch: Optional[int] = O.batch_opt("Train: global batch [sequences]; inference: concurrent requests."),
     context: Optional[int] = O.context_opt("Train: sequence length; prefill: prompt; decode: KV length."),
     output_tokens: Optional[int] = O.output_tokens_opt("Serve: generated tokens per request (decode with -o = serve)."),
@@ -46,7 +47,8 @@ def time_cmd(
     """How long a training step, a prefill or a decoded token takes on TARGET, and what binds.
 
     Example: wseplan time gpt-3-175b --target a100x1536 --phase train --batch 1536 --context 2048 --tp 8 --pp 12 ;
-    wseplan time llama-3-8b --target h100x1 --phase decode --batch 64 --context 2048 --output-tokens 512
+    wseplan time llama-3-8b --target h100x1 --phase decode --batch 64 --context 2048 --output-tokens 512 ;
+    wseplan time llama-2-70b --target h200x1 --precision fp8 --batch 64 --software gpu-trtllm-2023
     """
     from ..timing import predict_time
 
@@ -64,7 +66,7 @@ def time_cmd(
         if not train_tokens > 0:
             raise InputError(f"--train-tokens: must be > 0, got {train_tokens!r}")
     res = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
-                       output_tokens=output_tokens, catalog=cat, **lay, **opts)
+                       output_tokens=output_tokens, catalog=cat, software=software, **lay, **opts)
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         secs = train_tokens / res.tokens_per_s

@@ -34,8 +34,7 @@ from .registry import register
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp")
 
-#: context-parallel degrees the training search tries (where every rank keeps at least
-#: ``defaults.gpu_cp_min_tokens_per_rank`` tokens of the sequence)
+#: context-parallel degrees the training search tries (each rank keeps >= ``defaults.gpu_cp_min_tokens_per_rank`` tokens)
 CP_VALUES = (1, 2, 4, 8, 16, 32)
 #: virtual pipeline stages the training search tries: the published recipes use 1-20 (NeMo 24.07 performance summary:
 #: GPT-3 175B vpp 6, Llama 3 70B vpp 5, Llama 2 70B vpp 20; Meta's Llama 3 405B and NVIDIA's MLPerf 405B runs 4-8)
@@ -145,6 +144,7 @@ class GpuContext:
             self.cal = _memo(("wo", id(prof), q.precision, math), (prof,),
                              lambda: weight_only_calibration(prof, q.precision, math))
         self.engine = q.software.engine
+        self.grouped_kv = self.engine.decode_attention == "grouped"  # the decode kernel shares a KV head's reads
         # the engine's KV-cache rule (inference): a share of the whole memory (vLLM: the reserve) or of what the
         # weights leave (TensorRT-LLM: kv_free_frac); a reserve given as an option always wins
         km = q.software.engine.kv_memory if q.phase != "train" and "reserve" not in q.options else None
@@ -578,8 +578,8 @@ def _pass(ctx: GpuContext, *, tp, pp, decode_seqs, decode_kv, prefill_tokens, pr
     """One forward pass (see :meth:`GpuFamily.pass_time`) of arrays of rows, or of one row in Python floats."""
     seqs = (P.Sequences(seqs=decode_seqs, tokens=decode_seqs * new_per_seq, new=new_per_seq, prior=decode_kv),
             P.Sequences(seqs=prefill_seqs, tokens=prefill_tokens, new=prefill_span, prior=prefill_kv, decode=False))
-    lat, stage, parts = P.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, sequences=seqs,
-                                      logits_rows=decode_seqs * new_per_seq + prefill_seqs, tp=tp, pp=pp, cal=ctx.cal)
+    lat, stage, parts = P.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, sequences=seqs, tp=tp, pp=pp, cal=ctx.cal,
+                                      logits_rows=decode_seqs * new_per_seq + prefill_seqs, grouped_kv=ctx.grouped_kv)
     return lat, stage, _infer_breakdown(parts)
 
 

@@ -161,6 +161,30 @@ def gpu_engine_profile_for(case) -> str:
     return GPU_TRTLLM_PROFILE if any(m in text for m in TRTLLM_MARKERS) else GPU_INFER_PROFILE
 
 
+#: the first TensorRT-LLM release whose decode kernels read each KV head once for its group of query heads: v0.7
+#: improved the GQA generation kernels (up to 2.4x on Llama-70B over v0.5), v0.8 shipped XQA (sources
+#: trtllm-blog-falcon180b-h200, trtllm-blog-xqa); earlier releases ran one thread block per query head
+TRTLLM_GROUPED_DECODE = (0, 7)
+_VERSION = re.compile(r"\bv(\d+)\.(\d+)")
+_DECODE_ATTENTION = re.compile(r"\bdecode_attention=(grouped|per_query_head)\b")
+
+
+def decode_attention_of(case) -> str:
+    """How the row's engine read a grouped-query KV cache in decode (the engine's ``decode_attention``):
+    ``decode_attention=grouped|per_query_head`` in its notes; else ``per_query_head`` when its source names a
+    TensorRT-LLM release before :data:`TRTLLM_GROUPED_DECODE` (``v0.5.0``, ``updated for v0.6.1``); else ``grouped``
+    (every current engine). Documented in docs/validation.md."""
+    m = _DECODE_ATTENTION.search(case.notes or "")
+    if m:
+        return m.group(1)
+    src = case.source or ""
+    if any(k in src.lower() for k in TRTLLM_MARKERS):
+        v = _VERSION.search(src)
+        if v and (int(v.group(1)), int(v.group(2))) < TRTLLM_GROUPED_DECODE:
+            return "per_query_head"
+    return "grouped"
+
+
 def gpu_scheduling_for(case) -> str:
     """How the measured engine scheduled requests: ``inflight`` when the row's source is a serving engine or load
     generator (MLPerf, NIM/AIPerf, trtllm-bench, vLLM, SGLang), ``static`` for static-batch harnesses and by default
@@ -196,6 +220,9 @@ def _gpu_engine(case, cal):
     if gpu_profile_for(case) == GPU_PROFILE:
         return _software(cal)
     sw = _software(cal, gpu_engine_profile_for(case), gpu_scheduling_for(case))
+    if decode_attention_of(case) != sw.engine.decode_attention:
+        eng = sw.engine.model_copy(update={"decode_attention": decode_attention_of(case)})
+        sw = sw.model_copy(update={"name": f"{sw.name}/{eng.decode_attention}", "engine": eng})
     spec, draft = speculation_of(case, load_catalog())
     if spec is None:
         return sw
