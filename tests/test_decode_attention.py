@@ -19,47 +19,60 @@ def _att(model):
     return block_types(resolve_model(model, CAT))[0].attention
 
 
-@pytest.mark.parametrize("tp, reads", [
-    (1, 8.0),   # 64 query heads over 8 KV heads: each KV head read by its 8 query heads
-    (2, 8.0),   # 32 query heads and 4 KV heads per GPU
-    (8, 8.0),   # 8 query heads and 1 KV head per GPU
-    (16, 4.0),  # 4 query heads per GPU; the 8 KV heads replicated, 1 per GPU
-])
-def test_llama_2_70b_per_query_head_reads_by_hand(tp, reads):
-    att = _att("llama-2-70b")
-    assert (att.num_heads, att.num_kv_heads) == (64, 8)
-    assert float(P.decode_kv_reads(att, tp, grouped=False)) == reads
-    assert float(P.decode_kv_reads(att, tp, grouped=True)) == 1.0
-
-
-def test_multi_head_and_latent_attention_read_once_either_way():
-    assert float(P.decode_kv_reads(_att("llama-2-7b"), 1, grouped=False)) == 1.0  # 32 heads, 32 KV heads
-    assert float(P.decode_kv_reads(_att("deepseek-v3"), 8, grouped=False)) == 1.0  # MLA: one latent
-
-
-def test_decode_step_kv_read_is_group_times_longer_and_prefill_unchanged():
-    """One decode step of Llama 2 70B fp8 on one H200 (batch 64, 2,048 cached tokens): the KV-read part of a
-    per-query-head kernel is exactly 8x the grouped kernel's (160 KiB of fp8 KV per token, read by 8 query heads);
-    a prompt pass (the context-phase kernel) is the same either way."""
+def test_decode_attention_on_the_vector_units_by_hand():
+    """One decode step of Llama 2 70B fp8 on one H200 (batch 64, 2,048 cached tokens) with a per-query-head kernel:
+    each of the 64 sequences' new token attends to 2,049 keys in each of 64 query heads of 128 (4 x 64 x 128 =
+    32,768 FLOP per pair), 80 layers, on the FP32 vector units (66.9 TFLOP/s) at ``vector_attention_frac`` - far
+    above its KV read (160 KiB of fp8 KV per token from HBM, once: the repeats of a group hit L2), which is the
+    grouped kernel's; a prompt pass (the context-phase kernel) is the same either way."""
     m = resolve_model("llama-2-70b", CAT)
+    gpu = CAT.gpus["h200-sxm"]
     cal = setup("llama-2-70b", "h200x1", phase="decode", precision="fp8", catalog=CAT).ctx.cal
     dec = (P.Sequences(seqs=64.0, tokens=64.0, new=1.0, prior=2048.0),)
     kw = dict(precision="fp8", sequences=dec, logits_rows=64.0, tp=1.0, cal=cal)
-    _, _, grouped = P.pass_time_s(m, CAT.gpus["h200-sxm"], **kw)
-    _, _, per_head = P.pass_time_s(m, CAT.gpus["h200-sxm"], grouped_kv=False, **kw)
-    assert float(per_head["kv_read"]) == pytest.approx(8.0 * float(grouped["kv_read"]), rel=1e-12)
-    hbm = CAT.gpus["h200-sxm"].hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
+    _, _, grouped = P.pass_time_s(m, gpu, **kw)
+    _, _, per_head = P.pass_time_s(m, gpu, grouped_kv=False, **kw)
+    hand = 80 * 64 * 2049 * (4 * 64 * 128) / (66.9e12 * cal.vector_attention_frac)
+    assert float(per_head["attention"]) == pytest.approx(hand, rel=1e-12)
+    assert float(per_head["kv_read"]) == float(grouped["kv_read"])
+    hbm = gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
     assert float(grouped["kv_read"]) == pytest.approx(80 * 2 * 8 * 128 * 1.0 * 64 * 2049 / hbm, rel=1e-12)
+    assert float(per_head["attention"]) > 3 * float(grouped["attention"])
     pre = (P.Sequences(seqs=1.0, tokens=2048.0, new=2048.0, prior=0.0, decode=False),)
     kw.update(sequences=pre, logits_rows=1.0)
-    t1 = P.pass_time_s(m, CAT.gpus["h200-sxm"], **kw)[0]
-    t2 = P.pass_time_s(m, CAT.gpus["h200-sxm"], grouped_kv=False, **kw)[0]
+    t1 = P.pass_time_s(m, gpu, **kw)[0]
+    t2 = P.pass_time_s(m, gpu, grouped_kv=False, **kw)[0]
     assert float(t1) == float(t2)
+
+
+def test_the_vector_kernel_is_kv_read_bound_for_a_multi_head_model():
+    """Llama 2 7B (32 query heads, 32 KV heads, fp16 KV) on one A100 at the same step: 512 FLOP and 512 bytes per
+    head and key, so at a quarter of the 19.5 TFLOP/s FP32 peak the vector kernel computes at 4.9 TFLOP/s against
+    ~1.7 TB/s of KV reads: the step is the grouped kernel's (the KV read bounds both)."""
+    m = resolve_model("llama-2-7b", CAT)
+    gpu = CAT.gpus["a100-80gb"]
+    cal = setup("llama-2-7b", "a100-80gbx1", phase="decode", catalog=CAT).ctx.cal.replace(vector_attention_frac=0.25)
+    kw = dict(precision="bf16", sequences=(P.Sequences(seqs=64.0, tokens=64.0, new=1.0, prior=2048.0),),
+              logits_rows=64.0, tp=1.0, cal=cal)
+    t1, _, p1 = P.pass_time_s(m, gpu, **kw)
+    t2, _, p2 = P.pass_time_s(m, gpu, grouped_kv=False, **kw)
+    assert float(p2["attention"]) == float(p2["kv_read"]) == float(p1["kv_read"])
+    assert float(t1) == pytest.approx(float(t2), rel=1e-12)
+
+
+def test_a_gpu_without_an_fp32_figure_is_refused_in_one_line():
+    from wseplan.errors import InputError
+
+    gpu = CAT.gpus["a100-80gb"].model_copy(update={"dense_peak_flop_per_s": {
+        k: v for k, v in CAT.gpus["a100-80gb"].dense_peak_flop_per_s.items() if k != "fp32"}})
+    with pytest.raises(InputError, match="fp32"):
+        P.vector_peak_flop_per_s(gpu)
 
 
 def test_gpu_trtllm_2023_profile_decodes_gqa_slower_and_mha_alike():
     """The named profile of TensorRT-LLM v0.5-v0.6 is the production engine's constants with the per-query-head
-    decode kernel: a GQA model's decode step is slower by its extra KV reads, a multi-head model's is the same."""
+    decode kernel: a GQA model's decode step is slower (its query heads' products on the vector units), a multi-head
+    model's is the same (KV-read-bound either way)."""
     kw = dict(phase="decode", precision="fp8", batch=64, context=2048, catalog=CAT)
     new = predict_time("llama-2-70b", "h200x1", **kw)
     old = predict_time("llama-2-70b", "h200x1", software="gpu-trtllm-2023", **kw)

@@ -40,6 +40,7 @@ EXPECTED = {
     "dp_overlap_frac": (0.70, 0.30, 1.0),
     "zero3_overlap_frac": (0.50, 0.10, 1.0),
     "lowp_training_overhead_frac": (0.20, 0.02, 0.80),
+    "vector_attention_frac": (0.25, 0.05, 0.8),
     "layer_overhead_s": (100e-6, 10e-6, 1.2e-3),
     "step_overhead_s": (1e-3, 0.1e-3, 10e-3),
     "train_step_overhead_s": (0.1, 0.01, 1.0),

@@ -61,6 +61,9 @@ class GpuCalibration:
         Time an 8-bit or 4-bit training GEMM spends beyond the GEMM itself, as a share of it: the framework's scaling
         (amax reductions, casting 16-bit activations, weights and gradients, the transposed copies the backward
         needs) that inference's pre-quantized weights skip [fraction].
+    vector_attention_frac : float
+        Achieved share of the FP32 vector-unit (CUDA-core) peak by a decode attention kernel without tensor-core
+        instructions, one thread block per query head and sequence (``decode_attention: per_query_head``) [fraction].
     layer_overhead_s : float
         Fixed cost per transformer block per forward pass in inference (kernel launches, scheduling) [s].
     step_overhead_s : float
@@ -97,6 +100,7 @@ class GpuCalibration:
     dp_overlap_frac: float = 0.7
     zero3_overlap_frac: float = 0.5
     lowp_training_overhead_frac: float = 0.0
+    vector_attention_frac: float = 0.25
     layer_overhead_s: float = 2.0e-5
     step_overhead_s: float = 1.0e-3
     train_step_overhead_s: float = 0.1

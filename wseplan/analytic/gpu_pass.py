@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..calibration_data import GpuCalibration
+from ..errors import InputError
 from ..workload import activation_bytes_per_element, block_types, kv_bytes_per_element
 from . import elementwise as X
 from .collectives import send_recv_time_s
@@ -40,39 +41,48 @@ class Sequences(NamedTuple):
     decode: bool = True
 
 
-def decode_kv_reads(att, tp, grouped: bool = True):
-    """Times a decode step reads each cached KV element on one GPU of ``tp``: 1 for a kernel that reads each KV head
-    once for its group of query heads (``grouped``; and for MLA's shared latent); else the GPU's query heads per KV
-    head it holds (a kernel with one thread block per query head: TensorRT-LLM's masked MHA up to v0.6, which NVIDIA's
-    XQA kernel replaced for GQA with up to 2.4x the Llama-70B decode throughput)."""
-    if grouped or att.latent_dim or att.num_kv_heads >= att.num_heads:
-        return 1.0
-    kv_per_gpu = att.num_kv_heads / X.minimum(tp, att.kv_shards)
-    return X.maximum(att.num_heads / X.asfloat(tp) / kv_per_gpu, 1.0)
+def vector_peak_flop_per_s(gpu) -> float:
+    """The GPU's FP32 peak on its vector units (CUDA cores) [FLOP/s], the rate a decode attention kernel without
+    tensor-core instructions runs against. InputError where the catalog gives no FP32 figure."""
+    q = gpu.dense_peak_flop_per_s.get("fp32")
+    if q is None:
+        raise InputError(f"software: a per-query-head decode attention kernel runs on the vector units, and {gpu.name} "
+                         "has no fp32 peak in the catalog (dense_peak_flop_per_s.fp32); use a grouped-kernel profile")
+    return q.si
 
 
 def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm, cal: GpuCalibration,
-                     grouped: bool = True):
+                     vector_peak=None):
     """One layer's attention in a pass on one GPU [s]: (its compute time, its KV read time). Full attention: each
     new token attends to its sequence's prior tokens and its predecessors in the pass; a window caps the keys and the
     cached tokens read (:func:`~.layers.attended_per_token`); MLA decodes in its absorbed form and reads its latent
-    whole on every rank (:class:`~wseplan.workload.Attention`); decode rows read the cache :func:`decode_kv_reads`
-    times (``grouped``: the decode kernel shares a KV head's reads across its query heads)."""
-    reads = decode_kv_reads(att, tp, grouped)
+    whole on every rank (:class:`~wseplan.workload.Attention`). ``vector_peak`` [FLOP/s]: the decode rows' score and
+    context products run on the vector units at this rate (a per-query-head kernel, ``decode_attention:
+    per_query_head``), else on the tensor cores at ``attention_frac`` of ``peak_flop_per_s``."""
+    vec = vector_peak is not None and not att.latent_dim
     if att.plain:
         pairs = kv_read = None
+        v_pairs = 0.0
         for g in sequences:  # in order: the decode rows, then the prompt rows
             p_g, r_g = g.tokens * (g.prior + (g.new + 1.0) / 2.0), g.seqs * (g.prior + g.new)
-            r_g = r_g * reads if g.decode else r_g
+            if vec and g.decode:
+                v_pairs, p_g = v_pairs + p_g, p_g * 0.0
             pairs, kv_read = (p_g, r_g) if pairs is None else (pairs + p_g, kv_read + r_g)
         attn = _attention_s(att.flop_per_pair, pairs / tokens, tokens, tp, peak_flop_per_s, cal)
+        v_flop = att.flop_per_pair * v_pairs
     else:
-        flop = kv_read = 0.0
+        flop = v_flop = kv_read = 0.0
         for g in sequences:
             fpp = att.decode_flop_per_pair if g.decode else att.flop_per_pair
-            flop = flop + g.tokens * fpp * attended_per_token(att, g.prior, g.new, decode=g.decode)
-            kv_read = kv_read + g.seqs * cached_tokens(att, g.prior + g.new) * (reads if g.decode else 1.0)
+            f_g = g.tokens * fpp * attended_per_token(att, g.prior, g.new, decode=g.decode)
+            if vec and g.decode:
+                v_flop = v_flop + f_g
+            else:
+                flop = flop + f_g
+            kv_read = kv_read + g.seqs * cached_tokens(att, g.prior + g.new)
         attn = _attention_s(1.0, flop / tokens, tokens, tp, peak_flop_per_s, cal)
+    if vec:
+        attn = attn + v_flop / tp / vector_peak
     kv_tok = att.kv_elems_per_token * kv_bytes / X.minimum(tp, att.kv_shards)
     return attn, kv_tok * X.asfloat(kv_read) / hbm
 
@@ -87,8 +97,10 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         GEMM; each attends to its sequence's keys; the cached K/V of every sequence is read from HBM (split over
         ``min(tp, kv_heads)``; MLA's latent whole on every rank)
     logits_rows : rows of the LM head (one per sequence that emits a token)
-    grouped_kv : the decode attention kernel reads each KV head once for its query heads (else once per query head:
-        the engine's ``decode_attention``, :func:`decode_kv_reads`)
+    grouped_kv : the decode attention kernel computes a KV head's query heads together on the tensor cores (else one
+        thread block per query head and sequence on the vector units, at ``vector_attention_frac`` of the FP32 peak:
+        the engine's ``decode_attention: per_query_head``; its repeated KV reads hit L2, as the blocks of a group
+        run side by side)
 
     Every block type (:func:`~wseplan.workload.block_types`) is timed as what it is, its GEMMs reading the weights it
     uses (routed experts: those some token picked; shared experts; a dense layer's MLP) and its attention reading its
@@ -122,10 +134,11 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         elem, t_tp, hop = elem[inv], t_tp[inv], hop[inv]
     attn_peak = attention_peak_flop_per_s(gpu, precision)
     kvb = kv_bytes_per_element(precision)
+    vec_peak = None if grouped_kv else vector_peak_flop_per_s(gpu) * cal.vector_attention_frac
     launch = cal.layer_overhead_s + cal.layer_launch_s
     layer, attn_parts, kv_parts = [], [], []
     for (gemm, _), b in zip(gemms, types):
-        attn, t_kv = _layer_attention(b.attention, sequences, tokens, tp, attn_peak, kvb, hbm, cal, grouped_kv)
+        attn, t_kv = _layer_attention(b.attention, sequences, tokens, tp, attn_peak, kvb, hbm, cal, vec_peak)
         t_attn = X.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
         t_blk = gemm + attn + elem
         t_blk = t_blk - attn + t_attn

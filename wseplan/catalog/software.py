@@ -58,9 +58,9 @@ class Engine(Frozen):
     prefill_kernel: Literal["auto", "gemm"] = "auto"
     #: the KV-cache memory rule (GPU inference); None: ``total`` with the catalog's ``gpu_hbm_reserve_frac``
     kv_memory: KvMemory | None = None
-    #: how the decode attention kernel reads a grouped-query (GQA/MQA) KV cache: each KV head once for its group of
-    #: query heads (``grouped``: TensorRT-LLM's XQA kernels from v0.7, FlashInfer, FlashAttention decode) or once per
-    #: query head (``per_query_head``: TensorRT-LLM's masked multi-head attention kernel up to v0.6)
+    #: the decode attention kernel: a KV head's query heads together on the tensor cores (``grouped``: TensorRT-LLM's
+    #: XQA kernels from v0.7, FlashInfer, FlashAttention decode) or one thread block per query head and sequence on
+    #: the vector units (``per_query_head``: TensorRT-LLM's masked multi-head attention kernel up to v0.6)
     decode_attention: Literal["grouped", "per_query_head"] = "grouped"
 
 
