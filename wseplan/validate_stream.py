@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .validate import NOT_PREDICTED, WITHIN, Case, iter_cases, judge, validate_cases
+from .validate import INCONSISTENT, NOT_PREDICTED, WITHIN, Case, inconsistency, iter_cases, judge, validate_cases
 
 MAX_MEMO = 16_384
 """Most distinct prediction inputs remembered (each a key of the row's cells and one record)."""
@@ -69,6 +69,8 @@ class PredictionMemo:
         v = t["predicted"]
         if v is not None:
             rec["rel_error"] = v / case.value - 1.0 if case.value else None
+            why = inconsistency(case, self.catalog)  # the bound is the configuration's; the value is this row's
+            rec["status"], rec["reason"] = (INCONSISTENT, why) if why else (None, "")
         return judge([rec], self.bands)[0]
 
 
@@ -96,7 +98,7 @@ class Summary:
 
     def add(self, r: dict) -> None:
         label = self._LABELS.get(r.get("quality"))
-        if label is None:
+        if label is None or r.get("status") == INCONSISTENT:  # flagged rows are not counted (as summarize)
             return
         g = self.groups.setdefault(r["category"], {}).get(label)
         if g is None:

@@ -53,7 +53,9 @@ OUTPUT_COLUMNS = ("id", "category", "metric", "unit", "measured", "predicted", "
                   "tolerance_frac")
 TOLERANCE_PERCENTILE = 80
 WITHIN, OUTSIDE, NOT_PREDICTED, NO_BAND = "within tolerance", "outside tolerance", "not predicted", "no tolerance band"
-STATUSES = (WITHIN, OUTSIDE, NOT_PREDICTED, NO_BAND)
+#: a measurement faster than its configuration's ideal run (:mod:`.bounds`): flagged, never fitted or counted
+INCONSISTENT = "physically inconsistent"
+STATUSES = (WITHIN, OUTSIDE, NOT_PREDICTED, NO_BAND, INCONSISTENT)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from ..errors import InputError
 from .cases import NOT_TIMED, Case, SkipRow, default_cases_path, read_cases, source_key
 from .common import GPU_INFER_PROFILE, Trial
 from .defaults import fill_defaults
-from .run import predict_case
+from .run import inconsistency, predict_case
 
 GPU_CATEGORIES = ("gpu-train", "gpu-infer", "micro")
 #: the soft-L1 transition, in units of the row noise
@@ -101,8 +101,8 @@ def read_fit_cases(paths, catalog=None) -> list[Case]:
     for p in paths:
         for c in fit_cases(read_cases(p)):
             try:
-                if fill_defaults(c, cat)[1]:
-                    continue
+                if fill_defaults(c, cat)[1] or inconsistency(c, cat):
+                    continue  # defaulted, or beyond what its configuration allows (flagged, not fitted)
             except (SkipRow, InputError):
                 continue
             if c.id in seen:

@@ -8,7 +8,9 @@ generation a system holds) is predicted by the memory model, the fit (:func:`pre
 
 Status of a row (the tolerance rule): ``within tolerance`` when ``|rel_error|`` is at most its category's band,
 ``outside tolerance`` when above, ``not predicted`` when skipped, ``no tolerance band`` when its category has no
-band. A category's band is the 80th percentile of ``|rel_error|`` over the strong and medium rows of that category in
+band, ``physically inconsistent`` when the measurement is faster than its configuration's ideal run
+(:mod:`.bounds`: every efficiency 1, no overhead); such a row is predicted but left out of the bands, the medians
+and the fits. A category's band is the 80th percentile of ``|rel_error|`` over the strong and medium rows of that category in
 the bundled validation set (:data:`TOLERANCE_PERCENTILE`; the same validated error that ``wseplan check`` allows a
 claim): four in five published measurements fall inside it.
 """
@@ -23,7 +25,9 @@ from ..calibration_data import calibration_path
 from ..catalog.load import load_catalog
 from ..errors import InputError
 from ..fit import fit
-from .cases import CAPACITY_METRICS, NON_PERFORMANCE, NOT_PREDICTED, NO_BAND, OUTSIDE, TOLERANCE_PERCENTILE, WITHIN, Case, \
+from .bounds import bound_message, checkable, ideal_trial
+from .cases import CAPACITY_METRICS, INCONSISTENT, NON_PERFORMANCE, NOT_PREDICTED, NO_BAND, OUTSIDE, TOLERANCE_PERCENTILE, \
+    WITHIN, Case, \
     SkipRow, case_model, default_cases_path, read_cases, source_key
 from .common import _target, wafer_profile_for
 from .defaults import fill_defaults
@@ -46,6 +50,34 @@ def predict_case(case: Case, catalog, cal=None) -> float:
     if case.phase == "train":
         return _predict_gpu_train(case, catalog, cal)
     return _predict_gpu_infer(case, catalog, cal)
+
+
+_BOUNDS: dict = {}  # configuration -> its physical bound (a fit reads its rows many times; files repeat configurations)
+
+
+def physical_bound(case: Case, catalog) -> float | None:
+    """The row's metric at the ideal calibration (:func:`~.bounds.ideal_trial`: the largest speed or shortest time
+    its configuration allows), or None where no bound is defined: :func:`~.bounds.checkable`, a row with an input
+    filled by a documented default (the bound holds for the configuration the row states; a tensor-parallel degree
+    read from the device count may not be the one the source ran) or a row that cannot be predicted."""
+    if not checkable(case, catalog):
+        return None
+    key = (id(catalog), case.category, case.phase, case.model, case.metric, case.hardware, case.source, case.notes,
+           tuple(sorted(case.fields.items())))
+    if key not in _BOUNDS:
+        try:
+            bound = None if fill_defaults(case, catalog)[1] else float(predict_case(case, catalog, ideal_trial()))
+        except (SkipRow, InputError, ArithmeticError, TypeError, ValueError):
+            bound = None
+        if len(_BOUNDS) > 100_000:
+            _BOUNDS.clear()
+        _BOUNDS[key] = bound
+    return _BOUNDS[key]
+
+
+def inconsistency(case: Case, catalog) -> str | None:
+    """Why the row is physically inconsistent (measured beyond :func:`physical_bound`, :mod:`.bounds`), else None."""
+    return bound_message(case, physical_bound(case, catalog))
 
 
 def predict_capacity(case: Case, catalog) -> float:
@@ -90,6 +122,9 @@ def validate_cases(cases: list[Case], catalog, cal=None, bands: dict[str, float]
             if not math.isfinite(v) or v <= 0:
                 raise SkipRow(f"prediction is not a positive number ({v})")
             rec.update(predicted=v, rel_error=v / c.value - 1.0 if c.value else None)
+            why = inconsistency(c, catalog)
+            if why:
+                rec.update(status=INCONSISTENT, reason=why)
         except SkipRow as exc:
             rec["reason"] = str(exc)
         except InputError as exc:
@@ -108,6 +143,7 @@ def category_bands(records: list[dict]) -> dict[str, float]:
     out = {}
     for cat_name in sorted({r["category"] for r in records}):
         errs = [abs(r["rel_error"]) for r in records if r["category"] == cat_name and r.get("rel_error") is not None
+                and r.get("status") != INCONSISTENT
                 and math.isfinite(r["rel_error"]) and r.get("quality") in ("strong", "medium") and not r.get("defaulted")
                 and r.get("metric") not in CAPACITY_METRICS]
         if errs:
@@ -118,6 +154,9 @@ def category_bands(records: list[dict]) -> dict[str, float]:
 def judge(records: list[dict], bands: dict[str, float]) -> list[dict]:
     """Set each record's ``status`` and ``tolerance_frac`` from the category ``bands`` (in place; returned)."""
     for r in records:
+        if r.get("status") == INCONSISTENT:  # flagged: judged by no band
+            r["tolerance_frac"] = None
+            continue
         if r.get("predicted") is None or r.get("rel_error") is None or not math.isfinite(r["rel_error"]):
             r["status"] = NOT_PREDICTED
             continue
@@ -156,7 +195,7 @@ def summarize(records: list[dict]) -> list[dict]:
     for cat in cats:
         rs = [r for r in records if r["category"] == cat]
         for label, qual in (("strong+medium", ("strong", "medium")), ("weak", ("weak",))):
-            sel = [r for r in rs if r.get("quality") in qual]
+            sel = [r for r in rs if r.get("quality") in qual and r.get("status") != INCONSISTENT]
             if not sel:
                 continue
             ok = [abs(r["rel_error"]) for r in sel if r.get("status") != NOT_PREDICTED and r.get("rel_error") is not None
@@ -186,7 +225,8 @@ def cross_validated_summary(records: list[dict]) -> list[dict]:
     :func:`wseplan.validate.intervals.held_out`)."""
     out = []
     for cat in sorted({r["category"] for r in records}):
-        sel = [r for r in records if r["category"] == cat and r.get("quality") in ("strong", "medium")]
+        sel = [r for r in records if r["category"] == cat and r.get("quality") in ("strong", "medium")
+               and r.get("status") != INCONSISTENT]
         if not sel:
             continue
         pred = [r for r in sel if r.get("rel_error") is not None and math.isfinite(r["rel_error"])]
