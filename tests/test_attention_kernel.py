@@ -10,7 +10,8 @@ from wseplan.catalog.load import load_catalog
 from wseplan.errors import InputError
 from wseplan.timing import predict_time
 from wseplan.validate.cases import Case, read_cases
-from wseplan.validate.common import attention_kernel_of, pipeline_split_of, sequence_parallel_of, tp_comm_overlap_of
+from wseplan.validate.common import (attention_kernel_of, dp_comm_overlap_of, pipeline_split_of, sequence_parallel_of,
+                                    tp_comm_overlap_of)
 from wseplan.workload import resolve_model
 
 
@@ -82,6 +83,19 @@ def test_row_attention_rule(source, notes, kernel):
 ])
 def test_row_overlap_rule(source, notes, overlap):
     assert tp_comm_overlap_of(_case(source, notes)) is overlap
+
+
+@pytest.mark.parametrize("source, notes, overlap", [
+    ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM'", "",
+     False),
+    ("Narayanan et al. 2021 (arXiv:2104.04473), Table 2 (PTD-P vs ZeRO-3)", "", False),
+    ("Chowdhery et al. 2022, 'PaLM'", "", True),  # of that time, but not Megatron-LM's local DDP
+    ("MLCommons training_results_v5.0 (NVIDIA/results/eos, NeMo Megatron)", "", True),  # Megatron-Core overlaps
+    ("Narayanan et al. 2021, 'Megatron-LM'", "dp_comm_overlap=yes", True),
+    ("MLCommons training_results_v5.0", "dp_comm_overlap=no", False),
+])
+def test_row_dp_overlap_rule(source, notes, overlap):
+    assert dp_comm_overlap_of(_case(source, notes)) is overlap
 
 
 @pytest.mark.parametrize("source, notes, sp", [

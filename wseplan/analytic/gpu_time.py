@@ -334,7 +334,7 @@ class _Links:
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
                attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, recompute_frac=0.0,
-               frozen_weight_frac=1.0, cal: GpuCalibration):
+               frozen_weight_frac=1.0, dp_comm_overlap=True, cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
@@ -345,7 +345,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ``"flash"`` (fused, causal blocks skipped: FlashAttention, 2022 on) or ``"materialized"`` (the frameworks before
     it: the full s x s score matrix computed and passed through HBM, :func:`materialized_scores_s`).
     ``tp_comm_overlap``: the framework overlaps the tensor-parallel collectives with the adjacent GEMMs
-    (userbuffers, 2023 on), hiding ``cal.tp_overlap_frac`` of them; False (the frameworks before it) exposes them all.
+    (userbuffers, 2023 on), hiding ``cal.tp_overlap_frac`` of them; False (the frameworks before it) exposes them all;
+    ``dp_comm_overlap`` False: the gradient reduction of ZeRO-0/1/2 after the backward (Megatron-LM's local DDP).
     ``fp4_high_precision_frac``: the share of the blocks a 4-bit run keeps in BF16 (:func:`training_precision_mix`;
     default: the bundled catalog's ``defaults.fp4_training_high_precision_frac``). ``frozen_weight_frac``: LoRA's
     frozen weights' bytes over their 16-bit copy (0.5 where an fp8 run stores them in fp8), as ZeRO-3 gathers them.
@@ -441,14 +442,13 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     if trainable == "lora":  # frozen weights sharded by ZeRO-3 are still gathered for the forward and the backward
         frozen = _stage_params(m, pp, "full") / tp * 2.0 * frozen_weight_frac  # as stored; no gradients to scatter
         t_z3 = 2.0 * nmb * reduce_scatter_time_s(message_bytes=frozen, **ring_kw)
-    # ZeRO-2 (gradients sharded): a replica cannot accumulate whole gradients, so every micro-batch reduce-scatters its
-    # own under its backward, and the updated shard is all-gathered once. ZeRO-0/1 (and DDP) accumulate them locally
-    # and reduce once: the reduce-scatter runs under the last micro-batch's backward, the all-gather of the updated
-    # parameters under the next step's first forward (Megatron-core syncs gradients only in the last micro-batch;
-    # NeMo, Communication Overlap: layer-sized chunks, one exposed), so one micro-batch's compute is the window
+    # ZeRO-2 (gradients sharded): every micro-batch reduce-scatters its own gradients under its backward, the updated
+    # shard is all-gathered once. ZeRO-0/1 (and DDP) accumulate locally and reduce once, under the last micro-batch's
+    # backward, the all-gather under the next step's first forward (Megatron-core syncs gradients only in the last
+    # micro-batch; NeMo, Communication Overlap: layer-sized chunks, one exposed): one micro-batch's compute is the window
     t_dp = X.where(zs >= 3, t_z3, X.where(zs >= 2, (nmb + 1.0) * ring, ar))
     window = X.where(zs >= 2, compute_total, compute_total / nmb)
-    hide = X.where(zs >= 3, cal.zero3_overlap_frac, cal.dp_overlap_frac) * window
+    hide = X.where(zs >= 3, cal.zero3_overlap_frac, cal.dp_overlap_frac if dp_comm_overlap else 0.0) * window
     exposed = X.maximum(t_dp - hide, 0.0)
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
     opt_params = params_stage / tp / X.where(zs >= 1, ranks, 1.0)

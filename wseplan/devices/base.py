@@ -117,7 +117,8 @@ class Query:
 
     ``options`` are family options (GPU: ``zero_stage``, ``recompute``, ``sequence_parallel``, ``trainable``,
     ``context_parallel``, ``attention_kernel`` ("flash" or "materialized" for pre-2023 training frameworks), ``tp_comm_overlap`` (False
-    for pre-2023 frameworks, which expose the tensor-parallel collectives), ``pipeline_split`` ("uneven", or "even"
+    for pre-2023 frameworks, which expose the tensor-parallel collectives), ``dp_comm_overlap`` (False: the gradient
+    reduction after the backward, Megatron-LM's local DDP before 2023), ``pipeline_split`` ("uneven", or "even"
     for frameworks that need the layers to divide the interleaved stages); wafer: ``reserve``, ``memoryx_option``, ``policy``, ``micro_batch`` ...); a family
     refuses options it does not know with one line.
     """

@@ -120,8 +120,7 @@ class GpuContext:
     def __init__(self, q: Query):
         #: a layer-list model fits (memory) but has no GPU time model (the kernels need a transformer's shapes)
         self.transformer = isinstance(q.model, Model)
-        self.q = q
-        self.m = q.model
+        self.q, self.m = q, q.model
         self.num_layers = q.model.num_layers if self.transformer else len(q.model.layers)
         heads = q.model.num_heads if self.transformer else 1
         self.gpu = q.target.device
@@ -182,10 +181,11 @@ class GpuContext:
         if self.attention_kernel not in G.ATTENTION_KERNELS:
             raise InputError(f"attention_kernel: {self.attention_kernel!r} is not an attention implementation; choose "
                              f"one of {', '.join(G.ATTENTION_KERNELS)}")
-        self.tp_comm_overlap = q.options.get("tp_comm_overlap", True)
-        if not isinstance(self.tp_comm_overlap, bool):
-            raise InputError(f"tp_comm_overlap: {self.tp_comm_overlap!r} is not true or false; give true (frameworks that "
-                             "overlap tensor-parallel collectives with GEMMs, 2023 on) or false")
+        for k, what in (("tp_comm_overlap", "overlap tensor-parallel collectives with GEMMs, 2023 on"),
+                        ("dp_comm_overlap", "overlap the gradient reduction with the backward")):
+            if not isinstance(q.options.get(k, True), bool):
+                raise InputError(f"{k}: {q.options[k]!r} is not true or false; give true (frameworks that {what}) or false")
+            setattr(self, k, q.options.get(k, True))
         self.pipeline_split = q.options.get("pipeline_split", "uneven")
         if self.pipeline_split not in PIPELINE_SPLITS:
             raise InputError(f"pipeline_split: {self.pipeline_split!r} is not a pipeline split; give 'uneven' (current "
@@ -202,7 +202,7 @@ class GpuFamily(InferenceMixin, Family):
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
     train_only_options = ("sequence_parallel", "trainable", "context_parallel", "single_layer", "attention_kernel",
-                          "tp_comm_overlap", "pipeline_split")  # inference refuses them
+                          "tp_comm_overlap", "dp_comm_overlap", "pipeline_split")  # inference refuses them
     options = ("reserve",) + train_only_options + SPEC_OPTIONS
 
     @property
@@ -553,7 +553,7 @@ class GpuFamily(InferenceMixin, Family):
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
                           attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap, cal=ctx.cal,
                           fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si,
-                          frozen_weight_frac=ctx.weight_frac)
+                          frozen_weight_frac=ctx.weight_frac, dp_comm_overlap=ctx.dp_comm_overlap)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], cp=cfg["cp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"],
                     recompute_frac=rf)

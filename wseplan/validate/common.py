@@ -219,6 +219,22 @@ def sequence_parallel_of(case) -> bool:
     return stated == "yes" if stated else not _before_current_frameworks(case)
 
 
+#: words in a training row's citation that name Megatron-LM (its papers' runs: PTD-P is its parallelism)
+MEGATRON_MARKERS = ("megatron", "ptd-p")
+
+
+def dp_comm_overlap_of(case) -> bool:
+    """Whether a training row's framework overlaps its data-parallel gradient reduction with the backward pass:
+    ``dp_comm_overlap=yes|no`` in its notes; else no for a Megatron-LM run (its citation names Megatron-LM or PTD-P)
+    up to :data:`LAST_MATERIALIZED_YEAR`, whose default ``--DDP-impl local`` all-reduced the gradients at the end of
+    the backward pass (Megatron-Core's ``--overlap-grad-reduce`` came in 2023); yes otherwise (PyTorch DDP, FSDP,
+    DeepSpeed, current frameworks)."""
+    stated = _framework_choice(case, "dp_comm_overlap", ("yes", "no"))
+    if stated:
+        return stated == "yes"
+    return not (_before_current_frameworks(case) and any(m in case.source.lower() for m in MEGATRON_MARKERS))
+
+
 def pipeline_split_of(case) -> str:
     """How a training row's framework split the layers over pipeline stages (the ``pipeline_split`` option of the GPU
     family): ``pipeline_split=uneven|even`` in its notes; else ``even`` when its citation names a year up to

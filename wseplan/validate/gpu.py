@@ -18,7 +18,8 @@ from ..serving import serve
 from ..timing import predict_time
 from .cases import SkipRow, case_model
 from .common import (GPU_INFER_PROFILE, GPU_PROFILE, _is_lora, _need_fit, _recompute, _target, _train_metric,
-                     attention_kernel_of, file_constants, gemv_shape, pipeline_split_of, sequence_parallel_of, speculation_of,
+                     attention_kernel_of, dp_comm_overlap_of, file_constants, gemv_shape, pipeline_split_of,
+                     sequence_parallel_of, speculation_of,
                      tp_comm_overlap_of, trial_of, wafer_profile_for)
 
 
@@ -83,7 +84,8 @@ def _predict_gpu_train(case, catalog, cal):
     target = _target(case, catalog, count)
     kw = dict(phase="train", precision=precision, batch=gb, context=seq, catalog=catalog, context_parallel=cp,
               trainable=trainable, single_layer=single or None, attention_kernel=attention_kernel_of(case),
-              tp_comm_overlap=tp_comm_overlap_of(case), sequence_parallel=sequence_parallel_of(case),
+              tp_comm_overlap=tp_comm_overlap_of(case), dp_comm_overlap=dp_comm_overlap_of(case),
+              sequence_parallel=sequence_parallel_of(case),
               pipeline_split=pipeline_split_of(case), software=_software(cal))
     res = predict_time(model, target, require_fit=False, layout={k: v for k, v in layout.items() if v is not None}, **kw)
     if not res.fits and not f.get("recompute") and not single:
