@@ -147,8 +147,10 @@ def _one_row_sweep(q, rec):
 
 def _sweep_comparable(q, rec) -> bool:
     """A sweep file has no virtual-pipeline or context-parallel axis (its GPU training rows run one stage per device
-    and whole sequences per rank); a plan that interleaves or splits sequences is a question the sweep cannot pose."""
-    return rec.layout.get("virtual_pipeline", 1) == 1 and rec.layout.get("context_parallel", 1) == 1
+    and whole sequences per rank) and no partial recomputation (its recompute axis is none, selective or full); a plan
+    that interleaves, splits sequences or recomputes some of its layers is a question the sweep cannot pose."""
+    return (rec.layout.get("virtual_pipeline", 1) == 1 and rec.layout.get("context_parallel", 1) == 1
+            and rec.layout.get("recompute") != "partial")
 
 
 # =============================================================================================
