@@ -60,6 +60,17 @@ def test_the_vector_kernel_is_kv_read_bound_for_a_multi_head_model():
     assert float(t1) == pytest.approx(float(t2), rel=1e-12)
 
 
+@pytest.mark.parametrize("target, fp32", [("h100-pciex4", 51.2e12), ("l40sx4", 91.6e12), ("gh200x4", 66.9e12)])
+def test_the_old_kernel_runs_on_gpus_with_a_datasheet_fp32_figure(target, fp32):
+    """The FP32 peaks of the H100 PCIe (51 TFLOP/s), L40S (91.6) and GH200 (the H100 SXM's 66.9) are in the catalog,
+    so the gpu-trtllm-2023 profile times them (TensorRT-LLM v0.5 tables ran L40S)."""
+    from wseplan.targets import parse_target
+    assert P.vector_peak_flop_per_s(parse_target(target, CAT).device) == pytest.approx(fp32, rel=1e-12)
+    r = predict_time("llama-2-70b", target, phase="decode", precision="fp8", batch=8, context=1024,
+                     software="gpu-trtllm-2023", catalog=CAT)
+    assert r.fits and r.step_s > 0
+
+
 def test_a_gpu_without_an_fp32_figure_is_refused_in_one_line():
     from wseplan.errors import InputError
 

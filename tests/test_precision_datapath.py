@@ -170,5 +170,5 @@ def test_fp32_rates_come_from_the_datasheets(gpu, tflops):
 
 def test_a_gpu_without_an_fp32_figure_says_the_catalog_has_none():
     with pytest.raises(InputError) as e:
-        plan("llama-3-8b", "h100pciex1", phase="prefill", precision="fp32", batch=1, context=2048)
+        plan("llama-3-8b", "b300x1", phase="prefill", precision="fp32", batch=1, context=2048)
     assert "the catalog has no fp32 rate" in str(e.value) and "--catalog" in str(e.value)
