@@ -6,6 +6,7 @@ physics load inside the commands.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import typer
@@ -113,6 +114,66 @@ def software_opt() -> typer.models.OptionInfo:
     """``--software NAME``: a named software profile of the catalog (``serve``, ``time``)."""
     return typer.Option(None, "--software", help="Software profile (engine overheads and efficiencies) from the "
                         "catalog; `wseplan catalog list software` names them (default: the family's production profile).")
+
+
+#: words that turn speculative decoding off
+SPEC_OFF = ("none", "off")
+
+
+def speculative_opt() -> typer.models.OptionInfo:
+    """``--speculative DRAFT|none`` (``serve``, ``time``)."""
+    return typer.Option(None, "--speculative", help="Draft model for speculative decoding (catalog name or config.json), "
+                        "or 'none' to turn off a profile's default (the wafer-production profile drafts with "
+                        "Llama-3.2-1B).")
+
+
+def draft_tokens_opt() -> typer.models.OptionInfo:
+    """``--draft-tokens K``."""
+    return typer.Option(None, "--draft-tokens", help="Tokens the draft proposes per step (k, 1-16).")
+
+
+def acceptance_opt() -> typer.models.OptionInfo:
+    """``--acceptance A``."""
+    return typer.Option(None, "--acceptance", help="Per-token acceptance probability of the draft's tokens, in [0, 1).")
+
+
+def check_spec_flags(draft_tokens, acceptance) -> None:
+    """--draft-tokens and --acceptance in range, else a one-line error naming the flag (no catalog needed)."""
+    if draft_tokens is not None and not 1 <= draft_tokens <= 16:
+        raise InputError(f"--draft-tokens: must be an integer from 1 to 16, got {draft_tokens!r}")
+    if acceptance is not None and not (math.isfinite(acceptance) and 0 <= acceptance < 1):
+        raise InputError(f"--acceptance: per-token acceptance must be in [0, 1), got {acceptance!r}")
+
+
+def spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
+    """The family ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS) from the three flags,
+    each checked with a one-line error naming it (an unknown draft model names --speculative)."""
+    from ..errors import WseplanError
+    from ..workload import resolve_model
+
+    check_spec_flags(draft_tokens, acceptance)
+    opts = {}
+    if speculative is not None:
+        if speculative.strip().lower() not in SPEC_OFF:
+            try:
+                resolve_model(speculative, cat)
+            except WseplanError as exc:
+                msg = str(exc).removeprefix("model: ").replace("unknown model", "unknown draft model", 1)
+                raise InputError(f"--speculative: {msg}") from None
+        opts["speculative"] = "none" if speculative.strip().lower() in SPEC_OFF else speculative
+    if draft_tokens is not None:
+        opts["draft_tokens"] = draft_tokens
+    if acceptance is not None:
+        opts["acceptance"] = acceptance
+    return opts
+
+
+def check_speculation_on(speculative_record, software: str, draft_tokens, acceptance) -> None:
+    """--draft-tokens or --acceptance with speculative decoding off: a one-line error naming the flag."""
+    if speculative_record is None and (draft_tokens is not None or acceptance is not None):
+        flag = "--draft-tokens" if draft_tokens is not None else "--acceptance"
+        raise InputError(f"{flag}: speculative decoding is off (software profile {software} has no draft model); "
+                         "name one with --speculative DRAFT")
 
 
 def policy_opt() -> typer.models.OptionInfo:

@@ -10,12 +10,11 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError, WseplanError
+from ..errors import InputError
 from ..report.formats import fmt_bool, fmt_field, fmt_num
 from . import options as O
 from .output import Rendered, Section, check_format, render
 
-OFF = ("none", "off")
 
 
 def serve_cmd(
@@ -41,11 +40,9 @@ def serve_cmd(
     ttft_limit: Optional[float] = typer.Option(None, "--ttft-limit", help="Time to first token limit at --percentile [s]."),
     tpot_limit: Optional[float] = typer.Option(None, "--tpot-limit", help="Time per output token limit [s]."),
     percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT limit, in (0, 100)."),
-    speculative: Optional[str] = typer.Option(None, "--speculative", help="Draft model for speculative decoding (catalog "
-                                              "name or config.json), or 'none' to turn off a profile's default."),
-    draft_tokens: Optional[int] = typer.Option(None, "--draft-tokens", help="Tokens the draft proposes per step (k, 1-16)."),
-    acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Per-token acceptance probability of the "
-                                               "draft's tokens, in [0, 1)."),
+    speculative: Optional[str] = O.speculative_opt(),
+    draft_tokens: Optional[int] = O.draft_tokens_opt(),
+    acceptance: Optional[float] = O.acceptance_opt(),
     utilization: Optional[float] = typer.Option(None, "--utilization", help="Without --rate: the load of each point as "
                                                 "a share of its capacity, in (0, 1) (default 0.9; with --concurrency "
                                                 "it turns the closed loop into random arrivals at that load)."),
@@ -71,16 +68,13 @@ def serve_cmd(
     _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_limit, percentile, draft_tokens,
                   acceptance, utilization)
     cat = O.load_catalog(catalog)
-    opts = _spec_options(speculative, draft_tokens, acceptance, cat)
+    opts = O.spec_options(speculative, draft_tokens, acceptance, cat)
     res = serve(model, target, precision=precision, software=software, input_tokens=input_len, output_tokens=output_len,
                 concurrency=concurrency, rate=rate, ttft_limit_s=ttft_limit, tpot_limit_s=tpot_limit,
                 percentile=percentile, utilization=utilization,
                 options=opts or None, catalog=cat, prices=load_prices(list(prices or []), catalog=cat),
                 overrides=parse_overrides(set_))
-    if res.speculative is None and (draft_tokens is not None or acceptance is not None):
-        flag = "--draft-tokens" if draft_tokens is not None else "--acceptance"
-        raise InputError(f"{flag}: speculative decoding is off (software profile {res.software} has no draft model); "
-                         "name one with --speculative DRAFT")
+    O.check_speculation_on(res.speculative, res.software, draft_tokens, acceptance)
     render_serve(res, fmt, list(prices or []))
 
 
@@ -99,36 +93,12 @@ def _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_lim
             raise InputError(f"{flag}: must be a positive number, got {v!r}")
     if not (math.isfinite(percentile) and 0 < percentile < 100):
         raise InputError(f"--percentile: must be in (0, 100), e.g. 95, got {percentile!r}")
-    if draft_tokens is not None and not 1 <= draft_tokens <= 16:
-        raise InputError(f"--draft-tokens: must be an integer from 1 to 16, got {draft_tokens!r}")
-    if acceptance is not None and not (math.isfinite(acceptance) and 0 <= acceptance < 1):
-        raise InputError(f"--acceptance: per-token acceptance must be in [0, 1), got {acceptance!r}")
+    O.check_spec_flags(draft_tokens, acceptance)
     if utilization is not None:
         if rate is not None:
             raise InputError("--utilization: applies only without --rate (the rate sets the load)")
         if not (math.isfinite(utilization) and 0 < utilization < 1):
             raise InputError(f"--utilization: must be in (0, 1), got {utilization!r}")
-
-
-def _spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
-    """serve's ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS); an unknown draft model
-    is an error naming --speculative."""
-    from ..workload import resolve_model
-
-    opts = {}
-    if speculative is not None:
-        if speculative.strip().lower() not in OFF:
-            try:
-                resolve_model(speculative, cat)
-            except WseplanError as exc:
-                msg = str(exc).removeprefix("model: ").replace("unknown model", "unknown draft model", 1)
-                raise InputError(f"--speculative: {msg}") from None
-        opts["speculative"] = "none" if speculative.strip().lower() in OFF else speculative
-    if draft_tokens is not None:
-        opts["draft_tokens"] = draft_tokens
-    if acceptance is not None:
-        opts["acceptance"] = acceptance
-    return opts
 
 
 def _pct(res) -> str:

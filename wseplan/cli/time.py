@@ -39,6 +39,9 @@ def time_cmd(
         None, "--trainable", help="GPU train: full (default: every weight) | lora (frozen base weights, low-rank "
         "adapters on the attention projections: no weight gradients or optimizer state for the base, and the frozen "
         "MLP keeps no inputs of its linear layers) | lora-all (adapters on every linear layer)."),
+    speculative: Optional[str] = O.speculative_opt(),
+    draft_tokens: Optional[int] = O.draft_tokens_opt(),
+    acceptance: Optional[float] = O.acceptance_opt(),
     search: bool = typer.Option(False, "--search", help="Search the layout (the default whenever no layout option is given)."),
     train_tokens: Optional[float] = O.train_tokens_opt("Train: also report wall time and GPU-hours for N tokens."),
     fmt: str = O.format_opt(),
@@ -48,7 +51,8 @@ def time_cmd(
 
     Example: wseplan time gpt-3-175b --target a100x1536 --phase train --batch 1536 --context 2048 --tp 8 --pp 12 ;
     wseplan time llama-3-8b --target h100x1 --phase decode --batch 64 --context 2048 --output-tokens 512 ;
-    wseplan time llama-2-70b --target h200x1 --precision fp8 --batch 64 --software gpu-trtllm-2023
+    wseplan time llama-2-70b --target h200x1 --precision fp8 --batch 64 --software gpu-trtllm-2023 ;
+    wseplan time llama-3.1-8b --target cs3x1 --speculative none
     """
     from ..timing import predict_time
 
@@ -58,6 +62,10 @@ def time_cmd(
                                   micro_batch=micro_batch).items() if v is not None}
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
+    if phase == "train" and (speculative, draft_tokens, acceptance) != (None, None, None):
+        flag = "--speculative" if speculative is not None else "--draft-tokens" if draft_tokens is not None else "--acceptance"
+        raise InputError(f"{flag}: speculative decoding applies to inference (prefill, decode, serve), not --phase train")
+    opts.update(O.spec_options(speculative, draft_tokens, acceptance, cat))
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:
@@ -67,6 +75,12 @@ def time_cmd(
             raise InputError(f"--train-tokens: must be > 0, got {train_tokens!r}")
     res = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
                        output_tokens=output_tokens, catalog=cat, software=software, **lay, **opts)
+    if draft_tokens is not None or acceptance is not None:  # a draft's settings need a draft (asked or the profile's)
+        from ..catalog.software import load_software
+        prof = load_software(cat).get(res.software.lower())
+        asked = opts.get("speculative")
+        on = asked not in (None, "none") or (asked is None and prof is not None and prof.engine.speculative is not None)
+        O.check_speculation_on(True if on else None, res.software, draft_tokens, acceptance)
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         secs = train_tokens / res.tokens_per_s

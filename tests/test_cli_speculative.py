@@ -1,0 +1,52 @@
+"""`wseplan time` takes the speculative-decoding flags `serve` takes (one shared definition in wseplan/cli/options.py):
+the notes of `fit` and `time` point users to `--speculative none`, so the command they print must accept it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wseplan.cli import main
+from wseplan.timing import predict_time
+
+
+def _time(capsys, *args):
+    rc = main(["time", *args, "--format", "json"])
+    out = capsys.readouterr()
+    return rc, (json.loads(out.out) if rc == 0 else None), out.err
+
+
+def test_time_speculative_none_is_the_plain_decode_of_the_api(capsys):
+    """The wafer-production profile drafts by default; `--speculative none` gives the API's plain decoding, and the
+    default's note names the flag that turns it off."""
+    rc, on, _ = _time(capsys, "llama-3.1-8b", "--target", "cs3x1", "--batch", "1", "--context", "1024")
+    assert rc == 0 and any("--speculative none" in n for n in on["notes"])
+    rc, off, _ = _time(capsys, "llama-3.1-8b", "--target", "cs3x1", "--batch", "1", "--context", "1024",
+                       "--speculative", "none")
+    api = predict_time("llama-3.1-8b", "cs3x1", phase="decode", batch=1, context=1024, speculative="none")
+    assert rc == 0 and off["step_s"] == pytest.approx(api.step_s, rel=1e-12) and not off["notes"]
+    assert off["tokens_per_s_per_user"] < on["tokens_per_s_per_user"]
+
+
+def test_time_draft_settings_reach_the_model(capsys):
+    rc, rec, _ = _time(capsys, "llama-3-8b", "--target", "h100x1", "--batch", "1", "--context", "1024",
+                       "--speculative", "llama-3.2-1b", "--draft-tokens", "4", "--acceptance", "0.7")
+    api = predict_time("llama-3-8b", "h100x1", phase="decode", batch=1, context=1024, speculative="llama-3.2-1b",
+                       draft_tokens=4, acceptance=0.7)
+    assert rc == 0 and rec["step_s"] == pytest.approx(api.step_s, rel=1e-12)
+    # accepted tokens per target pass for k = 4, a = 0.7: (1 - 0.7^5) / (1 - 0.7) = 2.77
+    assert any("2.77 accepted" in n for n in rec["notes"])
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--draft-tokens", "4"], "--draft-tokens"),                   # no draft on gpu-production
+    (["--acceptance", "0.5"], "--acceptance"),
+    (["--speculative", "no-such-draft"], "--speculative"),
+    (["--speculative", "llama-3.2-1b", "--draft-tokens", "0"], "--draft-tokens"),
+    (["--speculative", "llama-3.2-1b", "--acceptance", "1.5"], "--acceptance"),
+    (["--phase", "train", "--speculative", "llama-3.2-1b"], "--speculative"),
+])
+def test_time_refuses_bad_speculative_flags_in_one_line(capsys, args, flag):
+    rc, _, err = _time(capsys, "llama-3-8b", "--target", "h100x1", *args)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and flag in lines[0]
