@@ -50,3 +50,23 @@ def test_time_refuses_bad_speculative_flags_in_one_line(capsys, args, flag):
     rc, _, err = _time(capsys, "llama-3-8b", "--target", "h100x1", *args)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and flag in lines[0]
+
+
+def test_fit_takes_the_flag_its_note_names(capsys):
+    """`wseplan fit` prints the speculative note too, so it takes `--speculative` (and `--software`): `none` gives the
+    API's plain answer and drops the note; a training question refuses it in one line."""
+    from wseplan.fit import fit
+
+    assert main(["fit", "llama-70b", "--target", "cs3x4", "--format", "json"]) == 0
+    on = json.loads(capsys.readouterr().out)
+    assert any("--speculative none" in n for n in on["notes"])
+    assert main(["fit", "llama-70b", "--target", "cs3x4", "--speculative", "none", "--format", "json"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    api = fit("llama-70b", "cs3x4", speculative="none")
+    assert not off["notes"] and off["fits"] == api.fits and off["total_bytes"] == api.total_bytes
+    assert main(["fit", "llama-70b", "--target", "h100x8", "--software", "gpu-production-specdec", "--format",
+                 "json"]) == 0
+    assert any("gpu-production-specdec" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    assert main(["fit", "llama-70b", "--target", "cs3x4", "--phase", "train", "--speculative", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--speculative" in err[0]

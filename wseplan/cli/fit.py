@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import InputError
 from ..report.formats import fmt_bool, fmt_bytes, fmt_num
 from . import options as O
 from .output import Rendered, Section, check_format, render
@@ -21,19 +22,26 @@ def fit(
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU training: ZeRO stage 0-3 (default: searched)."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU training: none | selective | full | partial (fewest whole layers per stage that fit; default: searched)."),
     memoryx: Optional[str] = O.memoryx_opt(),
+    software: Optional[str] = O.software_opt(),
+    speculative: Optional[str] = O.speculative_opt(),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
     """Does MODEL fit TARGET? Devices needed, what binds, headroom, and the layer stages.
 
-    Example: wseplan fit llama-70b --target wse3 ; wseplan fit llama-405b --target h100x16 --format json
+    Example: wseplan fit llama-70b --target wse3 ; wseplan fit llama-405b --target h100x16 --format json ;
+    wseplan fit llama-70b --target cs3x4 --speculative none
     """
     from ..fit import fit as fit_fn
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
+    if speculative is not None and phase == "train":
+        raise InputError("--speculative: speculative decoding applies to inference (prefill, decode, serve), not --phase train")
+    spec = O.spec_options(speculative, None, None, cat).get("speculative")
     res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context, reserve=reserve,
-                 catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx)
+                 catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx, software=software,
+                 speculative=spec)
     render_fit(res, fmt)
 
 
