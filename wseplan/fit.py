@@ -50,8 +50,8 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     software : str
         Software profile (default: the family's production profile).
     speculative : str
-        Inference: the draft model held beside the target for speculative decoding, or ``"none"`` (default: the
-        software profile's, e.g. wafer-production's Llama-3.2-1B).
+        Inference: the draft model for speculative decoding, or ``"none"`` (default: the software profile's, e.g.
+        wafer-production's Llama-3.2-1B); the record's notes say whether it runs. The memory figures are the target's.
     """
     if zero_stage is not None and (isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3)):
         raise InputError(f"zero: ZeRO stage must be 0, 1, 2 or 3, got {zero_stage!r}")
