@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, WseplanError
 from ..report.formats import safe_text
 
 PRECISIONS_HELP = "fp32 | tf32 | bf16 | fp16 | fp8 | int8 | int4 | fp4"
@@ -148,7 +148,6 @@ def check_spec_flags(draft_tokens, acceptance) -> None:
 def spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
     """The family ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS) from the three flags,
     each checked with a one-line error naming it (an unknown draft model names --speculative)."""
-    from ..errors import WseplanError
     from ..workload import resolve_model
 
     check_spec_flags(draft_tokens, acceptance)
