@@ -42,9 +42,12 @@ class Sequences(NamedTuple):
 
 
 def vector_peak_flop_per_s(gpu) -> float:
-    """The GPU's FP32 peak on its vector units (CUDA cores) [FLOP/s], the rate a decode attention kernel without
-    tensor-core instructions runs against. InputError where the catalog gives no FP32 figure."""
-    q = gpu.dense_peak_flop_per_s.get("fp32")
+    """The rate a decode attention kernel without tensor-core instructions runs against [FLOP/s]: its vector units'
+    instruction issue (4 warp instructions per SM and clock) counted as fused multiply-adds, ``vector_issue_flop_per_s``
+    where the catalog gives it (Volta, Ampere: twice their FP32 peak, as an FP32 warp instruction takes two of an SM
+    partition's issue slots and conversions and shuffles fill the others), else the FP32 peak (Hopper, Ada,
+    Blackwell: one FP32 warp instruction per slot). InputError where the catalog gives neither."""
+    q = gpu.vector_issue_flop_per_s or gpu.dense_peak_flop_per_s.get("fp32")
     if q is None:
         raise InputError(f"software: a per-query-head decode attention kernel runs on the vector units, and {gpu.name} "
                          "has no fp32 peak in the catalog (dense_peak_flop_per_s.fp32); use a grouped-kernel profile")

@@ -291,6 +291,9 @@ class Gpu(_Checked):
     dense_peak_flop_per_s: dict[str, Quantity]
     sparse_peak_flop_per_s: dict[str, Quantity] = {}
     matmul_attainable_rel: dict[Literal["16bit", "8bit", "4bit"], Quantity] = {}
+    #: vector-unit instruction issue as FLOP/s (SMs x clock x 4 warp schedulers x 32 lanes x 2), where it exceeds the
+    #: FP32 peak (Volta, Ampere: 64 FP32 lanes per SM, the other issue slots feed other pipes); None: the FP32 peak
+    vector_issue_flop_per_s: Quantity | None = None
     scale_up_bandwidth_bytes_per_s: Quantity
     #: ``switch`` (NVSwitch: any group of the domain gets each GPU's whole scale-up bandwidth) or ``full-mesh`` (point
     #: to point links, one per peer: a group of g GPUs gets g - 1 links, ``scale_up_link_bandwidth_bytes_per_s`` each)
