@@ -47,8 +47,8 @@ def test_decode_attention_on_the_vector_units_by_hand():
 
 def test_the_vector_kernel_is_kv_read_bound_for_a_multi_head_model():
     """Llama 2 7B (32 query heads, 32 KV heads, fp16 KV) on one A100 at the same step: 512 FLOP and 512 bytes per
-    head and key, so at a quarter of the 19.5 TFLOP/s FP32 peak the vector kernel computes at 4.9 TFLOP/s against
-    ~1.7 TB/s of KV reads: the step is the grouped kernel's (the KV read bounds both)."""
+    head and key, so at a quarter of the A100's 39 TFLOP/s of vector issue the kernel computes at 9.75 TFLOP/s
+    against ~1.8 TB/s of KV reads: the step is the grouped kernel's (the KV read bounds both)."""
     m = resolve_model("llama-2-7b", CAT)
     gpu = CAT.gpus["a100-80gb"]
     cal = setup("llama-2-7b", "a100-80gbx1", phase="decode", catalog=CAT).ctx.cal.replace(vector_attention_frac=0.25)
@@ -71,11 +71,19 @@ def test_the_old_kernel_runs_on_gpus_with_a_datasheet_fp32_figure(target, fp32):
     assert r.fits and r.step_s > 0
 
 
+def test_the_vector_rate_is_instruction_issue_by_hand():
+    """An SM issues four warp instructions (4 x 32 lanes) per clock. Hopper has 128 FP32 lanes per SM, so its issue
+    rate is its FP32 peak; Ampere has 64, so an FP32 instruction takes two slots and a mixed stream of conversions,
+    shuffles and FMAs issues at twice the FP32 peak: A100 108 SMs x 1.41 GHz x 128 lanes x 2 FLOP = 39.0 TFLOP/s."""
+    assert P.vector_peak_flop_per_s(CAT.gpus["a100-80gb"]) == pytest.approx(108 * 1.41e9 * 128 * 2, rel=1e-3)
+    assert P.vector_peak_flop_per_s(CAT.gpus["h100-sxm"]) == CAT.gpus["h100-sxm"].dense_peak_flop_per_s["fp32"].si
+
+
 def test_a_gpu_without_an_fp32_figure_is_refused_in_one_line():
     from wseplan.errors import InputError
 
     gpu = CAT.gpus["a100-80gb"].model_copy(update={"dense_peak_flop_per_s": {
-        k: v for k, v in CAT.gpus["a100-80gb"].dense_peak_flop_per_s.items() if k != "fp32"}})
+        k: v for k, v in CAT.gpus["a100-80gb"].dense_peak_flop_per_s.items() if k != "fp32"}, "vector_issue_flop_per_s": None})
     with pytest.raises(InputError, match="fp32"):
         P.vector_peak_flop_per_s(gpu)
 

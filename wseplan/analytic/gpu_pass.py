@@ -50,7 +50,8 @@ def vector_peak_flop_per_s(gpu) -> float:
     q = gpu.vector_issue_flop_per_s or gpu.dense_peak_flop_per_s.get("fp32")
     if q is None:
         raise InputError(f"software: a per-query-head decode attention kernel runs on the vector units, and {gpu.name} "
-                         "has no fp32 peak in the catalog (dense_peak_flop_per_s.fp32); use a grouped-kernel profile")
+                         "has no fp32 peak in the catalog (dense_peak_flop_per_s.fp32, or vector_issue_flop_per_s); "
+                         "use a grouped-kernel profile")
     return q.si
 
 
