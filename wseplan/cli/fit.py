@@ -5,7 +5,6 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
 from ..report.formats import fmt_bool, fmt_bytes, fmt_num
 from . import options as O
 from .output import Rendered, Section, check_format, render
@@ -36,9 +35,7 @@ def fit(
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
-    if speculative is not None and phase == "train":
-        raise InputError("--speculative: speculative decoding applies to inference (prefill, decode, serve), not --phase train")
-    spec = O.spec_options(speculative, None, None, cat).get("speculative")
+    spec = O.spec_options(speculative, None, None, cat, phase).get("speculative")
     res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context, reserve=reserve,
                  catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx, software=software,
                  speculative=spec)

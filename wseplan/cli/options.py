@@ -145,11 +145,15 @@ def check_spec_flags(draft_tokens, acceptance) -> None:
         raise InputError(f"--acceptance: per-token acceptance must be in [0, 1), got {acceptance!r}")
 
 
-def spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
+def spec_options(speculative, draft_tokens, acceptance, cat, phase: str | None = None) -> dict:
     """The family ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS) from the three flags,
-    each checked with a one-line error naming it (an unknown draft model names --speculative)."""
+    each checked with a one-line error naming it (an unknown draft model names --speculative; any of them with
+    ``phase`` train)."""
     from ..workload import resolve_model
 
+    if phase == "train" and (speculative, draft_tokens, acceptance) != (None, None, None):
+        flag = "--speculative" if speculative is not None else "--draft-tokens" if draft_tokens is not None else "--acceptance"
+        raise InputError(f"{flag}: speculative decoding applies to inference (prefill, decode, serve), not --phase train")
     check_spec_flags(draft_tokens, acceptance)
     opts = {}
     if speculative is not None:

@@ -62,10 +62,7 @@ def time_cmd(
                                   micro_batch=micro_batch).items() if v is not None}
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
-    if phase == "train" and (speculative, draft_tokens, acceptance) != (None, None, None):
-        flag = "--speculative" if speculative is not None else "--draft-tokens" if draft_tokens is not None else "--acceptance"
-        raise InputError(f"{flag}: speculative decoding applies to inference (prefill, decode, serve), not --phase train")
-    opts.update(O.spec_options(speculative, draft_tokens, acceptance, cat))
+    opts.update(O.spec_options(speculative, draft_tokens, acceptance, cat, phase))
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:
