@@ -70,3 +70,34 @@ def test_fit_takes_the_flag_its_note_names(capsys):
     assert main(["fit", "llama-70b", "--target", "cs3x4", "--phase", "train", "--speculative", "none"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--speculative" in err[0]
+
+
+@pytest.mark.parametrize("target", ["h100x1", "cs3x1"])
+def test_api_refuses_speculative_options_for_training(target):
+    """Whether speculative options apply is decided once, in plan.setup: a training question refuses them through
+    every entry point (the API's fit once dropped them silently; the CLI had its own copy of the check)."""
+    from wseplan.errors import InputError
+    from wseplan.fit import fit
+
+    with pytest.raises(InputError, match=r"^speculative: .*not phase train"):
+        fit("llama-3-8b", target, phase="train", speculative="llama-3.2-1b")
+    with pytest.raises(InputError, match=r"^draft_tokens: .*not phase train"):
+        predict_time("llama-3-8b", target, phase="train", batch=8, context=2048, draft_tokens=4)
+
+
+def test_api_refuses_draft_settings_without_a_draft():
+    """Draft settings with speculative decoding off (the profile has no draft, `none` was asked, or the profile's
+    draft cannot serve the model) are refused by the family's one decision, not silently ignored."""
+    from wseplan.errors import InputError
+
+    with pytest.raises(InputError, match=r"^draft_tokens: speculative decoding is off \(software profile gpu-production"):
+        predict_time("llama-3-8b", "h100x1", phase="decode", batch=1, context=1024, draft_tokens=4)
+    with pytest.raises(InputError, match=r"^acceptance: speculative decoding is off \(speculative none\)"):
+        predict_time("llama-3.1-8b", "cs3x1", phase="decode", batch=1, context=1024, speculative="none",
+                     acceptance=0.6)
+    # Mixtral's tokenizer is not the wafer-production draft's (Llama 3.2 1B): the default draft is dropped, and a
+    # draft setting given with it is refused rather than applied to nothing
+    plain = predict_time("mixtral-8x7b", "cs3x4", phase="decode", batch=1, context=1024)
+    assert not any("speculative decoding on" in n for n in plain.notes)
+    with pytest.raises(InputError, match=r"^draft_tokens: .*cannot serve"):
+        predict_time("mixtral-8x7b", "cs3x4", phase="decode", batch=1, context=1024, draft_tokens=3)

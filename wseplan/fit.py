@@ -8,6 +8,7 @@ from __future__ import annotations
 from .analytic.memory import RECOMPUTE
 from .catalog.load import load_catalog
 from .devices import family_for
+from .devices.inference import SPEC_OPTIONS
 from .errors import InputError
 from .plan import normalise_phase, plan
 from .records import FitResult, PlanRecord, view
@@ -60,8 +61,7 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     if memoryx_option is not None and phase != "train":
         raise InputError(f"memoryx: a MemoryX option applies to wafer training only (phase {phase!r}); drop --memoryx "
                          "or use --phase train")
-    opts = {"reserve": reserve, "memoryx_option": memoryx_option,
-            "speculative": speculative if phase != "train" else None}
+    opts = {"reserve": reserve, "memoryx_option": memoryx_option, "speculative": speculative}
     lay = dict(layout or {})
     if zero_stage is not None:
         lay["zero_stage"] = zero_stage
@@ -82,4 +82,5 @@ def _family_options(target, phase: str, opts: dict, catalog) -> tuple[dict, tupl
     ph = normalise_phase(phase, None)
     fam = family_for(t.kind, ph)
     cols = tuple(fam.columns(ph)) if hasattr(fam, "columns") else tuple(fam.layout_columns)
-    return {k: v for k, v in opts.items() if v is not None and k in fam.options}, cols
+    # the speculative options always reach plan.setup, which refuses them for training
+    return {k: v for k, v in opts.items() if v is not None and (k in fam.options or k in SPEC_OPTIONS)}, cols

@@ -36,6 +36,7 @@ from .catalog.schema import Model
 from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
+from .devices.inference import SPEC_OPTIONS
 from .errors import InputError
 from .model_error import plan_interval
 from .records import PlanRecord
@@ -93,6 +94,9 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     r = opts.get("reserve")
     if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r < 1.0):
         raise InputError(f"reserve: must be a fraction in [0, 1), got {r!r}")
+    spec = [k for k in SPEC_OPTIONS if k in opts] if phase == "train" else []
+    if spec:
+        raise InputError(f"{spec[0]}: speculative decoding applies to inference (prefill, decode, serve), not phase train")
     train_only = () if phase == "train" else getattr(fam, "train_only_options", ())
     allowed = [o for o in fam.options if o not in train_only]
     bad = sorted(set(opts) - set(allowed))

@@ -35,10 +35,11 @@ def fit(
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
-    spec = O.spec_options(speculative, None, None, cat, phase).get("speculative")
-    res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context, reserve=reserve,
-                 catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx, software=software,
-                 speculative=spec)
+    spec = O.spec_options(speculative, None, None, cat).get("speculative")
+    with O.spec_flag_errors():
+        res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context, reserve=reserve,
+                     catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx, software=software,
+                     speculative=spec)
     render_fit(res, fmt)
 
 

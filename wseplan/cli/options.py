@@ -6,6 +6,7 @@ physics load inside the commands.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional
 
@@ -145,15 +146,12 @@ def check_spec_flags(draft_tokens, acceptance) -> None:
         raise InputError(f"--acceptance: per-token acceptance must be in [0, 1), got {acceptance!r}")
 
 
-def spec_options(speculative, draft_tokens, acceptance, cat, phase: str | None = None) -> dict:
+def spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
     """The family ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS) from the three flags,
-    each checked with a one-line error naming it (an unknown draft model names --speculative; any of them with
-    ``phase`` train)."""
+    each checked with a one-line error naming it (an unknown draft model names --speculative). Whether they apply
+    (not in training; a draft to set) is decided with the answer; run it inside :func:`spec_flag_errors`."""
     from ..workload import resolve_model
 
-    if phase == "train" and (speculative, draft_tokens, acceptance) != (None, None, None):
-        flag = "--speculative" if speculative is not None else "--draft-tokens" if draft_tokens is not None else "--acceptance"
-        raise InputError(f"{flag}: speculative decoding applies to inference (prefill, decode, serve), not --phase train")
     check_spec_flags(draft_tokens, acceptance)
     opts = {}
     if speculative is not None:
@@ -171,12 +169,23 @@ def spec_options(speculative, draft_tokens, acceptance, cat, phase: str | None =
     return opts
 
 
-def check_speculation_on(speculative_record, software: str, draft_tokens, acceptance) -> None:
-    """--draft-tokens or --acceptance with speculative decoding off: a one-line error naming the flag."""
-    if speculative_record is None and (draft_tokens is not None or acceptance is not None):
-        flag = "--draft-tokens" if draft_tokens is not None else "--acceptance"
-        raise InputError(f"{flag}: speculative decoding is off (software profile {software} has no draft model); "
-                         "name one with --speculative DRAFT")
+#: the family options of speculative decoding and the flags that set them
+SPEC_FLAGS = {"speculative": "--speculative", "draft_tokens": "--draft-tokens", "acceptance": "--acceptance"}
+
+
+@contextlib.contextmanager
+def spec_flag_errors():
+    """Inside: a one-line error about a speculative-decoding option (decided once, in
+    :func:`wseplan.devices.inference.speculation` and :func:`wseplan.plan.setup`) names the command's flag
+    (``draft_tokens: ...`` -> ``--draft-tokens: ...``)."""
+    try:
+        yield
+    except InputError as exc:
+        msg = str(exc)
+        key = msg.split(":", 1)[0]
+        if key in SPEC_FLAGS:
+            raise InputError(SPEC_FLAGS[key] + msg[len(key):]) from None
+        raise
 
 
 def policy_opt() -> typer.models.OptionInfo:

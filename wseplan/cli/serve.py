@@ -69,12 +69,11 @@ def serve_cmd(
                   acceptance, utilization)
     cat = O.load_catalog(catalog)
     opts = O.spec_options(speculative, draft_tokens, acceptance, cat)
-    res = serve(model, target, precision=precision, software=software, input_tokens=input_len, output_tokens=output_len,
-                concurrency=concurrency, rate=rate, ttft_limit_s=ttft_limit, tpot_limit_s=tpot_limit,
-                percentile=percentile, utilization=utilization,
-                options=opts or None, catalog=cat, prices=load_prices(list(prices or []), catalog=cat),
-                overrides=parse_overrides(set_))
-    O.check_speculation_on(res.speculative, res.software, draft_tokens, acceptance)
+    with O.spec_flag_errors():
+        res = serve(model, target, precision=precision, software=software, input_tokens=input_len,
+                    output_tokens=output_len, concurrency=concurrency, rate=rate, ttft_limit_s=ttft_limit,
+                    tpot_limit_s=tpot_limit, percentile=percentile, utilization=utilization, options=opts or None,
+                    catalog=cat, prices=load_prices(list(prices or []), catalog=cat), overrides=parse_overrides(set_))
     render_serve(res, fmt, list(prices or []))
 
 

@@ -62,7 +62,7 @@ def time_cmd(
                                   micro_batch=micro_batch).items() if v is not None}
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
-    opts.update(O.spec_options(speculative, draft_tokens, acceptance, cat, phase))
+    opts.update(O.spec_options(speculative, draft_tokens, acceptance, cat))
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:
@@ -70,14 +70,9 @@ def time_cmd(
             raise InputError("--train-tokens: applies to --phase train")
         if not train_tokens > 0:
             raise InputError(f"--train-tokens: must be > 0, got {train_tokens!r}")
-    res = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
-                       output_tokens=output_tokens, catalog=cat, software=software, **lay, **opts)
-    if draft_tokens is not None or acceptance is not None:  # a draft's settings need a draft (asked or the profile's)
-        from ..catalog.software import load_software
-        prof = load_software(cat).get(res.software.lower())
-        asked = opts.get("speculative")
-        on = asked not in (None, "none") or (asked is None and prof is not None and prof.engine.speculative is not None)
-        O.check_speculation_on(True if on else None, res.software, draft_tokens, acceptance)
+    with O.spec_flag_errors():
+        res = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
+                           output_tokens=output_tokens, catalog=cat, software=software, **lay, **opts)
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         secs = train_tokens / res.tokens_per_s

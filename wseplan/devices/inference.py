@@ -454,9 +454,13 @@ def speculation(q) -> dict | None:
     (a draft model name, or ``none``), ``draft_tokens`` (k) and ``acceptance`` (per-token acceptance, 0-1).
     Returns None when off, else ``{draft_model, draft_tokens, acceptance_frac, accepted_per_step}`` (the last
     :func:`~wseplan.analytic.engine.accepted_tokens_per_step` of the two before it)."""
+    if q.phase == "train":  # plan.setup refuses the options for training; nothing to decide
+        return None
     sp = q.software.engine.speculative
     name = q.options.get("speculative", sp.draft_model if sp else None)
     if name is None or str(name).lower() in ("none", "off", "false", "0", ""):
+        _refuse_draft_settings(q, "speculative none" if "speculative" in q.options
+                               else f"software profile {q.software.name} has no draft model")
         return None
     k = q.options.get("draft_tokens", sp.draft_tokens.si if sp else 4)
     a = q.options.get("acceptance", sp.acceptance_frac.si if sp else 0.7)
@@ -474,10 +478,21 @@ def speculation(q) -> dict | None:
     why = draft_mismatch(q.model, draft)
     if why is not None:
         if "speculative" not in q.options:  # the profile's default draft cannot serve this model: plain decoding
+            _refuse_draft_settings(q, f"the {q.software.name} profile's draft cannot serve {q.model.name}: {why}")
             return None
         raise InputError(f"speculative: {why}; name a smaller draft of the target's family, or --speculative none")
     return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a),
             "accepted_per_step": float(E.accepted_tokens_per_step(draft_tokens=float(k), acceptance_frac=float(a)))}
+
+
+def _refuse_draft_settings(q, why: str) -> None:
+    """A draft's settings (``draft_tokens``, ``acceptance``) asked for while speculative decoding is off: a one-line
+    error naming the option, instead of an answer that silently ignores them (the one place this is decided; the
+    CLI names the flags, :func:`wseplan.cli.options.spec_flag_errors`)."""
+    for key in ("draft_tokens", "acceptance"):
+        if q.options.get(key) is not None:
+            raise InputError(f"{key}: speculative decoding is off ({why}); name a draft model with speculative "
+                             "(--speculative DRAFT)")
 
 
 def draft_mismatch(target, draft) -> str | None:
