@@ -14,7 +14,7 @@ from wseplan.catalog import load_catalog
 from wseplan.cli import main
 from wseplan.compare import compare
 from wseplan.costing import cost
-from wseplan.serving import DEFAULT_UTILIZATION, operating_point, serve
+from wseplan.serving import operating_point, serve
 
 CAT = load_catalog()
 PRICES = C.load_prices(catalog=CAT)
@@ -43,18 +43,20 @@ def test_cost_without_batch_is_the_cheapest_point_that_meets_the_speed():
     assert op["min_tokens_per_s_per_user"] == 20 and op["min_source"] == "default" and op["meets"]
     assert res.plan["sources"]["batch"] == "searched" and res.batch == op["batch"]
     assert res.notes[0] == f"operating point: cheapest meeting >= 20 tok/s/user, batch {res.batch} (searched)"
-    # the one search: serve with TPOT <= 1/20 s chose this point, and no qualifying point is cheaper
+    # the one search: serve with TPOT <= 1/20 s and the slots full (the load cost prices) chose this point, and no
+    # qualifying point is cheaper
     sv = serve("llama-3-70b", "h200x8", precision="fp8", input_tokens=2048, output_tokens=256,
-               tpot_limit_s=1 / 20, catalog=CAT, prices=PRICES)
+               tpot_limit_s=1 / 20, catalog=CAT, prices=PRICES, full_slots=True)
     ok = [p for p in sv.points if p.tokens_per_s_per_user >= 20]
     best = min(ok, key=lambda p: p.usd_per_hour / p.tokens_per_s)  # cheapest all-in: TCO/h over tokens/h at its load
     assert (best.batch, best.layout) == (sv.chosen.batch, sv.chosen.layout) and best.batch == res.batch
+    assert best.utilization_frac == 1.0 and best.running_batch == best.batch
     assert res.plan["tokens_per_s_per_user"] >= 20
-    # cost prices the replica at full load; serve reports it at its default load (90% of capacity)
-    assert res.metric("output_usd_per_mtok") == pytest.approx(best.output_usd_per_mtok * DEFAULT_UTILIZATION, rel=1e-9)
+    assert res.plan["tokens_per_s_per_user"] == pytest.approx(best.tokens_per_s_per_user, rel=1e-12)
+    # cost prices the replica at full load, the point's own load
+    assert res.metric("output_usd_per_mtok") == pytest.approx(best.output_usd_per_mtok, rel=1e-9)
     util = PRICES.site.utilization_frac.si  # the headline is all in: the busy hour over the tokens delivered
-    assert res.headline_value == pytest.approx(best.usd_per_hour / (util * 3600 * best.tokens_per_s) * 1e6
-                                               * DEFAULT_UTILIZATION, rel=1e-9)
+    assert res.headline_value == pytest.approx(best.usd_per_hour / (util * 3600 * best.tokens_per_s) * 1e6, rel=1e-9)
     # the same number as asking for that batch and layout explicitly
     lay = op["layout"]
     again = cost("llama-3-70b", "h200x8", batch=res.batch, layout=lay, **ASK)
@@ -86,14 +88,13 @@ def test_wafer_operating_point_reproduces_the_serve_point():
     """A wafer replica the search grew beyond the fewest wafers (cs3 -> cs3xN) is costed at that size."""
     res = cost("llama-3.1-8b", "cs3", precision="bf16", context=1024, output_tokens=128, catalog=CAT, prices=PRICES)
     sv = serve("llama-3.1-8b", "cs3", input_tokens=1024, output_tokens=128, tpot_limit_s=1 / 20, catalog=CAT,
-               prices=PRICES)
+               prices=PRICES, full_slots=True)
     assert res.num_devices == sv.chosen.num_devices and res.batch == sv.chosen.batch
-    # all in: the busy hour over the tokens the point delivers; serve's points run at DEFAULT_UTILIZATION of capacity
+    # all in: the busy hour over the tokens the point delivers, its slots full as cost prices them
     util = PRICES.site.utilization_frac.si
     all_in = sv.chosen.usd_per_hour / (util * 3600 * sv.chosen.tokens_per_s) * 1e6
-    assert res.headline_value == pytest.approx(all_in * DEFAULT_UTILIZATION, rel=1e-9)
-    assert res.metric("output_usd_per_mtok") == pytest.approx(sv.chosen.output_usd_per_mtok * DEFAULT_UTILIZATION,
-                                                               rel=1e-9)
+    assert res.headline_value == pytest.approx(all_in, rel=1e-9)
+    assert res.metric("output_usd_per_mtok") == pytest.approx(sv.chosen.output_usd_per_mtok, rel=1e-9)
 
 
 def test_explicit_batch_is_kept():

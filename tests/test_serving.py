@@ -260,3 +260,35 @@ def test_serve_ttft_is_the_mean_at_the_points_load(catalog):
     wait = rho * S * (1 + cs2) / (2 * (1 - rho))
     assert p.ttft_s == pytest.approx(p.ttft_own_s + wait, rel=1e-3)  # the variation's O - 1 vs O: 1e-4
     assert p.ttft_own_s < p.ttft_s < p.ttft_p99_s
+
+
+def test_an_inflight_engine_steps_the_requests_it_holds(catalog):
+    """Little's law (L = lambda W): random arrivals filling half of 64 slots keep 32 requests in an in-flight engine on
+    average, and it steps those 32, not 64 (vLLM, TensorRT-LLM: each step runs the requests in flight). The point's
+    TPOT and throughput are then `time --phase serve --batch 32`'s (hand: lambda = 32 held / E[S(32)], so the
+    tokens/s are the 32-request closed loop's); with its slots full (`full_slots`, the load cost prices) the point is
+    the 64-request closed loop; a static batch steps its 64 slots whatever the load."""
+    from wseplan.timing import predict_time
+
+    kw = dict(input_tokens=1024, output_tokens=256, concurrency=64, catalog=catalog, prices=False)
+    half = serve("llama-3.1-8b", "h100x1", utilization=0.5, **kw).chosen
+    t32 = predict_time("llama-3.1-8b", "h100x1", phase="serve", batch=32, context=1024, output_tokens=256,
+                       catalog=catalog)
+    t64 = predict_time("llama-3.1-8b", "h100x1", phase="serve", batch=64, context=1024, output_tokens=256,
+                       catalog=catalog)
+    assert half.batch == 64 and half.running_batch == pytest.approx(32, rel=1e-12)
+    assert half.tpot_s == pytest.approx(t32.tpot_s, rel=1e-12) and half.tpot_s < t64.tpot_s
+    assert half.tokens_per_s == pytest.approx(t32.tokens_per_s, rel=1e-12)
+    # a share of the slots' capacity above the load's half: a smaller batch turns each request round faster
+    assert half.utilization_frac == pytest.approx(t32.tokens_per_s / t64.tokens_per_s, rel=1e-12)
+    assert 0.5 < half.utilization_frac < 1
+    full = serve("llama-3.1-8b", "h100x1", input_tokens=1024, output_tokens=256, batches=[64], full_slots=True,
+                 catalog=catalog, prices=False).chosen
+    assert full.tpot_s == pytest.approx(t64.tpot_s, rel=1e-12) and full.running_batch == 64
+    assert full.tokens_per_s == pytest.approx(t64.tokens_per_s, rel=1e-12) and full.utilization_frac == 1.0
+    static = serve("llama-3.1-8b", "h100x1", utilization=0.5, software="gpu-fitted-2026-11", **kw).chosen
+    s64 = predict_time("llama-3.1-8b", "h100x1", phase="serve", batch=64, context=1024, output_tokens=256,
+                       software="gpu-fitted-2026-11", catalog=catalog)
+    assert static.tpot_s == pytest.approx(s64.tpot_s, rel=1e-12) and static.utilization_frac == pytest.approx(0.5)
+    with pytest.raises(InputError, match="^full_slots"):
+        serve("llama-3.1-8b", "h100x1", rate=1.0, full_slots=True, catalog=catalog, prices=False)

@@ -24,6 +24,7 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -61,8 +62,14 @@ class ServePoint(_Frozen):
     num_replicas: int
     num_devices: int
     batch: int
+    #: requests the engine holds on average at this load (Little's law: arrival rate x time in the engine); an in-flight
+    #: engine steps that batch (``tpot_s`` is its step), a static one its ``batch`` slots; ``batch`` when they are full
+    running_batch: float | None = None
     layout: dict
     tpot_s: float
+    #: TPOT of the request at the record's percentile (a request's mean step over its life; with random arrivals the
+    #: batch held varies around ``running_batch``): the TPOT limit applies to it; ``tpot_s`` when the slots are full
+    tpot_at_percentile_s: float | None = None
     ttft_s: float
     ttft_own_s: float
     ttft_p50_s: float
@@ -119,7 +126,8 @@ class ServeResult(_Frozen):
 
 def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
             ttft_limit_s, tpot_limit_s, utilization, fill_to: int | None = None, users: int | None = None,
-            admit: bool = False, closed_loop: bool = False, max_batch: int | None = None) -> list[ServePoint]:
+            admit: bool = False, closed_loop: bool = False, max_batch: int | None = None,
+            full_slots: bool = False) -> list[ServePoint]:
 
     b = np.asarray(batches, dtype=float)
     n = len(b)
@@ -144,12 +152,14 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         return []
     R = np.asarray(arr["num_replicas"], dtype=float)
     tpot = arr["tpot_s"]
+    tpot_pct = tpot  # the TPOT of the requests at the percentile: the mean where the batch held is fixed (full slots)
     # own prefill (no queue) and the engine's prefill-budget time per prompt (0 for static batches)
     own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
                    arr["ttft_s"])
     busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0)
     cap = np.asarray(arr["tokens_per_s"], dtype=float) / (R * max(output_tokens, 1))  # requests/s at full concurrency
-    closed = users is not None and rate is None and (closed_loop or queued)
+    closed = users is not None and rate is None and (closed_loop or queued) or full_slots
+    held = b.astype(float)  # requests the engine holds on average (Little's law); the slots when full
     if closed:  # the users keep every slot full (the engine's closed loop at the batch); any beyond it wait to be admitted
         lam = cap
         queue = E.admission_wait_s(users=float(users) if queued else b, slots=b, request_s=np.asarray(arr["request_s"], dtype=float))
@@ -157,6 +167,15 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     else:
         lam = np.full(n, np.nan) if rate is None else rate / R
         lam = np.where(np.isnan(lam), utilization * cap, lam)
+        run = _running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens, percentile)
+        if run is not None:  # the batch an in-flight engine runs at this load (Little's law), not its slot count
+            tpot, tpot_pct, own, busy, per_held = (run[k] for k in ("tpot", "tpot_pct", "own", "busy", "per_held"))
+            got = np.isfinite(per_held)
+            if rate is None:  # a load given as a share of the slots: utilization x b requests held on average
+                lam = np.where(got, utilization * b * per_held, lam)
+            held = np.where(got, lam / np.where(got, per_held, 1.0), lam / cap * b)
+        else:
+            held = lam / cap * b
         # the prompts a request meets at the engine's prefill budget are those of the other slots' requests (as the
         # engine's closed loop, :func:`~wseplan.analytic.engine.closed_loop_prefill_wait`): none with one slot
         lam_p = E.others_arrival_rate(lam, b)
@@ -170,16 +189,20 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
                             output_tokens_scv=output_scv)
         waits = {p: pre_wait[p] + Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv,
                                              percentile=p) for p in (None, *PERCENTILES, percentile)}
-    util = lam / cap
+    util = lam / cap  # the load as a share of the full slots' capacity (cost per token scales with its inverse)
+    # a steady state needs free slots: fewer requests held on average than slots (the full-slot rate when the batch
+    # steps at the slots' pace; a smaller running batch can carry more where a replica's capacity falls with its slots)
+    stable = held < b * (1.0 - 1e-12) if not closed else np.ones(n, dtype=bool)
     cost = None
     if prices is not None:
         cost = cost_columns(s, arr, nominal(params_for(s, prices, overrides=overrides)))
     out = []
     for i in np.nonzero(ok)[0]:
-        if not (util[i] < 1.0 or closed):
+        if not stable[i]:
             continue  # the rate exceeds what this point carries: no steady state
         tt = {p: float(own[i] + waits[p][i]) for p in waits}  # own prefill + prefill-budget wait + slot wait
-        meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
+        meets = (tpot_limit_s is None or tpot_pct[i] <= tpot_limit_s) and \
+            (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
         rec = record(s, arr, int(i))
         usd_h = out_usd = in_usd = all_in = None
         if cost is not None:
@@ -191,7 +214,8 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             in_usd = None if not np.isfinite(iv) else float(iv) / u
         out.append(ServePoint(
             devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
-            num_devices=int(arr["num_devices"][i]), batch=int(b[i]), layout=rec.layout, tpot_s=float(tpot[i]),
+            num_devices=int(arr["num_devices"][i]), batch=int(b[i]), running_batch=float(held[i]), layout=rec.layout,
+            tpot_s=float(tpot[i]), tpot_at_percentile_s=float(tpot_pct[i]),
             ttft_s=tt[None], ttft_own_s=float(own[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
             ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
             capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
@@ -202,6 +226,62 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             notes=list(rec.notes) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
+
+
+def _running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
+                   output_tokens: int, percentile: float) -> dict | None:
+    """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (mean), ``tpot_pct`` (at
+    ``percentile`` of the requests), ``own`` (own prefill), ``busy`` (prefill-budget time) and ``per_held``
+    (requests/s per request held; NaN where a point keeps its full-slot figures), or None where no point changes.
+
+    An in-flight engine (vLLM, TensorRT-LLM, SGLang, the wafer service) steps the requests it holds, not its slot
+    count: with requests arriving at ``lambda`` and holding a slot for ``E[S]``, it holds ``N = lambda E[S]`` on
+    average (Little's law), ``util x b`` with the full-slot ``E[S]`` (an upper bound: a smaller batch steps faster and
+    holds each request for less). Each point is evaluated again at ``ceil(util x b)`` requests on the layout it chose
+    for ``b`` (the replica does not change its layout with the load); a static batch runs its ``b`` slots and keeps
+    them. A load given as a share ``u`` of the slots holds ``u x b`` requests, each served at the rate of that batch:
+    ``lambda = u x b / E[S(u x b)]``.
+
+    The requests held at a random time are Poisson with mean ``N`` (an M/G/infinity system: Takacs; the slots far from
+    full), and a request's TPOT is the mean step over its life, over which the count held is averaged: with a service
+    time of about one request's life the average keeps 2/3 of the variance (``(2/W^2) int_0^W (W - t)(1 - t/W) dt``
+    for the count's autocorrelation ``1 - t/W``). The TPOT at ``percentile`` of the requests is the step of
+    ``N + z_p sqrt(2N/3)`` requests (``z_p`` the normal quantile), at most the slots."""
+    if s.query.software.engine.scheduling != "inflight":
+        return None
+    with np.errstate(invalid="ignore"):
+        run_b = np.minimum(b, np.maximum(1.0, np.ceil(util * b - 1e-9)))
+        z = NormalDist().inv_cdf(min(max(percentile / 100.0, 1e-9), 1 - 1e-9))
+        pct_b = np.minimum(b, np.maximum(run_b, np.ceil(run_b + z * np.sqrt(2.0 * run_b / 3.0) - 1e-9)))
+    idx = np.nonzero(ok & (util < 1.0) & (run_b < b))[0]
+    if idx.size == 0:
+        return None
+    m = idx.size
+    sub = {k: np.tile(np.asarray(v)[idx], 2) for k, v in cfg.items()}
+    sub["batch"] = np.concatenate([run_b[idx], pct_b[idx]])
+    for k in s.family.columns("serve") if hasattr(s.family, "columns") else s.family.layout_columns:
+        if k in arr:  # the layout chosen for the slots
+            sub[k] = np.tile(np.asarray(arr[k], dtype=float)[idx], 2)
+    got = evaluate(s, sub)
+    t_got = np.asarray(got["tpot_s"], dtype=float)
+    good = np.isfinite(t_got[:m]) & np.isfinite(t_got[m:])
+    idx, sel = idx[good], np.nonzero(good)[0]
+    tpot = np.array(arr["tpot_s"], dtype=float)
+    n = tpot.size
+    own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
+                   arr["ttft_s"]).astype(float)
+    busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0).copy()
+    own_r = np.where(np.isfinite(got.get("time.ttft_own_s", np.full(2 * m, np.nan))), got.get("time.ttft_own_s", 0.0),
+                     got["ttft_s"])
+    tpot_pct = tpot.copy()
+    tpot[idx] = t_got[sel]
+    tpot_pct[idx] = t_got[m + sel]
+    own[idx] = np.asarray(own_r, dtype=float)[sel]
+    busy[idx] = np.nan_to_num(np.asarray(got.get("time.prefill_busy_s", np.zeros(2 * m)), dtype=float), nan=0.0)[sel]
+    per_held = np.full(n, np.nan)  # requests/s of the replica per request it holds, at the running batch
+    per_held[idx] = np.asarray(got["tokens_per_s"], dtype=float)[sel] / (R[idx] * max(output_tokens, 1)) / \
+        np.asarray(sub["batch"], dtype=float)[sel]
+    return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held}
 
 
 def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:
@@ -254,7 +334,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
           ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
           output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float | None = None, options: dict | None = None,
           layout: dict | None = None, batches=None, catalog=None, prices=None,
-          overrides: dict | None = None) -> ServeResult:
+          overrides: dict | None = None, full_slots: bool = False) -> ServeResult:
     """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
 
     With ``concurrency`` the replica runs that many requests at once, or, when their KV caches do not fit, the
@@ -268,7 +348,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     point. A target without a count sizes the replica itself (replica search, see the module docstring); a
     ``layout`` (e.g. ``{"tp": 2, "pp": 1, "dp": 4}`` on ``h100x8``) fixes it instead. ``prices=False`` skips
     pricing (points without $ fields). ``input_tokens``/``output_tokens`` default to the catalog's serving request
-    (``defaults.default_prompt_tokens``, ``default_output_tokens``: 2,048 and 256).
+    (``defaults.default_prompt_tokens``, ``default_output_tokens``: 2,048 and 256). ``full_slots`` reports every
+    point with its slots full (a closed loop of ``batch`` users, the load ``cost`` and ``compare`` price; no rate).
     """
 
     cat = catalog or load_catalog()
@@ -289,6 +370,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         raise InputError(f"utilization: must be in (0, 1), got {utilization!r}")
     # a concurrency without a rate or a load: that many users in a closed loop; else random arrivals at the load
     closed_loop = concurrency is not None and rate is None and utilization is None
+    if full_slots and rate is not None:
+        raise InputError("full_slots: every point at its slots full has no arrival rate; drop rate")
     utilization = DEFAULT_UTILIZATION if utilization is None else utilization
     if prices is None:
         prices = load_prices(catalog=cat)
@@ -308,7 +391,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     t0 = s0.query.target
     kw = dict(batches=batches, input_tokens=input_tokens, output_tokens=output_tokens, prices=prices,
               overrides=overrides, rate=rate, percentile=percentile, output_scv=output_scv, ttft_limit_s=ttft_limit_s,
-              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to, users=concurrency, closed_loop=closed_loop,
+              tpot_limit_s=tpot_limit_s, utilization=utilization, fill_to=fill_to, users=concurrency,
+              closed_loop=closed_loop, full_slots=full_slots,
               max_batch=int(eng.max_batch.si))
     if layout and s0.query.target.count is None:
         raise InputError(f"layout: a fixed layout needs a target with a device count (e.g. {s0.query.target.key}x8)")
@@ -534,8 +618,9 @@ def operating_point(model, target, *, precision: str = "bf16", software: str | N
                     overrides: dict | None = None, options: dict | None = None,
                     layout: dict | None = None) -> OperatingPoint | None:
     """The operating point a buyer means: the cheapest point of :func:`serve` (the one replica search) that fits
-    and gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's documented default), i.e.
-    ``serve(..., tpot_limit_s=1 / min)``'s chosen point. Without any point that fast, the fastest point. None when
+    and gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's documented default) with
+    its slots full, the load ``cost`` and ``compare`` price, i.e. ``serve(..., tpot_limit_s=1 / min,
+    full_slots=True)``'s chosen point. Without any point that fast, the fastest point. None when
     nothing fits (the caller's own evaluation then says why)."""
     cat = catalog or load_catalog()
     src = "given"
@@ -547,7 +632,7 @@ def operating_point(model, target, *, precision: str = "bf16", software: str | N
                          f"user, got {x!r}")
     res = serve(model, target, precision=precision, software=software, input_tokens=input_tokens,
                 output_tokens=output_tokens, tpot_limit_s=1.0 / x, catalog=cat, prices=prices, overrides=overrides,
-                options=options, layout=layout)
+                options=options, layout=layout, full_slots=True)
     if not res.fits or res.chosen is None:
         return None
     c = res.chosen
