@@ -478,10 +478,11 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                                         p.num_devices, p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
-    if rate is None and chosen.utilization_frac < 1.0:  # else users queue for the slots (closed loop, its note)
-        notes.append(f"points at {utilization:.0%} of each replica's capacity (no --rate given): requests arrive at "
-                     "random (open loop), so TTFT counts their queueing; `wseplan time --phase serve --batch N` gives "
-                     "the steady point of N requests in flight (N users each sending the next as the last ends)")
+    if rate is None and occupancy(chosen) < 1.0:  # else users queue for the slots (closed loop, its note)
+        notes.append(f"points at {utilization:.0%} of each replica's slots (no --rate given): requests arrive at "
+                     "random (open loop) and the engine holds that share of its slots on average, the batch it steps; "
+                     "TTFT counts their queueing; `wseplan time --phase serve --batch N` gives the steady point of N "
+                     "requests in flight (N users each sending the next as the last ends)")
     elif rate is None and concurrency and chosen.batch == concurrency:
         notes.append(f"{concurrency} {'user' if concurrency == 1 else 'users'} per replica in a closed loop (each sends "
                      "the next request as the last ends; the point `wseplan time --phase serve --batch N` gives): "
@@ -499,14 +500,24 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
             raise InputError(f"{name}: must be a positive number, got {v!r}")
-    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or p.tpot_s <= tpot_limit_s)
+    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or _tpot_pct(p) <= tpot_limit_s)
                                 and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)})
            for p in result.points]
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
                                       "output_tokens", "percentile", "rate_per_s", "speculative"})
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
-    util = pts[0].utilization_frac if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
+    util = occupancy(pts[0]) if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
     return _result(base, pts, utilization=util)
+
+
+def occupancy(p: ServePoint) -> float:
+    """The share of a point's slots its requests hold on average (1 when they are full)."""
+    return p.running_batch / p.batch if p.running_batch is not None and p.batch else p.utilization_frac
+
+
+def _tpot_pct(p: ServePoint) -> float:
+    """The TPOT a point's limit applies to: at the record's percentile (the mean for full slots)."""
+    return p.tpot_at_percentile_s if p.tpot_at_percentile_s is not None else p.tpot_s
 
 
 def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict]:

@@ -116,11 +116,13 @@ def _speculative_text(res) -> str:
 
 
 def _demand_text(res) -> str:
+    from ..serving import occupancy
+
     c = res.chosen
     load = (f"{fmt_num(res.rate_per_s)} requests/s offered" if res.rate_per_s is not None else
             "every slot busy: more users than the KV cache holds queue for it (see the note)"
-            if c is not None and c.utilization_frac >= 1.0 else
-            f"{fmt_field('utilization_frac', c.utilization_frac)} of each point's capacity" if c is not None else
+            if c is not None and occupancy(c) >= 1.0 else
+            f"{fmt_field('utilization_frac', occupancy(c))} of each point's slots held" if c is not None else
             "no rate given")
     lim = [f"TTFT {_pct(res)} <= {fmt_field('ttft_s', res.ttft_limit_s)}"] if res.ttft_limit_s is not None else []
     lim += [f"TPOT {_pct(res)} <= {fmt_field('tpot_s', res.tpot_limit_s)}"] if res.tpot_limit_s is not None else []
