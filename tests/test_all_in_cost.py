@@ -42,7 +42,7 @@ def test_min_speed_message_names_the_limit():
 
 def test_serve_points_carry_the_same_all_in_cost():
     """A serve point's all-in $/M is cost's headline for its layout and batch, at the point's load (closed loop: full;
-    open loop: 90% of capacity)."""
+    open loop: the tokens carried with 90% of the slots held)."""
     from wseplan.analytic.cost import load_prices
     from wseplan.catalog import load_catalog
     from wseplan.serving import DEFAULT_UTILIZATION, all_in_usd_per_mtok, serve
@@ -56,9 +56,14 @@ def test_serve_points_carry_the_same_all_in_cost():
     # 16 users in a closed loop keep the slots full: cost's headline itself
     assert p.utilization_frac == pytest.approx(1.0)
     assert p.all_in_usd_per_mtok == pytest.approx(c.headline_value, rel=1e-9)
-    # random arrivals at 90% of capacity: the same hours over 90% of the tokens
+    # random arrivals holding 90% of the 16 slots: the same hours over the tokens carried at that load, 14.4 requests
+    # at the pace of the 15-request batch the engine steps (Little's law; hand: 14.4 / 15 of batch 15's tokens/s)
     # (the open loop searches replica sizes, so its layout is its own: cost is asked at that layout)
     q = serve("llama-3-70b", "h100x8", concurrency=16, utilization=DEFAULT_UTILIZATION, catalog=cat, prices=pr).chosen
     lay_q = {"tp": q.layout["tensor_parallel"], "pp": q.layout["pipeline_parallel"], "dp": q.layout["data_parallel"]}
     c_q = cost("llama-3-70b", "h100x8", phase="serve", batch=16, context=2048, output_tokens=256, layout=lay_q)
-    assert q.all_in_usd_per_mtok == pytest.approx(c_q.headline_value / DEFAULT_UTILIZATION, rel=1e-9)
+    t15 = predict_time("llama-3-70b", "h100x8", phase="serve", batch=15, context=2048, output_tokens=256, catalog=cat,
+                       layout=lay_q)
+    assert q.running_batch == pytest.approx(0.9 * 16) and q.tokens_per_s == pytest.approx(14.4 / 15 * t15.tokens_per_s)
+    assert q.all_in_usd_per_mtok == pytest.approx(c_q.headline_value / q.utilization_frac, rel=1e-9)
+    assert q.utilization_frac == pytest.approx(q.tokens_per_s / c_q.plan["tokens_per_s"], rel=1e-9)

@@ -43,7 +43,7 @@ from wseplan.fit import fit
 from wseplan.plan import default_sizes, evaluate, normalise_phase, plan, setup
 from wseplan.report.study import CostSpec, ServingSpec, Study, run_study
 from wseplan.scale import scaling_rows
-from wseplan.serving import replica_options
+from wseplan.serving import DEFAULT_UTILIZATION, layout_columns, replica_options
 from wseplan.targets import parse_target
 from wseplan.timing import predict_time, stream
 
@@ -274,10 +274,17 @@ def test_replica_and_report_rows_are_the_plan(q):
     else:
         (o,) = opts
         assert o["num_devices"] == rec.num_devices and o["batch"] == batch and o["layout"] == rec.layout
-        # the replica at full load is the plan; fleet sizes it at the default load (queueing headroom)
-        for k, v in (("capacity_tokens_per_s", "tokens_per_s"), ("capacity_requests_per_s", "requests_per_s"),
-                     ("tpot_s", "tpot_s"), ("tokens_per_s_per_user", "tokens_per_s_per_user")):
+        # the replica at full load is the plan; fleet sizes it at the default load (queueing headroom), where an
+        # in-flight engine steps the requests it holds on average, ceil(0.9 x batch), on the same layout: the plan there
+        for k, v in (("capacity_tokens_per_s", "tokens_per_s"), ("capacity_requests_per_s", "requests_per_s")):
             same(o[k], getattr(rec, v), f"replica.{k}")
+        run_b = math.ceil(DEFAULT_UTILIZATION * batch - 1e-9)
+        held = rec if run_b >= batch else plan(
+            model, target, **{**_ask(q), "batch": run_b},
+            layout=layout_columns(setup(model, target, phase="serve", precision=precision, catalog=CAT), rec.layout))
+        for k in ("tpot_s", "tokens_per_s_per_user"):
+            same(o[k], getattr(held, k), f"replica.{k}")
+        same(o["running_batch"], DEFAULT_UTILIZATION * batch, "replica.running_batch")  # L = lambda W
         same(o["tokens_per_s"], o["utilization_frac"] * rec.tokens_per_s, "replica.tokens_per_s at its load")
         # own prefill <= the plan's TTFT (closed loop at full concurrency: + the prefill-budget wait)
         assert o["ttft_own_s"] <= rec.ttft_s * (1 + 1e-9)

@@ -132,13 +132,17 @@ def test_concurrency_below_the_kv_limit_is_the_closed_loop_time_gives(catalog, s
 
 
 def test_a_given_utilization_keeps_the_open_loop(catalog):
-    """--utilization with --concurrency asks for random arrivals at that load: the point runs below capacity and its
-    TTFT counts the M/G/c wait for a slot (longer than the closed loop's)."""
+    """--utilization with --concurrency asks for random arrivals at that load: the engine holds half its 25 slots on
+    average (12.5, stepping a batch of 13), below capacity, and its TTFT counts the M/G/c wait for a slot (longer
+    than the closed loop's)."""
     closed = serve(MODEL, TARGET, concurrency=25, catalog=catalog, **KW).chosen
     opened = serve(MODEL, TARGET, concurrency=25, utilization=0.5, catalog=catalog, **KW).chosen
-    assert opened.utilization_frac == pytest.approx(0.5)
-    assert opened.tokens_per_s == pytest.approx(0.5 * closed.tokens_per_s, rel=1e-9)
-    assert opened.tpot_s == pytest.approx(closed.tpot_s, rel=1e-12)
+    t13 = predict_time(MODEL, TARGET, phase="serve", batch=13, context=C, output_tokens=O, precision="fp8",
+                       layout={"tp": closed.layout["tensor_parallel"], "dp": closed.layout["data_parallel"]},
+                       catalog=catalog)
+    assert opened.running_batch == pytest.approx(12.5) and opened.tpot_s == pytest.approx(t13.tpot_s, rel=1e-12)
+    assert opened.tokens_per_s == pytest.approx(12.5 / 13 * t13.tokens_per_s, rel=1e-9)
+    assert 0.5 < opened.utilization_frac < 1 and opened.tpot_s < closed.tpot_s
 
 
 def test_validation_times_a_measured_row_above_the_kv_limit_as_serve_does(catalog):

@@ -24,12 +24,11 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .admission import admission_note, admitted, concurrency_grid, fill_kv
+from .admission import admission_note, admitted, concurrency_grid, fill_kv, running_batch
 from .analytic import engine as E
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
@@ -67,9 +66,6 @@ class ServePoint(_Frozen):
     running_batch: float | None = None
     layout: dict
     tpot_s: float
-    #: TPOT of the request at the record's percentile (a request's mean step over its life; with random arrivals the
-    #: batch held varies around ``running_batch``): the TPOT limit applies to it; ``tpot_s`` when the slots are full
-    tpot_at_percentile_s: float | None = None
     ttft_s: float
     ttft_own_s: float
     ttft_p50_s: float
@@ -152,7 +148,6 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         return []
     R = np.asarray(arr["num_replicas"], dtype=float)
     tpot = arr["tpot_s"]
-    tpot_pct = tpot  # the TPOT of the requests at the percentile: the mean where the batch held is fixed (full slots)
     # own prefill (no queue) and the engine's prefill-budget time per prompt (0 for static batches)
     own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
                    arr["ttft_s"])
@@ -167,9 +162,9 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     else:
         lam = np.full(n, np.nan) if rate is None else rate / R
         lam = np.where(np.isnan(lam), utilization * cap, lam)
-        run = _running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens, percentile)
+        run = running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens)
         if run is not None:  # the batch an in-flight engine runs at this load (Little's law), not its slot count
-            tpot, tpot_pct, own, busy, per_held = (run[k] for k in ("tpot", "tpot_pct", "own", "busy", "per_held"))
+            tpot, own, busy, per_held = (run[k] for k in ("tpot", "own", "busy", "per_held"))
             got = np.isfinite(per_held)
             if rate is None:  # a load given as a share of the slots: utilization x b requests held on average
                 lam = np.where(got, utilization * b * per_held, lam)
@@ -201,7 +196,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         if not stable[i]:
             continue  # the rate exceeds what this point carries: no steady state
         tt = {p: float(own[i] + waits[p][i]) for p in waits}  # own prefill + prefill-budget wait + slot wait
-        meets = (tpot_limit_s is None or tpot_pct[i] <= tpot_limit_s) and \
+        meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and \
             (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
         rec = record(s, arr, int(i))
         usd_h = out_usd = in_usd = all_in = None
@@ -215,7 +210,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         out.append(ServePoint(
             devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
             num_devices=int(arr["num_devices"][i]), batch=int(b[i]), running_batch=float(held[i]), layout=rec.layout,
-            tpot_s=float(tpot[i]), tpot_at_percentile_s=float(tpot_pct[i]),
+            tpot_s=float(tpot[i]),
             ttft_s=tt[None], ttft_own_s=float(own[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
             ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
             capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
@@ -226,62 +221,6 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             notes=list(rec.notes) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
-
-
-def _running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
-                   output_tokens: int, percentile: float) -> dict | None:
-    """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (mean), ``tpot_pct`` (at
-    ``percentile`` of the requests), ``own`` (own prefill), ``busy`` (prefill-budget time) and ``per_held``
-    (requests/s per request held; NaN where a point keeps its full-slot figures), or None where no point changes.
-
-    An in-flight engine (vLLM, TensorRT-LLM, SGLang, the wafer service) steps the requests it holds, not its slot
-    count: with requests arriving at ``lambda`` and holding a slot for ``E[S]``, it holds ``N = lambda E[S]`` on
-    average (Little's law), ``util x b`` with the full-slot ``E[S]`` (an upper bound: a smaller batch steps faster and
-    holds each request for less). Each point is evaluated again at ``ceil(util x b)`` requests on the layout it chose
-    for ``b`` (the replica does not change its layout with the load); a static batch runs its ``b`` slots and keeps
-    them. A load given as a share ``u`` of the slots holds ``u x b`` requests, each served at the rate of that batch:
-    ``lambda = u x b / E[S(u x b)]``.
-
-    The requests held at a random time are Poisson with mean ``N`` (an M/G/infinity system: Takacs; the slots far from
-    full), and a request's TPOT is the mean step over its life, over which the count held is averaged: with a service
-    time of about one request's life the average keeps 2/3 of the variance (``(2/W^2) int_0^W (W - t)(1 - t/W) dt``
-    for the count's autocorrelation ``1 - t/W``). The TPOT at ``percentile`` of the requests is the step of
-    ``N + z_p sqrt(2N/3)`` requests (``z_p`` the normal quantile), at most the slots."""
-    if s.query.software.engine.scheduling != "inflight":
-        return None
-    with np.errstate(invalid="ignore"):
-        run_b = np.minimum(b, np.maximum(1.0, np.ceil(util * b - 1e-9)))
-        z = NormalDist().inv_cdf(min(max(percentile / 100.0, 1e-9), 1 - 1e-9))
-        pct_b = np.minimum(b, np.maximum(run_b, np.ceil(run_b + z * np.sqrt(2.0 * run_b / 3.0) - 1e-9)))
-    idx = np.nonzero(ok & (util < 1.0) & (run_b < b))[0]
-    if idx.size == 0:
-        return None
-    m = idx.size
-    sub = {k: np.tile(np.asarray(v)[idx], 2) for k, v in cfg.items()}
-    sub["batch"] = np.concatenate([run_b[idx], pct_b[idx]])
-    for k in s.family.columns("serve") if hasattr(s.family, "columns") else s.family.layout_columns:
-        if k in arr:  # the layout chosen for the slots
-            sub[k] = np.tile(np.asarray(arr[k], dtype=float)[idx], 2)
-    got = evaluate(s, sub)
-    t_got = np.asarray(got["tpot_s"], dtype=float)
-    good = np.isfinite(t_got[:m]) & np.isfinite(t_got[m:])
-    idx, sel = idx[good], np.nonzero(good)[0]
-    tpot = np.array(arr["tpot_s"], dtype=float)
-    n = tpot.size
-    own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
-                   arr["ttft_s"]).astype(float)
-    busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0).copy()
-    own_r = np.where(np.isfinite(got.get("time.ttft_own_s", np.full(2 * m, np.nan))), got.get("time.ttft_own_s", 0.0),
-                     got["ttft_s"])
-    tpot_pct = tpot.copy()
-    tpot[idx] = t_got[sel]
-    tpot_pct[idx] = t_got[m + sel]
-    own[idx] = np.asarray(own_r, dtype=float)[sel]
-    busy[idx] = np.nan_to_num(np.asarray(got.get("time.prefill_busy_s", np.zeros(2 * m)), dtype=float), nan=0.0)[sel]
-    per_held = np.full(n, np.nan)  # requests/s of the replica per request it holds, at the running batch
-    per_held[idx] = np.asarray(got["tokens_per_s"], dtype=float)[sel] / (R[idx] * max(output_tokens, 1)) / \
-        np.asarray(sub["batch"], dtype=float)[sel]
-    return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held}
 
 
 def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:
@@ -500,7 +439,7 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
             raise InputError(f"{name}: must be a positive number, got {v!r}")
-    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or _tpot_pct(p) <= tpot_limit_s)
+    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or p.tpot_s <= tpot_limit_s)
                                 and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)})
            for p in result.points]
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
@@ -514,10 +453,6 @@ def occupancy(p: ServePoint) -> float:
     """The share of a point's slots its requests hold on average (1 when they are full)."""
     return p.running_batch / p.batch if p.running_batch is not None and p.batch else p.utilization_frac
 
-
-def _tpot_pct(p: ServePoint) -> float:
-    """The TPOT a point's limit applies to: at the record's percentile (the mean for full slots)."""
-    return p.tpot_at_percentile_s if p.tpot_at_percentile_s is not None else p.tpot_s
 
 
 def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict]:
@@ -550,8 +485,9 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
     """One dict per (replica size, concurrency) that fits ``hardware`` (a key without a count), at the default load:
     ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
     ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
-    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s``,
-    ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
+    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s`` (the
+    running batch's, ``running_batch`` requests held at that load), ``tokens_per_s_per_user``, ``layout``,
+    ``meets_sla``. ``fleet`` builds its configurations from these.
 
     ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
     every replica size of :func:`serve`'s replica search (GPUs: powers of two in the scale-up domain; wafers: the
@@ -571,6 +507,7 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
                         capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
                         utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
+                        running_batch=p.running_batch,
                         tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
     return out
 

@@ -257,8 +257,8 @@ class Config(Frozen):
     num_devices: int
     batch: int
     supply: float  # tokens/s (serve) or runs by the deadline (train)
-    ttft_s: float | None = None
-    tpot_s: float | None = None
+    ttft_s: float | None = None  # serve: TTFT at the workload's SLA percentile
+    tpot_s: float | None = None  # serve: TPOT of the batch the replica runs at its load
     run_s: float | None = None
     extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
     extra_annual_usd: float = 0.0
