@@ -286,6 +286,19 @@ def test_an_inflight_engine_steps_the_requests_it_holds(catalog):
                  catalog=catalog, prices=False).chosen
     assert full.tpot_s == pytest.approx(t64.tpot_s, rel=1e-12) and full.running_batch == 64
     assert full.tokens_per_s == pytest.approx(t64.tokens_per_s, rel=1e-12) and full.utilization_frac == 1.0
+    # the TPOT limit applies at the percentile: the requests held are Poisson (M/G/infinity) around 32, and a request's
+    # TPOT averages them over its life (2/3 of the variance): at p99 the step of ceil(32 + 2.326 sqrt(2 x 32 / 3)) = 43
+    p99 = serve("llama-3.1-8b", "h100x1", utilization=0.5, percentile=99, **kw).chosen
+    n99 = math.ceil(32 + 2.3263479 * math.sqrt(2 * 32 / 3))
+    assert n99 == 43
+    t43 = predict_time("llama-3.1-8b", "h100x1", phase="serve", batch=n99, context=1024, output_tokens=256,
+                       catalog=catalog)
+    assert p99.tpot_s == pytest.approx(t32.tpot_s, rel=1e-12)
+    assert p99.tpot_at_percentile_s == pytest.approx(t43.tpot_s, rel=1e-12) and p99.tpot_at_percentile_s > p99.tpot_s
+    # a limit between the mean and the p99 TPOT: the point does not meet it
+    mid = (p99.tpot_s + p99.tpot_at_percentile_s) / 2
+    assert not serve("llama-3.1-8b", "h100x1", utilization=0.5, percentile=99, tpot_limit_s=mid, **kw).chosen.meets_sla
+    assert full.tpot_at_percentile_s == full.tpot_s  # slots full: the batch held does not vary
     static = serve("llama-3.1-8b", "h100x1", utilization=0.5, software="gpu-fitted-2026-11", **kw).chosen
     s64 = predict_time("llama-3.1-8b", "h100x1", phase="serve", batch=64, context=1024, output_tokens=256,
                        software="gpu-fitted-2026-11", catalog=catalog)

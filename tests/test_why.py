@@ -14,7 +14,7 @@ from wseplan.report.markdown import fmt_num
 from wseplan.report.study_serving_why import (all_in, capex_flips, capex_lines, cheapest_at, crossovers,
                                               list_price_finding)
 from wseplan.report.why import bisect, interval_text
-from wseplan.serving import serve
+from wseplan.serving import serve, tpot_for_limit
 
 CAT = load_catalog()
 PRICES = C.load_prices(catalog=CAT)
@@ -91,12 +91,13 @@ def test_crossovers_match_a_brute_force_scan():
     curves = _curves(st)
     cross = crossovers(curves, None)
 
-    def brute(x):  # the cheapest point (TCO per hour / output tokens per hour) of any platform with 1/TPOT >= x
+    def brute(x):  # the cheapest point (TCO per hour / output tokens per hour) of any platform whose TPOT at the
+        # percentile (what a TPOT limit of 1/x applies to) is within 1/x
         best = min(((p.usd_per_hour / p.tokens_per_s, t) for t, r in curves.items() for p in r.points
-                    if p.tokens_per_s_per_user >= x), default=None)
+                    if 1.0 / tpot_for_limit(p) >= x), default=None)
         return best[1] if best else None
 
-    speeds = sorted({p.tokens_per_s_per_user for r in curves.values() for p in r.points})
+    speeds = sorted({1.0 / tpot_for_limit(p) for r in curves.values() for p in r.points})
     for c in cross:
         x = c["above_tokens_per_s_per_user"]
         assert brute(x) == c["from"] and brute(x * (1 + 1e-9)) == c["to"]

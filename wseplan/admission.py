@@ -11,6 +11,7 @@ serving rows, so both answer "N users on this replica" the same way.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -118,3 +119,59 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
     per_held[idx] = np.asarray(got["tokens_per_s"], dtype=float)[sel] / (R[idx] * max(output_tokens, 1)) / \
         np.asarray(sub["batch"], dtype=float)[sel]
     return {"tpot": tpot, "own": own, "busy": busy, "per_held": per_held}
+
+
+def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
+                   output_tokens: int, percentile: float) -> dict | None:
+    """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (mean), ``tpot_pct`` (at
+    ``percentile`` of the requests), ``own`` (own prefill), ``busy`` (prefill-budget time) and ``per_held``
+    (requests/s per request held; NaN where a point keeps its full-slot figures), or None where no point changes.
+
+    An in-flight engine (vLLM, TensorRT-LLM, SGLang, the wafer service) steps the requests it holds, not its slot
+    count: with requests arriving at ``lambda`` and holding a slot for ``E[S]``, it holds ``N = lambda E[S]`` on
+    average (Little's law), ``util x b`` with the full-slot ``E[S]`` (an upper bound: a smaller batch steps faster and
+    holds each request for less). Each point is evaluated again at ``ceil(util x b)`` requests on the layout it chose
+    for ``b`` (the replica does not change its layout with the load); a static batch runs its ``b`` slots and keeps
+    them. A load given as a share ``u`` of the slots holds ``u x b`` requests, each served at the rate of that batch:
+    ``lambda = u x b / E[S(u x b)]``.
+
+    The requests held at a random time are Poisson with mean ``N`` (an M/G/infinity system: Takacs; the slots far from
+    full), and a request's TPOT is the mean step over its life, over which the count held is averaged: with a service
+    time of about one request's life the average keeps 2/3 of the variance (``(2/W^2) int_0^W (W - t)(1 - t/W) dt``
+    for the count's autocorrelation ``1 - t/W``). The TPOT at ``percentile`` of the requests is the step of
+    ``N + z_p sqrt(2N/3)`` requests (``z_p`` the normal quantile), at most the slots."""
+    if s.query.software.engine.scheduling != "inflight":
+        return None
+    with np.errstate(invalid="ignore"):
+        run_b = np.minimum(b, np.maximum(1.0, np.ceil(util * b - 1e-9)))
+        z = NormalDist().inv_cdf(min(max(percentile / 100.0, 1e-9), 1 - 1e-9))
+        pct_b = np.minimum(b, np.maximum(run_b, np.ceil(run_b + z * np.sqrt(2.0 * run_b / 3.0) - 1e-9)))
+    idx = np.nonzero(ok & (util < 1.0) & (run_b < b))[0]
+    if idx.size == 0:
+        return None
+    m = idx.size
+    sub = {k: np.tile(np.asarray(v)[idx], 2) for k, v in cfg.items()}
+    sub["batch"] = np.concatenate([run_b[idx], pct_b[idx]])
+    for k in s.family.columns("serve") if hasattr(s.family, "columns") else s.family.layout_columns:
+        if k in arr:  # the layout chosen for the slots
+            sub[k] = np.tile(np.asarray(arr[k], dtype=float)[idx], 2)
+    got = evaluate(s, sub)
+    t_got = np.asarray(got["tpot_s"], dtype=float)
+    good = np.isfinite(t_got[:m]) & np.isfinite(t_got[m:])
+    idx, sel = idx[good], np.nonzero(good)[0]
+    tpot = np.array(arr["tpot_s"], dtype=float)
+    n = tpot.size
+    own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
+                   arr["ttft_s"]).astype(float)
+    busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0).copy()
+    own_r = np.where(np.isfinite(got.get("time.ttft_own_s", np.full(2 * m, np.nan))), got.get("time.ttft_own_s", 0.0),
+                     got["ttft_s"])
+    tpot_pct = tpot.copy()
+    tpot[idx] = t_got[sel]
+    tpot_pct[idx] = t_got[m + sel]
+    own[idx] = np.asarray(own_r, dtype=float)[sel]
+    busy[idx] = np.nan_to_num(np.asarray(got.get("time.prefill_busy_s", np.zeros(2 * m)), dtype=float), nan=0.0)[sel]
+    per_held = np.full(n, np.nan)  # requests/s of the replica per request it holds, at the running batch
+    per_held[idx] = np.asarray(got["tokens_per_s"], dtype=float)[sel] / (R[idx] * max(output_tokens, 1)) / \
+        np.asarray(sub["batch"], dtype=float)[sel]
+    return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held}

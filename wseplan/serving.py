@@ -66,6 +66,9 @@ class ServePoint(_Frozen):
     running_batch: float | None = None
     layout: dict
     tpot_s: float
+    #: TPOT of the request at the record's percentile (a request's mean step over its life; with random arrivals the
+    #: batch held varies around ``running_batch``): the TPOT limit applies to it; ``tpot_s`` when the slots are full
+    tpot_at_percentile_s: float | None = None
     ttft_s: float
     ttft_own_s: float
     ttft_p50_s: float
@@ -148,6 +151,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         return []
     R = np.asarray(arr["num_replicas"], dtype=float)
     tpot = arr["tpot_s"]
+    tpot_pct = tpot  # the TPOT of the requests at the percentile: the mean where the batch held is fixed (full slots)
     # own prefill (no queue) and the engine's prefill-budget time per prompt (0 for static batches)
     own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
                    arr["ttft_s"])
@@ -162,15 +166,14 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     else:
         lam = np.full(n, np.nan) if rate is None else rate / R
         lam = np.where(np.isnan(lam), utilization * cap, lam)
-        run = running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens)
+        run = running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens, percentile)
         if run is not None:  # the batch an in-flight engine runs at this load (Little's law), not its slot count
-            tpot, own, busy, per_held = (run[k] for k in ("tpot", "own", "busy", "per_held"))
+            tpot, tpot_pct, own, busy, per_held = (run[k] for k in ("tpot", "tpot_pct", "own", "busy", "per_held"))
             got = np.isfinite(per_held)
             if rate is None:  # a load given as a share of the slots: utilization x b requests held on average
                 lam = np.where(got, utilization * b * per_held, lam)
-            held = np.where(got, lam / np.where(got, per_held, 1.0), lam / cap * b)
-        else:
-            held = lam / cap * b
+        held = np.where(np.isfinite(per_held), lam / np.where(np.isfinite(per_held), per_held, 1.0), lam / cap * b) \
+            if run is not None else lam / cap * b
         # the prompts a request meets at the engine's prefill budget are those of the other slots' requests (as the
         # engine's closed loop, :func:`~wseplan.analytic.engine.closed_loop_prefill_wait`): none with one slot
         lam_p = E.others_arrival_rate(lam, b)
@@ -196,7 +199,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         if not stable[i]:
             continue  # the rate exceeds what this point carries: no steady state
         tt = {p: float(own[i] + waits[p][i]) for p in waits}  # own prefill + prefill-budget wait + slot wait
-        meets = (tpot_limit_s is None or tpot[i] <= tpot_limit_s) and \
+        meets = (tpot_limit_s is None or tpot_pct[i] <= tpot_limit_s) and \
             (ttft_limit_s is None or tt[percentile] <= ttft_limit_s)
         rec = record(s, arr, int(i))
         usd_h = out_usd = in_usd = all_in = None
@@ -210,7 +213,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         out.append(ServePoint(
             devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
             num_devices=int(arr["num_devices"][i]), batch=int(b[i]), running_batch=float(held[i]), layout=rec.layout,
-            tpot_s=float(tpot[i]),
+            tpot_s=float(tpot[i]), tpot_at_percentile_s=float(tpot_pct[i]),
             ttft_s=tt[None], ttft_own_s=float(own[i]), ttft_p50_s=tt[50], ttft_p90_s=tt[90], ttft_p95_s=tt[95], ttft_p99_s=tt[99],
             ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
             capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
@@ -439,7 +442,7 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
             raise InputError(f"{name}: must be a positive number, got {v!r}")
-    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or p.tpot_s <= tpot_limit_s)
+    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or tpot_for_limit(p) <= tpot_limit_s)
                                 and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)})
            for p in result.points]
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
@@ -453,6 +456,10 @@ def occupancy(p: ServePoint) -> float:
     """The share of a point's slots its requests hold on average (1 when they are full)."""
     return p.running_batch / p.batch if p.running_batch is not None and p.batch else p.utilization_frac
 
+
+def tpot_for_limit(p: ServePoint) -> float:
+    """The TPOT a point's TPOT limit applies to [s]: at the record's percentile (the mean when the slots are full)."""
+    return p.tpot_at_percentile_s if p.tpot_at_percentile_s is not None else p.tpot_s
 
 
 def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict]:
@@ -486,8 +493,8 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
     ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
     ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
     ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s`` (the
-    running batch's, ``running_batch`` requests held at that load), ``tokens_per_s_per_user``, ``layout``,
-    ``meets_sla``. ``fleet`` builds its configurations from these.
+    running batch's, ``running_batch`` requests held at that load), ``tpot_at_percentile_s`` (what a TPOT limit
+    applies to), ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
 
     ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
     every replica size of :func:`serve`'s replica search (GPUs: powers of two in the scale-up domain; wafers: the
@@ -507,7 +514,7 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
                         capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
                         utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
-                        running_batch=p.running_batch,
+                        tpot_at_percentile_s=tpot_for_limit(p), running_batch=p.running_batch,
                         tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
     return out
 

@@ -38,8 +38,9 @@ def serve_cmd(
     rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
                                          "each point at --utilization of its capacity. May be given with --concurrency."),
     ttft_limit: Optional[float] = typer.Option(None, "--ttft-limit", help="Time to first token limit at --percentile [s]."),
-    tpot_limit: Optional[float] = typer.Option(None, "--tpot-limit", help="Time per output token limit [s]."),
-    percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT limit, in (0, 100)."),
+    tpot_limit: Optional[float] = typer.Option(None, "--tpot-limit", help="Time per output token limit at --percentile "
+                                               "of the requests [s]."),
+    percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT and TPOT limits, in (0, 100)."),
     speculative: Optional[str] = O.speculative_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
@@ -124,7 +125,7 @@ def _demand_text(res) -> str:
             f"{fmt_field('utilization_frac', occupancy(c))} of each point's slots held" if c is not None else
             "no rate given")
     lim = [f"TTFT {_pct(res)} <= {fmt_field('ttft_s', res.ttft_limit_s)}"] if res.ttft_limit_s is not None else []
-    lim += [f"TPOT <= {fmt_field('tpot_s', res.tpot_limit_s)}"] if res.tpot_limit_s is not None else []
+    lim += [f"TPOT {_pct(res)} <= {fmt_field('tpot_s', res.tpot_limit_s)}"] if res.tpot_limit_s is not None else []
     return f"{load}; " + (", ".join(lim) if lim else "no limits")
 
 
@@ -154,6 +155,8 @@ def summary_rows(res) -> list[dict]:
             ("TTFT mean", fmt_field("ttft_s", c.ttft_s)),
             ("TTFT without queueing (own prefill)", fmt_field("ttft_s", c.ttft_own_s)),
             ("TPOT (time per output token)", fmt_field("tpot_s", c.tpot_s)),
+            *([(f"TPOT {pct}", fmt_field("tpot_s", c.tpot_at_percentile_s))]
+              if c.tpot_at_percentile_s is not None and c.tpot_at_percentile_s != c.tpot_s else []),
             ("tokens/s per user", fmt_num(c.tokens_per_s_per_user)),
             ("output tokens/s", fmt_num(c.tokens_per_s)),
             ("requests/s", fmt_num(c.requests_per_s)),

@@ -306,7 +306,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                                              percentile=wl.sla.percentile, sizes=wl.replica_sizes, result=hit):
                         configs.append(Config(workload=wl.name, system=st.name, num_devices=r["num_devices"],
                                               batch=r["batch"], supply=r["tokens_per_s"], ttft_s=r["ttft_s"],
-                                              tpot_s=r["tpot_s"]))
+                                              tpot_s=r["tpot_at_percentile_s"]))
                 else:
                     counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or (
                         [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])

@@ -258,7 +258,7 @@ class Config(Frozen):
     batch: int
     supply: float  # tokens/s (serve) or runs by the deadline (train)
     ttft_s: float | None = None  # serve: TTFT at the workload's SLA percentile
-    tpot_s: float | None = None  # serve: TPOT of the batch the replica runs at its load
+    tpot_s: float | None = None  # serve: TPOT at that percentile (what the limit applies to)
     run_s: float | None = None
     extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
     extra_annual_usd: float = 0.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..catalog.load import default_catalog_dir
 from ..errors import InputError
-from ..serving import serve
+from ..serving import serve, tpot_for_limit
 from ..targets import parse_target
 from ..validate import read_cases
 from ..workload import resolve_model
@@ -46,7 +46,7 @@ def max_rate(m, tgt: str, st: Study, cat, *, layout: dict | None = None) -> dict
     kw = dict(precision=st.precision_for(tgt), input_tokens=sv.prompt_tokens, output_tokens=sv.output_tokens,
               batches=sv.batches, percentile=sv.percentile, catalog=cat, prices=False, layout=layout)
     base = serve(m, tgt, **kw)
-    cap = max((p.capacity_requests_per_s for p in base.points if p.tpot_s <= sv.tpot_limit_s), default=0.0)
+    cap = max((p.capacity_requests_per_s for p in base.points if tpot_for_limit(p) <= sv.tpot_limit_s), default=0.0)
     n = 1
 
     def meets(rate: float):
@@ -94,7 +94,7 @@ def server_body(st: Study, cat) -> dict:
                 xs, ys = [], []
                 for f in _CURVE_FRACS:  # the best TTFT among the points that carry the load within the TPOT limit
                     res = serve(m, tgt, rate=f * r["rate_per_s"], **r["kw"])
-                    ok = [q.ttft_at_percentile_s for q in res.points if q.tpot_s <= sv.tpot_limit_s]
+                    ok = [q.ttft_at_percentile_s for q in res.points if tpot_for_limit(q) <= sv.tpot_limit_s]
                     if ok:
                         xs.append(f * r["rate_per_s"] * out_tok)
                         ys.append(min(ok))
@@ -162,7 +162,7 @@ def _why(st: Study, m, cat, rows, found, ref) -> list[tuple[str, str]]:
                          "prefill inside the TTFT limit")
             continue
         above = serve(m, tgt, rate=r["rate_per_s"] * (1 + 10 * _REL_TOL), **r["kw"])
-        carries = [q for q in above.points if q.tpot_s <= sv.tpot_limit_s]
+        carries = [q for q in above.points if tpot_for_limit(q) <= sv.tpot_limit_s]
         what = ("the TTFT limit binds: above this rate the queue wait pushes TTFT p"
                 f"{fmt_num(sv.percentile)} past {fmt_num(sv.ttft_limit_s)} s" if carries else
                 "the TPOT limit binds: above this rate no point that keeps TPOT within the limit has capacity left")

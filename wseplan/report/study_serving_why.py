@@ -23,7 +23,7 @@ import math
 from ..costing import LIST_PRICE_FACTOR, list_price_notes, service_price_for
 from ..plan import setup
 from ..pricing import params_for
-from ..serving import all_in_usd_per_mtok, pareto_frontier, serve, with_limits
+from ..serving import all_in_usd_per_mtok, pareto_frontier, serve, tpot_for_limit, with_limits
 from ..targets import parse_target
 from .markdown import fmt_num
 from .study_schema import Study
@@ -65,7 +65,9 @@ def cheapest_at(curves: dict, speed: float, ttft_limit_s, utils: dict | None = N
 def crossovers(curves: dict, ttft_limit_s, utils: dict | None = None) -> list[dict]:
     """Every per-user speed above which the cheapest platform changes: ``{above_tokens_per_s_per_user, from, to,
     from_usd_per_mtok, to_usd_per_mtok}`` (the winner of speeds in (a, b] is judged at b, a frontier speed)."""
-    speeds = sorted({p.tokens_per_s_per_user for t, res in curves.items() for p in frontier(res, _u(utils, t))})
+    # the speeds where a TPOT limit admits another point: 1 / the TPOT it applies to (at the percentile), of every
+    # point that meets the search's other limits (the cost/speed frontier is on the mean TPOT)
+    speeds = sorted({1.0 / tpot_for_limit(p) for res in curves.values() for p in res.points if p.meets_sla})
     out, prev, prev_speed = [], None, 0.0
     for x in speeds:
         w = cheapest_at(curves, x, ttft_limit_s, utils)
