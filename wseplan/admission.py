@@ -78,50 +78,6 @@ def admission_note(users: int, batch: int, request_s: float, wait_s: float | Non
 
 
 def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
-                   output_tokens: int) -> dict | None:
-    """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (of the running batch),
-    ``own`` (own prefill, the full slots': an upper bound, the prompt's chunks share their passes with fewer
-    decodes), ``busy`` (prefill-budget time per prompt at the running batch, whose arrivals it serves) and
-    ``per_held`` (requests/s per request held; NaN where a point keeps its full-slot figures), or None where no point
-    changes.
-
-    An in-flight engine (vLLM, TensorRT-LLM, SGLang, the wafer service) steps the requests it holds, not its slot
-    count: with requests arriving at ``lambda`` and holding a slot for ``E[S]``, it holds ``N = lambda E[S]`` on
-    average (Little's law), ``util x b`` with the full-slot ``E[S]`` (an upper bound: a smaller batch steps faster and
-    holds each request for less). Each point is evaluated again at ``ceil(util x b)`` requests on the layout it chose
-    for ``b`` (the replica does not change its layout with the load); a static batch runs its ``b`` slots and keeps
-    them. A load given as a share ``u`` of the slots holds ``u x b`` requests, each served at the rate of that batch:
-    ``lambda = u x b / E[S(u x b)]``."""
-    if s.query.software.engine.scheduling != "inflight":
-        return None
-    with np.errstate(invalid="ignore"):
-        run_b = np.minimum(b, np.maximum(1.0, np.ceil(util * b - 1e-9)))
-    idx = np.nonzero(ok & (util < 1.0) & (run_b < b))[0]
-    if idx.size == 0:
-        return None
-    sub = {k: np.asarray(v)[idx] for k, v in cfg.items()}
-    sub["batch"] = run_b[idx]
-    for k in s.family.columns("serve") if hasattr(s.family, "columns") else s.family.layout_columns:
-        if k in arr:  # the layout chosen for the slots
-            sub[k] = np.asarray(arr[k], dtype=float)[idx]
-    got = evaluate(s, sub)
-    t_got = np.asarray(got["tpot_s"], dtype=float)
-    good = np.isfinite(t_got)
-    idx, sel = idx[good], np.nonzero(good)[0]
-    tpot = np.array(arr["tpot_s"], dtype=float)
-    n = tpot.size
-    own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
-                   arr["ttft_s"]).astype(float)
-    busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0).copy()
-    tpot[idx] = t_got[sel]
-    busy[idx] = np.nan_to_num(np.asarray(got.get("time.prefill_busy_s", np.zeros(sel.size)), dtype=float), nan=0.0)[sel]
-    per_held = np.full(n, np.nan)  # requests/s of the replica per request it holds, at the running batch
-    per_held[idx] = np.asarray(got["tokens_per_s"], dtype=float)[sel] / (R[idx] * max(output_tokens, 1)) / \
-        np.asarray(sub["batch"], dtype=float)[sel]
-    return {"tpot": tpot, "own": own, "busy": busy, "per_held": per_held}
-
-
-def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
                    output_tokens: int, percentile: float) -> dict | None:
     """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (mean), ``tpot_pct`` (at
     ``percentile`` of the requests), ``own`` (own prefill), ``busy`` (prefill-budget time) and ``per_held``
