@@ -120,5 +120,6 @@ def test_audit_route_tp2_and_tp4_on_mi300x():
     t4 = plan("llama-3-70b", "mi300xx4", **kw)
     h2 = plan("llama-3-70b", "h100x2", **kw)
     assert t2.breakdown_s["nvlink"] > 6 * h2.breakdown_s["nvlink"]
-    # 1.3x (1.4x before the twenty-fourth session's refit raised the fp8 GEMM ceiling 0.66 -> 0.68: less compute time)
-    assert t2.step_s > 1.3 * 0.8015 and t4.step_s > 1.2 * 0.474
+    # 1.3x and 1.15x (1.4x and 1.2x before the twenty-fourth session's refit raised the fp8 GEMM ceiling 0.66 -> 0.68:
+    # less compute time beside the same link time)
+    assert t2.step_s > 1.3 * 0.8015 and t4.step_s > 1.15 * 0.474
