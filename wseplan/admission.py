@@ -78,10 +78,11 @@ def admission_note(users: int, batch: int, request_s: float, wait_s: float | Non
 
 
 def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
-                   output_tokens: int, percentile: float) -> dict | None:
+                   output_tokens: int, percentile: float, own: np.ndarray, busy: np.ndarray) -> dict | None:
     """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (mean), ``tpot_pct`` (at
-    ``percentile`` of the requests), ``own`` (own prefill), ``busy`` (prefill-budget time) and ``per_held``
-    (requests/s per request held; NaN where a point keeps its full-slot figures), or None where no point changes.
+    ``percentile`` of the requests), ``own`` (own prefill) and ``busy`` (prefill-budget time; the full-slot ``own``
+    and ``busy`` given are kept where a point does not change) and ``per_held`` (requests/s per request held; NaN
+    where a point keeps its full-slot figures), or None where no point changes.
 
     An in-flight engine (vLLM, TensorRT-LLM, SGLang, the wafer service) steps the requests it holds, not its slot
     count: with requests arriving at ``lambda`` and holding a slot for ``E[S]``, it holds ``N = lambda E[S]`` on
@@ -117,9 +118,7 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
     idx, sel = idx[good], np.nonzero(good)[0]
     tpot = np.array(arr["tpot_s"], dtype=float)
     n = tpot.size
-    own = np.where(np.isfinite(arr.get("time.ttft_own_s", np.full(n, np.nan))), arr.get("time.ttft_own_s", 0.0),
-                   arr["ttft_s"]).astype(float)
-    busy = np.nan_to_num(np.asarray(arr.get("time.prefill_busy_s", np.zeros(n)), dtype=float), nan=0.0).copy()
+    own, busy = np.array(own, dtype=float), np.array(busy, dtype=float)
     own_r = np.where(np.isfinite(got.get("time.ttft_own_s", np.full(2 * m, np.nan))), got.get("time.ttft_own_s", 0.0),
                      got["ttft_s"])
     tpot_pct = tpot.copy()

@@ -166,14 +166,14 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     else:
         lam = np.full(n, np.nan) if rate is None else rate / R
         lam = np.where(np.isnan(lam), utilization * cap, lam)
-        run = running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens, percentile)
+        run = running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens, percentile, own, busy)
+        per_held = np.full(n, np.nan) if run is None else run["per_held"]
         if run is not None:  # the batch an in-flight engine runs at this load (Little's law), not its slot count
-            tpot, tpot_pct, own, busy, per_held = (run[k] for k in ("tpot", "tpot_pct", "own", "busy", "per_held"))
-            got = np.isfinite(per_held)
-            if rate is None:  # a load given as a share of the slots: utilization x b requests held on average
-                lam = np.where(got, utilization * b * per_held, lam)
-        held = np.where(np.isfinite(per_held), lam / np.where(np.isfinite(per_held), per_held, 1.0), lam / cap * b) \
-            if run is not None else lam / cap * b
+            tpot, tpot_pct, own, busy = (run[k] for k in ("tpot", "tpot_pct", "own", "busy"))
+        got = np.isfinite(per_held)
+        if rate is None:  # a load given as a share of the slots: utilization x b requests held on average
+            lam = np.where(got, utilization * b * per_held, lam)
+        held = np.where(got, lam / np.where(got, per_held, 1.0), lam / cap * b)
         # the prompts a request meets at the engine's prefill budget are those of the other slots' requests (as the
         # engine's closed loop, :func:`~wseplan.analytic.engine.closed_loop_prefill_wait`): none with one slot
         lam_p = E.others_arrival_rate(lam, b)
