@@ -13,6 +13,7 @@ import numpy as np
 
 from ..architecture import Attention, BlockType, mean_attended_tokens
 from . import elementwise as X
+from .rows import distinct
 
 
 def attended_per_token(att: Attention, prior, new, *, decode: bool):
@@ -91,7 +92,7 @@ def slowest_run(types: tuple[BlockType, ...], num_layers: int, pp, layer_s: list
     wb = np.broadcast_to(w, shape)
     ts = [np.broadcast_to(np.asarray(t, dtype=float), shape) for t in layer_s]
     out = [np.zeros(shape) for _ in types]
-    for wv in np.unique(wb):
+    for wv in distinct(wb):
         sel = wb == wv
         runs = run_counts(types, num_layers, int(wv))
         stage = np.stack([sum(float(c) * t[sel] for c, t in zip(row, ts)) for row in runs])

@@ -37,7 +37,7 @@ from ..workload import block_params, block_types, kv_bytes_per_element, weight_b
 from . import fabric as fab
 from . import fabric_kernels as fkern
 from .layers import attended_per_token, cached_tokens
-from .rows import unique_rows
+from .rows import distinct, unique_rows
 from .fabric import gemv_latency_s  # noqa: F401  (re-exported for validation's micro rows)
 
 PHASES = ("train", "prefill", "decode", "e2e")
@@ -244,7 +244,7 @@ def _region_candidates(wafer, min_side: int = 32) -> np.ndarray:
     a = np.arange(1, max(R // min_side, 1) + 1)
     b = np.arange(1, max(C // min_side, 1) + 1)
     sides = np.minimum.outer(R // a, C // b).ravel()
-    return np.unique(sides[sides >= min(min_side, min(R, C))])
+    return distinct(sides[sides >= min(min_side, min(R, C))])
 
 
 _PART_NAMES = {"overhead": "kernel_overhead", "latency": "fabric_latency", "serialization": "fabric_bandwidth",

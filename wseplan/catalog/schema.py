@@ -53,7 +53,7 @@ def expected_dimension(name: str) -> str | None:
 
 class Frozen(BaseModel):
     # the base of every catalog schema and result record: immutable, unknown fields refused
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     def to_record(self) -> dict:
         return self.model_dump(mode="json")

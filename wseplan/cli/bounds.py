@@ -138,22 +138,27 @@ def _commands(app, prefix):
     for c in app.registered_commands:
         name = c.name or c.callback.__name__
         params = []
+        hints = None  # the callback's resolved annotations, evaluated once (string annotations: PEP 563)
         for p in inspect.signature(c.callback).parameters.values():
             info = p.default
             decls = getattr(info, "param_decls", None)
             if decls and str(decls[0]).startswith("--"):
-                params.append((str(decls[0]), p.annotation if not isinstance(p.annotation, str) else
-                               _resolve(c.callback, p.name), info))
+                ann = p.annotation
+                if isinstance(ann, str):
+                    if hints is None:
+                        hints = _resolve(c.callback)
+                    ann = hints.get(p.name)
+                params.append((str(decls[0]), ann, info))
         yield prefix + (name,), c, params
     for g in app.registered_groups:
         yield from _commands(g.typer_instance, prefix + (g.name,))
 
 
-def _resolve(fn, name):
+def _resolve(fn) -> dict:
     try:
-        return typing.get_type_hints(fn).get(name)
+        return typing.get_type_hints(fn)
     except Exception:  # pragma: no cover - an unresolvable annotation is simply not numeric
-        return None
+        return {}
 
 
 def attach(app) -> None:

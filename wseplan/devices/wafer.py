@@ -24,7 +24,7 @@ from ..analytic import fabric as fab
 from ..analytic import fabric_kernels as fkern
 from ..analytic import wse_time as wt
 from ..analytic.partition_rows import min_max_partition_batched
-from ..analytic.rows import unique_rows
+from ..analytic.rows import distinct, unique_rows
 from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, stage_records
@@ -124,7 +124,7 @@ class WaferContext:
         if self._prefix_tables is None:
             w, cached = self.w, self.w.kv_bytes_per_cached_token
             per_window = [(np.inf, w.kv_bytes_per_token)] if cached is None else \
-                [(float(c), np.where(w.kv_window_tokens == c, cached, 0.0)) for c in np.unique(w.kv_window_tokens)]
+                [(float(c), np.where(w.kv_window_tokens == c, cached, 0.0)) for c in distinct(w.kv_window_tokens)]
             self._prefix_tables = (np.concatenate([np.zeros((2, 1)), np.cumsum(self.weight_rows(), axis=1)], axis=1),
                                    [(c, np.concatenate([[0.0], np.cumsum(v)])) for c, v in per_window])
         pre_w, classes = self._prefix_tables

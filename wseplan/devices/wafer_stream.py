@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..analytic.memory import stream_min_tokens_compute_bound, wafer_stream_buffer_bytes
+from ..analytic.rows import distinct
 from ..analytic.stream import (POLICIES, activation_bytes_per_token, layer_sum, load_stream_constants,
                                recompute_forward_passes, swarmx_tree_levels, training_step_time_s)
 from ..errors import InputError
@@ -113,7 +114,7 @@ class WaferStreamFamily(Family):
         B, C, N = (np.asarray(cfg[k], dtype=float) for k in ("batch", "context", "num_systems"))
         n = len(B)
         out = {k: np.empty(n) for k in STREAM_FIELDS}
-        for s in np.unique(C):
+        for s in distinct(C):
             sel = C == s
             r = self._evaluate(ctx, int(s), B[sel], N[sel])
             for k in STREAM_FIELDS:
@@ -224,8 +225,8 @@ class WaferStreamFamily(Family):
         bn = np.where(ok, bn, BOTTLENECK_CODE["sram"])
         t_min = np.asarray([stream_min_tokens_compute_bound(layer_weight_bytes=w.weight_bytes,
                                                             layer_flop_per_token=w.flop_per_token, peak_flop_per_s=ctx.rate,
-                                                            stream_bandwidth_bytes_per_s=float(b)) for b in np.unique(stream_bw)])
-        t_min = t_min[np.searchsorted(np.unique(stream_bw), stream_bw)]
+                                                            stream_bandwidth_bytes_per_s=float(b)) for b in distinct(stream_bw)])
+        t_min = t_min[np.searchsorted(distinct(stream_bw), stream_bw)]
         max_tok = np.choose(chosen, [max(0.0, avail / per_tok[p]) if per_tok[p] > 0 else np.inf for p in POLICY_ORDER])
         model_flop = 3.0 * float(w.flop_per_token.sum()) * B * s
         acts = np.choose(chosen, [plans[p][1] * per_tok[p] for p in POLICY_ORDER])

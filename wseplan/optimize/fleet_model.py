@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from ..analytic.rows import distinct
 from .milp import Milp, MilpResult, resolve_solver, solve_milp
 
 CAPS = ("power_cap_w", "rack_units_cap", "budget_usd")
@@ -181,7 +182,7 @@ class FleetModel:
         for j in range(len(self.per)):
             on_j = ok & (self.sy == j)
             tie = on_j & (~self.whole | np.isfinite(self.max_sys[j]))
-            ws = np.unique(self.wl[tie])
+            ws = distinct(self.wl[tie])
             for w in ws[1:]:
                 ra, rb = find(int(ws[0])), find(int(w))
                 if ra != rb:
@@ -197,7 +198,7 @@ class FleetModel:
 
         in_c = ok & np.isin(self.wl, ws)
         idx = np.nonzero(in_c)[0]
-        pooled = np.unique(self.sy[idx[~self.whole[idx] | np.isfinite(self.max_sys[self.sy[idx]])]])
+        pooled = distinct(self.sy[idx[~self.whole[idx] | np.isfinite(self.max_sys[self.sy[idx]])]])
         idx = self._undominated(idx, pooled)
         key = (idx.tobytes(), amounts[ws].tobytes(), pooled.tobytes())
         hit = self._cache.get(key)
@@ -263,8 +264,8 @@ class FleetModel:
         group = np.where(is_pooled, self.sy[idx], -1)
         keep = np.ones(len(idx), dtype=bool)
         sup, dev, xa = self.supply[idx], self.dev[idx], self.x_annual[idx]
-        for w in np.unique(self.wl[idx]):
-            for g in np.unique(group[self.wl[idx] == w]):
+        for w in distinct(self.wl[idx]):
+            for g in distinct(group[self.wl[idx] == w]):
                 sel = np.nonzero((self.wl[idx] == w) & (group == g))[0]
                 if len(sel) < 2:
                     continue

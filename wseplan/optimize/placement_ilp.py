@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..analytic.partition import bottleneck_partition, fewest_stages
+from ..analytic.rows import distinct
 from .milp import Milp, resolve_solver, solve_milp
 from .placement_types import DeviceGroup, PartitionSolution, _max_cost, _run
 
@@ -89,7 +90,7 @@ def _build_ilp(c, b, groups: list[DeviceGroup], cc, cb, objective, *, exact_k: i
     offset = 0.0
     if objective == "latency":
         above = acost > lb * (1 + 1e-12)
-        vals = np.unique(acost[above])
+        vals = distinct(acost[above])
         nw = len(vals)
         w0 = ncol
         ncol += nw

@@ -40,6 +40,7 @@ import yaml
 from ..analytic import fabric as fab
 from ..analytic import fabric_constants as fabc
 from ..analytic import stream as stm
+from ..analytic.rows import distinct
 from ..catalog.load import default_catalog_dir, read_yaml
 from ..errors import CatalogError, InputError
 from ..report.atomic import write_file_atomically
@@ -331,7 +332,7 @@ def closed_form_stream(cases, rate_flop_per_s: float, constants: dict[str, float
     """Closed-form (:func:`wseplan.analytic.stream.training_step_time_s`) and simulated step times [s]."""
     pred, ref = [], []
     for wb, f, T, B, LAT, N, sim in cases:
-        for n in np.unique(N):
+        for n in distinct(N):
             mk = N == n
             r = stm.training_step_time_s(weight_bytes=wb, flop_per_token=f, tokens=T[mk],
                                          compute_flop_per_s=rate_flop_per_s, stream_bandwidth_bytes_per_s=B[mk],
