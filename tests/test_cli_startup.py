@@ -65,3 +65,26 @@ def test_fit_output_is_unchanged_through_main(capsys):
     full = _run(app, args, capsys)
     assert main(args) == 0
     assert capsys.readouterr().out == full[0]
+
+
+def test_fit_does_not_build_the_full_app_nor_import_numpy_ma():
+    """A cold ``wseplan fit`` registers only its own command (the full app, sixteen command modules, is built on
+    first use) and never imports ``numpy.ma`` (``np.unique``'s first plain call does: ~45 ms of a cold start)."""
+    import subprocess
+    import sys
+    code = ("import sys, io, contextlib; import wseplan.cli as C\n"
+            "with contextlib.redirect_stdout(io.StringIO()): rc = C.main(['fit', 'llama-70b', '--target', 'wse3'])\n"
+            "print(rc, 'numpy.ma' in sys.modules, bool(C._FULL_APP), 'wseplan.cli.sweep' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "False", "False", "False"]
+
+
+def test_distinct_is_np_unique():
+    import numpy as np
+    from wseplan.analytic.rows import distinct
+    rng = np.random.default_rng(7)
+    cases = [np.array([]), np.array([3.0]), rng.integers(0, 5, 50), rng.normal(size=20).round(1),
+             np.array([2.0, np.nan, 1.0, np.nan, 2.0]), np.array([[4, 1], [1, 4]])]
+    for a in cases:
+        got, want = distinct(a), np.unique(a)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), a
