@@ -33,7 +33,7 @@ from ..catalog.load import load_catalog
 from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
 from ..plan import plan, positions_note, target_with_count
-from ..serving import replica_options, serve
+from ..serving import DEFAULT_UTILIZATION, replica_options, serve
 from ..targets import parse_target
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
@@ -103,7 +103,7 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
                 return (f"workload {d.name}: no configuration finishes a run within the deadline of "
                         f"{d.deadline_s / 86400:.4g} days (fastest run {best / 86400:.4g} days); relax deadline_days")
             sla = ", ".join(f"{k} <= {v}" for k, v in d.sla.limits().items())
-            return f"workload {d.name}: no configuration meets its SLA ({sla}) on any system in the menu; relax the SLA"
+            return f"workload {d.name}: no configuration meets its SLA ({sla}) on any system in the menu, even at {LOWER_LOADS[-1]:.0%} load; relax the SLA"
     active = [k for k in CAPS if getattr(pb, k) is not None]
     base = {k: getattr(pb, k) for k in CAPS}
     for k in active:
@@ -175,7 +175,7 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
         d = dem[c.workload]
         allocs.append(AllocationRow(workload=c.workload, system=c.system, replicas=r, devices_per_replica=c.num_devices,
                                     batch=c.batch, supply_per_replica=c.supply, supply=c.supply * r, demand=d.amount,
-                                    unit=d.unit, ttft_s=c.ttft_s, tpot_s=c.tpot_s, run_s=c.run_s))
+                                    unit=d.unit, ttft_s=c.ttft_s, tpot_s=c.tpot_s, run_s=c.run_s, load_frac=c.load_frac))
     obj = base.objective
 
     t1 = time.perf_counter()
@@ -246,6 +246,47 @@ def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) 
             wl.sla.percentile)
 
 
+#: the loads (share of a replica's slots held on average) at which a configuration that misses its workload's SLA at
+#: the default load (:data:`wseplan.serving.DEFAULT_UTILIZATION`, 0.9) is offered again, highest first: a TTFT or TPOT
+#: limit that queueing breaks at 90% is often met by the same replicas run less full (one replica more)
+LOWER_LOADS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+
+
+def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit, key, cat, cache) -> list[Config]:
+    """The serving configurations of workload ``wl`` on one system type: each replica size and batch of
+    :func:`~wseplan.serving.replica_options` at the default load and, where that load misses the SLA, again at the
+    highest of :data:`LOWER_LOADS` that meets it (its supply is what the replica carries at that load)."""
+    def options(load, result):
+        return replica_options(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
+                               batches=wl.batches, catalog=cat, percentile=wl.sla.percentile, sizes=wl.replica_sizes,
+                               result=result)
+
+    def config(r, load):
+        return Config(workload=wl.name, system=system, num_devices=r["num_devices"], batch=r["batch"],
+                      supply=r["tokens_per_s"], ttft_s=r["ttft_s"], tpot_s=r["tpot_at_percentile_s"], load_frac=load)
+
+    demand = Demand(name=wl.name, kind="serve", model=m.name, amount=1.0, unit="output tokens/s", sla=wl.sla)
+    out = [config(r, DEFAULT_UTILIZATION) for r in options(DEFAULT_UTILIZATION, hit)]
+    missing = {(c.num_devices, c.batch) for c in out if not meets_sla(c, demand)}
+    for load in LOWER_LOADS:
+        if not missing:
+            break
+        lkey = key + (("load", load),)
+        res = cache.get(lkey) if cache is not None else None
+        if res is None:
+            res = serve(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
+                        catalog=cat, percentile=wl.sla.percentile, batches=list(wl.batches), prices=False,
+                        utilization=load)
+            if cache is not None:
+                cache[lkey] = res
+        for r in options(load, res):
+            c = config(r, load)
+            if (c.num_devices, c.batch) in missing and meets_sla(c, demand):
+                out.append(c)
+                missing.discard((c.num_devices, c.batch))
+    return out
+
+
 def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dict[str, float] | None = None,
                   cache: dict | None = None) -> FleetProblem:
     """Turn a demand file into a :class:`FleetProblem`: cost every system type, time every configuration.
@@ -301,12 +342,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                             cache[key] = hit
                     notes += [f"{wl.name} on {st.name}: {n}" for n in positions_note(m, wl.prompt_tokens, wl.output_tokens)
                               if f"{wl.name} on {st.name}: {n}" not in notes]
-                    for r in replica_options(m, t0.key, precision=prec, input_tokens=wl.prompt_tokens,
-                                             output_tokens=wl.output_tokens, batches=wl.batches, catalog=cat,
-                                             percentile=wl.sla.percentile, sizes=wl.replica_sizes, result=hit):
-                        configs.append(Config(workload=wl.name, system=st.name, num_devices=r["num_devices"],
-                                              batch=r["batch"], supply=r["tokens_per_s"], ttft_s=r["ttft_s"],
-                                              tpot_s=r["tpot_at_percentile_s"]))
+                    configs += _serve_configs(m, t0.key, wl, st.name, prec, hit, key, cat, cache)
                 else:
                     counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or (
                         [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])

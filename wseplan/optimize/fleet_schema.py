@@ -260,6 +260,7 @@ class Config(Frozen):
     ttft_s: float | None = None  # serve: TTFT at the workload's SLA percentile
     tpot_s: float | None = None  # serve: TPOT at that percentile (what the limit applies to)
     run_s: float | None = None
+    load_frac: float | None = None  # serve: share of the replica's slots held on average (supply, TTFT, TPOT at it)
     extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
     extra_annual_usd: float = 0.0
     extra_facility_power_w: float = 0.0  # per replica (a weight-streaming cluster's CPU servers) x PUE
@@ -323,6 +324,7 @@ class AllocationRow(Frozen):
     ttft_s: float | None = None
     tpot_s: float | None = None
     run_s: float | None = None
+    load_frac: float | None = None  # serve: share of each replica's slots held on average
 
 
 class ConstraintRow(Frozen):
