@@ -42,7 +42,7 @@ TOWER = (
     ("devices", ("wseplan.devices",)),
     ("plan", ("wseplan.plan",)),
     ("views", ("wseplan.pricing", "wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving", "wseplan.scale",
-               "wseplan.compare", "wseplan.admission")),
+               "wseplan.compare", "wseplan.admission", "wseplan.operating")),
     ("studies", ("wseplan.optimize", "wseplan.sim", "wseplan.validate", "wseplan.validate_stream", "wseplan.claims",
                  "wseplan.sweep",
                  # the refit of the wafer kernel constants predicts the validation rows: calibration, not physics

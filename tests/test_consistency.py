@@ -43,7 +43,8 @@ from wseplan.fit import fit
 from wseplan.plan import default_sizes, evaluate, normalise_phase, plan, setup
 from wseplan.report.study import CostSpec, ServingSpec, Study, run_study
 from wseplan.scale import scaling_rows
-from wseplan.serving import DEFAULT_UTILIZATION, layout_columns, replica_options
+from wseplan.operating import layout_columns
+from wseplan.serving import DEFAULT_UTILIZATION, replica_options
 from wseplan.targets import parse_target
 from wseplan.timing import predict_time, stream
 

@@ -464,25 +464,26 @@ def test_serving_configs_missing_the_sla_at_90pct_are_offered_at_a_lower_load(tm
     spec = read_demand(f)
     pb = build_problem(spec, catalog=cat)
     (d,) = pb.demands
-    at90 = {(c.num_devices, c.batch): c for c in pb.configs if c.load_frac == 0.9}
-    lower = [c for c in pb.configs if c.load_frac < 0.9]
+    at90 = {(c.num_devices, c.batch): c for c in pb.configs if c.load_frac == pytest.approx(0.9, rel=1e-12)}
+    lower = [c for c in pb.configs if c.load_frac < 0.9 - 1e-9]
     assert not any(meets_sla(c, d) for c in at90.values())  # nothing meets the SLA at 90% load ...
     assert lower and all(meets_sla(c, d) for c in lower)       # ... but run less full, some do
     for c in lower:
         hi = at90[(c.num_devices, c.batch)]
         assert not meets_sla(hi, d) and c.supply < hi.supply
         # the same point as `serve` at that load (the API behind `wseplan serve --utilization`)
+        u = round(c.load_frac, 9)  # the ladder's load: the share of the slots held, as serve --utilization takes it
         res = serve("llama-3.1-70b", "h200-sxm", precision="bf16", input_tokens=2048, output_tokens=256, batches=[16, 64],
-                    percentile=95, prices=False, utilization=c.load_frac, catalog=cat)
+                    percentile=95, prices=False, utilization=u, catalog=cat)
         (p,) = [p for p in res.points if p.num_replicas == 1 and p.num_devices == c.num_devices and p.batch == c.batch]
         assert p.tokens_per_s == pytest.approx(c.supply, rel=1e-12)
         assert p.ttft_at_percentile_s == pytest.approx(c.ttft_s, rel=1e-12)
         # and the next load up (if it is on the ladder) misses the SLA: this is the highest load that meets it
         from wseplan.optimize.fleet import LOWER_LOADS
-        up = [u for u in (0.9,) + LOWER_LOADS if u > c.load_frac][-1]
+        up = [x for x in (0.9,) + LOWER_LOADS if x > u + 1e-9][-1]
         res_up = serve("llama-3.1-70b", "h200-sxm", precision="bf16", input_tokens=2048, output_tokens=256,
                        batches=[16, 64], percentile=95, prices=False, utilization=up, catalog=cat)
         (q,) = [q for q in res_up.points if q.num_replicas == 1 and q.num_devices == c.num_devices and q.batch == c.batch]
         assert q.ttft_at_percentile_s > 2.0 or (q.tpot_at_percentile_s or q.tpot_s) > 0.05
     plan = solve_fleet(pb, analyze=False)
-    assert plan.status == "optimal" and all(a.load_frac < 0.9 for a in plan.allocations)
+    assert plan.status == "optimal" and all(a.load_frac < 0.9 - 1e-9 for a in plan.allocations)

@@ -14,7 +14,8 @@ from wseplan.catalog import load_catalog
 from wseplan.cli import main
 from wseplan.compare import compare
 from wseplan.costing import cost
-from wseplan.serving import operating_point, serve
+from wseplan.operating import operating_point
+from wseplan.serving import serve
 
 CAT = load_catalog()
 PRICES = C.load_prices(catalog=CAT)

@@ -9,7 +9,7 @@ import pytest
 from wseplan.analytic import engine as E
 from wseplan.analytic import queueing as Q
 from wseplan.errors import InputError
-from wseplan.serving import pareto_frontier, serve, sla_grid, with_limits
+from wseplan.serving import all_in_usd_per_mtok, pareto_frontier, serve, sla_grid, with_limits
 from wseplan.sim.queue import simulate_waits
 
 
@@ -60,14 +60,15 @@ def test_serve_record_and_frontier(catalog):
     assert r.fits and r.chosen.meets_sla
     assert rec["tokens_per_s_per_user"] == pytest.approx(1 / rec["tpot_s"]) and rec["tpot_s"] <= 0.05
     assert rec["tokens_per_s"] == pytest.approx(rec["requests_per_s"] * 256)
-    # the frontier: nothing in it is beaten on both cost and speed by a point meeting the limits
+    # the frontier: nothing in it is beaten on both all-in cost and speed by a point meeting the limits (points may be
+    # at different loads: one that misses the TTFT limit at 90% of its slots is shown at a lower load that meets it)
     ok = [p for p in r.points if p.meets_sla]
     for f in r.frontier:
-        assert not any(p.output_usd_per_mtok < f.output_usd_per_mtok and p.tokens_per_s_per_user > f.tokens_per_s_per_user
+        assert not any(all_in_usd_per_mtok(p) < all_in_usd_per_mtok(f) and p.tokens_per_s_per_user > f.tokens_per_s_per_user
                        for p in ok)
     assert pareto_frontier(r.frontier) == r.frontier
-    # the cheapest point meeting the limits is chosen
-    assert r.chosen.output_usd_per_mtok == min(p.output_usd_per_mtok for p in ok)
+    # the cheapest point meeting the limits is chosen (all in: the point's $/h over the output tokens it delivers)
+    assert all_in_usd_per_mtok(r.chosen) == min(all_in_usd_per_mtok(p) for p in ok)
 
 
 def test_replica_search_covers_the_fixed_count(catalog):
@@ -305,3 +306,47 @@ def test_an_inflight_engine_steps_the_requests_it_holds(catalog):
     assert static.tpot_s == pytest.approx(s64.tpot_s, rel=1e-12) and static.utilization_frac == pytest.approx(0.5)
     with pytest.raises(InputError, match="^full_slots"):
         serve("llama-3.1-8b", "h100x1", rate=1.0, full_slots=True, catalog=catalog, prices=False)
+
+
+def test_limits_without_a_rate_are_met_at_a_lower_load(catalog):
+    """audit25 F4: without --rate every point sat at 90% of its own slots, where small slot counts queue for seconds,
+    so TTFT p95 <= 0.5 s on 8 H200 was called unmeetable. A point that misses the limits there is shown at the highest
+    of LOWER_LOADS that meets them: the same point `serve --utilization U` gives, and the next load up misses."""
+    from wseplan.admission import LOWER_LOADS
+    from wseplan.serving import DEFAULT_UTILIZATION, occupancy
+
+    kw = dict(precision="bf16", input_tokens=2048, output_tokens=256, catalog=catalog)
+    r = serve("llama-70b", "h200x8", ttft_limit_s=0.5, **kw)
+    base = serve("llama-70b", "h200x8", **kw)
+    assert r.chosen.meets_sla and r.chosen.ttft_at_percentile_s <= 0.5
+    assert not any(p.ttft_at_percentile_s <= 0.5 for p in base.points)  # none meets it at the default load
+    assert with_limits(base, ttft_limit_s=0.5) == r  # re-judging the default-load search asks the same
+    u = occupancy(r.chosen)
+    assert u < DEFAULT_UTILIZATION and min(LOWER_LOADS, key=lambda x: abs(x - u)) == pytest.approx(u, abs=1e-9)
+    u = round(u, 9)
+    same = serve("llama-70b", "h200x8", utilization=u, **kw)
+    key = (r.chosen.devices_per_replica, r.chosen.batch, tuple(sorted(r.chosen.layout.items())))
+    (p,) = [p for p in same.points if (p.devices_per_replica, p.batch, tuple(sorted(p.layout.items()))) == key]
+    assert p.ttft_at_percentile_s == r.chosen.ttft_at_percentile_s and p.tokens_per_s == r.chosen.tokens_per_s
+    up = [x for x in (DEFAULT_UTILIZATION,) + LOWER_LOADS if x > u + 1e-9][-1]
+    (q,) = [q for q in serve("llama-70b", "h200x8", utilization=up, **kw).points
+            if (q.devices_per_replica, q.batch, tuple(sorted(q.layout.items()))) == key]
+    assert q.ttft_at_percentile_s > 0.5
+    # a rate or a load fixes the load: nothing is moved
+    assert not any("highest of 80%" in n for n in serve("llama-70b", "h200x8", ttft_limit_s=0.5, rate=5.0, **kw).notes)
+    assert serve("llama-70b", "h200x8", ttft_limit_s=0.5, utilization=0.9, **kw).chosen.ttft_at_percentile_s > 0.5
+
+
+def test_no_point_meets_the_limits_the_closest_is_shown(catalog):
+    """audit25 F4: with both limits missed everywhere, the point shown is the one whose worst limit is missed by the
+    smallest ratio (it ranked by TTFT first though only the TPOT limit failed: 4.1x the limit over 2x)."""
+    from wseplan.serving import tpot_for_limit
+
+    r = serve("llama-70b", "h200", rate=10.0, ttft_limit_s=2.0, tpot_limit_s=0.04, precision="bf16", input_tokens=2048,
+              output_tokens=256, catalog=catalog)
+    assert not any(p.meets_sla for p in r.points)
+
+    def worst(p):
+        return max(p.ttft_at_percentile_s / 2.0, tpot_for_limit(p) / 0.04)
+    assert worst(r.chosen) == min(worst(p) for p in r.points)
+    assert "closest" in " ".join(r.notes)

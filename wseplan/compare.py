@@ -5,7 +5,7 @@ by :func:`wseplan.costing.price_record` — the numbers ``fit``, ``time`` and ``
 Nothing here models physics of its own; a target that does not fit has no time and no cost.
 
 A serving question (``decode``/``serve``) without a batch is compared at each target's operating point (the
-cheapest point that meets the per-user speed, :func:`wseplan.serving.operating_point`, as ``cost`` does); each
+cheapest point that meets the per-user speed, :func:`wseplan.operating.operating_point`, as ``cost`` does); each
 row says which batch it used and why.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .catalog.schema import Frozen
 from .errors import InputError, WseplanError
 from .plan import default_sizes, evaluate, normalise_phase, record, setup
 from .report.markdown import Column, Table
-from .serving import default_min_tokens_per_s_per_user, operating_point
+from .operating import default_min_tokens_per_s_per_user, operating_point
 from .targets import split_targets
 from .workload import resolve_model
 

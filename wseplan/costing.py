@@ -6,7 +6,7 @@ with one line naming the shortfall). Inputs come from the dated prices catalog (
 and the family's hardware figures (devices per system, power, rack space).
 
 **Operating point.** A serving question (phase ``serve`` or ``decode``) without a batch is priced at the point a
-buyer means: the cheapest point of the replica search (:func:`wseplan.serving.operating_point`, i.e.
+buyer means: the cheapest point of the replica search (:func:`wseplan.operating.operating_point`, i.e.
 :func:`wseplan.serving.serve` with ``tpot_limit_s = 1 / min speed``) that fits and gives every user at least the
 stated per-user speed, or the catalog's documented default (``defaults.default_min_tokens_per_s_per_user``).
 The record says so (``operating_point``, ``plan.sources.batch == "searched"``). A given batch is priced as given.
@@ -29,7 +29,7 @@ from .model_error import category_for, roof_time_factor, time_factor_range
 from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       total_params)
-from .serving import operating_point
+from .operating import operating_point
 from .workload import resolve_model
 
 

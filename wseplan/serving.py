@@ -17,7 +17,7 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
   (GPUs: powers of two inside the scale-up domain; wafers: the fewest wafers to twice that) x every concurrency,
   the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user;
-* **operating point** (:func:`operating_point`): the point a buyer means when no batch is given to ``cost`` or
+* **operating point** (:func:`wseplan.operating.operating_point`): the point a buyer means when no batch is given to ``cost`` or
   ``compare``: the cheapest that fits and serves every user at least a per-user speed (default: the catalog's
   ``default_min_tokens_per_s_per_user``), from the same search.
 """
@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from .admission import admission_note, admitted, concurrency_grid, fill_kv, running_batch
+from .admission import LOWER_LOADS, admission_note, admitted, at_lower_loads, concurrency_grid, fill_kv, running_batch
 from .analytic import engine as E
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
@@ -95,6 +95,8 @@ class ServePoint(_Frozen):
 
 class ServeResult(_Frozen):
     """The ``serve`` record: the chosen point, every point evaluated, and the cost/speed Pareto frontier."""
+
+    _lower: dict | None = PrivateAttr(default=None)  # how to ask the same question at a lower load (with_limits)
 
     schema_version: int = 1
     model: str
@@ -312,6 +314,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         raise InputError(f"utilization: must be in (0, 1), got {utilization!r}")
     # a concurrency without a rate or a load: that many users in a closed loop; else random arrivals at the load
     closed_loop = concurrency is not None and rate is None and utilization is None
+    # random arrivals at the default load: a point that misses a limit is shown at a lower load that meets it
+    ladder = rate is None and utilization is None and not closed_loop and not full_slots
     if full_slots and rate is not None:
         raise InputError("full_slots: every point at its slots full has no arrival rate; drop rate")
     utilization = DEFAULT_UTILIZATION if utilization is None else utilization
@@ -384,6 +388,13 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
     res = _result(base, points, concurrency=concurrency, utilization=utilization)
+    if ladder and points:  # the same question at lower loads, asked when a limit needs them (with_limits)
+        res._lower = {"args": (s0.query.model, target), "loads": {}, "kw": dict(
+            precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens,
+            percentile=percentile, output_scv=output_scv, options=options, layout=layout, batches=given_batches,
+            catalog=cat, prices=prices or False, overrides=overrides)}
+        if (ttft_limit_s or tpot_limit_s) and not all(p.meets_sla for p in points):
+            res = with_limits(res, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
     if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
         free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
                      output_tokens=output_tokens, concurrency=concurrency, percentile=percentile, output_scv=output_scv,
@@ -412,8 +423,10 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
     ok = [p for p in points if p.meets_sla]
     notes = []
     if not ok:
-        notes.append("no point meets the limits; the fastest point is shown")
-        chosen = min(points, key=lambda p: (p.ttft_at_percentile_s if ttft_limit_s else 0.0, p.tpot_s))
+        notes.append("no point meets the limits; the point closest to them is shown")
+        chosen = min(points, key=lambda p: (max([p.ttft_at_percentile_s / ttft_limit_s] if ttft_limit_s else [0.0])
+                                            if not tpot_limit_s else max(tpot_for_limit(p) / tpot_limit_s, (
+                                                p.ttft_at_percentile_s / ttft_limit_s if ttft_limit_s else 0.0)), p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
         # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
         chosen = min(ok, key=lambda p: (all_in_usd_per_mtok(p) if p.usd_per_hour is not None else 0.0, p.tpot_s,
@@ -435,21 +448,38 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
 
 
 def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_limit_s: float | None = None) -> ServeResult:
-    """``result`` re-judged against other TTFT/TPOT limits (same load, percentile and points; nothing re-timed).
+    """``result`` re-judged against other TTFT/TPOT limits (same percentile and points; nothing re-timed).
 
-    The limits only decide which evaluated points qualify, so an SLA grid costs one :func:`serve` per target.
+    The limits only decide which evaluated points qualify, so an SLA grid costs one :func:`serve` per target. A
+    :func:`serve` result of random arrivals at the default load (no rate, load or closed loop given) shows a point
+    that misses the limits at the highest lower load that meets them (:func:`~wseplan.admission.at_lower_loads`; the
+    same question at each load is asked once per result, when needed), as ``serve`` with those limits does.
     """
     for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
             raise InputError(f"{name}: must be a positive number, got {v!r}")
-    pts = [p.model_copy(update={"meets_sla": (tpot_limit_s is None or tpot_for_limit(p) <= tpot_limit_s)
-                                and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)})
-           for p in result.points]
+    def judged(points):
+        return [p.model_copy(update={"meets_sla": (tpot_limit_s is None or tpot_for_limit(p) <= tpot_limit_s)
+                                     and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)}) for p in points]
+    pts, moved, ask = judged(result.points), False, result._lower
+    if ask is not None and not all(p.meets_sla for p in pts):
+        def points_at(u):
+            if u not in ask["loads"]:
+                ask["loads"][u] = serve(*ask["args"], **dict(ask["kw"], utilization=u))
+            return judged(ask["loads"][u].points)
+        pts, moved = at_lower_loads(pts, lambda p: p.meets_sla, points_at)
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
                                       "output_tokens", "percentile", "rate_per_s", "speculative"})
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
-    util = occupancy(pts[0]) if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
-    return _result(base, pts, utilization=util)
+    util = occupancy(result.points[0]) if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
+    res = _result(base, pts, utilization=util)
+    res._lower = ask
+    if moved:
+        res = res.model_copy(update={"notes": res.notes + [
+            f"points that miss the limits at {util:.0%} of their slots are shown at the highest of "
+            f"{', '.join(f'{u:.0%}' for u in LOWER_LOADS)} that meets them (the same replicas, run less full, queue "
+            "less): their utilization_frac and running_batch say at which"]})
+    return res
 
 
 def occupancy(p: ServePoint) -> float:
@@ -515,86 +545,6 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
                         capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
                         utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
                         tpot_at_percentile_s=tpot_for_limit(p), running_batch=p.running_batch,
-                        tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla))
+                        tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla,
+                        load_frac=occupancy(p)))
     return out
-
-
-#: where the operating point's layout goes in the chain's configuration columns (record name -> column)
-_LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers"}
-
-
-class OperatingPoint(_Frozen):
-    """The serving point ``cost`` and ``compare`` price when no batch is given (see :func:`operating_point`).
-
-    ``target`` is the target to evaluate (with the device count the search chose, where the question gave none),
-    ``layout`` the chain's layout columns of the point (``tp``/``pp``/``dp`` or ``num_wafers``), ``meets`` whether
-    it reaches ``min_tokens_per_s_per_user`` (if no point does, the fastest point is taken), ``point`` the
-    :class:`ServePoint` itself.
-    """
-
-    target: str
-    batch: int
-    layout: dict[str, int]
-    min_tokens_per_s_per_user: float
-    min_source: str  # "given" or "default" (catalog defaults.default_min_tokens_per_s_per_user)
-    meets: bool
-    point: ServePoint
-
-    @property
-    def label(self) -> str:
-        """``cheapest meeting >= 20 tok/s/user, batch 64 (searched)`` (or why no point meets it)."""
-        x = f"{self.min_tokens_per_s_per_user:g}"
-        if self.meets:
-            return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched)"
-        return (f"no point reaches {x} tok/s/user; fastest point, batch {self.batch} "
-                f"({self.point.tokens_per_s_per_user:.4g} tok/s/user, searched)")
-
-    def to_record(self) -> dict:
-        return {"label": self.label, "target": self.target, "batch": self.batch, "layout": dict(self.layout),
-                "min_tokens_per_s_per_user": self.min_tokens_per_s_per_user, "min_source": self.min_source,
-                "meets": self.meets, "tokens_per_s_per_user": self.point.tokens_per_s_per_user,
-                "devices_per_replica": self.point.devices_per_replica, "num_devices": self.point.num_devices}
-
-
-def layout_columns(s, layout: dict) -> dict[str, int]:
-    """A point's record layout (``tensor_parallel``, ``num_wafers``, ...) as the chain's layout columns of setup
-    ``s`` (``tp``, ``num_wafers``, ...), to evaluate exactly that point again (``cost(..., layout=...)``)."""
-    cols = set(s.layout_columns)
-    return {_LAYOUT_COLUMNS[k]: int(v) for k, v in layout.items() if _LAYOUT_COLUMNS.get(k) in cols}
-
-
-def default_min_tokens_per_s_per_user(catalog) -> float:
-    """The catalog's documented default per-user speed [tokens/s] (``defaults.default_min_tokens_per_s_per_user``)."""
-    return float(catalog.defaults.default_min_tokens_per_s_per_user.si)
-
-
-def operating_point(model, target, *, precision: str = "bf16", software: str | None = None, input_tokens: int,
-                    output_tokens: int, min_tokens_per_s_per_user: float | None = None, catalog=None, prices=None,
-                    overrides: dict | None = None, options: dict | None = None,
-                    layout: dict | None = None) -> OperatingPoint | None:
-    """The operating point a buyer means: the cheapest point of :func:`serve` (the one replica search) that fits
-    and gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's documented default) with
-    its slots full, the load ``cost`` and ``compare`` price, i.e. ``serve(..., tpot_limit_s=1 / min,
-    full_slots=True)``'s chosen point. Without any point that fast, the fastest point. None when
-    nothing fits (the caller's own evaluation then says why)."""
-    cat = catalog or load_catalog()
-    src = "given"
-    if min_tokens_per_s_per_user is None:
-        min_tokens_per_s_per_user, src = default_min_tokens_per_s_per_user(cat), "default"
-    x = min_tokens_per_s_per_user
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < 1e9:
-        raise InputError(f"min_tokens_per_s_per_user (--min-speed): must be a positive number below 1e9 tokens/s per "
-                         f"user, got {x!r}")
-    res = serve(model, target, precision=precision, software=software, input_tokens=input_tokens,
-                output_tokens=output_tokens, tpot_limit_s=1.0 / x, catalog=cat, prices=prices, overrides=overrides,
-                options=options, layout=layout, full_slots=True)
-    if not res.fits or res.chosen is None:
-        return None
-    c = res.chosen
-    s = setup(model, target, phase="serve", precision=precision, software=software, options=options, catalog=cat)
-    t = s.query.target
-    text = target if isinstance(target, str) else t.key
-    tgt = text if t.count is not None else f"{text}x{c.num_devices}"
-    lay = layout_columns(s, c.layout)
-    return OperatingPoint(target=tgt, batch=c.batch, layout=lay, min_tokens_per_s_per_user=float(x), min_source=src,
-                          meets=c.meets_sla, point=c)

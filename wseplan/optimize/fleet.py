@@ -33,7 +33,8 @@ from ..catalog.load import load_catalog
 from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
 from ..plan import plan, positions_note, target_with_count
-from ..serving import DEFAULT_UTILIZATION, replica_options, serve
+from ..admission import LOWER_LOADS
+from ..serving import replica_options, serve
 from ..targets import parse_target
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
@@ -246,27 +247,23 @@ def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) 
             wl.sla.percentile)
 
 
-#: the loads (share of a replica's slots held on average) at which a configuration that misses its workload's SLA at
-#: the default load (:data:`wseplan.serving.DEFAULT_UTILIZATION`, 0.9) is offered again, highest first: a TTFT or TPOT
-#: limit that queueing breaks at 90% is often met by the same replicas run less full (one replica more)
-LOWER_LOADS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
-
-
 def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit, key, cat, cache) -> list[Config]:
     """The serving configurations of workload ``wl`` on one system type: each replica size and batch of
     :func:`~wseplan.serving.replica_options` at the default load and, where that load misses the SLA, again at the
-    highest of :data:`LOWER_LOADS` that meets it (its supply is what the replica carries at that load)."""
-    def options(load, result):
+    highest of :data:`~wseplan.admission.LOWER_LOADS` that meets it (its supply is what the replica carries at that
+    load; the configuration at the default load stays, for the relaxation analysis)."""
+    def options(result):
         return replica_options(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
                                batches=wl.batches, catalog=cat, percentile=wl.sla.percentile, sizes=wl.replica_sizes,
                                result=result)
 
-    def config(r, load):
+    def config(r):
         return Config(workload=wl.name, system=system, num_devices=r["num_devices"], batch=r["batch"],
-                      supply=r["tokens_per_s"], ttft_s=r["ttft_s"], tpot_s=r["tpot_at_percentile_s"], load_frac=load)
+                      supply=r["tokens_per_s"], ttft_s=r["ttft_s"], tpot_s=r["tpot_at_percentile_s"],
+                      load_frac=r["load_frac"])
 
     demand = Demand(name=wl.name, kind="serve", model=m.name, amount=1.0, unit="output tokens/s", sla=wl.sla)
-    out = [config(r, DEFAULT_UTILIZATION) for r in options(DEFAULT_UTILIZATION, hit)]
+    out = [config(r) for r in options(hit)]
     missing = {(c.num_devices, c.batch) for c in out if not meets_sla(c, demand)}
     for load in LOWER_LOADS:
         if not missing:
@@ -279,8 +276,8 @@ def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, h
                         utilization=load)
             if cache is not None:
                 cache[lkey] = res
-        for r in options(load, res):
-            c = config(r, load)
+        for r in options(res):
+            c = config(r)
             if (c.num_devices, c.batch) in missing and meets_sla(c, demand):
                 out.append(c)
                 missing.discard((c.num_devices, c.batch))

@@ -21,7 +21,9 @@ from ..optimize.fleet import plan_fleet, serve_key
 from ..optimize.fleet_schema import DemandSpec, Sla, SystemSpec, WorkloadSpec
 from ..plan import setup
 from ..pricing import params_for
-from ..serving import layout_columns, serve, with_limits
+from ..operating import layout_columns
+from ..admission import LOWER_LOADS
+from ..serving import DEFAULT_UTILIZATION, occupancy, serve, with_limits
 from ..targets import parse_target
 from ..workload import resolve_model
 from .markdown import Column, Table, fmt_num
@@ -112,13 +114,14 @@ def serving_body(st: Study, cat) -> dict:
     demand = serving_demand(st, cat)
     curves, at_speed, cache = {}, {}, {}
     for tgt, spec in zip(names, demand.systems):
-        res = serve(m, tgt, precision=st.precision_for(tgt), batches=sv.batches, ttft_limit_s=sv.ttft_limit_s,
-                    percentile=pct, prices=prices, overrides=st.cost.set, **kw)
+        base = serve(m, tgt, precision=st.precision_for(tgt), batches=sv.batches, percentile=pct, prices=prices,
+                     overrides=st.cost.set, **kw)  # every point at the default load: the fleet's search
+        res = with_limits(base, ttft_limit_s=sv.ttft_limit_s)  # = serve(..., ttft_limit_s=...), one search
         curves[tgt] = res
-        judged = with_limits(res, ttft_limit_s=sv.ttft_limit_s, tpot_limit_s=1.0 / speed)
+        judged = with_limits(base, ttft_limit_s=sv.ttft_limit_s, tpot_limit_s=1.0 / speed)
         at_speed[tgt] = judged.chosen if judged.chosen is not None and judged.chosen.meets_sla else None
         if parse_target(tgt, cat).count is None:  # the fleet's search of this hardware is this one
-            cache[serve_key(m.name, spec.hardware, demand.workloads[0], st.precision_for(tgt))] = res
+            cache[serve_key(m.name, spec.hardware, demand.workloads[0], st.precision_for(tgt))] = base
 
     utils = {t: params_for(setup(m, t, phase="serve", precision=st.precision_for(t), catalog=cat), prices,
                            overrides=st.cost.set)["utilization_frac"].value for t in names}
@@ -232,12 +235,14 @@ def _point(m, cat, prices, st, curve, hardware: str, prec: str, a):
     """The serve point of a fleet allocation: from the target's curve, or (a target with its own count, whose
     curve has other replica sizes) from a search of the hardware at that batch."""
     sv = st.serving
+    load = a.load_frac if a.load_frac is not None else DEFAULT_UTILIZATION
     point = next((p for p in curve.points if p.num_replicas == 1 and p.batch == a.batch
-                  and p.devices_per_replica == a.devices_per_replica), None)
-    if point is None:
+                  and p.devices_per_replica == a.devices_per_replica and abs(occupancy(p) - load) < 1e-9), None)
+    if point is None:  # the fleet ran it at a lower load than the curve shows (LOWER_LOADS), or another replica size
+        u = min((DEFAULT_UTILIZATION,) + LOWER_LOADS, key=lambda x: abs(x - load))
         point = next(p for p in serve(m, hardware, precision=prec, input_tokens=sv.prompt_tokens,
                                       output_tokens=sv.output_tokens, batches=[a.batch], percentile=sv.percentile,
-                                      catalog=cat, prices=prices, overrides=st.cost.set).points
+                                      catalog=cat, prices=prices, overrides=st.cost.set, utilization=u).points
                      if p.num_replicas == 1 and p.devices_per_replica == a.devices_per_replica)
     return point
 

@@ -144,7 +144,7 @@ class CostResult(Frozen):
     prices_date: str
     notes: list[str] = []
     plan: dict | None = None
-    operating_point: dict | None = None  # serving without a batch: the searched point (wseplan.serving.operating_point)
+    operating_point: dict | None = None  # serving without a batch: the searched point (wseplan.operating.operating_point)
 
     def metric(self, name: str) -> float:
         for m in self.metrics:
