@@ -350,3 +350,24 @@ def test_no_point_meets_the_limits_the_closest_is_shown(catalog):
         return max(p.ttft_at_percentile_s / 2.0, tpot_for_limit(p) / 0.04)
     assert worst(r.chosen) == min(worst(p) for p in r.points)
     assert "closest" in " ".join(r.notes)
+
+
+def test_a_rate_holds_the_fixed_point_of_littles_law(catalog):
+    """audit25 F5: with --rate the TPOT was the step of util x slots requests (49 of 64 at 6 requests/s) while the
+    record said 40.3 were held; the engine holds N = lambda E[S(ceil N)], here ~30 requests stepping at 19.1 ms, and
+    the TPOT limit of 25 ms is met (it was reported as failed). Checked against the plan chain at batch ceil(N)."""
+    import math
+
+    from wseplan.timing import predict_time
+
+    r = serve("llama-70b", "h200x8", concurrency=64, rate=6.0, tpot_limit_s=0.025, precision="bf16", input_tokens=2048,
+              output_tokens=256, catalog=catalog, prices=False)
+    p = r.chosen
+    lay = {"tp": p.layout["tensor_parallel"], "pp": p.layout["pipeline_parallel"], "dp": p.layout["data_parallel"]}
+    assert p.num_replicas == 1 and lay == {"tp": 8, "pp": 1, "dp": 1}
+    n = math.ceil(p.running_batch)
+    t = predict_time("llama-70b", "h200x8", phase="serve", batch=n, layout=lay, catalog=catalog)
+    assert p.tpot_s == pytest.approx(t.tpot_s, rel=1e-12)        # the step of the batch held ...
+    assert p.running_batch == pytest.approx(6.0 * t.request_s, rel=1e-9)  # ... which holds that many (Little's law)
+    assert math.ceil(6.0 * t.request_s - 1e-9) == n                # a fixed point
+    assert n < 49 and p.meets_sla and p.tpot_at_percentile_s <= 0.025

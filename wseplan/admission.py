@@ -78,7 +78,8 @@ def admission_note(users: int, batch: int, request_s: float, wait_s: float | Non
 
 
 def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
-                   output_tokens: int, percentile: float, own: np.ndarray, busy: np.ndarray) -> dict | None:
+                   output_tokens: int, percentile: float, own: np.ndarray, busy: np.ndarray,
+                   rate: np.ndarray | None = None) -> dict | None:
     """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (mean), ``tpot_pct`` (at
     ``percentile`` of the requests), ``own`` (own prefill) and ``busy`` (prefill-budget time; the full-slot ``own``
     and ``busy`` given are kept where a point does not change) and ``per_held`` (requests/s per request held; NaN
@@ -86,11 +87,13 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
 
     An in-flight engine (vLLM, TensorRT-LLM, SGLang, the wafer service) steps the requests it holds, not its slot
     count: with requests arriving at ``lambda`` and holding a slot for ``E[S]``, it holds ``N = lambda E[S]`` on
-    average (Little's law), ``util x b`` with the full-slot ``E[S]`` (an upper bound: a smaller batch steps faster and
-    holds each request for less). Each point is evaluated again at ``ceil(util x b)`` requests on the layout it chose
-    for ``b`` (the replica does not change its layout with the load); a static batch runs its ``b`` slots and keeps
-    them. A load given as a share ``u`` of the slots holds ``u x b`` requests, each served at the rate of that batch:
-    ``lambda = u x b / E[S(u x b)]``.
+    average (Little's law). Given the arrival rate (``rate``, requests/s per replica), ``N`` is the fixed point of
+    ``N = lambda E[S(ceil N)]``, reached from above: ``util x b`` (the full-slot ``E[S]``, an upper bound), then the
+    requests that batch's pace holds, until the batch stepped stops changing (a smaller batch steps faster and holds
+    each request for less; the sequence falls monotonically, a few evaluations). Each point is evaluated at ``ceil N``
+    requests on the layout it chose for ``b`` (the replica does not change its layout with the load); a static batch
+    runs its ``b`` slots and keeps them. A load given as a share ``u`` of the slots holds ``u x b`` requests, each
+    served at the rate of that batch: ``lambda = u x b / E[S(u x b)]``.
 
     The requests held at a random time are Poisson with mean ``N`` (an M/G/infinity system: Takacs; the slots far from
     full), and a request's TPOT is the mean step over its life, over which the count held is averaged: with a service
@@ -108,11 +111,22 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
         return None
     m = idx.size
     sub = {k: np.tile(np.asarray(v)[idx], 2) for k, v in cfg.items()}
-    sub["batch"] = np.concatenate([run_b[idx], pct_b[idx]])
     for k in s.family.columns("serve") if hasattr(s.family, "columns") else s.family.layout_columns:
         if k in arr:  # the layout chosen for the slots
             sub[k] = np.tile(np.asarray(arr[k], dtype=float)[idx], 2)
-    got = evaluate(s, sub)
+    for _ in range(16 if rate is not None else 1):  # the fixed point N = lambda E[S(ceil N)], from above
+        sub["batch"] = np.concatenate([run_b[idx], pct_b[idx]])
+        got = evaluate(s, sub)
+        if rate is None:
+            break
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per = np.asarray(got["tokens_per_s"], dtype=float)[:m] / (R[idx] * max(output_tokens, 1)) / run_b[idx]
+            nxt = np.minimum(run_b[idx], np.maximum(1.0, np.ceil(rate[idx] / per - 1e-9)))
+        nxt = np.where(np.isfinite(nxt), nxt, run_b[idx])
+        if np.array_equal(nxt, run_b[idx]):
+            break
+        run_b[idx] = nxt
+        pct_b[idx] = np.minimum(b[idx], np.maximum(nxt, np.ceil(nxt + z * np.sqrt(2.0 * nxt / 3.0) - 1e-9)))
     t_got = np.asarray(got["tpot_s"], dtype=float)
     good = np.isfinite(t_got[:m]) & np.isfinite(t_got[m:])
     idx, sel = idx[good], np.nonzero(good)[0]

@@ -168,7 +168,8 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     else:
         lam = np.full(n, np.nan) if rate is None else rate / R
         lam = np.where(np.isnan(lam), utilization * cap, lam)
-        run = running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens, percentile, own, busy)
+        run = running_batch(s, cfg, arr, b, lam / cap, ok, R, output_tokens, percentile, own, busy,
+                            rate=None if rate is None else lam)
         per_held = np.full(n, np.nan) if run is None else run["per_held"]
         if run is not None:  # the batch an in-flight engine runs at this load (Little's law), not its slot count
             tpot, tpot_pct, own, busy = (run[k] for k in ("tpot", "tpot_pct", "own", "busy"))
