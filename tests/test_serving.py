@@ -371,3 +371,20 @@ def test_a_rate_holds_the_fixed_point_of_littles_law(catalog):
     assert p.running_batch == pytest.approx(6.0 * t.request_s, rel=1e-9)  # ... which holds that many (Little's law)
     assert math.ceil(6.0 * t.request_s - 1e-9) == n                # a fixed point
     assert n < 49 and p.meets_sla and p.tpot_at_percentile_s <= 0.025
+
+
+def test_serve_layout_minimises_the_request_time(catalog):
+    """audit25 F3: the serve layout was chosen by TPOT alone, so a 4-token answer got a layout slower in TTFT and in
+    requests/s than the 5-token one (11.1 against 15.3 requests/s): fewer tokens, fewer requests. The serve objective
+    is the request's time; requests/s at a fixed concurrency never rises with the answer length."""
+    from wseplan.timing import predict_time
+
+    rps = []
+    for o in (1, 2, 4, 5, 8, 16, 64, 256):
+        r = predict_time("llama-70b", "h200x8", phase="serve", batch=32, output_tokens=o, catalog=catalog)
+        rps.append(r.requests_per_s)
+        # no layout of the search gives this request a shorter time (the objective), e.g. the TP8 one
+        tp8 = predict_time("llama-70b", "h200x8", phase="serve", batch=32, output_tokens=o, catalog=catalog,
+                           layout={"tp": 8, "pp": 1, "dp": 1})
+        assert r.request_s <= tp8.request_s * (1 + 1e-12)
+    assert all(a >= b * (1 - 1e-12) for a, b in zip(rps, rps[1:])), rps

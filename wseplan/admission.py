@@ -146,21 +146,23 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
     return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held}
 
 
-#: loads (share of a replica's slots held on average, highest first) at which a point that misses its TTFT/TPOT limits
-#: at the default load (``serving.DEFAULT_UTILIZATION``, 0.9) is tried again: the same replicas run less full queue
-#: less, so a limit that queueing breaks is met at the highest such load (``serve`` with limits and no rate, ``fleet``)
+#: loads (share of a replica's slots held on average, highest first) at which a point that misses its TTFT limit at the
+#: default load (``serving.DEFAULT_UTILIZATION``, 0.9) is tried again: the same replicas run less full queue less, so a
+#: TTFT limit that queueing breaks is met at the highest such load (``serve`` with a TTFT limit and no rate, ``fleet``).
+#: A TPOT limit alone moves nothing: a smaller batch of the grid meets it at the default load.
 LOWER_LOADS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
 
-def at_lower_loads(points: list, meets, points_at) -> tuple[list, bool]:
-    """``points`` (at the default load) with each one that misses its limits (``meets(p)`` false) replaced by the same
-    replica (devices, replicas, layout) and batch at the highest of :data:`LOWER_LOADS` where it meets them, and whether
-    any was replaced. ``points_at(load)`` gives the points at a load; it is called only while some point still misses."""
+def at_lower_loads(points: list, meets, points_at, movable) -> tuple[list, bool]:
+    """``points`` (at the default load) with each one that misses its limits (``meets(p)`` false) for a reason a lower
+    load can cure (``movable(p)``: its TTFT) replaced by the same replica (devices, replicas, layout) and batch at the
+    highest of :data:`LOWER_LOADS` where it meets them all, and whether any was replaced. ``points_at(load)`` gives the
+    points at a load; it is called only while some point still misses."""
     def key(p):
         return p.devices_per_replica, p.num_replicas, p.batch, tuple(sorted(p.layout.items()))
 
     out = {key(p): p for p in points}
-    missing = {k for k, p in out.items() if not meets(p)}
+    missing = {k for k, p in out.items() if not meets(p) and movable(p)}
     moved = False
     for load in LOWER_LOADS:
         if not missing:

@@ -394,7 +394,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens,
             percentile=percentile, output_scv=output_scv, options=options, layout=layout, batches=given_batches,
             catalog=cat, prices=prices or False, overrides=overrides)}
-        if (ttft_limit_s or tpot_limit_s) and not all(p.meets_sla for p in points):
+        if ttft_limit_s and not all(p.meets_sla for p in points):
             res = with_limits(res, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
     if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
         free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
@@ -453,8 +453,8 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
 
     The limits only decide which evaluated points qualify, so an SLA grid costs one :func:`serve` per target. A
     :func:`serve` result of random arrivals at the default load (no rate, load or closed loop given) shows a point
-    that misses the limits at the highest lower load that meets them (:func:`~wseplan.admission.at_lower_loads`; the
-    same question at each load is asked once per result, when needed), as ``serve`` with those limits does.
+    whose TTFT misses its limit at the highest lower load that meets the limits (:func:`~wseplan.admission.at_lower_loads`;
+    the same question at each load is asked once per result, when needed), as ``serve`` with those limits does.
     """
     for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
@@ -463,12 +463,13 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
         return [p.model_copy(update={"meets_sla": (tpot_limit_s is None or tpot_for_limit(p) <= tpot_limit_s)
                                      and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)}) for p in points]
     pts, moved, ask = judged(result.points), False, result._lower
-    if ask is not None and not all(p.meets_sla for p in pts):
+    if ask is not None and ttft_limit_s is not None and not all(p.meets_sla for p in pts):
         def points_at(u):
             if u not in ask["loads"]:
                 ask["loads"][u] = serve(*ask["args"], **dict(ask["kw"], utilization=u))
             return judged(ask["loads"][u].points)
-        pts, moved = at_lower_loads(pts, lambda p: p.meets_sla, points_at)
+        pts, moved = at_lower_loads(pts, lambda p: p.meets_sla, points_at,
+                                    lambda p: p.ttft_at_percentile_s > ttft_limit_s)
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
                                       "output_tokens", "percentile", "rate_per_s", "speculative"})
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
@@ -477,7 +478,7 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     res._lower = ask
     if moved:
         res = res.model_copy(update={"notes": res.notes + [
-            f"points that miss the limits at {util:.0%} of their slots are shown at the highest of "
+            f"points whose TTFT misses its limit at {util:.0%} of their slots are shown at the highest of "
             f"{', '.join(f'{u:.0%}' for u in LOWER_LOADS)} that meets them (the same replicas, run less full, queue "
             "less): their utilization_frac and running_batch say at which"]})
     return res

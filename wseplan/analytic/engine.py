@@ -41,12 +41,14 @@ import numpy as np
 from . import elementwise as X
 
 #: what :func:`phase_objective` minimises per phase when a layout is searched
-OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve": "tpot_s"}
+OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve": "request_s"}
 
 
 def phase_objective(phase: str, tim: dict[str, np.ndarray]) -> np.ndarray:
-    """Smaller is better: training and prefill minimise the step, decode and serving the time per output token
-    at the given concurrency per replica (the replica search of :mod:`wseplan.serving` weighs cost instead)."""
+    """Smaller is better: training and prefill minimise the step, decode the time per output token, serving a
+    request's time in the engine (TTFT + (answer tokens - 1) x TPOT: at the given concurrency per replica also the
+    most requests/s; for a long answer it is TPOT's choice, for a short one it weighs the prompt) (the replica search
+    of :mod:`wseplan.serving` weighs cost instead)."""
     key = OBJECTIVES[phase]
     n = len(tim["step_s"])
     if key == "neg_tokens_per_s":

@@ -249,8 +249,8 @@ def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) 
 
 def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit, key, cat, cache) -> list[Config]:
     """The serving configurations of workload ``wl`` on one system type: each replica size and batch of
-    :func:`~wseplan.serving.replica_options` at the default load and, where that load misses the SLA, again at the
-    highest of :data:`~wseplan.admission.LOWER_LOADS` that meets it (its supply is what the replica carries at that
+    :func:`~wseplan.serving.replica_options` at the default load and, where its TTFT misses the SLA there, again at
+    the highest of :data:`~wseplan.admission.LOWER_LOADS` that meets the whole SLA (its supply is what the replica carries at that
     load; the configuration at the default load stays, for the relaxation analysis)."""
     def options(result):
         return replica_options(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
@@ -264,7 +264,9 @@ def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, h
 
     demand = Demand(name=wl.name, kind="serve", model=m.name, amount=1.0, unit="output tokens/s", sla=wl.sla)
     out = [config(r) for r in options(hit)]
-    missing = {(c.num_devices, c.batch) for c in out if not meets_sla(c, demand)}
+    # a TTFT that queueing breaks is cured by a lower load (a TPOT limit by a smaller batch of the grid)
+    missing = {(c.num_devices, c.batch) for c in out if not meets_sla(c, demand) and wl.sla.ttft_s is not None
+               and c.ttft_s is not None and c.ttft_s > wl.sla.ttft_s}
     for load in LOWER_LOADS:
         if not missing:
             break

@@ -302,7 +302,8 @@ def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Tab
                          (ch.devices_per_replica, ch.batch, ch.layout)})
     return Table(
         name="frontier", title="Cost versus per-user speed: each platform's Pareto frontier (replica search)",
-        note=(f"Points at 90% of each replica's capacity; 'chosen' marks the cheapest point (all-in) at >= "
+        note=(f"Points at 90% of each replica's slots (a point whose TTFT misses the limit there: at the highest of "
+              f"80%, 70%, ..., 10% that meets it, as `wseplan serve` with the limit shows it); 'chosen' marks the cheapest point (all-in) at >= "
               f"{fmt_num(sv.min_tokens_per_s_per_user)} tokens/s per user"
               + (f" and TTFT p{fmt_num(sv.percentile)} <= {fmt_num(sv.ttft_limit_s)} s" if sv.ttft_limit_s else "")
               + ". Output and input $/M split the replica's cost by the engine's decode and prefill time; all-in is "
