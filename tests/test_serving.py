@@ -388,3 +388,15 @@ def test_serve_layout_minimises_the_request_time(catalog):
                            layout={"tp": 8, "pp": 1, "dp": 1})
         assert r.request_s <= tp8.request_s * (1 + 1e-12)
     assert all(a >= b * (1 - 1e-12) for a, b in zip(rps, rps[1:])), rps
+
+
+def test_price_split_does_not_depend_on_an_unused_draft(catalog):
+    """audit25 F1: at batch 16 on four CS-3 the engine does not speculate (a speculative step is no faster there), yet
+    the output/input $/M split moved with the unused draft (input $0.474 against $0.184/M): the round priced without
+    its prompt chunks speculated while the round itself did not. It now runs as the round it prices."""
+    kw = dict(concurrency=16, precision="bf16", input_tokens=2048, output_tokens=256, catalog=catalog)
+    spec = serve("llama-70b", "cs3x4", **kw).chosen
+    plain = serve("llama-70b", "cs3x4", options={"speculative": "none"}, **kw).chosen
+    assert spec.accepted_tokens_per_step == 1.0  # not speculating at this batch
+    for k in ("tpot_s", "tokens_per_s", "output_usd_per_mtok", "input_usd_per_mtok"):
+        assert getattr(spec, k) == pytest.approx(getattr(plain, k), rel=1e-12), k

@@ -102,12 +102,14 @@ class InferenceMixin:
         decides where a draft lives; by default it always does)."""
         return True
 
-    def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, counts=None, chunk=None):
+    def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, counts=None, chunk=None,
+                     use=None):
         """Time per output token of a decode round, with speculative decoding where the software profile (or the
         ``speculative`` options) turns it on and it is faster: ``(verify + k x draft) / E[accepted]``, the draft passes
         without the step's host work (:meth:`step_host_s`, paid once with the verification). ``counts`` fixes the
         target's micro-batches in flight (the plain and the verification round; the draft model's round chooses its
-        own).
+        own). ``use`` (where given) fixes where the round speculates instead of choosing the faster form (the same
+        round priced without its prompt chunks runs as the round it prices).
 
         Returns (tpot, parts, micro_batches, accepted tokens per step [1 without speculation], whether the draft fits
         beside the target [1/0; None without speculation])."""
@@ -129,7 +131,7 @@ class InferenceMixin:
         spec_tpot = (verify + k * draft) / g
         # the engine speculates where it pays (not at compute-bound batches) and where the draft fits beside the target
         fits = self.draft_fits(ctx, cfg, rows, dctx, dcfg)
-        use = (spec_tpot < tpot) & fits
+        use = (spec_tpot < tpot) & fits if use is None else use & fits
         scale = X.where(verify > 0, spec_tpot / X.where(verify > 0, verify, 1.0), 1.0)
         out_parts = {name: X.where(use, _arr(vparts.get(name, 0.0)) * scale, _arr(v)) for name, v in parts.items()}
         return (X.where(use, spec_tpot, tpot), out_parts, X.where(use, vnmb, nmb), X.where(use, g, 1.0),
@@ -288,7 +290,7 @@ class InferenceMixin:
                 tokens_per_s = R * lam * X.maximum(O, 1.0)
                 out.update(ttft_own_s=own, prefill_busy_s=busy)
                 # the same round without its prompt chunks, at the micro-batches the round runs: what the prompts add
-                alone, _, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb)
+                alone, _, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb, use=acc > 1.0)
                 pre_tok = X.minimum(pre_per_seq * B, X.maximum(budget - B / nmb, 0.0) * nmb)
                 # one request at a time (B = 1): no prompt rides on a decode step; its prompt costs its own prefill
                 lone = pre_tok <= 0.0
