@@ -246,3 +246,16 @@ def test_train_tokens_report_device_hours_and_gpu_hours_only_on_gpus(capsys, tar
     d = json.loads(capsys.readouterr().out)
     assert d["device_hours"] == pytest.approx(d["time_to_train_s"] * d["num_devices"] / 3600.0, rel=1e-12)
     assert ("gpu_hours" in d) == (kind == "gpu")
+
+
+def test_closed_loop_text_says_queueing_only_when_users_exceed_the_kv_cache():
+    """audit25 F8: every closed loop was labelled 'more users than the KV cache holds queue for it', even 64 users on
+    a replica whose KV cache holds over a thousand requests."""
+    from wseplan.cli.serve import summary_rows
+    from wseplan.serving import serve
+
+    def load_text(n):
+        res = serve("llama-70b", "h200x8", concurrency=n, prices=False)
+        return next(r["value"] for r in summary_rows(res) if r["quantity"] == "load and limits")
+    assert "more users than the KV cache" not in load_text(64) and "closed loop" in load_text(64)
+    assert "more users than the KV cache holds" in load_text(4000)

@@ -120,7 +120,8 @@ def _demand_text(res) -> str:
 
     c = res.chosen
     load = (f"{fmt_num(res.rate_per_s)} requests/s offered" if res.rate_per_s is not None else
-            "every slot busy: more users than the KV cache holds queue for it (see the note)"
+            ("every slot busy: more users than the KV cache holds queue for it (see the note)"
+             if any("more than the KV cache holds" in n for n in res.notes) else "every slot busy: the users in a closed loop")
             if c is not None and occupancy(c) >= 1.0 else
             f"{fmt_field('utilization_frac', occupancy(c))} of each point's slots held" if c is not None else
             "no rate given")
@@ -131,7 +132,7 @@ def _demand_text(res) -> str:
 
 def _choice(res) -> str:
     if not res.chosen.meets_sla:
-        return "no point meets the limits: the fastest"
+        return "no point meets the limits: the closest to them"
     if res.rate_per_s is not None or res.ttft_limit_s is not None or res.tpot_limit_s is not None:
         return "the cheapest point that carries the load and meets the limits"
     return "the highest throughput per device"
