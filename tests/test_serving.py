@@ -400,3 +400,17 @@ def test_price_split_does_not_depend_on_an_unused_draft(catalog):
     assert spec.accepted_tokens_per_step == 1.0  # not speculating at this batch
     for k in ("tpot_s", "tokens_per_s", "output_usd_per_mtok", "input_usd_per_mtok"):
         assert getattr(spec, k) == pytest.approx(getattr(plain, k), rel=1e-12), k
+
+
+def test_speculative_ttft_includes_the_drafts_prefill(catalog):
+    """audit25 F9: the draft builds its own KV cache of the prompt before it proposes; TTFT with speculative decoding
+    was the target's prefill alone. One user on one H200: the target's 2,048-token prefill plus the 1B draft's."""
+    from wseplan.timing import predict_time
+
+    kw = dict(concurrency=1, precision="bf16", input_tokens=2048, output_tokens=256, catalog=catalog, prices=False)
+    spec = serve("llama-3-8b", "h200x1", options={"speculative": "llama-3.2-1b", "draft_tokens": 4,
+                                                    "acceptance": 0.8}, **kw).chosen
+    plain = serve("llama-3-8b", "h200x1", options={"speculative": "none"}, **kw).chosen
+    draft = predict_time("llama-3.2-1b", "h200x1", phase="prefill", batch=1, context=2048, catalog=catalog)
+    assert spec.accepted_tokens_per_step > 1.0
+    assert spec.ttft_s == pytest.approx(plain.ttft_s + draft.ttft_s, rel=1e-9)

@@ -137,6 +137,16 @@ class InferenceMixin:
         return (X.where(use, spec_tpot, tpot), out_parts, X.where(use, vnmb, nmb), X.where(use, g, 1.0),
                 X.where(fits, 1.0, 0.0) + X.zeros_like(tpot))
 
+    def _draft_prefill(self, ctx, cfg, rows, batch, prompt, accepted):
+        """The draft model's prefill of ``batch`` prompts [s] where the round speculates (``accepted`` > 1), else 0:
+        the draft builds its own KV cache of a prompt before it proposes (vLLM and TensorRT-LLM run it on the same
+        devices, after the target's prefill)."""
+        if getattr(ctx, "spec", None) is None:
+            return 0.0 * accepted
+        dctx, dcfg = self.draft_setup(ctx, cfg)
+        t, _ = self._prefill(dctx, dcfg, rows, batch, prompt)
+        return X.where(accepted > 1.0, t, 0.0)
+
     def _prefill(self, ctx, cfg, rows, batch, prompt):
         """Prefill of ``batch`` prompts [s] and its parts. Chunked prefill through a pipeline of stages cuts the
         prompt tokens into the chunk (of the token budget or a smaller one, :func:`E.prefill_chunk_budgets`) whose
@@ -243,6 +253,7 @@ class InferenceMixin:
             if eng.scheduling == "static":
                 ttft, p_parts = self._prefill(ctx, cfg, rows, B, C)
                 tpot, d_parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0)
+                ttft = ttft + self._draft_prefill(ctx, cfg, rows, B, C, acc)
                 request = ttft + steps * tpot
                 parts = {k: p_parts.get(k, 0.0) + steps * d_parts.get(k, 0.0) for k in dict.fromkeys([*p_parts, *d_parts])}  # ordered: sums must not depend on hashing
                 tokens_per_s = R * B * O / request
@@ -279,6 +290,7 @@ class InferenceMixin:
                     lat, _, _ = self._pass(ctx, cfg, rows, **kw)
                     t_own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(tpot / nmb, lat / nst), passes=n_own)
                     own = t_own if own is None else X.minimum(own, t_own)
+                own = own + self._draft_prefill(ctx, cfg, rows, B * 0.0 + 1.0, C, acc)
                 # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
                 full, _, _ = self._pass(ctx, cfg, rows, **full_kw)
                 busy = C / spare * X.maximum(tpot / nmb, full / nst)
