@@ -98,6 +98,9 @@ class ServeResult(_Frozen):
 
     _lower: dict | None = PrivateAttr(default=None)  # how to ask the same question at a lower load (with_limits)
 
+    def __eq__(self, other) -> bool:  # the record's fields; how to ask it again at another load is not part of it
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
     schema_version: int = 1
     model: str
     target: str
@@ -279,7 +282,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
           ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
           output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float | None = None, options: dict | None = None,
           layout: dict | None = None, batches=None, catalog=None, prices=None,
-          overrides: dict | None = None, full_slots: bool = False) -> ServeResult:
+          overrides: dict | None = None, full_slots: bool = False, setups: dict | None = None) -> ServeResult:
     """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
 
     With ``concurrency`` the replica runs that many requests at once, or, when their KV caches do not fit, the
@@ -295,6 +298,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     pricing (points without $ fields). ``input_tokens``/``output_tokens`` default to the catalog's serving request
     (``defaults.default_prompt_tokens``, ``default_output_tokens``: 2,048 and 256). ``full_slots`` reports every
     point with its slots full (a closed loop of ``batch`` users, the load ``cost`` and ``compare`` price; no rate).
+    ``setups`` (a dict, filled here) reuses the setups of the same question asked before at another load: their
+    evaluations do not depend on the load (the lower-load ladder of :func:`with_limits` asks it so).
     """
 
     cat = catalog or load_catalog()
@@ -324,7 +329,14 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         prices = load_prices(catalog=cat)
     elif prices is False:
         prices = None
-    s0 = setup(model, target, phase="serve", precision=precision, software=software, options=options, catalog=cat)
+    setups = {} if setups is None else setups
+
+    def _setup(m, t):  # one setup per target of the search, kept for the same question at another load
+        key = t if isinstance(t, str) else t.label
+        if key not in setups:
+            setups[key] = setup(m, t, phase="serve", precision=precision, software=software, options=options, catalog=cat)
+        return setups[key]
+    s0 = _setup(model, target)
     eng = s0.query.software.engine
     if batches is not None:  # the concurrencies to try (fleet's grid); default: powers of two to the engine's max
         for b in batches:
@@ -361,14 +373,12 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
                     continue
                 for k in range(kmin + 1, 2 * kmin + 1):
                     tk = target_with_count(t0, k)
-                    sk = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
-                               catalog=cat)
+                    sk = _setup(s0.query.model, tk)
                     points += _points(sk, layout={"num_wafers": k}, **kw)
                 continue
             else:
                 tk = target_with_count(t0, size)
-                s = setup(s0.query.model, tk, phase="serve", precision=precision, software=software, options=options,
-                          catalog=cat)
+                s = _setup(s0.query.model, tk)
                 lay = {"dp": 1}
             points += _points(s, layout=lay, **kw)
         if points:
@@ -393,7 +403,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         res._lower = {"args": (s0.query.model, target), "loads": {}, "kw": dict(
             precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens,
             percentile=percentile, output_scv=output_scv, options=options, layout=layout, batches=given_batches,
-            catalog=cat, prices=prices or False, overrides=overrides)}
+            catalog=cat, prices=prices or False, overrides=overrides, setups=setups)}
         if ttft_limit_s and not all(p.meets_sla for p in points):
             res = with_limits(res, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
     if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
@@ -468,8 +478,9 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
             if u not in ask["loads"]:
                 ask["loads"][u] = serve(*ask["args"], **dict(ask["kw"], utilization=u))
             return judged(ask["loads"][u].points)
+        # a point whose own prefill (no queue) is over the TTFT limit cannot meet it at any load
         pts, moved = at_lower_loads(pts, lambda p: p.meets_sla, points_at,
-                                    lambda p: p.ttft_at_percentile_s > ttft_limit_s)
+                                    lambda p: p.ttft_at_percentile_s > ttft_limit_s and p.ttft_own_s < ttft_limit_s)
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
                                       "output_tokens", "percentile", "rate_per_s", "speculative"})
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
@@ -497,12 +508,16 @@ def tpot_for_limit(p: ServePoint) -> float:
 def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict]:
     """The cheapest point per target for every (TTFT limit, TPOT limit) pair: one replica search per target.
 
-    ``kw`` go to :func:`serve` (precision, input/output tokens, rate, percentile, ...). Returns one dict per
+    ``kw`` go to :func:`serve` (precision, input/output tokens, rate, percentile, ...). Without a rate or a load every
+    point is judged at the default load (``utilization=DEFAULT_UTILIZATION``, one search per target): ``serve`` with a
+    TTFT limit also tries lower loads (:func:`with_limits`), up to eight more searches. Returns one dict per
     (target, ttft limit, tpot limit): ``target``, the limits, ``meets_sla``, and the chosen point's
     ``num_devices``, ``batch``, ``tokens_per_s_per_user``, ``ttft_at_percentile_s`` and ``output_usd_per_mtok``
     (None where no point meets the limits).
     """
     out = []
+    if kw.get("rate") is None and kw.get("utilization") is None and kw.get("concurrency") is None:
+        kw = dict(kw, utilization=DEFAULT_UTILIZATION)  # a fixed load: one replica search per target
     for t in targets:
         res = serve(model, t, **kw)
         for ttft in ttft_limits_s:

@@ -143,9 +143,19 @@ class InferenceMixin:
         devices, after the target's prefill)."""
         if getattr(ctx, "spec", None) is None:
             return 0.0 * accepted
-        dctx, dcfg = self.draft_setup(ctx, cfg)
-        t, _ = self._prefill(dctx, dcfg, rows, batch, prompt)
-        return X.where(accepted > 1.0, t, 0.0)
+        use = accepted > 1.0
+        if type(rows) is int:
+            if not use:
+                return 0.0
+            dctx, dcfg = self.draft_setup(ctx, cfg)
+            return self._prefill(dctx, dcfg, rows, batch, prompt)[0]
+        out = np.zeros(np.shape(accepted))
+        if use.any():  # only the rows that speculate (large batches mostly do not)
+            dctx, dcfg = self.draft_setup(ctx, cfg)
+            sel = np.nonzero(use)[0]
+            out[sel] = self._prefill(dctx, dcfg, rows[sel], np.asarray(batch)[sel] if np.ndim(batch) else batch,
+                                     np.asarray(prompt)[sel] if np.ndim(prompt) else prompt)[0]
+        return out
 
     def _prefill(self, ctx, cfg, rows, batch, prompt):
         """Prefill of ``batch`` prompts [s] and its parts. Chunked prefill through a pipeline of stages cuts the

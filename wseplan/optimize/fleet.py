@@ -263,10 +263,11 @@ def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, h
                       load_frac=r["load_frac"])
 
     demand = Demand(name=wl.name, kind="serve", model=m.name, amount=1.0, unit="output tokens/s", sla=wl.sla)
-    out = [config(r) for r in options(hit)]
+    opts = options(hit)
+    out = [config(r) for r in opts]
     # a TTFT that queueing breaks is cured by a lower load (a TPOT limit by a smaller batch of the grid)
-    missing = {(c.num_devices, c.batch) for c in out if not meets_sla(c, demand) and wl.sla.ttft_s is not None
-               and c.ttft_s is not None and c.ttft_s > wl.sla.ttft_s}
+    missing = {(c.num_devices, c.batch) for c, r in zip(out, opts) if not meets_sla(c, demand) and wl.sla.ttft_s is not None
+               and c.ttft_s is not None and c.ttft_s > wl.sla.ttft_s > r["ttft_own_s"]}
     for load in LOWER_LOADS:
         if not missing:
             break
