@@ -34,7 +34,7 @@ from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
 from ..plan import plan, positions_note, target_with_count
 from ..admission import LOWER_LOADS
-from ..serving import replica_options, serve
+from ..serving import DEFAULT_UTILIZATION, replica_options, serve, with_limits
 from ..targets import parse_target
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
@@ -247,43 +247,25 @@ def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) 
             wl.sla.percentile)
 
 
-def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit, key, cat, cache) -> list[Config]:
+def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit) -> list[Config]:
     """The serving configurations of workload ``wl`` on one system type: each replica size and batch of
     :func:`~wseplan.serving.replica_options` at the default load and, where its TTFT misses the SLA there, again at
-    the highest of :data:`~wseplan.admission.LOWER_LOADS` that meets the whole SLA (its supply is what the replica carries at that
-    load; the configuration at the default load stays, for the relaxation analysis)."""
+    the highest of :data:`~wseplan.admission.LOWER_LOADS` that meets the whole SLA, as ``serve`` with the SLA's limits
+    shows it (:func:`~wseplan.serving.with_limits`; its supply is what the replica carries at that load). The
+    configuration at the default load stays, for the relaxation analysis."""
     def options(result):
         return replica_options(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
-                               batches=wl.batches, catalog=cat, percentile=wl.sla.percentile, sizes=wl.replica_sizes,
-                               result=result)
+                               batches=wl.batches, percentile=wl.sla.percentile, sizes=wl.replica_sizes, result=result)
 
     def config(r):
         return Config(workload=wl.name, system=system, num_devices=r["num_devices"], batch=r["batch"],
                       supply=r["tokens_per_s"], ttft_s=r["ttft_s"], tpot_s=r["tpot_at_percentile_s"],
                       load_frac=r["load_frac"])
 
-    demand = Demand(name=wl.name, kind="serve", model=m.name, amount=1.0, unit="output tokens/s", sla=wl.sla)
-    opts = options(hit)
-    out = [config(r) for r in opts]
-    # a TTFT that queueing breaks is cured by a lower load (a TPOT limit by a smaller batch of the grid)
-    missing = {(c.num_devices, c.batch) for c, r in zip(out, opts) if not meets_sla(c, demand) and wl.sla.ttft_s is not None
-               and c.ttft_s is not None and c.ttft_s > wl.sla.ttft_s > r["ttft_own_s"]}
-    for load in LOWER_LOADS:
-        if not missing:
-            break
-        lkey = key + (("load", load),)
-        res = cache.get(lkey) if cache is not None else None
-        if res is None:
-            res = serve(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
-                        catalog=cat, percentile=wl.sla.percentile, batches=list(wl.batches), prices=False,
-                        utilization=load)
-            if cache is not None:
-                cache[lkey] = res
-        for r in options(res):
-            c = config(r)
-            if (c.num_devices, c.batch) in missing and meets_sla(c, demand):
-                out.append(c)
-                missing.discard((c.num_devices, c.batch))
+    out = [config(r) for r in options(hit)]
+    if wl.sla.ttft_s is not None:  # a TTFT that queueing breaks is cured by a lower load
+        moved = with_limits(hit, ttft_limit_s=wl.sla.ttft_s, tpot_limit_s=wl.sla.tpot_s)
+        out += [config(r) for r in options(moved) if r["load_frac"] < DEFAULT_UTILIZATION * (1 - 1e-9)]
     return out
 
 
@@ -342,7 +324,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                             cache[key] = hit
                     notes += [f"{wl.name} on {st.name}: {n}" for n in positions_note(m, wl.prompt_tokens, wl.output_tokens)
                               if f"{wl.name} on {st.name}: {n}" not in notes]
-                    configs += _serve_configs(m, t0.key, wl, st.name, prec, hit, key, cat, cache)
+                    configs += _serve_configs(m, t0.key, wl, st.name, prec, hit)
                 else:
                     counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or (
                         [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])
