@@ -435,9 +435,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
     notes = []
     if not ok:
         notes.append("no point meets the limits; the point closest to them is shown")
-        chosen = min(points, key=lambda p: (max([p.ttft_at_percentile_s / ttft_limit_s] if ttft_limit_s else [0.0])
-                                            if not tpot_limit_s else max(tpot_for_limit(p) / tpot_limit_s, (
-                                                p.ttft_at_percentile_s / ttft_limit_s if ttft_limit_s else 0.0)), p.tpot_s))
+        chosen = min(points, key=lambda p: (_worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
         # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
         chosen = min(ok, key=lambda p: (all_in_usd_per_mtok(p) if p.usd_per_hour is not None else 0.0, p.tpot_s,
@@ -456,6 +454,13 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                      "random arrivals (open loop)")
     notes += [n for n in chosen.notes if n not in notes]  # what the plan says of the chosen point
     return ServeResult(**base, fits=True, chosen=chosen, points=points, frontier=pareto_frontier(ok), notes=notes)
+
+
+def _worst_ratio(p: ServePoint, ttft_limit_s, tpot_limit_s) -> float:
+    """How far a point is from its limits: the larger of TTFT / TTFT limit and TPOT / TPOT limit (at the percentile)."""
+    r = [p.ttft_at_percentile_s / ttft_limit_s] if ttft_limit_s else []
+    r += [tpot_for_limit(p) / tpot_limit_s] if tpot_limit_s else []
+    return max(r, default=0.0)
 
 
 def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_limit_s: float | None = None) -> ServeResult:
