@@ -414,3 +414,23 @@ def test_speculative_ttft_includes_the_drafts_prefill(catalog):
     draft = predict_time("llama-3.2-1b", "h200x1", phase="prefill", batch=1, context=2048, catalog=catalog)
     assert spec.accepted_tokens_per_step > 1.0
     assert spec.ttft_s == pytest.approx(plain.ttft_s + draft.ttft_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("x", [0.3, 1.0, 3.0])
+def test_static_cycle_wait_against_a_simulation(x):
+    """audit25 F6: a static-batching engine admits requests only where its batch cycle ends. Q.cycle_wait against a
+    discrete-event simulation of that rule (Poisson arrivals, cycles of fixed length T started whenever one waits)."""
+    rng = np.random.default_rng(11)
+    T, lam = 1.0, x
+    arrivals = np.cumsum(rng.exponential(1.0 / lam, 200_000))
+    waits, end = np.empty(arrivals.size), -1.0
+    i = 0
+    while i < arrivals.size:
+        start = max(end, arrivals[i])  # the next cycle starts when the one in progress ends, or at once when idle
+        j = np.searchsorted(arrivals, start, side="right")  # everyone who arrived by then joins it
+        waits[i:j] = start - arrivals[i:j]
+        end, i = start + T, j
+    assert float(Q.cycle_wait(arrival_rate=lam, cycle_s=T)) == pytest.approx(waits.mean(), rel=0.03)
+    for p in (50, 95):
+        assert float(Q.cycle_wait(arrival_rate=lam, cycle_s=T, percentile=p)) == pytest.approx(np.percentile(waits, p),
+                                                                                            rel=0.03, abs=0.01)

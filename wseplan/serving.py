@@ -193,6 +193,8 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
                             output_tokens_scv=output_scv)
         waits = {p: pre_wait[p] + Q.mgc_wait(arrival_rate=lam, mean_service_s=slot, servers=b, service_scv=scv,
                                              percentile=p) for p in (None, *PERCENTILES, percentile)}
+        if s.query.software.engine.scheduling == "static":  # a request joins a batch only where its cycle ends
+            waits = {p: w + Q.cycle_wait(arrival_rate=lam, cycle_s=slot, percentile=p) for p, w in waits.items()}
     util = lam / cap  # the load as a share of the full slots' capacity (cost per token scales with its inverse)
     # a steady state needs free slots: fewer requests held on average than slots (the full-slot rate when the batch
     # steps at the slots' pace; a smaller running batch can carry more where a replica's capacity falls with its slots)

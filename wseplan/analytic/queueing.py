@@ -67,3 +67,19 @@ def service_scv(*, prefill_s, decode_s_per_token, output_tokens_mean, output_tok
     var = (np.asarray(decode_s_per_token) * np.asarray(output_tokens_mean)) ** 2 * np.asarray(output_tokens_scv)
     mean = np.asarray(prefill_s) + np.asarray(decode_s_per_token) * np.asarray(output_tokens_mean)
     return var / np.maximum(mean, 1e-300) ** 2
+
+
+def cycle_wait(*, arrival_rate, cycle_s, percentile=None):
+    """Wait for the batch in progress of a static-batching engine [s]: requests join only where a cycle (the batch's
+    prefill and all its decode steps) ends, and the engine starts a cycle whenever a request waits. With cycles of a
+    fixed length T and arrivals at rate lambda, a busy period is a run of cycles that ends at the first cycle that sees
+    no arrival (probability e^(-lambda T)), so the engine is busy a share P = x e^x / (1 + x e^x) of the time (x =
+    lambda T), and an arrival during a cycle waits its residual, uniform on (0, T): the mean is P T / 2, the quantile q
+    0 below 1 - P and T (q - 1 + P) / P above. The wait for a free slot beyond the cycle is :func:`mgc_wait`'s."""
+    x = np.asarray(arrival_rate, dtype=float) * np.asarray(cycle_s, dtype=float)
+    e = x * np.exp(np.minimum(x, 700.0))
+    busy = e / (1.0 + e)
+    if percentile is None:
+        return busy * cycle_s / 2.0
+    q = percentile / 100.0
+    return np.where(q <= 1.0 - busy, 0.0, cycle_s * (q - 1.0 + busy) / np.where(busy > 0, busy, 1.0))
