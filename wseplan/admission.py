@@ -156,8 +156,8 @@ LOWER_LOADS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 def at_lower_loads(points: list, meets, points_at, movable) -> tuple[list, bool]:
     """``points`` (at the default load) with each one that misses its limits (``meets(p)`` false) for a reason a lower
     load can cure (``movable(p)``: its TTFT) replaced by the same replica (devices, replicas, layout) and batch at the
-    highest of :data:`LOWER_LOADS` where it meets them all, and whether any was replaced. ``points_at(load)`` gives the
-    points at a load; it is called only while some point still misses."""
+    highest of :data:`LOWER_LOADS` where it meets them all, and whether any was replaced. ``points_at(load, batches)``
+    gives the points of those batches (the ones still missing) at a load; it is called only while some point misses."""
     def key(p):
         return p.devices_per_replica, p.num_replicas, p.batch, tuple(sorted(p.layout.items()))
 
@@ -167,7 +167,7 @@ def at_lower_loads(points: list, meets, points_at, movable) -> tuple[list, bool]
     for load in LOWER_LOADS:
         if not missing:
             break
-        for q in points_at(load):
+        for q in points_at(load, sorted({k[2] for k in missing})):
             if key(q) in missing and meets(q):
                 out[key(q)] = q
                 missing.discard(key(q))

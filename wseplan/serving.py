@@ -481,10 +481,11 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
                                      and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)}) for p in points]
     pts, moved, ask = judged(result.points), False, result._lower
     if ask is not None and ttft_limit_s is not None and not all(p.meets_sla for p in pts):
-        def points_at(u):
-            if u not in ask["loads"]:
-                ask["loads"][u] = serve(*ask["args"], **dict(ask["kw"], utilization=u))
-            return judged(ask["loads"][u].points)
+        def points_at(u, batches):  # the batches still missing (each point's own, whatever the grid around it)
+            key = (u, tuple(batches))
+            if key not in ask["loads"]:
+                ask["loads"][key] = serve(*ask["args"], **dict(ask["kw"], utilization=u, batches=batches))
+            return judged(ask["loads"][key].points)
         # a point whose own prefill (no queue) is over the TTFT limit cannot meet it at any load
         pts, moved = at_lower_loads(pts, lambda p: p.meets_sla, points_at,
                                     lambda p: p.ttft_at_percentile_s > ttft_limit_s and p.ttft_own_s < ttft_limit_s)
