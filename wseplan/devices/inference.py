@@ -19,6 +19,7 @@ replica, scheduled by the profile: ``static`` batches or ``inflight`` batching w
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -153,9 +154,27 @@ class InferenceMixin:
         if use.any():  # only the rows that speculate (large batches mostly do not)
             dctx, dcfg = self.draft_setup(ctx, cfg)
             sel = np.nonzero(use)[0]
-            out[sel] = self._prefill(dctx, dcfg, rows[sel], np.asarray(batch)[sel] if np.ndim(batch) else batch,
-                                     np.asarray(prompt)[sel] if np.ndim(prompt) else prompt)[0]
+            b = np.broadcast_to(np.asarray(batch, dtype=float), out.shape)[sel]
+            p = np.broadcast_to(np.asarray(prompt, dtype=float), out.shape)[sel]
+            got = self._few_prefills(dctx, dcfg, rows[sel], b, p) if len(sel) <= X.SCALAR_ROWS else None
+            out[sel] = self._prefill(dctx, dcfg, rows[sel], b, p)[0] if got is None else got
         return out
+
+    def _few_prefills(self, ctx, cfg, rows, batch, prompt):
+        """:meth:`_prefill` of a few rows in Python floats, every row's cuts announced first (one array pass of their
+        kernels at the first miss); None where the family has no float form or a float overflows."""
+        announce = getattr(self, "announce_row", None)
+        if announce is None or getattr(self, "pass_row", None) is None:
+            return None
+        try:
+            with contextlib.ExitStack() as stack:
+                for i, b, p in zip(rows.tolist(), batch.tolist(), prompt.tolist()):
+                    cuts = self._prefill_cuts(ctx, b, p)
+                    stack.enter_context(announce(ctx, cfg, i, lambda c=cuts: [kw for _, kw in c]))
+                return np.array([self._best_cut(ctx, cfg, i, self._prefill_cuts(ctx, b, p))[0]
+                                 for i, b, p in zip(rows.tolist(), batch.tolist(), prompt.tolist())])
+        except X.SCALAR_ERRORS:
+            return None
 
     def _prefill(self, ctx, cfg, rows, batch, prompt):
         """Prefill of ``batch`` prompts [s] and its parts. Chunked prefill through a pipeline of stages cuts the

@@ -412,7 +412,9 @@ class WaferFamily(InferenceMixin, Family):
     def draft_setup(self, ctx: WaferContext, cfg: dict):
         """The draft model's regions and stages, laid out as on wafers of its own (the fewest that hold it); it is
         placed in the SRAM the target's wafers leave free (:meth:`draft_fits`), so the replica counts no wafer for
-        it; its regions are sized by whole PEs' SRAM (an approximation: the free share per PE is smaller). Rows align
+        it; its regions are sized by whole PEs' SRAM (an approximation: the free share per PE is smaller). Its
+        prefill of a prompt (:meth:`_draft_prefill`) runs on its decode regions: resident weights are not laid out
+        again between a request's phases (as the target's prompt chunks ride on its decode passes). Rows align
         with ``cfg``'s."""
         if getattr(ctx, "_draft", None) is None:
             ctx._draft = WaferContext(draft_query(ctx.q, ctx.spec["draft_model"]))
@@ -429,7 +431,10 @@ class WaferFamily(InferenceMixin, Family):
             cand, parent = self.candidates(dctx, dict(base, num_wafers=np.full(n, np.nan)))
             first = np.unique(parent, return_index=True)[1]
             rows = {k: v[first] for k, v in cand.items()}
-            return self._with_stages(dctx, rows, self.fit(dctx, rows), kinds=("decode",))  # it only decodes
+            out = self._with_stages(dctx, rows, self.fit(dctx, rows), kinds=("decode",))
+            for k in ("rows", "cols", "groups"):  # its prompts run where its weights stay: on its decode regions
+                out[f"_{k}_p"] = out[f"_{k}_d"].copy()
+            return out
 
         hit = _remembered(ctx, "_draft_memo", key, layout)
         dcfg = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in hit.items()} if key is not None else hit
