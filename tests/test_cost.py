@@ -121,6 +121,18 @@ def test_training_run_with_memoryx_hand_check(cat, prices):
     assert res.headline_metric == "usd_per_run"
 
 
+def test_a_run_longer_than_the_amortisation_is_flagged(cat):
+    """audit26 F4: GPT-3 175B on the fewest CS-3 that hold it (one) for 20 tokens per parameter runs for decades; the
+    cost says the run outlasts the 4-year amortisation and names the fix; 1,024 H100 (days) get no such note."""
+    one = costing.cost("gpt-3-175b", "cs3", phase="train", catalog=cat)
+    run_years = one.metric("run_s") / (365.25 * 86400)
+    assert run_years > 4
+    note = [n for n in one.notes if "amortisation" in n]
+    assert len(note) == 1 and "give a count (--target cs3xN)" in note[0] and f"{run_years:,.3g} years" in note[0]
+    big = costing.cost("gpt-3-175b", "h100x1024", phase="train", catalog=cat, train_tokens=300e9)
+    assert big.metric("run_s") < 86400 * 365 and not [n for n in big.notes if "amortisation" in n]
+
+
 def test_cluster_servers_scale_with_the_memoryx_option(cat):
     """The largest MemoryX option (1.2 PB, its flash tier beyond 12 TB of DRAM) adds one flash server per 100 TB (the
     catalog's estimate): 12 DRAM + ceil(1188 / 100) = 12 flash servers; a serving target counts none."""

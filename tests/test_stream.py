@@ -301,3 +301,20 @@ def test_memoryx_option_defaults_to_the_smallest_that_holds_the_model():
     assert plan("gpt-3-175b", "cs3x4", phase="train", batch=64, context=2048).details["memoryx"]["option"] == "12tb"
     named = plan("gpt-3-175b", "cs3x4", phase="train", batch=64, context=2048, options={"memoryx_option": "1.5tb"})
     assert named.details["memoryx"]["option"] == "1.5tb" and not named.fits
+
+
+def test_advice_when_no_count_helps():
+    """audit26 F6: a 131,072-token sequence of Llama-3.1-405B overflows a wafer's pass at any system count, and a given
+    micro-batch above what the wafer holds is the user's to lower: the note and the scaling error say so, instead of
+    pointing to more systems."""
+    from wseplan.plan import plan
+    from wseplan.scale import scaling_frame
+
+    cat = load_catalog()
+    r = plan("llama-3.1-405b", "cs3x4", phase="train", batch=64, context=131072, catalog=cat)
+    assert not r.fits and "lower --context" in r.notes[0] and "--target cs3)" not in r.notes[0]
+    r = plan("gpt-3-175b", "cs3x16", phase="train", batch=1536, context=2048, options={"micro_batch": 64}, catalog=cat)
+    assert not r.fits and "lower --micro-batch" in r.notes[0]
+    with pytest.raises(InputError, match="lower --context"):
+        scaling_frame(resolve_model("llama-3.1-405b", cat), [parse_target("wse3", cat)], cat, global_batch=1,
+                      context=131072, max_systems=2048)

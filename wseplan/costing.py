@@ -18,6 +18,7 @@ list price for a caller without a cost record (reports).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -176,7 +177,9 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
                             plan=rec.to_record())
     if s.family.name == "wafer_streaming":
         res = res.model_copy(update={"notes": list(res.notes) + [_cluster_note(res)]})
-    if listed is None or phase == "train":
+    if phase == "train":
+        return res.model_copy(update={"notes": list(res.notes) + _long_run_note(res, params, s.query.target)})
+    if listed is None:
         return res
     computed = {k: res.metric(k) for k in ("input_usd_per_mtok", "output_usd_per_mtok")
                 if any(m.metric == k for m in res.metrics)}
@@ -185,6 +188,20 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
                              software=s.query.software.name, precision=s.query.precision,
                              speculative=bool(acc is not None and np.nanmax(acc) > 1.0))
     return res.model_copy(update={"notes": list(res.notes) + flags}) if flags else res
+
+
+def _long_run_note(res, params, target) -> list[str]:
+    """A note where a training run outlasts the hardware's amortisation period (its yearly TCO would then be paid for
+    longer than the hardware is written off over: no practical plan), naming the fix; else nothing."""
+    run_s = res.metric("run_s") if any(m.metric == "run_s" for m in res.metrics) else None
+    years = params["amortization_years"].value
+    if run_s is None or not math.isfinite(run_s) or run_s <= years * 365.25 * 86400.0:
+        return []
+    base = re.sub(r"x\d+$", "", target.text)
+    fix = (f"give a larger count (--target {base}xN)" if target.count
+           else f"give a count (--target {base}xN): without one the fewest systems that hold the model are priced")
+    return [f"the run takes {run_s / (365.25 * 86400.0):,.3g} years, longer than the {years:g}-year amortisation: not a "
+            f"practical plan; {fix}, or fewer --train-tokens"]
 
 
 # =============================================================================================

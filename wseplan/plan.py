@@ -474,12 +474,25 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
     label = t.label if t.count else f"{t.key}x{n_dev}" if n_dev > 1 else t.key
     cap, load = r["capacity_bytes"], r["per_device_bytes"]
     lay, details, notes = fam.describe(s.ctx, r) if hasattr(fam, "describe") else ({}, {}, [])
+    dp_mb = lay.get("data_parallel", 0) * lay.get("micro_batch", 0) if q.phase == "train" else 0
     if not fits:
-        notes = [f"does not fit: the fullest device needs {load:,.0f} B of {cap:,.0f} B usable "
-                 f"({binding_name(r['binding'])} binds); "
-                 + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
-                 + (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit" if t.count
-                    else "")] + list(notes)
+        short = (f"does not fit: the fullest device needs {load:,.0f} B of {cap:,.0f} B usable "
+                 f"({binding_name(r['binding'])} binds); ")
+        if load <= cap and dp_mb > int(r["batch"]):  # memory holds it: the batch does not fill the replicas
+            short = (f"does not fit: {lay['data_parallel']:,} data-parallel replicas x micro-batch {lay['micro_batch']} "
+                     f"need at least {dp_mb:,} sequences a step and the batch is {int(r['batch']):,} (memory would hold "
+                     f"it: {load:,.0f} of {cap:,.0f} B); give --batch {dp_mb:,} or more, or larger --tp/--pp; ")
+        one_seq = r.get("fit.max_tokens_on_wafer")  # a streamed wafer holds this many tokens of one pass at most
+        hint = (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit"
+                if t.count else "")
+        mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
+        if one_seq is not None and one_seq < int(r["context"]):  # no count helps: one sequence overflows the wafer
+            hint = (f"; one sequence of {int(r['context']):,} tokens needs more than the {int(one_seq):,} tokens a wafer "
+                    "holds in a pass at any system count: lower --context")
+        elif mb and fit_b is not None and fit_b < mb:  # the user's micro-batch overflows it
+            hint = f"; the wafer holds {int(fit_b):,} sequences a pass, not the micro-batch {int(mb):,}: lower --micro-batch"
+        notes = [short + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
+                 + hint] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
         notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r)
