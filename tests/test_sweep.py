@@ -79,6 +79,21 @@ def test_malformed_sweep_is_one_line_exit_2(tmp_path, capsys, text, field):
     assert not (tmp_path / "out").exists()
 
 
+def test_training_sweep_names_the_knobs_it_holds(tmp_path, capsys):
+    """audit26 F7: a GPU training sweep holds micro-batch 1, selective recompute, ZeRO-1 and no interleaving unless the
+    spec lists them, so its 'best' can be slower than `time`'s searched layout: a note says which; listing every knob
+    leaves only interleaving, which the note still names."""
+    base = ("name: x\nphase: train\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [64]\ncontexts: [2048]\n"
+            "train_tokens: 1e9\n")
+    for extra, held in (("", "micro-batch 1, recompute selective, ZeRO 1"),
+                        ("layouts: {micro_batch: [1, 2], zero_stage: [1]}\n", "recompute selective and no")):
+        f = tmp_path / "s.yaml"
+        f.write_text(base + extra)
+        assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "-f", "json"]) == 0
+        err = capsys.readouterr().err
+        assert "GPU training rows hold " + held in err, err
+
+
 def test_bad_cli_options(tmp_path, capsys):
     f = tmp_path / "s.yaml"
     f.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [1]\ncontexts: [8]\n")
