@@ -133,6 +133,22 @@ def test_a_run_longer_than_the_amortisation_is_flagged(cat):
     assert big.metric("run_s") < 86400 * 365 and not [n for n in big.notes if "amortisation" in n]
 
 
+def test_training_run_time_is_the_time_commands(cat, capsys):
+    """A GPU training run's wall time in `cost` is `time --train-tokens`'s: tokens over throughput over the goodput of
+    the cluster's interruptions (one implementation, wseplan.analytic.cost.time_to_train)."""
+    import json as _json
+
+    from wseplan.cli import main
+
+    res = costing.cost("gpt-3-175b", "h100x1024", phase="train", batch=1536, context=2048, train_tokens=300e9,
+                       catalog=cat)
+    assert main(["time", "gpt-3-175b", "--target", "h100x1024", "--phase", "train", "--batch", "1536", "--context",
+                 "2048", "--train-tokens", "300e9", "-f", "json"]) == 0
+    rec = _json.loads(capsys.readouterr().out)
+    assert rec["goodput_frac"] < 1.0
+    assert res.metric("run_s") == pytest.approx(rec["time_to_train_s"], rel=1e-9)
+
+
 def test_cluster_servers_scale_with_the_memoryx_option(cat):
     """The largest MemoryX option (1.2 PB, its flash tier beyond 12 TB of DRAM) adds one flash server per 100 TB (the
     catalog's estimate): 12 DRAM + ceil(1188 / 100) = 12 flash servers; a serving target counts none."""

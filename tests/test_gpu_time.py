@@ -316,8 +316,28 @@ def test_time_cli_bad_input(capsys):
 
 
 def test_time_to_train_hand_calculation():
-    secs, gpu_h = G.time_to_train(step_s=10.0, tokens_per_step=4e6, train_tokens=4e11, num_gpus=1024)
+    from wseplan.analytic.cost import time_to_train
+
+    secs, gpu_h = time_to_train(step_s=10.0, tokens_per_step=4e6, train_tokens=4e11, num_gpus=1024)
     assert secs == pytest.approx(1e6) and gpu_h == pytest.approx(1e6 * 1024 / 3600)
+    secs, gpu_h = time_to_train(step_s=10.0, tokens_per_step=4e6, train_tokens=4e11, num_gpus=1024, goodput=0.8)
+    assert secs == pytest.approx(1e6 / 0.8) and gpu_h == pytest.approx(1e6 / 0.8 * 1024 / 3600)
+
+
+def test_goodput_from_the_llama3_interruption_record():
+    """Llama 3 405B pre-training (Dubey et al. 2024, sec. 3.3.4): 466 interruptions in 54 days on 16,384 H100 and
+    'higher than 90% effective training time'; the catalog's rate and loss per interruption give 90% there, by hand:
+    16,384 x 2.19e-5 / h x 1,114 s / 3,600 s/h = 0.111 -> 1 / 1.111 = 0.900; one 8-GPU node loses 0.005%."""
+    from wseplan.catalog import load_catalog
+    from wseplan.pricing import run_goodput
+
+    cat = load_catalog()
+    d = cat.defaults
+    assert d.gpu_job_interruptions_per_gpu_hour.si == pytest.approx(466 / (16384 * 54 * 24), rel=0.01)
+    assert run_goodput("gpu", cat, 16384) == pytest.approx(1 / (1 + 16384 * 2.19e-5 * 1114 / 3600), rel=1e-9)
+    assert run_goodput("gpu", cat, 16384) == pytest.approx(0.90, abs=0.002)
+    assert 0.9999 < run_goodput("gpu", cat, 8) < 1.0
+    assert run_goodput("wafer", cat, 64) == 1.0  # no published interruption rate for CS-3 clusters
 
 
 def test_time_cli_train_tokens(capsys):
@@ -327,7 +347,9 @@ def test_time_cli_train_tokens(capsys):
                "--tp", "8", "--pp", "8", "--train-tokens", "3e11", "--format", "json"])
     rec = json.loads(capsys.readouterr().out)
     assert rc == 0
-    assert rec["time_to_train_s"] == pytest.approx(3e11 / rec["tokens_per_s"], rel=1e-9)
+    # wall time: training time over the goodput of 1,536 GPUs (their interruptions)
+    assert 0.98 < rec["goodput_frac"] < 0.995
+    assert rec["time_to_train_s"] == pytest.approx(3e11 / rec["tokens_per_s"] / rec["goodput_frac"], rel=1e-9)
     assert rec["gpu_hours"] == pytest.approx(rec["time_to_train_s"] * 1536 / 3600, rel=1e-9)
     assert main(["time", "llama-3-8b", "--target", "h100x1", "--phase", "decode", "--train-tokens", "1e9"]) == 2
 
@@ -435,8 +457,9 @@ def test_gpu_draft_memory_is_checked():
 def test_data_parallel_reduction_waits_for_the_last_micro_batch(catalog):
     """ZeRO-0/1 reduce the gradients once, after the last micro-batch: more micro-batches of the same size give the
     reduction no more compute to hide behind (the exposed time is the same at 1 and 8); ZeRO-2 reduce-scatters every
-    micro-batch's gradients and gathers the shard once: (m + 1) reduce-scatters, 9/2 of one micro-batch's 2
-    (NeMo Communication Overlap; audit 23 F1/F2: 48% of the whole step's compute hid the reduction before)."""
+    micro-batch's fp32 gradients and gathers the 16-bit shard once: (8 x 4 B + 2 B) / (4 B + 2 B) = 17/3 of one
+    micro-batch's, less the rings' latency steps (NeMo Communication Overlap; audit 23 F1/F2: 48% of the whole step's
+    compute hid the reduction before)."""
     m = resolve_model("llama-3-8b", catalog)
     gpu = catalog.gpus["h100-sxm"]
     cal = gpu_calibration()
@@ -449,7 +472,8 @@ def test_data_parallel_reduction_waits_for_the_last_micro_batch(catalog):
     assert float(eight["dp_exposed_s"]) == pytest.approx(float(one["dp_exposed_s"]), rel=1e-9)
     z2_one = G.train_step(m, gpu, global_batch=64, zero_stage=2, **kw)
     z2_eight = G.train_step(m, gpu, global_batch=512, zero_stage=2, **kw)
-    assert float(z2_eight["dp_comm_s"]) / float(z2_one["dp_comm_s"]) == pytest.approx(9 / 2, rel=1e-12)
+    ratio = float(z2_eight["dp_comm_s"]) / float(z2_one["dp_comm_s"])
+    assert 9 / 2 < ratio < 17 / 3 and ratio == pytest.approx(17 / 3, rel=0.005)
 
 
 def test_low_precision_training_pays_its_scaling_and_inference_does_not(catalog):

@@ -59,9 +59,15 @@ def test_training_with_a_count_may_leave_gpus_idle_when_fewer_are_faster():
     # a layout that uses every GPU is slower: the forced full-width one
     full = predict_time("mixtral", "h100x12288", layout={"tp": 8, "pp": 12, "dp": 64, "cp": 2}, **kw)
     assert full.step_s > big.step_s
-    # priced on the whole target: 1.5x the GPUs for the same step
+    # priced on the whole target: 1.5x the GPUs for the same step, interrupted as often as 12,288 GPUs are
+    from wseplan.catalog import load_catalog
+    from wseplan.pricing import run_goodput
+
+    cat = load_catalog()
     cb, cs = cost("mixtral", "h100x12288", **kw), cost("mixtral", "h100x8192", **kw)
-    assert cb.metric("usd_per_run") == pytest.approx(cs.metric("usd_per_run") * 1.5 * big.step_s / small.step_s, rel=0.02)
+    good = run_goodput("gpu", cat, 8192) / run_goodput("gpu", cat, 12288)
+    assert cb.metric("usd_per_run") == pytest.approx(cs.metric("usd_per_run") * 1.5 * big.step_s / small.step_s * good,
+                                                     rel=0.02)
 
 
 def test_a_given_layout_runs_whole_sequences_per_replica():
@@ -79,6 +85,47 @@ def test_a_given_layout_runs_whole_sequences_per_replica():
     r3 = predict_time("llama-3.1-8b", "h100x1024", phase="train", context=2048, batch=3072,
                       layout={"tp": 1, "pp": 1, "dp": 1024, "micro_batch": 2})
     assert r3.layout["num_microbatches"] == 2
+
+
+def test_too_small_a_batch_for_the_replicas_is_named_not_memory():
+    """1,000 sequences on 1,024 data-parallel replicas of one GPU (audit26 F5): memory holds a replica's micro-batch,
+    but a replica would get none; the note names the batch and the fix, not a memory shortfall."""
+    r = plan("llama-3-8b", "h100x1024", phase="train", batch=1000, context=4096, layout={"tp": 1, "pp": 1})
+    assert not r.fits and r.step_s is None
+    note = r.notes[0]
+    assert "1,024 data-parallel replicas x micro-batch 1" in note and "--batch 1,024 or more" in note
+    assert "binds" not in note
+    # the same layout with enough sequences fits and is timed
+    ok = plan("llama-3-8b", "h100x1024", phase="train", batch=1024, context=4096, layout={"tp": 1, "pp": 1})
+    assert ok.fits and ok.step_s > 0
+
+
+def test_the_search_pairs_sharded_gradients_with_no_pipeline():
+    """ZeRO-2/3 shard the gradients a pipeline's micro-batches accumulate (DeepSpeed refuses the pair, Megatron-LM has
+    no ZeRO-2): a searched layout with pipeline stages keeps ZeRO-0/1 (audit26 F3); a ZeRO stage the user gives is
+    held (Meta's Llama 3 405B ran ZeRO-2-like sharding with pp 16)."""
+    for target in ("h100x256", "a100x1536"):
+        r = plan("gpt-3-175b", target, phase="train", batch=1536, context=2048)
+        assert r.fits
+        assert r.layout["pipeline_parallel"] == 1 or r.layout["zero_stage"] <= 1, r.layout
+    given = plan("gpt-3-175b", "h100x256", phase="train", batch=1536, context=2048,
+                 layout={"tp": 8, "pp": 4, "zero_stage": 2})
+    assert given.layout["zero_stage"] == 2 and given.layout["pipeline_parallel"] == 4
+
+
+def test_16_bit_training_keeps_fp32_gradients():
+    """Megatron-LM's bytes per parameter for bf16 parameters with fp32 gradients and its distributed optimizer:
+    6 + 12/d (README, 'Distributed Optimizer'); with d = 8 and no activations the optimizer-side bytes per GPU are
+    (4 + 12/8) x parameters / (tp x pp) beside 2 x parameters / (tp x pp) of weights."""
+    from wseplan.catalog.load import load_catalog
+
+    cat = load_catalog()
+    assert cat.defaults.gradient_bytes_per_param.si == 4.0
+    r = plan("llama-3-8b", "h100x8", phase="train", batch=8, context=128,
+             layout={"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "zero_stage": 1})
+    per_gpu_opt = r.optimizer_bytes / 8
+    per_gpu_w = r.weights_bytes / 8
+    assert per_gpu_opt == pytest.approx(per_gpu_w / 2.0 * (4.0 + 12.0 / 8), rel=1e-6)
 
 
 def test_virtual_stages_need_a_layer_each_and_a_pipeline():
@@ -175,7 +222,8 @@ def test_fp8_lora_stores_the_frozen_base_in_fp8():
 
 def test_lora_under_zero3_gathers_its_frozen_weights():
     """ZeRO-3 shards the frozen base (that is how LoRA fits), so each micro-batch all-gathers it for the forward and
-    again for the backward: 2 of the 3 moves of full training (no gradients to reduce-scatter; audit24 F1)."""
+    again for the backward: 2 of the 3 moves of full training (no gradients to reduce-scatter; audit24 F1): 2 x 2 B
+    of 16-bit weights against full training's 2 x 2 B + 4 B of fp32 gradients, one half."""
     from wseplan.analytic import gpu_time as G
     from wseplan.calibration_data import gpu_calibration
     from wseplan.catalog import load_catalog
@@ -187,7 +235,7 @@ def test_lora_under_zero3_gathers_its_frozen_weights():
               zero_stage=3, cal=gpu_calibration())
     full = G.train_step(m, gpu, trainable="full", **kw)
     lora = G.train_step(m, gpu, trainable="lora", **kw)
-    assert float(lora["dp_comm_s"]) == pytest.approx(2.0 / 3.0 * float(full["dp_comm_s"]), rel=1e-12)
+    assert float(lora["dp_comm_s"]) == pytest.approx(0.5 * float(full["dp_comm_s"]), rel=1e-3)  # latency steps aside
     assert float(lora["dp_exposed_s"]) > 0.0
     # an fp8 run stores the frozen base in fp8: half the bytes gathered (the ring's latency terms stay)
     fp8 = G.train_step(m, gpu, trainable="lora", frozen_weight_frac=0.5, **kw)

@@ -117,3 +117,22 @@ def test_no_interval_end_runs_the_model_above_the_compute_roof():
     g = plan("llama-3.1-8b", "h100x1", phase="decode", batch=1, context=1024)
     assert g.interval_high < g.tokens_per_s / g.model_flop_utilization_frac
     assert "compute roof" not in g.interval_note
+
+
+def test_a_category_without_validated_rows_spans_its_weak_rows(tmp_path):
+    """audit26 F2: wafer training has no strong or medium row, so its interval borrows the widest category's; it must
+    still reach the one published measurement there is (a weak row): a copy of the model-error file with a weak
+    wse-train residual of log 6 (predicted 6x too fast) gives a slow end of at least 6x, and says so; a category with
+    validated rows ignores weak residuals."""
+    import yaml
+
+    src = ME.model_error_path()
+    doc = yaml.safe_load(src.read_text())
+    doc["model_error"]["unvalidated"] = {"wse-train": {"RX1": round(math.log(6.0), 5)},
+                                         "gpu-train": {"RX2": round(math.log(50.0), 5)}}
+    p = tmp_path / "model_error.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    lo, hi, note = ME.speed_bounds("wse-train", path=p)
+    assert lo <= 1 / 6.0 + 1e-9 and "1 weak published row" in note
+    plain = ME.speed_bounds("gpu-train", path=p)
+    assert plain == ME.speed_bounds("gpu-train", path=src)  # validated rows: weak ones do not move it

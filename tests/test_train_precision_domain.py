@@ -84,7 +84,7 @@ def test_dp_allreduce_inside_an_nvl72_rack_runs_on_nvlink():
     m = resolve_model("llama-3-8b", cat)
     r = G.train_step(m, g, precision="bf16", seq_len=8192, global_batch=72, micro_batch=1, tp=1, pp=1, dp=72,
                      recompute="none", cal=cal)
-    grad = float(G._stage_params(m, 1.0)) * 2.0
+    grad = float(G._stage_params(m, 1.0)) * 4.0  # fp32 gradients of bf16 training
     bw = g.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
     # 72 ranks, all in the rack's NVLink domain (not the 4-GPU compute tray): reduce-scatter + all-gather rings on NVLink
     ring = 71 * cal.nvlink_latency_s + 71 / 72 * grad / bw
@@ -108,7 +108,7 @@ def test_dp_blocks_that_straddle_racks_reduce_over_the_network():
         return float(G.train_step(m, g, precision="bf16", seq_len=4096, global_batch=dp, micro_batch=1, tp=4, pp=1,
                                   dp=dp, recompute="none", cal=cal)["dp_comm_s"])
 
-    grad = float(G._stage_params(m, 1.0)) / 4 * 2.0
+    grad = float(G._stage_params(m, 1.0)) / 4 * 4.0  # fp32 gradients of bf16 training
     net = g.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
     ring16 = 2 * 15 * cal.network_latency_s + 2 * 15 / 16 * grad / net  # 16 ranks, one per tray: all on the network
     assert dp_comm(16) == pytest.approx(ring16, rel=1e-9)

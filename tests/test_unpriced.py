@@ -25,7 +25,10 @@ def test_compare_gives_time_power_and_energy_without_a_price():
     assert tpu.usd_per_run is None and tpu.usd_per_mtok is None and tpu.usd_per_hour is None
     assert any("no price" in n for n in tpu.notes)
     r = plan("gpt-3-175b", "tpu-v5ex2048", phase="train", batch=1536, context=2048, catalog=CAT)
-    assert tpu.run_s == pytest.approx(TOKENS / r.tokens_per_s, rel=1e-9)  # days from the time alone
+    from wseplan.pricing import run_goodput
+
+    # days from the time alone, over the goodput of 2,048 chips' interruptions
+    assert tpu.run_s == pytest.approx(TOKENS / r.tokens_per_s / run_goodput("gpu", CAT, 2048), rel=1e-9)
     # busy IT power by hand: 256 hosts of 8 chips x the host's catalog power x the site's busy share
     dev = CAT.gpus["tpu-v5e"]
     prices = C.load_prices(catalog=CAT)

@@ -54,6 +54,8 @@ class ModelErrorFile(Frozen):
     level: float
     inputs_sha256: dict[str, str]
     categories: dict[str, CategoryError]
+    #: categories without strong or medium rows: the held-out residuals of their weak rows (what little is published)
+    unvalidated: dict[str, dict[str, float]] = {}
 
 
 def model_error_path(base_dir: str | Path | None = None) -> Path:
@@ -174,6 +176,10 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
     q_lo, q_hi = cat.quantiles[lo_q], cat.quantiles[hi_q]
     mid = 0.5 * (q_lo + q_hi)
     q_lo, q_hi = mid + (q_lo - mid) * widen - add, mid + (q_hi - mid) * widen + add
+    weak = f.unvalidated.get(category) if "category" in outside else None
+    if weak:  # no validated rows: the interval spans at least every weak published row of the category
+        q_lo, q_hi = min(q_lo, min(weak.values())), max(q_hi, max(weak.values()))
+        notes.append(f"spanning the category's {len(weak)} weak published row{'s' if len(weak) > 1 else ''}")
     note = f"{level:.0%} interval from the held-out errors of {category if 'category' not in outside else 'all'} " \
            f"predictions ({cat.rows} rows)"
     extra = [o for o in outside if o != "category"]

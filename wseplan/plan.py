@@ -486,7 +486,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         hint = (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit"
                 if t.count else "")
         mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
-        if one_seq is not None and one_seq < int(r["context"]):  # no count helps: one sequence overflows the wafer
+        auto = q.options.get("policy", "auto") == "auto"  # another policy may hold it: scale names that fix
+        if one_seq is not None and one_seq < int(r["context"]) and auto:  # no count helps: one sequence overflows
             hint = (f"; one sequence of {int(r['context']):,} tokens needs more than the {int(one_seq):,} tokens a wafer "
                     "holds in a pass at any system count: lower --context")
         elif mb and fit_b is not None and fit_b < mb:  # the user's micro-batch overflows it

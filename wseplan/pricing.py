@@ -44,6 +44,7 @@ class ArrayTimes:
     step_s: np.ndarray | None = None
     tokens_per_step: np.ndarray | None = None
     train_tokens: np.ndarray | float | None = None
+    goodput_frac: np.ndarray | float = 1.0
     output_tokens_per_s: np.ndarray | None = None
 
 
@@ -105,6 +106,17 @@ def charged_systems(s: Setup, num_devices) -> np.ndarray:
     return np.asarray(num_devices, dtype=float) / s.family.hardware(s.ctx).devices_per_system
 
 
+def run_goodput(kind: str, catalog, num_devices):
+    """The share of a training run's wall time spent training on ``num_devices`` devices of ``kind``
+    (:func:`wseplan.analytic.cost.goodput_frac` with the catalog's interruption rate; 1 for targets other than GPU
+    clusters, whose interruption rates are unpublished) [fraction]."""
+    if kind != "gpu":
+        return np.ones(np.shape(num_devices)) if np.ndim(num_devices) else 1.0
+    d = catalog.defaults
+    return C.goodput_frac(num_devices, interruptions_per_device_hour=d.gpu_job_interruptions_per_gpu_hour.si,
+                          loss_per_interruption_s=d.job_interruption_loss_s.si)
+
+
 def array_times(s: Setup, arr: dict, *, train_tokens=None) -> ArrayTimes:
     """The cost model's time inputs from :func:`wseplan.plan.evaluate`'s arrays (NaN where nothing fits)."""
     ph = s.query.phase
@@ -112,7 +124,8 @@ def array_times(s: Setup, arr: dict, *, train_tokens=None) -> ArrayTimes:
     nsys = charged_systems(s, ndev)
     if ph == "train":
         return ArrayTimes(phase="train", num_devices=ndev, num_systems=nsys, step_s=arr["step_s"],
-                          tokens_per_step=arr["batch"] * arr["context"], train_tokens=train_tokens)
+                          tokens_per_step=arr["batch"] * arr["context"], train_tokens=train_tokens,
+                          goodput_frac=run_goodput(s.query.target.kind, s.query.catalog, ndev))
     g = lambda k: arr.get(f"time.{k}", np.full(len(ndev), np.nan))  # noqa: E731
     return ArrayTimes(phase="serve", num_devices=ndev, num_systems=nsys, prefill_s=g("cost_prefill_s"),
                       prompt_tokens=g("cost_prompt_tokens"), decode_step_s=g("cost_decode_s"),

@@ -84,9 +84,9 @@ def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_ba
             binds = df["binding"].iloc[-1]  # what binds at the largest count: more systems do not lift MemoryX or a policy
             why = df["why"].iloc[-1]
             fix = ("MemoryX binds: the weights and optimizer state exceed its largest option" if binds == "memoryx" else
-                   why[why.index("one sequence of"):] if "lower --context" in why else
                    f"the activations bind at every count under --policy {policy}: try --policy auto"
-                   if t.kind == "wafer" and policy != "auto" else "raise --max-systems or lower --batch")
+                   if t.kind == "wafer" and policy != "auto" else
+                   why[why.index("one sequence of"):] if "lower --context" in why else "raise --max-systems or lower --batch")
             raise InputError(f"targets: no system count up to {max_systems} can train {getattr(model, 'name', model)} "
                              f"on {t.key} with global batch {global_batch}; {fix}")
         df = df.drop(columns=["binding", "why"])

@@ -334,7 +334,7 @@ class _Links:
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
                attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, recompute_frac=0.0,
-               frozen_weight_frac=1.0, dp_comm_overlap=True, cal: GpuCalibration):
+               frozen_weight_frac=1.0, dp_comm_overlap=True, grad_dtype_bytes=4.0, cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
@@ -350,6 +350,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ``fp4_high_precision_frac``: the share of the blocks a 4-bit run keeps in BF16 (:func:`training_precision_mix`;
     default: the bundled catalog's ``defaults.fp4_training_high_precision_frac``). ``frozen_weight_frac``: LoRA's
     frozen weights' bytes over their 16-bit copy (0.5 where an fp8 run stores them in fp8), as ZeRO-3 gathers them.
+    ``grad_dtype_bytes``: bytes of a gradient as the data-parallel ranks reduce it (4: fp32, as Megatron-LM and Llama
+    3's FSDP reduce bf16 training's gradients; 2 for fp16 parameters); parameters are gathered in 16 bits.
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
@@ -411,7 +413,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     t_pipe = t_unit * nmb + bubble
     # data parallel over dp*cp ranks of the same (tp, pp) shard
     params_stage = _stage_params(m, pp, trainable)
-    grad_bytes = params_stage / tp * 2.0
+    grad_bytes = params_stage / tp * grad_dtype_bytes  # the gradients' reduction
+    param_bytes = params_stage / tp * 2.0  # the 16-bit parameters' gathers (ZeRO-2/3)
     ranks = dp * cp
     # the data-parallel neighbours of a TP group that share its scale-up domain (an NVL72 rack's 72 GPUs, a TPU pod's
     # ICI torus; a node's 8 elsewhere) reduce over NVLink; the rest cross the scale-out network. The group's ranks
@@ -438,7 +441,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ring_bw, ring_lat = X.where(spans, links.net_bw, links.group_bw(ranks)), X.where(spans, links.net_lat, links.nvlink_lat)
     ring_kw = dict(num_ranks=ranks, link_bandwidth_bytes_per_s=ring_bw, link_latency_s=ring_lat)
     ring = reduce_scatter_time_s(message_bytes=grad_bytes, **ring_kw)
-    t_z3 = 3.0 * nmb * ring
+    gather = reduce_scatter_time_s(message_bytes=param_bytes, **ring_kw)  # an all-gather moves what a reduce-scatter does
+    t_z3 = nmb * (2.0 * gather + ring)
     if trainable == "lora":  # frozen weights sharded by ZeRO-3 are still gathered for the forward and the backward
         frozen = _stage_params(m, pp, "full") / tp * 2.0 * frozen_weight_frac  # as stored; no gradients to scatter
         t_z3 = 2.0 * nmb * reduce_scatter_time_s(message_bytes=frozen, **ring_kw)
@@ -446,7 +450,7 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # shard is all-gathered once. ZeRO-0/1 (and DDP) accumulate locally and reduce once, under the last micro-batch's
     # backward, the all-gather under the next step's first forward (Megatron-core syncs gradients only in the last
     # micro-batch; NeMo, Communication Overlap: layer-sized chunks, one exposed): one micro-batch's compute is the window
-    t_dp = X.where(zs >= 3, t_z3, X.where(zs >= 2, (nmb + 1.0) * ring, ar))
+    t_dp = X.where(zs >= 3, t_z3, X.where(zs >= 2, nmb * ring + gather, ar))
     window = X.where(zs >= 2, compute_total, compute_total / nmb)
     hide = X.where(zs >= 3, cal.zero3_overlap_frac, cal.dp_overlap_frac if dp_comm_overlap else 0.0) * window
     exposed = X.maximum(t_dp - hide, 0.0)
@@ -534,12 +538,6 @@ def materialized_scores_s(m, *, tokens, seq_len, tp, recompute, hbm_bytes_per_s,
     again = X.where(X.asfloat(recompute) >= 1, 1.0, 0.0) if recomputed_frac is None else X.asfloat(recomputed_frac)
     per_elem = SCORE_BYTES_FWD + SCORE_BYTES_BWD + again * SCORE_BYTES_FWD
     return elems * per_elem / hbm_bytes_per_s
-
-
-def time_to_train(*, step_s, tokens_per_step, train_tokens, num_gpus):
-    """Wall time [s] and GPU-hours [GPU-h] to train ``train_tokens`` at ``tokens_per_step`` per ``step_s``."""
-    secs = np.asarray(train_tokens, dtype=float) / np.asarray(tokens_per_step, dtype=float) * np.asarray(step_s, dtype=float)
-    return secs, secs * num_gpus / 3600.0
 
 
 def _stage_params(m, pp, trainable="full"):

@@ -549,6 +549,9 @@ class Defaults(_Checked):
     default_batch: Quantity
     adam_state_bytes_per_param: Quantity
     gradient_bytes_per_param: Quantity
+    fp16_gradient_bytes_per_param: Quantity
+    gpu_job_interruptions_per_gpu_hour: Quantity
+    job_interruption_loss_s: Quantity
     wafer_activation_working_set_factor: Quantity
     gpu_max_tensor_parallel: Quantity
     #: GPU training: context parallelism is searched where each rank keeps at least this many tokens (wseplan.devices.gpu)

@@ -75,10 +75,15 @@ def time_cmd(
                            output_tokens=output_tokens, catalog=cat, software=software, **lay, **opts)
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
-        secs = train_tokens / res.tokens_per_s
-        hours = secs * res.num_devices / 3600.0
+        from ..analytic.cost import time_to_train
+        from ..pricing import run_goodput
+
+        good = float(run_goodput(res.device_kind, cat, res.num_devices))
+        secs, hours = time_to_train(step_s=1.0, tokens_per_step=res.tokens_per_s, train_tokens=train_tokens,
+                                    num_gpus=res.num_devices, goodput=good)
+        secs, hours = float(secs), float(hours)
         # device-hours in every record; gpu_hours only where the devices are GPUs (on wafers they are system-hours)
-        extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "device_hours": hours,
+        extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "device_hours": hours, "goodput_frac": good,
                  **({"gpu_hours": hours} if res.device_kind == "gpu" else {})}
     rec = res.to_record()
     rec.update(extra)

@@ -5,12 +5,11 @@ Layout columns: ``tp``, ``pp``, ``dp`` (data-parallel replicas: engine replicas 
 ``zero_stage``. Memory: :func:`wseplan.analytic.memory.gpu_layout_memory`; time: the per-operator roofline of
 :mod:`wseplan.analytic.gpu_time` (training steps, inference passes composed by :mod:`wseplan.analytic.engine`).
 
-The search space (when no layout is given): ``tp`` in powers of two inside the scale-up domain dividing the
-heads, ``pp`` up to the number of blocks, ``dp`` = devices / (tp pp) with a device count (else one replica); in
-training also micro-batches 1-32 dividing the per-replica batch, 1-20 virtual stages (:data:`VPP_VALUES`: a layer
-or more in each, the micro-batches a multiple of pp), the four recompute policies (partial: the fewest whole layers
-per stage that fit) and ZeRO 0-3 (each unless fixed by an option); an awkward count also lays out smaller ones
-(:func:`~wseplan.devices.gpu_train.train_counts`).
+Search space (no layout given): ``tp`` powers of two in the scale-up domain dividing the heads, ``pp`` up to the
+blocks, ``dp`` = devices / (tp pp) (else one replica); training adds micro-batches 1-32 dividing a replica's batch,
+1-20 virtual stages (:data:`VPP_VALUES`), the four recompute policies and ZeRO 0-3 (2-3 without a pipeline, as
+DeepSpeed and Megatron-LM run them), each unless given; an awkward count also lays out smaller ones (:func:`~wseplan.
+devices.gpu_train.train_counts`).
 """
 from __future__ import annotations
 
@@ -168,12 +167,11 @@ class GpuContext:
         # Llama 2 70B LoRA config: training_results_v4.0 .../llama2_70b_lora/implementations/nemo/conf/*peft*.yaml)
         self.weight_frac = (weight_bytes_per_param(q.precision, "decode") / weight_bytes_per_param(q.precision, "train")
                             if self.trainable == "lora" and q.precision == "fp8" else 1.0)
-        # LoRA freezes the base weights: no gradients, master copies or Adam moments for them (Hu et al. 2021, sec.
-        # 4.2); the adapters' own state (rank 16 on every linear layer of a 70B model: ~0.3% of its parameters) is
-        # left inside the memory reserve
+        # LoRA freezes the base weights: no gradients, master copies or Adam moments for them (Hu et al. 2021, sec. 4.2);
+        # the adapters' own state (rank 16 on every linear layer of a 70B model: ~0.3% of its parameters) is in the reserve
         lora = self.trainable == "lora"
-        self.grad_bytes = 0.0 if lora else d.gradient_bytes_per_param.si
-        self.adam_bytes = 0.0 if lora else d.adam_state_bytes_per_param.si
+        self.grad_dtype_bytes = (d.fp16_gradient_bytes_per_param if q.precision == "fp16" else d.gradient_bytes_per_param).si
+        self.grad_bytes, self.adam_bytes = (0.0, 0.0) if lora else (self.grad_dtype_bytes, d.adam_state_bytes_per_param.si)
         cp = q.options.get("context_parallel")
         self.cp_given = None if cp is None else float(cp)  # the option fixes the layout column
         self.single_layer = bool(q.options.get("single_layer", False))
@@ -324,6 +322,8 @@ class GpuFamily(InferenceMixin, Family):
             for j, c in enumerate(cols):
                 if known[i, j]:
                     keep &= grid[c] == vals[i, j]
+            if "zero_stage" in cols and not known[i, cols.index("zero_stage")]:  # no searched ZeRO-2/3 with a pipeline
+                keep &= (grid["zero_stage"] < 2) | (grid["pp"] <= 1)  # (DeepSpeed refuses it; a given one is held)
             if keep.any():
                 cand = {c: grid[c][keep] for c in cols}
             else:
@@ -553,7 +553,7 @@ class GpuFamily(InferenceMixin, Family):
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
                           attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap, cal=ctx.cal,
                           fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si,
-                          frozen_weight_frac=ctx.weight_frac, dp_comm_overlap=ctx.dp_comm_overlap)
+                          frozen_weight_frac=ctx.weight_frac, dp_comm_overlap=ctx.dp_comm_overlap, grad_dtype_bytes=ctx.grad_dtype_bytes)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], cp=cfg["cp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"],
                     recompute_frac=rf)

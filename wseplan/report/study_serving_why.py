@@ -113,10 +113,9 @@ def capex_flips(st: Study, curves: dict, lines: dict, speed: float) -> list[dict
     cheapest, stops being it). ``{target, capex_usd, flip_capex_usd or None, mult, direction, winner, ...}``."""
     ttft = st.serving.ttft_limit_s
 
-    def qualifying(tgt):
-        res = curves[tgt]
-        ok = {_key(p) for p in res.points if p.tpot_s <= (1.0 / speed) * (1 + _EPS)
-              and (ttft is None or p.ttft_at_percentile_s <= ttft)}
+    def qualifying(tgt):  # the points cheapest_at chooses among: those the limits admit, judged as with_limits does
+        r = with_limits(curves[tgt], ttft_limit_s=ttft, tpot_limit_s=(1.0 / speed) * (1 + _EPS))
+        ok = {_key(p) for p in r.points if p.meets_sla}
         return [ab for k, ab in lines[tgt][1].items() if k in ok]
 
     cost = {t: (lambda ab: (lambda x: min(a + b * x for a, b in ab)))(qualifying(t)) for t in lines if qualifying(t)}

@@ -275,9 +275,11 @@ def gemv_shape(text: str) -> tuple[int, int, int] | None:
 
 
 def _train_metric(case, model, *, step_s: float, tokens_per_step: float, num_devices: int, peak_flop_per_s: float,
-                  recompute: str | float, cal) -> float:
+                  recompute: str | float, cal, goodput: float = 1.0) -> float:
     """Convert a training step time to the row's metric (shared by GPU and wafer rows); ``recompute``: the layout's
-    recomputation, or the share of layers recomputed (:func:`recomputed_share`)."""
+    recomputation, or the share of layers recomputed (:func:`recomputed_share`). ``goodput``: the share of a production
+    run's wall time spent training (:func:`wseplan.pricing.run_goodput`), for ``gpu_hours`` (a model card's GPU time of
+    a whole run); benchmark times (``time_to_train_min``: MLPerf reports completed runs) and rates take none."""
     tok_s = tokens_per_step / step_s
     seq = case.get("seq_len")
     flop_tok = G.model_flop_per_token(model, seq_len=seq) * _flop_multiplier(case, recompute) / 3.0
@@ -302,6 +304,6 @@ def _train_metric(case, model, *, step_s: float, tokens_per_step: float, num_dev
             return (_train_tokens(case) / tok_s + ev) / 60.0
         return _train_tokens(case) / tok_s * (1.0 + cal.benchmark_eval_overhead_frac) / 60.0
     if metric == "gpu_hours":
-        return _train_tokens(case) / tok_s * num_devices / 3600.0
+        return _train_tokens(case) / tok_s / goodput * num_devices / 3600.0
     raise SkipRow(f"metric {metric} is not predicted for training rows")
 

@@ -99,8 +99,11 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
     cat = catalog or load_catalog()
     cases = {c.id: c for f in BUNDLED for c in read_cases(default_catalog_dir() / "validation" / f)}
     cats: dict[str, dict] = {}
+    weak: dict[str, dict] = {}
     for rid, r in sorted(ho["rows"].items()):
         c = cases[rid]
+        if c.quality == "weak" and c.metric not in CAPACITY_METRICS and r.get("held_out") is not None:
+            weak.setdefault(c.category, {})[rid] = round(speed_residual(c, r["held_out"]), 5)
         if c.quality not in ("strong", "medium") or c.metric in CAPACITY_METRICS:  # the time models' errors only
             continue
         g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set(), "software": set()})
@@ -134,7 +137,8 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
                       "constants refitted likewise); residual = "
                       "log(predicted speed / measured speed), a time metric counted as an inverse speed; quantiles by "
                       "numpy.percentile (linear)",
-            "level": level, "inputs_sha256": model_error_inputs(), "categories": out}
+            "level": level, "inputs_sha256": model_error_inputs(), "categories": out,
+            "unvalidated": {k: v for k, v in sorted(weak.items()) if k not in out}}
 
 
 def write_model_error(path: str | Path | None = None, *, log=print) -> Path:

@@ -28,7 +28,7 @@ from .prices import (HardwarePrice, MemoryXPrice, Prices, ServicePrice, SitePric
 from .result import SCHEMA_VERSION, UNITS, CostResult, MetricRow, TimeInputs, cost_from_times, evaluate
 from .serving import rental_serving_cost, serving_cost
 from .tco import HOURS_PER_YEAR, S_PER_HOUR, deployment_cost, memoryx_capex_usd
-from .training import training_cost
+from .training import goodput_frac, time_to_train, training_cost
 from .uncertainty import MAX_UNCERTAINTY_SAMPLES, Percentiles, TornadoRow, monte_carlo, sample_params, tornado
 
 __all__ = ["HOURS_PER_YEAR", "MAX_UNCERTAINTY_SAMPLES", "S_PER_HOUR", "SCHEMA_VERSION", "UNITS", "CostResult",

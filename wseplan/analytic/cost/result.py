@@ -31,6 +31,8 @@ class TimeInputs(Frozen):
     step_s: float | None = None
     tokens_per_step: float | None = None
     train_tokens: float | None = None
+    #: share of a training run's wall time spent training (interruptions: :func:`.training.goodput_frac`) [fraction]
+    goodput_frac: float = 1.0
     #: output tokens the deployment delivers per second at its load, request overheads included (serve, decode) [tokens/s]
     output_tokens_per_s: float | None = None
 
@@ -85,7 +87,7 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
     else:
         out.update(training_cost(usd_per_busy_hour=d["usd_per_busy_hour"], busy_it_power_w=d["busy_it_power_w"],
                                  pue=p["pue"], step_s=scaled(t.step_s), tokens_per_step=t.tokens_per_step,
-                                 train_tokens=t.train_tokens))
+                                 train_tokens=t.train_tokens, goodput=t.goodput_frac))
         if "cloud_usd_per_device_hour" in p:
             run_h = out["run_s"] / S_PER_HOUR
             out["rental_usd_per_hour"] = np.asarray(p["cloud_usd_per_device_hour"], dtype=float) * t.num_devices
