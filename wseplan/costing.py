@@ -195,12 +195,13 @@ def _long_run_note(res, params, target) -> list[str]:
     longer than the hardware is written off over: no practical plan), naming the fix; else nothing."""
     run_s = res.metric("run_s") if any(m.metric == "run_s" for m in res.metrics) else None
     years = params["amortization_years"].value
-    if run_s is None or not math.isfinite(run_s) or run_s <= years * 365.25 * 86400.0:
+    year_s = C.HOURS_PER_YEAR * 3600.0  # the year the TCO writes the hardware off over
+    if run_s is None or not math.isfinite(run_s) or run_s <= years * year_s:
         return []
     base = re.sub(r"x\d+$", "", target.text)
     fix = (f"give a larger count (--target {base}xN)" if target.count
            else f"give a count (--target {base}xN): without one the fewest systems that hold the model are priced")
-    return [f"the run takes {run_s / (365.25 * 86400.0):,.3g} years, longer than the {years:g}-year amortisation: not a "
+    return [f"the run takes {run_s / year_s:,.3g} years, longer than the {years:g}-year amortisation: not a "
             f"practical plan; {fix}, or fewer --train-tokens"]
 
 

@@ -167,12 +167,11 @@ class InferenceMixin:
         if announce is None or getattr(self, "pass_row", None) is None:
             return None
         try:
+            rows_cuts = [(i, self._prefill_cuts(ctx, b, p)) for i, b, p in zip(rows.tolist(), batch.tolist(), prompt.tolist())]
             with contextlib.ExitStack() as stack:
-                for i, b, p in zip(rows.tolist(), batch.tolist(), prompt.tolist()):
-                    cuts = self._prefill_cuts(ctx, b, p)
+                for i, cuts in rows_cuts:
                     stack.enter_context(announce(ctx, cfg, i, lambda c=cuts: [kw for _, kw in c]))
-                return np.array([self._best_cut(ctx, cfg, i, self._prefill_cuts(ctx, b, p))[0]
-                                 for i, b, p in zip(rows.tolist(), batch.tolist(), prompt.tolist())])
+                return np.array([self._best_cut(ctx, cfg, i, cuts)[0] for i, cuts in rows_cuts])
         except X.SCALAR_ERRORS:
             return None
 
