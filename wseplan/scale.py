@@ -32,10 +32,11 @@ def system_counts(max_systems: int) -> list[int]:
 
 
 def strong_scaling_efficiency(*, tokens_per_s, tokens_per_s_one, num_systems):
-    """``tokens_per_s / (num_systems * tokens_per_s_one)`` clipped to [0, 1] [fraction]."""
+    """``tokens_per_s / (num_systems * tokens_per_s_one)``, at least 0 [fraction]: above 1 where a larger count runs a
+    better layout than the baseline could (a memory-starved baseline), which a clip at 1 would hide."""
     t = np.asarray(tokens_per_s, dtype=float)
     ideal = np.asarray(num_systems, dtype=float) * np.asarray(tokens_per_s_one, dtype=float)
-    return np.clip(np.divide(t, ideal, out=np.zeros_like(t * ideal), where=ideal > 0), 0.0, 1.0)
+    return np.maximum(np.divide(t, ideal, out=np.zeros_like(t * ideal), where=ideal > 0), 0.0)
 
 
 def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, context: int, counts: list[int],
@@ -64,7 +65,8 @@ def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_ba
     """Efficiency versus system count for each target, as a plot-ready pandas DataFrame.
 
     Columns ``target, num_systems, num_devices, fits, step_s, tokens_per_s, efficiency_frac, per_system_batch,
-    min_batch_compute_bound, model_flop_utilization_frac, bottleneck, layout``; ``attrs`` holds the model,
+    min_batch_compute_bound, model_flop_utilization_frac, bottleneck, layout, efficiency_baseline_systems`` (the
+    target's smallest count that fits, which its efficiency is relative to); ``attrs`` holds the model,
     batch and context. ``policy``/``micro_batch`` are wafer training options.
     """
     import pandas as pd
@@ -96,10 +98,12 @@ def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_ba
         eff = strong_scaling_efficiency(tokens_per_s=np.nan_to_num(tps), tokens_per_s_one=base,
                                         num_systems=df["num_systems"].to_numpy())
         df["efficiency_frac"] = np.where(ok, eff, np.nan)
+        df["efficiency_baseline_systems"] = int(df["num_systems"].iloc[i0])  # N0: each target's own smallest fit
         frames.append(df)
     out = pd.concat(frames, ignore_index=True)
     cols = ["target", "num_systems", "num_devices", "fits", "step_s", "tokens_per_s", "efficiency_frac",
-            "per_system_batch", "min_batch_compute_bound", "model_flop_utilization_frac", "bottleneck", "layout"]
+            "per_system_batch", "min_batch_compute_bound", "model_flop_utilization_frac", "bottleneck", "layout",
+            "efficiency_baseline_systems"]
     out = out[cols]
     out.attrs.update(model=getattr(model, "name", str(model)), global_batch=global_batch, context=context,
                      precision=precision)

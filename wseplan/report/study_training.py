@@ -22,6 +22,13 @@ from .study_sources import prices_of
 from .why import bisect, interval_text
 
 
+def _baseline_label(sweep: list, tgt: str) -> str:
+    """A scaling curve's legend: the target and the size its efficiency is relative to (each target's smallest size
+    that ran: the curves do not share a baseline)."""
+    rs = [r for r in sweep if r["family"] == tgt and r.get("scaling_efficiency_frac")]
+    return f"{tgt} (vs {rs[0]['num_devices']:,} devices)" if rs else tgt
+
+
 def _size_target(tgt: str, n: int, cat) -> tuple[str, int]:
     """``cs3`` + 4 -> ``cs3x4`` (systems); ``h100`` + 4 -> ``h100x32`` (4 nodes of 8 GPUs)."""
     t = parse_target(tgt, cat)
@@ -102,7 +109,8 @@ def training_body(st: Study, cat) -> dict:
         title=f"{m.name}: scaling efficiency vs cluster size (global batch {tr.global_batch} x {tr.seq_len} tokens)",
         xlabel="systems or 8-GPU nodes [count]", ylabel="per-device throughput vs smallest size [fraction]",
         logx=True, ylim_zero=True,
-        series=[Series(label=t, x=[r["size"] for r in sweep if r["family"] == t and r.get("scaling_efficiency_frac")],
+        series=[Series(label=_baseline_label(sweep, t),
+                       x=[r["size"] for r in sweep if r["family"] == t and r.get("scaling_efficiency_frac")],
                        y=[r["scaling_efficiency_frac"] for r in sweep
                           if r["family"] == t and r.get("scaling_efficiency_frac")]) for t in st.target_names])
     plots["time_to_train"] = Plot(
