@@ -464,6 +464,12 @@ def _speculation_note(s: Setup, r: dict) -> list[str]:
 _COUNTLESS = re.compile(r"x\d+$")
 
 
+def one_sequence_hint(context: int, max_tokens_on_wafer: float) -> str:
+    """The fix where one training sequence overflows a streamed wafer's pass (no system count helps)."""
+    return (f"one sequence of {context:,} tokens needs more than the {int(max_tokens_on_wafer):,} tokens a wafer holds "
+            "in a pass at any system count: lower --context")
+
+
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
     q, fam = s.query, s.family
@@ -488,8 +494,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
         auto = q.options.get("policy", "auto") == "auto"  # another policy may hold it: scale names that fix
         if one_seq is not None and one_seq < int(r["context"]) and auto:  # no count helps: one sequence overflows
-            hint = (f"; one sequence of {int(r['context']):,} tokens needs more than the {int(one_seq):,} tokens a wafer "
-                    "holds in a pass at any system count: lower --context")
+            hint = "; " + one_sequence_hint(int(r["context"]), one_seq)
         elif mb and fit_b is not None and fit_b < mb:  # the user's micro-batch overflows it
             hint = f"; the wafer holds {int(fit_b):,} sequences a pass, not the micro-batch {int(mb):,}: lower --micro-batch"
         notes = [short + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .errors import InputError
-from .plan import plan, target_with_count
+from .plan import one_sequence_hint, plan, target_with_count
 from .records import layout_label
 
 
@@ -56,7 +56,7 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
                          tokens_per_s=r.tokens_per_s, per_system_batch=float(-(-global_batch // n)),
                          min_batch_compute_bound=st.get("min_batch_compute_bound"),
                          model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
-                         layout=layout_label(r.layout), binding=r.binding, why=r.notes[0] if r.notes and not r.fits else ""))
+                         layout=layout_label(r.layout), binding=r.binding, max_tokens_on_wafer=st.get("max_tokens_on_wafer")))
     return rows
 
 
@@ -84,14 +84,15 @@ def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_ba
         ok = df["fits"].to_numpy(dtype=bool)
         if not ok.any():
             binds = df["binding"].iloc[-1]  # what binds at the largest count: more systems do not lift MemoryX or a policy
-            why = df["why"].iloc[-1]
+            one = df["max_tokens_on_wafer"].iloc[-1]
             fix = ("MemoryX binds: the weights and optimizer state exceed its largest option" if binds == "memoryx" else
                    f"the activations bind at every count under --policy {policy}: try --policy auto"
                    if t.kind == "wafer" and policy != "auto" else
-                   why[why.index("one sequence of"):] if "lower --context" in why else "raise --max-systems or lower --batch")
+                   one_sequence_hint(context, one) if one is not None and one == one and one < context else
+                   "raise --max-systems or lower --batch")
             raise InputError(f"targets: no system count up to {max_systems} can train {getattr(model, 'name', model)} "
                              f"on {t.key} with global batch {global_batch}; {fix}")
-        df = df.drop(columns=["binding", "why"])
+        df = df.drop(columns=["binding", "max_tokens_on_wafer"])
         i0 = int(np.argmax(ok))
         base = df["tokens_per_s"].iloc[i0] / df["num_systems"].iloc[i0]
         tps = df["tokens_per_s"].to_numpy(dtype=float)
