@@ -352,6 +352,39 @@ def test_no_point_meets_the_limits_the_closest_is_shown(catalog):
     assert "closest" in " ".join(r.notes)
 
 
+@pytest.mark.parametrize("tight", [1.0, 0.5])
+def test_a_looser_sla_is_never_dearer(catalog, tight):
+    """audit27 F1: only a point whose TTFT missed was tried at lower loads, so with TPOT <= 20 ms alone (or a loose
+    TTFT) serve chose batch 16 at 90% ($6.79/M) although batch 32 at 60% meets the same TPOT for $5.68/M, the answer
+    it gave only under the stricter TTFT <= 1 s. Dropping or loosening a limit can only admit more points."""
+    from wseplan.serving import all_in_usd_per_mtok, tpot_for_limit
+
+    kw = dict(tpot_limit_s=0.02, precision="bf16", input_tokens=2048, output_tokens=256, catalog=catalog)
+    strict = serve("llama-3.1-70b", "h100", ttft_limit_s=tight, **kw)
+    for loose in (serve("llama-3.1-70b", "h100", ttft_limit_s=5.0, **kw), serve("llama-3.1-70b", "h100", **kw)):
+        assert strict.chosen.meets_sla and loose.chosen.meets_sla
+        assert all_in_usd_per_mtok(loose.chosen) <= all_in_usd_per_mtok(strict.chosen) * (1 + 1e-12)
+        assert tpot_for_limit(loose.chosen) <= 0.02
+    # the point that decides it: a batch that misses TPOT at the default load meets it run less full
+    base = serve("llama-3.1-70b", "h100", **{k: v for k, v in kw.items() if k != "tpot_limit_s"})
+    moved = serve("llama-3.1-70b", "h100", **kw).chosen
+    (at90,) = [p for p in base.points if (p.devices_per_replica, p.batch, p.layout) ==
+               (moved.devices_per_replica, moved.batch, moved.layout)]
+    assert tpot_for_limit(at90) > 0.02 and moved.running_batch < at90.running_batch
+
+
+def test_unmeetable_limits_show_the_closest_load(catalog):
+    """audit27 F8: with a TTFT limit below every point's own prefill nothing was tried at a lower load, so the point
+    shown as closest sat at 90% (TTFT p95 663 ms) while the same search at 10% gives 91 ms."""
+    kw = dict(precision="bf16", input_tokens=2048, output_tokens=256, catalog=catalog)
+    r = serve("llama-70b", "h100x8", ttft_limit_s=0.05, **kw)
+    assert not r.chosen.meets_sla
+    low = serve("llama-70b", "h100x8", ttft_limit_s=0.05, utilization=0.1, **kw)
+    assert r.chosen.ttft_at_percentile_s <= min(p.ttft_at_percentile_s for p in low.points) * (1 + 1e-9)
+    assert r.chosen.ttft_at_percentile_s < 0.5 * serve("llama-70b", "h100x8", utilization=0.9, **kw).chosen.ttft_at_percentile_s
+    assert any("closest to them" in n and "10%" in n for n in r.notes)
+
+
 def test_a_rate_holds_the_fixed_point_of_littles_law(catalog):
     """audit25 F5: with --rate the TPOT was the step of util x slots requests (49 of 64 at 6 requests/s) while the
     record said 40.3 were held; the engine holds N = lambda E[S(ceil N)], here ~30 requests stepping at 19.1 ms, and

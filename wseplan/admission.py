@@ -146,30 +146,52 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
     return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held}
 
 
-#: loads (share of a replica's slots held on average, highest first) at which a point that misses its TTFT limit at the
-#: default load (``serving.DEFAULT_UTILIZATION``, 0.9) is tried again: the same replicas run less full queue less, so a
-#: TTFT limit that queueing breaks is met at the highest such load (``serve`` with a TTFT limit and no rate, ``fleet``).
-#: A TPOT limit alone moves nothing: a smaller batch of the grid meets it at the default load.
+#: loads (share of a replica's slots held on average, highest first) at which a point that misses its limits at the
+#: default load (``serving.DEFAULT_UTILIZATION``, 0.9) is tried again: the same replicas run less full queue less (a TTFT
+#: limit that queueing breaks) and, under in-flight batching, step fewer requests at a time (a TPOT limit that the
+#: running batch breaks), so a larger batch run less full can meet the limits more cheaply than a smaller one run at
+#: the default load (``serve`` with limits and no rate, ``fleet``).
 LOWER_LOADS = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
 
-def at_lower_loads(points: list, meets, points_at, movable) -> tuple[list, bool]:
+def at_lower_loads(points: list, meets, points_at, movable, closeness=None) -> tuple[list, bool, bool]:
     """``points`` (at the default load) with each one that misses its limits (``meets(p)`` false) for a reason a lower
-    load can cure (``movable(p)``: its TTFT) replaced by the same replica (devices, replicas, layout) and batch at the
-    highest of :data:`LOWER_LOADS` where it meets them all, and whether any was replaced. ``points_at(load, batches)``
-    gives the points of those batches (the ones still missing) at a load; it is called only while some point misses."""
+    load can cure (``movable(p)``) replaced by the same replica (devices, replicas, layout) and batch at the highest of
+    :data:`LOWER_LOADS` where it meets them all. ``points_at(load, batches)`` gives the points of those batches (the
+    ones still missing) at a load; it is called only while some point misses.
+
+    With ``closeness`` (a point's distance to its limits, lower is closer) and no point meeting the limits at any load,
+    each missing point is replaced by its variant closest to the limits (the question then is which point comes
+    closest, and a lower load may come closer than the default one).
+
+    Returns ``(points, moved, closer)``: whether any point was replaced by one that meets the limits, and whether any
+    was replaced by a closer one that still misses them."""
     def key(p):
         return p.devices_per_replica, p.num_replicas, p.batch, tuple(sorted(p.layout.items()))
 
     out = {key(p): p for p in points}
     missing = {k for k, p in out.items() if not meets(p) and movable(p)}
+    # nothing meets at the default load: every missing point may come closer at a lower load (its queue shrinks)
+    track = {k for k, p in out.items() if not meets(p)} if closeness is not None and not any(
+        meets(p) for p in out.values()) else set()
+    best = {k: out[k] for k in track}
     moved = False
     for load in LOWER_LOADS:
-        if not missing:
+        if not missing and not track:
             break
-        for q in points_at(load, sorted({k[2] for k in missing})):
-            if key(q) in missing and meets(q):
-                out[key(q)] = q
-                missing.discard(key(q))
+        for q in points_at(load, sorted({k[2] for k in missing | track})):
+            k = key(q)
+            if k in missing and meets(q):
+                out[k] = q
+                missing.discard(k)
                 moved = True
-    return [out[key(p)] for p in points], moved
+                track.clear()  # a point meets the limits: the closest one no longer matters
+            elif k in track and closeness(q) < closeness(best[k]):
+                best[k] = q
+    closer = False
+    if track and not moved:
+        for k in track:
+            if best[k] is not out[k]:
+                out[k] = best[k]
+                closer = True
+    return [out[key(p)] for p in points], moved, closer

@@ -406,7 +406,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens,
             percentile=percentile, output_scv=output_scv, options=options, layout=layout, batches=given_batches,
             catalog=cat, prices=prices or False, overrides=overrides, setups=setups)}
-        if ttft_limit_s and not all(p.meets_sla for p in points):
+        if (ttft_limit_s or tpot_limit_s) and not all(p.meets_sla for p in points):
             res = with_limits(res, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
     if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
         free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
@@ -445,7 +445,10 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None and occupancy(chosen) < 1.0:  # else users queue for the slots (closed loop, its note)
-        notes.append(f"points at {utilization:.0%} of each replica's slots (no --rate given): requests arrive at "
+        occ = occupancy(chosen)
+        at = (f"points at {utilization:.0%} of each replica's slots" if abs(occ - utilization) < 0.005 else
+              f"the point shown at {occ:.0%} of its slots (the others at {utilization:.0%} unless a note says otherwise)")
+        notes.append(f"{at} (no --rate given): requests arrive at "
                      "random (open loop) and the engine holds that share of its slots on average, the batch it steps; "
                      "TTFT counts their queueing; `wseplan time --phase serve --batch N` gives the steady point of N "
                      "requests in flight (N users each sending the next as the last ends)")
@@ -479,16 +482,23 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     def judged(points):
         return [p.model_copy(update={"meets_sla": (tpot_limit_s is None or tpot_for_limit(p) <= tpot_limit_s)
                                      and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)}) for p in points]
-    pts, moved, ask = judged(result.points), False, result._lower
-    if ask is not None and ttft_limit_s is not None and not all(p.meets_sla for p in pts):
+    pts, moved, closer, ask = judged(result.points), False, False, result._lower
+    if ask is not None and (ttft_limit_s is not None or tpot_limit_s is not None) and not all(p.meets_sla for p in pts):
         def points_at(u, batches):  # the batches still missing (each point's own, whatever the grid around it)
             key = (u, tuple(batches))
             if key not in ask["loads"]:
                 ask["loads"][key] = serve(*ask["args"], **dict(ask["kw"], utilization=u, batches=batches))
             return judged(ask["loads"][key].points)
-        # a point whose own prefill (no queue) is over the TTFT limit cannot meet it at any load
-        pts, moved = at_lower_loads(pts, lambda p: p.meets_sla, points_at,
-                                    lambda p: p.ttft_at_percentile_s > ttft_limit_s and p.ttft_own_s < ttft_limit_s)
+
+        def movable(p):  # every limit the point misses is one a lower load can cure
+            ttft_miss = ttft_limit_s is not None and p.ttft_at_percentile_s > ttft_limit_s
+            tpot_miss = tpot_limit_s is not None and tpot_for_limit(p) > tpot_limit_s
+            # a point whose own prefill (no queue) is over the TTFT limit cannot meet it at any load; a TPOT is cured
+            # only where the engine steps fewer requests at a lower load (in-flight batching, more than one held)
+            return ((not ttft_miss or p.ttft_own_s < ttft_limit_s)
+                    and (not tpot_miss or (p.running_batch is not None and p.running_batch > 1)))
+        pts, moved, closer = at_lower_loads(pts, lambda p: p.meets_sla, points_at, movable,
+                                            lambda p: (_worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
                                       "output_tokens", "percentile", "rate_per_s", "speculative"})
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
@@ -497,9 +507,13 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     res._lower = ask
     if moved:
         res = res.model_copy(update={"notes": res.notes + [
-            f"points whose TTFT misses its limit at {util:.0%} of their slots are shown at the highest of "
+            f"points that miss their limits at {util:.0%} of their slots are shown at the highest of "
             f"{', '.join(f'{u:.0%}' for u in LOWER_LOADS)} that meets them (the same replicas, run less full, queue "
-            "less): their utilization_frac and running_batch say at which"]})
+            "less and step fewer requests at a time): their utilization_frac and running_batch say at which"]})
+    if closer:
+        res = res.model_copy(update={"notes": res.notes + [
+            f"no load down to {LOWER_LOADS[-1]:.0%} meets the limits: each point is shown at the load that comes "
+            "closest to them (utilization_frac and running_batch say which)"]})
     return res
 
 

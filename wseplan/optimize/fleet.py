@@ -249,7 +249,7 @@ def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) 
 
 def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit) -> list[Config]:
     """The serving configurations of workload ``wl`` on one system type: each replica size and batch of
-    :func:`~wseplan.serving.replica_options` at the default load and, where its TTFT misses the SLA there, again at
+    :func:`~wseplan.serving.replica_options` at the default load and, where it misses the SLA there, again at
     the highest of :data:`~wseplan.admission.LOWER_LOADS` that meets the whole SLA, as ``serve`` with the SLA's limits
     shows it (:func:`~wseplan.serving.with_limits`; its supply is what the replica carries at that load). The
     configuration at the default load stays, for the relaxation analysis."""
@@ -263,7 +263,7 @@ def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, h
                       load_frac=r["load_frac"])
 
     out = [config(r) for r in options(hit)]
-    if wl.sla.ttft_s is not None:  # a TTFT that queueing breaks is cured by a lower load
+    if wl.sla.ttft_s is not None or wl.sla.tpot_s is not None:  # queueing and the running batch fall with the load
         moved = with_limits(hit, ttft_limit_s=wl.sla.ttft_s, tpot_limit_s=wl.sla.tpot_s)
         out += [config(r) for r in options(moved) if r["load_frac"] < DEFAULT_UTILIZATION * (1 - 1e-9)]
     return out
