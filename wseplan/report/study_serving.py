@@ -161,7 +161,7 @@ def serving_body(st: Study, cat) -> dict:
                                                            "output [$/M tokens, full load]")
     plots["cost_bands"] = Plot(
         title="Monte Carlo cost bands (P10-P90 shaded, median line) vs batch",
-        xlabel="batch [concurrent requests]", ylabel="output cost [$/M tokens]", logx=True, logy=True,
+        xlabel="batch [concurrent requests]", ylabel="all-in cost [$/M output tokens]", logx=True, logy=True,
         series=[Series(label=t, x=[r["batch"] for r in sweep if r["study_target"] == t and r["usd_per_mtok_p50"]],
                        y=[r["usd_per_mtok_p50"] for r in sweep if r["study_target"] == t and r["usd_per_mtok_p50"]],
                        low=[r["usd_per_mtok_p10"] for r in sweep if r["study_target"] == t and r["usd_per_mtok_p50"]],
@@ -289,30 +289,38 @@ def _fleet_table(st: Study, demand: DemandSpec, rows: list[dict]) -> Table:
 def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Table:
     sv = st.serving
     rows = []
+
+    def same(p, q):  # one replica, batch and load (the chosen point may run its slots less full than the curve's)
+        return (p.devices_per_replica, p.batch, p.layout) == (q.devices_per_replica, q.batch, q.layout) and \
+            abs(occupancy(p) - occupancy(q)) < 1e-9
+
     for tgt, res in curves.items():
         ch = at_speed.get(tgt)
-        for p in frontier(res, utils[tgt]):
+        pts = frontier(res, utils[tgt])
+        if ch is not None and not any(same(p, ch) for p in pts):  # chosen at a load the curve does not show
+            pts = sorted(pts + [ch], key=lambda p: p.tokens_per_s_per_user)
+        for p in pts:
             rows.append({"target": tgt, "precision": res.precision, "devices": p.devices_per_replica,
-                         "layout": layout_text(p.layout), "batch": p.batch,
+                         "layout": layout_text(p.layout), "batch": p.batch, "load": occupancy(p),
                          "tokens_per_s_per_user": p.tokens_per_s_per_user, "ttft_s": p.ttft_at_percentile_s,
                          "tpot_s": p.tpot_s, "tokens_per_s": p.tokens_per_s, "usd_per_mtok": p.output_usd_per_mtok,
                          "input_usd_per_mtok": p.input_usd_per_mtok, "all_in_usd_per_mtok": all_in(p, utils[tgt]),
-                         "bottleneck": p.bottleneck,
-                         "chosen": ch is not None and (p.devices_per_replica, p.batch, p.layout) ==
-                         (ch.devices_per_replica, ch.batch, ch.layout)})
+                         "bottleneck": p.bottleneck, "chosen": ch is not None and same(p, ch)})
     return Table(
         name="frontier", title="Cost versus per-user speed: each platform's Pareto frontier (replica search)",
-        note=(f"Points at 90% of each replica's slots (a point whose TTFT misses the limit there: at the highest of "
-              f"80%, 70%, ..., 10% that meets it, as `wseplan serve` with the limit shows it); 'chosen' marks the cheapest point (all-in) at >= "
-              f"{fmt_num(sv.min_tokens_per_s_per_user)} tokens/s per user"
+        note=(f"Points at 90% of each replica's slots (a point that misses the limits there: at the highest of "
+              f"80%, 70%, ..., 10% that meets them, as `wseplan serve` with the limits shows it; 'load' is the share of "
+              f"the slots held); 'chosen' marks the cheapest point (all-in) at >= "
+              f"{fmt_num(sv.min_tokens_per_s_per_user)} tokens/s per user (added where it runs at a lower load than "
+              f"the frontier's point of the same replica and batch)"
               + (f" and TTFT p{fmt_num(sv.percentile)} <= {fmt_num(sv.ttft_limit_s)} s" if sv.ttft_limit_s else "")
               + ". Output and input $/M split the replica's cost by the engine's decode and prefill time; all-in is "
                 "the replica's whole cost per output token (its TCO per busy hour over the output tokens it delivers), "
                 "the measure the search chooses by; it differs from output + input x prompt / answer tokens where the "
-                "engine's step timings and its capacity at load differ. A GPU replica smaller than a node is charged the whole node here (one replica "
-                "priced alone); the fleet packs several into a node."),
+                "engine's step timings and its capacity at load differ. A GPU replica smaller than a node is charged its "
+                "share of the node (its GPUs' part of the node's cost), as the fleet, which packs several into a node."),
         columns=[Column("target", "target"), Column("precision", "precision"), Column("devices", "devices [count]"),
-                 Column("layout", "layout"), Column("batch", "batch [requests]"),
+                 Column("layout", "layout"), Column("batch", "batch [requests]"), Column("load", "load [fraction]"),
                  Column("tokens_per_s_per_user", "per user [tokens/s]"),
                  Column("ttft_s", f"TTFT p{fmt_num(sv.percentile)} [ms]", 1e-3),
                  Column("tpot_s", "time per output token [ms]", 1e-3), Column("tokens_per_s", "replica [tokens/s]"),
@@ -325,15 +333,16 @@ def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Tab
 def _sweep_table(sweep: list[dict]) -> Table:
     return Table(
         name="batch_sweep", title="Latency and throughput per replica versus batch (full load, as `wseplan compare`)",
-        note="The replica each target names (without a count: the fewest devices that hold the model), at full load: "
-             "the $/M tokens here are 90% of the curve's for the same point.",
+        note="The replica each target names (without a count: the fewest devices that hold the model), at full load "
+             "(as `wseplan compare` prices it): the all-in $/M output tokens here are the curve's for the same point x "
+             "the share of the slots the curve's point holds (about 0.9).",
         columns=[Column("target", "replica"), Column("batch", "batch [requests]"), Column("fits", "fits"),
                  Column("ttft_s", "time to first token [ms]", 1e-3),
                  Column("tpot_s", "time per output token [ms]", 1e-3),
                  Column("tokens_per_s_per_user", "per user [tokens/s]"),
                  Column("tokens_per_s", "per replica [tokens/s]"), Column("bottleneck", "bottleneck"),
-                 Column("usd_per_mtok", "output [$/M tokens]"), Column("usd_per_mtok_p10", "P10 [$/M tokens]"),
-                 Column("usd_per_mtok_p90", "P90 [$/M tokens]"), Column("energy_j_per_token", "energy [J/token]"),
+                 Column("usd_per_mtok", "all-in [$/M output tokens]"), Column("usd_per_mtok_p10", "P10 [$/M output tokens]"),
+                 Column("usd_per_mtok_p90", "P90 [$/M output tokens]"), Column("energy_j_per_token", "energy [J/token]"),
                  Column("meets_sla", "meets per-user speed")],
         rows=sweep)
 
@@ -359,6 +368,20 @@ def _cross_text(c: dict) -> str:
     return f"{c['to']} becomes the cheapest above {x} tokens/s per user"
 
 
+def _speed_text(rows: list[dict], r: dict) -> str:
+    """The per-user speed of a fleet menu: its one configuration's, or, where it runs several, the range with the
+    share of the output tokens served at the slowest (the answer quotes what most users get, not the first row)."""
+    mine = [x for x in rows if x["menu"] == r["menu"] and x.get("tokens_per_s_per_user") is not None]
+    speeds = [x["tokens_per_s_per_user"] for x in mine]
+    if len(mine) < 2 or max(speeds) - min(speeds) <= 1e-9 * max(speeds):
+        return f"{fmt_num(r['tokens_per_s_per_user'])} tokens/s per user"
+    lo = min(mine, key=lambda x: x["tokens_per_s_per_user"])
+    total = sum(x["fleet_tokens_per_s"] or 0.0 for x in mine)
+    share = sum(x["fleet_tokens_per_s"] or 0.0 for x in mine if x["tokens_per_s_per_user"] <= lo["tokens_per_s_per_user"] + 1e-12)
+    return (f"{fmt_num(lo['tokens_per_s_per_user'])}-{fmt_num(max(speeds))} tokens/s per user, "
+            f"{fmt_num(100 * share / total if total else 0.0)}% of the output tokens at {fmt_num(lo['tokens_per_s_per_user'])}")
+
+
 def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list[dict], at_speed: dict) -> str:
     sv = st.serving
     rate = demand.workloads[0].output_tokens_per_s_demand()
@@ -377,8 +400,8 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
              f"${fmt_num(b['plan_usd_per_year'] / 1e6)}M/yr TCO, ${fmt_num(b['usd_per_mtok'])} per million output tokens "
              f"all-in, the prompts' prefill included (P10-P90 ${fmt_num(b['usd_per_mtok_p10'])}-"
              f"{fmt_num(b['usd_per_mtok_p90'])}), "
-             f"{fmt_num(b['tokens_per_s_per_user'])} tokens/s per user, TTFT p{fmt_num(sv.percentile)} "
-             f"{fmt_num(b['ttft_s'] * 1e3)} ms."]
+             + _speed_text(rows, b) + f", TTFT p{fmt_num(sv.percentile)} "
+             f"{fmt_num(max(r['ttft_s'] for r in rows if r['menu'] == b['menu']) * 1e3)} ms."]
     seen = {b["menu"]}
     for r in ok[1:]:
         if r["menu"] in seen:
@@ -386,7 +409,7 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
         seen.add(r["menu"])
         parts.append(f"{r['target']} alone costs {fmt_num(r['plan_usd_per_year'] / b['plan_usd_per_year'])}x as much "
                      f"(${fmt_num(r['usd_per_mtok'])} per million output tokens all-in, at "
-                     f"{fmt_num(r['tokens_per_s_per_user'])} tokens/s per user).")
+                     + _speed_text(rows, r) + ").")
     if mix is not None and any(r["menu"] == "all targets" for r in rows):
         parts.append(f"Mixing targets lowers the TCO to ${fmt_num(mix.total_usd_per_year / 1e6)}M/yr.")
     for r in alone:
