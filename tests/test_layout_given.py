@@ -140,6 +140,9 @@ def test_virtual_stages_need_a_layer_each_and_a_pipeline():
     assert plan("llama-3.1-405b", "h100x16384", layout={**lay, "vpp": 7}, **kw).layout["virtual_pipeline"] == 7
     with pytest.raises(InputError, match="vpp: 2 virtual stages need a pipeline"):
         plan("llama-3-8b", "h100x8", phase="train", batch=64, context=2048, layout={"tp": 8, "pp": 1, "dp": 1, "vpp": 2})
+    # audit27 H4: a vpp given without a pp was completed to pp 1 and timed (54 s a step on 32 layers)
+    with pytest.raises(InputError, match="vpp: 100 virtual stages need a pipeline"):
+        plan("llama-3-8b", "h100x8", phase="train", batch=64, context=2048, layout={"vpp": 100})
     even = dict(phase="train", batch=64, context=4096, options={"pipeline_split": "even"})
     with pytest.raises(InputError, match="must divide pp x vpp"):
         plan("llama-3.1-70b", "h100x64", layout={"tp": 8, "pp": 8, "dp": 1, "vpp": 3}, **even)
@@ -265,3 +268,21 @@ def test_training_options_are_refused_outside_training(opt, capsys):
     rc = main(["time", "llama-70b", "--target", "h100x8", "--phase", "decode", "--batch", "4", "--context", "2048", *opt])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "not used by the gpu family for phase decode" in err
+
+
+@pytest.mark.parametrize("layout,match", [({"tp": 3, "pp": 1, "dp": 8}, "tp: 3 does not divide"),
+                                          ({"tp": 8, "pp": 2, "dp": 8}, "does not use the target's 8 GPUs"),
+                                          ({"tp": 1, "pp": 1, "dp": 4}, "does not use the target's 8 GPUs"),
+                                          ({"foo": 1}, "layout: foo not a layout of the gpu family")])
+def test_serve_refuses_a_layout_time_refuses(layout, match):
+    """audit27 H1: serve (and the server study on it) took any given layout into its configurations: 24 or 128 GPUs'
+    worth of engines on an 8-GPU target, a tp that does not divide the heads, unknown keys dropped. It checks a given
+    layout as plan() does."""
+    from wseplan.serving import serve
+
+    with pytest.raises(InputError, match=match):
+        serve("llama-2-70b", "h200-sxmx8", precision="fp8", layout=layout, concurrency=64, prices=False)
+    with pytest.raises(InputError, match=match):
+        plan("llama-2-70b", "h200-sxmx8", phase="serve", precision="fp8", batch=64, layout=layout)
+    ok = serve("llama-2-70b", "h200-sxmx8", precision="fp8", layout={"tp": 8}, concurrency=64, prices=False)
+    assert ok.chosen.num_devices == 8

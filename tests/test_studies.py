@@ -182,3 +182,21 @@ def test_report_states_version_and_dates(regenerated, name):
     pv = res[name].provenance
     assert f"*wseplan {__version__} · " in md and f"catalog {pv['catalog_date']}" in md
     assert (f"prices {pv['prices_date']}" in md) if name not in UNPRICED else ("no prices used" in md)
+
+
+@pytest.mark.parametrize("key,value,match", [("reference", "R001", "server.reference: row R001 is a gpu-train"),
+                                             ("reference_sources", ["nosuch"], "server.reference_sources: unknown"),
+                                             ("layout", {"tp": 3, "pp": 1, "dp": 8}, "tp: 3 does not divide")])
+def test_server_study_refuses_what_it_cannot_compare(tmp_path, catalog, key, value, match):
+    """audit27 H1/H2: a server study compared its replica with a training FLOP rate as 'tokens/s', listed an unknown
+    source id, and ran a layout `time` refuses, all with exit 0."""
+    import yaml
+
+    from wseplan.errors import InputError
+
+    d = yaml.safe_load((STUDIES / "mlperf-server-llama2-70b.yaml").read_text())
+    d["server"][key] = value
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(d))
+    with pytest.raises(InputError, match=match):
+        run_study(f, catalog=catalog)

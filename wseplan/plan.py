@@ -336,6 +336,35 @@ def target_with_count(t: Target, count: int) -> Target:
 # =============================================================================================
 # The scalar chain: one configuration, one record
 # =============================================================================================
+def check_given_layout(s: Setup, layout: dict | None) -> dict:
+    """The layout a user gives, checked against the family of setup ``s`` (one-line :class:`InputError` naming the
+    field): known columns only, positive integers (``recompute`` by name too, returned as its index), every column
+    where the family has no default for the rest, and the family's own rules (``check_layout``: e.g. a GPU ``tp``
+    that divides the heads, virtual stages on a pipeline). ``plan`` and ``serve`` take a given layout through here."""
+    given = {k: v for k, v in (layout or {}).items() if v is not None}
+    cols = s.layout_columns
+    bad = sorted(set(given) - set(cols))
+    if bad:
+        raise InputError(f"layout: {', '.join(bad)} not a layout of the {s.family.name} family; use {', '.join(cols)}")
+    if not given:
+        return given
+    for k, v in given.items():
+        if isinstance(v, str) and k == "recompute":
+            if v not in RECOMPUTE:
+                raise InputError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {v!r}")
+            given[k] = RECOMPUTE.index(v)
+        elif isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if k in ("zero_stage", "recompute") else 1):
+            raise InputError(f"{k}: must be a positive integer, got {v!r}")
+    if not hasattr(s.family, "default_layout"):
+        missing = [k for k in cols if k not in given]
+        if missing:
+            raise InputError(f"layout: give {', '.join(missing)} too, or no layout to search one")
+    check = getattr(s.family, "check_layout", None)  # a family's rules for a given layout (one-line InputError)
+    if check is not None:
+        check(s.ctx, given)
+    return given
+
+
 def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
          context: int | None = None, output_tokens: int | None = None, layout: dict | None = None,
          software: str | None = None, options: dict | None = None, catalog: Catalog | None = None,
@@ -366,26 +395,9 @@ def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch
     s = setup(model, target, phase=phase, precision=precision, software=software, options=options, catalog=cat)
     b, c, o, src = default_sizes(cat, phase, batch, context, output_tokens, model=s.query.model)
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
-    given = {k: v for k, v in (layout or {}).items() if v is not None}
+    given = check_given_layout(s, layout)
     cols = s.layout_columns
-    bad = sorted(set(given) - set(cols))
-    if bad:
-        raise InputError(f"layout: {', '.join(bad)} not a layout of the {s.family.name} family; use {', '.join(cols)}")
     if given:
-        for k, v in given.items():
-            if isinstance(v, str) and k == "recompute":
-                if v not in RECOMPUTE:
-                    raise InputError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {v!r}")
-                given[k] = RECOMPUTE.index(v)
-            elif isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if k in ("zero_stage", "recompute") else 1):
-                raise InputError(f"{k}: must be a positive integer, got {v!r}")
-        if not hasattr(s.family, "default_layout"):
-            missing = [k for k in cols if k not in given]
-            if missing:
-                raise InputError(f"layout: give {', '.join(missing)} too, or no layout to search one")
-        check = getattr(s.family, "check_layout", None)  # a family's rules for a given layout (one-line InputError)
-        if check is not None:
-            check(s.ctx, given)
         for k in cols:
             cfg[k] = np.array([float(given[k]) if k in given else np.nan])
     mb, dp = given.get("micro_batch"), given.get("dp") or 1

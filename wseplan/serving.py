@@ -35,7 +35,7 @@ from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for
 from .errors import InputError
-from .plan import bottleneck_name, evaluate, record, setup, target_with_count
+from .plan import check_given_layout, bottleneck_name, evaluate, record, setup, target_with_count
 from .workload import check_positive_int
 
 #: the load at which a point is reported when no rate is given (share of the replica's capacity)
@@ -357,6 +357,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
               max_batch=int(eng.max_batch.si))
     if layout and s0.query.target.count is None:
         raise InputError(f"layout: a fixed layout needs a target with a device count (e.g. {s0.query.target.key}x8)")
+    if layout:  # as `time` takes a given layout: known columns and the family's rules (a GPU layout uses the count)
+        layout = check_given_layout(s0, layout)
     # a concurrency no replica size holds: a second search runs the largest batch that fits and queues the rest
     for admit in ((False, True) if concurrency and concurrency > 1 else (False,)):
         kw["admit"] = admit

@@ -220,14 +220,17 @@ class GpuFamily(InferenceMixin, Family):
 
     # -- layouts ------------------------------------------------------------------------------------
     def check_layout(self, ctx: GpuContext, given: dict) -> None:
-        """Refuse a given layout no framework can run: a ``tp`` that does not divide the attention heads; virtual
-        pipeline stages without a layer each (``pp x vpp`` above the layers; with ``pipeline_split`` ``even``, not
-        dividing them), or with one pipeline stage (the same rule the search applies)."""
+        """Refuse a given layout no framework can run: a ``tp`` that does not divide the attention heads; tp x pp x dp
+        (x cp) other than the target's count; virtual stages without a layer each (``pp x vpp`` above the layers; with
+        ``pipeline_split`` ``even``, not dividing them) or with one pipeline stage (the rule the search applies)."""
         tp = given.get("tp")
         if tp is not None and not tp_divides_heads(ctx.m, tp):
-            heads = ctx.m.num_heads
-            raise InputError(f"tp: {tp} does not divide {ctx.m.name}'s {heads} attention heads; give a divisor of "
-                             f"{heads}, or no tp to search one")
+            raise InputError(f"tp: {tp} does not divide {ctx.m.name}'s {ctx.m.num_heads} attention heads; give a divisor of "
+                             f"{ctx.m.num_heads}, or no tp to search one")
+        n, cp = ctx.count, float(given.get("cp", ctx.cp_given or 1)) if ctx.q.phase == "train" else 1.0
+        if n is not None and all(k in given for k in ("tp", "pp", "dp")) and int(given["tp"]) * int(given["pp"]) * int(given["dp"]) * cp != n:
+            raise InputError(f"layout: tp {int(given['tp'])} x pp {int(given['pp'])} x dp {int(given['dp'])}{f' x cp {cp:g}' if cp > 1 else ''} "
+                             f"does not use the target's {n} GPUs; give a layout whose product is the count, or a target without a count")
         v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
         if v is None or int(v) <= 1 or ctx.q.phase != "train":
             return
@@ -254,15 +257,12 @@ class GpuFamily(InferenceMixin, Family):
         if "dp" not in out:
             group = out["tp"] * out["pp"] * cp
             out["dp"] = n // group if n and n % group == 0 else 1
-        if n is not None and out["tp"] * out["pp"] * out["dp"] * cp != n:
-            raise InputError(f"layout: tp {out['tp']} x pp {out['pp']} x dp {out['dp']}"
-                             f"{f' x cp {cp:g}' if cp > 1 else ''} does not use the target's {n} GPUs; "
-                             "give a layout whose product is the count, or a target without a count")
         if ctx.q.phase == "train":
             out.setdefault("micro_batch", 1)
             out.setdefault("vpp", 1)
             out.setdefault("recompute", RECOMPUTE.index("selective"))
             out.setdefault("zero_stage", 1)
+        self.check_layout(ctx, out)  # the completed layout too: its product, and a vpp given without a pp (now pp 1)
         return out
 
     def describe(self, ctx: GpuContext, r: dict):

@@ -30,11 +30,17 @@ _REL_TOL = 1e-4  # the highest rate is found to 0.01%
 
 
 def reference_row(row_id: str, cat=None):
-    """The validation row ``row_id`` from the bundled validation CSVs (a :class:`wseplan.validate.Case`)."""
+    """The validation row ``row_id`` from the bundled validation CSVs (a :class:`wseplan.validate.Case`): a measured
+    serving throughput (an inference row whose metric is ``tokens_per_s``), the quantity the study's replica is set
+    against; another row (a training FLOP rate, a per-user speed) is refused with its metric named."""
     folder = Path(default_catalog_dir()) / "validation"
     for path in sorted(folder.glob("*.csv")):
         for case in read_cases(path):
             if case.id == row_id:
+                if not case.category.endswith("-infer") or case.metric != "tokens_per_s":
+                    raise InputError(f"server.reference: row {row_id} is a {case.category} {case.metric} figure ({case.value:g} "
+                                     f"{case.unit}); name an inference row whose metric is tokens_per_s (a server's output "
+                                     "tokens/s)")
                 return case
     raise InputError(f"server.reference: no validation row {row_id!r} in {folder}; name a row id of its CSVs")
 
@@ -72,6 +78,10 @@ def server_body(st: Study, cat) -> dict:
     m = resolve_model(st.model, cat)
     prices_of(cat)  # the report states the prices date; nothing here is priced
     ref = reference_row(sv.reference, cat) if sv.reference else None
+    unknown = [k for k in sv.reference_sources if k not in cat.sources]
+    if unknown:
+        raise InputError(f"server.reference_sources: unknown source id {unknown[0]!r}; add it to catalogs/sources.yaml "
+                         "or name a source of the catalog")
     out_tok = sv.output_tokens
     rows, curve_series, found = [], [], {}
     for tgt in st.target_names:

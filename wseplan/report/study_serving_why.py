@@ -23,7 +23,7 @@ import math
 from ..costing import LIST_PRICE_FACTOR, list_price_notes, service_price_for
 from ..plan import setup
 from ..pricing import params_for
-from ..serving import all_in_usd_per_mtok, pareto_frontier, serve, tpot_for_limit, with_limits
+from ..serving import all_in_usd_per_mtok, occupancy, pareto_frontier, serve, tpot_for_limit, with_limits
 from ..targets import parse_target
 from .markdown import fmt_num
 from .study_schema import Study
@@ -98,14 +98,17 @@ def capex_lines(st: Study, m, cat, prices, curves: dict, speed: float,
                      percentile=sv.percentile, catalog=cat, prices=prices,
                      overrides={**st.cost.set, "capex_usd": 2.0 * cap})
         u = _u(utils, tgt)
-        twice = {_key(p): all_in(p, u) for p in res2.points if p.usd_per_hour is not None}
+        # the points as cheapest_at judges them at the study's speed (a point that misses the TPOT limit at the
+        # default load runs at a lower one; the capex moves no time, so both searches move the same points)
+        lim = dict(ttft_limit_s=sv.ttft_limit_s, tpot_limit_s=(1.0 / speed) * (1 + _EPS))
+        twice = {_key(p): all_in(p, u) for p in with_limits(res2, **lim).points if p.usd_per_hour is not None}
         out[tgt] = (cap, {_key(p): (2 * all_in(p, u) - twice[_key(p)], twice[_key(p)] - all_in(p, u))
-                          for p in res.points if _key(p) in twice and p.usd_per_hour is not None})
+                          for p in with_limits(res, **lim).points if _key(p) in twice and p.usd_per_hour is not None})
     return out
 
 
 def _key(p) -> tuple:
-    return (p.devices_per_replica, p.num_replicas, p.batch, tuple(sorted(p.layout.items())))
+    return (p.devices_per_replica, p.num_replicas, p.batch, tuple(sorted(p.layout.items())), round(occupancy(p), 9))
 
 
 def capex_flips(st: Study, curves: dict, lines: dict, speed: float) -> list[dict]:
