@@ -140,3 +140,50 @@ def test_not_fitting_counted_target_points_to_the_countless_one(catalog):
         assert f"the target without a count (--target {key}) finds the fewest devices that fit" in row.notes[-1]
     sized = fit("llama-3.1-405b", "cs3", phase="decode", batch=1, context=1024, catalog=catalog)
     assert sized.fits and sized.num_devices > 4
+
+
+def test_software_and_speculation_are_asked_like_time(catalog, capsys):
+    """audit27 F4/F9: compare and cost could not set the software profile or speculation, so a wafer row (drafting by
+    default) sat beside a GPU row without a draft and the row's own note named a flag compare refused; rows did not
+    say which software or layout they ran. The same options give time's numbers, and each row states them."""
+    kw = dict(phase="decode", batch=1, context=2048)
+    res = compare("llama-3-70b", ["cs3x4", "h100x8"], catalog=catalog, options={"speculative": "none"}, **kw)
+    spec = compare("llama-3-70b", ["h100x8"], catalog=catalog, software="gpu-production-specdec", **kw)
+    for r in res.rows:
+        tr = predict_time("llama-3-70b", r.target, catalog=catalog, speculative="none", **kw)
+        assert r.tokens_per_s_per_user == pytest.approx(tr.tokens_per_s_per_user, rel=1e-12)
+        assert r.software == tr.software and r.layout == tr.layout
+    tr = predict_time("llama-3-70b", "h100x8", catalog=catalog, software="gpu-production-specdec", **kw)
+    assert spec.rows[0].tokens_per_s_per_user == pytest.approx(tr.tokens_per_s_per_user, rel=1e-12)
+    assert spec.rows[0].tokens_per_s_per_user > 1.5 * res.rows[1].tokens_per_s_per_user  # the draft helps on GPUs too
+    assert res.rows[0].layout["num_wafers"] == 4 and "4 wafers" in res.table().to_csv()
+    assert main(["compare", "llama-3-70b", "--targets", "cs3x4", "--batch", "1", "--context", "2048", "--phase",
+                 "decode", "--speculative", "none", "-f", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["rows"][0]["tokens_per_s_per_user"] == pytest.approx(res.rows[0].tokens_per_s_per_user, rel=1e-12)
+    assert main(["cost", "llama-3-70b", "--target", "cs3x4", "--batch", "1", "--context", "2048", "--phase", "decode",
+                 "--speculative", "none", "-f", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["plan"]["tokens_per_s_per_user"] == pytest.approx(res.rows[0].tokens_per_s_per_user, rel=1e-12)
+
+
+def test_a_defaulted_batch_is_labelled_default(catalog):
+    """audit27 F9: compare resolved the default batch before the row did, so every row said batch 'given'."""
+    res = compare("llama-3-70b", ["h100x8"], phase="prefill", catalog=catalog)
+    assert res.rows[0].batch_source == "default"
+    assert compare("llama-3-70b", ["h100x8"], phase="prefill", batch=2, catalog=catalog).rows[0].batch_source == "given"
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["cost", "llama-70b", "--target", "h100x8", "--min-speed", "1000", "--batch", "64"], "--min-speed: chooses the batch"),
+    (["compare", "llama-70b", "--targets", "h100x8", "--min-speed", "100", "--batch", "8"], "--min-speed: chooses the batch"),
+    (["cost", "llama-70b", "--target", "h200x8", "--phase", "serve", "--train-tokens", "1e9"], "--train-tokens: applies to --phase train"),
+    (["compare", "llama-70b", "--targets", "wse3", "--phase", "decode", "--train-tokens", "5"], "--train-tokens: applies to --phase train"),
+    (["compare", "llama-70b", "--targets", "wse3,wse3"], "--targets: wse3 is listed twice"),
+])
+def test_options_that_do_not_apply_are_refused(capsys, argv, msg):
+    """audit27 F6/H10: a minimum speed beside a given batch, training tokens outside training and a target listed twice
+    were silently ignored (a price for 30.7 tokens/s per user when 1,000 were asked); time and serve refuse such input."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -40,6 +40,8 @@ class CompareRow(Frozen):
     batch: int | None = None
     batch_source: str | None = None  # given | default | searched (the operating point) | searched, fastest
     operating_point: str | None = None  # how the batch was chosen when none was given (see wseplan.serving)
+    software: str | None = None  # the software profile the row ran (as time's record)
+    layout: dict | None = None  # the layout the row ran (as time's record: searched, or the operating point's)
     step_s: float | None = None
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -105,7 +107,8 @@ class CompareResult(Frozen):
         """A report table with display units in every header."""
         train = self.phase == "train"
         cols = [Column("target", "target"), Column("fits", "fits"), Column("num_devices", "devices [count]"),
-                Column("batch", "batch [requests]" if not train else "batch [sequences]"), Column("bottleneck", "bottleneck")]
+                Column("batch", "batch [requests]" if not train else "batch [sequences]"),
+                Column("layout_text", "layout"), Column("software", "software"), Column("bottleneck", "bottleneck")]
         if train:
             cols += [Column("step_s", "step [s]"), Column("tokens_per_s", "throughput [tokens/s]"),
                      Column("model_flop_utilization_frac", "MFU [fraction]"),
@@ -129,10 +132,22 @@ class CompareResult(Frozen):
         rows = []
         for r in self.rows:
             row = r.to_row()
+            row["layout_text"] = layout_text(r.layout) if r.layout else ""
             if not r.fits and r.bottleneck is None:
                 row["bottleneck"] = f"does not fit ({r.binding})"
             rows.append(row)
         return Table(name=name, title=title, columns=cols, rows=rows)
+
+
+def layout_text(layout: dict) -> str:
+    """A record's layout in a few characters: ``TP2 x PP4`` (data parallel shown where above 1), ``9 wafers``."""
+    if "num_wafers" in layout:
+        return f"{layout['num_wafers']} wafers"
+    if "num_systems" in layout:
+        return f"{layout['num_systems']} systems"
+    parts = [f"{k} {layout[n]}" for n, k in (("tensor_parallel", "TP"), ("pipeline_parallel", "PP"),
+                                            ("data_parallel", "DP")) if layout.get(n, 1) != 1 or n == "tensor_parallel"]
+    return " x ".join(p.replace(" ", "") for p in parts)
 
 
 def _metric(res, name: str):
@@ -157,7 +172,7 @@ def compare_one(model, target: str, **kw) -> CompareRow:
 def compare_case(model, target: str, *, phase: str, precision: str, batch: int | None, context: int | None,
                  output_tokens: int | None = None, train_tokens: float | None = None, catalog=None, prices=None,
                  uncertainty: int = 0, seed: int = 0, overrides: dict | None = None, software: str | None = None,
-                 layout: dict | None = None, operating_point: str | None = None):
+                 layout: dict | None = None, operating_point: str | None = None, options: dict | None = None):
     """Fit, time and cost of ``model`` on one target: ``(CompareRow, TimeInputs or None, cost params or None)``.
 
     One evaluation of the planning chain (:func:`wseplan.plan.evaluate`) priced by
@@ -167,7 +182,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     layout columns (``tp``/``pp``/``dp``, ``num_wafers``); ``operating_point`` is the label of a searched batch.
     """
     s = setup(model, target, phase=normalise_phase(phase, output_tokens), precision=precision, software=software,
-              catalog=catalog)
+              options=options, catalog=catalog)
     b, c, o, src = default_sizes(s.query.catalog, s.query.phase, batch, context, output_tokens, model=s.query.model)
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
     for k, v in (layout or {}).items():
@@ -184,7 +199,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
         how = "searched" if operating_point.startswith("cheapest") else "searched, fastest"
     base = dict(target=label, hardware=rec.hardware, device_kind=rec.device_kind, fits=rec.fits,
                 num_devices=rec.num_devices, num_systems=n_sys, binding=rec.binding, batch=b, batch_source=how,
-                operating_point=operating_point)
+                operating_point=operating_point, software=s.query.software.name, layout=dict(rec.layout or {}) or None)
     if not rec.fits:
         return CompareRow(**base, notes=notes), None, None
     row = dict(base, step_s=rec.step_s, ttft_s=rec.ttft_s, tpot_s=rec.tpot_s, tokens_per_s=rec.tokens_per_s,
@@ -220,7 +235,8 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
 def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
             context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
             catalog=None, prices=None, uncertainty: int = 0, seed: int = 0,
-            overrides: dict | None = None, min_tokens_per_s_per_user: float | None = None) -> CompareResult:
+            overrides: dict | None = None, min_tokens_per_s_per_user: float | None = None, software: str | None = None,
+            options: dict | None = None) -> CompareResult:
     """Compare ``model`` across ``targets`` (the API behind ``wseplan compare``).
 
     Parameters
@@ -244,6 +260,9 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         Cost inputs pinned to a value, ``{name: value}`` or ``{"HW.name": value}`` (as ``wseplan cost --set``).
     min_tokens_per_s_per_user : float
         The per-user speed the operating points meet (default: the catalog's ``default_min_tokens_per_s_per_user``).
+    software, options : str, dict
+        A software profile for every target of its family (default: each family's production profile) and family
+        options, e.g. ``{"speculative": "none"}`` to compare without a draft (as ``time --speculative none``).
     """
     phase = normalise_phase(phase, output_tokens)
     if isinstance(targets, str):
@@ -252,13 +271,18 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         raise InputError("--targets: give at least one target, e.g. wse3,cs3x4,h100x8")
     cat = catalog or load_catalog()
     train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
+    costing.check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
+    if len(set(targets)) < len(targets):
+        dup = next(t for i, t in enumerate(targets) if t in targets[:i])
+        raise InputError(f"--targets: {dup} is listed twice; name each target once")
     search = batch is None and phase in ("decode", "serve")
     m = resolve_model(model, cat) if isinstance(model, str) else model
-    given_context = context
+    given_context, given_batch = context, batch
     batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens, model=m)
     prices = prices or C.load_prices(catalog=cat)
     kw = dict(phase=phase, precision=precision, context=context, output_tokens=output_tokens, train_tokens=train_tokens,
-              catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides)
+              catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides, software=software,
+              options=options)
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
     speed = None
@@ -273,11 +297,11 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
                          "numbers `wseplan cost` and `wseplan serve` give it (prompt chunks ride on the decode steps); "
                          "give --batch for the decode step alone")
         for t in targets:
-            op = operating_point(m, t, precision=precision, input_tokens=context, output_tokens=o_search,
-                                 min_tokens_per_s_per_user=min_tokens_per_s_per_user, catalog=cat, prices=prices,
-                                 overrides=overrides)
+            op = operating_point(m, t, precision=precision, software=software, input_tokens=context,
+                                 output_tokens=o_search, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
+                                 catalog=cat, prices=prices, overrides=overrides, options=options)
             if op is None:  # nothing fits: the row at the default batch says why
-                rows.append(compare_one(m, t, batch=batch, **kw))
+                rows.append(compare_one(m, t, batch=given_batch, **kw))
                 continue
             row = compare_one(m, op.target, batch=op.batch, layout=op.layout, operating_point=op.label, **kw)
             rows.append(row.model_copy(update={"target": t if op.target == t else f"{t} (as {op.target})"}))
@@ -286,7 +310,8 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
                      + (" (the catalog default, defaults.default_min_tokens_per_s_per_user)"
                         if min_tokens_per_s_per_user is None else "") + "; give --batch to compare at one batch")
     else:
-        rows = [compare_one(m, t, batch=batch, **kw) for t in targets]
+        # the user's own sizes (None where not given): each row states its batch as given or defaulted, as time does
+        rows = [compare_one(m, t, batch=given_batch, **dict(kw, context=given_context)) for t in targets]
     if phase == "serve":
         inflight = "each target's searched batch" if search else f"{batch}"
         notes.append(f"serving: requests of {context} prompt and {output_tokens} output tokens, {inflight} in flight "

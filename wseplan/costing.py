@@ -55,6 +55,17 @@ def _cluster_note(res) -> str:
             "MemoryX's is in the network share")
 
 
+def check_applies(phase: str, batch, train_tokens, min_tokens_per_s_per_user) -> None:
+    """Refuse inputs a cost question does not use (one line naming the flag), as ``time`` and ``serve`` do: tokens of a
+    training run outside training, and a minimum per-user speed beside a given batch (the speed chooses the batch
+    of the operating point; with a batch given there is nothing to choose)."""
+    if train_tokens is not None and phase != "train":
+        raise InputError(f"--train-tokens: applies to --phase train (the phase is {phase}); drop it or give --phase train")
+    if min_tokens_per_s_per_user is not None and batch is not None:
+        raise InputError("--min-speed: chooses the batch of the operating point, so it applies only without --batch; "
+                         "drop one of them")
+
+
 def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch: int | None = None,
          context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
          overrides: dict[str, float] | None = None, prices_files: list[str] | tuple = (), uncertainty: int = 0,
@@ -80,6 +91,7 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
         raise InputError(f"--uncertainty: {uncertainty:,} samples exceed the limit of {C.MAX_UNCERTAINTY_SAMPLES:,}; "
                          "use fewer samples")
     train_tokens = check_train_tokens(train_tokens)
+    check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
     opts = dict(options or {})
     if memoryx_option is not None:
         opts["memoryx_option"] = memoryx_option

@@ -24,6 +24,10 @@ def compare_cmd(
     output_tokens: Optional[int] = O.output_tokens_opt("Inference: tokens generated per request.", short=False),
     train_tokens: Optional[float] = O.train_tokens_opt("Train: tokens of the whole run (for $/run)."),
     min_speed: Optional[float] = O.min_speed_opt(),
+    software: Optional[str] = O.software_opt(),
+    speculative: Optional[str] = O.speculative_opt(),
+    draft_tokens: Optional[int] = O.draft_tokens_opt(),
+    acceptance: Optional[float] = O.acceptance_opt(),
     set_: Optional[list[str]] = O.set_opt("Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),
     uncertainty: int = O.uncertainty_opt("Monte Carlo samples of the cost inputs (adds P10/P50/P90 $/M tokens).", short=False),
     seed: int = O.seed_opt(),
@@ -32,7 +36,8 @@ def compare_cmd(
 ) -> None:
     """Side by side: fit, time, throughput, bottleneck, power, $/hour, $/M tokens or $/run, J/token.
 
-    Example: wseplan compare llama-3-70b --targets wse3,cs3x4,h100x8,h200x8,b200x8 --phase decode
+    Example: wseplan compare llama-3-70b --targets wse3,cs3x4,h100x8,h200x8,b200x8 --phase decode ;
+    wseplan compare llama-3-70b --targets cs3x4,h100x8 --batch 1 --speculative none (like for like: no draft on either)
     """
     from ..compare import compare as compare_fn
 
@@ -40,10 +45,12 @@ def compare_cmd(
     if uncertainty < 0 or uncertainty == 1:
         raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
     cat = O.load_catalog(catalog)
-    res = compare_fn(model, targets, phase=phase, precision=precision, batch=batch, context=context,
-                     output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
-                     overrides=O.cost_overrides(set_, cat), uncertainty=uncertainty, seed=seed,
-                     min_tokens_per_s_per_user=min_speed)
+    opts = O.spec_options(speculative, draft_tokens, acceptance, cat)
+    with O.spec_flag_errors():
+        res = compare_fn(model, targets, phase=phase, precision=precision, batch=batch, context=context,
+                         output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
+                         overrides=O.cost_overrides(set_, cat), uncertainty=uncertainty, seed=seed,
+                         min_tokens_per_s_per_user=min_speed, software=software, options=opts or None)
     if fmt == "json":
         json_out(res.to_record(), prices=[])
         return

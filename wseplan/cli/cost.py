@@ -25,6 +25,10 @@ def cost_cmd(
     output_tokens: Optional[int] = O.output_tokens_opt(),
     train_tokens: Optional[float] = O.train_tokens_opt(),
     memoryx: Optional[str] = O.memoryx_opt(),
+    software: Optional[str] = O.software_opt(),
+    speculative: Optional[str] = O.speculative_opt(),
+    draft_tokens: Optional[int] = O.draft_tokens_opt(),
+    acceptance: Optional[float] = O.acceptance_opt(),
     set_: Optional[list[str]] = O.set_opt(),
     prices: Optional[list[str]] = O.prices_opt(),
     uncertainty: int = O.uncertainty_opt(),
@@ -35,16 +39,19 @@ def cost_cmd(
     """TCO per system-hour, $/M tokens (input and output), $/training run, J/token, power and rack space.
 
     Example: wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --context 2048 --uncertainty 2000 ;
-    wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json
+    wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json ;
+    wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --speculative none
     """
     from ..costing import cost
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
-    res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
-               output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
-               prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx, catalog=cat,
-               min_tokens_per_s_per_user=min_speed)
+    opts = O.spec_options(speculative, draft_tokens, acceptance, cat)
+    with O.spec_flag_errors():
+        res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
+                   output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
+                   prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx,
+                   catalog=cat, min_tokens_per_s_per_user=min_speed, software=software, options=opts or None)
     render_cost(res, fmt, cat.sources, list(prices or []))
 
 

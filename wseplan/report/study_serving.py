@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from ..compare import compare_case
+from ..compare import compare_case, layout_text
 from ..costing import list_price_notes
 from ..errors import InfeasibleError, InputError
 from ..optimize.fleet import plan_fleet, serve_key
@@ -75,15 +75,6 @@ def serving_demand(st: Study, cat, targets: list[str] | None = None) -> DemandSp
                       sla=Sla(ttft_s=sv.ttft_limit_s, tpot_s=1.0 / sv.min_tokens_per_s_per_user,
                               percentile=sv.percentile))
     return DemandSpec(name=st.slug, systems=systems, workloads=[wl], set=dict(st.cost.set))
-
-
-def layout_text(layout: dict) -> str:
-    """``TP2 x PP4``, ``9 wafers``."""
-    if "num_wafers" in layout:
-        return f"{layout['num_wafers']} wafers"
-    parts = [f"{k} {layout[n]}" for n, k in (("tensor_parallel", "TP"), ("pipeline_parallel", "PP"),
-                                            ("data_parallel", "DP")) if layout.get(n, 1) != 1 or n == "tensor_parallel"]
-    return " x ".join(p.replace(" ", "") for p in parts)
 
 
 def serving_body(st: Study, cat) -> dict:
