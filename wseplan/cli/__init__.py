@@ -145,12 +145,28 @@ def _main(argv: list[str] | None) -> int:
     Exit, Abort, ClickException, NoArgsIsHelp = _click_exceptions()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("WSEPLAN_DEBUG") == "1"
+    if sys.stdout is None:  # started with its standard output closed (`>&-`)
+        sys.stderr.write("error: standard output is closed; redirect it to a file or a pipe\n")
+        return 2
     try:
         rv = _app_for(args)(args=args, prog_name="wseplan", standalone_mode=False)
+        sys.stdout.flush()  # a full disk or a closed pipe fails here, inside the error handling, not at exit
         if rv == INTERRUPTED and not isinstance(rv, bool):  # typer turns Ctrl-C into Exit(130), returned silently
             return _interrupted()
         if isinstance(rv, int) and not isinstance(rv, bool):  # typer.Exit(code) is returned, not raised
             return rv
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a filter does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
+    except OSError as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"error: cannot write the output ({_one_line(exc.strerror or str(exc))}); "
+                         "check the disk or the redirect\n")
+        return 2
     except Exit as exc:
         code = getattr(exc, "exit_code", 0)
         return _interrupted() if code == INTERRUPTED else code
@@ -201,7 +217,7 @@ def console() -> None:  # pragma: no cover - the installed console script
         rc = main()
         try:
             sys.stdout.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # a broken pipe, a closed stream, no stream at all
             pass
     except KeyboardInterrupt:  # between the command's end and here
         rc = _interrupted()

@@ -136,6 +136,9 @@ class WorkloadSpec(Frozen):
         if self.peak_factor is not None and self.users_per_day is None:
             raise ValueError("peak_factor applies to users_per_day (a day's average); output_tokens_per_s and "
                              "requests_per_s are already peak rates")
+        if self.kind == "serve" and self.output_tokens_per_s_demand() > MAX_OUTPUT_TOKENS_PER_S:
+            raise ValueError(f"{given[0]}: a demand of {self.output_tokens_per_s_demand():.3g} output tokens/s is beyond "
+                             f"{MAX_OUTPUT_TOKENS_PER_S:.0e} (a million GPUs serve about 1e9); check its unit")
         return self
 
     def output_tokens_per_s_demand(self) -> float:
@@ -150,6 +153,11 @@ class WorkloadSpec(Frozen):
     def precision_for(self, system: str, hardware: str) -> str:
         """The precision of this workload on a system (by its name, then its hardware key)."""
         return self.precisions.get(system) or self.precisions.get(hardware) or self.precision
+
+
+#: the largest serving demand a fleet is sized for [output tokens/s]: a thousand times what a million GPUs serve, so
+#: a value above it is a unit slip, refused with the field named before the solver sees it
+MAX_OUTPUT_TOKENS_PER_S = 1e12
 
 
 class SystemSpec(Frozen):

@@ -2,9 +2,11 @@
 user ``--prices`` files merged on top, and the ranges every cost input keeps."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 from pydantic import ValidationError
 
 from ...catalog.load import default_catalog_dir, read_yaml
@@ -136,6 +138,8 @@ def _check_value(name: str, val: float, where: str = "--set", label: str | None 
     """The ranges every cost input keeps, from ``--set`` or from a prices file (``where`` names it, ``label`` the
     field)."""
     what = label or name
+    if isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)) or not math.isfinite(val):
+        raise InputError(f"{where}: {what} must be a finite number, got {val!r}")
     if name.endswith("_frac") and not (0.0 <= val <= 1.0) and name != "network_frac":
         raise InputError(f"{where}: {what} is a fraction and must be in [0, 1], got {val}")
     if name in ("utilization_frac", "amortization_years", "pue", "rack_units_per_rack") and val <= 0:
