@@ -275,3 +275,17 @@ def test_a_price_claim_without_a_batch_is_judged_at_the_operating_point(catalog)
     assert v.estimate == pytest.approx(op.metric("output_usd_per_mtok"), rel=1e-9)
     b1 = cost("llama-3.1-70b", "cs3x4", phase="decode", batch=1, catalog=catalog)
     assert b1.metric("output_usd_per_mtok") > 2 * v.estimate
+
+
+def test_an_error_inside_a_claim_names_the_claim(tmp_path, capsys):
+    """audit27 H11: an input a claim's models refuse (a context beyond the model's positions) was reported without
+    the claim's id, so a file of 30 claims left the user guessing which one failed."""
+    from wseplan.cli import main
+
+    f = tmp_path / "c.yaml"
+    f.write_text("claims:\n- {id: ok1, text: t, kind: fits, model: llama-3-8b, target: h100x1, value: true}\n"
+                 "- {id: a18, text: t, kind: latency_per_token_s, model: gpt3-175b, target: h100x8, context: 4096, "
+                 "value: 10 ms}\n")
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: claim a18: context: 4,096 tokens exceed") and len(err.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 import time
 
 import numpy as np
@@ -367,3 +368,23 @@ def test_a_highs_solve_error_that_survives_the_retries_is_solved_by_cbc(monkeypa
     assert tries == [True, True, False]
     assert res.status == "optimal" and res.objective == pytest.approx(3.0)
     assert res.extra["solver"] == "cbc" and "solve error" in res.extra["fallback_reason"]
+
+
+def test_cli_outputs_are_byte_identical_without_timings(capsys, tmp_path):
+    """audit27 H7: place and fleet printed the solver's wall-clock times (solve_s, analysis_s) in json, csv, table and
+    md, so the same inputs never gave the same bytes. They are null unless --timings asks for them."""
+    from wseplan.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    for argv in (["place", "llama-3.1-405b", "--target", "cs3x32"], ["fleet", str(root / "studies" / "demand-example.yaml")]):
+        for fmt in ("json", "csv", "md"):
+            outs = []
+            for _ in range(2):
+                assert main(argv + ["-f", fmt]) == 0
+                outs.append(capsys.readouterr().out)
+            assert outs[0] == outs[1], (argv[0], fmt)
+        assert main(argv + ["-f", "json"]) == 0
+        rec = json.loads(capsys.readouterr().out)
+        assert rec["solve_s"] is None
+        assert main(argv + ["-f", "json", "--timings"]) == 0
+        assert json.loads(capsys.readouterr().out)["solve_s"] >= 0.0

@@ -315,7 +315,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         check_positive_int(concurrency, "concurrency")
     for name, v in (("rate", rate), ("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
-            raise InputError(f"{name}: must be a positive number, got {v!r}")
+            raise InputError(f"{name}: must be a positive number below 1e12, got {v!r}")
     if not 0 < percentile < 100:
         raise InputError(f"percentile: must be in (0, 100), got {percentile!r}")
     if utilization is not None and not 0 < utilization < 1:
@@ -480,7 +480,7 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     """
     for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
-            raise InputError(f"{name}: must be a positive number, got {v!r}")
+            raise InputError(f"{name}: must be a positive number below 1e12, got {v!r}")
     def judged(points):
         return [p.model_copy(update={"meets_sla": (tpot_limit_s is None or tpot_for_limit(p) <= tpot_limit_s)
                                      and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)}) for p in points]

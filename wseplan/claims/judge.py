@@ -319,7 +319,13 @@ def check(claims, catalog=None) -> list[Verdict]:
     cat = catalog or load_catalog()
     items = load_claims(claims) if isinstance(claims, (str, Path)) else list(claims)
     errors = validated_errors(cat)
-    return [check_claim(c, cat, errors=errors) for c in items]
+    out = []
+    for c in items:
+        try:
+            out.append(check_claim(c, cat, errors=errors))
+        except WseplanError as exc:  # an input the claim's models refuse: say which claim, as the schema errors do
+            raise type(exc)(f"claim {c.id}: {exc}") from None
+    return out
 
 
 def to_frame(verdicts: list[Verdict]):

@@ -82,7 +82,7 @@ RULES: dict[str, Rule] = {
     "--tensor-parallel": _DEGREE,
     "--micro-batch": _COUNT("sequences per micro-batch", MAX_BATCH),
     "--systems": _COUNT("systems", MAX_DEGREE),
-    "--max-systems": _COUNT("systems", MAX_DEGREE),
+    "--max-systems": _COUNT("systems", 4096),  # as scale takes it
     "--uncertainty": Rule(0, MAX_SAMPLES, "Monte Carlo samples (0: off)"),
     "--seed": Rule(0, MAX_SEED, "a seed"),
     "--time-limit": Rule(0, MAX_TIME_LIMIT_S, "seconds of solver time", open_low=True),
@@ -97,7 +97,7 @@ RULES: dict[str, Rule] = {
     "--input-len": _COUNT("tokens", MAX_CONTEXT),
     "--output-len": _COUNT("tokens", MAX_CONTEXT),
     "--concurrency": _COUNT("requests in flight", MAX_BATCH),
-    "--rate": Rule(0, MAX_SI, "requests/s", open_low=True),
+    "--rate": Rule(0, 1e12, "requests/s", open_low=True, open_high=True),  # as serve() takes it
     "--ttft-limit": Rule(0, MAX_LIMIT_S, "seconds", open_low=True),
     "--tpot-limit": Rule(0, MAX_LIMIT_S, "seconds", open_low=True),
     "--percentile": Rule(0, 100, "a percentile", open_low=True, open_high=True),

@@ -207,3 +207,18 @@ def print_report_table(table, title: str) -> None:
     for r in table.rows:
         t.add_row(*[Text(fmt_num(table._value(r, c))) for c in table.columns])
     print_table(t)
+
+
+#: record fields that hold a solver's wall-clock time: they differ run to run, so a command's output is byte-identical
+#: for the same inputs only without them (``--timings`` keeps them)
+TIMING_KEYS = ("solve_s", "analysis_s")
+
+
+def without_timings(obj):
+    """``obj`` (a record: dicts and lists) with every :data:`TIMING_KEYS` value set to None (the field names stay)."""
+    if isinstance(obj, dict):
+        return {k: (None if k in TIMING_KEYS or k.endswith(tuple("_" + t for t in TIMING_KEYS)) else without_timings(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [without_timings(v) for v in obj]
+    return obj

@@ -12,7 +12,7 @@ import typer
 from ..errors import InfeasibleError, WseplanError
 from ..report.formats import fmt_bool, fmt_quantity
 from . import options as O
-from .output import Rendered, Section, check_format, quantities, render
+from .output import Rendered, Section, check_format, quantities, render, without_timings
 
 
 def place_cmd(
@@ -29,6 +29,7 @@ def place_cmd(
     method: str = typer.Option("auto", "--method", help="auto (exact partition; ILP for mixed devices) | dp | ilp."),
     solver: str = O.solver_opt("highs", "ILP solver: highs (HiGHS via highspy) | cbc (bundled with PuLP)."),
     time_limit: float = typer.Option(30.0, "--time-limit", help="ILP time limit [s]; a stopped search reports the best placement and its gap."),
+    timings: bool = typer.Option(False, "--timings", help="Show the solver's wall-clock times (solve_s, analysis_s); without it they are null, so the same inputs give the same bytes."),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
@@ -43,7 +44,7 @@ def place_cmd(
     res = place(model, target, objective=objective, precision=precision, phase=phase, batch=batch, context=context,
                 reserve=reserve, tensor_parallel=tensor_parallel, solver=solver, time_limit_s=time_limit, method=method,
                 also_targets=list(also or []), catalog=cat)
-    render_place(res, fmt)
+    render_place(res, fmt, timings=timings)
     if res.status == "infeasible":  # the record is printed; the exit status and one line say why
         raise InfeasibleError(f"placement infeasible: {res.notes[-1] if res.notes else 'no stage fits a device'}")
     if not res.stages:  # stopped by the time limit before any placement
@@ -58,10 +59,12 @@ _PROXY = {"bytes": ("slowest stage: bytes read per step",
                    "compute-bound, so its time is proportional to them (a proxy, not seconds)")}
 
 
-def render_place(res, fmt: str) -> None:
+def render_place(res, fmt: str, timings: bool = False) -> None:
     """The placement record: json the record, csv one row, table/md a summary and the stages. The latency
-    objective is a proxy the ILP minimises (bytes read in decode, FLOPs in prefill); the tables say so."""
-    row = res.to_row()
+    objective is a proxy the ILP minimises (bytes read in decode, FLOPs in prefill); the tables say so. The solver's
+    times only with ``timings``."""
+    keep = (lambda r: r) if timings else without_timings
+    row = keep(res.to_row())
     if fmt == "csv":  # the answer itself (which layers on which device) as one JSON cell
         hw = list(res.stage_hardware) or [res.hardware] * len(res.stages)
         row = dict(row, stages_json=json.dumps([dict(s.model_dump(), hardware=h) for s, h in zip(res.stages, hw)],
@@ -89,7 +92,7 @@ def render_place(res, fmt: str) -> None:
     for srow, hw in zip(stages, res.stage_hardware):
         srow["hardware"] = hw
     title = f"placement: {res.model} on {res.target}"
-    render(Rendered(record=res.to_record(), csv_rows=[row], heading=title,
+    render(Rendered(record=keep(res.to_record()), csv_rows=[row], heading=title,
                     sections=[Section(title, summary),
                               Section("stages (0-based inclusive transformer blocks)", stages[:64] if fmt == "table" else stages)],
                     notes=notes), fmt)

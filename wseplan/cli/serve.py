@@ -90,7 +90,7 @@ def _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_lim
         check_positive_int(concurrency, "--concurrency", MAX_BATCH)
     for flag, v in (("--rate", rate), ("--ttft-limit", ttft_limit), ("--tpot-limit", tpot_limit)):
         if v is not None and not (math.isfinite(v) and 0 < v < 1e12):
-            raise InputError(f"{flag}: must be a positive number, got {v!r}")
+            raise InputError(f"{flag}: must be a positive number below 1e12, got {v!r}")
     if not (math.isfinite(percentile) and 0 < percentile < 100):
         raise InputError(f"--percentile: must be in (0, 100), e.g. 95, got {percentile!r}")
     O.check_spec_flags(draft_tokens, acceptance)

@@ -92,12 +92,13 @@ class Sweep(BaseModel):
 
     @field_validator("batches", "contexts", "output_tokens")
     @classmethod
-    def _pos(cls, v):
+    def _pos(cls, v, info):
         if v is None:
             return v
         v = _positive_unique(v, "value")
-        if max(v) > min(MAX_BATCH, MAX_CONTEXT):
-            raise ValueError(f"values must be at most {min(MAX_BATCH, MAX_CONTEXT)}")
+        top = MAX_BATCH if info.field_name == "batches" else MAX_CONTEXT  # the bounds every command keeps
+        if max(v) > top:
+            raise ValueError(f"values must be at most {top:,}")
         return v
 
     @field_validator("models", "targets", "precisions")
