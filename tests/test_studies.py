@@ -200,3 +200,24 @@ def test_server_study_refuses_what_it_cannot_compare(tmp_path, catalog, key, val
     f.write_text(yaml.safe_dump(d))
     with pytest.raises(InputError, match=match):
         run_study(f, catalog=catalog)
+
+
+def test_a_counted_serving_target_is_the_fleets_replica(tmp_path, catalog):
+    """audit27 H5: a serving study's target with a count (h200x4, b200x2) was sized by the fleet as replicas of 1 or
+    8 devices; the docs say each target is one replica. The fleet now runs replicas of exactly that count."""
+    import yaml
+
+    from wseplan.optimize.fleet import plan_fleet
+    from wseplan.report.study_serving import serving_demand
+
+    d = yaml.safe_load((STUDIES / "serve-llama3-70b.yaml").read_text())
+    d["targets"] = [{"target": "h200x4", "precision": "fp8"}, {"target": "b200x2", "precision": "fp8"}]
+    d["cost"]["uncertainty"] = 0
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(d))
+    st, _ = load_study(f)
+    for tgt, n in (("h200x4", 4), ("b200x2", 2)):
+        plan = plan_fleet(serving_demand(st, catalog, [tgt]), catalog=catalog, analyze=False)
+        assert plan.allocations and all(a.devices_per_replica == n for a in plan.allocations)
+    answer = run_study(f, catalog=catalog).answer
+    assert "replicas of 2" in answer and "P10-P90 $" not in answer  # no band without a Monte Carlo

@@ -252,10 +252,15 @@ def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, h
     :func:`~wseplan.serving.replica_options` at the default load and, where it misses the SLA there, again at
     the highest of :data:`~wseplan.admission.LOWER_LOADS` that meets the whole SLA, as ``serve`` with the SLA's limits
     shows it (:func:`~wseplan.serving.with_limits`; its supply is what the replica carries at that load). The
-    configuration at the default load stays, for the relaxation analysis."""
+    configuration at the default load stays, for the relaxation analysis. ``device_counts`` of the system (or its
+    hardware) fix the replica sizes to those counts (a study's counted target, ``h200x4``), from every size searched."""
+    counts = wl.device_counts.get(system) or wl.device_counts.get(hardware)
+
     def options(result):
-        return replica_options(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
-                               batches=wl.batches, percentile=wl.sla.percentile, sizes=wl.replica_sizes, result=result)
+        rows = replica_options(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
+                               batches=wl.batches, percentile=wl.sla.percentile,
+                               sizes="search" if counts else wl.replica_sizes, result=result)
+        return [r for r in rows if not counts or r["num_devices"] in counts]
 
     def config(r):
         return Config(workload=wl.name, system=system, num_devices=r["num_devices"], batch=r["batch"],

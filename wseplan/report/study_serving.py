@@ -58,7 +58,7 @@ def serving_demand(st: Study, cat, targets: list[str] | None = None) -> DemandSp
     lengths, concurrencies, replica sizes, SLA: TPOT <= 1 / per-user speed and the TTFT limit at its percentile,
     per-system precisions) on a menu of the study's targets (their hardware, without counts)."""
     sv = st.serving
-    systems, prec, seen = [], {}, {}
+    systems, prec, seen, counts = [], {}, {}, {}
     for tgt in targets or st.target_names:
         t = parse_target(tgt, cat)
         if t.key in seen:
@@ -67,11 +67,13 @@ def serving_demand(st: Study, cat, targets: list[str] | None = None) -> DemandSp
         seen[t.key] = tgt
         systems.append(SystemSpec(hardware=t.key))
         prec[t.key] = st.precision_for(tgt)
+        if t.count is not None:  # a counted target is the replica: the fleet's replicas of that many devices
+            counts[t.key] = [int(t.count)]
     wl = WorkloadSpec(name=st.slug, model=st.model, kind="serve", precision=st.precision, precisions=prec,
                       output_tokens_per_s=sv.demand_tokens_per_s, requests_per_s=sv.requests_per_s,
                       users_per_day=sv.users_per_day, requests_per_user_per_day=sv.requests_per_user_per_day,
                       peak_factor=sv.peak_factor, prompt_tokens=sv.prompt_tokens, output_tokens=sv.output_tokens,
-                      batches=sv.batches, replica_sizes=sv.replica_sizes,
+                      batches=sv.batches, replica_sizes=sv.replica_sizes, device_counts=counts,
                       sla=Sla(ttft_s=sv.ttft_limit_s, tpot_s=1.0 / sv.min_tokens_per_s_per_user,
                               percentile=sv.percentile))
     return DemandSpec(name=st.slug, systems=systems, workloads=[wl], set=dict(st.cost.set))
@@ -389,8 +391,9 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
              f"{b['replicas']} replicas of {b['devices_per_replica']} at batch {b['batch']}, {b['layout']}"
              + (", and others" if sum(r['menu'] == b['menu'] for r in rows) > 1 else "") + "): "
              f"${fmt_num(b['plan_usd_per_year'] / 1e6)}M/yr TCO, ${fmt_num(b['usd_per_mtok'])} per million output tokens "
-             f"all-in, the prompts' prefill included (P10-P90 ${fmt_num(b['usd_per_mtok_p10'])}-"
-             f"{fmt_num(b['usd_per_mtok_p90'])}), "
+             f"all-in, the prompts' prefill included"
+             + (f" (P10-P90 ${fmt_num(b['usd_per_mtok_p10'])}-{fmt_num(b['usd_per_mtok_p90'])})"
+                if b.get("usd_per_mtok_p10") is not None and b.get("usd_per_mtok_p90") is not None else "") + ", "
              + _speed_text(rows, b) + f", TTFT p{fmt_num(sv.percentile)} "
              f"{fmt_num(max(r['ttft_s'] for r in rows if r['menu'] == b['menu']) * 1e3)} ms."]
     seen = {b["menu"]}
