@@ -36,7 +36,7 @@ def validate_cmd(
     catalog: Optional[list[str]] = O.catalog_opt(),
     cv: Optional[str] = typer.Option(None, "--cv", help="Cross-validation: 'source' predicts every row with the "
                                      "constants refitted without its source (leave one source out) and prints the "
-                                     "held-out median |error| beside the in-sample one (about 20 s)."),
+                                     "held-out median |error| beside the in-sample one (5-8 minutes on 2 cores)."),
 ) -> None:
     """Predict each row of a validation file and report predicted/measured - 1 per row and per category.
 
