@@ -103,7 +103,7 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
                 best = min((c.run_s for c in cands if c.run_s is not None), default=None)
                 return (f"workload {d.name}: no configuration finishes a run within the deadline of "
                         f"{d.deadline_s / 86400:.4g} days (fastest run {best / 86400:.4g} days); relax deadline_days")
-            sla = ", ".join(f"{k} <= {v}" for k, v in d.sla.limits().items())
+            sla = ", ".join(f"{k} <= {v:.4g}" for k, v in d.sla.limits().items())
             return f"workload {d.name}: no configuration meets its SLA ({sla}) on any system in the menu, even at {LOWER_LOADS[-1]:.0%} load; relax the SLA"
     active = [k for k in CAPS if getattr(pb, k) is not None]
     base = {k: getattr(pb, k) for k in CAPS}
@@ -112,8 +112,8 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
         if _solve_once(pb, solver=solver, caps=trial, model=model).status != "infeasible":
             need = _solve_once(pb, solver=solver, caps=trial, minimise=k, model=model)
             amount = need.objective if need.status != "infeasible" else None
-            extra = f"; the demand needs at least {amount:.4g} {_CAP_UNIT[k]}" if amount is not None else ""
-            return f"the {_CAP_LABEL[k]} ({k} = {base[k]:.4g} {_CAP_UNIT[k]}) makes the demand infeasible{extra}"
+            extra = f"; the demand needs at least {amount:,.0f} {_CAP_UNIT[k]}" if amount is not None else ""
+            return f"the {_CAP_LABEL[k]} ({k} = {base[k]:,.0f} {_CAP_UNIT[k]}) makes the demand infeasible{extra}"
     for a in range(len(active)):
         for b in range(a + 1, len(active)):
             trial = dict(base, **{active[a]: None, active[b]: None})

@@ -158,11 +158,11 @@ def _solve_dp(c, b, cap, cc, cb, objective, k_exact, max_stages, solver) -> Part
     too_big = np.nonzero(b + cb > cap * (1 + 1e-12))[0]
     if len(too_big):
         i = int(too_big[0])
-        return infeasible(f"memory: item {i} alone needs {b[i] + cb:.4g} B, more than one device's {cap:.4g} B")
+        return infeasible(f"memory: item {i} alone needs {b[i] + cb:,.0f} B, more than one device's {cap:,.0f} B")
     if objective == "devices":
         g = fewest_stages(b, cap, cb)
         if max_stages is not None and len(g) > int(max_stages):
-            return infeasible(f"memory: no partition within {max_stages} devices of {cap:.4g} B each; "
+            return infeasible(f"memory: no partition within {max_stages} devices of {cap:,.0f} B each; "
                               f"at least {len(g)} are needed")
         k = len(g)
     else:

@@ -314,10 +314,10 @@ def solve_groups(c, b, groups: list[DeviceGroup], cc, cb, objective, solver, tim
     strong = fewest_stages(b, cap_max, cb)
     if strong is None:
         i = int(np.argmax(b + cb > cap_max * (1 + 1e-12)))
-        return infeasible(f"memory: item {i} alone needs {b[i] + cb:.4g} B, more than the largest device's {cap_max:.4g} B")
+        return infeasible(f"memory: item {i} alone needs {b[i] + cb:,.0f} B, more than the largest device's {cap_max:,.0f} B")
     if len(strong) > total:
         return infeasible(f"memory: the {total} devices cannot hold the items even if all had the largest memory "
-                          f"({cap_max:.4g} B); at least {len(strong)} such devices are needed")
+                          f"({cap_max:,.0f} B); at least {len(strong)} such devices are needed")
     start_sol = None
     if objective == "latency":
         lbr = bottleneck_partition(c, k, item_bytes=b, capacity_bytes=cap_max, stage_const_cost=cc, stage_const_bytes=cb)
