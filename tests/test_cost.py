@@ -414,3 +414,26 @@ def test_training_cost_note_says_what_the_cluster_servers_add(cat):
     assert r.metric("cluster_nodes") == 12 + 4 * 4
     assert any("28 CPU servers" in n and "800 W" in n for n in r.notes)
     assert not any("not included" in n for n in r.notes)
+
+
+def test_memoryx_outside_wafer_training_names_the_flag(capsys):
+    """audit27 H12: --memoryx on a GPU decode question said 'options: memoryx_option not used ... for phase serve'."""
+    from wseplan.cli import main
+
+    for argv in (["--phase", "decode", "--target", "h200x8"], ["--phase", "train", "--target", "h200x8"]):
+        assert main(["cost", "llama-70b", *argv, "--memoryx", "12tb"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --memoryx: the MemoryX weight store holds a wafer training run") and "Traceback" not in err
+
+
+def test_a_free_prompt_side_is_explained(catalog):
+    """audit27 F7: at batch 2 a latency-bound wafer pipeline carries the prompts' chunks in idle stage slots, so the
+    input side is charged $0/M; the record says why, and all-in still carries the whole replica."""
+    from wseplan.costing import cost
+
+    r = cost("llama-3.1-70b", "cs3x5", batch=2, catalog=catalog)
+    assert r.metric("input_usd_per_mtok") == 0.0  # the chunks add no time to the latency-bound rounds
+    assert any(n.startswith("input $/M is 0: the prompts' prefill chunks ride") for n in r.notes)
+    assert r.metric("all_in_usd_per_mtok") > r.metric("output_usd_per_mtok") > 0
+    one = cost("llama-3.1-70b", "cs3x5", batch=1, catalog=catalog)
+    assert one.metric("input_usd_per_mtok") > 0 and not any(n.startswith("input $/M is 0") for n in one.notes)

@@ -28,6 +28,7 @@ from .catalog.software import calibrated_name
 from .errors import InputError
 from .model_error import category_for, roof_time_factor, time_factor_range
 from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
+from .targets import parse_target
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       total_params)
 from .operating import operating_point
@@ -94,6 +95,10 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
     opts = dict(options or {})
     if memoryx_option is not None:
+        kind = target.kind if hasattr(target, "kind") else parse_target(target, cat).kind
+        if phase != "train" or kind != "wafer":
+            raise InputError(f"--memoryx: the MemoryX weight store holds a wafer training run's weights and optimizer "
+                             f"state (--phase train on a CS target); drop it for {'phase ' + phase if phase != 'train' else 'a GPU target'}")
         opts["memoryx_option"] = memoryx_option
     op = None
     if batch is None and phase in ("serve", "decode"):
@@ -191,6 +196,11 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
         res = res.model_copy(update={"notes": list(res.notes) + [_cluster_note(res)]})
     if phase == "train":
         return res.model_copy(update={"notes": list(res.notes) + _long_run_note(res, params, s.query.target)})
+    if phase == "serve" and b > 1 and any(m.metric == "input_usd_per_mtok" and m.value == 0.0 for m in res.metrics):
+        res = res.model_copy(update={"notes": list(res.notes) + [
+            "input $/M is 0: the prompts' prefill chunks ride in pipeline slots the decode rounds leave idle, so they "
+            "add no time and the input side is charged none of it (the input/output split follows the engine's "
+            "time; all-in $/M carries the replica's whole cost, prompts included)"]})
     if listed is None:
         return res
     computed = {k: res.metric(k) for k in ("input_usd_per_mtok", "output_usd_per_mtok")
