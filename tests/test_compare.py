@@ -180,6 +180,8 @@ def test_a_defaulted_batch_is_labelled_default(catalog):
     (["cost", "llama-70b", "--target", "h200x8", "--phase", "serve", "--train-tokens", "1e9"], "--train-tokens: applies to --phase train"),
     (["compare", "llama-70b", "--targets", "wse3", "--phase", "decode", "--train-tokens", "5"], "--train-tokens: applies to --phase train"),
     (["compare", "llama-70b", "--targets", "wse3,wse3"], "--targets: wse3 is listed twice"),
+    (["fleet", "studies/demand-example.yaml", "--analysis", "lp", "--no-analysis"], "--analysis: chooses how"),
+    (["simulate", "gemv", "--k", "1024", "--n", "1024", "--target", "wse2x4"], "--target: the simulator runs one wafer"),
 ])
 def test_options_that_do_not_apply_are_refused(capsys, argv, msg):
     """audit27 F6/H10: a minimum speed beside a given batch, training tokens outside training and a target listed twice

@@ -10,6 +10,7 @@ import typer
 
 from ..report.formats import fmt_field
 from . import options as O
+from ..errors import InputError
 from .output import Rendered, Section, check_format, quantities, render, without_timings
 
 
@@ -32,6 +33,8 @@ def fleet_cmd(
     from ..optimize.fleet import plan_fleet
 
     check_format(fmt)
+    if no_analysis and analysis != "auto":
+        raise InputError("--analysis: chooses how the analysis is answered; drop it or --no-analysis")
     cat = O.load_catalog(catalog)
     plan = plan_fleet(demand, catalog=cat, prices_files=list(prices or []), overrides=O.cost_overrides(set_, cat),
                       solver=solver, analyze=not no_analysis, time_limit_s=time_limit, analysis=analysis)

@@ -28,6 +28,8 @@ def _params(target: str, precision: str, catalog, clock_hz):
     t = parse_target(target, cat)
     if t.kind != "wafer":
         raise InputError(f"--target: the simulator models wafers; {target!r} is a GPU (use wse2 or wse3)")
+    if t.count is not None and t.count != 1:
+        raise InputError(f"--target: the simulator runs one wafer's mesh; give {t.key} without a count (got {target!r})")
     if precision not in ("fp16", "bf16", "fp32"):
         raise InputError(f"--precision: the simulator supports fp16, bf16 or fp32, got {precision!r}")
     over = {} if clock_hz is None else {"clock_hz": clock_hz}
