@@ -286,3 +286,20 @@ def test_serve_refuses_a_layout_time_refuses(layout, match):
         plan("llama-2-70b", "h200-sxmx8", phase="serve", precision="fp8", batch=64, layout=layout)
     ok = serve("llama-2-70b", "h200-sxmx8", precision="fp8", layout={"tp": 8}, concurrency=64, prices=False)
     assert ok.chosen.num_devices == 8
+
+
+def test_fit_takes_the_answer_length_of_a_serving_question(capsys):
+    """audit27 (open question): `fit --phase serve` reserved 256 answer tokens of KV cache with no way to change it
+    and no field saying so. --output-tokens sets it, as time and serve take it, and the record states it."""
+    import json
+
+    from wseplan.cli import main
+
+    assert main(["fit", "llama-70b", "--target", "cs3x4", "--phase", "serve", "--batch", "24", "-f", "json"]) == 0
+    short = json.loads(capsys.readouterr().out)
+    assert main(["fit", "llama-70b", "--target", "cs3x4", "--phase", "serve", "--batch", "24", "--output-tokens",
+                 "4096", "-f", "json"]) == 0
+    long = json.loads(capsys.readouterr().out)
+    assert short["output_tokens"] == 256 and long["output_tokens"] == 4096 and long["sources"]["output_tokens"] == "given"
+    assert long["kv_cache_bytes"] > short["kv_cache_bytes"]
+    assert plan("llama-70b", "cs3x4", phase="serve", batch=24, output_tokens=4096).fits == long["fits"]

@@ -136,6 +136,7 @@ class FitResult(RecordHead):
     family: str = ""
     software: str = ""
     sources: dict[str, str] = {}
+    output_tokens: int | None = None  # serve: the answer tokens whose KV cache the fit reserves beside the prompt's
     fits: bool
     num_devices: int
     capacity_bytes: float

@@ -17,6 +17,8 @@ def fit(
     phase: str = O.phase_opt(help="train | prefill | decode | serve"),
     batch: Optional[int] = O.batch_opt(),
     context: Optional[int] = O.context_opt(),
+    output_tokens: Optional[int] = O.output_tokens_opt("Serve: output tokens per request, whose KV cache the fit "
+                                                       "reserves beside the prompt's (default 256).", short=False),
     reserve: Optional[float] = O.reserve_opt(),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU training: ZeRO stage 0-3 (default: searched)."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU training: none | selective | full | partial (fewest whole layers per stage that fit; default: searched)."),
@@ -37,7 +39,8 @@ def fit(
     cat = O.load_catalog(catalog)
     spec = O.spec_options(speculative, None, None, cat).get("speculative")
     with O.spec_flag_errors():
-        res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context, reserve=reserve,
+        res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context,
+                     output_tokens=output_tokens, reserve=reserve,
                      catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx, software=software,
                      speculative=spec)
     render_fit(res, fmt)
