@@ -304,6 +304,16 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
             raise InputError(f"systems: {st.name} listed twice; give each entry a distinct name")
         systems.append(st)
         ctx[st.name] = info
+    menu = {st.name for st in systems} | {st.hardware for st in systems}
+    for wl in spec.workloads:  # per-system settings name a system: a typo would be ignored without a word
+        for field in ("precisions", "device_counts"):
+            for k in getattr(wl, field):
+                if k not in menu:
+                    try:
+                        parse_target(k, cat)
+                    except InputError:
+                        raise InputError(f"workloads.{wl.name}.{field}: {k!r} is neither a system of the menu "
+                                         f"({', '.join(sorted(menu))}) nor a catalog hardware key") from None
     demands, configs = [], []
     for wl in spec.workloads:
         m = resolve_model(wl.model, cat)

@@ -172,9 +172,9 @@ class SystemSpec(Frozen):
 
 
 class Caps(Frozen):
-    power_cap_w: float | None = None
-    rack_units_cap: float | None = None
-    budget_usd: float | None = None
+    power_cap_w: float | None = Field(default=None, gt=0)
+    rack_units_cap: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0)
 
 
 class DemandSpec(Frozen):
@@ -229,7 +229,7 @@ def read_demand(path: str | Path) -> DemandSpec:
         spec = DemandSpec.model_validate(raw)
     except ValidationError as exc:
         loc, msg = validation_detail(exc)
-        raise InputError(f"{path}: {loc}: {msg}") from None
+        raise InputError(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}") from None
     names = [w.name for w in spec.workloads]
     if len(set(names)) != len(names):
         raise InputError(f"{path}: workloads: names must be unique, got {names}")

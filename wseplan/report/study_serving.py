@@ -384,7 +384,8 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
     alone = [r for r in rows if r["menu"] != "all targets"]
     ok = sorted([r for r in alone if r["meets_sla"]], key=lambda r: r["plan_usd_per_year"])
     if not ok:
-        return head + "no target meets the per-user speed at any swept batch: " + "; ".join(
+        what = "the per-user speed" + (" and the TTFT limit" if sv.ttft_limit_s else "")
+        return head + f"no target meets {what} at any swept batch: " + "; ".join(
             f"{r['target']}: {r['note']}" for r in alone) + "."
     b = ok[0]
     parts = [head + f"the cheapest fleet is {b['plan_systems']} x {b['system']} ({b['plan_devices']} devices; "
