@@ -72,6 +72,12 @@ class Layouts(BaseModel):
         return None if v is None else list(dict.fromkeys(v))
 
 
+#: output suffixes of other file types: refused rather than written as ``<name>.xlsx.csv`` (a name with any other suffix
+#: gets ``.csv`` added, as a name without one)
+_OTHER_FORMATS = frozenset({".xlsx", ".xls", ".ods", ".json", ".jsonl", ".tsv", ".txt", ".md", ".feather", ".arrow",
+                            ".pq", ".parq", ".gz", ".zip", ".h5", ".hdf5", ".pkl", ".pickle"})
+
+
 class Sweep(BaseModel):
     """A sweep file (frozen, ``extra="forbid"``: a misspelt key fails loudly)."""
 
@@ -127,6 +133,15 @@ class Sweep(BaseModel):
         if self.phase != "train" and (lo.micro_batch or lo.recompute or lo.zero_stage):
             raise ValueError("layouts: micro_batch, recompute and zero_stage apply to phase train only")
         return self
+
+    @field_validator("output")
+    @classmethod
+    def _output_kind(cls, v):
+        suffix = Path(str(v).replace("\\", "/")).suffix.lower() if v is not None else ""
+        if suffix in _OTHER_FORMATS:  # a file type the user expects that the sweep does not write
+            raise ValueError(f"writes .csv or .parquet, not {suffix}; "
+                             "name a .csv or .parquet file")
+        return v
 
     def output_name(self) -> str:
         """The output file name: ``output`` (or ``<name>.csv``) reduced to a safe name inside the output folder."""
