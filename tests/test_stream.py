@@ -318,3 +318,14 @@ def test_advice_when_no_count_helps():
     with pytest.raises(InputError, match="lower --context"):
         scaling_frame(resolve_model("llama-3.1-405b", cat), [parse_target("wse3", cat)], cat, global_batch=1,
                       context=131072, max_systems=2048)
+
+
+def test_a_window_without_a_whole_sequence_is_not_feasible():
+    """audit27 (open question): at a context no wafer holds (1e8 tokens: max_batch_on_wafer 0) the token window was
+    still called feasible (min <= max tokens) though not one sequence fits a pass."""
+    from wseplan.timing import stream
+
+    r = stream("llama-70b", "cs3", context=100_000_000)
+    assert r.max_batch_on_wafer == 0 and r.feasible_compute_bound is False
+    ok = stream("llama-70b", "cs3", context=2048)
+    assert ok.max_batch_on_wafer >= 1 and ok.feasible_compute_bound == (ok.min_tokens_compute_bound <= ok.max_tokens_on_wafer)

@@ -261,7 +261,9 @@ class WaferStreamFamily(Family):
               "min_tokens_compute_bound": f["min_tokens_compute_bound"], "max_tokens_on_wafer": f["max_tokens_on_wafer"],
               "min_batch_compute_bound": int(f["min_batch_compute_bound"]),
               "max_batch_on_wafer": int(f["max_batch_on_wafer"]),
-              "feasible_compute_bound": bool(f["min_tokens_compute_bound"] <= f["max_tokens_on_wafer"])}
+              # the token window is not empty and the wafer holds a whole sequence (one is not split across passes)
+              "feasible_compute_bound": bool(f["min_tokens_compute_bound"] <= f["max_tokens_on_wafer"]
+                                             and f["max_batch_on_wafer"] >= 1)}
         notes = []
         n_sys, seqs = int(r["num_systems"]), int(r["batch"])
         if n_sys > seqs:  # a sequence is not split across systems
