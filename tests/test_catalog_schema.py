@@ -144,3 +144,18 @@ def test_catalog_list_software_names_every_profile_and_one_default_per_family(ca
     assert sorted(defaults) == ["gpu-production", "wafer-production"]
     trt = next(r for r in rows if r["key"] == "gpu-production-trtllm")
     assert "calibrated as gpu-production" in trt["aliases"] and "family gpu" in trt["aliases"]
+
+
+@pytest.mark.parametrize("low,high,value,msg", [(6, 4, 5, "low 6 is above high 4"),
+                                                (1, 4, 5, "value 5 lies outside its range"),
+                                                (6, 9, 5, "value 5 lies outside its range")])
+def test_a_quantity_range_must_hold_its_value(low, high, value, msg):
+    """audit27 (open question): a user catalog quantity with low > high had its range dropped, and one with its value
+    outside [low, high] had the range clipped, without a word; the Monte Carlo then sampled something else."""
+    from pydantic import ValidationError
+
+    from wseplan.catalog.schema import Quantity
+
+    with pytest.raises(ValidationError, match=msg):
+        Quantity(value=value, low=low, high=high, source="wseplan-estimate", basis="estimate", note="n")
+    assert Quantity(value=5, low=4, high=6, source="wseplan-estimate", basis="estimate", note="n").bound("low") == 4

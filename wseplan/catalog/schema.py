@@ -99,6 +99,13 @@ class Quantity(Frozen):
     def _estimate_note(self):
         if self.basis in ("estimate", "unverified") and not self.note:
             raise ValueError(f"basis '{self.basis}' needs a 'note' saying how the number was derived")
+        lo = parse_quantity(self.low)[0] if self.low is not None else None
+        hi = parse_quantity(self.high)[0] if self.high is not None else None
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"low {self.low} is above high {self.high}; give the range low <= value <= high")
+        v = self.si
+        if (lo is not None and v < lo - 1e-9 * abs(lo)) or (hi is not None and v > hi + 1e-9 * abs(hi)):
+            raise ValueError(f"value {self.value} lies outside its range [{self.low}, {self.high}]; give low <= value <= high")
         return self
 
     @property
