@@ -289,3 +289,20 @@ def test_an_error_inside_a_claim_names_the_claim(tmp_path, capsys):
     assert main(["check", str(f)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: claim a18: context: 4,096 tokens exceed") and len(err.strip().splitlines()) == 1
+
+
+def test_the_flip_of_a_time_claim_grows_the_time():
+    """audit27b F3: the claims report said a one-month training claim 'would be within physics at 2% of its claimed
+    value' (0.6 days, more impossible); a lower-is-better claim (a time, a power) must grow by its margin: 4,924%."""
+    from wseplan.claims.schema import Verdict
+    from wseplan.report.study_claims import _why
+
+    v = [Verdict(id="month", kind="time_to_train_s", verdict="impossible", bound="compute_peak", margin=49.24,
+                 claimed_value=1.0, unit="s", reason="r"),
+         Verdict(id="fast", kind="tokens_per_s", verdict="optimistic", margin=1.9, error_frac=0.19, claimed_value=1.0,
+                 unit="tokens/s", reason="r"),
+         Verdict(id="kw", kind="power_w", verdict="optimistic", margin=1.5, error_frac=0.15, claimed_value=1.0, unit="W", reason="r")]
+    text = dict(_why(v))["What would flip a verdict"]
+    assert "month would be within physics at 4,924% of its claimed value" in text
+    assert f"fast would be consistent with wseplan's estimate at {100 * 1.19 / 1.9:.4g}% " in text
+    assert f"kw would be consistent with wseplan's estimate at {100 * 1.5 / 1.15:.4g}% " in text

@@ -242,3 +242,30 @@ def test_cerebras_production_figures_are_judged_with_the_production_profile(cata
         # the band is wider than the research profile's would be: the software dimension counts
         assert v.error_frac > errors["wse-infer"][0]
         assert math.isfinite(v.estimate) and v.estimate > 0
+
+
+@pytest.mark.parametrize("target,phase,batch,context", [("h100-sxmx16", "decode", 64, 1024),
+                                                        ("h100-sxmx16", "prefill", 1, 2048)])
+def test_a_throughput_claim_is_the_whole_targets(catalog, errors, target, phase, batch, context):
+    """audit27b F1: a batched tokens/s claim was restated per token of one replica's batch, so `time`'s own figure
+    on 16 H100 (two TP8 replicas) was 'optimistic, 2x better than the estimate'. time states tokens_per_s for the
+    whole target; the check compares the claim with that."""
+    r = plan("llama-3-8b", target, phase=phase, batch=batch, context=context)
+    assert r.layout["data_parallel"] == 2  # the case: two replicas
+    v = check_claim(Claim(id="own", text="t", kind="tokens_per_s", phase=phase, model="llama-3-8b", target=target,
+                          batch=batch, context=context, value=r.tokens_per_s), catalog, errors=errors)
+    assert v.verdict == "consistent" and v.margin == pytest.approx(1.0, rel=1e-6)
+    assert v.estimate == pytest.approx(r.tokens_per_s, rel=1e-9)
+
+
+def test_power_of_fewer_gpus_than_a_node_is_their_board_power(catalog, errors):
+    """audit27b F2: 'one H100 draws 700 W' (its datasheet TDP) was judged against a whole 8-GPU node (10.2 kW)."""
+    tdp = catalog.gpus["h100-sxm"].tdp_w.si
+    v = check_claim(Claim(id="p", text="t", kind="power_w", target="h100", value=tdp, unit="W"), catalog, errors=errors)
+    assert v.verdict == "consistent" and v.estimate == pytest.approx(tdp)
+    two = check_claim(Claim(id="p2", text="t", kind="power_w", target="h100x2", value=2 * tdp, unit="W"), catalog,
+                      errors=errors)
+    assert two.estimate == pytest.approx(2 * tdp)
+    node = check_claim(Claim(id="n", text="t", kind="power_w", target="h100x8", value=1e4, unit="W"), catalog,
+                       errors=errors)
+    assert node.estimate == pytest.approx(catalog.gpus["h100-sxm"].node_power_w.si)

@@ -109,7 +109,10 @@ def _estimate(c: Claim, cat, t, p: Physical):
             return q.si * t.count, (f"catalog CS system power x {t.count} (range {_fmt(q.bound('low'), 'W')} to "
                                     f"{_fmt(q.bound('high'), 'W')} each)"), None
         g = t.device
-        nodes = math.ceil(t.count / g.gpus_per_node.si)
+        per_node = int(g.gpus_per_node.si)
+        if t.count < per_node:  # fewer GPUs than a node: the devices' own board power (a part of a node's host)
+            return g.tdp_w.si * t.count, f"catalog GPU board power (TDP) x {t.count}", None
+        nodes = math.ceil(t.count / per_node)
         return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)", None
     if kind == "usd_per_mtok":
         try:
@@ -142,6 +145,10 @@ def _estimate(c: Claim, cat, t, p: Physical):
     band = record_band(r)
     if p.quantity == "train_tokens_per_s":
         return r.batch * r.context / r.step_s, note, band
+    if kind == "tokens_per_s" and r.tokens_per_s:
+        # a throughput claim is the whole target's, every replica's (as `time` states tokens_per_s): restated per
+        # token of the claim's batch (decode) or prompt tokens (prefill), as normalise restates the claim
+        return p.scale / r.tokens_per_s, note, band
     if p.quantity == "tpot_s":
         return r.tpot_s or r.step_s, note, band
     return r.ttft_s or r.step_s, note, band

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..claims import check, load_claims, validated_errors
+from ..claims.schema import KIND_UNIT
 from ..errors import InputError
 from ..model_error import speed_bounds
 from ..targets import parse_target
@@ -69,11 +70,16 @@ def _why(verdicts) -> list[tuple[str, str]]:
     imp = [v for v in verdicts if v.verdict == "impossible"]
     opt = [v for v in verdicts if v.verdict == "optimistic"]
     binds = [f"{v.id}: {v.bound} (margin {fmt_num(v.margin)}x)" for v in imp]
-    flips = [f"{v.id} would be within physics at {fmt_num(100 / v.margin)}% of its claimed value" if v.kind != "fits"
+
+    def at(v, factor: float) -> str:  # the claimed value, as a share, that is `factor` less good
+        return fmt_num(100 * factor if KIND_UNIT[v.kind][1] else 100 / factor)  # a time or a power grows; a rate falls
+
+    flips = [f"{v.id} would be within physics at {at(v, v.margin)}% of its claimed value" if v.kind != "fits"
              else f"{v.id} would fit if it needed {fmt_num(100 / v.margin)}% of the memory it does" for v in imp
              if v.margin]
-    flips += [f"{v.id} would be consistent with wseplan's estimate at {fmt_num(100 / v.margin)}% of its claimed value "
-              "(or if the estimate's validated error were wider)" for v in opt if v.margin]
+    # optimistic: consistent once the claim is within the estimate's error (margin <= 1 + error)
+    flips += [f"{v.id} would be consistent with wseplan's estimate at {at(v, v.margin / (1 + (v.error_frac or 0.0)))}% "
+              "of its claimed value (or if the estimate's validated error were wider)" for v in opt if v.margin]
     return [("Binding constraints", ("The bounds the impossible claims break: " + "; ".join(binds) + ".") if binds
              else "No claim breaks a physical bound."),
             ("What would flip a verdict", "; ".join(flips) + "." if flips else
