@@ -199,8 +199,14 @@ def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdic
         return plain({}, est, note)
     need(c, "model", "target")
     p = normalise(c, claimed)
+    full = c.context or 1  # the KV length the memory must hold at the end
+    if kind == "generation_time_s" and c.output_tokens:
+        # N tokens from a C-token prompt: the KV cache grows to C + N, and the N steps take (for a step linear in the
+        # KV length) N steps at the mean length C + N/2: judged as decode at that length, held at C + N
+        full = (c.context or 1) + c.output_tokens
+        c = c.model_copy(update={"context": (c.context or 1) + c.output_tokens // 2})
     bounds, spec_note = quantity_bounds(c, cat, t, p)
-    fb = fit_bound(c, cat, p.phase, c.batch or 1, c.context or 1, t)
+    fb = fit_bound(c, cat, p.phase, c.batch or 1, max(full, c.context or 1), t)
     capacity = None if fb.fits else fb
     est, note, band = _estimate(c, cat, t, p)
     return _judge(c, p, bounds, est, note, t, cat, capacity, errors, spec_note, band)
