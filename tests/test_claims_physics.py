@@ -289,3 +289,18 @@ def test_a_generation_holds_its_whole_kv_cache_and_slows_as_it_grows(catalog, er
                       catalog, errors=errors)
     assert not plan("llama-3.1-8b", "h100x1", phase="decode", batch=32, context=1024 + 16384).fits
     assert v16.verdict == "impossible" and "hbm_capacity" in v16.reason
+
+
+def test_a_price_claim_carries_the_time_models_interval(catalog, errors):
+    """audit27b F5: a wafer $/M tokens claim 1% below the estimate was 'optimistic' on a 0% band (the raw category
+    band) while a speed claim about the same replica was consistent under its widened interval. The price moves with
+    the throughput, so it is judged with the interval of the plan behind it."""
+    from wseplan.costing import cost
+
+    base = dict(text="t", model="llama-3.1-70b", target="cs3x4")
+    est = check_claim(Claim(id="e", kind="usd_per_mtok", value=1.0, unit="USD/Mtok", **base), catalog,
+                      errors=errors).estimate
+    v = check_claim(Claim(id="p", kind="usd_per_mtok", value=0.99 * est, unit="USD/Mtok", **base), catalog, errors=errors)
+    plan_rec = cost("llama-3.1-70b", "cs3x4", phase="decode", catalog=catalog).plan
+    assert v.verdict == "consistent" and v.error_frac == pytest.approx(
+        plan_rec["interval_high"] / plan_rec["tokens_per_s"] - 1.0, rel=1e-9) and v.error_frac > 0.1

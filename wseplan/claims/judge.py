@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from pathlib import Path
 
 from ..catalog.load import load_catalog
@@ -125,7 +126,11 @@ def _estimate(c: Claim, cat, t, p: Physical):
         side = {"train": "usd_per_mtok_trained", "prefill": "input_usd_per_mtok"}.get(c.phase or "decode",
                                                                                      "output_usd_per_mtok")
         how = f"batch {c.batch}" if c.batch else f"its operating point, batch {res.batch} (searched)"
-        return res.metric(side), f"wseplan cost {side} at {how}", None
+        # the price per token moves with the time model's throughput: the interval of the plan behind it (widened
+        # outside the validated envelope), not the raw category band
+        plan_rec = getattr(res, "plan", None)
+        band = record_band(SimpleNamespace(**plan_rec)) if isinstance(plan_rec, dict) else None
+        return res.metric(side), f"wseplan cost {side} at {how}", band
     if p.quantity not in ("train_tokens_per_s", "tpot_s", "ttft_s"):
         return None, "no batch stated, so no estimate to compare with", None
     if p.training and c.batch is None:
