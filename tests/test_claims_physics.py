@@ -27,8 +27,16 @@ TRAIN_RUNS = [("llama-3-8b", "h100-sxmx8", 64, 2048), ("llama-3-8b", "cs3x4", 64
 
 
 def _train_phrasings(model, target, batch, context, rate, tokens):
+    """The same run three ways: its wall time (steps at ``rate`` plus the interruptions of a GPU cluster, as
+    `time --train-tokens` states it: audit27b F6), its step time and its training tokens/s."""
+    from wseplan.catalog import load_catalog
+    from wseplan.pricing import run_goodput
+    from wseplan.targets import parse_target
+
+    t = parse_target(target, load_catalog())
+    good = float(run_goodput(t.kind, load_catalog(), t.count))
     base = dict(text="t", model=model, target=target, batch=batch, context=context)
-    return [Claim(id="ttt", kind="time_to_train_s", tokens=tokens, value=tokens / rate, **base),
+    return [Claim(id="ttt", kind="time_to_train_s", tokens=tokens, value=tokens / (rate * good), **base),
             Claim(id="step", kind="step_time_s", value=batch * context / rate, **base),
             Claim(id="tps", kind="tokens_per_s", phase="train", value=rate, **base)]
 
@@ -304,3 +312,16 @@ def test_a_price_claim_carries_the_time_models_interval(catalog, errors):
     plan_rec = cost("llama-3.1-70b", "cs3x4", phase="decode", catalog=catalog).plan
     assert v.verdict == "consistent" and v.error_frac == pytest.approx(
         plan_rec["interval_high"] / plan_rec["tokens_per_s"] - 1.0, rel=1e-9) and v.error_frac > 0.1
+
+
+def test_a_time_to_train_counts_the_interruptions(catalog, errors):
+    """audit27b F6: a time-to-train claim was set against tokens / rate, without the interruptions `time
+    --train-tokens` adds on a GPU cluster (5% on 8,192 H100), so the estimate disagreed with time's wall time."""
+    r = plan("gpt-3-175b", "h100-sxmx8192", phase="train", batch=4096, context=2048)
+    from wseplan.pricing import run_goodput
+
+    wall = 3.0e11 / r.tokens_per_s / float(run_goodput("gpu", catalog, 8192))
+    v = check_claim(Claim(id="t", text="t", kind="time_to_train_s", model="gpt-3-175b", target="h100-sxmx8192",
+                          batch=4096, context=2048, tokens=3.0e11, value=wall, unit="s"), catalog, errors=errors)
+    assert v.estimate == pytest.approx(wall, rel=1e-6) and v.margin == pytest.approx(1.0, rel=1e-6)
+    assert wall > 1.04 * 3.0e11 / r.tokens_per_s  # the interruptions matter at this scale

@@ -1,6 +1,7 @@
 """Judging one claim: hard bounds, wseplan's estimate and the held-out error band (see :mod:`wseplan.claims`)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 from pathlib import Path
@@ -10,6 +11,7 @@ from ..costing import cost
 from ..devices import families
 from ..errors import InputError, WseplanError
 from ..plan import plan
+from ..pricing import run_goodput
 from ..report.markdown import fmt_quantity
 from ..model_error import load_model_error, speed_bounds
 from .physics import (QUANTITY_TEXT, Physical, bandwidth_bound, fit_bound, hop_s, normalise, peak,
@@ -204,6 +206,11 @@ def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdic
         return plain({}, est, note)
     need(c, "model", "target")
     p = normalise(c, claimed)
+    if kind == "time_to_train_s" and t.kind == "gpu":
+        # a run's wall time includes its interruptions (`time --train-tokens`): the steps of a run that took T ran at
+        # tokens / (T x goodput), the rate the bounds and the estimate judge
+        g = float(run_goodput("gpu", cat, t.count))
+        p = dataclasses.replace(p, value=p.value / g, scale=p.scale / g)
     full = c.context or 1  # the KV length the memory must hold at the end
     if kind == "generation_time_s" and c.output_tokens:
         # N tokens from a C-token prompt: the KV cache grows to C + N, and the N steps take (for a step linear in the
