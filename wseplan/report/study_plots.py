@@ -70,7 +70,8 @@ def roofline(st: Study, m, cat, *, phase: str, batches: list[int], context: int,
             if hit is None:
                 continue
             what = hit.get("label", "")
-            xs.append(intensity(b, prec))
+            # a device reads its weights once per step for the sequences of its own replica (or system)
+            xs.append(intensity(max(1, round(b / hit.get("replicas", 1))), prec))
             ys.append(hit["mfu"] * peak if "mfu" in hit else
                       hit["tokens_per_s"] * float(workload(b, prec).flop_per_token.sum()) / hit.get("num_devices", 1))
         if xs:

@@ -146,7 +146,9 @@ def training_body(st: Study, cat) -> dict:
         pick = next((p for p in plan if p.get("family") == tgt and p.get("model_flop_utilization_frac")), None)
         pick = pick or next((r for r in sweep if r["family"] == tgt and r.get("model_flop_utilization_frac")), None)
         if pick:
-            achieved[(tgt, tr.global_batch)] = {"mfu": pick["model_flop_utilization_frac"], "label": pick["target"]}
+            lay = pick.get("layout") or {}  # each data-parallel replica (GPUs) or system (wafers) steps its share
+            achieved[(tgt, tr.global_batch)] = {"mfu": pick["model_flop_utilization_frac"], "label": pick["target"],
+                                                "replicas": lay.get("data_parallel") or lay.get("num_systems") or 1}
     plots["roofline"] = roofline(st, m, cat, phase="train", batches=[1, tr.global_batch], context=tr.seq_len,
                                   achieved=achieved)
     util_t = Table(name="cost_vs_utilization", title="Run cost versus utilisation (at each plan's cluster size)",
