@@ -437,3 +437,22 @@ def test_a_free_prompt_side_is_explained(catalog):
     assert r.metric("all_in_usd_per_mtok") > r.metric("output_usd_per_mtok") > 0
     one = cost("llama-3.1-70b", "cs3x5", batch=1, catalog=catalog)
     assert one.metric("input_usd_per_mtok") > 0 and not any(n.startswith("input $/M is 0") for n in one.notes)
+
+
+def test_a_wafer_training_run_says_it_counts_no_interruptions(catalog, capsys):
+    """audit27b (open question): GPU clusters' run times count interruptions (goodput) and wafer clusters' none, with
+    no word of it in a side-by-side comparison; both time --train-tokens and cost --phase train say so now."""
+    from wseplan.cli import main
+    from wseplan.costing import cost
+    from wseplan.pricing import NO_WAFER_INTERRUPTIONS_NOTE
+
+    r = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048, catalog=catalog)
+    assert NO_WAFER_INTERRUPTIONS_NOTE in r.notes
+    assert NO_WAFER_INTERRUPTIONS_NOTE not in cost("llama-3-8b", "h100x8", phase="train", batch=64, context=2048,
+                                                   catalog=catalog).notes
+    assert main(["time", "gpt-3-175b", "--target", "cs3x64", "--phase", "train", "--batch", "1536", "--context", "2048",
+                 "--train-tokens", "3e11", "-f", "json"]) == 0
+    import json
+
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["goodput_frac"] == 1.0 and NO_WAFER_INTERRUPTIONS_NOTE in rec["notes"]

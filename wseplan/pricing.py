@@ -106,6 +106,12 @@ def charged_systems(s: Setup, num_devices) -> np.ndarray:
     return np.asarray(num_devices, dtype=float) / s.family.hardware(s.ctx).devices_per_system
 
 
+#: what a wafer training run's wall time assumes of interruptions (time --train-tokens, cost --phase train)
+NO_WAFER_INTERRUPTIONS_NOTE = ("the run's wall time counts no interruptions: no rate is published for CS-3 clusters "
+                               "(a GPU cluster's counts 2.19 per 100,000 GPU-hours, Llama 3 sec. 3.3.4); weigh a "
+                               "side-by-side run time with that in mind")
+
+
 def run_goodput(kind: str, catalog, num_devices):
     """The share of a training run's wall time spent training on ``num_devices`` devices of ``kind``
     (:func:`wseplan.analytic.cost.goodput_frac` with the catalog's interruption rate; 1 for targets other than GPU

@@ -85,12 +85,17 @@ def time_cmd(
         # device-hours in every record; gpu_hours only where the devices are GPUs (on wafers they are system-hours)
         extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "device_hours": hours, "goodput_frac": good,
                  **({"gpu_hours": hours} if res.device_kind == "gpu" else {})}
+    notes = list(res.notes)
+    if extra and res.device_kind == "wafer":
+        from ..pricing import NO_WAFER_INTERRUPTIONS_NOTE
+
+        notes.append(NO_WAFER_INTERRUPTIONS_NOTE)
     rec = res.to_record()
-    rec.update(extra)
+    rec.update(extra, notes=notes)
     row = res.to_row()
     row.update(extra)
     render(Rendered(record=rec, csv_rows=[row], heading=f"Time: {res.model} on {res.target} ({res.phase})",
-                    sections=[Section(f"{res.model} on {res.target}: {res.phase}", quantities(row))], notes=list(res.notes)),
+                    sections=[Section(f"{res.model} on {res.target}: {res.phase}", quantities(row))], notes=notes),
            fmt)
 
 def register(app: typer.Typer) -> None:

@@ -86,7 +86,10 @@ def _why(verdicts) -> list[tuple[str, str]]:
              "Every claim is consistent; only a lower bound or a higher estimate would change that."),
             ("Prediction interval", "An 'optimistic' verdict needs the claim to beat wseplan's estimate by more than "
                                     "the validated error of that kind of prediction (the error rows in the inputs "
-                                    "table); 'impossible' rests on catalog bounds, with no model error in it."),
+                                    "table, inside the validated envelope; a claim on a model size, device count, "
+                                    "hardware or software outside it is judged with its estimate's widened interval, "
+                                    "which each verdict's reason states); 'impossible' rests on catalog bounds, with "
+                                    "no model error in it."),
             ("List prices", "Not a cost question: no list price is compared.")]
 
 
