@@ -325,3 +325,13 @@ def test_a_time_to_train_counts_the_interruptions(catalog, errors):
                           batch=4096, context=2048, tokens=3.0e11, value=wall, unit="s"), catalog, errors=errors)
     assert v.estimate == pytest.approx(wall, rel=1e-6) and v.margin == pytest.approx(1.0, rel=1e-6)
     assert wall > 1.04 * 3.0e11 / r.tokens_per_s  # the interruptions matter at this scale
+
+
+def test_a_price_claim_at_the_operating_points_batch_gets_its_estimate(catalog, errors):
+    """audit27b (open question): without a batch a $/M claim names 'its operating point, batch 24'; giving batch 24
+    made the cost model decline (it read the decode default context, 8,192 tokens, not the serving prompt)."""
+    base = dict(text="t", model="llama-3.1-70b", target="cs3x4", value=1.0, unit="USD/Mtok", kind="usd_per_mtok")
+    op = check_claim(Claim(id="op", **base), catalog, errors=errors)
+    batch = int(op.reason.split("batch ")[1].split(" ")[0])
+    given = check_claim(Claim(id="b", batch=batch, **base), catalog, errors=errors)
+    assert given.estimate == pytest.approx(op.estimate, rel=1e-9)

@@ -121,8 +121,13 @@ def _estimate(c: Claim, cat, t, p: Physical):
         try:
             # no batch stated: the operating point a buyer means (the cheapest meeting the default speed per user);
             # a price per token is a vendor's per-side price, so the side the claim's phase names is compared
+            # a decode price at a stated batch reads the serving request's prompt when the claim gives no context (as
+            # the operating point without a batch does), not the decode default of a long KV length
+            ctx = c.context
+            if ctx is None and c.batch is not None and (c.phase or "decode") in ("decode", "serve"):
+                ctx = int(cat.defaults.default_prompt_tokens.si)
             res = cost(c.model, t.label, phase=c.phase or "decode", precision=c.precision, batch=c.batch,
-                       context=c.context, catalog=cat)
+                       context=ctx, catalog=cat)
         except WseplanError as exc:
             return None, f"cost model declined: {exc}", None
         side = {"train": "usd_per_mtok_trained", "prefill": "input_usd_per_mtok"}.get(c.phase or "decode",

@@ -21,7 +21,9 @@ def claims_table(verdicts, texts: list[str] | None = None) -> Table:
         Column("verdict", "verdict"), Column("bound", "bound broken"), Column("bound_value", "bound value"),
         Column("claimed", "claimed"), Column("estimate", "wseplan estimate"), Column("margin", "margin [x]"),
         Column("reason", "reason")]
-    return Table(name="claims", title="Claims and verdicts", columns=cols, rows=rows)
+    return Table(name="claims", title="Claims and verdicts", columns=cols, rows=rows,
+                 note="Claims of different kinds share the value columns, so each value carries its own unit (text, "
+                      "not a number); `wseplan check --format json` (or csv) gives them in SI numbers.")
 
 
 def show_claim_value(v, unit: str) -> str:
