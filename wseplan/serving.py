@@ -475,8 +475,9 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
 
     The limits only decide which evaluated points qualify, so an SLA grid costs one :func:`serve` per target. A
     :func:`serve` result of random arrivals at the default load (no rate, load or closed loop given) shows a point
-    whose TTFT misses its limit at the highest lower load that meets the limits (:func:`~wseplan.admission.at_lower_loads`;
-    the same question at each load is asked once per result, when needed), as ``serve`` with those limits does.
+    that misses its limits (a TTFT that queueing breaks, a TPOT that the running batch breaks) at the highest lower
+    load that meets them (:func:`~wseplan.admission.at_lower_loads`; the same question at each load is asked once per
+    result, when needed), as ``serve`` with those limits does; when no load meets them, each point at its closest.
     """
     for name, v in (("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
