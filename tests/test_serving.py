@@ -467,3 +467,10 @@ def test_static_cycle_wait_against_a_simulation(x):
     for p in (50, 95):
         assert float(Q.cycle_wait(arrival_rate=lam, cycle_s=T, percentile=p)) == pytest.approx(np.percentile(waits, p),
                                                                                             rel=0.03, abs=0.01)
+
+
+def test_a_request_past_the_positions_says_so_when_nothing_fits(catalog):
+    """audit27 (open question): `serve --input-len 100000000` said only 'does not fit at any concurrency', though
+    the request is also beyond the model's 8,192 positions (time says both)."""
+    r = serve("llama-70b", "h100x8", input_tokens=100_000_000, output_tokens=256, catalog=catalog, prices=False)
+    assert not r.fits and any("max_position_embeddings" in n for n in r.notes)

@@ -35,7 +35,7 @@ from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for
 from .errors import InputError
-from .plan import check_given_layout, bottleneck_name, evaluate, record, setup, target_with_count
+from .plan import bottleneck_name, check_given_layout, evaluate, positions_note, record, setup, target_with_count
 from .workload import check_positive_int
 
 #: the load at which a point is reported when no rate is given (share of the replica's capacity)
@@ -410,6 +410,10 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             catalog=cat, prices=prices or False, overrides=overrides, setups=setups)}
         if (ttft_limit_s or tpot_limit_s) and not all(p.meets_sla for p in points):
             res = with_limits(res, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
+    if not points:  # a sequence past the model's positions is planned as if extended: say so beside "does not fit"
+        extra = [n for n in positions_note(s0.query.model, input_tokens, output_tokens) if n not in res.notes]
+        if extra:
+            res = res.model_copy(update={"notes": res.notes + extra})
     if rate is not None and not points:  # say whether memory or the rate is the reason, and what would carry it
         free = serve(s0.query.model, target, precision=precision, software=software, input_tokens=input_tokens,
                      output_tokens=output_tokens, concurrency=concurrency, percentile=percentile, output_scv=output_scv,
