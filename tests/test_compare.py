@@ -189,3 +189,17 @@ def test_options_that_do_not_apply_are_refused(capsys, argv, msg):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_profile_applies_to_its_family_and_unlike_engines_are_named(catalog):
+    """audit27 F4: a GPU profile given to a compare of wafers and GPUs applies to the GPU rows (the wafer rows keep
+    their default), and a compare whose rows draft and do not says so, with the flags that align them."""
+    kw = dict(phase="decode", batch=1, context=2048, catalog=catalog)
+    mixed = compare("llama-3-70b", ["cs3x4", "h100x8"], **kw)
+    assert any(n.startswith("speculative decoding differs across the rows (on: cs3x4; off: h100x8)") for n in mixed.notes)
+    both = compare("llama-3-70b", ["cs3x4", "h100x8"], software="gpu-production-specdec", **kw)
+    assert [r.software for r in both.rows] == ["wafer-production", "gpu-production-specdec"]
+    assert not any("differs" in n for n in both.notes)
+    assert both.rows[1].tokens_per_s_per_user == pytest.approx(predict_time(
+        "llama-3-70b", "h100x8", phase="decode", batch=1, context=2048, software="gpu-production-specdec",
+        catalog=catalog).tokens_per_s_per_user, rel=1e-12)

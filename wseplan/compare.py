@@ -20,6 +20,8 @@ from .errors import InputError, WseplanError
 from .plan import default_sizes, evaluate, normalise_phase, record, setup
 from .report.markdown import Column, Table
 from .operating import default_min_tokens_per_s_per_user, operating_point
+from .catalog.software import load_software
+from .targets import parse_target
 from .targets import split_targets
 from .workload import resolve_model
 
@@ -261,7 +263,7 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     min_tokens_per_s_per_user : float
         The per-user speed the operating points meet (default: the catalog's ``default_min_tokens_per_s_per_user``).
     software, options : str, dict
-        A software profile for every target of its family (default: each family's production profile) and family
+        A software profile for the targets of its family (the others keep their family's default profile) and family
         options, e.g. ``{"speculative": "none"}`` to compare without a draft (as ``time --speculative none``).
     """
     phase = normalise_phase(phase, output_tokens)
@@ -281,8 +283,15 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens, model=m)
     prices = prices or C.load_prices(catalog=cat)
     kw = dict(phase=phase, precision=precision, context=context, output_tokens=output_tokens, train_tokens=train_tokens,
-              catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides, software=software,
-              options=options)
+              catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides, options=options)
+    # a software profile belongs to one hardware family: the targets of that family run it, the others their default
+    sw_family = load_software(cat)[software.lower()].family if software is not None and software.lower() in \
+        load_software(cat) else None
+
+    def sw_for(t) -> str | None:
+        if software is None or sw_family is None:
+            return software  # (an unknown name: the row's setup names the field and the choices)
+        return software if parse_target(t, cat).kind == sw_family else None
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
     speed = None
@@ -297,13 +306,14 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
                          "numbers `wseplan cost` and `wseplan serve` give it (prompt chunks ride on the decode steps); "
                          "give --batch for the decode step alone")
         for t in targets:
-            op = operating_point(m, t, precision=precision, software=software, input_tokens=context,
+            op = operating_point(m, t, precision=precision, software=sw_for(t), input_tokens=context,
                                  output_tokens=o_search, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
                                  catalog=cat, prices=prices, overrides=overrides, options=options)
             if op is None:  # nothing fits: the row at the default batch says why
-                rows.append(compare_one(m, t, batch=given_batch, **kw))
+                rows.append(compare_one(m, t, batch=given_batch, software=sw_for(t), **kw))
                 continue
-            row = compare_one(m, op.target, batch=op.batch, layout=op.layout, operating_point=op.label, **kw)
+            row = compare_one(m, op.target, batch=op.batch, layout=op.layout, operating_point=op.label,
+                              software=sw_for(t), **kw)
             rows.append(row.model_copy(update={"target": t if op.target == t else f"{t} (as {op.target})"}))
         notes.append(f"no batch given: each target at its operating point, the cheapest point of the replica search "
                      f"(`wseplan serve`) that gives every user >= {speed:g} tokens/s"
@@ -311,7 +321,14 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
                         if min_tokens_per_s_per_user is None else "") + "; give --batch to compare at one batch")
     else:
         # the user's own sizes (None where not given): each row states its batch as given or defaulted, as time does
-        rows = [compare_one(m, t, batch=given_batch, **dict(kw, context=given_context)) for t in targets]
+        rows = [compare_one(m, t, batch=given_batch, software=sw_for(t), **dict(kw, context=given_context))
+                for t in targets]
+    drafting = [r.target for r in rows if r.fits and any(n.startswith("speculative decoding on") for n in r.notes)]
+    plain = [r.target for r in rows if r.fits and r.target not in drafting]
+    if phase in ("decode", "serve") and drafting and plain:  # rows of unlike engines: say so, and how to align them
+        notes.append(f"speculative decoding differs across the rows (on: {', '.join(drafting)}; off: {', '.join(plain)}), "
+                     "as each family's default software profile runs; for like for like give --speculative none (every "
+                     "row plain) or --software gpu-production-specdec (GPU rows drafting too)")
     if phase == "serve":
         inflight = "each target's searched batch" if search else f"{batch}"
         notes.append(f"serving: requests of {context} prompt and {output_tokens} output tokens, {inflight} in flight "
