@@ -525,3 +525,15 @@ def test_demand_settings_that_would_be_ignored_are_refused(tmp_path, extra, msg)
 
     with pytest.raises(InputError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         build_problem(read_demand(f))
+
+
+def test_serving_device_counts_outside_the_replica_search_are_searched_on_the_count(tmp_path):
+    """review27 #3: device_counts filtered the hardware's own replica search, so a count it never tries (16 H200:
+    the search stops at a node) left the fleet with no configuration at all; the count is searched as a target."""
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nsystems: [{hardware: h200-sxm}]\nworkloads:\n  - {name: chat, model: llama-3.1-70b, "
+                 "kind: serve, precision: bf16, output_tokens_per_s: 20000, prompt_tokens: 2048, output_tokens: 256, "
+                 "batches: [16, 64], device_counts: {h200-sxm: [16]}, sla: {tpot_s: 0.05}}\n")
+    plan = solve_fleet(build_problem(read_demand(f)), analyze=False)
+    assert plan.status == "optimal" and plan.allocations
+    assert all(a.devices_per_replica == 16 for a in plan.allocations)

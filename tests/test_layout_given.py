@@ -271,8 +271,8 @@ def test_training_options_are_refused_outside_training(opt, capsys):
 
 
 @pytest.mark.parametrize("layout,match", [({"tp": 3, "pp": 1, "dp": 8}, "tp: 3 does not divide"),
-                                          ({"tp": 8, "pp": 2, "dp": 8}, "does not use the target's 8 GPUs"),
-                                          ({"tp": 1, "pp": 1, "dp": 4}, "does not use the target's 8 GPUs"),
+                                          ({"tp": 8, "pp": 2, "dp": 8}, "needs more GPUs than the target's 8"),
+                                          ({"tp": 8, "pp": 1, "dp": 2}, "needs more GPUs than the target's 8"),
                                           ({"foo": 1}, "layout: foo not a layout of the gpu family")])
 def test_serve_refuses_a_layout_time_refuses(layout, match):
     """audit27 H1: serve (and the server study on it) took any given layout into its configurations: 24 or 128 GPUs'
@@ -303,3 +303,14 @@ def test_fit_takes_the_answer_length_of_a_serving_question(capsys):
     assert short["output_tokens"] == 256 and long["output_tokens"] == 4096 and long["sources"]["output_tokens"] == "given"
     assert long["kv_cache_bytes"] > short["kv_cache_bytes"]
     assert plan("llama-70b", "cs3x4", phase="serve", batch=24, output_tokens=4096).fits == long["fits"]
+
+
+def test_a_given_layout_may_leave_gpus_idle_as_the_search_does():
+    """review27 #1: the count check refused layouts the search itself picks and the docs describe (TP8 x PP3 of
+    Llama-3.1-405B on 28 H100 leaves 4 idle); only a layout needing more GPUs than the count is refused."""
+    searched = plan("llama-3.1-405b", "h100x28", phase="decode", batch=64)
+    lay = searched.layout
+    given = plan("llama-3.1-405b", "h100x28", phase="decode", batch=64,
+                 layout={"tp": lay["tensor_parallel"], "pp": lay["pipeline_parallel"], "dp": lay["data_parallel"]})
+    assert lay["tensor_parallel"] * lay["pipeline_parallel"] * lay["data_parallel"] < 28
+    assert given.fits and given.step_s == pytest.approx(searched.step_s, rel=1e-12)

@@ -491,11 +491,12 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
                                      and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)}) for p in points]
     pts, moved, closer, ask = judged(result.points), False, False, result._lower
     if ask is not None and (ttft_limit_s is not None or tpot_limit_s is not None) and not all(p.meets_sla for p in pts):
-        def points_at(u, batches):  # the batches still missing (each point's own, whatever the grid around it)
-            key = (u, tuple(batches))
-            if key not in ask["loads"]:
-                ask["loads"][key] = serve(*ask["args"], **dict(ask["kw"], utilization=u, batches=batches))
-            return judged(ask["loads"][key].points)
+        grid = sorted({p.batch for p in result.points})  # every batch of the search, so each load is asked once
+
+        def points_at(u, batches):  # the search at load u (cached per result); the caller keeps the points it needs
+            if u not in ask["loads"]:
+                ask["loads"][u] = serve(*ask["args"], **dict(ask["kw"], utilization=u, batches=grid))
+            return judged(ask["loads"][u].points)
 
         def movable(p):  # every limit the point misses is one a lower load can cure
             ttft_miss = ttft_limit_s is not None and p.ttft_at_percentile_s > ttft_limit_s

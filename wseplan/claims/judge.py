@@ -1,7 +1,6 @@
 """Judging one claim: hard bounds, wseplan's estimate and the held-out error band (see :mod:`wseplan.claims`)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from types import SimpleNamespace
 from pathlib import Path
@@ -211,11 +210,6 @@ def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdic
         return plain({}, est, note)
     need(c, "model", "target")
     p = normalise(c, claimed)
-    if kind == "time_to_train_s" and t.kind == "gpu":
-        # a run's wall time includes its interruptions (`time --train-tokens`): the steps of a run that took T ran at
-        # tokens / (T x goodput), the rate the bounds and the estimate judge
-        g = float(run_goodput("gpu", cat, t.count))
-        p = dataclasses.replace(p, value=p.value / g, scale=p.scale / g)
     full = c.context or 1  # the KV length the memory must hold at the end
     if kind == "generation_time_s" and c.output_tokens:
         # N tokens from a C-token prompt: the KV cache grows to C + N, and the N steps take (for a step linear in the
@@ -226,6 +220,11 @@ def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdic
     fb = fit_bound(c, cat, p.phase, c.batch or 1, max(full, c.context or 1), t)
     capacity = None if fb.fits else fb
     est, note, band = _estimate(c, cat, t, p)
+    if kind == "time_to_train_s" and t.kind == "gpu" and isinstance(est, float):
+        # a run's wall time holds its interruptions (`time --train-tokens`): the estimate of the wall rate is the step
+        # rate x goodput; the hard bounds stay on tokens / time (a run may meet no interruption at all)
+        g = float(run_goodput("gpu", cat, t.count))
+        est, note = est * g, f"{note}; x goodput {g:.4g}: interruptions, as time --train-tokens"
     return _judge(c, p, bounds, est, note, t, cat, capacity, errors, spec_note, band)
 
 

@@ -2,10 +2,8 @@
 
 Layout columns: ``tp``, ``pp``, ``dp`` (data-parallel replicas: engine replicas in inference), and for training
 ``micro_batch``, ``vpp`` (virtual pipeline stages), ``recompute`` (0 none, 1 selective, 2 full, 3 partial),
-``zero_stage``. Memory: :func:`wseplan.analytic.memory.gpu_layout_memory`; time: the per-operator roofline of
-:mod:`wseplan.analytic.gpu_time` (training steps, inference passes composed by :mod:`wseplan.analytic.engine`).
-
-Search space (no layout given): ``tp`` powers of two in the scale-up domain dividing the heads, ``pp`` up to the
+``zero_stage``. Memory: :func:`wseplan.analytic.memory.gpu_layout_memory`; time: :mod:`wseplan.analytic.gpu_time`'s
+per-operator roofline (training steps, inference passes composed by :mod:`wseplan.analytic.engine`). Search space (no layout given): ``tp`` powers of two in the scale-up domain dividing the heads, ``pp`` up to the
 blocks, ``dp`` = devices / (tp pp) (else one replica); training adds micro-batches 1-32 dividing a replica's batch,
 1-20 virtual stages (:data:`VPP_VALUES`), the four recompute policies and ZeRO 0-3 (2-3 without a pipeline, as
 DeepSpeed and Megatron-LM run them), each unless given; an awkward count also lays out smaller ones (:func:`~wseplan.
@@ -203,9 +201,7 @@ class GpuFamily(InferenceMixin, Family):
                           "tp_comm_overlap", "dp_comm_overlap", "pipeline_split")  # inference refuses them
     options = ("reserve",) + train_only_options + SPEC_OPTIONS
 
-    @property
-    def layout_columns(self):  # both sets; a query uses one
-        return TRAIN_COLUMNS
+    layout_columns = TRAIN_COLUMNS  # both sets; a query uses one
 
     def columns(self, phase: str) -> tuple[str, ...]:
         return TRAIN_COLUMNS if phase == "train" else INFER_COLUMNS
@@ -220,17 +216,17 @@ class GpuFamily(InferenceMixin, Family):
 
     # -- layouts ------------------------------------------------------------------------------------
     def check_layout(self, ctx: GpuContext, given: dict) -> None:
-        """Refuse a given layout no framework can run: a ``tp`` that does not divide the attention heads; tp x pp x dp
-        (x cp) other than the target's count; virtual stages without a layer each (``pp x vpp`` above the layers; with
-        ``pipeline_split`` ``even``, not dividing them) or with one pipeline stage (the rule the search applies)."""
+        """Refuse a given layout no framework can run: a ``tp`` not dividing the heads; tp x pp x dp (x cp) above the
+        target's count (fewer leave GPUs idle, as searched layouts may); virtual stages without a layer each (``pp x
+        vpp`` above the layers; ``even`` splits not dividing them) or on one pipeline stage (the search's rule)."""
         tp = given.get("tp")
         if tp is not None and not tp_divides_heads(ctx.m, tp):
             raise InputError(f"tp: {tp} does not divide {ctx.m.name}'s {ctx.m.num_heads} attention heads; give a divisor of "
                              f"{ctx.m.num_heads}, or no tp to search one")
         n, cp = ctx.count, float(given.get("cp", ctx.cp_given or 1)) if ctx.q.phase == "train" else 1.0
-        if n is not None and all(k in given for k in ("tp", "pp", "dp")) and int(given["tp"]) * int(given["pp"]) * int(given["dp"]) * cp != n:
+        if n is not None and all(k in given for k in ("tp", "pp", "dp")) and int(given["tp"]) * int(given["pp"]) * int(given["dp"]) * cp > n:
             raise InputError(f"layout: tp {int(given['tp'])} x pp {int(given['pp'])} x dp {int(given['dp'])}{f' x cp {cp:g}' if cp > 1 else ''} "
-                             f"does not use the target's {n} GPUs; give a layout whose product is the count, or a target without a count")
+                             f"needs more GPUs than the target's {n}; give a layout within the count, or a target without a count")
         v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
         if v is None or int(v) <= 1 or ctx.q.phase != "train":
             return
@@ -257,6 +253,9 @@ class GpuFamily(InferenceMixin, Family):
         if "dp" not in out:
             group = out["tp"] * out["pp"] * cp
             out["dp"] = n // group if n and n % group == 0 else 1
+        if n is not None and out["tp"] * out["pp"] * out["dp"] * cp != n:  # a completion uses the whole count
+            raise InputError(f"layout: tp {out['tp']} x pp {out['pp']} x dp {out['dp']}{f' x cp {cp:g}' if cp > 1 else ''} does "
+                             f"not use the target's {n} GPUs; give a layout whose product is the count, or a target without a count")
         if ctx.q.phase == "train":
             out.setdefault("micro_batch", 1)
             out.setdefault("vpp", 1)

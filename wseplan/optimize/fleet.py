@@ -247,20 +247,18 @@ def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) 
             wl.sla.percentile)
 
 
-def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit) -> list[Config]:
+def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit, count: int | None = None) -> list[Config]:
     """The serving configurations of workload ``wl`` on one system type: each replica size and batch of
     :func:`~wseplan.serving.replica_options` at the default load and, where it misses the SLA there, again at
     the highest of :data:`~wseplan.admission.LOWER_LOADS` that meets the whole SLA, as ``serve`` with the SLA's limits
     shows it (:func:`~wseplan.serving.with_limits`; its supply is what the replica carries at that load). The
-    configuration at the default load stays, for the relaxation analysis. ``device_counts`` of the system (or its
-    hardware) fix the replica sizes to those counts (a study's counted target, ``h200x4``), from every size searched."""
-    counts = wl.device_counts.get(system) or wl.device_counts.get(hardware)
-
+    configuration at the default load stays, for the relaxation analysis. ``count``: ``hit`` is the search of a target
+    with that many devices (a ``device_counts`` entry), whose one-replica points are the configurations."""
     def options(result):
         rows = replica_options(m, hardware, precision=prec, input_tokens=wl.prompt_tokens, output_tokens=wl.output_tokens,
                                batches=wl.batches, percentile=wl.sla.percentile,
-                               sizes="search" if counts else wl.replica_sizes, result=result)
-        return [r for r in rows if not counts or r["num_devices"] in counts]
+                               sizes="search" if count else wl.replica_sizes, result=result)
+        return [r for r in rows if not count or r["num_devices"] == count]
 
     def config(r):
         return Config(workload=wl.name, system=system, num_devices=r["num_devices"], batch=r["batch"],
@@ -329,17 +327,22 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
             try:
                 if wl.kind == "serve":
                     prec = wl.precision_for(st.name, st.hardware)
-                    key = serve_key(m.name, t0.key, wl, prec)
-                    hit = cache.get(key) if cache is not None else None
-                    if hit is None:
-                        hit = serve(m, t0.key, precision=prec, input_tokens=wl.prompt_tokens,
-                                    output_tokens=wl.output_tokens, catalog=cat, percentile=wl.sla.percentile,
-                                    batches=list(wl.batches), prices=False)
-                        if cache is not None:
-                            cache[key] = hit
+                    # replicas of the given device counts (a study's counted target) are searched on those counts;
+                    # else every replica size of the hardware's own search
+                    counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or [None]
+                    for k in counts:
+                        tk = t0.key if k is None else f"{t0.key}x{int(k)}"
+                        key = serve_key(m.name, tk, wl, prec)
+                        hit = cache.get(key) if cache is not None else None
+                        if hit is None:
+                            hit = serve(m, tk, precision=prec, input_tokens=wl.prompt_tokens,
+                                        output_tokens=wl.output_tokens, catalog=cat, percentile=wl.sla.percentile,
+                                        batches=list(wl.batches), prices=False)
+                            if cache is not None:
+                                cache[key] = hit
+                        configs += _serve_configs(m, t0.key, wl, st.name, prec, hit, count=k)
                     notes += [f"{wl.name} on {st.name}: {n}" for n in positions_note(m, wl.prompt_tokens, wl.output_tokens)
                               if f"{wl.name} on {st.name}: {n}" not in notes]
-                    configs += _serve_configs(m, t0.key, wl, st.name, prec, hit)
                 else:
                     counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or (
                         [1, 2, 4, 8, 16, 32, 64] if t0.kind == "wafer" else [64, 128, 256, 512, 1024, 2048])
