@@ -159,3 +159,13 @@ def test_a_quantity_range_must_hold_its_value(low, high, value, msg):
     with pytest.raises(ValidationError, match=msg):
         Quantity(value=value, low=low, high=high, source="wseplan-estimate", basis="estimate", note="n")
     assert Quantity(value=5, low=4, high=6, source="wseplan-estimate", basis="estimate", note="n").bound("low") == 4
+
+
+def test_a_zero_outside_its_range_is_refused_as_not_positive():
+    """review27 #12: the range check skipped a value of 0, so a fraction ranged [0.1, 0.2] took 0."""
+    from pydantic import ValidationError
+
+    from wseplan.catalog.schema import Quantity
+
+    with pytest.raises(ValidationError, match="value 0 must be positive"):
+        Quantity(value=0, low=0.1, high=0.2, source="wseplan-estimate", basis="estimate", note="n")

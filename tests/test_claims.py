@@ -306,3 +306,15 @@ def test_the_flip_of_a_time_claim_grows_the_time():
     assert "month would be within physics at 4,924% of its claimed value" in text
     assert f"fast would be consistent with wseplan's estimate at {100 * 1.19 / 1.9:.4g}% " in text
     assert f"kw would be consistent with wseplan's estimate at {100 * 1.5 / 1.15:.4g}% " in text
+
+
+def test_a_claim_error_names_the_claim_once(tmp_path, capsys):
+    """review27 #7: an error the claim layer already prefixed with the claim's id got it twice."""
+    from wseplan.cli import main
+
+    f = tmp_path / "c.yaml"
+    f.write_text("claims:\n- {id: c7, text: t, kind: ttft_s, phase: decode, model: llama-3-8b, target: h100x1, "
+                 "value: 1 s}\n")
+    assert main(["check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("claim c7:") == 1, err

@@ -289,6 +289,10 @@ def test_power_of_fewer_gpus_than_a_node_is_their_board_power(catalog, errors):
     node = check_claim(Claim(id="n", text="t", kind="power_w", target="h100x8", value=1e4, unit="W"), catalog,
                        errors=errors)
     assert node.estimate == pytest.approx(catalog.gpus["h100-sxm"].node_power_w.si)
+    # review27 #8: nine GPUs are a node and one more board, not two nodes
+    nine = check_claim(Claim(id="9", text="t", kind="power_w", target="h100x9", value=1e4, unit="W"), catalog,
+                       errors=errors)
+    assert nine.estimate == pytest.approx(catalog.gpus["h100-sxm"].node_power_w.si + tdp)
 
 
 def test_a_generation_holds_its_whole_kv_cache_and_slows_as_it_grows(catalog, errors):

@@ -179,7 +179,10 @@ def test_a_defaulted_batch_is_labelled_default(catalog):
     (["compare", "llama-70b", "--targets", "h100x8", "--min-speed", "100", "--batch", "8"], "--min-speed: chooses the batch"),
     (["cost", "llama-70b", "--target", "h200x8", "--phase", "serve", "--train-tokens", "1e9"], "--train-tokens: applies to --phase train"),
     (["compare", "llama-70b", "--targets", "wse3", "--phase", "decode", "--train-tokens", "5"], "--train-tokens: applies to --phase train"),
-    (["compare", "llama-70b", "--targets", "wse3,wse3"], "--targets: wse3 is listed twice"),
+    (["compare", "llama-70b", "--targets", "wse3,wse3"], "--targets: wse3 is wse3 again"),
+    (["compare", "llama-70b", "--targets", "h100x8,h100-sxmx8"], "--targets: h100-sxmx8 is h100x8 again"),
+    (["compare", "llama-70b", "--targets", "cs3,wse3"], "--targets: wse3 is cs3 again"),
+    (["compare", "llama-70b", "--targets", "h100x8", "--software", "wafer-research"], "--software: profile 'wafer-research' is for wafer"),
     (["fleet", "studies/demand-example.yaml", "--analysis", "lp", "--no-analysis"], "--analysis: chooses how"),
     (["simulate", "gemv", "--k", "1024", "--n", "1024", "--target", "wse2x4"], "--target: the simulator runs one wafer"),
 ])

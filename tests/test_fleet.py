@@ -513,12 +513,14 @@ def test_a_looser_sla_never_costs_a_fleet_more(tmp_path):
     ("constraints: {power_cap_w: -5}\n", "constraints.power_cap_w: Input should be greater than 0"),
     ("constraints: {budget_usd: 0}\n", "constraints.budget_usd: Input should be greater than 0"),
     ("", "workloads.chat.precisions: 'b20' is neither a system of the menu (h100-sxm) nor a catalog hardware key"),
+    ("h100", "workloads.chat.precisions: write 'h100' as 'h100-sxm'"),
 ])
 def test_demand_settings_that_would_be_ignored_are_refused(tmp_path, extra, msg):
     """audit27 (open questions): a negative power cap was reported as infeasibility, and a precision for a system not in
     the menu (a typo) was ignored without a word."""
     f = tmp_path / "d.yaml"
-    prec = "" if extra else ", precisions: {b20: fp8}"
+    prec = ", precisions: {h100: fp8}" if extra == "h100" else "" if extra else ", precisions: {b20: fp8}"
+    extra = "" if extra == "h100" else extra
     f.write_text("name: t\nsystems: [{hardware: h100-sxm}]\n" + extra + "workloads:\n  - {name: chat, model: "
                  "llama-3.1-70b, kind: serve, output_tokens_per_s: 1000, batches: [16]" + prec + "}\n")
     from wseplan.errors import InputError

@@ -10,11 +10,13 @@ def test_an_output_of_another_file_type_is_refused(tmp_path):
     from wseplan.sweep.schema import load_sweep
 
     f = tmp_path / "s.yaml"
-    for name, ok in (("t.xlsx", False), ("t.json", False), ("t.parquet", True), ("run.v2", True), ("t", True)):
+    for name, ok in (("t.xlsx", False), ("t.json", False), ("t.parquet", True), ("run.v2", True), ("t", True),
+                     ("T.Parquet", True)):
         f.write_text("name: t\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x1]\nbatches: [1]\n"
                      f"contexts: [1024]\noutput: {name}\n")
         if ok:
-            assert load_sweep(f).output_name().endswith((".csv", ".parquet"))
+            out = load_sweep(f).output_name()
+            assert out.lower().endswith((".csv", ".parquet")) and (out == name or not name.lower().endswith(".parquet"))
         else:
             with pytest.raises(InputError, match=r"output: writes \.csv or \.parquet"):
                 load_sweep(f)

@@ -274,9 +274,12 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     cat = catalog or load_catalog()
     train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
     costing.check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
-    if len(set(targets)) < len(targets):
-        dup = next(t for i, t in enumerate(targets) if t in targets[:i])
-        raise InputError(f"--targets: {dup} is listed twice; name each target once")
+    seen: dict = {}
+    for t in targets:  # one target under two spellings (h100x8, h100-sxmx8; cs3, wse3) is listed twice
+        pt = parse_target(t, cat)
+        if (pt.key, pt.count) in seen:
+            raise InputError(f"--targets: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
+        seen[(pt.key, pt.count)] = t
     search = batch is None and phase in ("decode", "serve")
     m = resolve_model(model, cat) if isinstance(model, str) else model
     given_context, given_batch = context, batch
@@ -287,6 +290,10 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     # a software profile belongs to one hardware family: the targets of that family run it, the others their default
     sw_family = load_software(cat)[software.lower()].family if software is not None and software.lower() in \
         load_software(cat) else None
+
+    if sw_family is not None and not any(parse_target(t, cat).kind == sw_family for t in targets):
+        raise InputError(f"--software: profile {software!r} is for {sw_family} hardware and no target is; give a "
+                         f"{sw_family} target or another profile")
 
     def sw_for(t) -> str | None:
         if software is None or sw_family is None:

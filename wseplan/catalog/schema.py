@@ -103,8 +103,10 @@ class Quantity(Frozen):
         hi = parse_quantity(self.high)[0] if self.high is not None else None
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"low {self.low} is above high {self.high}; give the range low <= value <= high")
-        v = self.si  # (a value of 0 or below is left to the positivity rules of its field, whose message is plainer)
-        if v > 0 and ((lo is not None and v < lo - 1e-9 * abs(lo)) or (hi is not None and v > hi + 1e-9 * abs(hi))):
+        v = self.si
+        if (lo is not None and v < lo - 1e-9 * abs(lo)) or (hi is not None and v > hi + 1e-9 * abs(hi)):
+            if v <= 0 < (lo or 0):  # (a capacity or a clock of 0: say positive, as its field's own rule does)
+                raise ValueError(f"value {self.value} must be positive (its range is [{self.low}, {self.high}])")
             raise ValueError(f"value {self.value} lies outside its range [{self.low}, {self.high}]; give low <= value <= high")
         return self
 

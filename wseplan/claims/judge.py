@@ -112,10 +112,10 @@ def _estimate(c: Claim, cat, t, p: Physical):
                                     f"{_fmt(q.bound('high'), 'W')} each)"), None
         g = t.device
         per_node = int(g.gpus_per_node.si)
-        if t.count < per_node:  # fewer GPUs than a node: the devices' own board power (a part of a node's host)
-            return g.tdp_w.si * t.count, f"catalog GPU board power (TDP) x {t.count}", None
-        nodes = math.ceil(t.count / per_node)
-        return g.node_power_w.si * nodes, f"catalog node power x {nodes} node(s)", None
+        nodes, rest = divmod(int(t.count), per_node)  # whole nodes; GPUs beyond them draw their board power (TDP)
+        parts = ([f"catalog node power x {nodes} node(s)"] if nodes else []) + (
+            [f"catalog GPU board power (TDP) x {rest}"] if rest else [])
+        return g.node_power_w.si * nodes + g.tdp_w.si * rest, " + ".join(parts), None
     if kind == "usd_per_mtok":
         try:
             # no batch stated: the operating point a buyer means (the cheapest meeting the default speed per user);
@@ -353,7 +353,8 @@ def check(claims, catalog=None) -> list[Verdict]:
         try:
             out.append(check_claim(c, cat, errors=errors))
         except WseplanError as exc:  # an input the claim's models refuse: say which claim, as the schema errors do
-            raise type(exc)(f"claim {c.id}: {exc}") from None
+            msg = str(exc)
+            raise type(exc)(msg if msg.startswith(f"claim {c.id}:") else f"claim {c.id}: {msg}") from None
     return out
 
 

@@ -303,15 +303,19 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
         systems.append(st)
         ctx[st.name] = info
     menu = {st.name for st in systems} | {st.hardware for st in systems}
-    for wl in spec.workloads:  # per-system settings name a system: a typo would be ignored without a word
+    for wl in spec.workloads:  # per-system settings name a system: a typo or another spelling would be ignored
         for field in ("precisions", "device_counts"):
             for k in getattr(wl, field):
-                if k not in menu:
-                    try:
-                        parse_target(k, cat)
-                    except InputError:
-                        raise InputError(f"workloads.{wl.name}.{field}: {k!r} is neither a system of the menu "
-                                         f"({', '.join(sorted(menu))}) nor a catalog hardware key") from None
+                if k in menu:
+                    continue
+                try:
+                    t = parse_target(k, cat)
+                except InputError:
+                    raise InputError(f"workloads.{wl.name}.{field}: {k!r} is neither a system of the menu "
+                                     f"({', '.join(sorted(menu))}) nor a catalog hardware key") from None
+                if t.count is not None or t.key in menu:  # a count, or a menu system under another spelling
+                    raise InputError(f"workloads.{wl.name}.{field}: write {k!r} as {t.key!r} (a system's name or its "
+                                     "hardware key, without a count), or it is not applied")
     demands, configs = [], []
     for wl in spec.workloads:
         m = resolve_model(wl.model, cat)

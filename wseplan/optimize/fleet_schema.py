@@ -137,7 +137,8 @@ class WorkloadSpec(Frozen):
             raise ValueError("peak_factor applies to users_per_day (a day's average); output_tokens_per_s and "
                              "requests_per_s are already peak rates")
         if self.kind == "serve" and self.output_tokens_per_s_demand() > MAX_OUTPUT_TOKENS_PER_S:
-            raise ValueError(f"{given[0]}: a demand of {self.output_tokens_per_s_demand():.3g} output tokens/s is beyond "
+            what = "users_per_day x requests_per_user_per_day" if given[0] == "users_per_day" else given[0]
+            raise ValueError(f"{what}: a demand of {self.output_tokens_per_s_demand():.3g} output tokens/s is beyond "
                              f"{MAX_OUTPUT_TOKENS_PER_S:.0e} (a million GPUs serve about 1e9); check its unit")
         return self
 

@@ -39,7 +39,7 @@ OUTPUT_BYTES_PER_CONFIGURATION = {"parquet": 100, "csv": 320}
 
 def output_format(name: str) -> str:
     """``parquet`` or ``csv`` from an output file name."""
-    return "parquet" if str(name).endswith(".parquet") else "csv"
+    return "parquet" if str(name).lower().endswith(".parquet") else "csv"
 
 
 def _require_pyarrow(fmt: str):

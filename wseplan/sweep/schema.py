@@ -147,7 +147,7 @@ class Sweep(BaseModel):
         """The output file name: ``output`` (or ``<name>.csv``) reduced to a safe name inside the output folder."""
         raw = self.output if self.output is not None else f"{self.name}.csv"
         base = safe_filename(Path(str(raw).replace("\\", "/")).name, default=safe_filename(self.name, default="sweep"))
-        if not base.endswith((".csv", ".parquet")):
+        if not base.lower().endswith((".csv", ".parquet")):
             base = f"{base}.csv"
         return base
 
