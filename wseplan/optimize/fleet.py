@@ -268,7 +268,8 @@ def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, h
     out = [config(r) for r in options(hit)]
     if wl.sla.ttft_s is not None or wl.sla.tpot_s is not None:  # queueing and the running batch fall with the load
         moved = with_limits(hit, ttft_limit_s=wl.sla.ttft_s, tpot_limit_s=wl.sla.tpot_s)
-        out += [config(r) for r in options(moved) if r["load_frac"] < DEFAULT_UTILIZATION * (1 - 1e-9)]
+        # the points moved to a lower load that meets the SLA (not those shown there only as the closest to it)
+        out += [config(r) for r in options(moved) if r["load_frac"] < DEFAULT_UTILIZATION * (1 - 1e-9) and r["meets_sla"]]
     return out
 
 
