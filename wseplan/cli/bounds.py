@@ -30,6 +30,7 @@ MAX_TIME_LIMIT_S = 7 * 86_400.0
 MAX_WORKERS = 1024
 MAX_CHUNK = 10**8               # == wseplan.sweep.schema.MAX_CONFIGURATIONS (tested)
 MAX_DIM = 2**31 - 1             # == wseplan.catalog.schema.MAX_COUNT (tested)
+MAX_SCALE_SYSTEMS = 4096       # the largest `scale --max-systems` sweep
 MAX_LIMIT_S = 1e9               # a latency limit beyond 31 years limits nothing
 
 
@@ -82,7 +83,7 @@ RULES: dict[str, Rule] = {
     "--tensor-parallel": _DEGREE,
     "--micro-batch": _COUNT("sequences per micro-batch", MAX_BATCH),
     "--systems": _COUNT("systems", MAX_DEGREE),
-    "--max-systems": _COUNT("systems", 4096),  # as scale takes it
+    "--max-systems": _COUNT("systems", MAX_SCALE_SYSTEMS),
     "--uncertainty": Rule(0, MAX_SAMPLES, "Monte Carlo samples (0: off)"),
     "--seed": Rule(0, MAX_SEED, "a seed"),
     "--time-limit": Rule(0, MAX_TIME_LIMIT_S, "seconds of solver time", open_low=True),

@@ -30,8 +30,10 @@ def scale_cmd(
     from ..targets import parse_target, split_targets
 
     check_format(fmt)
-    if max_systems < 1 or max_systems > 4096:
-        raise InputError(f"--max-systems: must be between 1 and 4096, got {max_systems}")
+    from .bounds import MAX_SCALE_SYSTEMS
+
+    if max_systems < 1 or max_systems > MAX_SCALE_SYSTEMS:
+        raise InputError(f"--max-systems: must be between 1 and {MAX_SCALE_SYSTEMS:,}, got {max_systems}")
     cat = O.load_catalog(catalog)
     m = resolve_model(model, cat)
     ts, named = [], {}
