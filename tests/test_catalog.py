@@ -120,3 +120,14 @@ def test_validation_hardware_keys_are_in_catalog(catalog):
     keys = catalog.hardware_keys()
     for r in rows:
         assert r["key"] in keys, r
+
+
+@pytest.mark.parametrize("entry_key,aliases", [("h100", []), ("acme-g1", ["h100"])])
+def test_a_user_name_that_collides_with_a_bundled_one_is_refused(tmp_path, entry_key, aliases):
+    """audit27c F2/F3: a user GPU keyed or aliased 'h100' (a bundled alias of h100-sxm) was listed as loaded while
+    every command ran the bundled H100; the catalog refuses the name at load instead."""
+    bundled = yaml.safe_load((Path(default_catalog_dir()) / "hardware" / "gpus.yaml").read_text())["gpus"]["h100-sxm"]
+    entry = dict(bundled, name="ACME G1", aliases=aliases)
+    (tmp_path / "acme.yaml").write_text(yaml.safe_dump({"gpus": {entry_key: entry}}))
+    with pytest.raises(CatalogError, match="the name 'h100' is both gpus.h100-sxm and gpus."):
+        load_catalog([tmp_path])

@@ -333,6 +333,16 @@ def read_json(path: str | Path, *, what: str = "input", max_bytes: int = MAX_INP
     return data
 
 
+def _claim_name(index: dict, name: str, entry: tuple[str, str], who: str | None = None) -> None:
+    """Add ``name`` (lower-cased) for ``entry`` to ``index``; refuse a name another entry already holds."""
+    k = name.lower()
+    prev = index.get(k)
+    if prev is not None and prev != entry:
+        raise CatalogError(f"catalog: the name {name!r} is both {prev[0]}.{prev[1]} and {who or '.'.join(entry)}; give "
+                           "the user entry another key or drop the alias (a name must resolve to one entry)")
+    index[k] = entry
+
+
 @dataclass
 class Catalog:
     """All catalog entries, by section and key, plus a lower-case alias index."""
@@ -369,12 +379,13 @@ class Catalog:
         return self._cached_index(",".join(sections), sections, lambda: self._build_aliases(sections))
 
     def _build_aliases(self, sections: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+        """Lower-case keys and aliases -> (section, key); a name two entries claim is a :class:`CatalogError` (a user
+        entry keyed or aliased like a bundled alias would otherwise be listed and never reached)."""
         out: dict[str, tuple[str, str]] = {}
         for sec in sections:
             for key, entry in getattr(self, sec).items():
-                out.setdefault(key.lower(), (sec, key))
-                for a in getattr(entry, "aliases", []) or []:
-                    out.setdefault(a.lower(), (sec, key))
+                for a in [key, *(getattr(entry, "aliases", []) or [])]:
+                    _claim_name(out, a, (sec, key))
         return out
 
     def resolve_model_name(self, name: str) -> tuple[str, str]:
@@ -397,7 +408,7 @@ class Catalog:
         idx = self._build_aliases(("wafers", "gpus", "devices"))
         for key, sysm in self.systems.items():
             for a in [key, *sysm.aliases]:
-                idx.setdefault(a.lower(), ("wafers", sysm.wafer))
+                _claim_name(idx, a, ("wafers", sysm.wafer), f"systems.{key}")
         return idx
 
     def system_for_wafer(self, wafer_key: str) -> System:
@@ -574,6 +585,9 @@ def load_catalog(extra_dirs: list[str | Path] | tuple = (), *, base_dir: str | P
             _merge_file(cat, p)
     cat.extra_dirs = [str(d) for d in extras]
     _check_references(cat)
+    if extras:  # a user name that collides with a bundled one: refused at load, not met later as the wrong entry
+        cat.hardware_keys()
+        cat._aliases(("models", "generic_models"))
     if not extras:
         _CACHE[key] = cat
     return cat
