@@ -294,3 +294,23 @@ def test_gpu_fit_agrees_with_place_on_equal_blocks(catalog):
     assert res.fits and res.layout["pipeline_parallel"] == 7
     pl = place("llama-3.1-70b", "h100x7", tensor_parallel=1, batch=9, context=126000, catalog=catalog)
     assert res.capacity_bytes - res.headroom_bytes == pytest.approx(pl.max_stage_bytes, rel=1e-9)
+
+
+def test_config_files_of_one_folder_keep_their_own_names(tmp_path):
+    """audit27c F10: two config files in one folder were both named after the folder, so compare and sweep records
+    could not be told apart; a file named config.json keeps its folder's name (a Hugging Face checkout)."""
+    import json as _json
+
+    from wseplan.catalog import load_catalog
+    from wseplan.workload import resolve_model
+
+    cat = load_catalog()
+    cfg = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192}
+    (tmp_path / "a.json").write_text(_json.dumps(cfg))
+    (tmp_path / "b.json").write_text(_json.dumps(dict(cfg, num_hidden_layers=16)))
+    hf = tmp_path / "My-8B"
+    hf.mkdir()
+    (hf / "config.json").write_text(_json.dumps(cfg))
+    assert [resolve_model(str(p), cat).name for p in (tmp_path / "a.json", tmp_path / "b.json", hf / "config.json")] == \
+        ["a", "b", "My-8B"]

@@ -211,7 +211,8 @@ def model_from_hf_config(path: str | Path) -> Model:
             extra["encoder_params"] = enc
     try:
         return Model(
-            name=str(cfg.get("_name_or_path") or p.parent.name or p.stem),
+            # a file named config.json is named after its folder (a Hugging Face checkout); any other after itself
+            name=str(cfg.get("_name_or_path") or (p.parent.name if p.stem == "config" else p.stem) or p.stem),
             source="wseplan-estimate", basis="official", note="; ".join(notes),
             num_layers=L, d_model=cfg["hidden_size"], num_heads=cfg["num_attention_heads"],
             num_kv_heads=kv, head_dim=head_dim, d_ff=d_ff, gated_mlp=gated,
