@@ -91,3 +91,17 @@ def test_stream_simulation_computes_at_the_planners_rate(capsys):
     assert sim["compute_time_s"] == pytest.approx(plan["compute_s"] - plan["recompute_s"], rel=1e-9)
     peak = load_catalog().wafers["wse3"].peak_flop_per_s("bf16")
     assert sim["compute_flop_per_s"] == pytest.approx(peak * load_stream_constants().compute_efficiency_frac.si, rel=1e-12)
+
+
+def test_an_allreduce_splits_its_phases_by_their_own_names(capsys):
+    """audit27c F5: reduce_cycles summed every phase whose name held 'reduce', the all-reduce's broadcast too, so
+    reduce + broadcast (1,140 cycles) exceeded the makespan (886)."""
+    import json
+
+    from wseplan.cli import main
+
+    assert main(["simulate", "allreduce", "--bytes", "256", "--region", "64x64", "-f", "json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)
+    assert r["reduce_cycles"] == r["phase_allreduce.reduce_cycles"]
+    assert r["broadcast_cycles"] == r["phase_allreduce.broadcast_cycles"]
+    assert r["reduce_cycles"] + r["broadcast_cycles"] <= r["cycles"] + 1e-9

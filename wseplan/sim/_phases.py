@@ -17,6 +17,12 @@ from wseplan.sim.mesh_types import BroadcastAlgo, Gather, KernelResult, MeshPara
 
 
 # ----------------------------------------------------------------------------------------------- tracing
+def _kind(phase_name: str, what: str) -> bool:
+    """Whether a phase (``reduce``, ``attention.head_reduce``, ``allreduce.broadcast``) is of kind ``what``, judged
+    on its own name after the kernel's prefix."""
+    return what in phase_name.rsplit(".", 1)[-1]
+
+
 @dataclass
 class _Trace:
     """Internal accumulator for one kernel evaluation (link loads, busy time, colours, SRAM, phases)."""
@@ -92,9 +98,10 @@ class _Trace:
         return KernelResult(
             cycles=cycles, time_s=cycles / p.clock_hz, compute_cycles=self.compute_cycles,
             phase_cycles=types.MappingProxyType(phase),
-            broadcast_cycles=sum(v for k, v in phase.items() if "broadcast" in k or "scatter" in k),
-            reduce_cycles=sum(v for k, v in phase.items() if "reduce" in k),
-            gather_cycles=sum(v for k, v in phase.items() if "gather" in k),
+            # by the phase's own name, after the kernel's (``allreduce.broadcast`` is a broadcast, not a reduce)
+            broadcast_cycles=sum(v for k, v in phase.items() if _kind(k, "broadcast") or _kind(k, "scatter")),
+            reduce_cycles=sum(v for k, v in phase.items() if _kind(k, "reduce")),
+            gather_cycles=sum(v for k, v in phase.items() if _kind(k, "gather")),
             hop_floor_cycles=self.hop_floor,
             pe_busy_mean_frac=float(min(busy.mean(), 1.0)), pe_busy_max_frac=float(min(busy.max(), 1.0)),
             link_utilization_max_frac=float(min(loads.max() / cycles, 1.0)),
