@@ -105,3 +105,20 @@ def test_an_allreduce_splits_its_phases_by_their_own_names(capsys):
     assert r["reduce_cycles"] == r["phase_allreduce.reduce_cycles"]
     assert r["broadcast_cycles"] == r["phase_allreduce.broadcast_cycles"]
     assert r["reduce_cycles"] + r["broadcast_cycles"] <= r["cycles"] + 1e-9
+
+
+def test_simulate_layer_says_what_block_it_ran(capsys):
+    """audit27c F4: an MoE model's simulated layer was byte-identical to a dense one of its expert width, with no
+    note; the active experts now run side by side (as the closed forms take them) and the record says so."""
+    import json
+
+    from wseplan.catalog import load_catalog
+    from wseplan.cli import main
+
+    m = load_catalog().models["mixtral-8x7b"]
+    assert main(["simulate", "layer", "mixtral-8x7b", "--target", "wse3", "-f", "json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)
+    assert r["simulated"].startswith(f"an MoE block: {m.experts_per_token} of {m.num_experts} experts")
+    assert main(["simulate", "layer", "llama-3-8b", "--target", "wse3", "-f", "json"]) == 0
+    (d,) = json.loads(capsys.readouterr().out)
+    assert d["simulated"] == "a dense block" and r["cycles"] != d["cycles"]

@@ -156,9 +156,23 @@ def layer_cmd(model: str = typer.Argument("llama-3-8b", help="Catalog transforme
     m = resolve_model(model, cat)
     if not isinstance(m, Model):
         raise InputError("model: the layer simulator needs a transformer, not a layer-list model")
-    res = decode_layer(p, d_model=m.d_model, n_heads=m.num_heads, n_kv_heads=m.num_kv_heads, d_ff=m.d_ff,
-                       context=context, region=_region(region), gated_mlp=m.gated_mlp, dtype_bytes=_dtype_bytes(precision))
-    extra = {"kernel": "decode_layer", "model": m.name, "context": context, "target": t.key}
+    # the simulator runs one dense block: an MoE block is its active experts side by side (and its shared experts),
+    # as the closed forms take it; a windowed block attends its window; MLA is not simulated (said in the record)
+    d_ff, what = m.d_ff, "a dense block"
+    if m.num_experts > 1:
+        d_ff = m.d_ff * m.experts_per_token + m.num_shared_experts * (m.shared_expert_d_ff or m.d_ff)
+        what = (f"an MoE block: {m.experts_per_token} of {m.num_experts} experts"
+                + (f" and {m.num_shared_experts} shared" if m.num_shared_experts else "") + f" side by side (width {d_ff:,})")
+    attended = min(context, m.sliding_window) if m.sliding_window else context
+    if m.sliding_window and attended < context:
+        mixed = bool(m.layer_types) and "full_attention" in m.layer_types
+        what += (f"; attention over its {m.sliding_window:,}-token window"
+                 + (" (a windowed block; the model's full-attention blocks attend the whole context)" if mixed else ""))
+    if getattr(m, "attention", None) == "mla":
+        what += "; MLA attention simulated as grouped-query attention of its heads (its latent is not modelled)"
+    res = decode_layer(p, d_model=m.d_model, n_heads=m.num_heads, n_kv_heads=m.num_kv_heads, d_ff=d_ff,
+                       context=attended, region=_region(region), gated_mlp=m.gated_mlp, dtype_bytes=_dtype_bytes(precision))
+    extra = {"kernel": "decode_layer", "model": m.name, "context": context, "target": t.key, "simulated": what}
     extra.update({f"part_{k}_cycles": v for k, v in res.part_cycles().items()})
     _out(res, fmt, f"decode layer of {m.name} on {t.key}", extra)
 
