@@ -35,7 +35,9 @@ METRIC_UNITS = {"latency_ms": "ms", "ttft_ms": "ms", "layer_fwd_bwd_ms": "ms", "
                 "tflops_per_gpu": "TFLOP/s", "pflops": "PFLOP/s", "mfu": "fraction", "pct_of_peak": "%",
                 "max_decode_output_tokens": "tokens"}
 NON_PERFORMANCE = {
-    "effective_training_time_pct": "goodput percentage, not a performance quantity",
+    "effective_training_time_pct": ("goodput percentage, not a performance quantity: the source of the interruption "
+                                    "constants the run-time model uses (defaults.gpu_job_interruptions_per_gpu_hour, "
+                                    "job_interruption_loss_s), so predicting it would check the row against itself"),
     "latency_per_token_ratio_vs_h100": "ratio to other hardware, not a performance quantity of this row",
     "decode_power_frac_tdp": "power fraction, not a performance quantity",
     "idle_power_frac_tdp": "power fraction, not a performance quantity",
