@@ -444,7 +444,9 @@ def test_a_wafer_training_run_says_it_counts_no_interruptions(catalog, capsys):
     no word of it in a side-by-side comparison; both time --train-tokens and cost --phase train say so now."""
     from wseplan.cli import main
     from wseplan.costing import cost
-    from wseplan.pricing import NO_WAFER_INTERRUPTIONS_NOTE
+    from wseplan.pricing import no_wafer_interruptions_note
+
+    NO_WAFER_INTERRUPTIONS_NOTE = no_wafer_interruptions_note(catalog)
 
     r = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048, catalog=catalog)
     assert NO_WAFER_INTERRUPTIONS_NOTE in r.notes

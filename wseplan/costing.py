@@ -29,8 +29,8 @@ from .errors import InputError
 from .model_error import category_for, roof_time_factor, time_factor_range
 from .plan import Setup, default_sizes, evaluate, normalise_phase, record, setup
 from .targets import parse_target
-from .pricing import (HEADLINE, NO_WAFER_INTERRUPTIONS_NOTE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
-                      total_params)
+from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
+                      no_wafer_interruptions_note, total_params)
 from .operating import operating_point
 from .workload import resolve_model
 
@@ -195,7 +195,7 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     if s.family.name == "wafer_streaming":
         res = res.model_copy(update={"notes": list(res.notes) + [_cluster_note(res)]})
     if phase == "train":
-        extra = [NO_WAFER_INTERRUPTIONS_NOTE] if s.query.target.kind == "wafer" else []
+        extra = [no_wafer_interruptions_note(s.query.catalog)] if s.query.target.kind == "wafer" else []
         return res.model_copy(update={"notes": list(res.notes) + extra + _long_run_note(res, params, s.query.target)})
     if phase == "serve" and b > 1 and any(m.metric == "input_usd_per_mtok" and m.value == 0.0 for m in res.metrics):
         res = res.model_copy(update={"notes": list(res.notes) + [

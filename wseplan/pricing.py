@@ -106,10 +106,13 @@ def charged_systems(s: Setup, num_devices) -> np.ndarray:
     return np.asarray(num_devices, dtype=float) / s.family.hardware(s.ctx).devices_per_system
 
 
-#: what a wafer training run's wall time assumes of interruptions (time --train-tokens, cost --phase train)
-NO_WAFER_INTERRUPTIONS_NOTE = ("the run's wall time counts no interruptions: no rate is published for CS-3 clusters "
-                               "(a GPU cluster's counts 2.19 per 100,000 GPU-hours, Llama 3 sec. 3.3.4); weigh a "
-                               "side-by-side run time with that in mind")
+def no_wafer_interruptions_note(catalog) -> str:
+    """What a wafer training run's wall time assumes of interruptions (``time --train-tokens``, ``cost --phase
+    train``): none, as no rate is published for CS-3 clusters, beside the GPU clusters' catalog rate."""
+    per_1e5 = catalog.defaults.gpu_job_interruptions_per_gpu_hour.si * 1e5
+    return ("the run's wall time counts no interruptions: no rate is published for CS-3 clusters (a GPU cluster's "
+            f"counts {per_1e5:.3g} per 100,000 GPU-hours, Llama 3 sec. 3.3.4); weigh a side-by-side run time with that "
+            "in mind")
 
 
 def run_goodput(kind: str, catalog, num_devices):

@@ -87,9 +87,9 @@ def time_cmd(
                  **({"gpu_hours": hours} if res.device_kind == "gpu" else {})}
     notes = list(res.notes)
     if extra and res.device_kind == "wafer":
-        from ..pricing import NO_WAFER_INTERRUPTIONS_NOTE
+        from ..pricing import no_wafer_interruptions_note
 
-        notes.append(NO_WAFER_INTERRUPTIONS_NOTE)
+        notes.append(no_wafer_interruptions_note(cat))
     rec = res.to_record()
     rec.update(extra, notes=notes)
     row = res.to_row()
