@@ -21,8 +21,7 @@ from .plan import default_sizes, evaluate, normalise_phase, record, setup
 from .report.markdown import Column, Table
 from .operating import default_min_tokens_per_s_per_user, operating_point
 from .catalog.software import load_software
-from .targets import parse_target
-from .targets import split_targets
+from .targets import parse_target, split_targets
 from .workload import resolve_model
 
 SCHEMA_VERSION = 1
@@ -274,9 +273,9 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     cat = catalog or load_catalog()
     train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
     costing.check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
-    seen: dict = {}
+    parsed, seen = {}, {}
     for t in targets:  # one target under two spellings (h100x8, h100-sxmx8; cs3, wse3) is listed twice
-        pt = parse_target(t, cat)
+        pt = parsed[t] = parse_target(t, cat)
         if (pt.key, pt.count) in seen:
             raise InputError(f"--targets: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
         seen[(pt.key, pt.count)] = t
@@ -288,17 +287,17 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     kw = dict(phase=phase, precision=precision, context=context, output_tokens=output_tokens, train_tokens=train_tokens,
               catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides, options=options)
     # a software profile belongs to one hardware family: the targets of that family run it, the others their default
-    sw_family = load_software(cat)[software.lower()].family if software is not None and software.lower() in \
-        load_software(cat) else None
+    profile = load_software(cat).get(software.lower()) if software is not None else None
+    sw_family = profile.family if profile is not None else None
 
-    if sw_family is not None and not any(parse_target(t, cat).kind == sw_family for t in targets):
+    if sw_family is not None and not any(pt.kind == sw_family for pt in parsed.values()):
         raise InputError(f"--software: profile {software!r} is for {sw_family} hardware and no target is; give a "
                          f"{sw_family} target or another profile")
 
     def sw_for(t) -> str | None:
         if software is None or sw_family is None:
             return software  # (an unknown name: the row's setup names the field and the choices)
-        return software if parse_target(t, cat).kind == sw_family else None
+        return software if parsed[t].kind == sw_family else None
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
     speed = None
