@@ -206,3 +206,15 @@ def test_a_profile_applies_to_its_family_and_unlike_engines_are_named(catalog):
     assert both.rows[1].tokens_per_s_per_user == pytest.approx(predict_time(
         "llama-3-70b", "h100x8", phase="decode", batch=1, context=2048, software="gpu-production-specdec",
         catalog=catalog).tokens_per_s_per_user, rel=1e-12)
+
+
+def test_throughput_column_is_the_whole_targets_and_says_so(decode):
+    """audit28c H1: the column holding ``tokens_per_s`` was headed 'per system' though it is every replica's and
+    system's together: cs3x4 is 4 systems, h100x8 one node; the header names the whole target."""
+    table = decode.table()
+    col = next(c for c in table.columns if c.key == "tokens_per_s")
+    assert "whole target" in col.header and "per system" not in col.header
+    cs3x4 = next(r for r in decode.rows if r.target == "cs3x4")
+    assert cs3x4.num_systems == 4
+    # the whole target: the per-user speed times the requests in flight across every replica
+    assert cs3x4.tokens_per_s > 3 * cs3x4.tokens_per_s_per_user

@@ -121,7 +121,7 @@ class CompareResult(Frozen):
             cols += [Column("ttft_s", "time to first token [ms]", 1e-3),
                      Column("tpot_s", "time per output token [ms]", 1e-3),
                      Column("tokens_per_s_per_user", "per user [tokens/s]"),
-                     Column("tokens_per_s", "per system [tokens/s]")]
+                     Column("tokens_per_s", "throughput (whole target) [tokens/s]")]
         cols += [Column("power_w", "power [kW]", 1e3), Column("usd_per_hour", "cost [$/h]")]
         cols += ([Column("usd_per_run", "run cost [$M]", 1e6), Column("usd_per_mtok", "[$/M tokens trained]")]
                  if train else [Column("usd_per_mtok", "all-in [$/M output tokens]" if self.phase == "serve"
