@@ -539,3 +539,25 @@ def test_serving_device_counts_outside_the_replica_search_are_searched_on_the_co
     plan = solve_fleet(build_problem(read_demand(f)), analyze=False)
     assert plan.status == "optimal" and plan.allocations
     assert all(a.devices_per_replica == 16 for a in plan.allocations)
+
+
+def test_gpu_training_run_time_is_the_cost_commands(tmp_path):
+    """audit28b H2: the fleet timed a GPU training run without the interruptions `time --train-tokens` and `cost`
+    count (24.48 against 24.52 days for GPT-3 175B on 256 H100), so a 24.5-day deadline was 'met'. Its run time is
+    now theirs: steps / goodput, goodput = 1 / (1 + N x rate x loss)."""
+    from wseplan.catalog import load_catalog
+    from wseplan.costing import cost
+
+    cat = load_catalog()
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nsystems:\n  - hardware: h100-sxm\nworkloads:\n  - name: tr\n    model: llama-3-8b\n"
+                 "    kind: train\n    precision: bf16\n    train_tokens: 1e10\n    runs: 1\n    deadline_days: 30\n"
+                 "    batch: 256\n    context: 2048\n    device_counts:\n      h100-sxm: [256]\n")
+    (c,) = [c for c in build_problem(read_demand(f), catalog=cat).configs if c.run_s is not None]
+    res = cost("llama-3-8b", "h100-sxmx256", phase="train", batch=256, context=2048, train_tokens=1e10, catalog=cat)
+    assert c.run_s == pytest.approx(res.metric("run_s"), rel=1e-9)
+    d = cat.defaults
+    g = 1.0 / (1.0 + 256 * d.gpu_job_interruptions_per_gpu_hour.si / 3600.0 * d.job_interruption_loss_s.si)
+    assert g < 0.9999  # the interruptions are in it: the steps alone are shorter by the goodput
+    steps = res.metric("run_s") * g
+    assert c.run_s > steps * (1 + 1e-6)

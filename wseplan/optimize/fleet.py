@@ -32,7 +32,9 @@ from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deploymen
 from ..catalog.load import load_catalog
 from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
+from ..analytic.cost.training import time_to_train
 from ..plan import plan, positions_note, target_with_count
+from ..pricing import run_goodput
 from ..admission import LOWER_LOADS
 from ..serving import DEFAULT_UTILIZATION, replica_options, serve, with_limits
 from ..targets import parse_target
@@ -363,7 +365,11 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                             continue
                         if tr.step_s is None or tr.step_s <= 0:
                             continue
-                        run_s = tokens / (wl.batch * wl.context) * tr.step_s
+                        # the run's wall time as time --train-tokens and cost give it: steps over the goodput the
+                        # target's interruptions leave (GPU clusters)
+                        run_s = float(time_to_train(step_s=tr.step_s, tokens_per_step=wl.batch * wl.context,
+                                                    train_tokens=tokens, num_gpus=int(k),
+                                                    goodput=run_goodput(t0.kind, cat, int(k)))[0])
                         runs = math.floor(wl.deadline_days * 86400.0 / run_s)
                         mx = tr.details.get("memoryx") or {}  # the option the plan holds the model in
                         cx, cy, cw = (_memoryx_extra(dict(p, memoryx_capacity_bytes=mx.get("capacity_bytes",
