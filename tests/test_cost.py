@@ -118,6 +118,9 @@ def test_training_run_with_memoryx_hand_check(cat, prices):
     assert res.metric("run_s") == pytest.approx(run_s, rel=1e-9)
     assert res.metric("usd_per_run") == pytest.approx(run_s / 3600 * busy_hour, rel=1e-9)
     assert res.metric("energy_j_per_run") == pytest.approx(busy_w * p["pue"] * run_s, rel=1e-9)
+    # their rack space too (audit28b H3: 16 x 15 U was reported, the 76 1U servers left out)
+    assert p["rack_units"] == 15 and p["cluster_node_rack_units"] == 1
+    assert res.metric("rack_units") == 16 * 15 + nodes * 1
     assert res.headline_metric == "usd_per_run"
 
 
@@ -164,6 +167,7 @@ def test_cluster_servers_scale_with_the_memoryx_option(cat):
         phase="serve", num_devices=1, num_systems=1, prefill_s=1.0, prompt_tokens=1.0, decode_step_s=1.0,
         output_tokens_per_step=1.0))
     assert float(serve["cluster_nodes"]) == 0 and float(serve["peak_it_power_w"]) == 23e3
+    assert float(r["rack_units"]) == 15 + 28 and float(serve["rack_units"]) == 15
 
 
 def test_every_price_has_a_known_source_and_a_range(cat, prices):

@@ -590,3 +590,30 @@ def test_sla_relaxation_saving_is_the_resolve_with_the_looser_sla(tmp_path):
     assert relaxed.total_usd_per_year < plan.total_usd_per_year  # the looser SLA is cheaper here ...
     assert row.relaxed_usd_per_year == pytest.approx(relaxed.total_usd_per_year, rel=1e-9)  # ... by what it says
     assert row.binding and row.saving_usd_per_year > 0
+
+
+def test_wafer_training_replica_counts_its_cluster_servers_rack_space(tmp_path):
+    """audit28b H3: a cs3 training replica's 1U cluster servers (MemoryX, SwarmX, workers) drew power and cost capex
+    but took no rack space, so a 960 U cap was 'met' by 64 CS-3 (64 x 15 U) with 268 servers beside them. A replica
+    now carries their space, as `cost` counts it, and the rack cap binds on it."""
+    from wseplan.catalog import load_catalog
+    from wseplan.costing import cost
+
+    cat = load_catalog()
+    f = tmp_path / "d.yaml"
+    body = ("name: t\nsystems:\n  - hardware: cs3\nworkloads:\n  - name: tr\n    model: llama-3-8b\n    kind: train\n"
+            "    precision: bf16\n    train_tokens: 1e9\n    runs: 1\n    deadline_days: 30\n    batch: 64\n"
+            "    context: 2048\n    device_counts:\n      cs3: [4]\n")
+    f.write_text(body)
+    pb = build_problem(read_demand(f), catalog=cat)
+    (c,) = [c for c in pb.configs if c.run_s is not None]
+    res = cost("llama-3-8b", "cs3x4", phase="train", batch=64, context=2048, train_tokens=1e9, catalog=cat)
+    nodes = res.metric("cluster_nodes")
+    assert nodes > 0 and c.extra_rack_units == pytest.approx(nodes * 1.0)
+    assert 4 * 15 + c.extra_rack_units == pytest.approx(res.metric("rack_units"))
+    plan = solve_fleet(pb, analyze=False)
+    assert plan.rack_units == pytest.approx(res.metric("rack_units"))
+    capped = tmp_path / "capped.yaml"  # the systems alone fit 60 U; with their servers they do not
+    capped.write_text(body + "constraints:\n  rack_units_cap: 60\n")
+    with pytest.raises(InfeasibleError):
+        plan_fleet(read_demand(capped), catalog=cat, analyze=False)

@@ -119,3 +119,15 @@ def test_markup_and_escapes_in_user_text_are_shown_not_obeyed(tmp_path, capsys):
     assert main(["check", str(tmp_path / "nope[/bold]\x1b[31m.yaml")]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\\x1b" in err and err.count("\n") == 1
+
+
+def test_data_parallel_inference_says_how_many_requests_are_in_flight(catalog):
+    """audit28d H2: `--batch 1` on 8 GPUs searched 8 data-parallel replicas of one GPU and showed 8 requests'
+    throughput (8 x the per-user speed) beside 'batch 1'; the record now says the batch is each replica's and how many
+    requests are in flight together."""
+    from wseplan.timing import predict_time
+
+    r = predict_time("gpt-oss-20b", "b200x8", phase="decode", precision="fp4", batch=1, context=2048, catalog=catalog)
+    dp = r.layout["data_parallel"]
+    assert dp > 1 and r.tokens_per_s == pytest.approx(dp * r.tokens_per_s_per_user, rel=1e-9)
+    assert any(f"{dp} requests in flight together (1 per replica)" in n for n in r.notes)

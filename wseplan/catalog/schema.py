@@ -251,6 +251,8 @@ class System(_Checked):
     #: servers) and the draw of one such server; None: not counted
     cluster_nodes_per_system: Quantity | None = None
     cluster_node_power_w: Quantity | None = None
+    #: rack space of one such server [U]; None: not counted
+    cluster_node_rack_units: Quantity | None = None
 
 
 class MemoryX(_Checked):

@@ -21,7 +21,9 @@ def time_cmd(
     phase: str = O.phase_opt(help="train | prefill | decode | serve (whole requests)"),
     precision: str = O.precision_opt(),
     software: Optional[str] = O.software_opt(),
-    batch: Optional[int] = O.batch_opt("Train: global batch [sequences]; inference: concurrent requests."),
+    batch: Optional[int] = O.batch_opt("Train: global batch [sequences]; inference: concurrent requests "
+                                      "per replica (a layout of several data-parallel replicas holds this many in "
+                                      "each; throughput counts them all)."),
     context: Optional[int] = O.context_opt("Train: sequence length; prefill: prompt; decode: KV length."),
     output_tokens: Optional[int] = O.output_tokens_opt("Serve: generated tokens per request (decode with -o = serve)."),
     tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree (GPU)."),

@@ -292,6 +292,12 @@ class GpuFamily(InferenceMixin, Family):
         elif ctx.count and used < ctx.count:
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle ({dp} replicas of {tp * pp}: a faster "
                          f"replica size than any that divides the count)")
+        if ctx.q.phase != "train" and dp > 1:  # the batch is each replica's (audit28d H2)
+            b = int(r["batch"]) if "batch" in r else None
+            held = f"{b * dp:,} requests in flight together ({b:,} per replica)" if b else "one batch each"
+            notes.append(f"{dp} data-parallel replicas of {tp * pp} GPU{'s' if tp * pp > 1 else ''}: {held}; throughput "
+                         f"counts every replica, "
+                         f"the per-user speed is one request's")
         return lay, {"stages": stages}, notes
 
     def candidates(self, ctx: GpuContext, cfg: dict) -> tuple[dict, np.ndarray]:

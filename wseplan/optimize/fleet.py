@@ -232,15 +232,15 @@ def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemTy
     return st, {"target": t, "params": p}
 
 
-def _memoryx_extra(p, st, num_systems) -> tuple[float, float, float]:
-    """(capex, yearly cost, peak facility power) of a wafer training replica's MemoryX option and its cluster's CPU
-    servers (MemoryX, SwarmX, input workers), beyond its ``num_systems`` systems of type ``st``: the cost model's
-    terms (:func:`~wseplan.analytic.cost.evaluate`) less the systems' own (linear in the count)."""
+def _memoryx_extra(p, st, num_systems) -> tuple[float, float, float, float]:
+    """(capex, yearly cost, peak facility power, rack units) of a wafer training replica's MemoryX option and its
+    cluster's CPU servers (MemoryX, SwarmX, input workers), beyond its ``num_systems`` systems of type ``st``: the cost
+    model's terms (:func:`~wseplan.analytic.cost.evaluate`) less the systems' own (linear in the count)."""
     full = evaluate(p, TimeInputs(phase="train", num_devices=num_systems, num_systems=num_systems, step_s=1.0,
                                   tokens_per_step=1.0, train_tokens=1.0))  # the times do not enter these terms
-    own = (st.capex_usd, st.annual_usd, st.peak_facility_power_w)
+    own = (st.capex_usd, st.annual_usd, st.peak_facility_power_w, st.rack_units)
     return tuple(float(full[k]) - num_systems * o
-                 for k, o in zip(("capex_usd", "total_usd_per_year", "peak_facility_power_w"), own))
+                 for k, o in zip(("capex_usd", "total_usd_per_year", "peak_facility_power_w", "rack_units"), own))
 
 
 def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) -> tuple:
@@ -382,12 +382,12 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                                                     goodput=run_goodput(t0.kind, cat, int(k)))[0])
                         runs = math.floor(wl.deadline_days * 86400.0 / run_s)
                         mx = tr.details.get("memoryx") or {}  # the option the plan holds the model in
-                        cx, cy, cw = (_memoryx_extra(dict(p, memoryx_capacity_bytes=mx.get("capacity_bytes",
-                                                                                           p["memoryx_capacity_bytes"])),
-                                                     st, int(k)) if t0.kind == "wafer" else (0.0, 0.0, 0.0))
+                        cx, cy, cw, cu = (_memoryx_extra(dict(p, memoryx_capacity_bytes=mx.get(
+                            "capacity_bytes", p["memoryx_capacity_bytes"])), st, int(k))
+                            if t0.kind == "wafer" else (0.0, 0.0, 0.0, 0.0))
                         configs.append(Config(workload=wl.name, system=st.name, num_devices=int(k), batch=wl.batch,
                                               supply=float(runs), run_s=run_s, extra_capex_usd=cx, extra_annual_usd=cy,
-                                              extra_facility_power_w=cw))
+                                              extra_facility_power_w=cw, extra_rack_units=cu))
             except (WseplanError, ImportError, NotImplementedError) as exc:
                 notes.append(f"{wl.name} on {st.name}: skipped ({' '.join(str(exc).split())[:160]})")
     return FleetProblem(demands=demands, systems=systems, configs=configs,

@@ -57,6 +57,7 @@ class FleetModel:
         self.x_capex = np.array([c.extra_capex_usd for c in cfg], dtype=float)
         self.x_annual = np.array([c.extra_annual_usd for c in cfg], dtype=float)
         self.x_power = np.array([c.extra_facility_power_w for c in cfg], dtype=float)
+        self.x_ru = np.array([c.extra_rack_units for c in cfg], dtype=float)
         self.ttft = np.array([np.nan if c.ttft_s is None else c.ttft_s for c in cfg], dtype=float)
         self.tpot = np.array([np.nan if c.tpot_s is None else c.tpot_s for c in cfg], dtype=float)
         self.has_run = np.array([c.run_s is not None for c in cfg], dtype=bool)
@@ -115,7 +116,7 @@ class FleetModel:
         r_lo = [amounts, np.zeros(ns)]
         r_hi = [np.full(nd, np.inf), np.full(ns, np.inf)]
         r = nd + ns
-        usage_rows = {"power_cap_w": (self.power, self.x_power[idx]), "rack_units_cap": (self.ru, None),
+        usage_rows = {"power_cap_w": (self.power, self.x_power[idx]), "rack_units_cap": (self.ru, self.x_ru[idx]),
                       "budget_usd": (self.capex, self.x_capex[idx])}
         cap_row = {}
         for k in CAPS:
@@ -340,7 +341,7 @@ class FleetModel:
         r_val = np.array([reps[i] for i in r_idx], dtype=float)
         s = np.array([syss.get(j, 0) for j in range(len(self.per))], dtype=float)
         use = {"power_cap_w": float(self.power @ s + (self.x_power[r_idx] @ r_val if len(r_idx) else 0.0)),
-               "rack_units_cap": float(self.ru @ s),
+               "rack_units_cap": float(self.ru @ s + (self.x_ru[r_idx] @ r_val if len(r_idx) else 0.0)),
                "budget_usd": float(self.capex @ s + (self.x_capex[r_idx] @ r_val if len(r_idx) else 0.0))}
         obj = float(self.annual @ s + (self.x_annual[r_idx] @ r_val if len(r_idx) else 0.0))
         return {"replicas": reps, "systems": {j: int(v) for j, v in enumerate(s)}, "usage": use, "objective": obj}

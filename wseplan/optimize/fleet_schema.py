@@ -273,6 +273,7 @@ class Config(Frozen):
     extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
     extra_annual_usd: float = 0.0
     extra_facility_power_w: float = 0.0  # per replica (a weight-streaming cluster's CPU servers) x PUE
+    extra_rack_units: float = 0.0  # per replica (the same servers' rack space)
 
 
 class Demand(Frozen):

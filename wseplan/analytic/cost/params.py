@@ -49,7 +49,8 @@ def cost_params(prices: Prices, catalog, target, *, memoryx_option: str | None =
     ``rack_units`` (per system or node), ``cloud_usd_per_device_hour`` (GPUs with a rental price), and for
     wafer training ``memoryx_capacity_bytes``, ``memoryx_dram_capacity_bytes``, ``memoryx_dram_usd_per_tb``,
     ``memoryx_flash_usd_per_tb``, and where the catalog gives them the cluster's CPU servers:
-    ``cluster_node_power_w``, ``memoryx_min_nodes``, ``memoryx_node_dram_bytes``, ``memoryx_node_flash_bytes``,
+    ``cluster_node_power_w``, ``cluster_node_rack_units``, ``memoryx_min_nodes``, ``memoryx_node_dram_bytes``,
+    ``memoryx_node_flash_bytes``,
     ``cluster_nodes_per_system``.
     """
     out: dict[str, Param] = {}
@@ -95,6 +96,9 @@ def cost_params(prices: Prices, catalog, target, *, memoryx_option: str | None =
         node_w = sysm.cluster_node_power_w
         if node_w is not None and mx.node_dram_bytes is not None and mx.node_flash_bytes is not None:
             out["cluster_node_power_w"] = Param.from_quantity("cluster_node_power_w", node_w)
+            if sysm.cluster_node_rack_units is not None:
+                out["cluster_node_rack_units"] = Param.from_quantity("cluster_node_rack_units",
+                                                                     sysm.cluster_node_rack_units)
             out["memoryx_min_nodes"] = Param.from_quantity("memoryx_min_nodes", mx.update_nodes)
             out["memoryx_node_dram_bytes"] = Param.from_quantity("memoryx_node_dram_bytes", mx.node_dram_bytes)
             out["memoryx_node_flash_bytes"] = Param.from_quantity("memoryx_node_flash_bytes", mx.node_flash_bytes)
@@ -125,7 +129,8 @@ def parse_overrides(items: list[str] | None) -> dict[str, float]:
 #: under any hardware prefix, so a typo under another target's prefix is not silently skipped
 HARDWARE_INPUTS = ("capex_usd", "network_frac", "peak_power_w", "rack_units", "cloud_usd_per_device_hour",
                    "memoryx_capacity_bytes", "memoryx_dram_capacity_bytes", "memoryx_dram_usd_per_tb",
-                   "memoryx_flash_usd_per_tb", "cluster_node_power_w", "memoryx_min_nodes", "memoryx_node_dram_bytes",
+                   "memoryx_flash_usd_per_tb", "cluster_node_power_w", "cluster_node_rack_units", "memoryx_min_nodes",
+                   "memoryx_node_dram_bytes",
                    "memoryx_node_flash_bytes", "cluster_nodes_per_system", "model_time_factor")
 
 

@@ -65,7 +65,9 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
     out["memoryx_capex_usd"] = np.asarray(extra, dtype=float) + 0.0 * d["capex_usd"]
     out["usd_per_system_hour"] = d["usd_per_hour"] / t.num_systems
     out["usd_per_device_hour"] = d["usd_per_hour"] / t.num_devices
-    out["rack_units"] = t.num_systems * np.asarray(p["rack_units"], dtype=float)
+    # the systems' rack space and the weight-streaming cluster's CPU servers' (audit28b H3)
+    out["rack_units"] = (t.num_systems * np.asarray(p["rack_units"], dtype=float)
+                         + np.asarray(nodes, dtype=float) * np.asarray(p.get("cluster_node_rack_units", 0.0), dtype=float))
     out["racks"] = out["rack_units"] / p["rack_units_per_rack"]
     # the model error of the predicted times (true / predicted; 1 = as predicted), sampled with the prices
     f = np.asarray(p.get("model_time_factor", 1.0), dtype=float)
