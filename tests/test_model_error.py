@@ -108,15 +108,49 @@ def test_no_interval_end_runs_the_model_above_the_compute_roof():
 
     r = plan("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
     assert 0 < r.model_flop_utilization_frac < 1
-    assert r.interval_low == pytest.approx(r.step_s * r.model_flop_utilization_frac, rel=1e-12)
-    assert "compute roof" in r.interval_note
+    # the weight stream (4.66 s) binds before the compute roof (3.36 s) here (audit28a H1): the larger of the two
+    roof = r.step_s * r.model_flop_utilization_frac
+    assert r.details["stream"]["stream_floor_s"] > roof
+    assert r.interval_low == pytest.approx(max(roof, r.details["stream"]["stream_floor_s"]), rel=1e-12)
     c = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
     f = next(p for p in c.params if p.name == "model_time_factor")
-    assert f.low == pytest.approx(r.model_flop_utilization_frac, rel=1e-12)
+    assert f.low == pytest.approx(r.interval_low / r.step_s, rel=1e-12)
+    # the rule by hand: the larger of the compute roof (MFU) and floor / time; neither without an MFU or a floor
+    assert ME.roof_time_factor(0.5) == 0.5
+    assert ME.roof_time_factor(0.5, floor_s=7.0, time_s=10.0) == pytest.approx(0.7)
+    assert ME.roof_time_factor(0.5, floor_s=3.0, time_s=10.0) == 0.5
+    assert ME.roof_time_factor(None, floor_s=3.0, time_s=10.0) == pytest.approx(0.3)
+    assert ME.roof_time_factor(None) is None and ME.roof_time_factor(1.5) is None
     # a GPU inference interval whose fast end is below the roof keeps it
     g = plan("llama-3.1-8b", "h100x1", phase="decode", batch=1, context=1024)
     assert g.interval_high < g.tokens_per_s / g.model_flop_utilization_frac
     assert "compute roof" not in g.interval_note
+
+
+def test_no_interval_end_streams_the_weights_faster_than_the_links():
+    """audit28a H1: GPT-3 175B on 256 CS-3 at batch 1,536 x 2,048 waits on the weight stream (MFU 18%): the compute roof
+    let the interval reach 1.13 s for a 4.71 s step, but each step streams the bf16 weights in twice (forward and
+    backward) at the 150 GB/s of 12 x 100 GbE ports: 2 x 175e9 x 2 B / 150e9 B/s = 4.67 s (by hand). The fast end of
+    the interval and of the cost's model-error factor stop there."""
+    from wseplan.costing import cost
+    from wseplan.plan import plan
+    from wseplan.workload import total_params
+
+    r = plan("gpt-3-175b", "cs3x256", phase="train", batch=1536, context=2048)
+    assert r.bottleneck == "weight_stream"
+    bw = r.details["streaming"]["stream_bandwidth_bytes_per_s"]
+    assert bw == pytest.approx(150e9, rel=1e-9) and r.layout["passes"] == 1
+    from wseplan.catalog import load_catalog
+    from wseplan.workload import resolve_model
+    hand = 2 * total_params(resolve_model("gpt-3-175b", load_catalog())) * 2 / bw
+    assert hand == pytest.approx(4.67, rel=0.01)
+    link = r.details["stream"]["stream_floor_s"]
+    assert link == pytest.approx(hand, rel=0.01) and link <= r.step_s
+    assert r.interval_low == pytest.approx(link, rel=1e-12) and r.interval_low > r.step_s * r.model_flop_utilization_frac
+    assert "stream the weights" in r.interval_note
+    c = cost("gpt-3-175b", "cs3x256", phase="train", batch=1536, context=2048)
+    f = next(p for p in c.params if p.name == "model_time_factor")
+    assert f.low == pytest.approx(link / r.step_s, rel=1e-12)
 
 
 def test_a_category_without_validated_rows_spans_its_weak_rows(tmp_path):

@@ -217,18 +217,30 @@ def _level_keys(level: float) -> tuple[str, str]:
     return lo, hi
 
 
-def roof_time_factor(mfu) -> float | None:
-    """The least true / predicted time the compute roof allows a prediction of model FLOP utilisation ``mfu``: its
-    time at MFU 1 over its time (= ``mfu``); None where ``mfu`` is not in (0, 1]. Used by the prediction interval and
-    by the cost Monte Carlo's model-error factor alike."""
-    return float(mfu) if mfu is not None and 0.0 < mfu <= 1.0 else None
+def roof_time_factor(mfu, *, floor_s=None, time_s=None) -> float | None:
+    """The least true / predicted time the hard bounds allow a prediction: the compute roof (its time at MFU 1 over its
+    time, = ``mfu``) and, where given, a floor the links set (``floor_s``, e.g. a streamed wafer's weights in and out
+    at the stream bandwidth, over the predicted ``time_s``), the larger; None where neither applies. Used by the
+    prediction interval and by the cost Monte Carlo's model-error factor alike."""
+    f = float(mfu) if mfu is not None and 0.0 < mfu <= 1.0 else None
+    if floor_s is not None and time_s and floor_s > 0 and math.isfinite(floor_s):
+        f = max(f or 0.0, min(1.0, float(floor_s) / float(time_s)))
+    return f
+
+
+def _roof_text(rec: dict, f: float) -> str:
+    mfu = rec.get("model_flop_utilization_frac")
+    if mfu is not None and f <= mfu * (1 + 1e-12):
+        return f"the compute roof (MFU 1, x{1 / f:.3g} the prediction's speed)"
+    return f"the time the links need to stream the weights (x{1 / f:.3g} the prediction's speed)"
 
 
 def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     """``interval_metric``/``interval_low``/``interval_high``/``interval_note`` for a plan record's headline: its
     ``tokens_per_s`` (inference) or ``step_s`` (training); empty when the record has no time. With the record's
     ``model_flop_utilization_frac`` the fast end is held at the compute roof: no end of the interval runs the model's
-    FLOPs above the devices' dense peak (MFU 1)."""
+    FLOPs above the devices' dense peak (MFU 1); with a training record's ``floor_s`` (a streamed wafer's link time),
+    no step is shorter than it either."""
     train = rec.get("phase") == "train"
     metric = "step_s" if train else "tokens_per_s"
     v = rec.get(metric)
@@ -240,10 +252,11 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     if iv is None:
         return {}
     lo, hi, note = iv
-    f = roof_time_factor(rec.get("model_flop_utilization_frac"))
+    f = roof_time_factor(rec.get("model_flop_utilization_frac"), floor_s=rec.get("floor_s") if train else None,
+                         time_s=v)
     if f is not None:
-        roof = v * f if train else v / f  # the step at MFU 1, or the throughput at MFU 1
+        roof = v * f if train else v / f  # the step at the roof, or the throughput there
         if (train and lo < roof) or (not train and hi > roof):
             lo, hi = (max(lo, roof), hi) if train else (lo, min(hi, roof))
-            note += f"; its fast end held at the compute roof (MFU 1, x{1 / f:.3g} the prediction's speed)"
+            note += f"; its fast end held at {_roof_text(rec, f)}"
     return {"interval_metric": metric, "interval_low": lo, "interval_high": hi, "interval_note": note}

@@ -482,6 +482,13 @@ def one_sequence_hint(context: int, max_tokens_on_wafer: float) -> str:
             "in a pass at any system count: lower --context")
 
 
+def floor_s(details: dict) -> float | None:
+    """The least time a record's step can take by its links (a streamed wafer's weights in and out over its passes,
+    ``details["stream"]["stream_floor_s"]``) [s]; None where no family states one."""
+    v = (details.get("stream") or {}).get("stream_floor_s") if isinstance(details, dict) else None
+    return None if v is None else float(v)
+
+
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
     """Row ``i`` of :func:`evaluate`'s arrays as a :class:`~wseplan.records.PlanRecord`."""
     q, fam = s.query, s.family
@@ -524,7 +531,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                         "software": calibrated_name(q.software),
                         "step_s": r.get("step_s") if timed else None,
                         "tokens_per_s": r.get("tokens_per_s") if timed else None,
-                        "model_flop_utilization_frac": r.get("model_flop_utilization_frac") if timed else None},
+                        "model_flop_utilization_frac": r.get("model_flop_utilization_frac") if timed else None,
+                        "floor_s": floor_s(details) if timed else None},
                        params_b=_params_b(q.model) if isinstance(q.model, Model) else None)
     return PlanRecord(
         model=q.model.name if hasattr(q.model, "name") else str(q.model), target=label, hardware=t.key, device_kind=t.kind,

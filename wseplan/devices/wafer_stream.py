@@ -215,8 +215,8 @@ class WaferStreamFamily(Family):
         is_spill = chosen == 3
         # the spill's exposed I/O: its step less the same passes keeping the checkpoints on the wafer
         exposed_spill = np.where(is_spill, np.maximum(0.0, step - run("checkpoint", plans["spill"])["step_s"]), 0.0)
-        link_busy = passes * (float((w.weight_bytes / 1.0).sum()) * 2.0 / stream_bw
-                              + np.where(is_spill, 2.0 * layer_sum(spill) / ctx.io_bw, 0.0))
+        stream_floor = passes * float((w.weight_bytes / 1.0).sum()) * 2.0 / stream_bw  # weights in, forward and backward
+        link_busy = stream_floor + passes * np.where(is_spill, 2.0 * layer_sum(spill) / ctx.io_bw, 0.0)
         parts = {"compute": compute - recomp, "recompute": recomp, "weight_stream": exposed - exposed_spill,
                  "spill_io": exposed_spill, "optimizer": opt}
         bn = argmax_code(parts, len(B))
@@ -242,7 +242,7 @@ class WaferStreamFamily(Family):
                     min_tokens_compute_bound=t_min, max_tokens_on_wafer=max_tok,
                     min_batch_compute_bound=np.maximum(1.0, np.ceil(t_min / s)),
                     max_batch_on_wafer=np.where(np.isfinite(max_tok), np.floor(np.minimum(max_tok, 2.0 ** 62) / s), 2.0 ** 62),
-                    spill_bytes=np.where(is_spill, 2.0 * passes * layer_sum(spill), 0.0),
+                    spill_bytes=np.where(is_spill, 2.0 * passes * layer_sum(spill), 0.0), stream_floor_s=stream_floor,
                     **{f"alt_{p}_step_s": np.where(fitp[p], runs[p]["step_s"], np.nan) for p in POLICY_ORDER},
                     **{f"alt_{p}_passes": plans[p][0] for p in POLICY_ORDER})
 
@@ -308,7 +308,7 @@ STREAM_FIELDS = ("step_s", "tokens_per_s", "compute_s", "recompute_s", "exposed_
                  "policy", "passes", "per_system_batch", "tokens_per_pass", "stream_bandwidth_bytes_per_s",
                  "transfer_latency_s", "memoryx_tier", "memoryx_required_bytes", "memoryx_capacity_bytes", "memoryx_fits",
                  "wafer_fits", "buffer_bytes", "activation_bytes", "min_tokens_compute_bound", "max_tokens_on_wafer",
-                 "min_batch_compute_bound", "max_batch_on_wafer", "spill_bytes",
+                 "min_batch_compute_bound", "max_batch_on_wafer", "spill_bytes", "stream_floor_s",
                  *(f"alt_{p}_{k}" for p in POLICY_ORDER for k in ("step_s", "passes")))
 
 register(WaferStreamFamily())
