@@ -314,3 +314,37 @@ def test_a_given_layout_may_leave_gpus_idle_as_the_search_does():
                  layout={"tp": lay["tensor_parallel"], "pp": lay["pipeline_parallel"], "dp": lay["data_parallel"]})
     assert lay["tensor_parallel"] * lay["pipeline_parallel"] * lay["data_parallel"] < 28
     assert given.fits and given.step_s == pytest.approx(searched.step_s, rel=1e-12)
+
+
+def test_a_given_micro_batch_outside_the_searched_values_is_searched_around(catalog):
+    """audit28a H2: a micro-batch of 3 (outside 1, 2, 4 ... 32) matched no searched layout and fell back to the
+    default completion (all 8 GPUs in tensor parallelism for an 8B model, 22% slower) labelled 'partly searched'.
+    It is now searched with the rest free: the layout found (TP1 DP8) is no slower than other layouts with micro-batch
+    3."""
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="train", batch=48, context=4096, catalog=catalog)
+    r3 = predict_time("llama-3-8b", "h100x8", micro_batch=3, **kw)
+    assert r3.layout["micro_batch"] == 3 and r3.layout["tensor_parallel"] == 1 and r3.layout["data_parallel"] == 8
+    # every other layout with micro-batch 3 is no faster (the search held the given value)
+    for tp, dp in ((2, 4), (8, 1)):
+        other = predict_time("llama-3-8b", "h100x8", micro_batch=3, tensor_parallel=tp, data_parallel=dp, **kw)
+        assert other.step_s >= r3.step_s
+    # GPT-3 on 512 H100 with micro-batch 3: searched (TP8 PP8 DP8 fits) rather than refused over a tp never given
+    g = predict_time("gpt-3-175b", "h100x512", phase="train", batch=1536, context=2048, micro_batch=3, catalog=catalog)
+    assert g.layout["micro_batch"] == 3 and g.layout["tensor_parallel"] <= 8
+
+
+def test_a_given_context_parallel_degree_is_searched_around(catalog):
+    """audit28a H2: `--cp 2` on GPT-3 at 2,048 tokens (below the searched context-parallel threshold) fell back to the
+    default completion and was refused with 'tp: 256 does not divide ... heads', a tp never given; a degree that does
+    not divide the count names --cp."""
+    from wseplan.errors import InputError
+    from wseplan.timing import predict_time
+
+    r = predict_time("gpt-3-175b", "h100x512", phase="train", batch=1536, context=2048, context_parallel=2,
+                     catalog=catalog)
+    assert r.layout["context_parallel"] == 2 and 96 % r.layout["tensor_parallel"] == 0
+    with pytest.raises(InputError, match="context_parallel: 3 does not divide"):
+        predict_time("gpt-3-175b", "h100x512", phase="train", batch=1536, context=2048, context_parallel=3,
+                     catalog=catalog)

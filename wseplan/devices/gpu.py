@@ -320,9 +320,13 @@ class GpuFamily(InferenceMixin, Family):
         grids: dict = {}
         for i in np.nonzero(~full)[0]:
             b, c_ = float(cfg["batch"][i]), float(cfg["context"][i])
-            if (b, c_) not in grids:
-                grids[b, c_] = self._grid(ctx, b, c_)
-            grid = grids[b, c_]
+            # a given micro-batch or virtual-stage count outside the searched values is searched too (audit28a H2:
+            # micro-batch 3 fell back to the default completion, all GPUs in tensor parallelism)
+            extra = tuple(int(vals[i, cols.index(c)]) if c in cols and known[i, cols.index(c)] else None
+                          for c in ("micro_batch", "vpp", "cp"))
+            if (b, c_, extra) not in grids:
+                grids[b, c_, extra] = self._grid(ctx, b, c_, micro_batch=extra[0], vpp=extra[1], cp=extra[2])
+            grid = grids[b, c_, extra]
             keep = np.ones(len(grid["tp"]), dtype=bool)
             for j, c in enumerate(cols):
                 if known[i, j]:
@@ -333,7 +337,12 @@ class GpuFamily(InferenceMixin, Family):
                 cand = {c: grid[c][keep] for c in cols}
             else:
                 given = {c: int(vals[i, j]) for j, c in enumerate(cols) if known[i, j]}
-                filled = self.default_layout(ctx, given, b)
+                try:
+                    filled = self.default_layout(ctx, given, b)
+                except InputError as exc:  # name what was given, not a completion the user never asked for
+                    said = ", ".join(f"{k} {v}" for k, v in given.items())
+                    raise InputError(f"layout: no layout of {ctx.count or 'the'} GPUs searched with {said} "
+                                     f"({exc}); give the whole layout (--tp, --pp, --dp) or fewer of its parts") from None
                 cand = {c: np.asarray([float(filled[c])]) for c in cols}
             g = len(cand["tp"])
             row = {k: np.full(g, float(np.asarray(v)[i])) for k, v in cfg.items() if k not in cols}
@@ -344,7 +353,10 @@ class GpuFamily(InferenceMixin, Family):
         out = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in parts]) for k in keys}
         return out, np.concatenate(parent).astype(np.int64)
 
-    def _grid(self, ctx: GpuContext, batch: float, context: float = 1.0) -> dict:
+    def _grid(self, ctx: GpuContext, batch: float, context: float = 1.0, *, micro_batch: int | None = None,
+              vpp: int | None = None, cp: int | None = None) -> dict:
+        """The layouts searched for one batch and context (training: with micro-batches, virtual stages, recompute and
+        ZeRO; a given ``micro_batch``, ``vpp`` or ``cp`` outside the usual values is searched too)."""
         L = ctx.num_layers
         N0 = ctx.count
         train = ctx.q.phase == "train"
@@ -353,16 +365,18 @@ class GpuFamily(InferenceMixin, Family):
         cp_min = ctx.q.catalog.defaults.gpu_cp_min_tokens_per_rank.si
         rep_min = ctx.q.catalog.defaults.gpu_train_min_replica_frac.si
         pp_idle = int(ctx.q.catalog.defaults.gpu_infer_idle_max_pipeline.si)
-        if train and ctx.cp_given is not None and N0 is not None and N0 % int(ctx.cp_given):
-            raise InputError(f"context_parallel: {ctx.cp_given:g} does not divide the target's {N0} GPUs; give a "
+        cpg = ctx.cp_given if ctx.cp_given is not None else cp
+        if train and cpg is not None and N0 is not None and N0 % int(cpg):
+            raise InputError(f"context_parallel: {cpg:g} does not divide the target's {N0} GPUs; give a "
                              "count that is a multiple of it")
         T, P, D, K = [], [], [], []
         seen: set = set()
         for Nc in train_counts(N0) if train else [N0]:
             if not train:
                 cps = [1]
-            elif ctx.cp_given is not None:
-                cps = [int(ctx.cp_given)] if Nc is None or Nc % int(ctx.cp_given) == 0 else []
+            elif ctx.cp_given is not None or cp is not None:
+                c0 = int(ctx.cp_given if ctx.cp_given is not None else cp)
+                cps = [c0] if Nc is None or Nc % c0 == 0 else []
             else:
                 cps = [c for c in CP_VALUES if c == 1 or (Nc is not None and Nc % c == 0 and context / c >= cp_min)]
             for cp in cps:
@@ -398,6 +412,10 @@ class GpuFamily(InferenceMixin, Family):
         fixed = N is None  # the fewest GPUs that fit: the plainest schedule
         mbs = [1] if fixed else [b for b in (1, 2, 4, 8, 16, 32) if b <= batch]
         vps = [1] if fixed else list(VPP_VALUES)
+        if micro_batch is not None and micro_batch not in mbs and micro_batch <= batch:
+            mbs.append(micro_batch)
+        if vpp is not None and vpp not in vps:
+            vps.append(vpp)
         rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2, PARTIAL]
         zss = [1] if fixed else [0, 1, 2, 3]
         # the rules below do not look at recompute or ZeRO: filter the (layout, micro-batch, virtual stages) triples,
