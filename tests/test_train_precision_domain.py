@@ -119,14 +119,14 @@ def test_dp_blocks_that_straddle_racks_reduce_over_the_network():
 
 
 def test_a_format_without_a_datapath_is_named_in_the_notes():
-    """fp4 on H100 (no FP4 tensor cores: its catalog entry has no fp4 peak) serves at the fp8 rate, and fp8 on a WSE-3
+    """fp4 on H100 (no FP4 tensor cores: its catalog entry has no fp4 peak) serves at the bf16 rate (W4A16), and fp8 on a WSE-3
     (16-bit SIMD only) at the fp16 rate, weight-only; both say so (second audit: silently). A format the device has:
     no note. Training in a format without its datapath is refused (tests/test_precision_datapath.py)."""
     from wseplan.timing import predict_time
 
     kw = dict(phase="decode", batch=8, context=2048)
     h = predict_time("llama-3-70b", "h100x8", precision="fp4", **kw)
-    assert any("no fp4 datapath" in n and "fp8 rate" in n and "weight-only" in n for n in h.notes)
+    assert any("no fp4 datapath" in n and "bf16 rate" in n and "weight-only" in n for n in h.notes)
     w8 = predict_time("llama-3-8b", "cs3", precision="fp8", **kw)
     assert any("no fp8 datapath" in n and "fp16 rate" in n for n in w8.notes)
     b = predict_time("llama-3-70b", "b200x8", precision="fp4", **kw)

@@ -443,7 +443,8 @@ def _datapath_note(t, precision: str, phase: str) -> list[str]:
     if phase == "train":
         return [f"{t.key} has no {precision} datapath in the catalog: its math runs at the {wider} rate"]
     return [f"{t.key} has no {precision} datapath in the catalog: its {precision} weights are read as {precision} and "
-            f"widened to {wider} in the kernel (weight-only), so its math runs at the {wider} rate"]
+            f"widened to {wider} in the kernel (weight-only: {wider} activations), so its math runs at the {wider} "
+            "rate"]
 
 
 def _speculation_note(s: Setup, r: dict) -> list[str]:

@@ -6,13 +6,16 @@ exactly, and its math runs at that format's rate:
 
 * a float format goes only to a wider float format (fp4 -> fp8 -> fp16/bf16 -> tf32 -> fp32): an integer datapath has
   no exponent, so fp8 values cannot run on int8 multipliers;
-* an integer format goes to a wider integer format or a float format that holds its values exactly (int4 -> int8 or
-  fp8: e4m3 holds every integer of -8..7; int8 -> fp16/bf16, which hold every integer of -128..127).
+* an integer format goes to a float format that holds its values exactly (int4 and int8 -> fp16/bf16, which hold
+  every integer of -128..127).
 
 Of the candidates the device has, the fastest is taken (the first in the order below on a tie): an engine chooses its
 kernel. For inference this is the weight-only scheme of the serving engines: the weights stay in their format in
-memory (read at its bytes per element) and are widened in the kernel, e.g. vLLM runs fp8 checkpoints on Ampere
-(A100, no FP8 tensor cores) as W8A16 with its FP8 Marlin kernel at the 16-bit rate.
+memory (read at its bytes per element) and are widened in the kernel to the activations' 16-bit format, so the math
+runs at the 16-bit rate: vLLM runs fp8 checkpoints on Ampere (A100, no FP8 tensor cores) as W8A16 with its FP8 Marlin
+kernel, and 4-bit checkpoints (AWQ/GPTQ int4, MXFP4) without a 4-bit datapath as W4A16 with its Marlin kernels;
+TensorRT-LLM's ``int4_awq`` is W4A16 too. Running 4-bit weights at the 8-bit rate needs the activations quantized as
+well (W4A8), a separate recipe, not the default (audit28d M2: int4 and fp4 once went to int8/fp8).
 
 Training computes its GEMMs in the format itself (Transformer Engine's fp8 needs FP8 tensor cores, NVFP4 pretraining
 Blackwell's FP4 ones), so :func:`training_refusal` refuses fp8 and fp4 training on a device without that datapath,
@@ -23,7 +26,7 @@ References
 vLLM documentation, "FP8 W8A8" (docs.vllm.ai/en/stable/features/quantization/fp8): "FP8 computation is supported on
 NVIDIA GPUs with compute capability >= 8.9 ... FP8 models will run on compute capability >= 7.5 (Turing) as
 weight-only W8A16, utilizing FP8 Marlin"; vLLM pull request 5975, "Expand FP8 support to Ampere GPUs using FP8
-Marlin" (2024). NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv:2509.25149 (2025).
+Marlin" (2024); vLLM documentation, "AutoAWQ" / "GPTQModel" (Marlin W4A16 kernels). NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv:2509.25149 (2025).
 """
 from __future__ import annotations
 
@@ -32,15 +35,20 @@ from collections.abc import Callable, Mapping
 #: formats whose values a format converts to exactly, in the order tried on a tie (fp16 -> bf16: the other 16-bit
 #: format, as a device with bf16 tensor cores and no fp16 ones runs fp16 models)
 WIDER_FORMATS: dict[str, tuple[str, ...]] = {
-    "fp4": ("fp8", "fp16", "bf16", "tf32", "fp32"),
+    "fp4": ("bf16", "fp16", "tf32", "fp32"),
     "fp8": ("fp16", "bf16", "tf32", "fp32"),
-    "int4": ("int8", "fp8", "fp16", "bf16", "tf32", "fp32"),
+    "int4": ("bf16", "fp16", "tf32", "fp32"),
     "int8": ("fp16", "bf16", "tf32", "fp32"),
     "fp16": ("bf16", "tf32", "fp32"),
     "bf16": ("tf32", "fp32"),
     "tf32": ("fp32",),
     "fp32": (),
 }
+
+#: the formats a 4-bit format's values also fit exactly with 8-bit multipliers (int4 -> int8, or fp8: e4m3 holds
+#: every integer of -8..7; fp4 -> fp8): the fastest a recipe that quantizes the activations too (W4A8) could run,
+#: used for hard bounds only (:func:`datapath_format` with ``bound=True``), never for an estimate
+BOUND_FORMATS: dict[str, tuple[str, ...]] = {"fp4": ("fp8",), "int4": ("int8", "fp8")}
 
 #: training precisions that need their own datapath: fp8 (Transformer Engine, FP8 tensor cores) and fp4 (NVFP4)
 TRAINING_NEEDS_DATAPATH = ("fp8", "fp4")
@@ -57,13 +65,15 @@ def _si(v) -> float:
     return float(v.si) if hasattr(v, "si") else float(v)
 
 
-def datapath_format(rates: Mapping[str, object], precision: str, rate: Callable[[object], float] = _si) -> str | None:
+def datapath_format(rates: Mapping[str, object], precision: str, rate: Callable[[object], float] = _si, *,
+                    bound: bool = False) -> str | None:
     """The format whose rate ``precision`` runs at on a device with these ``rates`` (format -> rate): its own where
-    listed, else the fastest of :data:`WIDER_FORMATS` the device lists; None when it lists none of them."""
+    listed, else the fastest of :data:`WIDER_FORMATS` the device lists (``bound``: of :data:`BOUND_FORMATS` too, the
+    fastest any recipe could run it at); None when it lists none of them."""
     if precision in rates:
         return precision
     best = None
-    for p in WIDER_FORMATS.get(precision, ()):
+    for p in (BOUND_FORMATS.get(precision, ()) if bound else ()) + WIDER_FORMATS.get(precision, ()):
         if p in rates and (best is None or rate(rates[p]) > rate(rates[best])):
             best = p
     return best

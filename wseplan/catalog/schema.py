@@ -329,11 +329,12 @@ class Gpu(_Checked):
                              f"scale-up bandwidth ({self.scale_up_bandwidth_bytes_per_s.value!r})")
         return self
 
-    def peak_flop_per_s(self, precision: str) -> float:
+    def peak_flop_per_s(self, precision: str, *, bound: bool = False) -> float:
         """Dense peak [FLOP/s] for ``precision``; a format the GPU lacks runs at a wider one that holds its values
-        (:func:`~wseplan.catalog.precision.datapath_format`: a float format at a float rate only). ValueError when the
+        (:func:`~wseplan.catalog.precision.datapath_format`: a float format at a float rate only; 4-bit weights at the
+        16-bit rate, or with ``bound`` at the fastest rate any recipe could run them, 8-bit). ValueError when the
         catalog lists none (no fp32 figure entered, say)."""
-        p = datapath_format(self.dense_peak_flop_per_s, precision)
+        p = datapath_format(self.dense_peak_flop_per_s, precision, bound=bound)
         if p is None:
             raise ValueError(f"{self.name} has no dense peak for {precision}")
         return self.dense_peak_flop_per_s[p].si

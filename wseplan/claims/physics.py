@@ -131,8 +131,8 @@ def peak(t, precision: str, scope: str = "dense") -> float:
     if scope == "sparse":  # the format's own sparse figure, else 2:4 structured sparsity: twice its dense peak
         if precision in g.sparse_peak_flop_per_s:
             return g.sparse_peak_flop_per_s[precision].si * t.count
-        return 2.0 * g.peak_flop_per_s(precision) * t.count
-    return g.peak_flop_per_s(precision) * t.count
+        return 2.0 * g.peak_flop_per_s(precision, bound=True) * t.count
+    return g.peak_flop_per_s(precision, bound=True) * t.count
 
 
 def memory_bandwidth(t) -> float:
