@@ -261,3 +261,12 @@ def test_closed_loop_text_says_queueing_only_when_users_exceed_the_kv_cache():
         return next(r["value"] for r in summary_rows(res) if r["quantity"] == "load and limits")
     assert "more users than the KV cache" not in load_text(64) and "closed loop" in load_text(64)
     assert "more users than the KV cache holds" in load_text(4000)
+
+
+def test_the_table_does_not_show_a_draft_at_a_point_that_decodes_plainly(capsys):
+    """audit28c M2: at a point where the draft does not fit beside the target (1 token per step), the table said
+    'Llama-3.2-1B drafts 4 tokens, per-token acceptance 80%' beside a note saying speculation is off."""
+    assert main(["serve", "llama-70b", "--target", "cs3", "--tpot-limit", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "speculative decoding off" in out and "drafts 4 tokens" not in out
+    assert "off at this point" in " ".join(out.split())

@@ -131,3 +131,12 @@ def test_data_parallel_inference_says_how_many_requests_are_in_flight(catalog):
     dp = r.layout["data_parallel"]
     assert dp > 1 and r.tokens_per_s == pytest.approx(dp * r.tokens_per_s_per_user, rel=1e-9)
     assert any(f"{dp} requests in flight together (1 per replica)" in n for n in r.notes)
+
+
+def test_the_all_in_price_says_it_is_per_output_token():
+    """audit28b L2: `cost` printed the all-in price as '$21.39/M tokens'; it is per million output tokens (the
+    prompts' cost is in it), which a buyer could read as per token processed (a 9x error at 2,048 in, 256 out)."""
+    from wseplan.report.formats import field_unit, fmt_field
+
+    assert fmt_field("all_in_usd_per_mtok", 21.39) == "$21.39/M output tokens"
+    assert field_unit("output_usd_per_mtok").unit == "$/M tokens"  # the split prices stay per token of their side

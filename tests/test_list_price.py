@@ -26,8 +26,14 @@ def test_flag_above_the_list_price_by_hand():
     assert note.startswith("list price: computed output $176/M tokens is 147x above")
     assert "service_prices.llama-3.1-70b" in note and "cerebras-price-registry" in note
     for reason in ("batch and utilisation", "1 concurrent request", "70% busy hours", "subsidised",
-                   "speculative decoding is on", "precision: computed at bf16"):
+                   "precision: computed at bf16"):
         assert reason in note
+    # drafting lowers the computed cost, so it is no reason for a computed price above the list (audit28b L1); its
+    # absence is
+    assert "speculative" not in note
+    (plain,) = costing.list_price_flags({"output_usd_per_mtok": 176.0}, _listed(0.6, 0.6, 1.2),
+                                        **dict(KW, speculative=False))
+    assert "no speculative decoding in this computation" in plain
 
 
 def test_flag_below_the_list_price_names_margin():

@@ -291,8 +291,8 @@ def list_price_flags(computed: dict[str, float], listed: tuple[str, C.ServicePri
             reasons = [f"batch and utilisation: computed at {batch} concurrent request(s) per replica and "
                        f"{utilization_frac:.0%} busy hours; a service batches many users and keeps its systems busier",
                        "the list price may be subsidised (below cost, e.g. to win market share)"]
-            reasons.append(f"speculative decoding is on ({software})" if speculative else
-                           f"no speculative decoding in this computation ({software}); a service may use it")
+            if not speculative:  # drafting lowers the computed cost: only its absence explains a high one
+                reasons.append(f"no speculative decoding in this computation ({software}); a service may use it")
             if precision in _SIXTEEN_BIT:
                 reasons.append(f"precision: computed at {precision}; a service may run lower precision (fp8, int8)")
         else:

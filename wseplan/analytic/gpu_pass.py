@@ -41,6 +41,30 @@ class Sequences(NamedTuple):
     decode: bool = True
 
 
+#: kernels of a dense transformer block in a serving engine's decode pass, the count ``layer_launch_s`` stands for
+#: (catalogs/software/profiles.yaml: QKV, rotary, attention, output, norm + all-reduce, gate/up, activation, down,
+#: norm + all-reduce, and the KV-cache write)
+DENSE_BLOCK_KERNELS = 10
+
+
+def block_kernels(b) -> int:
+    """Kernels one block of type ``b`` launches in an inference pass: one per GEMM of the block, six others (rotary,
+    attention, activation, the KV-cache write, two norm + all-reduce); a routed MLP four more (the router GEMM, the
+    top-k softmax, the token permutation into expert order and the weighted combine: vLLM's fused-MoE path runs
+    ``fused_topk``, ``moe_align_block_size``, two grouped GEMMs, ``silu_and_mul`` and ``moe_sum`` where a dense MLP runs
+    gate/up, activation and down), a shared expert its activation, multi-head latent attention its two latent norms.
+    Dense 10, Mixtral/Qwen3/gpt-oss MoE 14, Llama 4 MoE 17, DeepSeek-V3 MoE 22."""
+    names = {g.name for g in b.gemms}
+    k = len(b.gemms) + 6
+    if "kv_a" in names:
+        k += 2
+    if b.moe:
+        k += 4
+    if "shared_up" in names:
+        k += 1
+    return k
+
+
 def vector_peak_flop_per_s(gpu) -> float:
     """The rate a decode attention kernel without tensor-core instructions runs against [FLOP/s]: its vector units'
     instruction issue (4 warp instructions per SM and clock) counted as fused multiply-adds, ``vector_issue_flop_per_s``
@@ -139,9 +163,12 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     attn_peak = attention_peak_flop_per_s(gpu, precision)
     kvb = kv_bytes_per_element(precision)
     vec_peak = None if grouped_kv else vector_peak_flop_per_s(gpu) * cal.vector_attention_frac
-    launch = cal.layer_overhead_s + cal.layer_launch_s
     layer, attn_parts, kv_parts = [], [], []
+    launches = []
     for (gemm, _), b in zip(gemms, types):
+        # the engine's kernel gaps scale with the block's kernels (a DeepSeek MoE block runs ~2.2x a dense one's)
+        launch = cal.layer_overhead_s + cal.layer_launch_s * block_kernels(b) / DENSE_BLOCK_KERNELS
+        launches.append(launch)
         attn, t_kv = _layer_attention(b.attention, sequences, tokens, tp, attn_peak, kvb, hbm, cal, vec_peak)
         t_attn = X.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
         t_blk = gemm + attn + elem
@@ -175,7 +202,8 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
                  "gemm_memory_bound": _layer_sum(counts, [g for _, g in gemms]),
                  "attention": _layer_sum(counts, attn_parts), "kv_read": _layer_sum(counts, kv_parts)}
     stage = X.minimum(stage, total)
-    parts.update({"elementwise": L * elem, "tp_comm": L * t_tp, "overhead": L * launch + host, "lm_head": t_head,
+    over = L * launches[0] if len(types) == 1 else _layer_sum([b.count for b in types], launches)
+    parts.update({"elementwise": L * elem, "tp_comm": L * t_tp, "overhead": over + host, "lm_head": t_head,
                   "p2p": p2p})
     return total, stage, parts
 

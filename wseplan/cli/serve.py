@@ -110,6 +110,8 @@ def _speculative_text(res) -> str:
     if not sp:
         return "off"
     acc = res.chosen.accepted_tokens_per_step if res.chosen else None
+    if acc is not None and acc <= 1.0:  # the chosen point decodes plainly (the draft does not fit beside it, say)
+        return f"off at this point ({sp['draft_model']} does not draft here: see the note)"
     text = (f"{sp['draft_model']} drafts {fmt_num(sp['draft_tokens'])} tokens, per-token acceptance "
             f"{fmt_num(100 * sp['acceptance_frac'])}%")
     return text + (f": {fmt_num(acc)} tokens per step" if acc is not None else "")

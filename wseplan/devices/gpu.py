@@ -5,7 +5,7 @@ Layout columns: ``tp``, ``pp``, ``dp`` (data-parallel replicas: engine replicas 
 ``zero_stage``. Memory: :func:`wseplan.analytic.memory.gpu_layout_memory`; time: :mod:`wseplan.analytic.gpu_time`'s
 per-operator roofline (training steps, inference passes composed by :mod:`wseplan.analytic.engine`). Search space (no layout given): ``tp`` powers of two in the scale-up domain dividing the heads, ``pp`` up to the
 blocks, ``dp`` = devices / (tp pp) (else one replica); training adds micro-batches 1-32 dividing a replica's batch,
-1-20 virtual stages (:data:`VPP_VALUES`), the four recompute policies and ZeRO 0-3 (2-3 without a pipeline, as
+1-20 virtual stages (:data:`~wseplan.devices.gpu_train.VPP_VALUES`), the four recompute policies and ZeRO 0-3 (2-3 without a pipeline, as
 DeepSpeed and Megatron-LM run them), each unless given; an awkward count also lays out smaller ones (:func:`~wseplan.
 devices.gpu_train.train_counts`).
 """
@@ -25,17 +25,12 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .gpu_train import partial_frac, train_counts, train_memory
+from .gpu_train import CP_VALUES, VPP_VALUES, layout_grid, partial_frac, train_memory  # noqa: F401 (public names)
 from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
 from .registry import register
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp")
 
-#: context-parallel degrees the training search tries (each rank keeps >= ``defaults.gpu_cp_min_tokens_per_rank`` tokens)
-CP_VALUES = (1, 2, 4, 8, 16, 32)
-#: virtual pipeline stages the training search tries: the published recipes use 1-20 (NeMo 24.07 performance summary:
-#: GPT-3 175B vpp 6, Llama 3 70B vpp 5, Llama 2 70B vpp 20; Meta's Llama 3 405B and NVIDIA's MLPerf 405B runs 4-8)
-VPP_VALUES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
 #: how a training framework may split the layers over pipeline stages (option ``pipeline_split``). ``uneven``
 #: (default, current frameworks): any count per stage, so interleaving needs only a layer in each of the ``pp x vpp``
 #: virtual stages (Megatron-core: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``;
@@ -325,7 +320,7 @@ class GpuFamily(InferenceMixin, Family):
             extra = tuple(int(vals[i, cols.index(c)]) if c in cols and known[i, cols.index(c)] else None
                           for c in ("micro_batch", "vpp", "cp"))
             if (b, c_, extra) not in grids:
-                grids[b, c_, extra] = self._grid(ctx, b, c_, micro_batch=extra[0], vpp=extra[1], cp=extra[2])
+                grids[b, c_, extra] = layout_grid(ctx, b, c_, micro_batch=extra[0], vpp=extra[1], cp=extra[2])
             grid = grids[b, c_, extra]
             keep = np.ones(len(grid["tp"]), dtype=bool)
             for j, c in enumerate(cols):
@@ -352,93 +347,6 @@ class GpuFamily(InferenceMixin, Family):
         keys = set().union(*(p.keys() for p in parts))
         out = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in parts]) for k in keys}
         return out, np.concatenate(parent).astype(np.int64)
-
-    def _grid(self, ctx: GpuContext, batch: float, context: float = 1.0, *, micro_batch: int | None = None,
-              vpp: int | None = None, cp: int | None = None) -> dict:
-        """The layouts searched for one batch and context (training: with micro-batches, virtual stages, recompute and
-        ZeRO; a given ``micro_batch``, ``vpp`` or ``cp`` outside the usual values is searched too)."""
-        L = ctx.num_layers
-        N0 = ctx.count
-        train = ctx.q.phase == "train"
-        # context parallelism (training, a device count): cp ranks share a sequence, each keeping at least
-        # defaults.gpu_cp_min_tokens_per_rank of it; the given option fixes it
-        cp_min = ctx.q.catalog.defaults.gpu_cp_min_tokens_per_rank.si
-        rep_min = ctx.q.catalog.defaults.gpu_train_min_replica_frac.si
-        pp_idle = int(ctx.q.catalog.defaults.gpu_infer_idle_max_pipeline.si)
-        cpg = ctx.cp_given if ctx.cp_given is not None else cp
-        if train and cpg is not None and N0 is not None and N0 % int(cpg):
-            raise InputError(f"context_parallel: {cpg:g} does not divide the target's {N0} GPUs; give a "
-                             "count that is a multiple of it")
-        T, P, D, K = [], [], [], []
-        seen: set = set()
-        for Nc in train_counts(N0) if train else [N0]:
-            if not train:
-                cps = [1]
-            elif ctx.cp_given is not None or cp is not None:
-                c0 = int(ctx.cp_given if ctx.cp_given is not None else cp)
-                cps = [c0] if Nc is None or Nc % c0 == 0 else []
-            else:
-                cps = [c for c in CP_VALUES if c == 1 or (Nc is not None and Nc % c == 0 and context / c >= cp_min)]
-            for cp in cps:
-                N = None if Nc is None else Nc // cp  # the cp groups take cp of the GPUs; the layout splits the rest
-                # inference with a count: also replicas of a power-of-two size that does not divide it (the rest idle)
-                tps = [t for t in ctx.tp_values if N is None or (N % t == 0) or (not train and t <= N)]
-                for t in tps:
-                    if N is None:
-                        pps = range(1, L + 1)
-                    else:
-                        pps = [p for p in range(1, L + 1) if (N // t) % p == 0 and N % t == 0]
-                        if not train:  # a replica of t x p GPUs fewer than the count (a documented pipeline bound)
-                            pps = sorted(set(pps) | set(range(1, min(L, N // t, pp_idle) + 1)))
-                    for p in pps:
-                        if N is None:
-                            dps = [1] if not train else [2 ** i for i in range(15) if 2 ** i <= batch and batch % 2 ** i == 0]
-                        elif train:  # all the GPUs, or fewer replicas (a documented share) where the batch splits better
-                            full = N // (t * p)
-                            dps = [full] + [2 ** i for i in range(15) if full * rep_min <= 2 ** i < full and batch % 2 ** i == 0]
-                        else:
-                            dps = [N // (t * p)]  # inference: as many whole replicas as the count holds
-                        for d_ in dps:
-                            if (t, p, d_, cp) not in seen:
-                                seen.add((t, p, d_, cp))
-                                T.append(t), P.append(p), D.append(d_), K.append(cp)
-        N = N0
-        T, P, D, K = (np.asarray(a, dtype=float) for a in (T, P, D, K))
-        if len(T) == 0:
-            raise InputError(f"target: no tensor x pipeline x data layout of {ctx.m.name} uses {N} GPUs; "
-                             "choose a count that is a multiple of a power of two")
-        if ctx.q.phase != "train":
-            return {"tp": T, "pp": P, "dp": D}
-        fixed = N is None  # the fewest GPUs that fit: the plainest schedule
-        mbs = [1] if fixed else [b for b in (1, 2, 4, 8, 16, 32) if b <= batch]
-        vps = [1] if fixed else list(VPP_VALUES)
-        if micro_batch is not None and micro_batch not in mbs and micro_batch <= batch:
-            mbs.append(micro_batch)
-        if vpp is not None and vpp not in vps:
-            vps.append(vpp)
-        rcs = [RECOMPUTE.index("selective")] if fixed else [0, 1, 2, PARTIAL]
-        zss = [1] if fixed else [0, 1, 2, 3]
-        # the rules below do not look at recompute or ZeRO: filter the (layout, micro-batch, virtual stages) triples,
-        # then give each kept one every recompute x ZeRO pair (the same rows, in the same order, as filtering them all)
-        i, mb, v = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, vps, indexing="ij"))
-        T, P, D, K = T[i], P[i], D[i], K[i]
-        per_replica = batch / D
-        ok = (np.abs(per_replica / mb - np.round(per_replica / mb)) < 1e-9) & (per_replica >= mb)
-        # interleaving needs a layer in every virtual stage; frameworks that split only evenly also need the layers to
-        # divide pp x vpp (see PIPELINE_SPLITS)
-        even = np.mod(L, P * v) == 0 if ctx.pipeline_split == "even" else L >= P * v
-        ok &= (v == 1) | ((P > 1) & even)
-        # Megatron-LM's interleaved schedule runs the micro-batches in groups of pp (it refuses a count that pp does not
-        # divide: megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving, core
-        # v0.7): with fewer micro-batches than stages the pipeline has no steady state to interleave
-        nmb = np.round(per_replica / mb)
-        ok &= (v == 1) | (np.mod(nmb, P) == 0)
-        pairs = len(rcs) * len(zss)
-        rc = np.tile(np.repeat(np.asarray(rcs, dtype=float), len(zss)), int(ok.sum()))
-        zs = np.tile(np.asarray(zss, dtype=float), len(rcs) * int(ok.sum()))
-        return {"tp": np.repeat(T[ok], pairs), "pp": np.repeat(P[ok], pairs), "dp": np.repeat(D[ok], pairs),
-                "micro_batch": np.repeat(mb[ok].astype(float), pairs), "vpp": np.repeat(v[ok].astype(float), pairs),
-                "recompute": rc, "zero_stage": zs, "cp": np.repeat(K[ok], pairs)}
 
     # -- fit ------------------------------------------------------------------------------------------
     def fit(self, ctx: GpuContext, cfg: dict) -> dict:

@@ -172,6 +172,9 @@ _LABELS = {"tokens_per_s": "throughput", "tokens_per_s_per_user": "per-user spee
            "ttft_s": "time to first token", "model_flop_per_s": "achieved model FLOP/s",
            "model_flop_utilization_frac": "model FLOP utilization (MFU)", "e2e_s": "request end to end",
            "peak_flop_per_s": "peak compute", "solve_s": "solver time", "max_stage_bytes": "largest stage"}
+#: fields whose name does not say all of their unit: the all-in price is per million *output* tokens (the prompts'
+#: cost is in it), not per million tokens processed (audit28b L2)
+_FIELD_OVERRIDES = {"all_in_usd_per_mtok": FieldUnit("all in", "$/M output tokens")}
 _CONDITIONAL = re.compile(r"^(.*)_(s|usd|bytes|w|j|frac)_(if|at|with)_(.*)$")
 _UNIT_CACHE: dict[str, FieldUnit] = {}
 
@@ -184,6 +187,9 @@ def field_unit(key: str) -> FieldUnit:
     if hit is not None:
         return hit
     k = key.lower()
+    if k in _FIELD_OVERRIDES:
+        _UNIT_CACHE[key] = _FIELD_OVERRIDES[k]
+        return _FIELD_OVERRIDES[k]
     m = _CONDITIONAL.match(k)
     if m:  # step_s_if_spill: the unit sits before a condition
         base = field_unit(f"{m.group(1)}_{m.group(2)}")
