@@ -314,3 +314,25 @@ def test_config_files_of_one_folder_keep_their_own_names(tmp_path):
     (hf / "config.json").write_text(_json.dumps(cfg))
     assert [resolve_model(str(p), cat).name for p in (tmp_path / "a.json", tmp_path / "b.json", hf / "config.json")] == \
         ["a", "b", "My-8B"]
+
+
+def test_a_layer_list_model_fits_the_fewest_devices_with_one_sample_per_sequence(catalog):
+    """audit28c H2: the 3D U-Net (a layer list: 6.3 GB at most) was put on 23 H100 (the untimed candidates were
+    ranked by headroom, with a RuntimeWarning), and training took the 4,096-token default context as 4,096 samples
+    per sequence (202 TB of activations). It fits one GPU; its context is one sample; another context is refused."""
+    import warnings
+
+    from wseplan.errors import InputError
+    from wseplan.fit import fit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = fit("unet3d", "h100", catalog=catalog)
+    assert r.fits and r.num_devices == 1 and r.context == 1
+    t = fit("unet3d", "h100", phase="train", batch=8, catalog=catalog)
+    assert t.fits and t.num_devices == 1 and t.context == 1
+    g = catalog.generic_models["unet3d-128"]
+    # by hand: the activations of 8 samples are 8 x the per-sample sum (every layer's output kept for backward)
+    assert t.activation_bytes <= 8 * sum(ly.activation_bytes_per_sample for ly in g.layers) * 1.0001
+    with pytest.raises(InputError, match="context: .* layer-list model"):
+        fit("unet3d", "h100", context=4096, catalog=catalog)

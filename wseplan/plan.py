@@ -162,8 +162,18 @@ def default_sizes(cat: Catalog, phase: str, batch, context, output_tokens, model
         return value
 
     batch = pick(batch, "batch", d.default_train_batch if train else d.default_batch)
-    context = pick(context, "context", d.default_train_context_tokens if train else
-                   d.default_prompt_tokens if phase == "serve" else d.default_context_tokens)
+    if model is not None and hasattr(model, "layers") and not hasattr(model, "num_layers"):
+        # a layer-list model (a 3D U-Net, a GNN): a sequence is one sample, its 'tokens' are samples (audit28c H2:
+        # the 4,096-token default multiplied a conv net's activations into 202 TB)
+        if context is not None and context != 1:
+            raise InputError(f"context: {model.name} is a layer-list model, whose sequence is one sample (its FLOPs "
+                             f"and activations are per sample); drop --context or give 1, and set the samples with "
+                             f"--batch")
+        src["context"] = "one sample (a layer-list model)" if context is None else "given"
+        context = 1
+    else:
+        context = pick(context, "context", d.default_train_context_tokens if train else
+                       d.default_prompt_tokens if phase == "serve" else d.default_context_tokens)
     if phase == "serve":
         output_tokens = pick(output_tokens, "output_tokens", d.default_output_tokens)
     else:
@@ -227,7 +237,8 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         t = fam.time(ctx, {k: v[idx] for k, v in cand.items()}, {k: np.asarray(v)[idx] for k, v in f.items()}) if len(idx) else {}
     obj = np.full(len(parent), np.inf)
     if len(idx) and not one_each:
-        obj[idx] = fam.objective(q, t)
+        o = np.asarray(fam.objective(q, t), dtype=float)
+        obj[idx] = np.where(np.isnan(o), np.inf, o)  # no time model (a layer-list model): no objective
     # the chosen candidate per configuration: best objective, first on ties; serving and decode: among the layouts
     # as fast per user as the fastest (within defaults.layout_near_tie_frac) the one giving the target the most
     # tokens/s; else the least shortfall
@@ -250,6 +261,11 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         chosen[parent[best]] = best
     if not one_each and (none_fit := ~np.isfinite(obj[chosen])).any():
         short = np.asarray(f["per_device_bytes"], dtype=float) - np.asarray(f["capacity_bytes"], dtype=float)
+        # the contenders first (the fewest devices that fit, where any fit), then the least shortfall (audit28c H2:
+        # a layer-list model, untimed, took the most headroom: 23 GPUs for 6 GB)
+        has = np.zeros(n, dtype=bool)
+        np.logical_or.at(has, parent, contend)
+        short = np.where(has[parent] & ~contend, np.inf, short)
         order = np.lexsort((np.arange(len(parent)), short, parent))
         first = np.ones(len(order), dtype=bool)
         first[1:] = parent[order][1:] != parent[order][:-1]
