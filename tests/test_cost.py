@@ -462,3 +462,31 @@ def test_a_wafer_training_run_says_it_counts_no_interruptions(catalog, capsys):
 
     rec = json.loads(capsys.readouterr().out)
     assert rec["goodput_frac"] == 1.0 and NO_WAFER_INTERRUPTIONS_NOTE in rec["notes"]
+
+
+def test_a_users_price_is_the_users_alone(tmp_path, cat):
+    """audit28b M2, audit28c M6: a value from --prices kept the bundled entry's source, basis, note and range, so a
+    user's 15 c/kWh was labelled EIA's 8.32 c (official-secondary) and a real quote below the bundled low ($1M for a
+    CS-3 against $1.36M) was refused. The user's number now carries the file's provenance (or '--prices FILE',
+    'user', no note, no range); a range-only entry still updates the bundled one field by field."""
+    f = tmp_path / "q.yaml"
+    f.write_text("site:\n  electricity_usd_per_kwh: {value: 0.15}\n  pue: {low: 1.1}\nhardware:\n  cs3:\n"
+                 "    capex_usd: {value: 1000000, source: my-quote, basis: quote}\n")
+    p = C.load_prices([f], catalog=cat)
+    e = p.site.electricity_usd_per_kwh
+    assert e.si == 0.15 and e.basis == "user" and e.note is None and e.low is None and e.high is None
+    assert e.source_ids == ["--prices q.yaml"]
+    c = p.hardware["cs3"].capex_usd
+    assert c.si == 1e6 and c.basis == "quote" and c.source_ids == ["my-quote"] and c.low is None
+    bundled = C.load_prices(catalog=cat)
+    assert p.site.pue.bound("low") == 1.1 and p.site.pue.si == bundled.site.pue.si  # field by field
+    assert p.site.pue.source_ids == bundled.site.pue.source_ids
+
+
+def test_a_gpu_has_one_price(cat, prices):
+    """audit28b M3: `catalog show a100-80gb` said $300k while `cost` used the prices catalog's $199k. A GPU in both
+    catalogs has the same node price in both."""
+    both = [k for k in cat.gpus if k in prices.hardware]
+    assert "a100-80gb" in both and len(both) >= 4
+    for k in both:
+        assert cat.gpus[k].node_price_usd.si == prices.hardware[k].capex_usd.si, k

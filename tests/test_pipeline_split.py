@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from wseplan.devices.gpu import PIPELINE_SPLITS
+from wseplan.devices.gpu_train import layout_grid
 from wseplan.errors import InputError
 from wseplan.plan import plan, setup
 
@@ -12,7 +13,7 @@ from wseplan.plan import plan, setup
 def _grid(split: str) -> dict:
     s = setup("llama-3.1-405b", "h100-sxmx16384", phase="train", precision="bf16",
               options={"pipeline_split": split})
-    return s.family._grid(s.ctx, 2048.0)
+    return layout_grid(s.ctx, 2048.0)
 
 
 def test_uneven_split_admits_interleaving_where_layers_do_not_divide():

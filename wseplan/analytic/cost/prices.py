@@ -61,11 +61,17 @@ def default_prices_dir() -> Path:
     return default_catalog_dir() / "prices"
 
 
-def _deep_merge(base: dict, extra: dict) -> dict:
+def _deep_merge(base: dict, extra: dict, *, user: str | None = None) -> dict:
+    """``extra`` over ``base``, mapping by mapping. ``user`` (a user's file): a number it gives a new ``value`` is
+    the user's alone, with the file's range, source, basis and note or none (audit28b M2: a quote kept the bundled
+    entry's source, note and range, so 15 c/kWh read as EIA's 8.32 c and a quote below the bundled low was refused);
+    an entry without a ``value`` (a range, say) still updates the bundled one field by field."""
     out = dict(base)
     for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "value":
-            out[k] = _deep_merge(out[k], v)
+        if user and isinstance(v, dict) and "value" in v and isinstance(out.get(k), dict) and "value" in out[k]:
+            out[k] = {"source": f"--prices {user}", "basis": "user", **v}
+        elif isinstance(v, dict) and isinstance(out.get(k), dict) and k != "value":
+            out[k] = _deep_merge(out[k], v, user=user)
         else:
             out[k] = v
     return out
@@ -74,13 +80,16 @@ def _deep_merge(base: dict, extra: dict) -> dict:
 def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices:
     """Read the bundled ``catalogs/prices/*.yaml`` (newest date last wins) and merge ``files`` on top.
 
-    A user file has the same layout and may hold any subset of it; its entries replace the bundled ones
-    field by field. Source ids are checked against ``catalog.sources`` when a catalog is given.
+    A user file has the same layout and may hold any subset of it. A number it gives a ``value`` is its own: the
+    range, source, basis and note are the file's (without them: no range, source ``--prices FILE``, basis ``user``),
+    never the bundled entry's; an entry without a value updates the bundled one field by field. Source ids are
+    checked against ``catalog.sources`` when a catalog is given.
     """
     paths = sorted(default_prices_dir().glob("*.y*ml"))
     raw: dict = {}
     used = []
-    for p in [*paths, *[Path(f) for f in files]]:
+    bundled = len(paths)
+    for i, p in enumerate([*paths, *[Path(f) for f in files]]):
         if not os.path.lexists(p):
             raise InputError(f"--prices: file {p} not found; check the path")
         data = read_yaml(p)
@@ -88,7 +97,7 @@ def load_prices(files: list[str | Path] | tuple = (), *, catalog=None) -> Prices
             continue
         if not isinstance(data, dict):
             raise CatalogError(f"{p}: top level must be a mapping with keys date, site, hardware, memoryx, service_prices")
-        raw = _deep_merge(raw, data)
+        raw = _deep_merge(raw, data, user=None if i < bundled else Path(p).name)
         used.append(str(p))
     if not raw:
         raise CatalogError(f"no prices catalog found in {default_prices_dir()}; add a prices YAML file")
