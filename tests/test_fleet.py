@@ -617,3 +617,38 @@ def test_wafer_training_replica_counts_its_cluster_servers_rack_space(tmp_path):
     capped.write_text(body + "constraints:\n  rack_units_cap: 60\n")
     with pytest.raises(InfeasibleError):
         plan_fleet(read_demand(capped), catalog=cat, analyze=False)
+
+
+def test_an_infeasible_menu_is_blamed_on_the_menu_not_the_caps(tmp_path):
+    """audit28b M1: with one system type capped at 20 systems (training alone needs 32 H100 nodes) and the site caps
+    kept, the error blamed 'the caps together' though removing them does not help; it names max_systems now."""
+    from wseplan.catalog import load_catalog
+
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nconstraints:\n  power_cap_w: 1.6 MW\n  rack_units_cap: 1008\n  budget_usd: 60000000\n"
+                 "systems:\n  - hardware: h100-sxm\n    max_systems: 2\nworkloads:\n  - name: tr\n    model: llama-3-8b\n"
+                 "    kind: train\n    precision: bf16\n    train_tokens: 1e12\n    runs: 1\n    deadline_days: 30\n"
+                 "    batch: 256\n    context: 2048\n    device_counts:\n      h100-sxm: [64]\n")
+    with pytest.raises(InfeasibleError) as e:
+        plan_fleet(read_demand(f), catalog=load_catalog(), analyze=False)
+    msg = str(e.value)
+    assert "max_systems" in msg and "h100-sxm (2)" in msg and "caps together" not in msg
+
+
+@pytest.mark.parametrize("field, value, msg", [
+    ("power_cap_w", '"1.6 MB"', "is in bytes, not W"),
+    ("budget_usd", '"60 MW"', "is in W, not USD"),
+    ("rack_units_cap", '"80 GB"', "is in bytes, not U"),
+])
+def test_a_cap_in_the_wrong_unit_is_refused(tmp_path, field, value, msg):
+    """audit28b M7: the unit of a cap was parsed and thrown away, so '1.6 MB' was a 1.6 MW power cap and '60 MW' a
+    $60M budget; a unit of another dimension is refused naming the field; the right unit and bare numbers pass."""
+    from wseplan.errors import InputError
+
+    text = EXAMPLE.read_text()
+    f = tmp_path / "d.yaml"
+    import re
+    f.write_text(re.sub(rf"{field}: [^\n#]*", f"{field}: {value} ", text, count=1))
+    with pytest.raises(InputError, match=f"constraints.{field}: .*{msg}"):
+        read_demand(f)
+    assert read_demand(EXAMPLE).constraints.power_cap_w == 1.6e6

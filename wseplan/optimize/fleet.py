@@ -122,9 +122,13 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
             if _solve_once(pb, solver=solver, caps=trial, model=model).status != "infeasible":
                 return (f"the {_CAP_LABEL[active[a]]} and the {_CAP_LABEL[active[b]]} together make the demand "
                         "infeasible; raise either")
-    if active:
+    if active and _solve_once(pb, solver=solver, caps={k: None for k in CAPS}, model=model).status != "infeasible":
         return f"the caps together ({', '.join(active)}) make the demand infeasible; raise them"
-    return "no integer plan meets the demand with the systems in the menu (check max_systems)"
+    # without any cap the menu still cannot meet the demand (audit28b M1: the caps were blamed for a max_systems limit)
+    limited = [f"{s.name} ({s.max_systems:,})" for s in pb.systems if s.max_systems is not None]
+    return ("no integer plan meets the demand with the systems in the menu, even without the caps"
+            + (f": raise max_systems ({', '.join(limited)}) or add a system type" if limited else
+               "; add a system type"))
 
 def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float = 60.0, analyze: bool = True,
                 name: str = "demand", analysis: str = "auto") -> FleetPlan:

@@ -22,8 +22,18 @@ SCHEMA_VERSION = 1
 # ---------------------------------------------------------------------------------------------
 # Demand file schema
 # ---------------------------------------------------------------------------------------------
+#: the dimension each quantity of a demand file must have when it is written with a unit (a bare number is taken in
+#: these units); audit28b M7: "1.6 MB" was read as a 1.6 MW power cap and "60 MW" as a $60M budget
+_DIMENSIONS = {"power_cap_w": "W", "rack_units_cap": "U", "budget_usd": "USD"}
+
+
 def _num(v, field: str) -> float:
-    x, _ = parse_quantity(v, field=field)
+    x, dim = parse_quantity(v, field=field)
+    want = _DIMENSIONS.get(field.rsplit(".", 1)[-1])
+    if dim is not None and dim != want:
+        raise InputError(f"{field}: {v!r} is in {dim}, not {want or 'a count'}; write "
+                         f"{'a number of ' + want if want else 'a plain number'} (e.g. "
+                         f"{ {'W': repr('1.6 MW'), 'U': '1008', 'USD': '60000000'}.get(want, '20000') })")
     return x
 
 
