@@ -490,3 +490,28 @@ def test_a_gpu_has_one_price(cat, prices):
     assert "a100-80gb" in both and len(both) >= 4
     for k in both:
         assert cat.gpus[k].node_price_usd.si == prices.hardware[k].capex_usd.si, k
+
+
+def test_a_misfit_names_the_fix_that_would_work(tmp_path, cat):
+    """audit28a M5: GPT-3 175B on 32 H100 does not fit at batch 1 x 128 tokens because weights, fp32 gradients and
+    Adam state alone are 174.6e9 x 18 B / 32 = 98.2 GB per GPU against 77.3 GB usable (by hand): 'lower the batch or
+    context' cannot help; a KV cache that overflows still gets that advice; a wafer whose streamed layer overflows
+    its SRAM is told no count helps."""
+    from wseplan.costing import cost
+
+    assert 174.6e9 * 18 / 32 > 77.3e9
+    with pytest.raises(InputError, match="alone overflow each device, at any batch or context: add devices"):
+        cost("gpt-3-175b", "h100x32", phase="train", batch=1, context=128, catalog=cat)
+    with pytest.raises(InputError, match="kv_cache binds.*lower the batch or context, or add devices"):
+        cost("llama-3.1-70b", "h100x8", phase="decode", batch=256, context=32768, catalog=cat)
+    # a gated model of ~11e9 parameters per layer (d 25,600, MLP 128,000): two bf16 layers in flight are ~45 GB, over a
+    # WSE-3's 41.25 GB usable
+    d, f = 25600, 128000
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d, "intermediate_size": f,
+           "num_hidden_layers": 4, "num_attention_heads": 200, "num_key_value_heads": 8, "vocab_size": 32000,
+           "max_position_embeddings": 4096}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert 2 * 2 * (3 * d * f + 2 * d * d) > 41.25e9
+    with pytest.raises(InputError, match="no batch, context or system count fits this model"):
+        cost(str(p), "cs3", phase="train", batch=8, context=2048, catalog=cat)

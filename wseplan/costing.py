@@ -27,7 +27,7 @@ from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
 from .model_error import category_for, roof_time_factor, time_factor_range
-from .plan import Setup, default_sizes, evaluate, floor_s, normalise_phase, record, setup
+from .plan import Setup, default_sizes, evaluate, fit_fix, floor_s, normalise_phase, record, setup
 from .targets import parse_target
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       no_wafer_interruptions_note, total_params)
@@ -132,7 +132,7 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
                              "larger MemoryX option (--memoryx)")
         raise InputError(f"{rec.model} does not fit {rec.target} at batch {b}, context {c} ({rec.binding} binds, "
                          f"{rec.shortfall_bytes:,.0f} B short per device); no cost for a configuration that cannot run "
-                         "— lower the batch or context, or add devices")
+                         f"— {fit_fix(rec)}")
     res = price_record(s, arr, rec, prices, overrides=overrides, train_tokens=train_tokens, uncertainty=uncertainty,
                        seed=seed)
     if op is not None:

@@ -493,6 +493,24 @@ def _speculation_note(s: Setup, r: dict) -> list[str]:
 _COUNTLESS = re.compile(r"x\d+$")
 
 
+#: the fix where a streamed wafer cannot hold the weights it streams: whole layers are the stream unit (two in flight)
+STREAM_UNIT_HINT = ("the weights a wafer holds while streaming (a whole layer, two in flight) exceed its SRAM: weight "
+                    "streaming here streams whole layers, so no batch, context or system count fits this model")
+
+
+def fit_fix(rec) -> str:
+    """What would make a configuration that does not fit fit, by what binds: weights or optimizer state alone (no
+    batch or context helps: more devices, or on a streamed wafer nothing), or the batch's KV cache and activations."""
+    if rec.binding == "weights" and rec.family == "wafer_streaming":
+        return STREAM_UNIT_HINT
+    n = max(rec.num_devices or 1, 1)
+    per_batch = ((rec.activation_bytes or 0.0) + (rec.kv_cache_bytes or 0.0)) / n  # the fullest device's, per device
+    if rec.binding in ("weights", "optimizer") and rec.per_device_bytes - per_batch > rec.capacity_bytes:
+        return ("the weights and optimizer state alone overflow each device, at any batch or context: add devices "
+                "(the target without a count finds how many)")
+    return "lower the batch or context, or add devices"
+
+
 def one_sequence_hint(context: int, max_tokens_on_wafer: float) -> str:
     """The fix where one training sequence overflows a streamed wafer's pass (no system count helps)."""
     return (f"one sequence of {context:,} tokens needs more than the {int(max_tokens_on_wafer):,} tokens a wafer holds "
@@ -529,7 +547,9 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                 if t.count else "")
         mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
         auto = q.options.get("policy", "auto") == "auto"  # another policy may hold it: scale names that fix
-        if one_seq is not None and one_seq < int(r["context"]) and auto:  # no count helps: one sequence overflows
+        if one_seq is not None and binding_name(r["binding"]) == "weights" and q.phase == "train":
+            hint = "; " + STREAM_UNIT_HINT  # no batch, context or system count helps (audit28a M5)
+        elif one_seq is not None and one_seq < int(r["context"]) and auto:  # no count helps: one sequence overflows
             hint = "; " + one_sequence_hint(int(r["context"]), one_seq)
         elif mb and fit_b is not None and fit_b < mb:  # the user's micro-batch overflows it
             hint = f"; the wafer holds {int(fit_b):,} sequences a pass, not the micro-batch {int(mb):,}: lower --micro-batch"
