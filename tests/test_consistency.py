@@ -392,3 +392,30 @@ def test_serving_fleet_table_uses_the_batch_sweep_rows():
     (fleet,) = next(t for t in res.tables if t.name == "fleet").rows
     assert row["fits"] and row["meets_sla"]
     assert fleet["meets_sla"] and fleet["tokens_per_s_per_replica"] == row["tokens_per_s"]
+
+
+def test_wafer_and_gpu_count_the_same_model_flops_for_mfu():
+    """audit28a M1: the wafer's MFU counted attention with the causal mask, the GPU's without it (PaLM, Megatron), so
+    Llama-3-8B at 8,192 tokens got 12.5% more model FLOPs per token on a GPU (5.79e10 against 5.15e10); both count
+    them one way now. By hand: 6 x 7.50e9 matmul weights (blocks and LM head) + 3 x 4 x 32 layers x 4,096 x 8,192
+    (attention without the mask) = 5.79e10."""
+    from wseplan.plan import plan
+
+    kw = dict(phase="train", batch=64, context=8192)
+    w = plan("llama-3-8b", "cs3", **kw)
+    g = plan("llama-3-8b", "h100x8", **kw)
+    per_tok = [r.model_flop_per_s / r.tokens_per_s for r in (w, g)]
+    assert per_tok[0] == pytest.approx(per_tok[1], rel=1e-12)
+    assert per_tok[0] == pytest.approx(6 * 7.50e9 + 3 * 4 * 32 * 4096 * 8192, rel=0.01)
+
+
+def test_mfu_counts_the_idle_gpus_a_target_pays_for():
+    """audit28a M6: GPT-3 175B on 1,000 H100 runs on 768 (232 idle); the GPU MFU divided by the 768 used, the wafer's
+    by every system of the target. Both count the whole target now: MFU x 1,000 x peak = the achieved model FLOP/s."""
+    from wseplan.catalog import load_catalog
+    from wseplan.plan import plan
+
+    r = plan("gpt-3-175b", "h100x1000", phase="train", batch=1536, context=2048)
+    assert any("232 of 1,000 GPUs left idle" in n for n in r.notes)
+    peak = load_catalog().gpus["h100-sxm"].peak_flop_per_s("bf16")
+    assert r.model_flop_utilization_frac == pytest.approx(r.model_flop_per_s / (1000 * peak), rel=1e-12)

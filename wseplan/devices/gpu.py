@@ -494,7 +494,9 @@ class GpuFamily(InferenceMixin, Family):
         step = r["step_s"]
         tokens = B * C
         flops = G.model_flop_per_token(ctx.m, seq_len=C, trainable=ctx.trainable) * tokens
-        ndev = cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg["cp"]
+        # over every GPU of the target, idle ones included (they are paid for), as a wafer target's MFU counts its
+        # idle systems (audit28a M6)
+        ndev = np.maximum(cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg["cp"], float(ctx.count or 0))
         bd = {"compute": r["compute_s"] - r["tp_comm_s"], "nvlink": r["tp_comm_s"], "pipeline_bubble": r["bubble_s"],
               "pipeline_p2p": r["p2p_s"], "network": r["dp_exposed_s"], "optimizer": r["optimizer_s"]}
         n = len(B)

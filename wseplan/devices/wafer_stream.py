@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from ..analytic import gpu_time as G
 from ..analytic.memory import stream_min_tokens_compute_bound, wafer_stream_buffer_bytes
 from ..analytic.rows import distinct
 from ..analytic.stream import (POLICIES, activation_bytes_per_token, layer_sum, load_stream_constants,
@@ -228,7 +229,13 @@ class WaferStreamFamily(Family):
                                                             stream_bandwidth_bytes_per_s=float(b)) for b in distinct(stream_bw)])
         t_min = t_min[np.searchsorted(distinct(stream_bw), stream_bw)]
         max_tok = np.choose(chosen, [max(0.0, avail / per_tok[p]) if per_tok[p] > 0 else np.inf for p in POLICY_ORDER])
-        model_flop = 3.0 * float(w.flop_per_token.sum()) * B * s
+        # model FLOPs as the GPU family counts them (attention without the causal mask, PaLM's and Megatron's MFU
+        # convention: :func:`~wseplan.analytic.gpu_time.model_flop_per_token`), so the two MFUs compare (audit28a M1);
+        # the step itself computes the causal FLOPs it runs
+        m = ctx.q.model
+        flop_tok = (G.model_flop_per_token(m, seq_len=float(s)) if hasattr(m, "num_layers")
+                    else 3.0 * float(w.flop_per_token.sum()))
+        model_flop = flop_tok * B * s
         acts = np.choose(chosen, [plans[p][1] * per_tok[p] for p in POLICY_ORDER])
         return dict(step_s=step, tokens_per_s=B * s / step, compute_s=compute, recompute_s=recomp, exposed_load_s=exposed,
                     exposed_spill_s=exposed_spill, optimizer_exposed_s=opt, utilization_frac=sel("utilization_frac"),
