@@ -221,3 +221,11 @@ def test_a_counted_serving_target_is_the_fleets_replica(tmp_path, catalog):
         assert plan.allocations and all(a.devices_per_replica == n for a in plan.allocations)
     answer = run_study(f, catalog=catalog).answer
     assert "replicas of 2" in answer and "P10-P90 $" not in answer  # no band without a Monte Carlo
+
+
+def test_a_training_report_says_whose_run_times_count_interruptions(regenerated):
+    """audit28a M4: the training report put a CS-3 run time (no interruptions counted) beside GPU run times (steps /
+    goodput) without saying so, as time, cost and compare do."""
+    out, _ = regenerated
+    md = (out / "train-175b" / "report.md").read_text()
+    assert "Run times count job interruptions on GPU clusters" in md and "counts no interruptions" in md

@@ -198,7 +198,7 @@ def _markdown(st: Study, body: dict, assumptions: Table, sources: list[dict], pv
                "purchase price." if priced else "",
                ("Pinned cost inputs: " + ", ".join(f"{k} = {fmt_num(v)}" for k, v in sorted(st.cost.set.items())) + ".")
                if st.cost.set else "",
-               *st.notes]
+               *body.get("assumption_notes", []), *st.notes]
     doc.bullets([b for b in bullets if b])
     doc.table(assumptions, "assumptions.csv")
     doc.heading("Results", 2)

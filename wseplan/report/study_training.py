@@ -11,6 +11,7 @@ from ..analytic import cost as C
 from ..compare import compare_case
 from ..errors import InputError
 from ..scale import strong_scaling_efficiency
+from ..pricing import no_wafer_interruptions_note
 from ..targets import parse_target
 from ..timing import stream
 from ..workload import build_workload, resolve_model
@@ -165,7 +166,11 @@ def training_body(st: Study, cat) -> dict:
                                      Column("activation_policy", "activations"), Column("bottleneck", "bottleneck")],
                             rows=stream_rows))
     answer = _training_answer(st, m, plan)
-    return {"answer": answer, "tables": tables, "plots": plots, "params": params_used,
+    # a side-by-side run time counts interruptions on GPU clusters only (audit28a M4: time, cost and compare say so)
+    extra = ["Run times count job interruptions on GPU clusters (time to train = steps / goodput) and the throughput "
+             "columns the steps alone; for the wafer rows " + no_wafer_interruptions_note(cat) + "."] \
+        if wafer_targets and len(wafer_targets) < len(st.target_names) else []
+    return {"answer": answer, "tables": tables, "plots": plots, "params": params_used, "assumption_notes": extra,
             "plot_captions": _TRAINING_CAPTIONS, "why": training_why(st, cat, sweep, plan, cases)}
 
 
