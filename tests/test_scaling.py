@@ -157,3 +157,17 @@ def test_training_report_scaling_efficiency_is_scales():
         assert float(r["scaling efficiency [fraction]"]) == pytest.approx(want, rel=1e-5, abs=1e-6)
         assert 0.0 <= float(r["scaling efficiency [fraction]"]) <= 1.0
     assert len(fam) >= 2
+
+
+def test_scale_defaults_are_time_trains_and_names_are_taken():
+    """audit28a L3, audit28c L7: `scale` took 2,048 tokens where `time --phase train` takes 4,096 by default, and
+    `scaling_frame` refused names ('str' object has no attribute 'kind'). Both now: names, the bundled catalog and
+    the training defaults (a model with fewer positions gets its own, as time does)."""
+    from wseplan.plan import plan
+
+    df = SC.scaling_frame("llama-3-8b", ["h100"], max_systems=1)
+    r = plan("llama-3-8b", "h100x8", phase="train")
+    assert (df.attrs["global_batch"], df.attrs["context"]) == (r.batch, r.context) == (1024, 4096)
+    assert df["step_s"].iloc[0] == pytest.approx(r.step_s, rel=1e-12)
+    g = SC.scaling_frame("gpt-3-175b", ["wse3"], max_systems=1)
+    assert g.attrs["context"] == 2048  # its learned positions

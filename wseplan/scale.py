@@ -60,17 +60,33 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
     return rows
 
 
-def scaling_frame(model, targets, catalog, *, precision: str = "bf16", global_batch: int, context: int,
-                  max_systems: int, policy: str = "auto", micro_batch: int | None = None, software: str | None = None):
-    """Efficiency versus system count for each target, as a plot-ready pandas DataFrame.
+def scaling_frame(model, targets, catalog=None, *, precision: str = "bf16", global_batch: int | None = None,
+                  context: int | None = None, max_systems: int = 64, policy: str = "auto", micro_batch: int | None = None,
+                  software: str | None = None):
+    """Efficiency versus system count for each target, as a plot-ready pandas DataFrame (the API behind ``wseplan
+    scale``).
 
-    Columns ``target, num_systems, num_devices, fits, step_s, tokens_per_s, efficiency_frac, per_system_batch,
-    min_batch_compute_bound, model_flop_utilization_frac, bottleneck, layout, efficiency_baseline_systems`` (the
-    target's smallest count that fits, which its efficiency is relative to); ``attrs`` holds the model,
-    batch and context. ``policy``/``micro_batch`` are wafer training options.
+    ``model``: a name, path or model; ``targets``: hardware keys without a count (``["wse3", "h100"]``) or parsed
+    targets; ``catalog``: the bundled one when None; ``global_batch`` and ``context``: the training defaults of
+    ``catalogs/defaults.yaml`` when None (as ``time --phase train`` takes them). Columns ``target, num_systems,
+    num_devices, fits, step_s, tokens_per_s, efficiency_frac, per_system_batch, min_batch_compute_bound,
+    model_flop_utilization_frac, bottleneck, layout, efficiency_baseline_systems`` (the target's smallest count that
+    fits, which its efficiency is relative to); ``attrs`` holds the model, batch and context. ``policy``/
+    ``micro_batch`` are wafer training options.
     """
     import pandas as pd
 
+    from .catalog import load_catalog
+    from .plan import default_sizes
+    from .targets import parse_target
+    from .workload import resolve_model
+
+    catalog = catalog or load_catalog()
+    model = resolve_model(model, catalog) if isinstance(model, str) else model
+    targets = [parse_target(t, catalog) if isinstance(t, str) else t for t in targets]
+    if global_batch is None or context is None:
+        b, c, _, _ = default_sizes(catalog, "train", global_batch, context, 0, model=model)
+        global_batch, context = b, c
     counts = system_counts(max_systems)
     for name, v in (("global_batch", global_batch), ("context", context)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:

@@ -14,8 +14,10 @@ def scale_cmd(
     model: str = typer.Argument(..., help="Catalog model name/alias, a config.json or a layer-list YAML."),
     targets: str = O.targets_opt("wse3,h100", "Comma-separated hardware keys: wse3,h100 ..."),
     max_systems: int = typer.Option(64, "--max-systems", "-n", help="Largest count of CS systems / GPU nodes in the sweep."),
-    batch: int = O.batch_opt("Global batch [sequences], fixed across the sweep.", default=1024),
-    context: int = O.context_opt("Sequence length [tokens].", default=2048),
+    batch: Optional[int] = O.batch_opt("Global batch [sequences], fixed across the sweep (default: the training "
+                                       "default of catalogs/defaults.yaml, as time --phase train)."),
+    context: Optional[int] = O.context_opt("Sequence length [tokens] (default: the training default, as time "
+                                           "--phase train)."),
     precision: str = O.precision_opt(),
     policy: str = O.policy_opt(),
     fmt: str = O.format_opt(),
@@ -49,7 +51,8 @@ def scale_cmd(
                        policy=policy)
     rows = [{k: (None if v != v else v) if isinstance(v, float) else v for k, v in r.items()}
             for r in df.to_dict(orient="records")]
-    table_out(rows, fmt, title=f"scaling: {df.attrs['model']}, global batch {batch} x {context} tokens")
+    table_out(rows, fmt, title=f"scaling: {df.attrs['model']}, global batch {df.attrs['global_batch']} x "
+                               f"{df.attrs['context']} tokens")
 
 
 def register(app: typer.Typer) -> None:
