@@ -458,3 +458,35 @@ def test_uniform_fast_path_equals_the_per_layer_grouping(catalog, key):
     for f in ("params", "active_params", "matmul_flop_per_token", "attention_flop_per_token", "kv_bytes_per_token",
               "activation_bytes_per_token"):
         assert np.array_equal(getattr(w1, f), getattr(w2, f)), f
+
+
+def test_gemma_configs_take_their_class_defaults(tmp_path):
+    """audit28d M4: a Gemma config.json leaves the class defaults out (tie_word_embeddings True, Gemma 3's vocabulary
+    of 262,208 and its 256-wide heads): Gemma-2-9B counted an untied output layer (+917.5M parameters) and a Gemma 3
+    text_config was refused. By hand, Gemma-2-9B: per layer attention 3,584 x (4,096 + 2 x 2,048) + 4,096 x 3,584 =
+    44,040,192, MLP 3 x 3,584 x 14,336 = 154,140,672, 4 norms 14,336; 42 layers; the tied embedding 256,000 x 3,584;
+    the final norm 3,584: 9,241,705,984."""
+    import json
+
+    from wseplan.model_files import model_from_hf_config
+    from wseplan.workload import total_params
+
+    g2 = {"architectures": ["Gemma2ForCausalLM"], "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+          "hidden_size": 3584, "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "gemma2",
+          "num_attention_heads": 16, "num_hidden_layers": 42, "num_key_value_heads": 8, "sliding_window": 4096,
+          "vocab_size": 256000}
+    p = tmp_path / "gemma-2-9b" / "config.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps(g2))
+    m = model_from_hf_config(p)
+    per_layer = 3584 * (4096 + 2 * 2048) + 4096 * 3584 + 3 * 3584 * 14336 + 4 * 3584
+    assert m.tied_embeddings and total_params(m) == 42 * per_layer + 256000 * 3584 + 3584 == 9_241_705_984
+    g3 = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+          "text_config": {"hidden_size": 3840, "intermediate_size": 15360, "model_type": "gemma3_text",
+                          "num_attention_heads": 16, "num_hidden_layers": 48, "num_key_value_heads": 8,
+                          "sliding_window": 1024}}
+    q = tmp_path / "gemma-3-12b" / "config.json"
+    q.parent.mkdir()
+    q.write_text(json.dumps(g3))
+    m3 = model_from_hf_config(q)
+    assert (m3.vocab_size, m3.head_dim_, m3.tied_embeddings) == (262208, 256, True)

@@ -15,6 +15,14 @@ from .errors import CatalogError, InputError, validation_detail
 
 _HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
 #: model types whose MLP is gated (SwiGLU / GeGLU) whatever ``hidden_act`` says
+#: class defaults of transformers' config classes that published config.json files omit (GemmaConfig, Gemma2Config,
+#: Gemma3TextConfig: vocab_size, head_dim, tie_word_embeddings, max_position_embeddings)
+_GEMMA3 = {"vocab_size": 262208, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 131072}
+_HF_TYPE_DEFAULTS = {
+    "gemma": {"vocab_size": 256000, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 8192},
+    "gemma2": {"vocab_size": 256000, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 8192},
+    "gemma3_text": _GEMMA3, "gemma3": _GEMMA3,
+}
 _HF_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
              "gemma3_text", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "gpt_oss")
 _HF_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
@@ -79,6 +87,11 @@ def model_from_hf_config(path: str | Path) -> Model:
     if "intermediate_size" not in cfg and "n_inner" in cfg:
         hidden = cfg.get("hidden_size")  # a null or non-integer width is refused below, naming the field
         cfg["intermediate_size"] = cfg["n_inner"] or (4 * hidden if type(hidden) is int else hidden)
+    # the fields a config.json leaves to its class's defaults (Hugging Face writes only what differs from them):
+    # Gemma's tied embeddings, vocabulary and 256-wide heads (audit28d M4: a Gemma 2 config counted an untied head,
+    # a Gemma 3 text_config was refused for lacking vocab_size)
+    for k, v in _HF_TYPE_DEFAULTS.get(str(cfg.get("model_type") or top.get("model_type") or "").lower(), {}).items():
+        cfg.setdefault(k, v)
     missing = [k for k in _HF_REQUIRED if k not in cfg]
     if missing:
         raise InputError(f"model: {p} is missing {', '.join(missing)}; a config.json needs {', '.join(_HF_REQUIRED)}")
