@@ -140,3 +140,16 @@ def test_the_all_in_price_says_it_is_per_output_token():
 
     assert fmt_field("all_in_usd_per_mtok", 21.39) == "$21.39/M output tokens"
     assert field_unit("output_usd_per_mtok").unit == "$/M tokens"  # the split prices stay per token of their side
+
+
+def test_a_gpu_pipeline_fit_does_not_show_the_fullest_stage_as_every_stage(capsys):
+    """audit28d L1, audit28a L2: `fit deepseek-r1 --target h200` (TP4 x PP3) showed 'weights (all devices) 1.45 TB'
+    (the fullest stage's per GPU x 12; the model's own weights are 671e9 x 2 B = 1.342 TB) and the same memory on every
+    stage row, under a 'device' column that counts stages. The totals now say they are an upper bound, the rows are
+    stages, and the fullest stage's per-GPU memory is a note."""
+    from wseplan.cli import main
+
+    assert main(["fit", "deepseek-r1", "--target", "h200", "-f", "md"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "weights (all devices, at most: the fullest stage's x devices)" in out
+    assert "| stage |" in out and "each stage is 4 GPUs (tensor parallel)" in out and "memory [" not in out

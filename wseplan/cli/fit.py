@@ -49,10 +49,14 @@ def fit(
 def render_fit(res, fmt: str) -> None:
     """The fit record: json the record, csv one row, table/md a summary and the layer stages."""
     summary = [("fits", fmt_bool(res.fits)), ("devices", fmt_num(res.num_devices))]
+    # a GPU pipeline's stages differ: its all-device totals are the fullest stage's per GPU x the GPUs, an upper bound
+    # (audit28d L1, audit28a L2: 'weights (all devices)' read as the model's weights)
+    staged = res.family == "gpu" and len(res.stages) > 1
     for k in ("capacity_bytes", "weights_bytes", "kv_cache_bytes", "activation_bytes", "optimizer_bytes", "total_bytes",
               "headroom_bytes", "shortfall_bytes"):
         label = k.replace("_bytes", "").replace("_", " ")
-        label += " (per device)" if k in ("capacity_bytes", "headroom_bytes", "shortfall_bytes") else " (all devices)"
+        label += (" (per device)" if k in ("capacity_bytes", "headroom_bytes", "shortfall_bytes") else
+                  " (all devices, at most: the fullest stage's x devices)" if staged else " (all devices)")
         summary.append((label, fmt_bytes(getattr(res, k))))
     summary += [("binding", res.binding), ("max tokens in flight", fmt_num(res.max_tokens_in_flight))]
     if res.layout:
@@ -67,12 +71,19 @@ def render_fit(res, fmt: str) -> None:
         summary.append(("batch the wafer holds", f"<= {fmt_num(s.max_batch_on_wafer)} ({fmt_num(round(s.max_tokens_on_wafer))} tokens)"))
     stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
                "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
-    shown = stages[:64] + ([{"device": "…", "layers": f"{len(stages) - 64} more"}] if len(stages) > 64 else [])
+    notes = list(res.notes)
+    if staged:  # a row is a pipeline stage of tp GPUs; the model gives the fullest stage's memory, not each one's
+        tp = (res.layout or {}).get("tensor_parallel", 1)
+        stages = [{"stage": r["device"], **{k: v for k, v in r.items() if k not in ("device", "bytes")}} for r in stages]
+        notes.append(f"each stage is {tp} GPU{'s' if tp != 1 else ''} (tensor parallel); each GPU needs at most the "
+                     f"fullest stage's {fmt_bytes(res.stages[0].bytes)}")
+    shown = stages[:64] + ([{"stage" if staged else "device": "…", "layers": f"{len(stages) - 64} more"}]
+                           if len(stages) > 64 else [])
     head = f"{res.model} on {res.target} ({res.precision}, {res.phase}, batch {res.batch}, context {res.context})"
     render(Rendered(record=res.to_record(), csv_rows=[res.to_row()], heading=f"Fit: {head}",
                     sections=[Section(head, [{"quantity": a, "value": b} for a, b in summary]),
                               Section("stages (0-based inclusive transformer blocks)", shown)],
-                    notes=list(res.notes)), fmt)
+                    notes=notes), fmt)
 
 
 def register(app: typer.Typer) -> None:
