@@ -245,9 +245,11 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
     model : str
         Catalog model name or alias.
     targets : list of str
-        ``<hardware key>[x<N>]``; without a count, the fewest devices that fit.
+        ``<hardware key>[x<N>]``; without a count, the fewest devices that fit (serving without a batch: the replica
+        size of the target's operating point, as ``serve`` sizes it).
     phase : str
-        ``train`` (cost per run and per M tokens trained), ``prefill`` (input tokens) or ``decode`` (output tokens).
+        ``train`` (cost per run and per M tokens trained), ``prefill`` (input tokens), ``decode`` (output tokens) or
+        ``serve`` (whole requests: all-in per output token, prompts included).
     batch, context : int
         Sequences in flight and tokens per sequence (prompt/KV length in inference) [count, tokens]. Serving
         (``decode``/``serve``) without a batch: each target at its operating point (module docstring).

@@ -16,8 +16,11 @@ import math
 
 import numpy as np
 
+from .catalog import load_catalog
 from .errors import InputError
-from .plan import one_sequence_hint, plan, target_with_count
+from .plan import default_sizes, one_sequence_hint, plan, target_with_count
+from .targets import parse_target
+from .workload import resolve_model
 from .records import layout_label
 
 
@@ -75,11 +78,6 @@ def scaling_frame(model, targets, catalog=None, *, precision: str = "bf16", glob
     ``micro_batch`` are wafer training options.
     """
     import pandas as pd
-
-    from .catalog import load_catalog
-    from .plan import default_sizes
-    from .targets import parse_target
-    from .workload import resolve_model
 
     catalog = catalog or load_catalog()
     model = resolve_model(model, catalog) if isinstance(model, str) else model

@@ -81,7 +81,8 @@ def gemv_cmd(k: int = typer.Option(..., "--k", help="Input length K [elements]."
 
 @sim_app.command("gemm")
 def gemm_cmd(m: int = typer.Option(..., "--m", help="Rows of X [elements]."),
-             k: int = typer.Option(..., "--k"), n: int = typer.Option(..., "--n"),
+             k: int = typer.Option(..., "--k", help="Inner length K (columns of X, rows of W) [elements]."),
+             n: int = typer.Option(..., "--n", help="Columns of W and of the output [elements]."),
              target: str = _TARGET, region: Optional[str] = _REGION, precision: str = _PREC,
              clock_hz: Optional[float] = _CLOCK, fmt: str = _FMT, catalog: Optional[list[str]] = _CAT) -> None:
     """Y[M,N] = X[M,K] · W[K,N], weights stationary. Example: wseplan simulate gemm --m 64 --k 4096 --n 4096 --region 256x256"""

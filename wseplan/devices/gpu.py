@@ -285,7 +285,8 @@ class GpuFamily(InferenceMixin, Family):
                          f"using all of them (a layout divides the GPUs it uses, and each replica's share of the batch "
                          f"into whole micro-batches)")
         elif ctx.count and used < ctx.count:
-            notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle ({dp} replicas of {tp * pp}: a faster "
+            notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle ({dp} replica{'s' if dp != 1 else ''} "
+                         f"of {tp * pp}: a faster "
                          f"replica size than any that divides the count)")
         if ctx.q.phase != "train" and dp > 1:  # the batch is each replica's (audit28d H2)
             b = int(r["batch"]) if "batch" in r else None

@@ -38,7 +38,9 @@ HOURS_PER_YEAR = 8766.0  # 365.25 days
 _CAPTIONS = {
     "cost_vs_speed": "Each platform's Pareto frontier from the replica search: no other point of that platform is "
                      "both cheaper (all-in: the prompts' prefill included) and faster per user. Every point is a "
-                     "replica size and concurrency at 90% of its capacity (queueing headroom). The dotted line is the per-user speed the study asks for; dashed "
+                     "replica size and concurrency with 90% of its slots held on average (queueing headroom; a running batch "
+                     "below the slots turns faster, so it uses a little more than 90% of its capacity). The dotted line "
+                     "is the per-user speed the study asks for; dashed "
                      "lines mark the crossovers where the cheapest platform changes.",
     "latency_throughput": "Each point is one batch size on the replica the batch sweep uses; up and to the right is "
                           "better. The dotted line is the per-user speed the study asks for.",
@@ -260,8 +262,9 @@ def _fleet_table(st: Study, demand: DemandSpec, rows: list[dict]) -> Table:
     return Table(
         name="fleet", title=f"Fleet for {fmt_num(rate)} output tokens/s at {limits} (fleet solver, as `wseplan fleet`)",
         note=("Each target alone (its cheapest fleet), and the cheapest mix of all targets when it differs; one row "
-              "per replica configuration, the system totals on the first row of each system. Replicas run at 90% of "
-              "their capacity (queueing headroom) and pack into whole systems. All-in $/M is the menu's TCO over the "
+              "per replica configuration, the system totals on the first row of each system. Replicas hold 90% of their "
+              "slots on average (queueing headroom; a point that misses the limits there runs at the highest lower "
+              "load that meets them: the load column of the curve) and pack into whole systems. All-in $/M is the menu's TCO over the "
               "output tokens it delivers at the demand rate in its busy hours (the site's utilisation), prompts "
               "included; P10-P90 scale it by the Monte Carlo band of the replica's cost."),
         columns=[Column("menu", "menu"), Column("system", "system"), Column("systems", "systems [count]"),

@@ -165,7 +165,8 @@ def serving_why(st: Study, m, cat, prices, curves: dict, at_speed: dict, fleet_r
                          + (f" (fastest {fmt_num(fastest)})" if fastest else " (nothing fits)"))
             continue
         what = _limit(res, c, speed, ttft, sv.batches, _u(utils, tgt))
-        binds.append(f"{tgt}: batch {c.batch} on {c.devices_per_replica} devices, step {c.bottleneck}-bound; {what}")
+        binds.append(f"{tgt}: batch {c.batch} on {c.devices_per_replica} device{'s' if c.devices_per_replica != 1 else ''}, "
+                     f"step {c.bottleneck}-bound; {what}")
     if mix is not None:
         tight = [r for r in mix.constraints if r.binding and r.saving_usd_per_year]
         if tight:
@@ -270,8 +271,11 @@ def _limit(res, c, speed: float, ttft, batches, util: float) -> str:
     q = max(cheaper, key=lambda p: p.tokens_per_s_per_user)  # the next cheaper point down the frontier
     why = []
     if q.tokens_per_s_per_user < speed:
-        why.append(f"the per-user speed binds: the next cheaper point (batch {q.batch} on {q.devices_per_replica} "
-                   f"devices, ${fmt_num(all_in(q, util))}/M all-in) gives {fmt_num(q.tokens_per_s_per_user)} tokens/s")
+        n = q.devices_per_replica
+        load = occupancy(q)
+        at = f" at {fmt_num(100 * load)}% load" if abs(load - occupancy(c)) > 1e-9 else ""
+        why.append(f"the per-user speed binds: the next cheaper point (batch {q.batch} on {n} device{'s' if n != 1 else ''}"
+                   f"{at}, ${fmt_num(all_in(q, util))}/M all-in) gives {fmt_num(q.tokens_per_s_per_user)} tokens/s")
     if ttft is not None and q.ttft_at_percentile_s > ttft:
         why.append(f"the TTFT limit binds: the next cheaper point waits {fmt_num(q.ttft_at_percentile_s)} s")
     same = [p.batch for p in res.points if p.devices_per_replica == c.devices_per_replica and p.num_replicas == 1]
