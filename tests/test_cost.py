@@ -515,3 +515,28 @@ def test_a_misfit_names_the_fix_that_would_work(tmp_path, cat):
     assert 2 * 2 * (3 * d * f + 2 * d * d) > 41.25e9
     with pytest.raises(InputError, match="no batch, context or system count fits this model"):
         cost(str(p), "cs3", phase="train", batch=8, context=2048, catalog=cat)
+
+
+def test_a_cost_of_capital_pays_the_capex_back_with_interest(cat, prices):
+    """audit28b M6: the TCO had no cost of capital and did not say so. By hand, 4 CS-3 (capex 4 x $2.5M x 1.10 network
+    x 1.05 installation = $11.55M) at 8% over 4 years: the capital recovery factor 0.08 / (1 - 1.08^-4) = 0.30192 a
+    year, $3.487M instead of $11.55M / 4 = $2.8875M; the bundled rate is 0 (straight-line) and a rate above 1 is
+    refused."""
+    from wseplan.errors import InputError
+
+    t = parse_target("cs3x4", cat)
+    params = C.cost_params(prices, cat, t)
+    times = C.TimeInputs(phase="train", num_devices=4, num_systems=4, step_s=1.0, tokens_per_step=1.0, train_tokens=1.0)
+    p0 = C.nominal(params)
+    assert p0["cost_of_capital_frac_per_year"] == 0.0
+    base = C.evaluate(p0, times)
+    capex = 4 * 2.5e6 * 1.10 * 1.05
+    assert float(base["capex_usd_per_year"]) == pytest.approx(capex / 4, rel=1e-12)
+    p8 = C.nominal(C.apply_overrides(params, {"cost_of_capital_frac_per_year": 0.08}, catalog=cat))
+    r8 = C.evaluate(p8, times)
+    crf = 0.08 / (1 - 1.08 ** -4)
+    assert crf == pytest.approx(0.30192, abs=1e-5)
+    assert float(r8["capex_usd_per_year"]) == pytest.approx(capex * crf, rel=1e-12)
+    assert float(r8["total_usd_per_year"]) - float(base["total_usd_per_year"]) == pytest.approx(capex * (crf - 0.25), rel=1e-9)
+    with pytest.raises(InputError, match="yearly rate"):
+        C.apply_overrides(params, {"cost_of_capital_frac_per_year": 8}, catalog=cat)

@@ -227,7 +227,8 @@ def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemTy
                         peak_power_per_system_w=p["peak_power_w"], busy_power_frac=p["busy_power_frac"],
                         idle_power_frac=p["idle_power_frac"], utilization_frac=p["utilization_frac"], pue=p["pue"],
                         electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
-                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"])
+                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"],
+                        cost_of_capital_frac_per_year=p.get("cost_of_capital_frac_per_year", 0.0))
     per_sys = 1 if t.kind == "wafer" else int(t.device.gpus_per_node.si)
     st = SystemType(name=spec.name or t.key if t.kind == "gpu" else (spec.name or t.device.system), hardware=t.key,
                     price_key=hardware_price_key(t), devices_per_system=per_sys, capex_usd=float(d["capex_usd"]),

@@ -193,7 +193,8 @@ def _markdown(st: Study, body: dict, assumptions: Table, sources: list[dict], pv
                                             f"{next(iter(precs.values()), st.precision)}") + ".") if st.model else "",
                f"Cost: {st.cost.uncertainty} Monte Carlo samples (seed {st.cost.seed}) over each input's low-high "
                f"range (triangular)." if priced else "",
-               "Costs are amortised TCO (capex over the amortisation years, maintenance, facility and electricity "
+               "Costs are amortised TCO (capex over the amortisation years at the cost of capital, 0 unless set: "
+               "straight-line, no financing or residual value; maintenance, facility and electricity "
                "at the site PUE) for the hours used, spread over busy hours at the stated utilisation; not a "
                "purchase price." if priced else "",
                ("Pinned cost inputs: " + ", ".join(f"{k} = {fmt_num(v)}" for k, v in sorted(st.cost.set.items())) + ".")

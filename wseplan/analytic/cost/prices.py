@@ -27,6 +27,8 @@ class SitePrices(Frozen):
     idle_power_frac: Quantity
     rack_units_per_rack: Quantity
     train_tokens_per_param: Quantity
+    #: the buyer's cost of capital [fraction/year]; 0: straight-line depreciation, no financing (the bundled value)
+    cost_of_capital_frac_per_year: Quantity
 
 
 class HardwarePrice(Frozen):
@@ -151,6 +153,8 @@ def _check_value(name: str, val: float, where: str = "--set", label: str | None 
         raise InputError(f"{where}: {what} must be a finite number, got {val!r}")
     if name.endswith("_frac") and not (0.0 <= val <= 1.0) and name != "network_frac":
         raise InputError(f"{where}: {what} is a fraction and must be in [0, 1], got {val}")
+    if name in ("cost_of_capital_frac_per_year", "maintenance_frac_per_year") and val > 1.0:
+        raise InputError(f"{where}: {what} is a yearly rate and must be in [0, 1] (0.08 for 8%), got {val}")
     if name in ("utilization_frac", "amortization_years", "pue", "rack_units_per_rack") and val <= 0:
         raise InputError(f"{where}: {what} must be positive, got {val}")
     if name == "pue" and val < 1.0:

@@ -58,7 +58,8 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
                         peak_power_per_system_w=p["peak_power_w"], busy_power_frac=p["busy_power_frac"],
                         idle_power_frac=p["idle_power_frac"], utilization_frac=p["utilization_frac"], pue=p["pue"],
                         electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
-                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"], extra_peak_power_w=extra_w)
+                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"], extra_peak_power_w=extra_w,
+                        cost_of_capital_frac_per_year=p.get("cost_of_capital_frac_per_year", 0.0))
     out = dict(d)
     out["cluster_nodes"] = np.asarray(nodes, dtype=float) + 0.0 * d["capex_usd"]
     out["cluster_peak_power_w"] = np.asarray(extra_w, dtype=float) + 0.0 * d["capex_usd"]

@@ -16,7 +16,7 @@ S_PER_HOUR = 3600.0
 def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_capex_usd, installation_frac,
                     amortization_years, maintenance_frac_per_year, peak_power_per_system_w, busy_power_frac,
                     idle_power_frac, utilization_frac, pue, electricity_usd_per_kwh, facility_usd_per_kw_month,
-                    extra_peak_power_w=0.0):
+                    extra_peak_power_w=0.0, cost_of_capital_frac_per_year=0.0):
     """Annual and hourly cost of owning ``num_systems`` systems of one type.
 
     Parameters
@@ -32,7 +32,10 @@ def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_ca
     installation_frac : array_like
         One-time installation as a share of hardware capex, amortised with it [fraction].
     amortization_years : array_like
-        Straight-line depreciation period [years].
+        Depreciation period [years].
+    cost_of_capital_frac_per_year : array_like
+        The buyer's cost of capital [fraction/year]: the capex is paid back over ``amortization_years`` at this rate
+        (capital recovery factor ``r / (1 - (1 + r)^-n)``); 0 is straight-line depreciation, ``1 / n`` a year.
     maintenance_frac_per_year : array_like
         Annual maintenance as a share of hardware capex [fraction/year].
     peak_power_per_system_w : array_like
@@ -62,7 +65,7 @@ def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_ca
     Notes
     -----
     hardware = n capex (1 + network) + extra;  capex = hardware (1 + installation);
-    per year: capex / years + hardware maintenance + P_avg PUE 8766 h price + P_peak facility 12;
+    per year: capex x CRF(r, years) (capex / years at r = 0) + hardware maintenance + P_avg PUE 8766 h price + P_peak facility 12;
     P_peak = n P_system + P_extra;
     P_avg = P_peak (u busy + (1 - u) idle). The cost of an hour of paid work is the yearly total over
     8766 u hours.
@@ -74,7 +77,10 @@ def deployment_cost(*, num_systems, capex_per_system_usd, network_frac, extra_ca
     n = np.asarray(num_systems, dtype=float)
     hardware = n * capex_per_system_usd * (1.0 + network_frac) + extra_capex_usd
     capex = hardware * (1.0 + installation_frac)
-    capex_per_year = capex / amortization_years
+    r = np.asarray(cost_of_capital_frac_per_year, dtype=float)
+    years = np.asarray(amortization_years, dtype=float)
+    crf = np.where(r > 0, r / -np.expm1(-years * np.log1p(np.where(r > 0, r, 1.0))), 1.0 / years)
+    capex_per_year = capex * crf
     maintenance = hardware * maintenance_frac_per_year
     peak_w = n * peak_power_per_system_w + extra_peak_power_w
     avg_w = peak_w * (utilization_frac * busy_power_frac + (1.0 - utilization_frac) * idle_power_frac)
