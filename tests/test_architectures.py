@@ -490,3 +490,27 @@ def test_gemma_configs_take_their_class_defaults(tmp_path):
     q.write_text(json.dumps(g3))
     m3 = model_from_hf_config(q)
     assert (m3.vocab_size, m3.head_dim_, m3.tied_embeddings) == (262208, 256, True)
+
+
+def test_a_model_published_below_16_bits_says_so(tmp_path):
+    """audit28d M3: DeepSeek-V3/R1 ship in fp8 and gpt-oss in MXFP4, but the bf16 default sized them 1.5-4x without a
+    word. The catalog states each checkpoint's format, a config.json's quantization_config gives it, and a plan at
+    another precision says which flag plans the published checkpoint."""
+    import json
+
+    from wseplan.model_files import model_from_hf_config
+    from wseplan.plan import plan
+
+    r = plan("deepseek-r1", "h200", phase="decode")
+    assert any("published in fp8" in n and "--precision fp8" in n for n in r.notes)
+    assert not any("published in" in n for n in plan("deepseek-r1", "h200", phase="decode", precision="fp8").notes)
+    assert not any("published in" in n for n in plan("llama-3.1-8b", "h100", phase="decode").notes)
+    cfg = {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 2,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 1000, "head_dim": 64,
+           "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert model_from_hf_config(p).native_precision == "fp8"
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    p.write_text(json.dumps(cfg))
+    assert model_from_hf_config(p).native_precision == "int4"

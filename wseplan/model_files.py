@@ -216,6 +216,13 @@ def model_from_hf_config(path: str | Path) -> Model:
         extra["qk_norm"] = True
     if mtype in ("gemma2", "gemma3", "gemma3_text"):
         extra["norms_per_block"] = 4
+    qc = top.get("quantization_config") if isinstance(top.get("quantization_config"), dict) else {}
+    method, bits = str(qc.get("quant_method") or "").lower(), qc.get("bits")
+    native = ("fp8" if method in ("fp8", "fbgemm_fp8", "compressed-tensors") and "fp8" in str(qc).lower() else
+              "fp4" if method in ("mxfp4", "nvfp4", "modelopt") and "fp4" in str(qc).lower() else
+              "int4" if method in ("awq", "gptq") and bits == 4 else None)
+    if native:  # the checkpoint's own format (a plan at another precision says so)
+        extra["native_precision"] = native
     if top_type == "llama4" and isinstance(top.get("vision_config"), dict):
         enc = _llama4_vision_params(top["vision_config"], cfg["hidden_size"])
         if enc is None:

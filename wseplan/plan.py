@@ -560,6 +560,10 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r)
     if isinstance(q.model, Model):
         notes = list(notes) + positions_note(q.model, int(r["context"]), int(r["output_tokens"] or 0) if q.phase == "serve" else 0)
+        native = q.model.native_precision
+        if native and native != q.precision and q.phase != "train":  # audit28d M3: bf16 by default sized 1.5-4x
+            notes.append(f"{q.model.name} is published in {native}; planned at {q.precision} (--precision {native} "
+                         "plans the published checkpoint)")
     if fits and r.get("step_s") is None:
         notes = list(notes) + [f"no {fam.name} time model for {getattr(q.model, 'name', 'this model')} "
                                "(a layer-list model has no transformer shapes); the fit alone is given"]

@@ -441,6 +441,9 @@ class Model(Frozen):
     learned_pos_embeddings: int = Field(default=0, ge=0, le=100_000_000)
     #: longest sequence the model attends (config.json ``max_position_embeddings``); None: not stated
     max_context: int | None = Field(default=None, gt=0, le=1_000_000_000)
+    #: the format its published checkpoint is in where it is not 16-bit (DeepSeek-V3: fp8; gpt-oss: fp4, MXFP4
+    #: experts; config.json ``quantization_config``); plans at another precision say so
+    native_precision: Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"] | None = None
     # -- optional: which layers are MoE, and their MLPs -------------------------------------------------
     #: MLP width of the dense (non-MoE) layers of an MoE model; unset: ``d_ff``
     dense_d_ff: int | None = _dim()
