@@ -153,3 +153,12 @@ def test_a_gpu_pipeline_fit_does_not_show_the_fullest_stage_as_every_stage(capsy
     out = " ".join(capsys.readouterr().out.split())
     assert "weights (all devices, at most: the fullest stage's x devices)" in out
     assert "| stage |" in out and "each stage is 4 GPUs (tensor parallel)" in out and "memory [" not in out
+
+
+def test_stream_parts_say_what_they_hold():
+    """audit28a L1: `stream`'s 'compute' held the recompute and its 'exposed load' the spill, so its rows added to 17%
+    more than the step; their labels say so."""
+    from wseplan.report.formats import field_unit
+
+    assert field_unit("compute_s").label == "compute incl. recompute"
+    assert field_unit("exposed_load_s").label == "exposed load incl. spill"

@@ -160,7 +160,7 @@ def training_body(st: Study, cat) -> dict:
         tables.append(Table(name="weight_streaming", title=f"Weight streaming on one {wafer_targets[0]} versus batch",
                             columns=[Column("batch", "batch [sequences]"), Column("tokens", "tokens per step [tokens]"),
                                      Column("forward_compute_s", "forward compute [s]"),
-                                     Column("weight_load_s", "weight load per pass [s]"),
+                                     Column("weight_load_s", "weights in, forward only [s] (a step streams them twice)"),
                                      Column("compute_s", "compute incl. recompute [s]"),
                                      Column("exposed_load_s", "exposed load [s]"), Column("step_s", "step [s]"),
                                      Column("activation_policy", "activations"), Column("bottleneck", "bottleneck")],
