@@ -33,9 +33,14 @@ def test_trtllm_rule_gives_the_cache_nine_tenths_of_what_the_weights_leave():
 
 def test_an_explicit_reserve_wins_and_training_keeps_the_reserve():
     assert _fit("gpu-production-trtllm", reserve=0.2).capacity_bytes == pytest.approx(0.8 * 80 * GIB)
-    t = fit("llama-3-8b", "h100x8", precision="bf16", phase="train", batch=64, context=4096,
-            software="gpu-production-trtllm")
+    t = fit("llama-3-8b", "h100x8", precision="bf16", phase="train", batch=64, context=4096)
     assert t.capacity_bytes == pytest.approx(0.9 * 80 * GIB)
+    # a serving engine's profile has nothing to say about training: naming one is refused (audit28a L5)
+    from wseplan.errors import InputError
+
+    with pytest.raises(InputError, match="software: 'gpu-production-trtllm' is a serving-engine profile"):
+        fit("llama-3-8b", "h100x8", precision="bf16", phase="train", batch=64, context=4096,
+            software="gpu-production-trtllm")
 
 
 def test_a_model_that_leaves_nothing_free_does_not_fit_under_either_rule():

@@ -97,6 +97,12 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     spec = [k for k in SPEC_OPTIONS if k in opts] if phase == "train" else []
     if spec:
         raise InputError(f"{spec[0]}: speculative decoding applies to inference (prefill, decode, serve), not phase train")
+    if phase == "train" and t.kind == "gpu" and isinstance(software, str):
+        # a GPU profile is a serving engine's (scheduling, kernels, launch gaps): a training step is timed with the
+        # calibrated training constants whatever it names, so naming one is refused (audit28a L5: accepted, no effect)
+        raise InputError(f"software: {software!r} is a serving-engine profile and applies to inference; GPU training "
+                         "steps use the calibrated training constants (catalogs/calibration/gpu_efficiency.yaml): drop "
+                         "--software")
     train_only = () if phase == "train" else getattr(fam, "train_only_options", ())
     allowed = [o for o in fam.options if o not in train_only]
     bad = sorted(set(opts) - set(allowed))
