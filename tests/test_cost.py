@@ -540,3 +540,13 @@ def test_a_cost_of_capital_pays_the_capex_back_with_interest(cat, prices):
     assert float(r8["total_usd_per_year"]) - float(base["total_usd_per_year"]) == pytest.approx(capex * (crf - 0.25), rel=1e-9)
     with pytest.raises(InputError, match="yearly rate"):
         C.apply_overrides(params, {"cost_of_capital_frac_per_year": 8}, catalog=cat)
+
+
+def test_an_idle_draw_above_the_busy_one_is_refused(cat, prices):
+    """audit28b L4: --set idle_power_frac=0.9 was taken beside busy_power_frac 0.75 (idle drawing more than busy)."""
+    from wseplan.errors import InputError
+
+    params = C.cost_params(prices, cat, parse_target("h100x8", cat))
+    with pytest.raises(InputError, match="idle_power_frac 0.9 is above busy_power_frac 0.75"):
+        C.apply_overrides(params, {"idle_power_frac": 0.9}, catalog=cat)
+    assert C.apply_overrides(params, {"idle_power_frac": 0.5}, catalog=cat)["idle_power_frac"].value == 0.5

@@ -652,3 +652,20 @@ def test_a_cap_in_the_wrong_unit_is_refused(tmp_path, field, value, msg):
     with pytest.raises(InputError, match=f"constraints.{field}: .*{msg}"):
         read_demand(f)
     assert read_demand(EXAMPLE).constraints.power_cap_w == 1.6e6
+
+
+@pytest.mark.parametrize("old, new, msg", [
+    ("model: llama-3.1-70b", "model: llama-9000", r"workloads\[0\]\.model \(chat-70b\): unknown model 'llama-9000'"),
+    ("hardware: h200-sxm", "hardware: h900", r"systems\[2\]\.hardware: unknown hardware 'h900'"),
+])
+def test_an_unknown_name_in_a_demand_file_names_its_field(tmp_path, old, new, msg):
+    """audit28b L4: 'model: unknown model ...' did not say which workload or field of the demand file held it."""
+    from wseplan.catalog import load_catalog
+    from wseplan.errors import InputError
+
+    f = tmp_path / "d.yaml"
+    text = EXAMPLE.read_text()
+    assert old in text
+    f.write_text(text.replace(old, new, 1))
+    with pytest.raises(InputError, match=msg):
+        plan_fleet(read_demand(f), catalog=load_catalog(), analyze=False)

@@ -305,9 +305,11 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
     notes: list[str] = []
     systems, ctx = [], {}
     known: set[str] = set()
-    for s in spec.systems:
-
-        tt = parse_target(s.hardware, cat)
+    for i, s in enumerate(spec.systems):
+        try:
+            tt = parse_target(s.hardware, cat)
+        except InputError as exc:  # name the demand file's field (audit28b L4)
+            raise InputError(f"systems[{i}].hardware: {str(exc).split(': ', 1)[-1]}") from None
         known |= set(cost_params(prices, cat, tt, include_memoryx=tt.kind == "wafer"))
     for k in ov:
         if k.split(".", 1)[-1] not in known:
@@ -335,8 +337,11 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                     raise InputError(f"workloads.{wl.name}.{field}: write {k!r} as {t.key!r} (a system's name or its "
                                      "hardware key, without a count), or it is not applied")
     demands, configs = [], []
-    for wl in spec.workloads:
-        m = resolve_model(wl.model, cat)
+    for i, wl in enumerate(spec.workloads):
+        try:
+            m = resolve_model(wl.model, cat)
+        except InputError as exc:
+            raise InputError(f"workloads[{i}].model ({wl.name}): {str(exc).split(': ', 1)[-1]}") from None
         if wl.kind == "serve":
             demands.append(Demand(name=wl.name, kind="serve", model=m.name, amount=wl.output_tokens_per_s_demand(),
                                   unit="output tokens/s", sla=wl.sla))

@@ -187,6 +187,10 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
         _check_value(name, val)
         out[name] = Param(name=name, value=val, low=val, high=val, source=["--set on the command line"],
                           basis="user", note="set by the user (--set)")
+    idle, busy = out.get("idle_power_frac"), out.get("busy_power_frac")
+    if idle is not None and busy is not None and idle.value > busy.value:  # audit28b L4
+        raise InputError(f"--set: idle_power_frac {idle.value:g} is above busy_power_frac {busy.value:g}: an idle "
+                         "system draws less than a busy one; set idle_power_frac <= busy_power_frac")
     return out
 
 
