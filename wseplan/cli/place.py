@@ -74,7 +74,9 @@ def render_place(res, fmt: str, timings: bool = False) -> None:
     unit = res.objective_unit
     for q in summary:  # the bounds are in the objective's unit (bytes, FLOP, seconds)
         v = row.get(q["quantity"].replace(" ", "_"))
-        if q["quantity"] in ("best bound", "solver best bound") and isinstance(v, (int, float)) and unit:
+        if q["quantity"] == "solver best bound" and isinstance(v, (int, float)) and res.objective_kind == "devices":
+            q["value"] = f"{v:,.0f} stages"  # the solver counts stages; 'best bound' above is in devices (audit28b L3)
+        elif q["quantity"] in ("best bound", "solver best bound") and isinstance(v, (int, float)) and unit:
             q["value"] = fmt_quantity(v, unit)
     notes = list(res.notes)
     if res.objective is not None:
