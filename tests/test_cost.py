@@ -550,3 +550,18 @@ def test_an_idle_draw_above_the_busy_one_is_refused(cat, prices):
     with pytest.raises(InputError, match="idle_power_frac 0.9 is above busy_power_frac 0.75"):
         C.apply_overrides(params, {"idle_power_frac": 0.9}, catalog=cat)
     assert C.apply_overrides(params, {"idle_power_frac": 0.5}, catalog=cat)["idle_power_frac"].value == 0.5
+
+
+def test_a_split_that_does_not_add_up_says_so(cat):
+    """audit28b M4: on cs3x4 at batch 8 (2,048 + 256 tokens) a request priced at the input and output $/M recovers
+    (2,048 x input + 256 x output) / (256 x all-in) = 85.7% of the all-in cost; the record says so (an H100 node,
+    whose split recovers over 99%, does not)."""
+    from wseplan.costing import cost
+
+    r = cost("llama-3.1-70b", "cs3x4", batch=8, context=2048, catalog=cat)
+    m = {x.metric: x.value for x in r.metrics}
+    share = (2048 * m["input_usd_per_mtok"] + 256 * m["output_usd_per_mtok"]) / (256 * m["all_in_usd_per_mtok"])
+    assert share < 0.99
+    assert any(f"recover {share:.1%} of the all-in" in n for n in r.notes)
+    g = cost("llama-3.1-70b", "h100x8", batch=8, context=2048, catalog=cat)
+    assert not any("recover" in n for n in g.notes)

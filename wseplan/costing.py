@@ -141,6 +141,23 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     return res
 
 
+def _split_note(res, prompt: int, output: int):
+    """A note where the input and output $/M, priced at a request's prompt and answer, recover less of the all-in
+    $/M than 99% (audit28b M4: 85.7% on cs3x4 at batch 8): the split prices the marginal time of each side, and a
+    request's own prefill and wait count in the all-in only."""
+    m = {x.metric: x.value for x in res.metrics}
+    i, o_, a = m.get("input_usd_per_mtok"), m.get("output_usd_per_mtok"), m.get("all_in_usd_per_mtok")
+    if None in (i, o_, a) or not a > 0 or not output:
+        return res
+    share = (prompt * i + output * o_) / (output * a)
+    if share >= 0.99:
+        return res
+    return res.model_copy(update={"notes": list(res.notes) + [
+        f"the input and output $/M price each side's marginal time: at {prompt:,} prompt and {output:,} output tokens "
+        f"they recover {share:.1%} of the all-in $/M (a request's own prefill and its wait are in the all-in only); "
+        "price a whole request by the all-in $/M per output token"]})
+
+
 def model_time_param(s: Setup, rec) -> C.Param | None:
     """The model error of the time prediction as a cost input: true time / predicted time, triangular in its logarithm over
     the 5th to 95th percentile of the held-out errors of its category (:mod:`wseplan.model_error`), nominal 1 (so nominal costs
@@ -204,6 +221,8 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
             "input $/M is 0: the prompts' prefill chunks ride in pipeline slots the decode rounds leave idle, so they "
             "add no time and the input side is charged none of it (the input/output split follows the engine's "
             "time; all-in $/M carries the replica's whole cost, prompts included)"]})
+    if phase == "serve":
+        res = _split_note(res, c, o)
     if listed is None:
         return res
     computed = {k: res.metric(k) for k in ("input_usd_per_mtok", "output_usd_per_mtok")
