@@ -302,6 +302,9 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         return software if parsed[t].kind == sw_family else None
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
+    if phase == "train":  # audit28a L4: run days x 24 x $/h did not give the run cost
+        notes.append("a run is charged per busy hour: run cost = run hours x $/h / utilization_frac (the site's share "
+                     "of hours doing paid work; `wseplan cost` shows usd_per_busy_hour)")
     speed = None
     rows = []
     if search:
