@@ -290,7 +290,8 @@ class GpuFamily(InferenceMixin, Family):
                          f"replica size than any that divides the count)")
         if ctx.q.phase != "train" and dp > 1:  # the batch is each replica's (audit28d H2)
             b = int(r["batch"]) if "batch" in r else None
-            held = f"{b * dp:,} requests in flight together ({b:,} per replica)" if b else "one batch each"
+            what = "request slots" if ctx.q.phase == "serve" else "requests in flight together"  # serve: slots
+            held = f"{b * dp:,} {what} ({b:,} per replica)" if b else "one batch each"
             notes.append(f"{dp} data-parallel replicas of {tp * pp} GPU{'s' if tp * pp > 1 else ''}: {held}; throughput "
                          f"counts every replica, "
                          f"the per-user speed is one request's")
