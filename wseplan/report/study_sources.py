@@ -124,9 +124,8 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
     return table, sources
 
 
-_SITE_PARAMS = {"electricity_usd_per_kwh", "pue", "amortization_years", "installation_frac",
-                "maintenance_frac_per_year", "facility_usd_per_kw_month", "utilization_frac", "busy_power_frac",
-                "idle_power_frac", "train_tokens_per_param", "rack_units_per_rack"}
+#: the site's inputs (one row each, not one per target): the prices schema's own list
+_SITE_PARAMS = frozenset(C.SitePrices.model_fields)
 
 
 def _param_value(name: str, v: float) -> str:
