@@ -348,3 +348,21 @@ def test_a_given_context_parallel_degree_is_searched_around(catalog):
     with pytest.raises(InputError, match="context_parallel: 3 does not divide"):
         predict_time("gpt-3-175b", "h100x512", phase="train", batch=1536, context=2048, context_parallel=3,
                      catalog=catalog)
+
+
+def test_the_smaller_counts_of_an_awkward_target_keep_every_context_parallel_degree():
+    """review28 #1: the given-cp parameter shared its name with the grid's loop variable, so after the first GPU count
+    of an awkward target (40 GPUs: 40, 32, 24) the smaller counts were searched only at the cp the loop left behind
+    (24 GPUs lost cp 1; the grid of Llama-3-8B on 40 H100 fell from 36,000 to 26,800 rows)."""
+    import numpy as np
+
+    from wseplan.devices.gpu_train import layout_grid
+    from wseplan.plan import setup
+
+    s = setup("llama-3-8b", "h100x40", phase="train")
+    g = layout_grid(s.ctx, 64.0, 8192.0)
+    used = g["tp"] * g["pp"] * g["dp"] * g["cp"]
+    for n in (40, 32, 24):
+        assert 1.0 in set(g["cp"][used == n]), n
+    assert len(g["tp"]) == 36000
+    assert np.array_equal(np.unique(g["cp"][used == 24]), [1.0, 2.0])

@@ -507,8 +507,10 @@ STREAM_UNIT_HINT = ("the weights a wafer holds while streaming (a whole layer, t
 def fit_fix(rec) -> str:
     """What would make a configuration that does not fit fit, by what binds: weights or optimizer state alone (no
     batch or context helps: more devices, or on a streamed wafer nothing), or the batch's KV cache and activations."""
-    if rec.binding == "weights" and rec.family == "wafer_streaming":
-        return STREAM_UNIT_HINT
+    if rec.family == "wafer_streaming" and (rec.weights_bytes or 0.0) / max(rec.num_devices or 1, 1) > rec.capacity_bytes:
+        return STREAM_UNIT_HINT  # the streamed layers alone overflow the wafer (review28 #2: not merely 'weights binds')
+    if rec.family == "wafer_streaming":  # passes split the batch, systems split it too: a sequence is what overflows
+        return "lower the context: one sequence must fit a wafer's pass (more systems split the batch, not a sequence)"
     n = max(rec.num_devices or 1, 1)
     per_batch = ((rec.activation_bytes or 0.0) + (rec.kv_cache_bytes or 0.0)) / n  # the fullest device's, per device
     if rec.binding in ("weights", "optimizer") and rec.per_device_bytes - per_batch > rec.capacity_bytes:
@@ -553,8 +555,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                 if t.count else "")
         mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
         auto = q.options.get("policy", "auto") == "auto"  # another policy may hold it: scale names that fix
-        if one_seq is not None and binding_name(r["binding"]) == "weights" and q.phase == "train":
-            hint = "; " + STREAM_UNIT_HINT  # no batch, context or system count helps (audit28a M5)
+        if one_seq is not None and q.phase == "train" and (r.get("fit.buffer_bytes") or 0.0) > cap:
+            hint = "; " + STREAM_UNIT_HINT  # the streamed layers alone overflow: nothing helps (audit28a M5)
         elif one_seq is not None and one_seq < int(r["context"]) and auto:  # no count helps: one sequence overflows
             hint = "; " + one_sequence_hint(int(r["context"]), one_seq)
         elif mb and fit_b is not None and fit_b < mb:  # the user's micro-batch overflows it

@@ -322,7 +322,7 @@ class GpuFamily(InferenceMixin, Family):
             extra = tuple(int(vals[i, cols.index(c)]) if c in cols and known[i, cols.index(c)] else None
                           for c in ("micro_batch", "vpp", "cp"))
             if (b, c_, extra) not in grids:
-                grids[b, c_, extra] = layout_grid(ctx, b, c_, micro_batch=extra[0], vpp=extra[1], cp=extra[2])
+                grids[b, c_, extra] = layout_grid(ctx, b, c_, micro_batch=extra[0], vpp=extra[1], given_cp=extra[2])
             grid = grids[b, c_, extra]
             keep = np.ones(len(grid["tp"]), dtype=bool)
             for j, c in enumerate(cols):

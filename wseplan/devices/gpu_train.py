@@ -66,9 +66,9 @@ def train_counts(n: int | None) -> list:
 
 
 def layout_grid(ctx, batch: float, context: float = 1.0, *, micro_batch: int | None = None, vpp: int | None = None,
-                cp: int | None = None) -> dict:
+                given_cp: int | None = None) -> dict:
     """The layouts searched for one batch and context (training: with micro-batches, virtual stages, recompute and
-    ZeRO; a given ``micro_batch``, ``vpp`` or ``cp`` outside the usual values is searched too)."""
+    ZeRO; a given ``micro_batch``, ``vpp`` or ``given_cp`` outside the usual values is searched too)."""
     L = ctx.num_layers
     N0 = ctx.count
     train = ctx.q.phase == "train"
@@ -77,7 +77,7 @@ def layout_grid(ctx, batch: float, context: float = 1.0, *, micro_batch: int | N
     cp_min = ctx.q.catalog.defaults.gpu_cp_min_tokens_per_rank.si
     rep_min = ctx.q.catalog.defaults.gpu_train_min_replica_frac.si
     pp_idle = int(ctx.q.catalog.defaults.gpu_infer_idle_max_pipeline.si)
-    cpg = ctx.cp_given if ctx.cp_given is not None else cp
+    cpg = ctx.cp_given if ctx.cp_given is not None else given_cp
     if train and cpg is not None and N0 is not None and N0 % int(cpg):
         raise InputError(f"context_parallel: {cpg:g} does not divide the target's {N0} GPUs; give a "
                          "count that is a multiple of it")
@@ -86,8 +86,8 @@ def layout_grid(ctx, batch: float, context: float = 1.0, *, micro_batch: int | N
     for Nc in train_counts(N0) if train else [N0]:
         if not train:
             cps = [1]
-        elif ctx.cp_given is not None or cp is not None:
-            c0 = int(ctx.cp_given if ctx.cp_given is not None else cp)
+        elif ctx.cp_given is not None or given_cp is not None:
+            c0 = int(ctx.cp_given if ctx.cp_given is not None else given_cp)
             cps = [c0] if Nc is None or Nc % c0 == 0 else []
         else:
             cps = [c for c in CP_VALUES if c == 1 or (Nc is not None and Nc % c == 0 and context / c >= cp_min)]
