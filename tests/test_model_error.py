@@ -102,16 +102,30 @@ def test_cost_monte_carlo_samples_the_model_error():
 def test_no_interval_end_runs_the_model_above_the_compute_roof():
     """GPT-3 175B training on 64 CS-3 at batch 1,536 x 2,048 (audit22 F4): the held-out interval, widened for an
     unvalidated category, would reach a step that runs the model's FLOPs at 123% of the dense peak; its fast end is held
-    at MFU 1 (step x MFU), and the cost's model-error factor is held there too."""
+    at the step's floors (the executed FLOPs at the dense peak, the weight stream), and the cost's model-error factor is
+    held there too."""
     from wseplan.costing import cost
     from wseplan.plan import plan
 
     r = plan("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
     assert 0 < r.model_flop_utilization_frac < 1
-    # the weight stream (4.66 s) binds before the compute roof (3.36 s) here (audit28a H1): the larger of the two
-    roof = r.step_s * r.model_flop_utilization_frac
-    assert r.details["stream"]["stream_floor_s"] > roof
-    assert r.interval_low == pytest.approx(max(roof, r.details["stream"]["stream_floor_s"]), rel=1e-12)
+    # the weight stream (4.66 s) binds before the compute floor (3.36 s) here (audit28a H1): the larger of the two;
+    # the compute floor is the FLOPs the wafers execute (causal attention) at their dense peak, by hand 3 x the
+    # workload's forward FLOPs per token x tokens / (64 x peak), not MFU (review28 #3: a convention's FLOP count)
+    from wseplan.catalog import load_catalog
+    from wseplan.workload import build_workload, resolve_model
+
+    cat = load_catalog()
+    w = build_workload(resolve_model("gpt-3-175b", cat), cat, precision="bf16", phase="train", batch=1536, context=2048)
+    hand = 3 * w.flop_per_token.sum() * 1536 * 2048 / (64 * cat.wafers["wse3"].peak_flop_per_s("bf16"))
+    fl = r.details["floors"]
+    assert fl["compute_s"] == pytest.approx(hand, rel=1e-9) and fl["stream_s"] > fl["compute_s"]
+    assert r.interval_low == pytest.approx(max(fl.values()), rel=1e-12)
+    # Llama-3-8B at 131,072 tokens on one CS-3: MFU's unmasked attention would hold the fast end at 8.5 s; the FLOPs
+    # executed take 5.0 s at the peak (review28 #3)
+    long = plan("llama-3-8b", "cs3", phase="train", batch=4, context=131072)
+    assert long.interval_low == pytest.approx(long.details["floors"]["compute_s"], rel=1e-12)
+    assert long.interval_low < 0.7 * long.step_s * long.model_flop_utilization_frac
     c = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
     f = next(p for p in c.params if p.name == "model_time_factor")
     assert f.low == pytest.approx(r.interval_low / r.step_s, rel=1e-12)

@@ -27,7 +27,7 @@ from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
 from .model_error import category_for, roof_time_factor, time_factor_range
-from .plan import Setup, default_sizes, evaluate, fit_fix, floor_s, normalise_phase, record, setup
+from .plan import Setup, default_sizes, evaluate, fit_fix, floor_s, floor_text, normalise_phase, record, setup
 from .targets import parse_target
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       no_wafer_interruptions_note, total_params)
@@ -169,10 +169,11 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
     if b is None:
         return None
     lo, hi, note = b
-    mfu = rec.model_flop_utilization_frac
-    f = roof_time_factor(mfu, floor_s=floor_s(rec.details) if q.phase == "train" else None, time_s=rec.step_s)
+    floor = floor_s(rec.details) if q.phase == "train" else None  # a training step's floors replace MFU's roof
+    f = roof_time_factor(None if floor is not None else rec.model_flop_utilization_frac, floor_s=floor,
+                         time_s=rec.step_s)
     if f is not None and lo < f:  # no sample may run the model's FLOPs above the peak, or stream faster than the links
-        roof = "the compute roof" if mfu is not None and f <= mfu * (1 + 1e-12) else "the weight stream's link time"
+        roof = floor_text(rec.details) if floor is not None else "the compute roof (MFU 1)"
         lo, note = f, note + f"; the fast end held at {roof} (x{f:.3g})"
     return C.Param(name="model_time_factor", value=1.0, low=min(lo, 1.0), high=max(hi, 1.0), log_scale=True,
                    source=["wseplan-model-error"], basis="estimate",

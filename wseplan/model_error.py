@@ -229,18 +229,17 @@ def roof_time_factor(mfu, *, floor_s=None, time_s=None) -> float | None:
 
 
 def _roof_text(rec: dict, f: float) -> str:
-    mfu = rec.get("model_flop_utilization_frac")
-    if mfu is not None and f <= mfu * (1 + 1e-12):
-        return f"the compute roof (MFU 1, x{1 / f:.3g} the prediction's speed)"
-    return f"the time the links need to stream the weights (x{1 / f:.3g} the prediction's speed)"
+    if rec.get("floor_s") is not None and rec.get("phase") == "train":
+        return f"{rec.get('floor_text') or 'the step floor'} (x{1 / f:.3g} the prediction's speed)"
+    return f"the compute roof (MFU 1, x{1 / f:.3g} the prediction's speed)"
 
 
 def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     """``interval_metric``/``interval_low``/``interval_high``/``interval_note`` for a plan record's headline: its
     ``tokens_per_s`` (inference) or ``step_s`` (training); empty when the record has no time. With the record's
     ``model_flop_utilization_frac`` the fast end is held at the compute roof: no end of the interval runs the model's
-    FLOPs above the devices' dense peak (MFU 1); with a training record's ``floor_s`` (a streamed wafer's link time),
-    no step is shorter than it either."""
+    FLOPs above the devices' dense peak (MFU 1); a training record's ``floor_s`` (the larger of the executed FLOPs at
+    the dense peak of the devices used and a streamed wafer's link time) replaces that roof."""
     train = rec.get("phase") == "train"
     metric = "step_s" if train else "tokens_per_s"
     v = rec.get(metric)
@@ -252,8 +251,8 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     if iv is None:
         return {}
     lo, hi, note = iv
-    f = roof_time_factor(rec.get("model_flop_utilization_frac"), floor_s=rec.get("floor_s") if train else None,
-                         time_s=v)
+    floor = rec.get("floor_s") if train else None  # a training step's own floors replace MFU's roof
+    f = roof_time_factor(None if floor is not None else rec.get("model_flop_utilization_frac"), floor_s=floor, time_s=v)
     if f is not None:
         roof = v * f if train else v / f  # the step at the roof, or the throughput there
         if (train and lo < roof) or (not train and hi > roof):

@@ -525,11 +525,23 @@ def one_sequence_hint(context: int, max_tokens_on_wafer: float) -> str:
             "in a pass at any system count: lower --context")
 
 
+#: what each floor of a training step is (``details["floors"]``)
+FLOOR_TEXT = {"compute_s": "the compute roof (the FLOPs it executes at the dense peak of the devices used)",
+              "stream_s": "the time the links need to stream the weights"}
+
+
 def floor_s(details: dict) -> float | None:
-    """The least time a record's step can take by its links (a streamed wafer's weights in and out over its passes,
-    ``details["stream"]["stream_floor_s"]``) [s]; None where no family states one."""
-    v = (details.get("stream") or {}).get("stream_floor_s") if isinstance(details, dict) else None
-    return None if v is None else float(v)
+    """The least time a training record's step can take [s]: the larger of its floors (``details["floors"]``: the
+    executed FLOPs at the dense peak of the devices used; a streamed wafer's weights in and out over its passes);
+    None where no family states one."""
+    f = details.get("floors") if isinstance(details, dict) else None
+    return max(f.values()) if f else None
+
+
+def floor_text(details: dict) -> str:
+    """Which floor :func:`floor_s` is."""
+    f = details.get("floors") or {}
+    return FLOOR_TEXT[max(f, key=f.get)] if f else ""
 
 
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):
@@ -576,12 +588,18 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         notes = list(notes) + [f"no {fam.name} time model for {getattr(q.model, 'name', 'this model')} "
                                "(a layer-list model has no transformer shapes); the fit alone is given"]
     bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
+    if timed and q.phase == "train":  # the step's hard floors (review28 #3: not MFU, whose FLOPs are a convention)
+        fl = {"compute_s": r.get("time.compute_floor_s"), "stream_s": (details.get("stream") or {}).get("stream_floor_s")}
+        fl = {k: float(v) for k, v in fl.items() if v is not None and np.isfinite(v) and v > 0}
+        if fl:
+            details = dict(details, floors=fl)
     iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "num_devices": n_dev,
                         "software": calibrated_name(q.software),
                         "step_s": r.get("step_s") if timed else None,
                         "tokens_per_s": r.get("tokens_per_s") if timed else None,
                         "model_flop_utilization_frac": r.get("model_flop_utilization_frac") if timed else None,
-                        "floor_s": floor_s(details) if timed else None},
+                        "floor_s": floor_s(details) if timed else None,
+                        "floor_text": floor_text(details) if timed else ""},
                        params_b=_params_b(q.model) if isinstance(q.model, Model) else None)
     return PlanRecord(
         model=q.model.name if hasattr(q.model, "name") else str(q.model), target=label, hardware=t.key, device_kind=t.kind,

@@ -496,6 +496,11 @@ class GpuFamily(InferenceMixin, Family):
         step = r["step_s"]
         tokens = B * C
         flops = G.model_flop_per_token(ctx.m, seq_len=C, trainable=ctx.trainable) * tokens
+        # the FLOPs the GPUs execute (causal attention: half the unmasked count's attention, (s + 1) / 2s of it) at the
+        # dense peak of the GPUs used: a hard floor of the step, apart from MFU's convention (review28 #3)
+        plain = G.model_flop_per_token(ctx.m, seq_len=0.0, trainable=ctx.trainable) * tokens
+        executed = plain + (flops - plain) * (C + 1.0) / (2.0 * C)
+        used = cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg["cp"]
         # over every GPU of the target, idle ones included (they are paid for), as a wafer target's MFU counts its
         # idle systems (audit28a M6)
         ndev = np.maximum(cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg["cp"], float(ctx.count or 0))
@@ -504,6 +509,7 @@ class GpuFamily(InferenceMixin, Family):
         n = len(B)
         return dict(step_s=step, tokens_per_s=tokens / step, model_flop_per_s=flops / step,
                     model_flop_utilization_frac=np.minimum(flops / step / (ndev * ctx.peak), 1.0),
+                    compute_floor_s=executed / (used * ctx.peak),
                     bottleneck=argmax_code(bd, n), breakdown={k: np.broadcast_to(v, (n,)) for k, v in bd.items()},
                     num_microbatches=r["num_microbatches"])
 

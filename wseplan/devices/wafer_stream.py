@@ -236,6 +236,10 @@ class WaferStreamFamily(Family):
         flop_tok = (G.model_flop_per_token(m, seq_len=float(s)) if hasattr(m, "num_layers")
                     else 3.0 * float(w.flop_per_token.sum()))
         model_flop = flop_tok * B * s
+        # the least time the FLOPs the wafer executes (causal attention, no recompute) take at the dense peak of the
+        # systems that hold sequences (a sequence is not split): a hard floor of the step, apart from MFU's convention
+        used = np.ceil(B / per_sys)
+        compute_floor = 3.0 * float(w.flop_per_token.sum()) * B * s / (ctx.peak * used)
         acts = np.choose(chosen, [plans[p][1] * per_tok[p] for p in POLICY_ORDER])
         return dict(step_s=step, tokens_per_s=B * s / step, compute_s=compute, recompute_s=recomp, exposed_load_s=exposed,
                     exposed_spill_s=exposed_spill, optimizer_exposed_s=opt, utilization_frac=sel("utilization_frac"),
@@ -250,6 +254,7 @@ class WaferStreamFamily(Family):
                     min_batch_compute_bound=np.maximum(1.0, np.ceil(t_min / s)),
                     max_batch_on_wafer=np.where(np.isfinite(max_tok), np.floor(np.minimum(max_tok, 2.0 ** 62) / s), 2.0 ** 62),
                     spill_bytes=np.where(is_spill, 2.0 * passes * layer_sum(spill), 0.0), stream_floor_s=stream_floor,
+                    compute_floor_s=compute_floor,
                     **{f"alt_{p}_step_s": np.where(fitp[p], runs[p]["step_s"], np.nan) for p in POLICY_ORDER},
                     **{f"alt_{p}_passes": plans[p][0] for p in POLICY_ORDER})
 
@@ -307,6 +312,7 @@ class WaferStreamFamily(Family):
               "optimizer": f["optimizer_exposed_s"]}
         return dict(step_s=f["step_s"], tokens_per_s=f["tokens_per_s"], model_flop_per_s=f["model_flop_per_s"],
                     model_flop_utilization_frac=f["model_flop_utilization_frac"], bottleneck=f["bottleneck"].astype(int),
+                    compute_floor_s=f["compute_floor_s"],
                     breakdown={k: np.broadcast_to(v, (n,)) for k, v in bd.items()})
 
 
@@ -315,7 +321,7 @@ STREAM_FIELDS = ("step_s", "tokens_per_s", "compute_s", "recompute_s", "exposed_
                  "policy", "passes", "per_system_batch", "tokens_per_pass", "stream_bandwidth_bytes_per_s",
                  "transfer_latency_s", "memoryx_tier", "memoryx_required_bytes", "memoryx_capacity_bytes", "memoryx_fits",
                  "wafer_fits", "buffer_bytes", "activation_bytes", "min_tokens_compute_bound", "max_tokens_on_wafer",
-                 "min_batch_compute_bound", "max_batch_on_wafer", "spill_bytes", "stream_floor_s",
+                 "min_batch_compute_bound", "max_batch_on_wafer", "spill_bytes", "stream_floor_s", "compute_floor_s",
                  *(f"alt_{p}_{k}" for p in POLICY_ORDER for k in ("step_s", "passes")))
 
 register(WaferStreamFamily())
