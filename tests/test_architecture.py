@@ -40,7 +40,7 @@ TOWER = (
                "wseplan.calibration_data", "wseplan.model_error")),
     ("analytic", ("wseplan.analytic",)),
     ("devices", ("wseplan.devices",)),
-    ("plan", ("wseplan.plan",)),
+    ("plan", ("wseplan.plan", "wseplan.plan_notes")),
     ("views", ("wseplan.pricing", "wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving", "wseplan.scale",
                "wseplan.compare", "wseplan.admission", "wseplan.operating")),
     ("studies", ("wseplan.optimize", "wseplan.sim", "wseplan.validate", "wseplan.validate_stream", "wseplan.claims",

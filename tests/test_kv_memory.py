@@ -33,17 +33,27 @@ def test_trtllm_rule_gives_the_cache_nine_tenths_of_what_the_weights_leave():
 
 def test_an_explicit_reserve_wins_and_training_keeps_the_reserve():
     assert _fit("gpu-production-trtllm", reserve=0.2).capacity_bytes == pytest.approx(0.8 * 80 * GIB)
-    t = fit("llama-3-8b", "h100x8", precision="bf16", phase="train", batch=64, context=4096)
-    assert t.capacity_bytes == pytest.approx(0.9 * 80 * GIB)
-    # a serving engine's profile has nothing to say about training: naming one is refused (audit28a L5)
-    from wseplan.errors import InputError
-
-    with pytest.raises(InputError, match="software: 'gpu-production-trtllm' is a serving-engine profile"):
-        fit("llama-3-8b", "h100x8", precision="bf16", phase="train", batch=64, context=4096,
-            software="gpu-production-trtllm")
+    for sw in (None, "gpu-production-trtllm"):  # the engine's KV rule is inference's: training keeps the reserve
+        t = fit("llama-3-8b", "h100x8", precision="bf16", phase="train", batch=64, context=4096, software=sw)
+        assert t.capacity_bytes == pytest.approx(0.9 * 80 * GIB)
 
 
 def test_a_model_that_leaves_nothing_free_does_not_fit_under_either_rule():
     for sw in (None, "gpu-production-trtllm"):
         f = fit("llama-3.1-70b", "h100x1", precision="bf16", phase="decode", batch=1, context=2000, software=sw)
         assert not f.fits
+
+
+def test_gpu_training_runs_the_validated_profile_by_default():
+    """review28 #5 (audit28a L5): GPU training ran the serving engine's constants by default (gpu-production: no
+    per-layer overhead, its HBM share), while its validation rows are predicted with the calibration's own profile:
+    the default training step was 1.2% off what was validated. By default it runs that profile now; a named profile
+    still applies its constants."""
+    from wseplan.plan import GPU_TRAIN_PROFILE, plan
+    from wseplan.validate import GPU_PROFILE
+
+    kw = dict(phase="train", batch=64, context=4096)
+    d = plan("llama-3-8b", "h100x8", **kw)
+    assert d.software == GPU_TRAIN_PROFILE == GPU_PROFILE
+    assert d.step_s == plan("llama-3-8b", "h100x8", software=GPU_TRAIN_PROFILE, **kw).step_s
+    assert plan("llama-3-8b", "h100x8", software="gpu-production", **kw).step_s != d.step_s

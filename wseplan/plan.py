@@ -31,7 +31,7 @@ import numpy as np
 
 from .analytic.memory import RECOMPUTE
 from .catalog.load import Catalog, load_catalog
-from .catalog.precision import datapath_format, device_rates, training_refusal
+from .catalog.precision import device_rates, training_refusal
 from .catalog.schema import Model
 from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
@@ -39,6 +39,8 @@ from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
 from .devices.inference import SPEC_OPTIONS
 from .errors import InputError
 from .model_error import plan_interval
+from .plan_notes import (STREAM_UNIT_HINT, FLOOR_TEXT, _datapath_note, _speculation_note, fit_fix,  # noqa: F401
+                         floor_s, floor_text, one_sequence_hint)
 from .records import PlanRecord
 from .targets import Target, parse_target
 from .workload import check_positive_int, check_precision, resolve_model, total_params
@@ -78,6 +80,11 @@ def normalise_phase(phase: str, output_tokens) -> str:
     return p
 
 
+#: the software profile of GPU training without one named: the calibration's own constants (no serving engine's
+#: overrides), the profile the validation predicts its training rows with
+GPU_TRAIN_PROFILE = "gpu-fitted-2026-11"
+
+
 def setup(model, target, *, phase: str, precision: str = "bf16", software: str | None = None,
           options: dict | None = None, catalog: Catalog | None = None) -> Setup:
     """Resolve model, target, family, software profile and options (one-line InputError on anything bad)."""
@@ -97,12 +104,11 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     spec = [k for k in SPEC_OPTIONS if k in opts] if phase == "train" else []
     if spec:
         raise InputError(f"{spec[0]}: speculative decoding applies to inference (prefill, decode, serve), not phase train")
-    if phase == "train" and t.kind == "gpu" and isinstance(software, str):
-        # a GPU profile is a serving engine's (scheduling, kernels, launch gaps): a training step is timed with the
-        # calibrated training constants whatever it names, so naming one is refused (audit28a L5: accepted, no effect)
-        raise InputError(f"software: {software!r} is a serving-engine profile and applies to inference; GPU training "
-                         "steps use the calibrated training constants (catalogs/calibration/gpu_efficiency.yaml): drop "
-                         "--software")
+    if phase == "train" and t.kind == "gpu" and software is None:
+        # GPU training runs the calibration's own constants by default, as its validation rows are predicted (review28
+        # #5: the serving engine's launch gaps and HBM share were applied to training steps); a named profile's
+        # constants still apply (the GPU families read the calibration, then the profile's constants over it)
+        software = GPU_TRAIN_PROFILE
     train_only = () if phase == "train" else getattr(fam, "train_only_options", ())
     allowed = [o for o in fam.options if o not in train_only]
     bad = sorted(set(opts) - set(allowed))
@@ -452,96 +458,8 @@ def _params_b(m: Model) -> float:
     return hit[1]
 
 
-def _datapath_note(t, precision: str, phase: str) -> list[str]:
-    """A note when the target's catalog entry has no rate for ``precision`` and its math runs at a wider format's
-    (:func:`~wseplan.catalog.precision.datapath_format`): inference keeps the weights in ``precision`` in memory and
-    widens them in the kernel (weight-only, as vLLM's FP8 Marlin runs fp8 on Ampere)."""
-    rates = device_rates(getattr(t, "device", None))
-    if rates is None or precision in rates:
-        return []
-    wider = datapath_format(rates, precision)
-    if wider is None:
-        return []
-    if phase == "train":
-        return [f"{t.key} has no {precision} datapath in the catalog: its math runs at the {wider} rate"]
-    return [f"{t.key} has no {precision} datapath in the catalog: its {precision} weights are read as {precision} and "
-            f"widened to {wider} in the kernel (weight-only: {wider} activations), so its math runs at the {wider} "
-            "rate"]
-
-
-def _speculation_note(s: Setup, r: dict) -> list[str]:
-    """Whether speculative decoding is on at this point, with which draft, and if off why: the profile's draft cannot
-    draft for this model (another tokenizer, or no smaller), does not fit beside the target in the memory the batch
-    leaves, or a speculative step is no faster (a compute-bound batch)."""
-    q = s.query
-    if q.phase not in ("decode", "serve"):
-        return []
-    spec = getattr(s.ctx, "spec", None)
-    if spec is None:
-        why = getattr(s.ctx, "spec_off", None)  # the profile's default draft refused for this model (set up once)
-        return [] if why is None else [f"speculative decoding off: {why} (the {q.software.name} profile's default "
-                                       "draft; --speculative names another)"]
-    fits, acc = r.get("time.draft_fits"), r.get("time.accepted_tokens_per_step")
-    draft = getattr(spec["draft_model"], "name", spec["draft_model"])
-    if acc is not None and acc > 1.0:
-        given = "as asked" if "speculative" in q.options else f"the {q.software.name} profile's default"
-        return [f"speculative decoding on ({given}): {draft} drafts {spec['draft_tokens']:g} tokens a step, {acc:.3g} "
-                "accepted per target pass (--speculative none for plain decoding)"]
-    if fits is None or acc is None:
-        return []
-    if fits < 0.5:
-        return [f"speculative decoding off: the draft ({draft}) does not fit beside the target in the memory left at "
-                "this batch and context (a smaller batch or more devices keep it)"]
-    return [f"speculative decoding off: at this batch a speculative step with {draft} is no faster than a plain one"]
-
-
 #: a target's count suffix (``cs3x12`` -> ``cs3``)
 _COUNTLESS = re.compile(r"x\d+$")
-
-
-#: the fix where a streamed wafer cannot hold the weights it streams: whole layers are the stream unit (two in flight)
-STREAM_UNIT_HINT = ("the weights a wafer holds while streaming (a whole layer, two in flight) exceed its SRAM: weight "
-                    "streaming here streams whole layers, so no batch, context or system count fits this model")
-
-
-def fit_fix(rec) -> str:
-    """What would make a configuration that does not fit fit, by what binds: weights or optimizer state alone (no
-    batch or context helps: more devices, or on a streamed wafer nothing), or the batch's KV cache and activations."""
-    if rec.family == "wafer_streaming" and (rec.weights_bytes or 0.0) / max(rec.num_devices or 1, 1) > rec.capacity_bytes:
-        return STREAM_UNIT_HINT  # the streamed layers alone overflow the wafer (review28 #2: not merely 'weights binds')
-    if rec.family == "wafer_streaming":  # passes split the batch, systems split it too: a sequence is what overflows
-        return "lower the context: one sequence must fit a wafer's pass (more systems split the batch, not a sequence)"
-    n = max(rec.num_devices or 1, 1)
-    per_batch = ((rec.activation_bytes or 0.0) + (rec.kv_cache_bytes or 0.0)) / n  # the fullest device's, per device
-    if rec.binding in ("weights", "optimizer") and rec.per_device_bytes - per_batch > rec.capacity_bytes:
-        return ("the weights and optimizer state alone overflow each device, at any batch or context: add devices "
-                "(the target without a count finds how many)")
-    return "lower the batch or context, or add devices"
-
-
-def one_sequence_hint(context: int, max_tokens_on_wafer: float) -> str:
-    """The fix where one training sequence overflows a streamed wafer's pass (no system count helps)."""
-    return (f"one sequence of {context:,} tokens needs more than the {int(max_tokens_on_wafer):,} tokens a wafer holds "
-            "in a pass at any system count: lower --context")
-
-
-#: what each floor of a training step is (``details["floors"]``)
-FLOOR_TEXT = {"compute_s": "the compute roof (the FLOPs it executes at the dense peak of the devices used)",
-              "stream_s": "the time the links need to stream the weights"}
-
-
-def floor_s(details: dict) -> float | None:
-    """The least time a training record's step can take [s]: the larger of its floors (``details["floors"]``: the
-    executed FLOPs at the dense peak of the devices used; a streamed wafer's weights in and out over its passes);
-    None where no family states one."""
-    f = details.get("floors") if isinstance(details, dict) else None
-    return max(f.values()) if f else None
-
-
-def floor_text(details: dict) -> str:
-    """Which floor :func:`floor_s` is."""
-    f = details.get("floors") or {}
-    return FLOOR_TEXT[max(f, key=f.get)] if f else ""
 
 
 def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_fit: bool = True):

@@ -13,6 +13,7 @@ import yaml
 from ..analytic import gpu_time as G
 from ..calibration_data import GpuCalibration
 from ..catalog.load import default_catalog_dir
+from ..plan import GPU_TRAIN_PROFILE
 from ..errors import CatalogError
 from ..targets import parse_target
 from ..errors import InputError
@@ -116,7 +117,7 @@ def _is_lora(case: Case) -> bool:
 
 
 #: the GPU software profile the public rows were calibrated with (static batches; see catalogs/software/)
-GPU_PROFILE = "gpu-fitted-2026-11"
+GPU_PROFILE = GPU_TRAIN_PROFILE  # the profile GPU training runs by default (wseplan.plan)
 #: the profile whose mechanism constants time GPU inference rows (scheduled per row, see gpu_scheduling_for)
 GPU_INFER_PROFILE = "gpu-production"
 
