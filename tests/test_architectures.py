@@ -490,6 +490,13 @@ def test_gemma_configs_take_their_class_defaults(tmp_path):
     q.write_text(json.dumps(g3))
     m3 = model_from_hf_config(q)
     assert (m3.vocab_size, m3.head_dim_, m3.tied_embeddings) == (262208, 256, True)
+    # review28 #6: gemma-3-4b-it's text_config leaves out the head counts too (Gemma3TextConfig: 8 and 4)
+    g4 = {"model_type": "gemma3", "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                                                  "model_type": "gemma3_text", "num_hidden_layers": 34,
+                                                  "sliding_window": 1024}}
+    q.write_text(json.dumps(g4))
+    m4 = model_from_hf_config(q)
+    assert (m4.num_heads, m4.num_kv_heads, m4.head_dim_) == (8, 4, 256)
 
 
 def test_a_model_published_below_16_bits_says_so(tmp_path):

@@ -16,11 +16,14 @@ from .errors import CatalogError, InputError, validation_detail
 _HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
 #: model types whose MLP is gated (SwiGLU / GeGLU) whatever ``hidden_act`` says
 #: class defaults of transformers' config classes that published config.json files omit (GemmaConfig, Gemma2Config,
-#: Gemma3TextConfig: vocab_size, head_dim, tie_word_embeddings, max_position_embeddings)
-_GEMMA3 = {"vocab_size": 262208, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 131072}
+#: Gemma3TextConfig: vocab_size, head_dim, tie_word_embeddings, max_position_embeddings, the head counts)
+_GEMMA3 = {"vocab_size": 262208, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 131072,
+           "num_attention_heads": 8, "num_key_value_heads": 4}
 _HF_TYPE_DEFAULTS = {
-    "gemma": {"vocab_size": 256000, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 8192},
-    "gemma2": {"vocab_size": 256000, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 8192},
+    "gemma": {"vocab_size": 256000, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 8192,
+              "num_attention_heads": 16, "num_key_value_heads": 16},
+    "gemma2": {"vocab_size": 256000, "head_dim": 256, "tie_word_embeddings": True, "max_position_embeddings": 8192,
+               "num_attention_heads": 8, "num_key_value_heads": 4},
     "gemma3_text": _GEMMA3, "gemma3": _GEMMA3,
 }
 _HF_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",

@@ -81,6 +81,8 @@ def scaling_frame(model, targets, catalog=None, *, precision: str = "bf16", glob
 
     catalog = catalog or load_catalog()
     model = resolve_model(model, catalog) if isinstance(model, str) else model
+    if isinstance(targets, str):  # 'wse3,h100' as the CLI takes it (review28 #10: iterated letter by letter)
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
     targets = [parse_target(t, catalog) if isinstance(t, str) else t for t in targets]
     if global_batch is None or context is None:
         b, c, _, _ = default_sizes(catalog, "train", global_batch, context, 0, model=model)

@@ -338,8 +338,11 @@ class GpuFamily(InferenceMixin, Family):
                     filled = self.default_layout(ctx, given, b)
                 except InputError as exc:  # name what was given, not a completion the user never asked for
                     said = ", ".join(f"{k} {v}" for k, v in given.items())
-                    raise InputError(f"layout: no layout of {ctx.count or 'the'} GPUs searched with {said} "
-                                     f"({exc}); give the whole layout (--tp, --pp, --dp) or fewer of its parts") from None
+                    if str(exc).split(":", 1)[0] in given:  # about a part the user gave: as it is
+                        raise
+                    why = str(exc).split(": ", 1)[-1].split(";")[0]
+                    raise InputError(f"layout: no layout of the target's {ctx.count or ''} GPUs has {said} ({why}); "
+                                     "change the given parts, or give none to search them") from None
                 cand = {c: np.asarray([float(filled[c])]) for c in cols}
             g = len(cand["tp"])
             row = {k: np.full(g, float(np.asarray(v)[i])) for k, v in cfg.items() if k not in cols}

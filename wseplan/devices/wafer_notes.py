@@ -9,7 +9,8 @@ def resident_notes(ctx, r: dict, k: int) -> list[str]:
     """Notes of one row ``r`` of :func:`wseplan.plan.evaluate` on ``k`` wafers per replica."""
     notes = []
     if ctx.count and ctx.count % k:
-        notes.append(f"{ctx.count % k} of {ctx.count} wafers left idle ({ctx.count // k} replicas of {k})")
+        notes.append(f"{ctx.count % k} of {ctx.count} wafers left idle ({ctx.count // k} replica"
+                     f"{'s' if ctx.count // k != 1 else ''} of {k})")
     if r.get("time.region_fallback"):
         notes.append("no region (square, or rectangle filling the wafer) tiles the wafer with a region for every layer "
                      "group (the SRAM holds them in total): timed on the largest square as if each group had its own "

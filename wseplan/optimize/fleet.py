@@ -126,7 +126,7 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
         return f"the caps together ({', '.join(active)}) make the demand infeasible; raise them"
     # without any cap the menu still cannot meet the demand (audit28b M1: the caps were blamed for a max_systems limit)
     limited = [f"{s.name} ({s.max_systems:,})" for s in pb.systems if s.max_systems is not None]
-    return ("no integer plan meets the demand with the systems in the menu, even without the caps"
+    return ("no integer plan meets the demand with the systems in the menu" + (", even without the caps" if active else "")
             + (f": raise max_systems ({', '.join(limited)}) or add a system type" if limited else
                "; add a system type"))
 

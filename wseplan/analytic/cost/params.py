@@ -189,7 +189,8 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
                           basis="user", note="set by the user (--set)")
     idle, busy = out.get("idle_power_frac"), out.get("busy_power_frac")
     if idle is not None and busy is not None and idle.value > busy.value:  # audit28b L4
-        raise InputError(f"--set: idle_power_frac {idle.value:g} is above busy_power_frac {busy.value:g}: an idle "
+        where = "--set" if {"idle_power_frac", "busy_power_frac"} & {k.split(".", 1)[-1] for k in overrides} else "prices"
+        raise InputError(f"{where}: idle_power_frac {idle.value:g} is above busy_power_frac {busy.value:g}: an idle "
                          "system draws less than a busy one; set idle_power_frac <= busy_power_frac")
     return out
 
