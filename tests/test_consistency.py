@@ -419,3 +419,16 @@ def test_mfu_counts_the_idle_gpus_a_target_pays_for():
     assert any("232 of 1,000 GPUs left idle" in n for n in r.notes)
     peak = load_catalog().gpus["h100-sxm"].peak_flop_per_s("bf16")
     assert r.model_flop_utilization_frac == pytest.approx(r.model_flop_per_s / (1000 * peak), rel=1e-12)
+
+
+def test_inference_mfu_counts_the_idle_devices_too():
+    """review28 #12: training MFU counted a target's idle GPUs, inference MFU did not (Llama-3-70B decode on 12 H100
+    runs one 8-GPU replica and reported the 8-GPU MFU). Both count the whole target: the same work over 12 GPUs is
+    8/12 of the 8-GPU figure."""
+    from wseplan.plan import plan
+
+    a = plan("llama-3-70b", "h100x8", phase="decode", batch=16)
+    b = plan("llama-3-70b", "h100x12", phase="decode", batch=16)
+    assert any("4 of 12 GPUs left idle" in n for n in b.notes)
+    assert b.tokens_per_s == pytest.approx(a.tokens_per_s, rel=1e-12)
+    assert b.model_flop_utilization_frac == pytest.approx(a.model_flop_utilization_frac * 8 / 12, rel=1e-12)

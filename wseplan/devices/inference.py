@@ -225,7 +225,9 @@ class InferenceMixin:
         n = len(B)
         cols = dict(B=B, C=np.asarray(cfg["context"], dtype=float), O=np.asarray(cfg["output_tokens"], dtype=float),
                     R=np.asarray(self.replicas(ctx, cfg), dtype=float))
-        cols["ndev"] = np.asarray(self.devices_per_replica(ctx, cfg), dtype=float) * cols["R"]
+        # MFU over every device of the target, idle ones included (they are paid for), as training counts them
+        cols["ndev"] = np.maximum(np.asarray(self.devices_per_replica(ctx, cfg), dtype=float) * cols["R"],
+                                  float(getattr(ctx, "count", None) or 0))
         out = None
         if n <= X.SCALAR_ROWS and not arrays and getattr(self, "pass_row", None) is not None:
             vals = [(v if v.shape == (n,) else np.broadcast_to(v, (n,))).tolist() for v in cols.values()]
