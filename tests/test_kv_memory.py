@@ -57,3 +57,29 @@ def test_gpu_training_runs_the_validated_profile_by_default():
     assert d.software == GPU_TRAIN_PROFILE == GPU_PROFILE
     assert d.step_s == plan("llama-3-8b", "h100x8", software=GPU_TRAIN_PROFILE, **kw).step_s
     assert plan("llama-3-8b", "h100x8", software="gpu-production", **kw).step_s != d.step_s
+
+
+def test_a_kv_cache_format_of_its_own():
+    """audit28d M5: the KV cache took the weights' format (fp8 weights: fp8 cache; bf16: 16-bit), with no way to state
+    what the engine keeps (vLLM --kv-cache-dtype fp8). By hand, Llama-3.1-70B at batch 64 x 8,192 (+1 token) on
+    8 H100 keeps 80 layers x 2 x 8 KV heads x 128 x (64 x 8,193) elements: 1.718e11 B at 2 B, half at fp8; the tokens
+    in flight double, the decode step reads half the cache; training and wafers refuse the option, an unknown format
+    is named."""
+    from wseplan.errors import InputError
+    from wseplan.fit import fit
+    from wseplan.plan import plan
+
+    kw = dict(phase="decode", batch=64, context=8192)
+    a = fit("llama-3.1-70b", "h100x8", **kw)
+    b = fit("llama-3.1-70b", "h100x8", kv_precision="fp8", **kw)
+    elems = 80 * 2 * 8 * 128 * 64 * 8192
+    assert a.kv_cache_bytes == pytest.approx(2 * elems, rel=2e-4) and b.kv_cache_bytes == pytest.approx(elems, rel=2e-4)
+    assert b.max_tokens_in_flight == pytest.approx(2 * a.max_tokens_in_flight, rel=1e-3)
+    ta = plan("llama-3.1-70b", "h100x8", **kw)
+    tb = plan("llama-3.1-70b", "h100x8", options={"kv_precision": "fp8"}, **kw)
+    assert tb.tpot_s < ta.tpot_s
+    for bad, msg in ((dict(phase="train"), "training keeps none"), (dict(options={"kv_precision": "fp4"}), "not a KV")):
+        with pytest.raises(InputError, match=msg):
+            plan("llama-3-8b", "h100x8", **{"phase": "decode", "options": {"kv_precision": "fp8"}, **bad})
+    with pytest.raises(InputError, match="kv_precision not used by the wafer family"):
+        plan("llama-3-8b", "cs3", phase="decode", options={"kv_precision": "fp8"})

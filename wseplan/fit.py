@@ -26,7 +26,8 @@ def fit_view(r: PlanRecord) -> FitResult:
 def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch: int | None = None,
         context: int | None = None, output_tokens: int | None = None, reserve: float | None = None, catalog=None,
         zero_stage: int | None = None, recompute: str | None = None, memoryx_option: str | None = None,
-        layout: dict | None = None, software: str | None = None, speculative: str | None = None) -> FitResult:
+        layout: dict | None = None, software: str | None = None, speculative: str | None = None,
+        kv_precision: str | None = None) -> FitResult:
     """Does ``model`` fit ``target``? The Python API behind ``wseplan fit``.
 
     Parameters
@@ -53,6 +54,9 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     speculative : str
         Inference: the draft model for speculative decoding, or ``"none"`` (default: the software profile's, e.g.
         wafer-production's Llama-3.2-1B); the record's notes say whether it runs. The memory figures are the target's.
+    kv_precision : str
+        GPU inference: the KV cache's own format (``fp8``, ``int8``, ``bf16`` ...; default: fp8 with fp8 weights,
+        else 16-bit).
     """
     if zero_stage is not None and (isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3)):
         raise InputError(f"zero: ZeRO stage must be 0, 1, 2 or 3, got {zero_stage!r}")
@@ -61,7 +65,8 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     if memoryx_option is not None and phase != "train":
         raise InputError(f"memoryx: a MemoryX option applies to wafer training only (phase {phase!r}); drop --memoryx "
                          "or use --phase train")
-    opts = {"reserve": reserve, "memoryx_option": memoryx_option, "speculative": speculative}
+    opts = {"reserve": reserve, "memoryx_option": memoryx_option, "speculative": speculative,
+            "kv_precision": kv_precision}
     lay = dict(layout or {})
     if zero_stage is not None:
         lay["zero_stage"] = zero_stage

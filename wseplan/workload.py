@@ -48,6 +48,21 @@ def kv_bytes_per_element(precision: str) -> float:
     return 1.0 if precision == "fp8" else 2.0
 
 
+#: KV-cache formats an engine may keep whatever the weights' precision (``kv_precision``: vLLM ``--kv-cache-dtype``,
+#: TensorRT-LLM ``kv_cache_quant_algo``) and their bytes per element
+KV_FORMATS = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
+
+
+def kv_bytes(precision: str, kv_precision: str | None = None) -> float:
+    """KV-cache element size [bytes]: the given ``kv_precision``'s, else the weights' rule
+    (:func:`kv_bytes_per_element`)."""
+    if kv_precision is None:
+        return kv_bytes_per_element(precision)
+    if kv_precision not in KV_FORMATS:
+        raise InputError(f"kv_precision: {kv_precision!r} is not a KV-cache format; give one of {', '.join(KV_FORMATS)}")
+    return KV_FORMATS[kv_precision]
+
+
 def activation_bytes_per_element(precision: str) -> float:
     """Activation element size [bytes]: 4 for fp32/tf32, else 2 (16-bit activations)."""
     return 4.0 if precision in ("fp32", "tf32") else 2.0
@@ -304,7 +319,7 @@ class Workload:
 
 def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, context: int,
                          working_set_factor: float = 4.0, causal: bool = True, flash_attention: bool = True,
-                         model_name: str | None = None) -> Workload:
+                         model_name: str | None = None, kv_precision: str | None = None) -> Workload:
     """Build the per-layer workload of a transformer; each block row has its own layer's numbers.
 
     Attention FLOPs per token per block are ``flop_per_pair * c`` (:class:`Attention`; ``4 * heads *
@@ -322,7 +337,7 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
     L = m.num_layers
     wbp = weight_bytes_per_param(precision, phase)
     ab = activation_bytes_per_element(precision)
-    kvb = kv_bytes_per_element(precision)
+    kvb = kv_bytes(precision, kv_precision)
     emb, head = embedding_params(m), head_params(m)
     n = L + 2
     kind = np.full(n, KIND_BLOCK, dtype=np.int8)
@@ -413,13 +428,14 @@ def resolve_model(name: str, catalog) -> Model | GenericModel:
 
 
 def build_workload(model: Model | GenericModel, catalog, *, precision: str, phase: str, batch: int,
-                   context: int) -> Workload:
-    """The per-layer workload of ``model`` (a transformer or a layer list) at a precision, phase, batch, context."""
+                   context: int, kv_precision: str | None = None) -> Workload:
+    """The per-layer workload of ``model`` (a transformer or a layer list) at a precision, phase, batch, context
+    (``kv_precision``: the KV cache's own format, else the weights' rule)."""
     d = catalog.defaults
     if isinstance(model, GenericModel):
         return generic_workload(model, precision=precision, phase=phase, batch=batch, context=context)
     return transformer_workload(model, precision=precision, phase=phase, batch=batch, context=context,
-                                working_set_factor=d.wafer_activation_working_set_factor.si)
+                                working_set_factor=d.wafer_activation_working_set_factor.si, kv_precision=kv_precision)
 
 
 def stage_records(w: Workload, stages, loads) -> list[dict]:

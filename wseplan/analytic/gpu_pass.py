@@ -20,7 +20,7 @@ import numpy as np
 
 from ..calibration_data import GpuCalibration
 from ..errors import InputError
-from ..workload import activation_bytes_per_element, block_types, kv_bytes_per_element
+from ..workload import activation_bytes_per_element, block_types, kv_bytes
 from . import elementwise as X
 from .collectives import send_recv_time_s
 from .gpu_time import (_Links, _attention_s, _block_gemms_s, _elementwise_s, _head_forward_time_s, _layer_sum,
@@ -116,7 +116,7 @@ def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm,
 
 
 def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration,
-                grouped_kv: bool = True):
+                grouped_kv: bool = True, kv_precision: str | None = None):
     """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
 
     Parameters (arrays broadcast)
@@ -129,6 +129,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         thread block per query head and sequence on the vector units, at ``vector_attention_frac`` of the FP32 peak:
         the engine's ``decode_attention: per_query_head``; its repeated KV reads hit L2, as the blocks of a group
         run side by side)
+    kv_precision : the KV cache's own format (``workload.KV_FORMATS``), else the weights' rule
 
     Every block type (:func:`~wseplan.workload.block_types`) is timed as what it is, its GEMMs reading the weights it
     uses (routed experts: those some token picked; shared experts; a dense layer's MLP) and its attention reading its
@@ -161,7 +162,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         gemms = [(g[inv], gm[inv]) for g, gm in gemms]
         elem, t_tp, hop = elem[inv], t_tp[inv], hop[inv]
     attn_peak = attention_peak_flop_per_s(gpu, precision)
-    kvb = kv_bytes_per_element(precision)
+    kvb = kv_bytes(precision, kv_precision)
     vec_peak = None if grouped_kv else vector_peak_flop_per_s(gpu) * cal.vector_attention_frac
     layer, attn_parts, kv_parts = [], [], []
     launches = []

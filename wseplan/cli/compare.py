@@ -26,6 +26,7 @@ def compare_cmd(
     min_speed: Optional[float] = O.min_speed_opt(),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
+    kv_precision: Optional[str] = O.kv_precision_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
     set_: Optional[list[str]] = O.set_opt("Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),
@@ -45,7 +46,7 @@ def compare_cmd(
     if uncertainty < 0 or uncertainty == 1:
         raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
     cat = O.load_catalog(catalog)
-    opts = O.spec_options(speculative, draft_tokens, acceptance, cat)
+    opts = O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision)
     with O.spec_flag_errors():
         res = compare_fn(model, targets, phase=phase, precision=precision, batch=batch, context=context,
                          output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,

@@ -27,6 +27,7 @@ def cost_cmd(
     memoryx: Optional[str] = O.memoryx_opt(),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
+    kv_precision: Optional[str] = O.kv_precision_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
     set_: Optional[list[str]] = O.set_opt(),
@@ -46,7 +47,7 @@ def cost_cmd(
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
-    opts = O.spec_options(speculative, draft_tokens, acceptance, cat)
+    opts = O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision)
     with O.spec_flag_errors():
         res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                    output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),

@@ -25,6 +25,7 @@ def fit(
     memoryx: Optional[str] = O.memoryx_opt(),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
+    kv_precision: Optional[str] = O.kv_precision_opt(),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
@@ -42,7 +43,7 @@ def fit(
         res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context,
                      output_tokens=output_tokens, reserve=reserve,
                      catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx, software=software,
-                     speculative=spec)
+                     speculative=spec, kv_precision=kv_precision)
     render_fit(res, fmt)
 
 

@@ -238,3 +238,15 @@ def load_catalog(dirs: Optional[list[str]]):
 def loaded_catalog():
     """The catalog this command loaded, or None."""
     return _LOADED["catalog"]
+
+
+def kv_precision_opt() -> typer.models.OptionInfo:
+    """``--kv-precision``."""
+    return typer.Option(None, "--kv-precision", help="GPU inference: the KV cache's own format, as an engine is told "
+                        "(vLLM --kv-cache-dtype): fp8 | int8 | bf16 | fp16 | fp32 (default: fp8 with fp8 weights, "
+                        "else 16-bit).")
+
+
+def with_kv(opts: dict, kv_precision) -> dict:
+    """``opts`` with the ``kv_precision`` family option where ``--kv-precision`` was given."""
+    return dict(opts, kv_precision=kv_precision) if kv_precision is not None else opts

@@ -42,6 +42,7 @@ def serve_cmd(
                                                "of the requests [s]."),
     percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT and TPOT limits, in (0, 100)."),
     speculative: Optional[str] = O.speculative_opt(),
+    kv_precision: Optional[str] = O.kv_precision_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
     utilization: Optional[float] = typer.Option(None, "--utilization", help="Without --rate: the load of each point as "
@@ -69,7 +70,7 @@ def serve_cmd(
     _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_limit, percentile, draft_tokens,
                   acceptance, utilization)
     cat = O.load_catalog(catalog)
-    opts = O.spec_options(speculative, draft_tokens, acceptance, cat)
+    opts = O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision)
     with O.spec_flag_errors():
         res = serve(model, target, precision=precision, software=software, input_tokens=input_len,
                     output_tokens=output_len, concurrency=concurrency, rate=rate, ttft_limit_s=ttft_limit,

@@ -42,6 +42,7 @@ def time_cmd(
         "adapters on the attention projections: no weight gradients or optimizer state for the base, and the frozen "
         "MLP keeps no inputs of its linear layers) | lora-all (adapters on every linear layer)."),
     speculative: Optional[str] = O.speculative_opt(),
+    kv_precision: Optional[str] = O.kv_precision_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
     search: bool = typer.Option(False, "--search", help="Search the layout (the default whenever no layout option is given)."),
@@ -64,7 +65,7 @@ def time_cmd(
                                   micro_batch=micro_batch).items() if v is not None}
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
-    opts.update(O.spec_options(speculative, draft_tokens, acceptance, cat))
+    opts.update(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision))
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:

@@ -146,8 +146,13 @@ class GpuContext:
         self.kv_free_frac = float(km.frac.si) if free_rule else None
         self.runtime_bytes = float(km.runtime_bytes.si if km.runtime_bytes is not None else 0.0) if free_rule else None
         wphase = "train" if q.phase == "train" else "decode"
-        self.w = _memo(("w", id(self.m), id(cat), q.precision, wphase), (self.m, cat),
-                       lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1))
+        # the KV cache's own format where the engine is told one (vLLM --kv-cache-dtype; audit28d M5)
+        if q.phase == "train" and q.options.get("kv_precision") is not None:
+            raise InputError("kv_precision: a KV cache is inference's (prefill, decode, serve); training keeps none")
+        self.kv_precision = q.options.get("kv_precision")
+        self.w = _memo(("w", id(self.m), id(cat), q.precision, wphase, self.kv_precision), (self.m, cat),
+                       lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1,
+                                              kv_precision=self.kv_precision))
         self.chunk = d.prefill_chunk_tokens.si
         self.sequence_parallel = bool(q.options.get("sequence_parallel", True))
         trainable = q.options.get("trainable", "full")
@@ -194,7 +199,7 @@ class GpuFamily(InferenceMixin, Family):
     phases = ("train", "prefill", "decode", "serve")
     train_only_options = ("sequence_parallel", "trainable", "context_parallel", "single_layer", "attention_kernel",
                           "tp_comm_overlap", "dp_comm_overlap", "pipeline_split")  # inference refuses them
-    options = ("reserve",) + train_only_options + SPEC_OPTIONS
+    options = ("reserve", "kv_precision") + train_only_options + SPEC_OPTIONS
 
     layout_columns = TRAIN_COLUMNS  # both sets; a query uses one
 
@@ -522,7 +527,8 @@ def _pass(ctx: GpuContext, *, tp, pp, decode_seqs, decode_kv, prefill_tokens, pr
     """One forward pass (see :meth:`GpuFamily.pass_time`) of arrays of rows, or of one row in Python floats."""
     seqs = (P.Sequences(seqs=decode_seqs, tokens=decode_seqs * new_per_seq, new=new_per_seq, prior=decode_kv),
             P.Sequences(seqs=prefill_seqs, tokens=prefill_tokens, new=prefill_span, prior=prefill_kv, decode=False))
-    lat, stage, parts = P.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, sequences=seqs, tp=tp, pp=pp, cal=ctx.cal,
+    lat, stage, parts = P.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, kv_precision=ctx.kv_precision,
+                                      sequences=seqs, tp=tp, pp=pp, cal=ctx.cal,
                                       logits_rows=decode_seqs * new_per_seq + prefill_seqs, grouped_kv=ctx.grouped_kv)
     return lat, stage, _infer_breakdown(parts)
 
