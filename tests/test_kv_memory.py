@@ -81,5 +81,30 @@ def test_a_kv_cache_format_of_its_own():
     for bad, msg in ((dict(phase="train"), "training keeps none"), (dict(options={"kv_precision": "fp4"}), "not a KV")):
         with pytest.raises(InputError, match=msg):
             plan("llama-3-8b", "h100x8", **{"phase": "decode", "options": {"kv_precision": "fp8"}, **bad})
-    with pytest.raises(InputError, match="kv_precision not used by the wafer family"):
+    with pytest.raises(InputError, match="--kv-precision: a GPU serving engine's KV-cache format; wse3 .* drop"):
         plan("llama-3-8b", "cs3", phase="decode", options={"kv_precision": "fp8"})
+
+
+def test_a_wider_kv_cache_feeds_wider_attention_and_every_command_names_the_flag():
+    """review28b #1, #2, #4, #6: a 16-bit cache beside fp8 weights cannot feed an fp8 attention kernel, so attention
+    runs at the 16-bit rate (a long prompt's TTFT was the fp8 one whatever the cache); a narrower cache beside bf16
+    weights changes no rate. `fit` on a wafer refused nothing (it dropped the option); `compare` of a wafer and a GPU
+    applies the format to the GPU row; the record says which format it assumed."""
+    from wseplan.analytic.gpu_pass import attention_format
+    from wseplan.compare import compare
+    from wseplan.errors import InputError
+    from wseplan.fit import fit
+    from wseplan.plan import plan
+
+    assert attention_format("fp8", None) == "fp8" and attention_format("fp8", "bf16") == "bf16"
+    assert attention_format("bf16", "fp8") == "bf16" and attention_format("fp4", None) == "fp8"
+    kw = dict(phase="prefill", batch=4, context=32768, precision="fp8")
+    t8 = plan("llama-3.1-70b", "h100x8", options={"kv_precision": "fp8"}, **kw)
+    t16 = plan("llama-3.1-70b", "h100x8", options={"kv_precision": "bf16"}, **kw)
+    assert t16.ttft_s > 1.2 * t8.ttft_s and any("KV cache kept in bf16" in n for n in t16.notes)
+    with pytest.raises(InputError, match="--kv-precision: a GPU serving engine's KV-cache format"):
+        fit("llama-3-8b", "cs3", kv_precision="fp8")
+    r = compare("llama-3.1-70b", ["cs3x4", "h100x8"], phase="decode", batch=8, context=2048,
+                options={"kv_precision": "fp8"})
+    assert [x.fits for x in r.rows] == [True, True]
+    assert any("applies to the GPU rows" in n for n in r.notes)

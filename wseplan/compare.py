@@ -300,8 +300,21 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         if software is None or sw_family is None:
             return software  # (an unknown name: the row's setup names the field and the choices)
         return software if parsed[t].kind == sw_family else None
+
+    def opts_for(t) -> dict | None:
+        """A GPU engine's KV-cache format applies to the GPU rows (review28b #4: a wafer row refused the whole
+        comparison); every other option to every row."""
+        if not options or "kv_precision" not in options or parsed[t].kind == "gpu":
+            return options
+        return {k: v for k, v in options.items() if k != "kv_precision"} or None
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
+    if options and options.get("kv_precision") and any(pt.kind != "gpu" for pt in parsed.values()):
+        if not any(pt.kind == "gpu" for pt in parsed.values()):
+            raise InputError("--kv-precision: a GPU serving engine's KV-cache format and no target is a GPU; drop "
+                             "--kv-precision")
+        notes.append(f"--kv-precision {options['kv_precision']} applies to the GPU rows; the wafer rows keep their own "
+                     "KV cache")
     if phase == "train":  # audit28a L4: run days x 24 x $/h did not give the run cost
         notes.append("a run is charged per busy hour: run cost = run hours x $/h / utilization_frac (the site's share "
                      "of hours doing paid work; `wseplan cost` shows usd_per_busy_hour)")
@@ -319,12 +332,12 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         for t in targets:
             op = operating_point(m, t, precision=precision, software=sw_for(t), input_tokens=context,
                                  output_tokens=o_search, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
-                                 catalog=cat, prices=prices, overrides=overrides, options=options)
+                                 catalog=cat, prices=prices, overrides=overrides, options=opts_for(t))
             if op is None:  # nothing fits: the row at the default batch says why
-                rows.append(compare_one(m, t, batch=given_batch, software=sw_for(t), **kw))
+                rows.append(compare_one(m, t, batch=given_batch, software=sw_for(t), **dict(kw, options=opts_for(t))))
                 continue
             row = compare_one(m, op.target, batch=op.batch, layout=op.layout, operating_point=op.label,
-                              software=sw_for(t), **kw)
+                              software=sw_for(t), **dict(kw, options=opts_for(t)))
             rows.append(row.model_copy(update={"target": t if op.target == t else f"{t} (as {op.target})"}))
         notes.append(f"no batch given: each target at its operating point, the cheapest point of the replica search "
                      f"(`wseplan serve`) that gives every user >= {speed:g} tokens/s"
@@ -332,8 +345,8 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
                         if min_tokens_per_s_per_user is None else "") + "; give --batch to compare at one batch")
     else:
         # the user's own sizes (None where not given): each row states its batch as given or defaulted, as time does
-        rows = [compare_one(m, t, batch=given_batch, software=sw_for(t), **dict(kw, context=given_context))
-                for t in targets]
+        rows = [compare_one(m, t, batch=given_batch, software=sw_for(t),
+                            **dict(kw, context=given_context, options=opts_for(t))) for t in targets]
     drafting = [r.target for r in rows if r.fits and any(n.startswith("speculative decoding on") for n in r.notes)]
     plain = [r.target for r in rows if r.fits and r.target not in drafting]
     if phase in ("decode", "serve") and drafting and plain:  # rows of unlike engines: say so, and how to align them

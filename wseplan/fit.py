@@ -87,5 +87,7 @@ def _family_options(target, phase: str, opts: dict, catalog) -> tuple[dict, tupl
     ph = normalise_phase(phase, None)
     fam = family_for(t.kind, ph)
     cols = tuple(fam.columns(ph)) if hasattr(fam, "columns") else tuple(fam.layout_columns)
-    # the speculative options always reach plan.setup, which refuses them for training
-    return {k: v for k, v in opts.items() if v is not None and (k in fam.options or k in SPEC_OPTIONS)}, cols
+    # the speculative options and the KV format always reach plan.setup, which refuses them where they do not apply
+    # (review28b #1: a wafer's fit dropped --kv-precision, even an unknown one)
+    return {k: v for k, v in opts.items()
+            if v is not None and (k in fam.options or k in SPEC_OPTIONS or k == "kv_precision")}, cols

@@ -112,6 +112,9 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     train_only = () if phase == "train" else getattr(fam, "train_only_options", ())
     allowed = [o for o in fam.options if o not in train_only]
     bad = sorted(set(opts) - set(allowed))
+    if "kv_precision" in bad:  # a GPU engine's KV-cache format: name the flag and the fix (review28b #5)
+        raise InputError(f"--kv-precision: a GPU serving engine's KV-cache format; {t.key} ({fam.name}) keeps its own: "
+                         "drop --kv-precision for this target")
     if bad:
         raise InputError(f"options: {', '.join(bad)} not used by the {fam.name} family for phase {phase}; "
                          f"allowed: {', '.join(allowed) or 'none'}")
@@ -489,6 +492,10 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
             hint = "; " + STREAM_UNIT_HINT  # the streamed layers alone overflow: nothing helps (audit28a M5)
         elif one_seq is not None and one_seq < int(r["context"]) and auto:  # no count helps: one sequence overflows
             hint = "; " + one_sequence_hint(int(r["context"]), one_seq)
+        elif one_seq is not None and one_seq < int(r["context"]):  # under the given policy (review28b #3)
+            hint = (f"; under --policy {q.options.get('policy')} one sequence of {int(r['context']):,} tokens needs "
+                    f"more than the {int(one_seq):,} a wafer holds in a pass at any system count: lower --context, or "
+                    "let the policy be chosen (--policy auto)")
         elif mb and fit_b is not None and fit_b < mb:  # the user's micro-batch overflows it
             hint = f"; the wafer holds {int(fit_b):,} sequences a pass, not the micro-batch {int(mb):,}: lower --micro-batch"
         notes = [short + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")
@@ -496,6 +503,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
         notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r)
+    if q.options.get("kv_precision"):  # the record says which KV format its figures assume (review28b #6)
+        notes = list(notes) + [f"KV cache kept in {q.options['kv_precision']} (--kv-precision)"]
     if isinstance(q.model, Model):
         notes = list(notes) + positions_note(q.model, int(r["context"]), int(r["output_tokens"] or 0) if q.phase == "serve" else 0)
         native = q.model.native_precision

@@ -57,6 +57,9 @@ STREAM_UNIT_HINT = ("the weights a wafer holds while streaming (a whole layer, t
 def fit_fix(rec) -> str:
     """What would make a configuration that does not fit fit, by what binds: weights or optimizer state alone (no
     batch or context helps: more devices, or on a streamed wafer nothing), or the batch's KV cache and activations."""
+    head = rec.notes[0] if rec.notes else ""
+    if rec.family == "wafer_streaming" and head.startswith("does not fit") and "no time or cost is given; " in head:
+        return head.split("no time or cost is given; ", 1)[1]  # the record's own hint: one answer (review28b #3)
     if rec.family == "wafer_streaming" and (rec.weights_bytes or 0.0) / max(rec.num_devices or 1, 1) > rec.capacity_bytes:
         return STREAM_UNIT_HINT  # the streamed layers alone overflow the wafer (review28 #2: not merely 'weights binds')
     if rec.family == "wafer_streaming":  # passes split the batch, systems split it too: a sequence is what overflows

@@ -232,6 +232,9 @@ class StreamResult(Frozen):
     max_batch_on_wafer: int
     feasible_compute_bound: bool
     spill_bytes: float
+    #: the step's hard floors: the weights over the links, the executed FLOPs at the dense peak [s] (None: no fit)
+    stream_floor_s: float | None = None
+    compute_floor_s: float | None = None
     bottleneck: str
     alternatives_step_s: dict[str, float] = {}
     notes: list[str] = []

@@ -84,6 +84,8 @@ def scaling_frame(model, targets, catalog=None, *, precision: str = "bf16", glob
     if isinstance(targets, str):  # 'wse3,h100' as the CLI takes it (review28 #10: iterated letter by letter)
         targets = [t.strip() for t in targets.split(",") if t.strip()]
     targets = [parse_target(t, catalog) if isinstance(t, str) else t for t in targets]
+    if not targets:
+        raise InputError("targets: give at least one hardware key (e.g. 'wse3,h100')")
     if global_batch is None or context is None:
         b, c, _, _ = default_sizes(catalog, "train", global_batch, context, 0, model=model)
         global_batch, context = b, c

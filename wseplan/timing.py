@@ -71,6 +71,7 @@ def stream_view(r: PlanRecord):
                         max_tokens_on_wafer=float(min(st["max_tokens_on_wafer"], 1e300)),
                         min_batch_compute_bound=st["min_batch_compute_bound"], max_batch_on_wafer=st["max_batch_on_wafer"],
                         feasible_compute_bound=st["feasible_compute_bound"], spill_bytes=f["spill_bytes"],
+                        stream_floor_s=t("stream_floor_s"), compute_floor_s=t("compute_floor_s"),
                         bottleneck=r.bottleneck or "sram", alternatives_step_s=alt, notes=r.notes)
 
 

@@ -59,7 +59,7 @@ def kv_bytes(precision: str, kv_precision: str | None = None) -> float:
     if kv_precision is None:
         return kv_bytes_per_element(precision)
     if kv_precision not in KV_FORMATS:
-        raise InputError(f"kv_precision: {kv_precision!r} is not a KV-cache format; give one of {', '.join(KV_FORMATS)}")
+        raise InputError(f"--kv-precision: {kv_precision!r} is not a KV-cache format; give one of {', '.join(KV_FORMATS)}")
     return KV_FORMATS[kv_precision]
 
 

@@ -20,11 +20,11 @@ import numpy as np
 
 from ..calibration_data import GpuCalibration
 from ..errors import InputError
-from ..workload import activation_bytes_per_element, block_types, kv_bytes
+from ..workload import BYTES_PER_ELEMENT, KV_FORMATS, activation_bytes_per_element, block_types, kv_bytes
 from . import elementwise as X
 from .collectives import send_recv_time_s
 from .gpu_time import (_Links, _attention_s, _block_gemms_s, _elementwise_s, _head_forward_time_s, _layer_sum,
-                       attention_peak_flop_per_s)
+                       ATTENTION_PRECISION, attention_peak_flop_per_s)
 from .layers import attended_per_token, cached_tokens, slowest_run
 from .rows import pair_groups
 
@@ -39,6 +39,16 @@ class Sequences(NamedTuple):
     new: object
     prior: object
     decode: bool = True
+
+
+def attention_format(precision: str, kv_precision: str | None) -> str:
+    """The format attention computes in: the weights' rule (:data:`~.gpu_time.ATTENTION_PRECISION`), or a KV cache's
+    own format where it is wider (a 16-bit cache beside fp8 weights feeds 16-bit attention: an fp8 kernel needs fp8
+    K and V; review28b #2); a narrower cache (fp8 beside bf16 weights) is dequantized into the weights' format."""
+    base = ATTENTION_PRECISION.get(precision, precision)
+    if kv_precision is None:
+        return base
+    return kv_precision if KV_FORMATS[kv_precision] > BYTES_PER_ELEMENT.get(base, 2.0) else base
 
 
 #: kernels of a dense transformer block in a serving engine's decode pass, the count ``layer_launch_s`` stands for
@@ -161,7 +171,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         inv = groups[1]
         gemms = [(g[inv], gm[inv]) for g, gm in gemms]
         elem, t_tp, hop = elem[inv], t_tp[inv], hop[inv]
-    attn_peak = attention_peak_flop_per_s(gpu, precision)
+    attn_peak = attention_peak_flop_per_s(gpu, attention_format(precision, kv_precision))
     kvb = kv_bytes(precision, kv_precision)
     vec_peak = None if grouped_kv else vector_peak_flop_per_s(gpu) * cal.vector_attention_frac
     layer, attn_parts, kv_parts = [], [], []

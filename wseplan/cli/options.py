@@ -114,7 +114,8 @@ def seed_opt() -> typer.models.OptionInfo:
 def software_opt() -> typer.models.OptionInfo:
     """``--software NAME``: a named software profile of the catalog (``serve``, ``time``)."""
     return typer.Option(None, "--software", help="Software profile (engine overheads and efficiencies) from the "
-                        "catalog; `wseplan catalog list software` names them (default: the family's production profile).")
+                        "catalog; `wseplan catalog list software` names them (default: the family's production profile; GPU "
+                        "training: gpu-fitted-2026-11, the calibration's own constants).")
 
 
 #: words that turn speculative decoding off

@@ -148,7 +148,8 @@ class GpuContext:
         wphase = "train" if q.phase == "train" else "decode"
         # the KV cache's own format where the engine is told one (vLLM --kv-cache-dtype; audit28d M5)
         if q.phase == "train" and q.options.get("kv_precision") is not None:
-            raise InputError("kv_precision: a KV cache is inference's (prefill, decode, serve); training keeps none")
+            raise InputError("--kv-precision: a KV cache is inference's (prefill, decode, serve); training keeps none: "
+                             "drop --kv-precision")
         self.kv_precision = q.options.get("kv_precision")
         self.w = _memo(("w", id(self.m), id(cat), q.precision, wphase, self.kv_precision), (self.m, cat),
                        lambda: build_workload(self.m, cat, precision=q.precision, phase=wphase, batch=1, context=1,
@@ -345,9 +346,9 @@ class GpuFamily(InferenceMixin, Family):
                     said = ", ".join(f"{k} {v}" for k, v in given.items())
                     if str(exc).split(":", 1)[0] in given:  # about a part the user gave: as it is
                         raise
-                    why = str(exc).split(": ", 1)[-1].split(";")[0]
-                    raise InputError(f"layout: no layout of the target's {ctx.count or ''} GPUs has {said} ({why}); "
-                                     "change the given parts, or give none to search them") from None
+                    where = f"the target's {ctx.count} GPUs" if ctx.count else "the GPUs searched"
+                    raise InputError(f"layout: no layout of {where} has {said}; change the given parts, or give none "
+                                     "to search them") from None
                 cand = {c: np.asarray([float(filled[c])]) for c in cols}
             g = len(cand["tp"])
             row = {k: np.full(g, float(np.asarray(v)[i])) for k, v in cfg.items() if k not in cols}
