@@ -329,3 +329,15 @@ def test_a_window_without_a_whole_sequence_is_not_feasible():
     assert r.max_batch_on_wafer == 0 and r.feasible_compute_bound is False
     ok = stream("llama-70b", "cs3", context=2048)
     assert ok.max_batch_on_wafer >= 1 and ok.feasible_compute_bound == (ok.min_tokens_compute_bound <= ok.max_tokens_on_wafer)
+
+
+def test_a_memoryx_option_below_what_deployments_provision_says_so():
+    """audit28a M2: the 12 TB option 'holds' Llama-3.1-405B at 16 B per parameter (weights and Adam state), while
+    published CS-3 deployments provision 50-72 B per parameter (Sandia 55 TB for 1T; ALCF ~14.5 TB for ~200B). By
+    hand 12e12 / 405.85e9 = 29.6 B per parameter: the plan says so; Llama-3-8B on the same option (1,494 B) does not."""
+    from wseplan.plan import plan
+
+    r = plan("llama-3.1-405b", "cs3", phase="train", batch=8, context=2048, options={"memoryx_option": "12tb"})
+    assert r.fits and any("12tb holds 30 B per parameter" in n and "50-72 B" in n for n in r.notes)
+    s = plan("llama-3-8b", "cs3", phase="train", batch=8, context=2048, options={"memoryx_option": "12tb"})
+    assert not any("per parameter published" in n for n in s.notes)

@@ -271,6 +271,9 @@ class MemoryX(_Checked):
     #: DRAM and flash one MemoryX server holds (node counts of an option, for its power); None: not counted
     node_dram_bytes: Quantity | None = None
     node_flash_bytes: Quantity | None = None
+    #: what published deployments provision per parameter (the state itself is ``optimizer_bytes_per_param``); a
+    #: plan on an option holding less says so; None: not stated
+    provisioned_bytes_per_param: Quantity | None = None
 
     def update_bytes_per_s(self, *, dram: bool = True) -> float:
         """Optimizer-update memory traffic of the whole MemoryX: nodes x sustained bandwidth per node, slowed by

@@ -284,6 +284,13 @@ class WaferStreamFamily(Family):
         if not mx["fits"]:
             notes.append(f"MemoryX option {ctx.option} holds {mx['capacity_bytes']:,.0f} B; weights + optimizer state "
                          f"need {mx['required_bytes']:,.0f} B; choose a larger option")
+        prov = ctx.mx.provisioned_bytes_per_param
+        per_param = mx["capacity_bytes"] / max(mx["required_bytes"] / ctx.mx.optimizer_bytes_per_param.si, 1.0)
+        if mx["fits"] and prov is not None and per_param < prov.bound("low"):  # audit28a M2
+            notes.append(f"MemoryX option {ctx.option} holds {per_param:.0f} B per parameter: enough for the weights and "
+                         f"Adam state ({ctx.mx.optimizer_bytes_per_param.si:g} B), below the "
+                         f"{prov.bound('low'):g}-{prov.bound('high'):g} B per parameter published deployments provision "
+                         "(Sandia's 55 TB for 1T, ALCF's ~14.5 TB for models up to ~200B): read it as the bare minimum")
         if f["passes"] > 1:
             per, k = int(f["per_system_batch"]), int(f["passes"])
             sizes = f"{per // k}" if per % k == 0 else f"{per // k}-{per // k + 1}"
