@@ -476,3 +476,19 @@ def test_a_request_past_the_positions_says_so_when_nothing_fits(catalog):
     the request is also beyond the model's 8,192 positions (time says both)."""
     r = serve("llama-70b", "h100x8", input_tokens=100_000_000, output_tokens=256, catalog=catalog, prices=False)
     assert not r.fits and any("max_position_embeddings" in n for n in r.notes)
+
+
+def test_at_an_equal_price_the_shorter_request_is_chosen(catalog):
+    """audit28e H1: at a fixed rate on a fixed target every point delivers the same tokens for the same $/h, so the
+    price ties; the tie went to the smallest batch (the most queueing: TTFT p99 1.77 s at batch 16 beside 0.25 s at
+    batch 32, the same $/M and TPOT). The chosen point is the cheapest, then the shortest request at the percentile."""
+    r = serve("llama-70b", "h200x8", precision="fp8", rate=5.0, ttft_limit_s=2.0, percentile=99, catalog=catalog)
+    c = r.chosen
+    price = round(c.all_in_usd_per_mtok, 6)
+    o = r.output_tokens
+    ties = [p for p in r.points if p.meets_sla and round(p.all_in_usd_per_mtok, 6) == price]
+    assert len(ties) > 1 and all(p.all_in_usd_per_mtok >= c.all_in_usd_per_mtok * (1 - 1e-9) for p in r.points
+                                 if p.meets_sla)
+    length = lambda p: p.ttft_at_percentile_s + (o - 1) * (p.tpot_at_percentile_s or p.tpot_s)  # noqa: E731
+    assert length(c) == min(length(p) for p in ties)
+    assert c.ttft_at_percentile_s < 0.5

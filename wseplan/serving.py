@@ -445,9 +445,12 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         notes.append("no point meets the limits; the point closest to them is shown")
         chosen = min(points, key=lambda p: (_worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
-        # cheapest all-in (the point's $/h over the output tokens it delivers at its load), then the fastest
-        chosen = min(ok, key=lambda p: (all_in_usd_per_mtok(p) if p.usd_per_hour is not None else 0.0, p.tpot_s,
-                                        p.num_devices, p.batch))
+        # cheapest all-in, then at an equal price (a fixed rate on a fixed target) the shortest request at the
+        # percentile (audit28e H1: the most queued point was chosen), fewer devices, a larger batch
+        o = max(int(base["output_tokens"] or 1), 1)
+        chosen = min(ok, key=lambda p: (float(f"{all_in_usd_per_mtok(p):.9g}") if p.usd_per_hour is not None else 0.0,
+                                        (p.ttft_at_percentile_s or 0.0) + (o - 1) * (tpot_for_limit(p) or 0.0),
+                                        p.num_devices, -p.batch))
     else:
         chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
     if rate is None and occupancy(chosen) < 1.0:  # else users queue for the slots (closed loop, its note)

@@ -583,6 +583,10 @@ class Defaults(_Checked):
     default_train_batch: Quantity
     default_train_context_tokens: Quantity
     default_min_tokens_per_s_per_user: Quantity
+    #: speculative decoding with a draft named on a profile that states none: its draft length and per-token
+    #: acceptance (the production profiles' values)
+    default_draft_tokens: Quantity
+    default_draft_acceptance_frac: Quantity
     #: decode/serving layouts within this fraction of the fastest time per token count as equally fast (wseplan.plan)
     layout_near_tie_frac: Quantity
     #: 4-bit training recipes: the share of the blocks whose linear layers stay in 16 bits

@@ -506,8 +506,9 @@ def speculation(q) -> dict | None:
         _refuse_draft_settings(q, "speculative none" if "speculative" in q.options
                                else f"software profile {q.software.name} has no draft model")
         return None
-    k = q.options.get("draft_tokens", sp.draft_tokens.si if sp else 4)
-    a = q.options.get("acceptance", sp.acceptance_frac.si if sp else 0.7)
+    d = q.catalog.defaults  # a profile without a draft of its own: the catalog's defaults (as the production profiles)
+    k = q.options.get("draft_tokens", sp.draft_tokens.si if sp else d.default_draft_tokens.si)
+    a = q.options.get("acceptance", sp.acceptance_frac.si if sp else d.default_draft_acceptance_frac.si)
     if isinstance(k, bool) or not float(k).is_integer() or not 1 <= k <= 16:
         raise InputError(f"draft_tokens: must be an integer from 1 to 16, got {k!r}")
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a < 1.0:
