@@ -270,3 +270,12 @@ def test_the_table_does_not_show_a_draft_at_a_point_that_decodes_plainly(capsys)
     out = capsys.readouterr().out
     assert "speculative decoding off" in out and "drafts 4 tokens" not in out
     assert "off at this point" in " ".join(out.split())
+
+
+def test_a_draft_named_for_a_prefill_is_refused(capsys):
+    """audit28e: `time --phase prefill --speculative DRAFT` was taken and ignored (a prompt's pass drafts nothing);
+    it is refused in one line naming the flag; 'none' stays harmless."""
+    assert main(["time", "llama-3-8b", "--target", "h100", "--phase", "prefill", "--speculative", "llama-3.2-1b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--speculative: speculative decoding applies to decoding" in err[0]
+    assert main(["time", "llama-3-8b", "--target", "h100", "--phase", "prefill", "--speculative", "none"]) == 0
