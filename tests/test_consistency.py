@@ -432,3 +432,28 @@ def test_inference_mfu_counts_the_idle_devices_too():
     assert any("4 of 12 GPUs left idle" in n for n in b.notes)
     assert b.tokens_per_s == pytest.approx(a.tokens_per_s, rel=1e-12)
     assert b.model_flop_utilization_frac == pytest.approx(a.model_flop_utilization_frac * 8 / 12, rel=1e-12)
+
+
+# =============================================================================================
+# time to first token: a prefill is the serving replica's, on wafers as on GPUs
+# =============================================================================================
+@pytest.mark.parametrize("model,target,software", [
+    ("llama-3.1-70b", "cs3x4", None), ("llama-3.1-70b", "cs3x4", "wafer-production"),
+    ("llama-3.1-8b", "cs3", None), ("qwen3-30b-a3b", "cs3x2", None), ("llama-3.1-8b", "cs2", "wafer-research"),
+    ("llama-3.1-70b", "h200-sxmx8", None), ("mixtral-8x7b", "b200x8", None)])
+@pytest.mark.parametrize("context", [512, 2048, 8192])
+def test_a_prefill_is_the_serving_replicas_time_to_first_token(model, target, software, context):
+    """audit28e H2: ``time --phase prefill`` of one prompt ran a wafer's prompt on a prefill-only layout that an
+    in-flight serving replica does not have (Llama-3.1-70B on four CS-3: 9.9 ms against serve's 23.7 ms at 512 tokens,
+    while GPUs agreed within 2%). A prefill is now laid out as the serving replica (its decode regions, searched for
+    requests of the default output length) and runs its prompt as serve runs a lone request's (the whole token budget,
+    no decode beside it; the draft's prefill where the replica speculates): one prompt's TTFT is serve's at one
+    request, on every family. A static engine (WaferLLM's research code) keeps a prefill layout of its own in both."""
+    opts = {"software": software} if software else {}
+    out = CAT.defaults.default_output_tokens.si
+    served = plan(model, target, phase="serve", batch=1, context=context, output_tokens=int(out), catalog=CAT, **opts)
+    pre = plan(model, target, phase="prefill", batch=1, context=context, catalog=CAT, **opts)
+    assert served.fits and pre.fits
+    same(pre.ttft_s, served.ttft_s, "ttft_s")
+    for k in ("core_grid_decode", "core_grid_prefill", "pipeline_stages_decode", "pipeline_stages_prefill"):
+        assert pre.layout.get(k) == served.layout.get(k), (k, pre.layout, served.layout)

@@ -692,8 +692,8 @@ def test_bottleneck_and_binding_codes_of_a_few_rows_equal_the_array_rule(monkeyp
                                                          ("gpt-oss-20b", "cs3x2", "prefill", "wafer-production")])
 def test_wafer_questions_take_the_float_pass_with_and_without_the_kernel_memo(catalog, monkeypatch, model, target, phase,
                                                                               software):
-    """A wafer question is composed from ``pass_row`` (no array pass; a serving question answers every candidate
-    decode region in one array pass, whose kernels come from the same memo); its kernels come from the setup's memo
+    """A wafer question is composed from ``pass_row`` (no array pass; a serving question, and an in-flight engine's prefill, answer
+    every candidate decode region in one array pass, whose kernels come from the same memo); its kernels come from the setup's memo
     (filled by earlier questions, a decode round's candidates at once) or are evaluated afresh (memo emptied before each
     question): the same bytes as the row among many either way; a refused float pass sends it to the arrays."""
     from wseplan.devices.wafer import WaferFamily
@@ -710,12 +710,15 @@ def test_wafer_questions_take_the_float_pass_with_and_without_the_kernel_memo(ca
     for cold in (True, False, False):  # a fresh memo per question; then the memo the questions filled, twice
         for i in range(n):
             if cold:
-                for c in (s.ctx, getattr(s.ctx, "_draft", None)):
+                for c in (s.ctx, getattr(s.ctx, "_draft", None), getattr(s.ctx, "_serving", None)):
                     if c is not None:
                         c.__dict__.pop("_kernel_memo", None)
                         c.__dict__.pop("_serve_memo", None)  # a serving question's answer, remembered
             _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
-    assert (calls["row"] > 0 and calls["array"] == 0) if phase != "serve" else calls["array"] > 0
+    # a serving question, and an in-flight engine's prefill (laid out as its serving replica), search the decode
+    # regions by their serving answers in one array pass
+    searched = phase == "serve" or (phase == "prefill" and s.ctx.engine.scheduling != "static")
+    assert (calls["row"] > 0 and calls["array"] == 0) if not searched else calls["array"] > 0
     assert s.ctx._kernel_memo  # filled
 
     def refuse(self, *a, **kw):

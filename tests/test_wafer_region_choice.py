@@ -131,8 +131,10 @@ def test_serving_region_gives_the_shortest_request(catalog, model, target, batch
     assert forced[chosen] == float(auto["step_s"][0])
 
 
-PREFILL_CASES = [("llama-3.1-8b", "cs3", b, sw) for b in (1, 4, 16) for sw in ("wafer-production", "wafer-research")] + \
-                [("llama-3.1-70b", "cs3x4", 8, "wafer-production")]
+#: a static engine (WaferLLM's research code) lays its prompts out on prefill regions of their own; an in-flight
+#: engine's prefill runs on its serving layout (tests/test_consistency.py: a prefill is serve's TTFT)
+PREFILL_CASES = [("llama-3.1-8b", "cs3", b, "wafer-research") for b in (1, 4, 16)] + \
+                [("llama-3.1-70b", "cs3x4", 8, "wafer-research")]
 
 
 @pytest.mark.parametrize("model,target,batch,software", PREFILL_CASES)
@@ -154,10 +156,11 @@ def test_searched_prefill_region_is_the_fastest_admissible_side(catalog, model, 
 
 def test_decode_records_carry_no_prefill_region(catalog):
     """A decode question runs no prompt pass, and in-flight serving carries prompt chunks on the decode passes: their
-    layouts name the decode region alone; a prefill question names its prefill region."""
+    layouts name the decode region alone, as an in-flight engine's prefill (run on its serving layout); a static
+    engine's prefill names its prefill region."""
     one = {"batch": np.array([8.0]), "context": np.array([2048.0]), "output_tokens": np.array([256.0])}
     for phase, software, has in (("decode", None, False), ("serve", None, False), ("serve", "wafer-research", True),
-                                 ("prefill", None, True)):
+                                 ("prefill", None, False), ("prefill", "wafer-research", True)):
         cfg = dict(one, output_tokens=np.zeros(1)) if phase in ("decode", "prefill") else one
         r = evaluate(setup("llama-3.1-8b", "cs3", phase=phase, software=software, catalog=catalog), cfg)
         assert ("time.region_prefill_rows" in r) is has, (phase, software)

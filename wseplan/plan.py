@@ -102,11 +102,8 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
     if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r < 1.0):
         raise InputError(f"reserve: must be a fraction in [0, 1), got {r!r}")
     spec = [k for k in SPEC_OPTIONS if k in opts] if phase == "train" else []
-    if phase == "prefill":  # a prompt's pass drafts nothing (audit28e: a draft was ignored there); 'none' is harmless
-        spec = [k for k in SPEC_OPTIONS if k in opts and not (k == "speculative" and str(opts[k]).lower() in
-                                                                ("none", "off", "false", "0", ""))]
     if spec:
-        raise InputError(f"{spec[0]}: speculative decoding applies to decoding (decode, serve), not phase {phase}")
+        raise InputError(f"{spec[0]}: speculative decoding applies to inference (prefill, decode, serve), not phase {phase}")
     if phase == "train" and t.kind == "gpu" and software is None:
         # GPU training runs the calibration's own constants by default, as its validation rows are predicted (review28
         # #5: the serving engine's launch gaps and HBM share were applied to training steps); a named profile's

@@ -28,9 +28,17 @@ def _speculation_note(s: Setup, r: dict) -> list[str]:
     draft for this model (another tokenizer, or no smaller), does not fit beside the target in the memory the batch
     leaves, or a speculative step is no faster (a compute-bound batch)."""
     q = s.query
-    if q.phase not in ("decode", "serve"):
+    if q.phase not in ("decode", "serve", "prefill"):
         return []
     spec = getattr(s.ctx, "spec", None)
+    if q.phase == "prefill":  # a prompt's pass drafts nothing, but the draft builds its cache of the prompt
+        acc = r.get("time.accepted_tokens_per_step")
+        if spec is None or acc is None or not acc > 1.0:
+            return []
+        draft = getattr(spec["draft_model"], "name", spec["draft_model"])
+        given = "as asked" if "speculative" in q.options else f"the {q.software.name} profile's default"
+        return [f"the time to first token includes the draft model's prefill of the prompt ({draft}, {given}: the "
+                "replica speculates when it decodes; --speculative none leaves it out)"]
     if spec is None:
         why = getattr(s.ctx, "spec_off", None)  # the profile's default draft refused for this model (set up once)
         return [] if why is None else [f"speculative decoding off: {why} (the {q.software.name} profile's default "

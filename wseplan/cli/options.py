@@ -126,7 +126,8 @@ def speculative_opt() -> typer.models.OptionInfo:
     """``--speculative DRAFT|none`` (``serve``, ``time``)."""
     return typer.Option(None, "--speculative", help="Draft model for speculative decoding (catalog name or config.json), "
                         "or 'none' to turn off a profile's default (the wafer-production profile drafts with "
-                        "Llama-3.2-1B).")
+                        "Llama-3.2-1B). A prefill's time to first token includes the draft's prefill of the prompt, "
+                        "as serve's does.")
 
 
 def draft_tokens_opt() -> typer.models.OptionInfo:

@@ -274,6 +274,11 @@ class InferenceMixin:
             flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C)
         elif phase == "prefill":
             t, parts = self._prefill(ctx, cfg, rows, B, C)
+            if getattr(ctx, "spec", None) is not None:  # a speculating replica's draft builds its cache of the prompts
+                # before the first token is out, where its decode round speculates at this batch (as serve's TTFT)
+                acc = self._decode_tpot(ctx, cfg, rows, B, C)[3]
+                t = t + self._draft_prefill(ctx, cfg, rows, B, C, acc)
+                out.update(accepted_tokens_per_step=acc)
             out.update(step_s=t, ttft_s=t, tokens_per_s=R * B * C / t, cost_prefill_s=t, cost_prompt_tokens=R * B * C,
                        cost_decode_s=zero, cost_output_tokens=zero)
             flop_rate = out["tokens_per_s"] * self.flop_per_token(ctx, C / 2.0)
@@ -317,8 +322,11 @@ class InferenceMixin:
                 own = None
                 for cap in [None, *chunks[1:]]:  # the own prompt in the chunk that finishes it soonest
                     _, n_own, _, kw, _ = prompt_passes(nmb, cap)
-                    lat, _, _ = self._pass(ctx, cfg, rows, **kw)
-                    t_own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(tpot / nmb, lat / nst), passes=n_own)
+                    lat, stage, _ = self._pass(ctx, cfg, rows, **kw)
+                    # its chunks follow each other through the stages at the slowest stage's pace, or the round's
+                    # beside them (none for a lone request), as a prefill's (:meth:`_best_cut`)
+                    pace = X.where(B > 1.0, tpot / nmb, 0.0)
+                    t_own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(pace, stage), passes=n_own)
                     own = t_own if own is None else X.minimum(own, t_own)
                 own = own + self._draft_prefill(ctx, cfg, rows, B * 0.0 + 1.0, C, acc)
                 # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
@@ -354,18 +362,21 @@ class InferenceMixin:
 
 def _prompt_passes(B, C, O, budget, nmb, cap=None):
     """A request's own prompt in in-flight serving: chunks of the pass's spare budget (at most ``cap`` tokens), one
-    chunk per micro-batch slot of the round of ``nmb`` micro-batches: ``(spare, passes, chunk, own chunk's pass, a full
-    spare budget's pass)``."""
+    chunk per micro-batch slot of the round of ``nmb`` micro-batches, beside the other ``B - 1`` requests' decoding
+    sequences (a lone request's prompt has the whole budget and no decode beside it): ``(spare, passes, chunk, own
+    chunk's pass, a full spare budget's pass)``; ``spare`` and the last are the engine's prefill server's (a pass of
+    the round's whole micro-batch and a full spare budget of prompt tokens)."""
+    others = X.ceil(X.maximum(B - 1.0, 0.0) / nmb)
+    room = X.maximum(budget - others, 1.0)
     spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
     if cap is None:
-        passes = X.ceil(C / spare)
+        passes = X.ceil(C / room)
         chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
     else:  # a finer cut, as the prefill's
-        chunk, passes = E.cut_passes(C, X.minimum(spare, cap))
-    common = dict(decode_seqs=X.ceil(B / nmb), decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0,
-                  prefill_seqs=X.ones_like(B))
-    return (spare, passes, chunk, dict(common, prefill_tokens=chunk, prefill_span=chunk),
-            dict(common, prefill_tokens=spare, prefill_span=spare))
+        chunk, passes = E.cut_passes(C, X.minimum(room, cap))
+    common = dict(decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0, prefill_seqs=X.ones_like(B))
+    return (spare, passes, chunk, dict(common, decode_seqs=others, prefill_tokens=chunk, prefill_span=chunk),
+            dict(common, decode_seqs=X.ceil(B / nmb), prefill_tokens=spare, prefill_span=spare))
 
 
 def _routed(ctx) -> bool:

@@ -17,6 +17,8 @@ given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..analytic import elementwise as X
@@ -32,33 +34,14 @@ from .base import Family, Hardware, Query, binding_code
 from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
 from .wafer_notes import resident_notes
 from .registry import register
-from .wafer_regions import _remembered, admissible, best_prefill_side, best_serving_side, best_side, handover_cycles, region_shapes
+from .wafer_regions import parse_grid, _remembered, admissible, best_prefill_side, best_serving_side, best_side, handover_cycles, region_shapes
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
-from .wafer_row import MEMO_ROWS, kernels_rows
+from .wafer_row import MEMO_ROWS, kernels_rows, own_prefill_regions
 from .wafer_groups import slowest_group
 from .wafer_stages import fewest_stages
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
-
-
-def parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
-    """``"420x420"`` or ``(420, 420)`` -> (rows, cols) inside the wafer's PE grid; None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        parts = value.lower().replace(" ", "").split("x")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise InputError(f"{name}: expected ROWSxCOLS such as 420x420, got {value!r}")
-        value = (int(parts[0]), int(parts[1]))
-    try:
-        r, c = (int(v) for v in value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name}: expected (rows, cols) PEs, got {value!r}") from None
-    R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
-    if r < 1 or c < 1 or not ((r <= R and c <= C) or (r <= C and c <= R)):
-        raise InputError(f"{name}: {r}x{c} PEs must be positive and fit the wafer's {R}x{C} grid")
-    return r, c
 
 
 class WaferContext:
@@ -306,15 +289,13 @@ class WaferFamily(InferenceMixin, Family):
         if not ctx.transformer:  # no time model: NaN times, the chain reports the fit alone
             n = len(cfg["batch"])
             return {"step_s": np.full(n, np.nan), "tokens_per_s": np.full(n, np.nan), "bottleneck": np.full(n, -1)}
-        # prefill regions where prompts run passes of their own: the prefill phase and static batches (in-flight
-        # batching carries prompt chunks on the decode passes)
-        own = ctx.q.phase == "prefill" or (ctx.q.phase == "serve" and ctx.engine.scheduling == "static")
+        own = own_prefill_regions(ctx)
         cfg = self._with_stages(ctx, cfg, fit if fit is not None else self.fit(ctx, cfg),
                                 kinds=("decode", "prefill") if own else ("decode",))
         served = cfg.pop("_served", None)  # a serving search's answers on the regions it chose
         out = self.infer_time(ctx, cfg) if served is None else served
         out["region_fallback"] = np.asarray(cfg.get("_fallback", np.zeros(len(cfg["batch"]), dtype=bool)), dtype=float)
-        for ph in ("decode", "prefill"):
+        for ph in ("decode", "prefill") if own else ("decode",):
             if f"_rows_{ph[0]}" in cfg:
                 out[f"region_{ph}_rows"] = cfg[f"_rows_{ph[0]}"]
                 out[f"region_{ph}_cols"] = cfg[f"_cols_{ph[0]}"]
@@ -353,11 +334,18 @@ class WaferFamily(InferenceMixin, Family):
                 cfg["_rows_p"], cfg["_cols_p"] = best_prefill_side(self, ctx, cfg, layer_bytes, ok)
             elif ctx.q.phase == "serve":  # the region of the shortest request, every admissible one answered
                 cfg["_rows_d"], cfg["_cols_d"], cfg["_served"] = best_serving_side(self, ctx, cfg, ok)
+            elif ctx.q.phase == "prefill":  # an in-flight replica's layout: the region its requests are shortest on
+                # (requests of the catalog's default output length: a prefill has none of its own)
+                whole = dict(cfg, output_tokens=np.full(n, float(ctx.q.catalog.defaults.default_output_tokens.si)))
+                cfg["_rows_d"], cfg["_cols_d"], _ = best_serving_side(self, serving_context(ctx), whole, ok)
             else:
                 cfg["_rows_d"], cfg["_cols_d"] = best_side(ctx, cfg, *self._spec_rounds(ctx, cfg), layer_bytes, ok)
             if g is None:
                 cfg["_fallback"] = cfg.get("_fallback", False) | ~ok.any(axis=1)
             cfg[f"_groups_{ph[0]}"] = self._groups(ctx, cfg, cfg[f"_rows_{ph[0]}"], cfg[f"_cols_{ph[0]}"]).sum(axis=1)
+        if ctx.q.phase == "prefill" and "prefill" not in kinds:  # its prompts run where its weights stay
+            for k in ("rows", "cols", "groups"):
+                cfg[f"_{k}_p"] = cfg[f"_{k}_d"].copy()
 
     def _spec_rounds(self, ctx: WaferContext, cfg: dict):
         """The decode search's ``(KV tokens, spec)``: under speculative decoding the search weighs the plain round and
@@ -514,13 +502,15 @@ class WaferFamily(InferenceMixin, Family):
         dseq = _as_n(decode_seqs, n)
         ptok = _as_n(prefill_tokens, n)
         has_d = dseq > 0
-        # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions
-        if "_rows_p" not in cfg and not has_d.all():
+        # a pass with decode sequences runs on the decode regions; a prefill-only pass on the prefill regions where
+        # prompts have regions of their own (:func:`own_prefill_regions`), else on the decode regions too
+        own = own_prefill_regions(ctx)
+        if own and "_rows_p" not in cfg and not has_d.all():
             self._regions(ctx, cfg, ("prefill",))
         def side(k):  # (the prefill regions are chosen first: no decode regions yet)
             if "_rows_d" not in cfg:
                 return cfg[f"_{k}_p"][rows]
-            return np.where(has_d, cfg[f"_{k}_d"][rows], cfg[f"_{k}_p"][rows]) if "_rows_p" in cfg else cfg[f"_{k}_d"][rows]
+            return np.where(has_d, cfg[f"_{k}_d"][rows], cfg[f"_{k}_p"][rows]) if own and "_rows_p" in cfg else cfg[f"_{k}_d"][rows]
         r_, c_ = side("rows"), side("cols")
         fk, c = ctx.fk, ctx.c
         dtok = dseq * new_per_seq
@@ -567,6 +557,13 @@ class WaferFamily(InferenceMixin, Family):
             parts[name] = parts.get(name, 0.0) + (L * np.asarray(blk.get(key, 0.0)) + np.asarray(head.get(key, 0.0))) / clock
         parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
         return lat, mx, parts
+
+
+def serving_context(ctx: WaferContext) -> WaferContext:
+    """The context of ``ctx``'s question asked as whole requests (phase ``serve``): the serving layout's search."""
+    if getattr(ctx, "_serving", None) is None:
+        ctx._serving = WaferContext(replace(ctx.q, phase="serve"))
+    return ctx._serving
 
 
 def _as_n(v, n: int) -> np.ndarray:

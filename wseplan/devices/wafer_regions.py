@@ -26,7 +26,27 @@ from ..analytic import elementwise as X
 from ..analytic import engine as E
 from ..analytic import fabric as fab
 from ..analytic import wse_time as wt
+from ..errors import InputError
 from .wafer_row import MEMO_MAX, MEMO_ROWS, keep_decode_table, prefetch_rows
+
+
+def parse_grid(value, name: str, wafer) -> tuple[int, int] | None:
+    """``"420x420"`` or ``(420, 420)`` -> (rows, cols) inside the wafer's PE grid; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = value.lower().replace(" ", "").split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise InputError(f"{name}: expected ROWSxCOLS such as 420x420, got {value!r}")
+        value = (int(parts[0]), int(parts[1]))
+    try:
+        r, c = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected (rows, cols) PEs, got {value!r}") from None
+    R, C = int(wafer.pe_rows.si), int(wafer.pe_cols.si)
+    if r < 1 or c < 1 or not ((r <= R and c <= C) or (r <= C and c <= R)):
+        raise InputError(f"{name}: {r}x{c} PEs must be positive and fit the wafer's {R}x{C} grid")
+    return r, c
 
 
 def _remembered(ctx, memo_name: str, key, compute):

@@ -36,15 +36,28 @@ MEMO_ROWS = 64
 _KEY = struct.Struct("9d").pack  # the kernel arguments' exact bits (-0.0 and NaN payloads kept apart)
 
 
+def own_prefill_regions(ctx) -> bool:
+    """Whether prompts run on prefill regions of their own: under a static engine, whose batch is laid out again
+    between its prompts and its decode (WaferLLM's prefill and decode layouts, He et al., OSDI'25), or where
+    a prefill grid is given. An in-flight engine's replica keeps one layout: resident weights are not moved between
+    a request's phases, and its prompt chunks ride on the decode passes, so a prefill (``time --phase prefill``) runs
+    on the decode regions of the replica's serving layout, as ``serve`` times the prompt."""
+    if ctx.q.phase == "decode":
+        return False
+    return ctx.engine.scheduling == "static" or (ctx.q.phase == "prefill" and ctx.grids["prefill"] is not None
+                                                 and ctx.grids["prefill"] != ctx.grids["decode"])
+
+
 def _kernel_args(fam, ctx, cfg, i, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
                  new_per_seq=1.0) -> tuple:
     """The kernels' arguments of one pass of row ``i`` (floats): ``(rows, cols, decode seqs, prompt tokens, decode KV,
     span, prompt KV, prompt seqs, new tokens per seq)``; a pass with decode sequences runs on the decode regions, a
-    prefill-only pass on the prefill regions."""
+    prefill-only pass on the prefill regions where prompts have their own (:func:`own_prefill_regions`)."""
     dseq = float(decode_seqs)
-    if "_rows_p" not in cfg and not dseq > 0:
+    own = own_prefill_regions(ctx)
+    if own and "_rows_p" not in cfg and not dseq > 0:
         fam._regions(ctx, cfg, ("prefill",))
-    k = "d" if dseq > 0 or "_rows_p" not in cfg else "p"
+    k = "d" if (dseq > 0 or not own or "_rows_p" not in cfg) and "_rows_d" in cfg else "p"
     return (float(cfg[f"_rows_{k}"][i]), float(cfg[f"_cols_{k}"][i]), dseq, float(prefill_tokens), float(decode_kv),
             float(prefill_span), float(prefill_kv), float(prefill_seqs), float(new_per_seq))
 
