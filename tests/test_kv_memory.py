@@ -97,7 +97,14 @@ def test_a_wider_kv_cache_feeds_wider_attention_and_every_command_names_the_flag
     from wseplan.plan import plan
 
     assert attention_format("fp8", None) == "fp8" and attention_format("fp8", "bf16") == "bf16"
-    assert attention_format("bf16", "fp8") == "bf16" and attention_format("fp4", None) == "fp8"
+    assert attention_format("bf16", "fp8") == "bf16" and attention_format("fp4", "fp8") == "fp8"
+    # audit28e M2: the default cache beside 4- and 8-bit weights is 16-bit (kv_bytes_per_element), so attention is
+    # 16-bit too unless an 8-bit cache is asked for; the stated default and the default agree
+    for p in ("fp4", "int4", "int8"):
+        assert attention_format(p, None) == attention_format(p, "bf16") == "bf16"
+    a, b = (plan("llama-3.1-70b", "b200x8", phase="prefill", context=32768, precision="fp4", options=o).ttft_s
+            for o in ({}, {"kv_precision": "bf16"}))
+    assert a == b
     kw = dict(phase="prefill", batch=4, context=32768, precision="fp8")
     t8 = plan("llama-3.1-70b", "h100x8", options={"kv_precision": "fp8"}, **kw)
     t16 = plan("llama-3.1-70b", "h100x8", options={"kv_precision": "bf16"}, **kw)

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..calibration_data import GpuCalibration
 from ..errors import InputError
-from ..workload import BYTES_PER_ELEMENT, KV_FORMATS, activation_bytes_per_element, block_types, kv_bytes
+from ..workload import (BYTES_PER_ELEMENT, KV_FORMATS, activation_bytes_per_element, block_types, kv_bytes,
+                        kv_bytes_per_element)
 from . import elementwise as X
 from .collectives import send_recv_time_s
 from .gpu_time import (_Links, _attention_s, _block_gemms_s, _elementwise_s, _head_forward_time_s, _layer_sum,
@@ -46,8 +47,8 @@ def attention_format(precision: str, kv_precision: str | None) -> str:
     own format where it is wider (a 16-bit cache beside fp8 weights feeds 16-bit attention: an fp8 kernel needs fp8
     K and V; review28b #2); a narrower cache (fp8 beside bf16 weights) is dequantized into the weights' format."""
     base = ATTENTION_PRECISION.get(precision, precision)
-    if kv_precision is None:
-        return base
+    if kv_precision is None:  # the weights' default cache (16-bit beside int8/int4/fp4 weights: 16-bit attention)
+        return "bf16" if kv_bytes_per_element(precision) > BYTES_PER_ELEMENT.get(base, 2.0) else base
     return kv_precision if KV_FORMATS[kv_precision] > BYTES_PER_ELEMENT.get(base, 2.0) else base
 
 

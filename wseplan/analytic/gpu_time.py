@@ -173,7 +173,9 @@ def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precisio
 #: the math precision of the attention kernels for a model precision: 4-bit models run their attention in fp8 at the
 #: lowest, as the engines of the validated measurements (2023-2025) do: FlashAttention-3 and TensorRT-LLM's FMHA stop at
 #: fp8, and NVFP4 inference checkpoints state an fp8 KV cache (NVIDIA has since shown FP4 attention; NVFP4 training
-#: keeps its attention in 16 bits, so for 4-bit training this floor is optimistic)
+#: keeps its attention in 16 bits, so for 4-bit training this floor is optimistic). In inference it applies with an
+#: 8-bit KV cache (``--kv-precision fp8``); the default cache beside 4- and 8-bit weights is 16-bit, and so is their
+#: attention (:func:`.gpu_pass.attention_format`)
 ATTENTION_PRECISION = {"fp4": "fp8", "int4": "fp8"}
 
 
