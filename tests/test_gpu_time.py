@@ -393,7 +393,8 @@ def test_another_vendors_gemm_library_scales_the_fitted_efficiencies(catalog):
 
 def test_four_bit_models_run_their_attention_at_the_fp8_rate():
     """The attention kernels of the validated engines (FlashAttention-3, TensorRT-LLM's FMHA) stop at fp8: a 4-bit
-    model's attention runs against the fp8 peak, its GEMMs against the 4-bit one."""
+    model with an fp8 KV cache runs its attention against the fp8 peak, its GEMMs against the 4-bit one. With the
+    default 16-bit cache its attention is 16-bit (audit28e M2), as bf16's."""
     from wseplan.analytic import gpu_pass as P
     from wseplan.analytic import gpu_time as G
     from wseplan.calibration_data import gpu_calibration
@@ -406,8 +407,12 @@ def test_four_bit_models_run_their_attention_at_the_fp8_rate():
     assert G.attention_peak_flop_per_s(g, "bf16") == g.peak_flop_per_s("bf16")
     prompt = P.Sequences(seqs=1.0, tokens=4096.0, new=4096.0, prior=0.0, decode=False)
     kw = dict(sequences=(prompt,), logits_rows=1.0, tp=1.0, cal=cal)
-    _, _, p4 = P.pass_time_s(m, g, precision="fp4", **kw)
+    _, _, p4 = P.pass_time_s(m, g, precision="fp4", kv_precision="fp8", **kw)
     _, _, p8 = P.pass_time_s(m, g, precision="fp8", **kw)
+    _, _, d4 = P.pass_time_s(m, g, precision="fp4", **kw)
+    _, _, b16 = P.pass_time_s(m, g, precision="bf16", **kw)
+    assert float(d4["attention"]) == pytest.approx(float(b16["attention"]), rel=1e-12)
+    assert float(d4["attention"]) > float(p4["attention"])
     # the same attention FLOPs at the same peak: the same attention time; the GEMMs differ
     assert float(p4["attention"]) == pytest.approx(float(p8["attention"]), rel=1e-12)
     hand = m.num_layers * 4.0 * m.num_heads * m.head_dim_ * 2048.5 * 4096.0 / (g.peak_flop_per_s("fp8") * cal.attention_frac)
