@@ -13,7 +13,8 @@ import time
 from run import figure, quick
 
 from wseplan.catalog.load import load_catalog
-from wseplan.serving import serve, sla_grid
+from wseplan.operating import sla_grid
+from wseplan.serving import serve
 
 MODEL = "llama-70b"
 TARGETS = ["cs3", "h100", "h200", "b200", "mi300x"]

@@ -101,10 +101,39 @@ def test_table_shows_the_chosen_point_and_the_frontier(capsys):
 
 
 def test_without_concurrency_or_rate_the_highest_throughput_point_is_chosen(capsys):
+    """Among the points that give every user the catalog's default speed (20 tokens/s, cost's and compare's floor;
+    audit28e L3: DeepSeek-V3 on 8 H200 was shown at 3.2 tokens/s per user and $1.32/M where cost gives $4.64/M)."""
+    floor = CAT.defaults.default_min_tokens_per_s_per_user.si
     rec = run_json(capsys, "llama-3-8b", "--target", "h200x1")
-    best = max(rec["points"], key=lambda p: p["tokens_per_s"] / p["num_devices"])
+    fast = [p for p in rec["points"] if p["tokens_per_s_per_user"] >= floor]
+    best = max(fast, key=lambda p: p["tokens_per_s"] / p["num_devices"])
     assert (rec["batch"], rec["num_devices"]) == (best["batch"], best["num_devices"])
+    assert rec["min_tokens_per_s_per_user"] == floor
     assert len({p["batch"] for p in rec["points"]}) > 3  # every power of two that fits was tried
+    # a floor below every point: the highest throughput overall; a floor no point reaches: the same, said in a note
+    low = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--min-speed", "0.001")
+    top = max(low["points"], key=lambda p: p["tokens_per_s"] / p["num_devices"])
+    assert (low["batch"], low["num_devices"]) == (top["batch"], top["num_devices"])
+    high = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--min-speed", "1e8")
+    assert (high["batch"], high["num_devices"]) == (top["batch"], top["num_devices"])
+    assert any("no point gives every user" in n for n in high["notes"])
+
+
+def test_the_default_point_keeps_the_speed_cost_prices_at(capsys):
+    """DeepSeek-V3 fp8 on 8 H200: the default point gives every user at least the default speed, at the batch cost's
+    operating point prices (cost at full slots, serve at 90% of them), and says which faster-throughput point it left."""
+    rec = run_json(capsys, "deepseek-v3", "--target", "h200x8", "--precision", "fp8")
+    assert rec["tokens_per_s_per_user"] >= CAT.defaults.default_min_tokens_per_s_per_user.si
+    assert any("highest-throughput point giving every user >= 20 tokens/s" in n for n in rec["notes"])
+    from wseplan.operating import operating_point
+    op = operating_point("deepseek-v3", "h200x8", precision="fp8", input_tokens=2048, output_tokens=256, catalog=CAT)
+    assert op.meets and op.batch == rec["batch"]
+
+
+def test_min_speed_with_a_limit_is_refused(capsys):
+    assert main(["serve", "llama-3-8b", "--target", "h200x1", "--min-speed", "30", "--tpot-limit", "0.02"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--min-speed" in err[0]
 
 
 def test_a_target_without_a_count_searches_replica_sizes(capsys):

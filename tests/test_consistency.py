@@ -10,7 +10,7 @@ Paths checked against :func:`wseplan.plan.plan` (relative difference <= 1e-9, No
 * :func:`wseplan.costing.cost` and ``wseplan cost --format json``: the time inputs and headline, and
   :func:`wseplan.costing.cost_columns` (the array cost of sweeps, fleet and reports) on the same arrays;
 * training: :func:`wseplan.scale.scaling_rows` (a ``wseplan scale`` point);
-* serving: :func:`wseplan.serving.replica_options` (the replica model of ``fleet`` and reports) and the
+* serving: :func:`wseplan.operating.replica_options` (the replica model of ``fleet`` and reports) and the
   ``batch_sweep`` table of a serving study (:func:`wseplan.report.study.run_study`);
 * wafer training: :func:`wseplan.fit.fit`'s streaming window equals :func:`wseplan.timing.stream`'s.
 
@@ -44,7 +44,8 @@ from wseplan.plan import default_sizes, evaluate, normalise_phase, plan, setup
 from wseplan.report.study import CostSpec, ServingSpec, Study, run_study
 from wseplan.scale import scaling_rows
 from wseplan.operating import layout_columns
-from wseplan.serving import DEFAULT_UTILIZATION, replica_options
+from wseplan.operating import replica_options
+from wseplan.serving import DEFAULT_UTILIZATION
 from wseplan.targets import parse_target
 from wseplan.timing import predict_time, stream
 

@@ -669,3 +669,67 @@ def test_an_unknown_name_in_a_demand_file_names_its_field(tmp_path, old, new, ms
     f.write_text(text.replace(old, new, 1))
     with pytest.raises(InputError, match=msg):
         plan_fleet(read_demand(f), catalog=load_catalog(), analyze=False)
+
+
+def _demand(tmp_path, extra: str, systems=("cs3", "h200-sxm"), model="llama-3.1-8b"):
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nsystems:\n" + "".join(f"  - hardware: {s}\n" for s in systems) +
+                 f"workloads:\n  - name: chat\n    model: {model}\n    kind: serve\n    output_tokens_per_s: 5000\n"
+                 "    batches: [1, 4]\n" + extra)
+    return read_demand(f)
+
+
+def test_a_workload_sets_its_engines_and_says_when_they_differ(tmp_path):
+    """audit28e M3: a demand file could not set the serving engine (the keys were refused), so wafers drafted with the
+    wafer-production profile's Llama-3.2-1B while GPUs decoded plainly, and fleet said nothing. A workload now takes
+    ``software`` (per system, hardware key or family), ``speculative`` and ``kv_precision`` (GPUs); the replica
+    options are then serve's with the same settings, and unlike engines side by side are named in a note."""
+    from wseplan.catalog import load_catalog
+    from wseplan.operating import replica_options
+
+    cat = load_catalog()
+    pb = build_problem(_demand(tmp_path, ""), catalog=cat)
+    assert any("speculative decoding differs across the systems (on: cs3; off: h200-sxm)" in n for n in pb.notes)
+    plain = build_problem(_demand(tmp_path, "    speculative: none\n"), catalog=cat)
+    assert not any("differs across" in n for n in plain.notes)
+    both = build_problem(_demand(tmp_path, "    software: {gpu: gpu-production-specdec}\n    kv_precision: fp8\n"),
+                         catalog=cat)
+    assert not any("differs across" in n for n in both.notes)
+    assert any("kv_precision fp8 applies to the GPU systems; cs3 keep" in n for n in both.notes)
+    # each system's configurations are serve's replica options under the same engine settings
+    for pbx, sw, opts in ((plain, None, {"speculative": "none"}),
+                          (both, "gpu-production-specdec", {"kv_precision": "fp8"})):
+        from wseplan.serving import serve
+        res = serve("llama-3.1-8b", "h200-sxm", software=sw, options=opts, batches=[1, 4], prices=False, catalog=cat)
+        rows = replica_options("llama-3.1-8b", "h200-sxm", precision="bf16", input_tokens=2048, output_tokens=256,
+                               batches=[1, 4], sizes="search", result=res)
+        got = sorted((c.num_devices, c.batch, c.supply) for c in pbx.configs if c.system == "h200-sxm"
+                     and c.load_frac == pytest.approx(0.9, rel=1e-12))
+        assert got == sorted((r["num_devices"], r["batch"], r["tokens_per_s"]) for r in rows)
+    drafted = {(c.num_devices, c.batch): c.tpot_s for c in both.configs if c.system == "h200-sxm"}
+    base = {(c.num_devices, c.batch): c.tpot_s for c in pb.configs if c.system == "h200-sxm"}
+    assert drafted[(1, 1)] < base[(1, 1)]  # a drafting GPU engine at one request decodes faster
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ("    software: {h200-sxm: wafer-production}\n", "workloads.chat.software.h200-sxm: profile 'wafer-production' is for wafer"),
+    ("    software: {h100-sxm: gpu-production}\n", "workloads.chat.software: 'h100-sxm' is neither a system"),
+    ("    software: {gpu: gpu-prodution}\n", "workloads.chat.software.gpu: unknown profile 'gpu-prodution'"),
+    ("    kv_precision: fp4\n", "unknown KV-cache format 'fp4'"),
+])
+def test_a_bad_engine_setting_is_named(tmp_path, extra, msg):
+    from wseplan.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        build_problem(_demand(tmp_path, extra))
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_training_workload_refuses_serving_engine_settings(tmp_path):
+    from wseplan.errors import InputError
+
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nsystems:\n  - hardware: h100-sxm\nworkloads:\n  - name: run\n    model: llama-3.1-8b\n"
+                 "    kind: train\n    train_tokens: 1e9\n    deadline_days: 30\n    speculative: none\n")
+    with pytest.raises(InputError, match="speculative: serving engine settings apply to serve workloads"):
+        read_demand(f)

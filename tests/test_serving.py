@@ -9,7 +9,8 @@ import pytest
 from wseplan.analytic import engine as E
 from wseplan.analytic import queueing as Q
 from wseplan.errors import InputError
-from wseplan.serving import all_in_usd_per_mtok, pareto_frontier, serve, sla_grid, with_limits
+from wseplan.operating import sla_grid
+from wseplan.serving import all_in_usd_per_mtok, pareto_frontier, serve, with_limits
 from wseplan.sim.queue import simulate_waits
 
 

@@ -1,12 +1,14 @@
 """The operating point a buyer means when no batch is given to ``cost`` or ``compare``: the cheapest point of the one
 replica search (:func:`wseplan.serving.serve`) that gives every user at least the catalog's documented per-user speed
-(``defaults.default_min_tokens_per_s_per_user``) with its slots full."""
+(``defaults.default_min_tokens_per_s_per_user``) with its slots full; and the other readings of that search: the
+replica options ``fleet`` and the serving reports size fleets from (:func:`replica_options`) and the cheapest point
+per SLA (:func:`sla_grid`)."""
 from __future__ import annotations
 
 from .catalog.load import load_catalog
 from .errors import InputError
 from .plan import setup
-from .serving import ServePoint, _Frozen, serve
+from .serving import DEFAULT_UTILIZATION, ServePoint, ServeResult, _Frozen, occupancy, serve, tpot_for_limit, with_limits
 
 #: where the operating point's layout goes in the chain's configuration columns (record name -> column)
 _LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers"}
@@ -87,3 +89,65 @@ def operating_point(model, target, *, precision: str = "bf16", software: str | N
     lay = layout_columns(s, c.layout)
     return OperatingPoint(target=tgt, batch=c.batch, layout=lay, min_tokens_per_s_per_user=float(x), min_source=src,
                           meets=c.meets_sla, point=c)
+
+
+def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict]:
+    """The cheapest point per target for every (TTFT limit, TPOT limit) pair: one replica search per target.
+
+    ``kw`` go to :func:`serve` (precision, input/output tokens, rate, percentile, ...). Without a rate or a load every
+    point is judged at the default load (``utilization=DEFAULT_UTILIZATION``, one search per target): ``serve`` with a
+    TTFT limit also tries lower loads (:func:`with_limits`), up to eight more searches. Returns one dict per
+    (target, ttft limit, tpot limit): ``target``, the limits, ``meets_sla``, and the chosen point's
+    ``num_devices``, ``batch``, ``tokens_per_s_per_user``, ``ttft_at_percentile_s`` and ``output_usd_per_mtok``
+    (None where no point meets the limits).
+    """
+    out = []
+    if kw.get("rate") is None and kw.get("utilization") is None and kw.get("concurrency") is None:
+        kw = dict(kw, utilization=DEFAULT_UTILIZATION)  # a fixed load: one replica search per target
+    for t in targets:
+        res = serve(model, t, **kw)
+        for ttft in ttft_limits_s:
+            for tpot in tpot_limits_s:
+                r = with_limits(res, ttft_limit_s=ttft, tpot_limit_s=tpot)
+                c = r.chosen if r.chosen is not None and r.chosen.meets_sla else None
+                out.append(dict(target=res.target, ttft_limit_s=ttft, tpot_limit_s=tpot, meets_sla=c is not None,
+                                num_devices=c.num_devices if c else None, batch=c.batch if c else None,
+                                tokens_per_s_per_user=c.tokens_per_s_per_user if c else None,
+                                ttft_at_percentile_s=c.ttft_at_percentile_s if c else None,
+                                output_usd_per_mtok=c.output_usd_per_mtok if c else None))
+    return out
+
+
+def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
+                    devices=None, software: str | None = None, catalog=None, ttft_limit_s: float | None = None,
+                    tpot_limit_s: float | None = None, percentile: float = 95, sizes: str = "fewest",
+                    result: ServeResult | None = None) -> list[dict]:
+    """One dict per (replica size, concurrency) that fits ``hardware`` (a key without a count), at the default load:
+    ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
+    ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
+    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s`` (the
+    running batch's, ``running_batch`` requests held at that load), ``tpot_at_percentile_s`` (what a TPOT limit
+    applies to), ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
+
+    ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
+    every replica size of :func:`serve`'s replica search (GPUs: the fewest that fit and powers of two in the scale-up domain; wafers: the
+    fewest to twice that). ``result`` reuses a :func:`serve` result of the same question (priced or not).
+    ``devices`` is accepted for compatibility."""
+    if sizes not in ("fewest", "search"):
+        raise InputError(f"replica sizes: use fewest or search, got {sizes!r}")
+    res = result or serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
+                          output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s,
+                          tpot_limit_s=tpot_limit_s, percentile=percentile, batches=list(batches), prices=False)
+    out = []
+    fewest = min((p.devices_per_replica for p in res.points if p.num_replicas == 1), default=None)
+    for p in res.points:
+        if p.batch not in set(batches) or p.num_replicas != 1 or (sizes == "fewest" and p.devices_per_replica != fewest):
+            continue
+        out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
+                        requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
+                        capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
+                        utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
+                        tpot_at_percentile_s=tpot_for_limit(p), running_batch=p.running_batch,
+                        tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla,
+                        load_frac=occupancy(p)))
+    return out

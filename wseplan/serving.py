@@ -15,7 +15,8 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **SLA**: TTFT at a percentile and TPOT (the per-token time of the running batch) within limits;
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
-  (GPUs: powers of two inside the scale-up domain; wafers: the fewest wafers to twice that) x every concurrency,
+  (GPUs: the fewest that fit, whatever their count, and powers of two inside the scale-up domain; wafers: the fewest
+  wafers to twice that) x every concurrency,
   the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user;
 * **operating point** (:func:`wseplan.operating.operating_point`): the point a buyer means when no batch is given to ``cost`` or
   ``compare``: the cheapest that fits and serves every user at least a per-user speed (default: the catalog's
@@ -114,6 +115,9 @@ class ServeResult(_Frozen):
     tpot_limit_s: float | None = None
     rate_per_s: float | None = None
     speculative: dict | None = None
+    #: without a rate, limits or a concurrency: the per-user speed [tokens/s] the chosen point keeps (the catalog's
+    #: ``defaults.default_min_tokens_per_s_per_user`` unless given), the floor ``cost`` and ``compare`` price at
+    min_tokens_per_s_per_user: float | None = None
     fits: bool
     chosen: ServePoint | None = None
     points: list[ServePoint] = []
@@ -284,7 +288,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
           ttft_limit_s: float | None = None, tpot_limit_s: float | None = None, percentile: float = 95,
           output_scv: float = DEFAULT_OUTPUT_SCV, utilization: float | None = None, options: dict | None = None,
           layout: dict | None = None, batches=None, catalog=None, prices=None,
-          overrides: dict | None = None, full_slots: bool = False, setups: dict | None = None) -> ServeResult:
+          overrides: dict | None = None, full_slots: bool = False, setups: dict | None = None,
+          min_tokens_per_s_per_user: float | None = None) -> ServeResult:
     """Evaluate serving ``model`` on ``target`` (the API behind ``wseplan serve``).
 
     With ``concurrency`` the replica runs that many requests at once, or, when their KV caches do not fit, the
@@ -295,7 +300,9 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     batch is tried. ``rate`` is the offered load of the whole target [requests/s] (random arrivals); without it an
     open-loop point is reported at ``utilization`` of its capacity (default :data:`DEFAULT_UTILIZATION`). The chosen point: with a rate or limits, the cheapest (or,
     without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
-    point. A target without a count sizes the replica itself (replica search, see the module docstring); a
+    point that gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's
+    ``defaults.default_min_tokens_per_s_per_user``, the floor of ``cost`` and ``compare``; the highest-throughput point
+    where none does). A target without a count sizes the replica itself (replica search, see the module docstring); a
     ``layout`` (e.g. ``{"tp": 2, "pp": 1, "dp": 4}`` on ``h100x8``) fixes it instead. ``prices=False`` skips
     pricing (points without $ fields). ``input_tokens``/``output_tokens`` default to the catalog's serving request
     (``defaults.default_prompt_tokens``, ``default_output_tokens``: 2,048 and 256). ``full_slots`` reports every
@@ -318,6 +325,16 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             raise InputError(f"{name}: must be a positive number below 1e12, got {v!r}")
     if not 0 < percentile < 100:
         raise InputError(f"percentile: must be in (0, 100), got {percentile!r}")
+    floor = None
+    if rate is None and ttft_limit_s is None and tpot_limit_s is None and concurrency is None:
+        floor = float(cat.defaults.default_min_tokens_per_s_per_user.si) if min_tokens_per_s_per_user is None else \
+            min_tokens_per_s_per_user
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor < 1e9:
+            raise InputError(f"min_tokens_per_s_per_user (--min-speed): must be a positive number below 1e9 tokens/s "
+                             f"per user, got {floor!r}")
+    elif min_tokens_per_s_per_user is not None:
+        raise InputError("--min-speed: applies without --rate, --concurrency and limits (with a limit, give "
+                         "--tpot-limit 1/speed)")
     if utilization is not None and not 0 < utilization < 1:
         raise InputError(f"utilization: must be in (0, 1), got {utilization!r}")
     # a concurrency without a rate or a load: that many users in a closed loop; else random arrivals at the load
@@ -394,7 +411,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         spec = {"draft_model": sp["draft_model"].name, "draft_tokens": sp["draft_tokens"], "acceptance_frac": sp["acceptance_frac"]}
     base = dict(model=q.model.name, target=t0.label, hardware=t0.key, software=q.software.name, precision=precision,
                 input_tokens=input_tokens, output_tokens=output_tokens, percentile=percentile, ttft_limit_s=ttft_limit_s,
-                tpot_limit_s=tpot_limit_s, rate_per_s=rate, speculative=spec)
+                tpot_limit_s=tpot_limit_s, rate_per_s=rate, speculative=spec, min_tokens_per_s_per_user=floor)
     seen, uniq = set(), []
     for p in points:  # the replica search can reach the same layout twice (the fewest devices is one of the sizes)
         key = (p.devices_per_replica, p.num_replicas, p.batch, tuple(sorted(p.layout.items())))
@@ -451,8 +468,19 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         chosen = min(ok, key=lambda p: (float(f"{all_in_usd_per_mtok(p):.9g}") if p.usd_per_hour is not None else 0.0,
                                         (p.ttft_at_percentile_s or 0.0) + (o - 1) * (tpot_for_limit(p) or 0.0),
                                         p.num_devices, -p.batch))
-    else:
-        chosen = max(ok, key=lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s))
+    else:  # the highest throughput per device among the points fast enough for every user (audit28e L3)
+        floor = base.get("min_tokens_per_s_per_user")
+        fast = [p for p in ok if floor is None or p.tokens_per_s_per_user >= floor]
+        rank = lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s)  # noqa: E731
+        chosen, best = max(fast or ok, key=rank), max(ok, key=rank)
+        if floor is not None and chosen is not best:
+            notes.append(f"the highest-throughput point giving every user >= {floor:g} tokens/s (--min-speed; the "
+                         f"floor cost and compare price at); batch {best.batch} on {best.num_devices} device(s) carries "
+                         f"{best.tokens_per_s / best.num_devices:.4g} tokens/s per device at "
+                         f"{best.tokens_per_s_per_user:.3g} tokens/s per user")
+        elif floor is not None and not fast:
+            notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the highest-throughput point "
+                         "is shown")
     if rate is None and occupancy(chosen) < 1.0:  # else users queue for the slots (closed loop, its note)
         occ = occupancy(chosen)
         at = (f"points at {utilization:.0%} of each replica's slots" if abs(occ - utilization) < 0.005 else
@@ -511,8 +539,11 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
         pts, moved, closer = at_lower_loads(pts, lambda p: p.meets_sla, points_at, movable,
                                             lambda p: (_worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
     base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
-                                      "output_tokens", "percentile", "rate_per_s", "speculative"})
+                                      "output_tokens", "percentile", "rate_per_s", "speculative",
+                                      "min_tokens_per_s_per_user"})
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
+    if ttft_limit_s is not None or tpot_limit_s is not None:  # the limits choose the point, not the speed floor
+        base["min_tokens_per_s_per_user"] = None
     util = occupancy(result.points[0]) if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
     res = _result(base, pts, utilization=util)
     res._lower = ask
@@ -536,65 +567,3 @@ def occupancy(p: ServePoint) -> float:
 def tpot_for_limit(p: ServePoint) -> float:
     """The TPOT a point's TPOT limit applies to [s]: at the record's percentile (the mean when the slots are full)."""
     return p.tpot_at_percentile_s if p.tpot_at_percentile_s is not None else p.tpot_s
-
-
-def sla_grid(model, targets, *, ttft_limits_s, tpot_limits_s, **kw) -> list[dict]:
-    """The cheapest point per target for every (TTFT limit, TPOT limit) pair: one replica search per target.
-
-    ``kw`` go to :func:`serve` (precision, input/output tokens, rate, percentile, ...). Without a rate or a load every
-    point is judged at the default load (``utilization=DEFAULT_UTILIZATION``, one search per target): ``serve`` with a
-    TTFT limit also tries lower loads (:func:`with_limits`), up to eight more searches. Returns one dict per
-    (target, ttft limit, tpot limit): ``target``, the limits, ``meets_sla``, and the chosen point's
-    ``num_devices``, ``batch``, ``tokens_per_s_per_user``, ``ttft_at_percentile_s`` and ``output_usd_per_mtok``
-    (None where no point meets the limits).
-    """
-    out = []
-    if kw.get("rate") is None and kw.get("utilization") is None and kw.get("concurrency") is None:
-        kw = dict(kw, utilization=DEFAULT_UTILIZATION)  # a fixed load: one replica search per target
-    for t in targets:
-        res = serve(model, t, **kw)
-        for ttft in ttft_limits_s:
-            for tpot in tpot_limits_s:
-                r = with_limits(res, ttft_limit_s=ttft, tpot_limit_s=tpot)
-                c = r.chosen if r.chosen is not None and r.chosen.meets_sla else None
-                out.append(dict(target=res.target, ttft_limit_s=ttft, tpot_limit_s=tpot, meets_sla=c is not None,
-                                num_devices=c.num_devices if c else None, batch=c.batch if c else None,
-                                tokens_per_s_per_user=c.tokens_per_s_per_user if c else None,
-                                ttft_at_percentile_s=c.ttft_at_percentile_s if c else None,
-                                output_usd_per_mtok=c.output_usd_per_mtok if c else None))
-    return out
-
-
-def replica_options(model, hardware: str, *, precision: str, input_tokens: int, output_tokens: int, batches,
-                    devices=None, software: str | None = None, catalog=None, ttft_limit_s: float | None = None,
-                    tpot_limit_s: float | None = None, percentile: float = 95, sizes: str = "fewest",
-                    result: ServeResult | None = None) -> list[dict]:
-    """One dict per (replica size, concurrency) that fits ``hardware`` (a key without a count), at the default load:
-    ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
-    ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
-    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s`` (the
-    running batch's, ``running_batch`` requests held at that load), ``tpot_at_percentile_s`` (what a TPOT limit
-    applies to), ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
-
-    ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
-    every replica size of :func:`serve`'s replica search (GPUs: powers of two in the scale-up domain; wafers: the
-    fewest to twice that). ``result`` reuses a :func:`serve` result of the same question (priced or not).
-    ``devices`` is accepted for compatibility."""
-    if sizes not in ("fewest", "search"):
-        raise InputError(f"replica sizes: use fewest or search, got {sizes!r}")
-    res = result or serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
-                          output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s,
-                          tpot_limit_s=tpot_limit_s, percentile=percentile, batches=list(batches), prices=False)
-    out = []
-    fewest = min((p.devices_per_replica for p in res.points if p.num_replicas == 1), default=None)
-    for p in res.points:
-        if p.batch not in set(batches) or p.num_replicas != 1 or (sizes == "fewest" and p.devices_per_replica != fewest):
-            continue
-        out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
-                        requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
-                        capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
-                        utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
-                        tpot_at_percentile_s=tpot_for_limit(p), running_batch=p.running_batch,
-                        tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla,
-                        load_frac=occupancy(p)))
-    return out

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
+from ..records import layout_label
 from ..report.formats import fmt_bool, fmt_field, fmt_num
 from . import options as O
 from .output import Rendered, Section, check_format, render
@@ -34,12 +35,17 @@ def serve_cmd(
                                               "request as the last ends (the point `wseplan time --phase serve "
                                               "--batch N` gives, its layout included, on a target with a count). "
                                               "Above what the KV cache holds, the engine runs the "
-                                              "largest batch that fits and the other requests queue for it."),
+                                              "largest batch that fits and the other requests queue for it (there `time` and `cost` "
+                                              "--batch N say the batch does not fit: they ask for N in flight)."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Offered load of the whole target [requests/s]; default: "
                                          "each point at --utilization of its capacity. May be given with --concurrency."),
     ttft_limit: Optional[float] = typer.Option(None, "--ttft-limit", help="Time to first token limit at --percentile [s]."),
     tpot_limit: Optional[float] = typer.Option(None, "--tpot-limit", help="Time per output token limit at --percentile "
                                                "of the requests [s]."),
+    min_speed: Optional[float] = O.min_speed_opt("Without --rate, --concurrency and limits: the per-user speed the "
+                                                 "chosen point keeps [tokens/s per user] (default: the catalog's "
+                                                 "default_min_tokens_per_s_per_user, 20, the floor of cost and "
+                                                 "compare)."),
     percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT and TPOT limits, in (0, 100)."),
     speculative: Optional[str] = O.speculative_opt(),
     kv_precision: Optional[str] = O.kv_precision_opt(),
@@ -56,8 +62,9 @@ def serve_cmd(
     """One serving operating point: TTFT percentiles, TPOT, tokens/s per user and per replica, $/M tokens, and the
     Pareto frontier of all-in $/M output tokens vs tokens/s per user.
 
-    Without --concurrency or --rate it reports the highest-throughput point (per device) that fits; with limits or a
-    rate, the cheapest point that carries the rate and meets the limits.
+    Without --concurrency, --rate or limits it reports the highest-throughput point (per device) that gives every
+    user at least --min-speed tokens/s (default 20, as cost and compare); with limits or a rate, the cheapest point
+    that carries the rate and meets the limits.
 
     Example: wseplan serve llama-70b --target cs3 --tpot-limit 0.01 ;
     wseplan serve llama-3-8b --target h200x1 --concurrency 1 --speculative llama-3.2-1b --draft-tokens 4 --acceptance 0.8 ;
@@ -75,7 +82,8 @@ def serve_cmd(
         res = serve(model, target, precision=precision, software=software, input_tokens=input_len,
                     output_tokens=output_len, concurrency=concurrency, rate=rate, ttft_limit_s=ttft_limit,
                     tpot_limit_s=tpot_limit, percentile=percentile, utilization=utilization, options=opts or None,
-                    catalog=cat, prices=load_prices(list(prices or []), catalog=cat), overrides=parse_overrides(set_))
+                    catalog=cat, prices=load_prices(list(prices or []), catalog=cat), overrides=parse_overrides(set_),
+                    min_tokens_per_s_per_user=min_speed)
     render_serve(res, fmt, list(prices or []))
 
 
@@ -183,7 +191,8 @@ def frontier_rows(res) -> list[dict]:
     """The Pareto frontier (numbers in SI; the table picks one display unit per column)."""
     key = f"ttft_{_pct(res)}_s"
     ch = res.chosen
-    return [{"num_devices": p.num_devices, "batch": p.batch, "tokens_per_s_per_user": p.tokens_per_s_per_user,
+    return [{"num_devices": p.num_devices, "num_replicas": p.num_replicas, "layout": layout_label(p.layout),
+             "batch": p.batch, "tokens_per_s_per_user": p.tokens_per_s_per_user,
              "all_in_usd_per_mtok": p.all_in_usd_per_mtok, key: p.ttft_at_percentile_s, "tpot_s": p.tpot_s,
              "tokens_per_s": p.tokens_per_s, "chosen": fmt_bool(ch is not None and p == ch)} for p in res.frontier]
 

@@ -30,13 +30,15 @@ import numpy as np
 from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deployment_cost, evaluate, hardware_price_key,
                              load_prices, nominal)
 from ..catalog.load import load_catalog
+from ..catalog.software import resolve_software
 from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
 from ..analytic.cost.training import time_to_train
 from ..plan import plan, positions_note, target_with_count
 from ..pricing import run_goodput
 from ..admission import LOWER_LOADS
-from ..serving import DEFAULT_UTILIZATION, replica_options, serve, with_limits
+from ..operating import replica_options
+from ..serving import DEFAULT_UTILIZATION, serve, with_limits
 from ..targets import parse_target
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
@@ -248,15 +250,33 @@ def _memoryx_extra(p, st, num_systems) -> tuple[float, float, float, float]:
                  for k, o in zip(("capex_usd", "total_usd_per_year", "peak_facility_power_w", "rack_units"), own))
 
 
-def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str) -> tuple:
+def _check_software(wl: WorkloadSpec, systems, ctx, cat) -> None:
+    """A serving workload's ``software`` entries each name a system of the menu (name or hardware key) or a family
+    (``gpu``, ``wafer``) and a profile of that family: a typo would otherwise run the default profile or skip the
+    system."""
+    kinds = {st.name: ctx[st.name]["target"].kind for st in systems} | {
+        st.hardware: ctx[st.name]["target"].kind for st in systems}
+    for k, name in wl.software.items():
+        family = k if k in ("gpu", "wafer") else kinds.get(k)
+        if family is None:
+            raise InputError(f"workloads.{wl.name}.software: {k!r} is neither a system of the menu "
+                             f"({', '.join(sorted(kinds))}) nor a family (gpu, wafer)")
+        try:
+            resolve_software(name, family, cat)
+        except InputError as exc:
+            raise InputError(f"workloads.{wl.name}.software.{k}: {str(exc).split(': ', 1)[-1]}") from None
+
+
+def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str, software: str | None = None,
+              options: dict | None = None) -> tuple:
     """The key of a replica search in a :func:`build_problem` ``cache``: the same key, the same serve question."""
     return (model_name, hardware, precision, wl.prompt_tokens, wl.output_tokens, tuple(sorted(set(wl.batches))),
-            wl.sla.percentile)
+            wl.sla.percentile, software, tuple(sorted((options or {}).items())))
 
 
 def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, hit, count: int | None = None) -> list[Config]:
     """The serving configurations of workload ``wl`` on one system type: each replica size and batch of
-    :func:`~wseplan.serving.replica_options` at the default load and, where it misses the SLA there, again at
+    :func:`~wseplan.operating.replica_options` at the default load and, where it misses the SLA there, again at
     the highest of :data:`~wseplan.admission.LOWER_LOADS` that meets the whole SLA, as ``serve`` with the SLA's limits
     shows it (:func:`~wseplan.serving.with_limits`; its supply is what the replica carries at that load). The
     configuration at the default load stays, for the relaxation analysis. ``count``: ``hit`` is the search of a target
@@ -336,7 +356,9 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                 if t.count is not None or t.key in menu:  # a count, or a menu system under another spelling
                     raise InputError(f"workloads.{wl.name}.{field}: write {k!r} as {t.key!r} (a system's name or its "
                                      "hardware key, without a count), or it is not applied")
+        _check_software(wl, systems, ctx, cat)
     demands, configs = [], []
+    drafting: dict[str, dict[str, bool]] = {}  # per serving workload: whether each system's replicas speculate
     for i, wl in enumerate(spec.workloads):
         try:
             m = resolve_model(wl.model, cat)
@@ -357,17 +379,19 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                     # replicas of the given device counts (a study's counted target) are searched on those counts;
                     # else every replica size of the hardware's own search
                     counts = wl.device_counts.get(st.name) or wl.device_counts.get(st.hardware) or [None]
+                    sw, opts = wl.software_for(st.name, st.hardware, t0.kind), wl.engine_options(t0.kind)
                     for k in counts:
                         tk = t0.key if k is None else f"{t0.key}x{int(k)}"
-                        key = serve_key(m.name, tk, wl, prec)
+                        key = serve_key(m.name, tk, wl, prec, sw, opts)
                         hit = cache.get(key) if cache is not None else None
                         if hit is None:
-                            hit = serve(m, tk, precision=prec, input_tokens=wl.prompt_tokens,
+                            hit = serve(m, tk, precision=prec, software=sw, options=opts, input_tokens=wl.prompt_tokens,
                                         output_tokens=wl.output_tokens, catalog=cat, percentile=wl.sla.percentile,
                                         batches=list(wl.batches), prices=False)
                             if cache is not None:
                                 cache[key] = hit
                         configs += _serve_configs(m, t0.key, wl, st.name, prec, hit, count=k)
+                        drafting.setdefault(wl.name, {})[st.name] = hit.speculative is not None
                     notes += [f"{wl.name} on {st.name}: {n}" for n in positions_note(m, wl.prompt_tokens, wl.output_tokens)
                               if f"{wl.name} on {st.name}: {n}" not in notes]
                 else:
@@ -400,6 +424,17 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                                               extra_facility_power_w=cw, extra_rack_units=cu))
             except (WseplanError, ImportError, NotImplementedError) as exc:
                 notes.append(f"{wl.name} on {st.name}: skipped ({' '.join(str(exc).split())[:160]})")
+    for wl in spec.workloads:
+        wafers = [st.name for st in systems if ctx[st.name]["target"].kind != "gpu"]
+        if wl.kv_precision and wafers:
+            notes.append(f"{wl.name}: kv_precision {wl.kv_precision} applies to the GPU systems; {', '.join(wafers)} "
+                         "keep their own KV-cache format")
+    for wl_name, on in drafting.items():  # unlike engines side by side (as compare says of its rows)
+        yes, no = [k for k, v in on.items() if v], [k for k, v in on.items() if not v]
+        if yes and no:
+            notes.append(f"{wl_name}: speculative decoding differs across the systems (on: {', '.join(yes)}; off: "
+                         f"{', '.join(no)}), as each family's default software profile runs; for like for like set the "
+                         "workload's speculative: none, or software: {gpu: gpu-production-specdec}")
     return FleetProblem(demands=demands, systems=systems, configs=configs,
                         power_cap_w=spec.constraints.power_cap_w, rack_units_cap=spec.constraints.rack_units_cap,
                         budget_usd=spec.constraints.budget_usd, notes=notes)

@@ -13,6 +13,7 @@ from ..catalog.schema import PRECISIONS, Frozen, check_name, check_text
 from ..errors import InputError, validation_detail
 from ..targets import MAX_GPUS
 from ..units import parse_quantity
+from ..workload import KV_FORMATS
 from .fleet_model import CAPS
 from .milp import SolverRun
 
@@ -62,7 +63,10 @@ class WorkloadSpec(Frozen):
     ``precisions`` sets a precision per system (system name or hardware key, e.g. ``{h200-sxm: fp8}``);
     the others use ``precision``. ``replica_sizes``: ``search`` (the default: every size of
     :func:`wseplan.serving.serve`'s replica search, e.g. 2 to 8 H200 or 4 to 8 CS-3) or ``fewest`` (replicas of the
-    fewest devices that hold the model only).
+    fewest devices that hold the model only). Serving engines: ``software`` names a software profile per system (system
+    name, hardware key or family ``gpu``/``wafer``; the others run their family's production profile, as ``serve``);
+    ``speculative`` a draft model for every system, or ``none`` (the wafer-production profile drafts by default);
+    ``kv_precision`` the GPU engines' KV-cache format (``--kv-precision``; wafers keep their own).
     """
 
     name: str
@@ -79,6 +83,9 @@ class WorkloadSpec(Frozen):
     prompt_tokens: int = Field(default=2048, gt=0)
     output_tokens: int = Field(default=256, gt=0)
     batches: list[int] = [1, 4, 16, 64]
+    software: dict[str, str] = {}
+    speculative: str | None = None
+    kv_precision: str | None = None
     replica_sizes: str = Field(default="search", pattern="^(fewest|search)$",
                                description="fewest: replicas of the fewest devices that hold the model; search: every "
                                            "replica size of the serve replica search")
@@ -127,6 +134,13 @@ class WorkloadSpec(Frozen):
                              f"{', '.join(PRECISIONS)}")
         return v
 
+    @field_validator("kv_precision")
+    @classmethod
+    def _kv(cls, v):
+        if v is not None and v not in KV_FORMATS:
+            raise ValueError(f"unknown KV-cache format {v!r}; use one of {', '.join(KV_FORMATS)}")
+        return v
+
     @field_validator("kind")
     @classmethod
     def _kind(cls, v):
@@ -143,6 +157,10 @@ class WorkloadSpec(Frozen):
                                  f"(with requests_per_user_per_day and peak_factor); got {given or 'none'}")
             if self.users_per_day is not None and self.requests_per_user_per_day is None:
                 raise ValueError("users_per_day needs requests_per_user_per_day (and optionally peak_factor)")
+        engine = [k for k in ("software", "speculative", "kv_precision") if getattr(self, k)]
+        if self.kind == "train" and engine:
+            raise ValueError(f"{engine[0]}: serving engine settings apply to serve workloads; training runs its "
+                             "family's training profile (remove it)")
         if self.peak_factor is not None and self.users_per_day is None:
             raise ValueError("peak_factor applies to users_per_day (a day's average); output_tokens_per_s and "
                              "requests_per_s are already peak rates")
@@ -160,6 +178,19 @@ class WorkloadSpec(Frozen):
             return float(self.requests_per_s) * self.output_tokens
         avg_rps = self.users_per_day * self.requests_per_user_per_day / SECONDS_PER_DAY
         return avg_rps * (self.peak_factor or 1.0) * self.output_tokens
+
+    def software_for(self, system: str, hardware: str, family: str) -> str | None:
+        """The software profile of this workload on a system (by its name, its hardware key, then its family), or None
+        (the family's production profile)."""
+        return self.software.get(system) or self.software.get(hardware) or self.software.get(family)
+
+    def engine_options(self, family: str) -> dict | None:
+        """The serving options of this workload on a ``family`` system: ``speculative`` and, on GPUs,
+        ``kv_precision``; None when neither is set."""
+        opts = {"speculative": self.speculative} if self.speculative else {}
+        if self.kv_precision and family == "gpu":
+            opts["kv_precision"] = self.kv_precision
+        return opts or None
 
     def precision_for(self, system: str, hardware: str) -> str:
         """The precision of this workload on a system (by its name, then its hardware key)."""

@@ -6,7 +6,7 @@
 * **crossover**: the per-user speeds at which the cheapest platform changes (each platform's cheapest point
   at a speed is a step function of the speed; the winner is re-judged at every frontier speed).
 * **fleet**: :func:`wseplan.optimize.fleet.plan_fleet` on the demand the study states (:func:`serving_demand`),
-  fed by :func:`wseplan.serving.replica_options` — the same path and the same answer as ``wseplan fleet`` on that
+  fed by :func:`wseplan.operating.replica_options` — the same path and the same answer as ``wseplan fleet`` on that
   demand file: each target alone, and the cheapest mix of all of them.
 * **batch sweep**: :func:`wseplan.compare.compare_case` per target and batch (the replica at full load, with
   the Monte Carlo cost bands), as ``wseplan compare`` prints it.
