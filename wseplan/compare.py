@@ -233,7 +233,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     return CompareRow(**row, notes=notes), cr.times, {p.name: p for p in cr.params}  # the inputs the cost used
 
 
-def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,
+def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", batch: int | None = None,
             context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
             catalog=None, prices=None, uncertainty: int = 0, seed: int = 0,
             overrides: dict | None = None, min_tokens_per_s_per_user: float | None = None, software: str | None = None,
@@ -249,7 +249,8 @@ def compare(model, targets, *, phase: str = "decode", precision: str = "bf16", b
         size of the target's operating point, as ``serve`` sizes it).
     phase : str
         ``train`` (cost per run and per M tokens trained), ``prefill`` (input tokens), ``decode`` (output tokens) or
-        ``serve`` (whole requests: all-in per output token, prompts included).
+        ``serve`` (whole requests: all-in per output token, prompts included; the default, as ``cost``'s, so that
+        the two price the same question: audit28b M5).
     batch, context : int
         Sequences in flight and tokens per sequence (prompt/KV length in inference) [count, tokens]. Serving
         (``decode``/``serve``) without a batch: each target at its operating point (module docstring).

@@ -16,7 +16,8 @@ from .output import check_format, emit, json_out, notes_out, print_report_table
 def compare_cmd(
     model: str = typer.Argument(..., help="Catalog model name/alias, e.g. llama-3-70b."),
     targets: str = O.targets_opt("wse3,cs3x4,h100x8,h200x8,b200x8"),
-    phase: str = O.phase_opt(help="train | prefill | decode | serve (whole requests, prompts included)"),
+    phase: str = O.phase_opt("serve", "serve (whole requests, prompts included; the default, as cost) | prefill | "
+                             "decode | train"),
     precision: str = O.precision_opt(help="Weight/compute format."),
     batch: Optional[int] = O.batch_opt("Sequences in flight. Serving without it: each target at its operating point "
                                        "(the cheapest that meets --min-speed)."),
