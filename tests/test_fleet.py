@@ -733,3 +733,23 @@ def test_a_training_workload_refuses_serving_engine_settings(tmp_path):
                  "    kind: train\n    train_tokens: 1e9\n    deadline_days: 30\n    speculative: none\n")
     with pytest.raises(InputError, match="speculative: serving engine settings apply to serve workloads"):
         read_demand(f)
+
+
+def test_a_system_types_cost_is_the_cost_models_terms(tmp_path):
+    """Read-through of the twenty-eighth session: fleet priced a system type by calling the TCO function itself, so a
+    new site input could be missed there; it now takes the cost model's own terms (``deployment_terms``), the ones
+    ``wseplan cost`` uses. A cost of capital set in the demand file moves both the same."""
+    from wseplan.analytic.cost import TimeInputs, evaluate
+
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nset: {cost_of_capital_frac_per_year: 0.08}\nsystems:\n  - hardware: h200-sxm\n  - hardware: cs3\n"
+                 "workloads:\n  - name: chat\n    model: llama-3.1-8b\n    kind: serve\n    output_tokens_per_s: 5000\n"
+                 "    batches: [4]\n")
+    pb = build_problem(read_demand(f))
+    for st in pb.systems:
+        p = {k: v for k, v in st.cost_inputs.items() if not k.startswith(("memoryx_", "cluster_"))}
+        ref = evaluate(p, TimeInputs(phase="train", num_devices=st.devices_per_system, num_systems=1, step_s=1.0,
+                                     tokens_per_step=1.0, train_tokens=1.0))
+        assert st.cost_inputs["cost_of_capital_frac_per_year"] == 0.08
+        assert st.annual_usd == pytest.approx(float(ref["total_usd_per_year"]), rel=1e-12)
+        assert st.capex_usd == pytest.approx(float(ref["capex_usd"]), rel=1e-12)

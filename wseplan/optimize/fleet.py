@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deployment_cost, evaluate, hardware_price_key,
+from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deployment_terms, evaluate, hardware_price_key,
                              load_prices, nominal)
 from ..catalog.load import load_catalog
 from ..catalog.software import resolve_software
@@ -223,14 +223,7 @@ def _system_type(spec: SystemSpec, catalog, prices, overrides) -> tuple[SystemTy
     mine = {k: v for k, v in overrides.items() if k.split(".", 1)[-1] in params}
     params = apply_overrides(params, mine, hardware_key=key, catalog=catalog)
     p = nominal(params)
-    d = deployment_cost(num_systems=1, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"],
-                        extra_capex_usd=0.0, installation_frac=p["installation_frac"],
-                        amortization_years=p["amortization_years"], maintenance_frac_per_year=p["maintenance_frac_per_year"],
-                        peak_power_per_system_w=p["peak_power_w"], busy_power_frac=p["busy_power_frac"],
-                        idle_power_frac=p["idle_power_frac"], utilization_frac=p["utilization_frac"], pue=p["pue"],
-                        electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
-                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"],
-                        cost_of_capital_frac_per_year=p.get("cost_of_capital_frac_per_year", 0.0))
+    d = deployment_terms(p, 1)  # the cost model's own terms of one system (no MemoryX: :func:`_memoryx_extra`)
     per_sys = 1 if t.kind == "wafer" else int(t.device.gpus_per_node.si)
     st = SystemType(name=spec.name or t.key if t.kind == "gpu" else (spec.name or t.device.system), hardware=t.key,
                     price_key=hardware_price_key(t), devices_per_system=per_sys, capex_usd=float(d["capex_usd"]),

@@ -37,6 +37,20 @@ class TimeInputs(Frozen):
     output_tokens_per_s: float | None = None
 
 
+def deployment_terms(p: dict, num_systems, *, extra_capex_usd=0.0, extra_peak_power_w=0.0) -> dict:
+    """The TCO terms of ``num_systems`` systems of inputs ``p`` (:func:`.tco.deployment_cost` with every site input of
+    ``p``), beside ``extra_capex_usd`` of other equipment drawing ``extra_peak_power_w``: the one place the inputs meet
+    the deployment's cost (:func:`evaluate` and the fleet's system types both take it)."""
+    return deployment_cost(num_systems=num_systems, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"],
+                           extra_capex_usd=extra_capex_usd, installation_frac=p["installation_frac"],
+                           amortization_years=p["amortization_years"], maintenance_frac_per_year=p["maintenance_frac_per_year"],
+                           peak_power_per_system_w=p["peak_power_w"], busy_power_frac=p["busy_power_frac"],
+                           idle_power_frac=p["idle_power_frac"], utilization_frac=p["utilization_frac"], pue=p["pue"],
+                           electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
+                           facility_usd_per_kw_month=p["facility_usd_per_kw_month"], extra_peak_power_w=extra_peak_power_w,
+                           cost_of_capital_frac_per_year=p.get("cost_of_capital_frac_per_year", 0.0))
+
+
 def evaluate(p: dict, t: TimeInputs) -> dict:
     """All cost metrics for inputs ``p`` (scalars or equal-length arrays) and times ``t``."""
     extra = 0.0
@@ -52,14 +66,7 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
                               node_dram_bytes=p["memoryx_node_dram_bytes"], node_flash_bytes=p["memoryx_node_flash_bytes"],
                               nodes_per_system=p.get("cluster_nodes_per_system", 0.0))
         extra_w = nodes * np.asarray(p["cluster_node_power_w"], dtype=float)
-    d = deployment_cost(num_systems=t.num_systems, capex_per_system_usd=p["capex_usd"], network_frac=p["network_frac"],
-                        extra_capex_usd=extra, installation_frac=p["installation_frac"],
-                        amortization_years=p["amortization_years"], maintenance_frac_per_year=p["maintenance_frac_per_year"],
-                        peak_power_per_system_w=p["peak_power_w"], busy_power_frac=p["busy_power_frac"],
-                        idle_power_frac=p["idle_power_frac"], utilization_frac=p["utilization_frac"], pue=p["pue"],
-                        electricity_usd_per_kwh=p["electricity_usd_per_kwh"],
-                        facility_usd_per_kw_month=p["facility_usd_per_kw_month"], extra_peak_power_w=extra_w,
-                        cost_of_capital_frac_per_year=p.get("cost_of_capital_frac_per_year", 0.0))
+    d = deployment_terms(p, t.num_systems, extra_capex_usd=extra, extra_peak_power_w=extra_w)
     out = dict(d)
     out["cluster_nodes"] = np.asarray(nodes, dtype=float) + 0.0 * d["capex_usd"]
     out["cluster_peak_power_w"] = np.asarray(extra_w, dtype=float) + 0.0 * d["capex_usd"]
