@@ -490,12 +490,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         auto = q.options.get("policy", "auto") == "auto"  # another policy may hold it: scale names that fix
         if one_seq is not None and q.phase == "train" and (r.get("fit.buffer_bytes") or 0.0) > cap:
             hint = "; " + STREAM_UNIT_HINT  # the streamed layers alone overflow: nothing helps (audit28a M5)
-        elif one_seq is not None and one_seq < int(r["context"]) and auto:  # no count helps: one sequence overflows
-            hint = "; " + one_sequence_hint(int(r["context"]), one_seq)
-        elif one_seq is not None and one_seq < int(r["context"]):  # under the given policy (review28b #3)
-            hint = (f"; under --policy {q.options.get('policy')} one sequence of {int(r['context']):,} tokens needs "
-                    f"more than the {int(one_seq):,} a wafer holds in a pass at any system count: lower --context, or "
-                    "let the policy be chosen (--policy auto)")
+        elif one_seq is not None and one_seq < int(r["context"]):  # no count helps: one sequence overflows
+            hint = "; " + one_sequence_hint(int(r["context"]), one_seq, None if auto else q.options.get("policy"))
         elif mb and fit_b is not None and fit_b < mb:  # the user's micro-batch overflows it
             hint = f"; the wafer holds {int(fit_b):,} sequences a pass, not the micro-batch {int(mb):,}: lower --micro-batch"
         notes = [short + ("no time or cost is given" if require_fit else "timed anyway (require_fit=False: a measured run)")

@@ -80,10 +80,14 @@ def fit_fix(rec) -> str:
     return "lower the batch or context, or add devices"
 
 
-def one_sequence_hint(context: int, max_tokens_on_wafer: float) -> str:
-    """The fix where one training sequence overflows a streamed wafer's pass (no system count helps)."""
-    return (f"one sequence of {context:,} tokens needs more than the {int(max_tokens_on_wafer):,} tokens a wafer holds "
-            "in a pass at any system count: lower --context")
+def one_sequence_hint(context: int, max_tokens_on_wafer: float, policy: str | None = None) -> str:
+    """The fix where one training sequence overflows a streamed wafer's pass (no system count helps); under a given
+    activation ``policy`` (not ``auto``) another policy may hold it."""
+    if policy in (None, "auto"):
+        return (f"one sequence of {context:,} tokens needs more than the {int(max_tokens_on_wafer):,} tokens a wafer "
+                "holds in a pass at any system count: lower --context")
+    return (f"under --policy {policy} one sequence of {context:,} tokens needs more than the {int(max_tokens_on_wafer):,} "
+            "a wafer holds in a pass at any system count: lower --context, or let the policy be chosen (--policy auto)")
 
 
 #: what each floor of a training step is (``details["floors"]``)
