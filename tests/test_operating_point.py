@@ -132,11 +132,16 @@ def test_cli_cost_and_compare_label_the_operating_point():
 
 
 def test_compare_decode_default_shows_the_operating_points_numbers():
-    """`compare` in its default phase (decode) without a batch picks each target's serving operating point: its rows
-    are that point's numbers (per-user speed, throughput, $/M) as `cost` and `serve` give them, not the decode step
-    alone at the chosen batch (which showed 2.7x the per-user speed of the point it said it chose: audit finding F3)."""
-    res = compare("llama-3-70b", ["h200x8", "cs3x4"], precision="bf16", context=2048, catalog=CAT, prices=PRICES)
+    """`compare` in phase decode without a batch picks each target's serving operating point: its rows are that
+    point's numbers (per-user speed, throughput, $/M) as `cost` and `serve` give them, not the decode step alone at the
+    chosen batch (which showed 2.7x the per-user speed of the point it said it chose: audit finding F3). Its default
+    phase is serve, as cost's (audit28b M5): the same rows without the decode note."""
+    res = compare("llama-3-70b", ["h200x8", "cs3x4"], phase="decode", precision="bf16", context=2048, catalog=CAT,
+                  prices=PRICES)
     assert res.phase == "serve" and any("decode without a batch" in n for n in res.notes)
+    default = compare("llama-3-70b", ["h200x8", "cs3x4"], precision="bf16", context=2048, catalog=CAT, prices=PRICES)
+    assert default.phase == "serve" and not any("decode without a batch" in n for n in default.notes)
+    assert [r.usd_per_mtok for r in default.rows] == [r.usd_per_mtok for r in res.rows]
     for row, t in zip(res.rows, ["h200x8", "cs3x4"]):
         c = cost("llama-3-70b", t, precision="bf16", context=2048, catalog=CAT, prices=PRICES)
         assert row.batch == c.batch
