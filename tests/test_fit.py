@@ -336,3 +336,23 @@ def test_a_layer_list_model_fits_the_fewest_devices_with_one_sample_per_sequence
     assert t.activation_bytes <= 8 * sum(ly.activation_bytes_per_sample for ly in g.layers) * 1.0001
     with pytest.raises(InputError, match="context: .* layer-list model"):
         fit("unet3d", "h100", context=4096, catalog=catalog)
+
+
+@pytest.mark.parametrize("model,target,phase,batch,context", [
+    ("gpt-3-175b", "cs3x4", "train", 64, 2048), ("gpt-3-175b", "wse3", "train", 8, 2048),
+    ("llama-3.1-8b", "cs3x2", "train", 32, 4096), ("llama-3.1-70b", "cs3x4", "decode", 8, 8192),
+    ("llama-3.1-70b", "h100x8", "decode", 64, 8192), ("llama-3.1-8b", "h100x8", "train", 64, 4096)])
+def test_the_memory_terms_add_up_to_the_total(model, target, phase, batch, context):
+    """audit29a H2: a streamed wafer's ``activation_bytes`` was one system's beside every system's weights (GPT-3 on four
+    CS-3: 29 + 13.7 GB shown as a total of 83.8 GB). Every family's four terms sum to ``total_bytes``; a spilling
+    wafer holds the checkpoints it keeps, so it is full (no headroom) and its activations bind."""
+    from wseplan.plan import plan
+
+    r = plan(model, target, phase=phase, batch=batch, context=context, require_fit=False)
+    parts = r.weights_bytes + r.kv_cache_bytes + r.activation_bytes + r.optimizer_bytes
+    assert parts == pytest.approx(r.total_bytes, rel=1e-9)
+    stream = r.details.get("stream")
+    if stream is not None and stream.get("spill_bytes", 0.0) > 0:
+        assert r.per_device_bytes == pytest.approx(r.capacity_bytes, rel=1e-9)
+        assert r.binding == "activations"
+        assert r.activation_bytes == pytest.approx(stream["activation_bytes"] * r.num_devices, rel=1e-12)

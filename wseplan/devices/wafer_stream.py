@@ -132,7 +132,10 @@ class WaferStreamFamily(Family):
                    activation_bytes=out["activation_bytes"] * N, optimizer_bytes=np.zeros(n), total_bytes=load * N,
                    binding=binding,
                    max_tokens_in_flight=np.floor(np.minimum(out["max_tokens_on_wafer"], 2.0 ** 62)))
-        res.update({k: out[k] for k in STREAM_FIELDS})
+        # the streaming fields, the per-system activation bytes among them, under their own names (audit29a H2:
+        # ``activation_bytes`` of the record is every system's, as its other memory terms)
+        res.update({k: out[k] for k in STREAM_FIELDS if k != "activation_bytes"})
+        res["activation_bytes_per_system"] = out["activation_bytes"]
         return res
 
     def _evaluate(self, ctx: StreamContext, s: int, B: np.ndarray, N: np.ndarray) -> dict:
@@ -240,7 +243,11 @@ class WaferStreamFamily(Family):
         # systems that hold sequences (a sequence is not split): a hard floor of the step, apart from MFU's convention
         used = np.ceil(B / per_sys)
         compute_floor = 3.0 * float(w.flop_per_token.sum()) * B * s / (ctx.peak * used)
-        acts = np.choose(chosen, [plans[p][1] * per_tok[p] for p in POLICY_ORDER])
+        # the activation bytes the wafer holds: a spilling step keeps every checkpoint it does not spill beside one
+        # layer's working set (the wafer full where it spills; audit29a H2: the working set alone was counted)
+        held = {p: plans[p][1] * per_tok[p] for p in POLICY_ORDER}
+        held["spill"] = tokens * per_tok["checkpoint"] - np.minimum(over, total_ck)
+        acts = np.choose(chosen, [held[p] for p in POLICY_ORDER])
         return dict(step_s=step, tokens_per_s=B * s / step, compute_s=compute, recompute_s=recomp, exposed_load_s=exposed,
                     exposed_spill_s=exposed_spill, optimizer_exposed_s=opt, utilization_frac=sel("utilization_frac"),
                     model_flop_per_s=model_flop / step,
@@ -307,7 +314,8 @@ class WaferStreamFamily(Family):
         nb = int((ctx.workload(int(r["context"])).kind == 1).sum())
         stages = [dict(device=i, first_layer=0, last_layer=nb - 1, embedding=True, lm_head=True,
                        bytes=float(r["per_device_bytes"])) for i in range(int(r["num_systems"]))]
-        raw = {k: f[k] for k in STREAM_FIELDS if k in f}
+        raw = {k: f[k] for k in STREAM_FIELDS if k in f and k != "activation_bytes"}
+        raw["activation_bytes"] = f["activation_bytes_per_system"]
         raw.update(io_bandwidth_bytes_per_s=ctx.io_bw, activation_policy=policy, memoryx_tier=tier)
         return lay, {"memoryx": mx, "streaming": st, "stream": raw, "stages": stages}, notes
 
