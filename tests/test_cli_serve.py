@@ -6,6 +6,7 @@ Small models (Llama-3-8B on one H200 or one CS-3) keep every case well under a s
 from __future__ import annotations
 
 import csv
+import math
 import io
 import json
 import subprocess
@@ -316,3 +317,24 @@ def test_a_draft_named_for_a_prefill_counts_its_prompt_pass(capsys):
     assert drafted["ttft_s"] == pytest.approx(plain["ttft_s"] + alone["ttft_s"], rel=1e-9)
     assert any("includes the draft model's prefill" in n for n in drafted["notes"])
     assert not any("draft" in n for n in plain["notes"])
+
+
+def test_a_point_below_its_slots_says_whether_its_running_batch_speculates(capsys):
+    """audit29a M1: Llama-3-70B on CS-3 with 16 slots at half load runs 8 requests with the draft (its TPOT is the
+    speculative one, as `time --batch 8` gives it), but the point said 'speculative decoding off' and 1 token per
+    step: the full slots' decision. The acceptance and the note are now the running batch's."""
+    rec = run_json(capsys, "llama-70b", "--target", "cs3", "--tpot-limit", "0.001")
+    (p,) = [p for p in rec["points"] if p["batch"] == rec["batch"] and p["num_devices"] == rec["num_devices"]
+            and p["layout"] == rec["layout"]]
+    if p["running_batch"] < p["batch"]:
+        held = math.ceil(p["running_batch"] - 1e-9)
+        assert main(["time", "llama-70b", "--target", f"cs3x{rec['num_devices']}", "--phase", "serve", "--batch",
+                     str(held), "--output-tokens", "256", "--format", "json"]) == 0
+        t = json.loads(capsys.readouterr().out)
+        assert t["tpot_s"] == pytest.approx(p["tpot_s"], rel=1e-9)
+        on = any(n.startswith("speculative decoding on") for n in t["notes"])
+        assert on == (p["accepted_tokens_per_step"] > 1.0)
+        assert any(n.startswith("speculative decoding on" if on else "speculative decoding off") for n in p["notes"])
+        assert not any(n.startswith("speculative decoding off" if on else "speculative decoding on") for n in p["notes"])
+    else:
+        pytest.fail("the chosen point should run below its slots")

@@ -523,3 +523,21 @@ def test_open_atomic_streams_chunks_and_discards_on_error(tmp_path):
             fh.write(b"partial")
             raise RuntimeError("generator failed half way")
     assert target.read_text().splitlines()[-1] == "999" and sorted(os.listdir(tmp_path)) == ["big.csv"]
+
+
+def test_a_folder_holding_another_studys_report_needs_force(tmp_path):
+    """audit29b L4: `report B --out <A's folder>` replaced study A's report (13 files) with B's without --force, since
+    the folder carried wseplan's marker. The marker names its study; another study's folder is refused in one line,
+    the same study rewrites it, and --force replaces it."""
+    from wseplan.errors import InputError
+    from wseplan.report.atomic import marker_owner, write_files_atomically
+
+    out = tmp_path / "r"
+    write_files_atomically(out, {"a.md": "A"}, owner="study-a")
+    assert marker_owner(out) == "study-a"
+    with pytest.raises(InputError, match="holds the report of study 'study-a', not 'study-b'") as e:
+        write_files_atomically(out, {"b.md": "B"}, owner="study-b")
+    assert "\n" not in str(e.value) and (out / "a.md").read_text() == "A"
+    write_files_atomically(out, {"a.md": "A2"}, owner="study-a")
+    write_files_atomically(out, {"b.md": "B"}, owner="study-b", force=True)
+    assert marker_owner(out) == "study-b" and (out / "b.md").read_text() == "B"

@@ -1,4 +1,5 @@
 """Weight-streaming closed forms (wseplan/analytic/stream.py) and the wafer training family (wseplan.timing.stream)."""
+import json
 import math
 
 import numpy as np
@@ -341,3 +342,29 @@ def test_a_memoryx_option_below_what_deployments_provision_says_so():
     assert r.fits and any("12tb holds 30 B per parameter" in n and "50-72 B" in n for n in r.notes)
     s = plan("llama-3-8b", "cs3", phase="train", batch=8, context=2048, options={"memoryx_option": "12tb"})
     assert not any("per parameter published" in n for n in s.notes)
+
+
+def test_a_cs1_has_no_weight_streaming(capsys):
+    """audit29a L2: `stream llama-70b --target wse1` gave a 23-minute weight-streaming step on a system that never
+    streamed weights (MemoryX and SwarmX came with the CS-2). Refused in one line, exit 2; its inference fit stays."""
+    from wseplan.cli import main
+
+    for argv in (["stream", "llama-70b", "--target", "wse1"], ["fit", "llama-3-8b", "--target", "cs1", "--phase", "train"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "has no weight streaming" in err[0]
+    assert main(["fit", "llama-3-8b", "--target", "cs1", "--phase", "decode"]) == 0
+
+
+def test_a_memoryx_misfit_names_memoryx(capsys):
+    """audit29a L1: a MemoryX option too small for the model read 'bottleneck sram' beside 'the fullest device needs
+    29.8 GB of 41.2 GB usable (memoryx binds)': the wafer was never the problem. The record names the weight store and
+    the sizes that do not fit, and no system count is suggested (a larger option is)."""
+    from wseplan.cli import main
+
+    assert main(["stream", "llama-3.1-405b", "--target", "cs3x4", "--memoryx", "1.5tb", "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["fits"] is False and rec["bottleneck"] == "memoryx_capacity"
+    head = rec["notes"][0]
+    assert "MemoryX option holds 1,500,000,000,000 B" in head and "fullest device" not in head
+    assert "target without a count" not in head

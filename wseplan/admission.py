@@ -82,8 +82,10 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
                    rate: np.ndarray | None = None) -> dict | None:
     """The points as an in-flight engine runs them at a load below its slots: ``tpot`` (mean), ``tpot_pct`` (at
     ``percentile`` of the requests), ``own`` (own prefill) and ``busy`` (prefill-budget time; the full-slot ``own``
-    and ``busy`` given are kept where a point does not change) and ``per_held`` (requests/s per request held; NaN
-    where a point keeps its full-slot figures), or None where no point changes.
+    and ``busy`` given are kept where a point does not change), ``per_held`` (requests/s per request held; NaN
+    where a point keeps its full-slot figures), ``acc`` (accepted tokens per step of the running batch), ``rows`` (each
+    point's row of the running batch's evaluation ``got``, -1 where it keeps its full-slot figures), or None where no
+    point changes.
 
     An in-flight engine (vLLM, TensorRT-LLM, SGLang, the wafer service) steps the requests it holds, not its slot
     count: with requests arriving at ``lambda`` and holding a slot for ``E[S]``, it holds ``N = lambda E[S]`` on
@@ -143,7 +145,14 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
     per_held = np.full(n, np.nan)  # requests/s of the replica per request it holds, at the running batch
     per_held[idx] = np.asarray(got["tokens_per_s"], dtype=float)[sel] / (R[idx] * max(output_tokens, 1)) / \
         np.asarray(sub["batch"], dtype=float)[sel]
-    return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held}
+    # whether the running batch speculates (a smaller batch may where the slots do not: audit29a M1), and where its row
+    # of the evaluation is (for its notes)
+    acc = np.array(arr.get("time.accepted_tokens_per_step", np.ones(n)), dtype=float)
+    acc[idx] = np.asarray(got.get("time.accepted_tokens_per_step", np.ones(2 * m)), dtype=float)[sel]
+    row = np.full(n, -1, dtype=np.int64)
+    row[idx] = sel
+    return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held, "acc": acc,
+            "rows": row, "got": got}
 
 
 #: loads (share of a replica's slots held on average, highest first) at which a point that misses its limits at the

@@ -325,10 +325,9 @@ def list_price_flags(computed: dict[str, float], listed: tuple[str, C.ServicePri
             if precision not in _SIXTEEN_BIT:
                 reasons.append(f"precision: computed at {precision}; the vendor may serve 16-bit weights")
         # the ratio is to the nearer end of the list price's range (audit29b L1: "6.06x above $0.6" was 7.27 / 1.2)
-        end = (f"the top of the vendor's list-price range (${hi:.3g}; the list price {listed_text})" if high and hi > lo
-               else f"the bottom of the vendor's list-price range (${lo:.3g}; the list price {listed_text})"
-               if not high and hi > lo else f"the vendor's list price {listed_text}")
+        end = (f"the {'top' if high else 'bottom'} of the vendor's list-price range ${lo:.3g}-${hi:.3g}/M tokens "
+               f"(list price ${q.si:.3g})" if hi > lo else f"the vendor's list price {listed_text}/M tokens")
         out.append(f"list price: computed {side} ${v:.3g}/M tokens is {ratio:.3g}x "
-                   f"{'above' if high else 'below'} {end}/M tokens "
+                   f"{'above' if high else 'below'} {end} "
                    f"(service_prices.{key}, {', '.join(q.source_ids)}); likely reasons: {'; '.join(reasons)}")
     return out

@@ -479,6 +479,10 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
     if not fits:
         short = (f"does not fit: the fullest device needs {load:,.0f} B of {cap:,.0f} B usable "
                  f"({binding_name(r['binding'])} binds); ")
+        mx_need, mx_cap = r.get("fit.memoryx_required_bytes"), r.get("fit.memoryx_capacity_bytes")
+        if binding_name(r["binding"]) == "memoryx" and mx_need is not None:  # the weight store, not the wafer
+            short = (f"does not fit: the MemoryX option holds {mx_cap:,.0f} B and the model's weights and optimizer "
+                     f"state need {mx_need:,.0f} B (memoryx binds); ")
         if load <= cap and dp_mb > int(r["batch"]):  # memory holds it: the batch does not fill the replicas
             short = (f"does not fit: {lay['data_parallel']:,} data-parallel replicas x micro-batch {lay['micro_batch']} "
                      f"need at least {dp_mb:,} sequences a step and the batch is {int(r['batch']):,} (memory would hold "
@@ -486,6 +490,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         one_seq = r.get("fit.max_tokens_on_wafer")  # a streamed wafer holds this many tokens of one pass at most
         hint = (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit"
                 if t.count else "")
+        if binding_name(r["binding"]) == "memoryx":  # no system count helps: the option does (its own note says so)
+            hint = ""
         mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
         auto = q.options.get("policy", "auto") == "auto"  # another policy may hold it: scale names that fix
         if one_seq is not None and q.phase == "train" and (r.get("fit.buffer_bytes") or 0.0) > cap:

@@ -148,6 +148,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         b = cfg["batch"]
         n = len(b)
     ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
+    run = None
     queued = False  # users (a given concurrency) beyond the KV cache: the engine runs what fits, the rest queue
     if admit and users is not None and users > 1 and not ok.any():
         got = admitted(s, cfg, users, max_batch or users, input_tokens + output_tokens)
@@ -159,6 +160,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     if not ok.any():
         return []
     R = np.asarray(arr["num_replicas"], dtype=float)
+    acc = np.asarray(arr.get("time.accepted_tokens_per_step", np.ones(n)), dtype=float)
     tpot = arr["tpot_s"]
     tpot_pct = tpot  # the TPOT of the requests at the percentile: the mean where the batch held is fixed (full slots)
     # own prefill (no queue) and the engine's prefill-budget time per prompt (0 for static batches)
@@ -180,6 +182,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
         per_held = np.full(n, np.nan) if run is None else run["per_held"]
         if run is not None:  # the batch an in-flight engine runs at this load (Little's law), not its slot count
             tpot, tpot_pct, own, busy = (run[k] for k in ("tpot", "tpot_pct", "own", "busy"))
+            acc = run["acc"]
         got = np.isfinite(per_held)
         if rate is None:  # a load given as a share of the slots: utilization x b requests held on average
             lam = np.where(got, utilization * b * per_held, lam)
@@ -230,12 +233,21 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             ttft_at_percentile_s=tt[percentile], tokens_per_s_per_user=float(1.0 / tpot[i]),
             capacity_requests_per_s=float(cap[i] * R[i]), requests_per_s=float(lam[i] * R[i]),
             tokens_per_s=float(lam[i] * R[i] * output_tokens), utilization_frac=float(util[i]),
-            accepted_tokens_per_step=float(arr.get("time.accepted_tokens_per_step", np.ones(n))[i]),
+            accepted_tokens_per_step=float(acc[i]),
             bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
             output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in,
-            notes=list(rec.notes) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
+            notes=_running_notes(s, rec.notes, run, int(i)) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
+
+
+def _running_notes(s, notes: list[str], run: dict | None, i: int) -> list[str]:
+    """A point's notes, its speculation note taken from the batch it runs at its load where that one was timed
+    (:func:`~wseplan.admission.running_batch`): a smaller running batch may speculate where the full slots do not."""
+    if run is None or run["rows"][i] < 0:
+        return list(notes)
+    spec = [n for n in record(s, run["got"], int(run["rows"][i])).notes if n.startswith("speculative decoding")]
+    return [n for n in notes if not n.startswith("speculative decoding")] + spec
 
 
 def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:

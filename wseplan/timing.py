@@ -72,7 +72,8 @@ def stream_view(r: PlanRecord):
                         min_batch_compute_bound=st["min_batch_compute_bound"], max_batch_on_wafer=st["max_batch_on_wafer"],
                         feasible_compute_bound=st["feasible_compute_bound"], spill_bytes=f["spill_bytes"],
                         stream_floor_s=t("stream_floor_s"), compute_floor_s=t("compute_floor_s"),
-                        bottleneck=r.bottleneck or "sram", alternatives_step_s=alt, notes=r.notes)
+                        bottleneck=r.bottleneck or ("memoryx_capacity" if r.binding == "memoryx" else "sram"),
+                        alternatives_step_s=alt, notes=r.notes)
 
 
 def stream(model, target, *, precision: str = "bf16", batch: int | None = None, context: int | None = None,

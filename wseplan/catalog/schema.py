@@ -253,6 +253,9 @@ class System(_Checked):
     cluster_node_power_w: Quantity | None = None
     #: rack space of one such server [U]; None: not counted
     cluster_node_rack_units: Quantity | None = None
+    #: whether the system trains by weight streaming from MemoryX (the CS-2 and later; None or a quantity of 1: yes,
+    #: 0: no, with its source)
+    weight_streaming: Quantity | None = None
 
 
 class MemoryX(_Checked):

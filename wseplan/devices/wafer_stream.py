@@ -37,6 +37,10 @@ class StreamContext:
         t = q.target
         self.wafer = t.device
         self.system = cat.system_for_wafer(t.key)
+        ws = self.system.weight_streaming
+        if ws is not None and not ws.si:  # audit29a L2: a CS-1 was timed streaming weights it never streamed
+            raise InputError(f"target: the {self.system.name} has no weight streaming (MemoryX and SwarmX came with the "
+                             "CS-2); time training on cs2 or cs3")
         self.mx = cat.memoryx[self.system.memoryx]
         self.sx = cat.swarmx[self.system.swarmx]
         self.count = t.count
@@ -227,6 +231,7 @@ class WaferStreamFamily(Family):
         bn = np.where((link_busy > compute) & (link_busy >= opt), np.where(exposed_spill > exposed - exposed_spill, BOTTLENECK_CODE["spill_io"],
                                                     BOTTLENECK_CODE["weight_stream"]), bn)
         bn = np.where(ok, bn, BOTTLENECK_CODE["sram"])
+        bn = np.where(mx_need <= ctx.mx_cap, bn, BOTTLENECK_CODE["memoryx_capacity"])  # audit29a L1: not "sram"
         t_min = np.asarray([stream_min_tokens_compute_bound(layer_weight_bytes=w.weight_bytes,
                                                             layer_flop_per_token=w.flop_per_token, peak_flop_per_s=ctx.rate,
                                                             stream_bandwidth_bytes_per_s=float(b)) for b in distinct(stream_bw)])

@@ -129,14 +129,27 @@ def read_marker(folder: str | Path) -> list[str] | None:
     return [f for f in files if isinstance(f, str)]
 
 
-def _marker_bytes(names: list[str]) -> bytes:
+def _marker_bytes(names: list[str], owner: str | None = None) -> bytes:
     doc = {"written_by": "wseplan", "format": 1,
            "note": "this folder was written by wseplan; files not listed here are kept on every rewrite",
            "files": sorted(names)}
+    if owner is not None:  # the study whose report the folder holds
+        doc["study"] = owner
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _carry_plan(target: Path, new_names: set[str], *, force: bool, out: Path) -> list[tuple[str, os.stat_result]]:
+def marker_owner(folder: str | Path) -> str | None:
+    """The study a report folder's marker names (None: no marker, or one written before markers named it)."""
+    try:
+        doc = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    owner = doc.get("study") if isinstance(doc, dict) else None
+    return owner if isinstance(owner, str) else None
+
+
+def _carry_plan(target: Path, new_names: set[str], *, force: bool, out: Path,
+                owner: str | None = None) -> list[tuple[str, os.stat_result]]:
     """Entries of the existing destination to carry into the new folder (relative path, lstat), in walk order."""
     try:
         st = os.stat(target)
@@ -158,6 +171,10 @@ def _carry_plan(target: Path, new_names: set[str], *, force: bool, out: Path) ->
         example = ", ".join(top[:3]) + (", ..." if len(top) > 3 else "")
         raise InputError(f"--out: {out} is not a folder wseplan wrote (it holds {example}); choose a new or empty "
                          "folder, or pass --force to add the report beside those files (they are kept)")
+    held = marker_owner(target) if listed is not None and owner is not None else None
+    if held is not None and held != owner and not force:  # audit29b L4: another study's report was replaced silently
+        raise InputError(f"--out: {out} holds the report of study {held!r}, not {owner!r}; choose another folder, or "
+                         "pass --force to replace it")
     carry: list[tuple[str, os.stat_result]] = []
     root_dev = st.st_dev
     stack = [""]
@@ -223,7 +240,7 @@ def _carry(src_root: Path, dst_root: Path, plan: list[tuple[str, os.stat_result]
             _call("chmod", os.chmod, dst_root / rel, stat.S_IMODE(st.st_mode))
 
 
-def check_out_dir(out_dir: str | Path, *, force: bool = False) -> Path:
+def check_out_dir(out_dir: str | Path, *, force: bool = False, owner: str | None = None) -> Path:
     """Refuse, before any work, a report destination that :func:`write_files_atomically` would refuse.
 
     Returns the real folder that would be replaced (a symlink resolved). Writes nothing. The write checks again
@@ -236,12 +253,12 @@ def check_out_dir(out_dir: str | Path, *, force: bool = False) -> Path:
     if not target.name or _protected(target):
         raise InputError(f"--out: {out} is the current folder, the home folder or one of their parents; "
                          "name a report folder")
-    _carry_plan(target, set(), force=force, out=out)
+    _carry_plan(target, set(), force=force, out=out, owner=owner)
     return target
 
 
 def write_files_atomically(out_dir: str | Path, files: Mapping[str, bytes | str], *, force: bool = False,
-                           lock_timeout_s: float = LOCK_TIMEOUT_S,
+                           lock_timeout_s: float = LOCK_TIMEOUT_S, owner: str | None = None,
                            _after_each: Callable[[str], None] | None = None) -> Path:
     """Write ``files`` (relative name -> content) as the report folder ``out_dir``, atomically.
 
@@ -257,6 +274,9 @@ def write_files_atomically(out_dir: str | Path, files: Mapping[str, bytes | str]
         Files that are not part of the report are kept either way.
     lock_timeout_s
         How long to wait for another run that writes the same folder [s].
+    owner
+        The study the report is of, kept in the marker: a folder holding another study's report is refused without
+        ``force``.
     _after_each
         Test hook, called after each report file is written into the temporary folder.
 
@@ -285,7 +305,7 @@ def write_files_atomically(out_dir: str | Path, files: Mapping[str, bytes | str]
     _ensure_parent(parent, out)
     with _locked(parent, name, timeout_s=lock_timeout_s, out=out):
         _recover(parent, name)
-        plan = _carry_plan(target, set(raw), force=force, out=out)
+        plan = _carry_plan(target, set(raw), force=force, out=out, owner=owner)
         try:
             old_mode = stat.S_IMODE(os.stat(target).st_mode)
         except OSError:
@@ -298,7 +318,7 @@ def write_files_atomically(out_dir: str | Path, files: Mapping[str, bytes | str]
                              "unchanged") from None
         swapped = False
         try:
-            _write_new_file(tmp / MARKER, _marker_bytes(list(raw)))
+            _write_new_file(tmp / MARKER, _marker_bytes(list(raw), owner))
             for rel in sorted(raw):
                 dest = _inside(tmp, rel)
                 if len(rel.split("/")) > 1:

@@ -172,7 +172,7 @@ def write_report(result: StudyResult, out: str | Path | None = None, *, force: b
     given; files in it that wseplan did not write are kept (see :mod:`wseplan.report.atomic`).
     """
     return write_files_atomically(Path(out) if out else default_out_dir(result), result.files(), force=force,
-                                  lock_timeout_s=lock_timeout_s)
+                                  lock_timeout_s=lock_timeout_s, owner=result.study.name)
 
 
 # --------------------------------------------------------------------------------------------- markdown

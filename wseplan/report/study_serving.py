@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from ..compare import compare_case, layout_text
-from ..costing import list_price_notes
+from ..costing import list_price_notes, service_price_for
 from ..errors import InfeasibleError, InputError
 from ..optimize.fleet import plan_fleet, serve_key
 from ..optimize.fleet_schema import DemandSpec, Sla, SystemSpec, WorkloadSpec
@@ -31,7 +31,7 @@ from .plots import Marker, Plot, Series
 from .study_plots import cost_vs_util, roofline
 from .study_schema import Study
 from .study_serving_why import all_in, crossovers, frontier, serving_why
-from .study_sources import prices_of
+from .study_sources import _arow, prices_of
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 
@@ -169,8 +169,25 @@ def serving_body(st: Study, cat) -> dict:
     cross = crossovers(curves, sv.ttft_limit_s, utils)
     why = serving_why(st, m, cat, prices, curves, at_speed, fleet_rows, mix, cross, params_used, utils)
     answer = _answer(st, m, demand, fleet_rows, mix, cross, at_speed)
+    rows, ids = list_price_inputs(m, names, prices, cat)
     return {"answer": answer, "tables": tables, "plots": plots, "params": params_used, "plot_captions": _CAPTIONS,
-            "why": why}
+            "why": why, "assumption_rows": rows, "extra_sources": ids}
+
+
+def list_price_inputs(m, names, prices, cat) -> tuple[list[dict], list[str]]:
+    """The vendor list prices the report compares its costs with (``service_prices``): an inputs row per side and
+    their sources (audit29b M4: the comparison cited a source the report never listed)."""
+    rows, ids = [], []
+    for tgt in names:
+        listed = service_price_for(m, parse_target(tgt, cat), prices, cat)
+        if listed is None:
+            continue
+        key, sp = listed
+        for side, q in (("input", sp.input_usd_per_mtok), ("output", sp.output_usd_per_mtok)):
+            rows.append(_arow(f"{tgt}: vendor list price, {side} (service_prices.{key})", f"${q.si:.3g}/M tokens", q,
+                              cat))
+            ids += list(q.source_ids)
+    return rows, ids
 
 
 def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone):
