@@ -48,7 +48,8 @@ def _speculation_note(s: Setup, r: dict) -> list[str]:
     if acc is not None and acc > 1.0:
         given = "as asked" if "speculative" in q.options else f"the {q.software.name} profile's default"
         return [f"speculative decoding on ({given}): {draft} drafts {spec['draft_tokens']:g} tokens a step, {acc:.3g} "
-                "accepted per target pass (--speculative none for plain decoding)"]
+                "accepted per target pass (--speculative none for plain decoding); the draft's weights and KV cache "
+                "use memory the target leaves free and are not in the memory figures"]
     if fits is None or acc is None:
         return []
     if fits < 0.5:

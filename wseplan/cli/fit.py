@@ -67,7 +67,7 @@ def render_fit(res, fmt: str) -> None:
         summary.append(("MemoryX", f"{mx.option}: needs {fmt_bytes(mx.required_bytes)} of {fmt_bytes(mx.capacity_bytes)}"))
     if res.streaming:
         s = res.streaming
-        summary.append(("batch for compute-bound streaming",
+        summary.append(("batch whose forward hides the weight stream",
                         f">= {fmt_num(s.min_batch_compute_bound)} ({fmt_num(round(s.min_tokens_compute_bound))} tokens)"))
         summary.append(("batch the wafer holds", f"<= {fmt_num(s.max_batch_on_wafer)} ({fmt_num(round(s.max_tokens_on_wafer))} tokens)"))
     stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),

@@ -74,7 +74,11 @@ def _why(verdicts) -> list[tuple[str, str]]:
     def at(v, factor: float) -> str:  # the claimed value, as a share, that is `factor` less good
         return fmt_num(100 * factor if KIND_UNIT[v.kind][1] else 100 / factor)  # a time or a power grows; a rate falls
 
-    flips = [f"{v.id} would be within physics at {at(v, v.margin)}% of its claimed value" if v.kind != "fits"
+    flips = [(f"{v.id} would be within physics at {at(v, v.margin)}% of its claimed value"
+              # the links carry the weights (or gradients) once per step: the batch per step moves this bound (audit29b M5)
+              + (f", or at {fmt_num(v.margin)}x the batch per step it states (the bound is paid once per step)"
+                 if v.bound == "io_bandwidth" else ""))
+             if v.kind != "fits"
              else f"{v.id} would fit if it needed {fmt_num(100 / v.margin)}% of the memory it does" for v in imp
              if v.margin]
     # optimistic: consistent once the claim is within the estimate's error (margin <= 1 + error)

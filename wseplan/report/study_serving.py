@@ -230,6 +230,7 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
                     "menu": menu, "target": tgt_s, "meets_sla": True, "system": sysrow.system,
                     "systems": sysrow.count if first else None, "replicas": a.replicas,
                     "devices_per_replica": a.devices_per_replica, "batch": a.batch, "layout": layout_text(point.layout),
+                    "load": occupancy(point), "in_flight": point.running_batch,
                     "devices": a.replicas * a.devices_per_replica,
                     "tokens_per_s_per_user": point.tokens_per_s_per_user, "ttft_s": point.ttft_at_percentile_s,
                     "tokens_per_s_per_replica": row.tokens_per_s, "fleet_tokens_per_s": a.supply,
@@ -286,10 +287,12 @@ def _fleet_table(st: Study, demand: DemandSpec, rows: list[dict]) -> Table:
               "included; P10-P90 scale it by the Monte Carlo band of the replica's cost."),
         columns=[Column("menu", "menu"), Column("system", "system"), Column("systems", "systems [count]"),
                  Column("replicas", "replicas [count]"), Column("devices_per_replica", "devices per replica [count]"),
-                 Column("layout", "layout"), Column("batch", "batch [requests]"), Column("devices", "devices [count]"),
-                 Column("tokens_per_s_per_user", "per user [tokens/s]"),
+                 Column("layout", "layout"), Column("batch", "slots per replica [requests]"),
+                 Column("load", "load [fraction of the slots]"), Column("in_flight", "in flight per replica [requests]"),
+                 Column("devices", "devices [count]"),
+                 Column("tokens_per_s_per_user", "per user, mean [tokens/s]"),
                  Column("ttft_s", f"TTFT p{fmt_num(sv.percentile)} [ms]", 1e-3),
-                 Column("tokens_per_s_per_replica", "replica capacity [tokens/s]"),
+                 Column("tokens_per_s_per_replica", "replica capacity [tokens/s, slots full]"),
                  Column("fleet_tokens_per_s", "fleet supply [tokens/s]"),
                  Column("peak_power_w", "peak facility power [kW]", 1e3), Column("capex_usd", "capex [$M]", 1e6),
                  Column("usd_per_year", "TCO [$M/yr]", 1e6), Column("usd_per_mtok", "all-in [$/M output tokens]"),
@@ -334,7 +337,7 @@ def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Tab
                 "share of the node (its GPUs' part of the node's cost), as the fleet, which packs several into a node."),
         columns=[Column("target", "target"), Column("precision", "precision"), Column("devices", "devices [count]"),
                  Column("layout", "layout"), Column("batch", "batch [requests]"), Column("load", "load [fraction]"),
-                 Column("tokens_per_s_per_user", "per user [tokens/s]"),
+                 Column("tokens_per_s_per_user", "per user, mean [tokens/s]"),
                  Column("ttft_s", f"TTFT p{fmt_num(sv.percentile)} [ms]", 1e-3),
                  Column("tpot_s", "time per output token [ms]", 1e-3), Column("tokens_per_s", "replica [tokens/s]"),
                  Column("usd_per_mtok", "output [$/M tokens]"), Column("input_usd_per_mtok", "input [$/M tokens]"),
@@ -348,11 +351,11 @@ def _sweep_table(sweep: list[dict]) -> Table:
         name="batch_sweep", title="Latency and throughput per replica versus batch (full load, as `wseplan compare`)",
         note="The replica each target names (without a count: the fewest devices that hold the model), at full load "
              "(as `wseplan compare` prices it): the all-in $/M output tokens here are the curve's for the same point x "
-             "the share of the slots the curve's point holds (about 0.9).",
+             "the curve's tokens/s at its load over these at full load (audit29b L2: not the load itself).",
         columns=[Column("target", "replica"), Column("batch", "batch [requests]"), Column("fits", "fits"),
                  Column("ttft_s", "time to first token [ms]", 1e-3),
                  Column("tpot_s", "time per output token [ms]", 1e-3),
-                 Column("tokens_per_s_per_user", "per user [tokens/s]"),
+                 Column("tokens_per_s_per_user", "per user, mean [tokens/s]"),
                  Column("tokens_per_s", "per replica [tokens/s]"), Column("bottleneck", "bottleneck"),
                  Column("usd_per_mtok", "all-in [$/M output tokens]"), Column("usd_per_mtok_p10", "P10 [$/M output tokens]"),
                  Column("usd_per_mtok_p90", "P90 [$/M output tokens]"), Column("energy_j_per_token", "energy [J/token]"),
@@ -377,8 +380,8 @@ def _speed_plot(st: Study, m, curves: dict, speed: float, utils: dict) -> Plot:
 def _cross_text(c: dict) -> str:
     x = fmt_num(c["above_tokens_per_s_per_user"])
     if c["only"]:
-        return f"above {x} tokens/s per user ({c['from']}'s fastest point) only {c['to']} qualifies"
-    return f"{c['to']} becomes the cheapest above {x} tokens/s per user"
+        return f"above {x} tokens/s per user at the percentile ({c['from']}'s fastest point) only {c['to']} qualifies"
+    return f"{c['to']} becomes the cheapest above {x} tokens/s per user at the percentile"
 
 
 def _speed_text(rows: list[dict], r: dict) -> str:
@@ -409,7 +412,8 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
             f"{r['target']}: {r['note']}" for r in alone) + "."
     b = ok[0]
     parts = [head + f"the cheapest fleet is {b['plan_systems']} x {b['system']} ({b['plan_devices']} devices; "
-             f"{b['replicas']} replicas of {b['devices_per_replica']} at batch {b['batch']}, {b['layout']}"
+             f"{b['replicas']} replicas of {b['devices_per_replica']} with {b['batch']} request slots each at "
+             f"{fmt_num(100 * b['load'])}% load ({fmt_num(b['in_flight'])} in flight), {b['layout']}"
              + (", and others" if sum(r['menu'] == b['menu'] for r in rows) > 1 else "") + "): "
              f"${fmt_num(b['plan_usd_per_year'] / 1e6)}M/yr TCO, ${fmt_num(b['usd_per_mtok'])} per million output tokens "
              f"all-in, the prompts' prefill included"
@@ -432,4 +436,8 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
             parts.append(f"{r['target']} cannot meet it ({r['note']}).")
     if cross:
         parts.append("On the cost-versus-speed curves " + "; ".join(_cross_text(c) for c in cross) + ".")
+    precs = {t: st.precision_for(t) for t in st.target_names}
+    if len(set(precs.values())) > 1:  # unlike precisions side by side: said where the ranking is (audit29b M1)
+        parts.append("Precisions differ across the targets (" + ", ".join(f"{t} {p}" for t, p in precs.items())
+                     + "): each runs the study's precision for it; at one precision the ratios change.")
     return " ".join(parts)

@@ -62,8 +62,12 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
             rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),
                                                                                     "FLOP/s"),
                               q_peak, cat, extra_note="PEs x FLOP/cycle x clock"))
-            rows.append(_arow(f"{label} usable SRAM", fmt_quantity(dev.usable_sram_bytes, "bytes"),
+            rows.append(_arow(f"{label} SRAM of the usable PEs", fmt_quantity(dev.usable_sram_bytes, "bytes"),
                               dev.sram_per_pe_bytes, cat, extra_note="PEs x SRAM per PE"))
+            res = cat.defaults.wafer_sram_reserve_frac  # audit29b L3: the capacity the fits use is after it
+            rows.append(_arow(f"{label} SRAM reserve (runtime, routing)", f"{fmt_num(100 * res.si)}%", res, cat,
+                              extra_note=f"leaves {fmt_quantity(dev.usable_sram_bytes * (1 - res.si), 'bytes')} for "
+                                         "weights, KV cache and activations"))
             rows.append(_arow(f"{label} clock", fmt_num(dev.clock_hz.si / 1e9) + " GHz", dev.clock_hz, cat))
             sysm = cat.systems[dev.system]
             rows.append(_arow(f"{sysm.name} power", fmt_quantity(sysm.power_w.si, "W"), sysm.power_w, cat))
