@@ -576,3 +576,24 @@ def test_a_split_that_does_not_add_up_says_so(cat):
     assert any(f"recover {share:.1%} of the all-in" in n for n in r.notes)
     g = cost("llama-3.1-70b", "h100x8", batch=8, context=2048, catalog=cat)
     assert not any("recover" in n for n in g.notes)
+
+
+def test_cost_prices_a_given_gpu_layout_as_time_times_it(capsys):
+    """audit29b L5: a sweep row's price could not be asked again with `cost` (no --tp/--pp/--dp): Llama-3.1-70B fp8 on
+    16 H200 was $4.78/M at cost's own layout while the sweep's TP1 x DP16 row said $1.34/M. `cost --tp --pp --dp`
+    prices the layout `time` times with the same flags."""
+    import json
+
+    from wseplan.cli import main
+
+    ask = ["llama-3.1-70b", "--target", "h200x16", "--precision", "fp8", "--batch", "32", "--context", "4096",
+           "--output-tokens", "1024", "--tp", "1", "--dp", "16", "--format", "json"]
+    assert main(["cost", *ask]) == 0
+    c = json.loads(capsys.readouterr().out)
+    assert main(["time", *ask[:1], "--phase", "serve", *ask[1:]]) == 0
+    t = json.loads(capsys.readouterr().out)
+    assert c["plan"]["layout"]["tensor_parallel"] == 1 and c["plan"]["layout"]["data_parallel"] == 16
+    assert c["plan"]["tokens_per_s"] == pytest.approx(t["tokens_per_s"], rel=1e-12)
+    assert main(["cost", "llama-3.1-70b", "--target", "cs3x4", "--tp", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tp" in err[0]

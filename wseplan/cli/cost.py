@@ -24,6 +24,10 @@ def cost_cmd(
     context: Optional[int] = O.context_opt("Serve: prompt tokens; train: sequence length."),
     output_tokens: Optional[int] = O.output_tokens_opt(),
     train_tokens: Optional[float] = O.train_tokens_opt(),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree (GPU), as `time --tp`: prices the "
+                                     "layout a `time` or `sweep` row names."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel degree (GPU)."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel replicas (GPU)."),
     memoryx: Optional[str] = O.memoryx_opt(),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
@@ -41,7 +45,8 @@ def cost_cmd(
 
     Example: wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --context 2048 --uncertainty 2000 ;
     wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json ;
-    wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --speculative none
+    wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --speculative none ;
+    wseplan cost llama-3.1-70b --target h200x16 -p fp8 --batch 32 --tp 1 --dp 16 (a sweep row's layout)
     """
     from ..costing import cost
 
@@ -52,7 +57,8 @@ def cost_cmd(
         res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                    output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
                    prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx,
-                   catalog=cat, min_tokens_per_s_per_user=min_speed, software=software, options=opts or None)
+                   catalog=cat, min_tokens_per_s_per_user=min_speed, software=software, options=opts or None,
+                   layout={k: v for k, v in dict(tp=tp, pp=pp, dp=dp).items() if v is not None} or None)
     render_cost(res, fmt, cat.sources, list(prices or []))
 
 
