@@ -59,7 +59,12 @@ def render_fit(res, fmt: str) -> None:
         label += (" (per device)" if k in ("capacity_bytes", "headroom_bytes", "shortfall_bytes") else
                   " (all devices, at most: the fullest stage's x devices)" if staged else " (all devices)")
         summary.append((label, fmt_bytes(getattr(res, k))))
-    summary += [("binding", res.binding), ("max tokens in flight", fmt_num(res.max_tokens_in_flight))]
+    summary += [("binding", res.binding)]
+    if res.fits and not res.max_tokens_in_flight and not res.kv_cache_bytes:  # audit29a L3: not "0" where it fits
+        summary.append(("max tokens in flight", "– (no KV cache to bound them: a training step, or a model without "
+                                                "attention)"))
+    else:
+        summary.append(("max tokens in flight", fmt_num(res.max_tokens_in_flight)))
     if res.layout:
         summary.append(("layout", " ".join(f"{k}={v}" for k, v in res.layout.items())))
     if res.memoryx:
