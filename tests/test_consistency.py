@@ -441,7 +441,9 @@ def test_inference_mfu_counts_the_idle_devices_too():
 @pytest.mark.parametrize("model,target,software", [
     ("llama-3.1-70b", "cs3x4", None), ("llama-3.1-70b", "cs3x4", "wafer-production"),
     ("llama-3.1-8b", "cs3", None), ("qwen3-30b-a3b", "cs3x2", None), ("llama-3.1-8b", "cs2", "wafer-research"),
-    ("llama-3.1-70b", "h200-sxmx8", None), ("mixtral-8x7b", "b200x8", None)])
+    ("llama-3.1-70b", "h200-sxmx8", None), ("mixtral-8x7b", "b200x8", None),
+    # more devices than the fewest: the replica size and count are serve's too (review29 #1)
+    ("llama-3.1-70b", "cs3x8", None), ("llama-3.1-70b", "cs3x12", None), ("llama-3.1-70b", "h100-sxmx16", None)])
 @pytest.mark.parametrize("context", [512, 2048, 8192])
 def test_a_prefill_is_the_serving_replicas_time_to_first_token(model, target, software, context):
     """audit28e H2: ``time --phase prefill`` of one prompt ran a wafer's prompt on a prefill-only layout that an
@@ -456,5 +458,6 @@ def test_a_prefill_is_the_serving_replicas_time_to_first_token(model, target, so
     pre = plan(model, target, phase="prefill", batch=1, context=context, catalog=CAT, **opts)
     assert served.fits and pre.fits
     same(pre.ttft_s, served.ttft_s, "ttft_s")
-    for k in ("core_grid_decode", "core_grid_prefill", "pipeline_stages_decode", "pipeline_stages_prefill"):
+    for k in ("core_grid_decode", "core_grid_prefill", "pipeline_stages_decode", "pipeline_stages_prefill",
+              "num_wafers", "num_replicas", "tensor_parallel", "pipeline_parallel", "data_parallel"):
         assert pre.layout.get(k) == served.layout.get(k), (k, pre.layout, served.layout)

@@ -348,9 +348,11 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
         # the user's own sizes (None where not given): each row states its batch as given or defaulted, as time does
         rows = [compare_one(m, t, batch=given_batch, software=sw_for(t),
                             **dict(kw, context=given_context, options=opts_for(t))) for t in targets]
-    drafting = [r.target for r in rows if r.fits and any(n.startswith("speculative decoding on") for n in r.notes)]
+    drafting = [r.target for r in rows if r.fits and any(n.startswith(("speculative decoding on",
+                                                                         "the time to first token includes the draft"))
+                                                          for n in r.notes)]
     plain = [r.target for r in rows if r.fits and r.target not in drafting]
-    if phase in ("decode", "serve") and drafting and plain:  # rows of unlike engines: say so, and how to align them
+    if phase in ("decode", "serve", "prefill") and drafting and plain:  # unlike engines: say so, and how to align them
         notes.append(f"speculative decoding differs across the rows (on: {', '.join(drafting)}; off: {', '.join(plain)}), "
                      "as each family's default software profile runs; for like for like give --speculative none (every "
                      "row plain) or --software gpu-production-specdec (GPU rows drafting too)")

@@ -251,8 +251,11 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     else:
         t = fam.time(ctx, {k: v[idx] for k, v in cand.items()}, {k: np.asarray(v)[idx] for k, v in f.items()}) if len(idx) else {}
     obj = np.full(len(parent), np.inf)
+    # an in-flight engine's prefill runs on its serving replica: its layout is the one serve chooses (audit28e H2,
+    # review29 #1: a counted target's replica size was chosen by the prefill alone)
+    served = _serving_choice(s, cand, idx) if len(idx) and not one_each else None
     if len(idx) and not one_each:
-        o = np.asarray(fam.objective(q, t), dtype=float)
+        o = np.asarray(fam.objective(q, t) if served is None else served["request_s"], dtype=float)
         obj[idx] = np.where(np.isnan(o), np.inf, o)  # no time model (a layer-list model): no objective
     # the chosen candidate per configuration: best objective, first on ties; serving and decode: among the layouts
     # as fast per user as the fastest (within defaults.layout_near_tie_frac) the one giving the target the most
@@ -261,12 +264,13 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         chosen = np.arange(n)
     else:
         thr = np.full(len(parent), np.inf)
-        if q.phase in ("decode", "serve") and len(idx):
+        if (q.phase in ("decode", "serve") or served is not None) and len(idx):
             best_obj = np.full(n, np.inf)
             np.minimum.at(best_obj, parent, obj)
             near = np.isfinite(obj) & (obj <= best_obj[parent] * (1.0 + q.catalog.defaults.layout_near_tie_frac.si))
             tps = np.full(len(parent), np.nan)
-            tps[idx] = np.asarray(t.get("tokens_per_s", np.full(len(idx), np.nan)), dtype=float)
+            tps[idx] = np.asarray((t if served is None else served).get("tokens_per_s", np.full(len(idx), np.nan)),
+                                  dtype=float)
             thr = np.where(near & np.isfinite(tps), -tps, np.where(near, 0.0, np.inf))
         order = np.lexsort((np.arange(len(parent)), obj, thr, parent))
         first = np.ones(len(order), dtype=bool)
@@ -329,6 +333,27 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     return out
 
 
+def _serving_choice(s: Setup, cand: dict, idx: np.ndarray) -> dict | None:
+    """For a prefill on an in-flight engine, the serving answers (``request_s``, ``tokens_per_s``) of the candidates
+    ``idx`` as whole requests of the catalog's default answer length: the layout ``serve`` would run them on, which
+    the prefill takes; None for other questions (a static engine lays its prompts out on their own)."""
+    q = s.query
+    if q.phase != "prefill" or q.software.engine.scheduling != "inflight" or not isinstance(q.model, Model):
+        return None
+    ss = getattr(s.ctx, "_serving_setup", None)
+    if ss is None:
+        ss = setup(q.model, q.target, phase="serve", precision=q.precision, software=q.software.name,
+                   options=q.options, catalog=q.catalog)
+        s.ctx._serving_setup = ss
+    sub = {k: np.asarray(v)[idx] for k, v in cand.items()}
+    sub["output_tokens"] = np.full(len(idx), float(q.catalog.defaults.default_output_tokens.si))
+    f = ss.family.fit(ss.ctx, sub)
+    t = ss.family.time(ss.ctx, dict(sub), {k: np.asarray(v) for k, v in f.items()})
+    ok = np.asarray(f["fits"], dtype=bool)
+    return {"request_s": np.where(ok, np.asarray(t["request_s"], dtype=float), np.inf),
+            "tokens_per_s": np.where(ok, np.asarray(t["tokens_per_s"], dtype=float), np.nan)}
+
+
 def bottleneck_name(code) -> str | None:
     c = int(code)
     return None if c < 0 else BOTTLENECKS[c]
@@ -376,7 +401,9 @@ def check_given_layout(s: Setup, layout: dict | None) -> dict:
     cols = s.layout_columns
     bad = sorted(set(given) - set(cols))
     if bad:
-        raise InputError(f"layout: {', '.join(bad)} not a layout of the {s.family.name} family; use {', '.join(cols)}")
+        hint = " (on the command line: the target's count, e.g. cs3x4)" if cols == ("num_wafers",) else ""
+        raise InputError(f"layout: {', '.join(bad)} not a layout of the {s.family.name} family; use "
+                         f"{', '.join(cols)}{hint}")
     if not given:
         return given
     for k, v in given.items():

@@ -38,7 +38,8 @@ def _speculation_note(s: Setup, r: dict) -> list[str]:
         draft = getattr(spec["draft_model"], "name", spec["draft_model"])
         given = "as asked" if "speculative" in q.options else f"the {q.software.name} profile's default"
         return [f"the time to first token includes the draft model's prefill of the prompt ({draft}, {given}: the "
-                "replica speculates when it decodes; --speculative none leaves it out)"]
+                "replica speculates when it decodes; --speculative none times a replica without a draft, its layout "
+                "searched again)"]
     if spec is None:
         why = getattr(s.ctx, "spec_off", None)  # the profile's default draft refused for this model (set up once)
         return [] if why is None else [f"speculative decoding off: {why} (the {q.software.name} profile's default "

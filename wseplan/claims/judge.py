@@ -324,11 +324,11 @@ def _judge(c: Claim, p: Physical, bounds: dict[str, float], est, note: str, t, c
                               f"{err_src}, so not judged optimistic{restated}")
     if m > 1.0 + err:
         return Verdict(**common, verdict="optimistic", estimate=est_shown, margin=m, error_frac=err,
-                       reason=f"{m:.3g}x better than {est_text}; beyond the estimate's tolerance {err:.3g} "
+                       reason=f"{m:.3g}x better than {est_text}; beyond the estimate's tolerance +{100 * err:.3g}% "
                               f"({err_src}){restated}{tight_text}")
     return Verdict(**common, verdict="consistent", estimate=est_shown, margin=m, error_frac=err,
                    reason=(f"no better than {est_text}" if m <= 1.0 else
-                           f"{m:.3g}x better than {est_text}, within the estimate's tolerance {err:.3g} ({err_src})")
+                           f"{m:.3g}x better than {est_text}, within the estimate's tolerance +{100 * err:.3g}% ({err_src})")
                    + restated + tight_text)
 
 

@@ -21,7 +21,8 @@ def compare_cmd(
     precision: str = O.precision_opt(help="Weight/compute format."),
     batch: Optional[int] = O.batch_opt("Sequences in flight. Serving without it: each target at its operating point "
                                        "(the cheapest that meets --min-speed)."),
-    context: Optional[int] = O.context_opt("Tokens per sequence / KV length."),
+    context: Optional[int] = O.context_opt("Serve and prefill: prompt tokens; decode: KV length; train: sequence "
+                                           "length."),
     output_tokens: Optional[int] = O.output_tokens_opt("Inference: tokens generated per request.", short=False),
     train_tokens: Optional[float] = O.train_tokens_opt("Train: tokens of the whole run (for $/run)."),
     min_speed: Optional[float] = O.min_speed_opt(),

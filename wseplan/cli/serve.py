@@ -43,9 +43,10 @@ def serve_cmd(
     tpot_limit: Optional[float] = typer.Option(None, "--tpot-limit", help="Time per output token limit at --percentile "
                                                "of the requests [s]."),
     min_speed: Optional[float] = O.min_speed_opt("Without --rate, --concurrency and limits: the per-user speed the "
-                                                 "chosen point keeps [tokens/s per user] (default: the catalog's "
-                                                 "default_min_tokens_per_s_per_user, 20, the floor of cost and "
-                                                 "compare)."),
+                                                 "chosen point keeps at its load [tokens/s per user] (default: the "
+                                                 "catalog's default_min_tokens_per_s_per_user, 20, the floor of cost "
+                                                 "and compare, which judge it with the slots full and so may take a "
+                                                 "smaller batch)."),
     percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT and TPOT limits, in (0, 100)."),
     speculative: Optional[str] = O.speculative_opt(),
     kv_precision: Optional[str] = O.kv_precision_opt(),
@@ -63,7 +64,8 @@ def serve_cmd(
     Pareto frontier of all-in $/M output tokens vs tokens/s per user.
 
     Without --concurrency, --rate or limits it reports the highest-throughput point (per device) that gives every
-    user at least --min-speed tokens/s (default 20, as cost and compare); with limits or a rate, the cheapest point
+    user at least --min-speed tokens/s at its load (default 20, the floor of cost and compare, which judge it with the
+    slots full); with limits or a rate, the cheapest point
     that carries the rate and meets the limits.
 
     Example: wseplan serve llama-70b --target cs3 --tpot-limit 0.01 ;

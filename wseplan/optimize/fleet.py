@@ -40,6 +40,7 @@ from ..admission import LOWER_LOADS
 from ..operating import replica_options
 from ..serving import DEFAULT_UTILIZATION, serve, with_limits
 from ..targets import parse_target
+from ..devices.inference import draft_mismatch
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
 from .fleet_schema import (SCHEMA_VERSION, AllocationRow, Caps, Config, ConstraintRow, Demand, DemandSpec,  # noqa: F401
@@ -260,6 +261,21 @@ def _check_software(wl: WorkloadSpec, systems, ctx, cat) -> None:
             raise InputError(f"workloads.{wl.name}.software.{k}: {str(exc).split(': ', 1)[-1]}") from None
 
 
+def _check_draft(wl: WorkloadSpec, cat) -> None:
+    """A serving workload's ``speculative`` draft exists and can draft for its model (one tokenizer, smaller): a bad one
+    would otherwise skip every system and read as 'no configuration fits' (review29 #8)."""
+    name = wl.speculative
+    if wl.kind != "serve" or name is None or str(name).lower() in ("none", "off", "false", "0", ""):
+        return
+    try:
+        draft, target = resolve_model(name, cat), resolve_model(wl.model, cat)
+    except InputError as exc:
+        raise InputError(f"workloads.{wl.name}.speculative: {str(exc).split(': ', 1)[-1]}") from None
+    why = draft_mismatch(target, draft)
+    if why is not None:
+        raise InputError(f"workloads.{wl.name}.speculative: {why}; name a smaller draft of the model's family, or none")
+
+
 def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str, software: str | None = None,
               options: dict | None = None) -> tuple:
     """The key of a replica search in a :func:`build_problem` ``cache``: the same key, the same serve question."""
@@ -350,6 +366,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                     raise InputError(f"workloads.{wl.name}.{field}: write {k!r} as {t.key!r} (a system's name or its "
                                      "hardware key, without a count), or it is not applied")
         _check_software(wl, systems, ctx, cat)
+        _check_draft(wl, cat)
     demands, configs = [], []
     drafting: dict[str, dict[str, bool]] = {}  # per serving workload: whether each system's replicas speculate
     for i, wl in enumerate(spec.workloads):
@@ -384,7 +401,9 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                             if cache is not None:
                                 cache[key] = hit
                         configs += _serve_configs(m, t0.key, wl, st.name, prec, hit, count=k)
-                        drafting.setdefault(wl.name, {})[st.name] = hit.speculative is not None
+                        # whether its points speculate, not merely whether a draft is configured (review29 #6)
+                        drafting.setdefault(wl.name, {})[st.name] = any(
+                            p.accepted_tokens_per_step > 1.0 for p in hit.points)
                     notes += [f"{wl.name} on {st.name}: {n}" for n in positions_note(m, wl.prompt_tokens, wl.output_tokens)
                               if f"{wl.name} on {st.name}: {n}" not in notes]
                 else:

@@ -134,6 +134,11 @@ class WorkloadSpec(Frozen):
                              f"{', '.join(PRECISIONS)}")
         return v
 
+    @field_validator("speculative", mode="before")
+    @classmethod
+    def _spec(cls, v):  # YAML reads off / no / false as False (review29 #8): the CLI's "none"
+        return "none" if v is False else v
+
     @field_validator("kv_precision")
     @classmethod
     def _kv(cls, v):

@@ -77,7 +77,7 @@ def _why(verdicts) -> list[tuple[str, str]]:
     flips = [(f"{v.id} would be within physics at {at(v, v.margin)}% of its claimed value"
               # the links carry the weights (or gradients) once per step: the batch per step moves this bound (audit29b M5)
               + (f", or at {fmt_num(v.margin)}x the batch per step it states (the bound is paid once per step)"
-                 if v.bound == "io_bandwidth" else ""))
+                 if v.bound == "io_bandwidth" and v.quantity == "train_tokens_per_s" else ""))
              if v.kind != "fits"
              else f"{v.id} would fit if it needed {fmt_num(100 / v.margin)}% of the memory it does" for v in imp
              if v.margin]
