@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -342,8 +342,10 @@ def _serving_choice(s: Setup, cand: dict, idx: np.ndarray) -> dict | None:
         return None
     ss = getattr(s.ctx, "_serving_setup", None)
     if ss is None:
-        ss = setup(q.model, q.target, phase="serve", precision=q.precision, software=q.software.name,
-                   options=q.options, catalog=q.catalog)
+        sctx = getattr(s.ctx, "_serving", None)  # the family's own serving context (its region search remembered)
+        ss = Setup(replace(q, phase="serve"), s.family, sctx) if sctx is not None else setup(
+            q.model, q.target, phase="serve", precision=q.precision, software=q.software.name, options=q.options,
+            catalog=q.catalog)
         s.ctx._serving_setup = ss
     sub = {k: np.asarray(v)[idx] for k, v in cand.items()}
     sub["output_tokens"] = np.full(len(idx), float(q.catalog.defaults.default_output_tokens.si))

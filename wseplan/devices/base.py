@@ -122,7 +122,8 @@ def binding_code(parts: dict[str, np.ndarray], load: np.ndarray, capacity, fits:
         return np.asarray([BINDING_CODE[k] for k in keys])[np.argmax(stack, axis=0)]
     largest = largest_of(names)
     if fixed and sized:
-        static = sum(np.broadcast_to(np.asarray(parts[k], dtype=float), (n,)) for k in fixed)
+        with np.errstate(invalid="ignore", over="ignore"):  # an unplaceable row's parts may be inf (it binds)
+            static = sum(np.broadcast_to(np.asarray(parts[k], dtype=float), (n,)) for k in fixed)
         misfit = np.where(static >= cap, largest_of(fixed), largest_of(sized))
         largest = np.where(np.broadcast_to(fits, (n,)), largest, misfit)
     return np.where(fits & (load < 0.5 * cap), BINDING_CODE["none"], largest)
