@@ -356,3 +356,13 @@ def test_the_memory_terms_add_up_to_the_total(model, target, phase, batch, conte
         assert r.per_device_bytes == pytest.approx(r.capacity_bytes, rel=1e-9)
         assert r.binding == "activations"
         assert r.activation_bytes == pytest.approx(stream["activation_bytes"] * r.num_devices, rel=1e-12)
+
+
+def test_a_kv_cache_no_wafer_count_holds_names_batch_and_context():
+    """audit29a L4: Llama-3-70B at 100,000 sequences of 100,000 tokens needs 41 TB on a wafer (one layer's KV cache
+    alone); the misfit note gave no fix. It says no wafer count holds it and names the flags to lower."""
+    from wseplan.plan import plan
+
+    r = plan("llama-70b", "cs3", phase="decode", batch=100000, context=100000, require_fit=False)
+    assert not r.fits and r.binding == "kv_cache"
+    assert "no wafer count holds it" in r.notes[0] and "--batch or --context" in r.notes[0]

@@ -519,6 +519,10 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         one_seq = r.get("fit.max_tokens_on_wafer")  # a streamed wafer holds this many tokens of one pass at most
         hint = (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit"
                 if t.count else "")
+        if not t.count and fam.name == "wafer" and binding_name(r["binding"]) in ("kv_cache", "activations"):
+            # the search took as many wafers as the model has layers (a layer is not split): the batch's own bytes
+            # overflow one wafer at any count (audit29a L4)
+            hint = "; no wafer count holds it (a layer is not split across wafers): lower --batch or --context"
         if binding_name(r["binding"]) == "memoryx":  # no system count helps: the option does (its own note says so)
             hint = ""
         mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
