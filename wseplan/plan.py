@@ -246,14 +246,16 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     idx = np.nonzero(contend)[0]
     # every layout given: no choice to make (and no objective to weigh)
     one_each = len(parent) == n and bool((parent == np.arange(n)).all())
-    if len(idx) == len(parent):  # every candidate contends: the columns as they are
+    # an in-flight engine's prefill runs on its serving replica: its layout is the one serve chooses (audit28e H2,
+    # review29 #1: a counted target's replica size was chosen by the prefill alone); only the chosen are timed
+    served = _serving_choice(s, cand, idx) if len(idx) and not one_each else None
+    if served is not None:
+        t = {}
+    elif len(idx) == len(parent):  # every candidate contends: the columns as they are
         t = fam.time(ctx, dict(cand), {k: np.asarray(v) for k, v in f.items()})
     else:
         t = fam.time(ctx, {k: v[idx] for k, v in cand.items()}, {k: np.asarray(v)[idx] for k, v in f.items()}) if len(idx) else {}
     obj = np.full(len(parent), np.inf)
-    # an in-flight engine's prefill runs on its serving replica: its layout is the one serve chooses (audit28e H2,
-    # review29 #1: a counted target's replica size was chosen by the prefill alone)
-    served = _serving_choice(s, cand, idx) if len(idx) and not one_each else None
     if len(idx) and not one_each:
         o = np.asarray(fam.objective(q, t) if served is None else served["request_s"], dtype=float)
         obj[idx] = np.where(np.isnan(o), np.inf, o)  # no time model (a layer-list model): no objective
@@ -291,6 +293,9 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
         least = np.full(n, -1)
         least[parent[order[first]]] = order[first]
         chosen = np.where(none_fit, least, chosen)
+    if served is not None:  # the prefill of the chosen layouts (the others were weighed by their serving answers)
+        idx = np.intersect1d(chosen, idx)
+        t = fam.time(ctx, {k: v[idx] for k, v in cand.items()}, {k: np.asarray(v)[idx] for k, v in f.items()})
     pick = (lambda a: np.array(a)) if one_each else (lambda a: np.asarray(a)[chosen])  # noqa: E731
     out = {k: v for k, v in base.items() if k not in cols}
     for c in cols:
