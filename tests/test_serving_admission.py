@@ -157,3 +157,20 @@ def test_validation_times_a_measured_row_above_the_kv_limit_as_serve_does(catalo
     r = serve(MODEL, TARGET, software=sw, concurrency=100, layout={"tp": 2, "pp": 1, "dp": 1}, catalog=catalog, **KW)
     assert r.chosen.batch < 100
     assert predict_case(case, catalog) == pytest.approx(r.chosen.tokens_per_s, rel=1e-9)
+
+
+def test_a_wafer_replica_keeps_its_region_at_a_lower_load():
+    """audit29b H1: a wafer's decode region was searched again for the requests a point holds at its load, so the same
+    6-CS-3 replica of 128 slots ran on another region at 70% load than at 90% and came out cheaper ($12.19 against
+    $13.85/M): asking for more speed made CS-3 cheaper. The running batch now runs on the region chosen for the slots
+    (a replica keeps its layout), the same at every load, and a lower load is not cheaper here."""
+    from wseplan.serving import serve
+
+    pts = {}
+    for u in (0.9, 0.7):
+        res = serve("llama-3.1-70b", "cs3", batches=[128], input_tokens=2048, output_tokens=256, utilization=u)
+        (p,) = [p for p in res.points if p.num_devices == 6 and p.num_replicas == 1]
+        pts[u] = p
+    assert pts[0.9].layout == pts[0.7].layout
+    assert pts[0.7].all_in_usd_per_mtok >= pts[0.9].all_in_usd_per_mtok
+    assert pts[0.7].tokens_per_s < pts[0.9].tokens_per_s

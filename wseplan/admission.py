@@ -15,7 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .plan import evaluate
+from .plan import evaluate, setup
 
 
 def concurrency_grid(max_batch: float) -> list[int]:
@@ -116,9 +116,10 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
     for k in s.family.columns("serve") if hasattr(s.family, "columns") else s.family.layout_columns:
         if k in arr:  # the layout chosen for the slots
             sub[k] = np.tile(np.asarray(arr[k], dtype=float)[idx], 2)
+    regions = _slot_regions(arr, np.tile(idx, 2))
     for _ in range(16 if rate is not None else 1):  # the fixed point N = lambda E[S(ceil N)], from above
         sub["batch"] = np.concatenate([run_b[idx], pct_b[idx]])
-        got = evaluate(s, sub)
+        got, where = _on_regions(s, sub, regions)
         if rate is None:
             break
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -149,10 +150,59 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
     # of the evaluation is (for its notes)
     acc = np.array(arr.get("time.accepted_tokens_per_step", np.ones(n)), dtype=float)
     acc[idx] = np.asarray(got.get("time.accepted_tokens_per_step", np.ones(2 * m)), dtype=float)[sel]
-    row = np.full(n, -1, dtype=np.int64)
-    row[idx] = sel
+    rec = [None] * n  # (setup, evaluation, row) of each point's running batch, for its notes
+    for i, j in zip(idx.tolist(), sel.tolist()):
+        rec[i] = where[j]
     return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held, "acc": acc,
-            "rows": row, "got": got}
+            "rec": rec}
+
+
+#: the evaluation columns :func:`running_batch` reads
+_RUN_COLUMNS = ("tpot_s", "tokens_per_s", "ttft_s", "time.ttft_own_s", "time.prefill_busy_s",
+                "time.accepted_tokens_per_step")
+
+
+def _slot_regions(arr: dict, rows: np.ndarray):
+    """The decode region (rows, cols) each point chose for its slots (a wafer replica's layout), or None where the
+    family chooses none."""
+    rr, cc = arr.get("time.region_decode_rows"), arr.get("time.region_decode_cols")
+    if rr is None or cc is None:
+        return None
+    return np.asarray(rr, dtype=float)[rows], np.asarray(cc, dtype=float)[rows]
+
+
+def _on_regions(s, sub: dict, regions) -> tuple[dict, list]:
+    """:func:`evaluate` of ``sub``, each row on its point's slot region where the family chooses a region per
+    question (wafers): a replica keeps its layout at any load, so fewer requests in flight run on the region chosen
+    for its slots, not on one searched again for them (audit29b H1: a 6-CS-3 replica of 128 slots ran cheaper at 70%
+    load than at 90% on another region). Returns the columns of :data:`_RUN_COLUMNS` and, per row, ``(setup,
+    evaluation, row)`` for its record."""
+    q = s.query
+    if regions is None or q.options.get("core_grid") is not None or q.options.get("core_grid_decode") is not None:
+        got = evaluate(s, sub)
+        return got, [(s, got, j) for j in range(len(sub["batch"]))]
+    n = len(sub["batch"])
+    out = {k: np.full(n, np.nan) for k in _RUN_COLUMNS}
+    where: list = [None] * n
+    keys = list(zip(regions[0].tolist(), regions[1].tolist()))
+    memo = s.ctx.__dict__.setdefault("_region_setups", {})
+    for key in dict.fromkeys(keys):
+        rows = np.array([i for i, k in enumerate(keys) if k == key])
+        if all(math.isfinite(v) for v in key):
+            if key not in memo:
+                memo[key] = setup(q.model, q.target, phase=q.phase, precision=q.precision, software=q.software.name,
+                                  options={**q.options, "core_grid_decode": f"{int(key[0])}x{int(key[1])}"},
+                                  catalog=q.catalog)
+            sg = memo[key]
+        else:
+            sg = s
+        got = evaluate(sg, {k: np.asarray(v)[rows] for k, v in sub.items()})
+        for k in _RUN_COLUMNS:
+            if k in got:
+                out[k][rows] = np.asarray(got[k], dtype=float)
+        for j, i in enumerate(rows.tolist()):
+            where[i] = (sg, got, j)
+    return out, where
 
 
 #: loads (share of a replica's slots held on average, highest first) at which a point that misses its limits at the

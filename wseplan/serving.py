@@ -244,9 +244,10 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
 def _running_notes(s, notes: list[str], run: dict | None, i: int) -> list[str]:
     """A point's notes, its speculation note taken from the batch it runs at its load where that one was timed
     (:func:`~wseplan.admission.running_batch`): a smaller running batch may speculate where the full slots do not."""
-    if run is None or run["rows"][i] < 0:
+    if run is None or run["rec"][i] is None:
         return list(notes)
-    spec = [n for n in record(s, run["got"], int(run["rows"][i])).notes if n.startswith("speculative decoding")]
+    sg, got, j = run["rec"][i]
+    spec = [n for n in record(sg, got, j).notes if n.startswith("speculative decoding")]
     return [n for n in notes if not n.startswith("speculative decoding")] + spec
 
 
