@@ -366,3 +366,9 @@ def test_a_kv_cache_no_wafer_count_holds_names_batch_and_context():
     r = plan("llama-70b", "cs3", phase="decode", batch=100000, context=100000, require_fit=False)
     assert not r.fits and r.binding == "kv_cache"
     assert "no wafer count holds it" in r.notes[0] and "--batch or --context" in r.notes[0]
+    # with a count too (review29b #4: it said the target without a count would find devices that fit)
+    r = plan("llama-3.1-70b", "cs3x4", phase="decode", batch=4096, context=131072, require_fit=False)
+    assert "no wafer count holds it" in r.notes[0] and "without a count" not in r.notes[0]
+    # and not where more wafers do hold it
+    r = plan("llama-3.1-70b", "cs3x2", phase="decode", batch=1, context=8192, require_fit=False)
+    assert not r.fits and "no wafer count holds it" not in r.notes[0] and "without a count" in r.notes[0]

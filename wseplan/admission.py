@@ -11,11 +11,12 @@ serving rows, so both answer "N users on this replica" the same way.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from statistics import NormalDist
 
 import numpy as np
 
-from .plan import evaluate, setup
+from .plan import Setup, evaluate
 
 
 def concurrency_grid(max_batch: float) -> list[int]:
@@ -189,10 +190,9 @@ def _on_regions(s, sub: dict, regions) -> tuple[dict, list]:
     for key in dict.fromkeys(keys):
         rows = np.array([i for i, k in enumerate(keys) if k == key])
         if all(math.isfinite(v) for v in key):
-            if key not in memo:
-                memo[key] = setup(q.model, q.target, phase=q.phase, precision=q.precision, software=q.software.name,
-                                  options={**q.options, "core_grid_decode": f"{int(key[0])}x{int(key[1])}"},
-                                  catalog=q.catalog)
+            if key not in memo:  # the question with its region given (its software profile as given, not by name)
+                qg = replace(q, options={**q.options, "core_grid_decode": f"{int(key[0])}x{int(key[1])}"})
+                memo[key] = Setup(qg, s.family, s.family.prepare(qg))
             sg = memo[key]
         else:
             sg = s

@@ -248,7 +248,8 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
     one_each = len(parent) == n and bool((parent == np.arange(n)).all())
     # an in-flight engine's prefill runs on its serving replica: its layout is the one serve chooses (audit28e H2,
     # review29 #1: a counted target's replica size was chosen by the prefill alone); only the chosen are timed
-    served = _serving_choice(s, cand, idx) if len(idx) and not one_each else None
+    # (a measured run, require_fit=False, keeps the prefill's own objective: review29b #3)
+    served = _serving_choice(s, cand, idx) if len(idx) and not one_each and require_fit else None
     if served is not None:
         t = {}
     elif len(idx) == len(parent):  # every candidate contends: the columns as they are
@@ -346,11 +347,11 @@ def _serving_choice(s: Setup, cand: dict, idx: np.ndarray) -> dict | None:
     if q.phase != "prefill" or q.software.engine.scheduling != "inflight" or not isinstance(q.model, Model):
         return None
     ss = getattr(s.ctx, "_serving_setup", None)
-    if ss is None:
+    if ss is None:  # the same question as whole requests, its software profile as given (review29b #2: not by name)
+        qs = replace(q, phase="serve")
+        fam = family_for(q.target.kind, "serve")
         sctx = getattr(s.ctx, "_serving", None)  # the family's own serving context (its region search remembered)
-        ss = Setup(replace(q, phase="serve"), s.family, sctx) if sctx is not None else setup(
-            q.model, q.target, phase="serve", precision=q.precision, software=q.software.name, options=q.options,
-            catalog=q.catalog)
+        ss = Setup(qs, fam, sctx if sctx is not None and fam is s.family else fam.prepare(qs))
         s.ctx._serving_setup = ss
     sub = {k: np.asarray(v)[idx] for k, v in cand.items()}
     sub["output_tokens"] = np.full(len(idx), float(q.catalog.defaults.default_output_tokens.si))
@@ -524,9 +525,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         one_seq = r.get("fit.max_tokens_on_wafer")  # a streamed wafer holds this many tokens of one pass at most
         hint = (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit"
                 if t.count else "")
-        if not t.count and fam.name == "wafer" and binding_name(r["binding"]) in ("kv_cache", "activations"):
-            # the search took as many wafers as the model has layers (a layer is not split): the batch's own bytes
-            # overflow one wafer at any count (audit29a L4)
+        if hasattr(fam, "no_count_holds") and fam.no_count_holds(s.ctx, r):  # a layer is not split across wafers
             hint = "; no wafer count holds it (a layer is not split across wafers): lower --batch or --context"
         if binding_name(r["binding"]) == "memoryx":  # no system count helps: the option does (its own note says so)
             hint = ""

@@ -246,6 +246,14 @@ class WaferFamily(InferenceMixin, Family):
                     binding=binding_code(parts, maxload, ctx.cap, fits), max_tokens_in_flight=max_tok,
                     stage_start=start, stage_end=end, stage_loads=loads)
 
+    def no_count_holds(self, ctx: WaferContext, r: dict) -> bool:
+        """Whether one item (a layer, the embedding or the head) with the row's KV cache and working set overflows a
+        wafer alone: a layer is not split across wafers, so no wafer count holds the row (audit29a L4)."""
+        B, C, O = (np.array([float(r[k])]) for k in ("batch", "context", "output_tokens"))
+        kv, work = self.kv_and_working_tokens(ctx, B, C, O)
+        items = ctx.weight_rows()[1] + kv_bytes_rows(ctx.w, B, kv)[0]
+        return bool(items.max(initial=0.0) + ctx.w.working_set_bytes_per_token * float(np.ravel(work)[0]) > ctx.cap)
+
     def default_layout(self, ctx: WaferContext, given: dict, batch: int) -> dict:
         k = int(given["num_wafers"])
         if ctx.count is not None and k > ctx.count:
