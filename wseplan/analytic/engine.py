@@ -45,7 +45,8 @@ OBJECTIVES = {"train": "step_s", "prefill": "step_s", "decode": "tpot_s", "serve
 
 
 def phase_objective(phase: str, tim: dict[str, np.ndarray]) -> np.ndarray:
-    """Smaller is better: training and prefill minimise the step, decode the time per output token, serving a
+    """Smaller is better: training and prefill minimise the step (a prefill on an in-flight engine is laid out as its
+    serving replica instead: :func:`wseplan.plan._serving_choice`), decode the time per output token, serving a
     request's time in the engine (TTFT + (answer tokens - 1) x TPOT: at the given concurrency per replica also the
     most requests/s; for a long answer it is TPOT's choice, for a short one it weighs the prompt) (the replica search
     of :mod:`wseplan.serving` weighs cost instead)."""
