@@ -353,6 +353,8 @@ def _serving_choice(s: Setup, cand: dict, idx: np.ndarray) -> dict | None:
         sctx = getattr(s.ctx, "_serving", None)  # the family's own serving context (its region search remembered)
         ss = Setup(qs, fam, sctx if sctx is not None and fam is s.family else fam.prepare(qs))
         s.ctx._serving_setup = ss
+        if fam is s.family:  # one serving context for the choice and the prefill's own regions (not two searches)
+            s.ctx._serving = ss.ctx
     sub = {k: np.asarray(v)[idx] for k, v in cand.items()}
     sub["output_tokens"] = np.full(len(idx), float(q.catalog.defaults.default_output_tokens.si))
     f = ss.family.fit(ss.ctx, sub)
