@@ -320,9 +320,10 @@ def test_a_draft_named_for_a_prefill_counts_its_prompt_pass(capsys):
 
 
 def test_a_point_below_its_slots_says_whether_its_running_batch_speculates(capsys):
-    """audit29a M1: Llama-3-70B on CS-3 with 16 slots at half load runs 8 requests with the draft (its TPOT is the
-    speculative one, as `time --batch 8` gives it), but the point said 'speculative decoding off' and 1 token per
-    step: the full slots' decision. The acceptance and the note are now the running batch's."""
+    """audit29a M1: Llama-3-70B on CS-3 with 16 slots at half load runs 8 requests with or without the draft, but the
+    point said 'speculative decoding off' and 1 token per step: the full slots' decision. The acceptance and the note
+    are now the running batch's. The running batch runs on the layout laid out for the slots (review29b #1), so it is
+    no faster than `time --batch 8`, whose replica is laid out for 8 requests alone."""
     rec = run_json(capsys, "llama-70b", "--target", "cs3", "--tpot-limit", "0.001")
     (p,) = [p for p in rec["points"] if p["batch"] == rec["batch"] and p["num_devices"] == rec["num_devices"]
             and p["layout"] == rec["layout"]]
@@ -331,9 +332,8 @@ def test_a_point_below_its_slots_says_whether_its_running_batch_speculates(capsy
         assert main(["time", "llama-70b", "--target", f"cs3x{rec['num_devices']}", "--phase", "serve", "--batch",
                      str(held), "--output-tokens", "256", "--format", "json"]) == 0
         t = json.loads(capsys.readouterr().out)
-        assert t["tpot_s"] == pytest.approx(p["tpot_s"], rel=1e-9)
-        on = any(n.startswith("speculative decoding on") for n in t["notes"])
-        assert on == (p["accepted_tokens_per_step"] > 1.0)
+        assert p["tpot_s"] >= t["tpot_s"] * (1 - 1e-12)
+        on = p["accepted_tokens_per_step"] > 1.0
         assert any(n.startswith("speculative decoding on" if on else "speculative decoding off") for n in p["notes"])
         assert not any(n.startswith("speculative decoding off" if on else "speculative decoding on") for n in p["notes"])
     else:

@@ -281,8 +281,10 @@ def test_replica_and_report_rows_are_the_plan(q):
         for k, v in (("capacity_tokens_per_s", "tokens_per_s"), ("capacity_requests_per_s", "requests_per_s")):
             same(o[k], getattr(rec, v), f"replica.{k}")
         run_b = math.ceil(DEFAULT_UTILIZATION * batch - 1e-9)
-        # (a wafer replica keeps the decode region chosen for its slots: audit29b H1)
-        grid = {"core_grid_decode": rec.layout["core_grid_decode"]} if "core_grid_decode" in rec.layout else None
+        # (a wafer replica keeps the decode region chosen for its slots, audit29b H1, and the memory laid out for
+        # them, review29b #1)
+        grid = {"core_grid_decode": rec.layout["core_grid_decode"], "layout_slots": batch} \
+            if "core_grid_decode" in rec.layout else None
         held = rec if run_b >= batch else plan(
             model, target, **{**_ask(q), "batch": run_b}, options=grid,
             layout=layout_columns(setup(model, target, phase="serve", precision=precision, catalog=CAT), rec.layout))

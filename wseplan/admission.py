@@ -118,9 +118,10 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
         if k in arr:  # the layout chosen for the slots
             sub[k] = np.tile(np.asarray(arr[k], dtype=float)[idx], 2)
     regions = _slot_regions(arr, np.tile(idx, 2))
+    slots = np.tile(np.asarray(b, dtype=float)[idx], 2)
     for _ in range(16 if rate is not None else 1):  # the fixed point N = lambda E[S(ceil N)], from above
         sub["batch"] = np.concatenate([run_b[idx], pct_b[idx]])
-        got, where = _on_regions(s, sub, regions)
+        got, where = _on_regions(s, sub, regions, slots)
         if rate is None:
             break
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -172,12 +173,14 @@ def _slot_regions(arr: dict, rows: np.ndarray):
     return np.asarray(rr, dtype=float)[rows], np.asarray(cc, dtype=float)[rows]
 
 
-def _on_regions(s, sub: dict, regions) -> tuple[dict, list]:
-    """:func:`evaluate` of ``sub``, each row on its point's slot region where the family chooses a region per
+def _on_regions(s, sub: dict, regions, slots) -> tuple[dict, list]:
+    """:func:`evaluate` of ``sub``, each row on its point's slot layout where the family chooses a region per
     question (wafers): a replica keeps its layout at any load, so fewer requests in flight run on the region chosen
-    for its slots, not on one searched again for them (audit29b H1: a 6-CS-3 replica of 128 slots ran cheaper at 70%
-    load than at 90% on another region). Returns the columns of :data:`_RUN_COLUMNS` and, per row, ``(setup,
-    evaluation, row)`` for its record."""
+    for its slots (audit29b H1: a 6-CS-3 replica of 128 slots ran cheaper at 70% load than at 90% on another region)
+    and on the layer partition and layer groups laid out for its ``slots`` (per row; review29b #1: groups sized again
+    for the fewer requests' KV cache changed the pipeline, and a replica at 70% load was cheaper than at 80%), not on
+    a layout searched again for them. Returns the columns of :data:`_RUN_COLUMNS` and, per row, ``(setup, evaluation,
+    row)`` for its record."""
     q = s.query
     if regions is None or q.options.get("core_grid") is not None or q.options.get("core_grid_decode") is not None:
         got = evaluate(s, sub)
@@ -185,13 +188,14 @@ def _on_regions(s, sub: dict, regions) -> tuple[dict, list]:
     n = len(sub["batch"])
     out = {k: np.full(n, np.nan) for k in _RUN_COLUMNS}
     where: list = [None] * n
-    keys = list(zip(regions[0].tolist(), regions[1].tolist()))
+    keys = list(zip(regions[0].tolist(), regions[1].tolist(), np.asarray(slots, dtype=float).tolist()))
     memo = s.ctx.__dict__.setdefault("_region_setups", {})
     for key in dict.fromkeys(keys):
         rows = np.array([i for i, k in enumerate(keys) if k == key])
         if all(math.isfinite(v) for v in key):
-            if key not in memo:  # the question with its region given (its software profile as given, not by name)
-                qg = replace(q, options={**q.options, "core_grid_decode": f"{int(key[0])}x{int(key[1])}"})
+            if key not in memo:  # the question with its layout given (its software profile as given, not by name)
+                qg = replace(q, options={**q.options, "core_grid_decode": f"{int(key[0])}x{int(key[1])}",
+                                         "layout_slots": key[2]})
                 memo[key] = Setup(qg, s.family, s.family.prepare(qg))
             sg = memo[key]
         else:

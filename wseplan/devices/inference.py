@@ -587,8 +587,10 @@ def default_draft_refused(q) -> str | None:
 
 
 def draft_query(q, draft_model):
-    """The query of the draft model: same target, precision and profile, decode, no speculation of its own."""
+    """The query of the draft model: same target, precision and profile, decode, no speculation of its own; a wafer
+    region given for the target (``core_grid*``: the user's, or the slots' of a running batch) is the target's, the
+    draft's regions are its own (searched)."""
     eng = q.software.engine.model_copy(update={"speculative": None})
     sw = q.software.model_copy(update={"engine": eng})
-    opts = {k: v for k, v in q.options.items() if k not in SPEC_OPTIONS}
+    opts = {k: v for k, v in q.options.items() if k not in SPEC_OPTIONS and not k.startswith("core_grid")}
     return dataclasses.replace(q, model=draft_model, phase="decode", software=sw, options=opts)

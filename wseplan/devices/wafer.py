@@ -13,10 +13,12 @@ Layout column: ``num_wafers`` (wafers per replica). Searched: without a device c
 with ``N`` wafers every replica size from the fewest to ``N`` (``N // k`` replicas). Regions are chosen per pass
 kind (decode GEMV, prefill GEMM) to minimise that pass's per-wafer time among the regions that tile the wafer
 and hold the largest layer (serving: the decode region of the shortest request, every admissible one answered), unless
-given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``).
+given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``); option ``layout_slots``: the request
+slots the memory is laid out for (the layer partition and groups; default the batch's own).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -80,6 +82,13 @@ class WaferContext:
         if not self.transformer:
             self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
         self.spec = speculation(q) if self.transformer else None
+        #: the request slots the replica is laid out for (option ``layout_slots``; a point's running batch below its
+        #: slots, :func:`wseplan.admission._on_regions`): its memory (layer partition, layer groups) is the slots', its
+        #: passes the batch's; None: the batch's own
+        self.layout_slots = q.options.get("layout_slots")
+        ls = self.layout_slots
+        if ls is not None and (isinstance(ls, bool) or not isinstance(ls, (int, float)) or not 1 <= ls < math.inf):
+            raise InputError(f"layout_slots: the request slots the replica is laid out for, a number >= 1; got {ls!r}")
         self.spec_off = default_draft_refused(q) if self.spec is None and self.transformer else None
 
     def weight_rows(self):
@@ -137,7 +146,7 @@ class WaferFamily(InferenceMixin, Family):
     kinds = ("wafer",)
     phases = ("prefill", "decode", "serve")
     layout_columns = ("num_wafers",)
-    options = ("reserve",) + GRID_OPTIONS + SPEC_OPTIONS
+    options = ("reserve", "layout_slots") + GRID_OPTIONS + SPEC_OPTIONS
     arrivals_whole = True  # a step carries its prompt tokens through every layer group in turn
 
     def prepare(self, q: Query) -> WaferContext:
@@ -161,11 +170,17 @@ class WaferFamily(InferenceMixin, Family):
         work = np.maximum(B, prefill_work if ctx.engine.scheduling == "static" else np.minimum(budget, B * C + B))
         return C + O, work
 
+    @staticmethod
+    def memory_batch(ctx: WaferContext, B):
+        """The sequences the memory is laid out for: ``B``, or at least the replica's slots (``layout_slots``: a
+        replica keeps its layer partition and groups when fewer requests are in flight, review29b #1)."""
+        return B if ctx.layout_slots is None else np.maximum(np.asarray(B, dtype=float), float(ctx.layout_slots))
+
     # -- layouts -------------------------------------------------------------------------------------------
     def candidates(self, ctx: WaferContext, cfg: dict):
         n = len(cfg["batch"])
         search = np.isnan(cfg["num_wafers"])
-        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
+        B, C, O = self.memory_batch(ctx, cfg["batch"]), cfg["context"], cfg["output_tokens"]
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         a = ctx.w.working_set_bytes_per_token * work
         kmin = fewest_stages(ctx, B, kv, a, search)  # the greedy packing's count (at least N where only that matters)
@@ -188,7 +203,7 @@ class WaferFamily(InferenceMixin, Family):
 
     # -- fit -------------------------------------------------------------------------------------------------
     def _stages(self, ctx: WaferContext, cfg: dict):
-        B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
+        B, C, O = self.memory_batch(ctx, cfg["batch"]), cfg["context"], cfg["output_tokens"]
         kv, work = self.kv_and_working_tokens(ctx, B, C, O)
         k = np.minimum(cfg["num_wafers"], ctx.n_items).astype(np.int64)
         a = ctx.w.working_set_bytes_per_token * np.asarray(work, dtype=float)
@@ -207,7 +222,7 @@ class WaferFamily(InferenceMixin, Family):
         return {k: v.copy() for k, v in hit.items()}
 
     def _fit(self, ctx: WaferContext, cfg: dict) -> dict:
-        B = cfg["batch"]
+        B = self.memory_batch(ctx, cfg["batch"])
         n = len(B)
         multi, kv_len, a, start, end, loads = self._stages(ctx, cfg)
         valid = start >= 0
