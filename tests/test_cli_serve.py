@@ -111,13 +111,18 @@ def test_without_concurrency_or_rate_the_highest_throughput_point_is_chosen(caps
     assert (rec["batch"], rec["num_devices"]) == (best["batch"], best["num_devices"])
     assert rec["min_tokens_per_s_per_user"] == floor
     assert len({p["batch"] for p in rec["points"]}) > 3  # every power of two that fits was tried
-    # a floor below every point: the highest throughput overall; a floor no point reaches: the same, said in a note
+    # a floor below every point: the highest throughput overall; a floor no point reaches: the fastest per user, said
+    # in a note, the point cost prices (audit30b H1: serve showed the highest-throughput point, 31x cheaper than cost)
     low = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--min-speed", "0.001")
     top = max(low["points"], key=lambda p: p["tokens_per_s"] / p["num_devices"])
     assert (low["batch"], low["num_devices"]) == (top["batch"], top["num_devices"])
     high = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--min-speed", "1e8")
-    assert (high["batch"], high["num_devices"]) == (top["batch"], top["num_devices"])
+    quick = max(high["points"], key=lambda p: p["tokens_per_s_per_user"])
+    assert (high["batch"], high["num_devices"]) == (quick["batch"], quick["num_devices"]) != (top["batch"], top["num_devices"])
     assert any("no point gives every user" in n for n in high["notes"])
+    assert main(["cost", "llama-3-8b", "--target", "h200x1", "--min-speed", "1e8", "--format", "json"]) == 0
+    priced = json.loads(capsys.readouterr().out)
+    assert priced["batch"] == high["batch"]
 
 
 def test_the_default_point_keeps_the_speed_cost_prices_at(capsys):
@@ -338,3 +343,16 @@ def test_a_point_below_its_slots_says_whether_its_running_batch_speculates(capsy
         assert not any(n.startswith("speculative decoding off" if on else "speculative decoding on") for n in p["notes"])
     else:
         pytest.fail("the chosen point should run below its slots")
+
+
+def test_a_load_given_with_a_concurrency_keeps_the_replica_of_that_concurrency(capsys):
+    """audit30b M1: `--concurrency 16` on 8 H200 ran the plan chain's layout (TP8, 74.6 tokens/s per user) but adding
+    `--utilization 0.9` searched replica sizes by throughput per device and showed TP2 x DP4 at 29 tokens/s per user
+    and a 10.8 s p95 TTFT. A load changes the load, not the layout: both run `time --phase serve --batch 16`'s."""
+    closed = run_json(capsys, "llama-3.1-70b", "--target", "h200x8", "--concurrency", "16")
+    loaded = run_json(capsys, "llama-3.1-70b", "--target", "h200x8", "--concurrency", "16", "--utilization", "0.9")
+    assert main(["time", "llama-3.1-70b", "--target", "h200x8", "--phase", "serve", "--batch", "16", "--format",
+                 "json"]) == 0
+    t = json.loads(capsys.readouterr().out)
+    assert closed["layout"] == loaded["layout"] == t["layout"]
+    assert loaded["utilization_frac"] < closed["utilization_frac"]

@@ -392,9 +392,10 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     # a concurrency no replica size holds: a second search runs the largest batch that fits and queues the rest
     for admit in ((False, True) if concurrency and concurrency > 1 else (False,)):
         kw["admit"] = admit
-        # N users in a closed loop on a target with a count: the plan chain's own layout for batch N (the point of
-        # `time --phase serve --batch N`, one implementation); else the replica search
-        for size in ([None] if layout or (closed_loop and t0.count is not None) else replica_sizes(s0)):
+        # N users (a closed loop, or N slots at a given load) on a target with a count: the plan chain's own layout
+        # for batch N (the point of `time --phase serve --batch N`, one implementation; a load changes the load, not
+        # the layout: audit30b M1); else the replica search
+        for size in ([None] if layout or (concurrency and rate is None and t0.count is not None) else replica_sizes(s0)):
             if size is None:
                 s, lay = s0, layout
             elif isinstance(size, tuple):  # a count split into equal data-parallel replicas
@@ -485,15 +486,18 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         floor = base.get("min_tokens_per_s_per_user")
         fast = [p for p in ok if floor is None or p.tokens_per_s_per_user >= floor]
         rank = lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s)  # noqa: E731
-        chosen, best = max(fast or ok, key=rank), max(ok, key=rank)
-        if floor is not None and chosen is not best:
+        # none that fast: the fastest per user, the point closest to the floor (as cost and compare fall back: audit30b
+        # H1, the highest-throughput point was shown at 3.3 tokens/s per user against a floor of 200)
+        chosen = max(fast, key=rank) if fast else max(ok, key=lambda p: (p.tokens_per_s_per_user, rank(p)))
+        best = max(ok, key=rank)
+        if floor is not None and fast and chosen is not best:
             notes.append(f"the highest-throughput point giving every user >= {floor:g} tokens/s (--min-speed; the "
                          f"floor cost and compare price at); batch {best.batch} on {best.num_devices} device(s) carries "
                          f"{best.tokens_per_s / best.num_devices:.4g} tokens/s per device at "
                          f"{best.tokens_per_s_per_user:.3g} tokens/s per user")
         elif floor is not None and not fast:
-            notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the highest-throughput point "
-                         "is shown")
+            notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the fastest per user is shown "
+                         "(the closest to the floor, the point cost and compare price)")
     if rate is None and occupancy(chosen) < 1.0:  # else users queue for the slots (closed loop, its note)
         occ = occupancy(chosen)
         at = (f"points at {utilization:.0%} of each replica's slots" if abs(occ - utilization) < 0.005 else
