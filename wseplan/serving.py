@@ -497,10 +497,11 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         chosen = max(fast, key=rank) if fast else max(ok, key=lambda p: (p.tokens_per_s_per_user, rank(p)))
         best = max(ok, key=rank)
         if floor is not None and fast and chosen is not best:
-            notes.append(f"the highest-throughput point giving every user >= {floor:g} tokens/s (--min-speed; the "
-                         f"floor cost and compare price at); batch {best.batch} on {best.num_devices} device(s) carries "
-                         f"{best.tokens_per_s / best.num_devices:.4g} tokens/s per device at "
-                         f"{best.tokens_per_s_per_user:.3g} tokens/s per user")
+            notes.append(f"chosen: the highest-throughput point giving every user >= {floor:g} tokens/s (--min-speed; "
+                         f"the floor cost and compare price at), {chosen.tokens_per_s / chosen.num_devices:.4g} tokens/s "
+                         f"per device; a slower point not chosen carries more: batch {best.batch} on {best.num_devices} "
+                         f"device(s), {best.tokens_per_s / best.num_devices:.4g} tokens/s per device at "
+                         f"{best.tokens_per_s_per_user:.3g} tokens/s per user (a lower --min-speed admits it)")
         elif floor is not None and not fast:
             notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the fastest per user is shown "
                          "(the closest to the floor, the point cost and compare price)")
