@@ -1034,7 +1034,9 @@ def test_bases_are_valid(capsys, dirs):
     study = _write(inputs / "valid-study.yaml", yaml.safe_dump(_study_base(), sort_keys=False))
     assert load_study(study)[0].name == "serve-llama3-70b"
     assert main(["fit", "llama-70b", "--target", "wse3", "--batch", "2", "--context", "4096", "--reserve", "0.1",
-                 "--zero", "3", "--memoryx", "12tb", "--phase", "train", "--precision", "fp16", "-f", "md"]) == 0
+                 "--memoryx", "12tb", "--phase", "train", "--precision", "fp16", "-f", "md"]) == 0
+    assert main(["fit", "llama-70b", "--target", "h100x64", "--batch", "64", "--context", "4096", "--zero", "3",
+                 "--recompute", "full", "--phase", "train", "-f", "md"]) == 0
     capsys.readouterr()
     assert os.listdir(work) == []
 

@@ -411,3 +411,74 @@ def test_cost_names_the_memoryx_shortfall(capsys, work):
     assert "MemoryX option 1.5tb" in err and "larger MemoryX option" in err and "0 B short" not in err
     short = int(err.split("(")[1].split(" B short")[0].replace(",", ""))
     assert 1.2e12 < short < 1.4e12  # 175e9 x 16 B = 2.8e12 B needed, 1.5e12 B held
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252"])
+def test_an_output_in_a_legacy_encoding_is_written_not_a_traceback(tmp_path, encoding):
+    """audit30a M1: with standard output in cp1252 (Windows, redirected) or ascii, a character it cannot show (the
+    box lines of a table, x, superscripts) raised UnicodeEncodeError with a 50-line traceback; it becomes '?'."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONIOENCODING=encoding)
+    got = subprocess.run([sys.executable, "-m", "wseplan.cli", "catalog", "show", "h100"], capture_output=True, env=env,
+                         cwd=tmp_path, timeout=60)
+    assert got.returncode == 0, got.stderr[-300:]
+    assert b"Traceback" not in got.stderr and b"H100" in got.stdout
+    got.stdout.decode(encoding)  # what was written is in the stream's encoding
+
+
+@pytest.mark.parametrize("argv", [["fleet", "{p}"], ["sweep", "{p}"], ["report", "{p}"]])
+def test_a_key_given_twice_is_refused_with_both_lines(capsys, work, tmp_path, argv):
+    """audit30a M3: PyYAML keeps the last of two equal keys silently: a fleet file with `batches` twice planned the
+    second and blamed the budget. Any YAML input now names the key and both lines (the bundled sources.yaml had a
+    source given twice)."""
+    p = write(tmp_path / "dup.yaml", "name: a\nphase: decode\nname: b\n")
+    err = one_line(capsys, [a.replace("{p}", str(p)) for a in argv], work)
+    assert "line 3" in err and "name: given twice (also line 1); keep one" in err
+
+
+def test_true_for_a_number_is_refused_in_every_input_schema():
+    """audit30a M4: `prompt_tokens: true` in a study became a 1-token prompt (pydantic reads true as 1). Study, sweep,
+    fleet and claims schemas refuse a boolean for a number, alone or in a list; a number written as text is read."""
+    from pydantic import ValidationError
+
+    from wseplan.claims.schema import Claim
+    from wseplan.optimize.fleet_schema import Sla
+    from wseplan.report.study_schema import ServingSpec
+    from wseplan.sweep.schema import Sweep
+
+    serving = dict(prompt_tokens=2048, output_tokens=256, demand_tokens_per_s=1e4, min_tokens_per_s_per_user=20.0,
+                   batches=[1, 8])
+    assert ServingSpec(**{**serving, "prompt_tokens": "2048"}).prompt_tokens == 2048
+    for bad in ({"prompt_tokens": True}, {"batches": [1, False]}):
+        with pytest.raises(ValidationError, match="expected a number|expected numbers"):
+            ServingSpec(**{**serving, **bad})
+    with pytest.raises(ValidationError, match="expected numbers"):
+        Sweep(name="s", phase="decode", models=["llama-3.1-8b"], targets=["h100x8"], batches=[True], contexts=[1024])
+    with pytest.raises(ValidationError, match="expected a number"):
+        Sla(ttft_s=True)
+    claim = {"id": "c", "text": "fast", "kind": "tokens_per_s", "value": 100.0, "model": "llama-3.1-8b",
+             "target": "h100x8"}
+    assert Claim.model_validate(claim).value == 100.0
+    with pytest.raises(ValidationError, match="expected a number"):
+        Claim.model_validate({**claim, "batch": True})
+    assert Claim.model_validate({**claim, "kind": "fits", "value": True}).value is True  # a yes/no claim keeps it
+
+
+@pytest.mark.parametrize("argv", [["fit", "llama-3-8b", "--target", "h100x8", "--zero", "2"],
+                                  ["fit", "llama-3-8b", "--target", "wse3", "--recompute", "full"],
+                                  ["fit", "llama-3-8b", "--target", "cs3x2", "--phase", "train", "--zero", "3"]])
+def test_fit_refuses_gpu_training_options_where_they_do_not_apply(capsys, work, argv):
+    """audit30a M5: fit printed the same bytes with and without --zero/--recompute on decode and on wafers, where
+    `time` refuses them; both refuse now, naming the flag."""
+    err = one_line(capsys, argv, work)
+    assert ("--zero" in err or "--recompute" in err) and "GPU training" in err
+
+
+def test_a_report_folder_whose_parent_is_missing_is_refused(capsys, work):
+    """audit30a M7: `report --out deep/missing/dir` made the whole tree (a typo in --out left stray folders)."""
+    study = default_catalog_dir().parent / "studies" / "claims-audit.yaml"
+    if not study.exists():
+        pytest.skip("studies/ ships with the source checkout")
+    err = one_line(capsys, ["report", str(study), "--out", "deep/missing/dir"], work)
+    assert "--out" in err and "deep/missing" in err

@@ -120,15 +120,17 @@ def test_no_interval_end_runs_the_model_above_the_compute_roof():
     hand = 3 * w.flop_per_token.sum() * 1536 * 2048 / (64 * cat.wafers["wse3"].peak_flop_per_s("bf16"))
     fl = r.details["floors"]
     assert fl["compute_s"] == pytest.approx(hand, rel=1e-9) and fl["stream_s"] > fl["compute_s"]
-    assert r.interval_low == pytest.approx(max(fl.values()), rel=1e-12)
+    assert r.interval_low >= max(fl.values()) * (1 - 1e-12)  # never faster than its floors (held there where the
+    # widened interval reaches beyond them: the Llama-3-8B case below)
     # Llama-3-8B at 131,072 tokens on one CS-3: MFU's unmasked attention would hold the fast end at 8.5 s; the FLOPs
     # executed take 5.0 s at the peak (review28 #3)
     long = plan("llama-3-8b", "cs3", phase="train", batch=4, context=131072)
-    assert long.interval_low == pytest.approx(long.details["floors"]["compute_s"], rel=1e-12)
-    assert long.interval_low < 0.7 * long.step_s * long.model_flop_utilization_frac
+    assert long.interval_low >= long.details["floors"]["compute_s"] * (1 - 1e-12)
+    assert long.interval_low < 0.7 * long.step_s * long.model_flop_utilization_frac  # not held at MFU's roof
     c = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
     f = next(p for p in c.params if p.name == "model_time_factor")
-    assert f.low == pytest.approx(r.interval_low / r.step_s, rel=1e-12)
+    # the cost samples the 5th-95th percentile band (wider than the record's 80% interval), held at the same floors
+    assert max(fl.values()) / r.step_s * (1 - 1e-12) <= f.low <= r.interval_low / r.step_s * (1 + 1e-12)
     # the rule by hand: the larger of the compute roof (MFU) and floor / time; neither without an MFU or a floor
     assert ME.roof_time_factor(0.5) == 0.5
     assert ME.roof_time_factor(0.5, floor_s=7.0, time_s=10.0) == pytest.approx(0.7)

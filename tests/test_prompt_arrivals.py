@@ -37,10 +37,12 @@ def test_mixture_by_hand():
 
 @pytest.mark.parametrize("model", ["deepseek-v3", "qwen3-235b-a22b", "gpt-oss-120b"])
 def test_moe_serving_carries_more_at_higher_concurrency(model):
-    """8,192-token prompts, 256-token answers on 8 x B200: requests/s rise with the concurrency (they fell from 1 to 2)."""
+    """8,192-token prompts, 256-token answers on 8 x B200: requests/s rise with the concurrency (they fell from 1 to 2).
+    (Between two concurrencies the layout may change: gpt-oss-120b at 2 requests per replica runs two TP4 replicas,
+    at 4 one TP8 replica, 0.1% below; the layout rule takes a request within 20% of the fastest, then throughput.)"""
     rates = [predict_time(model, "b200x8", phase="serve", batch=b, context=8192, output_tokens=256).requests_per_s
              for b in (1, 2, 4, 8)]
-    assert all(b > a for a, b in zip(rates, rates[1:])), rates
+    assert all(b > a * 0.99 for a, b in zip(rates, rates[1:])) and rates[-1] > 2 * rates[0], rates
 
 
 def test_slot_form_by_hand():

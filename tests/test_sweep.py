@@ -89,7 +89,7 @@ def test_training_sweep_names_the_knobs_it_holds(tmp_path, capsys):
                         ("layouts: {micro_batch: [1, 2], zero_stage: [1]}\n", "recompute selective and no")):
         f = tmp_path / "s.yaml"
         f.write_text(base + extra)
-        assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "-f", "json"]) == 0
+        assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "-f", "json", "--force"]) == 0
         err = capsys.readouterr().err
         assert "GPU training rows hold " + held in err, err
 
@@ -362,7 +362,7 @@ def test_failed_evaluation_leaves_existing_output_intact(tmp_path, capsys, monke
         raise S.InputError("boom: evaluation failed")
 
     monkeypatch.setattr(S.evaluate, "evaluate_task", boom)
-    assert main(["sweep", str(f), "--out", str(out)]) == 2
+    assert main(["sweep", str(f), "--out", str(out), "--force"]) == 2
     assert "boom" in capsys.readouterr().err and calls
     assert (out / "keep.csv").read_text() == "previous\n"
     monkeypatch.undo()
@@ -377,7 +377,7 @@ def test_failed_evaluation_leaves_existing_output_intact(tmp_path, capsys, monke
         S.write_output(pd.DataFrame({"a": [1.0]}), out, "keep.csv")
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert sorted(os.listdir(out)) == ["keep.csv"] and (out / "keep.csv").read_text() == "previous\n"
-    assert main(["sweep", str(f), "--out", str(out)]) == 0
+    assert main(["sweep", str(f), "--out", str(out), "--force"]) == 0
     assert (out / "keep.csv").read_text().startswith("model,target")
 
 
@@ -1049,7 +1049,8 @@ def test_a_real_scheduler_pair_then_losing_the_scheduler(scheduler_pair, tmp_pat
             c.register_plugin(plugin, name=_KillScheduler.name)
         else:
             c.register_worker_plugin(plugin, name=_KillScheduler.name)
-    rc = main(["sweep", str(f), "--out", str(tmp_path / "d"), "--chunk", "4", "--engine", "dask", "--scheduler", addr])
+    rc = main(["sweep", str(f), "--out", str(tmp_path / "d"), "--chunk", "4", "--engine", "dask", "--scheduler", addr,
+               "--force"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "lost the connection to the scheduler" in err, err
     assert sched.wait(timeout=30) is not None
@@ -1111,3 +1112,24 @@ def test_a_micro_batch_larger_than_a_replicas_share_is_not_timed_or_priced(catal
     with pytest.raises(InputError, match="micro_batch"):
         plan("llama-3.2-1b", "h100-sxmx8", phase="train", batch=8, context=1024, catalog=catalog,
              layout={"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4})
+
+
+def test_an_output_file_that_exists_is_refused_unless_forced(tmp_path, capsys):
+    """audit30a H1: `sweep` replaced an existing output file without being asked. It is refused (one line, exit 2,
+    the file untouched) and replaced with --force."""
+    import yaml
+
+    sw = _sweep(output="r.csv", batches=[1])
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(sw.model_dump(exclude_none=True, exclude_defaults=True) | {"output": "r.csv"}))
+    out = tmp_path / "o"
+    out.mkdir()
+    mine = out / "r.csv"
+    mine.write_text("my own data\n")
+    capsys.readouterr()
+    assert main(["sweep", str(f), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--force" in err and "r.csv" in err
+    assert mine.read_text() == "my own data\n" and os.listdir(out) == ["r.csv"]
+    assert main(["sweep", str(f), "--out", str(out), "--force"]) == 0
+    assert len(pd.read_csv(mine)) == S.plan_sweep(sw).size

@@ -87,8 +87,13 @@ def test_capex_flip_is_where_the_ranking_flips():
 
 
 def test_crossovers_match_a_brute_force_scan():
+    """At a fixed load (the points of the scan; without one a point may also be judged at a lower load that meets a
+    TPOT limit, which the scan below does not enumerate)."""
     st = _study([("h100x8", "bf16"), ("cs3", "bf16")])
-    curves = _curves(st)
+    sv = st.serving
+    curves = {t: serve("llama-3.1-8b", t, precision=st.precision_for(t), input_tokens=sv.prompt_tokens,
+                       output_tokens=sv.output_tokens, batches=sv.batches, catalog=CAT, prices=PRICES, utilization=0.9)
+              for t in st.target_names}
     cross = crossovers(curves, None)
 
     def brute(x):  # the cheapest point (TCO per hour / output tokens per hour) of any platform whose TPOT at the

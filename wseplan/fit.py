@@ -73,7 +73,10 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     if recompute is not None:
         lay["recompute"] = recompute
     opts, cols = _family_options(target, phase, opts, catalog)
-    lay = {k: v for k, v in lay.items() if k in cols or k not in ("zero_stage", "recompute")}
+    for k, flag in (("zero_stage", "--zero"), ("recompute", "--recompute")):  # not ignored where it does not apply
+        if k in lay and k not in cols:  # (audit30a M5: fit printed the same bytes with and without it; time refuses it)
+            raise InputError(f"{flag}: applies to GPU training (--phase train on a GPU target), not phase {phase} on "
+                             f"{target if isinstance(target, str) else target.key}; drop {flag}")
     return fit_view(plan(model, target, phase=phase, precision=precision, batch=batch, context=context,
                          output_tokens=output_tokens, layout=lay or None, software=software, options=opts,
                          catalog=catalog))

@@ -10,7 +10,7 @@ scalar path: an array of size one). The chain:
 3. **fit** every candidate; only candidates that fit go on;
 4. **choose** per configuration: without a device count the fewest devices that fit, then the phase objective
    (training and prefill: the shortest step; decode and serving: the shortest time per output token, and among
-   the layouts within ``defaults.layout_near_tie_frac`` (5%) of it the one giving the whole target the
+   the layouts within ``defaults.layout_near_tie_frac`` (20%) of it the one giving the whole target the
    most tokens/s, so that a target with a count serves with all its devices rather than leave them idle for a
    per-user speed a user cannot tell apart); with a count, the objective alone. Ties go to the first candidate
    (fewer devices, smaller TP/PP);

@@ -197,8 +197,11 @@ def _check_yaml_nodes(root, path: Path) -> None:
             for i, child in enumerate(node.value):
                 stack.append((child, [*where, i], depth + 1, False))
         elif isinstance(node, MappingNode):
+            seen: dict = {}  # a key given twice: PyYAML keeps the last silently (audit30a M3)
             for knode, vnode in node.value:
                 key = knode.value if isinstance(knode, ScalarNode) else "?"
+                if isinstance(knode, ScalarNode) and key != "<<" and seen.setdefault(key, knode) is not knode:
+                    fail(knode, [*where, key], f"given twice (also line {seen[key].start_mark.line + 1}); keep one")
                 if isinstance(key, str) and len(key) > 80:
                     key = key[:77] + "..."
                 stack.append((knode, [*where, key], depth + 1, False))

@@ -56,6 +56,10 @@ class Engine(Frozen):
     speculative: Speculative | None = None
     #: prompt tokens on the GEMM kernels always (research code) or on whichever kernel is cheaper per pass (auto)
     prefill_kernel: Literal["auto", "gemm"] = "auto"
+    #: wafers: a replica's layers in the fewest layer groups whose regions hold them (``fewest``: research code on one
+    #: core grid, the rest of the wafer idle) or in one group per region the wafer tiles into (``fill``: every PE
+    #: carries weights, so fewer weight bytes per PE where the weights need fewer regions, e.g. at 4 or 8 bits)
+    layer_groups: Literal["fewest", "fill"] = "fewest"
     #: the KV-cache memory rule (GPU inference); None: ``total`` with the catalog's ``gpu_hbm_reserve_frac``
     kv_memory: KvMemory | None = None
     #: the decode attention kernel: a KV head's query heads together on the tensor cores (``grouped``: TensorRT-LLM's

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..catalog.inputs import NoBoolNumbers
 from ..catalog.load import read_yaml
 from ..catalog.schema import check_name, check_text
 from ..errors import CatalogError, InputError
@@ -43,7 +44,7 @@ _WANT = {"memory_bytes": "bytes", "peak_flop_per_s": "flop/s", "bandwidth_bytes_
          **{k: "s" for k in TIME_KINDS}}
 
 
-class Claim(BaseModel):
+class Claim(NoBoolNumbers):
     """One claim. ``value`` is a number in ``unit`` (or SI when no unit), or true/false for ``fits``.
 
     ``software`` names a software profile (``catalogs/software/profiles.yaml``; the target family's default
@@ -97,7 +98,7 @@ class Claim(BaseModel):
                                   ("acceptance", self.acceptance)) if v is not None}
 
 
-class ClaimsFile(BaseModel):
+class ClaimsFile(NoBoolNumbers):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     claims: list[Claim] = Field(min_length=1)

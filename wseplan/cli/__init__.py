@@ -148,6 +148,13 @@ def _main(argv: list[str] | None) -> int:
     if sys.stdout is None:  # started with its standard output closed (`>&-`)
         sys.stderr.write("error: standard output is closed; redirect it to a file or a pipe\n")
         return 2
+    for stream in (sys.stdout, sys.stderr):  # a terminal or redirect in a legacy encoding (cp1252, ascii): a character
+        enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if stream is not None and not enc.startswith("utf") and hasattr(stream, "reconfigure"):
+            try:  # it cannot show (x, superscripts, box lines) becomes '?', not a traceback (audit30a M1)
+                stream.reconfigure(errors="replace")
+            except (ValueError, OSError):
+                pass
     try:
         rv = _app_for(args)(args=args, prog_name="wseplan", standalone_mode=False)
         sys.stdout.flush()  # a full disk or a closed pipe fails here, inside the error handling, not at exit

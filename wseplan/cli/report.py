@@ -1,9 +1,12 @@
 """`wseplan report STUDY.yaml`: a Markdown report with tables, CSVs and PNG plots, written atomically."""
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import typer
+
+from ..errors import InputError
 
 from . import options as O
 from .output import check_format, emit, json_out, table_out
@@ -11,7 +14,8 @@ from .output import check_format, emit, json_out, table_out
 
 def report_cmd(
     study: str = typer.Argument(..., help="A study YAML file (see studies/)."),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<study name>/)."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<study name>/; a "
+                                      "given folder's parent must exist)."),
     force: bool = typer.Option(False, "--force", help="Replace a folder wseplan did not write, and overwrite files in it "
                                                       "that the report also writes (other files are kept)."),
     fmt: str = O.format_opt(),
@@ -25,6 +29,10 @@ def report_cmd(
 
     check_format(fmt)
     O.check_out(out)
+    if out is not None:  # a typo in a given folder's parent is not a new tree (audit30a M7); the default makes reports/
+        parent = os.path.dirname(os.path.normpath(out)) or "."
+        if not os.path.isdir(parent):
+            raise InputError(f"--out: the folder {parent} does not exist; create it first or give another --out")
     cat = O.load_catalog(catalog)
     result = run_study(study, catalog=cat)
     path = write_report(result, out, force=force)

@@ -6,6 +6,7 @@ dask, for ``--engine dask``) load only inside the command.
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -33,6 +34,7 @@ def sweep_cmd(
     chunk: Optional[int] = typer.Option(None, "--chunk", help="Configurations per task, the unit of work and of "
                                         "output (a Parquet row group); default 131072 for GPU groups, 16384 for "
                                         "wafer groups."),
+    force: bool = typer.Option(False, "--force", help="Replace an output file that exists (refused otherwise)."),
     fmt: str = O.format_opt(FMT_HELP),
     catalog: Optional[list[str]] = O.catalog_opt(),
 ) -> None:
@@ -40,6 +42,7 @@ def sweep_cmd(
     memory and fit, step/TTFT/TPOT/tokens/s and bottleneck, $/hour, $/M tokens or $/run, J/token.
 
     Example: wseplan sweep studies/sweep-example.yaml ; wseplan sweep big.yaml --engine dask --scheduler tcp://10.0.0.5:8786
+    (an output file that exists is refused unless --force)
     """
     from .. import sweep as S
 
@@ -55,6 +58,9 @@ def sweep_cmd(
         raise InputError("--dashboard: applies to --engine dask without --scheduler (a local cluster) only")
     spec = S.load_sweep(sweep_file)
     name = spec.output_name()
+    target = os.path.join(out, name)
+    if not force and os.path.lexists(target):  # a file of the user's is never replaced unasked (audit30a H1)
+        raise InputError(f"output: {target} exists; give --force to replace it, or another --out or output name")
     cat = O.load_catalog(catalog)
     plan = S.plan_sweep(spec, cat)
     show = sys.stderr.isatty() and plan.size >= S.PROGRESS_MIN_CONFIGURATIONS

@@ -82,9 +82,8 @@ class WaferContext:
         if not self.transformer:
             self.w = build_workload(self.m, cat, precision=q.precision, phase="decode", batch=1, context=1)
         self.spec = speculation(q) if self.transformer else None
-        #: the request slots the replica is laid out for (option ``layout_slots``; a point's running batch below its
-        #: slots, :func:`wseplan.admission._on_regions`): its memory (layer partition, layer groups) is the slots', its
-        #: passes the batch's; None: the batch's own
+        #: the request slots the memory (layer partition, groups) is laid out for, the passes run the batch (option
+        #: ``layout_slots``: a running batch below its slots, :func:`wseplan.admission._on_regions`); None: the batch
         self.layout_slots = q.options.get("layout_slots")
         ls = self.layout_slots
         if ls is not None and (isinstance(ls, bool) or not isinstance(ls, (int, float)) or not 1 <= ls < math.inf):
@@ -456,6 +455,8 @@ class WaferFamily(InferenceMixin, Family):
         sel = slice(None) if idx is None else idx
         capr = np.asarray(rows_, dtype=float) * cols_ * ctx.sram_pe * (1.0 - ctx.reserve)
         g = np.maximum(1.0, np.ceil(cfg["_sb"][sel] / capr[:, None]))
+        if ctx.engine.layer_groups == "fill":  # every region the wafer tiles into carries a group: no PE left idle
+            g = np.maximum(g, (np.floor(ctx.R / np.asarray(rows_, dtype=float)) * np.floor(ctx.C / cols_))[:, None])
         g = np.minimum(g, np.maximum(cfg["_nl"][sel], 1.0))
         return np.where(cfg["_valid"][sel], g, 0.0)
 

@@ -240,8 +240,10 @@ def _decode_round_cycles(ctx, cfg, rounds, kv, shape, capr):
 def _round_cycles(ctx, cfg, rounds, kv, shape, capr):
     B = np.asarray(cfg["batch"], dtype=float)[:, None]
     valid, nl = cfg["_valid"][:, :, None], cfg["_nl"][:, :, None]
-    g = np.where(valid, np.minimum(np.maximum(1.0, np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :])),
-                                   np.maximum(nl, 1.0)), 0.0)
+    g = np.maximum(1.0, np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :]))
+    if ctx.engine.layer_groups == "fill":  # a group on every region the wafer tiles into (WaferFamily._groups)
+        g = np.maximum(g, (np.floor(ctx.R / np.asarray(shape[0], dtype=float)) * np.floor(ctx.C / np.asarray(shape[1], dtype=float)))[None, None, :])
+    g = np.where(valid, np.minimum(g, np.maximum(nl, 1.0)), 0.0)
     G = g.sum(axis=1)
     nw = cfg["_valid"].sum(axis=1)[:, None]
     L = cfg["_nl"].sum(axis=1)[:, None]

@@ -233,10 +233,12 @@ def pass_row(fam, ctx, cfg, i: int, *, decode_seqs, decode_kv, prefill_tokens, p
     nl, valid, sb = cfg["_nl"][i].tolist(), cfg["_valid"][i].tolist(), cfg["_sb"][i].tolist()
     nw = float(cfg["_nw"][i])
     capr = r_ * c_ * float(ctx.sram_pe) * (1.0 - float(ctx.reserve))
+    # (fill: a group on every region the wafer tiles into, as WaferFamily._groups)
+    tiles = float(math.floor(ctx.R / r_)) * float(math.floor(ctx.C / c_)) if ctx.engine.layer_groups == "fill" else 1.0
     mx = -math.inf
     sumG = L = 0.0
     for j, (nl_j, ok, sb_j) in enumerate(zip(nl, valid, sb)):
-        g = X.minimum(X.maximum(1.0, X.ceil(sb_j / capr)), X.maximum(nl_j, 1.0)) if ok else 0.0
+        g = X.minimum(X.maximum(X.maximum(1.0, X.ceil(sb_j / capr)), tiles), X.maximum(nl_j, 1.0)) if ok else 0.0
         sumG += g
         L += nl_j
         if not ok:

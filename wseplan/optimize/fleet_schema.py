@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from ..catalog.inputs import NoBoolNumbers
 from ..catalog.load import read_yaml
 from ..catalog.schema import PRECISIONS, Frozen, check_name, check_text
 from ..errors import InputError, validation_detail
@@ -38,7 +39,7 @@ def _num(v, field: str) -> float:
     return x
 
 
-class Sla(Frozen):
+class Sla(NoBoolNumbers, Frozen):
     """Serving limits: TTFT at ``percentile`` (queueing included) and TPOT (the running batch's per-token time)."""
 
     ttft_s: float | None = Field(default=None, gt=0)
@@ -53,7 +54,7 @@ class Sla(Frozen):
 SECONDS_PER_DAY = 86400.0
 
 
-class WorkloadSpec(Frozen):
+class WorkloadSpec(NoBoolNumbers, Frozen):
     """One workload of a demand file.
 
     Serving demand is given one of three ways, all peak rates the fleet must carry:
@@ -207,7 +208,7 @@ class WorkloadSpec(Frozen):
 MAX_OUTPUT_TOKENS_PER_S = 1e12
 
 
-class SystemSpec(Frozen):
+class SystemSpec(NoBoolNumbers, Frozen):
     hardware: str
     name: str | None = None
     max_systems: int | None = Field(default=None, ge=0)
@@ -218,13 +219,13 @@ class SystemSpec(Frozen):
         return v if v is None else check_name(v)
 
 
-class Caps(Frozen):
+class Caps(NoBoolNumbers, Frozen):
     power_cap_w: float | None = Field(default=None, gt=0)
     rack_units_cap: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
 
 
-class DemandSpec(Frozen):
+class DemandSpec(NoBoolNumbers, Frozen):
     """A demand file (``wseplan fleet DEMAND.yaml``); see studies/demand-example.yaml."""
 
     name: str = "demand"

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from ..catalog.inputs import NoBoolNumbers
 from .atomic import safe_filename
 
 
-class _Frozen(BaseModel):
+class _Frozen(NoBoolNumbers):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..catalog.inputs import NoBoolNumbers
 from ..catalog.load import read_yaml
 from ..devices.base import BOTTLENECKS  # noqa: F401  (every bottleneck name a row can carry: a fixed list keeps frames identical)
 from ..errors import CatalogError, InputError, validation_detail
@@ -49,7 +50,7 @@ def _positive_unique(v: list[int], what: str) -> list[int]:
     return list(dict.fromkeys(v))
 
 
-class Layouts(BaseModel):
+class Layouts(NoBoolNumbers):
     """GPU parallel layouts to sweep; an omitted axis takes every sensible value for the target's count."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,7 +79,7 @@ _OTHER_FORMATS = frozenset({".xlsx", ".xls", ".ods", ".json", ".jsonl", ".tsv", 
                             ".pq", ".parq", ".gz", ".zip", ".h5", ".hdf5", ".pkl", ".pickle"})
 
 
-class Sweep(BaseModel):
+class Sweep(NoBoolNumbers):
     """A sweep file (frozen, ``extra="forbid"``: a misspelt key fails loudly)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -1,0 +1,46 @@
+"""A mixin for the schemas of a user's input files (studies, sweeps, fleet demands, claims).
+
+pydantic's lax mode reads a YAML ``true``/``false`` given for a number as 1/0, so ``prompt_tokens: true`` became a
+one-token prompt without a word (audit30a M4). :class:`NoBoolNumbers` refuses a boolean where a field (or the items of
+a list field) is a number, naming the field; numbers written as strings (``"2048"``) are still read.
+"""
+from __future__ import annotations
+
+import types
+import typing
+
+from pydantic import BaseModel, ValidationInfo, field_validator
+
+_NUMBERS = (int, float)
+
+
+def _parts(ann) -> tuple:
+    """The alternatives of a union annotation (``int | None``: int, None), else the annotation alone."""
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        return typing.get_args(ann)
+    return (ann,)
+
+
+def _is_number(ann) -> bool:
+    return any(a in _NUMBERS for a in _parts(ann))
+
+
+def _is_number_list(ann) -> bool:
+    return any(typing.get_origin(a) in (list, tuple) and any(_is_number(x) for x in typing.get_args(a))
+               for a in _parts(ann))
+
+
+class NoBoolNumbers(BaseModel):
+    """Refuses ``true``/``false`` for a number field or in a list of numbers (one-line error naming the field)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, v, info: ValidationInfo):
+        f = cls.model_fields.get(info.field_name or "")
+        if f is None:
+            return v
+        if isinstance(v, bool) and _is_number(f.annotation) and bool not in _parts(f.annotation):
+            raise ValueError(f"expected a number, got {str(v).lower()}; give the number")
+        if isinstance(v, (list, tuple)) and any(isinstance(x, bool) for x in v) and _is_number_list(f.annotation):
+            raise ValueError("expected numbers, got true or false in the list; give the numbers")
+        return v
