@@ -150,9 +150,12 @@ def _one_row_sweep(q, rec):
 def _sweep_comparable(q, rec) -> bool:
     """A sweep file has no virtual-pipeline or context-parallel axis (its GPU training rows run one stage per device
     and whole sequences per rank) and no partial recomputation (its recompute axis is none, selective or full); a plan
-    that interleaves, splits sequences or recomputes some of its layers is a question the sweep cannot pose."""
-    return (rec.layout.get("virtual_pipeline", 1) == 1 and rec.layout.get("context_parallel", 1) == 1
-            and rec.layout.get("recompute") != "partial")
+    that interleaves, splits sequences or recomputes some of its layers is a question the sweep cannot pose, as is a
+    GPU layout that leaves some of a counted target's GPUs idle (a sweep's layouts use exactly the target's GPUs)."""
+    lay = rec.layout
+    used = lay.get("tensor_parallel", 1) * lay.get("pipeline_parallel", 1) * lay.get("data_parallel", 1)
+    return (lay.get("virtual_pipeline", 1) == 1 and lay.get("context_parallel", 1) == 1
+            and lay.get("recompute") != "partial" and ("tensor_parallel" not in lay or used == rec.num_devices))
 
 
 # =============================================================================================
@@ -170,10 +173,12 @@ def test_every_path_gives_the_plan_number(q):
     assert tr.fits == rec.fits and tr.num_devices == rec.num_devices and tr.bottleneck == rec.bottleneck
     for k in TIME_FIELDS:
         same(getattr(rec, k), getattr(tr, k), f"time.{k}")
-    cli = _cli("time", q)
-    assert cli["fits"] == rec.fits and cli["num_devices"] == rec.num_devices and cli["bottleneck"] == rec.bottleneck
-    for k in TIME_FIELDS:
-        same(getattr(rec, k), cli[k], f"cli time.{k}")
+    cli = _cli("time", q)  # a configuration that does not fit is refused (exit 2), as cost refuses it
+    assert (cli is None) == (not rec.fits)
+    if cli is not None:
+        assert cli["fits"] and cli["num_devices"] == rec.num_devices and cli["bottleneck"] == rec.bottleneck
+        for k in TIME_FIELDS:
+            same(getattr(rec, k), cli[k], f"cli time.{k}")
     fr = fit(model, target, **kw)
     assert fr.fits == rec.fits and fr.num_devices == rec.num_devices and fr.binding == rec.binding
     same(fr.capacity_bytes - fr.headroom_bytes, rec.per_device_bytes, "fit.per_device_bytes")

@@ -36,7 +36,7 @@ def test_contradictions_are_one_line_errors(capsys, tmp_path, monkeypatch, argv,
 def test_agreeing_inputs_still_run(capsys):
     assert main(["stream", "gpt-3-175b", "--target", "cs3x4", "--systems", "4", "--batch", "64", "--context", "2048",
                  "-f", "json"]) == 0
-    assert main(["time", "llama-3-70b", "--target", "h100x8", "--phase", "train", "--batch", "8", "--context", "8192",
+    assert main(["time", "llama-3-8b", "--target", "h100x8", "--phase", "train", "--batch", "8", "--context", "8192",
                  "--tp", "8", "--micro-batch", "8", "-f", "json"]) == 0
 
 

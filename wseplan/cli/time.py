@@ -1,8 +1,9 @@
 """`wseplan time MODEL --target T --phase train|prefill|decode` — step, prefill and decode time on any target.
 
 Calls :func:`wseplan.timing.predict_time`, a view of the planning chain (:func:`wseplan.plan.plan`). Without a
-layout option the layout is searched (the fastest that fits); a given layout that does not fit is reported
-with ``fits: false`` and no time.
+layout option the layout is searched (the fastest that fits); a configuration that does not fit (no layout, or the
+given one) is refused in one line naming what binds and the fix (exit 2), as ``cost`` refuses it; ``fit`` shows its
+memory.
 """
 from __future__ import annotations
 
@@ -76,6 +77,10 @@ def time_cmd(
     with O.spec_flag_errors():
         res = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
                            output_tokens=output_tokens, catalog=cat, software=software, **lay, **opts)
+    if not res.fits:  # an infeasible plan is an error, as cost's (audit30a M2): one line, exit 2, no record
+        why = next((n for n in res.notes if n.startswith("does not fit")), "does not fit")
+        raise InputError(f"{res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}) {why}; "
+                         "`wseplan fit` shows its memory")
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         from ..analytic.cost import time_to_train
