@@ -44,8 +44,11 @@ def test_every_command_takes_one_default_serving_request():
     assert s.chosen.tokens_per_s == pytest.approx(t.tokens_per_s, rel=1e-9)
     assert s.chosen.tpot_s == pytest.approx(t.tpot_s, rel=1e-9)
     c = cost("llama-70b", "h200x8", phase="serve", catalog=cat)
-    (row,) = compare("llama-70b", ["h200x8"], phase="decode", catalog=cat).rows
+    (row,) = compare("llama-70b", ["h200x8"], phase="serve", catalog=cat).rows
     assert row.usd_per_mtok == pytest.approx(c.metric("all_in_usd_per_mtok"), rel=1e-9)
+    d = cost("llama-70b", "h200x8", phase="decode", catalog=cat)  # the same point's decode steps alone (audit30b M4)
+    (row,) = compare("llama-70b", ["h200x8"], phase="decode", catalog=cat).rows
+    assert row.usd_per_mtok == pytest.approx(d.headline_value, rel=1e-9) and row.batch == d.batch == c.batch
 
 
 def test_closed_loop_on_a_count_takes_times_layout():

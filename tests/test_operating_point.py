@@ -132,17 +132,24 @@ def test_cli_cost_and_compare_label_the_operating_point():
 
 
 def test_compare_decode_default_shows_the_operating_points_numbers():
-    """`compare` in phase decode without a batch picks each target's serving operating point: its rows are that
-    point's numbers (per-user speed, throughput, $/M) as `cost` and `serve` give them, not the decode step alone at the
-    chosen batch (which showed 2.7x the per-user speed of the point it said it chose: audit finding F3). Its default
-    phase is serve, as cost's (audit28b M5): the same rows without the decode note."""
+    """`compare` without a batch picks each target's serving operating point: its default phase serve (as cost's,
+    audit28b M5) gives that point's numbers (per-user speed, throughput, $/M) as `cost` and `serve` give them; phase
+    decode gives the same point's decode steps alone (batch, layout, the serving prompt as context), as `cost --phase
+    decode` prices them, and says so (audit30b M4: compare priced whole requests at $2.99/M where cost priced the
+    decode side at $1.13/M)."""
     res = compare("llama-3-70b", ["h200x8", "cs3x4"], phase="decode", precision="bf16", context=2048, catalog=CAT,
                   prices=PRICES)
-    assert res.phase == "serve" and any("decode without a batch" in n for n in res.notes)
+    assert res.phase == "decode" and any("decode without a batch" in n for n in res.notes)
     default = compare("llama-3-70b", ["h200x8", "cs3x4"], precision="bf16", context=2048, catalog=CAT, prices=PRICES)
     assert default.phase == "serve" and not any("decode without a batch" in n for n in default.notes)
-    assert [r.usd_per_mtok for r in default.rows] == [r.usd_per_mtok for r in res.rows]
-    for row, t in zip(res.rows, ["h200x8", "cs3x4"]):
+    for row, srow, t in zip(res.rows, default.rows, ["h200x8", "cs3x4"]):
+        c = cost("llama-3-70b", t, phase="decode", precision="bf16", context=2048, catalog=CAT, prices=PRICES)
+        # the point's batch and replica size (a decode step's own layout: wafer regions and micro-batches are chosen
+        # for the decode step, as `cost --phase decode --batch N` chooses them, so a given batch gives the same number)
+        assert row.batch == c.batch == srow.batch and row.num_devices == srow.num_devices
+        assert row.usd_per_mtok == pytest.approx(c.headline_value, rel=1e-12)
+        assert row.tokens_per_s == pytest.approx(c.plan["tokens_per_s"], rel=1e-12)
+    for row, t in zip(default.rows, ["h200x8", "cs3x4"]):
         c = cost("llama-3-70b", t, precision="bf16", context=2048, catalog=CAT, prices=PRICES)
         assert row.batch == c.batch
         assert row.tokens_per_s_per_user == pytest.approx(c.plan["tokens_per_s_per_user"], rel=1e-12)

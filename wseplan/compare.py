@@ -324,12 +324,13 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
     if search:
         speed = min_tokens_per_s_per_user or default_min_tokens_per_s_per_user(cat)
         _, c_search, o_search, _ = default_sizes(cat, "serve", None, given_context, output_tokens or None, model=m)
-        if phase == "decode":  # the operating point is a serving point: its rows are its requests' numbers
-            phase, output_tokens, context = "serve", o_search, c_search
-            kw.update(phase=phase, output_tokens=output_tokens, context=context)
-            notes.append("decode without a batch: each row is its target's serving operating point, with the "
-                         "numbers `wseplan cost` and `wseplan serve` give it (prompt chunks ride on the decode steps); "
-                         "give --batch for the decode step alone")
+        if phase == "decode":  # the operating point's decode steps, as `cost --phase decode` prices them (audit30b
+            # M4: compare priced whole requests, $2.99/M, where cost priced the decode side, $1.13/M)
+            context = c_search
+            kw.update(context=context)
+            notes.append("decode without a batch: each row is the decode step alone at its target's serving operating "
+                         "point (its batch and replica size, the serving request's prompt as the context), as `wseplan "
+                         "cost --phase decode` gives it; --phase serve prices whole requests")
         for t in targets:
             op = operating_point(m, t, precision=precision, software=sw_for(t), input_tokens=context,
                                  output_tokens=o_search, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
