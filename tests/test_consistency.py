@@ -43,7 +43,7 @@ from wseplan.fit import fit
 from wseplan.plan import default_sizes, evaluate, normalise_phase, plan, setup
 from wseplan.report.study import CostSpec, ServingSpec, Study, run_study
 from wseplan.scale import scaling_rows
-from wseplan.operating import layout_columns
+from wseplan.plan import layout_columns
 from wseplan.operating import replica_options
 from wseplan.serving import DEFAULT_UTILIZATION
 from wseplan.targets import parse_target

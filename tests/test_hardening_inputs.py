@@ -457,6 +457,13 @@ def test_true_for_a_number_is_refused_in_every_input_schema():
         Sweep(name="s", phase="decode", models=["llama-3.1-8b"], targets=["h100x8"], batches=[True], contexts=[1024])
     with pytest.raises(ValidationError, match="expected a number"):
         Sla(ttft_s=True)
+    # in a mapping of names to numbers (review30 #3: `set: {pue: true}` read as 1)
+    with pytest.raises(ValidationError, match="expected numbers|expected a number"):
+        Sweep(name="s", phase="decode", models=["llama-3.1-8b"], targets=["h100x8"], batches=[1], contexts=[1024],
+              set={"pue": True})
+    from wseplan.optimize.fleet_schema import WorkloadSpec
+    with pytest.raises(ValidationError, match="expected"):
+        WorkloadSpec.model_validate({"name": "w", "model": "llama-3.1-8b", "phase": "serve", "device_counts": {"cs3": [True, 8]}})
     claim = {"id": "c", "text": "fast", "kind": "tokens_per_s", "value": 100.0, "model": "llama-3.1-8b",
              "target": "h100x8"}
     assert Claim.model_validate(claim).value == 100.0

@@ -82,7 +82,7 @@ def test_one_vocabulary_size_is_not_one_tokenizer(cat):
 
 def test_without_a_stated_tokenizer_the_vocabulary_decides(cat):
     """A model from a config.json states no tokenizer: the vocabulary size is the test (same size: allowed)."""
-    from wseplan.devices.inference import draft_mismatch
+    from wseplan.devices.speculation import draft_mismatch
 
     l31, l32 = resolve_model("llama-3.1-70b", cat), resolve_model("llama-3.2-1b", cat)
     bare = l32.model_copy(update={"tokenizer": None})

@@ -182,9 +182,10 @@ def _on_regions(s, sub: dict, regions, slots) -> tuple[dict, list]:
     a layout searched again for them. Returns the columns of :data:`_RUN_COLUMNS` and, per row, ``(setup, evaluation,
     row)`` for its record."""
     q = s.query
-    if regions is None or q.options.get("core_grid") is not None or q.options.get("core_grid_decode") is not None:
+    if regions is None:
         got = evaluate(s, sub)
         return got, [(s, got, j) for j in range(len(sub["batch"]))]
+    given = q.options.get("core_grid") is not None or q.options.get("core_grid_decode") is not None
     n = len(sub["batch"])
     out = {k: np.full(n, np.nan) for k in _RUN_COLUMNS}
     where: list = [None] * n
@@ -193,9 +194,10 @@ def _on_regions(s, sub: dict, regions, slots) -> tuple[dict, list]:
     for key in dict.fromkeys(keys):
         rows = np.array([i for i, k in enumerate(keys) if k == key])
         if all(math.isfinite(v) for v in key):
-            if key not in memo:  # the question with its layout given (its software profile as given, not by name)
-                qg = replace(q, options={**q.options, "core_grid_decode": f"{int(key[0])}x{int(key[1])}",
-                                         "layout_slots": key[2]})
+            if key not in memo:  # the question with its layout given (its software profile as given, not by name; a
+                # region given by the question stays as given, review30 #2)
+                grid = {} if given else {"core_grid_decode": f"{int(key[0])}x{int(key[1])}"}
+                qg = replace(q, options={**q.options, **grid, "layout_slots": key[2]})
                 memo[key] = Setup(qg, s.family, s.family.prepare(qg))
             sg = memo[key]
         else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .analytic.memory import RECOMPUTE
 from .catalog.load import load_catalog
 from .devices import family_for
-from .devices.inference import SPEC_OPTIONS
+from .devices.speculation import SPEC_OPTIONS
 from .errors import InputError
 from .plan import normalise_phase, plan
 from .records import FitResult, PlanRecord, view

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from .catalog.load import load_catalog
 from .errors import InputError
-from .plan import setup
+from .plan import layout_columns, setup
 from .serving import DEFAULT_UTILIZATION, ServePoint, ServeResult, _Frozen, occupancy, serve, tpot_for_limit, with_limits
-
-#: where the operating point's layout goes in the chain's configuration columns (record name -> column)
-_LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers"}
-
 
 class OperatingPoint(_Frozen):
     """The serving point ``cost`` and ``compare`` price when no batch is given (see :func:`operating_point`).
@@ -45,13 +41,6 @@ class OperatingPoint(_Frozen):
                 "min_tokens_per_s_per_user": self.min_tokens_per_s_per_user, "min_source": self.min_source,
                 "meets": self.meets, "tokens_per_s_per_user": self.point.tokens_per_s_per_user,
                 "devices_per_replica": self.point.devices_per_replica, "num_devices": self.point.num_devices}
-
-
-def layout_columns(s, layout: dict) -> dict[str, int]:
-    """A point's record layout (``tensor_parallel``, ``num_wafers``, ...) as the chain's layout columns of setup
-    ``s`` (``tp``, ``num_wafers``, ...), to evaluate exactly that point again (``cost(..., layout=...)``)."""
-    cols = set(s.layout_columns)
-    return {_LAYOUT_COLUMNS[k]: int(v) for k, v in layout.items() if _LAYOUT_COLUMNS.get(k) in cols}
 
 
 def default_min_tokens_per_s_per_user(catalog) -> float:

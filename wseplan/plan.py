@@ -36,7 +36,7 @@ from .catalog.schema import Model
 from .catalog.software import calibrated_name, resolve_software
 from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
-from .devices.inference import SPEC_OPTIONS
+from .devices.speculation import SPEC_OPTIONS
 from .errors import InputError
 from .model_error import plan_interval
 from .plan_notes import (STREAM_UNIT_HINT, FLOOR_TEXT, _datapath_note, _speculation_note, fit_fix,  # noqa: F401
@@ -402,6 +402,17 @@ def target_with_count(t: Target, count: int) -> Target:
 # =============================================================================================
 # The scalar chain: one configuration, one record
 # =============================================================================================
+#: where the operating point's layout goes in the chain's configuration columns (record name -> column)
+_LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers"}
+
+
+def layout_columns(s, layout: dict) -> dict[str, int]:
+    """A point's record layout (``tensor_parallel``, ``num_wafers``, ...) as the chain's layout columns of setup
+    ``s`` (``tp``, ``num_wafers``, ...), to evaluate exactly that point again (``cost(..., layout=...)``)."""
+    cols = set(s.layout_columns)
+    return {_LAYOUT_COLUMNS[k]: int(v) for k, v in layout.items() if _LAYOUT_COLUMNS.get(k) in cols}
+
+
 def check_given_layout(s: Setup, layout: dict | None) -> dict:
     """The layout a user gives, checked against the family of setup ``s`` (one-line :class:`InputError` naming the
     field): known columns only, positive integers (``recompute`` by name too, returned as its index), every column

@@ -36,7 +36,7 @@ from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for
 from .errors import InputError
-from .plan import bottleneck_name, check_given_layout, evaluate, positions_note, record, setup, target_with_count
+from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
 from .workload import check_positive_int
 
 #: the load at which a point is reported when no rate is given (share of the replica's capacity)
@@ -314,8 +314,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     open-loop point is reported at ``utilization`` of its capacity (default :data:`DEFAULT_UTILIZATION`). The chosen point: with a rate or limits, the cheapest (or,
     without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
     point that gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's
-    ``defaults.default_min_tokens_per_s_per_user``, the floor of ``cost`` and ``compare``; the highest-throughput point
-    where none does). A target without a count sizes the replica itself (replica search, see the module docstring); a
+    ``defaults.default_min_tokens_per_s_per_user``, the floor of ``cost`` and ``compare``; where none does, the fastest per
+    user, the point ``cost`` prices). A target without a count sizes the replica itself (replica search, see the module docstring); a
     ``layout`` (e.g. ``{"tp": 2, "pp": 1, "dp": 4}`` on ``h100x8``) fixes it instead. ``prices=False`` skips
     pricing (points without $ fields). ``input_tokens``/``output_tokens`` default to the catalog's serving request
     (``defaults.default_prompt_tokens``, ``default_output_tokens``: 2,048 and 256). ``full_slots`` reports every
@@ -422,8 +422,10 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             points[0].batch == concurrency:
         # N users whose layout holds all N: a layout that holds fewer and queues the rest may carry more (audit30b M3:
         # 630 users on 8 H100 ran TP8 at 2,430 tokens/s, 631 ran 618 on TP2 x PP4 at 3,178 and queued 13)
-        fewer = _points(s0, layout=None, **dict(kw, admit="fewer"))
-        points += [p for p in fewer if p.tokens_per_s > points[0].tokens_per_s]
+        fewer = [p for p in _points(s0, layout=None, **dict(kw, admit="fewer")) if p.tokens_per_s > points[0].tokens_per_s]
+        # only where N does not fit that layout (review30 #1: 12 users on 4 CS-3 queued one that its layout holds)
+        if fewer and not _points(s0, layout=layout_columns(s0, fewer[0].layout), **kw):
+            points += fewer
     q = s0.query
     spec = None
     if getattr(s0.ctx, "spec", None):
@@ -494,7 +496,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         rank = lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s)  # noqa: E731
         # none that fast: the fastest per user, the point closest to the floor (as cost and compare fall back: audit30b
         # H1, the highest-throughput point was shown at 3.3 tokens/s per user against a floor of 200)
-        chosen = max(fast, key=rank) if fast else max(ok, key=lambda p: (p.tokens_per_s_per_user, rank(p)))
+        chosen = max(fast, key=rank) if fast else min(ok, key=lambda p: (tpot_for_limit(p), p.tpot_s))  # (cost's key)
         best = max(ok, key=rank)
         if floor is not None and fast and chosen is not best:
             notes.append(f"chosen: the highest-throughput point giving every user >= {floor:g} tokens/s (--min-speed; "

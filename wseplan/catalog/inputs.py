@@ -30,8 +30,25 @@ def _is_number_list(ann) -> bool:
                for a in _parts(ann))
 
 
+def _number_dict_values(ann) -> list:
+    """The value annotations of the ``dict[..., V]`` alternatives of ``ann`` (a mapping of names to numbers)."""
+    return [typing.get_args(a)[1] for a in _parts(ann) if typing.get_origin(a) is dict and len(typing.get_args(a)) == 2]
+
+
+def _has_bool(v, ann) -> bool:
+    """Whether ``v`` (a field's value) holds true/false where ``ann`` wants a number or a list of numbers."""
+    if isinstance(v, bool):
+        return _is_number(ann) and bool not in _parts(ann)
+    if isinstance(v, (list, tuple)):
+        return any(isinstance(x, bool) for x in v) and _is_number_list(ann)
+    if isinstance(v, dict):
+        return any(_has_bool(x, va) for va in _number_dict_values(ann) for x in v.values())
+    return False
+
+
 class NoBoolNumbers(BaseModel):
-    """Refuses ``true``/``false`` for a number field or in a list of numbers (one-line error naming the field)."""
+    """Refuses ``true``/``false`` for a number field, in a list of numbers or as a value of a mapping of names to numbers
+    (one-line error naming the field)."""
 
     @field_validator("*", mode="before")
     @classmethod
@@ -39,8 +56,7 @@ class NoBoolNumbers(BaseModel):
         f = cls.model_fields.get(info.field_name or "")
         if f is None:
             return v
-        if isinstance(v, bool) and _is_number(f.annotation) and bool not in _parts(f.annotation):
-            raise ValueError(f"expected a number, got {str(v).lower()}; give the number")
-        if isinstance(v, (list, tuple)) and any(isinstance(x, bool) for x in v) and _is_number_list(f.annotation):
-            raise ValueError("expected numbers, got true or false in the list; give the numbers")
+        if _has_bool(v, f.annotation):
+            raise ValueError(f"expected {'a number' if isinstance(v, bool) else 'numbers'}, got true or false; give "
+                             "the number")
         return v

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ..errors import CatalogError, InputError, suggest, validation_detail
 from ..plugins import load_plugins
 from .parse_cache import ParseCache, cache_dir, parser_id
+from .yaml_nodes import MAX_EXPANDED_VALUES, MAX_INT_DIGITS, MAX_NESTING, check_yaml_nodes, label  # noqa: F401
 from .schema import (DEVICE_ENTRY_SCHEMAS, Defaults, DeviceEntry, GenericModel, Gpu, MemoryX, Model, Quantity, Source,
                      SwarmX, System, USER_BASES, Wafer, check_hardware_key, check_key)
 
@@ -77,12 +78,6 @@ def _fmt_validation(path: Path, where: str, exc: ValidationError) -> str:
 # ---------------------------------------------------------------------------------------------
 MAX_INPUT_BYTES = 64 * 2**20
 """Largest YAML or JSON input file [bytes] (the bundled catalog files are below 40 kB)."""
-MAX_NESTING = 64
-"""Deepest nesting of mappings and lists in a YAML or JSON input (the catalogs nest 5 deep)."""
-MAX_INT_DIGITS = 4300
-"""Longest integer literal [digits]: Python's own limit for converting text to int."""
-MAX_EXPANDED_VALUES = 1_000_000
-"""Most values a YAML document may expand to through aliases (anchors reused over and over)."""
 MAX_CATALOG_FILES = 10_000
 """Most entries scanned in a ``--catalog`` folder (a folder of catalog YAML files holds a handful)."""
 
@@ -141,73 +136,6 @@ def read_regular_text(path: str | Path, *, what: str = "input", max_bytes: int =
         raise InputError(f"{what} {path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
 
 
-def _label(path: list) -> str:
-    out = ""
-    for k in path:
-        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
-    if len(out) > 120:
-        out = out[:40] + "..." + out[-60:]
-    return out or "(top level)"
-
-
-def _check_yaml_nodes(root, path: Path) -> None:
-    """Refuse, naming the field and line: nesting deeper than MAX_NESTING, integers longer than MAX_INT_DIGITS,
-    non-finite floats (.inf, .nan, 1.0e+999) and alias expansion beyond MAX_EXPANDED_VALUES."""
-    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
-
-    def fail(node, where: list, msg: str):
-        line = node.start_mark.line + 1 if getattr(node, "start_mark", None) is not None else 0
-        raise CatalogError(f"{path}: line {line}: {_label(where)}: {msg}")
-
-    size: dict[int, int] = {}  # node id -> values it expands to (aliases share nodes)
-    stack = [(root, [], 0, False)]
-    while stack:
-        node, where, depth, done = stack.pop()
-        nid = id(node)
-        if done:
-            kids = node.value if isinstance(node, SequenceNode) else [v for kv in node.value for v in kv]
-            size[nid] = 1 + sum(size.get(id(k), 1) for k in kids)
-            if size[nid] > MAX_EXPANDED_VALUES:
-                fail(node, where, f"expands to more than {MAX_EXPANDED_VALUES:,} values through aliases; "
-                                  "write the values out")
-            continue
-        if nid in size:
-            continue
-        if depth > MAX_NESTING:
-            fail(node, where, f"nested deeper than {MAX_NESTING} levels; flatten the file")
-        if isinstance(node, ScalarNode):
-            size[nid] = 1
-            if node.tag == "tag:yaml.org,2002:int":
-                digits = sum(c.isalnum() for c in node.value)
-                if digits > MAX_INT_DIGITS:
-                    fail(node, where, f"an integer of {digits:,} digits; numbers have at most {MAX_INT_DIGITS:,}")
-            elif node.tag == "tag:yaml.org,2002:float":
-                text = node.value.replace("_", "").lower()
-                if "inf" in text or "nan" in text:
-                    fail(node, where, f"{node.value!r} is not a finite number; give a finite value")
-                try:
-                    finite = math.isfinite(float(text)) if ":" not in text else True
-                except ValueError:
-                    finite = True
-                if not finite:
-                    fail(node, where, f"{node.value!r} overflows a float (above 1.8e308); give a smaller value")
-            continue
-        stack.append((node, where, depth, True))
-        if isinstance(node, SequenceNode):
-            for i, child in enumerate(node.value):
-                stack.append((child, [*where, i], depth + 1, False))
-        elif isinstance(node, MappingNode):
-            seen: dict = {}  # a key given twice: PyYAML keeps the last silently (audit30a M3)
-            for knode, vnode in node.value:
-                key = knode.value if isinstance(knode, ScalarNode) else "?"
-                if isinstance(knode, ScalarNode) and key != "<<" and seen.setdefault(key, knode) is not knode:
-                    fail(knode, [*where, key], f"given twice (also line {seen[key].start_mark.line + 1}); keep one")
-                if isinstance(key, str) and len(key) > 80:
-                    key = key[:77] + "..."
-                stack.append((knode, [*where, key], depth + 1, False))
-                stack.append((vnode, [*where, key], depth + 1, False))
-
-
 def read_yaml(path: Path) -> object:
     """Parse one YAML file safely; every problem becomes a one-line :class:`CatalogError`.
 
@@ -240,7 +168,7 @@ def _parse_yaml(text: str, path: Path) -> object:
             node = loader.get_single_node()
             if node is None:
                 return None
-            _check_yaml_nodes(node, Path(path))
+            check_yaml_nodes(node, Path(path))
             return loader.construct_document(node)
         finally:
             loader.dispose()
@@ -328,7 +256,7 @@ def read_json(path: str | Path, *, what: str = "input", max_bytes: int = MAX_INP
     while stack:
         obj, where = stack.pop()
         if isinstance(obj, _Bad):
-            raise InputError(f"{what} {path}: {_label(where)}: {obj.msg}")
+            raise InputError(f"{what} {path}: {label(where)}: {obj.msg}")
         if isinstance(obj, dict):
             stack.extend((v, [*where, k[:80]]) for k, v in obj.items())
         elif isinstance(obj, list):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..devices.inference import speculation
+from ..devices.speculation import speculation
 from ..errors import InputError
 from ..fit import fit
 from ..plan import setup

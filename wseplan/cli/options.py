@@ -149,7 +149,7 @@ def check_spec_flags(draft_tokens, acceptance) -> None:
 
 
 def spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
-    """The family ``options`` for speculative decoding (wseplan.devices.inference.SPEC_OPTIONS) from the three flags,
+    """The family ``options`` for speculative decoding (wseplan.devices.speculation.SPEC_OPTIONS) from the three flags,
     each checked with a one-line error naming it (an unknown draft model names --speculative). Whether they apply
     (not in training; a draft to set) is decided with the answer; run it inside :func:`spec_flag_errors`."""
     from ..workload import resolve_model
@@ -178,7 +178,7 @@ SPEC_FLAGS = {"speculative": "--speculative", "draft_tokens": "--draft-tokens", 
 @contextlib.contextmanager
 def spec_flag_errors():
     """Inside: a one-line error about a speculative-decoding option (decided once, in
-    :func:`wseplan.devices.inference.speculation` and :func:`wseplan.plan.setup`) names the command's flag
+    :func:`wseplan.devices.speculation.speculation` and :func:`wseplan.plan.setup`) names the command's flag
     (``draft_tokens: ...`` -> ``--draft-tokens: ...``)."""
     try:
         yield

@@ -26,7 +26,8 @@ from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
 from .gpu_train import CP_VALUES, VPP_VALUES, layout_grid, partial_frac, train_memory  # noqa: F401 (public names)
-from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
+from .inference import InferenceMixin
+from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
 from .registry import register
 
 TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp")

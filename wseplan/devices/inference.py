@@ -20,14 +20,11 @@ replica, scheduled by the profile: ``static`` batches or ``inflight`` batching w
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 
 import numpy as np
 
 from ..analytic import elementwise as X
 from ..analytic import engine as E
-from ..errors import InputError
-from ..workload import resolve_model, total_params
 from .base import argmax_code
 
 
@@ -256,8 +253,49 @@ class InferenceMixin:
             out += [_round_pass(X.ceil(B / n), C + O / 2.0, c / X.ceil(B / n), budget, t)
                     for c in (0.0, C) for t in _per_seq(ctx, 1.0) for n in counts]
         chunks = E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens))
-        return out + [kw for n in counts for kw in _prompt_passes(B, C, O, budget, n)[3:]] + [
-            _prompt_passes(B, C, O, budget, n, c)[3] for n in counts for c in chunks[1:]]
+        return out + [kw for t in _per_seq(ctx, 1.0) for n in counts for kw in _prompt_passes(B, C, O, budget, n, nps=t)[3:]] + [
+            _prompt_passes(B, C, O, budget, n, c, nps=t)[3] for t in _per_seq(ctx, 1.0) for n in counts for c in chunks[1:]]
+
+    def _inflight(self, ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, tpot, parts, nmb, acc) -> dict:
+        """An in-flight engine's answer at ``B`` requests from its decode round (``tpot`` per output token, ``nmb``
+        micro-batches, ``acc`` tokens accepted per step): a request's own prefill, the engine's prefill server and its
+        queue, the request time, the throughput and the cost split. A step is a plain round or a speculative one (the
+        verification pass of k + 1 rows per sequence and the k draft passes) emitting ``acc`` tokens per sequence:
+        prompts ride on the steps, so the prefill server and a prompt's own chunks go at a step's pace, ``acc x tpot``,
+        not an output token's (audit30c H1: a draft made a 4-wafer replica's prompts 3-4x faster)."""
+        steps = X.maximum(O - 1.0, 0.0)
+        # (one value for the rows: where some speculate, k + 1; a row that does not is answered by the plain call)
+        nps = _per_seq(ctx, 1.0)[-1] if bool(np.any(np.asarray(acc) > 1.0)) else 1.0
+        step = tpot * acc
+        spare, _, _, _, full_kw = _prompt_passes(B, C, O, budget, nmb, None, nps)
+        nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
+        own = None
+        for cap in [None, *chunks[1:]]:  # the own prompt in the chunk that finishes it soonest
+            _, n_own, _, kw, _ = _prompt_passes(B, C, O, budget, nmb, cap, nps)
+            lat, stage, _ = self._pass(ctx, cfg, rows, **kw)
+            # its chunks follow each other through the stages at the slowest stage's pace, or the round's beside them
+            # (none for a lone request), as a prefill's (:meth:`_best_cut`)
+            pace = X.where(B > 1.0, step / nmb, 0.0)
+            t_own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(pace, stage), passes=n_own)
+            own = t_own if own is None else X.minimum(own, t_own)
+        own = own + self._draft_prefill(ctx, cfg, rows, B * 0.0 + 1.0, C, acc)
+        # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
+        full, _, _ = self._pass(ctx, cfg, rows, **full_kw)
+        busy = C / spare * X.maximum(step / nmb, full / nst)
+        # closed loop at B: prompts queue for the prefill budget (M/D/1); Little's law gives the throughput
+        lam, wait = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=steps * tpot, prefill_busy_s=busy)
+        ttft = own + wait
+        request = ttft + steps * tpot
+        # the same round without its prompt chunks, at the micro-batches the round runs: what the prompts add
+        alone, _, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb, use=acc > 1.0)
+        pre_tok = X.minimum(pre_per_seq * B, X.maximum(budget - B / nmb, 0.0) * nmb)
+        # one request at a time (B = 1): no prompt rides on a decode step; its prompt costs its own prefill
+        lone = pre_tok <= 0.0
+        acct = dict(cost_prefill_s=X.where(lone, own, X.maximum(tpot - alone, 0.0)),
+                    cost_prompt_tokens=R * X.where(lone, C, pre_tok),
+                    cost_decode_s=X.minimum(alone, tpot), cost_output_tokens=R * B)
+        return dict(tpot=tpot, parts=parts, nmb=nmb, acc=acc, own=own, busy=busy, ttft=ttft, request=request,
+                    tokens_per_s=R * lam * X.maximum(O, 1.0), acct=acct)
 
     def _infer(self, ctx, cfg, rows, B, C, O, R, ndev) -> dict:
         """The phase's times of ``rows`` (an index array, the columns arrays; or one row's index and floats)."""
@@ -305,7 +343,6 @@ class InferenceMixin:
                 pre_per_seq = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
 
                 chunks = E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens))
-                prompt_passes = lambda nmb, cap=None: _prompt_passes(B, C, O, budget, nmb, cap)  # noqa: E731
                 announce = getattr(self, "announce_row", None)
                 if type(rows) is int and announce is not None:
                     # one configuration: every pass of the target the answer may ask for, announced
@@ -317,36 +354,21 @@ class InferenceMixin:
                 else:
                     tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
                                                                     prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals)
-                spare, passes, chunk, own_kw, full_kw = prompt_passes(nmb)
-                nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
-                own = None
-                for cap in [None, *chunks[1:]]:  # the own prompt in the chunk that finishes it soonest
-                    _, n_own, _, kw, _ = prompt_passes(nmb, cap)
-                    lat, stage, _ = self._pass(ctx, cfg, rows, **kw)
-                    # its chunks follow each other through the stages at the slowest stage's pace, or the round's
-                    # beside them (none for a lone request), as a prefill's (:meth:`_best_cut`)
-                    pace = X.where(B > 1.0, tpot / nmb, 0.0)
-                    t_own = E.pipelined_passes_s(latency_s=lat, stage_s=X.maximum(pace, stage), passes=n_own)
-                    own = t_own if own is None else X.minimum(own, t_own)
-                own = own + self._draft_prefill(ctx, cfg, rows, B * 0.0 + 1.0, C, acc)
-                # the engine's prefill server: a full spare budget of prompt tokens per step (per stage when pipelined)
-                full, _, _ = self._pass(ctx, cfg, rows, **full_kw)
-                busy = C / spare * X.maximum(tpot / nmb, full / nst)
-                # closed loop at B: prompts queue for the prefill budget (M/D/1); Little's law gives the throughput
-                lam, wait = E.closed_loop_prefill_wait(concurrency=B, own_ttft_s=own, decode_s=steps * tpot,
-                                                       prefill_busy_s=busy)
-                ttft = own + wait
-                request = ttft + steps * tpot
-                tokens_per_s = R * lam * X.maximum(O, 1.0)
-                out.update(ttft_own_s=own, prefill_busy_s=busy)
-                # the same round without its prompt chunks, at the micro-batches the round runs: what the prompts add
-                alone, _, _, _, _ = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=nmb, use=acc > 1.0)
-                pre_tok = X.minimum(pre_per_seq * B, X.maximum(budget - B / nmb, 0.0) * nmb)
-                # one request at a time (B = 1): no prompt rides on a decode step; its prompt costs its own prefill
-                lone = pre_tok <= 0.0
-                acct = dict(cost_prefill_s=X.where(lone, own, X.maximum(tpot - alone, 0.0)),
-                            cost_prompt_tokens=R * X.where(lone, C, pre_tok),
-                            cost_decode_s=X.minimum(alone, tpot), cost_output_tokens=R * B)
+                ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, tpot, parts, nmb, acc)
+                if getattr(ctx, "spec", None) is not None and bool(np.any(np.asarray(acc) > 1.0)):
+                    # the engine speculates where the requests finish sooner:
+                    # a verification pass spends k + 1 rows of the budget per sequence and its step is longer, so at
+                    # long prompts the prompts may go slower than the tokens gain (audit30c H1)
+                    plain = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq, budget=budget,
+                                              chunk=arrivals, use=X.zeros_like(B) > 1.0)
+                    alt = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, *plain[:4])
+                    keep = ans["request"] <= alt["request"]
+                    ans = {k: (X.where(keep, v, alt[k]) if k not in ("acct", "parts") else
+                               {n: X.where(keep, v.get(n, 0.0), alt[k].get(n, 0.0)) for n in dict.fromkeys([*v, *alt[k]])})
+                           for k, v in ans.items()}
+                tpot, parts, nmb, acc = ans["tpot"], ans["parts"], ans["nmb"], ans["acc"]
+                ttft, request, tokens_per_s, acct = ans["ttft"], ans["request"], ans["tokens_per_s"], ans["acct"]
+                out.update(ttft_own_s=ans["own"], prefill_busy_s=ans["busy"])
             out.update(step_s=request, ttft_s=ttft, tpot_s=tpot, tokens_per_s=tokens_per_s,
                        tokens_per_s_per_user=1.0 / tpot, request_s=request, requests_per_s=tokens_per_s / X.maximum(O, 1.0),
                        micro_batches=nmb, accepted_tokens_per_step=acc, **acct)
@@ -360,21 +382,22 @@ class InferenceMixin:
         return out
 
 
-def _prompt_passes(B, C, O, budget, nmb, cap=None):
+def _prompt_passes(B, C, O, budget, nmb, cap=None, nps=1.0):
     """A request's own prompt in in-flight serving: chunks of the pass's spare budget (at most ``cap`` tokens), one
     chunk per micro-batch slot of the round of ``nmb`` micro-batches, beside the other ``B - 1`` requests' decoding
     sequences (a lone request's prompt has the whole budget and no decode beside it): ``(spare, passes, chunk, own
     chunk's pass, a full spare budget's pass)``; ``spare`` and the last are the engine's prefill server's (a pass of
-    the round's whole micro-batch and a full spare budget of prompt tokens)."""
+    the round's whole micro-batch and a full spare budget of prompt tokens). ``nps``: tokens a decoding sequence adds
+    per pass (``k + 1`` on a speculative verification pass: that many rows of the budget each)."""
     others = X.ceil(X.maximum(B - 1.0, 0.0) / nmb)
-    room = X.maximum(budget - others, 1.0)
-    spare = X.maximum(budget - X.ceil(B / nmb), 1.0)
+    room = X.maximum(budget - others * nps, 1.0)
+    spare = X.maximum(budget - X.ceil(B / nmb) * nps, 1.0)
     if cap is None:
         passes = X.ceil(C / room)
         chunk = C / passes  # equal chunks: the last pass does not pay for a full budget
     else:  # a finer cut, as the prefill's
         chunk, passes = E.cut_passes(C, X.minimum(room, cap))
-    common = dict(decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0, prefill_seqs=X.ones_like(B))
+    common = dict(decode_kv=C + O / 2.0, prefill_kv=(C - chunk) / 2.0, prefill_seqs=X.ones_like(B), new_per_seq=nps)
     return (spare, passes, chunk, dict(common, decode_seqs=others, prefill_tokens=chunk, prefill_span=chunk),
             dict(common, decode_seqs=X.ceil(B / nmb), prefill_tokens=spare, prefill_span=spare))
 
@@ -499,98 +522,3 @@ def _full(like, value: float):
 def _arr(v):
     """``np.asarray(v)`` of a part; a Python float stays one."""
     return v if type(v) is float else np.asarray(v)
-
-
-SPEC_OPTIONS = ("speculative", "draft_tokens", "acceptance")
-
-
-def speculation(q) -> dict | None:
-    """Speculative decoding of a query: the software profile's default, overridden by the options ``speculative``
-    (a draft model name, or ``none``), ``draft_tokens`` (k) and ``acceptance`` (per-token acceptance, 0-1).
-    Returns None when off, else ``{draft_model, draft_tokens, acceptance_frac, accepted_per_step}`` (the last
-    :func:`~wseplan.analytic.engine.accepted_tokens_per_step` of the two before it)."""
-    if q.phase == "train":  # plan.setup refuses the options for training; nothing to decide
-        return None
-    sp = q.software.engine.speculative
-    name = q.options.get("speculative", sp.draft_model if sp else None)
-    if name is None or str(name).lower() in ("none", "off", "false", "0", ""):
-        _refuse_draft_settings(q, "speculative none" if "speculative" in q.options
-                               else f"software profile {q.software.name} has no draft model")
-        return None
-    d = q.catalog.defaults  # a profile without a draft of its own: the catalog's defaults (as the production profiles)
-    k = q.options.get("draft_tokens", sp.draft_tokens.si if sp else d.default_draft_tokens.si)
-    a = q.options.get("acceptance", sp.acceptance_frac.si if sp else d.default_draft_acceptance_frac.si)
-    if isinstance(k, bool) or not float(k).is_integer() or not 1 <= k <= 16:
-        raise InputError(f"draft_tokens: must be an integer from 1 to 16, got {k!r}")
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a < 1.0:
-        raise InputError(f"acceptance: per-token acceptance must be in [0, 1), got {a!r}")
-    if isinstance(name, str):
-        try:
-            draft = resolve_model(name, q.catalog)
-        except InputError as e:
-            raise InputError(f"speculative: unknown draft model {name!r} ({e}); name a catalog model or a config.json") from None
-    else:
-        draft = name
-    why = draft_mismatch(q.model, draft)
-    if why is not None:
-        if "speculative" not in q.options:  # the profile's default draft cannot serve this model: plain decoding
-            _refuse_draft_settings(q, f"the {q.software.name} profile's draft cannot serve {q.model.name}: {why}")
-            return None
-        raise InputError(f"speculative: {why}; name a smaller draft of the target's family, or --speculative none")
-    return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a),
-            "accepted_per_step": float(E.accepted_tokens_per_step(draft_tokens=float(k), acceptance_frac=float(a)))}
-
-
-def _refuse_draft_settings(q, why: str) -> None:
-    """A draft's settings (``draft_tokens``, ``acceptance``) asked for while speculative decoding is off: a one-line
-    error naming the option, instead of an answer that silently ignores them (the one place this is decided; the
-    CLI names the flags, :func:`wseplan.cli.options.spec_flag_errors`)."""
-    for key in ("draft_tokens", "acceptance"):
-        if q.options.get(key) is not None:
-            raise InputError(f"{key}: speculative decoding is off ({why}); name a draft model with speculative "
-                             "(--speculative DRAFT)")
-
-
-def draft_mismatch(target, draft) -> str | None:
-    """Why ``draft`` cannot draft for ``target`` in draft-target speculative decoding, or None: the target verifies
-    the draft's token ids, so both need one tokenizer (Leviathan et al., ICML 2023; vLLM and TensorRT-LLM require
-    it): the catalog's ``tokenizer`` where both models state it (Mixtral and Llama 2 both have 32,000 tokens, not
-    the same ones), else one vocabulary size; and a draft no smaller than the target saves nothing."""
-    tv, dv = getattr(target, "vocab_size", None), getattr(draft, "vocab_size", None)
-    if tv is None or dv is None:  # a layer-list model: nothing to compare
-        return None
-    tt, dt = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
-    if tt is not None and dt is not None:
-        if tt != dt:
-            return (f"the draft {draft.name} uses the {dt} tokenizer and the target {target.name} the {tt} one: "
-                    "draft and target need one tokenizer")
-    elif tv != dv:
-        return (f"the draft {draft.name} has a {dv:,}-token vocabulary and the target {target.name} {tv:,}: "
-                "draft and target need one tokenizer")
-    if total_params(draft) >= total_params(target):
-        return (f"the draft {draft.name} ({total_params(draft) / 1e9:.3g}B parameters) is no smaller than the target "
-                f"{target.name} ({total_params(target) / 1e9:.3g}B)")
-    return None
-
-
-def default_draft_refused(q) -> str | None:
-    """Why the software profile's default draft is not used for this query's model (None: it is, or there is none,
-    or the query names its own draft)."""
-    sp = q.software.engine.speculative
-    if sp is None or "speculative" in q.options:
-        return None
-    try:
-        draft = resolve_model(sp.draft_model, q.catalog)
-    except InputError:
-        return None
-    return draft_mismatch(q.model, draft)
-
-
-def draft_query(q, draft_model):
-    """The query of the draft model: same target, precision and profile, decode, no speculation of its own; a wafer
-    region given for the target (``core_grid*``: the user's, or the slots' of a running batch) is the target's, the
-    draft's regions are its own (searched)."""
-    eng = q.software.engine.model_copy(update={"speculative": None})
-    sw = q.software.model_copy(update={"engine": eng})
-    opts = {k: v for k, v in q.options.items() if k not in SPEC_OPTIONS and not k.startswith("core_grid")}
-    return dataclasses.replace(q, model=draft_model, phase="decode", software=sw, options=opts)

@@ -13,8 +13,7 @@ Layout column: ``num_wafers`` (wafers per replica). Searched: without a device c
 with ``N`` wafers every replica size from the fewest to ``N`` (``N // k`` replicas). Regions are chosen per pass
 kind (decode GEMV, prefill GEMM) to minimise that pass's per-wafer time among the regions that tile the wafer
 and hold the largest layer (serving: the decode region of the shortest request, every admissible one answered), unless
-given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``); option ``layout_slots``: the request
-slots the memory is laid out for (the layer partition and groups; default the batch's own).
+given (options ``core_grid``, ``core_grid_decode``, ``core_grid_prefill``; ``layout_slots``: the slots it is laid out for).
 """
 from __future__ import annotations
 
@@ -33,7 +32,8 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import KIND_BLOCK, block_params, build_workload, kv_bytes_rows, stage_records
 from .base import Family, Hardware, Query, binding_code
-from .inference import SPEC_OPTIONS, InferenceMixin, default_draft_refused, draft_query, speculation
+from .inference import InferenceMixin
+from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
 from .wafer_notes import resident_notes
 from .registry import register
 from .wafer_regions import parse_grid, _remembered, admissible, best_prefill_side, best_serving_side, best_side, handover_cycles, region_shapes

@@ -40,7 +40,7 @@ from ..admission import LOWER_LOADS
 from ..operating import replica_options
 from ..serving import DEFAULT_UTILIZATION, serve, with_limits
 from ..targets import parse_target
-from ..devices.inference import draft_mismatch
+from ..devices.speculation import draft_mismatch
 from ..workload import resolve_model, total_params
 from .fleet_model import ANALYSIS_MODES, CAPS, RELAX_FRAC, FleetModel, relaxation_analysis  # noqa: F401 (public names)
 from .fleet_schema import (SCHEMA_VERSION, AllocationRow, Caps, Config, ConstraintRow, Demand, DemandSpec,  # noqa: F401

@@ -19,9 +19,8 @@ from ..costing import list_price_notes, service_price_for
 from ..errors import InfeasibleError, InputError
 from ..optimize.fleet import plan_fleet, serve_key
 from ..optimize.fleet_schema import DemandSpec, Sla, SystemSpec, WorkloadSpec
-from ..plan import setup
+from ..plan import layout_columns, setup
 from ..pricing import params_for
-from ..operating import layout_columns
 from ..admission import LOWER_LOADS
 from ..serving import DEFAULT_UTILIZATION, occupancy, serve, with_limits
 from ..targets import parse_target
