@@ -209,11 +209,10 @@ def test_one_request_at_a_time_decodes_without_prompt_riders(catalog, target, op
     lay = srv.layout
     given = {"num_wafers": lay["num_wafers"]} if "num_wafers" in lay else \
         {"tp": lay["tensor_parallel"], "pp": lay["pipeline_parallel"], "dp": lay["data_parallel"]}
-    if "core_grid_decode" in lay and options:  # the decode region the serving answer weighed best for the whole
-        # request (which may be slower per token than the decode phase's own choice, for a faster prompt); forced only
-        # without speculation, as a forced grid would bind the draft model's regions too
+    if "core_grid_decode" in lay:  # the decode region the serving answer weighed best for the whole request (which
+        # may be slower per token than the decode phase's own choice, for a faster prompt; the draft keeps its own)
         r_, c_ = (int(x) for x in lay["core_grid_decode"].split("x"))
-        kw["options"] = dict(options, core_grid_decode=(r_, c_))
+        kw["options"] = dict(options or {}, core_grid_decode=(r_, c_))
     dec = plan("llama-3.1-70b", target, phase="decode", batch=1, context=C + O // 2, layout=given, **kw)
     kw["options"] = options
     assert srv.tpot_s == pytest.approx(dec.tpot_s, rel=1e-12)

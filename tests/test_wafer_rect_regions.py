@@ -52,8 +52,11 @@ def test_a_rectangle_by_hand(catalog):
     b = 3 (755 // 3 = 251 columns) and b = 4 (188) the nearer to 195 is 188: 6 x 4 = 24 regions of 195 x 188 = 36,660
     PEs, each 36,660 x 48 KiB x (1 - 5% reserve) = 1,711,816,704 bytes. The 188-PE square also tiles into 6 x 4 = 24
     regions, of 35,344 PEs (3.7% less: 1,170 - 6 x 188 = 42 PE rows idle). A fullest wafer of 24 such rectangles' bytes
-    is admissible on them and not on the squares; one byte more needs a 25th group and is not admissible either."""
-    s = setup("llama-3.1-8b", "cs3", phase="decode", catalog=catalog)
+    is admissible on them and not on the squares; one byte more needs a 25th group and is not admissible either (the
+    research profile: equal regions, the fewest groups). An engine that spreads its layers over every region
+    (``layer_groups: fill``, the production profile) shares the whole wafer's SRAM over the 24 regions of either
+    tiling: 1,170 x 755 x 48 KiB x 0.95 / 24 each, so both hold it."""
+    s = setup("llama-3.1-8b", "cs3", phase="decode", software="wafer-research", catalog=catalog)
     ctx = s.ctx
     assert (ctx.R, ctx.C, ctx.sram_pe, ctx.reserve) == (1170, 755, 49152.0, 0.05)
     rows, cols = region_shapes(1170, 755, ctx.sides)
@@ -70,3 +73,10 @@ def test_a_rectangle_by_hand(catalog):
     ok = admissible(ctx, cfg, np.array([1e9, 1e9]))
     assert ok[0, j] and not ok[1, j]
     assert not ok[0, sq] and not ok[1, sq]
+    fill = setup("llama-3.1-8b", "cs3", phase="decode", catalog=catalog).ctx
+    assert fill.engine.layer_groups == "fill"
+    share = 1170 * 755 * 49152 * 0.95 / 24
+    fcap = region_capacity(fill, rows, cols)
+    assert float(fcap[j]) == pytest.approx(share, rel=1e-12) and float(fcap[sq]) == pytest.approx(share, rel=1e-12)
+    ok = admissible(fill, cfg, np.array([1e9, 1e9]))
+    assert ok[0, j] and ok[0, sq] and ok[1, j] and ok[1, sq]

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..analytic import elementwise as X
 from ..analytic import engine as E
+from ..analytic.rows import unique_rows
 from .base import argmax_code
 
 
@@ -153,8 +154,13 @@ class InferenceMixin:
             sel = np.nonzero(use)[0]
             b = np.broadcast_to(np.asarray(batch, dtype=float), out.shape)[sel]
             p = np.broadcast_to(np.asarray(prompt, dtype=float), out.shape)[sel]
-            got = self._few_prefills(dctx, dcfg, rows[sel], b, p) if len(sel) <= X.SCALAR_ROWS else None
-            out[sel] = self._prefill(dctx, dcfg, rows[sel], b, p)[0] if got is None else got
+            # the draft's layout follows the row's sizes alone: rows of equal sizes (a region search's candidates of
+            # one question) have one draft prefill, answered once
+            keys = ("batch", "context", "output_tokens", *getattr(self, "layout_columns", ()))  # (a GPU draft: its TP)
+            first, inv = unique_rows(*(np.asarray(cfg[k], dtype=float)[rows[sel]] for k in keys if k in cfg), b, p)
+            r1, b1, p1 = rows[sel][first], b[first], p[first]
+            got = self._few_prefills(dctx, dcfg, r1, b1, p1) if len(first) <= X.SCALAR_ROWS else None
+            out[sel] = (self._prefill(dctx, dcfg, r1, b1, p1)[0] if got is None else got)[inv]
         return out
 
     def _few_prefills(self, ctx, cfg, rows, batch, prompt):
@@ -256,7 +262,7 @@ class InferenceMixin:
         return out + [kw for t in _per_seq(ctx, 1.0) for n in counts for kw in _prompt_passes(B, C, O, budget, n, nps=t)[3:]] + [
             _prompt_passes(B, C, O, budget, n, c, nps=t)[3] for t in _per_seq(ctx, 1.0) for n in counts for c in chunks[1:]]
 
-    def _inflight(self, ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, tpot, parts, nmb, acc, nps=1.0) -> dict:
+    def _inflight(self, ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, tpot, parts, nmb, acc) -> dict:
         """An in-flight engine's answer at ``B`` requests from its decode round (``tpot`` per output token, ``nmb``
         micro-batches, ``acc`` tokens accepted per step): a request's own prefill, the engine's prefill server and its
         queue, the request time, the throughput and the cost split. A step is a plain round or a speculative one (the
@@ -264,7 +270,9 @@ class InferenceMixin:
         prompts ride on the steps, so the prefill server and a prompt's own chunks go at a step's pace, ``acc x tpot``,
         not an output token's (audit30c H1: a draft made a 4-wafer replica's prompts 3-4x faster)."""
         steps = X.maximum(O - 1.0, 0.0)
-        step = tpot * acc  # (``nps``: k + 1 where the rows' round speculates, one value for all the rows given)
+        # (one value for the rows: where some speculate, k + 1; a row that does not is answered by the plain call)
+        nps = _per_seq(ctx, 1.0)[-1] if bool(np.any(np.asarray(acc) > 1.0)) else 1.0
+        step = tpot * acc
         spare, _, _, _, full_kw = _prompt_passes(B, C, O, budget, nmb, None, nps)
         nst = X.maximum(_at(self.pipeline_stages(ctx, cfg), rows), 1.0)
         own = None
@@ -294,49 +302,6 @@ class InferenceMixin:
                     cost_decode_s=X.minimum(alone, tpot), cost_output_tokens=R * B)
         return dict(tpot=tpot, parts=parts, nmb=nmb, acc=acc, own=own, busy=busy, ttft=ttft, request=request,
                     tokens_per_s=R * lam * X.maximum(O, 1.0), acct=acct)
-
-    def _or_plain(self, ctx, cfg, rows, B, C, O, R, budget, pre, chunks, arrivals, rnd) -> dict:
-        """:meth:`_inflight` of the decode round ``rnd = (tpot, parts, micro-batches, accepted)`` as chosen, each row
-        that speculates (accepted > 1) answered without the draft instead where its requests finish sooner so (only
-        those rows are evaluated again)."""
-        acc = rnd[3]
-        spec = bool(np.any(np.asarray(acc) > 1.0))
-        if type(rows) is int or not spec:
-            ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre, chunks, *rnd,
-                                 nps=_per_seq(ctx, 1.0)[-1] if spec else 1.0)
-            if not spec:
-                return ans
-            sel, at = None, (rows, B, C, O, R, budget, pre, arrivals)
-        else:
-            ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre, chunks, *rnd)  # right where acc is 1
-            sel = np.nonzero(np.asarray(acc) > 1.0)[0]
-            n = len(rows)
-
-            def pick(v):
-                return None if v is None else np.broadcast_to(np.asarray(v, dtype=float), (n,))[sel]
-            at = (rows[sel],) + tuple(pick(v) for v in (B, C, O, R, budget, pre, arrivals))
-            r_, b_, c_, o_, rr_, bud_, pre_, _ = at
-            mine = (pick(rnd[0]), {k: pick(v) for k, v in rnd[1].items()}, pick(rnd[2]), pick(acc))
-            spec_ans = self._inflight(ctx, cfg, r_, b_, c_, o_, rr_, bud_, pre_, chunks, *mine, nps=_per_seq(ctx, 1.0)[-1])
-        r_, b_, c_, o_, rr_, bud_, pre_, arr_ = at
-        plain = self._decode_tpot(ctx, cfg, r_, b_, c_ + o_ / 2.0, prefill_per_seq=pre_, budget=bud_, chunk=arr_,
-                                  use=X.zeros_like(b_) > 1.0)
-        alt = self._inflight(ctx, cfg, r_, b_, c_, o_, rr_, bud_, pre_, chunks, *plain[:4])
-        first = ans if sel is None else spec_ans
-        keep = first["request"] <= alt["request"]
-
-        def merge(k, name=None):
-            v = first[k] if name is None else first[k].get(name, 0.0)
-            w = alt[k] if name is None else alt[k].get(name, 0.0)
-            if sel is None:
-                return X.where(keep, v, w)
-            base = ans[k] if name is None else ans[k].get(name, 0.0)
-            out = np.array(np.broadcast_to(np.asarray(base, dtype=float), (len(rows),)))
-            out[sel] = np.where(keep, v, w)
-            return out
-        return {k: (merge(k) if k not in ("acct", "parts") else
-                    {name: merge(k, name) for name in dict.fromkeys([*ans[k], *first[k], *alt[k]])})
-                for k in ans}
 
     def _infer(self, ctx, cfg, rows, B, C, O, R, ndev) -> dict:
         """The phase's times of ``rows`` (an index array, the columns arrays; or one row's index and floats)."""
@@ -395,11 +360,19 @@ class InferenceMixin:
                 else:
                     tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
                                                                     prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals)
-                # the engine speculates where the requests finish sooner: a verification pass spends k + 1 rows of
-                # the budget per sequence and its step is longer, so at long prompts the prompts may go slower than
-                # the tokens gain (audit30c H1)
-                ans = self._or_plain(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, arrivals,
-                                     (tpot, parts, nmb, acc))
+                ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, tpot, parts, nmb, acc)
+                if getattr(ctx, "spec", None) is not None and bool(np.any(np.asarray(acc) > 1.0)):
+                    # the engine speculates where the requests finish sooner:
+                    # a verification pass spends k + 1 rows of the budget per sequence and its step is longer, so at
+                    # long prompts the prompts may go slower than the tokens gain (audit30c H1)
+                    plain = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq, budget=budget,
+                                              chunk=arrivals, use=X.zeros_like(B) > 1.0)
+                    alt = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, *plain[:4])
+                    # (a row whose round does not speculate is the plain answer: the call above gave it k + 1 rows)
+                    keep = (acc > 1.0) & (ans["request"] <= alt["request"])
+                    ans = {k: (X.where(keep, v, alt[k]) if k not in ("acct", "parts") else
+                               {n: X.where(keep, v.get(n, 0.0), alt[k].get(n, 0.0)) for n in dict.fromkeys([*v, *alt[k]])})
+                           for k, v in ans.items()}
                 tpot, parts, nmb, acc = ans["tpot"], ans["parts"], ans["nmb"], ans["acc"]
                 ttft, request, tokens_per_s, acct = ans["ttft"], ans["request"], ans["tokens_per_s"], ans["acct"]
                 out.update(ttft_own_s=ans["own"], prefill_busy_s=ans["busy"])

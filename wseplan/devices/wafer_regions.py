@@ -84,8 +84,14 @@ def region_shapes(R: int, C: int, sides, min_side: int = 32, max_aspect: float =
 
 
 def region_capacity(ctx, rows, cols):
-    """The SRAM of ``rows`` x ``cols`` PE regions after the runtime reserve [bytes]."""
-    return rows * cols * ctx.sram_pe * (1.0 - ctx.reserve)
+    """The SRAM a layer group's region of ``rows`` x ``cols`` PEs holds after the runtime reserve [bytes]: its PEs'; with
+    ``layer_groups: fill`` the wafer's shared over the regions it tiles into (a compiler's regions need not be equal
+    rectangles: the PEs an equal tiling leaves over hold weights too, so a wafer filling up does not drop the smaller
+    regions for the few percent a tiling leaves idle; audit30c H2)."""
+    capr = rows * cols * ctx.sram_pe * (1.0 - ctx.reserve)
+    if ctx.engine.layer_groups == "fill":
+        capr = np.maximum(capr, ctx.cap / (np.floor(ctx.R / np.asarray(rows, dtype=float)) * np.floor(ctx.C / np.asarray(cols, dtype=float))))
+    return capr
 
 
 def admissible(ctx, cfg, layer_bytes):

@@ -30,8 +30,9 @@ MEMO_MAX = 4096
 TABLES_MAX = 4
 #: the most entries of a kept table
 TABLE_ENTRIES_MAX = 512
-#: an array pass of at most this many entries takes its kernels from the setup's memo (:func:`kernels_rows`)
-MEMO_ROWS = 64
+#: an array pass of at most this many entries takes its kernels from the setup's memo (:func:`kernels_rows`; a serving
+#: search of a question has up to about 70 admissible regions with layer_groups: fill)
+MEMO_ROWS = 128
 
 _KEY = struct.Struct("9d").pack  # the kernel arguments' exact bits (-0.0 and NaN payloads kept apart)
 
@@ -233,8 +234,10 @@ def pass_row(fam, ctx, cfg, i: int, *, decode_seqs, decode_kv, prefill_tokens, p
     nl, valid, sb = cfg["_nl"][i].tolist(), cfg["_valid"][i].tolist(), cfg["_sb"][i].tolist()
     nw = float(cfg["_nw"][i])
     capr = r_ * c_ * float(ctx.sram_pe) * (1.0 - float(ctx.reserve))
-    # (fill: a group on every region the wafer tiles into, as WaferFamily._groups)
+    # (fill: a group on every region the wafer tiles into, and the wafer's SRAM shared over them, as region_capacity)
     tiles = float(math.floor(ctx.R / r_)) * float(math.floor(ctx.C / c_)) if ctx.engine.layer_groups == "fill" else 1.0
+    if ctx.engine.layer_groups == "fill":
+        capr = X.maximum(capr, float(ctx.cap) / tiles)
     mx = -math.inf
     sumG = L = 0.0
     for j, (nl_j, ok, sb_j) in enumerate(zip(nl, valid, sb)):
