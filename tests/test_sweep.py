@@ -1133,3 +1133,24 @@ def test_an_output_file_that_exists_is_refused_unless_forced(tmp_path, capsys):
     assert mine.read_text() == "my own data\n" and os.listdir(out) == ["r.csv"]
     assert main(["sweep", str(f), "--out", str(out), "--force"]) == 0
     assert len(pd.read_csv(mine)) == S.plan_sweep(sw).size
+
+
+def test_a_training_sweep_row_is_priced_by_cost_with_its_knobs(tmp_path, capsys):
+    """audit30b M5: a GPU training sweep row fixes micro-batch 1, selective recompute and ZeRO-1; `cost` had no flags
+    for them (only --tp/--pp/--dp, and it searched the rest), so the row could not be priced as it stands. With
+    --micro-batch, --recompute and --zero, cost gives the row's step and $/run to 1e-9."""
+    f = tmp_path / "s.yaml"
+    f.write_text("name: tr\nphase: train\nmodels: [llama-3.1-8b]\ntargets: [h100x64]\nbatches: [512]\ncontexts: [2048]\n"
+                 "train_tokens: 1e12\nlayouts: {tensor_parallel: [1], pipeline_parallel: [1], data_parallel: [64]}\n"
+                 "output: tr.csv\n")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o")]) == 0
+    (row,) = pd.read_csv(tmp_path / "o" / "tr.csv").to_dict("records")
+    capsys.readouterr()
+    argv = ["cost", "llama-3.1-8b", "--target", "h100x64", "--phase", "train", "--batch", "512", "--context", "2048",
+            "--tp", "1", "--pp", "1", "--dp", "64", "--micro-batch", str(int(row["micro_batch"])), "--recompute",
+            str(row["recompute"]), "--zero", str(int(row["zero_stage"])), "--train-tokens", "1e12", "-f", "json"]
+    assert main(argv) == 0
+    import json
+
+    rec = json.loads(capsys.readouterr().out)
+    assert _close(rec["plan"]["step_s"], row["step_s"]) and _close(rec["headline_value"], row["usd_per_run"])

@@ -27,7 +27,7 @@ from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
 from .model_error import category_for, roof_time_factor, time_factor_range
-from .plan import Setup, default_sizes, evaluate, fit_fix, floor_s, floor_text, normalise_phase, record, setup
+from .plan import Setup, check_given_layout, default_sizes, evaluate, fit_fix, floor_s, floor_text, normalise_phase, record, setup
 from .targets import parse_target
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       no_wafer_interruptions_note, total_params)
@@ -118,7 +118,7 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     if searched_context:
         src["context"] = "default (the serving request's prompt)"
     cfg = {"batch": np.array([float(b)]), "context": np.array([float(c)]), "output_tokens": np.array([float(o)])}
-    for k, v in (layout or {}).items():
+    for k, v in check_given_layout(s, layout).items():  # (recompute by name, the family's rules: as plan takes it)
         cfg[k] = np.array([float(v)])
     arr = evaluate(s, cfg)
     rec = record(s, arr, 0, sources=src)

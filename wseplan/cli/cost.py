@@ -28,6 +28,11 @@ def cost_cmd(
                                      "layout a `time` or `sweep` row names."),
     pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel degree (GPU)."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel replicas (GPU)."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="GPU train: sequences per micro-batch, as "
+                                              "`time --micro-batch` (a sweep row's micro_batch)."),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial."),
+    zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
+    vpp: Optional[int] = typer.Option(None, "--vpp", help="GPU train: virtual pipeline stages per rank."),
     memoryx: Optional[str] = O.memoryx_opt(),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
@@ -46,7 +51,9 @@ def cost_cmd(
     Example: wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --context 2048 --uncertainty 2000 ;
     wseplan cost llama-3.1-70b --target h100-sxmx8 --set electricity_usd_per_kwh=0.12 --format json ;
     wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --speculative none ;
-    wseplan cost llama-3.1-70b --target h200x16 -p fp8 --batch 32 --tp 1 --dp 16 (a sweep row's layout)
+    wseplan cost llama-3.1-70b --target h200x16 -p fp8 --batch 32 --tp 1 --dp 16 (a sweep row's layout) ;
+    wseplan cost llama-3.1-8b --target h100x64 --phase train --batch 512 --tp 1 --pp 1 --dp 64 --micro-batch 1
+    --recompute selective --zero 1 --train-tokens 1e12 (a training sweep row)
     """
     from ..costing import cost
 
@@ -58,7 +65,8 @@ def cost_cmd(
                    output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
                    prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx,
                    catalog=cat, min_tokens_per_s_per_user=min_speed, software=software, options=opts or None,
-                   layout={k: v for k, v in dict(tp=tp, pp=pp, dp=dp).items() if v is not None} or None)
+                   layout={k: v for k, v in dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,
+                                                 zero_stage=zero, vpp=vpp).items() if v is not None} or None)
     render_cost(res, fmt, cat.sources, list(prices or []))
 
 
