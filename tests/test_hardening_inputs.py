@@ -489,3 +489,13 @@ def test_a_report_folder_whose_parent_is_missing_is_refused(capsys, work):
         pytest.skip("studies/ ships with the source checkout")
     err = one_line(capsys, ["report", str(study), "--out", "deep/missing/dir"], work)
     assert "--out" in err and "deep/missing" in err
+
+
+def test_a_validation_file_of_a_header_alone_is_refused(capsys, work, tmp_path):
+    """audit30a L7: a validation CSV with its header and no row gave exit 0 and an empty table."""
+    head = (default_catalog_dir() / "validation" / "validation-public.csv").read_text(encoding="utf-8").splitlines()[0]
+    p = write(tmp_path / "header.csv", head + "\n")
+    err = one_line(capsys, ["validate", str(p)], work)
+    assert "no rows" in err
+    with pytest.raises(InputError, match="no rows"):
+        read_cases(p)

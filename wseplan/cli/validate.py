@@ -99,8 +99,12 @@ def _validate_streamed(path: str, cat, fmt: str) -> None:
     from ..validate import iter_cases, reference_bands
     from ..validate_stream import Progress, Summary, iter_records
 
+    rows = 0
     for _ in iter_cases(path):  # a malformed row is refused before the bundled bands take their seconds
-        pass
+        rows += 1
+    if not rows:  # a header alone (audit30a L7)
+        raise InputError(f"validation file {path}: no rows after the header; add rows (docs/validation.md) or give "
+                         "another file")
     progress = Progress("validate")
     n = _write(path, iter_records(path, cat, reference_bands(cat), progress=progress), Summary(), fmt)
     progress.done(n)

@@ -329,8 +329,13 @@ def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_nam
 
 
 def read_cases(path: str | Path) -> list[Case]:
-    """Parse a validation CSV (see :func:`iter_cases`); raise :class:`InputError` naming the row and column."""
-    return list(iter_cases(path))
+    """Parse a validation CSV (see :func:`iter_cases`); raise :class:`InputError` naming the row and column, or the
+    file where it holds no row (a header alone: audit30a L7)."""
+    cases = list(iter_cases(path))
+    if not cases:
+        raise InputError(f"validation file {path}: no rows after the header; add rows (docs/validation.md) or give "
+                         "another file")
+    return cases
 
 
 def note_hint(notes: str, key: str) -> str | None:
