@@ -499,3 +499,15 @@ def test_a_validation_file_of_a_header_alone_is_refused(capsys, work, tmp_path):
     assert "no rows" in err
     with pytest.raises(InputError, match="no rows"):
         read_cases(p)
+
+
+def test_a_misfit_names_every_cause_it_has(capsys, work):
+    """audit30a M8: batch 7 on 8 data-parallel replicas named only the memory ('activations binds'), and a reserve of
+    99.9999% of the SRAM was told to lower the batch or context: each names its own cause now."""
+    err = one_line(capsys, ["time", "llama-3-8b", "--target", "h100x8", "--phase", "train", "--batch", "7", "--dp", "8"],
+                   work)
+    assert "8 data-parallel replicas" in err and "the batch is 7" in err and "binds" in err
+    capsys.readouterr()
+    assert main(["fit", "llama-70b", "--target", "wse3", "--reserve", "0.999999", "-f", "json"]) == 0
+    notes = " ".join(json.loads(capsys.readouterr().out)["notes"])
+    assert "--reserve (it keeps back 99.9999% of the SRAM)" in notes

@@ -531,15 +531,18 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         if binding_name(r["binding"]) == "memoryx" and mx_need is not None:  # the weight store, not the wafer
             short = (f"does not fit: the MemoryX option holds {mx_cap:,.0f} B and the model's weights and optimizer "
                      f"state need {mx_need:,.0f} B (memoryx binds); ")
-        if load <= cap and dp_mb > int(r["batch"]):  # memory holds it: the batch does not fill the replicas
+        if dp_mb > int(r["batch"]):  # the batch does not fill the replicas (audit30a M8: named beside the memory too)
+            held = f"memory would hold it: {load:,.0f} of {cap:,.0f} B" if load <= cap else \
+                f"nor does memory hold it: {load:,.0f} of {cap:,.0f} B, {binding_name(r['binding'])} binds"
             short = (f"does not fit: {lay['data_parallel']:,} data-parallel replicas x micro-batch {lay['micro_batch']} "
-                     f"need at least {dp_mb:,} sequences a step and the batch is {int(r['batch']):,} (memory would hold "
-                     f"it: {load:,.0f} of {cap:,.0f} B); give --batch {dp_mb:,} or more, or larger --tp/--pp; ")
+                     f"need at least {dp_mb:,} sequences a step and the batch is {int(r['batch']):,} ({held}); give "
+                     f"--batch {dp_mb:,} or more, or larger --tp/--pp; ")
         one_seq = r.get("fit.max_tokens_on_wafer")  # a streamed wafer holds this many tokens of one pass at most
         hint = (f"; the target without a count (--target {_COUNTLESS.sub('', t.text)}) finds the fewest devices that fit"
                 if t.count else "")
         if hasattr(fam, "no_count_holds") and fam.no_count_holds(s.ctx, r):  # a layer is not split across wafers
-            hint = "; no wafer count holds it (a layer is not split across wafers): lower --batch or --context"
+            hint = "; no wafer count holds it (a layer is not split across wafers): lower --batch or --context" + (
+                f", or --reserve (it keeps back {100 * q.options['reserve']:.6g}% of the SRAM)" if q.options.get("reserve") else "")
         if binding_name(r["binding"]) == "memoryx":  # no system count helps: the option does (its own note says so)
             hint = ""
         mb, fit_b = q.options.get("micro_batch"), r.get("fit.max_batch_on_wafer")
