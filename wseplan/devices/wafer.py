@@ -36,7 +36,7 @@ from .inference import InferenceMixin
 from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
 from .wafer_notes import resident_notes
 from .registry import register
-from .wafer_regions import parse_grid, _remembered, admissible, best_prefill_side, best_serving_side, best_side, handover_cycles, region_capacity, region_shapes
+from .wafer_regions import parse_grid, _remembered, admissible, best_prefill_side, best_serving_side, best_side, handover_cycles, region_capacity, region_shapes, region_tiles
 from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 from .wafer_row import MEMO_ROWS, kernels_rows, own_prefill_regions
@@ -456,7 +456,7 @@ class WaferFamily(InferenceMixin, Family):
         capr = region_capacity(ctx, np.asarray(rows_, dtype=float), cols_)
         g = np.maximum(1.0, np.ceil(cfg["_sb"][sel] / capr[:, None]))
         if ctx.engine.layer_groups == "fill":  # every region the wafer tiles into carries a group: no PE left idle
-            g = np.maximum(g, (np.floor(ctx.R / np.asarray(rows_, dtype=float)) * np.floor(ctx.C / cols_))[:, None])
+            g = np.maximum(g, region_tiles(ctx, rows_, cols_)[:, None])
         g = np.minimum(g, np.maximum(cfg["_nl"][sel], 1.0))
         return np.where(cfg["_valid"][sel], g, 0.0)
 

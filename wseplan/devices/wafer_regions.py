@@ -83,6 +83,12 @@ def region_shapes(R: int, C: int, sides, min_side: int = 32, max_aspect: float =
             np.concatenate([sides, np.array([p[1] for p in pairs], dtype=float)]))
 
 
+def region_tiles(ctx, rows, cols):
+    """How many ``rows`` x ``cols`` PE regions the wafer tiles into (float arrays; ``layer_groups: fill`` puts a layer
+    group on each)."""
+    return np.floor(ctx.R / np.asarray(rows, dtype=float)) * np.floor(ctx.C / np.asarray(cols, dtype=float))
+
+
 def region_capacity(ctx, rows, cols):
     """The SRAM a layer group's region of ``rows`` x ``cols`` PEs holds after the runtime reserve [bytes]: its PEs'; with
     ``layer_groups: fill`` the wafer's shared over the regions it tiles into (a compiler's regions need not be equal
@@ -90,7 +96,7 @@ def region_capacity(ctx, rows, cols):
     regions for the few percent a tiling leaves idle; audit30c H2)."""
     capr = rows * cols * ctx.sram_pe * (1.0 - ctx.reserve)
     if ctx.engine.layer_groups == "fill":
-        capr = np.maximum(capr, ctx.cap / (np.floor(ctx.R / np.asarray(rows, dtype=float)) * np.floor(ctx.C / np.asarray(cols, dtype=float))))
+        capr = np.maximum(capr, ctx.cap / region_tiles(ctx, rows, cols))
     return capr
 
 
@@ -248,7 +254,7 @@ def _round_cycles(ctx, cfg, rounds, kv, shape, capr):
     valid, nl = cfg["_valid"][:, :, None], cfg["_nl"][:, :, None]
     g = np.maximum(1.0, np.ceil(cfg["_sb"][:, :, None] / capr[None, None, :]))
     if ctx.engine.layer_groups == "fill":  # a group on every region the wafer tiles into (WaferFamily._groups)
-        g = np.maximum(g, (np.floor(ctx.R / np.asarray(shape[0], dtype=float)) * np.floor(ctx.C / np.asarray(shape[1], dtype=float)))[None, None, :])
+        g = np.maximum(g, region_tiles(ctx, *shape)[None, None, :])
     g = np.where(valid, np.minimum(g, np.maximum(nl, 1.0)), 0.0)
     G = g.sum(axis=1)
     nw = cfg["_valid"].sum(axis=1)[:, None]
