@@ -97,14 +97,14 @@ def validate_cmd(
 def _validate_streamed(path: str, cat, fmt: str) -> None:
     """Validate a file other than the bundled one row by row against the bundled bands (bounded memory)."""
     from ..validate import iter_cases, reference_bands
+    from ..validate.cases import no_rows_error
     from ..validate_stream import Progress, Summary, iter_records
 
     rows = 0
     for _ in iter_cases(path):  # a malformed row is refused before the bundled bands take their seconds
         rows += 1
     if not rows:  # a header alone (audit30a L7)
-        raise InputError(f"validation file {path}: no rows after the header; add rows (docs/validation.md) or give "
-                         "another file")
+        raise no_rows_error(path)
     progress = Progress("validate")
     n = _write(path, iter_records(path, cat, reference_bands(cat), progress=progress), Summary(), fmt)
     progress.done(n)

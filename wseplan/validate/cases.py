@@ -333,9 +333,14 @@ def read_cases(path: str | Path) -> list[Case]:
     file where it holds no row (a header alone: audit30a L7)."""
     cases = list(iter_cases(path))
     if not cases:
-        raise InputError(f"validation file {path}: no rows after the header; add rows (docs/validation.md) or give "
-                         "another file")
+        raise no_rows_error(path)
     return cases
+
+
+def no_rows_error(path) -> InputError:
+    """The one-line error of a validation file that holds no row after its header."""
+    return InputError(f"validation file {path}: no rows after the header; add rows (docs/validation.md) or give "
+                      "another file")
 
 
 def note_hint(notes: str, key: str) -> str | None:
