@@ -597,3 +597,18 @@ def test_cost_prices_a_given_gpu_layout_as_time_times_it(capsys):
     assert main(["cost", "llama-3.1-70b", "--target", "cs3x4", "--tp", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tp" in err[0]
+
+
+def test_a_set_for_other_hardware_says_it_is_not_applied(cat):
+    """audit30a L9: `cost --target h100x8 --set cs3.capex_usd=1` priced the H100 node as if nothing were asked; a
+    hardware-prefixed input for hardware the target lacks is now named in a note (one for the target's own is not),
+    and the price is the one without it."""
+    from wseplan.costing import cost
+
+    plain = cost("llama-3.1-8b", "h100x8", batch=8, context=1024, catalog=cat)
+    other = cost("llama-3.1-8b", "h100x8", batch=8, context=1024, catalog=cat, overrides={"cs3.capex_usd": 1.0})
+    own = cost("llama-3.1-8b", "h100x8", batch=8, context=1024, catalog=cat, overrides={"h100.capex_usd": 30000.0})
+    assert any("--set cs3.capex_usd: not applied" in n for n in other.notes)
+    assert not any("not applied" in n for n in own.notes)
+    assert other.metric("all_in_usd_per_mtok") == plain.metric("all_in_usd_per_mtok")
+    assert own.metric("all_in_usd_per_mtok") != plain.metric("all_in_usd_per_mtok")

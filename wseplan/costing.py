@@ -23,6 +23,7 @@ import re
 import numpy as np
 
 from .analytic import cost as C
+from .analytic.cost.params import price_key_of
 from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
@@ -190,8 +191,13 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     mt = model_time_param(s, rec)
     if mt is not None:
         params["model_time_factor"] = mt
-    params = C.apply_overrides(params, overrides or {}, hardware_key=s.family.hardware(s.ctx).price_key, catalog=cat)
+    own = s.family.hardware(s.ctx).price_key
+    params = C.apply_overrides(params, overrides or {}, hardware_key=own, catalog=cat)
     notes = list(rec.notes)
+    other = [k for k in overrides or {} if "." in k and price_key_of(k.split(".", 1)[0], cat) != own]
+    if other:  # audit30a L9: a hardware-prefixed --set for hardware the target lacks prices nothing here
+        notes.append(f"--set {', '.join(other)}: not applied (the target {rec.target} is {own} hardware; "
+                     "HW.NAME=VALUE pins HW's input only)")
     tt = train_tokens
     if phase == "train" and tt is None:
         tt = params["train_tokens_per_param"].value * total_params(s.query.model)
