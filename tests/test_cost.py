@@ -612,3 +612,28 @@ def test_a_set_for_other_hardware_says_it_is_not_applied(cat):
     assert not any("not applied" in n for n in own.notes)
     assert other.metric("all_in_usd_per_mtok") == plain.metric("all_in_usd_per_mtok")
     assert own.metric("all_in_usd_per_mtok") != plain.metric("all_in_usd_per_mtok")
+
+
+def test_idle_gpus_do_not_interrupt_the_run(cat, capsys):
+    """audit31a H1: interruptions were charged on every GPU of the target, also those the layout leaves idle, so 100,000
+    H100 trained 405B in 59.7 days on the same 32,768-GPU layout that 32,768 H100 ran in 43.5. On 20 H100 Llama-3.1-8B
+    (batch 256 x 4,096) trains on 16 of them (TP1 x DP16), as on 16 H100: the run's goodput and wall time are the 16
+    GPUs' (goodput_frac of 16 GPUs), in cost and in `time --train-tokens`; the 20 are still all charged."""
+    from wseplan.cli import main
+    from wseplan.costing import cost
+    from wseplan.pricing import run_goodput
+
+    r16 = cost("llama-3.1-8b", "h100x16", phase="train", batch=256, context=4096, catalog=cat)
+    r20 = cost("llama-3.1-8b", "h100x20", phase="train", batch=256, context=4096, catalog=cat)
+    lay = r20.plan["layout"]
+    assert lay["tensor_parallel"] * lay["pipeline_parallel"] * lay["data_parallel"] == 16  # 4 GPUs idle
+    assert r20.times.goodput_frac == pytest.approx(float(run_goodput("gpu", cat, 16)), rel=1e-12)
+    assert r20.times.goodput_frac > float(run_goodput("gpu", cat, 20))
+    assert r20.metric("run_s") == pytest.approx(r16.metric("run_s"), rel=1e-12)
+    assert r20.metric("rental_usd_per_run") == pytest.approx(r16.metric("rental_usd_per_run") * 20 / 16, rel=1e-9)
+    days = []
+    for n in (16, 20):
+        assert main(["time", "llama-3.1-8b", "--target", f"h100x{n}", "--phase", "train", "-b", "256", "-c", "4096",
+                     "--train-tokens", "1e12", "-f", "json"]) == 0
+        days.append(json.loads(capsys.readouterr().out)["time_to_train_s"])
+    assert days[1] == pytest.approx(days[0], rel=1e-12)

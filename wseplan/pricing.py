@@ -126,6 +126,22 @@ def run_goodput(kind: str, catalog, num_devices):
                           loss_per_interruption_s=d.job_interruption_loss_s.si)
 
 
+def job_devices(arr: dict, num_devices=None):
+    """The devices a training job runs on: a GPU layout's tp x pp x dp x cp (``arr``'s layout columns, or a record's
+    ``layout`` dict), else ``num_devices`` (``arr["num_devices"]``). Interruptions strike the GPUs a job uses: GPUs a
+    layout leaves idle do not stop it (audit31a H1: 100,000 H100 ran 405B on 32,768 of them and took 37% longer than
+    32,768 H100, their failures charged to the run) [devices]."""
+    lay = arr if "tp" in arr else {k: arr.get(f) for k, f in (("tp", "tensor_parallel"), ("pp", "pipeline_parallel"),
+                                                                ("dp", "data_parallel"), ("cp", "context_parallel"))}
+    n = arr.get("num_devices") if num_devices is None else num_devices
+    if any(lay.get(k) is None for k in ("tp", "pp", "dp")):
+        return n
+    used = np.asarray(lay["tp"], dtype=float) * np.asarray(lay["pp"], dtype=float) * np.asarray(lay["dp"], dtype=float)
+    used = used * np.asarray(lay["cp"] if lay.get("cp") is not None else 1.0, dtype=float)
+    used = np.where(np.isfinite(used) & (used > 0), np.minimum(used, np.asarray(n, dtype=float)), n)
+    return used if np.ndim(used) else float(used)
+
+
 def array_times(s: Setup, arr: dict, *, train_tokens=None) -> ArrayTimes:
     """The cost model's time inputs from :func:`wseplan.plan.evaluate`'s arrays (NaN where nothing fits)."""
     ph = s.query.phase
@@ -134,7 +150,7 @@ def array_times(s: Setup, arr: dict, *, train_tokens=None) -> ArrayTimes:
     if ph == "train":
         return ArrayTimes(phase="train", num_devices=ndev, num_systems=nsys, step_s=arr["step_s"],
                           tokens_per_step=arr["batch"] * arr["context"], train_tokens=train_tokens,
-                          goodput_frac=run_goodput(s.query.target.kind, s.query.catalog, ndev))
+                          goodput_frac=run_goodput(s.query.target.kind, s.query.catalog, job_devices(arr, ndev)))
     g = lambda k: arr.get(f"time.{k}", np.full(len(ndev), np.nan))  # noqa: E731
     return ArrayTimes(phase="serve", num_devices=ndev, num_systems=nsys, prefill_s=g("cost_prefill_s"),
                       prompt_tokens=g("cost_prompt_tokens"), decode_step_s=g("cost_decode_s"),

@@ -84,9 +84,9 @@ def time_cmd(
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         from ..analytic.cost import time_to_train
-        from ..pricing import run_goodput
+        from ..pricing import job_devices, run_goodput
 
-        good = float(run_goodput(res.device_kind, cat, res.num_devices))
+        good = float(run_goodput(res.device_kind, cat, job_devices(res.layout or {}, res.num_devices)))
         secs, hours = time_to_train(step_s=1.0, tokens_per_step=res.tokens_per_s, train_tokens=train_tokens,
                                     num_gpus=res.num_devices, goodput=good)
         secs, hours = float(secs), float(hours)

@@ -35,7 +35,7 @@ from ..catalog.schema import Frozen
 from ..errors import InfeasibleError, InputError, WseplanError, suggest
 from ..analytic.cost.training import time_to_train
 from ..plan import plan, positions_note, target_with_count
-from ..pricing import run_goodput
+from ..pricing import job_devices, run_goodput
 from ..admission import LOWER_LOADS
 from ..operating import replica_options
 from ..serving import DEFAULT_UTILIZATION, serve, with_limits
@@ -425,7 +425,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                         # target's interruptions leave (GPU clusters)
                         run_s = float(time_to_train(step_s=tr.step_s, tokens_per_step=wl.batch * wl.context,
                                                     train_tokens=tokens, num_gpus=int(k),
-                                                    goodput=run_goodput(t0.kind, cat, int(k)))[0])
+                                                    goodput=run_goodput(t0.kind, cat, job_devices(tr.layout or {}, int(k))))[0])
                         runs = math.floor(wl.deadline_days * 86400.0 / run_s)
                         mx = tr.details.get("memoryx") or {}  # the option the plan holds the model in
                         cx, cy, cw, cu = (_memoryx_extra(dict(p, memoryx_capacity_bytes=mx.get(

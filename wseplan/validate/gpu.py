@@ -14,7 +14,7 @@ from ..catalog.load import load_catalog
 from ..catalog.schema import Quantity
 from ..catalog.software import calibrated_name, resolve_software
 from ..plan import evaluate, setup
-from ..pricing import run_goodput
+from ..pricing import job_devices, run_goodput
 from ..serving import serve
 from ..timing import predict_time
 from .cases import SkipRow, case_model
@@ -106,7 +106,7 @@ def _predict_gpu_train(case, catalog, cal):
         rec = lay.get("recompute_layers", 0) / math.ceil(model.num_layers / lay.get("pipeline_parallel", 1))
     return _train_metric(case, model, step_s=step, tokens_per_step=gb * seq, num_devices=res.num_devices,
                          peak_flop_per_s=target.device.peak_flop_per_s(precision), recompute=rec,
-                         cal=file_constants(cal), goodput=float(run_goodput("gpu", catalog, res.num_devices)))
+                         cal=file_constants(cal), goodput=float(run_goodput("gpu", catalog, job_devices(lay, res.num_devices))))
 
 
 def train_degrees(tp, pp, dp, *, n: int, cp: int = 1) -> tuple[int | None, int | None, int | None]:
