@@ -138,7 +138,9 @@ def test_the_default_point_keeps_the_speed_cost_prices_at(capsys):
     assert "tokens/s per user" in left_part
     from wseplan.operating import operating_point
     op = operating_point("deepseek-v3", "h200x8", precision="fp8", input_tokens=2048, output_tokens=256, catalog=CAT)
-    assert op.meets and op.batch == rec["batch"]
+    # both refine their batch to where the floor binds (audit31a M1): cost at full slots, serve at 90% of its slots,
+    # so the requests each steps agree within a request or two (cost's batch, serve's running batch)
+    assert op.meets and abs(op.batch - rec["running_batch"]) <= 2.0 and op.batch <= rec["batch"]
 
 
 def test_min_speed_with_a_limit_is_refused(capsys):

@@ -156,3 +156,39 @@ def test_compare_decode_default_shows_the_operating_points_numbers():
         assert row.tokens_per_s == pytest.approx(c.plan["tokens_per_s"], rel=1e-12)
         assert row.usd_per_mtok == pytest.approx(c.headline_value, rel=1e-12)
         assert row.tokens_per_s_per_user >= res.min_tokens_per_s_per_user
+
+
+def test_the_floor_binds_between_powers_of_two():
+    """audit31a M1: the concurrencies were powers of two only, so the operating point landed anywhere between 20 and
+    ~40 tokens/s per user (405B fp8 on 8 H200: batch 16 at 28 tokens/s per user, $18.05/M, against batch 28 at 20.2
+    and $14.27/M). Now the chosen batch is refined by bisection up to the next power of two: on its own layout one
+    more request per replica misses the 20 tokens/s floor (or does not fit), and the point is `cost`'s at that batch
+    and layout to the last digit."""
+    op = operating_point("llama-3.1-405b", "h200x8", input_tokens=2048, output_tokens=256, precision="fp8",
+                         catalog=CAT, prices=PRICES)
+    assert op.meets and op.point.tokens_per_s_per_user >= 20.0
+    assert op.batch & (op.batch - 1) != 0  # not a power of two: the bisection moved it
+    lay = {k: v for k, v in op.layout.items() if k in ("tp", "pp", "dp")}
+    at = cost("llama-3.1-405b", op.target, batch=op.batch, layout=lay, **ASK)
+    nxt = cost("llama-3.1-405b", op.target, batch=op.batch + 1, layout=lay, **ASK)
+    assert at.plan["tokens_per_s_per_user"] >= 20.0 > nxt.plan["tokens_per_s_per_user"]
+    dflt = cost("llama-3.1-405b", "h200x8", **ASK)
+    assert dflt.metric("all_in_usd_per_mtok") == at.metric("all_in_usd_per_mtok")
+    # below the old grid's choice (batch 16) in price: the refined point is cheaper per token
+    b16 = cost("llama-3.1-405b", op.target, batch=16, layout=lay, **ASK)
+    assert dflt.metric("all_in_usd_per_mtok") < b16.metric("all_in_usd_per_mtok")
+
+
+def test_a_count_splits_into_replicas_of_every_divisor():
+    """audit31a M3: 12 H100 tried replicas of 1, 2, 4 and 12 GPUs (powers of two), never 3 or 6, so 2 x (TP2 x PP3)
+    at $1.807/M was missed and the default paid $1.860/M. Every divisor inside the scale-up domain (8) is a replica
+    size now, and the default is no dearer than that layout at a batch that meets the floor."""
+    from wseplan.plan import setup
+    from wseplan.serving import replica_sizes
+
+    s = setup("llama-70b", "h100x12", phase="serve", precision="fp8", catalog=CAT)
+    assert replica_sizes(s) == [None, ("dp", 12), ("dp", 6), ("dp", 4), ("dp", 3), ("dp", 2)]
+    split = cost("llama-70b", "h100x12", batch=128, layout={"tp": 2, "pp": 3, "dp": 2}, **ASK)
+    assert split.plan["tokens_per_s_per_user"] >= 20.0
+    dflt = cost("llama-70b", "h100x12", **ASK)
+    assert dflt.metric("all_in_usd_per_mtok") <= split.metric("all_in_usd_per_mtok")

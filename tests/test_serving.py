@@ -90,7 +90,7 @@ def test_default_grid_adds_the_concurrency_that_fills_the_kv_cache(catalog):
     r = serve("llama-3.1-70b", "h200x1", precision="fp8", input_tokens=1000, output_tokens=1000, catalog=catalog,
               prices=False)
     grid = {1 << i for i in range(12)}
-    extra = [p.batch for p in r.points if p.batch not in grid]
+    extra = [p.batch for p in r._grid if p.batch not in grid]  # (the search's grid: before the chosen batch's bisection)
     assert len(extra) == 1 and 128 < extra[0] < 256
     fill = extra[0]
     s = setup("llama-3.1-70b", "h200x1", phase="serve", precision="fp8", catalog=catalog)

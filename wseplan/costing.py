@@ -218,6 +218,8 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
                             uncertainty=uncertainty, seed=seed, prices_date=prices.date,
                             service=listed[1] if listed else None, notes=notes, headline_metric=HEADLINE[phase],
                             plan=rec.to_record())
+    if phase in ("decode", "prefill"):  # one side of serving priced: the record says which (audit31a L2), as compare's
+        res = res.model_copy(update={"phase": phase})
     if s.family.name == "wafer_streaming":
         res = res.model_copy(update={"notes": list(res.notes) + [_cluster_note(res)]})
     if phase == "train":

@@ -7,6 +7,8 @@ end in ``_frac``. A field that does not apply (or a time of a configuration that
 """
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
 from .catalog.schema import Frozen
 
 SCHEMA_VERSION = 2
@@ -263,3 +265,91 @@ def layout_label(layout: dict | None) -> str:
             continue
         parts.append(fmt.format(v))
     return " ".join(parts)
+
+
+# ------------------------------------------------------------------ serving (wseplan.serving)
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServePoint(_Frozen):
+    """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD.
+
+    ``ttft_s`` is the mean time to first token at the point's load, as in every record (``wseplan time``: at its
+    concurrency): the request's own prefill (``ttft_own_s``, no queueing) plus the mean wait for the engine's prefill
+    budget (M/D/1, in-flight engines) and for a batch slot (M/G/c); ``ttft_p50_s`` ... ``ttft_p99_s`` the same at
+    those percentiles."""
+
+    devices_per_replica: int
+    num_replicas: int
+    num_devices: int
+    batch: int
+    #: requests the engine holds on average at this load (Little's law: arrival rate x time in the engine); an in-flight
+    #: engine steps that batch (``tpot_s`` is its step), a static one its ``batch`` slots; ``batch`` when they are full
+    running_batch: float | None = None
+    layout: dict
+    tpot_s: float
+    #: TPOT of the request at the record's percentile (a request's mean step over its life; with random arrivals the
+    #: batch held varies around ``running_batch``): the TPOT limit applies to it; ``tpot_s`` when the slots are full
+    tpot_at_percentile_s: float | None = None
+    ttft_s: float
+    ttft_own_s: float
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p95_s: float
+    ttft_p99_s: float
+    ttft_at_percentile_s: float
+    tokens_per_s_per_user: float
+    capacity_requests_per_s: float
+    requests_per_s: float
+    tokens_per_s: float
+    utilization_frac: float
+    accepted_tokens_per_step: float
+    bottleneck: str | None
+    meets_sla: bool
+    usd_per_hour: float | None = None
+    output_usd_per_mtok: float | None = None
+    input_usd_per_mtok: float | None = None
+    #: the busy hour over the output tokens delivered at this load, prompts and waits included (as ``cost``'s headline)
+    all_in_usd_per_mtok: float | None = None
+    #: the plan record's notes at this point (speculation on or off and why, positions beyond the model's, datapath)
+    notes: list[str] = []
+
+
+class ServeResult(_Frozen):
+    """The ``serve`` record: the chosen point, every point evaluated, and the cost/speed Pareto frontier."""
+
+    _lower: dict | None = PrivateAttr(default=None)  # how to ask the same question at a lower load (with_limits)
+    _grid: list | None = PrivateAttr(default=None)  # the search's points before the chosen batch was refined
+
+    def __eq__(self, other) -> bool:  # the record's fields; how to ask it again at another load is not part of it
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
+    schema_version: int = 1
+    model: str
+    target: str
+    hardware: str
+    software: str
+    precision: str
+    input_tokens: int
+    output_tokens: int
+    percentile: float
+    ttft_limit_s: float | None = None
+    tpot_limit_s: float | None = None
+    rate_per_s: float | None = None
+    speculative: dict | None = None
+    #: without a rate, limits or a concurrency: the per-user speed [tokens/s] the chosen point keeps (the catalog's
+    #: ``defaults.default_min_tokens_per_s_per_user`` unless given), the floor ``cost`` and ``compare`` price at
+    min_tokens_per_s_per_user: float | None = None
+    fits: bool
+    chosen: ServePoint | None = None
+    points: list[ServePoint] = []
+    frontier: list[ServePoint] = []
+    notes: list[str] = []
+
+    def to_record(self) -> dict:
+        """The flat record (the chosen point's fields at top level) plus ``points`` and ``frontier``."""
+        rec = self.model_dump(mode="json", exclude={"chosen"})
+        ch = self.chosen.model_dump(mode="json") if self.chosen else {}
+        head = {k: rec.pop(k) for k in list(rec) if k not in ("points", "frontier", "notes")}
+        return {**head, **ch, "notes": rec["notes"], "frontier": rec["frontier"], "points": rec["points"]}

@@ -16,7 +16,8 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
   (GPUs: the fewest that fit, whatever their count, and powers of two inside the scale-up domain; wafers: the fewest
-  wafers to twice that) x every concurrency,
+  wafers to twice that; with a count, equal replicas of each size that divides it) x the concurrencies (powers of two,
+  the one that fills the KV cache, and the chosen one refined by bisection up to the next power of two),
   the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user;
 * **operating point** (:func:`wseplan.operating.operating_point`): the point a buyer means when no batch is given to ``cost`` or
   ``compare``: the cheapest that fits and serves every user at least a per-user speed (default: the catalog's
@@ -27,7 +28,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from .admission import LOWER_LOADS, admission_note, admitted, at_lower_loads, concurrency_grid, fill_kv, running_batch
 from .analytic import engine as E
@@ -36,6 +36,7 @@ from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for
 from .errors import InputError
+from .records import ServePoint, ServeResult, _Frozen  # noqa: F401 (re-exported: the serving API)
 from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
 from .workload import check_positive_int
 
@@ -44,92 +45,6 @@ DEFAULT_UTILIZATION = 0.9
 #: squared coefficient of variation of the answer length when none is given (chat answers spread about +-70%)
 DEFAULT_OUTPUT_SCV = 0.5
 PERCENTILES = (50, 90, 95, 99)
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ServePoint(_Frozen):
-    """One operating point: a replica size and concurrency at a load. Units: s, tokens/s, requests/s, USD.
-
-    ``ttft_s`` is the mean time to first token at the point's load, as in every record (``wseplan time``: at its
-    concurrency): the request's own prefill (``ttft_own_s``, no queueing) plus the mean wait for the engine's prefill
-    budget (M/D/1, in-flight engines) and for a batch slot (M/G/c); ``ttft_p50_s`` ... ``ttft_p99_s`` the same at
-    those percentiles."""
-
-    devices_per_replica: int
-    num_replicas: int
-    num_devices: int
-    batch: int
-    #: requests the engine holds on average at this load (Little's law: arrival rate x time in the engine); an in-flight
-    #: engine steps that batch (``tpot_s`` is its step), a static one its ``batch`` slots; ``batch`` when they are full
-    running_batch: float | None = None
-    layout: dict
-    tpot_s: float
-    #: TPOT of the request at the record's percentile (a request's mean step over its life; with random arrivals the
-    #: batch held varies around ``running_batch``): the TPOT limit applies to it; ``tpot_s`` when the slots are full
-    tpot_at_percentile_s: float | None = None
-    ttft_s: float
-    ttft_own_s: float
-    ttft_p50_s: float
-    ttft_p90_s: float
-    ttft_p95_s: float
-    ttft_p99_s: float
-    ttft_at_percentile_s: float
-    tokens_per_s_per_user: float
-    capacity_requests_per_s: float
-    requests_per_s: float
-    tokens_per_s: float
-    utilization_frac: float
-    accepted_tokens_per_step: float
-    bottleneck: str | None
-    meets_sla: bool
-    usd_per_hour: float | None = None
-    output_usd_per_mtok: float | None = None
-    input_usd_per_mtok: float | None = None
-    #: the busy hour over the output tokens delivered at this load, prompts and waits included (as ``cost``'s headline)
-    all_in_usd_per_mtok: float | None = None
-    #: the plan record's notes at this point (speculation on or off and why, positions beyond the model's, datapath)
-    notes: list[str] = []
-
-
-class ServeResult(_Frozen):
-    """The ``serve`` record: the chosen point, every point evaluated, and the cost/speed Pareto frontier."""
-
-    _lower: dict | None = PrivateAttr(default=None)  # how to ask the same question at a lower load (with_limits)
-
-    def __eq__(self, other) -> bool:  # the record's fields; how to ask it again at another load is not part of it
-        return type(other) is type(self) and self.__dict__ == other.__dict__
-
-    schema_version: int = 1
-    model: str
-    target: str
-    hardware: str
-    software: str
-    precision: str
-    input_tokens: int
-    output_tokens: int
-    percentile: float
-    ttft_limit_s: float | None = None
-    tpot_limit_s: float | None = None
-    rate_per_s: float | None = None
-    speculative: dict | None = None
-    #: without a rate, limits or a concurrency: the per-user speed [tokens/s] the chosen point keeps (the catalog's
-    #: ``defaults.default_min_tokens_per_s_per_user`` unless given), the floor ``cost`` and ``compare`` price at
-    min_tokens_per_s_per_user: float | None = None
-    fits: bool
-    chosen: ServePoint | None = None
-    points: list[ServePoint] = []
-    frontier: list[ServePoint] = []
-    notes: list[str] = []
-
-    def to_record(self) -> dict:
-        """The flat record (the chosen point's fields at top level) plus ``points`` and ``frontier``."""
-        rec = self.model_dump(mode="json", exclude={"chosen"})
-        ch = self.chosen.model_dump(mode="json") if self.chosen else {}
-        head = {k: rec.pop(k) for k in list(rec) if k not in ("points", "frontier", "notes")}
-        return {**head, **ch, "notes": rec["notes"], "frontier": rec["frontier"], "points": rec["points"]}
 
 
 def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
@@ -277,8 +192,8 @@ GPU_REPLICA_SIZES = (2, 4, 8, 16, 32, 64, 72)
 
 def replica_sizes(s0) -> list[int | None]:
     """Replica sizes to search: without a count None (the fewest that fit) and larger ones; with a count the plan's
-    own layout (None) and a split into equal replicas of each size that divides it: ``("dp", d)`` on GPUs (replica
-    sizes of :data:`GPU_REPLICA_SIZES` inside the scale-up domain), ``("num_wafers", k)`` on wafers (16 H100 as 2
+    own layout (None) and a split into equal replicas of each size that divides it: ``("dp", d)`` on GPUs (every
+    divisor inside the scale-up domain: 12 H100 as 12 x 1, 6 x 2, 4 x 3, 3 x 4 and 2 x 6, audit31a M3), ``("num_wafers", k)`` on wafers (16 H100 as 2
     replicas of 8, 12 CS-3 as 2 of 6: the plan's layout search maximises the speed per user, so the cheaper split is
     a candidate of its own)."""
     t = s0.query.target
@@ -288,8 +203,7 @@ def replica_sizes(s0) -> list[int | None]:
         if t.kind != "gpu":
             return [None]
         dom = int(t.device.scale_up_domain_gpus.si)
-        return [None] + [("dp", t.count // n) for n in (1, *GPU_REPLICA_SIZES)
-                         if n < t.count and t.count % n == 0 and n <= dom]
+        return [None] + [("dp", t.count // n) for n in range(1, min(t.count - 1, dom) + 1) if t.count % n == 0]
     if t.kind == "gpu":
         dom = int(t.device.scale_up_domain_gpus.si)
         return [None] + [n for n in GPU_REPLICA_SIZES if n <= dom]
@@ -442,7 +356,15 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
     res = _result(base, points, concurrency=concurrency, utilization=utilization)
+    grid = points
+    # the grid's gaps (audit31a M1); limits at the default load are judged on the grid alone (with_limits re-judges
+    # the same points: a fresh search with limits and a loose one re-judged give one record)
+    if concurrency is None and given_batches is None and res.chosen is not None and \
+            not (ladder and (ttft_limit_s or tpot_limit_s)):
+        s_c = s0 if t0.count is not None else _setup(s0.query.model, target_with_count(t0, res.chosen.num_devices))
+        points, res = _refined(res, points, base, batches, s_c, dict(kw, fill_to=None), concurrency, utilization)
     if ladder and points:  # the same question at lower loads, asked when a limit needs them (with_limits)
+        res._grid = grid
         res._lower = {"args": (s0.query.model, target), "loads": {}, "kw": dict(
             precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens,
             percentile=percentile, output_scv=output_scv, options=options, layout=layout, batches=given_batches,
@@ -468,6 +390,29 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
                 f"at least {reps} replicas of {top.devices_per_replica} {dev} at batch {top.batch}, each carrying "
                 f"{per_replica:.4g} requests/s at 100% load (wseplan fleet sizes a fleet for a demand)"]})
     return res
+
+
+def _refined(res: ServeResult, points: list[ServePoint], base: dict, grid: list[int], s, kw: dict, concurrency,
+             utilization):
+    """``res`` with its chosen point's batch refined between the grid's batches (powers of two): the chosen point's
+    layout asked at the batches between its batch and the next of the grid, by bisection (each batch the chosen
+    point's or not, as :func:`_result` chooses among the points with it), so that a speed floor or a limit binds
+    where it does, not at the grid's power of two below (audit31a M1: 405B fp8 on 8 H200 was priced at batch 16,
+    28 tokens/s per user and $18.05/M against batch 28, 20.2 tokens/s per user and $14.27/M). ``s``: the setup the
+    chosen point's target is (its count where the question gave none). Returns ``(points, result)``."""
+    c = res.chosen
+    lo, hi = c.batch, min((b for b in grid if b > c.batch), default=None)
+    lay = layout_columns(s, c.layout)
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = [p for p in _points(s, layout=lay, **dict(kw, batches=[mid])) if p.layout == c.layout]
+        trial = _result(base, points + got, concurrency=concurrency, utilization=utilization) if got else None
+        if trial is not None and trial.chosen is not None and trial.chosen.batch == mid and \
+                trial.chosen.layout == c.layout:
+            lo, res, points = mid, trial, points + got
+        else:
+            hi = mid
+    return points, res
 
 
 def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
@@ -546,9 +491,10 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     def judged(points):
         return [p.model_copy(update={"meets_sla": (tpot_limit_s is None or tpot_for_limit(p) <= tpot_limit_s)
                                      and (ttft_limit_s is None or p.ttft_at_percentile_s <= ttft_limit_s)}) for p in points]
-    pts, moved, closer, ask = judged(result.points), False, False, result._lower
+    # the search's own points (a point refined between its powers of two is the loose question's, not these limits')
+    pts, moved, closer, ask = judged(result._grid or result.points), False, False, result._lower
     if ask is not None and (ttft_limit_s is not None or tpot_limit_s is not None) and not all(p.meets_sla for p in pts):
-        grid = sorted({p.batch for p in result.points})  # every batch of the search, so each load is asked once
+        grid = sorted({p.batch for p in result._grid or result.points})  # every batch of the search: each load asked once
 
         def points_at(u, batches):  # the search at load u (cached per result); the caller keeps the points it needs
             if u not in ask["loads"]:

@@ -30,7 +30,8 @@ def serve_cmd(
                                              "(mean; default 256)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests one replica runs at once (its batch "
                                               "slots); default: every power of two up to the engine's largest "
-                                              "batch, and the concurrency that fills the KV cache. Without --rate "
+                                              "batch, the concurrency that fills the KV cache, and the chosen one "
+                                              "refined by bisection to the next power of two. Without --rate "
                                               "or --utilization: N users in a closed loop, each sending the next "
                                               "request as the last ends (the point `wseplan time --phase serve "
                                               "--batch N` gives, its layout included, on a target with a count). "
