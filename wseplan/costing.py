@@ -28,6 +28,7 @@ from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
 from .model_error import category_for, roof_time_factor, time_factor_range
+from .timing import require_time_model
 from .plan import Setup, check_given_layout, default_sizes, evaluate, fit_fix, floor_s, floor_text, normalise_phase, record, setup
 from .targets import parse_target
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
@@ -111,6 +112,7 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
         if op is not None:
             target, batch, layout = op.target, op.batch, {**op.layout, **(layout or {})}
     s = setup(model, target, phase=phase, precision=precision, software=software, options=opts, catalog=cat)
+    require_time_model(s)
     searched_context = context is None and op is not None  # the point was searched at the serving request's prompt
     b, c, o, src = default_sizes(cat, phase, batch, c0 if searched_context else context, output_tokens,
                                  model=s.query.model)

@@ -126,9 +126,9 @@ class StreamingFit(Frozen):
 
     stream_bandwidth_bytes_per_s: float
     min_tokens_compute_bound: float
-    max_tokens_on_wafer: float
+    max_tokens_on_wafer: float | None  # None: unbounded (no activations to hold)
     min_batch_compute_bound: int
-    max_batch_on_wafer: int
+    max_batch_on_wafer: int | None  # None: unbounded
     feasible_compute_bound: bool
 
 
@@ -229,9 +229,9 @@ class StreamResult(Frozen):
     transfer_latency_s: float
     memoryx_tier: str
     min_tokens_compute_bound: float
-    max_tokens_on_wafer: float
+    max_tokens_on_wafer: float | None  # None: unbounded (no activations to hold)
     min_batch_compute_bound: int
-    max_batch_on_wafer: int
+    max_batch_on_wafer: int | None  # None: unbounded
     feasible_compute_bound: bool
     spill_bytes: float
     #: the step's hard floors: the weights over the links, the executed FLOPs at the dense peak [s] (None: no fit)

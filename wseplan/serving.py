@@ -38,6 +38,7 @@ from .pricing import cost_columns, params_for
 from .errors import InputError
 from .records import ServePoint, ServeResult, _Frozen  # noqa: F401 (re-exported: the serving API)
 from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
+from .timing import require_time_model
 from .workload import check_positive_int
 
 #: the load at which a point is reported when no rate is given (share of the replica's capacity)
@@ -283,6 +284,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             setups[key] = setup(m, t, phase="serve", precision=precision, software=software, options=options, catalog=cat)
         return setups[key]
     s0 = _setup(model, target)
+    require_time_model(s0)
     eng = s0.query.software.engine
     if batches is not None:  # the concurrencies to try (fleet's grid); default: powers of two to the engine's max
         for b in batches:

@@ -18,6 +18,16 @@ LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_paralle
                "context_parallel": "cp", "num_wafers": "num_wafers", "num_systems": "num_systems"}
 
 
+def require_time_model(s) -> None:
+    """Refuse a question that needs times (serving, cost, scaling) of a model its family cannot time: a layer-list
+    model fits (memory) but GPU and resident-wafer kernels need a transformer's shapes (audit31b H1/H3/M4: cost and
+    scale failed with a traceback, serve and fleet said "does not fit"). ``s``: a :class:`~wseplan.plan.Setup`."""
+    if getattr(s.ctx, "transformer", True) is False:
+        raise InputError(f"model: no {s.family.name} time model for {getattr(s.query.model, 'name', 'this model')} (a "
+                         "layer-list model has no transformer shapes; weight-streaming wafer training times it); "
+                         "`wseplan fit` gives its memory")
+
+
 def time_view(r: PlanRecord) -> TimeResult:
     """The time fields of a plan record."""
     return view(TimeResult, r, layout=r.layout or None)
@@ -68,7 +78,7 @@ def stream_view(r: PlanRecord):
                         stream_bandwidth_bytes_per_s=f["stream_bandwidth_bytes_per_s"],
                         io_bandwidth_bytes_per_s=f["io_bandwidth_bytes_per_s"], transfer_latency_s=f["transfer_latency_s"],
                         memoryx_tier=f["memoryx_tier"], min_tokens_compute_bound=st["min_tokens_compute_bound"],
-                        max_tokens_on_wafer=float(min(st["max_tokens_on_wafer"], 1e300)),
+                        max_tokens_on_wafer=st["max_tokens_on_wafer"],
                         min_batch_compute_bound=st["min_batch_compute_bound"], max_batch_on_wafer=st["max_batch_on_wafer"],
                         feasible_compute_bound=st["feasible_compute_bound"], spill_bytes=f["spill_bytes"],
                         stream_floor_s=t("stream_floor_s"), compute_floor_s=t("compute_floor_s"),

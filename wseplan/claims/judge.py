@@ -148,6 +148,9 @@ def _estimate(c: Claim, cat, t, p: Physical):
         r = _plan(c, cat, t, p.phase, batch, c.context)
     except WseplanError as exc:
         return None, f"time model declined: {exc}", None
+    if r.fits and r.step_s is None:  # audit31b M4: it fits; its family has no time model for it
+        return None, (f"no {r.family} time model for {r.model} (a layer-list model has no transformer shapes), so "
+                      "nothing to time; judged on the hard bounds only"), None
     if not r.fits or r.step_s is None:
         return None, (f"no layout of {t.label} fits {r.model} at batch {batch} ({r.binding} binds), so nothing to "
                       "time; judged on the hard bounds only"), None

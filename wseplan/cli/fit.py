@@ -74,7 +74,8 @@ def render_fit(res, fmt: str) -> None:
         s = res.streaming
         summary.append(("batch whose forward hides the weight stream",
                         f">= {fmt_num(s.min_batch_compute_bound)} ({fmt_num(round(s.min_tokens_compute_bound))} tokens)"))
-        summary.append(("batch the wafer holds", f"<= {fmt_num(s.max_batch_on_wafer)} ({fmt_num(round(s.max_tokens_on_wafer))} tokens)"))
+        summary.append(("batch the wafer holds", "unbounded (no activations to hold)" if s.max_tokens_on_wafer is None
+                        else f"<= {fmt_num(s.max_batch_on_wafer)} ({fmt_num(round(s.max_tokens_on_wafer))} tokens)"))
     stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
                "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
     notes = list(res.notes)

@@ -65,7 +65,10 @@ def draft_mismatch(target, draft) -> str | None:
     it): the catalog's ``tokenizer`` where both models state it (Mixtral and Llama 2 both have 32,000 tokens, not
     the same ones), else one vocabulary size; and a draft no smaller than the target saves nothing."""
     tv, dv = getattr(target, "vocab_size", None), getattr(draft, "vocab_size", None)
-    if tv is None or dv is None:  # a layer-list model: nothing to compare
+    if dv is None:  # audit31b H2: a layer-list draft reached the draft's layout and failed there with a traceback
+        return (f"the draft {draft.name} is a layer-list model: a draft proposes tokens, so it must be a transformer "
+                "(a catalog language model or a config.json)")
+    if tv is None:  # a layer-list target: nothing to compare (it has no decode to speculate in)
         return None
     tt, dt = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
     if tt is not None and dt is not None:

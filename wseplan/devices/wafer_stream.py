@@ -282,12 +282,15 @@ class WaferStreamFamily(Family):
         mx = {"option": ctx.option, "capacity_bytes": f["memoryx_capacity_bytes"],
               "required_bytes": f["memoryx_required_bytes"], "fits": bool(f["memoryx_fits"])}
         st = {"stream_bandwidth_bytes_per_s": f["stream_bandwidth_bytes_per_s"],
-              "min_tokens_compute_bound": f["min_tokens_compute_bound"], "max_tokens_on_wafer": f["max_tokens_on_wafer"],
+              # None: unbounded (a layer list without activations holds any batch; audit31b H4: 1e+300 and 2^62 in JSON)
+              "min_tokens_compute_bound": f["min_tokens_compute_bound"],
+              "max_tokens_on_wafer": f["max_tokens_on_wafer"] if np.isfinite(f["max_tokens_on_wafer"]) else None,
               "min_batch_compute_bound": int(f["min_batch_compute_bound"]),
-              "max_batch_on_wafer": int(f["max_batch_on_wafer"]),
+              "max_batch_on_wafer": int(f["max_batch_on_wafer"]) if np.isfinite(f["max_tokens_on_wafer"]) else None,
               # the token window is not empty and the wafer holds a whole sequence (one is not split across passes)
               "feasible_compute_bound": bool(f["min_tokens_compute_bound"] <= f["max_tokens_on_wafer"]
-                                             and f["max_batch_on_wafer"] >= 1)}
+                                             and f["max_batch_on_wafer"] >= 1) if np.isfinite(f["min_tokens_compute_bound"])
+              else False}
         notes = []
         n_sys, seqs = int(r["num_systems"]), int(r["batch"])
         if n_sys > seqs:  # a sequence is not split across systems
