@@ -62,6 +62,9 @@ BAD = [
     # Llama-3.1-8B has 32 heads: no tp of [3, 5] divides them
     ("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [1]\ncontexts: [1]\n"
      "layouts: {tensor_parallel: [3, 5]}\n", "layouts.tensor_parallel"),
+    # one target under two spellings: every row would be written twice (audit31b M6)
+    ("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [cs3x4, wse3x4]\nbatches: [1]\ncontexts: [1]\n",
+     "wse3x4 is cs3x4 again"),
     ("- just\n- a list\n", "top level"),
     ("name: [unclosed\n", "sweep"),
 ]

@@ -126,3 +126,19 @@ def test_the_streamed_validation_flags_by_each_row_s_own_value(tmp_path):
     s.extend(recs)
     (row,) = [r for r in s.rows() if r["quality"] == "strong+medium"]
     assert row["rows"] == 2 and row["predicted"] == 2
+
+
+def test_a_copied_validation_file_names_both_files_and_the_fix(tmp_path):
+    """audit31b M7: a copy of the bundled file, refitted beside it, failed with "row id R001 appears in more than one
+    file", naming neither file nor the fix."""
+    import shutil
+
+    from wseplan.errors import InputError
+    from wseplan.validate.cases import default_cases_path
+
+    mine = tmp_path / "my-validation.csv"
+    shutil.copy(default_cases_path(), mine)
+    with pytest.raises(InputError) as e:
+        read_fit_cases([default_cases_path(), mine])
+    msg = str(e.value)
+    assert str(mine) in msg and "validation-public.csv" in msg and "new ids" in msg

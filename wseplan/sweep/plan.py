@@ -152,12 +152,16 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
         if not isinstance(m, Model):
             raise InputError(f"models: {name!r} is a layer list; sweeps need transformer architectures")
         models.append((name, m))
-    targets = []
+    targets, seen = [], {}
     for text in sweep.targets:
         try:
             targets.append(parse_target(text, cat))
         except InputError as exc:
             raise InputError(f"targets: {exc}") from None
+        key = (targets[-1].key, targets[-1].count)  # one target under two spellings (cs3x4, wse3x4): rows twice
+        if key in seen:  # (audit31b M6; compare refuses it the same way)
+            raise InputError(f"targets: {text} is {seen[key]} again; name each target once")
+        seen[key] = text
     for p in sweep.precisions:
         if p not in BYTES_PER_ELEMENT:
             raise InputError(f"precisions: unknown {p!r}; use one of {', '.join(BYTES_PER_ELEMENT)}")

@@ -97,7 +97,7 @@ def read_fit_cases(paths, catalog=None) -> list[Case]:
     need no documented default (a defaulted row's error is partly the default's)."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths or [default_cases_path()])
     cat = catalog or load_catalog()
-    out, seen = [], set()
+    out, seen = [], {}
     for p in paths:
         for c in fit_cases(read_cases(p)):
             try:
@@ -105,9 +105,10 @@ def read_fit_cases(paths, catalog=None) -> list[Case]:
                     continue  # defaulted, or beyond what its configuration allows (flagged, not fitted)
             except (SkipRow, InputError):
                 continue
-            if c.id in seen:
-                raise InputError(f"cases: row id {c.id} appears in more than one file")
-            seen.add(c.id)
+            if c.id in seen:  # audit31b M7: a copy of a bundled file named neither file nor the fix
+                raise InputError(f"cases: {p} repeats row id {c.id} of {seen[c.id]} (the fit reads both); give the "
+                                 "rows of your file new ids, or pass the bundled file itself")
+            seen[c.id] = p
             out.append(c)
     return out
 
