@@ -122,3 +122,14 @@ def test_simulate_layer_says_what_block_it_ran(capsys):
     assert main(["simulate", "layer", "llama-3-8b", "--target", "wse3", "-f", "json"]) == 0
     (d,) = json.loads(capsys.readouterr().out)
     assert d["simulated"] == "a dense block" and r["cycles"] != d["cycles"]
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp4", "int4"])
+def test_simulate_stream_refuses_what_stream_refuses(precision, capsys):
+    """audit31b M3: `simulate stream -p fp8` on a WSE-3 returned bf16's step; `stream` refuses the precision (no
+    fp8/fp4 datapath in the catalog, no int4 training recipe): the simulator says the same, exit 2."""
+    assert main(["simulate", "stream", "gpt3-175b", "-p", precision]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{precision} training" in err[0]
+    assert main(["stream", "gpt3-175b", "-t", "cs3", "-b", "8", "-c", "2048", "-p", precision]) == 2
+    assert f"{precision} training" in capsys.readouterr().err

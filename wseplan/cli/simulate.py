@@ -203,6 +203,11 @@ def stream_cmd(model: str = typer.Argument(..., help="Catalog model, config.json
     t = parse_target(target, cat)
     if t.kind != "wafer":
         raise InputError(f"--target: weight streaming runs on wafers; {target!r} is a GPU")
+    from ..catalog.precision import device_rates, training_refusal
+
+    why = training_refusal(getattr(t.device, "name", t.key), device_rates(t.device), precision)
+    if why:  # audit31b M3: fp8/fp4 ran silently at bf16's numbers; `stream` refuses them the same way
+        raise InputError(f"--{why}")
     check_positive_int(systems, "systems")
     if prefetch < 0:
         raise InputError(f"--prefetch: must be >= 0, got {prefetch}")
