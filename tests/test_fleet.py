@@ -760,3 +760,17 @@ def test_a_system_types_cost_is_the_cost_models_terms(tmp_path):
         assert st.cost_inputs["cost_of_capital_frac_per_year"] == 0.08
         assert st.annual_usd == pytest.approx(float(ref["total_usd_per_year"]), rel=1e-12)
         assert st.capex_usd == pytest.approx(float(ref["capex_usd"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("amount,usd", [(1e-9, 10.0), (1e-6, 10.0), (6.0, 50.0)])
+def test_a_demand_of_any_size_is_met(amount, usd):
+    """audit31b M1: the demand rows went to the solver unscaled, so a demand below its feasibility tolerance (~1e-6
+    tokens/s) was "met" by no system at all ($0/yr, slack -1e-6). Scaled to a bound of 1 they hold at any size: the
+    plan supplies at least the demand."""
+    pb = _budget_case(budget=None, power=None)
+    pb = pb.model_copy(update={"demands": [pb.demands[0].model_copy(update={"amount": amount})]})
+    plan = solve_fleet(pb, analyze=False)
+    cons = {c.name: c for c in plan.constraints}
+    assert plan.status == "optimal" and cons["demand_w"].lhs >= amount and cons["demand_w"].slack >= 0.0
+    # by hand: A supplies 1 for 10/yr, B 3 for 25/yr: one A for a tiny demand, two B (50) for 6 (six A cost 60)
+    assert plan.total_usd_per_year == pytest.approx(usd)

@@ -38,6 +38,12 @@ CAPS = ("power_cap_w", "rack_units_cap", "budget_usd")
 RELAX_FRAC = 0.10  # each constraint is relaxed by this fraction in the analysis
 
 
+
+def _row_units(amounts: np.ndarray) -> np.ndarray:
+    """The scale of each demand row (its amount; 1 where it is not positive): rows divided by it have a bound of 1."""
+    a = np.asarray(amounts, dtype=float)
+    return np.where(a > 0, a, 1.0)
+
 class FleetModel:
     """Arrays of a :class:`~wseplan.optimize.fleet.FleetProblem` and every solve made on them."""
 
@@ -112,8 +118,11 @@ class FleetModel:
         cols_c = np.arange(nc)
         rows = [self.wl[idx], nd + self.sy[idx], nd + np.arange(ns)]
         cols = [cols_c, cols_c, nc + np.arange(ns)]
-        vals = [self.supply[idx], -self.dev[idx], self.per]
-        r_lo = [amounts, np.zeros(ns)]
+        # demand rows scaled to a bound of 1 (supply / amount): the solver's absolute feasibility tolerance (~1e-6)
+        # met a demand of 1e-6 tokens/s with nothing (audit31b M1); a huge one is as well conditioned
+        unit = _row_units(amounts)
+        vals = [self.supply[idx] / unit[self.wl[idx]], -self.dev[idx], self.per]
+        r_lo = [amounts / unit, np.zeros(ns)]
         r_hi = [np.full(nd, np.inf), np.full(ns, np.inf)]
         r = nd + ns
         usage_rows = {"power_cap_w": (self.power, self.x_power[idx]), "rack_units_cap": (self.ru, self.x_ru[idx]),
@@ -158,7 +167,7 @@ class FleetModel:
             return {"status": res.status}
         rc = np.full(len(self.known), np.nan)
         rc[idx] = res.col_dual[: len(idx)]
-        return {"status": "optimal", "objective": res.objective, "demand": res.row_dual[:nd],
+        return {"status": "optimal", "objective": res.objective, "demand": res.row_dual[:nd] / _row_units(self.amount),
                 "caps": {k: float(res.row_dual[r]) for k, r in m.cap_row.items()}, "reduced_cost": rc}
 
     def lp_objective(self, ok: np.ndarray, amounts: np.ndarray, caps: dict) -> float | None:
@@ -213,7 +222,8 @@ class FleetModel:
         wpos = {int(w): r for r, w in enumerate(ws)}
         rows = [np.array([wpos[int(w)] for w in self.wl[idx]], dtype=int)]
         cols = [np.arange(nc)]
-        vals = [self.supply[idx]]
+        unit = _row_units(amounts)  # demand rows scaled to a bound of 1, as full_milp's
+        vals = [self.supply[idx] / unit[self.wl[idx]]]
         nd = len(ws)
         pidx = np.nonzero(is_pooled)[0]
         if npool:
@@ -222,7 +232,7 @@ class FleetModel:
             cols += [pidx, nc + np.arange(npool)]
             vals += [-self.dev[idx[pidx]], self.per[pooled]]
         A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(nd + npool, nc + npool))
-        m = Milp(c=c, A=A, row_lo=np.concatenate([amounts[ws], np.zeros(npool)]),
+        m = Milp(c=c, A=A, row_lo=np.concatenate([amounts[ws] / unit[ws], np.zeros(npool)]),
                  row_hi=np.full(nd + npool, np.inf), col_lo=np.zeros(nc + npool),
                  col_hi=np.concatenate([np.full(nc, np.inf), self.max_sys[pooled]]), integer=np.ones(nc + npool, dtype=bool))
         def completed(reps: np.ndarray) -> np.ndarray | None:
