@@ -400,6 +400,16 @@ def generic_workload(g: GenericModel, *, precision: str, phase: str, batch: int,
 # ---------------------------------------------------------------------------------------------
 # Model names and workloads
 # ---------------------------------------------------------------------------------------------
+def beside(name, base) -> str:
+    """A model named inside a file (a study, a sweep, a demand): a relative ``config.json`` or layer-list YAML path
+    is the file's neighbour (the path from folder ``base``), as a study's ``claims`` and a demand's ``prices`` are,
+    not the current folder's (audit31b M5: the same study worked from one folder and failed, or read another file,
+    from another); a catalog name or an absolute path unchanged."""
+    if not isinstance(name, str) or not name.strip().endswith((".json", ".yaml", ".yml")) or Path(name).is_absolute():
+        return name
+    return str(Path(base) / name.strip())
+
+
 def resolve_model(name: str, catalog) -> Model | GenericModel:
     """A catalog name or alias, a Hugging Face ``config.json`` path, or a layer-list YAML path."""
     if not isinstance(name, str) or not name.strip():

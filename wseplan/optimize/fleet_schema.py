@@ -14,7 +14,7 @@ from ..catalog.schema import PRECISIONS, Frozen, check_name, check_text
 from ..errors import InputError, validation_detail
 from ..targets import MAX_GPUS
 from ..units import parse_quantity
-from ..workload import KV_FORMATS
+from ..workload import KV_FORMATS, beside
 from .fleet_model import CAPS
 from .milp import SolverRun
 
@@ -265,6 +265,8 @@ def read_demand(path: str | Path) -> DemandSpec:
     for i, wl in enumerate(raw.get("workloads") or []):
         if isinstance(wl, dict):
             wl = dict(wl)
+            for k in ("model", "speculative"):  # model files beside the demand file, as its prices (audit31b M5)
+                wl[k] = beside(wl.get(k), p.parent) if wl.get(k) is not None else wl.get(k)
             for k in ("output_tokens_per_s", "train_tokens", "requests_per_s", "users_per_day"):
                 if wl.get(k) is not None:
                     wl[k] = _num(wl[k], f"workloads[{i}].{k}")

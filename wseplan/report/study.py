@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 from ..catalog.load import load_catalog, read_yaml
 from ..catalog.schema import check_name, check_text
 from ..errors import CatalogError, InputError, validation_detail
+from ..workload import beside
 from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
 from .markdown import Document, Table, fmt_num
 from .plots import Plot, render
@@ -122,6 +123,8 @@ def load_study(path: str | Path) -> tuple[Study, Path]:
             check(value)
         except ValueError as exc:
             raise InputError(f"{path}: {field}: {exc}") from None
+    if st.model:  # a model file beside the study, wherever the study is run from (audit31b M5)
+        st = st.model_copy(update={"model": beside(st.model, p.parent)})
     return st, p.parent
 
 

@@ -14,7 +14,7 @@ from ..catalog.load import read_yaml
 from ..devices.base import BOTTLENECKS  # noqa: F401  (every bottleneck name a row can carry: a fixed list keeps frames identical)
 from ..errors import CatalogError, InputError, validation_detail
 from ..report.atomic import safe_filename
-from ..workload import MAX_BATCH, MAX_CONTEXT
+from ..workload import MAX_BATCH, MAX_CONTEXT, beside
 
 SCHEMA_VERSION = 1
 PHASES = ("train", "prefill", "decode", "serve")
@@ -164,6 +164,8 @@ def load_sweep(path: str | Path) -> Sweep:
         raise InputError(f"sweep: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"sweep: {p}: top level must be a mapping with keys name, phase, models, targets, batches, contexts")
+    if isinstance(data.get("models"), list):  # model files beside the sweep file (audit31b M5)
+        data = dict(data, models=[beside(m, p.parent) for m in data["models"]])
     return parse_sweep(data, where=str(p))
 
 
