@@ -30,8 +30,8 @@ def calibrate_cmd(
     scipy.optimize.least_squares, and write them with their residuals (fit and held-out grids) to
     catalogs/calibration/fabric_sim_fit.yaml and stream_sim_fit.yaml. Also prints the simulated GEMV latency
     against the published WaferLLM GEMV rows (R358, R362). The files go to --out (default: the user data
-folder); the models read the shipped catalogs/calibration, so to ship new constants write them there from a
-source checkout (--out catalogs/calibration).
+    folder); the models read the shipped catalogs/calibration, so to ship new constants write them there from a
+    source checkout (--out catalogs/calibration).
 
     One row per fitted constant: file, target, constant, value, then median/max |rel_error| on the fit grid
     and on the held-out grid (rel_error = closed_form / simulator - 1).

@@ -12,7 +12,8 @@ from . import options as O
 from .output import check_format, emit, table_out
 
 catalog_app = typer.Typer(help="Inspect the catalogs (hardware, models, sources, prices) and the schemas of the files "
-                               "you can write.", no_args_is_help=True)
+                               "you can write. Example: wseplan catalog list hardware ; wseplan catalog show cs3",
+                          no_args_is_help=True)
 SECTIONS = ("all", "hardware", "models", "sources", "software", "prices")
 
 
@@ -117,6 +118,8 @@ def _show_rows(entry, prefix: str = "") -> list[dict]:
                              "source": ", ".join(q.source_ids), "note": q.note or ""})
             elif isinstance(q, BaseModel):
                 rows += _show_rows(q, label + ".")
+            elif q is None:  # an unset field: null in JSON, empty in CSV, a dash in the table (audit31b L2: "None")
+                rows.append({"field": label, "value": None, "si": None, "basis": "", "source": "", "note": ""})
             elif not isinstance(q, (list, dict)) or label.endswith("aliases") or label.endswith("source"):
                 shown = ", ".join(map(str, q)) if isinstance(q, list) else str(q)
                 rows.append({"field": label, "value": shown, "si": None, "basis": "", "source": "", "note": ""})

@@ -9,7 +9,9 @@ from ..errors import InputError
 from . import options as O
 from .output import check_format, quantities, table_out
 
-sim_app = typer.Typer(help="Run the vectorized wafer/MemoryX kernel simulator (cycles, µs, utilisation).",
+sim_app = typer.Typer(help="Run the vectorized wafer/MemoryX kernel simulator (cycles, µs, utilisation). "
+                           "Example: wseplan simulate gemv --k 8192 --n 8192 ; wseplan simulate stream gpt3-175b "
+                           "--batch 64",
                       no_args_is_help=True)
 
 _TARGET = O.target_opt("A wafer: wse2 or wse3 (also cs2, cs3).", default="wse3")
