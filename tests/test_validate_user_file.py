@@ -39,6 +39,8 @@ def test_api_judges_a_user_file_by_the_bundled_bands(tmp_path, capsys):
     (ROW.format(value=0.15, unit="s", quality="strong"), ["unit 's'", "ttft_ms", "ms"]),
     (ROW.format(value=150, unit="ms", quality="excellent"), ["quality", "excellent"]),
     (ROW.format(value=150, unit="ms", quality="strong").replace("gpu-infer", "gpu-inferx"), ["category", "gpu-inferx"]),
+    # audit31b L1: an unknown phase read as "input_len not given"
+    (ROW.format(value=150, unit="ms", quality="strong").replace(",prefill,", ",bogus,"), ["phase", "bogus", "e2e-infer"]),
     (ROW.format(value=150, unit="ms", quality="strong").replace(",1,1,1,1,ttft", ",3,2,1,1,ttft"),
      ["n_devices 3", "tp x pp x dp x cp = 2"]),
 ])

@@ -226,6 +226,7 @@ def _parse_with_unit(c: Claim, text: str) -> tuple[float, str | None]:
     if c.kind in TIME_KINDS:
         if unit in _TIME_UNITS:
             return num * _TIME_UNITS[unit], "s"
+        raise InputError(f"claim {c.id}: unit {unit!r} unknown for {c.kind}; use one of {', '.join(_TIME_UNITS)}")
     elif c.kind in ("tokens_per_s_per_user", "tokens_per_s"):
         if unit in _RATE_UNITS:
             return num * _RATE_UNITS[unit], "tokens/s"

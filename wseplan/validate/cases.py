@@ -27,6 +27,8 @@ INT_COLUMNS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", 
                "input_len", "output_len", "global_batch", "concurrency", "n_devices", "tp", "pp", "dp", "cp", "ep", "vpp",
                "zero_stage")
 CATEGORIES = ("gpu-train", "gpu-infer", "wse-infer", "wse-train", "micro")
+#: what a row timed (the validation format's ``phase`` column)
+PHASES = ("train", "prefill", "decode", "e2e-infer", "kernel")
 QUALITIES = ("strong", "medium", "weak")
 #: the unit each predicted metric's value is in (a row in another unit is refused, not compared as if it were this)
 METRIC_UNITS = {"latency_ms": "ms", "ttft_ms": "ms", "layer_fwd_bwd_ms": "ms", "time_per_iter_s": "s",
@@ -280,7 +282,7 @@ def _case(p: Path, line: int, row: dict, header: list[str], seen: set, check_nam
     for c in ("category", "phase", "metric", "unit", "hardware", "quality"):
         if not row.get(c):
             raise InputError(f"cases: {p} row {rid}: empty {c}")
-    for c, allowed in (("category", CATEGORIES), ("quality", QUALITIES)):
+    for c, allowed in (("category", CATEGORIES), ("phase", PHASES), ("quality", QUALITIES)):
         if row[c] not in allowed:
             raise InputError(f"cases: {p} row {rid}: {c} {row[c][:40]!r} is not one of {', '.join(allowed)}")
     unit = METRIC_UNITS.get(row["metric"])
