@@ -637,3 +637,21 @@ def test_idle_gpus_do_not_interrupt_the_run(cat, capsys):
                      "--train-tokens", "1e12", "-f", "json"]) == 0
         days.append(json.loads(capsys.readouterr().out)["time_to_train_s"])
     assert days[1] == pytest.approx(days[0], rel=1e-12)
+
+
+def test_a_set_capex_prices_hardware_the_catalogs_leave_unpriced(cat):
+    """audit31b M2: `--set tpu-v5p.capex_usd=1e5`, the documented pin, was refused by the "no price" check before it
+    applied, and `serve` refused an unpriced TPU outright though `time` answers it. Now the pin prices it (the capex
+    is the user's), and serve without it gives the points' times with no $ figures and a note."""
+    from wseplan.costing import cost
+    from wseplan.serving import serve
+
+    with pytest.raises(Exception, match="has no price"):
+        cost("llama-3-8b", "tpu-v5px4", batch=8, context=1024, catalog=cat)
+    r = cost("llama-3-8b", "tpu-v5px4", batch=8, context=1024, catalog=cat, overrides={"tpu-v5p.capex_usd": 1e5})
+    assert {p.name: p for p in r.params}["capex_usd"].value == 1e5 and r.metric("all_in_usd_per_mtok") > 0
+    twice = cost("llama-3-8b", "tpu-v5px4", batch=8, context=1024, catalog=cat, overrides={"tpu-v5p.capex_usd": 2e5})
+    assert twice.metric("all_in_usd_per_mtok") > r.metric("all_in_usd_per_mtok")
+    s = serve("llama-3-8b", "tpu-v5px4", catalog=cat)
+    assert s.fits and s.chosen.tokens_per_s > 0 and s.chosen.all_in_usd_per_mtok is None
+    assert any("tpu-v5p has no price" in n for n in s.notes)

@@ -734,7 +734,7 @@ def test_fuzz_numbers_in_config_json(capsys, dirs, doc):
 
 
 _CSV_HEADER = "id,category,phase,model,metric,value,unit,hardware,quality,tp,notes\n"
-_CSV_ROW = "R1,micro,infer,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,1,a note\n"
+_CSV_ROW = "R1,micro,kernel,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,1,a note\n"
 _bad_csv_value = st.one_of(
     st.sampled_from(["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e999", "-1e999", "0", "-0", "-1", "1e31",
                      "0x10", "1,5", "", " ", "--1", "1e", "abc", "1 000"]),

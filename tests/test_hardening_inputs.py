@@ -32,7 +32,7 @@ MODELS = read_yaml(default_catalog_dir() / "models" / "transformers.yaml")["mode
 HF = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8, "intermediate_size": 128,
       "vocab_size": 1000, "model_type": "llama"}
 CSV_HEAD = "id,category,phase,model,metric,value,unit,hardware,quality,notes\n"
-CSV_ROW = "R1,micro,infer,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,plain note\n"
+CSV_ROW = "R1,micro,kernel,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,plain note\n"
 HOSTILE = ["[/bold]", "[red]x[/red]", "\x1b[31mred\x1b[0m", "a" * 10_000, "bidi\u202eevil", "nul\x00byte",
            "line\nbreak"]
 
@@ -285,7 +285,7 @@ def test_hostile_names_refused_at_input(capsys, work, tmp_path, name, where):
                 "--out", tmp_path / "o"]
     else:
         cell = '"' + name.replace('"', '""') + '"'
-        argv = ["validate", write(tmp_path / "c.csv", CSV_HEAD + f"R1,micro,infer,{cell},hbm_bandwidth,3000,GB/s,"
+        argv = ["validate", write(tmp_path / "c.csv", CSV_HEAD + f"R1,micro,kernel,{cell},hbm_bandwidth,3000,GB/s,"
                                                                  "h100-sxm,strong,n\n")]
     one_line(capsys, argv, work)
     assert not (tmp_path / "o").exists()
@@ -300,18 +300,18 @@ def test_hostile_model_argument(capsys, work):
 # --------------------------------------------------------------------------------------------- CSV
 def test_csv_with_bom_crlf_and_u2028_parses(tmp_path):
     text = "\ufeff" + CSV_HEAD.replace("\n", "\r\n") + \
-        'R1,micro,infer,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,"line one\u2028line two\r\nthree"\r\n'
+        'R1,micro,kernel,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,"line one\u2028line two\r\nthree"\r\n'
     p = write(tmp_path / "excel.csv", text)
     (case,) = read_cases(p)
     assert case.id == "R1" and case.value == 3000 and case.notes == "line one\nline two\r\nthree"
 
 
 def test_csv_cell_too_large_names_row_and_column(capsys, work, tmp_path):
-    p = write(tmp_path / "c.csv", CSV_HEAD + 'R7,micro,infer,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,"'
+    p = write(tmp_path / "c.csv", CSV_HEAD + 'R7,micro,kernel,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,"'
               + "a" * (MAX_CELL_CHARS + 1) + '"\n')
     err = one_line(capsys, ["validate", p], work)
     assert "line 2" in err and "R7" in err and "column notes" in err
-    p = write(tmp_path / "d.csv", CSV_HEAD + 'R8,micro,infer,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,"'
+    p = write(tmp_path / "d.csv", CSV_HEAD + 'R8,micro,kernel,x,hbm_bandwidth,3000,GB/s,h100-sxm,strong,"'
               + "a" * (17 * 2**20) + '"\n')
     assert "line 2" in one_line(capsys, ["validate", p], work)
 
@@ -340,7 +340,7 @@ def test_summary_never_nan():
 def test_csv_not_utf8_and_malformed(capsys, work, tmp_path):
     p = write(tmp_path / "c.csv", (CSV_HEAD + CSV_ROW).encode("utf-8") + b"R2,\xff\xfe\n")
     assert "UTF-8" in one_line(capsys, ["validate", p], work)
-    p = write(tmp_path / "d.csv", CSV_HEAD + 'R1,micro,infer,x,"unclosed\n')
+    p = write(tmp_path / "d.csv", CSV_HEAD + 'R1,micro,kernel,x,"unclosed\n')
     one_line(capsys, ["validate", p], work)
 
 

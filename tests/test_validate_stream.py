@@ -91,7 +91,7 @@ def test_prediction_key_holds_every_input_but_not_id_or_value(tmp_path, column):
                 base[header.index(c)] = ""
     changed = list(base)
     i = header.index(column)
-    changed[i] = {"category": "micro", "phase": "infer", "hardware": "h100-sxm", "quality": "weak",
+    changed[i] = {"category": "micro", "phase": "kernel", "hardware": "h100-sxm", "quality": "weak",
                   "unit": "TFLOP/s", "metric": "idle_power_frac_tdp", "precision": "fp8"}.get(
         column, "7" if column not in ("model", "source", "notes") else "other")
     if changed[i] == base[i]:

@@ -189,7 +189,8 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     phase = s.query.phase
     cat = s.query.catalog
     b, c, o = rec.batch, rec.context, rec.output_tokens or 0
-    params = params_for(s, prices)
+    # (a --set capex prices hardware the catalogs do not: applied here with the rest below)
+    params = params_for(s, prices, overrides={k: v for k, v in (overrides or {}).items() if k.endswith("capex_usd")})
     mt = model_time_param(s, rec)
     if mt is not None:
         params["model_time_factor"] = mt

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .analytic import cost as C
+from .analytic.cost.params import price_key_of
 from .catalog.schema import Quantity
 from .errors import InputError
 from .plan import Setup
@@ -55,6 +56,9 @@ def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
     hw = s.family.hardware(s.ctx)
     q = s.query
     stream = s.family.name == "wafer_streaming"
+    if overrides and pins_capex(overrides, hw.price_key, q.catalog) and unpriced(s, prices):
+        # the user's --set HW.capex_usd prices hardware the catalogs leave unpriced (audit31b M2: refused first)
+        prices = with_placeholder_price(s, prices)
     if q.target.kind in ("gpu", "wafer"):
         out = C.cost_params(prices, q.catalog, q.target, include_memoryx=stream,
                             memoryx_option=getattr(s.ctx, "option", None) if stream else None)
@@ -70,6 +74,16 @@ def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
         out["capex_usd"] = C.Param.from_quantity("capex_usd", hp.capex_usd)
         out["network_frac"] = C.Param.from_quantity("network_frac", hp.network_frac)
     return C.apply_overrides(out, overrides or {}, hardware_key=hw.price_key, catalog=s.query.catalog)
+
+
+def pins_capex(overrides: dict, price_key: str, catalog) -> bool:
+    """Whether ``overrides`` (``--set``) pins the capex of the hardware of ``price_key`` (``capex_usd`` or
+    ``HW.capex_usd`` with HW that hardware)."""
+    for k in overrides:
+        hw, _, name = k.rpartition(".")
+        if name == "capex_usd" and (not hw or price_key_of(hw, catalog) == price_key):
+            return True
+    return False
 
 
 def unpriced(s: Setup, prices) -> bool:

@@ -34,7 +34,7 @@ from .analytic import engine as E
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
-from .pricing import cost_columns, params_for
+from .pricing import cost_columns, params_for, pins_capex, unpriced
 from .errors import InputError
 from .records import ServePoint, ServeResult, _Frozen  # noqa: F401 (re-exported: the serving API)
 from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
@@ -285,6 +285,11 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         return setups[key]
     s0 = _setup(model, target)
     require_time_model(s0)
+    unpriced_note = None
+    if prices is not None and unpriced(s0, prices) and not (overrides and pins_capex(
+            overrides, s0.family.hardware(s0.ctx).price_key, cat)):  # a rental-only part: times without dollars
+        prices, unpriced_note = None, (f"{s0.family.hardware(s0.ctx).price_key} has no price in the catalogs: the "
+                                       "points have no $ figures (--set HW.capex_usd=... prices it)")
     eng = s0.query.software.engine
     if batches is not None:  # the concurrencies to try (fleet's grid); default: powers of two to the engine's max
         for b in batches:
@@ -391,6 +396,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
                 f"{max(p.capacity_requests_per_s for p in free.points):.4g} requests/s; {rate:g} requests/s needs "
                 f"at least {reps} replicas of {top.devices_per_replica} {dev} at batch {top.batch}, each carrying "
                 f"{per_replica:.4g} requests/s at 100% load (wseplan fleet sizes a fleet for a demand)"]})
+    if unpriced_note is not None:
+        res = res.model_copy(update={"notes": res.notes + [unpriced_note]})
     return res
 
 
