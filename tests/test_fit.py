@@ -95,7 +95,9 @@ def test_hand_calc_gpu_training_zero0(catalog):
     # full activations of the layer being recomputed: norm in, QKV in, Q, K, V, attention out (6 d + 2 kvd
     # counting the MLP's norm in and input) and gate, up, down-input (3 d_ff), 16-bit, 2048 tokens
     one_layer = 2 * (6 * d + 2 * kvd + 3 * ff) * 2048
-    assert res.activation_bytes == pytest.approx(ckpt + one_layer, rel=1e-12)
+    # and the loss's logits of the micro-batch, fp32 (Korthikanti et al. 2022 sec. 4.1: 4sbv): 2048 x 128,256 x 4 B
+    logits = 2048 * 128_256 * 4
+    assert res.activation_bytes == pytest.approx(ckpt + one_layer + logits, rel=1e-12)
     assert res.fits  # 16 x 8.03e9 = 128.5 GB + ~3 GB < 162 GB usable
 
 
@@ -372,3 +374,35 @@ def test_a_kv_cache_no_wafer_count_holds_names_batch_and_context():
     # and not where more wafers do hold it
     r = plan("llama-3.1-70b", "cs3x2", phase="decode", batch=1, context=8192, require_fit=False)
     assert not r.fits and "no wafer count holds it" not in r.notes[0] and "without a count" in r.notes[0]
+
+
+def test_training_memory_holds_the_losss_logits(catalog):
+    """audit31a M2: GPU training memory left out the LM head's logits, which the last stage keeps for the loss's
+    backward (Korthikanti et al. 2022 sec. 4.1: 4sbv bytes, fp32), so gpt-oss-20b (a 201,088-token vocabulary) on
+    8 H200 took micro-batches of 8 x 4,096 tokens with 2.2 GB of headroom while their logits are 26 GB. By hand: at
+    pp = 1 the one stage holds micro-batch x context x vocabulary x 4 B / tp more than without them; at pp = 2 the last
+    stage holds one micro-batch's activations and the logits, and the fullest stage is never below it."""
+    from wseplan.analytic.memory import gpu_layout_memory
+    from wseplan.workload import build_workload
+
+    m = catalog.models["gpt-oss-20b"]
+    w = build_workload(m, catalog, phase="train", precision="bf16", batch=64, context=4096)
+    per_elem = catalog.defaults.training_logits_bytes_per_element.si
+    assert per_elem == 4.0
+    kw = dict(dp=8, zero_stage=1, recompute=0, virtual_stages=1, batch=64, context=4096, gradient_bytes_per_param=4,
+              adam_state_bytes_per_param=12, prefill_chunk_tokens=8192)
+    for tp, mb in ((1, 8), (2, 4)):
+        plain = gpu_layout_memory(w, tp=tp, pp=1, micro_batch=mb, **kw)
+        held = gpu_layout_memory(w, tp=tp, pp=1, micro_batch=mb, logits_bytes_per_token=m.vocab_size * per_elem, **kw)
+        logits = mb * 4096 * 201_088 * 4.0 / tp
+        assert float(held["total"] - plain["total"]) == pytest.approx(logits, rel=1e-12)
+        assert float(held["activations"] - plain["activations"]) == pytest.approx(logits, rel=1e-12)
+    two = gpu_layout_memory(w, tp=1, pp=2, micro_batch=2, logits_bytes_per_token=m.vocab_size * per_elem, **kw)
+    assert float(two["total"]) >= 2 * 4096 * 201_088 * 4.0
+    # the searched layout now leaves room for them
+    from wseplan.plan import plan
+
+    r = plan("gpt-oss-20b", "h200x8", phase="train", batch=256, context=4096, catalog=catalog)
+    lay = r.layout
+    logits = lay["micro_batch"] * 4096 * 201_088 * 4.0 / (lay["tensor_parallel"] * lay.get("context_parallel", 1))
+    assert r.fits and r.activation_bytes >= logits

@@ -195,7 +195,10 @@ def test_lora_on_attention_keeps_no_inputs_of_the_frozen_mlp():
         for tr in ("full", "lora", "lora-all"):
             r = plan("llama-2-70b", "h100x8", layout=dict(lay, recompute=rc), **dict(kw, options={"trainable": tr}))
             got[rc, tr] = r.activation_bytes
-    assert got["none", "lora"] / got["none", "lora-all"] == pytest.approx(100_352 / 137_216, rel=1e-12)
+    # beside the loss's logits, the same for all (1 x 8,192 tokens x 32,000 x 4 B over tp x cp = 8, on 8 GPUs)
+    logits = 8192 * 32_000 * 4.0
+    assert (got["none", "lora"] - logits) / (got["none", "lora-all"] - logits) == pytest.approx(100_352 / 137_216,
+                                                                                               rel=1e-12)
     assert got["none", "lora-all"] == pytest.approx(got["none", "full"], rel=1e-12)
     # full recompute keeps block inputs; only the one block being recomputed holds its activations, so the two differ
     # by one block's frozen bytes: 36,864 x 2 B x 8,192 tokens / (tp 4 x cp 2) per GPU, on 8 GPUs
@@ -316,15 +319,16 @@ def test_a_given_layout_may_leave_gpus_idle_as_the_search_does():
 def test_a_given_micro_batch_outside_the_searched_values_is_searched_around(catalog):
     """audit28a H2: a micro-batch of 3 (outside 1, 2, 4 ... 32) matched no searched layout and fell back to the
     default completion (all 8 GPUs in tensor parallelism for an 8B model, 22% slower) labelled 'partly searched'.
-    It is now searched with the rest free: the layout found (TP1 DP8) is no slower than other layouts with micro-batch
-    3."""
+    It is now searched with the rest free: the layout found (TP2 DP4 since the loss's logits are counted: TP1 needs
+    ZeRO-3 and partial recompute to hold them) is no slower than other layouts with micro-batch 3."""
     from wseplan.timing import predict_time
 
     kw = dict(phase="train", batch=48, context=4096, catalog=catalog)
     r3 = predict_time("llama-3-8b", "h100x8", micro_batch=3, **kw)
-    assert r3.layout["micro_batch"] == 3 and r3.layout["tensor_parallel"] == 1 and r3.layout["data_parallel"] == 8
+    assert r3.layout["micro_batch"] == 3 and r3.layout["tensor_parallel"] < 8
+    assert r3.layout["tensor_parallel"] * r3.layout["data_parallel"] == 8
     # every other layout with micro-batch 3 is no faster (the search held the given value)
-    for tp, dp in ((2, 4), (8, 1)):
+    for tp, dp in ((1, 8), (2, 4), (8, 1)):
         other = predict_time("llama-3-8b", "h100x8", micro_batch=3, tensor_parallel=tp, data_parallel=dp, **kw)
         assert other.step_s >= r3.step_s
     # GPT-3 on 512 H100 with micro-batch 3: searched (TP8 PP8 DP8 fits) rather than refused over a tp never given

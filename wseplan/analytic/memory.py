@@ -87,7 +87,7 @@ def micro_batches_in_flight(*, num_stages, virtual_stages, micro_batches, rank):
 def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virtual_stages, batch, context,
                       gradient_bytes_per_param: float, adam_state_bytes_per_param: float,
                       prefill_chunk_tokens: float, working_tokens=None, frozen_mlp: bool = False,
-                      recompute_frac=0.0) -> dict[str, np.ndarray]:
+                      recompute_frac=0.0, logits_bytes_per_token: float = 0.0) -> dict[str, np.ndarray]:
     """Per-GPU memory of the fullest pipeline stage for arrays of layouts [bytes], by part.
 
     ``w`` is the :class:`~wseplan.workload.Workload` (its phase decides training vs inference accounting; its
@@ -105,6 +105,10 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     (:func:`micro_batches_in_flight`: the first stage for an edge stage, the second for a middle one); inference: a
     chunk's working set. ``frozen_mlp``: the MLP weights are frozen (LoRA on the attention projections), so a block
     keeps ``w.frozen_mlp_bytes_per_token`` less per token (:func:`wseplan.workload.frozen_mlp_bytes_per_token`).
+    Training's last stage also holds the LM head's logits of the micro-batch whose loss it computes,
+    ``logits_bytes_per_token / tp`` per token (vocabulary x bytes per element; Korthikanti et al. 2022 sec. 4.1: the
+    cross entropy's 4sbv bytes), beside the one micro-batch of activations 1F1B leaves it (audit31a M2: a 201k-token
+    vocabulary's logits are 13-26 GB a micro-batch, beyond the headroom the layout search left).
 
     Returns a dict of arrays: ``weights``, ``optimizer`` (gradients + Adam state), ``kv_cache``,
     ``activations``, ``total``.
@@ -135,7 +139,24 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
                         adam_state_bytes_per_param=adam_state_bytes_per_param,
                         prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
     take_mid = (pp >= 3) & (mid["total"] > edge["total"])
-    return {key: np.where(take_mid, mid[key], edge[key]) for key in edge}
+    out = {key: np.where(take_mid, mid[key], edge[key]) for key in edge}
+    if w.phase != "train" or not logits_bytes_per_token:
+        return out
+    # the loss's logits: on the one stage at pp = 1, else on the last stage (its own blocks and edge layer, the
+    # micro-batches 1F1B leaves the last rank) when that is the fullest
+    tok_mb = np.asarray(micro_batch, dtype=float) * C
+    logits = logits_bytes_per_token / tp * tok_mb
+    head = _stage_parts(w, n - k, edge_w, edge_p, run_w, run_p, act_l, ck_l, blocks, rank=np.inf, tp=tp, pp=pp, dp=dp,
+                        zs=zs, mb=mb, vpp=vpp, rc=rc, rf=rf, B=B, C=C, gradient_bytes_per_param=gradient_bytes_per_param,
+                        adam_state_bytes_per_param=adam_state_bytes_per_param,
+                        prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
+    head = dict(head, activations=head["activations"] + logits, total=head["total"] + logits)
+    last = np.where(single, out["total"] + logits, head["total"])
+    take_last = last > out["total"]
+    res = {key: np.where(take_last, np.where(single, out[key], head[key]), out[key]) for key in out}
+    res["activations"] = np.where(take_last & single, out["activations"] + logits, res["activations"])
+    res["total"] = np.where(take_last, last, out["total"])
+    return res
 
 
 def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, rank, tp, pp, dp, zs, mb, vpp, rc, rf, B, C,

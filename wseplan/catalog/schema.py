@@ -570,6 +570,8 @@ class Defaults(_Checked):
     default_batch: Quantity
     adam_state_bytes_per_param: Quantity
     gradient_bytes_per_param: Quantity
+    #: GPU training: bytes per element of the LM head's logits held for the loss (last pipeline stage, one micro-batch)
+    training_logits_bytes_per_element: Quantity
     fp16_gradient_bytes_per_param: Quantity
     gpu_job_interruptions_per_gpu_hour: Quantity
     job_interruption_loss_s: Quantity

@@ -66,7 +66,9 @@ def layout_memory(w, catalog, *, tp, pp, dp, zero_stage=1, recompute="selective"
                              context=w.context if context is None else context,
                              gradient_bytes_per_param=d.gradient_bytes_per_param.si,
                              adam_state_bytes_per_param=d.adam_state_bytes_per_param.si,
-                             prefill_chunk_tokens=d.prefill_chunk_tokens.si, working_tokens=working_tokens)
+                             prefill_chunk_tokens=d.prefill_chunk_tokens.si, working_tokens=working_tokens,
+                             logits_bytes_per_token=float(getattr(w.arch, "vocab_size", 0) or 0)
+                             * d.training_logits_bytes_per_element.si if w.phase == "train" else 0.0)
 
 
 #: memo of what a context derives from immutable inputs (the workload of a model, a profile's calibration), keyed by
@@ -172,6 +174,9 @@ class GpuContext:
         lora = self.trainable == "lora"
         self.grad_dtype_bytes = (d.fp16_gradient_bytes_per_param if q.precision == "fp16" else d.gradient_bytes_per_param).si
         self.grad_bytes, self.adam_bytes = (0.0, 0.0) if lora else (self.grad_dtype_bytes, d.adam_state_bytes_per_param.si)
+        # the loss's logits on the last stage, per token (vocabulary x bytes per element; a layer list has none)
+        self.logits_bytes = (float(q.model.vocab_size) * d.training_logits_bytes_per_element.si
+                             if self.transformer and q.phase == "train" else 0.0)
         cp = q.options.get("context_parallel")
         self.cp_given = None if cp is None else float(cp)  # the option fixes the layout column
         self.single_layer = bool(q.options.get("single_layer", False))

@@ -24,7 +24,7 @@ def train_memory(ctx, cfg: dict, rf) -> dict:
     kw = dict(zero_stage=cfg["zero_stage"], recompute=cfg["recompute"], micro_batch=cfg["micro_batch"],
               virtual_stages=cfg["vpp"], batch=B, context=C, gradient_bytes_per_param=ctx.grad_bytes,
               adam_state_bytes_per_param=ctx.adam_bytes, prefill_chunk_tokens=ctx.chunk, frozen_mlp=ctx.frozen_mlp,
-              recompute_frac=rf)
+              recompute_frac=rf, logits_bytes_per_token=ctx.logits_bytes)
     mem = gpu_layout_memory(ctx.w, tp=tp * cp, pp=pp, dp=dp, **kw)
     if (cp > 1).any():  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
         mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, **kw)
