@@ -66,3 +66,4 @@ def test_a_layer_list_without_activations_holds_any_batch(tmp_path, capsys):
     assert main(["stream", str(f), "-t", "cs3", "-f", "json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["max_tokens_on_wafer"] is None and rec["max_batch_on_wafer"] is None
+

@@ -28,6 +28,7 @@ def scale_cmd(
     Example: wseplan scale llama-3-8b --targets wse3,h100 --max-systems 64 --batch 1024 --format csv
     """
     from ..scale import scaling_frame
+    from .output import notes_out
     from ..fit import resolve_model
     from ..targets import parse_target, split_targets
 
@@ -53,6 +54,12 @@ def scale_cmd(
             for r in df.to_dict(orient="records")]
     table_out(rows, fmt, title=f"scaling: {df.attrs['model']}, global batch {df.attrs['global_batch']} x "
                                f"{df.attrs['context']} tokens")
+    above = sorted({r["target"] for r in rows if (r.get("efficiency_frac") or 0.0) > 1.0 + 1e-9})
+    if above and fmt == "table":  # audit31a L3: read as superlinear scaling
+        notes_out([f"efficiency above 100% ({', '.join(above)}): each count's speed per system against the smallest "
+                     "count that fits (efficiency_baseline_systems), whose memory forces a slower layout (more tensor "
+                     "parallelism, smaller micro-batches, no ZeRO sharding); more systems free memory for a faster one, "
+                     "not superlinear communication"])
 
 
 def register(app: typer.Typer) -> None:
