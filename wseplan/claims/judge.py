@@ -10,7 +10,7 @@ from ..costing import cost
 from ..devices import families
 from ..errors import InputError, WseplanError
 from ..plan import plan
-from ..pricing import run_goodput
+from ..pricing import job_devices, run_goodput
 from ..report.markdown import fmt_quantity
 from ..model_error import load_model_error, speed_bounds
 from .physics import (QUANTITY_TEXT, Physical, bandwidth_bound, fit_bound, hop_s, normalise, peak,
@@ -226,7 +226,8 @@ def check_claim(c: Claim, catalog=None, *, errors: dict | None = None) -> Verdic
     if kind == "time_to_train_s" and t.kind == "gpu" and isinstance(est, float):
         # a run's wall time holds its interruptions (`time --train-tokens`): the estimate of the wall rate is the step
         # rate x goodput; the hard bounds stay on tokens / time (a run may meet no interruption at all)
-        g = float(run_goodput("gpu", cat, t.count))
+        r = _plan(c, cat, t, p.phase, c.batch or 1, c.context)  # interruptions strike the GPUs its layout uses
+        g = float(run_goodput("gpu", cat, job_devices(r.layout or {}, t.count)))
         est, note = est * g, f"{note}; x goodput {g:.4g}: interruptions, as time --train-tokens"
     return _judge(c, p, bounds, est, note, t, cat, capacity, errors, spec_note, band)
 
