@@ -26,6 +26,7 @@ defines no model of its own. The output is deterministic: same study and catalog
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
@@ -128,6 +129,22 @@ def load_study(path: str | Path) -> tuple[Study, Path]:
     return st, p.parent
 
 
+#: the command-line options the planning chain's errors name, as a study file's fields (by study kind)
+_STUDY_FIELDS = {"training": {"--context": "training.seq_len", "--batch": "training.global_batch"},
+                 "serving": {"--context": "serving.prompt_tokens", "--output-tokens": "serving.output_tokens"},
+                 "server": {"--context": "server.prompt_tokens", "--output-tokens": "server.output_tokens"}}
+_COMMON_FIELDS = {"--set": "cost.set", "--prices": "cost.prices", "--uncertainty": "cost.uncertainty"}
+
+
+def study_wording(message: str, kind: str) -> str:
+    """An error of the planning chain in a study file's words: each command-line option it names becomes the study
+    field that sets it (``--context`` is ``training.seq_len`` in a training study); options a study has no field for
+    stay as they are."""
+    for flag, field in sorted({**_COMMON_FIELDS, **_STUDY_FIELDS.get(kind, {})}.items(), key=lambda kv: -len(kv[0])):
+        message = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", field, message)
+    return message
+
+
 def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path | None = None) -> StudyResult:
     """Run a study (a YAML path or a :class:`Study`) and return its tables, plots, answer and Markdown."""
     if isinstance(study, Study):
@@ -135,14 +152,17 @@ def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path |
     else:
         st, base = load_study(study)
     cat = catalog or load_catalog()
-    if st.kind == "serving":
-        body = serving_body(st, cat)
-    elif st.kind == "server":
-        body = server_body(st, cat)
-    elif st.kind == "training":
-        body = training_body(st, cat)
-    else:
-        body = claims_body(st, cat, base)
+    try:
+        if st.kind == "serving":
+            body = serving_body(st, cat)
+        elif st.kind == "server":
+            body = server_body(st, cat)
+        elif st.kind == "training":
+            body = training_body(st, cat)
+        else:
+            body = claims_body(st, cat, base)
+    except InputError as exc:  # the chain names command-line options; a study names its own fields (audit31b L1)
+        raise InputError(study_wording(str(exc), st.kind)) from None
     assumptions, sources = assumptions_and_sources(st, cat, body.get("params", {}), body.get("extra_sources", []),
                                                    body.get("targets"), body.get("assumption_rows"))
     pv = _provenance(st, cat)
