@@ -37,7 +37,11 @@ def test_a_study_and_a_sweep_read_their_neighbour_model_files(tmp_path, monkeypa
     assert main(["report", "sub/study.yaml", "--out", str(tmp_path / "rep")]) == 0
     assert main(["sweep", "sub/sweep.yaml", "--out", str(tmp_path / "sw"), "-f", "json"]) == 0
     capsys.readouterr()
-    assert not any(str(tmp_path) in p.read_text() for p in (tmp_path / "rep").glob("*.md"))  # no absolute path leaks
+    # the names stay as written in the reports and rows (review31 M3: the resolved path was shown)
+    md = "".join(p.read_text() for p in (tmp_path / "rep").glob("*.md"))
+    assert "Model: layers.yaml" in md and str(tmp_path) not in md
+    rows = (tmp_path / "sw" / "swrel.csv").read_text().splitlines()
+    assert rows[1].startswith("tiny.json,") and str(tmp_path) not in "".join(rows)
 
 
 def test_a_demand_reads_its_neighbour_model_files(tmp_path, monkeypatch):

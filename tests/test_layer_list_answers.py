@@ -66,4 +66,8 @@ def test_a_layer_list_without_activations_holds_any_batch(tmp_path, capsys):
     assert main(["stream", str(f), "-t", "cs3", "-f", "json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["max_tokens_on_wafer"] is None and rec["max_batch_on_wafer"] is None
+    assert main(["stream", str(f), "-t", "cs3"]) == 0  # the table says so (review31 L3: the row was left out)
+    assert "unbounded" in capsys.readouterr().out
+    assert main(["fit", str(f), "-t", "wse3", "--phase", "train", "-f", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["max_tokens_in_flight"] is None  # not 2^62
 

@@ -192,3 +192,48 @@ def test_a_count_splits_into_replicas_of_every_divisor():
     assert split.plan["tokens_per_s_per_user"] >= 20.0
     dflt = cost("llama-70b", "h100x12", **ASK)
     assert dflt.metric("all_in_usd_per_mtok") <= split.metric("all_in_usd_per_mtok")
+
+
+def test_a_lower_speed_floor_never_costs_more():
+    """review31 H1: with only the chosen layout refined between powers of two, a stricter floor could price cheaper
+    (70B fp8 on 12 H100: $2.045/M at 35 tokens/s per user, $2.159/M at 30). Every layout is refined where its floor
+    binds and the record chooses once: the price never rises as the floor falls, nor does serve's throughput per
+    device fall."""
+    prices, tput = [], []
+    for floor in (40, 35, 30, 25, 23, 21, 20):
+        r = cost("llama-3.1-70b", "h100x12", min_tokens_per_s_per_user=floor, **ASK)
+        prices.append(r.metric("all_in_usd_per_mtok"))
+        s = serve("llama-3.1-70b", "h100x12", precision="fp8", input_tokens=2048, output_tokens=256,
+                  min_tokens_per_s_per_user=floor, catalog=CAT, prices=PRICES)
+        assert s.chosen.tokens_per_s_per_user >= floor
+        tput.append(s.chosen.tokens_per_s / s.chosen.num_devices)
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(prices, prices[1:])), prices
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(tput, tput[1:])), tput
+
+
+def test_a_limit_refines_alike_however_the_load_is_written():
+    """review31 M1: `serve --tpot-limit 0.04` gave batch 64 and `--utilization 0.9` (the default load written out)
+    batch 72; a loose search re-judged against limits (with_limits, sla_grid's one search per target) gave another
+    record than a fresh search with them. One refinement serves them all."""
+    from wseplan.serving import with_limits
+
+    kw = dict(precision="fp8", input_tokens=2048, output_tokens=256, catalog=CAT, prices=PRICES)
+    a = serve("llama-70b", "h100x8", tpot_limit_s=0.04, **kw)
+    b = serve("llama-70b", "h100x8", tpot_limit_s=0.04, utilization=0.9, **kw)
+    assert (a.chosen.batch, a.chosen.all_in_usd_per_mtok) == (b.chosen.batch, b.chosen.all_in_usd_per_mtok)
+    loose = serve("llama-70b", "h100x8", **kw)
+    assert with_limits(loose).chosen == loose.chosen
+    for lim in (0.03, 0.05):
+        assert with_limits(loose, tpot_limit_s=lim).to_record() == serve("llama-70b", "h100x8", tpot_limit_s=lim,
+                                                                         **kw).to_record()
+
+
+def test_an_unpriced_target_is_chosen_by_throughput_per_device():
+    """review31 M2: without prices every point tied on a cost of 0 and the shortest request won: an unpriced TPU was
+    compared at batch 1 (249 tokens/s). The most throughput per device meeting the floor stands for the cheapest."""
+    op = operating_point("llama-3-8b", "tpu-v5px4", input_tokens=2048, output_tokens=256, catalog=CAT, prices=PRICES)
+    assert op.meets and op.batch > 1
+    res = serve("llama-3-8b", "tpu-v5px4", input_tokens=2048, output_tokens=256, tpot_limit_s=1 / 20, full_slots=True,
+                catalog=CAT, prices=PRICES)
+    ok = [p for p in res.points if p.meets_sla]
+    assert op.point.tokens_per_s / op.point.num_devices == max(p.tokens_per_s / p.num_devices for p in ok)

@@ -209,7 +209,7 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
                interval_metric=rec.interval_metric, interval_low=rec.interval_low, interval_high=rec.interval_high)
     try:
         cr = costing.price_record(s, arr, rec, prices, overrides=overrides, train_tokens=train_tokens,
-                                  uncertainty=uncertainty, seed=seed)
+                                  uncertainty=uncertainty, seed=seed, note_other_hardware=False)
     except WseplanError as exc:
         if "--set" in str(exc):
             raise

@@ -184,7 +184,7 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
 
 
 def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_tokens=None, uncertainty: int = 0,
-                 seed: int = 0):
+                 seed: int = 0, note_other_hardware: bool = True):
     """The :class:`~wseplan.analytic.cost.CostResult` of row 0 of ``arr`` (a configuration that fits)."""
     phase = s.query.phase
     cat = s.query.catalog
@@ -198,7 +198,8 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     params = C.apply_overrides(params, overrides or {}, hardware_key=own, catalog=cat)
     notes = list(rec.notes)
     other = [k for k in overrides or {} if "." in k and price_key_of(k.split(".", 1)[0], cat) != own]
-    if other:  # audit30a L9: a hardware-prefixed --set for hardware the target lacks prices nothing here
+    if other and note_other_hardware:  # audit30a L9: a hardware-prefixed --set for other hardware prices nothing here
+        # (compare prices several targets with one --set: each applies where its hardware is, review31 L4)
         notes.append(f"--set {', '.join(other)}: not applied (the target {rec.target} is {own} hardware; "
                      "HW.NAME=VALUE pins HW's input only)")
     tt = train_tokens

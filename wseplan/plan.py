@@ -41,7 +41,7 @@ from .errors import InputError
 from .model_error import plan_interval
 from .plan_notes import (STREAM_UNIT_HINT, FLOOR_TEXT, _datapath_note, _speculation_note, fit_fix,  # noqa: F401
                          floor_s, floor_text, one_sequence_hint)
-from .records import PlanRecord
+from .records import PlanRecord, bounded_tokens
 from .targets import Target, parse_target
 from .workload import check_positive_int, check_precision, resolve_model, total_params
 
@@ -591,7 +591,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         capacity_bytes=cap, per_device_bytes=load, weights_bytes=r["weights_bytes"], kv_cache_bytes=r["kv_cache_bytes"],
         activation_bytes=r["activation_bytes"], optimizer_bytes=r["optimizer_bytes"], total_bytes=r["total_bytes"],
         headroom_bytes=cap - load, shortfall_bytes=max(0.0, load - cap), binding=binding_name(r["binding"]),
-        max_tokens_in_flight=int(min(r["max_tokens_in_flight"] or 0, 2**62)), layout=lay,
+        max_tokens_in_flight=bounded_tokens(r["max_tokens_in_flight"]), layout=lay,
         **{k: (r.get(k) if timed else None) for k in ("step_s", "ttft_s", "tpot_s", "tokens_per_s",
                                                       "tokens_per_s_per_user", "request_s", "requests_per_s",
                                                       "model_flop_per_s", "model_flop_utilization_frac")},

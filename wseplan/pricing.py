@@ -58,7 +58,9 @@ def params_for(s: Setup, prices, *, overrides: dict | None = None) -> dict:
     stream = s.family.name == "wafer_streaming"
     if overrides and pins_capex(overrides, hw.price_key, q.catalog) and unpriced(s, prices):
         # the user's --set HW.capex_usd prices hardware the catalogs leave unpriced (audit31b M2: refused first)
-        prices = with_placeholder_price(s, prices)
+        # (a network share as a GPU node's without prices of its own, review31 L5: not 0)
+        prices = with_placeholder_price(s, prices, network_frac=prices.hardware["h100-sxm"].network_frac
+                                        if "h100-sxm" in prices.hardware else None)
     if q.target.kind in ("gpu", "wafer"):
         out = C.cost_params(prices, q.catalog, q.target, include_memoryx=stream,
                             memoryx_option=getattr(s.ctx, "option", None) if stream else None)
@@ -96,12 +98,14 @@ def unpriced(s: Setup, prices) -> bool:
     return node is None or not node.si > 0
 
 
-def with_placeholder_price(s: Setup, prices):
+def with_placeholder_price(s: Setup, prices, network_frac=None):
     """``prices`` with a $1 capex for the setup's unpriced hardware (:func:`unpriced`), so the cost model can give
-    its time-, power- and energy-only figures; every dollar figure of the result is meaningless and must be dropped."""
+    its time-, power- and energy-only figures; every dollar figure of the result is meaningless and must be dropped
+    (unless a ``--set`` capex replaces it: then ``network_frac``, a Quantity, is the network share beside it)."""
     key = s.family.hardware(s.ctx).price_key
     q = Quantity(value=1.0, source="wseplan-estimate", basis="estimate", note="placeholder: the hardware has no price")
-    z = Quantity(value=0.0, source="wseplan-estimate", basis="estimate", note="placeholder: the hardware has no price")
+    z = network_frac or Quantity(value=0.0, source="wseplan-estimate", basis="estimate",
+                                 note="placeholder: the hardware has no price")
     return prices.model_copy(update={"hardware": {**prices.hardware, key: C.HardwarePrice(capex_usd=q, network_frac=z)}})
 
 

@@ -14,6 +14,11 @@ from .catalog.schema import Frozen
 SCHEMA_VERSION = 2
 
 
+def bounded_tokens(v) -> int | None:
+    """A record's token bound: None where nothing bounds it (2^62 or more: review31 L3), else the whole tokens."""
+    return None if v is not None and v >= 2**62 else int(v or 0)
+
+
 class RecordHead(Frozen):
     """Fields every model-on-target record starts with."""
 
@@ -74,7 +79,7 @@ class PlanRecord(RecordHead):
     headroom_bytes: float
     shortfall_bytes: float
     binding: str
-    max_tokens_in_flight: int
+    max_tokens_in_flight: int | None  # None: unbounded (no KV cache or activations bound the tokens)
     layout: dict
     step_s: float | None = None
     ttft_s: float | None = None
@@ -150,7 +155,7 @@ class FitResult(RecordHead):
     headroom_bytes: float
     shortfall_bytes: float
     binding: str
-    max_tokens_in_flight: int
+    max_tokens_in_flight: int | None  # None: unbounded (no KV cache or activations bound the tokens)
     stages: list[Stage] = []
     layout: dict | None = None
     memoryx: MemoryXFit | None = None
@@ -320,7 +325,8 @@ class ServeResult(_Frozen):
     """The ``serve`` record: the chosen point, every point evaluated, and the cost/speed Pareto frontier."""
 
     _lower: dict | None = PrivateAttr(default=None)  # how to ask the same question at a lower load (with_limits)
-    _grid: list | None = PrivateAttr(default=None)  # the search's points before the chosen batch was refined
+    _grid: list | None = PrivateAttr(default=None)  # the search's points before its batches were refined
+    _again: dict | None = PrivateAttr(default=None)  # how to ask one layout at another batch (wseplan.serve_refine)
 
     def __eq__(self, other) -> bool:  # the record's fields; how to ask it again at another load is not part of it
         return type(other) is type(self) and self.__dict__ == other.__dict__

@@ -38,6 +38,8 @@ from .pricing import cost_columns, params_for, pins_capex, unpriced
 from .errors import InputError
 from .records import ServePoint, ServeResult, _Frozen  # noqa: F401 (re-exported: the serving API)
 from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
+from .serve_refine import refine
+from .targets import parse_target
 from .timing import require_time_model
 from .workload import check_positive_int
 
@@ -227,7 +229,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     own). Without a concurrency every one up to the engine's largest
     batch is tried. ``rate`` is the offered load of the whole target [requests/s] (random arrivals); without it an
     open-loop point is reported at ``utilization`` of its capacity (default :data:`DEFAULT_UTILIZATION`). The chosen point: with a rate or limits, the cheapest (or,
-    without prices, the fastest) point that carries the rate and meets the limits; otherwise the highest-throughput
+    without prices, the most throughput per device) point that carries the rate and meets the limits; otherwise the highest-throughput
     point that gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's
     ``defaults.default_min_tokens_per_s_per_user``, the floor of ``cost`` and ``compare``; where none does, the fastest per
     user, the point ``cost`` prices). A target without a count sizes the replica itself (replica search, see the module docstring); a
@@ -271,6 +273,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     ladder = rate is None and utilization is None and not closed_loop and not full_slots
     if full_slots and rate is not None:
         raise InputError("full_slots: every point at its slots full has no arrival rate; drop rate")
+    given_utilization = utilization
     utilization = DEFAULT_UTILIZATION if utilization is None else utilization
     if prices is None:
         prices = load_prices(catalog=cat)
@@ -363,15 +366,16 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
     res = _result(base, points, concurrency=concurrency, utilization=utilization)
-    grid = points
-    # the grid's gaps (audit31a M1); limits at the default load are judged on the grid alone (with_limits re-judges
-    # the same points: a fresh search with limits and a loose one re-judged give one record)
-    if concurrency is None and given_batches is None and res.chosen is not None and \
-            not (ladder and (ttft_limit_s or tpot_limit_s)):
-        s_c = s0 if t0.count is not None else _setup(s0.query.model, target_with_count(t0, res.chosen.num_devices))
-        points, res = _refined(res, points, base, batches, s_c, dict(kw, fill_to=None), concurrency, utilization)
+    if concurrency is None and given_batches is None and points:  # the grid's gaps are refined (serve_refine)
+        res._grid, res._again = points, {"args": (s0.query.model, target), "grid": list(batches), "kw": dict(
+            precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens, rate=rate,
+            ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s, percentile=percentile, output_scv=output_scv,
+            utilization=given_utilization, options=options, layout=layout, catalog=cat,
+            prices=False if prices is None else prices, overrides=overrides, full_slots=full_slots, setups=setups,
+            min_tokens_per_s_per_user=min_tokens_per_s_per_user)}
+        if not (ladder and (ttft_limit_s or tpot_limit_s) and not all(p.meets_sla for p in points)):
+            res = _refine(res, concurrency=concurrency, utilization=utilization)  # (with_limits refines its own)
     if ladder and points:  # the same question at lower loads, asked when a limit needs them (with_limits)
-        res._grid = grid
         res._lower = {"args": (s0.query.model, target), "loads": {}, "kw": dict(
             precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens,
             percentile=percentile, output_scv=output_scv, options=options, layout=layout, batches=given_batches,
@@ -401,27 +405,43 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     return res
 
 
-def _refined(res: ServeResult, points: list[ServePoint], base: dict, grid: list[int], s, kw: dict, concurrency,
-             utilization):
-    """``res`` with its chosen point's batch refined between the grid's batches (powers of two): the chosen point's
-    layout asked at the batches between its batch and the next of the grid, by bisection (each batch the chosen
-    point's or not, as :func:`_result` chooses among the points with it), so that a speed floor or a limit binds
-    where it does, not at the grid's power of two below (audit31a M1: 405B fp8 on 8 H200 was priced at batch 16,
-    28 tokens/s per user and $18.05/M against batch 28, 20.2 tokens/s per user and $14.27/M). ``s``: the setup the
-    chosen point's target is (its count where the question gave none). Returns ``(points, result)``."""
-    c = res.chosen
-    lo, hi = c.batch, min((b for b in grid if b > c.batch), default=None)
-    lay = layout_columns(s, c.layout)
-    while hi is not None and hi - lo > 1:
-        mid = (lo + hi) // 2
-        got = [p for p in _points(s, layout=lay, **dict(kw, batches=[mid])) if p.layout == c.layout]
-        trial = _result(base, points + got, concurrency=concurrency, utilization=utilization) if got else None
-        if trial is not None and trial.chosen is not None and trial.chosen.batch == mid and \
-                trial.chosen.layout == c.layout:
-            lo, res, points = mid, trial, points + got
-        else:
-            hi = mid
-    return points, res
+def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
+    """``res`` with each layout refined between the grid's batches (:func:`wseplan.serve_refine.refine`): every point
+    of a layout asked again as the search asked it (``res._again``: the same question with that layout and batch)."""
+    again = res._again
+    if again is None or res.chosen is None:
+        return res
+    base = res.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
+                                   "output_tokens", "percentile", "ttft_limit_s", "tpot_limit_s", "rate_per_s",
+                                   "speculative", "min_tokens_per_s_per_user"})
+    floor = base["min_tokens_per_s_per_user"]
+    model, target = again["args"]
+    kw = again["kw"]
+    # at the default load a point that misses its limits is shown at a lower one (with_limits): a batch is refined at
+    # the load asked, where a larger one is cheaper; one moved to a lower load is not (it costs more per token)
+    ladder = kw["rate"] is None and kw["utilization"] is None and not kw["full_slots"]
+    cat = kw["catalog"]
+
+    def ask(p: ServePoint, batch: int) -> list[ServePoint]:  # p's layout at batch: the search's own question
+        t0 = parse_target(target, cat) if isinstance(target, str) else target
+        t_c = target if t0.count is not None else target_with_count(t0, p.num_devices)
+        key = t_c if isinstance(t_c, str) else t_c.label
+        s_c = kw["setups"].get(key) or setup(model, t_c, phase="serve", precision=kw["precision"],
+                                             software=kw["software"], options=kw["options"], catalog=cat)
+        return serve(model, t_c, **dict(kw, layout=layout_columns(s_c, p.layout), batches=[batch])).points
+
+    any_setup = next(iter(kw["setups"].values()))  # (the family's layout columns: every setup of the search has them)
+
+    def key(p: ServePoint) -> tuple:  # the layout the question fixes (a wafer's regions follow the batch)
+        return p.num_devices, p.devices_per_replica, tuple(sorted(layout_columns(any_setup, p.layout).items()))
+
+    out = refine(res, res._grid, again["grid"], ask=ask, key=key,
+                 choose=lambda pts: _result(base, pts, concurrency=concurrency, utilization=utilization),
+                 eligible=lambda p: p.meets_sla and (floor is None or p.tokens_per_s_per_user >= floor)
+                 and (not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9))
+    if out is not res:  # (the record's notes are its chosen point's; how to ask again stays with it)
+        out._lower, out._grid, out._again = res._lower, res._grid, res._again
+    return out
 
 
 def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
@@ -441,7 +461,10 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         # cheapest all-in, then at an equal price (a fixed rate on a fixed target) the shortest request at the
         # percentile (audit28e H1: the most queued point was chosen), fewer devices, a larger batch
         o = max(int(base["output_tokens"] or 1), 1)
-        chosen = min(ok, key=lambda p: (float(f"{all_in_usd_per_mtok(p):.9g}") if p.usd_per_hour is not None else 0.0,
+        # (without prices, the most throughput per device stands for the cheapest: review31 M2, an unpriced TPU was
+        # shown at batch 1, every point tied on a cost of 0 and the shortest request winning)
+        chosen = min(ok, key=lambda p: (float(f"{all_in_usd_per_mtok(p):.9g}") if p.usd_per_hour is not None else
+                                        -float(f"{p.tokens_per_s / p.num_devices:.9g}"),
                                         (p.ttft_at_percentile_s or 0.0) + (o - 1) * (tpot_for_limit(p) or 0.0),
                                         p.num_devices, -p.batch))
     else:  # the highest throughput per device among the points fast enough for every user (audit28e L3)
@@ -525,9 +548,14 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
     if ttft_limit_s is not None or tpot_limit_s is not None:  # the limits choose the point, not the speed floor
         base["min_tokens_per_s_per_user"] = None
-    util = occupancy(result.points[0]) if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
+    util = occupancy((result._grid or result.points)[0]) if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
     res = _result(base, pts, utilization=util)
-    res._lower = ask
+    res._lower, res._grid = ask, pts if result._grid is not None else None
+    res._again = None if result._again is None else dict(result._again, kw=dict(
+        result._again["kw"], ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
+        min_tokens_per_s_per_user=None if ttft_limit_s is not None or tpot_limit_s is not None else
+        result._again["kw"]["min_tokens_per_s_per_user"]))
+    res = _refine(res, utilization=util)
     if moved:
         res = res.model_copy(update={"notes": res.notes + [
             f"points that miss their limits at {util:.0%} of their slots are shown at the highest of "

@@ -226,6 +226,12 @@ def _parse_with_unit(c: Claim, text: str) -> tuple[float, str | None]:
     if c.kind in TIME_KINDS:
         if unit in _TIME_UNITS:
             return num * _TIME_UNITS[unit], "s"
+        try:  # a prefixed second (ks, Ms) as every quantity reads it
+            v, dim = parse_quantity(f"{num!r} {unit}", field=f"claim {c.id} unit")
+        except InputError:
+            dim = None
+        if dim == "s":
+            return v, dim
         raise InputError(f"claim {c.id}: unit {unit!r} unknown for {c.kind}; use one of {', '.join(_TIME_UNITS)}")
     elif c.kind in ("tokens_per_s_per_user", "tokens_per_s"):
         if unit in _RATE_UNITS:

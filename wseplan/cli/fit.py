@@ -60,7 +60,9 @@ def render_fit(res, fmt: str) -> None:
                   " (all devices, at most: the fullest stage's x devices)" if staged else " (all devices)")
         summary.append((label, fmt_bytes(getattr(res, k))))
     summary += [("binding", res.binding)]
-    if res.fits and not res.max_tokens_in_flight and not res.kv_cache_bytes:  # audit29a L3: not "0" where it fits
+    if res.max_tokens_in_flight is None:
+        summary.append(("max tokens in flight", "unbounded (nothing the layout holds grows with them)"))
+    elif res.fits and not res.max_tokens_in_flight and not res.kv_cache_bytes:  # audit29a L3: not "0" where it fits
         summary.append(("max tokens in flight", "– (no KV cache to bound them: a training step, or a model without "
                                                 "attention)"))
     else:

@@ -57,9 +57,9 @@ def scale_cmd(
     above = sorted({r["target"] for r in rows if (r.get("efficiency_frac") or 0.0) > 1.0 + 1e-9})
     if above and fmt == "table":  # audit31a L3: read as superlinear scaling
         notes_out([f"efficiency above 100% ({', '.join(above)}): each count's speed per system against the smallest "
-                     "count that fits (efficiency_baseline_systems), whose memory forces a slower layout (more tensor "
-                     "parallelism, smaller micro-batches, no ZeRO sharding); more systems free memory for a faster one, "
-                     "not superlinear communication"])
+                     "count that fits (efficiency_baseline_systems), whose memory leaves it a slower layout; more "
+                     "systems free memory for a faster one (the layout column shows which), not superlinear "
+                     "communication"])
 
 
 def register(app: typer.Typer) -> None:

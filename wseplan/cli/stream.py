@@ -37,6 +37,8 @@ def stream_cmd(
     row = res.to_row()
     title = f"{res.model} on {res.num_systems} x {res.hardware}"
     rows = [row] if fmt == "md" else quantities(row)  # md: one wide row; table: quantity/value
+    if res.max_tokens_on_wafer is None and fmt != "md":  # unbounded: said, not left out (review31 L3)
+        rows.append({"quantity": "max tokens on wafer", "value": "unbounded (no activations to hold)"})
     render(Rendered(record=res.to_record(), csv_rows=[row], heading=f"Weight streaming: {title}",
                     sections=[Section(f"weight streaming: {title}", rows)], notes=list(res.notes)), fmt)
 

@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 from ..catalog.load import load_catalog, read_yaml
 from ..catalog.schema import check_name, check_text
 from ..errors import CatalogError, InputError, validation_detail
-from ..workload import beside
 from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
 from .markdown import Document, Table, fmt_num
 from .plots import Plot, render
@@ -124,8 +123,7 @@ def load_study(path: str | Path) -> tuple[Study, Path]:
             check(value)
         except ValueError as exc:
             raise InputError(f"{path}: {field}: {exc}") from None
-    if st.model:  # a model file beside the study, wherever the study is run from (audit31b M5)
-        st = st.model_copy(update={"model": beside(st.model, p.parent)})
+    st._base = str(p.parent)  # a model file beside the study, wherever it is run from (audit31b M5): Study.model_ref
     return st, p.parent
 
 

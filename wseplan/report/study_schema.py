@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..catalog.inputs import NoBoolNumbers
+from ..workload import beside
 from .atomic import safe_filename
 
 
@@ -127,6 +128,14 @@ class CostSpec(_Frozen):
 
 class Study(_Frozen):
     """A study file (frozen, ``extra="forbid"``: a misspelt key fails loudly)."""
+
+    _base: str | None = PrivateAttr(default=None)  # the study file's folder (set by the loader)
+
+    @property
+    def model_ref(self) -> str | None:
+        """``model`` as the chain reads it: a model file named relative to the study is the study's neighbour
+        (:func:`wseplan.workload.beside`); ``model`` itself stays as written, for the report."""
+        return self.model if self._base is None or self.model is None else beside(self.model, self._base)
 
     name: str = Field(min_length=1, max_length=100)
     title: str = Field(min_length=1)

@@ -75,7 +75,7 @@ def max_rate(m, tgt: str, st: Study, cat, *, layout: dict | None = None) -> dict
 
 def server_body(st: Study, cat) -> dict:
     sv = st.server
-    m = resolve_model(st.model, cat)
+    m = resolve_model(st.model_ref, cat)
     prices_of(cat)  # the report states the prices date; nothing here is priced
     ref = reference_row(sv.reference, cat) if sv.reference else None
     unknown = [k for k in sv.reference_sources if k not in cat.sources]

@@ -70,7 +70,7 @@ def serving_demand(st: Study, cat, targets: list[str] | None = None) -> DemandSp
         prec[t.key] = st.precision_for(tgt)
         if t.count is not None:  # a counted target is the replica: the fleet's replicas of that many devices
             counts[t.key] = [int(t.count)]
-    wl = WorkloadSpec(name=st.slug, model=st.model, kind="serve", precision=st.precision, precisions=prec,
+    wl = WorkloadSpec(name=st.slug, model=st.model_ref, kind="serve", precision=st.precision, precisions=prec,
                       output_tokens_per_s=sv.demand_tokens_per_s, requests_per_s=sv.requests_per_s,
                       users_per_day=sv.users_per_day, requests_per_user_per_day=sv.requests_per_user_per_day,
                       peak_factor=sv.peak_factor, prompt_tokens=sv.prompt_tokens, output_tokens=sv.output_tokens,
@@ -82,7 +82,7 @@ def serving_demand(st: Study, cat, targets: list[str] | None = None) -> DemandSp
 
 def serving_body(st: Study, cat) -> dict:
     sv = st.serving
-    m = resolve_model(st.model, cat)
+    m = resolve_model(st.model_ref, cat)
     prices = prices_of(cat)
     names = st.target_names
     speed = sv.min_tokens_per_s_per_user

@@ -49,7 +49,7 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
     rows = list(extra_rows or [])
     ids: list[str] = []
     if st.model:
-        ids += model_sources(st.model, cat)
+        ids += model_sources(st.model_ref, cat)
     for tgt in (targets if targets is not None else st.target_names):
         t = parse_target(tgt, cat)
         ids += entry_sources(t, cat)

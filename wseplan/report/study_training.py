@@ -42,7 +42,7 @@ def _size_target(tgt: str, n: int, cat) -> tuple[str, int]:
 
 def training_body(st: Study, cat) -> dict:
     tr = st.training
-    m = resolve_model(st.model, cat)
+    m = resolve_model(st.model_ref, cat)
     prices = prices_of(cat)
     sweep, cases, params_used = [], {}, {}
     for tgt in st.target_names:

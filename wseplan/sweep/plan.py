@@ -15,7 +15,7 @@ from ..devices.gpu import tp_divides_heads
 from ..errors import InputError
 from ..plan import setup
 from ..targets import parse_target
-from ..workload import BYTES_PER_ELEMENT, resolve_model
+from ..workload import BYTES_PER_ELEMENT, beside, resolve_model
 from .schema import DEFAULT_CHUNK, MAX_CONFIGURATIONS, RECOMPUTE, WAFER_CHUNK, Sweep
 
 # =============================================================================================
@@ -146,7 +146,7 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
     models = []
     for name in sweep.models:
         try:
-            m = resolve_model(name, cat)
+            m = resolve_model(beside(name, sweep._base) if sweep._base else name, cat)  # (the name stays as written)
         except InputError as exc:
             raise InputError(f"models: {exc}") from None
         if not isinstance(m, Model):

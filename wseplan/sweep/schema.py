@@ -7,14 +7,14 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..catalog.inputs import NoBoolNumbers
 from ..catalog.load import read_yaml
 from ..devices.base import BOTTLENECKS  # noqa: F401  (every bottleneck name a row can carry: a fixed list keeps frames identical)
 from ..errors import CatalogError, InputError, validation_detail
 from ..report.atomic import safe_filename
-from ..workload import MAX_BATCH, MAX_CONTEXT, beside
+from ..workload import MAX_BATCH, MAX_CONTEXT
 
 SCHEMA_VERSION = 1
 PHASES = ("train", "prefill", "decode", "serve")
@@ -83,6 +83,7 @@ class Sweep(NoBoolNumbers):
     """A sweep file (frozen, ``extra="forbid"``: a misspelt key fails loudly)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    _base: str | None = PrivateAttr(default=None)  # the sweep file's folder: its model files are read beside it
 
     name: str = Field(min_length=1, max_length=100)
     phase: Literal["train", "prefill", "decode", "serve"]
@@ -164,9 +165,9 @@ def load_sweep(path: str | Path) -> Sweep:
         raise InputError(f"sweep: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"sweep: {p}: top level must be a mapping with keys name, phase, models, targets, batches, contexts")
-    if isinstance(data.get("models"), list):  # model files beside the sweep file (audit31b M5)
-        data = dict(data, models=[beside(m, p.parent) for m in data["models"]])
-    return parse_sweep(data, where=str(p))
+    sw = parse_sweep(data, where=str(p))
+    sw._base = str(p.parent)  # model files beside the sweep file, wherever it is run from (audit31b M5)
+    return sw
 
 
 def parse_sweep(data: dict, *, where: str = "sweep") -> Sweep:
