@@ -100,8 +100,9 @@ def _diagnose(pb: FleetProblem, solver: str, model=None) -> str:
     for d in pb.demands:
         cands = [c for c in pb.configs if c.workload == d.name]
         if not cands:
-            why = next((n for n in pb.notes if n.startswith(f"{d.name} on ")), None)
-            if why and "time model" in why:  # audit31b M4: it fits; nothing times it (not a memory problem)
+            whys = [n for n in pb.notes if n.startswith(f"{d.name} on ")]  # every system's reason (review31 L7)
+            why = "; ".join(whys)
+            if whys and all("time model" in w for w in whys):  # audit31b M4: it fits; nothing times it
                 return f"workload {d.name}: no system in the menu can time {d.model}: {why}"
             return (f"workload {d.name}: no configuration of {d.model} fits any system in the menu"
                     + (f" ({why})" if why else ""))
