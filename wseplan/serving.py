@@ -422,20 +422,37 @@ def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATI
     ladder = kw["rate"] is None and kw["utilization"] is None and not kw["full_slots"]
     cat = kw["catalog"]
 
+    memo = again.setdefault("memo", {})  # at a fixed load the points do not depend on the limits (re-judged here)
+    ttft, tpot = kw["ttft_limit_s"], kw["tpot_limit_s"]
+
     def ask(p: ServePoint, batch: int) -> list[ServePoint]:  # p's layout at batch: the search's own question
         t0 = parse_target(target, cat) if isinstance(target, str) else target
         t_c = target if t0.count is not None else target_with_count(t0, p.num_devices)
-        key = t_c if isinstance(t_c, str) else t_c.label
-        s_c = kw["setups"].get(key) or setup(model, t_c, phase="serve", precision=kw["precision"],
-                                             software=kw["software"], options=kw["options"], catalog=cat)
-        return serve(model, t_c, **dict(kw, layout=layout_columns(s_c, p.layout), batches=[batch])).points
+        name = t_c if isinstance(t_c, str) else t_c.label
+        s_c = kw["setups"].get(name) or setup(model, t_c, phase="serve", precision=kw["precision"],
+                                              software=kw["software"], options=kw["options"], catalog=cat)
+        lay = layout_columns(s_c, p.layout)
+        if ladder:  # the lower loads a limit needs depend on the limit
+            return serve(model, t_c, **dict(kw, layout=lay, batches=[batch])).points
+        at = (name, tuple(sorted(lay.items())), batch)
+        if at not in memo:
+            memo[at] = serve(model, t_c, **dict(kw, layout=lay, batches=[batch], ttft_limit_s=None, tpot_limit_s=None,
+                                                min_tokens_per_s_per_user=None)).points
+        return [q.model_copy(update={"meets_sla": (tpot is None or tpot_for_limit(q) <= tpot) and
+                                     (ttft is None or q.ttft_at_percentile_s <= ttft)}) for q in memo[at]]
 
     any_setup = next(iter(kw["setups"].values()))  # (the family's layout columns: every setup of the search has them)
 
     def key(p: ServePoint) -> tuple:  # the layout the question fixes (a wafer's regions follow the batch)
         return p.num_devices, p.devices_per_replica, tuple(sorted(layout_columns(any_setup, p.layout).items()))
 
-    out = refine(res, res._grid, again["grid"], ask=ask, key=key,
+    def margin(p: ServePoint) -> float | None:  # the nearest limit's relative distance (>= 0 inside every one)
+        m = [p.tokens_per_s_per_user / floor - 1.0] if floor else []
+        m += [1.0 - tpot_for_limit(p) / tpot] if tpot else []
+        m += [1.0 - p.ttft_at_percentile_s / ttft] if ttft else []
+        return min(m) if m else None
+
+    out = refine(res, res._grid, again["grid"], ask=ask, key=key, margin=margin,
                  choose=lambda pts: _result(base, pts, concurrency=concurrency, utilization=utilization),
                  eligible=lambda p: p.meets_sla and (floor is None or p.tokens_per_s_per_user >= floor)
                  and (not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9))
