@@ -40,7 +40,7 @@ from .devices.speculation import SPEC_OPTIONS
 from .errors import InputError
 from .model_error import plan_interval
 from .plan_notes import (STREAM_UNIT_HINT, FLOOR_TEXT, _datapath_note, _speculation_note, fit_fix,  # noqa: F401
-                         floor_s, floor_text, one_sequence_hint)
+                         floor_s, floor_text, no_time_model, one_sequence_hint)
 from .records import PlanRecord, bounded_tokens
 from .targets import Target, parse_target
 from .workload import check_positive_int, check_precision, resolve_model, total_params
@@ -567,8 +567,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
             notes.append(f"{q.model.name} is published in {native}; planned at {q.precision} (--precision {native} "
                          "plans the published checkpoint)")
     if fits and r.get("step_s") is None:
-        notes = list(notes) + [f"no {fam.name} time model for {getattr(q.model, 'name', 'this model')} "
-                               "(a layer-list model has no transformer shapes); the fit alone is given"]
+        notes = list(notes) + [no_time_model(fam.name, getattr(q.model, "name", "this model")) + "; the fit alone is "
+                               "given"]
     bd = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("breakdown.") and v is not None} if timed else {}
     if timed and q.phase == "train":  # the step's hard floors (review28 #3: not MFU, whose FLOPs are a convention)
         fl = {"compute_s": r.get("time.compute_floor_s"), "stream_s": (details.get("stream") or {}).get("stream_floor_s")}

@@ -64,6 +64,13 @@ STREAM_UNIT_HINT = ("the weights a wafer holds while streaming (a whole layer, t
                     "streaming here streams whole layers, so no batch, context or system count fits this model")
 
 
+def no_time_model(family: str, model: str) -> str:
+    """Why a model that fits has no times: the one wording of ``time``, ``cost``, ``serve``, ``scale``, ``check`` and
+    ``fleet`` (review31 L2)."""
+    return (f"no {family} time model for {model} (a layer-list model has no transformer shapes; weight-streaming wafer "
+            "training times it)")
+
+
 def fit_fix(rec) -> str:
     """What would make a configuration that does not fit fit, by what binds: weights or optimizer state alone (no
     batch or context helps: more devices, or on a streamed wafer nothing), or the batch's KV cache and activations."""

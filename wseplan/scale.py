@@ -19,6 +19,7 @@ import numpy as np
 from .catalog import load_catalog
 from .errors import InputError
 from .plan import default_sizes, one_sequence_hint, plan, target_with_count
+from .plan_notes import no_time_model
 from .targets import parse_target
 from .workload import resolve_model
 from .records import layout_label
@@ -55,8 +56,8 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
         r = plan(model, t, phase="train", precision=precision, batch=global_batch, context=context, software=software,
                  options=options, catalog=catalog)
         if r.fits and r.step_s is None:  # audit31b H3: a layer-list model on GPUs (a traceback before)
-            raise InputError(f"targets: {target.key}: no {r.family} time model for {r.model} (a layer-list model has no "
-                             "transformer shapes); scale it on wafers (--targets wse3), whose weight streaming times it")
+            raise InputError(f"targets: {target.key}: {no_time_model(r.family, r.model)}; scale it on wafers "
+                             "(--targets wse3)")
         st = r.details.get("streaming") or {}
         rows.append(dict(target=target.key, num_systems=n, num_devices=r.num_devices, fits=r.fits, step_s=r.step_s,
                          tokens_per_s=r.tokens_per_s, per_system_batch=float(-(-global_batch // n)),

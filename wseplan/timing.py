@@ -9,6 +9,7 @@ from __future__ import annotations
 from .catalog.load import load_catalog
 from .errors import InputError
 from .plan import plan
+from .plan_notes import no_time_model
 from .records import PlanRecord, StreamResult, TimeResult, view
 from .targets import parse_target
 
@@ -23,8 +24,7 @@ def require_time_model(s) -> None:
     model fits (memory) but GPU and resident-wafer kernels need a transformer's shapes (audit31b H1/H3/M4: cost and
     scale failed with a traceback, serve and fleet said "does not fit"). ``s``: a :class:`~wseplan.plan.Setup`."""
     if getattr(s.ctx, "transformer", True) is False:
-        raise InputError(f"model: no {s.family.name} time model for {getattr(s.query.model, 'name', 'this model')} (a "
-                         "layer-list model has no transformer shapes; weight-streaming wafer training times it); "
+        raise InputError(f"model: {no_time_model(s.family.name, getattr(s.query.model, 'name', 'this model'))}; "
                          "`wseplan fit` gives its memory")
 
 

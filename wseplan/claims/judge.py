@@ -10,6 +10,7 @@ from ..costing import cost
 from ..devices import families
 from ..errors import InputError, WseplanError
 from ..plan import plan
+from ..plan_notes import no_time_model
 from ..pricing import job_devices, run_goodput
 from ..report.markdown import fmt_quantity
 from ..model_error import load_model_error, speed_bounds
@@ -149,8 +150,7 @@ def _estimate(c: Claim, cat, t, p: Physical):
     except WseplanError as exc:
         return None, f"time model declined: {exc}", None
     if r.fits and r.step_s is None:  # audit31b M4: it fits; its family has no time model for it
-        return None, (f"no {r.family} time model for {r.model} (a layer-list model has no transformer shapes), so "
-                      "nothing to time; judged on the hard bounds only"), None
+        return None, f"{no_time_model(r.family, r.model)}: nothing to time; judged on the hard bounds only", None
     if not r.fits or r.step_s is None:
         return None, (f"no layout of {t.label} fits {r.model} at batch {batch} ({r.binding} binds), so nothing to "
                       "time; judged on the hard bounds only"), None
