@@ -28,7 +28,8 @@ def layout_key(p: ServePoint) -> tuple:
 def refine(res: ServeResult, grid_points: list[ServePoint], grid_batches: list[int], *,
            choose: Callable[[list[ServePoint]], ServeResult], eligible: Callable[[ServePoint], bool],
            ask: Callable[[ServePoint, int], list[ServePoint]], key: Callable[[ServePoint], tuple] = layout_key,
-           margin: Callable[[ServePoint], float] | None = None) -> ServeResult:
+           margin: Callable[[ServePoint], float] | None = None,
+           comparable: Callable[[ServePoint], bool] | None = None) -> ServeResult:
     """``res`` (``choose(grid_points)``) with each layout's largest eligible batch refined up to the next batch of
     ``grid_batches`` by bisection, and the record chosen again among the grid's points and the refined ones.
 
@@ -41,6 +42,8 @@ def refine(res: ServeResult, grid_points: list[ServePoint], grid_batches: list[i
     ``p`` is inside its limits (>= 0 eligible, < 0 not; None: unknown), to probe where it crosses 0 by linear
     interpolation between the bracket's ends instead of at their middle (a per-user speed or a TPOT is near linear in
     the batch: two or three questions instead of six); the bracket still closes as bisection's does.
+    ``comparable(p)``: whether a grid point may bound its layout's batches between (default: all); one the search
+    showed at a lower load than the one asked costs more than they can (audit31c H1), so it bounds nothing.
     """
     if res.chosen is None or not grid_points:
         return res
@@ -59,9 +62,8 @@ def refine(res: ServeResult, grid_points: list[ServePoint], grid_batches: list[i
         spans.append((lo, hi, next((p for p in pts if p.batch == hi), None)))
     # the most promising layouts first (by their next batch as if eligible; the chosen layout's first among layouts
     # without one): a good point early prunes the rest
-    hypos = {id(s): None if s[2] is None else s[2].model_copy(update={"meets_sla": True,
-                                                                       "tokens_per_s_per_user": float("inf")})
-             for s in spans}
+    hypos = {id(s): None if s[2] is None or (comparable is not None and not comparable(s[2])) else
+             s[2].model_copy(update={"meets_sla": True, "tokens_per_s_per_user": float("inf")}) for s in spans}
     chosen_key = key(res.chosen)
 
     def before(a, b) -> int:

@@ -453,6 +453,7 @@ def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATI
         return min(m) if m else None
 
     out = refine(res, res._grid, again["grid"], ask=ask, key=key, margin=margin,
+                 comparable=lambda p: not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9,
                  choose=lambda pts: _result(base, pts, concurrency=concurrency, utilization=utilization),
                  eligible=lambda p: p.meets_sla and (floor is None or p.tokens_per_s_per_user >= floor)
                  and (not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9))
