@@ -240,3 +240,15 @@ def test_an_unpriced_target_is_chosen_by_throughput_per_device():
                 catalog=CAT, prices=PRICES)
     ok = [p for p in res.points if p.meets_sla]
     assert op.point.tokens_per_s / op.point.num_devices == max(p.tokens_per_s / p.num_devices for p in ok)
+
+
+def test_a_gpu_target_without_a_count_tries_more_nodes_than_the_fewest():
+    """audit31c H2: 405B on H100 without a count took the fewest GPUs that hold it (12) alone, at batch 1 and 12.8
+    tokens/s per user ($784/M, the floor out of reach), while 16 H100 reach 20.4 tokens/s at $65/M. Beyond the
+    scale-up domain the search also tries whole nodes up to twice the fewest: the answer is never worse than a
+    counted target it could have chosen."""
+    bf16 = dict(ASK, precision="bf16")  # (810 GB of weights: more than a node of eight)
+    free = cost("llama-405b", "h100", **bf16)
+    sixteen = cost("llama-405b", "h100x16", **bf16)
+    assert free.operating_point["meets"] and free.operating_point["num_devices"] >= 16
+    assert free.metric("all_in_usd_per_mtok") <= sixteen.metric("all_in_usd_per_mtok") * (1 + 1e-9)

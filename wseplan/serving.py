@@ -15,7 +15,8 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 * **SLA**: TTFT at a percentile and TPOT (the per-token time of the running batch) within limits;
 * **cost**: the replica's TCO per busy hour over the output tokens it delivers at that load;
 * **replica search**: without a device count, every replica size from the fewest devices that hold the model
-  (GPUs: the fewest that fit, whatever their count, and powers of two inside the scale-up domain; wafers: the fewest
+  (GPUs: the fewest that fit, whatever their count, powers of two inside the scale-up domain, and whole nodes up to
+  twice the fewest where those exceed it; wafers: the fewest
   wafers to twice that; with a count, equal replicas of each size that divides it) x the concurrencies (powers of two,
   the one that fills the KV cache, and the chosen one refined by bisection up to the next power of two),
   the cheapest point that meets the SLA, and the Pareto frontier of $/M output tokens vs tokens/s per user;
@@ -207,9 +208,9 @@ def replica_sizes(s0) -> list[int | None]:
             return [None]
         dom = int(t.device.scale_up_domain_gpus.si)
         return [None] + [("dp", t.count // n) for n in range(1, min(t.count - 1, dom) + 1) if t.count % n == 0]
-    if t.kind == "gpu":
+    if t.kind == "gpu":  # and, where the fewest exceed the scale-up domain, whole nodes up to twice them (audit31c H2)
         dom = int(t.device.scale_up_domain_gpus.si)
-        return [None] + [n for n in GPU_REPLICA_SIZES if n <= dom]
+        return [None] + [n for n in GPU_REPLICA_SIZES if n <= dom] + ["x2"]
     return [None, "x2"]
 
 
@@ -325,15 +326,16 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             elif isinstance(size, tuple):  # a count split into equal data-parallel replicas
                 points += _points(s0, layout={size[0]: size[1]}, **kw)
                 continue
-            elif size == "x2":  # wafers: from the fewest that fit to twice that
+            elif size == "x2":  # from the fewest that fit to twice that (wafers; GPUs beyond a scale-up domain)
                 few = _points(s0, layout=None, **dict(kw, batches=[1], rate=None, fill_to=None, users=None, admit=False))
                 kmin = few[0].devices_per_replica if few else None
-                if kmin is None:
-                    continue
-                for k in range(kmin + 1, 2 * kmin + 1):
+                step = 1 if t0.kind == "wafer" else int(t0.device.gpus_per_node.si)  # GPUs: whole nodes
+                if kmin is None or (t0.kind != "wafer" and kmin <= int(t0.device.scale_up_domain_gpus.si)):
+                    continue  # (inside the domain the powers of two are tried)
+                for k in range(-(-(kmin + 1) // step) * step, 2 * kmin + 1, step):
                     tk = target_with_count(t0, k)
                     sk = _setup(s0.query.model, tk)
-                    points += _points(sk, layout={"num_wafers": k}, **kw)
+                    points += _points(sk, layout={"num_wafers": k} if t0.kind == "wafer" else {"dp": 1}, **kw)
                 continue
             else:
                 tk = target_with_count(t0, size)
