@@ -407,15 +407,18 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     return res
 
 
+#: the fields of a serve record that state its question, limits aside (what a re-judged record keeps)
+_QUESTION = {"model", "target", "hardware", "software", "precision", "input_tokens", "output_tokens", "percentile",
+             "rate_per_s", "speculative", "min_tokens_per_s_per_user"}
+
+
 def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
     """``res`` with each layout refined between the grid's batches (:func:`wseplan.serve_refine.refine`): every point
     of a layout asked again as the search asked it (``res._again``: the same question with that layout and batch)."""
     again = res._again
     if again is None or res.chosen is None:
         return res
-    base = res.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
-                                   "output_tokens", "percentile", "ttft_limit_s", "tpot_limit_s", "rate_per_s",
-                                   "speculative", "min_tokens_per_s_per_user"})
+    base = res.model_dump(include=_QUESTION | {"ttft_limit_s", "tpot_limit_s"})
     floor = base["min_tokens_per_s_per_user"]
     model, target = again["args"]
     kw = again["kw"]
@@ -562,9 +565,7 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
                     and (not tpot_miss or (p.running_batch is not None and p.running_batch > 1)))
         pts, moved, closer = at_lower_loads(pts, lambda p: p.meets_sla, points_at, movable,
                                             lambda p: (_worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
-    base = result.model_dump(include={"model", "target", "hardware", "software", "precision", "input_tokens",
-                                      "output_tokens", "percentile", "rate_per_s", "speculative",
-                                      "min_tokens_per_s_per_user"})
+    base = result.model_dump(include=_QUESTION)
     base.update(ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s)
     if ttft_limit_s is not None or tpot_limit_s is not None:  # the limits choose the point, not the speed floor
         base["min_tokens_per_s_per_user"] = None
