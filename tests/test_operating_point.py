@@ -252,3 +252,21 @@ def test_a_gpu_target_without_a_count_tries_more_nodes_than_the_fewest():
     sixteen = cost("llama-405b", "h100x16", **bf16)
     assert free.operating_point["meets"] and free.operating_point["num_devices"] >= 16
     assert free.metric("all_in_usd_per_mtok") <= sixteen.metric("all_in_usd_per_mtok") * (1 + 1e-9)
+
+
+def test_a_wafer_operating_point_is_asked_back_with_wafers(capsys):
+    """audit31c M4: `cost` on cs3x12 priced 2 replicas of 6 wafers at batch 64 ($12.55/M), and `cost --batch 64`
+    laid the 12 out otherwise ($18.77/M, 10 wafers and 2 idle) with no way to ask the point again: the note names
+    the split and `--wafers 6` asks it back, to the last digit."""
+    dflt = _json(["cost", "llama-3.1-70b", "--target", "cs3x12", "-f", "json"])
+    op = dflt["operating_point"]
+    k = op["layout"]["num_wafers"]
+    assert op["num_devices"] == 12 and k < 12
+    assert f"{12 // k} replicas of {k} wafers, --wafers {k}" in dflt["notes"][0]
+    again = _json(["cost", "llama-3.1-70b", "--target", "cs3x12", "--batch", str(op["batch"]), "--wafers", str(k),
+                   "-f", "json"])
+    m = {r["metric"]: r["value"] for r in dflt["metrics"]}
+    m2 = {r["metric"]: r["value"] for r in again["metrics"]}
+    assert m2["all_in_usd_per_mtok"] == m["all_in_usd_per_mtok"]
+    assert main(["cost", "llama-3.1-70b", "--target", "h100x8", "--wafers", "2"]) == 2
+    assert "num_wafers" in capsys.readouterr().err

@@ -31,10 +31,15 @@ class OperatingPoint(_Frozen):
     def label(self) -> str:
         """``cheapest meeting >= 20 tok/s/user, batch 64 (searched)`` (or why no point meets it)."""
         x = f"{self.min_tokens_per_s_per_user:g}"
+        k = self.layout.get("num_wafers")
+        # a wafer count split into replicas: how to ask the point again (audit31c M4: `--batch` alone laid the count
+        # out as one replica)
+        split = (f"; {self.point.num_replicas} replicas of {k} wafers, --wafers {k}"
+                 if k and self.point.num_replicas > 1 else "")
         if self.meets:
-            return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched)"
+            return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched{split})"
         return (f"no point reaches {x} tok/s/user; fastest point, batch {self.batch} "
-                f"({self.point.tokens_per_s_per_user:.4g} tok/s/user, searched)")
+                f"({self.point.tokens_per_s_per_user:.4g} tok/s/user, searched{split})")
 
     def to_record(self) -> dict:
         return {"label": self.label, "target": self.target, "batch": self.batch, "layout": dict(self.layout),

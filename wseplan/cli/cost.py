@@ -33,6 +33,8 @@ def cost_cmd(
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="GPU train: virtual pipeline stages per rank."),
+    wafers: Optional[int] = typer.Option(None, "--wafers", help="Wafer serving: wafers per replica (a count splits "
+                                         "into replicas of that many, as the operating point's layout num_wafers)."),
     memoryx: Optional[str] = O.memoryx_opt(),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
@@ -65,8 +67,9 @@ def cost_cmd(
                    output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
                    prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx,
                    catalog=cat, min_tokens_per_s_per_user=min_speed, software=software, options=opts or None,
-                   layout={k: v for k, v in dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, recompute=recompute,
-                                                 zero_stage=zero, vpp=vpp).items() if v is not None} or None)
+                   layout={k: v for k, v in dict(tp=tp, pp=pp, dp=dp, num_wafers=wafers, micro_batch=micro_batch,
+                                                 recompute=recompute, zero_stage=zero, vpp=vpp).items()
+                           if v is not None} or None)
     render_cost(res, fmt, cat.sources, list(prices or []))
 
 
