@@ -117,8 +117,11 @@ def test_without_concurrency_or_rate_the_highest_throughput_point_is_chosen(caps
     top = max(low["points"], key=lambda p: p["tokens_per_s"] / p["num_devices"])
     assert (low["batch"], low["num_devices"]) == (top["batch"], top["num_devices"])
     high = run_json(capsys, "llama-3-8b", "--target", "h200x1", "--min-speed", "1e8")
-    quick = max(high["points"], key=lambda p: p["tokens_per_s_per_user"])
-    assert (high["batch"], high["num_devices"]) == (quick["batch"], quick["num_devices"]) != (top["batch"], top["num_devices"])
+    # (the most throughput per device within 20% of the fastest per user: audit31c M3, the near-tie rule)
+    quick = max(p["tokens_per_s_per_user"] for p in high["points"])
+    near = max((p for p in high["points"] if p["tokens_per_s_per_user"] * 1.2 >= quick),
+               key=lambda p: p["tokens_per_s"] / p["num_devices"])
+    assert (high["batch"], high["num_devices"]) == (near["batch"], near["num_devices"]) != (top["batch"], top["num_devices"])
     assert any("no point gives every user" in n for n in high["notes"])
     assert main(["cost", "llama-3-8b", "--target", "h200x1", "--min-speed", "1e8", "--format", "json"]) == 0
     priced = json.loads(capsys.readouterr().out)

@@ -386,7 +386,8 @@ def test_unmeetable_limits_show_the_closest_load(catalog):
     r = serve("llama-70b", "h100x8", ttft_limit_s=0.05, **kw)
     assert not r.chosen.meets_sla
     low = serve("llama-70b", "h100x8", ttft_limit_s=0.05, utilization=0.1, **kw)
-    assert r.chosen.ttft_at_percentile_s <= min(p.ttft_at_percentile_s for p in low.points) * (1 + 1e-9)
+    # (within the near-tie share, 20%, of the closest: the one that carries most, audit31c M3)
+    assert r.chosen.ttft_at_percentile_s <= min(p.ttft_at_percentile_s for p in low.points) * 1.2 * (1 + 1e-9)
     assert r.chosen.ttft_at_percentile_s < 0.5 * serve("llama-70b", "h100x8", utilization=0.9, **kw).chosen.ttft_at_percentile_s
     assert any("closest to them" in n and "10%" in n for n in r.notes)
 

@@ -15,7 +15,8 @@ class OperatingPoint(_Frozen):
 
     ``target`` is the target to evaluate (with the device count the search chose, where the question gave none),
     ``layout`` the chain's layout columns of the point (``tp``/``pp``/``dp`` or ``num_wafers``), ``meets`` whether
-    it reaches ``min_tokens_per_s_per_user`` (if no point does, the fastest point is taken), ``point`` the
+    it reaches ``min_tokens_per_s_per_user`` (if no point does, the cheapest within ``defaults.layout_near_tie_frac``
+    of the fastest is taken), ``point`` the
     :class:`ServePoint` itself.
     """
 
@@ -38,8 +39,8 @@ class OperatingPoint(_Frozen):
                  if k and self.point.num_replicas > 1 else "")
         if self.meets:
             return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched{split})"
-        return (f"no point reaches {x} tok/s/user; fastest point, batch {self.batch} "
-                f"({self.point.tokens_per_s_per_user:.4g} tok/s/user, searched{split})")
+        return (f"no point reaches {x} tok/s/user; the cheapest within the near-tie share of the fastest, batch "
+                f"{self.batch} ({self.point.tokens_per_s_per_user:.4g} tok/s/user, searched{split})")
 
     def to_record(self) -> dict:
         return {"label": self.label, "target": self.target, "batch": self.batch, "layout": dict(self.layout),
@@ -60,7 +61,8 @@ def operating_point(model, target, *, precision: str = "bf16", software: str | N
     """The operating point a buyer means: the cheapest point of :func:`serve` (the one replica search) that fits
     and gives every user at least ``min_tokens_per_s_per_user`` (default: the catalog's documented default) with
     its slots full, the load ``cost`` and ``compare`` price, i.e. ``serve(..., tpot_limit_s=1 / min,
-    full_slots=True)``'s chosen point. Without any point that fast, the fastest point. None when
+    full_slots=True)``'s chosen point. Without any point that fast, the cheapest within the near-tie share of the
+    fastest. None when
     nothing fits (the caller's own evaluation then says why)."""
     cat = catalog or load_catalog()
     src = "given"

@@ -7,6 +7,8 @@ end in ``_frac``. A field that does not apply (or a time of a configuration that
 """
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from .catalog.schema import Frozen
@@ -359,3 +361,41 @@ class ServeResult(_Frozen):
         ch = self.chosen.model_dump(mode="json") if self.chosen else {}
         head = {k: rec.pop(k) for k in list(rec) if k not in ("points", "frontier", "notes")}
         return {**head, **ch, "notes": rec["notes"], "frontier": rec["frontier"], "points": rec["points"]}
+
+
+# ------------------------------------------------------------------ serving points: what their records say
+def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:
+    """A point's whole cost per million output tokens [USD]: its TCO per hour over the output tokens it delivers per
+    hour at its load (prompts included), counted over busy hours (``util``: the site's utilisation, as every $/M
+    in wseplan). ``serve`` chooses its cheapest point by this measure."""
+    return p.usd_per_hour / (util * 3600.0 * max(p.tokens_per_s, 1e-300)) * 1e6
+
+
+def pareto_frontier(points: list[ServePoint], util: float = 1.0) -> list[ServePoint]:
+    """Points not beaten on both all-in $/M output tokens (lower) and tokens/s per user (higher), by speed."""
+    pts = sorted((p for p in points if p.usd_per_hour is not None),
+                 key=lambda p: (-p.tokens_per_s_per_user, all_in_usd_per_mtok(p, util)))
+    out, best = [], math.inf
+    for p in pts:
+        c = all_in_usd_per_mtok(p, util)
+        if c < best:
+            out.append(p)
+            best = c
+    return out
+
+
+def _worst_ratio(p: ServePoint, ttft_limit_s, tpot_limit_s) -> float:
+    """How far a point is from its limits: the larger of TTFT / TTFT limit and TPOT / TPOT limit (at the percentile)."""
+    r = [p.ttft_at_percentile_s / ttft_limit_s] if ttft_limit_s else []
+    r += [tpot_for_limit(p) / tpot_limit_s] if tpot_limit_s else []
+    return max(r, default=0.0)
+
+
+def occupancy(p: ServePoint) -> float:
+    """The share of a point's slots its requests hold on average (1 when they are full)."""
+    return p.running_batch / p.batch if p.running_batch is not None and p.batch else p.utilization_frac
+
+
+def tpot_for_limit(p: ServePoint) -> float:
+    """The TPOT a point's TPOT limit applies to [s]: at the record's percentile (the mean when the slots are full)."""
+    return p.tpot_at_percentile_s if p.tpot_at_percentile_s is not None else p.tpot_s

@@ -26,8 +26,6 @@ software profile) at a concurrency (the replica's batch slots) and a replica siz
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .admission import LOWER_LOADS, admission_note, admitted, at_lower_loads, concurrency_grid, fill_kv, running_batch
@@ -37,7 +35,8 @@ from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for, pins_capex, unpriced
 from .errors import InputError
-from .records import ServePoint, ServeResult, _Frozen  # noqa: F401 (re-exported: the serving API)
+from .records import (ServePoint, ServeResult, _Frozen, _worst_ratio, all_in_usd_per_mtok,  # noqa: F401 (the API)
+                      occupancy, pareto_frontier, tpot_for_limit)
 from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
 from .serve_refine import refine
 from .targets import parse_target
@@ -168,26 +167,6 @@ def _running_notes(s, notes: list[str], run: dict | None, i: int) -> list[str]:
     sg, got, j = run["rec"][i]
     spec = [n for n in record(sg, got, j).notes if n.startswith("speculative decoding")]
     return [n for n in notes if not n.startswith("speculative decoding")] + spec
-
-
-def all_in_usd_per_mtok(p: ServePoint, util: float = 1.0) -> float:
-    """A point's whole cost per million output tokens [USD]: its TCO per hour over the output tokens it delivers per
-    hour at its load (prompts included), counted over busy hours (``util``: the site's utilisation, as every $/M
-    in wseplan). ``serve`` chooses its cheapest point by this measure."""
-    return p.usd_per_hour / (util * 3600.0 * max(p.tokens_per_s, 1e-300)) * 1e6
-
-
-def pareto_frontier(points: list[ServePoint], util: float = 1.0) -> list[ServePoint]:
-    """Points not beaten on both all-in $/M output tokens (lower) and tokens/s per user (higher), by speed."""
-    pts = sorted((p for p in points if p.usd_per_hour is not None),
-                 key=lambda p: (-p.tokens_per_s_per_user, all_in_usd_per_mtok(p, util)))
-    out, best = [], math.inf
-    for p in pts:
-        c = all_in_usd_per_mtok(p, util)
-        if c < best:
-            out.append(p)
-            best = c
-    return out
 
 
 #: GPU replica sizes the serving search tries: powers of two, and an NVL72 rack whole (inside the scale-up domain)
@@ -367,7 +346,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
             seen.add(key)
             uniq.append(p)
     points = sorted(uniq, key=lambda p: (p.devices_per_replica, p.batch))
-    res = _result(base, points, concurrency=concurrency, utilization=utilization)
+    res = _result(base, points, concurrency=concurrency, utilization=utilization, near_tie=_near_tie(cat))
     if concurrency is None and given_batches is None and points:  # the grid's gaps are refined (serve_refine)
         res._grid, res._again = points, {"args": (s0.query.model, target), "grid": list(batches), "kw": dict(
             precision=precision, software=software, input_tokens=input_tokens, output_tokens=output_tokens, rate=rate,
@@ -459,7 +438,8 @@ def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATI
 
     out = refine(res, res._grid, again["grid"], ask=ask, key=key, margin=margin,
                  comparable=lambda p: not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9,
-                 choose=lambda pts: _result(base, pts, concurrency=concurrency, utilization=utilization),
+                 choose=lambda pts: _result(base, pts, concurrency=concurrency, utilization=utilization,
+                                            near_tie=_near_tie(cat)),
                  eligible=lambda p: p.meets_sla and (floor is None or p.tokens_per_s_per_user >= floor)
                  and (not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9))
     if out is not res:  # (the record's notes are its chosen point's; how to ask again stays with it)
@@ -467,7 +447,14 @@ def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATI
     return out
 
 
-def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION) -> ServeResult:
+def _near_tie(catalog) -> float:
+    """``defaults.layout_near_tie_frac`` of ``catalog`` (the bundled one when None): how much slower per user a point
+    may be than the closest to a speed it cannot reach and still be chosen for what it carries (Seow 2008)."""
+    return float((catalog or load_catalog()).defaults.layout_near_tie_frac.si)
+
+
+def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION,
+            near_tie: float = 0.0) -> ServeResult:
     """The record for evaluated ``points``: which meet ``base``'s limits, the chosen point and the frontier."""
     rate, ttft_limit_s, tpot_limit_s = base["rate_per_s"], base["ttft_limit_s"], base["tpot_limit_s"]
     if not points:
@@ -477,9 +464,15 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         return ServeResult(**base, fits=False, notes=[note])
     ok = [p for p in points if p.meets_sla]
     notes = []
-    if not ok:
-        notes.append("no point meets the limits; the point closest to them is shown")
-        chosen = min(points, key=lambda p: (_worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
+    if not ok:  # the closest to the limits, or within near_tie of it the one that carries the most (audit31c M3)
+        close = min(_worst_ratio(p, ttft_limit_s, tpot_limit_s) for p in points)
+        near = [p for p in points if _worst_ratio(p, ttft_limit_s, tpot_limit_s) <= close * (1.0 + near_tie)]
+        chosen = min(near, key=lambda p: (float(f"{all_in_usd_per_mtok(p):.9g}") if p.usd_per_hour is not None else
+                                          -float(f"{p.tokens_per_s / p.num_devices:.9g}"),
+                                          _worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
+        notes.append("no point meets the limits; the point closest to them is shown" if not near_tie else
+                     f"no point meets the limits; the cheapest point within {near_tie:.0%} of the closest to them is "
+                     "shown (defaults.layout_near_tie_frac: a difference users do not notice)")
     elif rate is not None or ttft_limit_s is not None or tpot_limit_s is not None:
         # cheapest all-in, then at an equal price (a fixed rate on a fixed target) the shortest request at the
         # percentile (audit28e H1: the most queued point was chosen), fewer devices, a larger batch
@@ -494,9 +487,11 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         floor = base.get("min_tokens_per_s_per_user")
         fast = [p for p in ok if floor is None or p.tokens_per_s_per_user >= floor]
         rank = lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s)  # noqa: E731
-        # none that fast: the fastest per user, the point closest to the floor (as cost and compare fall back: audit30b
-        # H1, the highest-throughput point was shown at 3.3 tokens/s per user against a floor of 200)
-        chosen = max(fast, key=rank) if fast else min(ok, key=lambda p: (tpot_for_limit(p), p.tpot_s))  # (cost's key)
+        # none that fast: near the fastest per user, the point closest to the floor (as cost and compare fall back:
+        # audit30b H1, the highest-throughput point was shown at 3.3 tokens/s per user against a floor of 200)
+        quick = min(tpot_for_limit(p) for p in ok)  # (none that fast: within near_tie of the fastest, as above)
+        chosen = max(fast, key=rank) if fast else \
+            max([p for p in ok if tpot_for_limit(p) <= quick * (1.0 + near_tie)], key=rank)
         best = max(ok, key=rank)
         if floor is not None and fast and chosen is not best:
             notes.append(f"chosen: the highest-throughput point giving every user >= {floor:g} tokens/s (--min-speed; "
@@ -505,8 +500,8 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                          f"device(s), {best.tokens_per_s / best.num_devices:.4g} tokens/s per device at "
                          f"{best.tokens_per_s_per_user:.3g} tokens/s per user (a lower --min-speed admits it)")
         elif floor is not None and not fast:
-            notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the fastest per user is shown "
-                         "(the closest to the floor, the point cost and compare price)")
+            notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the most throughput per device "
+                         f"within {near_tie:.0%} of the fastest per user is shown (the point cost and compare price)")
     if rate is None and occupancy(chosen) < 1.0:  # else users queue for the slots (closed loop, its note)
         occ = occupancy(chosen)
         at = (f"points at {utilization:.0%} of each replica's slots" if abs(occ - utilization) < 0.005 else
@@ -522,13 +517,6 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                      "random arrivals (open loop)")
     notes += [n for n in chosen.notes if n not in notes]  # what the plan says of the chosen point
     return ServeResult(**base, fits=True, chosen=chosen, points=points, frontier=pareto_frontier(ok), notes=notes)
-
-
-def _worst_ratio(p: ServePoint, ttft_limit_s, tpot_limit_s) -> float:
-    """How far a point is from its limits: the larger of TTFT / TTFT limit and TPOT / TPOT limit (at the percentile)."""
-    r = [p.ttft_at_percentile_s / ttft_limit_s] if ttft_limit_s else []
-    r += [tpot_for_limit(p) / tpot_limit_s] if tpot_limit_s else []
-    return max(r, default=0.0)
 
 
 def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_limit_s: float | None = None) -> ServeResult:
@@ -570,7 +558,8 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     if ttft_limit_s is not None or tpot_limit_s is not None:  # the limits choose the point, not the speed floor
         base["min_tokens_per_s_per_user"] = None
     util = occupancy((result._grid or result.points)[0]) if pts and result.rate_per_s is None else DEFAULT_UTILIZATION
-    res = _result(base, pts, utilization=util)
+    cat = ((result._again or result._lower or {}).get("kw") or {}).get("catalog")
+    res = _result(base, pts, utilization=util, near_tie=_near_tie(cat))
     res._lower, res._grid = ask, pts if result._grid is not None else None
     res._again = None if result._again is None else dict(result._again, kw=dict(
         result._again["kw"], ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
@@ -587,13 +576,3 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
             f"no load down to {LOWER_LOADS[-1]:.0%} meets the limits: each point is shown at the load that comes "
             "closest to them (utilization_frac and running_batch say which)"]})
     return res
-
-
-def occupancy(p: ServePoint) -> float:
-    """The share of a point's slots its requests hold on average (1 when they are full)."""
-    return p.running_batch / p.batch if p.running_batch is not None and p.batch else p.utilization_frac
-
-
-def tpot_for_limit(p: ServePoint) -> float:
-    """The TPOT a point's TPOT limit applies to [s]: at the record's percentile (the mean when the slots are full)."""
-    return p.tpot_at_percentile_s if p.tpot_at_percentile_s is not None else p.tpot_s

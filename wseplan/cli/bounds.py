@@ -83,6 +83,7 @@ RULES: dict[str, Rule] = {
     "--tensor-parallel": _DEGREE,
     "--micro-batch": _COUNT("sequences per micro-batch", MAX_BATCH),
     "--systems": _COUNT("systems", MAX_DEGREE),
+    "--wafers": _COUNT("wafers per replica", MAX_DEGREE),
     "--max-systems": _COUNT("systems", MAX_SCALE_SYSTEMS),
     "--uncertainty": Rule(0, MAX_SAMPLES, "Monte Carlo samples (0: off)"),
     "--seed": Rule(0, MAX_SEED, "a seed"),
