@@ -408,9 +408,13 @@ def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATI
 
     memo = again.setdefault("memo", {})  # at a fixed load the points do not depend on the limits (re-judged here)
     ttft, tpot = kw["ttft_limit_s"], kw["tpot_limit_s"]
+    t0 = parse_target(target, cat) if isinstance(target, str) else target
+    near = _near_tie(cat)
+
+    def at_load(p: ServePoint) -> bool:  # shown at the load asked (not moved lower by with_limits)
+        return not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9
 
     def ask(p: ServePoint, batch: int) -> list[ServePoint]:  # p's layout at batch: the search's own question
-        t0 = parse_target(target, cat) if isinstance(target, str) else target
         t_c = target if t0.count is not None else target_with_count(t0, p.num_devices)
         name = t_c if isinstance(t_c, str) else t_c.label
         s_c = kw["setups"].get(name) or setup(model, t_c, phase="serve", precision=kw["precision"],
@@ -437,11 +441,9 @@ def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATI
         return min(m) if m else None
 
     out = refine(res, res._grid, again["grid"], ask=ask, key=key, margin=margin,
-                 comparable=lambda p: not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9,
-                 choose=lambda pts: _result(base, pts, concurrency=concurrency, utilization=utilization,
-                                            near_tie=_near_tie(cat)),
-                 eligible=lambda p: p.meets_sla and (floor is None or p.tokens_per_s_per_user >= floor)
-                 and (not ladder or occupancy(p) >= DEFAULT_UTILIZATION - 1e-9))
+                 comparable=at_load,
+                 choose=lambda pts: _result(base, pts, concurrency=concurrency, utilization=utilization, near_tie=near),
+                 eligible=lambda p: p.meets_sla and (floor is None or p.tokens_per_s_per_user >= floor) and at_load(p))
     if out is not res:  # (the record's notes are its chosen point's; how to ask again stays with it)
         out._lower, out._grid, out._again = res._lower, res._grid, res._again
     return out
@@ -451,6 +453,14 @@ def _near_tie(catalog) -> float:
     """``defaults.layout_near_tie_frac`` of ``catalog`` (the bundled one when None): how much slower per user a point
     may be than the closest to a speed it cannot reach and still be chosen for what it carries (Seow 2008)."""
     return float((catalog or load_catalog()).defaults.layout_near_tie_frac.si)
+
+
+def _cost_key(p: ServePoint) -> float:
+    """What "cheapest" ranks a point by: its all-in $/M output tokens (9 digits), or without prices the throughput per
+    device, negated (review31 M2)."""
+    if p.usd_per_hour is not None:
+        return float(f"{all_in_usd_per_mtok(p):.9g}")
+    return -float(f"{p.tokens_per_s / p.num_devices:.9g}")
 
 
 def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilization=DEFAULT_UTILIZATION,
@@ -467,9 +477,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
     if not ok:  # the closest to the limits, or within near_tie of it the one that carries the most (audit31c M3)
         close = min(_worst_ratio(p, ttft_limit_s, tpot_limit_s) for p in points)
         near = [p for p in points if _worst_ratio(p, ttft_limit_s, tpot_limit_s) <= close * (1.0 + near_tie)]
-        chosen = min(near, key=lambda p: (float(f"{all_in_usd_per_mtok(p):.9g}") if p.usd_per_hour is not None else
-                                          -float(f"{p.tokens_per_s / p.num_devices:.9g}"),
-                                          _worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
+        chosen = min(near, key=lambda p: (_cost_key(p), _worst_ratio(p, ttft_limit_s, tpot_limit_s), p.tpot_s))
         notes.append("no point meets the limits; the point closest to them is shown" if not near_tie else
                      f"no point meets the limits; the cheapest point within {near_tie:.0%} of the closest to them is "
                      "shown (defaults.layout_near_tie_frac: a difference users do not notice)")
@@ -477,12 +485,8 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
         # cheapest all-in, then at an equal price (a fixed rate on a fixed target) the shortest request at the
         # percentile (audit28e H1: the most queued point was chosen), fewer devices, a larger batch
         o = max(int(base["output_tokens"] or 1), 1)
-        # (without prices, the most throughput per device stands for the cheapest: review31 M2, an unpriced TPU was
-        # shown at batch 1, every point tied on a cost of 0 and the shortest request winning)
-        chosen = min(ok, key=lambda p: (float(f"{all_in_usd_per_mtok(p):.9g}") if p.usd_per_hour is not None else
-                                        -float(f"{p.tokens_per_s / p.num_devices:.9g}"),
-                                        (p.ttft_at_percentile_s or 0.0) + (o - 1) * (tpot_for_limit(p) or 0.0),
-                                        p.num_devices, -p.batch))
+        chosen = min(ok, key=lambda p: (_cost_key(p), (p.ttft_at_percentile_s or 0.0) +
+                                        (o - 1) * (tpot_for_limit(p) or 0.0), p.num_devices, -p.batch))
     else:  # the highest throughput per device among the points fast enough for every user (audit28e L3)
         floor = base.get("min_tokens_per_s_per_user")
         fast = [p for p in ok if floor is None or p.tokens_per_s_per_user >= floor]
