@@ -499,3 +499,19 @@ def test_at_an_equal_price_the_shorter_request_is_chosen(catalog):
     length = lambda p: p.ttft_at_percentile_s + (o - 1) * (p.tpot_at_percentile_s or p.tpot_s)  # noqa: E731
     assert length(c) == min(length(p) for p in ties)
     assert c.ttft_at_percentile_s < 0.5
+
+
+def test_a_pipelines_micro_batches_are_chosen_on_the_request_time(catalog):
+    """audit31c M1: on PP8 at batch 128, answers of <= 4 tokens chose the decode round's fastest count (1 micro-batch),
+    which paces the engine's prefill server at a whole round: a 4-token answer took 62 s, a 5-token one 7.8 s. The
+    count is the one whose requests finish soonest, so at a fixed layout a longer answer never finishes sooner here,
+    and the short answer fills the 8 stages (its request no slower than the TPOT-fastest count's, which it was)."""
+    from wseplan.timing import predict_time
+
+    lay = dict(tp=1, pp=8, dp=1)
+    req = [predict_time("llama-70b", "h100x8", phase="serve", batch=128, output_tokens=o, layout=lay,
+                        catalog=catalog) for o in (2, 3, 4, 5, 6, 8)]
+    times = [r.request_s for r in req]
+    assert times == sorted(times), times
+    assert times[2] < 2 * times[3]  # 62.2 s against 7.8 s before
+    assert all(r.layout["micro_batches_in_flight"] == 8 for r in req)

@@ -349,30 +349,41 @@ class InferenceMixin:
                 pre_per_seq = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
 
                 chunks = E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens))
+                stages = _at(self.pipeline_stages(ctx, cfg), rows)
                 announce = getattr(self, "announce_row", None)
+
+                def engine(use=None):
+                    """The in-flight answer whose decode round speculates as ``use`` says (None: where it is faster)
+                    at the micro-batch count that finishes requests soonest, and whether the draft fits."""
+                    kw = dict(prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals)
+                    rnd = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, use=use, **kw)
+                    ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, *rnd[:4])
+                    # the round's fastest count may leave stages idle while prompts wait: the engine's prefill server
+                    # goes at a micro-batch's pace, so a pipeline filled with micro-batches can finish requests sooner
+                    # although its round is slower (audit31c M1: a 4-token answer 8x slower than a 5-token one on PP8)
+                    top = X.maximum(X.minimum(stages, B), 1.0)
+                    more = rnd[2] < top
+                    if bool(np.any(more)):
+                        full = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, counts=X.where(more, top, rnd[2]),
+                                                 use=rnd[3] > 1.0, **kw)
+                        alt = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, *full[:4])
+                        ans = _pick(more & (alt["request"] < ans["request"]), alt, ans)
+                    return ans, rnd[4]
+
                 if type(rows) is int and announce is not None:
                     # one configuration: every pass of the target the answer may ask for, announced
-                    with announce(ctx, cfg, rows, lambda: self.serving_passes(
-                            ctx, B, C, O, E.round_counts(B, _at(self.pipeline_stages(ctx, cfg), rows)))):
-                        tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
-                                                                        prefill_per_seq=pre_per_seq, budget=budget,
-                                                                        chunk=arrivals)
+                    with announce(ctx, cfg, rows, lambda: self.serving_passes(ctx, B, C, O, E.round_counts(B, stages))):
+                        ans, dfit = engine()
                 else:
-                    tpot, parts, nmb, acc, dfit = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0,
-                                                                    prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals)
-                ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, tpot, parts, nmb, acc)
+                    ans, dfit = engine()
+                acc = ans["acc"]
                 if getattr(ctx, "spec", None) is not None and bool(np.any(np.asarray(acc) > 1.0)):
                     # the engine speculates where the requests finish sooner:
                     # a verification pass spends k + 1 rows of the budget per sequence and its step is longer, so at
                     # long prompts the prompts may go slower than the tokens gain (audit30c H1)
-                    plain = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, prefill_per_seq=pre_per_seq, budget=budget,
-                                              chunk=arrivals, use=X.zeros_like(B) > 1.0)
-                    alt = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, *plain[:4])
+                    alt, _ = engine(X.zeros_like(B) > 1.0)
                     # (a row whose round does not speculate is the plain answer: the call above gave it k + 1 rows)
-                    keep = (acc > 1.0) & (ans["request"] <= alt["request"])
-                    ans = {k: (X.where(keep, v, alt[k]) if k not in ("acct", "parts") else
-                               {n: X.where(keep, v.get(n, 0.0), alt[k].get(n, 0.0)) for n in dict.fromkeys([*v, *alt[k]])})
-                           for k, v in ans.items()}
+                    ans = _pick((acc > 1.0) & (ans["request"] <= alt["request"]), ans, alt)
                 tpot, parts, nmb, acc = ans["tpot"], ans["parts"], ans["nmb"], ans["acc"]
                 ttft, request, tokens_per_s, acct = ans["ttft"], ans["request"], ans["tokens_per_s"], ans["acct"]
                 out.update(ttft_own_s=ans["own"], prefill_busy_s=ans["busy"])
@@ -387,6 +398,13 @@ class InferenceMixin:
             out["draft_fits"] = dfit
         out["_parts"] = parts
         return out
+
+
+def _pick(keep, a: dict, b: dict) -> dict:
+    """The in-flight answer ``a`` where ``keep``, else ``b`` (their nested part and cost dictionaries alike)."""
+    return {k: (X.where(keep, v, b[k]) if k not in ("acct", "parts") else
+                {n: X.where(keep, v.get(n, 0.0), b[k].get(n, 0.0)) for n in dict.fromkeys([*v, *b[k]])})
+            for k, v in a.items()}
 
 
 def _prompt_passes(B, C, O, budget, nmb, cap=None, nps=1.0):
