@@ -774,3 +774,28 @@ def test_a_demand_of_any_size_is_met(amount, usd):
     assert plan.status == "optimal" and cons["demand_w"].lhs >= amount and cons["demand_w"].slack >= 0.0
     # by hand: A supplies 1 for 10/yr, B 3 for 25/yr: one A for a tiny demand, two B (50) for 6 (six A cost 60)
     assert plan.total_usd_per_year == pytest.approx(usd)
+
+
+def test_default_batches_are_serves_grid(tmp_path):
+    """audit31c L2: a demand without `batches` capped concurrency at [1, 4, 16, 64], so a loose SLA came out up to 26%
+    dearer than the same demand given larger batches ($1,258,766/yr against $999,286/yr for 70B at 20k tokens/s on
+    H100/H200 nodes). Without `batches` the fleet takes `serve`'s grid (every batch of its search): never dearer than
+    the old default, which it contains, and here cheaper with a batch above 64, the point `serve` itself would show."""
+    from wseplan.catalog import load_catalog
+    from wseplan.serving import serve
+
+    cat = load_catalog()
+    body = ("name: t\nsystems:\n  - hardware: h100-sxm\nworkloads:\n  - name: chat\n    model: llama-3.1-70b\n"
+            "    kind: serve\n    output_tokens_per_s: 20000\n{b}    sla: {{ttft_s: 2.0, tpot_s: 0.197}}\n")
+    plans = {}
+    for name, b in (("old", "    batches: [1, 4, 16, 64]\n"), ("grid", "")):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(body.format(b=b))
+        spec = read_demand(f)
+        assert (spec.workloads[0].batches is None) == (name == "grid")
+        plans[name] = solve_fleet(build_problem(spec, catalog=cat), analyze=False)
+    assert plans["grid"].total_usd_per_year < plans["old"].total_usd_per_year * 0.95
+    assert max(a.batch for a in plans["grid"].allocations) > 64
+    grid = {p.batch for p in serve("llama-3.1-70b", "h100-sxm", input_tokens=2048, output_tokens=256, prices=False,
+                                   catalog=cat).points}
+    assert all(a.batch in grid for a in plans["grid"].allocations)

@@ -127,17 +127,21 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
 
     ``sizes``: ``fewest`` (default) keeps the replica of the fewest devices that hold the model; ``search`` keeps
     every replica size of :func:`serve`'s replica search (GPUs: the fewest that fit and powers of two in the scale-up domain; wafers: the
-    fewest to twice that). ``result`` reuses a :func:`serve` result of the same question (priced or not).
+    fewest to twice that). ``batches``: the concurrencies kept (None: every batch of the search, :func:`serve`'s grid
+    and its refinement). ``result`` reuses a :func:`serve` result of the same question (priced or not).
     ``devices`` is accepted for compatibility."""
     if sizes not in ("fewest", "search"):
         raise InputError(f"replica sizes: use fewest or search, got {sizes!r}")
     res = result or serve(model, hardware, precision=precision, software=software, input_tokens=input_tokens,
                           output_tokens=output_tokens, catalog=catalog, ttft_limit_s=ttft_limit_s,
-                          tpot_limit_s=tpot_limit_s, percentile=percentile, batches=list(batches), prices=False)
+                          tpot_limit_s=tpot_limit_s, percentile=percentile,
+                          batches=None if batches is None else list(batches), prices=False)
     out = []
     fewest = min((p.devices_per_replica for p in res.points if p.num_replicas == 1), default=None)
+    asked = None if batches is None else set(batches)
     for p in res.points:
-        if p.batch not in set(batches) or p.num_replicas != 1 or (sizes == "fewest" and p.devices_per_replica != fewest):
+        if (asked is not None and p.batch not in asked) or p.num_replicas != 1 or (
+                sizes == "fewest" and p.devices_per_replica != fewest):
             continue
         out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,

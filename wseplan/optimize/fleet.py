@@ -282,7 +282,8 @@ def _check_draft(wl: WorkloadSpec, cat) -> None:
 def serve_key(model_name: str, hardware: str, wl: WorkloadSpec, precision: str, software: str | None = None,
               options: dict | None = None) -> tuple:
     """The key of a replica search in a :func:`build_problem` ``cache``: the same key, the same serve question."""
-    return (model_name, hardware, precision, wl.prompt_tokens, wl.output_tokens, tuple(sorted(set(wl.batches))),
+    return (model_name, hardware, precision, wl.prompt_tokens, wl.output_tokens,
+            None if wl.batches is None else tuple(sorted(set(wl.batches))),
             wl.sla.percentile, software, tuple(sorted((options or {}).items())))
 
 
@@ -400,7 +401,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                         if hit is None:
                             hit = serve(m, tk, precision=prec, software=sw, options=opts, input_tokens=wl.prompt_tokens,
                                         output_tokens=wl.output_tokens, catalog=cat, percentile=wl.sla.percentile,
-                                        batches=list(wl.batches), prices=False)
+                                        batches=None if wl.batches is None else list(wl.batches), prices=False)
                             if cache is not None:
                                 cache[key] = hit
                         configs += _serve_configs(m, t0.key, wl, st.name, prec, hit, count=k)

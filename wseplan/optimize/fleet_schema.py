@@ -83,7 +83,9 @@ class WorkloadSpec(NoBoolNumbers, Frozen):
     peak_factor: float | None = Field(default=None, ge=1)
     prompt_tokens: int = Field(default=2048, gt=0)
     output_tokens: int = Field(default=256, gt=0)
-    batches: list[int] = [1, 4, 16, 64]
+    batches: list[int] | None = Field(default=None, description="concurrencies per replica to try (default: serve's "
+                                       "grid, powers of two up to the engine's largest batch, refined where "
+                                       "a limit binds)")
     software: dict[str, str] = {}
     speculative: str | None = None
     kv_precision: str | None = None
@@ -115,7 +117,7 @@ class WorkloadSpec(NoBoolNumbers, Frozen):
     @field_validator("batches")
     @classmethod
     def _batches(cls, v):
-        if not v or any(b < 1 for b in v):
+        if v is not None and (not v or any(b < 1 for b in v)):
             raise ValueError("batches: every batch must be a positive integer")
         return v
 
