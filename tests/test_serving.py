@@ -515,3 +515,14 @@ def test_a_pipelines_micro_batches_are_chosen_on_the_request_time(catalog):
     assert times == sorted(times), times
     assert times[2] < 2 * times[3]  # 62.2 s against 7.8 s before
     assert all(r.layout["micro_batches_in_flight"] == 8 for r in req)
+
+
+def test_the_speed_floor_note_names_short_answers(catalog):
+    """audit31c L3: with 4-token answers the 20 tokens/s floor forces batch 1 ($150/M on h100x8): every larger batch's
+    step carries the other users' 2,048-token prompts. The floor note says so for answers read whole, not for chat."""
+    kw = dict(input_tokens=2048, catalog=catalog, prices=False)
+    short = serve("llama-70b", "h100x8", output_tokens=4, **kw)
+    chat = serve("llama-70b", "h100x8", output_tokens=256, **kw)
+    assert short.chosen.batch < max(p.batch for p in short.points)  # the floor binds
+    assert any("answers of 4 tokens" in n and "--ttft-limit" in n for n in short.notes)
+    assert not any("answers of" in n for n in chat.notes)

@@ -48,6 +48,8 @@ DEFAULT_UTILIZATION = 0.9
 #: squared coefficient of variation of the answer length when none is given (chat answers spread about +-70%)
 DEFAULT_OUTPUT_SCV = 0.5
 PERCENTILES = (50, 90, 95, 99)
+#: answers this short are read whole rather than as a stream: the speed-floor note says what else states the wait
+SHORT_ANSWER_TOKENS = 16
 
 
 def _points(s, *, batches, input_tokens, output_tokens, layout, prices, overrides, rate, percentile, output_scv,
@@ -489,6 +491,7 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                                         (o - 1) * (tpot_for_limit(p) or 0.0), p.num_devices, -p.batch))
     else:  # the highest throughput per device among the points fast enough for every user (audit28e L3)
         floor = base.get("min_tokens_per_s_per_user")
+        o_len = max(int(base["output_tokens"] or 1), 1)
         fast = [p for p in ok if floor is None or p.tokens_per_s_per_user >= floor]
         rank = lambda p: (p.tokens_per_s / p.num_devices, -p.tpot_s)  # noqa: E731
         # none that fast: near the fastest per user, the point closest to the floor (as cost and compare fall back:
@@ -502,7 +505,10 @@ def _result(base: dict, points: list[ServePoint], *, concurrency=None, utilizati
                          f"the floor cost and compare price at), {chosen.tokens_per_s / chosen.num_devices:.4g} tokens/s "
                          f"per device; a slower point not chosen carries more: batch {best.batch} on {best.num_devices} "
                          f"device(s), {best.tokens_per_s / best.num_devices:.4g} tokens/s per device at "
-                         f"{best.tokens_per_s_per_user:.3g} tokens/s per user (a lower --min-speed admits it)")
+                         f"{best.tokens_per_s_per_user:.3g} tokens/s per user (a lower --min-speed admits it)"
+                         + (f"; with answers of {o_len} tokens a step carries mostly the other users' prompts, and "
+                            "where users wait for the whole answer (classification, reranking) a --ttft-limit or a "
+                            "lower --min-speed states what they wait for" if o_len <= SHORT_ANSWER_TOKENS else ""))
         elif floor is not None and not fast:
             notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the most throughput per device "
                          f"within {near_tie:.0%} of the fastest per user is shown (the point cost and compare price)")
