@@ -142,3 +142,6 @@ def test_a_copied_validation_file_names_both_files_and_the_fix(tmp_path):
         read_fit_cases([default_cases_path(), mine])
     msg = str(e.value)
     assert str(mine) in msg and "validation-public.csv" in msg and "new ids" in msg
+    # review31 L7: the same file twice is said to be given twice, not to repeat its own ids
+    with pytest.raises(InputError, match="given twice"):
+        read_fit_cases([mine, tmp_path / "." / "my-validation.csv"])

@@ -98,7 +98,12 @@ def read_fit_cases(paths, catalog=None) -> list[Case]:
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths or [default_cases_path()])
     cat = catalog or load_catalog()
     out, seen = [], {}
+    named = {}
     for p in paths:
+        real = Path(p).resolve()
+        if real in named:  # review31 L7: one file given twice is not a copy of another
+            raise InputError(f"cases: {p} is given twice (as {named[real]}); give each validation file once")
+        named[real] = p
         for c in fit_cases(read_cases(p)):
             try:
                 if fill_defaults(c, cat)[1] or inconsistency(c, cat):
