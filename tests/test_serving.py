@@ -526,3 +526,14 @@ def test_the_speed_floor_note_names_short_answers(catalog):
     assert short.chosen.batch < max(p.batch for p in short.points)  # the floor binds
     assert any("answers of 4 tokens" in n and "--ttft-limit" in n for n in short.notes)
     assert not any("answers of" in n for n in chat.notes)
+
+
+@pytest.mark.parametrize("target", ["cs3x4", "h100x8"])
+def test_a_batchs_point_does_not_depend_on_the_other_batches_asked(catalog, target):
+    """`with_limits` asks each batch at each lower load once, only those still missing their limits (audit31c M5:
+    `serve llama-405b --target cs3 --ttft-limit 1` asked every batch at every load, 17-20 s; now 4 s, the same bytes):
+    which holds because a batch's point at a load is the same whichever other batches the search is asked."""
+    kw = dict(input_tokens=2048, output_tokens=256, utilization=0.6, catalog=catalog, prices=False)
+    every = serve("llama-70b", target, batches=[4, 16, 64], **kw).points
+    alone = serve("llama-70b", target, batches=[16], **kw).points
+    assert [p for p in every if p.batch == 16] == alone and alone

@@ -62,11 +62,9 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     cfg = {"batch": b, "context": np.full(n, float(input_tokens)), "output_tokens": np.full(n, float(output_tokens))}
     for k, v in (layout or {}).items():
         cfg[k] = np.full(n, float(v))
-    arr = evaluate(s, cfg)
-    if fill_to is not None:  # the default grid: add the concurrency that fills the KV cache
-        cfg, arr = fill_kv(s, cfg, arr, input_tokens + output_tokens, fill_to)
-        b = cfg["batch"]
-        n = len(b)
+    cfg, arr = _slots(s, cfg, input_tokens + output_tokens, fill_to)
+    b = cfg["batch"]
+    n = len(b)
     ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
     run = None
     queued = False  # users (a given concurrency) beyond the KV cache: the engine runs what fits, the rest queue
@@ -159,6 +157,19 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             notes=_running_notes(s, rec.notes, run, int(i)) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
+
+
+def _slots(s, cfg: dict, kv_tokens: int, fill_to: int | None) -> tuple[dict, dict]:
+    """The points' configurations and their evaluation with every slot held (:func:`~wseplan.plan.evaluate`, and the
+    concurrency that fills the KV cache where ``fill_to`` is given): what a point is at any load (the load changes the
+    batch an in-flight engine steps, :func:`~wseplan.admission.running_batch`, not the slots' layout), so the same
+    question at another load (``with_limits``' lower loads) reuses it. Remembered per setup; not to be modified."""
+    key = (fill_to, kv_tokens, tuple(sorted((k, np.asarray(v, dtype=float).tobytes()) for k, v in cfg.items())))
+    memo = s.ctx.__dict__.setdefault("_slot_evaluations", {})
+    if key not in memo:
+        arr = evaluate(s, cfg)
+        memo[key] = fill_kv(s, cfg, arr, kv_tokens, fill_to) if fill_to is not None else (cfg, arr)
+    return memo[key]
 
 
 def _running_notes(s, notes: list[str], run: dict | None, i: int) -> list[str]:
@@ -547,12 +558,15 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
     # the search's own points (a point refined between its powers of two is the loose question's, not these limits')
     pts, moved, closer, ask = judged(result._grid or result.points), False, False, result._lower
     if ask is not None and (ttft_limit_s is not None or tpot_limit_s is not None) and not all(p.meets_sla for p in pts):
-        grid = sorted({p.batch for p in result._grid or result.points})  # every batch of the search: each load asked once
-
-        def points_at(u, batches):  # the search at load u (cached per result); the caller keeps the points it needs
-            if u not in ask["loads"]:
-                ask["loads"][u] = serve(*ask["args"], **dict(ask["kw"], utilization=u, batches=grid))
-            return judged(ask["loads"][u].points)
+        def points_at(u, batches):  # the search at load u of the batches still missing their limits; each batch at
+            # each load asked once per result (a point's answer at a load does not depend on the other batches asked)
+            got = ask["loads"].setdefault(u, {})
+            new = [b for b in batches if b not in got]
+            if new:
+                found = serve(*ask["args"], **dict(ask["kw"], utilization=u, batches=new)).points
+                for b in new:
+                    got[b] = [p for p in found if p.batch == b]
+            return judged([p for b in batches for p in got[b]])
 
         def movable(p):  # every limit the point misses is one a lower load can cure
             ttft_miss = ttft_limit_s is not None and p.ttft_at_percentile_s > ttft_limit_s
