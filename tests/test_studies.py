@@ -204,7 +204,9 @@ def test_server_study_refuses_what_it_cannot_compare(tmp_path, catalog, key, val
 
 def test_a_counted_serving_target_is_the_fleets_replica(tmp_path, catalog):
     """audit27 H5: a serving study's target with a count (h200x4, b200x2) was sized by the fleet as replicas of 1 or
-    8 devices; the docs say each target is one replica. The fleet now runs replicas of exactly that count."""
+    8 devices; the docs say each target is one replica. The fleet runs replicas of that count, or the equal replicas
+    `serve`'s search of that target splits it into (audit32b M1: h100x8's fleet ran TP8 at $7.889/M where its own
+    frontier and `serve` chose 2 x TP4 at $7.17/M): never dearer than replicas of the count alone."""
     import yaml
 
     from wseplan.optimize.fleet import plan_fleet
@@ -217,10 +219,18 @@ def test_a_counted_serving_target_is_the_fleets_replica(tmp_path, catalog):
     f.write_text(yaml.safe_dump(d))
     st, _ = load_study(f)
     for tgt, n in (("h200x4", 4), ("b200x2", 2)):
-        plan = plan_fleet(serving_demand(st, catalog, [tgt]), catalog=catalog, analyze=False)
-        assert plan.allocations and all(a.devices_per_replica == n for a in plan.allocations)
+        demand = serving_demand(st, catalog, [tgt])
+        (hw, sizes), = demand.workloads[0].device_counts.items()
+        assert sizes == [n] + [k for k in (1, 2) if k < n]  # the divisors below the count (inside a node)
+        plan = plan_fleet(demand, catalog=catalog, analyze=False)
+        assert plan.allocations and all(n % a.devices_per_replica == 0 for a in plan.allocations)
+        whole = demand.model_copy(update={"workloads": [demand.workloads[0].model_copy(update={"device_counts": {hw: [n]}})]})
+        alone = plan_fleet(whole, catalog=catalog, analyze=False)
+        assert all(a.devices_per_replica == n for a in alone.allocations)
+        assert plan.total_usd_per_year <= alone.total_usd_per_year * (1 + 1e-12)
     answer = run_study(f, catalog=catalog).answer
-    assert "replicas of 2" in answer and "P10-P90 $" not in answer  # no band without a Monte Carlo
+    # b200x2 splits into replicas of one B200 (70B fp8 fits one), as `serve --target b200x2` chooses
+    assert "23 x b200" in answer and "replicas of 1 " in answer and "P10-P90 $" not in answer  # no band without a MC
 
 
 def test_a_training_report_says_whose_run_times_count_interruptions(regenerated):
@@ -229,3 +239,34 @@ def test_a_training_report_says_whose_run_times_count_interruptions(regenerated)
     out, _ = regenerated
     md = (out / "train-175b" / "report.md").read_text()
     assert "Run times count job interruptions on GPU clusters" in md and "counts no interruptions" in md
+
+
+def test_a_fleet_replica_at_a_lower_load_is_reported_as_the_fleet_ran_it(tmp_path, catalog):
+    """audit32b H1: a counted target above one node (h200x16) whose fleet ran its 16-GPU replicas at 50% load (the
+    curve shows them at 90%) crashed the report (StopIteration): the fallback searched the bare hardware, whose search
+    stays inside a node. The point is now the one the fleet took (`with_limits` at the SLA's lower load), which is
+    `serve --target h200x16 --concurrency 128 --utilization 0.5`'s."""
+    import yaml
+
+    from wseplan.analytic.cost.prices import load_prices
+    from wseplan.optimize.fleet_schema import AllocationRow, Sla
+    from wseplan.report.study_serving import _point
+    from wseplan.serving import serve
+
+    study = dict(name="s", title="t", kind="serving", question="q", model="llama-3.1-70b", precision="bf16",
+                 targets=["h200x16"], cost={"uncertainty": 0},
+                 serving=dict(prompt_tokens=8192, output_tokens=512, requests_per_s=40, min_tokens_per_s_per_user=25,
+                              ttft_limit_s=3.0, percentile=90, batches=[128]))
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(study))
+    st, _ = load_study(f)
+    prices = load_prices(catalog=catalog)
+    kw = dict(precision="bf16", input_tokens=8192, output_tokens=512, percentile=90, catalog=catalog, prices=prices)
+    curve = serve("llama-3.1-70b", "h200x16", batches=[128], ttft_limit_s=3.0, **kw)
+    a = AllocationRow(workload="s", system="h200-sxm", replicas=11, devices_per_replica=16, batch=128,
+                      supply_per_replica=1.0, supply=11.0, demand=1.0, unit="output tokens/s", load_frac=0.5)
+    p = _point("llama-3.1-70b", catalog, prices, st, curve, "h200x16", "bf16", a,
+               Sla(ttft_s=3.0, tpot_s=1 / 25, percentile=90))
+    want = serve("llama-3.1-70b", "h200x16", concurrency=128, utilization=0.5, **kw).chosen
+    assert (p.devices_per_replica, p.batch, p.layout) == (16, 128, want.layout)
+    assert p.all_in_usd_per_mtok == pytest.approx(want.all_in_usd_per_mtok, rel=1e-9)

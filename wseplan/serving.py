@@ -186,6 +186,15 @@ def _running_notes(s, notes: list[str], run: dict | None, i: int) -> list[str]:
 GPU_REPLICA_SIZES = (2, 4, 8, 16, 32, 64, 72)
 
 
+def split_sizes(t) -> list[int]:
+    """The replica sizes a counted target ``t`` splits into (:func:`replica_sizes`): the divisors of its count below
+    it, on GPUs inside the scale-up domain; none for a target without a count or of another family."""
+    if t.count is None or t.kind not in ("gpu", "wafer"):
+        return []
+    top = t.count - 1 if t.kind == "wafer" else min(t.count - 1, int(t.device.scale_up_domain_gpus.si))
+    return [n for n in range(1, top + 1) if t.count % n == 0]
+
+
 def replica_sizes(s0) -> list[int | None]:
     """Replica sizes to search: without a count None (the fewest that fit) and larger ones; with a count the plan's
     own layout (None) and a split into equal replicas of each size that divides it: ``("dp", d)`` on GPUs (every
@@ -195,11 +204,8 @@ def replica_sizes(s0) -> list[int | None]:
     t = s0.query.target
     if t.count is not None:  # a count also runs as equal data-parallel replicas of each size that divides it
         if t.kind == "wafer":
-            return [None] + [("num_wafers", k) for k in range(1, t.count) if t.count % k == 0]
-        if t.kind != "gpu":
-            return [None]
-        dom = int(t.device.scale_up_domain_gpus.si)
-        return [None] + [("dp", t.count // n) for n in range(1, min(t.count - 1, dom) + 1) if t.count % n == 0]
+            return [None] + [("num_wafers", k) for k in split_sizes(t)]
+        return [None] + [("dp", t.count // n) for n in split_sizes(t)]
     if t.kind == "gpu":  # and, where the fewest exceed the scale-up domain, whole nodes up to twice them (audit31c H2)
         dom = int(t.device.scale_up_domain_gpus.si)
         return [None] + [n for n in GPU_REPLICA_SIZES if n <= dom] + ["x2"]

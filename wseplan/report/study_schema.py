@@ -48,8 +48,8 @@ class ServingSpec(_Frozen):
     percentile: float = Field(default=95, gt=0, lt=100)
     batches: list[int] = Field(min_length=1, description="concurrent requests per replica to sweep")
     replica_sizes: Literal["fewest", "search"] = Field(
-        default="fewest", description="fleet replicas: the fewest devices that hold the model, or every size of the "
-                                      "replica search")
+        default="search", description="fleet replicas: every size of the replica search (the default, as `wseplan "
+                                      "fleet`), or the fewest devices that hold the model")
 
     @field_validator("batches")
     @classmethod

@@ -17,12 +17,12 @@ from __future__ import annotations
 from ..compare import compare_case, layout_text
 from ..costing import list_price_notes, service_price_for
 from ..errors import InfeasibleError, InputError
-from ..optimize.fleet import plan_fleet, serve_key
+from ..optimize.fleet import RELAX_FRAC, plan_fleet, serve_key
 from ..optimize.fleet_schema import DemandSpec, Sla, SystemSpec, WorkloadSpec
 from ..plan import layout_columns, setup
 from ..pricing import params_for
 from ..admission import LOWER_LOADS
-from ..serving import DEFAULT_UTILIZATION, occupancy, serve, with_limits
+from ..serving import DEFAULT_UTILIZATION, occupancy, serve, split_sizes, with_limits
 from ..targets import parse_target
 from ..workload import resolve_model
 from .markdown import Column, Table, fmt_num
@@ -68,8 +68,10 @@ def serving_demand(st: Study, cat, targets: list[str] | None = None) -> DemandSp
         seen[t.key] = tgt
         systems.append(SystemSpec(hardware=t.key))
         prec[t.key] = st.precision_for(tgt)
-        if t.count is not None:  # a counted target is the replica: the fleet's replicas of that many devices
-            counts[t.key] = [int(t.count)]
+        if t.count is not None:  # a counted target is the replica: the fleet's replicas of that many devices, or the
+            # equal replicas it splits into, as serve's search of that target (audit32b M1: h100x8's fleet ran TP8
+            # replicas at $7.889/M where its own frontier and serve chose 2 x TP4 at $7.17/M)
+            counts[t.key] = [int(t.count)] + split_sizes(t)
     wl = WorkloadSpec(name=st.slug, model=st.model_ref, kind="serve", precision=st.precision, precisions=prec,
                       output_tokens_per_s=sv.demand_tokens_per_s, requests_per_s=sv.requests_per_s,
                       users_per_day=sv.users_per_day, requests_per_user_per_day=sv.requests_per_user_per_day,
@@ -195,7 +197,8 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
     all-in $/M output tokens is its TCO over the tokens it delivers; the output side uses the replica point's share,
     and P10/P90 the Monte Carlo band of :func:`compare_case` at exactly that replica (full load)."""
     sv = st.serving
-    rate = serving_demand(st, cat).workloads[0].output_tokens_per_s_demand()
+    wl = serving_demand(st, cat).workloads[0]
+    rate, sla = wl.output_tokens_per_s_demand(), wl.sla
     rows, cases = [], {}
     menus = [(t, t, plans[t]) for t in names]
     if mix is not None and len(names) > 1 and (best_alone is None or _composition(mix) != _composition(plans[best_alone])):
@@ -208,7 +211,7 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
             tgt_s = tgt or next(t for t in names if parse_target(t, cat).key == sysrow.hardware)
             prec = st.precision_for(tgt_s)
             for i, a in enumerate(a for a in plan.allocations if a.system == sysrow.system):
-                point = _point(m, cat, prices, st, curves[tgt_s], sysrow.hardware, prec, a)
+                point = _point(m, cat, prices, st, curves[tgt_s], tgt_s, prec, a, sla)
                 text = _replica_text(tgt_s, a.devices_per_replica, cat)
                 s = setup(m, text, phase="serve", precision=prec, catalog=cat)
                 row, times, params = compare_case(m, text, phase="decode", precision=prec, batch=a.batch,
@@ -243,19 +246,36 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
     return rows, cases
 
 
-def _point(m, cat, prices, st, curve, hardware: str, prec: str, a):
-    """The serve point of a fleet allocation: from the target's curve, or (a target with its own count, whose
-    curve has other replica sizes) from a search of the hardware at that batch."""
+def _point(m, cat, prices, st, curve, tgt: str, prec: str, a, sla: Sla):
+    """The serve point of a fleet allocation, as the fleet took it: from the target's curve at the default load, else
+    at the lower load the fleet moved it to (``with_limits`` at the workload's SLA, or at the relaxation analysis'
+    looser one, as :func:`~wseplan.optimize.fleet.build_problem` asks), else from a search of the replica's own
+    target (its device count) at that batch and load."""
     sv = st.serving
     load = a.load_frac if a.load_frac is not None else DEFAULT_UTILIZATION
-    point = next((p for p in curve.points if p.num_replicas == 1 and p.batch == a.batch
-                  and p.devices_per_replica == a.devices_per_replica and abs(occupancy(p) - load) < 1e-9), None)
-    if point is None:  # the fleet ran it at a lower load than the curve shows (LOWER_LOADS), or another replica size
+
+    def match(points):
+        return next((p for p in points if p.num_replicas == 1 and p.batch == a.batch
+                     and p.devices_per_replica == a.devices_per_replica and abs(occupancy(p) - load) < 1e-9), None)
+    point = match(curve.points)
+    if point is None and (sla.ttft_s is not None or sla.tpot_s is not None):  # run at a lower load (LOWER_LOADS)
+        for f in (1.0, 1.0 + RELAX_FRAC):
+            point = match(with_limits(curve, ttft_limit_s=None if sla.ttft_s is None else sla.ttft_s * f,
+                                      tpot_limit_s=None if sla.tpot_s is None else sla.tpot_s * f).points)
+            if point is not None:
+                return point
+    if point is None:  # another replica size than the curve's: the replica's own target (audit32b H1: h200x16's
+        # replicas of 16 were searched on the bare hardware, whose search stays inside a node, and none came back)
         u = min((DEFAULT_UTILIZATION,) + LOWER_LOADS, key=lambda x: abs(x - load))
-        point = next(p for p in serve(m, hardware, precision=prec, input_tokens=sv.prompt_tokens,
-                                      output_tokens=sv.output_tokens, batches=[a.batch], percentile=sv.percentile,
-                                      catalog=cat, prices=prices, overrides=st.cost.set, utilization=u).points
-                     if p.num_replicas == 1 and p.devices_per_replica == a.devices_per_replica)
+        point = next((p for p in serve(m, _replica_text(tgt, a.devices_per_replica, cat), precision=prec,
+                                       input_tokens=sv.prompt_tokens, output_tokens=sv.output_tokens,
+                                       batches=[a.batch], percentile=sv.percentile, catalog=cat, prices=prices,
+                                       overrides=st.cost.set, utilization=u).points
+                      if p.num_replicas == 1 and p.devices_per_replica == a.devices_per_replica), None)
+    if point is None:
+        raise InputError(f"targets: the fleet's replica of {a.devices_per_replica} device(s) at batch {a.batch} on {tgt} "
+                         "has no serve point to report; give the target with that count (e.g. "
+                         f"{_replica_text(tgt, a.devices_per_replica, cat)})")
     return point
 
 
