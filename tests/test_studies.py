@@ -270,3 +270,25 @@ def test_a_fleet_replica_at_a_lower_load_is_reported_as_the_fleet_ran_it(tmp_pat
     want = serve("llama-3.1-70b", "h200x16", concurrency=128, utilization=0.5, **kw).chosen
     assert (p.devices_per_replica, p.batch, p.layout) == (16, 128, want.layout)
     assert p.all_in_usd_per_mtok == pytest.approx(want.all_in_usd_per_mtok, rel=1e-9)
+
+
+def test_a_days_volume_prices_the_tokens_users_ask_for(tmp_path, catalog):
+    """audit32b H3: with users_per_day and a peak factor, the all-in $/M was the TCO over the peak rate in the site's
+    busy hours: a peak factor of 3 tripled the TCO ($0.84M -> $2.3M/yr) and lowered the $/M ($1.278 -> $1.171). A day's
+    volume given, the fleet delivers it all year: $/M = TCO / (users x requests x output tokens x 365.25 days)."""
+    import csv
+
+    import yaml
+
+    study = dict(name="s", title="t", kind="serving", question="q", model="llama-3.1-70b", precision="fp8",
+                 targets=["b200"], cost={"uncertainty": 0},
+                 serving=dict(prompt_tokens=2048, output_tokens=256, users_per_day=1_000_000,
+                              requests_per_user_per_day=10, peak_factor=3, min_tokens_per_s_per_user=30,
+                              ttft_limit_s=2.0, batches=[16, 64]))
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(study))
+    write_report(run_study(f, catalog=catalog), tmp_path / "out")
+    (row,) = [r for r in csv.DictReader((tmp_path / "out" / "fleet.csv").open()) if r["menu"] == "b200"][:1]
+    tokens_per_year = 1_000_000 * 10 * 256 * 365.25
+    usd = float(row["TCO [$M/yr]"]) * 1e6
+    assert float(row["all-in [$/M output tokens]"]) == pytest.approx(usd / tokens_per_year * 1e6, rel=1e-4)

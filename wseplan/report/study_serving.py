@@ -218,7 +218,11 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
                                                   context=sv.prompt_tokens, output_tokens=sv.output_tokens, catalog=cat,
                                                   prices=prices, uncertainty=st.cost.uncertainty, seed=st.cost.seed,
                                                   overrides=st.cost.set, layout=layout_columns(s, point.layout))
-                util = params["utilization_frac"].value if params else 1.0
+                # the tokens delivered: the demand rate in the site's busy hours, or, a day's volume given (users per
+                # day), that volume all year, the peak rate / peak_factor (audit32b H3: a peak factor of 3 tripled
+                # the TCO and lowered the $/M, the fleet priced as if it ran at its peak)
+                util = (1.0 / (wl.peak_factor or 1.0) if wl.users_per_day is not None else
+                        params["utilization_frac"].value if params else 1.0)
                 fleet_usd = plan.total_usd_per_year / (rate * 3600.0 * HOURS_PER_YEAR * util) * 1e6
                 band = {k: (fleet_usd * getattr(row, k) / row.usd_per_mtok if getattr(row, k) is not None
                             and row.usd_per_mtok else None) for k in ("usd_per_mtok_p10", "usd_per_mtok_p90")}
@@ -302,8 +306,8 @@ def _fleet_table(st: Study, demand: DemandSpec, rows: list[dict]) -> Table:
               "per replica configuration, the system totals on the first row of each system. Replicas hold 90% of their "
               "slots on average (queueing headroom; a point that misses the limits there runs at the highest lower "
               "load that meets them: the load column of the curve) and pack into whole systems. All-in $/M is the menu's TCO over the "
-              "output tokens it delivers at the demand rate in its busy hours (the site's utilisation), prompts "
-              "included; P10-P90 scale it by the Monte Carlo band of the replica's cost."),
+              "output tokens it delivers at the demand rate in its busy hours (the site's utilisation; with users per "
+              "day, the day's volume all year: the peak rate over the peak factor), prompts included; P10-P90 scale it by the Monte Carlo band of the replica's cost."),
         columns=[Column("menu", "menu"), Column("system", "system"), Column("systems", "systems [count]"),
                  Column("replicas", "replicas [count]"), Column("devices_per_replica", "devices per replica [count]"),
                  Column("layout", "layout"), Column("batch", "slots per replica [requests]"),
