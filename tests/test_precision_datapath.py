@@ -177,3 +177,18 @@ def test_a_gpu_without_an_fp32_figure_says_the_catalog_has_none():
     with pytest.raises(InputError) as e:
         plan("llama-3-8b", "b300x1", phase="prefill", precision="fp32", batch=1, context=2048)
     assert "the catalog has no fp32 rate" in str(e.value) and "--catalog" in str(e.value)
+
+
+def test_a_slow_16_bit_format_is_named_with_the_fast_one(catalog):
+    """audit32a F4: the default bf16 on a V100 (no bf16 tensor cores: the fp32 rate, 15.7 TFLOP/s) trained 7.3x slower
+    than fp16 (125 TFLOP/s) with no note; the record now says so and names the flag. fp16 on V100 and bf16 on H100 run
+    at their format's full rate: no note."""
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="train", batch=256, context=2048, catalog=catalog)
+    slow = predict_time("llama-3.1-8b", "v100x64", **kw)
+    fast = predict_time("llama-3.1-8b", "v100x64", precision="fp16", **kw)
+    assert slow.step_s > 5 * fast.step_s
+    assert any("runs bf16 at 15.7 TFLOP/s against 125 for fp16" in n and "--precision fp16" in n for n in slow.notes)
+    assert not any("datapath" in n for n in fast.notes)
+    assert not any("datapath" in n for n in predict_time("llama-3.1-8b", "h100x8", **kw).notes)

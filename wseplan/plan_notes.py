@@ -6,12 +6,24 @@ from __future__ import annotations
 from .catalog.precision import datapath_format, device_rates
 
 
+def _si(v) -> float:
+    return float(v.si) if hasattr(v, "si") else float(v)
+
+
 def _datapath_note(t, precision: str, phase: str) -> list[str]:
     """A note when the target's catalog entry has no rate for ``precision`` and its math runs at a wider format's
     (:func:`~wseplan.catalog.precision.datapath_format`): inference keeps the weights in ``precision`` in memory and
     widens them in the kernel (weight-only, as vLLM's FP8 Marlin runs fp8 on Ampere)."""
     rates = device_rates(getattr(t, "device", None))
-    if rates is None or precision in rates:
+    if rates is not None and precision in rates:
+        # a 16-bit format the device runs far below its other 16-bit format (audit32a F4: bf16 on a V100 runs at its
+        # fp32 rate, 7.3x slower than fp16, and said nothing)
+        other = {"bf16": "fp16", "fp16": "bf16"}.get(precision)
+        if getattr(t, "kind", None) == "gpu" and other in rates and _si(rates[other]) > 2.0 * _si(rates[precision]):
+            return [f"{t.key} runs {precision} at {_si(rates[precision]) / 1e12:.3g} TFLOP/s against "
+                    f"{_si(rates[other]) / 1e12:.3g} for {other} (--precision {other} uses its faster datapath)"]
+        return []
+    if rates is None:
         return []
     wider = datapath_format(rates, precision)
     if wider is None:
