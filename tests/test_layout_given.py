@@ -367,3 +367,31 @@ def test_the_smaller_counts_of_an_awkward_target_keep_every_context_parallel_deg
         assert 1.0 in set(g["cp"][used == n]), n
     assert len(g["tp"]) == 36000
     assert np.array_equal(np.unique(g["cp"][used == 24]), [1.0, 2.0])
+
+
+def test_a_given_layout_that_leaves_gpus_idle_is_not_called_faster(catalog):
+    """audit32a F6: a given TP8 x DP4 on 64 H100 said "32 train faster than any layout using all of them", while the
+    same layout at DP8 (all 64) runs twice as fast. A given layout is the user's, not the search's choice: the note
+    says it uses 32 of the 64 (all priced)."""
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="train", batch=512, context=4096, catalog=catalog)
+    half = predict_time("mixtral-8x7b", "h100x64", layout={"tp": 8, "pp": 1, "dp": 4}, **kw)
+    full = predict_time("mixtral-8x7b", "h100x64", layout={"tp": 8, "pp": 1, "dp": 8}, **kw)
+    assert full.step_s < half.step_s
+    assert any("the given layout uses 32 of them" in n for n in half.notes)
+    assert not any("faster than any layout" in n for n in half.notes)
+
+
+def test_a_searched_prefill_says_it_runs_on_the_serving_replica(catalog):
+    """audit32a F5: an in-flight engine's prefill takes the layout serve chooses for whole requests (by design), which
+    `time --phase prefill` reported as "searched" only: Qwen3-235B fp8 on 8 H200 at batch 8 ran TP8 in 1.20 s where
+    TP2 x PP4 takes 0.89 s. The record says whose layout it is; a given layout has no such note."""
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="prefill", precision="fp8", batch=8, context=8192, catalog=catalog)
+    got = predict_time("qwen3-235b-a22b", "h200x8", **kw)
+    given = predict_time("qwen3-235b-a22b", "h200x8", layout={"tp": 2, "pp": 4}, **kw)
+    assert given.step_s < got.step_s
+    assert any(n.startswith("layout: the serving replica's") for n in got.notes)
+    assert not any(n.startswith("layout: the serving replica's") for n in given.notes)

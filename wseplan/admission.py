@@ -78,6 +78,19 @@ def admission_note(users: int, batch: int, request_s: float, wait_s: float | Non
             f"{request_s:.4g} s request = {wait_s:.4g} s (every TTFT percentile is this mean)")
 
 
+def slot_evaluation(s, cfg: dict, kv_tokens: int, fill_to: int | None) -> tuple[dict, dict]:
+    """The points' configurations and their evaluation with every slot held (:func:`~wseplan.plan.evaluate`, and the
+    concurrency that fills the KV cache where ``fill_to`` is given): what a point is at any load (the load changes the
+    batch an in-flight engine steps, :func:`~wseplan.admission.running_batch`, not the slots' layout), so the same
+    question at another load (``with_limits``' lower loads) reuses it. Remembered per setup; not to be modified."""
+    key = (fill_to, kv_tokens, tuple(sorted((k, np.asarray(v, dtype=float).tobytes()) for k, v in cfg.items())))
+    memo = s.ctx.__dict__.setdefault("_slot_evaluations", {})
+    if key not in memo:
+        arr = evaluate(s, cfg)
+        memo[key] = fill_kv(s, cfg, arr, kv_tokens, fill_to) if fill_to is not None else (cfg, arr)
+    return memo[key]
+
+
 def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: np.ndarray, R: np.ndarray,
                    output_tokens: int, percentile: float, own: np.ndarray, busy: np.ndarray,
                    rate: np.ndarray | None = None) -> dict | None:

@@ -39,7 +39,7 @@ from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
 from .devices.speculation import SPEC_OPTIONS
 from .errors import InputError
 from .model_error import plan_interval
-from .plan_notes import (STREAM_UNIT_HINT, FLOOR_TEXT, _datapath_note, _speculation_note, fit_fix,  # noqa: F401
+from .plan_notes import (STREAM_UNIT_HINT, FLOOR_TEXT, _datapath_note, _speculation_note, fit_fix, layout_note,  # noqa: F401
                          floor_s, floor_text, no_time_model, one_sequence_hint)
 from .records import PlanRecord, bounded_tokens
 from .targets import Target, parse_target
@@ -557,7 +557,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                  + hint] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
-        notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r)
+        notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r) + layout_note(s, r)
     if q.options.get("kv_precision"):  # the record says which KV format its figures assume (review28b #6)
         notes = list(notes) + [f"KV cache kept in {q.options['kv_precision']} (--kv-precision)"]
     if isinstance(q.model, Model):

@@ -35,6 +35,20 @@ def _datapath_note(t, precision: str, phase: str) -> list[str]:
             "rate"]
 
 
+def layout_note(s: Setup, r: dict) -> list[str]:
+    """A searched prefill on an in-flight engine runs on its serving replica (:func:`wseplan.plan._serving_choice`): the
+    layout ``serve`` chooses for whole requests, not the fastest prefill (audit32a F5: "searched" read as the
+    prefill's own optimum, 14-35% slower than layouts the user can give)."""
+    q = s.query
+    if q.phase != "prefill" or q.software.engine.scheduling != "inflight" or q.target.kind != "gpu" or \
+            not bool(r.get("layout_searched", False)):
+        return []
+    n = int(q.catalog.defaults.default_output_tokens.si)
+    return [f"layout: the serving replica's (an in-flight engine prefills where it serves: the layout serve chooses "
+            f"for whole requests of {n} answer tokens), not the fastest prefill; give the layout (--tp, --pp) to "
+            "time another"]
+
+
 def _speculation_note(s: Setup, r: dict) -> list[str]:
     """Whether speculative decoding is on at this point, with which draft, and if off why: the profile's draft cannot
     draft for this model (another tokenizer, or no smaller), does not fit beside the target in the memory the batch

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .admission import LOWER_LOADS, admission_note, admitted, at_lower_loads, concurrency_grid, fill_kv, running_batch
+from .admission import (LOWER_LOADS, admission_note, admitted, at_lower_loads, concurrency_grid, running_batch,
+                        slot_evaluation)
 from .analytic import engine as E
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
@@ -62,7 +63,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     cfg = {"batch": b, "context": np.full(n, float(input_tokens)), "output_tokens": np.full(n, float(output_tokens))}
     for k, v in (layout or {}).items():
         cfg[k] = np.full(n, float(v))
-    cfg, arr = _slots(s, cfg, input_tokens + output_tokens, fill_to)
+    cfg, arr = slot_evaluation(s, cfg, input_tokens + output_tokens, fill_to)
     b = cfg["batch"]
     n = len(b)
     ok = np.asarray(arr["fits"], dtype=bool) & np.isfinite(arr["tpot_s"])
@@ -157,19 +158,6 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             notes=_running_notes(s, rec.notes, run, int(i)) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
-
-
-def _slots(s, cfg: dict, kv_tokens: int, fill_to: int | None) -> tuple[dict, dict]:
-    """The points' configurations and their evaluation with every slot held (:func:`~wseplan.plan.evaluate`, and the
-    concurrency that fills the KV cache where ``fill_to`` is given): what a point is at any load (the load changes the
-    batch an in-flight engine steps, :func:`~wseplan.admission.running_batch`, not the slots' layout), so the same
-    question at another load (``with_limits``' lower loads) reuses it. Remembered per setup; not to be modified."""
-    key = (fill_to, kv_tokens, tuple(sorted((k, np.asarray(v, dtype=float).tobytes()) for k, v in cfg.items())))
-    memo = s.ctx.__dict__.setdefault("_slot_evaluations", {})
-    if key not in memo:
-        arr = evaluate(s, cfg)
-        memo[key] = fill_kv(s, cfg, arr, kv_tokens, fill_to) if fill_to is not None else (cfg, arr)
-    return memo[key]
 
 
 def _running_notes(s, notes: list[str], run: dict | None, i: int) -> list[str]:

@@ -292,7 +292,10 @@ class GpuFamily(InferenceMixin, Family):
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
         notes = []
         used = tp * pp * dp * int(r.get("cp", 1) if ctx.q.phase == "train" else 1)
-        if ctx.count and used < ctx.count and ctx.q.phase == "train":
+        if ctx.count and used < ctx.count and not bool(r.get("layout_searched", True)):  # audit32a F6: not a choice
+            notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle: the given layout uses {used:,} of "
+                         "them (the target's GPUs are all priced)")
+        elif ctx.count and used < ctx.count and ctx.q.phase == "train":
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle: {used:,} train faster than any layout "
                          f"using all of them (a layout divides the GPUs it uses, and each replica's share of the batch "
                          f"into whole micro-batches)")
