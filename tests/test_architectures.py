@@ -128,6 +128,44 @@ def test_gpt_oss_exact_hand_count(catalog, key, L, E):
     assert active_params(m, count_embedding=False) == L * (attn + 4 * expert + router + 2 * d) + V * d + d
 
 
+
+@pytest.mark.parametrize("key,L,E,gib", [("gpt-oss-120b", 36, 128, 60.8), ("gpt-oss-20b", 24, 32, 12.8)])
+def test_gpt_oss_published_checkpoint_bytes(catalog, key, L, E, gib):
+    """audit32a F1: `--precision fp4` plans gpt-oss's published checkpoint, whose routed experts are MXFP4 (4 bits and
+    an 8-bit scale per 32 weights: 4.25 bits; the model card) and whose attention, router, embeddings and LM head stay
+    bf16 (config.json modules_to_not_convert); every weight was billed at 4 bits (58.4 / 10.5 GB). By hand: the expert
+    matrices at 4.25 bits, every other parameter (biases and norms included) at 2 bytes; OpenAI's README gives the
+    checkpoints as 60.8 and 12.8 GiB. A config.json with that quantization_config reads the same."""
+    from wseplan.workload import build_workload, model_from_hf_config
+
+    d = 2880
+    mats = L * E * (2 * d * 2880 + 2880 * d)  # gate+up and down of every routed expert
+    m = catalog.models[key]
+    hand = mats * 4.25 / 8 + (total_params(m) - mats) * 2
+    w = build_workload(m, catalog, precision="fp4", phase="decode", batch=1, context=1)
+    assert float(w.weight_bytes.sum()) == pytest.approx(hand, rel=1e-12)
+    assert hand / 2**30 == pytest.approx(gib, rel=0.01)
+    # another precision, or training, keeps the format's width for every weight
+    assert float(build_workload(m, catalog, precision="fp8", phase="decode", batch=1, context=1).weight_bytes.sum()) \
+        == pytest.approx(total_params(m), rel=1e-12)
+    if key == "gpt-oss-120b":
+        cfg = model_from_hf_config(HF / "gpt-oss-120b.json")
+        assert (cfg.native_bits_per_weight, cfg.native_quantized) == (4.25, "experts")
+        assert float(build_workload(cfg, catalog, precision="fp4", phase="decode", batch=1, context=1).weight_bytes
+                     .sum()) == pytest.approx(hand, rel=1e-12)
+
+
+def test_gpt_oss_fp4_decode_reads_bf16_attention_and_head(catalog):
+    """The bytes a batch-1 decode step reads grow with the bf16 attention and LM head (audit32a F1: 3.22 ms per token
+    on one H100 with every weight at 4 bits, about 34% too fast by the checkpoint's bytes)."""
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="decode", batch=1, context=2048, catalog=catalog)
+    native = predict_time("gpt-oss-120b", "h100x1", precision="fp4", **kw).step_s
+    int4 = predict_time("gpt-oss-120b", "h100x1", precision="int4", **kw).step_s  # every weight at 4 bits
+    assert 1.15 < native / int4 < 1.6
+
+
 # ---------------------------------------------------------------------------------------------
 # block types
 # ---------------------------------------------------------------------------------------------

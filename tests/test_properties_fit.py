@@ -323,6 +323,9 @@ def test_weight_bytes_scale_with_bytes_per_element(m, phase, precision, other, b
         b = BYTES_PER_ELEMENT[p]
         return max(b, 2.0) if phase == "train" else b
 
+    # (a published checkpoint with its own layout, gpt-oss at fp4: tests/test_architectures.py checks it by hand)
+    own = getattr(m, "native_bits_per_weight", None) or getattr(m, "native_quantized", "all") != "all"
+    assume(not (own and phase != "train" and m.native_precision in (precision, other)))
     w1 = transformer_workload(m, precision=precision, phase=phase, batch=batch, context=context)
     w2 = transformer_workload(m, precision=other, phase=phase, batch=batch, context=context)
     assert np.array_equal(w1.weight_bytes, w1.params * stored(precision))

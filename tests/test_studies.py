@@ -292,3 +292,22 @@ def test_a_days_volume_prices_the_tokens_users_ask_for(tmp_path, catalog):
     tokens_per_year = 1_000_000 * 10 * 256 * 365.25
     usd = float(row["TCO [$M/yr]"]) * 1e6
     assert float(row["all-in [$/M output tokens]"]) == pytest.approx(usd / tokens_per_year * 1e6, rel=1e-4)
+
+
+def test_a_cheaper_mix_is_not_called_the_single_target_fleet(tmp_path, catalog):
+    """audit32b L1: "the cheapest fleet is 17 x b200 ... $3.554M/yr" beside "Mixing targets lowers the TCO to
+    $3.433M/yr" (DeepSeek-V3 fp8, 32k prompts, on b200x8 and mi300xx8): the single-target fleet is said to be one,
+    and the mix the cheapest fleet."""
+    import yaml
+
+    study = dict(name="s", title="t", kind="serving", question="q", model="deepseek-v3", precision="fp8",
+                 targets=["b200x8", "mi300xx8"], cost={"uncertainty": 0},
+                 serving=dict(prompt_tokens=32768, output_tokens=1024, demand_tokens_per_s=20000,
+                              min_tokens_per_s_per_user=20, ttft_limit_s=10.0, batches=[32, 128]))
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(study))
+    res = run_study(f, catalog=catalog)
+    fleet = next(t for t in res.tables if t.name == "fleet")
+    rows = {r["menu"]: r["plan_usd_per_year"] for r in fleet.rows if r.get("plan_usd_per_year")}
+    assert rows["all targets"] < min(v for k, v in rows.items() if k != "all targets")
+    assert "the cheapest single-target fleet is" in res.answer and "(the cheapest fleet:" in res.answer

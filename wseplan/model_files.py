@@ -226,6 +226,12 @@ def model_from_hf_config(path: str | Path) -> Model:
               "int4" if method in ("awq", "gptq") and bits == 4 else None)
     if native:  # the checkpoint's own format (a plan at another precision says so)
         extra["native_precision"] = native
+    if method == "mxfp4":  # 4-bit values and an 8-bit scale per 32 (OCP Microscaling v1.0); gpt-oss leaves its
+        # attention, router, embeddings and LM head unconverted (bf16): the routed experts alone are MXFP4
+        extra["native_bits_per_weight"] = 4.25
+        skip = " ".join(str(x) for x in qc.get("modules_to_not_convert") or [])
+        if "attn" in skip and int(cfg.get("num_local_experts") or cfg.get("num_experts") or 1) > 1:
+            extra["native_quantized"] = "experts"
     if top_type == "llama4" and isinstance(top.get("vision_config"), dict):
         enc = _llama4_vision_params(top["vision_config"], cfg["hidden_size"])
         if enc is None:

@@ -39,6 +39,25 @@ def weight_bytes_per_param(precision: str, phase: str) -> float:
     return max(b, 2.0) if phase == "train" and b < 2 else b
 
 
+def weight_bytes_split(m, precision: str, phase: str) -> tuple[float, float]:
+    """Bytes per stored weight of the routed experts and of every other weight [bytes]: the format's
+    (:func:`weight_bytes_per_param`) for both, except for the published checkpoint of a model that states its own
+    layout (inference at its ``native_precision``): its quantized tensors at ``native_bits_per_weight`` (block scales
+    included), and with ``native_quantized: experts`` everything but the routed experts in bf16 (gpt-oss-120b: 65.2 GB
+    of weights, not the 58.4 GB of 4 bits each; audit32a F1)."""
+    wbp = weight_bytes_per_param(precision, phase)
+    if phase == "train" or getattr(m, "native_precision", None) != precision:
+        return wbp, wbp
+    bits = getattr(m, "native_bits_per_weight", None)
+    q = bits / 8.0 if bits else wbp
+    return q, (BYTES_PER_ELEMENT["bf16"] if getattr(m, "native_quantized", "all") == "experts" else q)
+
+
+def routed_params(bt) -> float:
+    """Weights of a block type's routed experts [count] (their matrices; biases and norms are not quantized)."""
+    return float(sum(g.n * g.k * g.num_experts for g in bt.gemms if g.num_experts > 1))
+
+
 def kv_bytes_per_element(precision: str) -> float:
     """KV-cache element size [bytes]: fp8 serving keeps an fp8 cache; int8/int4/fp4 keep 16-bit. NVIDIA's NVFP4
     checkpoints carry an fp8 cache (Model Optimizer's default ``--kv_cache_qformat fp8``), but with it the calibrated
@@ -335,7 +354,6 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
     batch = check_positive_int(batch, "batch")
     context = check_positive_int(context, "context")
     L = m.num_layers
-    wbp = weight_bytes_per_param(precision, phase)
     ab = activation_bytes_per_element(precision)
     kvb = kv_bytes(precision, kv_precision)
     emb, head = embedding_params(m), head_params(m)
@@ -363,14 +381,19 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
         kv_cached[rows] = per_tok
         if att.window is not None:
             window[rows] = att.window
-    weight_bytes = params * wbp
+    we, wo = weight_bytes_split(m, precision, phase)
+    weight_bytes = params * wo
+    if we != wo:  # a checkpoint that quantizes the routed experts alone
+        for bt in block_types(m):
+            weight_bytes[np.asarray(bt.layers) + 1] += routed_params(bt) * (we - wo)
+    per_param = weight_bytes / np.maximum(params, 1.0)
     units = weight_bytes.copy()
     for idx, unit in stream_unit_params(m):
-        units[np.asarray(idx) + 1] = unit * wbp
+        units[np.asarray(idx) + 1] = unit * per_param[np.asarray(idx) + 1]
     ckpt = np.zeros(n)
     ckpt[1:-1] = ab * m.d_model
     ws = ab * (working_set_factor * m.d_model + 2.0 * _mlp_width_used(m, None))
-    tied_bytes = m.vocab_size * m.d_model * wbp if m.tied_embeddings else 0.0
+    tied_bytes = m.vocab_size * m.d_model * wo if m.tied_embeddings else 0.0
     return Workload(model_name=model_name or m.name, precision=precision, phase=phase, batch=batch, context=context,
                     kind=kind, params=params, active_params=active, weight_bytes=weight_bytes,
                     matmul_flop_per_token=mm, attention_flop_per_token=attn, activation_bytes_per_token=act,

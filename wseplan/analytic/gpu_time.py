@@ -139,13 +139,13 @@ def _block_gemms(block, tp):
     return out
 
 
-def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration):
+def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration, weight_bytes=None):
     """The GEMMs of one block type (:class:`~wseplan.workload.BlockType`; a model whose layers are all alike: the
-    model) on one GPU [s]: (time, its memory-bound part); a function of the pass's tokens and the TP degree alone
-    (arrays broadcast)."""
+    model) on one GPU [s]: (time, its memory-bound part), by the pass's tokens and TP degree (arrays broadcast);
+    ``weight_bytes``: (routed, other) bytes per weight (:func:`~wseplan.workload.weight_bytes_split`)."""
     if not hasattr(block, "gemms"):
         block = _only_block(block)
-    wb = max(BYTES_PER_ELEMENT[precision], 0.5)
+    wb_routed, wb_other = weight_bytes or (max(BYTES_PER_ELEMENT[precision], 0.5),) * 2
     ab = activation_bytes_per_element(precision)
     emax = _gemm_max(cal, precision)
     gemm = gemm_mem = 0.0
@@ -161,7 +161,7 @@ def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precisio
             M = tokens * k / experts_read
         flop = 2.0 * M * n_ * k_ * count
         eff = gemm_efficiency_frac(m=M, n=n_, k=k_, max_frac=emax, half_intensity=cal.gemm_half_intensity)
-        byt = n_ * k_ * wb * experts_read + ab * tokens * (n_ + k_)
+        byt = n_ * k_ * (wb_routed if E > 1 else wb_other) * experts_read + ab * tokens * (n_ + k_)
         t_c = flop / (peak_flop_per_s * eff)
         t_m = byt / hbm_bytes_per_s
         t_g = ridge_combine_s(t_c, t_m, cal.gemm_ridge_exponent)
@@ -264,12 +264,12 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
     return gemm + attn + elem, {"gemm": gemm, "gemm_memory_bound": gemm_mem, "attention": attn, "elementwise": elem}
 
 
-def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal):
+def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal, weight_bytes=None):
     tokens = X.asfloat(tokens)
     n_ = m.vocab_size / X.asfloat(tp)
     eff = gemm_efficiency_frac(m=tokens, n=n_, k=m.d_model, max_frac=_gemm_max(cal, precision),
                                half_intensity=cal.gemm_half_intensity)
-    byt = n_ * m.d_model * max(BYTES_PER_ELEMENT[precision], 0.5)
+    byt = n_ * m.d_model * (max(BYTES_PER_ELEMENT[precision], 0.5) if weight_bytes is None else weight_bytes)
     return roofline_time_s(flop=2.0 * tokens * n_ * m.d_model, bytes_moved=byt, peak_flop_per_s=peak_flop_per_s,
                            efficiency_frac=eff, bandwidth_bytes_per_s=hbm_bytes_per_s, exponent=cal.gemm_ridge_exponent)
 

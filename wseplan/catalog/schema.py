@@ -434,9 +434,8 @@ class Model(Frozen):
     d_ff: int = Field(gt=0, le=16_777_216)
     gated_mlp: bool
     vocab_size: int = Field(gt=0, le=100_000_000)
-    #: the tokenizer the model's token ids come from (``llama2``, ``llama3``, ``mistral-v1``, ...): speculative decoding
-    #: needs the draft's and the target's to be one; None (a config.json, a catalog entry without it): judged by
-    #: ``vocab_size`` alone
+    #: the tokenizer of its token ids (``llama2``, ``llama3``, ...): a speculative draft's and target's must be one;
+    #: None (a config.json, a catalog entry without it): judged by ``vocab_size`` alone
     tokenizer: Name | None = None
     tied_embeddings: bool
     num_experts: int = Field(default=1, gt=0, le=65_536)
@@ -447,9 +446,12 @@ class Model(Frozen):
     learned_pos_embeddings: int = Field(default=0, ge=0, le=100_000_000)
     #: longest sequence the model attends (config.json ``max_position_embeddings``); None: not stated
     max_context: int | None = Field(default=None, gt=0, le=1_000_000_000)
-    #: the format its published checkpoint is in where it is not 16-bit (DeepSeek-V3: fp8; gpt-oss: fp4, MXFP4
-    #: experts; config.json ``quantization_config``); plans at another precision say so
+    #: the published checkpoint's format where not 16-bit (DeepSeek-V3 fp8, gpt-oss fp4; plans at another precision say
+    #: so), its bits per quantized weight with block scales (MXFP4: 4.25, OCP Microscaling v1.0) and which weights it
+    #: quantizes: all, or the routed experts alone (gpt-oss keeps the rest bf16; config.json quantization_config)
     native_precision: Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"] | None = None
+    native_bits_per_weight: float | None = Field(default=None, gt=0, le=32)
+    native_quantized: Literal["all", "experts"] = "all"
     # -- optional: which layers are MoE, and their MLPs -------------------------------------------------
     #: MLP width of the dense (non-MoE) layers of an MoE model; unset: ``d_ff``
     dense_d_ff: int | None = _dim()

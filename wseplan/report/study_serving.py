@@ -434,7 +434,9 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
         return head + f"no target meets {what} at any swept batch: " + "; ".join(
             f"{r['target']}: {r['note']}" for r in alone) + "."
     b = ok[0]
-    parts = [head + f"the cheapest fleet is {b['plan_systems']} x {b['system']} ({b['plan_devices']} devices; "
+    mixed = mix is not None and any(r["menu"] == "all targets" for r in rows) and \
+        mix.total_usd_per_year < b["plan_usd_per_year"]  # audit32b L1: a cheaper mix is the cheapest fleet
+    parts = [head + f"the cheapest {'single-target ' if mixed else ''}fleet is {b['plan_systems']} x {b['system']} ({b['plan_devices']} devices; "
              f"{b['replicas']} replicas of {b['devices_per_replica']} with {b['batch']} request slots each at "
              f"{fmt_num(100 * b['load'])}% load ({fmt_num(b['in_flight'])} in flight), {b['layout']}"
              + (", and others" if sum(r['menu'] == b['menu'] for r in rows) > 1 else "") + "): "
@@ -453,7 +455,8 @@ def _answer(st: Study, m, demand: DemandSpec, rows: list[dict], mix, cross: list
                      f"(${fmt_num(r['usd_per_mtok'])} per million output tokens all-in, at "
                      + _speed_text(rows, r) + ").")
     if mix is not None and any(r["menu"] == "all targets" for r in rows):
-        parts.append(f"Mixing targets lowers the TCO to ${fmt_num(mix.total_usd_per_year / 1e6)}M/yr.")
+        parts.append(f"Mixing targets lowers the TCO to ${fmt_num(mix.total_usd_per_year / 1e6)}M/yr"
+                     + (" (the cheapest fleet: the fleet table's 'all targets' rows)." if mixed else "."))
     for r in alone:
         if not r["meets_sla"]:
             parts.append(f"{r['target']} cannot meet it ({r['note']}).")
