@@ -111,3 +111,27 @@ def test_catalog_show_gives_unset_fields_as_null(capsys):
     assert head["value"] is None
     assert main(["catalog", "show", "cs3", "-f", "csv"]) == 0
     assert "None" not in capsys.readouterr().out
+
+
+def test_debug_after_the_command_is_the_root_option(capsys):
+    """audit32b L5: `wseplan fit llama-70b --target wse3 --debug` printed a traceback about an unknown option --debug
+    (only `wseplan --debug fit ...` worked); the root option is taken wherever it stands."""
+    from wseplan.cli import main
+
+    assert main(["fit", "llama-70b", "--target", "wse3", "--debug", "-f", "json"]) == 0
+    assert '"fits": true' in capsys.readouterr().out
+
+
+def test_a_stage_without_blocks_says_what_it_holds(capsys):
+    """audit32b L5: a failed fit's stage table showed `-1--1` for a wafer holding the embedding (or the LM head) alone."""
+    from wseplan.cli import main
+
+    from wseplan.report.formats import layer_range
+    from wseplan.records import Stage
+
+    main(["fit", "llama-3.1-70b", "--target", "cs3", "--batch", "256", "--context", "131072"])
+    out = capsys.readouterr().out
+    assert "embedding only" in out and "│ 0      │ -1" not in out  # (the LM head's wafer is among the rows cut)
+    head = Stage(device=81, first_layer=-1, last_layer=-1, embedding=False, lm_head=True, bytes=1.0)
+    assert layer_range(head) == "LM head only"
+    assert layer_range(head.model_copy(update={"first_layer": 3, "last_layer": 5})) == "3-5"

@@ -311,3 +311,18 @@ def test_a_cheaper_mix_is_not_called_the_single_target_fleet(tmp_path, catalog):
     rows = {r["menu"]: r["plan_usd_per_year"] for r in fleet.rows if r.get("plan_usd_per_year")}
     assert rows["all targets"] < min(v for k, v in rows.items() if k != "all targets")
     assert "the cheapest single-target fleet is" in res.answer and "(the cheapest fleet:" in res.answer
+
+
+def test_a_unit_string_where_a_number_goes_names_the_fix(tmp_path, catalog):
+    """audit32b L3: `ttft_limit_s: "2 s"` (which the JSON Schema's number-or-text branch admits) was refused with
+    pydantic's "unable to parse string as a number" alone; the line now says to give a plain number in the key's unit."""
+    import yaml
+
+    from wseplan.errors import InputError
+
+    d = yaml.safe_load((STUDIES / "serve-llama3-70b.yaml").read_text())
+    d["serving"]["ttft_limit_s"] = "2 s"
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(d))
+    with pytest.raises(InputError, match=r"serving\.ttft_limit_s: .*give a plain number \(seconds.*ttft_limit_s: 2\.0"):
+        run_study(f, catalog=catalog)

@@ -44,4 +44,9 @@ def validation_detail(exc) -> tuple[str, str]:
         msg = "unknown key; remove it or fix its spelling"
     elif err.get("type") == "missing":
         msg = "required key is missing; add it"
+    elif err.get("type") == "float_parsing":  # a unit string where the key takes a plain number (audit32b L3)
+        unit = ("tokens/s per user" if loc.endswith("_per_user") else "per second" if loc.endswith("_per_s") else
+                "seconds" if loc.endswith("_s") else None)
+        msg = (f"{msg}; give a plain number" + (f" ({unit}: the unit is in the key's name)" if unit else "")
+               + f", e.g. {loc.rsplit('.', 1)[-1]}: 2.0")
     return loc, msg

@@ -145,6 +145,8 @@ def _main(argv: list[str] | None) -> int:
     Exit, Abort, ClickException, NoArgsIsHelp = _click_exceptions()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("WSEPLAN_DEBUG") == "1"
+    if "--debug" in args:  # a root option, also where it follows the command (audit32b L5: a traceback about it)
+        args = ["--debug"] + [a for a in args if a != "--debug"]
     if sys.stdout is None:  # started with its standard output closed (`>&-`)
         sys.stderr.write("error: standard output is closed; redirect it to a file or a pipe\n")
         return 2

@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from ..report.formats import fmt_bool, fmt_bytes, fmt_num
+from ..report.formats import fmt_bool, fmt_bytes, fmt_num, layer_range
 from . import options as O
 from .output import Rendered, Section, check_format, render
 
@@ -78,7 +78,7 @@ def render_fit(res, fmt: str) -> None:
                         f">= {fmt_num(s.min_batch_compute_bound)} ({fmt_num(round(s.min_tokens_compute_bound))} tokens)"))
         summary.append(("batch the wafer holds", "unbounded (no activations to hold)" if s.max_tokens_on_wafer is None
                         else f"<= {fmt_num(s.max_batch_on_wafer)} ({fmt_num(round(s.max_tokens_on_wafer))} tokens)"))
-    stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
+    stages = [{"device": s.device, "layers": layer_range(s), "embedding": fmt_bool(s.embedding),
                "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
     notes = list(res.notes)
     if staged:  # a row is a pipeline stage of tp GPUs; the model gives the fullest stage's memory, not each one's

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..errors import InfeasibleError, WseplanError
-from ..report.formats import fmt_bool, fmt_quantity
+from ..report.formats import fmt_bool, fmt_quantity, layer_range
 from . import options as O
 from .output import Rendered, Section, check_format, quantities, render, without_timings
 
@@ -89,7 +89,7 @@ def render_place(res, fmt: str, timings: bool = False) -> None:
         else:
             what, shown = "devices used", f"{res.objective:,.0f}"
         summary.insert(10, {"quantity": f"objective: {what}", "value": shown})
-    stages = [{"device": s.device, "layers": f"{s.first_layer}-{s.last_layer}", "embedding": fmt_bool(s.embedding),
+    stages = [{"device": s.device, "layers": layer_range(s), "embedding": fmt_bool(s.embedding),
                "lm_head": fmt_bool(s.lm_head), "bytes": s.bytes} for s in res.stages]
     for srow, hw in zip(stages, res.stage_hardware):
         srow["hardware"] = hw

@@ -343,3 +343,12 @@ def csv_num(v, sig: int = 6):
             return str(v)
         return f"{v:.{sig}g}"
     return v
+
+
+def layer_range(s) -> str:
+    """A stage's blocks (a :class:`~wseplan.records.Stage`) as a table shows them: ``first-last``, or what it holds
+    instead of blocks (audit32b L5: a stage with the embedding or the LM head alone read ``-1--1``)."""
+    if s.first_layer >= 0:
+        return f"{s.first_layer}-{s.last_layer}"
+    held = [n for n, on in (("embedding", s.embedding), ("LM head", s.lm_head)) if on]
+    return " and ".join(held) + " only" if held else "none"
