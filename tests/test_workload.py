@@ -94,3 +94,19 @@ def test_to_frame_totals(catalog):
     assert len(df) == 40 + 2
     assert df["params"].sum() == pytest.approx(w.total_params, rel=1e-12)
     assert df["kv_bytes_per_token"].sum() * 2 * 512 == pytest.approx(w.kv_cache_bytes, rel=1e-12)
+
+
+def test_a_routed_mlp_keeps_its_tokens_permuted_copies(catalog):
+    """audit32a F7: a routed MLP's expert GEMMs take the k permuted copies of each token, which the backward keeps for
+    their weight gradients (Megatron-Core's token dispatcher). Mixtral-8x7B by hand, 16-bit activations (h 4,096, 32
+    query and 8 KV heads of 128, top-2 of width 14,336, no dropout): attention 2 (h + h + (q + 2 kv) + q) = 36,864;
+    MLP 2 (h + h + 2 h + 3 x 2 x 14,336) = 204,800. DeepSeek-V3's MoE layers keep 8 x 7,168 x 2 bytes more than its
+    dense layers would with the same MLP width."""
+    m = catalog.models["mixtral-8x7b"]
+    h, q, kv, f = 4096, 4096, 1024, 14336
+    attn = 2 * (h + h + (q + 2 * kv) + q)
+    mlp = 2 * (h + h + 2 * h + 3 * 2 * f)
+    assert block_activation_bytes_per_token(m, 2.0, layer=0) == attn + mlp
+    d = catalog.models["deepseek-v3"]
+    dense, moe = (block_activation_bytes_per_token(d, 2.0, layer=i) for i in (0, 3))
+    assert moe - dense == 2 * 8 * 7168 + 2 * 3 * (8 * 2048 + 2048 - 18432)  # k copies; the widths a token uses differ

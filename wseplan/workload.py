@@ -191,7 +191,7 @@ def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attent
     Generalises Korthikanti et al. (2022), eq. 1 (``sbh(34 + 5as/h)`` for GPT with 16-bit activations) to
     grouped-query attention and gated MLPs: norm inputs and outputs, Q/K/V, attention output, MLP
     intermediates (3 x the hidden width a token uses when gated, 2 x otherwise; MoE: top-k experts plus
-    shared experts), 1-byte dropout masks where the model uses dropout (GPT-style biases), and the ``5 a s``
+    shared experts, and the k permuted copies of the token that the routed experts take), 1-byte dropout masks where the model uses dropout (GPT-style biases), and the ``5 a s``
     score/softmax terms only without flash attention. MLA keeps its latent inputs and outputs and the
     expanded per-head Q, K and V. ``layer`` (0-based) picks a layer; None gives the largest over the layers
     (every layer alike in a uniform model).
@@ -208,7 +208,11 @@ def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attent
         kvd = m.num_kv_heads * hd
         attn = act_bytes * (h + h + (q + 2 * kvd) + q)
     ff = _mlp_width_used(m, layer)
-    mlp = act_bytes * (h + h + (3 * ff if m.gated_mlp else 2 * ff))
+    # a routed MLP keeps its tokens' k permuted copies, the grouped expert GEMMs' inputs for their weight gradients
+    # (Megatron-Core's token dispatcher saves the permuted hidden states; audit32a F7: +34% for DeepSeek-V3)
+    moe = is_moe_layer(m, layer) if layer is not None else any(k[0] for k in _layer_groups(m))
+    routed = m.experts_per_token * h if moe and m.num_experts > 1 else 0
+    mlp = act_bytes * (h + h + routed + (3 * ff if m.gated_mlp else 2 * ff))
     dropout = m.linear_bias if m.dropout is None else m.dropout
     masks = 2 * h if dropout else 0
     scores = 0.0 if flash_attention else (2 * act_bytes + 1) * m.num_heads * seq_len
