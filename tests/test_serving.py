@@ -537,3 +537,18 @@ def test_a_batchs_point_does_not_depend_on_the_other_batches_asked(catalog, targ
     every = serve("llama-70b", target, batches=[4, 16, 64], **kw).points
     alone = serve("llama-70b", target, batches=[16], **kw).points
     assert [p for p in every if p.batch == 16] == alone and alone
+
+
+def test_a_points_cost_split_is_the_running_batchs(catalog):
+    """audit32b M2: 64 slots at half load hold 32 requests, the engine steps 32; the point's output/input $/M split was
+    the slots' split over the load ($0.4455/M output, $0.0765/M input on one B200, 70B fp8) where `cost --batch 32`
+    (the same 32 requests, the same all-in $1.07/M) gives $0.597/M and $0.0577/M. Now the same numbers."""
+    from wseplan.costing import cost
+
+    half = serve("llama-3.1-70b", "b200x1", precision="fp8", concurrency=64, utilization=0.5, catalog=catalog).points[0]
+    assert half.running_batch == 32
+    c = cost("llama-3.1-70b", "b200x1", precision="fp8", phase="serve", batch=32, catalog=catalog)
+    m = {x.metric: x.value for x in c.metrics}
+    assert half.all_in_usd_per_mtok == pytest.approx(m["all_in_usd_per_mtok"], rel=1e-9)
+    assert half.output_usd_per_mtok == pytest.approx(m["output_usd_per_mtok"], rel=1e-9)
+    assert half.input_usd_per_mtok == pytest.approx(m["input_usd_per_mtok"], rel=1e-9)

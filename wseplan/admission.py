@@ -16,7 +16,9 @@ from statistics import NormalDist
 
 import numpy as np
 
+from .analytic.cost import nominal
 from .plan import Setup, evaluate
+from .pricing import cost_columns, params_for
 
 
 def concurrency_grid(max_batch: float) -> list[int]:
@@ -170,6 +172,25 @@ def running_batch(s, cfg: dict, arr: dict, b: np.ndarray, util: np.ndarray, ok: 
         rec[i] = where[j]
     return {"tpot": tpot, "tpot_pct": tpot_pct, "own": own, "busy": busy, "per_held": per_held, "acc": acc,
             "rec": rec}
+
+
+def running_split(run: dict, tokens_per_s, prices, overrides) -> list:
+    """Per point, the output and input $/M of the batch an in-flight engine runs at its load (audit32b M2: the slots'
+    split over the load put 64 slots at half load at $0.4455/M output where `cost --batch 32`, the same 32 requests
+    held, gives $0.597/M): that batch's split at its own throughput, over the point's (``tokens_per_s``); None where a
+    point keeps its slots' figures."""
+    out, memo = [None] * len(run["rec"]), {}
+    for i, rec in enumerate(run["rec"]):
+        if rec is None:
+            continue
+        sg, got, j = rec
+        if id(got) not in memo:
+            memo[id(got)] = (got, cost_columns(sg, got, nominal(params_for(sg, prices, overrides=overrides))))
+        c = memo[id(got)][1]
+        scale = float(np.asarray(got["tokens_per_s"], dtype=float)[j]) / max(float(tokens_per_s[i]), 1e-300)
+        o, v = (float(np.asarray(c[k]).ravel()[j]) * scale for k in ("output_usd_per_mtok", "input_usd_per_mtok"))
+        out[i] = (o, v if np.isfinite(v) else None)
+    return out
 
 
 #: the evaluation columns :func:`running_batch` reads

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .admission import (LOWER_LOADS, admission_note, admitted, at_lower_loads, concurrency_grid, running_batch,
-                        slot_evaluation)
+                        running_split, slot_evaluation)
 from .analytic import engine as E
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
@@ -125,9 +125,10 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
     # a steady state needs free slots: fewer requests held on average than slots (the full-slot rate when the batch
     # steps at the slots' pace; a smaller running batch can carry more where a replica's capacity falls with its slots)
     stable = held < b * (1.0 - 1e-12) if not closed else np.ones(n, dtype=bool)
-    cost = None
+    cost = split = None
     if prices is not None:
         cost = cost_columns(s, arr, nominal(params_for(s, prices, overrides=overrides)))
+        split = running_split(run, lam * R * max(output_tokens, 1), prices, overrides) if run is not None else None
     out = []
     for i in np.nonzero(ok)[0]:
         if not stable[i]:
@@ -144,6 +145,8 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             all_in = float(np.asarray(cost["all_in_usd_per_mtok"]).ravel()[i]) / u
             iv = np.asarray(cost.get("input_usd_per_mtok", np.full(n, np.nan))).ravel()[i]
             in_usd = None if not np.isfinite(iv) else float(iv) / u
+            if split is not None and split[i] is not None:  # the batch the engine runs at this load, not its slots'
+                out_usd, in_usd = split[i]
         out.append(ServePoint(
             devices_per_replica=int(round(arr["num_devices"][i] / R[i])), num_replicas=int(R[i]),
             num_devices=int(arr["num_devices"][i]), batch=int(b[i]), running_batch=float(held[i]), layout=rec.layout,
