@@ -326,3 +326,20 @@ def test_a_unit_string_where_a_number_goes_names_the_fix(tmp_path, catalog):
     f.write_text(yaml.safe_dump(d))
     with pytest.raises(InputError, match=r"serving\.ttft_limit_s: .*give a plain number \(seconds.*ttft_limit_s: 2\.0"):
         run_study(f, catalog=catalog)
+
+
+def test_a_format_without_a_datapath_says_so_in_the_inputs(tmp_path, catalog):
+    """audit32b L4: the Inputs table listed "a100-80gb dense peak (fp8) 312 TFLOP/s" with no source and no word that
+    it is the fp16 rate (the A100 has no fp8 tensor cores: fp8 weights are widened in the kernel, as `time` notes)."""
+    import yaml
+
+    study = dict(name="s", title="t", kind="serving", question="q", model="llama-3.1-8b", precision="fp8",
+                 targets=["a100-80gbx1"], cost={"uncertainty": 0},
+                 serving=dict(prompt_tokens=1024, output_tokens=128, demand_tokens_per_s=1000,
+                              min_tokens_per_s_per_user=20, batches=[8]))
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(study))
+    rows = {r["input"]: r for r in run_study(f, catalog=catalog).assumptions.rows}
+    peak = rows["a100-80gb dense peak (fp8)"]
+    assert peak["value"] == "312 TFLOP/s" and "no fp8 datapath: the fp16 rate" in peak["source"]
+    assert "A100" in peak["source"] and peak["basis"]  # the fp16 entry's source and basis

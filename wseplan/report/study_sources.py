@@ -59,9 +59,11 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
         q_peak = dev.flop_per_cycle_per_pe[datapath_format(dev.flop_per_cycle_per_pe, prec)] \
             if t.kind == "wafer" else None
         if t.kind == "wafer":
+            wmath = datapath_format(dev.flop_per_cycle_per_pe, prec) or prec
             rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),
                                                                                     "FLOP/s"),
-                              q_peak, cat, extra_note="PEs x FLOP/cycle x clock"))
+                              q_peak, cat, extra_note="PEs x FLOP/cycle x clock" + (
+                                  "" if wmath == prec else f" (no {prec} datapath: the {wmath} rate)")))
             rows.append(_arow(f"{label} SRAM of the usable PEs", fmt_quantity(dev.usable_sram_bytes, "bytes"),
                               dev.sram_per_pe_bytes, cat, extra_note="PEs x SRAM per PE"))
             res = cat.defaults.wafer_sram_reserve_frac  # audit29b L3: the capacity the fits use is after it
@@ -88,9 +90,13 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
                                              "measurement validates it"))
                 ids += list(eff.source_ids)
         else:
-            pk = dev.dense_peak_flop_per_s.get(prec)
-            rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec),
-                                                                                    "FLOP/s"), pk, cat))
+            # a format without a datapath runs at a wider one's rate (audit32b L4: "a100 dense peak (fp8) 312 TFLOP/s"
+            # had no source nor a word that it is the fp16 rate, fp8 weights widened in the kernel)
+            math = datapath_format(dev.dense_peak_flop_per_s, prec) or prec
+            pk = dev.dense_peak_flop_per_s.get(math)
+            rows.append(_arow(f"{label} dense peak ({prec})", fmt_quantity(dev.peak_flop_per_s(prec), "FLOP/s"), pk, cat,
+                              extra_note="" if math == prec else f"no {prec} datapath: the {math} rate, {prec} weights "
+                                                                  f"widened to {math} in the kernel"))
             rows.append(_arow(f"{label} HBM", fmt_quantity(dev.hbm_bytes.si, "bytes"), dev.hbm_bytes, cat))
             rows.append(_arow(f"{label} HBM bandwidth", fmt_quantity(dev.hbm_bandwidth_bytes_per_s.si, "bytes/s"),
                               dev.hbm_bandwidth_bytes_per_s, cat))
