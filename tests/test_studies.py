@@ -343,3 +343,19 @@ def test_a_format_without_a_datapath_says_so_in_the_inputs(tmp_path, catalog):
     peak = rows["a100-80gb dense peak (fp8)"]
     assert peak["value"] == "312 TFLOP/s" and "no fp8 datapath: the fp16 rate" in peak["source"]
     assert "A100" in peak["source"] and peak["basis"]  # the fp16 entry's source and basis
+
+
+def test_the_utilisation_table_prices_the_fleets_replica_all_in(regenerated):
+    """audit32b M3: the cost-versus-utilisation table priced each replica's output side with its slots full ($0.354/M
+    for b200 at 70%, 64 requests in flight that miss the 30 tokens/s floor, beside a $1.088/M all-in headline where the
+    fleet holds 32). It now prices the replica's all-in at the fleet's load: at the site's utilisation (70%) within the
+    whole-system packing of the fleet's own all-in (a few percent, never below it)."""
+    _, results = regenerated
+    res = results["serve-llama3-70b"]
+    util = next(t for t in res.tables if t.name == "cost_vs_utilization").rows
+    fleet = [r for r in next(t for t in res.tables if t.name == "fleet").rows if r.get("usd_per_mtok")]
+    for r in fleet:
+        if r["menu"] == "all targets":
+            continue
+        (u,) = [x["value"] for x in util if x["target"].startswith(f"{r['menu']}x") and x["utilization_frac"] == 0.7]
+        assert u <= r["usd_per_mtok"] <= u * 1.05, (r["menu"], u, r["usd_per_mtok"])

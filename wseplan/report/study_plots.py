@@ -11,8 +11,11 @@ from .plots import Plot, Series, roofline_plot
 from .study_schema import Study
 
 
-def cost_vs_util(st: Study, cases: dict, chosen: dict, metric: str, ylabel: str, scale: float = 1.0):
-    """Re-evaluate ``metric`` of each target's chosen case over the study's utilisations (no time re-runs)."""
+def cost_vs_util(st: Study, cases: dict, chosen: dict, metric: str, ylabel: str, scale: float = 1.0,
+                 loads: dict | None = None):
+    """Re-evaluate ``metric`` of each target's chosen case over the study's utilisations (no time re-runs); ``loads``:
+    per target, the share of its case's capacity its replica delivers (its slots held less than full), which a
+    per-token cost is divided by."""
     utils = np.asarray(st.cost.utilizations, dtype=float)
     series, rows = [], []
     for tgt in st.target_names:
@@ -21,7 +24,8 @@ def cost_vs_util(st: Study, cases: dict, chosen: dict, metric: str, ylabel: str,
         times, params = cases[(tgt, chosen[tgt][0])]
         p = C.nominal(params)
         p["utilization_frac"] = utils
-        vals = np.broadcast_to(np.asarray(C.evaluate(p, times)[metric], dtype=float), utils.shape)
+        vals = np.broadcast_to(np.asarray(C.evaluate(p, times)[metric], dtype=float), utils.shape) / \
+            max((loads or {}).get(tgt, 1.0), 1e-12)
         label = chosen[tgt][1]
         series.append(Series(label=label, x=list(utils), y=[float(v) / scale for v in vals]))
         rows += [{"target": label, "utilization_frac": float(u), "value": float(v)} for u, v in zip(utils, vals)]

@@ -139,8 +139,9 @@ def serving_body(st: Study, cat) -> dict:
     fleet_rows, replica_cases = _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone)
 
     tables = [_fleet_table(st, demand, fleet_rows), _frontier_table(st, curves, at_speed, utils), _sweep_table(sweep)]
-    cases = {(t, b): tp for t, (b, _label, tp) in replica_cases.items()}
-    chosen = {t: (b, label) for t, (b, label, _tp) in replica_cases.items()}
+    cases = {(t, b): tp for t, (b, _label, tp, _u) in replica_cases.items()}
+    chosen = {t: (b, label) for t, (b, label, _tp, _u) in replica_cases.items()}
+    loads = {t: u for t, (_b, _label, _tp, u) in replica_cases.items()}
     plots = {"cost_vs_speed": _speed_plot(st, m, curves, speed, utils)}
     plots["latency_throughput"] = Plot(
         title=f"{m.name}: per-user speed vs replica throughput (batch sweep)",
@@ -153,8 +154,10 @@ def serving_body(st: Study, cat) -> dict:
                 for r in sweep if r.get("tokens_per_s")}
     plots["roofline"] = roofline(st, m, cat, phase="decode", batches=sv.batches, context=sv.prompt_tokens,
                                  achieved=achieved)
-    plots["cost_vs_utilization"], util_rows = cost_vs_util(st, cases, chosen, "output_usd_per_mtok",
-                                                           "output [$/M tokens, full load]")
+    # all-in, at the replica's own load (audit32b M3: the output side of its slots full, $0.354/M beside the headline's
+    # $1.088/M all-in, for 64 requests in flight that miss the per-user floor where the fleet holds 32)
+    plots["cost_vs_utilization"], util_rows = cost_vs_util(st, cases, chosen, "all_in_usd_per_mtok",
+                                                           "all-in [$/M output tokens]", loads=loads)
     plots["cost_bands"] = Plot(
         title="Monte Carlo cost bands (P10-P90 shaded, median line) vs batch",
         xlabel="batch [concurrent requests]", ylabel="all-in cost [$/M output tokens]", logx=True, logy=True,
@@ -163,10 +166,10 @@ def serving_body(st: Study, cat) -> dict:
                        low=[r["usd_per_mtok_p10"] for r in sweep if r["study_target"] == t and r["usd_per_mtok_p50"]],
                        high=[r["usd_per_mtok_p90"] for r in sweep if r["study_target"] == t and r["usd_per_mtok_p50"]])
                 for t in names if any(r["study_target"] == t and r["usd_per_mtok_p50"] for r in sweep)])
-    tables.append(Table(name="cost_vs_utilization", title="Output cost versus utilisation (each fleet's replica, at "
-                                                          "full load)",
+    tables.append(Table(name="cost_vs_utilization", title="All-in cost versus utilisation (each fleet's replica, its "
+                                                          "slots at the fleet's load)",
                         columns=[Column("target", "replica"), Column("utilization_frac", "utilisation [fraction]"),
-                                 Column("value", "output [$/M tokens]")], rows=util_rows))
+                                 Column("value", "all-in [$/M output tokens]")], rows=util_rows))
     cross = crossovers(curves, sv.ttft_limit_s, utils)
     why = serving_why(st, m, cat, prices, curves, at_speed, fleet_rows, mix, cross, params_used, utils)
     answer = _answer(st, m, demand, fleet_rows, mix, cross, at_speed)
@@ -227,7 +230,9 @@ def _fleet_rows(st, m, cat, prices, names, plans, notes, curves, mix, best_alone
                 band = {k: (fleet_usd * getattr(row, k) / row.usd_per_mtok if getattr(row, k) is not None
                             and row.usd_per_mtok else None) for k in ("usd_per_mtok_p10", "usd_per_mtok_p90")}
                 if menu != "all targets" and times is not None and tgt_s not in cases:
-                    cases[tgt_s] = (a.batch, f"{text} at batch {a.batch}", (times, params))
+                    # (the replica as the fleet runs it: its slots at their load, the share of its capacity used)
+                    cases[tgt_s] = (a.batch, f"{text}, {a.batch} slots at {fmt_num(100 * occupancy(point))}% load",
+                                    (times, params), point.utilization_frac)
                 first = i == 0
                 flags = list_price_notes(m, text, {"input_usd_per_mtok": point.input_usd_per_mtok,
                                                    "output_usd_per_mtok": point.output_usd_per_mtok}, batch=a.batch,
