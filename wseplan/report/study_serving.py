@@ -344,7 +344,8 @@ def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Tab
         if ch is not None and not any(same(p, ch) for p in pts):  # chosen at a load the curve does not show
             pts = sorted(pts + [ch], key=lambda p: p.tokens_per_s_per_user)
         for p in pts:
-            rows.append({"target": tgt, "precision": res.precision, "devices": p.devices_per_replica,
+            rows.append({"target": tgt, "precision": res.precision, "devices": p.num_devices,  # every replica's
+                         # (audit32b L2: "4 devices" beside "TP4 x DP2" and both replicas' tokens/s)
                          "layout": layout_text(p.layout), "batch": p.batch, "load": occupancy(p),
                          "tokens_per_s_per_user": p.tokens_per_s_per_user, "ttft_s": p.ttft_at_percentile_s,
                          "tpot_s": p.tpot_s, "tokens_per_s": p.tokens_per_s, "usd_per_mtok": p.output_usd_per_mtok,
@@ -364,10 +365,10 @@ def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Tab
                 "engine's step timings and its capacity at load differ. A GPU replica smaller than a node is charged its "
                 "share of the node (its GPUs' part of the node's cost), as the fleet, which packs several into a node."),
         columns=[Column("target", "target"), Column("precision", "precision"), Column("devices", "devices [count]"),
-                 Column("layout", "layout"), Column("batch", "batch [requests]"), Column("load", "load [fraction]"),
-                 Column("tokens_per_s_per_user", "per user, mean [tokens/s]"),
+                 Column("layout", "layout"), Column("batch", "batch [requests per replica]"),
+                 Column("load", "load [fraction]"), Column("tokens_per_s_per_user", "per user, mean [tokens/s]"),
                  Column("ttft_s", f"TTFT p{fmt_num(sv.percentile)} [ms]", 1e-3),
-                 Column("tpot_s", "time per output token [ms]", 1e-3), Column("tokens_per_s", "replica [tokens/s]"),
+                 Column("tpot_s", "time per output token [ms]", 1e-3), Column("tokens_per_s", "throughput [tokens/s]"),
                  Column("usd_per_mtok", "output [$/M tokens]"), Column("input_usd_per_mtok", "input [$/M tokens]"),
                  Column("all_in_usd_per_mtok", "all-in [$/M output tokens]"), Column("bottleneck", "bottleneck"),
                  Column("chosen", "chosen")],
