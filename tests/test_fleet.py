@@ -799,3 +799,17 @@ def test_default_batches_are_serves_grid(tmp_path):
     grid = {p.batch for p in serve("llama-3.1-70b", "h100-sxm", input_tokens=2048, output_tokens=256, prices=False,
                                    catalog=cat).points}
     assert all(a.batch in grid for a in plans["grid"].allocations)
+
+
+@pytest.mark.parametrize("counts", [[32, 5000], [5000, 32]])
+def test_a_device_count_beyond_the_cluster_is_refused_wherever_it_stands(tmp_path, counts):
+    """audit32c F3: device_counts {cs3: [32, 5000]} gave a plan on 32 CS-3 and [5000, 32] "infeasible": the count above
+    a CS-3 cluster's 2,048 systems ended the system's loop, skipping the counts after it. Refused either way, naming
+    the field and the limit."""
+    from wseplan.errors import InputError
+
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nsystems:\n  - hardware: cs3\nworkloads:\n  - name: run\n    model: gpt-3-175b\n"
+                 f"    kind: train\n    train_tokens: 3.0e11\n    deadline_days: 30\n    device_counts: {{cs3: {counts}}}\n")
+    with pytest.raises(InputError, match=r"^workloads\.run\.device_counts\.cs3: 5,000 is too many; at most 2,048 systems"):
+        plan_fleet(f)

@@ -369,6 +369,15 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
                 if t.count is not None or t.key in menu:  # a count, or a menu system under another spelling
                     raise InputError(f"workloads.{wl.name}.{field}: write {k!r} as {t.key!r} (a system's name or its "
                                      "hardware key, without a count), or it is not applied")
+        for st in systems:  # a count beyond what a target holds is refused, whatever its place in the list (audit32c
+            # F3: [32, 5000] gave a plan and [5000, 32] "infeasible", the bad count ending the system's loop)
+            for key in (st.name, st.hardware):
+                for n in wl.device_counts.get(key) or []:
+                    try:
+                        parse_target(f"{ctx[st.name]['target'].key}x{int(n)}", cat)
+                    except InputError as exc:
+                        raise InputError(f"workloads.{wl.name}.device_counts.{key}: {n:,} is too many; "
+                                         f"{str(exc).split('; ', 1)[-1]}") from None
         _check_software(wl, systems, ctx, cat)
         _check_draft(wl, cat)
     demands, configs = [], []
