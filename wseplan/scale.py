@@ -20,7 +20,7 @@ from .catalog import load_catalog
 from .errors import InputError
 from .plan import default_sizes, one_sequence_hint, plan, target_with_count
 from .plan_notes import no_time_model
-from .targets import parse_target
+from .targets import MAX_GPUS, parse_target
 from .workload import resolve_model
 from .records import layout_label
 
@@ -43,15 +43,39 @@ def strong_scaling_efficiency(*, tokens_per_s, tokens_per_s_one, num_systems):
     return np.maximum(np.divide(t, ideal, out=np.zeros_like(t * ideal), where=ideal > 0), 0.0)
 
 
+def cluster_limit(target, catalog) -> int:
+    """The most systems of ``target``'s kind one cluster holds: a wafer system's ``max_cluster_systems``; GPU nodes up to
+    wseplan's bound on a target's GPUs."""
+    if target.kind == "wafer":
+        sys_key = target.device.system
+        return int(catalog.systems[sys_key].max_cluster_systems.si) if sys_key in catalog.systems else 1
+    return MAX_GPUS // int(target.device.gpus_per_node.si)
+
+
+def stop_note(target, catalog, *, global_batch: int, max_systems: int, counts_done: list[int]) -> str | None:
+    """Why a target's rows stop below ``max_systems`` (its cluster's limit, or a batch of fewer sequences than
+    systems), or None."""
+    top = max(counts_done, default=0)
+    if top >= max_systems:
+        return None
+    limit = cluster_limit(target, catalog)
+    why = (f"the largest {target.key} cluster holds {limit:,} systems" if limit < max_systems and limit < global_batch
+           else f"the global batch of {global_batch:,} sequences gives each system at least one up to {global_batch:,}"
+           if global_batch < max_systems else None)
+    return None if why is None else f"{target.key} stops at {top:,} systems: {why}"
+
+
 def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, context: int, counts: list[int],
                  software: str | None = None, options: dict | None = None) -> list[dict]:
     """One row per system count (``plan`` on ``<key>x<N x devices per system>``)."""
     rows = []
     mb = (options or {}).get("micro_batch")
+    per = 1 if target.kind == "wafer" else int(target.device.gpus_per_node.si)
     for n in counts:
         if global_batch < n or (mb is not None and mb > -(-global_batch // n)):  # a pass beyond a system's share
             break
-        per = 1 if target.kind == "wafer" else int(target.device.gpus_per_node.si)
+        if n > cluster_limit(target, catalog):  # the sweep stops where the target's cluster does (audit32c F6)
+            break
         t = target_with_count(target, n * per)
         r = plan(model, t, phase="train", precision=precision, batch=global_batch, context=context, software=software,
                  options=options, catalog=catalog)
@@ -97,7 +121,7 @@ def scaling_frame(model, targets, catalog=None, *, precision: str = "bf16", glob
     for name, v in (("global_batch", global_batch), ("context", context)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name}: must be a positive integer, got {v!r}")
-    frames = []
+    frames, notes = [], []
     for t in targets:
         opts = {"policy": policy, "micro_batch": micro_batch} if t.kind == "wafer" else {}
         rows = scaling_rows(model, t, catalog, precision=precision, global_batch=global_batch, context=context,
@@ -123,11 +147,15 @@ def scaling_frame(model, targets, catalog=None, *, precision: str = "bf16", glob
         df["efficiency_frac"] = np.where(ok, eff, np.nan)
         df["efficiency_baseline_systems"] = int(df["num_systems"].iloc[i0])  # N0: each target's own smallest fit
         frames.append(df)
+        note = stop_note(t, catalog, global_batch=global_batch, max_systems=max_systems,
+                         counts_done=[int(x) for x in df["num_systems"]])
+        if note:
+            notes.append(note)
     out = pd.concat(frames, ignore_index=True)
     cols = ["target", "num_systems", "num_devices", "fits", "step_s", "tokens_per_s", "efficiency_frac",
             "per_system_batch", "min_batch_compute_bound", "model_flop_utilization_frac", "bottleneck", "layout",
             "efficiency_baseline_systems"]
     out = out[cols]
     out.attrs.update(model=getattr(model, "name", str(model)), global_batch=global_batch, context=context,
-                     precision=precision)
+                     precision=precision, notes=notes)
     return out

@@ -54,6 +54,8 @@ def scale_cmd(
             for r in df.to_dict(orient="records")]
     table_out(rows, fmt, title=f"scaling: {df.attrs['model']}, global batch {df.attrs['global_batch']} x "
                                f"{df.attrs['context']} tokens")
+    if df.attrs.get("notes") and fmt == "table":  # where a target's rows stop below --max-systems, and why
+        notes_out(list(df.attrs["notes"]))
     above = sorted({r["target"] for r in rows if (r.get("efficiency_frac") or 0.0) > 1.0 + 1e-9})
     if above and fmt == "table":  # audit31a L3: read as superlinear scaling
         notes_out([f"efficiency above 100% ({', '.join(above)}): each count's speed per system against the smallest "
