@@ -155,6 +155,21 @@ def test_gpt_oss_published_checkpoint_bytes(catalog, key, L, E, gib):
                      .sum()) == pytest.approx(hand, rel=1e-12)
 
 
+def test_gpt_oss_wafer_regions_see_the_checkpoints_largest_layer(catalog):
+    """review32: the wafer region search sized gpt-oss's largest layer at 4 bits a weight (0.41 GB for 20b) where the
+    fit holds its bf16 LM head (201,088 x 2,880 x 2 B = 1.16 GB): regions too small for it were admitted."""
+    from wseplan.analytic.wse_time import largest_layer_bytes_array
+    from wseplan.workload import build_workload
+
+    for key in ("gpt-oss-20b", "gpt-oss-120b"):
+        m = catalog.models[key]
+        w = build_workload(m, catalog, precision="fp4", phase="decode", batch=1, context=1)
+        largest = float(largest_layer_bytes_array(m, precision="fp4", batch=1.0, context=1.0))
+        if key == "gpt-oss-20b":  # its largest: the LM head's matrix (the workload's head row adds its final norm)
+            assert largest == 201088 * 2880 * 2
+        assert largest == pytest.approx(float(w.weight_bytes.max()), rel=1e-5)
+
+
 def test_gpt_oss_fp4_decode_reads_bf16_attention_and_head(catalog):
     """The bytes a batch-1 decode step reads grow with the bf16 attention and LM head (audit32a F1: 3.22 ms per token
     on one H100 with every weight at 4 bits, about 34% too fast by the checkpoint's bytes)."""

@@ -504,8 +504,10 @@ def test_at_an_equal_price_the_shorter_request_is_chosen(catalog):
 def test_a_pipelines_micro_batches_are_chosen_on_the_request_time(catalog):
     """audit31c M1: on PP8 at batch 128, answers of <= 4 tokens chose the decode round's fastest count (1 micro-batch),
     which paces the engine's prefill server at a whole round: a 4-token answer took 62 s, a 5-token one 7.8 s. The
-    count is the one whose requests finish soonest, so at a fixed layout a longer answer never finishes sooner here,
-    and the short answer fills the 8 stages (its request no slower than the TPOT-fastest count's, which it was)."""
+    engine fills its stages where the requests gain more than the tokens lose (request x TPOT), so here a longer
+    answer does not finish sooner and the short answer fills the 8 stages. Not the other way round: on 4 CS-3 at batch
+    11 with 4-token answers, filling the stages would shorten a request 0.5% at 8x the TPOT (review32 H1: a 10 ms TPOT
+    limit then priced $1,234/M against $801.5/M)."""
     from wseplan.timing import predict_time
 
     lay = dict(tp=1, pp=8, dp=1)
@@ -515,6 +517,8 @@ def test_a_pipelines_micro_batches_are_chosen_on_the_request_time(catalog):
     assert times == sorted(times), times
     assert times[2] < 2 * times[3]  # 62.2 s against 7.8 s before
     assert all(r.layout["micro_batches_in_flight"] == 8 for r in req)
+    limited = serve("llama-70b", "cs3x4", input_tokens=2048, output_tokens=4, tpot_limit_s=0.01, catalog=catalog)
+    assert limited.chosen.batch == 11 and limited.chosen.all_in_usd_per_mtok < 900
 
 
 def test_the_speed_floor_note_names_short_answers(catalog):

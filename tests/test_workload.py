@@ -110,3 +110,9 @@ def test_a_routed_mlp_keeps_its_tokens_permuted_copies(catalog):
     d = catalog.models["deepseek-v3"]
     dense, moe = (block_activation_bytes_per_token(d, 2.0, layer=i) for i in (0, 3))
     assert moe - dense == 2 * 8 * 7168 + 2 * 3 * (8 * 2048 + 2048 - 18432)  # k copies; the widths a token uses differ
+    # frozen experts (LoRA on the attention) keep no permuted copies (review32: Mixtral's LoRA activations +10%): the
+    # MLP keeps its norm input and the activation function's inputs, 2 (h + 2 x 2 x 14,336)
+    from wseplan.workload import frozen_mlp_bytes_per_token
+
+    assert block_activation_bytes_per_token(m, 2.0, layer=0) - frozen_mlp_bytes_per_token(m, 2.0, layer=0) == \
+        attn + 2 * (h + 2 * 2 * f)

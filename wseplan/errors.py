@@ -48,5 +48,5 @@ def validation_detail(exc) -> tuple[str, str]:
         unit = ("tokens/s per user" if loc.endswith("_per_user") else "per second" if loc.endswith("_per_s") else
                 "seconds" if loc.endswith("_s") else None)
         msg = (f"{msg}; give a plain number" + (f" ({unit}: the unit is in the key's name)" if unit else "")
-               + f", e.g. {loc.rsplit('.', 1)[-1]}: 2.0")
+               + (", e.g. 2.0" if loc.rsplit(".", 1)[-1].isdigit() else f", e.g. {loc.rsplit('.', 1)[-1]}: 2.0"))
     return loc, msg

@@ -557,7 +557,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
                  + hint] + list(notes)
     timed = (fits or not require_fit) and r.get("step_s") is not None
     if timed:
-        notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r) + layout_note(s, r)
+        notes = list(notes) + _datapath_note(t, q.precision, q.phase) + _speculation_note(s, r) + layout_note(s, r, require_fit)
     if q.options.get("kv_precision"):  # the record says which KV format its figures assume (review28b #6)
         notes = list(notes) + [f"KV cache kept in {q.options['kv_precision']} (--kv-precision)"]
     if isinstance(q.model, Model):

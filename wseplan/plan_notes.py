@@ -35,12 +35,13 @@ def _datapath_note(t, precision: str, phase: str) -> list[str]:
             "rate"]
 
 
-def layout_note(s: Setup, r: dict) -> list[str]:
+def layout_note(s: Setup, r: dict, require_fit: bool = True) -> list[str]:
     """A searched prefill on an in-flight engine runs on its serving replica (:func:`wseplan.plan._serving_choice`): the
     layout ``serve`` chooses for whole requests, not the fastest prefill (audit32a F5: "searched" read as the
-    prefill's own optimum, 14-35% slower than layouts the user can give)."""
+    prefill's own optimum, 14-35% slower than layouts the user can give). A measured run (``require_fit=False``) keeps
+    the prefill's own layout: no note."""
     q = s.query
-    if q.phase != "prefill" or q.software.engine.scheduling != "inflight" or q.target.kind != "gpu" or \
+    if not require_fit or q.phase != "prefill" or q.software.engine.scheduling != "inflight" or q.target.kind != "gpu" or \
             not bool(r.get("layout_searched", False)):
         return []
     n = int(q.catalog.defaults.default_output_tokens.si)

@@ -230,7 +230,9 @@ def frozen_mlp_bytes_per_token(m: Model, act_bytes: float, *, layer: int | None 
     ``o_proj`` only (mlcommons/training, llama2_70b_lora/run_llama_70B_scrolls_r16.sh), as Hu et al. (2021, sec. 4.2)
     adapted the attention weights.
     """
-    return act_bytes * (m.d_model + _mlp_width_used(m, layer))
+    moe = is_moe_layer(m, layer) if layer is not None else any(k[0] for k in _layer_groups(m))
+    routed = m.experts_per_token * m.d_model if moe and m.num_experts > 1 else 0  # frozen experts keep no permuted copies
+    return act_bytes * (m.d_model + _mlp_width_used(m, layer) + routed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..architecture import Attention
 from ..errors import InputError
-from ..workload import block_params, block_types, kv_bytes_per_element, weight_bytes_per_param
+from ..workload import (block_params, block_types, kv_bytes_per_element, routed_params,
+                        weight_bytes_split)
 from . import fabric as fab
 from . import fabric_kernels as fkern
 from .layers import attended_per_token, cached_tokens
@@ -478,14 +479,15 @@ def largest_layer_bytes_array(arch, *, precision, batch, context):
     """The largest layer's weights and KV cache for ``batch`` sequences of ``context`` tokens, or the LM head's
     weights where larger [bytes] (broadcasting arrays); per block type (:func:`~wseplan.workload.block_types`), a
     window caps the cached tokens."""
-    wb = weight_bytes_per_param(precision, "decode")
+    we, wb = weight_bytes_split(arch, precision, "decode")  # a checkpoint's own layout (gpt-oss: bf16 but experts)
     kvb = kv_bytes_per_element(precision)
     b, c = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
     types = block_types(arch)
-    if len(types) == 1 and types[0].attention.plain:
+    if len(types) == 1 and types[0].attention.plain and we == wb:
         kv = 2.0 * arch.num_kv_heads * arch.head_dim_ * kvb * b * c
         return np.maximum(block_params(arch)[0] * wb + kv, arch.vocab_size * arch.d_model * wb)
     layer = 0.0
     for t in types:
-        layer = np.maximum(layer, t.params * wb + t.attention.kv_elems_per_token * kvb * b * cached_tokens(t.attention, c))
+        w = t.params * wb + routed_params(t) * (we - wb)
+        layer = np.maximum(layer, w + t.attention.kv_elems_per_token * kvb * b * cached_tokens(t.attention, c))
     return np.maximum(layer, arch.vocab_size * arch.d_model * wb)

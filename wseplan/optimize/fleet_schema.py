@@ -84,8 +84,8 @@ class WorkloadSpec(NoBoolNumbers, Frozen):
     prompt_tokens: int = Field(default=2048, gt=0)
     output_tokens: int = Field(default=256, gt=0)
     batches: list[int] | None = Field(default=None, description="concurrencies per replica to try (default: serve's "
-                                       "grid, powers of two up to the engine's largest batch, refined where "
-                                       "a limit binds)")
+                                       "grid, powers of two up to the engine's largest batch and those it "
+                                       "refines for its default per-user speed floor)")
     software: dict[str, str] = {}
     speculative: str | None = None
     kv_precision: str | None = None
