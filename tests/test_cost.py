@@ -153,21 +153,23 @@ def test_training_run_time_is_the_time_commands(cat, capsys):
 
 
 def test_cluster_servers_scale_with_the_memoryx_option(cat):
-    """The largest MemoryX option (1.2 PB, its flash tier beyond 12 TB of DRAM) adds one flash server per 100 TB (the
-    catalog's estimate): 12 DRAM + ceil(1188 / 100) = 12 flash servers; a serving target counts none."""
+    """The largest MemoryX option (1.2 PB, its flash tier beyond 55 TB of DRAM: Sandia's DDR5 MemoryX, audit32c F1) adds
+    one flash server per 100 TB (the catalog's estimate): ceil(55 TB / 1128 GiB) = 46 DRAM + ceil(1145 / 100) = 12 flash
+    servers; a serving target counts none."""
     t = parse_target("cs3", cat)
     prices = C.load_prices(catalog=cat)
     p = C.nominal(C.cost_params(prices, cat, t, include_memoryx=True, memoryx_option="1200tb"))
     assert p["memoryx_node_flash_bytes"] == 100e12
     times = C.TimeInputs(phase="train", num_devices=1, num_systems=1, step_s=1.0, tokens_per_step=1.0, train_tokens=1.0)
     r = C.evaluate(p, times)
-    assert float(r["cluster_nodes"]) == 12 + 12 + 4
-    assert float(r["peak_it_power_w"]) == pytest.approx(23e3 + 28 * 800.0, rel=1e-12)
+    assert math.ceil(55e12 / (1128 * 2**30)) == 46 and math.ceil((1200 - 55) / 100) == 12
+    assert float(r["cluster_nodes"]) == 46 + 12 + 4
+    assert float(r["peak_it_power_w"]) == pytest.approx(23e3 + 62 * 800.0, rel=1e-12)
     serve = C.evaluate(C.nominal(C.cost_params(prices, cat, t)), C.TimeInputs(
         phase="serve", num_devices=1, num_systems=1, prefill_s=1.0, prompt_tokens=1.0, decode_step_s=1.0,
         output_tokens_per_step=1.0))
     assert float(serve["cluster_nodes"]) == 0 and float(serve["peak_it_power_w"]) == 23e3
-    assert float(r["rack_units"]) == 15 + 28 and float(serve["rack_units"]) == 15
+    assert float(r["rack_units"]) == 15 + 62 and float(serve["rack_units"]) == 15
 
 
 def test_every_price_has_a_known_source_and_a_range(cat, prices):

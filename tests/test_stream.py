@@ -368,3 +368,21 @@ def test_a_memoryx_misfit_names_memoryx(capsys):
     head = rec["notes"][0]
     assert "MemoryX option holds 1,500,000,000,000 B" in head and "fullest device" not in head
     assert "target without a count" not in head
+
+
+def test_a_model_of_12_to_55_tb_streams_from_dram(tmp_path):
+    """audit32c F1: weights and Adam state above 12 TB on CS-3 took the 1.2 PB option and its flash tier (75 GB/s,
+    "no published figure"): an 804B model (12.8 TB at 16 B a parameter) streamed at half the rate of a 740B one (11.8
+    TB), 349.8 s a step against 163 s. Sandia's 1T-parameter CS-3 runs used a 55 TB MemoryX of DDR5: that option
+    streams from DRAM (150 GB/s)."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 25600, "intermediate_size": 68608,
+           "num_attention_heads": 200, "num_key_value_heads": 8, "num_hidden_layers": 120, "vocab_size": 128256,
+           "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    r = stream(str(f), "cs3x16", batch=1024, context=2048)
+    assert r.memoryx_tier == "dram" and r.stream_bandwidth_bytes_per_s == pytest.approx(150e9, rel=1e-12)
+    from wseplan.fit import fit
+
+    mx = fit(str(f), "cs3x16", phase="train", batch=1024, context=2048).memoryx
+    assert 12e12 < mx.required_bytes <= 55e12 and mx.capacity_bytes == 55e12 and mx.option == "55tb"
