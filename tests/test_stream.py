@@ -386,3 +386,13 @@ def test_a_model_of_12_to_55_tb_streams_from_dram(tmp_path):
 
     mx = fit(str(f), "cs3x16", phase="train", batch=1024, context=2048).memoryx
     assert 12e12 < mx.required_bytes <= 55e12 and mx.capacity_bytes == 55e12 and mx.option == "55tb"
+
+
+def test_a_pass_boundary_says_why_the_step_slows():
+    """audit32c F4: Mixtral on one CS-3 loses 20.7% throughput from batch 40 to 41 (two passes of 20-21, each streaming
+    every weight again, below the batch whose forward hides the stream); the note now says so."""
+    one = stream("mixtral-8x7b", "cs3", batch=40, context=4096)
+    two = stream("mixtral-8x7b", "cs3", batch=41, context=4096)
+    assert two.tokens_per_s < 0.85 * one.tokens_per_s
+    assert any("each pass streams every weight again" in n for n in two.notes)
+    assert not any("passes of" in n for n in one.notes)
