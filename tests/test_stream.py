@@ -396,3 +396,20 @@ def test_a_pass_boundary_says_why_the_step_slows():
     assert two.tokens_per_s < 0.85 * one.tokens_per_s
     assert any("each pass streams every weight again" in n for n in two.notes)
     assert not any("passes of" in n for n in one.notes)
+
+
+def test_time_and_cost_take_streams_wafer_options():
+    """audit32c F5: `time --micro-batch 8` on 4 CS-3 was refused ("micro_batch not a layout ... use num_systems", no
+    flag of time), and neither time nor cost took stream's --policy; the step `stream` printed could not be priced."""
+    from wseplan.costing import cost
+    from wseplan.timing import predict_time
+
+    s = stream("gpt3-175b", "cs3x4", batch=64, context=2048, micro_batch=8, policy="recompute", memoryx_option="55tb")
+    t = predict_time("gpt3-175b", "cs3x4", phase="train", batch=64, context=2048, micro_batch=8, policy="recompute",
+                     memoryx_option="55tb")
+    assert t.step_s == pytest.approx(s.step_s, rel=1e-12)
+    c = cost("gpt3-175b", "cs3x4", phase="train", batch=64, context=2048, layout={"micro_batch": 8},
+             options={"policy": "recompute"}, memoryx_option="55tb")
+    assert c.plan["step_s"] == pytest.approx(s.step_s, rel=1e-12)
+    default = stream("gpt3-175b", "cs3x4", batch=64, context=2048)
+    assert default.step_s != pytest.approx(s.step_s, rel=1e-6)  # the options change the step

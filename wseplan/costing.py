@@ -96,8 +96,11 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     train_tokens = check_train_tokens(train_tokens)
     check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
     opts = dict(options or {})
+    kind = target.kind if hasattr(target, "kind") else parse_target(target, cat).kind
+    if kind == "wafer" and (layout or {}).get("micro_batch") is not None:  # a pass's sequences: stream's option, as
+        layout = dict(layout)  # `time --micro-batch` takes it (audit32c F5)
+        opts["micro_batch"] = layout.pop("micro_batch")
     if memoryx_option is not None:
-        kind = target.kind if hasattr(target, "kind") else parse_target(target, cat).kind
         if phase != "train" or kind != "wafer":
             raise InputError(f"--memoryx: the MemoryX weight store holds a wafer training run's weights and optimizer "
                              f"state (--phase train on a CS target); drop it for {'phase ' + phase if phase != 'train' else 'a GPU target'}")

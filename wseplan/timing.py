@@ -44,8 +44,12 @@ def predict_time(model, target, *, phase: str = "decode", precision: str = "bf16
     ``zero_stage``, ``policy``, ``memoryx_option``, ``core_grid`` ...).
     """
     lay = dict(layout or {})
+    # a wafer's micro-batch is a pass's sequences per system, an option of weight streaming, as `stream` takes it
+    # (audit32c F5: `time --micro-batch` on a CS-3 was refused as "not a layout")
+    wafer = "micro_batch" in options and (parse_target(target, catalog or load_catalog()) if isinstance(target, str)
+                                          else target).kind == "wafer"
     for k in list(options):
-        if k in LAYOUT_KEYS:
+        if k in LAYOUT_KEYS and not (wafer and k == "micro_batch"):
             v = options.pop(k)
             if v is not None:
                 lay[LAYOUT_KEYS[k]] = v

@@ -32,7 +32,11 @@ def time_cmd(
     dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (GPU train: default count/(tp*pp*cp))."),
     cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree (GPU train)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train)."),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train); "
+                                              "wafer train: sequences per pass per system, as `stream --micro-batch`."),
+    memoryx: Optional[str] = O.memoryx_opt(),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Wafer train: activations for the backward pass, as "
+                                         "`stream --policy`: auto | store | checkpoint | recompute | spill."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial (the fewest whole layers per stage that fit, Megatron-LM block recompute)."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
     pipeline_split: Optional[str] = typer.Option(
@@ -67,6 +71,8 @@ def time_cmd(
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
     opts.update(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision))
+    # wafer training takes stream's options (audit32c F5: `time --micro-batch` said "use num_systems", no flag of time)
+    opts.update({k: v for k, v in dict(memoryx_option=memoryx, policy=policy).items() if v is not None})
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:
@@ -108,3 +114,4 @@ def time_cmd(
 
 def register(app: typer.Typer) -> None:
     app.command("time")(time_cmd)
+
