@@ -218,3 +218,17 @@ def test_throughput_column_is_the_whole_targets_and_says_so(decode):
     assert cs3x4.num_systems == 4
     # the whole target: the per-user speed times the requests in flight across every replica
     assert cs3x4.tokens_per_s > 3 * cs3x4.tokens_per_s_per_user
+
+
+def test_a_target_that_cannot_train_in_the_format_leaves_the_others_rows(catalog):
+    """audit32d F4: `compare --phase train -p fp8` with an A100 (no fp8 datapath) among the targets failed outright, the
+    H100's row lost too; inference compare keeps its rows with a note. Training now does too; with no target left the
+    refusal stands."""
+    from wseplan.compare import compare
+    from wseplan.errors import InputError
+
+    res = compare("llama-3.1-8b", ["h100x8", "a100-80gbx8"], phase="train", precision="fp8", catalog=catalog)
+    assert [r.target for r in res.rows] == ["h100x8"]
+    assert any(n.startswith("a100-80gbx8: no row: fp8 training needs an fp8 datapath") for n in res.notes)
+    with pytest.raises(InputError, match="^precision: fp8 training needs"):
+        compare("llama-3.1-8b", ["a100-80gbx8"], phase="train", precision="fp8", catalog=catalog)

@@ -347,8 +347,18 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
                         if min_tokens_per_s_per_user is None else "") + "; give --batch to compare at one batch")
     else:
         # the user's own sizes (None where not given): each row states its batch as given or defaulted, as time does
-        rows = [compare_one(m, t, batch=given_batch, software=sw_for(t),
-                            **dict(kw, context=given_context, options=opts_for(t))) for t in targets]
+        refused = []
+        for t in targets:
+            try:
+                rows.append(compare_one(m, t, batch=given_batch, software=sw_for(t),
+                                        **dict(kw, context=given_context, options=opts_for(t))))
+            except InputError as exc:  # a format a target cannot train in leaves the others' rows (audit32d F4)
+                if phase != "train" or not str(exc).startswith("precision:"):
+                    raise
+                refused.append((t, exc))
+        if refused and not rows:
+            raise refused[0][1]
+        notes += [f"{t}: no row: {str(exc).split(': ', 1)[-1]}" for t, exc in refused]
     drafting = [r.target for r in rows if r.fits and any(n.startswith(("speculative decoding on",
                                                                          "the time to first token includes the draft"))
                                                           for n in r.notes)]
