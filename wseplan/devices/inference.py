@@ -354,7 +354,8 @@ class InferenceMixin:
 
                 def engine(use=None):
                     """The in-flight answer whose decode round speculates as ``use`` says (None: where it is faster)
-                    at the micro-batch count that finishes requests soonest, and whether the draft fits."""
+                    at the round's fastest micro-batch count, or with every stage filled where that lowers request x
+                    TPOT, and whether the draft fits."""
                     kw = dict(prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals)
                     rnd = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, use=use, **kw)
                     ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, *rnd[:4])
