@@ -232,3 +232,18 @@ def test_a_target_that_cannot_train_in_the_format_leaves_the_others_rows(catalog
     assert any(n.startswith("a100-80gbx8: no row: fp8 training needs an fp8 datapath") for n in res.notes)
     with pytest.raises(InputError, match="^precision: fp8 training needs"):
         compare("llama-3.1-8b", ["a100-80gbx8"], phase="train", precision="fp8", catalog=catalog)
+
+
+def test_compare_takes_streams_wafer_training_options(catalog):
+    """audit32c F5: compare (and so the report) always priced the smallest MemoryX that holds the model and the
+    default activation policy; `--memoryx`/`--policy` now reach the wafer rows (the GPU rows unchanged), as `time`."""
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="train", batch=1024, context=2048, catalog=catalog)
+    opts = {"memoryx_option": "55tb", "policy": "recompute"}
+    res = compare("gpt3-175b", ["cs3x4", "h100x64"], options=opts, **kw)
+    plain = compare("gpt3-175b", ["cs3x4", "h100x64"], **kw)
+    wafer, gpu = res.rows
+    assert wafer.step_s == pytest.approx(predict_time("gpt3-175b", "cs3x4", **kw, **opts).step_s, rel=1e-12)
+    assert wafer.step_s != pytest.approx(plain.rows[0].step_s, rel=1e-6)
+    assert gpu.step_s == plain.rows[1].step_s

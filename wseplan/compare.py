@@ -304,10 +304,12 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
 
     def opts_for(t) -> dict | None:
         """A GPU engine's KV-cache format applies to the GPU rows (review28b #4: a wafer row refused the whole
-        comparison); every other option to every row."""
-        if not options or "kv_precision" not in options or parsed[t].kind == "gpu":
+        comparison), wafer training's MemoryX option and activation policy to the wafer rows; every other option to
+        every row."""
+        if not options:
             return options
-        return {k: v for k, v in options.items() if k != "kv_precision"} or None
+        drop = ("memoryx_option", "policy") if parsed[t].kind == "gpu" else ("kv_precision",)
+        return {k: v for k, v in options.items() if k not in drop} or None
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
     if options and options.get("kv_precision") and any(pt.kind != "gpu" for pt in parsed.values()):

@@ -29,6 +29,10 @@ def compare_cmd(
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
     kv_precision: Optional[str] = O.kv_precision_opt(),
+    memoryx: Optional[str] = O.memoryx_opt("Wafer train rows: MemoryX capacity option, as `stream --memoryx` (e.g. 55tb; "
+                                           "default: the smallest that holds the weights and optimizer state)."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Wafer train rows: activations for the backward pass, "
+                                         "as `stream --policy`: auto | store | checkpoint | recompute | spill."),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
     set_: Optional[list[str]] = O.set_opt("Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),
@@ -49,6 +53,10 @@ def compare_cmd(
         raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
     cat = O.load_catalog(catalog)
     opts = O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision)
+    if memoryx is not None or policy is not None:  # wafer training's options (audit32c F5), the wafer rows' alone
+        if phase != "train":
+            raise InputError("--memoryx/--policy: wafer training options; give --phase train, or drop them")
+        opts.update({k: v for k, v in dict(memoryx_option=memoryx, policy=policy).items() if v is not None})
     with O.spec_flag_errors():
         res = compare_fn(model, targets, phase=phase, precision=precision, batch=batch, context=context,
                          output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,
