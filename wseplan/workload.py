@@ -184,6 +184,13 @@ def _mlp_width_used(m: Model, layer: int | None) -> int:
     return max(_mlp_parts(m, moe)[3] for moe, _, _ in _layer_groups(m))
 
 
+def _routed_copies(m: Model, layer: int | None) -> int:
+    """Elements per token of the k copies a routed MLP dispatches to its experts (0 in a dense layer); ``layer`` None:
+    the model's largest layer (any MoE layer)."""
+    moe = is_moe_layer(m, layer) if layer is not None else any(k[0] for k in _layer_groups(m))
+    return m.experts_per_token * m.d_model if moe and m.num_experts > 1 else 0
+
+
 def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attention: bool = True, seq_len: int = 0,
                                      layer: int | None = None) -> float:
     """Bytes kept for the backward pass per token in one block, no recomputation [bytes].
@@ -210,8 +217,7 @@ def block_activation_bytes_per_token(m: Model, act_bytes: float, *, flash_attent
     ff = _mlp_width_used(m, layer)
     # a routed MLP keeps its tokens' k permuted copies, the grouped expert GEMMs' inputs for their weight gradients
     # (Megatron-Core's token dispatcher saves the permuted hidden states; audit32a F7: +34% for DeepSeek-V3)
-    moe = is_moe_layer(m, layer) if layer is not None else any(k[0] for k in _layer_groups(m))
-    routed = m.experts_per_token * h if moe and m.num_experts > 1 else 0
+    routed = _routed_copies(m, layer)
     mlp = act_bytes * (h + h + routed + (3 * ff if m.gated_mlp else 2 * ff))
     dropout = m.linear_bias if m.dropout is None else m.dropout
     masks = 2 * h if dropout else 0
@@ -230,9 +236,8 @@ def frozen_mlp_bytes_per_token(m: Model, act_bytes: float, *, layer: int | None 
     ``o_proj`` only (mlcommons/training, llama2_70b_lora/run_llama_70B_scrolls_r16.sh), as Hu et al. (2021, sec. 4.2)
     adapted the attention weights.
     """
-    moe = is_moe_layer(m, layer) if layer is not None else any(k[0] for k in _layer_groups(m))
-    routed = m.experts_per_token * m.d_model if moe and m.num_experts > 1 else 0  # frozen experts keep no permuted copies
-    return act_bytes * (m.d_model + _mlp_width_used(m, layer) + routed)
+    # frozen experts keep no permuted copies either
+    return act_bytes * (m.d_model + _mlp_width_used(m, layer) + _routed_copies(m, layer))
 
 
 # ---------------------------------------------------------------------------------------------

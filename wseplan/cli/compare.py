@@ -31,8 +31,7 @@ def compare_cmd(
     kv_precision: Optional[str] = O.kv_precision_opt(),
     memoryx: Optional[str] = O.memoryx_opt("Wafer train rows: MemoryX capacity option, as `stream --memoryx` (e.g. 55tb; "
                                            "default: the smallest that holds the weights and optimizer state)."),
-    policy: Optional[str] = typer.Option(None, "--policy", help="Wafer train rows: activations for the backward pass, "
-                                         "as `stream --policy`: auto | store | checkpoint | recompute | spill."),
+    policy: Optional[str] = O.policy_opt(None, "Wafer train rows: "),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
     set_: Optional[list[str]] = O.set_opt("Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),

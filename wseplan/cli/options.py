@@ -190,9 +190,12 @@ def spec_flag_errors():
         raise
 
 
-def policy_opt() -> typer.models.OptionInfo:
-    """``--policy``: activations kept for the backward pass on wafers."""
-    return typer.Option("auto", "--policy", help="Activations for the backward pass: auto | store | checkpoint | recompute | spill.")
+def policy_opt(default: str | None = "auto", where: str = "") -> typer.models.OptionInfo:
+    """``--policy``: activations kept for the backward pass on wafers (``where``: the rows it applies to, for a
+    command that also runs GPUs; its default None leaves the family's own)."""
+    what = "activations for the backward pass: auto | store | checkpoint | recompute | spill"
+    return typer.Option(default, "--policy", help=f"{where}{what}, as `stream --policy`." if where else
+                        f"{what[0].upper()}{what[1:]}.")
 
 
 def solver_opt(default: str, help: str) -> typer.models.OptionInfo:

@@ -35,8 +35,7 @@ def time_cmd(
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train); "
                                               "wafer train: sequences per pass per system, as `stream --micro-batch`."),
     memoryx: Optional[str] = O.memoryx_opt(),
-    policy: Optional[str] = typer.Option(None, "--policy", help="Wafer train: activations for the backward pass, as "
-                                         "`stream --policy`: auto | store | checkpoint | recompute | spill."),
+    policy: Optional[str] = O.policy_opt(None, "Wafer train: "),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial (the fewest whole layers per stage that fit, Megatron-LM block recompute)."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
     pipeline_split: Optional[str] = typer.Option(
