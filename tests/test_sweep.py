@@ -85,16 +85,55 @@ def test_malformed_sweep_is_one_line_exit_2(tmp_path, capsys, text, field):
 def test_training_sweep_names_the_knobs_it_holds(tmp_path, capsys):
     """audit26 F7: a GPU training sweep holds micro-batch 1, selective recompute, ZeRO-1 and no interleaving unless the
     spec lists them, so its 'best' can be slower than `time`'s searched layout: a note says which; listing every knob
-    leaves only interleaving, which the note still names."""
+    (virtual_pipeline too, audit32d F2) leaves no note."""
     base = ("name: x\nphase: train\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [64]\ncontexts: [2048]\n"
             "train_tokens: 1e9\n")
-    for extra, held in (("", "micro-batch 1, recompute selective, ZeRO 1"),
-                        ("layouts: {micro_batch: [1, 2], zero_stage: [1]}\n", "recompute selective and no")):
+    for extra, held in (("", "micro-batch 1, recompute selective, ZeRO 1, virtual pipeline 1 ("),
+                        ("layouts: {micro_batch: [1, 2], zero_stage: [1]}\n", "recompute selective, virtual pipeline 1 ("),
+                        ("layouts: {micro_batch: [1], zero_stage: [1], recompute: [full], virtual_pipeline: [1, 2]}\n",
+                         None)):
         f = tmp_path / "s.yaml"
         f.write_text(base + extra)
         assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "-f", "json", "--force"]) == 0
         err = capsys.readouterr().err
-        assert "GPU training rows hold " + held in err, err
+        if held is None:
+            assert "GPU training rows hold" not in err, err
+        else:
+            assert "GPU training rows hold " + held in err, err
+
+
+def test_virtual_pipeline_axis_rows_equal_time(catalog):
+    """audit32d F2: a training sweep row says its virtual pipeline degree (``virtual_pipeline``) and equals `time`
+    asked with the row's whole layout, the degree included; a degree above 1 is a row only of layouts that can
+    interleave it (pp > 1, pp x vpp at most the layers), as `time` refuses the others."""
+    from wseplan.plan import plan
+
+    df = S.run_sweep(S.parse_sweep(dict(name="v", phase="train", models=["llama-3.1-8b"], targets=["h100-sxmx16"],
+                                        batches=[64], contexts=[2048],
+                                        layouts=dict(tensor_parallel=[2], pipeline_parallel=[1, 2, 8],
+                                                     virtual_pipeline=[1, 2, 4]))), catalog=catalog)
+    got = sorted(zip(df["pipeline_parallel"], df["virtual_pipeline"]))
+    # pp 1 only without interleaving; pp 8 x vpp 4 = 32 virtual stages on 32 layers is a row
+    assert got == [(1, 1), (2, 1), (2, 2), (2, 4), (8, 1), (8, 2), (8, 4)]
+    steps = {}
+    for _, r in df.iterrows():
+        lay = dict(tp=int(r["tensor_parallel"]), pp=int(r["pipeline_parallel"]), dp=int(r["data_parallel"]),
+                   micro_batch=int(r["micro_batch"]), vpp=int(r["virtual_pipeline"]), recompute=1,
+                   zero_stage=int(r["zero_stage"]))
+        p = plan("llama-3.1-8b", "h100-sxmx16", phase="train", batch=64, context=2048, layout=lay, catalog=catalog)
+        assert p.fits == bool(r["fits"])
+        if r["fits"]:
+            assert _close(p.step_s, r["step_s"], 1e-9)
+            steps[(int(r["pipeline_parallel"]), int(r["virtual_pipeline"]))] = r["step_s"]
+    # interleaving shortens the pipeline bubble of the same layout (Narayanan et al., SC21: bubble / vpp)
+    assert steps[(8, 4)] < steps[(8, 1)]
+    with pytest.raises(InputError, match="virtual_pipeline"):
+        S.plan_sweep(S.parse_sweep(dict(name="v", phase="train", models=["llama-3.1-8b"], targets=["h100-sxmx16"],
+                                        batches=[64], contexts=[2048],
+                                        layouts=dict(pipeline_parallel=[1], virtual_pipeline=[2]))), catalog)
+    with pytest.raises(InputError, match="virtual_pipeline apply to phase train only"):
+        S.parse_sweep(dict(name="v", phase="decode", models=["llama-3.1-8b"], targets=["h100-sxmx16"], batches=[1],
+                           contexts=[2048], layouts=dict(virtual_pipeline=[2])))
 
 
 def test_bad_cli_options(tmp_path, capsys):

@@ -87,10 +87,11 @@ def sweep_cmd(
         sys.stderr.write(f"note: {note}\n")
     lo = spec.layouts
     fixed = [f"{what} {val}" for what, val, given in (("micro-batch", 1, lo.micro_batch), ("recompute", "selective", lo.recompute),
-                                                      ("ZeRO", 1, lo.zero_stage)) if not given]
+                                                      ("ZeRO", 1, lo.zero_stage), ("virtual pipeline", 1, lo.virtual_pipeline))
+             if not given]
     if spec.phase == "train" and fixed and any(g.target.kind == "gpu" for g in plan.groups):
-        sys.stderr.write(f"note: GPU training rows hold {', '.join(fixed)} and no interleaving (layouts: micro_batch, "
-                         "recompute, zero_stage widen the grid): 'best' is over those rows; `wseplan time` also "
+        sys.stderr.write(f"note: GPU training rows hold {', '.join(fixed)} (layouts: micro_batch, recompute, zero_stage, "
+                         "virtual_pipeline widen the grid): 'best' is over those rows; `wseplan time` also "
                          "searches these knobs and may find a faster layout\n")
     rows = res.groups
     record = {"schema_version": S.SCHEMA_VERSION, "sweep": spec.name, "phase": spec.phase,

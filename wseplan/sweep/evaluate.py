@@ -69,7 +69,7 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
     cfg = _config_arrays(g, start, stop)
     s = group_setup(g)
     if g.target.kind == "gpu" and g.phase == "train":
-        cfg.setdefault("vpp", np.ones(len(cfg["batch"])))
+        cfg.setdefault("vpp", np.ones(len(cfg["batch"])))  # (searched layouts: no interleaving; layouts.virtual_pipeline)
         cfg.setdefault("cp", np.ones(len(cfg["batch"])))  # a sweep row is a given layout: no context parallelism
     arr = evaluate(s, cfg)
     cost = cost_columns(s, arr, g.params, train_tokens=g.train_tokens)
@@ -93,7 +93,7 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
                input_usd_per_mtok=col("input_usd_per_mtok") if g.phase != "train" else nan,
                output_usd_per_mtok=col("output_usd_per_mtok") if g.phase not in ("train", "prefill") else nan,
                usd_per_run=col("usd_per_run"), energy_j_per_token=col(pick[1]))
-    for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage"):
+    for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage", "vpp"):
         if k in arr:
             cfg[k] = arr[k]
     return _columns(g, cfg, res)
@@ -108,7 +108,7 @@ def _columns(g: Group, cfg: dict, res: dict) -> dict:
         "output_tokens": np.where(cfg["output_tokens"] > 0, cfg["output_tokens"], np.nan),
         "tensor_parallel": cfg.get("tp", nan), "pipeline_parallel": cfg.get("pp", nan), "data_parallel": cfg.get("dp", nan),
         "micro_batch": cfg.get("micro_batch", nan), "recompute": cfg.get("recompute", np.full(n, -1.0)),
-        "zero_stage": cfg.get("zero_stage", nan),
+        "zero_stage": cfg.get("zero_stage", nan), "virtual_pipeline": cfg.get("vpp", nan),
     }
     if not lay or g.phase != "train":
         out["recompute"] = np.full(n, -1.0)

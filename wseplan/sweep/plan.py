@@ -134,8 +134,16 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
         mbs = np.asarray(lo.micro_batch or [1], float)
         rcs = np.asarray([RECOMPUTE.index(r) for r in (lo.recompute or ["selective"])], float)
         zss = np.asarray(lo.zero_stage if lo.zero_stage is not None else [1], float)
-        i, m_, r_, z_ = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, rcs, zss, indexing="ij"))
-        out = {"tp": T[i], "pp": P[i], "dp": D[i], "micro_batch": m_, "recompute": r_, "zero_stage": z_}
+        vps = np.asarray(lo.virtual_pipeline or [1], float)
+        i, m_, r_, z_, v_ = (a.ravel() for a in np.meshgrid(np.arange(len(T)), mbs, rcs, zss, vps, indexing="ij"))
+        # interleaving needs a pipeline and a layer in every virtual stage (as `time` refuses a given vpp otherwise)
+        keep = (v_ <= 1.0) | ((P[i] > 1.0) & (P[i] * v_ <= model.num_layers))
+        if not keep.any():
+            raise InputError(f"layouts.virtual_pipeline: no row of {target.text} can interleave {lo.virtual_pipeline} "
+                             f"virtual stages (they need pp > 1 and pp x vpp at most {model.name}'s {model.num_layers} "
+                             "layers); add 1 or a pipeline degree")
+        i, m_, r_, z_, v_ = i[keep], m_[keep], r_[keep], z_[keep], v_[keep]
+        out = {"tp": T[i], "pp": P[i], "dp": D[i], "micro_batch": m_, "recompute": r_, "zero_stage": z_, "vpp": v_}
     return out
 
 

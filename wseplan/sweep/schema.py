@@ -31,14 +31,15 @@ PROGRESS_MIN_CONFIGURATIONS = 200_000
 # Output columns
 # =============================================================================================
 FLOAT_COLUMNS = ("batch", "context", "output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel",
-                 "micro_batch", "zero_stage")
+                 "micro_batch", "zero_stage", "virtual_pipeline")
 COLUMNS = ("model", "target", "hardware", "device_kind", "precision", "phase", "batch", "context", "output_tokens",
            "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "recompute", "zero_stage",
-           "num_devices", "num_systems", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
+           "virtual_pipeline", "num_devices", "num_systems", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
            "tokens_per_s", "tokens_per_s_per_user", "bottleneck", "usd_per_hour", "usd_per_busy_hour", "usd_per_mtok",
            "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token")
 INT_COLUMNS = ("batch", "context", "num_devices", "num_systems")
-NULLABLE_INT = ("output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "zero_stage")
+NULLABLE_INT = ("output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "zero_stage",
+                "virtual_pipeline")
 
 
 # =============================================================================================
@@ -61,8 +62,11 @@ class Layouts(NoBoolNumbers):
     micro_batch: list[int] | None = Field(default=None, min_length=1)
     recompute: list[Literal["none", "selective", "full"]] | None = Field(default=None, min_length=1)
     zero_stage: list[Literal[0, 1, 2, 3]] | None = Field(default=None, min_length=1)
+    #: interleaved (virtual) pipeline stages per pipeline stage; default [1] (no interleaving). A degree above 1 is a
+    #: row only with a pipeline (pp > 1) and a layer in each of the pp x vpp virtual stages
+    virtual_pipeline: list[int] | None = Field(default=None, min_length=1)
 
-    @field_validator("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch")
+    @field_validator("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "virtual_pipeline")
     @classmethod
     def _pos(cls, v):
         return None if v is None else _positive_unique(v, "layout value")
@@ -132,8 +136,8 @@ class Sweep(NoBoolNumbers):
         if self.train_tokens is not None and self.phase != "train":
             raise ValueError("train_tokens applies to phase train only; remove it")
         lo = self.layouts
-        if self.phase != "train" and (lo.micro_batch or lo.recompute or lo.zero_stage):
-            raise ValueError("layouts: micro_batch, recompute and zero_stage apply to phase train only")
+        if self.phase != "train" and (lo.micro_batch or lo.recompute or lo.zero_stage or lo.virtual_pipeline):
+            raise ValueError("layouts: micro_batch, recompute, zero_stage and virtual_pipeline apply to phase train only")
         return self
 
     @field_validator("output")
