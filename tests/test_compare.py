@@ -247,3 +247,15 @@ def test_compare_takes_streams_wafer_training_options(catalog):
     assert wafer.step_s == pytest.approx(predict_time("gpt3-175b", "cs3x4", **kw, **opts).step_s, rel=1e-12)
     assert wafer.step_s != pytest.approx(plain.rows[0].step_s, rel=1e-6)
     assert gpu.step_s == plain.rows[1].step_s
+
+
+def test_a_row_below_the_speed_floor_says_so(catalog):
+    """audit33a M6: with a per-user floor no point of a target reaches, its row (priced at the fastest near-tie point)
+    carries a note naming the floor and its speed; a row meeting the floor has none."""
+    res = compare("llama-3.1-70b", ["h100-sxmx8", "cs3x4"], phase="serve", batch=None, context=2048, output_tokens=256,
+                  min_tokens_per_s_per_user=200, catalog=catalog)
+    slow, fast = res.rows
+    assert slow.tokens_per_s_per_user < 200 <= fast.tokens_per_s_per_user
+    missed = [n for n in res.notes if "misses the 200 tokens/s per user floor" in n]
+    assert len(missed) == 1 and missed[0].startswith("h100-sxmx8:")
+    assert f"{slow.tokens_per_s_per_user:.4g} tokens/s per user" in missed[0]

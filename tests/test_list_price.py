@@ -91,3 +91,27 @@ def test_serving_report_flags_the_gap(tmp_path, catalog):
     (fleet,) = [t for t in res.tables if t.name == "fleet"]
     # both sides are checked, as `wseplan cost` checks them (the fleet row's note may hold the input side first)
     assert "list price: computed output" in fleet.rows[0]["note"]
+
+
+def test_a_served_request_is_compared_whole_first(catalog):
+    """audit33a M3: `cost` (and `compare`, through it) leads with the whole request against what the list prices charge
+    for it, as the report does; one side's marginal $/M against its list price follows. Hand calculation: Cerebras
+    lists Llama-3.1-70B at $0.60/M input and output (prices catalog, service_prices), so a request of 2,048 prompt and
+    256 answer tokens is billed 0.60 + 0.60 x 2048 / 256 = $5.40 per million output tokens."""
+    from wseplan.costing import request_list_price, service_price_for
+    from wseplan.plan import setup
+
+    res = costing.cost("llama-3.1-70b", "cs3x4", batch=8, context=2048, output_tokens=256, catalog=catalog)
+    a = res.metric("all_in_usd_per_mtok")
+    lead = [i for i, n in enumerate(res.notes) if n.startswith("list price: a request of 2,048 prompt and 256 answer")]
+    side = [i for i, n in enumerate(res.notes) if n.startswith("list price: computed output")]
+    assert len(lead) == 1 and side and lead[0] < side[0]
+    assert f"{a / 5.40:.3g}x above the $5.4 " in res.notes[lead[0]]
+    # the report's finding is the same sentence (one implementation)
+    s = setup("llama-3.1-70b", "cs3x4", phase="serve", catalog=catalog)
+    listed = service_price_for(s.query.model, s.query.target, C.load_prices(catalog=catalog), catalog)
+    ratio, text = request_list_price(a, 2048, 256, listed)
+    assert ratio == pytest.approx(a / 5.40, rel=1e-12) and text == res.notes[lead[0]]
+    # decode prices one side: no request to compare
+    dec = costing.cost("llama-3.1-70b", "cs3x4", phase="decode", batch=8, context=2048, catalog=catalog)
+    assert not any(n.startswith("list price: a request") for n in dec.notes)

@@ -10,7 +10,6 @@ from wseplan.analytic import cost as C
 from wseplan.catalog import load_catalog
 from wseplan.report.study import CostSpec, ServerSpec, ServingSpec, Study, TargetSpec, load_study
 from wseplan.report.study_server import max_rate
-from wseplan.report.markdown import fmt_num
 from wseplan.report.study_serving_why import (all_in, capex_flips, capex_lines, cheapest_at, crossovers,
                                               list_price_finding)
 from wseplan.report.why import bisect, interval_text
@@ -34,9 +33,9 @@ def test_list_price_finding_compares_the_whole_request():
     util = PRICES.site.utilization_frac.si
     text = list_price_finding(st, m, "cs3", c, util, CAT, PRICES)
     mine = all_in(c, util)
-    assert f"costs ${fmt_num(mine)} per million output tokens all-in" in text
+    assert f"costs ${mine:.4g} per million output tokens all-in" in text  # the sentence of `wseplan cost` (audit33a M3)
     assert "the $5.4 the vendor's list prices charge for it" in text
-    assert f"{fmt_num(mine / 5.4 if mine >= 5.4 else 5.4 / mine)}x" in text
+    assert f"{mine / 5.4 if mine >= 5.4 else 5.4 / mine:.3g}x" in text
     assert ("Per side: list price: computed output" in text) == (c.output_usd_per_mtok > 3 * 1.2)  # list $0.6-1.2
     assert list_price_finding(st, m, "h200", c, util, CAT, PRICES) is None  # no GPU list price
 

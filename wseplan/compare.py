@@ -343,6 +343,10 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
             row = compare_one(m, op.target, batch=op.batch, layout=op.layout, operating_point=op.label,
                               software=sw_for(t), **dict(kw, options=opts_for(t)))
             rows.append(row.model_copy(update={"target": t if op.target == t else f"{t} (as {op.target})"}))
+            if not op.meets:  # a row below the floor the title names says so (audit33a M6), as `cost` does
+                notes.append(f"{rows[-1].target}: misses the {op.min_tokens_per_s_per_user:g} tokens/s per user "
+                             f"floor: no point reaches it (fastest near-tie point {op.point.tokens_per_s_per_user:.4g} "
+                             "tokens/s per user, priced here); its price is not one of a point meeting the floor")
         notes.append(f"no batch given: each target at its operating point, the cheapest point of the replica search "
                      f"(`wseplan serve`) that gives every user >= {speed:g} tokens/s"
                      + (" (the catalog default, defaults.default_min_tokens_per_s_per_user)"

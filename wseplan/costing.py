@@ -247,6 +247,11 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     flags = list_price_flags(computed, listed, batch=b, utilization_frac=params["utilization_frac"].value,
                              software=s.query.software.name, precision=s.query.precision,
                              speculative=bool(acc is not None and np.nanmax(acc) > 1.0))
+    a = {m.metric: m.value for m in res.metrics}.get("all_in_usd_per_mtok")
+    if phase == "serve" and a is not None and math.isfinite(a) and a > 0 and o:
+        # the whole request against what the list prices charge for it leads (audit33a M3: one side's marginal $/M
+        # against its list price said 12.9x where the request costs 3.8x; the report compares requests)
+        flags = [request_list_price(a, c, o, listed)[1]] + flags
     return res.model_copy(update={"notes": list(res.notes) + flags}) if flags else res
 
 
@@ -282,6 +287,23 @@ def service_price_for(model, target, prices, catalog) -> tuple[str, C.ServicePri
     names |= {k for k, v in catalog.models.items() if v is model or v.name == model.name}
     return next(((k, sp) for k, sp in prices.service_prices.items()
                  if sp.hardware == target.device.system and k in names), None)
+
+
+def request_list_price(all_in_usd_per_mtok: float, prompt_tokens: int, output_tokens: int,
+                       listed: tuple[str, C.ServicePrice]) -> tuple[float, str]:
+    """A request of ``prompt_tokens`` and ``output_tokens`` priced all-in [$ per million output tokens] against what the
+    vendor's list prices charge for it, ``output + input x prompt / output`` [$ per million output tokens] at the list
+    prices: ``(ratio, sentence)``, the ratio computed / list. ``cost``, ``compare`` and reports call this one function."""
+    key, sp = listed
+    bill = sp.output_usd_per_mtok.si + sp.input_usd_per_mtok.si * prompt_tokens / output_tokens
+    ratio = all_in_usd_per_mtok / bill
+    src = ", ".join(dict.fromkeys([*sp.output_usd_per_mtok.source_ids, *sp.input_usd_per_mtok.source_ids]))
+    off = not 1.0 / LIST_PRICE_FACTOR <= ratio <= LIST_PRICE_FACTOR
+    return ratio, (f"list price: a request of {prompt_tokens:,} prompt and {output_tokens:,} answer tokens costs "
+                   f"${all_in_usd_per_mtok:.4g} per million output tokens all-in here, "
+                   f"{(ratio if ratio >= 1 else 1 / ratio):.3g}x {'above' if ratio >= 1 else 'below'} the ${bill:.4g} "
+                   f"the vendor's list prices charge for it (service_prices.{key}, {src})"
+                   + (f", more than {LIST_PRICE_FACTOR:g}x off." if off else "."))
 
 
 def list_price_notes(model, target, computed: dict[str, float], *, batch: int, precision: str, prices,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from ..costing import LIST_PRICE_FACTOR, list_price_notes, service_price_for
+from ..costing import LIST_PRICE_FACTOR, list_price_notes, request_list_price, service_price_for
 from ..plan import setup
 from ..pricing import params_for
 from ..serving import all_in_usd_per_mtok, occupancy, pareto_frontier, serve, tpot_for_limit, with_limits
@@ -246,17 +246,8 @@ def list_price_finding(st: Study, m, tgt: str, c, util: float, cat, prices) -> s
     listed = service_price_for(s.query.model, s.query.target, prices, cat)
     if listed is None:
         return None
-    key, sp = listed
-    bill = sp.output_usd_per_mtok.si + sp.input_usd_per_mtok.si * sv.prompt_tokens / sv.output_tokens
-    mine = all_in(c, util)
-    ratio = mine / bill
-    src = ", ".join(dict.fromkeys([*sp.output_usd_per_mtok.source_ids, *sp.input_usd_per_mtok.source_ids]))
-    text = (f"{tgt}: a request of {sv.prompt_tokens:,} prompt and {sv.output_tokens:,} answer tokens costs "
-            f"${fmt_num(mine)} per million output tokens all-in here, {fmt_num(ratio if ratio >= 1 else 1 / ratio)}x "
-            f"{'above' if ratio >= 1 else 'below'} the ${fmt_num(bill)} the vendor's list prices charge for it "
-            f"(service_prices.{key}, {src})"
-            + (f", more than {fmt_num(LIST_PRICE_FACTOR)}x off." if not 1 / LIST_PRICE_FACTOR <= ratio <= LIST_PRICE_FACTOR
-               else "."))
+    _, sentence = request_list_price(all_in(c, util), sv.prompt_tokens, sv.output_tokens, listed)
+    text = f"{tgt}: " + sentence.removeprefix("list price: ")
     flags = list_price_notes(m, tgt, {"input_usd_per_mtok": c.input_usd_per_mtok,
                                       "output_usd_per_mtok": c.output_usd_per_mtok}, batch=c.batch, precision=prec,
                              prices=prices, catalog=cat, utilization_frac=util)
