@@ -138,6 +138,7 @@ def test_cli_json_records(capsys):
     assert {r["id"] for r in recs} >= {"wse3-125pf-dense", "llama-405b-one-cs3"}
     for r in recs:
         assert set(r) >= {"id", "verdict", "bound", "bound_value", "claimed_value", "estimate", "margin", "reason"}
+        assert r["schema_version"] == 1  # every record carries one (audit33c L7)
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "md"])

@@ -15,6 +15,7 @@ def test_scale_says_why_an_efficiency_passes_100_percent(capsys):
     rows = rows if isinstance(rows, list) else rows["rows"]
     above = {r["target"] for r in rows if (r["efficiency_frac"] or 0) > 1.0}
     assert above
+    assert all(r["schema_version"] == 1 for r in rows)  # every record carries one (audit33c L7)
     assert main(["scale", "llama-70b", "--targets", "h100,b200", "--max-systems", "8", "--batch", "1024", "-c",
                  "4096"]) == 0
     notes = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note: efficiency above 100%")]

@@ -201,6 +201,10 @@ def test_example_demand_traces_to_catalog_inputs(fake_time):
             assert a.run_s <= 30 * 86400
     assert plan.peak_facility_power_w <= spec.constraints.power_cap_w
     assert plan.capex_usd <= spec.constraints.budget_usd
+    # what the dollars hold and leave out, and that a deadline run's systems are charged all year (audit33a M2, M5)
+    years = site["amortization_years"]
+    assert any(n.startswith(f"TCO: hardware capex over {years:g} years") and "leaves out staff" in n for n in pb.notes)
+    assert any(n.startswith("train-175b: 1 run(s) within 30 days") and "whole yearly TCO" in n for n in pb.notes)
 
 
 def test_cli_fleet_example_and_infeasible(fake_time, capsys, tmp_path):

@@ -391,3 +391,13 @@ def test_cli_outputs_are_byte_identical_without_timings(capsys, tmp_path):
         assert rec["solve_s"] is None
         assert main(argv + ["-f", "json", "--timings"]) == 0
         assert json.loads(capsys.readouterr().out)["solve_s"] >= 0.0
+
+
+def test_a_time_limit_with_nothing_found_does_not_say_best_found():
+    """audit33c L4: a solve stopped before any placement says so, not 'best found'; one with an incumbent keeps its gap."""
+    from wseplan.optimize.milp import status_detail
+    from wseplan.optimize.placement_types import _run
+
+    r = _run("highs", "highs", status="time_limit", solve_s=0.1, reason="raise the time limit", found=False)
+    assert r.status_detail == "time limit, nothing found: raise the time limit"
+    assert status_detail("time_limit", 0.05) == "time limit, best found, gap 5%"

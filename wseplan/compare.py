@@ -377,6 +377,10 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
         inflight = "each target's searched batch" if search else f"{batch}"
         notes.append(f"serving: requests of {context} prompt and {output_tokens} output tokens, {inflight} in flight "
                      "per replica")
+    scope = {n for r in rows for n in r.notes if n.startswith("TCO: ")}
+    if len(scope) == 1:  # the TCO's scope is the site's, the same for every row: said once (audit33a M5)
+        notes.append(scope.pop())
+        rows = [r.model_copy(update={"notes": [n for n in r.notes if not n.startswith("TCO: ")]}) for r in rows]
     return CompareResult(model=m.name, phase=phase, precision=precision, batch=None if search else batch,
                          context=context, output_tokens=output_tokens or None, train_tokens=train_tokens,
                          min_tokens_per_s_per_user=speed, prices_date=prices.date, rows=rows, notes=notes)

@@ -200,6 +200,8 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
     own = s.family.hardware(s.ctx).price_key
     params = C.apply_overrides(params, overrides or {}, hardware_key=own, catalog=cat)
     notes = list(rec.notes)
+    notes.append(C.tco_scope_note(amortization_years=params["amortization_years"].value,
+                                  cost_of_capital_frac_per_year=params["cost_of_capital_frac_per_year"].value))
     other = [k for k in overrides or {} if "." in k and price_key_of(k.split(".", 1)[0], cat) != own]
     if other and note_other_hardware:  # audit30a L9: a hardware-prefixed --set for other hardware prices nothing here
         # (compare prices several targets with one --set: each applies where its hardware is, review31 L4)
@@ -239,6 +241,12 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
             "time; all-in $/M carries the replica's whole cost, prompts included)"]})
     if phase == "serve":
         res = _split_note(res, c, o)
+        if any(m.metric == "rental_all_in_usd_per_mtok" for m in res.metrics):  # (audit33a M1)
+            res = res.model_copy(update={"notes": list(res.notes) + [
+                "rental $/M: the same devices rented on demand at the prices catalog's cloud_usd_per_device_hour and "
+                "paid only while busy; the owned $/M pay every hour of the year (utilization_frac "
+                f"{params['utilization_frac'].value:.0%}); capacity reserved all year costs the rental $/M divided by "
+                "the utilisation; compare all in with rental all in"]})
     if listed is None:
         return res
     computed = {k: res.metric(k) for k in ("input_usd_per_mtok", "output_usd_per_mtok")

@@ -36,11 +36,14 @@ def emit(text: str) -> None:
 
 def stamp(obj, prov: dict):
     """``obj`` with a ``provenance`` entry (tool version, catalog and prices dates): added to a record, or to
-    each record of a list, so the documented shape of every record stays as it was."""
+    each record of a list, so the documented shape of every record stays as it was; a record without a
+    ``schema_version`` gets version 1 first (every record carries one, docs/cli-output.md; audit33c L7: `scale` and
+    `check` rows had none)."""
     if isinstance(obj, dict):
-        return {**obj, "provenance": prov}
+        return {**({} if "schema_version" in obj else {"schema_version": 1}), **obj, "provenance": prov}
     if isinstance(obj, list):
-        return [({**r, "provenance": prov} if isinstance(r, dict) else r) for r in obj]
+        return [({**({} if "schema_version" in r else {"schema_version": 1}), **r, "provenance": prov}
+                 if isinstance(r, dict) else r) for r in obj]
     return obj
 
 

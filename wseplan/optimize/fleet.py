@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deployment_terms, evaluate, hardware_price_key,
-                             load_prices, nominal)
+                             load_prices, nominal, tco_scope_note)
 from ..catalog.load import load_catalog
 from ..catalog.software import resolve_software
 from ..catalog.schema import Frozen
@@ -454,6 +454,15 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
         if wl.kv_precision and wafers:
             notes.append(f"{wl.name}: kv_precision {wl.kv_precision} applies to the GPU systems; {', '.join(wafers)} "
                          "keep their own KV-cache format")
+    for wl in spec.workloads:
+        if wl.kind == "train":  # a deadline run's systems are bought for it: the yearly TCO is what it costs (audit33a M2)
+            notes.append(f"{wl.name}: {wl.runs} run(s) within {wl.deadline_days:g} days on systems the plan buys for "
+                         "them, charged their whole yearly TCO as every system of the fleet (idle after the runs unless "
+                         "other work uses them); `wseplan cost --phase train` prices one run at its hours alone")
+    scope = dict.fromkeys(tco_scope_note(amortization_years=st.cost_inputs["amortization_years"],
+                                         cost_of_capital_frac_per_year=st.cost_inputs.get("cost_of_capital_frac_per_year", 0.0))
+                          for st in systems)
+    notes += list(scope)
     for wl_name, on in drafting.items():  # unlike engines side by side (as compare says of its rows)
         yes, no = [k for k, v in on.items() if v], [k for k, v in on.items() if not v]
         if yes and no:

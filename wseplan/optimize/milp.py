@@ -53,8 +53,12 @@ class SolverRun(BaseModel):
     num_solves: int = 1
 
 
-def status_detail(status: str, gap_frac: float | None, reason: str | None = None) -> str:
+def status_detail(status: str, gap_frac: float | None, reason: str | None = None, found: bool = True) -> str:
+    """A solve's status in words: a time limit with the incumbent's gap, or with nothing found (``found`` False: the
+    solver stopped before any solution, audit33c L4); an infeasible one with its reason."""
     if status == "time_limit":
+        if not found:
+            return "time limit, nothing found" + (f": {reason}" if reason else "")
         gap = "unknown" if gap_frac is None else f"{100.0 * gap_frac:.3g}%"
         return f"time limit, best found, gap {gap}"
     if status == "infeasible":

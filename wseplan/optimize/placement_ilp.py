@@ -206,7 +206,7 @@ def _ilp_solution(ilp: _Ilp, res, c, cc, groups, objective, solver_name, request
                                  reason="time limit before any placement was found; raise the time limit", method="ilp",
                                  best_bound=lb_obj,
                                  solver_run=_run(solver_name, requested, version=version, fallback=fallback,
-                                                 status="time_limit", solve_s=res.solve_s, bound=lb_obj))
+                                                 status="time_limit", solve_s=res.solve_s, bound=lb_obj, found=False))
     max_cost = _max_cost(c, stages, cc, [scales[g] for g in sg])
     obj = float(len(stages)) if objective == "devices" else max_cost
     if res.status == "optimal":

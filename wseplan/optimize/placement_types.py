@@ -41,9 +41,9 @@ class PartitionSolution(Frozen):
 
 def _run(name: str, requested: str, *, status: str, solve_s: float, version: str | None = None,
          fallback: str | None = None, gap: float | None = None, bound: float | None = None, reason: str | None = None,
-         num_solves: int = 1) -> SolverRun:
+         num_solves: int = 1, found: bool = True) -> SolverRun:
     return SolverRun(name=name, version=version, requested=requested, fallback_reason=fallback, status=status,
-                     status_detail=status_detail(status, gap, reason), solve_s=solve_s, gap_frac=gap, best_bound=bound,
+                     status_detail=status_detail(status, gap, reason, found), solve_s=solve_s, gap_frac=gap, best_bound=bound,
                      num_solves=num_solves)
 
 

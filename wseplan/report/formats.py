@@ -175,6 +175,7 @@ _LABELS = {"tokens_per_s": "throughput", "tokens_per_s_per_user": "per-user spee
 #: fields whose name does not say all of their unit: the all-in price is per million *output* tokens (the prompts'
 #: cost is in it), not per million tokens processed (audit28b L2)
 _FIELD_OVERRIDES = {"all_in_usd_per_mtok": FieldUnit("all in", "$/M output tokens"),
+                    "rental_all_in_usd_per_mtok": FieldUnit("rental all in", "$/M output tokens"),
                     # `stream`'s step parts overlap: compute holds the recompute, the exposed load the spill (audit28a L1)
                     "compute_s": FieldUnit("compute incl. recompute", "s"),
                     "exposed_load_s": FieldUnit("exposed load incl. spill", "s")}

@@ -363,7 +363,10 @@ def _frontier_table(st: Study, curves: dict, at_speed: dict, utils: dict) -> Tab
                 "the replica's whole cost per output token (its TCO per busy hour over the output tokens it delivers), "
                 "the measure the search chooses by; it differs from output + input x prompt / answer tokens where the "
                 "engine's step timings and its capacity at load differ. A GPU replica smaller than a node is charged its "
-                "share of the node (its GPUs' part of the node's cost), as the fleet, which packs several into a node."),
+                "share of the node (its GPUs' part of the node's cost), as the fleet, which packs several into a node."
+              + (" An input $/M of 0: the prompts' prefill chunks ride in pipeline slots the decode rounds leave idle, "
+                 "adding no time, so the input side is charged none (the prompts' cost is in the all-in $/M; as "
+                 "`wseplan cost` notes)" if any(r["input_usd_per_mtok"] == 0.0 for r in rows) else "")),
         columns=[Column("target", "target"), Column("precision", "precision"), Column("devices", "devices [count]"),
                  Column("layout", "layout"), Column("batch", "batch [requests per replica]"),
                  Column("load", "load [fraction]"), Column("tokens_per_s_per_user", "per user, mean [tokens/s]"),

@@ -157,6 +157,10 @@ def _check_value(name: str, val: float, where: str = "--set", label: str | None 
         raise InputError(f"{where}: {what} is a yearly rate and must be in [0, 1] (0.08 for 8%), got {val}")
     if name in ("utilization_frac", "amortization_years", "pue", "rack_units_per_rack") and val <= 0:
         raise InputError(f"{where}: {what} must be positive, got {val}")
+    if name in ("capex_usd", "train_tokens_per_param") and val <= 0:  # hardware is never priced at $0, a run never
+        # trains no tokens (--train-tokens 0 is refused as well; audit33a L3)
+        raise InputError(f"{where}: {what} must be positive, got {val}"
+                         + ("; hardware without a price is left unpriced, not free" if name == "capex_usd" else ""))
     if name == "pue" and val < 1.0:
         raise InputError(f"{where}: {what} must be >= 1 (facility power / IT power), got {val}")
     if val < 0:

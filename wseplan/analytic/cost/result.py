@@ -94,6 +94,8 @@ def evaluate(p: dict, t: TimeInputs) -> dict:
                                            num_devices=t.num_devices, prefill_s=scaled(t.prefill_s),
                                            prompt_tokens=t.prompt_tokens, decode_step_s=scaled(t.decode_step_s),
                                            output_tokens_per_step=t.output_tokens_per_step))
+            if t.output_tokens_per_s is not None:  # the rented devices' hour over what they deliver, as all-in owned
+                out["rental_all_in_usd_per_mtok"] = out["rental_usd_per_hour"] / S_PER_HOUR / tps * 1e6
     else:
         out.update(training_cost(usd_per_busy_hour=d["usd_per_busy_hour"], busy_it_power_w=d["busy_it_power_w"],
                                  pue=p["pue"], step_s=scaled(t.step_s), tokens_per_step=t.tokens_per_step,
@@ -116,7 +118,7 @@ UNITS = {
     "input_usd_per_mtok": "USD/Mtok", "output_usd_per_mtok": "USD/Mtok", "all_in_usd_per_mtok": "USD/Mtok",
     "energy_j_per_output_token_all_in": "J", "energy_j_per_input_token": "J",
     "energy_j_per_output_token": "J", "rental_usd_per_hour": "USD/h", "rental_input_usd_per_mtok": "USD/Mtok",
-    "rental_output_usd_per_mtok": "USD/Mtok", "run_s": "s", "usd_per_run": "USD", "energy_j_per_run": "J",
+    "rental_output_usd_per_mtok": "USD/Mtok", "rental_all_in_usd_per_mtok": "USD/Mtok", "run_s": "s", "usd_per_run": "USD", "energy_j_per_run": "J",
     "energy_j_per_train_token": "J", "usd_per_mtok_trained": "USD/Mtok", "rental_usd_per_run": "USD",
     "service_input_usd_per_mtok": "USD/Mtok", "service_output_usd_per_mtok": "USD/Mtok",
 }

@@ -126,3 +126,16 @@ def cluster_nodes(*, num_systems, capacity_bytes, dram_capacity_bytes, min_nodes
     dram = np.minimum(cap, dram_capacity_bytes)
     mx = np.maximum(min_nodes, np.ceil(dram / node_dram_bytes - 1e-9)) + np.ceil((cap - dram) / node_flash_bytes - 1e-9)
     return mx + np.ceil(np.asarray(num_systems, dtype=float) * nodes_per_system - 1e-9)
+
+
+def tco_scope_note(*, amortization_years: float, cost_of_capital_frac_per_year: float) -> str:
+    """What the TCO behind every dollar figure holds and what it leaves out (audit33a M5), one sentence for ``cost``,
+    ``compare`` and ``fleet``: hardware capex over ``amortization_years`` [years] at ``cost_of_capital_frac_per_year``
+    [1/year], maintenance, electricity at the site's PUE and facility space; no staff, software licences and support
+    (NVIDIA AI Enterprise is sold per GPU per year), storage and front-end network, insurance, taxes or residual value."""
+    r = cost_of_capital_frac_per_year
+    return (f"TCO: hardware capex over {amortization_years:g} years at a {r:.0%} cost of capital"
+            + (" (a cash purchase: --set cost_of_capital_frac_per_year=0.08 for a financed one)" if r == 0 else "")
+            + ", maintenance, electricity (PUE) and facility space; it leaves out staff, software licences and support, "
+              "storage and front-end network, insurance, taxes and residual value: add them for a budget")
+
