@@ -20,3 +20,22 @@ def test_scale_says_why_an_efficiency_passes_100_percent(capsys):
                  "4096"]) == 0
     notes = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note: efficiency above 100%")]
     assert len(notes) == 1 and all(t in notes[0] for t in above)
+
+
+def test_scale_and_stream_carry_times_interval(capsys):
+    """audit33d H2: `scale` rows and `stream` give the step's interval as `time --phase train` does for the same
+    question (one interval per question)."""
+    from wseplan.plan import plan
+    from wseplan.timing import stream
+
+    assert main(["scale", "llama-70b", "--targets", "cs3", "--max-systems", "2", "--batch", "1024", "-c", "4096",
+                 "-f", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    rows = rows if isinstance(rows, list) else rows["rows"]
+    for r in rows:
+        t = plan("llama-70b", f"cs3x{r['num_systems']}", phase="train", batch=1024, context=4096)
+        assert r["step_s"] == t.step_s and (r["step_low_s"], r["step_high_s"]) == (t.interval_low, t.interval_high)
+        assert r["step_low_s"] < r["step_s"] < r["step_high_s"]
+    s = stream("gpt3-175b", "cs3x4")
+    t = plan("gpt3-175b", "cs3x4", phase="train", batch=s.batch, context=s.context)
+    assert s.step_s == t.step_s and (s.interval_low, s.interval_high) == (t.interval_low, t.interval_high)

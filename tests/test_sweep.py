@@ -1196,3 +1196,34 @@ def test_a_training_sweep_row_is_priced_by_cost_with_its_knobs(tmp_path, capsys)
 
     rec = json.loads(capsys.readouterr().out)
     assert _close(rec["plan"]["step_s"], row["step_s"]) and _close(rec["headline_value"], row["usd_per_run"])
+
+
+def test_rows_carry_the_plan_records_interval(catalog):
+    """audit33d H2: a sweep row's interval of its headline (step_s in training, tokens_per_s otherwise) is the row's
+    plan record's, bit for bit, on GPUs and wafers (the fast end held at the roof or the step's floors alike);
+    rows that do not fit have none."""
+    from wseplan.plan import plan
+
+    for spec in (dict(phase="train", targets=["h100-sxmx16", "cs3x2"], batches=[64, 512], contexts=[2048]),
+                 dict(phase="decode", targets=["h100-sxmx16", "cs3"], batches=[1, 32], contexts=[1024],
+                      output_tokens=[64]),
+                 dict(phase="serve", targets=["h200-sxmx8", "cs3x4"], batches=[8], contexts=[2048], output_tokens=[256]),
+                 dict(phase="prefill", targets=["cs3x2", "h100x8"], batches=[8], contexts=[2048])):
+        df = S.run_sweep(S.parse_sweep(dict(name="i", models=["llama-3.1-8b"], **spec)), catalog=catalog)
+        assert df.loc[~df["fits"], "interval_low"].isna().all()
+        ok = df[df["fits"]]
+        rows = [ok.iloc[int(i)] for i in np.random.default_rng(5).choice(len(ok), size=min(6, len(ok)), replace=False)]
+        rows += [ok[ok["device_kind"] == "wafer"].iloc[0]]
+        for r in rows:
+            lay = None
+            if r["device_kind"] == "gpu":
+                lay = {"tp": int(r["tensor_parallel"]), "pp": int(r["pipeline_parallel"]), "dp": int(r["data_parallel"])}
+                if spec["phase"] == "train":
+                    lay.update(micro_batch=int(r["micro_batch"]), vpp=int(r["virtual_pipeline"]), recompute=1,
+                               zero_stage=int(r["zero_stage"]))
+            ot = None if pd.isna(r["output_tokens"]) else int(r["output_tokens"])
+            p = plan("llama-3.1-8b", r["target"], phase=r["phase"], batch=int(r["batch"]), context=int(r["context"]),
+                     output_tokens=ot, layout=lay, catalog=catalog)
+            assert (r["interval_low"], r["interval_high"]) == (p.interval_low, p.interval_high)
+            v = r["step_s"] if spec["phase"] == "train" else r["tokens_per_s"]
+            assert r["interval_low"] < v < r["interval_high"]

@@ -10,6 +10,7 @@ from wseplan.analytic import cost as C
 from wseplan.catalog import load_catalog
 from wseplan.report.study import CostSpec, ServerSpec, ServingSpec, Study, TargetSpec, load_study
 from wseplan.report.study_server import max_rate
+from wseplan.report.markdown import fmt_num
 from wseplan.report.study_serving_why import (all_in, capex_flips, capex_lines, cheapest_at, crossovers,
                                               list_price_finding)
 from wseplan.report.why import bisect, interval_text
@@ -170,3 +171,26 @@ def test_training_flip_text_when_no_target_meets_the_deadline(tmp_path):
     why = dict(res.why)
     assert "No target meets the deadline" in why["What would flip the ranking"]
     assert "One target" not in why["What would flip the ranking"] and "Only " not in why["What would flip the ranking"]
+
+
+def test_serving_points_carry_times_interval_and_the_report_uses_it():
+    """audit33d H1/H2: a serving point's throughput interval is `time --phase serve`'s for the same replica and load
+    (the same question, the same interval), and the report's headline interval on a cost per token comes from it,
+    inversely: never a zero-width band (a wafer headline printed '+-0%', $11.81 to $11.81)."""
+    from wseplan.plan import plan
+    from wseplan.report.why import interval_text
+
+    res = serve(CAT.models["llama-3.1-70b"], "h200x8", precision="fp8", input_tokens=2048, output_tokens=256,
+                concurrency=32, catalog=CAT, prices=PRICES)
+    p = res.points[0]
+    t = plan("llama-3.1-70b", "h200x8", phase="serve", precision="fp8", batch=32, context=2048, output_tokens=256,
+             catalog=CAT)
+    assert p.tokens_per_s == pytest.approx(t.tokens_per_s, rel=1e-9)
+    assert (p.interval_low, p.interval_high) == pytest.approx((t.interval_low, t.interval_high), rel=1e-9)
+    text = interval_text("x", 10.0, p.model_dump(), device_kind="gpu", cat=CAT, prefix="$")
+    lo, hi = 10.0 * p.tokens_per_s / p.interval_high, 10.0 * p.tokens_per_s / p.interval_low
+    assert f"between ${fmt_num(lo)} and ${fmt_num(hi)}" in text and lo < 10.0 < hi
+    # no record interval (a wafer): the category's asymmetric bounds, not a one-sided error applied as +-
+    bare = interval_text("y", 10.0, None, device_kind="wafer", cat=CAT, prefix="$")
+    low, high = (float(x.replace("$", "").replace(",", "")) for x in bare.rsplit("between ", 1)[1].rstrip(".").split(" and "))
+    assert low < high and "+-" not in bare

@@ -19,6 +19,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 from pydantic import ValidationError
 
 from .catalog.load import default_catalog_dir, read_yaml
@@ -259,3 +260,42 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
             lo, hi = (max(lo, roof), hi) if train else (lo, min(hi, roof))
             note += f"; its fast end held at {_roof_text(rec, f)}"
     return {"interval_metric": metric, "interval_low": lo, "interval_high": hi, "interval_note": note}
+
+
+def interval_columns(values, *, train: bool, device_kind: str, num_devices, params_b: float | None, hardware: str,
+                     software: str | None, mfu=None, floors=()) -> tuple:
+    """:func:`plan_interval` of many rows of one setup (a sweep's group), as arrays: ``(low, high)`` of the true
+    ``values`` (``step_s`` when ``train``, else ``tokens_per_s``), NaN where a value is missing; ``num_devices`` per row
+    (the envelope's device count), ``mfu`` per row (inference's roof) and ``floors`` (training: arrays of hard step
+    floors [s], the largest taken per row) as :func:`plan_interval` holds the fast end. The same numbers as the
+    row's plan record (one bounds lookup per distinct device count)."""
+    v = np.asarray(values, dtype=float)
+    n = np.broadcast_to(np.asarray(num_devices, dtype=float), v.shape)
+    lo_f, hi_f = np.full(v.shape, np.nan), np.full(v.shape, np.nan)
+    ok = np.isfinite(v) & (v > 0)
+    cat = category_for(device_kind, "train" if train else "serve")
+    for d in sorted(set(n[ok].tolist())):
+        b = speed_bounds(cat, params_b=params_b, devices=int(d), hardware=hardware, software=software)
+        if b is None:
+            return lo_f, hi_f
+        at = ok & (n == d)
+        lo_f[at], hi_f[at] = b[0], b[1]
+    if train:
+        lo, hi = v / hi_f, v / lo_f
+        fl = [np.asarray(f, dtype=float) for f in floors]
+        floor = np.fmax.reduce([np.where(np.isfinite(f) & (f > 0), f, np.nan) for f in fl]) if fl else np.full(v.shape, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            f = np.where(np.isfinite(floor), np.minimum(1.0, floor / v), np.nan)
+            if mfu is not None:  # no floor stated: MFU's roof (plan_interval's order)
+                m = np.asarray(mfu, dtype=float)
+                f = np.where(np.isfinite(floor), f, np.where((m > 0) & (m <= 1), m, np.nan))
+        roof = v * f
+        lo = np.where(np.isfinite(roof) & (lo < roof), roof, lo)
+    else:
+        lo, hi = v * lo_f, v * hi_f
+        if mfu is not None:
+            m = np.asarray(mfu, dtype=float)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                roof = np.where((m > 0) & (m <= 1), v / m, np.nan)
+            hi = np.where(np.isfinite(roof) & (hi > roof), roof, hi)
+    return lo, hi

@@ -247,6 +247,11 @@ class StreamResult(Frozen):
     bottleneck: str
     alternatives_step_s: dict[str, float] = {}
     notes: list[str] = []
+    #: as in :class:`PlanRecord` (``time --phase train`` of the same step, audit33d H2): the true ``step_s``'s interval
+    interval_metric: str | None = None
+    interval_low: float | None = None
+    interval_high: float | None = None
+    interval_note: str | None = None
 
     def to_row(self) -> dict:
         row = _flat(self.to_record())
@@ -321,6 +326,21 @@ class ServePoint(_Frozen):
     all_in_usd_per_mtok: float | None = None
     #: the plan record's notes at this point (speculation on or off and why, positions beyond the model's, datapath)
     notes: list[str] = []
+    #: interval of the true ``tokens_per_s`` at this point [tokens/s]: the plan record's (``wseplan time`` of the
+    #: replica at its slots, the same category, envelope and roof) as factors of the prediction (audit33d H2)
+    interval_low: float | None = None
+    interval_high: float | None = None
+    interval_note: str | None = None
+
+
+def point_interval(rec, tokens_per_s: float) -> dict:
+    """``interval_low``/``interval_high``/``interval_note`` of a serving point delivering ``tokens_per_s``: the plan
+    record ``rec``'s throughput interval as factors of its prediction (low / predicted, high / predicted) applied to the
+    point's throughput; empty where the record has none."""
+    lo, hi, v = rec.interval_low, rec.interval_high, rec.tokens_per_s
+    if rec.interval_metric != "tokens_per_s" or lo is None or hi is None or not v or not math.isfinite(tokens_per_s):
+        return {}
+    return {"interval_low": tokens_per_s * lo / v, "interval_high": tokens_per_s * hi / v, "interval_note": rec.interval_note}
 
 
 class ServeResult(_Frozen):

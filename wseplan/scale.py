@@ -87,7 +87,10 @@ def scaling_rows(model, target, catalog, *, precision: str, global_batch: int, c
                          tokens_per_s=r.tokens_per_s, per_system_batch=float(-(-global_batch // n)),
                          min_batch_compute_bound=st.get("min_batch_compute_bound"),
                          model_flop_utilization_frac=r.model_flop_utilization_frac, bottleneck=r.bottleneck,
-                         layout=layout_label(r.layout), binding=r.binding, max_tokens_on_wafer=st.get("max_tokens_on_wafer")))
+                         layout=layout_label(r.layout), binding=r.binding, max_tokens_on_wafer=st.get("max_tokens_on_wafer"),
+                         # the step's interval, as `time --phase train` gives it (audit33d H2)
+                         step_low_s=r.interval_low if r.interval_metric == "step_s" else None,
+                         step_high_s=r.interval_high if r.interval_metric == "step_s" else None))
     return rows
 
 
@@ -154,7 +157,7 @@ def scaling_frame(model, targets, catalog=None, *, precision: str = "bf16", glob
     out = pd.concat(frames, ignore_index=True)
     cols = ["target", "num_systems", "num_devices", "fits", "step_s", "tokens_per_s", "efficiency_frac",
             "per_system_batch", "min_batch_compute_bound", "model_flop_utilization_frac", "bottleneck", "layout",
-            "efficiency_baseline_systems"]
+            "efficiency_baseline_systems", "step_low_s", "step_high_s"]
     out = out[cols]
     out.attrs.update(model=getattr(model, "name", str(model)), global_batch=global_batch, context=context,
                      precision=precision, notes=notes)

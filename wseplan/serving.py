@@ -36,7 +36,7 @@ from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for, pins_capex, unpriced
 from .errors import InputError
-from .records import (ServePoint, ServeResult, _Frozen, _worst_ratio, all_in_usd_per_mtok,  # noqa: F401 (the API)
+from .records import (ServePoint, ServeResult, _Frozen, _worst_ratio, all_in_usd_per_mtok, point_interval,  # noqa: F401 (the API)
                       occupancy, pareto_frontier, tpot_for_limit)
 from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
 from .serve_refine import refine
@@ -158,7 +158,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             accepted_tokens_per_step=float(acc[i]),
             bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
             output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in,
-            notes=_running_notes(s, rec.notes, run, int(i)) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
+            **point_interval(rec, float(lam[i] * R[i] * output_tokens)), notes=_running_notes(s, rec.notes, run, int(i)) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
 

@@ -87,7 +87,8 @@ def stream_view(r: PlanRecord):
                         feasible_compute_bound=st["feasible_compute_bound"], spill_bytes=f["spill_bytes"],
                         stream_floor_s=t("stream_floor_s"), compute_floor_s=t("compute_floor_s"),
                         bottleneck=r.bottleneck or ("memoryx_capacity" if r.binding == "memoryx" else "sram"),
-                        alternatives_step_s=alt, notes=r.notes)
+                        alternatives_step_s=alt, notes=r.notes, interval_metric=r.interval_metric,
+                        interval_low=r.interval_low, interval_high=r.interval_high, interval_note=r.interval_note)
 
 
 def stream(model, target, *, precision: str = "bf16", batch: int | None = None, context: int | None = None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from ..claims import validated_errors
+from ..model_error import speed_bounds
 from .markdown import fmt_num
 
 #: the validated error bands of the bundled validation set, per catalog object (computed once: ~1 s)
@@ -51,10 +52,14 @@ def interval_text(what: str, value: float | None, record: dict | None, *, device
                   inverse: bool = True, unit: str = "", prefix: str = "", source: str = "") -> str:
     """The prediction interval on a headline ``value`` (e.g. $/M tokens of the chosen point).
 
-    A record with ``interval_low``/``interval_high`` gives its own; otherwise the time model's validated error
-    ``e`` is applied to the throughput: a cost per token (``inverse``) then lies between ``value / (1 + e)`` and
-    ``value / (1 - e)``, a speed or a time between ``value (1 - e)`` and ``value (1 + e)``. Values are written
-    ``{prefix}{value}{unit}`` (``$0.645/M output tokens``); ``source`` says where a record's interval comes from.
+    A record with ``interval_low``/``interval_high`` gives its own: on ``value`` itself, or, for a serving point whose
+    interval is on its ``tokens_per_s`` (``interval_metric`` absent or ``tokens_per_s``) and a cost per token
+    (``inverse``), the cost at the interval's ends (cost x tokens/s / each end: a faster truth is cheaper).
+    Otherwise the time model's cross-validated speed bounds of the category (:func:`wseplan.model_error.speed_bounds`,
+    true / predicted speed in ``[lo, hi]``, asymmetric) apply: a cost per token lies between ``value / hi`` and
+    ``value / lo``, a speed between ``value lo`` and ``value hi`` (audit33d H1: a one-sided error applied as +-e gave
+    a wafer headline a zero-width interval). Values are written ``{prefix}{value}{unit}`` (``$0.645/M output
+    tokens``); ``source`` says where a record's interval comes from.
     """
 
     def q(v: float) -> str:
@@ -64,19 +69,24 @@ def interval_text(what: str, value: float | None, record: dict | None, *, device
         return f"{what}: no value to bound."
     rec = record or {}
     lo, hi = rec.get("interval_low"), rec.get("interval_high")
+    tps = rec.get("tokens_per_s")
+    if lo is not None and hi is not None and inverse and rec.get("interval_metric", "tokens_per_s") == "tokens_per_s" \
+            and tps and lo > 0:
+        return (f"{what} {q(value)}: the model's prediction interval on the point's throughput "
+                f"({fmt_num(lo)} to {fmt_num(hi)} tokens/s against {fmt_num(tps)} predicted; "
+                f"{rec.get('interval_note') or 'held-out errors'}) puts it between {q(value * tps / hi)} and "
+                f"{q(value * tps / lo)}{f' ({source})' if source else ''}.")
     if lo is not None and hi is not None:
         return f"{what} {q(value)}: the model's prediction interval is {q(lo)} to {q(hi)}{f' ({source})' if source else ''}."
-    band = validated_band(cat, device_kind, kind)
-    if band is None:
+    b = speed_bounds(f"{'wse' if device_kind == 'wafer' else 'gpu'}-{kind}")
+    if b is None:
         return (f"{what} {q(value)}: the records carry no prediction interval and no "
                 f"{device_kind} {kind} predictions are validated; treat it as unbounded by measurement.")
-    e, src = band
-    if inverse:
-        low, high = value / (1 + e), (value / (1 - e) if e < 1 else math.inf)
-    else:
-        low, high = value * max(0.0, 1 - e), value * (1 + e)
-    return (f"{what} {q(value)}: no interval is attached to the records, so the time model's held-out error is "
-            f"applied: +-{fmt_num(100 * e)}% on throughput ({src}) puts it between {q(low)} and {q(high)}.")
+    s_lo, s_hi, note = b
+    low, high = (value / s_hi, value / s_lo) if inverse else (value * s_lo, value * s_hi)
+    return (f"{what} {q(value)}: no interval is attached to the records, so the time model's held-out error applies "
+            f"(the true speed {fmt_num(s_lo)}x to {fmt_num(s_hi)}x the predicted; {note}): between {q(low)} and "
+            f"{q(high)}.")
 
 
 def render(findings: list[tuple[str, str]]) -> list[str]:

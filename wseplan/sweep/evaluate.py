@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..catalog.software import calibrated_name
+from ..model_error import interval_columns
 from ..pricing import cost_columns, num_systems
 from ..plan import evaluate, setup
+from ..workload import total_params
 from .plan import Group
 from .schema import BOTTLENECKS  # noqa: F401  (codes of the bottleneck column)
 
@@ -93,6 +96,13 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
                input_usd_per_mtok=col("input_usd_per_mtok") if g.phase != "train" else nan,
                output_usd_per_mtok=col("output_usd_per_mtok") if g.phase not in ("train", "prefill") else nan,
                usd_per_run=col("usd_per_run"), energy_j_per_token=col(pick[1]))
+    q, train = s.query, g.phase == "train"
+    # the headline's interval, as the row's plan record gives it (audit33d H2: sweep rows had none)
+    res["interval_low"], res["interval_high"] = interval_columns(
+        arr["step_s" if train else "tokens_per_s"], train=train, device_kind=q.target.kind, num_devices=arr["num_devices"],
+        params_b=total_params(q.model) / 1e9, hardware=q.target.key, software=calibrated_name(q.software),
+        mfu=arr.get("model_flop_utilization_frac"),
+        floors=[arr[k] for k in ("time.compute_floor_s", "fit.stream_floor_s") if k in arr] if train else ())
     for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage", "vpp"):
         if k in arr:
             cfg[k] = arr[k]
@@ -114,7 +124,8 @@ def _columns(g: Group, cfg: dict, res: dict) -> dict:
         out["recompute"] = np.full(n, -1.0)
     for k in ("num_devices", "num_systems", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
               "tokens_per_s", "tokens_per_s_per_user", "bottleneck", "usd_per_hour", "usd_per_busy_hour", "usd_per_mtok",
-              "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token"):
+              "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token", "interval_low",
+              "interval_high"):
         v = res.get(k)
         out[k] = nan if v is None else np.broadcast_to(np.asarray(v), (n,))
     out["_group"] = g.index

@@ -36,7 +36,8 @@ COLUMNS = ("model", "target", "hardware", "device_kind", "precision", "phase", "
            "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "recompute", "zero_stage",
            "virtual_pipeline", "num_devices", "num_systems", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
            "tokens_per_s", "tokens_per_s_per_user", "bottleneck", "usd_per_hour", "usd_per_busy_hour", "usd_per_mtok",
-           "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token")
+           "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token", "interval_low",
+           "interval_high")
 INT_COLUMNS = ("batch", "context", "num_devices", "num_systems")
 NULLABLE_INT = ("output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "zero_stage",
                 "virtual_pipeline")
