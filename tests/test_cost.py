@@ -77,7 +77,9 @@ def test_h100_cluster_serving_and_rental_hand_check(cat, prices):
     params = C.cost_params(prices, cat, t)
     p = C.nominal(params)
     assert p["peak_power_w"] == cat.gpus["h100-sxm"].node_power_w.si == 10.2e3
-    assert p["cloud_usd_per_device_hour"] == 3.49
+    # prices-2026-11 hardware.h100-sxm.cloud_usd_per_device_hour: Lambda H100 on-demand $2.99/GPU-h (March 2026,
+    # costnimbus-gpu-pricing-2026; was Lambda's $3.49 of 2024-01, epoch-cloud-prices)
+    assert p["cloud_usd_per_device_hour"] == 2.99
     times = C.TimeInputs(phase="serve", num_devices=16, num_systems=2, prefill_s=0.3, prompt_tokens=32 * 1024,
                          decode_step_s=0.025, output_tokens_per_step=32)
     res = C.cost_from_times(params, times, model="m", target="h100-sxmx16", hardware="h100-sxm", price_key="h100-sxm",
@@ -86,7 +88,7 @@ def test_h100_cluster_serving_and_rental_hand_check(cat, prices):
     assert res.metric("total_usd_per_year") == pytest.approx(per_year, rel=1e-9)
     assert res.metric("usd_per_device_hour") == pytest.approx(per_year / H / 16, rel=1e-9)
     assert res.metric("output_usd_per_mtok") == pytest.approx(busy_hour / 3600 * 0.025 / 32 * 1e6, rel=1e-9)
-    rent = 3.49 * 16
+    rent = 2.99 * 16  # $2.99 per GPU-hour x 16 GPUs
     assert res.metric("rental_usd_per_hour") == pytest.approx(rent, rel=1e-9)
     assert res.metric("rental_output_usd_per_mtok") == pytest.approx(rent / 3600 * 0.025 / 32 * 1e6, rel=1e-9)
     assert res.metric("rental_input_usd_per_mtok") == pytest.approx(rent / 3600 * 0.3 / (32 * 1024) * 1e6, rel=1e-9)
@@ -329,7 +331,8 @@ def test_cost_train_default_tokens(cat):
     res = costing.cost("gpt-3-175b", "h100-sxmx256", phase="train", batch=1024, context=2048, catalog=cat)
     m = cat.models["gpt-3-175b"]
     assert res.times.train_tokens == pytest.approx(20 * total_params(m), rel=1e-12)
-    assert res.metric("rental_usd_per_run") == pytest.approx(3.49 * 256 * res.metric("run_s") / 3600, rel=1e-9)
+    # rental: $2.99 per H100 GPU-hour (prices-2026-11) x 256 GPUs x the run time
+    assert res.metric("rental_usd_per_run") == pytest.approx(2.99 * 256 * res.metric("run_s") / 3600, rel=1e-9)
 
 
 def test_cli_cost_json_and_overrides(capsys):
@@ -657,3 +660,57 @@ def test_a_set_capex_prices_hardware_the_catalogs_leave_unpriced(cat):
     s = serve("llama-3-8b", "tpu-v5px4", catalog=cat)
     assert s.fits and s.chosen.tokens_per_s > 0 and s.chosen.all_in_usd_per_mtok is None
     assert any("tpu-v5p has no price" in n for n in s.notes)
+
+
+def test_rental_all_in_is_the_rented_hour_over_the_tokens_delivered(cat):
+    """audit33a M1: renting the same GPUs is priced all in as owning is: the rented devices' hour over the output tokens
+    the deployment delivers (rental_usd_per_hour / 3600 / output tokens/s x 1e6). Owned all in is the busy hour over the
+    same tokens, so the two are in the ratio of rental $/h to the owned busy $/h; a note says the rental is paid only
+    while busy."""
+    from wseplan.costing import cost
+
+    res = cost("llama-3.1-70b", "h100-sxmx8", phase="serve", batch=32, context=2048, output_tokens=256, catalog=cat)
+    m = {x.metric: x.value for x in res.metrics}
+    rent_h = m["rental_usd_per_hour"]
+    assert rent_h == pytest.approx(8 * C.nominal(C.cost_params(C.load_prices(catalog=cat), cat,
+                                                               parse_target("h100-sxmx8", cat)))[
+        "cloud_usd_per_device_hour"], rel=1e-12)
+    assert m["rental_all_in_usd_per_mtok"] == pytest.approx(m["all_in_usd_per_mtok"] * rent_h / m["usd_per_busy_hour"],
+                                                            rel=1e-9)
+    assert any(n.startswith("rental $/M: the same devices rented on demand") for n in res.notes)
+    # no rental price for wafers: no rental figure and no note
+    w = cost("llama-3.1-70b", "cs3x4", phase="serve", batch=8, context=2048, output_tokens=256, catalog=cat)
+    assert not any(x.metric.startswith("rental") for x in w.metrics) and not any(n.startswith("rental") for n in w.notes)
+
+
+def test_every_price_says_what_its_tco_leaves_out(cat):
+    """audit33a M5: `cost` states the TCO's scope (amortisation years and cost of capital from the prices catalog, and
+    what is not in it); `compare` says it once for all its rows."""
+    from wseplan.compare import compare
+    from wseplan.costing import cost
+
+    site = C.load_prices(catalog=cat).site
+    res = cost("llama-3.1-70b", "cs3x4", phase="serve", batch=8, context=2048, output_tokens=256, catalog=cat)
+    (note,) = [n for n in res.notes if n.startswith("TCO: ")]
+    assert f"over {site.amortization_years.si:g} years at a {site.cost_of_capital_frac_per_year.si:.0%} cost" in note
+    assert "leaves out staff, software licences" in note
+    fin = cost("llama-3.1-70b", "cs3x4", phase="serve", batch=8, context=2048, output_tokens=256, catalog=cat,
+               overrides={"cost_of_capital_frac_per_year": 0.08, "amortization_years": 5})
+    assert any(n.startswith("TCO: hardware capex over 5 years at a 8% cost of capital, maintenance") for n in fin.notes)
+    cmp = compare("llama-3.1-70b", ["h100-sxmx8", "cs3x4"], phase="serve", batch=8, context=2048, output_tokens=256,
+                  catalog=cat)
+    assert [n for n in cmp.notes if n.startswith("TCO: ")] == [note]
+    assert not any(n.startswith("TCO: ") for r in cmp.rows for n in r.notes)
+
+
+
+@pytest.mark.parametrize("override", [{"h100-sxm.capex_usd": 0.0}, {"capex_usd": 0.0}, {"train_tokens_per_param": 0.0}])
+def test_a_zero_price_or_a_run_of_no_tokens_is_refused(cat, override):
+    """audit33a L3: hardware is never priced at $0 (docs/cli-output.md) and a run trains tokens: --set of a zero capex
+    or tokens per parameter is refused with the input's name, as --train-tokens 0 is."""
+    from wseplan.costing import cost
+    from wseplan.errors import InputError
+
+    name = next(iter(override)).split(".")[-1]
+    with pytest.raises(InputError, match=f"{name} must be positive"):
+        cost("llama-3.1-8b", "h100-sxmx8", phase="train", batch=64, context=2048, overrides=override, catalog=cat)

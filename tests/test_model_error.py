@@ -127,7 +127,9 @@ def test_no_interval_end_runs_the_model_above_the_compute_roof():
     # executed take 5.0 s at the peak (review28 #3)
     long = plan("llama-3-8b", "cs3", phase="train", batch=4, context=131072)
     assert long.interval_low >= long.details["floors"]["compute_s"] * (1 - 1e-12)
-    assert long.interval_low < 0.7 * long.step_s * long.model_flop_utilization_frac  # not held at MFU's roof
+    # not held at MFU's roof (audit33d M4 narrowed the borrowed category's widening: the interval no longer reaches
+    # either roof here; the next test holds one at its floor)
+    assert long.interval_low != pytest.approx(long.step_s * long.model_flop_utilization_frac, rel=1e-9)
     c = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
     f = next(p for p in c.params if p.name == "model_time_factor")
     # the cost samples the 5th-95th percentile band (wider than the record's 80% interval), held at the same floors

@@ -229,8 +229,11 @@ def test_a_counted_serving_target_is_the_fleets_replica(tmp_path, catalog):
         assert all(a.devices_per_replica == n for a in alone.allocations)
         assert plan.total_usd_per_year <= alone.total_usd_per_year * (1 + 1e-12)
     answer = run_study(f, catalog=catalog).answer
-    # b200x2 splits into replicas of one B200 (70B fp8 fits one), as `serve --target b200x2` chooses
-    assert "23 x b200" in answer and "replicas of 1 " in answer and "P10-P90 $" not in answer  # no band without a MC
+    # b200x2's fleet runs replicas of its count or of its divisors (70B fp8 fits one B200): which is cheaper at the
+    # demand depends on the calibration (2026-12-05: mostly TP2)
+    import re
+
+    assert "23 x b200" in answer and re.search(r"replicas of [12] ", answer) and "P10-P90 $" not in answer  # no MC
 
 
 def test_a_training_report_says_whose_run_times_count_interruptions(regenerated):
@@ -302,13 +305,16 @@ def test_a_cheaper_mix_is_not_called_the_single_target_fleet(tmp_path, catalog):
 
     study = dict(name="s", title="t", kind="serving", question="q", model="deepseek-v3", precision="fp8",
                  targets=["b200x8", "mi300xx8"], cost={"uncertainty": 0},
-                 serving=dict(prompt_tokens=32768, output_tokens=1024, demand_tokens_per_s=20000,
+                 # a demand whose whole b200 replicas leave a remainder an mi300 replica carries for less (the mix
+                 # depends on the replicas' capacities: 23,000 tokens/s with the 2026-12-05 calibration)
+                 serving=dict(prompt_tokens=32768, output_tokens=1024, demand_tokens_per_s=23000,
                               min_tokens_per_s_per_user=20, ttft_limit_s=10.0, batches=[32, 128]))
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump(study))
     res = run_study(f, catalog=catalog)
     fleet = next(t for t in res.tables if t.name == "fleet")
     rows = {r["menu"]: r["plan_usd_per_year"] for r in fleet.rows if r.get("plan_usd_per_year")}
+    assert "all targets" in rows, rows  # the demand must make the mix cheaper for this test to test anything
     assert rows["all targets"] < min(v for k, v in rows.items() if k != "all targets")
     assert "the cheapest single-target fleet is" in res.answer and "(the cheapest fleet:" in res.answer
 

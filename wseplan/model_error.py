@@ -155,20 +155,23 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
     lo_q, hi_q = _level_keys(level)
     cat = f.categories.get(category)
     notes = []
+    borrowed = None
     if cat is None:  # no validated rows: the widest category, widened once more
-        cat = max(f.categories.values(), key=lambda c: c.quantiles[hi_q] - c.quantiles[lo_q])
-        notes.append(f"no validated {category} rows: the widest category's errors")
+        borrowed, cat = max(f.categories.items(), key=lambda kc: kc[1].quantiles[hi_q] - kc[1].quantiles[lo_q])
+        notes.append(f"no validated {category} rows: the widest category's errors ({borrowed})")
         outside = ["category"]
     else:
         outside = []
     env = cat.envelope
-    if params_b is not None and not env.params_b[0] * 0.999 <= params_b <= env.params_b[1] * 1.001:
+    # a borrowed category's envelope says nothing of this question's sizes, hardware or software (audit33d M4: one
+    # or four wafers were widened more than sixteen, against GPU rows' device counts): its one widening stands
+    if borrowed is None and params_b is not None and not env.params_b[0] * 0.999 <= params_b <= env.params_b[1] * 1.001:
         outside.append(f"model {params_b:,.3g}B outside {env.params_b[0]:,.3g}-{env.params_b[1]:,.3g}B")
-    if devices is not None and not env.devices[0] <= devices <= env.devices[1]:
-        outside.append(f"{devices:,} devices outside {env.devices[0]:,}-{env.devices[1]:,}")
-    if hardware is not None and hardware not in env.hardware:
+    if borrowed is None and devices is not None and not env.devices[0] <= devices <= env.devices[1]:
+        outside.append(f"{devices:,} device{'s' if devices != 1 else ''} outside {env.devices[0]:,}-{env.devices[1]:,}")
+    if borrowed is None and hardware is not None and hardware not in env.hardware:
         outside.append(f"hardware {hardware} not validated")
-    if software is not None and env.software and software not in env.software:
+    if borrowed is None and software is not None and env.software and software not in env.software:
         outside.append(f"software {software} not validated (validated: {', '.join(env.software)})")
     factor, spread = widening()
     software_out = any(o.startswith("software ") for o in outside)
@@ -181,13 +184,18 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
     if weak:  # no validated rows: the interval spans at least every weak published row of the category
         q_lo, q_hi = min(q_lo, min(weak.values())), max(q_hi, max(weak.values()))
         notes.append(f"spanning the category's {len(weak)} weak published row{'s' if len(weak) > 1 else ''}")
-    note = f"{level:.0%} interval from the held-out errors of {category if 'category' not in outside else 'all'} " \
+    note = f"{level:.0%} interval from the held-out errors of {category if borrowed is None else borrowed} " \
            f"predictions ({cat.rows} rows)"
     extra = [o for o in outside if o != "category"]
     if extra or notes:
         note += "; widened x" + f"{widen:.3g}" + (f" and by one software release ({spread:g}x across "
                                                     f"the interval)" if software_out else "") \
             + " (" + "; ".join(notes + extra) + ")"
+    if q_lo > 0.0 or q_hi < 0.0:  # every held-out error of one sign (audit33d M2): the estimate lies outside its interval
+        med = cat.quantiles.get("p50")
+        note += (f"; the prediction lies outside its own interval: held out, this category's predictions run "
+                 f"{'fast' if q_lo > 0.0 else 'slow'}" + (f" (median {abs(math.expm1(med)):.0%})" if med is not None else "")
+                 + ", so the truth is likelier within the interval than at the estimate")
     # residual r = log(predicted speed / true speed): true / predicted = exp(-r)
     return math.exp(-q_hi), math.exp(-q_lo), note
 
@@ -260,6 +268,16 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
             lo, hi = (max(lo, roof), hi) if train else (lo, min(hi, roof))
             note += f"; its fast end held at {_roof_text(rec, f)}"
     return {"interval_metric": metric, "interval_low": lo, "interval_high": hi, "interval_note": note}
+
+
+def engine_devices(phase: str, num_devices, num_replicas):
+    """The devices the envelope's device count is compared with: a training job's every device; in inference one
+    engine's (``num_devices / num_replicas``, at least 1): independent replicas add no model error (audit33d M6).
+    Scalars or arrays."""
+    if phase == "train":
+        return num_devices
+    per = np.maximum(np.asarray(num_devices, dtype=float) / np.maximum(np.asarray(num_replicas, dtype=float), 1.0), 1.0)
+    return int(round(float(per))) if np.ndim(per) == 0 else np.round(per)
 
 
 def interval_columns(values, *, train: bool, device_kind: str, num_devices, params_b: float | None, hardware: str,
