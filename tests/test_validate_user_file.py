@@ -85,3 +85,22 @@ def test_a_malformed_user_file_is_refused_before_the_bands_are_computed(tmp_path
     assert main(["validate", str(p)]) == 2
     err = capsys.readouterr().err
     assert "U2" in err and "not a finite number" in err and err.count("\n") == 1
+
+
+def test_csv_and_tables_say_which_rows_are_defaulted(tmp_path, capsys):
+    """audit33d L1: a row whose empty inputs a documented default filled says so in csv and the tables too (only json
+    did), with its quality: U2 leaves input_len empty (the ttft metric's prompt default fills it)."""
+    import csv
+    import io
+
+    p = write(tmp_path, ROW.format(value=150, unit="ms", quality="strong")
+              + ROW.format(value=150, unit="ms", quality="weak").replace("U1,", "U2,").replace(",2048,", ",,"))
+    (j1, j2) = validate_file(p, CAT)
+    assert main(["validate", str(p), "-f", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["id"] for r in rows] == ["U1", "U2"]
+    assert (rows[0]["quality"], rows[1]["quality"]) == ("strong", "weak")
+    assert rows[0]["defaulted"] == ";".join(j1["defaulted"] or []) and rows[1]["defaulted"] == ";".join(j2["defaulted"])
+    assert "input_len" in rows[1]["defaulted"].split(";")
+    assert main(["validate", str(p), "-f", "md"]) == 0
+    assert "defaulted" in capsys.readouterr().out

@@ -182,7 +182,8 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
     q_lo, q_hi = mid + (q_lo - mid) * widen - add, mid + (q_hi - mid) * widen + add
     weak = f.unvalidated.get(category) if "category" in outside else None
     if weak:  # no validated rows: the interval spans at least every weak published row of the category
-        q_lo, q_hi = min(q_lo, min(weak.values())), max(q_hi, max(weak.values()))
+        # (the stored residuals are rounded to 5 decimals: a margin of that size keeps the rows inside, audit33d L3)
+        q_lo, q_hi = min(q_lo, min(weak.values()) - 1e-5), max(q_hi, max(weak.values()) + 1e-5)
         notes.append(f"spanning the category's {len(weak)} weak published row{'s' if len(weak) > 1 else ''}")
     note = f"{level:.0%} interval from the held-out errors of {category if borrowed is None else borrowed} " \
            f"predictions ({cat.rows} rows)"

@@ -24,6 +24,14 @@ from .options import loaded_catalog
 from .output import Rendered, Section, check_format, emit, render
 
 CV_COLUMNS = ("held_out_predicted", "held_out_rel_error")
+#: per-row columns the csv and tables add after the others (json has them in every record): the row's quality and the
+#: inputs a documented default filled, ';'-joined (audit33d L1: only json told a defaulted row's error from another)
+ROW_COLUMNS = ("quality", "defaulted")
+
+
+def _flat(r: dict) -> dict:
+    """A record for csv and tables: ``defaulted`` (a list) joined with ';'."""
+    return {**r, "defaulted": ";".join(r.get("defaulted") or [])}
 
 MAX_TABLE_ROWS = 1_000
 """Most rows the human formats (table, md) list one by one when a file is streamed; a longer file shows the
@@ -45,7 +53,8 @@ def validate_cmd(
     strong and medium rows of that category in the bundled validation set. A row whose empty inputs a documented
     default filled names them in `defaulted`.
     csv: one row per case with id, category, metric, unit, measured, predicted, rel_error, status, reason,
-    tolerance_frac (and held_out_predicted, held_out_rel_error with --cv source). table/md add the median |rel_error|
+    tolerance_frac (and held_out_predicted, held_out_rel_error with --cv source), quality and defaulted
+    (';'-joined). table/md add the median |rel_error|
     per category (strong+medium counted, weak apart); with --cv source the held-out medians and the coverage.
     Files other than the bundled one are streamed without --cv (bounded memory; rows whose inputs repeat reuse the
     prediction); above 1,000 rows table/md then show only the per-category summary (csv and json list every row).
@@ -84,11 +93,11 @@ def validate_cmd(
         sections.append(Section(f"In-sample and held-out (leave one source out) median |rel_error|, strong+medium rows "
                                 f"({ho['seconds']:.0f} s)", cv_sum))
     if fmt == "csv":
-        emit(F.to_csv(recs, columns=columns))
+        emit(F.to_csv([_flat(r) for r in recs], columns=columns + list(ROW_COLUMNS)))
         return
     title = f"validation: {path}"
     render(Rendered(record=record, csv_rows=recs, heading=f"Validation: {path}",
-                    sections=[Section(title, recs, columns=columns + ["quality"]),
+                    sections=[Section(title, [_flat(r) for r in recs], columns=columns + list(ROW_COLUMNS)),
                               Section("Median |rel_error| per category (strong+medium counted; weak apart)", summary)]
                     + sections),
            fmt)
@@ -116,7 +125,7 @@ def _write(path: str, records, summary, fmt: str) -> int:
 
     counted = _Counted(records, summary)
     if fmt == "csv":
-        _stream_csv(counted, list(OUTPUT_COLUMNS))
+        _stream_csv(counted, list(OUTPUT_COLUMNS) + list(ROW_COLUMNS))
     elif fmt == "json":
         _stream_json(path, counted, summary)
     else:
@@ -125,7 +134,7 @@ def _write(path: str, records, summary, fmt: str) -> int:
         sections = [Section("Median |rel_error| per category (strong+medium counted; weak apart)", summary.rows())]
         notes = []
         if counted.n <= MAX_TABLE_ROWS:
-            sections.insert(0, Section(title, kept, columns=list(OUTPUT_COLUMNS) + ["quality"]))
+            sections.insert(0, Section(title, [_flat(r) for r in kept], columns=list(OUTPUT_COLUMNS) + list(ROW_COLUMNS)))
         else:
             sections[0].title = f"{title}: {counted.n:,} rows; median |rel_error| per category (strong+medium " \
                                 "counted; weak apart)"
@@ -153,6 +162,7 @@ def _stream_csv(records, columns: list[str]) -> None:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(columns)
     for r in records:
+        r = _flat(r)
         w.writerow([_csv_cell(r.get(c)) for c in columns])
     out.flush()
 
