@@ -167,7 +167,7 @@ def test_cli_csv_streams_every_row(tmp_path, capsys):
     assert main(["validate", str(path), "-f", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == 80 and rows[0]["id"].endswith("-0") and rows[-1]["id"].endswith("-1")
-    assert list(rows[0]) == list(V.OUTPUT_COLUMNS)
+    assert list(rows[0]) == list(V.OUTPUT_COLUMNS) + ["quality", "defaulted"]  # audit33d L1
 
 
 def test_cli_table_of_a_long_file_shows_the_summary(tmp_path, capsys, monkeypatch):
