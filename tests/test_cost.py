@@ -714,3 +714,21 @@ def test_a_zero_price_or_a_run_of_no_tokens_is_refused(cat, override):
     name = next(iter(override)).split(".")[-1]
     with pytest.raises(InputError, match=f"{name} must be positive"):
         cost("llama-3.1-8b", "h100-sxmx8", phase="train", batch=64, context=2048, overrides=override, catalog=cat)
+
+
+@pytest.mark.parametrize("target, kw", [("cs3x4", {}), ("h100x128", {"layout": {"tp": 8, "pp": 1}})])
+def test_the_cost_model_error_and_the_interval_judge_one_envelope(cat, target, kw):
+    """review33 H1 (audit33d M6): the cost's model-error factor and the interval printed in the same record compare one
+    engine's devices with the validated envelope (replicas of a 1-wafer engine, 16 replicas of TP8): the same widening,
+    named alike, and neither counts the whole target's devices."""
+    from wseplan.costing import cost
+
+    res = cost("llama-3.1-8b", target, phase="decode", batch=16, context=2048, catalog=cat, **kw)
+    mt = next(p for p in res.params if p.name == "model_time_factor")
+    note = res.plan["interval_note"]
+
+    def widened(text):
+        return text.split("widened x", 1)[1].split(" ", 1)[0] if "widened x" in text else None
+
+    assert widened(mt.note) == widened(note)
+    assert "devices outside" not in mt.note and "devices outside" not in note

@@ -401,3 +401,18 @@ def test_a_time_limit_with_nothing_found_does_not_say_best_found():
     r = _run("highs", "highs", status="time_limit", solve_s=0.1, reason="raise the time limit", found=False)
     assert r.status_detail == "time limit, nothing found: raise the time limit"
     assert status_detail("time_limit", 0.05) == "time limit, best found, gap 5%"
+
+
+def test_an_infeasible_placement_reports_the_devices_asked_for_under_either_objective(capsys):
+    """audit33c L5: Llama-3.1-405B does not fit 4 CS-3 (bf16): the record's num_devices was 4 under the latency
+    objective and 0 under the devices one; it is the count asked for under both."""
+    import json
+
+    from wseplan.cli import main
+
+    got = []
+    for objective in ("latency", "devices"):
+        main(["place", "llama-3.1-405b", "--target", "cs3x4", "--objective", objective, "-f", "json"])
+        rec = json.loads(capsys.readouterr().out)
+        got.append((rec["status"], rec["num_devices"]))
+    assert got == [("infeasible", 4), ("infeasible", 4)]

@@ -194,3 +194,19 @@ def test_serving_points_carry_times_interval_and_the_report_uses_it():
     bare = interval_text("y", 10.0, None, device_kind="wafer", cat=CAT, prefix="$")
     low, high = (float(x.replace("$", "").replace(",", "")) for x in bare.rsplit("between ", 1)[1].rstrip(".").split(" and "))
     assert low < high and "+-" not in bare
+
+
+def test_the_reports_fallback_interval_is_the_questions_envelope():
+    """review33 M4: without a record's interval (a server study's highest rate) the report widens the category's band
+    for the question's model size, engine, hardware, software and format as `wseplan time` does: its slow end equals
+    time's for the same serving question (the fast end may differ where time holds it at the compute roof)."""
+    from wseplan.plan import plan
+    from wseplan.report.why import envelope_of, interval_text
+
+    t = plan("llama-3.1-70b", "cs3x4", phase="serve", batch=8, context=2048, output_tokens=256, catalog=CAT)
+    env = envelope_of("llama-3.1-70b", "cs3x4", phase="serve", precision="bf16", software=None, catalog=CAT,
+                      devices=t.num_devices // t.num_replicas)
+    text = interval_text("x", 1000.0, None, device_kind="wafer", cat=CAT, inverse=False, envelope=env)
+    assert f"between {fmt_num(1000.0 * t.interval_low / t.tokens_per_s)} and" in text
+    bare = interval_text("x", 1000.0, None, device_kind="wafer", cat=CAT, inverse=False)
+    assert "widened" in text and "widened" not in bare

@@ -27,7 +27,7 @@ from .analytic.cost.params import price_key_of
 from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
-from .model_error import category_for, roof_time_factor, time_factor_range
+from .model_error import category_for, engine_devices, roof_time_factor, time_factor_range
 from .timing import require_time_model
 from .plan import Setup, check_given_layout, default_sizes, evaluate, fit_fix, floor_s, floor_text, normalise_phase, record, setup
 from .targets import parse_target
@@ -171,7 +171,10 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
     q = s.query
     b = time_factor_range(category_for(q.target.kind, q.phase), params_b=total_params(q.model) / 1e9
                           if hasattr(q.model, "num_layers") else None,
-                          devices=rec.num_devices, hardware=q.target.key, software=calibrated_name(q.software))
+                          devices=engine_devices(q.phase, rec.num_devices, rec.num_replicas, *(
+                              (rec.layout or {}).get(k) for k in ("tensor_parallel", "pipeline_parallel"))),
+                          hardware=q.target.key,
+                          software=calibrated_name(q.software), precision=q.precision)
     if b is None:
         return None
     lo, hi, note = b
@@ -241,7 +244,8 @@ def price_record(s: Setup, arr: dict, rec, prices, *, overrides=None, train_toke
             "time; all-in $/M carries the replica's whole cost, prompts included)"]})
     if phase == "serve":
         res = _split_note(res, c, o)
-        if any(m.metric == "rental_all_in_usd_per_mtok" for m in res.metrics):  # (audit33a M1)
+    if phase in ("serve", "decode"):
+        if any(m.metric == "rental_all_in_usd_per_mtok" for m in res.metrics):  # (audit33a M1; review33 L5: decode)
             res = res.model_copy(update={"notes": list(res.notes) + [
                 "rental $/M: the same devices rented on demand at the prices catalog's cloud_usd_per_device_hour and "
                 "paid only while busy; the owned $/M pay every hour of the year (utilization_frac "
@@ -308,10 +312,18 @@ def request_list_price(all_in_usd_per_mtok: float, prompt_tokens: int, output_to
     src = ", ".join(dict.fromkeys([*sp.output_usd_per_mtok.source_ids, *sp.input_usd_per_mtok.source_ids]))
     off = not 1.0 / LIST_PRICE_FACTOR <= ratio <= LIST_PRICE_FACTOR
     return ratio, (f"list price: a request of {prompt_tokens:,} prompt and {output_tokens:,} answer tokens costs "
-                   f"${all_in_usd_per_mtok:.4g} per million output tokens all-in here, "
-                   f"{(ratio if ratio >= 1 else 1 / ratio):.3g}x {'above' if ratio >= 1 else 'below'} the ${bill:.4g} "
+                   f"${_plain(all_in_usd_per_mtok, 4)} per million output tokens all-in here, "
+                   f"{_plain(ratio if ratio >= 1 else 1 / ratio, 3)}x {'above' if ratio >= 1 else 'below'} the "
+                   f"${_plain(bill, 4)} "
                    f"the vendor's list prices charge for it (service_prices.{key}, {src})"
                    + (f", more than {LIST_PRICE_FACTOR:g}x off." if off else "."))
+
+
+def _plain(v: float, sig: int) -> str:
+    """``v`` to ``sig`` significant digits without an exponent (``2,780``, ``5.4``; review33 L7: ``2.78e+03``)."""
+    if abs(v) >= 10 ** (sig - 1):
+        return f"{v:,.0f}"
+    return f"{v:.{sig}g}"
 
 
 def list_price_notes(model, target, computed: dict[str, float], *, batch: int, precision: str, prices,

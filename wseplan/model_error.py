@@ -39,6 +39,19 @@ class Envelope(Frozen):
     #: the software profiles (calibrated names) the category's rows were predicted with; empty: not checked (training
     #: times do not depend on a serving profile)
     software: list[str] = []
+    #: the number formats of the rows (:func:`precision_class`: fp16 and bf16 are one); empty: not checked (a file
+    #: written before they were recorded)
+    precisions: list[str] = []
+
+
+#: number formats that run alike for the envelope (the same tensor-core datapath and bytes per weight)
+_PRECISION_CLASS = {"bf16": "16-bit", "fp16": "16-bit"}
+
+
+def precision_class(precision: str | None) -> str | None:
+    """The envelope's name for a number format: ``16-bit`` for fp16 and bf16, else the format itself (fp8, int8,
+    fp4, int4, fp32, tf32)."""
+    return None if not precision else _PRECISION_CLASS.get(precision.lower(), precision.lower())
 
 
 class CategoryError(Frozen):
@@ -128,18 +141,18 @@ def category_for(device_kind: str, phase: str) -> str:
 
 def speed_bounds(category: str, *, params_b: float | None = None, devices: int | None = None,
                  hardware: str | None = None, software: str | None = None, level: float | None = None,
-                 path=None) -> tuple[float, float, str] | None:
+                 path=None, precision: str | None = None) -> tuple[float, float, str] | None:
     """``(low, high, note)``: the true speed over the predicted one lies in ``[low, high]`` at ``level`` (default the
     file's; 0.8 or 0.9), for a prediction of ``category`` (widened outside the validated envelope); None without a
     model-error file."""
     f = load_model_error(path)
     if f is None:
         return None
-    key = (id(f), category, params_b, devices, hardware, software, level)
+    key = (id(f), category, params_b, devices, hardware, software, level, precision)
     hit = _BOUNDS.get(key)
     if hit is not None and hit[0] is f:  # the same file object (kept alive here: its id is not reused)
         return hit[1]
-    out = _speed_bounds(f, category, params_b, devices, hardware, software, level)
+    out = _speed_bounds(f, category, params_b, devices, hardware, software, level, precision)
     if len(_BOUNDS) >= 512:
         _BOUNDS.clear()
     _BOUNDS[key] = (f, out)
@@ -150,14 +163,18 @@ def speed_bounds(category: str, *, params_b: float | None = None, devices: int |
 _BOUNDS: dict = {}
 
 
-def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware, software, level) -> tuple[float, float, str]:
+def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware, software, level,
+                  precision=None) -> tuple[float, float, str]:
     level = f.level if level is None else level
     lo_q, hi_q = _level_keys(level)
     cat = f.categories.get(category)
     notes = []
     borrowed = None
     if cat is None:  # no validated rows: the widest category, widened once more
-        borrowed, cat = max(f.categories.items(), key=lambda kc: kc[1].quantiles[hi_q] - kc[1].quantiles[lo_q])
+        # chosen at the file's level whatever the level asked, so the 80% interval and the cost's 90% model error
+        # borrow one category (review33 M5)
+        f_lo, f_hi = _level_keys(f.level)
+        borrowed, cat = max(f.categories.items(), key=lambda kc: kc[1].quantiles[f_hi] - kc[1].quantiles[f_lo])
         notes.append(f"no validated {category} rows: the widest category's errors ({borrowed})")
         outside = ["category"]
     else:
@@ -171,6 +188,9 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
         outside.append(f"{devices:,} device{'s' if devices != 1 else ''} outside {env.devices[0]:,}-{env.devices[1]:,}")
     if borrowed is None and hardware is not None and hardware not in env.hardware:
         outside.append(f"hardware {hardware} not validated")
+    pc = precision_class(precision)
+    if borrowed is None and pc is not None and env.precisions and pc not in env.precisions:  # (audit33d M3)
+        outside.append(f"precision {precision} not validated (validated: {', '.join(env.precisions)})")
     if borrowed is None and software is not None and env.software and software not in env.software:
         outside.append(f"software {software} not validated (validated: {', '.join(env.software)})")
     factor, spread = widening()
@@ -202,12 +222,14 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
 
 
 def interval(value: float, *, time_like: bool, category: str, params_b: float | None = None,
-             devices: int | None = None, hardware: str | None = None, software: str | None = None, path=None):
+             devices: int | None = None, hardware: str | None = None, software: str | None = None, path=None,
+             precision: str | None = None):
     """``(low, high, note)`` of the true value of a predicted ``value`` (a time when ``time_like``, else a speed),
     or None without a model-error file or a value."""
     if value is None or not math.isfinite(value) or value <= 0:
         return None
-    b = speed_bounds(category, params_b=params_b, devices=devices, hardware=hardware, software=software, path=path)
+    b = speed_bounds(category, params_b=params_b, devices=devices, hardware=hardware, software=software, path=path,
+                     precision=precision)
     if b is None:
         return None
     lo, hi, note = b
@@ -257,7 +279,7 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
         return {}
     cat = category_for(rec.get("device_kind", "gpu"), rec.get("phase", ""))
     iv = interval(v, time_like=train, category=cat, params_b=params_b, devices=rec.get("num_devices"),
-                  hardware=rec.get("hardware"), software=rec.get("software"))
+                  hardware=rec.get("hardware"), software=rec.get("software"), precision=rec.get("precision"))
     if iv is None:
         return {}
     lo, hi, note = iv
@@ -271,18 +293,22 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
     return {"interval_metric": metric, "interval_low": lo, "interval_high": hi, "interval_note": note}
 
 
-def engine_devices(phase: str, num_devices, num_replicas):
+def engine_devices(phase: str, num_devices, num_replicas, tp=None, pp=None):
     """The devices the envelope's device count is compared with: a training job's every device; in inference one
-    engine's (``num_devices / num_replicas``, at least 1): independent replicas add no model error (audit33d M6).
-    Scalars or arrays."""
+    engine's: ``tp x pp`` where the layout gives them (a GPU engine; the devices a layout leaves idle are no part of
+    it, review33 M1), else ``num_devices / num_replicas`` (a wafer replica), at least 1. Independent replicas add no
+    model error (audit33d M6). Scalars or arrays (NaN ``tp``/``pp``: the replica share)."""
     if phase == "train":
         return num_devices
     per = np.maximum(np.asarray(num_devices, dtype=float) / np.maximum(np.asarray(num_replicas, dtype=float), 1.0), 1.0)
+    if tp is not None and pp is not None:
+        eng = np.asarray(tp, dtype=float) * np.asarray(pp, dtype=float)
+        per = np.where(np.isfinite(eng) & (eng >= 1.0), eng, per)
     return int(round(float(per))) if np.ndim(per) == 0 else np.round(per)
 
 
 def interval_columns(values, *, train: bool, device_kind: str, num_devices, params_b: float | None, hardware: str,
-                     software: str | None, mfu=None, floors=()) -> tuple:
+                     software: str | None, mfu=None, floors=(), precision: str | None = None) -> tuple:
     """:func:`plan_interval` of many rows of one setup (a sweep's group), as arrays: ``(low, high)`` of the true
     ``values`` (``step_s`` when ``train``, else ``tokens_per_s``), NaN where a value is missing; ``num_devices`` per row
     (the envelope's device count), ``mfu`` per row (inference's roof) and ``floors`` (training: arrays of hard step
@@ -294,7 +320,8 @@ def interval_columns(values, *, train: bool, device_kind: str, num_devices, para
     ok = np.isfinite(v) & (v > 0)
     cat = category_for(device_kind, "train" if train else "serve")
     for d in sorted(set(n[ok].tolist())):
-        b = speed_bounds(cat, params_b=params_b, devices=int(d), hardware=hardware, software=software)
+        b = speed_bounds(cat, params_b=params_b, devices=int(d), hardware=hardware, software=software,
+                         precision=precision)
         if b is None:
             return lo_f, hi_f
         at = ok & (n == d)
@@ -308,7 +335,7 @@ def interval_columns(values, *, train: bool, device_kind: str, num_devices, para
             if mfu is not None:  # no floor stated: MFU's roof (plan_interval's order)
                 m = np.asarray(mfu, dtype=float)
                 f = np.where(np.isfinite(floor), f, np.where((m > 0) & (m <= 1), m, np.nan))
-        roof = v * f
+            roof = v * f
         lo = np.where(np.isfinite(roof) & (lo < roof), roof, lo)
     else:
         lo, hi = v * lo_f, v * hi_f

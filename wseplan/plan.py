@@ -575,8 +575,8 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         fl = {k: float(v) for k, v in fl.items() if v is not None and np.isfinite(v) and v > 0}
         if fl:
             details = dict(details, floors=fl)
-    iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "num_devices": engine_devices(
-                            q.phase, n_dev, r["num_replicas"]),
+    iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "precision": q.precision,
+                        "num_devices": engine_devices(q.phase, n_dev, r["num_replicas"], r.get("tp"), r.get("pp")),
                         "software": calibrated_name(q.software),
                         "step_s": r.get("step_s") if timed else None,
                         "tokens_per_s": r.get("tokens_per_s") if timed else None,

@@ -333,12 +333,15 @@ class ServePoint(_Frozen):
     interval_note: str | None = None
 
 
-def point_interval(rec, tokens_per_s: float) -> dict:
-    """``interval_low``/``interval_high``/``interval_note`` of a serving point delivering ``tokens_per_s``: the plan
-    record ``rec``'s throughput interval as factors of its prediction (low / predicted, high / predicted) applied to the
-    point's throughput; empty where the record has none."""
+def point_interval(rec, tokens_per_s: float, rate=None) -> dict:
+    """``interval_low``/``interval_high``/``interval_note`` of a serving point delivering ``tokens_per_s`` at a load given
+    as a share of its slots: the plan record ``rec``'s throughput interval as factors of its prediction (low /
+    predicted, high / predicted) applied to the point's throughput; empty where the record has none, and at a given
+    arrival ``rate`` (the point then delivers the rate whatever the model's error: its latency and cost move, not its
+    throughput; review33 M3)."""
     lo, hi, v = rec.interval_low, rec.interval_high, rec.tokens_per_s
-    if rec.interval_metric != "tokens_per_s" or lo is None or hi is None or not v or not math.isfinite(tokens_per_s):
+    if rate is not None or rec.interval_metric != "tokens_per_s" or lo is None or hi is None or not v \
+            or not math.isfinite(tokens_per_s):
         return {}
     return {"interval_low": tokens_per_s * lo / v, "interval_high": tokens_per_s * hi / v, "interval_note": rec.interval_note}
 

@@ -158,7 +158,7 @@ def _points(s, *, batches, input_tokens, output_tokens, layout, prices, override
             accepted_tokens_per_step=float(acc[i]),
             bottleneck=bottleneck_name(arr["bottleneck"][i]), meets_sla=bool(meets), usd_per_hour=usd_h,
             output_usd_per_mtok=out_usd, input_usd_per_mtok=in_usd, all_in_usd_per_mtok=all_in,
-            **point_interval(rec, float(lam[i] * R[i] * output_tokens)), notes=_running_notes(s, rec.notes, run, int(i)) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
+            **point_interval(rec, float(lam[i] * R[i] * output_tokens), rate), notes=_running_notes(s, rec.notes, run, int(i)) + ([admission_note(users, int(b[i]), float(arr["request_s"][i]),
                                                       float(queue[i]) if closed else None)] if queued else [])))
     return out
 

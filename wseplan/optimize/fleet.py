@@ -459,10 +459,13 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
             notes.append(f"{wl.name}: {wl.runs} run(s) within {wl.deadline_days:g} days on systems the plan buys for "
                          "them, charged their whole yearly TCO as every system of the fleet (idle after the runs unless "
                          "other work uses them); `wseplan cost --phase train` prices one run at its hours alone")
-    scope = dict.fromkeys(tco_scope_note(amortization_years=st.cost_inputs["amortization_years"],
-                                         cost_of_capital_frac_per_year=st.cost_inputs.get("cost_of_capital_frac_per_year", 0.0))
-                          for st in systems)
-    notes += list(scope)
+    scope: dict[str, list[str]] = {}
+    for st in systems:
+        scope.setdefault(tco_scope_note(amortization_years=st.cost_inputs["amortization_years"],
+                                        cost_of_capital_frac_per_year=st.cost_inputs.get("cost_of_capital_frac_per_year",
+                                                                                         0.0)), []).append(st.name)
+    # one note for all, or each naming its systems where a per-hardware --set gives them different terms (review33 L1)
+    notes += list(scope) if len(scope) == 1 else [f"{', '.join(names)}: {n}" for n, names in scope.items()]
     for wl_name, on in drafting.items():  # unlike engines side by side (as compare says of its rows)
         yes, no = [k for k, v in on.items() if v], [k for k, v in on.items() if not v]
         if yes and no:

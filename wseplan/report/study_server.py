@@ -21,7 +21,7 @@ from .markdown import Column, Table, fmt_num
 from .plots import Marker, Plot, Series
 from .study_schema import Study
 from .study_sources import prices_of
-from .why import interval_text, validated_band
+from .why import envelope_of, interval_text, validated_band
 
 
 #: the loads (share of the highest rate) at which the TTFT-versus-rate curve is drawn
@@ -192,8 +192,11 @@ def _why(st: Study, m, cat, rows, found, ref) -> list[tuple[str, str]]:
     best = max(rows, key=lambda r: r["tokens_per_s"])
     if best["tokens_per_s"]:
         kind = parse_target(best["target"], cat).kind
+        p = found[(best["target"], best["layout_source"])]["point"]
+        env = envelope_of(m, best["target"], phase="serve", precision=best["precision"], software=None, catalog=cat,
+                          devices=p.devices_per_replica if p is not None else None)
         text = interval_text(f"{best['target']}'s highest rate", best["tokens_per_s"], None, device_kind=kind, cat=cat,
-                             inverse=False, unit=" output tokens/s")
+                             inverse=False, unit=" output tokens/s", envelope=env)
         if ref is not None:
             gap = best["tokens_per_s"] / ref.value
             cite = f"; source {', '.join(sv.reference_sources[:1])}" if sv.reference_sources else ""

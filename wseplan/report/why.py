@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import math
 
+from ..catalog.software import calibrated_name
 from ..claims import validated_errors
 from ..model_error import speed_bounds
+from ..plan import setup
+from ..workload import total_params
 from .markdown import fmt_num
 
 #: the validated error bands of the bundled validation set, per catalog object (computed once: ~1 s)
@@ -48,15 +51,28 @@ def validated_band(cat, device_kind: str, kind: str = "infer") -> tuple[float, s
     return hit[1].get(f"{'wse' if device_kind == 'wafer' else 'gpu'}-{kind}")
 
 
+def envelope_of(model, target: str, *, phase: str, precision: str, software: str | None, catalog,
+                devices: int | None) -> dict:
+    """The envelope arguments of :func:`wseplan.model_error.speed_bounds` for a question the report answers without a
+    plan record's interval (a serving point at a given rate): the model's size, one engine's ``devices``, the target's
+    hardware, the calibrated software profile and the number format, as ``wseplan time`` asks (review33 M4)."""
+    s = setup(model, target, phase=phase, precision=precision, software=software, catalog=catalog)
+    m = s.query.model
+    return dict(params_b=total_params(m) / 1e9 if hasattr(m, "num_layers") else None, devices=devices,
+                hardware=s.query.target.key, software=calibrated_name(s.query.software), precision=precision)
+
+
 def interval_text(what: str, value: float | None, record: dict | None, *, device_kind: str, cat, kind: str = "infer",
-                  inverse: bool = True, unit: str = "", prefix: str = "", source: str = "") -> str:
+                  inverse: bool = True, unit: str = "", prefix: str = "", source: str = "",
+                  envelope: dict | None = None) -> str:
     """The prediction interval on a headline ``value`` (e.g. $/M tokens of the chosen point).
 
     A record with ``interval_low``/``interval_high`` gives its own: on ``value`` itself, or, for a serving point whose
     interval is on its ``tokens_per_s`` (``interval_metric`` absent or ``tokens_per_s``) and a cost per token
     (``inverse``), the cost at the interval's ends (cost x tokens/s / each end: a faster truth is cheaper).
     Otherwise the time model's cross-validated speed bounds of the category (:func:`wseplan.model_error.speed_bounds`,
-    true / predicted speed in ``[lo, hi]``, asymmetric) apply: a cost per token lies between ``value / hi`` and
+    true / predicted speed in ``[lo, hi]``, asymmetric; widened outside the validated envelope where ``envelope``
+    gives the question's, :func:`envelope_of`) apply: a cost per token lies between ``value / hi`` and
     ``value / lo``, a speed between ``value lo`` and ``value hi`` (audit33d H1: a one-sided error applied as +-e gave
     a wafer headline a zero-width interval). Values are written ``{prefix}{value}{unit}`` (``$0.645/M output
     tokens``); ``source`` says where a record's interval comes from.
@@ -78,7 +94,7 @@ def interval_text(what: str, value: float | None, record: dict | None, *, device
                 f"{q(value * tps / lo)}{f' ({source})' if source else ''}.")
     if lo is not None and hi is not None:
         return f"{what} {q(value)}: the model's prediction interval is {q(lo)} to {q(hi)}{f' ({source})' if source else ''}."
-    b = speed_bounds(f"{'wse' if device_kind == 'wafer' else 'gpu'}-{kind}")
+    b = speed_bounds(f"{'wse' if device_kind == 'wafer' else 'gpu'}-{kind}", **(envelope or {}))
     if b is None:
         return (f"{what} {q(value)}: the records carry no prediction interval and no "
                 f"{device_kind} {kind} predictions are validated; treat it as unbounded by measurement.")

@@ -100,9 +100,9 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
     # the headline's interval, as the row's plan record gives it (audit33d H2: sweep rows had none)
     res["interval_low"], res["interval_high"] = interval_columns(
         arr["step_s" if train else "tokens_per_s"], train=train, device_kind=q.target.kind,
-        num_devices=engine_devices(g.phase, arr["num_devices"], arr["num_replicas"]),
+        num_devices=engine_devices(g.phase, arr["num_devices"], arr["num_replicas"], arr.get("tp"), arr.get("pp")),
         params_b=total_params(q.model) / 1e9, hardware=q.target.key, software=calibrated_name(q.software),
-        mfu=arr.get("model_flop_utilization_frac"),
+        mfu=arr.get("model_flop_utilization_frac"), precision=q.precision,
         floors=[arr[k] for k in ("time.compute_floor_s", "fit.stream_floor_s") if k in arr] if train else ())
     for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage", "vpp"):
         if k in arr:

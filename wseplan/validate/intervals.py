@@ -22,7 +22,7 @@ from ..analytic import wse_fit
 from ..calibration_data import calibration_path
 from ..catalog.load import default_catalog_dir, load_catalog
 from ..errors import InputError
-from ..model_error import QUANTILES, _load, model_error_path
+from ..model_error import QUANTILES, _load, model_error_path, precision_class
 from ..workload import total_params
 from .cases import CAPACITY_METRICS, TIME_METRICS, SkipRow, case_model, read_cases, source_key
 from .common import wafer_profile_for
@@ -85,6 +85,19 @@ def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+def _row_devices(category: str, filled) -> int:
+    """A row's device count for the envelope, as queries count theirs (:func:`wseplan.model_error.engine_devices`): a
+    training job's every device; in inference one engine's, ``tp x pp`` where the row gives them, else its devices
+    over its data-parallel replicas (review33 M2: MLPerf systems of up to 18 replicas counted whole)."""
+    n = float(filled.get("n_devices") or filled.get("tp") or 1)
+    if category.endswith("-train"):
+        return int(n)
+    tp, pp, dp = (filled.get(k) for k in ("tp", "pp", "dp"))
+    if tp:
+        return int(float(tp) * float(pp or 1))
+    return max(1, int(round(n / float(dp or 1))))
+
+
 def model_error_inputs() -> dict[str, str]:
     """The files the model-error file is computed from, with their SHA-256 (what makes it current): the validation
     rows and their datasets, the calibrations and priors, the software profiles, and the hardware, model and default
@@ -112,15 +125,19 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
             weak.setdefault(c.category, {})[rid] = round(speed_residual(c, r["held_out"]), 5)
         if c.quality not in ("strong", "medium") or c.metric in CAPACITY_METRICS:  # the time models' errors only
             continue
-        g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set(), "software": set()})
+        g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set(), "software": set(),
+                                         "precisions": set()})
         g["res"][rid] = round(speed_residual(c, r["held_out"]), 5)
         filled, _ = fill_defaults(c, cat)
         try:
             g["params"].append(total_params(case_model(filled, cat)) / 1e9)
         except (SkipRow, InputError):
             pass
-        g["devices"].append(int(filled.get("n_devices") or filled.get("tp") or 1))
+        g["devices"].append(_row_devices(c.category, filled))
         g["hardware"].add(c.hardware)
+        pc = precision_class(filled.get("precision"))
+        if pc:
+            g["precisions"].add(pc)
         if c.category.endswith("-infer"):  # the serving profile the row ran (training times do not depend on one)
             g["software"].add(_profile_of(c))
     out = {}
@@ -132,7 +149,8 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
                      "envelope": {"params_b": [round(min(g["params"]), 4), round(max(g["params"]), 4)] if g["params"]
                                   else [0.0, 0.0],
                                   "devices": [min(g["devices"]), max(g["devices"])],
-                                  "hardware": sorted(g["hardware"]), "software": sorted(g["software"])},
+                                  "hardware": sorted(g["hardware"]), "software": sorted(g["software"]),
+                                  "precisions": sorted(g["precisions"])},
                      "residuals": g["res"]}
     return {"description": "Cross-validated (leave-one-source-out) errors of the time models per validation category "
                            "and the envelope of what was validated; read by wseplan.model_error for prediction "
