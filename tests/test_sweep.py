@@ -1227,3 +1227,23 @@ def test_rows_carry_the_plan_records_interval(catalog):
             assert (r["interval_low"], r["interval_high"]) == (p.interval_low, p.interval_high)
             v = r["step_s"] if spec["phase"] == "train" else r["tokens_per_s"]
             assert r["interval_low"] < v < r["interval_high"]
+
+
+def test_a_lost_interleaving_degree_is_named_and_the_best_layout_shows_its_interleaving(catalog):
+    """review33 L2/L3: a requested virtual_pipeline degree no layout of a model can interleave (Llama-3.1-8B's 32 layers
+    on pp 8 x vpp 5 = 40 virtual stages) is named in a note, not dropped silently (70B's 80 layers keep it); the
+    summary's best layout names the interleaving (and micro-batch) that made it best."""
+    plan = S.plan_sweep(S.parse_sweep(dict(name="v", phase="train", models=["llama-3.1-8b", "llama-3.1-70b"],
+                                           targets=["h100-sxmx64"], batches=[64], contexts=[2048],
+                                           layouts=dict(pipeline_parallel=[8], virtual_pipeline=[2, 5]))), catalog)
+    notes = [n for n in plan.skipped if "virtual_pipeline 5" in n]
+    assert len(notes) == 1 and notes[0].startswith("llama-3.1-8b x h100-sxmx64")
+    df = S.run_sweep(S.parse_sweep(dict(name="v", phase="train", models=["llama-3.1-8b"], targets=["h100-sxmx16"],
+                                        batches=[64], contexts=[2048],
+                                        layouts=dict(pipeline_parallel=[2, 4], virtual_pipeline=[1, 2]))),
+                     catalog=catalog)
+    (row,) = S.summary_rows(df)
+    best = df[df["fits"]].sort_values("usd_per_mtok", kind="stable").iloc[0]
+    v = int(best["virtual_pipeline"])
+    assert row["best_layout"].startswith(f"TP{int(best['tensor_parallel'])} PP{int(best['pipeline_parallel'])}")
+    assert (f" v{v}" in row["best_layout"]) == (v > 1)

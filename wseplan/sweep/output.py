@@ -17,6 +17,7 @@ round-trip floats.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -306,9 +307,22 @@ def chunk_summary(cols: dict) -> dict:
         i = int(ok[np.argmin(usd[ok])])
         best = {"usd_per_mtok": float(usd[i]), "batch": int(cols["batch"][i]), "context": int(cols["context"][i]),
                 "tp": float(cols["tensor_parallel"][i]), "pp": float(cols["pipeline_parallel"][i]),
-                "dp": float(cols["data_parallel"][i]), "tokens_per_s": float(cols["tokens_per_s"][i]),
+                "dp": float(cols["data_parallel"][i]), "vpp": float(cols["virtual_pipeline"][i]),
+                "mb": float(cols["micro_batch"][i]), "tokens_per_s": float(cols["tokens_per_s"][i]),
                 "bottleneck": BOTTLENECKS[int(cols["bottleneck"][i])]}
     return {"group": int(cols["_group"]), "configurations": len(fits), "fitting": int(fits.sum()), "best": best}
+
+
+def _layout_text(tp, pp, dp, vpp=None, mb=None) -> str:
+    """A best row's GPU layout, ``TP2 PP2 DP4`` with ``v2`` (virtual pipeline stages) and ``mb4`` (micro-batch) where
+    above 1 (review33 L2: the interleaving that made a training row best was left out); empty for wafers (NaN)."""
+    if tp is None or math.isnan(tp):
+        return ""
+    out = f"TP{int(tp)} PP{int(pp)} DP{int(dp)}"
+    for v, name in ((vpp, "v"), (mb, "mb")):
+        if v is not None and not math.isnan(v) and v > 1:
+            out += f" {name}{int(v)}"
+    return out
 
 
 def merge_summaries(plan: Plan, summaries: list[dict]) -> list[dict]:
@@ -332,7 +346,7 @@ def merge_summaries(plan: Plan, summaries: list[dict]) -> list[dict]:
             acc.update(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="",
                        best_tokens_per_s=None, best_bottleneck="")
         else:
-            lay = "" if np.isnan(b["tp"]) else f"TP{int(b['tp'])} PP{int(b['pp'])} DP{int(b['dp'])}"
+            lay = _layout_text(b["tp"], b["pp"], b["dp"], b.get("vpp"), b.get("mb"))
             acc.update(best_usd_per_mtok=b["usd_per_mtok"], best_batch=b["batch"], best_context=b["context"],
                        best_layout=lay, best_tokens_per_s=b["tokens_per_s"], best_bottleneck=b["bottleneck"])
         out.append(acc)
@@ -354,9 +368,8 @@ def summary_rows(df) -> list[dict]:
         ok = sub[sub["fits"] & sub["usd_per_mtok"].notna()]
         if len(ok):
             best = ok.iloc[int(np.argmin(ok["usd_per_mtok"].to_numpy()))]
-            lay = ""
-            if not pd.isna(best["tensor_parallel"]):
-                lay = f"TP{int(best['tensor_parallel'])} PP{int(best['pipeline_parallel'])} DP{int(best['data_parallel'])}"
+            lay = _layout_text(*(float(best[k]) if not pd.isna(best[k]) else math.nan for k in (
+                "tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline", "micro_batch")))
             row.update(best_usd_per_mtok=float(best["usd_per_mtok"]), best_batch=int(best["batch"]),
                        best_context=int(best["context"]), best_layout=lay,
                        best_tokens_per_s=float(best["tokens_per_s"]), best_bottleneck=str(best["bottleneck"]))

@@ -142,8 +142,13 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
             raise InputError(f"layouts.virtual_pipeline: no row of {target.text} can interleave {lo.virtual_pipeline} "
                              f"virtual stages (they need pp > 1 and pp x vpp at most {model.name}'s {model.num_layers} "
                              "layers); add 1 or a pipeline degree")
+        lost = sorted(set(vps.tolist()) - set(v_[keep].tolist()))
         i, m_, r_, z_, v_ = i[keep], m_[keep], r_[keep], z_[keep], v_[keep]
         out = {"tp": T[i], "pp": P[i], "dp": D[i], "micro_batch": m_, "recompute": r_, "zero_stage": z_, "vpp": v_}
+        if lost:  # a requested degree no layout of this model and target can interleave: said, not dropped silently
+            out["_note"] = (f"layouts.virtual_pipeline {', '.join(str(int(v)) for v in lost)}: no layout of the sweep "
+                            f"can interleave it ({model.name} has {model.num_layers} layers; interleaving needs pp > 1 "
+                            "and pp x vpp at most the layers): no such rows")
     return out
 
 
@@ -185,6 +190,8 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
     for mname, m in models:
         for t in targets:
             lay = _gpu_layouts(sweep, m, t, cat) if t.kind == "gpu" else {}
+            if "_note" in lay:
+                skipped.append(f"{mname} x {t.text}: {lay.pop('_note')}")
             params, priced = None, True
             for p in sweep.precisions:
                 try:
