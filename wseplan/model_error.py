@@ -26,6 +26,10 @@ from .catalog.load import default_catalog_dir, read_yaml
 from .catalog.schema import Frozen, Quantity
 from .errors import CatalogError, validation_detail
 
+#: decimals the file stores each residual with (:func:`wseplan.validate.intervals.model_error_doc`); a span over stored
+#: residuals keeps a margin of one unit in the last place
+RESIDUAL_DECIMALS = 5
+
 #: the quantiles stored per category (of the speed log-residual)
 QUANTILES = (5, 10, 25, 50, 75, 90, 95)
 
@@ -202,8 +206,9 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
     q_lo, q_hi = mid + (q_lo - mid) * widen - add, mid + (q_hi - mid) * widen + add
     weak = f.unvalidated.get(category) if "category" in outside else None
     if weak:  # no validated rows: the interval spans at least every weak published row of the category
-        # (the stored residuals are rounded to 5 decimals: a margin of that size keeps the rows inside, audit33d L3)
-        q_lo, q_hi = min(q_lo, min(weak.values()) - 1e-5), max(q_hi, max(weak.values()) + 1e-5)
+        # (the stored residuals are rounded: a margin of their last place keeps the rows inside, audit33d L3)
+        ulp = 10.0 ** -RESIDUAL_DECIMALS
+        q_lo, q_hi = min(q_lo, min(weak.values()) - ulp), max(q_hi, max(weak.values()) + ulp)
         notes.append(f"spanning the category's {len(weak)} weak published row{'s' if len(weak) > 1 else ''}")
     note = f"{level:.0%} interval from the held-out errors of {category if borrowed is None else borrowed} " \
            f"predictions ({cat.rows} rows)"

@@ -22,7 +22,7 @@ from ..analytic import wse_fit
 from ..calibration_data import calibration_path
 from ..catalog.load import default_catalog_dir, load_catalog
 from ..errors import InputError
-from ..model_error import QUANTILES, _load, model_error_path, precision_class
+from ..model_error import QUANTILES, RESIDUAL_DECIMALS, _load, model_error_path, precision_class
 from ..workload import total_params
 from .cases import CAPACITY_METRICS, TIME_METRICS, SkipRow, case_model, read_cases, source_key
 from .common import wafer_profile_for
@@ -122,12 +122,12 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
     for rid, r in sorted(ho["rows"].items()):
         c = cases[rid]
         if c.quality == "weak" and c.metric not in CAPACITY_METRICS and r.get("held_out") is not None:
-            weak.setdefault(c.category, {})[rid] = round(speed_residual(c, r["held_out"]), 5)
+            weak.setdefault(c.category, {})[rid] = round(speed_residual(c, r["held_out"]), RESIDUAL_DECIMALS)
         if c.quality not in ("strong", "medium") or c.metric in CAPACITY_METRICS:  # the time models' errors only
             continue
         g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set(), "software": set(),
                                          "precisions": set()})
-        g["res"][rid] = round(speed_residual(c, r["held_out"]), 5)
+        g["res"][rid] = round(speed_residual(c, r["held_out"]), RESIDUAL_DECIMALS)
         filled, _ = fill_defaults(c, cat)
         try:
             g["params"].append(total_params(case_model(filled, cat)) / 1e9)
