@@ -88,7 +88,8 @@ def test_cost_monte_carlo_samples_the_model_error():
     res = cost("llama-3-70b", "h100x8", phase="serve", batch=8, context=2048, output_tokens=256, uncertainty=400,
                seed=1, catalog=cat)
     p = {q.name: q for q in res.params}["model_time_factor"]
-    lo, hi, _ = ME.time_factor_range("gpu-infer", params_b=70.6, devices=8, hardware="h100-sxm")
+    lo, hi, _ = ME.time_factor_range("gpu-infer", params_b=70.6, devices=8, hardware="h100-sxm",
+                                     software=res.plan["software"])  # the profile's own band (audit33d M1)
     assert p.value == 1.0 and p.low == pytest.approx(min(lo, 1.0)) and p.high == pytest.approx(max(hi, 1.0))
     m = next(m for m in res.metrics if m.metric == "output_usd_per_mtok")
     assert any(t.param == "model_time_factor" for t in res.tornado)
@@ -211,3 +212,27 @@ def test_an_unvalidated_number_format_widens_the_interval():
     wb = math.log(b.interval_high / b.interval_low)
     assert wa == pytest.approx(1.5 * wb, rel=1e-6) or wa > wb  # x1.5 around the middle (less where a roof holds it)
     assert ME.precision_class("fp16") == ME.precision_class("bf16") == "16-bit"
+
+
+def test_a_profile_with_enough_rows_has_its_own_band():
+    """audit33d M1: the pooled gpu-infer band covered 37% of the research profile's held-out errors and 89% of the
+    production profile's; each profile with >= MIN_SOFTWARE_ROWS rows gets the quantiles of its own rows (recomputed
+    here from the stored residuals), and a question run with it takes that band and says so."""
+    from wseplan.plan import plan
+    from wseplan.validate.intervals import _profile_of
+    from wseplan.validate import read_cases
+    from wseplan.catalog.load import default_catalog_dir
+
+    c = FILE.categories["gpu-infer"]
+    assert set(c.by_software) >= {"gpu-production"}
+    cases = {k.id: k for f in BUNDLED for k in read_cases(default_catalog_dir() / "validation" / f)}
+    for sw, sub in c.by_software.items():
+        mine = np.array([r for rid, r in c.residuals.items() if _profile_of(cases[rid]) == sw])
+        assert sub.rows == len(mine) >= ME.MIN_SOFTWARE_ROWS
+        for k in ME.QUANTILES:
+            assert sub.quantiles[f"p{k:02d}"] == pytest.approx(np.percentile(mine, k), abs=1e-5)
+    prod = plan("llama-3.1-8b", "h100x1", phase="decode", batch=8, context=2048)
+    assert prod.software == "gpu-production" and "predictions run with gpu-production" in prod.interval_note
+    lo, hi, _ = ME.speed_bounds("gpu-infer", software="gpu-production")
+    q = c.by_software["gpu-production"].quantiles
+    assert (lo, hi) == pytest.approx((math.exp(-q["p90"]), math.exp(-q["p10"])), rel=1e-12)

@@ -19,6 +19,7 @@ import numpy as np
 from .analytic.cost import nominal
 from .plan import Setup, evaluate
 from .pricing import cost_columns, params_for
+from .records import split_note
 
 
 def concurrency_grid(max_batch: float) -> list[int]:
@@ -294,3 +295,34 @@ def at_lower_loads(points: list, meets, points_at, movable, closeness=None) -> t
                 out[k] = best[k]
                 closer = True
     return [out[key(p)] for p in points], moved, closer
+
+
+def priced_notes(res, prices, overrides, input_tokens: int, output_tokens: int) -> list[str]:
+    """What a priced serve record's dollars assume, beside its points (audit33e): the busy-hour convention (the
+    owned hardware's every hour over ``utilization_frac`` of the year, then over the point's load), a load above the
+    full-slot rate, and where the input/output split of the chosen point recovers less than the all-in
+    (:func:`wseplan.records.split_note`)."""
+    c = getattr(res, "chosen", None)
+    if c is None or c.all_in_usd_per_mtok is None or not hasattr(prices, "site"):
+        return []
+    out = []
+    u = float((overrides or {}).get("utilization_frac", prices.site.utilization_frac.si))
+    if u < 1.0:
+        out.append(f"$/M: the hardware's cost for every hour of the year over its busy hours (utilization_frac {u:.0%}: "
+                   "the load shown holds that share of the year), then over the point's load; for a demand held all "
+                   f"year --set utilization_frac=1 (x{u:.2f} the $/M)")
+    if any(p.utilization_frac > 1.0 + 1e-9 for p in res.points):
+        out.append("utilization above 100%: at its load a point's running batch steps faster than its full slots, so it "
+                   "carries more than the full-slot rate (capacity_requests_per_s); the load is a share of the slots")
+    note = split_note(input_tokens, output_tokens, c.input_usd_per_mtok, c.output_usd_per_mtok, c.all_in_usd_per_mtok)
+    return out + ([f"chosen point: {note}"] if note else [])
+
+
+def with_priced_notes(res, prices, overrides, unpriced_note: str | None = None):
+    """``res`` with :func:`priced_notes` (or ``unpriced_note``) after its notes, each once: ``serve`` and a re-judged
+    record (:func:`wseplan.serving.with_limits`) say the same."""
+    extra = [unpriced_note] if unpriced_note is not None else priced_notes(res, prices, overrides, res.input_tokens,
+                                                                            res.output_tokens)
+    extra = [n for n in extra if n not in res.notes]
+    return res.model_copy(update={"notes": res.notes + extra}) if extra else res
+

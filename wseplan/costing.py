@@ -34,6 +34,7 @@ from .targets import parse_target
 from .pricing import (HEADLINE, ArrayTimes, array_times, cost_columns, num_systems, params_for,  # noqa: F401
                       no_wafer_interruptions_note, total_params)
 from .operating import operating_point
+from .records import split_note
 from .workload import resolve_model
 
 
@@ -148,20 +149,11 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
 
 
 def _split_note(res, prompt: int, output: int):
-    """A note where the input and output $/M, priced at a request's prompt and answer, recover less of the all-in
-    $/M than 99% (audit28b M4: 85.7% on cs3x4 at batch 8): the split prices the marginal time of each side, and a
-    request's own prefill and wait count in the all-in only."""
+    """:func:`wseplan.records.split_note` of a cost record, added to its notes."""
     m = {x.metric: x.value for x in res.metrics}
-    i, o_, a = m.get("input_usd_per_mtok"), m.get("output_usd_per_mtok"), m.get("all_in_usd_per_mtok")
-    if None in (i, o_, a) or not a > 0 or not output:
-        return res
-    share = (prompt * i + output * o_) / (output * a)
-    if share >= 0.99:
-        return res
-    return res.model_copy(update={"notes": list(res.notes) + [
-        f"the input and output $/M price each side's marginal time: at {prompt:,} prompt and {output:,} output tokens "
-        f"they recover {share:.1%} of the all-in $/M (a request's own prefill and its wait are in the all-in only); "
-        "price a whole request by the all-in $/M per output token"]})
+    note = split_note(prompt, output, m.get("input_usd_per_mtok"), m.get("output_usd_per_mtok"),
+                      m.get("all_in_usd_per_mtok"))
+    return res if note is None else res.model_copy(update={"notes": list(res.notes) + [note]})
 
 
 def model_time_param(s: Setup, rec) -> C.Param | None:

@@ -58,12 +58,27 @@ def precision_class(precision: str | None) -> str | None:
     return None if not precision else _PRECISION_CLASS.get(precision.lower(), precision.lower())
 
 
+class SoftwareError(Frozen):
+    """The held-out errors of a category's rows run with one software profile."""
+
+    rows: int
+    quantiles: dict[str, float]
+
+
 class CategoryError(Frozen):
     rows: int
     median_abs_rel_error: float
     quantiles: dict[str, float]
     envelope: Envelope
     residuals: dict[str, float]
+    #: the quantiles of each software profile with at least :data:`MIN_SOFTWARE_ROWS` rows (inference): a question run
+    #: with that profile takes its own band (audit33d M1: the pooled gpu-infer band covered 37% of the research
+    #: profile's rows and 89% of the production one's)
+    by_software: dict[str, SoftwareError] = {}
+
+
+#: the fewest rows of one software profile whose errors make a band of their own
+MIN_SOFTWARE_ROWS = 15
 
 
 class ModelErrorFile(Frozen):
@@ -201,7 +216,9 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
     software_out = any(o.startswith("software ") for o in outside)
     widen = factor ** (len(outside) - software_out)
     add = 0.5 * math.log(spread) if software_out else 0.0
-    q_lo, q_hi = cat.quantiles[lo_q], cat.quantiles[hi_q]
+    own = cat.by_software.get(software) if borrowed is None and software is not None else None
+    quant = own.quantiles if own is not None else cat.quantiles
+    q_lo, q_hi = quant[lo_q], quant[hi_q]
     mid = 0.5 * (q_lo + q_hi)
     q_lo, q_hi = mid + (q_lo - mid) * widen - add, mid + (q_hi - mid) * widen + add
     weak = f.unvalidated.get(category) if "category" in outside else None
@@ -211,14 +228,15 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
         q_lo, q_hi = min(q_lo, min(weak.values()) - ulp), max(q_hi, max(weak.values()) + ulp)
         notes.append(f"spanning the category's {len(weak)} weak published row{'s' if len(weak) > 1 else ''}")
     note = f"{level:.0%} interval from the held-out errors of {category if borrowed is None else borrowed} " \
-           f"predictions ({cat.rows} rows)"
+           + (f"predictions run with {software} ({own.rows} of {cat.rows} rows)" if own is not None else
+              f"predictions ({cat.rows} rows)")
     extra = [o for o in outside if o != "category"]
     if extra or notes:
         note += "; widened x" + f"{widen:.3g}" + (f" and by one software release ({spread:g}x across "
                                                     f"the interval)" if software_out else "") \
             + " (" + "; ".join(notes + extra) + ")"
     if q_lo > 0.0 or q_hi < 0.0:  # every held-out error of one sign (audit33d M2): the estimate lies outside its interval
-        med = cat.quantiles.get("p50")
+        med = quant.get("p50")
         note += (f"; the prediction lies outside its own interval: held out, this category's predictions run "
                  f"{'fast' if q_lo > 0.0 else 'slow'}" + (f" (median {abs(math.expm1(med)):.0%})" if med is not None else "")
                  + ", so the truth is likelier within the interval than at the estimate")

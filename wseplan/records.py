@@ -333,6 +333,22 @@ class ServePoint(_Frozen):
     interval_note: str | None = None
 
 
+def split_note(prompt: int, output: int, input_usd: float | None, output_usd: float | None,
+               all_in_usd: float | None) -> str | None:
+    """A note where the input and output $/M, priced at a request's prompt and answer, recover less of the all-in $/M
+    than 99% (audit28b M4: 85.7% on cs3x4 at batch 8; audit33e H2: 56% at 120k-token prompts): the split prices the
+    marginal time of each side, and a request's own prefill and wait count in the all-in only. None otherwise.
+    ``cost`` and ``serve`` say it alike."""
+    if None in (input_usd, output_usd, all_in_usd) or not all_in_usd > 0 or not output:
+        return None
+    share = (prompt * input_usd + output * output_usd) / (output * all_in_usd)
+    if share >= 0.99:
+        return None
+    return (f"the input and output $/M price each side's marginal time: at {prompt:,} prompt and {output:,} output "
+            f"tokens they recover {share:.1%} of the all-in $/M (a request's own prefill and its wait are in the all-in "
+            "only); price a whole request by the all-in $/M per output token")
+
+
 def point_interval(rec, tokens_per_s: float, rate=None) -> dict:
     """``interval_low``/``interval_high``/``interval_note`` of a serving point delivering ``tokens_per_s`` at a load given
     as a share of its slots: the plan record ``rec``'s throughput interval as factors of its prediction (low /

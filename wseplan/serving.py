@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .admission import (LOWER_LOADS, admission_note, admitted, at_lower_loads, concurrency_grid, running_batch,
-                        running_split, slot_evaluation)
+                        running_split, slot_evaluation, with_priced_notes)
 from .analytic import engine as E
 from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
@@ -391,9 +391,7 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
                 f"{max(p.capacity_requests_per_s for p in free.points):.4g} requests/s; {rate:g} requests/s needs "
                 f"at least {reps} replicas of {top.devices_per_replica} {dev} at batch {top.batch}, each carrying "
                 f"{per_replica:.4g} requests/s at 100% load (wseplan fleet sizes a fleet for a demand)"]})
-    if unpriced_note is not None:
-        res = res.model_copy(update={"notes": res.notes + [unpriced_note]})
-    return res
+    return with_priced_notes(res, prices, overrides, unpriced_note)
 
 
 #: the fields of a serve record that state its question, limits aside (what a re-judged record keeps)
@@ -596,4 +594,4 @@ def with_limits(result: ServeResult, *, ttft_limit_s: float | None = None, tpot_
         res = res.model_copy(update={"notes": res.notes + [
             f"no load down to {LOWER_LOADS[-1]:.0%} meets the limits: each point is shown at the load that comes "
             "closest to them (utilization_frac and running_batch say which)"]})
-    return res
+    return with_priced_notes(res, *(((ask or {}).get("kw") or {}).get(k) for k in ("prices", "overrides")))

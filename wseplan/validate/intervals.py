@@ -22,7 +22,8 @@ from ..analytic import wse_fit
 from ..calibration_data import calibration_path
 from ..catalog.load import default_catalog_dir, load_catalog
 from ..errors import InputError
-from ..model_error import QUANTILES, RESIDUAL_DECIMALS, _load, model_error_path, precision_class
+from ..model_error import (MIN_SOFTWARE_ROWS, QUANTILES, RESIDUAL_DECIMALS, _load, model_error_path,
+                           precision_class)
 from ..workload import total_params
 from .cases import CAPACITY_METRICS, TIME_METRICS, SkipRow, case_model, read_cases, source_key
 from .common import wafer_profile_for
@@ -140,6 +141,7 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
             g["precisions"].add(pc)
         if c.category.endswith("-infer"):  # the serving profile the row ran (training times do not depend on one)
             g["software"].add(_profile_of(c))
+            g.setdefault("by_sw", {}).setdefault(_profile_of(c), []).append(g["res"][rid])
     out = {}
     for name, g in sorted(cats.items()):
         res = np.array(list(g["res"].values()))
@@ -152,6 +154,10 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
                                   "hardware": sorted(g["hardware"]), "software": sorted(g["software"]),
                                   "precisions": sorted(g["precisions"])},
                      "residuals": g["res"]}
+        subs = {sw: v for sw, v in sorted(g.get("by_sw", {}).items()) if len(v) >= MIN_SOFTWARE_ROWS}
+        if len(g.get("by_sw", {})) > 1 and subs:  # a band per profile where the rows ran with several (audit33d M1)
+            out[name]["by_software"] = {sw: {"rows": len(v), "quantiles": {
+                f"p{k:02d}": round(float(np.percentile(np.array(v), k)), 5) for k in QUANTILES}} for sw, v in subs.items()}
     return {"description": "Cross-validated (leave-one-source-out) errors of the time models per validation category "
                            "and the envelope of what was validated; read by wseplan.model_error for prediction "
                            "intervals and the cost Monte Carlo.",
