@@ -414,3 +414,26 @@ def test_training_memory_holds_the_losss_logits(catalog):
     lay = r.layout
     logits = lay["micro_batch"] * 4096 * 201_088 * 4.0 / (lay["tensor_parallel"] * lay.get("context_parallel", 1))
     assert r.fits and r.activation_bytes / r.num_devices >= logits  # (the record's activations: every device's)
+
+
+def test_fit_answers_a_lora_question_as_time_does(capsys):
+    """audit33e M2: `fit --trainable lora` (frozen base weights: no weight gradients or optimizer state for them) gives
+    the plan's memory, as `time --trainable lora` plans it: Llama-3.1-70B on 8 H100 at 16 x 4,096 does not fit fully
+    trained (Adam state alone 1.13 TB) and fits with LoRA; an inference fit refuses the option in one line."""
+    import json
+
+    from wseplan.cli import main
+    from wseplan.fit import fit
+    from wseplan.plan import plan
+
+    full = fit("llama-3.1-70b", "h100x8", phase="train", batch=16, context=4096, trainable="full")
+    lora = fit("llama-3.1-70b", "h100x8", phase="train", batch=16, context=4096, trainable="lora")
+    p = plan("llama-3.1-70b", "h100x8", phase="train", batch=16, context=4096, options={"trainable": "lora"})
+    assert not full.fits and full.optimizer_bytes > 1e12
+    assert lora.fits and lora.optimizer_bytes == 0.0 and lora.total_bytes == p.total_bytes
+    assert main(["fit", "llama-3.1-70b", "--target", "h100x8", "--phase", "train", "--batch", "16", "--context",
+                 "4096", "--trainable", "lora", "-f", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True
+    assert main(["fit", "llama-3.1-70b", "--target", "h100x8", "--trainable", "lora"]) == 2
+    err = capsys.readouterr().err
+    assert "trainable" in err and err.count("\n") == 1

@@ -27,7 +27,7 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
         context: int | None = None, output_tokens: int | None = None, reserve: float | None = None, catalog=None,
         zero_stage: int | None = None, recompute: str | None = None, memoryx_option: str | None = None,
         layout: dict | None = None, software: str | None = None, speculative: str | None = None,
-        kv_precision: str | None = None) -> FitResult:
+        kv_precision: str | None = None, trainable: str | None = None) -> FitResult:
     """Does ``model`` fit ``target``? The Python API behind ``wseplan fit``.
 
     Parameters
@@ -57,6 +57,9 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
     kv_precision : str
         GPU inference: the KV cache's own format (``fp8``, ``int8``, ``bf16`` ...; default: fp8 with fp8 weights,
         else 16-bit).
+    trainable : str
+        GPU training: ``full`` (default), ``lora`` or ``lora-all`` (frozen base weights: no weight gradients or
+        optimizer state for them), as ``wseplan time --trainable`` (audit33e M2: fit could not answer a LoRA question).
     """
     if zero_stage is not None and (isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3)):
         raise InputError(f"zero: ZeRO stage must be 0, 1, 2 or 3, got {zero_stage!r}")
@@ -66,7 +69,7 @@ def fit(model, target, *, precision: str = "bf16", phase: str = "decode", batch:
         raise InputError(f"memoryx: a MemoryX option applies to wafer training only (phase {phase!r}); drop --memoryx "
                          "or use --phase train")
     opts = {"reserve": reserve, "memoryx_option": memoryx_option, "speculative": speculative,
-            "kv_precision": kv_precision}
+            "kv_precision": kv_precision, "trainable": trainable}
     lay = dict(layout or {})
     if zero_stage is not None:
         lay["zero_stage"] = zero_stage
@@ -93,4 +96,4 @@ def _family_options(target, phase: str, opts: dict, catalog) -> tuple[dict, tupl
     # the speculative options and the KV format always reach plan.setup, which refuses them where they do not apply
     # (review28b #1: a wafer's fit dropped --kv-precision, even an unknown one)
     return {k: v for k, v in opts.items()
-            if v is not None and (k in fam.options or k in SPEC_OPTIONS or k == "kv_precision")}, cols
+            if v is not None and (k in fam.options or k in SPEC_OPTIONS or k in ("kv_precision", "trainable"))}, cols

@@ -23,6 +23,9 @@ def fit(
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU training: ZeRO stage 0-3 (default: searched)."),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU training: none | selective | full | partial (fewest whole layers per stage that fit; default: searched)."),
     memoryx: Optional[str] = O.memoryx_opt(),
+    trainable: Optional[str] = typer.Option(
+        None, "--trainable", help="GPU train: full (default: every weight) | lora (frozen base weights, adapters on the "
+        "attention projections) | lora-all (adapters on every linear layer), as `wseplan time --trainable`."),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
     kv_precision: Optional[str] = O.kv_precision_opt(),
@@ -32,7 +35,8 @@ def fit(
     """Does MODEL fit TARGET? Devices needed, what binds, headroom, and the layer stages.
 
     Example: wseplan fit llama-70b --target wse3 ; wseplan fit llama-405b --target h100x16 --format json ;
-    wseplan fit llama-70b --target cs3x4 --speculative none
+    wseplan fit llama-70b --target cs3x4 --speculative none ;
+    wseplan fit llama-3.1-70b --target h100x8 --phase train --batch 16 --context 4096 --trainable lora
     """
     from ..fit import fit as fit_fn
 
@@ -43,7 +47,7 @@ def fit(
         res = fit_fn(model, target, precision=precision, phase=phase, batch=batch, context=context,
                      output_tokens=output_tokens, reserve=reserve,
                      catalog=cat, zero_stage=zero, recompute=recompute, memoryx_option=memoryx, software=software,
-                     speculative=spec, kv_precision=kv_precision)
+                     speculative=spec, kv_precision=kv_precision, trainable=trainable)
     render_fit(res, fmt)
 
 
