@@ -1247,3 +1247,24 @@ def test_a_lost_interleaving_degree_is_named_and_the_best_layout_shows_its_inter
     v = int(best["virtual_pipeline"])
     assert row["best_layout"].startswith(f"TP{int(best['tensor_parallel'])} PP{int(best['pipeline_parallel'])}")
     assert (f" v{v}" in row["best_layout"]) == (v > 1)
+
+
+def test_the_summarys_best_meets_the_speed_floor_cost_uses(catalog, tmp_path):
+    """audit32d F5, audit33e M3: the summary's best serving row is the cheapest giving every user the catalog's
+    per-user speed floor (as `cost` and `compare` choose a point), where any does; it says so and names its answer
+    length, devices and per-user speed; the per-task summaries merged give the frame's summary."""
+    floor = float(catalog.defaults.default_min_tokens_per_s_per_user.si)
+    sw = S.parse_sweep(dict(name="f", phase="decode", models=["llama-3.1-70b"], targets=["h100-sxmx8"],
+                            batches=[1, 8, 64, 256], contexts=[2048], output_tokens=[256],
+                            layouts=dict(tensor_parallel=[8])))
+    df = S.run_sweep(sw, catalog=catalog)
+    (row,) = S.summary_rows(df, catalog)
+    ok = df[df["fits"] & (df["tokens_per_s_per_user"] >= floor)]
+    cheapest = ok.sort_values("usd_per_mtok", kind="stable").iloc[0]
+    assert row["best_meets_speed_floor"] is True and row["best_tokens_per_s_per_user"] >= floor
+    assert row["best_usd_per_mtok"] == cheapest["usd_per_mtok"] and row["best_batch"] == cheapest["batch"]
+    assert row["best_output_tokens"] == 256 and row["best_num_devices"] == 8
+    # the absolute cheapest row runs below the floor (a big batch): not the best
+    assert df[df["fits"]]["usd_per_mtok"].min() < row["best_usd_per_mtok"]
+    res = S.sweep_to_file(S.plan_sweep(sw, catalog), tmp_path, "f.csv")
+    assert res.groups == [row]

@@ -130,6 +130,10 @@ def _columns(g: Group, cfg: dict, res: dict) -> dict:
         v = res.get(k)
         out[k] = nan if v is None else np.broadcast_to(np.asarray(v), (n,))
     out["_group"] = g.index
+    # the per-user speed floor `cost` and `compare` choose a serving point by: the summary's best meets it where a row
+    # does (audit32d F5, audit33e M3)
+    out["_floor"] = float(g.catalog.defaults.default_min_tokens_per_s_per_user.si) if g.phase in ("decode", "serve") \
+        else None
     return out
 
 

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..catalog.load import load_catalog
 from ..errors import InputError
 from .plan import Plan
 from .schema import BOTTLENECKS, COLUMNS, INT_COLUMNS, NULLABLE_INT, RECOMPUTE, SCHEMA_VERSION
@@ -296,21 +297,42 @@ def frame_bytes(df, name: str) -> bytes:
 # =============================================================================================
 # Per-task summaries
 # =============================================================================================
+def _best_row(fits, usd, per_user, floor: float):
+    """The index of the fitting row with the lowest $/M among those meeting the per-user speed ``floor`` (all fitting rows
+    where none does, or without a floor), the first on a tie, and whether it meets the floor (None without one)."""
+    ok = np.flatnonzero(fits & ~np.isnan(usd))
+    if not len(ok):
+        return None, None
+    if floor is None or not math.isfinite(floor):
+        return int(ok[np.argmin(usd[ok])]), None
+    fast = ok[per_user[ok] >= floor * (1.0 - 1e-12)]
+    pool = fast if len(fast) else ok
+    return int(pool[np.argmin(usd[pool])]), bool(len(fast))
+
+
 def chunk_summary(cols: dict) -> dict:
-    """Configurations, fitting ones and the fitting one with the lowest ``usd_per_mtok`` (the first on a tie)
-    of one task's columns: what :func:`summary_rows` needs, a few hundred bytes."""
+    """Configurations, fitting ones and the fitting one with the lowest ``usd_per_mtok`` (the first on a tie) among
+    those giving every user the catalog's per-user speed floor (decode and serve; ``_floor``), where any does, as
+    ``cost`` and ``compare`` choose: what :func:`summary_rows` needs, a few hundred bytes."""
     fits = np.asarray(cols["fits"], dtype=bool)
     usd = np.asarray(cols["usd_per_mtok"], dtype=float)
-    ok = np.flatnonzero(fits & ~np.isnan(usd))
+    floor = cols.get("_floor")
+    i, meets = _best_row(fits, usd, np.asarray(cols["tokens_per_s_per_user"], dtype=float), floor)
     best = None
-    if len(ok):
-        i = int(ok[np.argmin(usd[ok])])
+    if i is not None:
         best = {"usd_per_mtok": float(usd[i]), "batch": int(cols["batch"][i]), "context": int(cols["context"][i]),
                 "tp": float(cols["tensor_parallel"][i]), "pp": float(cols["pipeline_parallel"][i]),
                 "dp": float(cols["data_parallel"][i]), "vpp": float(cols["virtual_pipeline"][i]),
                 "mb": float(cols["micro_batch"][i]), "tokens_per_s": float(cols["tokens_per_s"][i]),
-                "bottleneck": BOTTLENECKS[int(cols["bottleneck"][i])]}
+                "bottleneck": BOTTLENECKS[int(cols["bottleneck"][i])],
+                "output_tokens": float(cols["output_tokens"][i]), "num_devices": int(cols["num_devices"][i]),
+                "tokens_per_s_per_user": float(cols["tokens_per_s_per_user"][i]), "meets_floor": meets}
     return {"group": int(cols["_group"]), "configurations": len(fits), "fitting": int(fits.sum()), "best": best}
+
+
+def _finite(v):
+    """``v``, or None where it is missing or NaN (a training row has no per-user speed)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
 def _layout_text(tp, pp, dp, vpp=None, mb=None) -> str:
@@ -336,45 +358,61 @@ def merge_summaries(plan: Plan, summaries: list[dict]) -> list[dict]:
                                     "fitting": 0, "_best": None})
         acc["configurations"] += s["configurations"]
         acc["fitting"] += s["fitting"]
-        b = s["best"]
-        if b is not None and (acc["_best"] is None or b["usd_per_mtok"] < acc["_best"]["usd_per_mtok"]):
+        b, a = s["best"], acc["_best"]
+        # a best meeting the speed floor beats one that does not; then the lower $/M (the first on a tie)
+        if b is not None and (a is None or (b.get("meets_floor") is not False, -b["usd_per_mtok"])
+                              > (a.get("meets_floor") is not False, -a["usd_per_mtok"])):
             acc["_best"] = b
     out = []
     for acc in rows.values():
         b = acc.pop("_best")
         if b is None:
             acc.update(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="",
-                       best_tokens_per_s=None, best_bottleneck="")
+                       best_tokens_per_s=None, best_bottleneck="", best_output_tokens=None, best_num_devices=None,
+                       best_tokens_per_s_per_user=None, best_meets_speed_floor=None)
         else:
             lay = _layout_text(b["tp"], b["pp"], b["dp"], b.get("vpp"), b.get("mb"))
+            ot = b.get("output_tokens")
             acc.update(best_usd_per_mtok=b["usd_per_mtok"], best_batch=b["batch"], best_context=b["context"],
-                       best_layout=lay, best_tokens_per_s=b["tokens_per_s"], best_bottleneck=b["bottleneck"])
+                       best_layout=lay, best_tokens_per_s=b["tokens_per_s"], best_bottleneck=b["bottleneck"],
+                       best_output_tokens=None if ot is None or math.isnan(ot) else int(ot),
+                       best_num_devices=b.get("num_devices"), best_tokens_per_s_per_user=_finite(b.get("tokens_per_s_per_user")),
+                       best_meets_speed_floor=b.get("meets_floor"))
         out.append(acc)
     return out
 
 
-def summary_rows(df) -> list[dict]:
-    """One summary row per model x target x precision: configurations, how many fit, and the fitting
-    configuration with the lowest ``usd_per_mtok`` (the first such row in sweep order on a tie)."""
+def summary_rows(df, catalog=None) -> list[dict]:
+    """One summary row per model x target x precision: configurations, how many fit, and the fitting configuration
+    with the lowest ``usd_per_mtok`` among those giving every user the catalog's per-user speed floor (decode and
+    serve, where any does; the first such row in sweep order on a tie): :func:`merge_summaries` of the same rows."""
     import pandas as pd
 
     rows = []
     if len(df) == 0:
         return rows
+    speed = float((catalog or load_catalog()).defaults.default_min_tokens_per_s_per_user.si)
     keys = ["model", "target", "precision"]
     for (mname, tname, prec), sub in df.groupby(keys, sort=False, observed=True):
         row = {"model": mname, "target": tname, "precision": prec, "configurations": int(len(sub)),
                "fitting": int(sub["fits"].sum())}
-        ok = sub[sub["fits"] & sub["usd_per_mtok"].notna()]
-        if len(ok):
-            best = ok.iloc[int(np.argmin(ok["usd_per_mtok"].to_numpy()))]
+        floor = speed if str(sub["phase"].iloc[0]) in ("decode", "serve") else None
+        i, meets = _best_row(sub["fits"].to_numpy(dtype=bool), sub["usd_per_mtok"].to_numpy(dtype=float),
+                             sub["tokens_per_s_per_user"].to_numpy(dtype=float), floor)
+        if i is not None:
+            best = sub.iloc[i]
             lay = _layout_text(*(float(best[k]) if not pd.isna(best[k]) else math.nan for k in (
                 "tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline", "micro_batch")))
             row.update(best_usd_per_mtok=float(best["usd_per_mtok"]), best_batch=int(best["batch"]),
                        best_context=int(best["context"]), best_layout=lay,
-                       best_tokens_per_s=float(best["tokens_per_s"]), best_bottleneck=str(best["bottleneck"]))
+                       best_tokens_per_s=float(best["tokens_per_s"]), best_bottleneck=str(best["bottleneck"]),
+                       best_output_tokens=None if pd.isna(best["output_tokens"]) else int(best["output_tokens"]),
+                       best_num_devices=int(best["num_devices"]),
+                       best_tokens_per_s_per_user=_finite(float(best["tokens_per_s_per_user"])),
+                       best_meets_speed_floor=meets)
         else:
             row.update(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="",
-                       best_tokens_per_s=None, best_bottleneck="")
+                       best_tokens_per_s=None, best_bottleneck="", best_output_tokens=None, best_num_devices=None,
+                       best_tokens_per_s_per_user=None, best_meets_speed_floor=None)
         rows.append(row)
     return rows
