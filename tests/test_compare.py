@@ -259,3 +259,13 @@ def test_a_row_below_the_speed_floor_says_so(catalog):
     missed = [n for n in res.notes if "misses the 200 tokens/s per user floor" in n]
     assert len(missed) == 1 and missed[0].startswith("h100-sxmx8:")
     assert f"{slow.tokens_per_s_per_user:.4g} tokens/s per user" in missed[0]
+
+
+def test_the_rental_note_is_said_once_naming_its_rows(catalog):
+    """audit33e L2: the rental note (GPU rows only) was repeated once per GPU row; it is said once, naming the rows it
+    applies to, and no row keeps its own copy."""
+    res = compare("llama-3.1-70b", ["h100x8", "h200x8", "cs3x4"], phase="serve", batch=16, context=2048,
+                  output_tokens=256, catalog=catalog)
+    said = [n for n in res.notes if "rental $/M:" in n]
+    assert len(said) == 1 and said[0].startswith("h100x8, h200x8: rental $/M:")
+    assert not any("rental $/M:" in n for r in res.rows for n in r.notes)

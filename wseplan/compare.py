@@ -377,10 +377,14 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
         inflight = "each target's searched batch" if search else f"{batch}"
         notes.append(f"serving: requests of {context} prompt and {output_tokens} output tokens, {inflight} in flight "
                      "per replica")
-    scope = {n for r in rows for n in r.notes if n.startswith("TCO: ")}
-    if len(scope) == 1:  # the TCO's scope is the site's, the same for every row: said once (audit33a M5)
-        notes.append(scope.pop())
-        rows = [r.model_copy(update={"notes": [n for n in r.notes if not n.startswith("TCO: ")]}) for r in rows]
+    for head in ("TCO: ", "rental $/M:"):  # the site's terms, alike on every row that has them: said once (audit33a
+        # M5; audit33e L2: the rental note was repeated once per GPU row)
+        said = {n for r in rows for n in r.notes if n.startswith(head)}
+        if len(said) == 1:
+            note = said.pop()
+            on = [r.target for r in rows if note in r.notes]
+            notes.append(note if len(on) == len(rows) else f"{', '.join(on)}: {note}")
+            rows = [r.model_copy(update={"notes": [n for n in r.notes if n != note]}) for r in rows]
     return CompareResult(model=m.name, phase=phase, precision=precision, batch=None if search else batch,
                          context=context, output_tokens=output_tokens or None, train_tokens=train_tokens,
                          min_tokens_per_s_per_user=speed, prices_date=prices.date, rows=rows, notes=notes)
