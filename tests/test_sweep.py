@@ -1268,3 +1268,14 @@ def test_the_summarys_best_meets_the_speed_floor_cost_uses(catalog, tmp_path):
     assert df[df["fits"]]["usd_per_mtok"].min() < row["best_usd_per_mtok"]
     res = S.sweep_to_file(S.plan_sweep(sw, catalog), tmp_path, "f.csv")
     assert res.groups == [row]
+
+
+def test_a_decode_sweep_with_answer_lengths_says_its_rows_are_whole_requests(catalog):
+    """audit33e L7: `phase: decode` with `output_tokens` makes every row phase serve (a whole request); a note says so,
+    and a decode sweep without answer lengths has none."""
+    base = dict(name="d", phase="decode", models=["llama-3.1-8b"], targets=["h100x1"], batches=[1], contexts=[1024])
+    with_o = S.plan_sweep(S.parse_sweep(dict(base, output_tokens=[64])), catalog)
+    assert any(n.startswith("phase decode with output_tokens: each row is a whole request") for n in with_o.skipped)
+    assert all(g.phase == "serve" for g in with_o.groups)
+    plain = S.plan_sweep(S.parse_sweep(base), catalog)
+    assert not any(n.startswith("phase decode with output_tokens") for n in plain.skipped)

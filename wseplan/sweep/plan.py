@@ -187,6 +187,10 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
     batches = np.asarray(sweep.batches, dtype=float)
     contexts = np.asarray(sweep.contexts, dtype=float)
     phase = "serve" if sweep.output_tokens else sweep.phase
+    if sweep.phase == "decode" and sweep.output_tokens:  # (audit33e L7: every row said serve, nothing said why)
+        skipped.append("phase decode with output_tokens: each row is a whole request (phase serve: its prompt's prefill "
+                       "and its answer's decode steps, TTFT and input $/M included), as `wseplan time --phase decode "
+                       "--output-tokens` asks it")
     for mname, m in models:
         for t in targets:
             lay = _gpu_layouts(sweep, m, t, cat) if t.kind == "gpu" else {}
