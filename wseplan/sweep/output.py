@@ -310,24 +310,45 @@ def _best_row(fits, usd, per_user, floor: float):
     return int(pool[np.argmin(usd[pool])]), bool(len(fast))
 
 
+def _best_of(cols: dict, floor) -> dict | None:
+    """The best row of a group's columns (:func:`_best_row`) as the few numbers a summary keeps; ``cols`` as the
+    evaluation gives them (``bottleneck`` a code or a name)."""
+    fits = np.asarray(cols["fits"], dtype=bool)
+    usd = np.asarray(cols["usd_per_mtok"], dtype=float)
+    i, meets = _best_row(fits, usd, np.asarray(cols["tokens_per_s_per_user"], dtype=float), floor)
+    if i is None:
+        return None
+    num = {k: float(np.asarray(cols[c], dtype=float)[i]) for k, c in (
+        ("tp", "tensor_parallel"), ("pp", "pipeline_parallel"), ("dp", "data_parallel"), ("vpp", "virtual_pipeline"),
+        ("mb", "micro_batch"), ("tokens_per_s", "tokens_per_s"), ("output_tokens", "output_tokens"),
+        ("tokens_per_s_per_user", "tokens_per_s_per_user"))}
+    bn = cols["bottleneck"][i]
+    return dict(num, usd_per_mtok=float(usd[i]), batch=int(cols["batch"][i]), context=int(cols["context"][i]),
+                num_devices=int(cols["num_devices"][i]), meets_floor=meets,
+                bottleneck=bn if isinstance(bn, str) else BOTTLENECKS[int(bn)])
+
+
 def chunk_summary(cols: dict) -> dict:
     """Configurations, fitting ones and the fitting one with the lowest ``usd_per_mtok`` (the first on a tie) among
     those giving every user the catalog's per-user speed floor (decode and serve; ``_floor``), where any does, as
     ``cost`` and ``compare`` choose: what :func:`summary_rows` needs, a few hundred bytes."""
     fits = np.asarray(cols["fits"], dtype=bool)
-    usd = np.asarray(cols["usd_per_mtok"], dtype=float)
-    floor = cols.get("_floor")
-    i, meets = _best_row(fits, usd, np.asarray(cols["tokens_per_s_per_user"], dtype=float), floor)
-    best = None
-    if i is not None:
-        best = {"usd_per_mtok": float(usd[i]), "batch": int(cols["batch"][i]), "context": int(cols["context"][i]),
-                "tp": float(cols["tensor_parallel"][i]), "pp": float(cols["pipeline_parallel"][i]),
-                "dp": float(cols["data_parallel"][i]), "vpp": float(cols["virtual_pipeline"][i]),
-                "mb": float(cols["micro_batch"][i]), "tokens_per_s": float(cols["tokens_per_s"][i]),
-                "bottleneck": BOTTLENECKS[int(cols["bottleneck"][i])],
-                "output_tokens": float(cols["output_tokens"][i]), "num_devices": int(cols["num_devices"][i]),
-                "tokens_per_s_per_user": float(cols["tokens_per_s_per_user"][i]), "meets_floor": meets}
-    return {"group": int(cols["_group"]), "configurations": len(fits), "fitting": int(fits.sum()), "best": best}
+    return {"group": int(cols["_group"]), "configurations": len(fits), "fitting": int(fits.sum()),
+            "best": _best_of(cols, cols.get("_floor"))}
+
+
+def _best_fields(b: dict | None) -> dict:
+    """A summary row's ``best_*`` fields from :func:`_best_of`'s numbers (nulls where nothing fits)."""
+    if b is None:
+        return dict(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="", best_tokens_per_s=None,
+                    best_bottleneck="", best_output_tokens=None, best_num_devices=None, best_tokens_per_s_per_user=None,
+                    best_meets_speed_floor=None)
+    ot = _finite(b["output_tokens"])
+    return dict(best_usd_per_mtok=b["usd_per_mtok"], best_batch=b["batch"], best_context=b["context"],
+                best_layout=_layout_text(b["tp"], b["pp"], b["dp"], b["vpp"], b["mb"]),
+                best_tokens_per_s=b["tokens_per_s"], best_bottleneck=b["bottleneck"],
+                best_output_tokens=None if ot is None else int(ot), best_num_devices=b["num_devices"],
+                best_tokens_per_s_per_user=_finite(b["tokens_per_s_per_user"]), best_meets_speed_floor=b["meets_floor"])
 
 
 def _finite(v):
@@ -365,19 +386,7 @@ def merge_summaries(plan: Plan, summaries: list[dict]) -> list[dict]:
             acc["_best"] = b
     out = []
     for acc in rows.values():
-        b = acc.pop("_best")
-        if b is None:
-            acc.update(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="",
-                       best_tokens_per_s=None, best_bottleneck="", best_output_tokens=None, best_num_devices=None,
-                       best_tokens_per_s_per_user=None, best_meets_speed_floor=None)
-        else:
-            lay = _layout_text(b["tp"], b["pp"], b["dp"], b.get("vpp"), b.get("mb"))
-            ot = b.get("output_tokens")
-            acc.update(best_usd_per_mtok=b["usd_per_mtok"], best_batch=b["batch"], best_context=b["context"],
-                       best_layout=lay, best_tokens_per_s=b["tokens_per_s"], best_bottleneck=b["bottleneck"],
-                       best_output_tokens=None if ot is None or math.isnan(ot) else int(ot),
-                       best_num_devices=b.get("num_devices"), best_tokens_per_s_per_user=_finite(b.get("tokens_per_s_per_user")),
-                       best_meets_speed_floor=b.get("meets_floor"))
+        acc.update(_best_fields(acc.pop("_best")))
         out.append(acc)
     return out
 
@@ -386,8 +395,6 @@ def summary_rows(df, catalog=None) -> list[dict]:
     """One summary row per model x target x precision: configurations, how many fit, and the fitting configuration
     with the lowest ``usd_per_mtok`` among those giving every user the catalog's per-user speed floor (decode and
     serve, where any does; the first such row in sweep order on a tie): :func:`merge_summaries` of the same rows."""
-    import pandas as pd
-
     rows = []
     if len(df) == 0:
         return rows
@@ -396,23 +403,15 @@ def summary_rows(df, catalog=None) -> list[dict]:
     for (mname, tname, prec), sub in df.groupby(keys, sort=False, observed=True):
         row = {"model": mname, "target": tname, "precision": prec, "configurations": int(len(sub)),
                "fitting": int(sub["fits"].sum())}
+        cols = {c: (sub[c].to_numpy(dtype=float, na_value=np.nan) if c not in ("fits", "bottleneck")
+                    else sub[c].to_numpy()) for c in _SUMMARY_COLUMNS}
         floor = speed if str(sub["phase"].iloc[0]) in ("decode", "serve") else None
-        i, meets = _best_row(sub["fits"].to_numpy(dtype=bool), sub["usd_per_mtok"].to_numpy(dtype=float),
-                             sub["tokens_per_s_per_user"].to_numpy(dtype=float), floor)
-        if i is not None:
-            best = sub.iloc[i]
-            lay = _layout_text(*(float(best[k]) if not pd.isna(best[k]) else math.nan for k in (
-                "tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline", "micro_batch")))
-            row.update(best_usd_per_mtok=float(best["usd_per_mtok"]), best_batch=int(best["batch"]),
-                       best_context=int(best["context"]), best_layout=lay,
-                       best_tokens_per_s=float(best["tokens_per_s"]), best_bottleneck=str(best["bottleneck"]),
-                       best_output_tokens=None if pd.isna(best["output_tokens"]) else int(best["output_tokens"]),
-                       best_num_devices=int(best["num_devices"]),
-                       best_tokens_per_s_per_user=_finite(float(best["tokens_per_s_per_user"])),
-                       best_meets_speed_floor=meets)
-        else:
-            row.update(best_usd_per_mtok=None, best_batch=None, best_context=None, best_layout="",
-                       best_tokens_per_s=None, best_bottleneck="", best_output_tokens=None, best_num_devices=None,
-                       best_tokens_per_s_per_user=None, best_meets_speed_floor=None)
+        row.update(_best_fields(_best_of(cols, floor)))
         rows.append(row)
     return rows
+
+
+#: the columns a summary's best row is read from
+_SUMMARY_COLUMNS = ("fits", "usd_per_mtok", "tokens_per_s_per_user", "tensor_parallel", "pipeline_parallel",
+                    "data_parallel", "virtual_pipeline", "micro_batch", "tokens_per_s", "output_tokens", "batch",
+                    "context", "num_devices", "bottleneck")
