@@ -384,6 +384,7 @@ def _random_rows(s, rng, n):
         cfg["micro_batch"] = rng.choice([1.0, 2.0], n)
         cfg["vpp"] = np.where(cfg["pp"] > 1, rng.choice([1.0, 2.0], n), 1.0)
         cfg["cp"] = np.ones(n)
+        cfg["ep"] = np.ones(n)  # (dense models: no experts to split)
         cfg["recompute"] = rng.choice([0.0, 1.0, 2.0], n)
         cfg["zero_stage"] = rng.choice([0.0, 1.0, 2.0, 3.0], n)
         # most rows give every data-parallel replica whole micro-batches; the rest keep the drawn batch, which may give

@@ -24,7 +24,8 @@ from ..workload import (BYTES_PER_ELEMENT, KV_FORMATS, activation_bytes_per_elem
                         kv_bytes_per_element, weight_bytes_split)
 from . import elementwise as X
 from .collectives import send_recv_time_s
-from .gpu_time import (_Links, _attention_s, _block_gemms_s, _elementwise_s, _head_forward_time_s, _layer_sum,
+from .gpu_links import Links as _Links
+from .gpu_time import (_attention_s, _block_gemms_s, _elementwise_s, _head_forward_time_s, _layer_sum,
                        ATTENTION_PRECISION, attention_peak_flop_per_s)
 from .layers import attended_per_token, cached_tokens, slowest_run
 from .rows import pair_groups

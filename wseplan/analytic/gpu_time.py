@@ -19,7 +19,7 @@ of its layers (:mod:`.layers`); a uniform model has one type. The inference pass
 * **Element-wise operators** move ``elementwise_vectors_per_token`` d-wide 16-bit vectors per token per block.
 * **Tensor parallelism**: two all-reduces (or reduce-scatter + all-gather with sequence parallelism) per block
   per pass on the scale-up network (alpha-beta ring, :mod:`wseplan.analytic.collectives`; a full mesh gives a group
-  of g GPUs g - 1 links, :class:`_Links`).
+  of g GPUs g - 1 links, :class:`.gpu_links.Links`).
 * **Pipeline**: ``t = t_mb (m + (p-1)/v)`` — the bubble ``(p-1)/(v m)`` of Narayanan et al. (2021), eq. 2
   (``v = 1``: the plain 1F1B bubble ``(p-1)/(m+p-1)`` of the whole pipeline); point-to-point activations.
 * **Data parallelism**: gradient all-reduce (ZeRO-1/2: reduce-scatter + all-gather) over InfiniBand,
@@ -57,7 +57,9 @@ from ..errors import InputError
 from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_params, block_types, embedding_params,
                         head_params)
 from . import elementwise as X
-from .collectives import allreduce_time_s, hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
+from .collectives import hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
+from .gpu_links import Links as _Links
+from .moe_train import expert_dispatch_s, routed_rows, stage_routed_params
 from .layers import attended_per_token, cached_tokens, slowest_run
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial": 3}
@@ -139,10 +141,12 @@ def _block_gemms(block, tp):
     return out
 
 
-def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration, weight_bytes=None):
+def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration, weight_bytes=None,
+                   ep=1.0):
     """The GEMMs of one block type (:class:`~wseplan.workload.BlockType`; a model whose layers are all alike: the
     model) on one GPU [s]: (time, its memory-bound part), by the pass's tokens and TP degree (arrays broadcast);
-    ``weight_bytes``: (routed, other) bytes per weight (:func:`~wseplan.workload.weight_bytes_split`)."""
+    ``weight_bytes``: (routed, other) bytes per weight (:func:`~wseplan.workload.weight_bytes_split`); ``ep``: the
+    routed experts split over that many GPUs (:func:`.moe_train.routed_rows`)."""
     if not hasattr(block, "gemms"):
         block = _only_block(block)
     wb_routed, wb_other = weight_bytes or (max(BYTES_PER_ELEMENT[precision], 0.5),) * 2
@@ -154,11 +158,10 @@ def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precisio
             M = tokens
             count, experts_read = 1.0, 1.0
         else:  # routed experts: the pass runs (and reads) the experts some token picked, E (1 - (1 - k/E)^tokens)
-            # of them in expectation, each on its share of the tokens x k routed rows (>= 1 row): the FLOPs are those
-            # of the tokens x k rows whatever the batch, never E experts of one row each
-            experts_read = X.maximum(E * (1.0 - X.power(1.0 - k / E, tokens)), 1e-30)
+            # of them in expectation (of its E / ep under expert parallelism), each on its share of the tokens x k
+            # routed rows (>= 1 row): the FLOPs are those of the tokens x k rows whatever the batch
+            experts_read, M = routed_rows(tokens, E, k, ep)
             count = experts_read
-            M = tokens * k / experts_read
         flop = 2.0 * M * n_ * k_ * count
         eff = gemm_efficiency_frac(m=M, n=n_, k=k_, max_frac=emax, half_intensity=cal.gemm_half_intensity)
         byt = n_ * k_ * (wb_routed if E > 1 else wb_other) * experts_read + ab * tokens * (n_ + k_)
@@ -246,18 +249,19 @@ def _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal: GpuCalibration, sequence
 
 
 def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
-                         cal: GpuCalibration, sequence_parallel: bool = True, attention_peak_flop_per_s=None, block=None):
+                         cal: GpuCalibration, sequence_parallel: bool = True, attention_peak_flop_per_s=None, block=None,
+                         ep=1.0):
     """Forward time of one block's compute on one GPU [s] and its parts (gemm, attention, elementwise).
 
     ``tokens`` are the tokens the GPU processes in this pass (M of every GEMM); ``context_attended`` is the
     mean number of keys each query attends to. Weights are read once per pass (roofline against HBM).
-    ``block``: the block type (:func:`~wseplan.workload.block_types`; default the model's only one).
-    Arrays broadcast (tokens, tp).
+    ``block``: the block type (:func:`~wseplan.workload.block_types`; default the model's only one); ``ep``: its
+    routed experts split over that many GPUs. Arrays broadcast (tokens, tp, ep).
     """
     block = _only_block(m) if block is None else block
     tokens = X.asfloat(tokens)
     tp = X.asfloat(tp)
-    gemm, gemm_mem = _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal)
+    gemm, gemm_mem = _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal, ep=ep)
     attn_peak = peak_flop_per_s if attention_peak_flop_per_s is None else attention_peak_flop_per_s
     attn = _attention_s(block.attention.flop_per_pair, context_attended, tokens, tp, attn_peak, cal)
     elem = _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal, sequence_parallel)
@@ -274,74 +278,19 @@ def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, pre
                            efficiency_frac=eff, bandwidth_bytes_per_s=hbm_bytes_per_s, exponent=cal.gemm_ridge_exponent)
 
 
-class _Links:
-    """Effective per-GPU link parameters of one GPU type under a calibration [bytes/s, s].
-
-    Scale-up through a switch (NVSwitch) gives every GPU its whole bandwidth ``B`` to any peer and in any group. In a
-    full mesh (``scale_up_topology: full-mesh``: AMD's 8-GPU Infinity Fabric platforms, one link ``b`` to each peer,
-    ``B = 7 b``; AMD CDNA 3 white paper, 2023) a collective among ``g`` GPUs runs at ``(g - 1) b`` per GPU
-    (:meth:`group_bw`) and a point-to-point send (pipeline hop, context-parallel ring) at ``b`` (``nvlink_bw``)."""
-
-    def __init__(self, gpu, cal: GpuCalibration):
-        self.mesh = getattr(gpu, "scale_up_topology", "switch") == "full-mesh"
-        self.switch_bw = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
-        self.link_bw = gpu.scale_up_link_bandwidth_bytes_per_s.si * cal.nvlink_frac if self.mesh else self.switch_bw
-        self.nvlink_bw = self.link_bw
-        self.net_bw = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
-        self.nvlink_lat = cal.nvlink_latency_s
-        self.net_lat = cal.network_latency_s
-        self.domain = float(gpu.scale_up_domain_gpus.si)
-        self.per_node = float(gpu.gpus_per_node.si)
-        self.hbm_bw = gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
-        self.allreduce_latency = cal.allreduce_latency_s
-
-    def group_bw(self, num_gpus):
-        """Scale-up bandwidth per GPU [bytes/s] of a collective among ``num_gpus`` GPUs of one domain (arrays
-        broadcast): the switch's whole bandwidth, or in a full mesh the links to the group's other members,
-        ``(min(g, domain) - 1) b`` (at least one link)."""
-        if not self.mesh:
-            return self.switch_bw
-        g = X.minimum(X.asfloat(num_gpus), self.domain)
-        return self.link_bw * X.maximum(g - 1.0, 1.0)
-
-    def tp_allreduce(self, message_bytes, tp):
-        tp = X.asfloat(tp)
-        inside = tp <= self.domain
-        bw_in = self.group_bw(tp)
-        bw_node = self.group_bw(self.domain)  # across domains: the groups' members in one domain fill it
-        if self.allreduce_latency > 0:  # the engine's one-shot kernel: one latency, the ring's bytes
-            t_in = X.where(tp > 1, self.allreduce_latency + 2.0 * (tp - 1.0) / tp * X.asfloat(message_bytes) / bw_in,
-                           0.0)
-            if X.all_true(inside):  # every group inside the scale-up domain (the across-nodes form would be discarded)
-                return t_in
-            t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
-                                                  intra_bandwidth_bytes_per_s=bw_node,
-                                                  intra_latency_s=self.nvlink_lat, inter_bandwidth_bytes_per_s=self.net_bw,
-                                                  inter_latency_s=self.net_lat, algorithm="tree")
-            return X.where(inside, t_in, t_out)
-        t_in = allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, link_bandwidth_bytes_per_s=bw_in,
-                                link_latency_s=self.nvlink_lat, algorithm="tree")
-        if X.all_true(inside):
-            return t_in
-        t_out = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=tp, ranks_per_node=self.domain,
-                                              intra_bandwidth_bytes_per_s=bw_node, intra_latency_s=self.nvlink_lat,
-                                              inter_bandwidth_bytes_per_s=self.net_bw, inter_latency_s=self.net_lat,
-                                              algorithm="tree")
-        return X.where(inside, t_in, t_out)
-
-
 # ---------------------------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------------------------
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
                attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, recompute_frac=0.0,
-               frozen_weight_frac=1.0, dp_comm_overlap=True, grad_dtype_bytes=4.0, cal: GpuCalibration):
+               frozen_weight_frac=1.0, dp_comm_overlap=True, grad_dtype_bytes=4.0, ep=1, cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
-    Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``bubble_s``, ``p2p_s``,
-    ``dp_exposed_s``, ``dp_comm_s``, ``optimizer_s``, ``layer_s`` (one block's fwd+bwd of one micro-batch,
-    including its TP communication), ``num_microbatches``.
+    Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``expert_a2a_s`` (the routed
+    layers' all-to-alls, inside ``compute_s``), ``bubble_s``, ``p2p_s``, ``dp_exposed_s``, ``dp_comm_s``,
+    ``optimizer_s``, ``layer_s`` (one block's fwd+bwd of one micro-batch, including its TP communication),
+    ``num_microbatches``.
     ``recompute`` may be a string or an array of codes (0 none, 1 selective, 2 full, 3 partial: the
     ``recompute_frac`` of the stage's layers recomputed whole, the rest not at all). ``attention_kernel``:
     ``"flash"`` (fused, causal blocks skipped: FlashAttention, 2022 on) or ``"materialized"`` (the frameworks before
@@ -354,10 +303,12 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     frozen weights' bytes over their 16-bit copy (0.5 where an fp8 run stores them in fp8), as ZeRO-3 gathers them.
     ``grad_dtype_bytes``: bytes of a gradient as the data-parallel ranks reduce it (4: fp32, as Megatron-LM and Llama
     3's FSDP reduce bf16 training's gradients; 2 for fp16 parameters); parameters are gathered in 16 bits.
+    ``ep``: expert parallelism of an MoE model's routed experts over that many of the data-parallel ranks (its token
+    dispatch and all-to-all: :mod:`.moe_train`); 1 for a dense model.
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
-    tp, pp, dp, cp, vpp, mb = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch))
+    tp, pp, dp, cp, vpp, mb, ep = (X.asfloat(v) for v in (tp, pp, dp, cp, vpp, micro_batch, ep))
     rc = X.asfloat(RECOMPUTE_CODES[recompute] if isinstance(recompute, str) else recompute)
     # the share of layers whose forward runs again in the backward (full: all; partial: recompute_frac)
     full_frac = X.where(rc == 2, 1.0, X.where(rc == 3, X.asfloat(recompute_frac), 0.0))
@@ -379,19 +330,20 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                full_frac=full_frac, hbm=hbm,
                                ab=ab, links=links, attn_peak=attn_peak, sequence_parallel=sequence_parallel,
                                trainable=trainable, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
-                               cal=cal) for b in types]
+                               cal=cal, ep=ep) for b in types]
     if len(types) == 1:
-        t_layer, t_layer_compute, t_tp = per_type[0]
+        t_layer, t_layer_compute, t_tp, t_a2a = per_type[0]
         layers_stage = X.ceil(L / pp)
     else:  # the slowest run of ceil(L / pp) consecutive layers (every layer with single_layer), as its mean layer
         counts = [float(b.count) for b in types] if single_layer else \
             slowest_run(types, L, pp, [t[0] for t in per_type])
         layers_stage = _layer_sum(counts, [1.0] * len(counts))
-        t_layer, t_layer_compute, t_tp = (_layer_sum(counts, [t[i] for t in per_type]) / layers_stage for i in range(3))
+        t_layer, t_layer_compute, t_tp, t_a2a = (_layer_sum(counts, [t[i] for t in per_type]) / layers_stage
+                                                 for i in range(4))
     if single_layer:
         z = X.zeros_like(t_layer)
         return {"step_s": t_layer, "layer_s": t_layer, "compute_s": t_layer_compute, "tp_comm_s": t_tp,
-                "bubble_s": z, "p2p_s": z, "dp_exposed_s": z, "dp_comm_s": z, "optimizer_s": z,
+                "expert_a2a_s": t_a2a, "bubble_s": z, "p2p_s": z, "dp_exposed_s": z, "dp_comm_s": z, "optimizer_s": z,
                 "num_microbatches": X.ones_like(t_layer)}
     t_head = _head_forward_time_s(m, tokens=tokens, tp=tp, hbm_bytes_per_s=hbm, precision=hp, cal=cal,
                                   peak_flop_per_s=gpu.peak_flop_per_s(hp) * gpu.gemm_library_rel(hp))
@@ -415,8 +367,11 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     t_pipe = t_unit * nmb + bubble
     # data parallel over dp*cp ranks of the same (tp, pp) shard
     params_stage = _stage_params(m, pp, trainable)
-    grad_bytes = params_stage / tp * grad_dtype_bytes  # the gradients' reduction
-    param_bytes = params_stage / tp * 2.0  # the 16-bit parameters' gathers (ZeRO-2/3)
+    # expert parallelism: a GPU holds (and reduces the gradients of) 1 / ep of the routed experts, over the dp / ep
+    # ranks that hold the same ones (their ring moves the same bytes per GPU); their optimizer shards stay 1 / dp
+    own = params_stage - (stage_routed_params(m, pp) * (1.0 - 1.0 / ep) if trainable != "lora" else 0.0)
+    grad_bytes = own / tp * grad_dtype_bytes  # the gradients' reduction
+    param_bytes = own / tp * 2.0  # the 16-bit parameters' gathers (ZeRO-2/3)
     ranks = dp * cp
     # the data-parallel neighbours of a TP group that share its scale-up domain (an NVL72 rack's 72 GPUs, a TPU pod's
     # ICI torus; a node's 8 elsewhere) reduce over NVLink; the rest cross the scale-out network. The group's ranks
@@ -457,11 +412,11 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     hide = X.where(zs >= 3, cal.zero3_overlap_frac, cal.dp_overlap_frac if dp_comm_overlap else 0.0) * window
     exposed = X.maximum(t_dp - hide, 0.0)
     # optimizer: read/write weights, grads and Adam state (~36 B/param), sharded by ZeRO>=1
-    opt_params = params_stage / tp / X.where(zs >= 1, ranks, 1.0)
+    opt_params = X.where(zs >= 1, params_stage / tp / ranks, own / tp)
     t_opt = opt_params * 36.0 / hbm
     step = t_pipe + exposed + t_opt + cal.train_step_overhead_s
     return {"step_s": step, "layer_s": t_layer, "compute_s": nmb * t_mb, "tp_comm_s": nmb * layers_stage * t_tp,
-            "bubble_s": bubble, "p2p_s": nmb * t_p2p, "dp_exposed_s": exposed, "dp_comm_s": t_dp,
+            "expert_a2a_s": nmb * layers_stage * t_a2a, "bubble_s": bubble, "p2p_s": nmb * t_p2p, "dp_exposed_s": exposed, "dp_comm_s": t_dp,
             "optimizer_s": t_opt, "num_microbatches": nmb}
 
 
@@ -474,9 +429,9 @@ def _layer_sum(counts, values):
 
 
 def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_frac, hbm, ab, links, attn_peak,
-                   sequence_parallel, trainable, attention_kernel, tp_comm_overlap, cal):
+                   sequence_parallel, trainable, attention_kernel, tp_comm_overlap, cal, ep=1.0):
     """One layer of ``block``'s type in a training micro-batch [s]: (fwd + bwd with its TP and CP communication,
-    its compute alone, its TP communication), the mean over the stage's layers where ``full_frac`` of them recompute
+    its compute alone, its TP communication, its expert all-to-all), the mean over the stage's layers where ``full_frac`` of them recompute
     their forward. ``attended``: the keys a query of a full-attention layer attends to."""
     att = block.attention
     if att.window is not None and attention_kernel == "flash":  # a window caps the keys (the workload's causal sums)
@@ -487,7 +442,7 @@ def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_
                                             peak_flop_per_s=gpu.peak_flop_per_s(p) * gpu.gemm_library_rel(p),
                                             hbm_bytes_per_s=hbm, precision=p, cal=cal,
                                             sequence_parallel=sequence_parallel, attention_peak_flop_per_s=attn_peak,
-                                            block=block)
+                                            block=block, ep=ep)
         t_fwd = t_fwd + share * t_p
         parts = {k: parts.get(k, 0.0) + share * v for k, v in parts_p.items()}
     t_recompute = full_frac * t_fwd + X.where(rc == 1, parts["attention"], 0.0)
@@ -515,8 +470,13 @@ def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_
     cp_bytes = att.kv_elems_per_token / X.minimum(tp, att.kv_shards) * tokens * ab * (cp - 1.0)
     cp_bw = X.where(tp * cp <= links.domain, links.nvlink_bw, links.net_bw)
     t_cp = 3.0 * X.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
-    t_layer = t_layer_compute + t_tp + t_cp
-    return t_layer, t_layer_compute, t_tp
+    # a routed-expert layer's token dispatch, once per pass (forward, backward, recomputed forward): exposed
+    permute, a2a, tp_rows = expert_dispatch_s(block, m.d_model, tokens=tokens, tp=tp, cp=cp, ep=ep, ab=ab, links=links)
+    passes = 2.0 + full_frac
+    t_layer_compute = t_layer_compute + passes * permute
+    t_tp = t_tp + passes * tp_rows * (1.0 - (cal.tp_overlap_frac if tp_comm_overlap else 0.0))
+    t_layer = t_layer_compute + t_tp + t_cp + passes * a2a
+    return t_layer, t_layer_compute, t_tp, passes * a2a
 
 
 #: attention implementations of a training step (``train_step(attention_kernel=...)``)

@@ -33,6 +33,7 @@ def cost_cmd(
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="GPU train: virtual pipeline stages per rank."),
+    ep: Optional[int] = typer.Option(None, "--ep", help="GPU train, MoE models: expert-parallel degree, as `time --ep`."),
     wafers: Optional[int] = typer.Option(None, "--wafers", help="Wafer serving: wafers per replica (a count splits "
                                          "into replicas of that many, as the operating point's layout num_wafers)."),
     memoryx: Optional[str] = O.memoryx_opt(),
@@ -68,7 +69,7 @@ def cost_cmd(
                    prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx,
                    catalog=cat, min_tokens_per_s_per_user=min_speed, software=software, options=opts or None,
                    layout={k: v for k, v in dict(tp=tp, pp=pp, dp=dp, num_wafers=wafers, micro_batch=micro_batch,
-                                                 recompute=recompute, zero_stage=zero, vpp=vpp).items()
+                                                 recompute=recompute, zero_stage=zero, vpp=vpp, ep=ep).items()
                            if v is not None} or None)
     render_cost(res, fmt, cat.sources, list(prices or []))
 

@@ -32,6 +32,8 @@ def time_cmd(
     dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (GPU train: default count/(tp*pp*cp))."),
     cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree (GPU train)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
+    ep: Optional[int] = typer.Option(None, "--ep", help="GPU train, MoE models: expert-parallel degree (the routed experts "
+                                     "split over that many data-parallel ranks; searched when not given)."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train); "
                                               "wafer train: sequences per pass per system, as `stream --micro-batch`."),
     memoryx: Optional[str] = O.memoryx_opt(),
@@ -59,14 +61,15 @@ def time_cmd(
     Example: wseplan time gpt-3-175b --target a100x1536 --phase train --batch 1536 --context 2048 --tp 8 --pp 12 ;
     wseplan time llama-3-8b --target h100x1 --phase decode --batch 64 --context 2048 --output-tokens 512 ;
     wseplan time llama-2-70b --target h200x1 --precision fp8 --batch 64 --software gpu-trtllm-2023 ;
-    wseplan time llama-3.1-8b --target cs3x1 --speculative none
+    wseplan time llama-3.1-8b --target cs3x1 --speculative none ;
+    wseplan time qwen3-30b-a3b --target h100x16 --phase train --batch 1024 --context 4096 -p fp8 --tp 1 --dp 16 --ep 16
     """
     from ..timing import predict_time
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
     lay = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, virtual_pipeline=vpp,
-                                  micro_batch=micro_batch).items() if v is not None}
+                                  micro_batch=micro_batch, expert_parallel=ep).items() if v is not None}
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
     opts.update(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision))

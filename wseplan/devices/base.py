@@ -36,7 +36,7 @@ BOTTLENECKS = (
     "compute", "hbm_bandwidth", "nvlink", "overhead", "launch_overhead", "host_overhead", "collective_latency",
     "prefill", "pipeline_bubble", "pipeline_p2p", "network", "optimizer", "kernel_overhead", "fabric_latency",
     "fabric_bandwidth", "fabric", "cross_region_link", "recompute", "weight_stream", "spill_io", "sram",
-    "memoryx_capacity", "queueing", "none",
+    "memoryx_capacity", "queueing", "none", "expert_all_to_all",
 )
 BOTTLENECK_CODE = {name: i for i, name in enumerate(BOTTLENECKS)}
 

@@ -25,12 +25,12 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .gpu_train import CP_VALUES, VPP_VALUES, layout_grid, partial_frac, train_memory  # noqa: F401 (public names)
+from .gpu_train import CP_VALUES, EP_VALUES, VPP_VALUES, layout_grid, partial_frac, train_memory  # noqa: F401
 from .inference import InferenceMixin
 from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
 from .registry import register
 
-TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp")
+TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "cp", "ep")
 
 #: how a training framework may split the layers over pipeline stages (option ``pipeline_split``). ``uneven``
 #: (default, current frameworks): any count per stage, so interleaving needs only a layer in each of the ``pp x vpp``
@@ -234,6 +234,17 @@ class GpuFamily(InferenceMixin, Family):
         if n is not None and all(k in given for k in ("tp", "pp", "dp")) and int(given["tp"]) * int(given["pp"]) * int(given["dp"]) * cp > n:
             raise InputError(f"layout: tp {int(given['tp'])} x pp {int(given['pp'])} x dp {int(given['dp'])}{f' x cp {cp:g}' if cp > 1 else ''} "
                              f"needs more GPUs than the target's {n}; give a layout within the count, or a target without a count")
+        e = given.get("ep")
+        if e is not None and int(e) > 1 and ctx.q.phase == "train":
+            E = int(getattr(ctx.m, "num_experts", 1) or 1)
+            if E <= 1:
+                raise InputError(f"ep: {ctx.m.name} has no routed experts (a dense model); give ep 1, or none")
+            if E % int(e):
+                raise InputError(f"ep: {int(e)} does not divide {ctx.m.name}'s {E} routed experts; give a divisor of "
+                                 f"{E}, or no ep to search one")
+            if "dp" in given and (int(given["dp"]) * int(cp)) % int(e):
+                raise InputError(f"ep: {int(e)} expert-parallel ranks must divide the {int(given['dp']) * int(cp)} "
+                                 "data-parallel ranks (dp x cp); give a divisor of them, or no ep to search one")
         v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
         if v is None or int(v) <= 1 or ctx.q.phase != "train":
             return
@@ -268,6 +279,7 @@ class GpuFamily(InferenceMixin, Family):
             out.setdefault("vpp", 1)
             out.setdefault("recompute", RECOMPUTE.index("selective"))
             out.setdefault("zero_stage", 1)
+            out.setdefault("ep", 1)
         self.check_layout(ctx, out)  # the completed layout too: its product, and a vpp given without a pp (now pp 1)
         return out
 
@@ -277,7 +289,7 @@ class GpuFamily(InferenceMixin, Family):
         if ctx.q.phase == "train":
             lay.update(micro_batch=int(r["micro_batch"]), virtual_pipeline=int(r["vpp"]),
                        recompute=RECOMPUTE[int(r["recompute"])], zero_stage=int(r["zero_stage"]),
-                       context_parallel=int(r["cp"]))
+                       context_parallel=int(r["cp"]), expert_parallel=int(r.get("ep", 1)))
             if int(r["recompute"]) == PARTIAL and r.get("fit.recompute_frac") is not None:
                 # Megatron-LM's recompute_num_layers: whole layers of each stage recomputed
                 lay["recompute_layers"] = int(round(r["fit.recompute_frac"] * np.ceil(ctx.num_layers / pp)))
@@ -320,6 +332,10 @@ class GpuFamily(InferenceMixin, Family):
         n = len(cfg["batch"])
         if ctx.q.phase == "train" and ctx.cp_given is not None and "cp" not in cfg:  # the option fixes the column
             cfg = dict(cfg, cp=np.full(n, ctx.cp_given))
+        if ctx.q.phase == "train" and int(getattr(ctx.m, "num_experts", 1) or 1) <= 1:
+            # a dense model has no experts to split: a layout given without ep is whole
+            cfg = dict(cfg, ep=np.where(np.isnan(np.asarray(cfg.get("ep", np.nan), dtype=float)), 1.0,
+                                        np.asarray(cfg.get("ep", np.nan), dtype=float)) * np.ones(n))
         if all(c in cfg for c in cols) and not any(np.isnan(cfg[c]).any() for c in cols):  # every layout given
             return {k: np.asarray(v, dtype=float) for k, v in cfg.items()}, np.arange(n, dtype=np.int64)
         vals = np.stack([np.asarray(cfg[c], dtype=float) if c in cfg else np.full(n, np.nan) for c in cols], axis=1)
@@ -335,9 +351,10 @@ class GpuFamily(InferenceMixin, Family):
             # a given micro-batch or virtual-stage count outside the searched values is searched too (audit28a H2:
             # micro-batch 3 fell back to the default completion, all GPUs in tensor parallelism)
             extra = tuple(int(vals[i, cols.index(c)]) if c in cols and known[i, cols.index(c)] else None
-                          for c in ("micro_batch", "vpp", "cp"))
+                          for c in ("micro_batch", "vpp", "cp", "ep"))
             if (b, c_, extra) not in grids:
-                grids[b, c_, extra] = layout_grid(ctx, b, c_, micro_batch=extra[0], vpp=extra[1], given_cp=extra[2])
+                grids[b, c_, extra] = layout_grid(ctx, b, c_, micro_batch=extra[0], vpp=extra[1], given_cp=extra[2],
+                                                  given_ep=extra[3])
             grid = grids[b, c_, extra]
             keep = np.ones(len(grid["tp"]), dtype=bool)
             for j, c in enumerate(cols):
@@ -507,7 +524,7 @@ class GpuFamily(InferenceMixin, Family):
                           frozen_weight_frac=ctx.weight_frac, dp_comm_overlap=ctx.dp_comm_overlap, grad_dtype_bytes=ctx.grad_dtype_bytes)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], cp=cfg["cp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"],
-                    recompute_frac=rf)
+                    recompute_frac=rf, ep=cfg.get("ep", np.ones(len(B))))
         r = X.by_rows(step_fn, len(B), cols)  # a few rows (one question): Python floats, the same numbers
         if r is None:
             r = step_fn(**cols)
@@ -522,7 +539,8 @@ class GpuFamily(InferenceMixin, Family):
         # over every GPU of the target, idle ones included (they are paid for), as a wafer target's MFU counts its
         # idle systems (audit28a M6)
         ndev = np.maximum(cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg["cp"], float(ctx.count or 0))
-        bd = {"compute": r["compute_s"] - r["tp_comm_s"], "nvlink": r["tp_comm_s"], "pipeline_bubble": r["bubble_s"],
+        bd = {"compute": r["compute_s"] - r["tp_comm_s"] - r["expert_a2a_s"], "nvlink": r["tp_comm_s"],
+              "expert_all_to_all": r["expert_a2a_s"], "pipeline_bubble": r["bubble_s"],
               "pipeline_p2p": r["p2p_s"], "network": r["dp_exposed_s"], "optimizer": r["optimizer_s"]}
         n = len(B)
         return dict(step_s=step, tokens_per_s=tokens / step, model_flop_per_s=flops / step,

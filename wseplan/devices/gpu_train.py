@@ -3,9 +3,12 @@
 count, and the GPU counts a training search lays out."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..analytic.memory import PARTIAL, RECOMPUTE, gpu_layout_memory
+from ..analytic.moe_train import num_experts, routed_param_rows
 from ..errors import InputError
 
 #: context-parallel degrees the training search tries (each rank keeps >= ``defaults.gpu_cp_min_tokens_per_rank`` tokens)
@@ -13,6 +16,9 @@ CP_VALUES = (1, 2, 4, 8, 16, 32)
 #: virtual pipeline stages the training search tries: the published recipes use 1-20 (NeMo 24.07 performance summary:
 #: GPT-3 175B vpp 6, Llama 3 70B vpp 5, Llama 2 70B vpp 20; Meta's Llama 3 405B and NVIDIA's MLPerf 405B runs 4-8)
 VPP_VALUES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
+#: expert-parallel degrees the training search tries for an MoE model (those dividing its experts and the data-parallel
+#: ranks): NVIDIA's Megatron-Bridge pre-training recipes use EP 8-64 (Qwen3, DeepSeek-V3, gpt-oss; 2025)
+EP_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def train_memory(ctx, cfg: dict, rf) -> dict:
@@ -29,10 +35,43 @@ def train_memory(ctx, cfg: dict, rf) -> dict:
     if (cp > 1).any():  # weights and optimizer split over TP only (ZeRO over dp*cp); activations over tp*cp
         mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, **kw)
         mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
+    ep = np.asarray(cfg.get("ep", 1.0), dtype=float) * np.ones(np.shape(cp))
+    if (ep > 1).any():
+        mem = _expert_parallel_memory(ctx, mem, ep, tp=tp, pp=pp, dp=dp * cp, kw=kw)
     if (cp > 1).any() or ctx.weight_frac != 1.0:
         mem = dict(mem, weights=mem["weights"] * ctx.weight_frac)
         mem["total"] = mem["weights"] + mem["optimizer"] + mem["kv_cache"] + mem["activations"]
     return mem
+
+
+def _expert_parallel_memory(ctx, mem: dict, ep: np.ndarray, *, tp, pp, dp, kw) -> dict:
+    """``mem`` with each GPU holding ``1 / ep`` of the routed experts (rows with ``ep > 1``): their weights and, below
+    ZeRO-2, their gradients (ZeRO shards the experts' gradients and Adam state over the ``dp / ep`` ranks holding the
+    same experts: per GPU as without expert parallelism). The stage's heaviest run of blocks is found again with the
+    experts split (:func:`gpu_layout_memory` on the workload with ``1 / ep`` of each row's routed weights)."""
+    routed = routed_param_rows(ctx.w)
+    out = {k: np.array(v, dtype=float, copy=True) * np.ones(np.shape(ep)) for k, v in mem.items()}
+    zs = np.asarray(kw["zero_stage"], dtype=float) * np.ones(np.shape(ep))
+    g, a = float(ctx.grad_bytes), float(ctx.adam_bytes)
+    per_param = ctx.w.weight_bytes / np.maximum(ctx.w.params, 1.0)
+    for e in np.unique(ep[ep > 1]):
+        rows = ep == e
+        cut = routed * (1.0 - 1.0 / e)
+        w_e = dataclasses.replace(ctx.w, params=ctx.w.params - cut, weight_bytes=ctx.w.weight_bytes - cut * per_param)
+        sub = {k: (np.asarray(v)[rows] if np.ndim(v) else v) for k, v in kw.items()}
+        pick = (lambda v: np.asarray(v, dtype=float) * np.ones(np.shape(ep)))
+        m_e = gpu_layout_memory(w_e, tp=pick(tp)[rows], pp=pick(pp)[rows], dp=pick(dp)[rows], **sub)
+        z = zs[rows]
+        d_ = pick(dp)[rows]
+        # optimizer = gradients + Adam state: the gradients split (ZeRO < 2) and the Adam state (always) as before
+        grad_share = np.where(z >= 1, g / np.maximum(g + a / d_, 1e-30), g / max(g + a, 1e-30)) if g + a > 0 else 0.0
+        opt = np.where(z >= 2, out["optimizer"][rows],
+                       m_e["optimizer"] * grad_share + out["optimizer"][rows] * (1.0 - grad_share))
+        opt = np.where(z >= 1, opt, m_e["optimizer"])
+        out["weights"][rows] = np.where(z >= 3, out["weights"][rows], m_e["weights"])
+        out["optimizer"][rows] = opt
+    out["total"] = out["weights"] + out["optimizer"] + out["kv_cache"] + out["activations"]
+    return out
 
 
 def partial_frac(ctx, cfg: dict, none_total) -> np.ndarray:
@@ -66,9 +105,10 @@ def train_counts(n: int | None) -> list:
 
 
 def layout_grid(ctx, batch: float, context: float = 1.0, *, micro_batch: int | None = None, vpp: int | None = None,
-                given_cp: int | None = None) -> dict:
-    """The layouts searched for one batch and context (training: with micro-batches, virtual stages, recompute and
-    ZeRO; a given ``micro_batch``, ``vpp`` or ``given_cp`` outside the usual values is searched too)."""
+                given_cp: int | None = None, given_ep: int | None = None) -> dict:
+    """The layouts searched for one batch and context (training: with micro-batches, virtual stages, recompute,
+    ZeRO and, for an MoE model, expert parallelism; a given ``micro_batch``, ``vpp``, ``given_cp`` or ``given_ep``
+    outside the usual values is searched too)."""
     L = ctx.num_layers
     N0 = ctx.count
     train = ctx.q.phase == "train"
@@ -148,6 +188,25 @@ def layout_grid(ctx, batch: float, context: float = 1.0, *, micro_batch: int | N
     pairs = len(rcs) * len(zss)
     rc = np.tile(np.repeat(np.asarray(rcs, dtype=float), len(zss)), int(ok.sum()))
     zs = np.tile(np.asarray(zss, dtype=float), len(rcs) * int(ok.sum()))
-    return {"tp": np.repeat(T[ok], pairs), "pp": np.repeat(P[ok], pairs), "dp": np.repeat(D[ok], pairs),
-            "micro_batch": np.repeat(mb[ok].astype(float), pairs), "vpp": np.repeat(v[ok].astype(float), pairs),
-            "recompute": rc, "zero_stage": zs, "cp": np.repeat(K[ok], pairs)}
+    out = {"tp": np.repeat(T[ok], pairs), "pp": np.repeat(P[ok], pairs), "dp": np.repeat(D[ok], pairs),
+           "micro_batch": np.repeat(mb[ok].astype(float), pairs), "vpp": np.repeat(v[ok].astype(float), pairs),
+           "recompute": rc, "zero_stage": zs, "cp": np.repeat(K[ok], pairs)}
+    return with_expert_parallel(out, num_experts(ctx.m), given=given_ep)
+
+
+def with_expert_parallel(grid: dict, experts: int, given: int | None = None) -> dict:
+    """The training ``grid`` with an ``ep`` column: every row once per expert-parallel degree of :data:`EP_VALUES`
+    (or the ``given`` one) that divides the model's ``experts`` and the row's data-parallel ranks (``dp x cp``: the
+    expert groups are made of data-parallel ranks); a dense model's rows take ``ep = 1`` alone."""
+    n = len(grid["tp"])
+    values = [given] if given is not None else [e for e in EP_VALUES if experts > 1 and experts % e == 0] or [1]
+    if values == [1]:
+        return dict(grid, ep=np.ones(n))
+    ranks = grid["dp"] * grid["cp"]
+    idx, eps = [], []
+    for e in values:
+        keep = np.nonzero(np.mod(ranks, e) == 0)[0]
+        idx.append(keep), eps.append(np.full(len(keep), float(e)))
+    order = np.argsort(np.concatenate(idx), kind="stable")  # each layout's degrees together, layouts in order
+    i = np.concatenate(idx)[order]
+    return dict({k: v[i] for k, v in grid.items()}, ep=np.concatenate(eps)[order])

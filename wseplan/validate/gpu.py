@@ -17,7 +17,7 @@ from ..plan import evaluate, setup
 from ..pricing import job_devices, run_goodput
 from ..serving import serve
 from ..timing import predict_time
-from .cases import SkipRow, case_model
+from .cases import SkipRow, case_model, note_hint
 from .common import (GPU_INFER_PROFILE, GPU_PROFILE, _is_lora, _need_fit, _recompute, _target, _train_metric,
                      attention_kernel_of, dp_comm_overlap_of, file_constants, gemv_shape, pipeline_split_of,
                      sequence_parallel_of, speculation_of,
@@ -49,6 +49,13 @@ def _quantity(v: float) -> Quantity:
     return Quantity(value=float(v), source="wseplan-estimate", basis="estimate", note="calibration trial")
 
 
+def _hint_int(case, key: str):
+    """An integer ``key=N`` hint of the row's notes (a layout detail without a column, e.g. ``micro_batch``), or
+    None."""
+    v = note_hint(case.notes, key)
+    return int(float(v)) if v else None
+
+
 def _predict_gpu_train(case, catalog, cal):
     model = case_model(case, catalog)
     f = case.fields
@@ -70,12 +77,12 @@ def _predict_gpu_train(case, catalog, cal):
             raise SkipRow("n_devices not given")
         tp, pp, dp = train_degrees(f.get("tp"), f.get("pp"), f.get("dp"), n=n, cp=cp)
     layout = {"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "recompute": f.get("recompute") or _recompute(case),
-              "zero_stage": f.get("zero_stage"), "micro_batch": gb if single else None}
+              "zero_stage": f.get("zero_stage"), "micro_batch": gb if single else _hint_int(case, "micro_batch"), "ep": f.get("ep")}
     if single:
         layout.update(vpp=1, zero_stage=layout["zero_stage"] or 1, dp=1)
     elif f.get("tp") is None and f.get("pp") is None and f.get("dp") is None and n > 1:
         # layout not stated: the fastest layout that fits, as the team that ran it would have tuned it
-        layout = {"recompute": f.get("recompute"), "zero_stage": f.get("zero_stage")}
+        layout = {"recompute": f.get("recompute"), "zero_stage": f.get("zero_stage"), "ep": f.get("ep")}
         if layout["recompute"] is None and f.get("flops_convention") == "hardware":
             layout["recompute"] = "full"
     elif f.get("zero_stage") is None:

@@ -1,0 +1,182 @@
+"""Expert parallelism and the token dispatch of MoE training on GPUs (wseplan.analytic.moe_train): hand calculations of
+the all-to-all and the permutation, the memory an expert split saves, the layouts searched, and one answer from
+`time`, `cost` and `sweep` for the same layout."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wseplan.analytic import gpu_time as G
+from wseplan.analytic.gpu_links import Links
+from wseplan.analytic.moe_train import expert_dispatch_s, routed_rows, stage_routed_params
+from wseplan.calibration_data import gpu_calibration
+from wseplan.errors import InputError
+from wseplan.timing import predict_time
+from wseplan.workload import block_types, resolve_model, routed_params
+
+
+@pytest.fixture(scope="module")
+def qwen(catalog):
+    return resolve_model("qwen3-30b-a3b", catalog)
+
+
+def _moe_block(m):
+    return next(b for b in block_types(m) if b.moe)
+
+
+def test_routed_rows_without_expert_parallelism_is_the_expected_experts_picked():
+    # E (1 - (1 - k/E)^T) experts of the T x k rows, by hand for E 8, k 2, T 3
+    experts, rows = routed_rows(3.0, 8, 2, 1.0)
+    want = 8 * (1 - (1 - 2 / 8) ** 3)
+    assert experts == pytest.approx(want) and rows == pytest.approx(3 * 2 / want)
+
+
+def test_expert_parallelism_gives_a_gpu_fewer_taller_expert_gemms():
+    # training-size token counts pick every expert: E / ep experts of T k ep / E rows each, the same FLOPs
+    T, E, k = 8192.0, 128, 8
+    for ep in (1, 2, 8, 32):
+        experts, rows = routed_rows(T, E, k, float(ep))
+        assert experts == pytest.approx(E / ep, rel=1e-9)
+        assert rows == pytest.approx(T * k * ep / E, rel=1e-9)
+        assert experts * rows == pytest.approx(T * k)
+
+
+def test_all_to_all_inside_a_node_by_hand(catalog, qwen):
+    """Qwen3-30B-A3B (d 2,048, top-8) on H100, 4,096 tokens, tp 1, ep 8 (one node): each GPU sends 7/8 of its
+    4,096 x 8 rows of 2,048 bf16 elements, dispatch and combine, over NVLink; the permutation moves (2 + 2k) d elements
+    per token through HBM."""
+    cal = gpu_calibration()
+    gpu = catalog.gpus["h100-sxm"]
+    links = Links(gpu, cal)
+    blk = _moe_block(qwen)
+    permute, a2a, extra = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0, links=links)
+    sent = 4096 * 8 * 2048 * 2 * 7 / 8
+    nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
+    assert a2a == pytest.approx(2 * (sent / nvl + cal.nvlink_latency_s))
+    hbm = gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
+    assert permute == pytest.approx((2 + 2 * 8) * 4096 * 2048 * 2 / hbm)
+    assert extra == 0.0  # tp 1: no tensor-parallel gather of the expanded rows
+
+
+def test_all_to_all_across_nodes_is_bound_by_the_network_share(catalog, qwen):
+    """ep 16 on 8-GPU nodes: 7 of the 15 peers on NVLink, 8 across the network; the slower share binds."""
+    cal = gpu_calibration()
+    gpu = catalog.gpus["h100-sxm"]
+    links = Links(gpu, cal)
+    blk = _moe_block(qwen)
+    _, a2a, _ = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links)
+    sent = 4096 * 8 * 2048 * 2 * 15 / 16
+    nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
+    net = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
+    want = 2 * (max(sent * 7 / 15 / nvl, sent * 8 / 15 / net) + cal.network_latency_s)
+    assert a2a == pytest.approx(want)
+    assert a2a > 3 * expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0,
+                                        links=links)[1]
+
+
+def test_a_dense_block_has_no_dispatch(catalog):
+    m = resolve_model("llama-3-8b", catalog)
+    links = Links(catalog.gpus["h100-sxm"], gpu_calibration())
+    assert expert_dispatch_s(block_types(m)[0], m.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0,
+                             links=links) == (0.0, 0.0, 0.0)
+    assert float(stage_routed_params(m, 1.0)) == 0.0
+
+
+def test_dense_training_does_not_depend_on_ep(catalog):
+    m = resolve_model("llama-3-8b", catalog)
+    kw = dict(precision="bf16", seq_len=4096, global_batch=64, tp=2, pp=1, dp=8, micro_batch=1, recompute="selective",
+              zero_stage=1, cal=gpu_calibration())
+    a = G.train_step(m, catalog.gpus["h100-sxm"], **kw)
+    b = G.train_step(m, catalog.gpus["h100-sxm"], ep=8, **kw)
+    assert float(a["step_s"]) == float(b["step_s"]) and float(b["expert_a2a_s"]) == 0.0
+
+
+def test_expert_parallel_gradients_and_optimizer_by_hand(catalog, qwen):
+    """The data-parallel gradient bytes lose (1 - 1/ep) of the stage's routed experts; ZeRO-1's optimizer shard does
+    not change (the experts' Adam state is sharded over the dp / ep ranks that hold them)."""
+    routed = sum(routed_params(b) * b.count for b in block_types(qwen))
+    assert float(stage_routed_params(qwen, 1.0)) == pytest.approx(routed)
+    assert float(stage_routed_params(qwen, 4.0)) == pytest.approx(math.ceil(qwen.num_layers / 4) * routed / qwen.num_layers)
+    kw = dict(precision="bf16", seq_len=4096, global_batch=64, tp=1, pp=1, dp=16, micro_batch=1, recompute="selective",
+              zero_stage=1, cal=gpu_calibration())
+    one = G.train_step(qwen, catalog.gpus["h100-sxm"], ep=1, **kw)
+    eight = G.train_step(qwen, catalog.gpus["h100-sxm"], ep=8, **kw)
+    assert float(one["optimizer_s"]) == pytest.approx(float(eight["optimizer_s"]))
+    assert float(eight["dp_comm_s"]) < float(one["dp_comm_s"])
+    assert float(eight["expert_a2a_s"]) > 0.0 == float(one["expert_a2a_s"])
+
+
+def test_expert_parallel_weights_per_gpu_by_hand(catalog):
+    """Weights per GPU at ZeRO-1: the routed experts' 16-bit copies shrink by 1 - 1/ep; at ZeRO-3 they are sharded
+    over all the ranks already and stay."""
+    m = resolve_model("qwen3-30b-a3b", catalog)
+    routed = sum(routed_params(b) * b.count for b in block_types(m))
+    from wseplan.plan import plan
+
+    lay = dict(tp=1, pp=1, dp=16, micro_batch=1, recompute="full", vpp=1, cp=1)
+    kw = dict(phase="train", batch=64, context=4096, catalog=catalog, require_fit=False)
+    w = {(e, z): plan("qwen3-30b-a3b", "h100x16", layout=dict(lay, ep=e, zero_stage=z), **kw)
+         for e in (1, 8) for z in (1, 3)}
+    per_gpu = {k: r.weights_bytes / 16 for k, r in w.items()}
+    assert per_gpu[1, 1] - per_gpu[8, 1] == pytest.approx(routed * 2.0 * (1 - 1 / 8), rel=1e-6)
+    assert per_gpu[1, 3] == pytest.approx(per_gpu[8, 3])
+
+
+def test_search_tries_expert_parallel_degrees_that_divide_experts_and_ranks(catalog):
+    from wseplan.devices.gpu_train import with_expert_parallel
+
+    grid = {"tp": np.array([1.0, 2.0]), "dp": np.array([16.0, 4.0]), "cp": np.array([1.0, 2.0])}
+    out = with_expert_parallel(grid, 128)
+    pairs = sorted(zip(out["tp"], out["ep"]))
+    assert pairs == [(1.0, 1.0), (1.0, 2.0), (1.0, 4.0), (1.0, 8.0), (1.0, 16.0), (2.0, 1.0), (2.0, 2.0), (2.0, 4.0),
+                     (2.0, 8.0)]
+    assert list(with_expert_parallel(grid, 1)["ep"]) == [1.0, 1.0]
+    assert list(with_expert_parallel(grid, 8, given=4)["ep"]) == [4.0, 4.0]
+
+
+def test_moe_training_search_picks_a_layout_with_its_expert_parallel_degree(catalog):
+    r = predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=512, context=4096, precision="fp8", catalog=catalog)
+    ep = r.layout["expert_parallel"]
+    assert ep >= 1 and 128 % ep == 0 and (r.layout["data_parallel"] * r.layout["context_parallel"]) % ep == 0
+    given = predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=512, context=4096, precision="fp8",
+                         catalog=catalog, layout={"tp": r.layout["tensor_parallel"], "pp": r.layout["pipeline_parallel"],
+                                                  "dp": r.layout["data_parallel"], "ep": ep,
+                                                  "micro_batch": r.layout["micro_batch"],
+                                                  "vpp": r.layout["virtual_pipeline"]},
+                         recompute=r.layout["recompute"], zero_stage=r.layout["zero_stage"])
+    assert given.step_s == pytest.approx(r.step_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("ep, model, says", [(3, "qwen3-30b-a3b", "does not divide Qwen3-30B-A3B's 128 routed experts"),
+                                             (2, "llama-3-8b", "no routed experts"),
+                                             (32, "qwen3-30b-a3b", "must divide the 16 data-parallel ranks")])
+def test_a_given_expert_parallel_degree_that_cannot_run_is_refused(catalog, ep, model, says):
+    with pytest.raises(InputError, match=says):
+        predict_time(model, "h100x16", phase="train", batch=64, context=4096, catalog=catalog,
+                     layout={"tp": 1, "pp": 1, "dp": 16, "ep": ep})
+
+
+def test_time_cost_and_sweep_agree_on_an_moe_training_layout(catalog, tmp_path):
+    """One chain: `time --ep`, `cost --ep` and a sweep row of the same layout give one step time (the sweep searches
+    the expert-parallel degree as `time` does when the rest is given)."""
+    import pandas as pd
+
+    from wseplan import sweep as S
+    from wseplan.costing import cost
+
+    kw = dict(phase="train", batch=256, context=4096, precision="fp8", catalog=catalog)
+    lay = {"tp": 1, "pp": 1, "dp": 64, "micro_batch": 1}
+    t = predict_time("qwen3-30b-a3b", "h100x64", layout=lay, recompute="selective", zero_stage=1, **kw)
+    ep = t.layout["expert_parallel"]
+    c = cost("qwen3-30b-a3b", "h100x64", layout=dict(lay, ep=ep, recompute="selective", zero_stage=1, vpp=1), **kw)
+    assert c.plan["step_s"] == pytest.approx(t.step_s, rel=1e-12)
+    spec = dict(name="moe", models=["qwen3-30b-a3b"], targets=["h100x64"], phase="train", precisions=["fp8"],
+                batches=[256], contexts=[4096], layouts=dict(tensor_parallel=[1], pipeline_parallel=[1],
+                                                            data_parallel=[64], micro_batch=[1]))
+    plan = S.plan_sweep(S.parse_sweep(spec), catalog)
+    S.sweep_to_file(plan, tmp_path / "out", "x.parquet", chunk=1024)
+    df = pd.read_parquet(next((tmp_path / "out").glob("*.parquet")))
+    row = df.iloc[0]
+    assert int(row["expert_parallel"]) == ep and row["step_s"] == pytest.approx(t.step_s, rel=1e-9)

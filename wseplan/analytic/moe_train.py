@@ -1,0 +1,114 @@
+"""Mixture-of-experts training on GPUs: expert parallelism and the token dispatch of a routed-expert layer.
+
+Mechanisms (per GPU, per routed-expert layer and pass; no fitted constant: the catalog's bandwidths and the model's
+shapes decide them):
+
+* **Expert parallelism** (``ep``): the routed experts of a layer are split over ``ep`` data-parallel ranks (Megatron-
+  Core's ``--expert-model-parallel-size``; the experts keep the tensor-parallel split of the other weights, as its
+  default ``--expert-tensor-parallel-size`` does). A GPU holds ``E / ep`` experts and, with balanced routing, runs the
+  ``tokens x k`` routed rows of its own share of the tokens on them: the same FLOPs as without expert parallelism, on
+  ``ep`` times fewer, ``ep`` times taller expert GEMMs (:func:`routed_rows`), and ``1 / ep`` of the experts' weights
+  and gradients (their optimizer state is sharded over the ``dp / ep`` expert-data-parallel ranks, so under ZeRO it
+  is the same per GPU).
+* **Token permutation** (present with or without expert parallelism): the dispatcher copies each token's hidden state
+  to its ``k`` experts' rows and back (Megatron-Core's ``permute``/``unpermute``, TransformerEngine's fused
+  ``moe_permute``): a pass reads the ``d``-wide tokens and writes ``k`` copies, then reads the ``k`` expert outputs
+  and writes their weighted sum, ``(2 + 2 k) d`` elements per token through HBM.
+* **All-to-all** (``ep > 1``): the routed rows leave for the experts' GPUs and come back (dispatch and combine,
+  GShard: Lepikhin et al. 2020, sec. 2.2); each GPU sends ``(ep - 1) / ep`` of its ``tokens x k`` rows of ``d``
+  elements each way. Inside one scale-up domain they ride NVLink; the share of the expert group outside it crosses
+  the GPU's scale-out link, which binds. With tensor parallelism the received rows are gathered over the TP group
+  for the column-split expert GEMMs (and reduce-scattered back): those collectives carry ``k`` rows per token where
+  a dense MLP's carry one.
+* Each pass (forward, backward, a recomputed forward) runs the permutation and the all-to-alls once. They are
+  exposed: Megatron-Core's ``alltoall`` dispatcher issues them between the router and the expert GEMMs, and its
+  overlap of expert-parallel communication with another micro-batch's compute (``--overlap-moe-expert-parallel-comm``,
+  after DeepSeek-V3's DualPipe, DeepSeek-AI 2024, sec. 3.2.1) is not modelled.
+
+Not modelled: load imbalance between experts (dropless routing with an auxiliary balancing loss), the router's own
+GEMM and top-k (``d x E`` per token, under 1% of a routed layer's FLOPs for the bundled models).
+
+References: Lepikhin et al., "GShard", arXiv:2006.16668 (2020); Megatron-Core MoE documentation
+(NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md: expert parallelism, token dispatchers, EP x TP);
+DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437 (2024), sec. 3.2.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..workload import block_types, routed_params
+from . import elementwise as X
+
+
+def routed_rows(tokens, num_experts: float, experts_per_token: float, ep=1.0):
+    """(experts a GPU runs, rows each) of a routed-expert GEMM over ``tokens`` tokens of this GPU (arrays broadcast).
+
+    Without expert parallelism a pass runs the ``E (1 - (1 - k/E)^tokens)`` experts some token picked (all of them in
+    training), each on its share of the ``tokens x k`` rows; with ``ep`` ranks a GPU holds ``E / ep`` experts and
+    receives, in balance, the rows of ``ep`` GPUs' tokens routed to them: ``tokens x k`` rows in all, on ``ep`` times
+    fewer experts."""
+    E, k = float(num_experts), float(experts_per_token)
+    ep = X.asfloat(ep)
+    experts = X.maximum(E / ep * (1.0 - X.power(1.0 - k / E, X.asfloat(tokens) * ep)), 1e-30)
+    return experts, X.asfloat(tokens) * k / experts
+
+
+def is_routed(block) -> bool:
+    """Whether a block type (:class:`~wseplan.architecture.BlockType`) has routed experts."""
+    return any(g.num_experts > 1 for g in getattr(block, "gemms", ()))
+
+
+def experts_per_token(block) -> float:
+    """``k``: the routed experts each token of ``block`` uses (1 for a dense block)."""
+    return float(max((g.active for g in block.gemms if g.num_experts > 1), default=1))
+
+
+def num_experts(m) -> int:
+    """Routed experts per MoE layer of model ``m`` (1: a dense model)."""
+    return int(getattr(m, "num_experts", 1) or 1)
+
+
+def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, links):
+    """Per-GPU time of one pass's token dispatch of a routed-expert ``block`` [s]: (permutation through HBM,
+    all-to-all, extra tensor-parallel traffic of the expanded rows), arrays broadcast; zeros for a dense block.
+
+    ``tokens``: the micro-batch's tokens on this GPU's sequence shard (all TP ranks hold them; each dispatches its
+    ``1 / tp``); ``ab``: bytes per activation element; ``links``: :class:`~.gpu_links.Links`."""
+    if not is_routed(block):
+        return 0.0, 0.0, 0.0
+    k = experts_per_token(block)
+    tp, cp, ep = X.asfloat(tp), X.asfloat(cp), X.asfloat(ep)
+    row_bytes = ab * d_model
+    local = X.asfloat(tokens) / tp  # sequence parallel: each TP rank permutes and sends its share
+    permute = (2.0 + 2.0 * k) * local * row_bytes / links.hbm_bw
+    sent = local * k * row_bytes * (ep - 1.0) / ep
+    # the expert group's ranks are data-parallel ranks, tp x cp GPUs apart: those of one scale-up domain ride NVLink
+    in_domain = X.minimum(ep, X.maximum(X.floor(links.domain / (tp * cp)), 1.0))
+    nvl = sent * X.maximum(in_domain - 1.0, 0.0) / X.maximum(ep - 1.0, 1.0) / links.group_bw(in_domain)
+    net = sent * (ep - in_domain) / X.maximum(ep - 1.0, 1.0) / links.net_bw
+    lat = X.where(ep > in_domain, links.net_lat, links.nvlink_lat)
+    a2a = X.where(ep > 1.0, 2.0 * (X.maximum(nvl, net) + lat), 0.0)  # dispatch and combine
+    # TP > 1: the received rows are all-gathered (and the outputs reduce-scattered) over the TP group, k rows per token
+    # where a dense MLP's collectives carry one: (k - 1) more of an all-reduce's worth of the layer's hidden states
+    extra_tp = X.where((ep > 1.0) & (tp > 1.0), (k - 1.0) * links.tp_allreduce(X.asfloat(tokens) * row_bytes, tp), 0.0)
+    return permute, a2a, extra_tp
+
+
+def stage_routed_params(m, pp):
+    """Routed-expert weights of a pipeline stage of ``ceil(L / pp)`` layers [count]: the model's mean per layer times
+    the layers (``pp`` broadcasts)."""
+    if num_experts(m) <= 1:
+        return X.zeros_like(X.asfloat(pp))
+    total = sum(routed_params(b) * b.count for b in block_types(m))
+    return X.ceil(m.num_layers / X.asfloat(pp)) * total / m.num_layers
+
+
+def routed_param_rows(w) -> np.ndarray:
+    """Routed-expert weights of each row of a :class:`~wseplan.workload.Workload` [count] (zeros for a dense model)."""
+    out = np.zeros(len(w.params))
+    m = w.arch
+    if m is None or num_experts(m) <= 1:
+        return out
+    for b in block_types(m):
+        out[np.asarray(b.layers, dtype=np.int64) + 1] = routed_params(b)
+    return out
