@@ -12,6 +12,7 @@ from wseplan.analytic import gpu_time as G
 from wseplan.analytic.gpu_links import Links
 from wseplan.analytic.moe_train import expert_dispatch_s, routed_rows, stage_routed_params
 from wseplan.calibration_data import gpu_calibration
+from wseplan.catalog.load import default_catalog_dir as catalog_dir
 from wseplan.errors import InputError
 from wseplan.timing import predict_time
 from wseplan.workload import block_types, resolve_model, routed_params
@@ -180,3 +181,66 @@ def test_time_cost_and_sweep_agree_on_an_moe_training_layout(catalog, tmp_path):
     df = pd.read_parquet(next((tmp_path / "out").glob("*.parquet")))
     row = df.iloc[0]
     assert int(row["expert_parallel"]) == ep and row["step_s"] == pytest.approx(t.step_s, rel=1e-9)
+
+
+def test_hierarchical_dispatch_crosses_the_network_once_per_remote_domain(catalog, qwen):
+    """DeepEP/HybridEP: ep 16 on two 8-GPU nodes sends a token once to the other node when one of its 8 experts is
+    there, 1 - (1/2)^8 of the time, and every row but a GPU's own through NVLink."""
+    from wseplan.analytic.moe_train import remote_domains_per_token
+
+    cal = gpu_calibration()
+    gpu = catalog.gpus["h100-sxm"]
+    links = Links(gpu, cal)
+    blk = _moe_block(qwen)
+    assert float(remote_domains_per_token(2.0, 8)) == pytest.approx(1 - 0.5 ** 8)
+    assert float(remote_domains_per_token(1.0, 8)) == 0.0
+    _, a2a, _ = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links,
+                                  dispatch="hierarchical")
+    nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
+    net = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
+    sent = 4096 * 8 * 2048 * 2 * 15 / 16
+    want = 2 * (max(sent / nvl, 4096 * 2048 * 2 * (1 - 0.5 ** 8) / net) + cal.network_latency_s)
+    assert a2a == pytest.approx(want)
+    flat = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links)[1]
+    assert a2a < flat
+    with pytest.raises(ValueError):
+        expert_dispatch_s(blk, qwen.d_model, tokens=1.0, tp=1.0, cp=1.0, ep=2.0, ab=2.0, links=links, dispatch="nccl")
+
+
+def test_overlapped_all_to_all_hides_behind_the_layer_compute_where_the_schedule_allows(catalog, qwen):
+    """Megatron-Core's --overlap-moe-expert-parallel-comm: a layer takes the longer of its compute and its
+    all-to-alls; it needs one pipeline stage or an interleaved pipeline (plain 1F1B over stages exposes them)."""
+    kw = dict(precision="bf16", seq_len=4096, global_batch=64, tp=1, dp=16, micro_batch=1, recompute="selective",
+              zero_stage=1, ep=16, cal=gpu_calibration())
+    g = catalog.gpus["h100-sxm"]
+    off = G.train_step(qwen, g, pp=1, **kw)
+    on = G.train_step(qwen, g, pp=1, expert_comm_overlap=True, **kw)
+    assert float(on["expert_a2a_s"]) < float(off["expert_a2a_s"]) and float(on["step_s"]) < float(off["step_s"])
+    # the hidden part is at most the compute it runs under
+    assert float(off["expert_a2a_s"]) - float(on["expert_a2a_s"]) <= float(off["compute_s"]) + 1e-12
+    plain = dict(kw, dp=8, global_batch=64)
+    a = G.train_step(qwen, g, pp=2, vpp=1, expert_comm_overlap=True, **dict(plain, ep=8))
+    b = G.train_step(qwen, g, pp=2, vpp=1, **dict(plain, ep=8))
+    assert float(a["step_s"]) == float(b["step_s"])
+
+
+def test_moe_options_are_checked(catalog):
+    for opts, says in (({"expert_dispatch": "nccl"}, "expert_dispatch"), ({"expert_comm_overlap": "yes"},
+                                                                          "expert_comm_overlap")):
+        with pytest.raises(InputError, match=says):
+            predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=64, context=4096, catalog=catalog, **opts)
+    with pytest.raises(InputError):  # training options: inference refuses them
+        predict_time("qwen3-30b-a3b", "h100x8", phase="decode", batch=8, context=1024, catalog=catalog,
+                     expert_dispatch="flat")
+
+
+def test_published_deepseek_runs_across_nodes_are_within_the_physical_bound(catalog):
+    """NVIDIA's DeepSeek-V3 run on 256 B200 (EP 32 over four nodes, 3,328 tokens/s per GPU; Megatron-Bridge
+    performance summary, R743) is faster than a flat, exposed all-to-all allows: the bound takes the deduplicated,
+    overlapped dispatch the run may have used, so the row is predicted, not flagged."""
+    from wseplan.validate import read_cases
+    from wseplan.validate.run import inconsistency
+
+    path = catalog_dir() / "validation" / "validation-moe-train.csv"
+    case = next(c for c in read_cases(path) if c.id == "R743")
+    assert inconsistency(case, catalog) is None

@@ -284,7 +284,8 @@ def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, pre
 def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=1, vpp=1, micro_batch=1,
                recompute="full", zero_stage=1, sequence_parallel=True, trainable="full", single_layer=False,
                attention_kernel="flash", tp_comm_overlap=True, fp4_high_precision_frac=None, recompute_frac=0.0,
-               frozen_weight_frac=1.0, dp_comm_overlap=True, grad_dtype_bytes=4.0, ep=1, cal: GpuCalibration):
+               frozen_weight_frac=1.0, dp_comm_overlap=True, grad_dtype_bytes=4.0, ep=1, expert_dispatch="flat",
+               expert_comm_overlap=False, cal: GpuCalibration):
     """Step time and its parts for arrays of layouts (tp, pp, dp, cp, vpp, micro_batch, recompute code).
 
     Returns a dict of numpy arrays [s]: ``step_s``, ``compute_s``, ``tp_comm_s``, ``expert_a2a_s`` (the routed
@@ -304,7 +305,9 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     ``grad_dtype_bytes``: bytes of a gradient as the data-parallel ranks reduce it (4: fp32, as Megatron-LM and Llama
     3's FSDP reduce bf16 training's gradients; 2 for fp16 parameters); parameters are gathered in 16 bits.
     ``ep``: expert parallelism of an MoE model's routed experts over that many of the data-parallel ranks (its token
-    dispatch and all-to-all: :mod:`.moe_train`); 1 for a dense model.
+    dispatch and all-to-all: :mod:`.moe_train`); 1 for a dense model. ``expert_dispatch``: how its all-to-all crosses
+    scale-up domains (:data:`.moe_train.DISPATCHES`); ``expert_comm_overlap``: one micro-batch's all-to-alls run under
+    another's compute where the schedule allows it (a single stage or an interleaved pipeline).
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
@@ -330,7 +333,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                full_frac=full_frac, hbm=hbm,
                                ab=ab, links=links, attn_peak=attn_peak, sequence_parallel=sequence_parallel,
                                trainable=trainable, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
-                               cal=cal, ep=ep) for b in types]
+                               cal=cal, ep=ep, dispatch=expert_dispatch,
+                               overlap=((pp <= 1.0) | (vpp > 1.0)) & bool(expert_comm_overlap)) for b in types]
     if len(types) == 1:
         t_layer, t_layer_compute, t_tp, t_a2a = per_type[0]
         layers_stage = X.ceil(L / pp)
@@ -429,7 +433,8 @@ def _layer_sum(counts, values):
 
 
 def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_frac, hbm, ab, links, attn_peak,
-                   sequence_parallel, trainable, attention_kernel, tp_comm_overlap, cal, ep=1.0):
+                   sequence_parallel, trainable, attention_kernel, tp_comm_overlap, cal, ep=1.0, dispatch="flat",
+                   overlap=False):
     """One layer of ``block``'s type in a training micro-batch [s]: (fwd + bwd with its TP and CP communication,
     its compute alone, its TP communication, its expert all-to-all), the mean over the stage's layers where ``full_frac`` of them recompute
     their forward. ``attended``: the keys a query of a full-attention layer attends to."""
@@ -471,12 +476,15 @@ def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_
     cp_bw = X.where(tp * cp <= links.domain, links.nvlink_bw, links.net_bw)
     t_cp = 3.0 * X.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
     # a routed-expert layer's token dispatch, once per pass (forward, backward, recomputed forward): exposed
-    permute, a2a, tp_rows = expert_dispatch_s(block, m.d_model, tokens=tokens, tp=tp, cp=cp, ep=ep, ab=ab, links=links)
+    # (overlapped: under another micro-batch's compute of the layer, so the longer of the two)
+    permute, a2a, tp_rows = expert_dispatch_s(block, m.d_model, tokens=tokens, tp=tp, cp=cp, ep=ep, ab=ab, links=links,
+                                              dispatch=dispatch)
     passes = 2.0 + full_frac
     t_layer_compute = t_layer_compute + passes * permute
     t_tp = t_tp + passes * tp_rows * (1.0 - (cal.tp_overlap_frac if tp_comm_overlap else 0.0))
-    t_layer = t_layer_compute + t_tp + t_cp + passes * a2a
-    return t_layer, t_layer_compute, t_tp, passes * a2a
+    t_a2a = X.where(overlap, X.maximum(passes * a2a - t_layer_compute, 0.0), passes * a2a)
+    t_layer = t_layer_compute + t_tp + t_cp + t_a2a
+    return t_layer, t_layer_compute, t_tp, t_a2a
 
 
 #: attention implementations of a training step (``train_step(attention_kernel=...)``)

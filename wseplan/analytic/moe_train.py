@@ -16,14 +16,20 @@ shapes decide them):
   and writes their weighted sum, ``(2 + 2 k) d`` elements per token through HBM.
 * **All-to-all** (``ep > 1``): the routed rows leave for the experts' GPUs and come back (dispatch and combine,
   GShard: Lepikhin et al. 2020, sec. 2.2); each GPU sends ``(ep - 1) / ep`` of its ``tokens x k`` rows of ``d``
-  elements each way. Inside one scale-up domain they ride NVLink; the share of the expert group outside it crosses
-  the GPU's scale-out link, which binds. With tensor parallelism the received rows are gathered over the TP group
-  for the column-split expert GEMMs (and reduce-scattered back): those collectives carry ``k`` rows per token where
-  a dense MLP's carry one.
-* Each pass (forward, backward, a recomputed forward) runs the permutation and the all-to-alls once. They are
-  exposed: Megatron-Core's ``alltoall`` dispatcher issues them between the router and the expert GEMMs, and its
-  overlap of expert-parallel communication with another micro-batch's compute (``--overlap-moe-expert-parallel-comm``,
-  after DeepSeek-V3's DualPipe, DeepSeek-AI 2024, sec. 3.2.1) is not modelled.
+  elements each way, all through NVLink inside one scale-up domain. Beyond it (:data:`DISPATCHES`):
+  ``hierarchical`` (default, the production dispatchers: DeepEP's internode kernels and NVIDIA's HybridEP, Megatron-
+  Core's ``flex`` dispatcher) sends a token once to each other domain holding one of its experts, over the GPU's
+  scale-out link, and forwards it there over NVLink (DeepSeek-AI 2024, sec. 3.2.1: "first transmitted via IB to the
+  GPUs with the same in-node index ... then forwarded via NVLink"); ``flat`` (NCCL all-to-all, Megatron-Core's
+  ``alltoall`` dispatcher) sends every remote row over the scale-out link. With tensor parallelism the received rows
+  are gathered over the TP group for the column-split expert GEMMs (and reduce-scattered back): those collectives
+  carry ``k`` rows per token where a dense MLP's carry one.
+* Each pass (forward, backward, a recomputed forward) runs the permutation and the all-to-alls once. With
+  ``overlap`` (default, Megatron-Core's ``--overlap-moe-expert-parallel-comm``, enabled by NVIDIA's DeepSeek-V3 and
+  Qwen3 performance recipes; after DeepSeek-V3's DualPipe, sec. 3.2.1) one micro-batch's all-to-alls run under another
+  micro-batch's compute of the same layer, so a layer takes the longer of the two; the schedule needs a single
+  pipeline stage or an interleaved pipeline (Megatron-Bridge refuses it otherwise), where the all-to-alls are exposed.
+  Without overlap (Megatron-Core's default) they are exposed.
 
 Not modelled: load imbalance between experts (dropless routing with an auxiliary balancing loss), the router's own
 GEMM and top-k (``d x E`` per token, under 1% of a routed layer's FLOPs for the bundled models).
@@ -68,12 +74,26 @@ def num_experts(m) -> int:
     return int(getattr(m, "num_experts", 1) or 1)
 
 
-def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, links):
+#: how the all-to-all crosses scale-up domains (:func:`expert_dispatch_s`)
+DISPATCHES = ("hierarchical", "flat")
+
+
+def remote_domains_per_token(domains, experts_per_token: float):
+    """Expected other scale-up domains a token's ``k`` experts fall in, of an expert group spread over ``domains``
+    of them (experts picked uniformly, as a balanced router does): ``(D - 1) (1 - (1 - 1/D)^k)``."""
+    D = X.maximum(X.asfloat(domains), 1.0)
+    return (D - 1.0) * (1.0 - X.power(1.0 - 1.0 / D, experts_per_token))
+
+
+def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, links, dispatch: str = "flat"):
     """Per-GPU time of one pass's token dispatch of a routed-expert ``block`` [s]: (permutation through HBM,
     all-to-all, extra tensor-parallel traffic of the expanded rows), arrays broadcast; zeros for a dense block.
 
     ``tokens``: the micro-batch's tokens on this GPU's sequence shard (all TP ranks hold them; each dispatches its
-    ``1 / tp``); ``ab``: bytes per activation element; ``links``: :class:`~.gpu_links.Links`."""
+    ``1 / tp``); ``ab``: bytes per activation element; ``links``: :class:`~.gpu_links.Links`; ``dispatch``: one of
+    :data:`DISPATCHES`."""
+    if dispatch not in DISPATCHES:
+        raise ValueError(f"dispatch must be one of {DISPATCHES}, not {dispatch!r}")
     if not is_routed(block):
         return 0.0, 0.0, 0.0
     k = experts_per_token(block)
@@ -84,8 +104,12 @@ def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, l
     sent = local * k * row_bytes * (ep - 1.0) / ep
     # the expert group's ranks are data-parallel ranks, tp x cp GPUs apart: those of one scale-up domain ride NVLink
     in_domain = X.minimum(ep, X.maximum(X.floor(links.domain / (tp * cp)), 1.0))
-    nvl = sent * X.maximum(in_domain - 1.0, 0.0) / X.maximum(ep - 1.0, 1.0) / links.group_bw(in_domain)
-    net = sent * (ep - in_domain) / X.maximum(ep - 1.0, 1.0) / links.net_bw
+    if dispatch == "flat":
+        nvl = sent * X.maximum(in_domain - 1.0, 0.0) / X.maximum(ep - 1.0, 1.0) / links.group_bw(in_domain)
+        net = sent * (ep - in_domain) / X.maximum(ep - 1.0, 1.0) / links.net_bw
+    else:  # once per remote domain over the network; every row but a GPU's own through NVLink (sent or forwarded)
+        nvl = sent / links.group_bw(in_domain)
+        net = local * row_bytes * remote_domains_per_token(ep / in_domain, k) / links.net_bw
     lat = X.where(ep > in_domain, links.net_lat, links.nvlink_lat)
     a2a = X.where(ep > 1.0, 2.0 * (X.maximum(nvl, net) + lat), 0.0)  # dispatch and combine
     # TP > 1: the received rows are all-gathered (and the outputs reduce-scattered) over the TP group, k rows per token

@@ -19,6 +19,7 @@ from ..analytic import elementwise as X
 from ..analytic import gpu_pass as P
 from ..analytic import gpu_time as G
 from ..analytic.memory import PARTIAL, RECOMPUTE, gpu_layout_memory
+from ..analytic.moe_train import DISPATCHES
 from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
 from ..catalog.precision import datapath_format
 from ..catalog.schema import Model
@@ -184,11 +185,18 @@ class GpuContext:
         if self.attention_kernel not in G.ATTENTION_KERNELS:
             raise InputError(f"attention_kernel: {self.attention_kernel!r} is not an attention implementation; choose "
                              f"one of {', '.join(G.ATTENTION_KERNELS)}")
-        for k, what in (("tp_comm_overlap", "overlap tensor-parallel collectives with GEMMs, 2023 on"),
-                        ("dp_comm_overlap", "overlap the gradient reduction with the backward")):
-            if not isinstance(q.options.get(k, True), bool):
+        for k, what, default in (("tp_comm_overlap", "overlap tensor-parallel collectives with GEMMs, 2023 on", True),
+                                 ("dp_comm_overlap", "overlap the gradient reduction with the backward", True),
+                                 ("expert_comm_overlap", "run one micro-batch's expert all-to-all under another's "
+                                  "compute: Megatron-Core's --overlap-moe-expert-parallel-comm", False)):
+            if not isinstance(q.options.get(k, default), bool):
                 raise InputError(f"{k}: {q.options[k]!r} is not true or false; give true (frameworks that {what}) or false")
-            setattr(self, k, q.options.get(k, True))
+            setattr(self, k, q.options.get(k, default))
+        self.expert_dispatch = q.options.get("expert_dispatch", "flat")
+        if self.expert_dispatch not in DISPATCHES:
+            raise InputError(f"expert_dispatch: {self.expert_dispatch!r} is not an MoE dispatcher; give 'flat' (NCCL "
+                             "all-to-all, Megatron-Core's alltoall dispatcher) or 'hierarchical' (once per other node, "
+                             "then NVLink: DeepEP, HybridEP)")
         self.pipeline_split = q.options.get("pipeline_split", "uneven")
         if self.pipeline_split not in PIPELINE_SPLITS:
             raise InputError(f"pipeline_split: {self.pipeline_split!r} is not a pipeline split; give 'uneven' (current "
@@ -205,7 +213,8 @@ class GpuFamily(InferenceMixin, Family):
     kinds = ("gpu",)
     phases = ("train", "prefill", "decode", "serve")
     train_only_options = ("sequence_parallel", "trainable", "context_parallel", "single_layer", "attention_kernel",
-                          "tp_comm_overlap", "dp_comm_overlap", "pipeline_split")  # inference refuses them
+                          "tp_comm_overlap", "dp_comm_overlap", "pipeline_split", "expert_dispatch",
+                          "expert_comm_overlap")  # inference refuses them
     options = ("reserve", "kv_precision") + train_only_options + SPEC_OPTIONS
 
     layout_columns = TRAIN_COLUMNS  # both sets; a query uses one
@@ -521,7 +530,8 @@ class GpuFamily(InferenceMixin, Family):
                           sequence_parallel=ctx.sequence_parallel, trainable=ctx.trainable, single_layer=ctx.single_layer,
                           attention_kernel=ctx.attention_kernel, tp_comm_overlap=ctx.tp_comm_overlap, cal=ctx.cal,
                           fp4_high_precision_frac=ctx.q.catalog.defaults.fp4_training_high_precision_frac.si,
-                          frozen_weight_frac=ctx.weight_frac, dp_comm_overlap=ctx.dp_comm_overlap, grad_dtype_bytes=ctx.grad_dtype_bytes)
+                          frozen_weight_frac=ctx.weight_frac, dp_comm_overlap=ctx.dp_comm_overlap, grad_dtype_bytes=ctx.grad_dtype_bytes,
+                          expert_dispatch=ctx.expert_dispatch, expert_comm_overlap=ctx.expert_comm_overlap)
         cols = dict(seq_len=C, global_batch=B, tp=cfg["tp"], pp=cfg["pp"], dp=cfg["dp"], cp=cfg["cp"], vpp=cfg["vpp"],
                     micro_batch=cfg["micro_batch"], recompute=cfg["recompute"], zero_stage=cfg["zero_stage"],
                     recompute_frac=rf, ep=cfg.get("ep", np.ones(len(B))))

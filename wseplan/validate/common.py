@@ -130,6 +130,9 @@ class Trial:
 
     cal: GpuCalibration
     profiles: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    #: the fastest run a configuration allows (:func:`.bounds.ideal_trial`): mechanisms a run may or may not have used
+    #: take their fastest form too (an MoE model's all-to-all deduplicated per domain and overlapped)
+    ideal: bool = False
 
     def overrides(self, profile: str) -> dict[str, float]:
         return next((dict(kv) for name, kv in self.profiles if name == profile), {})

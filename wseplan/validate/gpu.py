@@ -95,6 +95,8 @@ def _predict_gpu_train(case, catalog, cal):
               tp_comm_overlap=tp_comm_overlap_of(case), dp_comm_overlap=dp_comm_overlap_of(case),
               sequence_parallel=sequence_parallel_of(case),
               pipeline_split=pipeline_split_of(case), software=_software(cal))
+    if getattr(cal, "ideal", False):  # the bound: the fastest MoE dispatch a run may have used
+        kw.update(expert_dispatch="hierarchical", expert_comm_overlap=True)
     res = predict_time(model, target, require_fit=False, layout={k: v for k, v in layout.items() if v is not None}, **kw)
     if not res.fits and not f.get("recompute") and not single:
         # the default recompute does not fit the stated layout: the run used what fits (the planner's fastest
