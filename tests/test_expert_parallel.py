@@ -130,9 +130,9 @@ def test_search_tries_expert_parallel_degrees_that_divide_experts_and_ranks(cata
 
     grid = {"tp": np.array([1.0, 2.0]), "dp": np.array([16.0, 4.0]), "cp": np.array([1.0, 2.0])}
     out = with_expert_parallel(grid, 128)
-    pairs = sorted(zip(out["tp"], out["ep"]))
+    pairs = sorted(zip(out["tp"], out["ep"]))  # ranks tp x dp x cp: 16 and 16 (whole experts over TP ranks too)
     assert pairs == [(1.0, 1.0), (1.0, 2.0), (1.0, 4.0), (1.0, 8.0), (1.0, 16.0), (2.0, 1.0), (2.0, 2.0), (2.0, 4.0),
-                     (2.0, 8.0)]
+                     (2.0, 8.0), (2.0, 16.0)]
     assert list(with_expert_parallel(grid, 1)["ep"]) == [1.0, 1.0]
     assert list(with_expert_parallel(grid, 8, given=4)["ep"]) == [4.0, 4.0]
 
@@ -152,7 +152,7 @@ def test_moe_training_search_picks_a_layout_with_its_expert_parallel_degree(cata
 
 @pytest.mark.parametrize("ep, model, says", [(3, "qwen3-30b-a3b", "does not divide Qwen3-30B-A3B's 128 routed experts"),
                                              (2, "llama-3-8b", "no routed experts"),
-                                             (32, "qwen3-30b-a3b", "must divide the 16 data-parallel ranks")])
+                                             (32, "qwen3-30b-a3b", "must divide the 16 ranks of a pipeline stage")])
 def test_a_given_expert_parallel_degree_that_cannot_run_is_refused(catalog, ep, model, says):
     with pytest.raises(InputError, match=says):
         predict_time(model, "h100x16", phase="train", batch=64, context=4096, catalog=catalog,
@@ -244,3 +244,75 @@ def test_published_deepseek_runs_across_nodes_are_within_the_physical_bound(cata
     path = catalog_dir() / "validation" / "validation-moe-train.csv"
     case = next(c for c in read_cases(path) if c.id == "R743")
     assert inconsistency(case, catalog) is None
+
+
+def test_whole_experts_on_tensor_parallel_ranks_by_hand(catalog):
+    """Expert tensor parallelism 1 (NVIDIA's MoE recipes): at tp 2 without expert parallelism every GPU holds every
+    expert whole (the other weights halved); at tp 2 x dp 8 an expert group of 16 spans the TP ranks and holds 1/16."""
+    from wseplan.plan import plan
+
+    m = resolve_model("qwen3-30b-a3b", catalog)
+    routed = sum(routed_params(b) * b.count for b in block_types(m))
+    kw = dict(phase="train", batch=64, context=4096, catalog=catalog, require_fit=False)
+    lay = dict(pp=1, micro_batch=1, recompute="full", vpp=1, cp=1, zero_stage=1)
+    one = plan("qwen3-30b-a3b", "h100x16", layout=dict(lay, tp=1, dp=16, ep=1), **kw).weights_bytes / 16
+    two = plan("qwen3-30b-a3b", "h100x16", layout=dict(lay, tp=2, dp=8, ep=1), **kw).weights_bytes / 16
+    sixteen = plan("qwen3-30b-a3b", "h100x16", layout=dict(lay, tp=2, dp=8, ep=16), **kw).weights_bytes / 16
+    dense = one - routed * 2.0
+    assert two == pytest.approx(dense / 2 + routed * 2.0, rel=1e-6)
+    assert sixteen == pytest.approx(dense / 2 + routed * 2.0 / 16, rel=1e-6)
+
+
+def test_expert_gradients_reduce_over_ranks_ep_apart_by_hand(catalog):
+    """ep 8 on 8-GPU nodes: the 8 copies of a GPU's experts on 64 GPUs sit one per node, so the whole shard is
+    all-reduced across the network (a hierarchical all-reduce with one rank per node); ep 2 keeps 4 copies a node."""
+    from wseplan.analytic.collectives import hierarchical_allreduce_time_s
+    from wseplan.analytic.moe_train import expert_grad_allreduce_s
+
+    cal = gpu_calibration()
+    links = Links(catalog.gpus["h100-sxm"], cal)
+    msg = 1e9
+    t8 = expert_grad_allreduce_s(msg, tp=1.0, dp=64.0, cp=1.0, ep=8.0, links=links)
+    want8 = hierarchical_allreduce_time_s(message_bytes=msg, num_ranks=8.0, ranks_per_node=1.0,
+                                          intra_bandwidth_bytes_per_s=links.group_bw(1.0), intra_latency_s=links.nvlink_lat,
+                                          inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
+    assert t8 == pytest.approx(want8)
+    t2 = expert_grad_allreduce_s(msg, tp=1.0, dp=64.0, cp=1.0, ep=2.0, links=links)
+    want2 = hierarchical_allreduce_time_s(message_bytes=msg, num_ranks=32.0, ranks_per_node=4.0,
+                                          intra_bandwidth_bytes_per_s=links.group_bw(4.0), intra_latency_s=links.nvlink_lat,
+                                          inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
+    assert t2 == pytest.approx(want2)
+    assert expert_grad_allreduce_s(0.0, tp=1.0, dp=64.0, cp=1.0, ep=8.0, links=links) == 0.0
+
+
+def test_a_sweep_spans_the_expert_parallel_degrees_it_is_given(catalog, tmp_path):
+    """`layouts.expert_parallel` pins each row's degree (rows it cannot divide are left out and said); each row's step
+    equals `time --ep` of its layout; a degree that cannot split the model's experts is refused."""
+    import pandas as pd
+
+    from wseplan import sweep as S
+
+    spec = dict(name="moe", models=["qwen3-30b-a3b"], targets=["h100x16"], phase="train", precisions=["fp8"],
+                batches=[256], contexts=[4096], layouts=dict(tensor_parallel=[1], pipeline_parallel=[1],
+                                                            data_parallel=[16], micro_batch=[1],
+                                                            expert_parallel=[1, 8, 16, 32]))
+    plan = S.plan_sweep(S.parse_sweep(spec), catalog)
+    assert any("layouts.expert_parallel 32" in n for n in plan.skipped)
+    S.sweep_to_file(plan, tmp_path / "out", "x.parquet", chunk=1024)
+    df = pd.read_parquet(next((tmp_path / "out").glob("*.parquet")))
+    assert sorted(df["expert_parallel"].astype(int)) == [1, 8, 16]
+    for _, row in df.iterrows():
+        t = predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=256, context=4096, precision="fp8",
+                         catalog=catalog, layout={"tp": 1, "pp": 1, "dp": 16, "micro_batch": 1, "vpp": 1,
+                                                  "ep": int(row["expert_parallel"])},
+                         recompute="selective", zero_stage=1, require_fit=False)
+        assert bool(row["fits"]) == t.fits  # ep 1: every expert on every GPU does not fit 80 GB (no time, no price)
+        if t.fits:
+            assert row["step_s"] == pytest.approx(t.step_s, rel=1e-9)
+        else:
+            assert math.isnan(row["step_s"])
+    for model, phase, says in (("llama-3-8b", "train", "no routed experts"), ("qwen3-30b-a3b", "train", "divisors of 128"),
+                               ("qwen3-30b-a3b", "decode", "phase train only")):
+        bad = dict(spec, models=[model], phase=phase, layouts=dict(expert_parallel=[2, 3] if model != "llama-3-8b" else [2]))
+        with pytest.raises(InputError, match=says):
+            S.plan_sweep(S.parse_sweep(bad), catalog)

@@ -131,7 +131,7 @@ def test_virtual_pipeline_axis_rows_equal_time(catalog):
         S.plan_sweep(S.parse_sweep(dict(name="v", phase="train", models=["llama-3.1-8b"], targets=["h100-sxmx16"],
                                         batches=[64], contexts=[2048],
                                         layouts=dict(pipeline_parallel=[1], virtual_pipeline=[2]))), catalog)
-    with pytest.raises(InputError, match="virtual_pipeline apply to phase train only"):
+    with pytest.raises(InputError, match="virtual_pipeline and expert_parallel apply to phase train only"):
         S.parse_sweep(dict(name="v", phase="decode", models=["llama-3.1-8b"], targets=["h100-sxmx16"], batches=[1],
                            contexts=[2048], layouts=dict(virtual_pipeline=[2])))
 

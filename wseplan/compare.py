@@ -141,13 +141,16 @@ class CompareResult(Frozen):
 
 
 def layout_text(layout: dict) -> str:
-    """A record's layout in a few characters: ``TP2 x PP4`` (data parallel shown where above 1), ``9 wafers``."""
+    """A record's layout in a few characters: ``TP2 x PP4`` (data, context and expert parallel and virtual stages
+    shown where above 1: ``TP1 x PP8 x DP32 x EP32 x v2``), ``9 wafers``."""
     if "num_wafers" in layout:
         return f"{layout['num_wafers']} wafers"
     if "num_systems" in layout:
         return f"{layout['num_systems']} systems"
     parts = [f"{k} {layout[n]}" for n, k in (("tensor_parallel", "TP"), ("pipeline_parallel", "PP"),
-                                            ("data_parallel", "DP")) if layout.get(n, 1) != 1 or n == "tensor_parallel"]
+                                            ("data_parallel", "DP"), ("context_parallel", "CP"),
+                                            ("expert_parallel", "EP"), ("virtual_pipeline", "v"))
+             if layout.get(n, 1) != 1 or n == "tensor_parallel"]
     return " x ".join(p.replace(" ", "") for p in parts)
 
 

@@ -59,7 +59,7 @@ from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_p
 from . import elementwise as X
 from .collectives import hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
 from .gpu_links import Links as _Links
-from .moe_train import expert_dispatch_s, routed_rows, stage_routed_params
+from .moe_train import expert_dispatch_s, expert_grad_allreduce_s, routed_rows, stage_routed_params
 from .layers import attended_per_token, cached_tokens, slowest_run
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial": 3}
@@ -142,25 +142,31 @@ def _block_gemms(block, tp):
 
 
 def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration, weight_bytes=None,
-                   ep=1.0):
+                   ep=1.0, expert_tp=True):
     """The GEMMs of one block type (:class:`~wseplan.workload.BlockType`; a model whose layers are all alike: the
     model) on one GPU [s]: (time, its memory-bound part), by the pass's tokens and TP degree (arrays broadcast);
-    ``weight_bytes``: (routed, other) bytes per weight (:func:`~wseplan.workload.weight_bytes_split`); ``ep``: the
-    routed experts split over that many GPUs (:func:`.moe_train.routed_rows`)."""
+    ``weight_bytes``: (routed, other) bytes per weight (:func:`~wseplan.workload.weight_bytes_split`);
+    ``expert_tp``: the routed experts split over TP like the other weights (inference engines), else whole and split
+    over ``ep`` GPUs (training: expert tensor parallelism 1, :mod:`.moe_train`)."""
     if not hasattr(block, "gemms"):
         block = _only_block(block)
     wb_routed, wb_other = weight_bytes or (max(BYTES_PER_ELEMENT[precision], 0.5),) * 2
     ab = activation_bytes_per_element(precision)
     emax = _gemm_max(cal, precision)
     gemm = gemm_mem = 0.0
-    for n_, k_, E, k in _block_gemms(block, tp):
+    for g, (n_, k_, E, k) in zip(block.gemms, _block_gemms(block, tp)):
         if E == 1:
             M = tokens
             count, experts_read = 1.0, 1.0
-        else:  # routed experts: the pass runs (and reads) the experts some token picked, E (1 - (1 - k/E)^tokens)
-            # of them in expectation (of its E / ep under expert parallelism), each on its share of the tokens x k
-            # routed rows (>= 1 row): the FLOPs are those of the tokens x k rows whatever the batch
-            experts_read, M = routed_rows(tokens, E, k, ep)
+        elif expert_tp:  # routed experts: the pass runs (and reads) the experts some token picked,
+            # E (1 - (1 - k/E)^tokens) of them in expectation, each on its share of the tokens x k routed rows (>= 1
+            # row): the FLOPs are those of the tokens x k rows whatever the batch (inference: split like the rest)
+            experts_read, M = routed_rows(tokens, E, k, 1.0)
+            count = experts_read
+        else:  # training: whole experts (no tensor-parallel split), E / ep of them per GPU, on this GPU's 1 / tp of
+            # the tokens routed to them from the ep GPUs of its expert group (:func:`.moe_train.routed_rows`)
+            n_, k_ = float(g.n), float(g.k)
+            experts_read, M = routed_rows(tokens / X.asfloat(tp), E, k, ep)
             count = experts_read
         flop = 2.0 * M * n_ * k_ * count
         eff = gemm_efficiency_frac(m=M, n=n_, k=k_, max_frac=emax, half_intensity=cal.gemm_half_intensity)
@@ -250,18 +256,20 @@ def _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal: GpuCalibration, sequence
 
 def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str,
                          cal: GpuCalibration, sequence_parallel: bool = True, attention_peak_flop_per_s=None, block=None,
-                         ep=1.0):
+                         ep=None):
     """Forward time of one block's compute on one GPU [s] and its parts (gemm, attention, elementwise).
 
     ``tokens`` are the tokens the GPU processes in this pass (M of every GEMM); ``context_attended`` is the
     mean number of keys each query attends to. Weights are read once per pass (roofline against HBM).
-    ``block``: the block type (:func:`~wseplan.workload.block_types`; default the model's only one); ``ep``: its
-    routed experts split over that many GPUs. Arrays broadcast (tokens, tp, ep).
+    ``block``: the block type (:func:`~wseplan.workload.block_types`; default the model's only one); ``ep``: training's
+    expert parallelism, whole routed experts split over that many GPUs (None: the experts split over TP like the other
+    weights, as inference engines run them). Arrays broadcast (tokens, tp, ep).
     """
     block = _only_block(m) if block is None else block
     tokens = X.asfloat(tokens)
     tp = X.asfloat(tp)
-    gemm, gemm_mem = _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal, ep=ep)
+    gemm, gemm_mem = _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal, ep=ep,
+                                    expert_tp=ep is None)
     attn_peak = peak_flop_per_s if attention_peak_flop_per_s is None else attention_peak_flop_per_s
     attn = _attention_s(block.attention.flop_per_pair, context_attended, tokens, tp, attn_peak, cal)
     elem = _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal, sequence_parallel)
@@ -371,9 +379,11 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     t_pipe = t_unit * nmb + bubble
     # data parallel over dp*cp ranks of the same (tp, pp) shard
     params_stage = _stage_params(m, pp, trainable)
-    # expert parallelism: a GPU holds (and reduces the gradients of) 1 / ep of the routed experts, over the dp / ep
-    # ranks that hold the same ones (their ring moves the same bytes per GPU); their optimizer shards stay 1 / dp
-    own = params_stage - (stage_routed_params(m, pp) * (1.0 - 1.0 / ep) if trainable != "lora" else 0.0)
+    # expert parallelism: a GPU holds (and reduces the gradients of) 1 / ep of the routed experts, whole, over the
+    # tp x dp x cp / ep ranks that hold the same ones (their ring moves the same bytes per GPU); ZeRO shards their
+    # optimizer state over those ranks, tp x dp x cp / ep of them: per GPU as the other weights' (1 / (tp dp cp))
+    routed = stage_routed_params(m, pp) if trainable != "lora" else X.zeros_like(X.asfloat(pp))
+    own = params_stage - routed * (1.0 - tp / ep)
     grad_bytes = own / tp * grad_dtype_bytes  # the gradients' reduction
     param_bytes = own / tp * 2.0  # the 16-bit parameters' gathers (ZeRO-2/3)
     ranks = dp * cp
@@ -386,10 +396,11 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     aligned = X.where(span < links.domain, links.domain % X.maximum(span, 1.0), 0.0) == 0
     ranks_node = X.maximum(X.floor(X.where(aligned, links.domain, links.per_node) / tp), 1.0)
     ranks_node = X.minimum(ranks_node, ranks)
-    ar = hierarchical_allreduce_time_s(message_bytes=grad_bytes, num_ranks=ranks, ranks_per_node=ranks_node,
-                                       intra_bandwidth_bytes_per_s=links.group_bw(ranks_node),
+    ar = hierarchical_allreduce_time_s(message_bytes=(own - routed * tp / ep) / tp * grad_dtype_bytes, num_ranks=ranks,
+                                       ranks_per_node=ranks_node, intra_bandwidth_bytes_per_s=links.group_bw(ranks_node),
                                        intra_latency_s=links.nvlink_lat,
                                        inter_bandwidth_bytes_per_s=links.net_bw, inter_latency_s=links.net_lat)
+    ar = ar + expert_grad_allreduce_s(routed / ep * grad_dtype_bytes, tp=tp, dp=dp, cp=cp, ep=ep, links=links)
     zs = X.asfloat(zero_stage)
     compute_total = nmb * layers_stage * t_layer_compute
     # ZeRO-3 / fully sharded data parallel: per micro-batch, an all-gather of the 16-bit parameters for the forward,

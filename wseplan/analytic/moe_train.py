@@ -3,36 +3,40 @@
 Mechanisms (per GPU, per routed-expert layer and pass; no fitted constant: the catalog's bandwidths and the model's
 shapes decide them):
 
-* **Expert parallelism** (``ep``): the routed experts of a layer are split over ``ep`` data-parallel ranks (Megatron-
-  Core's ``--expert-model-parallel-size``; the experts keep the tensor-parallel split of the other weights, as its
-  default ``--expert-tensor-parallel-size`` does). A GPU holds ``E / ep`` experts and, with balanced routing, runs the
-  ``tokens x k`` routed rows of its own share of the tokens on them: the same FLOPs as without expert parallelism, on
-  ``ep`` times fewer, ``ep`` times taller expert GEMMs (:func:`routed_rows`), and ``1 / ep`` of the experts' weights
-  and gradients (their optimizer state is sharded over the ``dp / ep`` expert-data-parallel ranks, so under ZeRO it
-  is the same per GPU).
+* **Expert parallelism** (``ep``): the routed experts of a layer are split over ``ep`` GPUs of the tensor x data x
+  context-parallel ranks (Megatron-Core's ``--expert-model-parallel-size``), whole: expert tensor parallelism 1, as
+  NVIDIA's Megatron-Bridge performance recipes set it (``expert_tensor_parallel_size = 1`` for DeepSeek-V3, gpt-oss,
+  Qwen3, GLM-5; 2025-2026). A GPU holds ``E / ep`` experts and, with balanced routing, runs the routed rows of its
+  ``1 / tp`` share of the tokens (sequence parallelism) on them: the same FLOPs as a tensor-parallel split, on ``ep``
+  times fewer, ``ep`` times taller expert GEMMs (:func:`routed_rows`), and ``1 / ep`` of the experts' weights and
+  gradients (their optimizer state is sharded over the ``tp dp cp / ep`` ranks holding the same experts, so under
+  ZeRO it is the same per GPU as the other weights'). Their gradients are reduced over those ranks, which sit ``ep``
+  GPUs apart (:func:`expert_grad_allreduce_s`).
 * **Token permutation** (present with or without expert parallelism): the dispatcher copies each token's hidden state
   to its ``k`` experts' rows and back (Megatron-Core's ``permute``/``unpermute``, TransformerEngine's fused
   ``moe_permute``): a pass reads the ``d``-wide tokens and writes ``k`` copies, then reads the ``k`` expert outputs
   and writes their weighted sum, ``(2 + 2 k) d`` elements per token through HBM.
 * **All-to-all** (``ep > 1``): the routed rows leave for the experts' GPUs and come back (dispatch and combine,
   GShard: Lepikhin et al. 2020, sec. 2.2); each GPU sends ``(ep - 1) / ep`` of its ``tokens x k`` rows of ``d``
-  elements each way, all through NVLink inside one scale-up domain. Beyond it (:data:`DISPATCHES`):
-  ``hierarchical`` (default, the production dispatchers: DeepEP's internode kernels and NVIDIA's HybridEP, Megatron-
+  elements each way, all through NVLink inside one scale-up domain (the group's GPUs are consecutive). Beyond it
+  (:data:`DISPATCHES`): ``flat`` (default: NCCL all-to-all, Megatron-Core's ``alltoall`` dispatcher, the one its
+  documentation recommends and NVIDIA's recipes without DeepEP run) sends every remote row over the scale-out link;
+  ``hierarchical`` (the deduplicating dispatchers: DeepEP's internode kernels and NVIDIA's HybridEP, Megatron-
   Core's ``flex`` dispatcher) sends a token once to each other domain holding one of its experts, over the GPU's
   scale-out link, and forwards it there over NVLink (DeepSeek-AI 2024, sec. 3.2.1: "first transmitted via IB to the
-  GPUs with the same in-node index ... then forwarded via NVLink"); ``flat`` (NCCL all-to-all, Megatron-Core's
-  ``alltoall`` dispatcher) sends every remote row over the scale-out link. With tensor parallelism the received rows
-  are gathered over the TP group for the column-split expert GEMMs (and reduce-scattered back): those collectives
-  carry ``k`` rows per token where a dense MLP's carry one.
-* Each pass (forward, backward, a recomputed forward) runs the permutation and the all-to-alls once. With
-  ``overlap`` (default, Megatron-Core's ``--overlap-moe-expert-parallel-comm``, enabled by NVIDIA's DeepSeek-V3 and
-  Qwen3 performance recipes; after DeepSeek-V3's DualPipe, sec. 3.2.1) one micro-batch's all-to-alls run under another
-  micro-batch's compute of the same layer, so a layer takes the longer of the two; the schedule needs a single
-  pipeline stage or an interleaved pipeline (Megatron-Bridge refuses it otherwise), where the all-to-alls are exposed.
-  Without overlap (Megatron-Core's default) they are exposed.
+  GPUs with the same in-node index ... then forwarded via NVLink"). With tensor parallelism the received rows
+  are not gathered over the TP group: whole experts need no tensor-parallel collective.
+* Each pass (forward, backward, a recomputed forward) runs the permutation and the all-to-alls once, exposed by
+  default (Megatron-Core runs them unoverlapped unless asked). With ``overlap`` (Megatron-Core's ``--overlap-moe-expert-parallel-comm``, which
+  NVIDIA's DeepSeek-V3 and some Qwen3 performance recipes enable; after DeepSeek-V3's DualPipe, sec. 3.2.1) one
+  micro-batch's all-to-alls run under another micro-batch's compute of the same layer, so a layer takes the longer of
+  the two; the schedule needs a single pipeline stage or an interleaved pipeline (Megatron-Bridge refuses it
+  otherwise), where the all-to-alls stay exposed.
 
-Not modelled: load imbalance between experts (dropless routing with an auxiliary balancing loss), the router's own
-GEMM and top-k (``d x E`` per token, under 1% of a routed layer's FLOPs for the bundled models).
+Not modelled: load imbalance between experts (dropless routing with an auxiliary balancing loss; NVIDIA's published
+MoE benchmarks force-balance the routing), the router's own GEMM and top-k (``d x E`` per token, under 1% of a
+routed layer's FLOPs for the bundled models), the sort of received rows by local expert when a GPU holds several,
+and node-limited routing (DeepSeek-V3 sends a token to at most 4 nodes: the hierarchical count is pessimistic there).
 
 References: Lepikhin et al., "GShard", arXiv:2006.16668 (2020); Megatron-Core MoE documentation
 (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md: expert parallelism, token dispatchers, EP x TP);
@@ -44,6 +48,7 @@ import numpy as np
 
 from ..workload import block_types, routed_params
 from . import elementwise as X
+from .collectives import hierarchical_allreduce_time_s
 
 
 def routed_rows(tokens, num_experts: float, experts_per_token: float, ep=1.0):
@@ -91,7 +96,8 @@ def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, l
 
     ``tokens``: the micro-batch's tokens on this GPU's sequence shard (all TP ranks hold them; each dispatches its
     ``1 / tp``); ``ab``: bytes per activation element; ``links``: :class:`~.gpu_links.Links`; ``dispatch``: one of
-    :data:`DISPATCHES`."""
+    :data:`DISPATCHES`. The third part (tensor-parallel traffic of the expanded rows) is zero with whole experts; it
+    stays for callers that split them."""
     if dispatch not in DISPATCHES:
         raise ValueError(f"dispatch must be one of {DISPATCHES}, not {dispatch!r}")
     if not is_routed(block):
@@ -102,8 +108,9 @@ def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, l
     local = X.asfloat(tokens) / tp  # sequence parallel: each TP rank permutes and sends its share
     permute = (2.0 + 2.0 * k) * local * row_bytes / links.hbm_bw
     sent = local * k * row_bytes * (ep - 1.0) / ep
-    # the expert group's ranks are data-parallel ranks, tp x cp GPUs apart: those of one scale-up domain ride NVLink
-    in_domain = X.minimum(ep, X.maximum(X.floor(links.domain / (tp * cp)), 1.0))
+    # the expert group's ranks are consecutive GPUs (expert tensor parallelism 1): those of one scale-up domain ride
+    # NVLink
+    in_domain = X.minimum(ep, X.maximum(links.domain, 1.0))
     if dispatch == "flat":
         nvl = sent * X.maximum(in_domain - 1.0, 0.0) / X.maximum(ep - 1.0, 1.0) / links.group_bw(in_domain)
         net = sent * (ep - in_domain) / X.maximum(ep - 1.0, 1.0) / links.net_bw
@@ -112,10 +119,22 @@ def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, l
         net = local * row_bytes * remote_domains_per_token(ep / in_domain, k) / links.net_bw
     lat = X.where(ep > in_domain, links.net_lat, links.nvlink_lat)
     a2a = X.where(ep > 1.0, 2.0 * (X.maximum(nvl, net) + lat), 0.0)  # dispatch and combine
-    # TP > 1: the received rows are all-gathered (and the outputs reduce-scattered) over the TP group, k rows per token
-    # where a dense MLP's collectives carry one: (k - 1) more of an all-reduce's worth of the layer's hidden states
-    extra_tp = X.where((ep > 1.0) & (tp > 1.0), (k - 1.0) * links.tp_allreduce(X.asfloat(tokens) * row_bytes, tp), 0.0)
-    return permute, a2a, extra_tp
+    return permute, a2a, 0.0
+
+
+def expert_grad_allreduce_s(message_bytes, *, tp, dp, cp, ep, links):
+    """The all-reduce of one GPU's routed-expert gradients (``message_bytes``) over the ``tp dp cp / ep`` ranks holding
+    the same experts [s] (0 with none): they sit ``ep`` GPUs apart, so a scale-up domain holds ``domain / ep`` of them
+    (at least one: with ``ep`` at or above the domain every copy is in another domain and the whole shard crosses the
+    network)."""
+    tp, dp, cp, ep = (X.asfloat(v) for v in (tp, dp, cp, ep))
+    ranks = tp * dp * cp / ep
+    per_node = X.minimum(X.maximum(X.floor(links.domain / ep), 1.0), ranks)
+    t = hierarchical_allreduce_time_s(message_bytes=message_bytes, num_ranks=ranks, ranks_per_node=per_node,
+                                      intra_bandwidth_bytes_per_s=links.group_bw(per_node),
+                                      intra_latency_s=links.nvlink_lat, inter_bandwidth_bytes_per_s=links.net_bw,
+                                      inter_latency_s=links.net_lat)
+    return X.where(X.asfloat(message_bytes) > 0.0, t, 0.0)
 
 
 def stage_routed_params(m, pp):

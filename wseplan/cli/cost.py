@@ -33,7 +33,9 @@ def cost_cmd(
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="GPU train: virtual pipeline stages per rank."),
-    ep: Optional[int] = typer.Option(None, "--ep", help="GPU train, MoE models: expert-parallel degree, as `time --ep`."),
+    ep: Optional[int] = O.ep_opt("GPU train, MoE models: expert-parallel degree, as `time --ep`."),
+    expert_dispatch: Optional[str] = O.expert_dispatch_opt(),
+    expert_overlap: Optional[bool] = O.expert_overlap_opt(),
     wafers: Optional[int] = typer.Option(None, "--wafers", help="Wafer serving: wafers per replica (a count splits "
                                          "into replicas of that many, as the operating point's layout num_wafers)."),
     memoryx: Optional[str] = O.memoryx_opt(),
@@ -62,7 +64,8 @@ def cost_cmd(
 
     check_format(fmt)
     cat = O.load_catalog(catalog)
-    opts = O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision)
+    opts = O.with_moe(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision), phase, ep,
+                      expert_dispatch, expert_overlap)
     with O.spec_flag_errors():
         res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                    output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),

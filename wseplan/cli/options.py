@@ -255,3 +255,33 @@ def kv_precision_opt() -> typer.models.OptionInfo:
 def with_kv(opts: dict, kv_precision) -> dict:
     """``opts`` with the ``kv_precision`` family option where ``--kv-precision`` was given."""
     return dict(opts, kv_precision=kv_precision) if kv_precision is not None else opts
+
+
+def ep_opt(help: str = "GPU train, MoE models: expert-parallel degree (whole routed experts split over that many of "
+           "the tp x dp x cp GPUs of a pipeline stage; searched when not given).") -> typer.models.OptionInfo:
+    """``--ep``."""
+    return typer.Option(None, "--ep", help=help)
+
+
+def expert_dispatch_opt() -> typer.models.OptionInfo:
+    """``--expert-dispatch``."""
+    return typer.Option(None, "--expert-dispatch", help="GPU train, MoE models: how the expert all-to-all crosses "
+                        "nodes: flat (default: NCCL all-to-all, every remote row over the network) | hierarchical "
+                        "(once per other node, then NVLink: DeepEP, HybridEP).")
+
+
+def expert_overlap_opt() -> typer.models.OptionInfo:
+    """``--expert-overlap/--no-expert-overlap``."""
+    return typer.Option(None, "--expert-overlap/--no-expert-overlap", help="GPU train, MoE models: run one "
+                        "micro-batch's expert all-to-all under another's compute (Megatron-Core's "
+                        "--overlap-moe-expert-parallel-comm; needs one pipeline stage or an interleaved pipeline; "
+                        "default off).")
+
+
+def with_moe(opts: dict, phase: str, ep, dispatch, overlap) -> dict:
+    """``opts`` with the MoE training options given; ``--ep`` and these refused outside training with one line."""
+    given = [f for f, v in (("--ep", ep), ("--expert-dispatch", dispatch), ("--expert-overlap", overlap)) if v is not None]
+    if given and phase != "train":
+        raise InputError(f"{given[0]}: expert parallelism is modelled for GPU training (--phase train); inference "
+                         "splits the experts over tensor parallelism (--tp)")
+    return {**opts, **{k: v for k, v in (("expert_dispatch", dispatch), ("expert_comm_overlap", overlap)) if v is not None}}

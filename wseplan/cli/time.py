@@ -32,8 +32,9 @@ def time_cmd(
     dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (GPU train: default count/(tp*pp*cp))."),
     cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree (GPU train)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
-    ep: Optional[int] = typer.Option(None, "--ep", help="GPU train, MoE models: expert-parallel degree (the routed experts "
-                                     "split over that many data-parallel ranks; searched when not given)."),
+    ep: Optional[int] = O.ep_opt(),
+    expert_dispatch: Optional[str] = O.expert_dispatch_opt(),
+    expert_overlap: Optional[bool] = O.expert_overlap_opt(),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train); "
                                               "wafer train: sequences per pass per system, as `stream --micro-batch`."),
     memoryx: Optional[str] = O.memoryx_opt(),
@@ -73,6 +74,7 @@ def time_cmd(
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
     opts.update(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision))
+    opts = O.with_moe(opts, phase, ep, expert_dispatch, expert_overlap)
     # wafer training takes stream's options (audit32c F5: `time --micro-batch` said "use num_systems", no flag of time)
     opts.update({k: v for k, v in dict(memoryx_option=memoryx, policy=policy).items() if v is not None})
     if search and lay:

@@ -251,9 +251,10 @@ class GpuFamily(InferenceMixin, Family):
             if E % int(e):
                 raise InputError(f"ep: {int(e)} does not divide {ctx.m.name}'s {E} routed experts; give a divisor of "
                                  f"{E}, or no ep to search one")
-            if "dp" in given and (int(given["dp"]) * int(cp)) % int(e):
-                raise InputError(f"ep: {int(e)} expert-parallel ranks must divide the {int(given['dp']) * int(cp)} "
-                                 "data-parallel ranks (dp x cp); give a divisor of them, or no ep to search one")
+            if "dp" in given and "tp" in given and (int(given["tp"]) * int(given["dp"]) * int(cp)) % int(e):
+                n_r = int(given["tp"]) * int(given["dp"]) * int(cp)
+                raise InputError(f"ep: {int(e)} expert-parallel ranks must divide the {n_r} ranks of a pipeline stage "
+                                 "(tp x dp x cp); give a divisor of them, or no ep to search one")
         v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
         if v is None or int(v) <= 1 or ctx.q.phase != "train":
             return
@@ -324,6 +325,10 @@ class GpuFamily(InferenceMixin, Family):
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle ({dp} replica{'s' if dp != 1 else ''} "
                          f"of {tp * pp}: a faster "
                          f"replica size than any that divides the count)")
+        if ctx.q.phase == "train" and int(getattr(ctx.m, "num_experts", 1) or 1) > 1 and bool(r.get("layout_searched", True)):
+            notes.append("MoE training layout searched: such layouts are validated only where they match a published "
+                         "recipe (catalogs/validation/validation-moe-train.csv: 18.8% median error at the published "
+                         "layouts, +31% searched); give the recipe's --tp/--pp/--dp/--ep to compare")
         if ctx.q.phase != "train" and dp > 1:  # the batch is each replica's (audit28d H2)
             b = int(r["batch"]) if "batch" in r else None
             what = "request slots" if ctx.q.phase == "serve" else "requests in flight together"  # serve: slots

@@ -36,7 +36,7 @@ def train_memory(ctx, cfg: dict, rf) -> dict:
         mw = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=dp * cp, **kw)
         mem = dict(mem, weights=mw["weights"], optimizer=mw["optimizer"])
     ep = np.asarray(cfg.get("ep", 1.0), dtype=float) * np.ones(np.shape(cp))
-    if (ep > 1).any():
+    if num_experts(ctx.m) > 1 and (ep != np.asarray(tp, dtype=float)).any():
         mem = _expert_parallel_memory(ctx, mem, ep, tp=tp, pp=pp, dp=dp * cp, kw=kw)
     if (cp > 1).any() or ctx.weight_frac != 1.0:
         mem = dict(mem, weights=mem["weights"] * ctx.weight_frac)
@@ -45,18 +45,21 @@ def train_memory(ctx, cfg: dict, rf) -> dict:
 
 
 def _expert_parallel_memory(ctx, mem: dict, ep: np.ndarray, *, tp, pp, dp, kw) -> dict:
-    """``mem`` with each GPU holding ``1 / ep`` of the routed experts (rows with ``ep > 1``): their weights and, below
-    ZeRO-2, their gradients (ZeRO shards the experts' gradients and Adam state over the ``dp / ep`` ranks holding the
-    same experts: per GPU as without expert parallelism). The stage's heaviest run of blocks is found again with the
-    experts split (:func:`gpu_layout_memory` on the workload with ``1 / ep`` of each row's routed weights)."""
+    """``mem`` (computed with the routed experts split over TP like the other weights) with each GPU holding ``1 /
+    ep`` of them whole instead (expert tensor parallelism 1, :mod:`~wseplan.analytic.moe_train`): their weights and,
+    below ZeRO-2, their gradients (ZeRO shards the experts' gradients and Adam state over the ``tp dp cp / ep`` ranks
+    holding the same experts: per GPU as the other weights'). The stage's heaviest run of blocks is found again
+    (:func:`gpu_layout_memory` on the workload with ``tp / ep`` of each row's routed weights, which it splits over
+    ``tp``)."""
     routed = routed_param_rows(ctx.w)
+    tpa = np.asarray(tp, dtype=float) * np.ones(np.shape(ep))
     out = {k: np.array(v, dtype=float, copy=True) * np.ones(np.shape(ep)) for k, v in mem.items()}
     zs = np.asarray(kw["zero_stage"], dtype=float) * np.ones(np.shape(ep))
     g, a = float(ctx.grad_bytes), float(ctx.adam_bytes)
     per_param = ctx.w.weight_bytes / np.maximum(ctx.w.params, 1.0)
-    for e in np.unique(ep[ep > 1]):
-        rows = ep == e
-        cut = routed * (1.0 - 1.0 / e)
+    for e, t in sorted({(float(x), float(y)) for x, y in zip(ep, tpa) if x != y}):
+        rows = (ep == e) & (tpa == t)
+        cut = routed * (1.0 - t / e)
         w_e = dataclasses.replace(ctx.w, params=ctx.w.params - cut, weight_bytes=ctx.w.weight_bytes - cut * per_param)
         sub = {k: (np.asarray(v)[rows] if np.ndim(v) else v) for k, v in kw.items()}
         pick = (lambda v: np.asarray(v, dtype=float) * np.ones(np.shape(ep)))
@@ -196,13 +199,13 @@ def layout_grid(ctx, batch: float, context: float = 1.0, *, micro_batch: int | N
 
 def with_expert_parallel(grid: dict, experts: int, given: int | None = None) -> dict:
     """The training ``grid`` with an ``ep`` column: every row once per expert-parallel degree of :data:`EP_VALUES`
-    (or the ``given`` one) that divides the model's ``experts`` and the row's data-parallel ranks (``dp x cp``: the
-    expert groups are made of data-parallel ranks); a dense model's rows take ``ep = 1`` alone."""
+    (or the ``given`` one) that divides the model's ``experts`` and the row's ``tp x dp x cp`` ranks (the expert
+    groups are made of them, expert tensor parallelism 1); a dense model's rows take ``ep = 1`` alone."""
     n = len(grid["tp"])
     values = [given] if given is not None else [e for e in EP_VALUES if experts > 1 and experts % e == 0] or [1]
     if values == [1]:
         return dict(grid, ep=np.ones(n))
-    ranks = grid["dp"] * grid["cp"]
+    ranks = grid["tp"] * grid["dp"] * grid["cp"]
     idx, eps = [], []
     for e in values:
         keep = np.nonzero(np.mod(ranks, e) == 0)[0]

@@ -149,7 +149,36 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
             out["_note"] = (f"layouts.virtual_pipeline {', '.join(str(int(v)) for v in lost)}: no layout of the sweep "
                             f"can interleave it ({model.name} has {model.num_layers} layers; interleaving needs pp > 1 "
                             "and pp x vpp at most the layers): no such rows")
+        if lo.expert_parallel is not None:
+            out = _with_expert_parallel(out, lo.expert_parallel, model, target)
     return out
+
+
+def _with_expert_parallel(out: dict, degrees: list[int], model, target) -> dict:
+    """Training rows once per expert-parallel degree of ``layouts.expert_parallel`` that divides the row's tp x dp
+    GPUs of a stage (a sweep row has no context parallelism); a degree that divides no row is said in the note, one
+    that does not divide the model's routed experts (or above 1 for a dense model) is refused."""
+    E = int(getattr(model, "num_experts", 1) or 1)
+    bad = [e for e in degrees if E % e]
+    if bad:
+        what = "has no routed experts (a dense model): give [1]" if E <= 1 else \
+            f"has {E} routed experts: give divisors of {E}"
+        raise InputError(f"layouts.expert_parallel: {', '.join(map(str, bad))} for {model.name}, which {what}")
+    j, e_ = (a.ravel() for a in np.meshgrid(np.arange(len(out["tp"])), np.asarray(degrees, float), indexing="ij"))
+    keep = np.mod(out["tp"][j] * out["dp"][j], e_) == 0
+    if not keep.any():
+        raise InputError(f"layouts.expert_parallel: no row of {target.text} has tp x dp divisible by {degrees}; "
+                         "add 1 or degrees that divide the GPUs of a pipeline stage")
+    lost = sorted(set(degrees) - set(int(v) for v in e_[keep]))
+    res = {k: v[j[keep]] for k, v in out.items() if k != "_note"}
+    res["ep"] = e_[keep]
+    notes = [out["_note"]] if "_note" in out else []
+    if lost:
+        notes.append(f"layouts.expert_parallel {', '.join(map(str, lost))}: no layout of the sweep has tp x dp divisible "
+                     "by it: no such rows")
+    if notes:
+        res["_note"] = "; ".join(notes)
+    return res
 
 
 def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:

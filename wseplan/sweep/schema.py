@@ -66,8 +66,12 @@ class Layouts(NoBoolNumbers):
     #: interleaved (virtual) pipeline stages per pipeline stage; default [1] (no interleaving). A degree above 1 is a
     #: row only with a pipeline (pp > 1) and a layer in each of the pp x vpp virtual stages
     virtual_pipeline: list[int] | None = Field(default=None, min_length=1)
+    #: expert-parallel degrees of an MoE model's training rows (dividing its experts and the tp x dp GPUs of a stage);
+    #: default: each row searches its own, as `wseplan time` does with the rest of a layout given
+    expert_parallel: list[int] | None = Field(default=None, min_length=1)
 
-    @field_validator("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "virtual_pipeline")
+    @field_validator("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "virtual_pipeline",
+                     "expert_parallel")
     @classmethod
     def _pos(cls, v):
         return None if v is None else _positive_unique(v, "layout value")
@@ -137,8 +141,10 @@ class Sweep(NoBoolNumbers):
         if self.train_tokens is not None and self.phase != "train":
             raise ValueError("train_tokens applies to phase train only; remove it")
         lo = self.layouts
-        if self.phase != "train" and (lo.micro_batch or lo.recompute or lo.zero_stage or lo.virtual_pipeline):
-            raise ValueError("layouts: micro_batch, recompute, zero_stage and virtual_pipeline apply to phase train only")
+        if self.phase != "train" and (lo.micro_batch or lo.recompute or lo.zero_stage or lo.virtual_pipeline
+                                      or lo.expert_parallel):
+            raise ValueError("layouts: micro_batch, recompute, zero_stage, virtual_pipeline and expert_parallel apply to "
+                             "phase train only")
         return self
 
     @field_validator("output")
