@@ -316,3 +316,28 @@ def test_a_sweep_spans_the_expert_parallel_degrees_it_is_given(catalog, tmp_path
         bad = dict(spec, models=[model], phase=phase, layouts=dict(expert_parallel=[2, 3] if model != "llama-3-8b" else [2]))
         with pytest.raises(InputError, match=says):
             S.plan_sweep(S.parse_sweep(bad), catalog)
+
+
+def test_moe_training_intervals_are_widened_outside_the_dense_training_rows(catalog):
+    """The model-error file records the architectures its validated rows cover (gpu-train: dense only; gpu-infer:
+    dense and MoE, the MLPerf Mixtral and the Llama 4 / Qwen3 rows): an MoE training answer's interval is widened
+    once and says why (audit34a H1: 8 of 21 published MoE rows fell outside the dense band); an MoE inference answer
+    is not."""
+    from wseplan.model_error import architecture_class, load_model_error, speed_bounds, widening
+
+    f = load_model_error()
+    assert f.categories["gpu-train"].envelope.architectures == ["dense"]
+    assert "moe" in f.categories["gpu-infer"].envelope.architectures
+    kw = dict(params_b=30.5, devices=16, hardware="h100-sxm", precision="fp8")
+    dense = speed_bounds("gpu-train", architecture="dense", **kw)
+    moe = speed_bounds("gpu-train", architecture="moe", **kw)
+    assert "MoE models not validated (validated: dense)" in moe[2] and "MoE" not in dense[2]
+    factor = widening()[0]
+    span = lambda b: math.log(b[1] / b[0])  # noqa: E731
+    assert span(moe) == pytest.approx(span(dense) * factor, rel=1e-9)
+    inf = speed_bounds("gpu-infer", architecture="moe", params_b=46.7, devices=8, hardware="h100-sxm")
+    assert "MoE models not validated" not in inf[2]
+    assert architecture_class(resolve_model("qwen3-30b-a3b", catalog)) == "moe"
+    assert architecture_class(resolve_model("llama-3-8b", catalog)) == "dense"
+    r = predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=512, context=4096, precision="fp8", catalog=catalog)
+    assert "MoE models not validated" in r.interval_note

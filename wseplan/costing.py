@@ -27,7 +27,7 @@ from .analytic.cost.params import price_key_of
 from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
-from .model_error import category_for, engine_devices, roof_time_factor, time_factor_range
+from .model_error import architecture_class, category_for, engine_devices, roof_time_factor, time_factor_range
 from .timing import require_time_model
 from .plan import Setup, check_given_layout, default_sizes, evaluate, fit_fix, floor_s, floor_text, normalise_phase, record, setup
 from .targets import parse_target
@@ -166,7 +166,8 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
                           devices=engine_devices(q.phase, rec.num_devices, rec.num_replicas, *(
                               (rec.layout or {}).get(k) for k in ("tensor_parallel", "pipeline_parallel"))),
                           hardware=q.target.key,
-                          software=calibrated_name(q.software), precision=q.precision)
+                          software=calibrated_name(q.software), precision=q.precision,
+                          architecture=architecture_class(q.model))
     if b is None:
         return None
     lo, hi, note = b

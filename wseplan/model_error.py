@@ -46,10 +46,20 @@ class Envelope(Frozen):
     #: the number formats of the rows (:func:`precision_class`: fp16 and bf16 are one); empty: not checked (a file
     #: written before they were recorded)
     precisions: list[str] = []
+    #: the architectures of the rows' models (:func:`architecture_class`: ``dense`` or ``moe``); empty: not checked
+    architectures: list[str] = []
 
 
 #: number formats that run alike for the envelope (the same tensor-core datapath and bytes per weight)
 _PRECISION_CLASS = {"bf16": "16-bit", "fp16": "16-bit"}
+
+
+def architecture_class(model) -> str | None:
+    """The envelope's name for a model's architecture: ``moe`` with routed experts, else ``dense`` (None: no model,
+    or a layer list)."""
+    if model is None or not hasattr(model, "num_layers"):
+        return None
+    return "moe" if int(getattr(model, "num_experts", 1) or 1) > 1 else "dense"
 
 
 def precision_class(precision: str | None) -> str | None:
@@ -160,18 +170,18 @@ def category_for(device_kind: str, phase: str) -> str:
 
 def speed_bounds(category: str, *, params_b: float | None = None, devices: int | None = None,
                  hardware: str | None = None, software: str | None = None, level: float | None = None,
-                 path=None, precision: str | None = None) -> tuple[float, float, str] | None:
+                 path=None, precision: str | None = None, architecture: str | None = None) -> tuple[float, float, str] | None:
     """``(low, high, note)``: the true speed over the predicted one lies in ``[low, high]`` at ``level`` (default the
-    file's; 0.8 or 0.9), for a prediction of ``category`` (widened outside the validated envelope); None without a
-    model-error file."""
+    file's; 0.8 or 0.9), for a prediction of ``category`` (widened outside the validated envelope; ``architecture``:
+    :func:`architecture_class` of the question's model); None without a model-error file."""
     f = load_model_error(path)
     if f is None:
         return None
-    key = (id(f), category, params_b, devices, hardware, software, level, precision)
+    key = (id(f), category, params_b, devices, hardware, software, level, precision, architecture)
     hit = _BOUNDS.get(key)
     if hit is not None and hit[0] is f:  # the same file object (kept alive here: its id is not reused)
         return hit[1]
-    out = _speed_bounds(f, category, params_b, devices, hardware, software, level, precision)
+    out = _speed_bounds(f, category, params_b, devices, hardware, software, level, precision, architecture)
     if len(_BOUNDS) >= 512:
         _BOUNDS.clear()
     _BOUNDS[key] = (f, out)
@@ -183,7 +193,7 @@ _BOUNDS: dict = {}
 
 
 def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware, software, level,
-                  precision=None) -> tuple[float, float, str]:
+                  precision=None, architecture=None) -> tuple[float, float, str]:
     level = f.level if level is None else level
     lo_q, hi_q = _level_keys(level)
     cat = f.categories.get(category)
@@ -210,6 +220,9 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
     pc = precision_class(precision)
     if borrowed is None and pc is not None and env.precisions and pc not in env.precisions:  # (audit33d M3)
         outside.append(f"precision {precision} not validated (validated: {', '.join(env.precisions)})")
+    if borrowed is None and architecture is not None and env.architectures and architecture not in env.architectures:
+        outside.append(f"{'MoE' if architecture == 'moe' else architecture} models not validated (validated: "
+                       f"{', '.join(env.architectures)})")
     if borrowed is None and software is not None and env.software and software not in env.software:
         outside.append(f"software {software} not validated (validated: {', '.join(env.software)})")
     factor, spread = widening()
@@ -246,13 +259,13 @@ def _speed_bounds(f: ModelErrorFile, category: str, params_b, devices, hardware,
 
 def interval(value: float, *, time_like: bool, category: str, params_b: float | None = None,
              devices: int | None = None, hardware: str | None = None, software: str | None = None, path=None,
-             precision: str | None = None):
+             precision: str | None = None, architecture: str | None = None):
     """``(low, high, note)`` of the true value of a predicted ``value`` (a time when ``time_like``, else a speed),
     or None without a model-error file or a value."""
     if value is None or not math.isfinite(value) or value <= 0:
         return None
     b = speed_bounds(category, params_b=params_b, devices=devices, hardware=hardware, software=software, path=path,
-                     precision=precision)
+                     precision=precision, architecture=architecture)
     if b is None:
         return None
     lo, hi, note = b
@@ -302,7 +315,8 @@ def plan_interval(rec: dict, *, params_b: float | None) -> dict:
         return {}
     cat = category_for(rec.get("device_kind", "gpu"), rec.get("phase", ""))
     iv = interval(v, time_like=train, category=cat, params_b=params_b, devices=rec.get("num_devices"),
-                  hardware=rec.get("hardware"), software=rec.get("software"), precision=rec.get("precision"))
+                  hardware=rec.get("hardware"), software=rec.get("software"), precision=rec.get("precision"),
+                  architecture=rec.get("architecture"))
     if iv is None:
         return {}
     lo, hi, note = iv
@@ -331,7 +345,8 @@ def engine_devices(phase: str, num_devices, num_replicas, tp=None, pp=None):
 
 
 def interval_columns(values, *, train: bool, device_kind: str, num_devices, params_b: float | None, hardware: str,
-                     software: str | None, mfu=None, floors=(), precision: str | None = None) -> tuple:
+                     software: str | None, mfu=None, floors=(), precision: str | None = None,
+                     architecture: str | None = None) -> tuple:
     """:func:`plan_interval` of many rows of one setup (a sweep's group), as arrays: ``(low, high)`` of the true
     ``values`` (``step_s`` when ``train``, else ``tokens_per_s``), NaN where a value is missing; ``num_devices`` per row
     (the envelope's device count), ``mfu`` per row (inference's roof) and ``floors`` (training: arrays of hard step
@@ -344,7 +359,7 @@ def interval_columns(values, *, train: bool, device_kind: str, num_devices, para
     cat = category_for(device_kind, "train" if train else "serve")
     for d in sorted(set(n[ok].tolist())):
         b = speed_bounds(cat, params_b=params_b, devices=int(d), hardware=hardware, software=software,
-                         precision=precision)
+                         precision=precision, architecture=architecture)
         if b is None:
             return lo_f, hi_f
         at = ok & (n == d)

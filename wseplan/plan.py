@@ -38,7 +38,7 @@ from .devices import family_for
 from .devices.base import BINDINGS, BOTTLENECKS, PHASES, Family, Query
 from .devices.speculation import SPEC_OPTIONS
 from .errors import InputError
-from .model_error import engine_devices, plan_interval
+from .model_error import architecture_class, engine_devices, plan_interval
 from .plan_notes import (STREAM_UNIT_HINT, FLOOR_TEXT, _datapath_note, _speculation_note, fit_fix, layout_note,  # noqa: F401
                          floor_s, floor_text, no_time_model, one_sequence_hint)
 from .records import PlanRecord, bounded_tokens
@@ -575,7 +575,7 @@ def record(s: Setup, arr: dict, i: int, *, sources: dict | None = None, require_
         fl = {k: float(v) for k, v in fl.items() if v is not None and np.isfinite(v) and v > 0}
         if fl:
             details = dict(details, floors=fl)
-    iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "precision": q.precision,
+    iv = plan_interval({"phase": q.phase, "device_kind": t.kind, "hardware": t.key, "precision": q.precision, "architecture": architecture_class(q.model),
                         "num_devices": engine_devices(q.phase, n_dev, r["num_replicas"], r.get("tp"), r.get("pp")),
                         "software": calibrated_name(q.software),
                         "step_s": r.get("step_s") if timed else None,

@@ -15,7 +15,7 @@ import math
 
 from ..catalog.software import calibrated_name
 from ..claims import validated_errors
-from ..model_error import speed_bounds
+from ..model_error import architecture_class, speed_bounds
 from ..plan import setup
 from ..workload import total_params
 from .markdown import fmt_num
@@ -59,7 +59,8 @@ def envelope_of(model, target: str, *, phase: str, precision: str, software: str
     s = setup(model, target, phase=phase, precision=precision, software=software, catalog=catalog)
     m = s.query.model
     return dict(params_b=total_params(m) / 1e9 if hasattr(m, "num_layers") else None, devices=devices,
-                hardware=s.query.target.key, software=calibrated_name(s.query.software), precision=precision)
+                hardware=s.query.target.key, software=calibrated_name(s.query.software), precision=precision,
+                architecture=architecture_class(m))
 
 
 def interval_text(what: str, value: float | None, record: dict | None, *, device_kind: str, cat, kind: str = "infer",

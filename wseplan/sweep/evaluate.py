@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalog.software import calibrated_name
-from ..model_error import engine_devices, interval_columns
+from ..model_error import architecture_class, engine_devices, interval_columns
 from ..pricing import cost_columns, num_systems
 from ..plan import evaluate, setup
 from ..workload import total_params
@@ -102,7 +102,7 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
         arr["step_s" if train else "tokens_per_s"], train=train, device_kind=q.target.kind,
         num_devices=engine_devices(g.phase, arr["num_devices"], arr["num_replicas"], arr.get("tp"), arr.get("pp")),
         params_b=total_params(q.model) / 1e9, hardware=q.target.key, software=calibrated_name(q.software),
-        mfu=arr.get("model_flop_utilization_frac"), precision=q.precision,
+        mfu=arr.get("model_flop_utilization_frac"), precision=q.precision, architecture=architecture_class(q.model),
         floors=[arr[k] for k in ("time.compute_floor_s", "fit.stream_floor_s") if k in arr] if train else ())
     for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage", "vpp", "ep"):
         if k in arr:

@@ -22,8 +22,8 @@ from ..analytic import wse_fit
 from ..calibration_data import calibration_path
 from ..catalog.load import default_catalog_dir, load_catalog
 from ..errors import InputError
-from ..model_error import (MIN_SOFTWARE_ROWS, QUANTILES, RESIDUAL_DECIMALS, _load, model_error_path,
-                           precision_class)
+from ..model_error import (MIN_SOFTWARE_ROWS, QUANTILES, RESIDUAL_DECIMALS, _load, architecture_class,
+                           model_error_path, precision_class)
 from ..workload import total_params
 from .cases import CAPACITY_METRICS, TIME_METRICS, SkipRow, case_model, read_cases, source_key
 from .common import wafer_profile_for
@@ -127,11 +127,13 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
         if c.quality not in ("strong", "medium") or c.metric in CAPACITY_METRICS:  # the time models' errors only
             continue
         g = cats.setdefault(c.category, {"res": {}, "params": [], "devices": [], "hardware": set(), "software": set(),
-                                         "precisions": set()})
+                                         "precisions": set(), "architectures": set()})
         g["res"][rid] = round(speed_residual(c, r["held_out"]), RESIDUAL_DECIMALS)
         filled, _ = fill_defaults(c, cat)
         try:
-            g["params"].append(total_params(case_model(filled, cat)) / 1e9)
+            m = case_model(filled, cat)
+            g["params"].append(total_params(m) / 1e9)
+            g["architectures"].add(architecture_class(m))
         except (SkipRow, InputError):
             pass
         g["devices"].append(_row_devices(c.category, filled))
@@ -152,7 +154,8 @@ def model_error_doc(ho: dict, *, catalog=None, level: float = 0.8) -> dict:
                                   else [0.0, 0.0],
                                   "devices": [min(g["devices"]), max(g["devices"])],
                                   "hardware": sorted(g["hardware"]), "software": sorted(g["software"]),
-                                  "precisions": sorted(g["precisions"])},
+                                  "precisions": sorted(g["precisions"]),
+                                  "architectures": sorted(a for a in g["architectures"] if a)},
                      "residuals": g["res"]}
         subs = {sw: v for sw, v in sorted(g.get("by_sw", {}).items()) if len(v) >= MIN_SOFTWARE_ROWS}
         if len(g.get("by_sw", {})) > 1 and subs:  # a band per profile where the rows ran with several (audit33d M1)
