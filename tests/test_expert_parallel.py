@@ -52,13 +52,12 @@ def test_all_to_all_inside_a_node_by_hand(catalog, qwen):
     gpu = catalog.gpus["h100-sxm"]
     links = Links(gpu, cal)
     blk = _moe_block(qwen)
-    permute, a2a, extra = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0, links=links)
+    permute, a2a = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0, links=links)
     sent = 4096 * 8 * 2048 * 2 * 7 / 8
     nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
     assert a2a == pytest.approx(2 * (sent / nvl + cal.nvlink_latency_s))
     hbm = gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
     assert permute == pytest.approx((2 + 2 * 8) * 4096 * 2048 * 2 / hbm)
-    assert extra == 0.0  # tp 1: no tensor-parallel gather of the expanded rows
 
 
 def test_all_to_all_across_nodes_is_bound_by_the_network_share(catalog, qwen):
@@ -67,7 +66,7 @@ def test_all_to_all_across_nodes_is_bound_by_the_network_share(catalog, qwen):
     gpu = catalog.gpus["h100-sxm"]
     links = Links(gpu, cal)
     blk = _moe_block(qwen)
-    _, a2a, _ = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links)
+    _, a2a = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links)
     sent = 4096 * 8 * 2048 * 2 * 15 / 16
     nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
     net = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
@@ -81,7 +80,7 @@ def test_a_dense_block_has_no_dispatch(catalog):
     m = resolve_model("llama-3-8b", catalog)
     links = Links(catalog.gpus["h100-sxm"], gpu_calibration())
     assert expert_dispatch_s(block_types(m)[0], m.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0,
-                             links=links) == (0.0, 0.0, 0.0)
+                             links=links) == (0.0, 0.0)
     assert float(stage_routed_params(m, 1.0)) == 0.0
 
 
@@ -140,7 +139,8 @@ def test_search_tries_expert_parallel_degrees_that_divide_experts_and_ranks(cata
 def test_moe_training_search_picks_a_layout_with_its_expert_parallel_degree(catalog):
     r = predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=512, context=4096, precision="fp8", catalog=catalog)
     ep = r.layout["expert_parallel"]
-    assert ep >= 1 and 128 % ep == 0 and (r.layout["data_parallel"] * r.layout["context_parallel"]) % ep == 0
+    stage = r.layout["tensor_parallel"] * r.layout["data_parallel"] * r.layout["context_parallel"]
+    assert ep >= 1 and 128 % ep == 0 and stage % ep == 0
     given = predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=512, context=4096, precision="fp8",
                          catalog=catalog, layout={"tp": r.layout["tensor_parallel"], "pp": r.layout["pipeline_parallel"],
                                                   "dp": r.layout["data_parallel"], "ep": ep,
@@ -194,8 +194,8 @@ def test_hierarchical_dispatch_crosses_the_network_once_per_remote_domain(catalo
     blk = _moe_block(qwen)
     assert float(remote_domains_per_token(2.0, 8)) == pytest.approx(1 - 0.5 ** 8)
     assert float(remote_domains_per_token(1.0, 8)) == 0.0
-    _, a2a, _ = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links,
-                                  dispatch="hierarchical")
+    _, a2a = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links,
+                               dispatch="hierarchical")
     nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
     net = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
     sent = 4096 * 8 * 2048 * 2 * 15 / 16
@@ -341,3 +341,33 @@ def test_moe_training_intervals_are_widened_outside_the_dense_training_rows(cata
     assert architecture_class(resolve_model("llama-3-8b", catalog)) == "dense"
     r = predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=512, context=4096, precision="fp8", catalog=catalog)
     assert "MoE models not validated" in r.interval_note
+
+
+def test_zero_sharded_expert_shards_ring_over_the_gpus_holding_the_same_experts(catalog, qwen):
+    """review34 H1: under ZeRO-2/3 a GPU's expert shard is reduce-scattered and gathered among the tp dp cp / ep GPUs
+    that hold the same experts (none at ep = tp dp cp), the other weights among the dp cp ranks; by hand with the
+    collectives' ring formula for tp 1, dp 16, ep 16 (one holder of each expert) and ep 4 (four)."""
+    from wseplan.analytic.collectives import reduce_scatter_time_s
+
+    cal = G.training_calibration(gpu_calibration())
+    g = catalog.gpus["h100-sxm"]
+    links = Links(g, cal)
+    kw = dict(precision="bf16", seq_len=4096, global_batch=64, tp=1, pp=1, dp=16, micro_batch=1, recompute="full",
+              zero_stage=3, cal=gpu_calibration())
+    routed = float(stage_routed_params(qwen, 1.0))
+    dense = float(G._stage_params(qwen, 1.0)) - routed
+    ring = dict(link_bandwidth_bytes_per_s=links.net_bw, link_latency_s=cal.network_latency_s)  # 16 GPUs: two nodes
+    nmb = 64 / 16
+    for ep, holders in ((16, 1), (4, 4)):
+        r = G.train_step(qwen, g, ep=ep, **kw)
+        want = nmb * (2 * reduce_scatter_time_s(message_bytes=dense * 2.0, num_ranks=16, **ring)
+                      + reduce_scatter_time_s(message_bytes=dense * 4.0, num_ranks=16, **ring))
+        if holders > 1:
+            want += nmb * (2 * reduce_scatter_time_s(message_bytes=routed / ep * 2.0, num_ranks=holders, **ring)
+                           + reduce_scatter_time_s(message_bytes=routed / ep * 4.0, num_ranks=holders, **ring))
+        assert float(r["dp_comm_s"]) == pytest.approx(want, rel=1e-9)
+    # LoRA's frozen weights: gathered twice per micro-batch, the experts among their holders alone
+    lo = G.train_step(qwen, g, ep=16, trainable="lora", **kw)
+    frozen = (float(G._stage_params(qwen, 1.0, "full")) - routed) * 2.0
+    assert float(lo["dp_comm_s"]) == pytest.approx(2 * nmb * reduce_scatter_time_s(message_bytes=frozen, num_ranks=16,
+                                                                                   **ring), rel=1e-9)

@@ -312,7 +312,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     frozen weights' bytes over their 16-bit copy (0.5 where an fp8 run stores them in fp8), as ZeRO-3 gathers them.
     ``grad_dtype_bytes``: bytes of a gradient as the data-parallel ranks reduce it (4: fp32, as Megatron-LM and Llama
     3's FSDP reduce bf16 training's gradients; 2 for fp16 parameters); parameters are gathered in 16 bits.
-    ``ep``: expert parallelism of an MoE model's routed experts over that many of the data-parallel ranks (its token
+    ``ep``: expert parallelism of an MoE model's routed experts, whole, over that many of the tp x dp x cp GPUs of a
+    pipeline stage (its token
     dispatch and all-to-all: :mod:`.moe_train`); 1 for a dense model. ``expert_dispatch``: how its all-to-all crosses
     scale-up domains (:data:`.moe_train.DISPATCHES`); ``expert_comm_overlap``: one micro-batch's all-to-alls run under
     another's compute where the schedule allows it (a single stage or an interleaved pipeline).
@@ -384,8 +385,6 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     # optimizer state over those ranks, tp x dp x cp / ep of them: per GPU as the other weights' (1 / (tp dp cp))
     routed = stage_routed_params(m, pp) if trainable != "lora" else X.zeros_like(X.asfloat(pp))
     own = params_stage - routed * (1.0 - tp / ep)
-    grad_bytes = own / tp * grad_dtype_bytes  # the gradients' reduction
-    param_bytes = own / tp * 2.0  # the 16-bit parameters' gathers (ZeRO-2/3)
     ranks = dp * cp
     # the data-parallel neighbours of a TP group that share its scale-up domain (an NVL72 rack's 72 GPUs, a TPU pod's
     # ICI torus; a node's 8 elsewhere) reduce over NVLink; the rest cross the scale-out network. The group's ranks
@@ -412,12 +411,25 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     spans = tp * ranks > links.domain
     ring_bw, ring_lat = X.where(spans, links.net_bw, links.group_bw(ranks)), X.where(spans, links.net_lat, links.nvlink_lat)
     ring_kw = dict(num_ranks=ranks, link_bandwidth_bytes_per_s=ring_bw, link_latency_s=ring_lat)
-    ring = reduce_scatter_time_s(message_bytes=grad_bytes, **ring_kw)
-    gather = reduce_scatter_time_s(message_bytes=param_bytes, **ring_kw)  # an all-gather moves what a reduce-scatter does
+    # the routed experts' shards ring over the tp x dp x cp / ep GPUs that hold the same experts (none to exchange
+    # with at one such GPU), the other weights' over the dp x cp ranks
+    edp = X.maximum(tp * ranks / ep, 1.0)
+    exp_kw = dict(num_ranks=edp, link_bandwidth_bytes_per_s=X.where(spans, links.net_bw, links.group_bw(edp)),
+                  link_latency_s=ring_lat)
+    dense_p, exp_p = (params_stage - routed) / tp, routed / ep
+
+    def exp_rs(nbytes):  # a dense model has no expert ring (not even its latency)
+        return X.where(exp_p > 0.0, reduce_scatter_time_s(message_bytes=nbytes, **exp_kw), 0.0)
+
+    ring = reduce_scatter_time_s(message_bytes=dense_p * grad_dtype_bytes, **ring_kw) + exp_rs(exp_p * grad_dtype_bytes)
+    # an all-gather moves what a reduce-scatter does
+    gather = reduce_scatter_time_s(message_bytes=dense_p * 2.0, **ring_kw) + exp_rs(exp_p * 2.0)
     t_z3 = nmb * (2.0 * gather + ring)
     if trainable == "lora":  # frozen weights sharded by ZeRO-3 are still gathered for the forward and the backward
-        frozen = _stage_params(m, pp, "full") / tp * 2.0 * frozen_weight_frac  # as stored; no gradients to scatter
-        t_z3 = 2.0 * nmb * reduce_scatter_time_s(message_bytes=frozen, **ring_kw)
+        frozen_exp = stage_routed_params(m, pp)  # (as stored; no gradients to scatter)
+        frozen = (_stage_params(m, pp, "full") - frozen_exp) / tp * 2.0 * frozen_weight_frac
+        t_z3 = 2.0 * nmb * (reduce_scatter_time_s(message_bytes=frozen, **ring_kw) + X.where(
+            frozen_exp > 0.0, reduce_scatter_time_s(message_bytes=frozen_exp / ep * 2.0 * frozen_weight_frac, **exp_kw), 0.0))
     # ZeRO-2 (gradients sharded): every micro-batch reduce-scatters its own gradients under its backward, the updated
     # shard is all-gathered once. ZeRO-0/1 (and DDP) accumulate locally and reduce once, under the last micro-batch's
     # backward, the all-gather under the next step's first forward (Megatron-core syncs gradients only in the last
@@ -488,11 +500,10 @@ def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_
     t_cp = 3.0 * X.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
     # a routed-expert layer's token dispatch, once per pass (forward, backward, recomputed forward): exposed
     # (overlapped: under another micro-batch's compute of the layer, so the longer of the two)
-    permute, a2a, tp_rows = expert_dispatch_s(block, m.d_model, tokens=tokens, tp=tp, cp=cp, ep=ep, ab=ab, links=links,
-                                              dispatch=dispatch)
+    permute, a2a = expert_dispatch_s(block, m.d_model, tokens=tokens, tp=tp, cp=cp, ep=ep, ab=ab, links=links,
+                                     dispatch=dispatch)
     passes = 2.0 + full_frac
     t_layer_compute = t_layer_compute + passes * permute
-    t_tp = t_tp + passes * tp_rows * (1.0 - (cal.tp_overlap_frac if tp_comm_overlap else 0.0))
     t_a2a = X.where(overlap, X.maximum(passes * a2a - t_layer_compute, 0.0), passes * a2a)
     t_layer = t_layer_compute + t_tp + t_cp + t_a2a
     return t_layer, t_layer_compute, t_tp, t_a2a

@@ -37,6 +37,9 @@ Not modelled: load imbalance between experts (dropless routing with an auxiliary
 MoE benchmarks force-balance the routing), the router's own GEMM and top-k (``d x E`` per token, under 1% of a
 routed layer's FLOPs for the bundled models), the sort of received rows by local expert when a GPU holds several,
 and node-limited routing (DeepSeek-V3 sends a token to at most 4 nodes: the hierarchical count is pessimistic there).
+An expert group of at most a scale-up domain's GPUs is taken to sit inside one (a 64-GPU group in a 72-GPU NVL72
+rack, as NVIDIA's GB200 runs of 64-GPU expert groups are fast enough to need it), while the data-parallel reduction
+(:func:`~.gpu_time.train_step`) counts 64-GPU blocks as straddling 72-GPU racks: the two placements differ there.
 
 References: Lepikhin et al., "GShard", arXiv:2006.16668 (2020); Megatron-Core MoE documentation
 (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md: expert parallelism, token dispatchers, EP x TP);
@@ -92,16 +95,15 @@ def remote_domains_per_token(domains, experts_per_token: float):
 
 def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, links, dispatch: str = "flat"):
     """Per-GPU time of one pass's token dispatch of a routed-expert ``block`` [s]: (permutation through HBM,
-    all-to-all, extra tensor-parallel traffic of the expanded rows), arrays broadcast; zeros for a dense block.
+    all-to-all), arrays broadcast; zeros for a dense block.
 
     ``tokens``: the micro-batch's tokens on this GPU's sequence shard (all TP ranks hold them; each dispatches its
     ``1 / tp``); ``ab``: bytes per activation element; ``links``: :class:`~.gpu_links.Links`; ``dispatch``: one of
-    :data:`DISPATCHES`. The third part (tensor-parallel traffic of the expanded rows) is zero with whole experts; it
-    stays for callers that split them."""
+    :data:`DISPATCHES`."""
     if dispatch not in DISPATCHES:
         raise ValueError(f"dispatch must be one of {DISPATCHES}, not {dispatch!r}")
     if not is_routed(block):
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0
     k = experts_per_token(block)
     tp, cp, ep = X.asfloat(tp), X.asfloat(cp), X.asfloat(ep)
     row_bytes = ab * d_model
@@ -119,7 +121,7 @@ def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, l
         net = local * row_bytes * remote_domains_per_token(ep / in_domain, k) / links.net_bw
     lat = X.where(ep > in_domain, links.net_lat, links.nvlink_lat)
     a2a = X.where(ep > 1.0, 2.0 * (X.maximum(nvl, net) + lat), 0.0)  # dispatch and combine
-    return permute, a2a, 0.0
+    return permute, a2a
 
 
 def expert_grad_allreduce_s(message_bytes, *, tp, dp, cp, ep, links):

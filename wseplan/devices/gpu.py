@@ -26,7 +26,8 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .gpu_train import CP_VALUES, EP_VALUES, VPP_VALUES, layout_grid, partial_frac, train_memory  # noqa: F401
+from .gpu_train import (CP_VALUES, EP_VALUES, VPP_VALUES, check_expert_parallel, expand_expert_parallel,  # noqa: F401
+                        layout_grid, partial_frac, train_memory)
 from .inference import InferenceMixin
 from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
 from .registry import register
@@ -243,18 +244,8 @@ class GpuFamily(InferenceMixin, Family):
         if n is not None and all(k in given for k in ("tp", "pp", "dp")) and int(given["tp"]) * int(given["pp"]) * int(given["dp"]) * cp > n:
             raise InputError(f"layout: tp {int(given['tp'])} x pp {int(given['pp'])} x dp {int(given['dp'])}{f' x cp {cp:g}' if cp > 1 else ''} "
                              f"needs more GPUs than the target's {n}; give a layout within the count, or a target without a count")
-        e = given.get("ep")
-        if e is not None and int(e) > 1 and ctx.q.phase == "train":
-            E = int(getattr(ctx.m, "num_experts", 1) or 1)
-            if E <= 1:
-                raise InputError(f"ep: {ctx.m.name} has no routed experts (a dense model); give ep 1, or none")
-            if E % int(e):
-                raise InputError(f"ep: {int(e)} does not divide {ctx.m.name}'s {E} routed experts; give a divisor of "
-                                 f"{E}, or no ep to search one")
-            if "dp" in given and "tp" in given and (int(given["tp"]) * int(given["dp"]) * int(cp)) % int(e):
-                n_r = int(given["tp"]) * int(given["dp"]) * int(cp)
-                raise InputError(f"ep: {int(e)} expert-parallel ranks must divide the {n_r} ranks of a pipeline stage "
-                                 "(tp x dp x cp); give a divisor of them, or no ep to search one")
+        if ctx.q.phase == "train":
+            check_expert_parallel(ctx.m, given, cp)
         v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
         if v is None or int(v) <= 1 or ctx.q.phase != "train":
             return
@@ -269,7 +260,8 @@ class GpuFamily(InferenceMixin, Family):
 
     def default_layout(self, ctx: GpuContext, given: dict, batch: int) -> dict:
         """Complete a partly given layout outside the search grid: pp 1, dp the rest of the device count (1 without a
-        count), tp the rest after pp and dp; training micro-batch 1, no interleaving, selective recompute, ZeRO-1."""
+        count), tp the rest after pp and dp; training micro-batch 1, no interleaving, selective recompute, ZeRO-1 and,
+        for an MoE model, the largest expert-parallel degree dividing its experts and the stage's GPUs."""
         out = dict(given)
         n = ctx.count
         if ctx.q.phase == "train":
@@ -289,7 +281,10 @@ class GpuFamily(InferenceMixin, Family):
             out.setdefault("vpp", 1)
             out.setdefault("recompute", RECOMPUTE.index("selective"))
             out.setdefault("zero_stage", 1)
-            out.setdefault("ep", 1)
+            # an MoE model's experts over the most GPUs of a stage that divide them (the fewest per GPU: a completion
+            # that fits where any does); a dense model's 1
+            E, gpus = int(getattr(ctx.m, "num_experts", 1) or 1), int(out["tp"]) * int(out["dp"]) * cp
+            out.setdefault("ep", max(e for e in EP_VALUES if E % e == 0 and gpus % e == 0))
         self.check_layout(ctx, out)  # the completed layout too: its product, and a vpp given without a pp (now pp 1)
         return out
 
@@ -359,6 +354,8 @@ class GpuFamily(InferenceMixin, Family):
         if full.any():
             parts.append({k: np.asarray(v, dtype=float)[full] for k, v in cfg.items()} | {c: vals[full, j] for j, c in enumerate(cols)})
             parent.append(np.nonzero(full)[0])
+        if "ep" in cols:  # an MoE model's rows that give all but ep: each expands over its degrees, vectorized
+            full = expand_expert_parallel(ctx.m, cfg, cols, vals, known, full, parts, parent)
         grids: dict = {}
         for i in np.nonzero(~full)[0]:
             b, c_ = float(cfg["batch"][i]), float(cfg["context"][i])

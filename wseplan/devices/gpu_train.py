@@ -213,3 +213,38 @@ def with_expert_parallel(grid: dict, experts: int, given: int | None = None) -> 
     order = np.argsort(np.concatenate(idx), kind="stable")  # each layout's degrees together, layouts in order
     i = np.concatenate(idx)[order]
     return dict({k: v[i] for k, v in grid.items()}, ep=np.concatenate(eps)[order])
+
+
+def check_expert_parallel(model, given: dict, cp) -> None:
+    """Refuse a given training ``ep`` the model cannot run: a dense model's above 1, one not dividing the routed
+    experts, or one not dividing the tp x dp x cp GPUs of a stage (one line naming the field)."""
+    e = given.get("ep")
+    if e is None or int(e) <= 1:
+        return
+    E = num_experts(model)
+    if E <= 1:
+        raise InputError(f"ep: {model.name} has no routed experts (a dense model); give ep 1, or none")
+    if E % int(e):
+        raise InputError(f"ep: {int(e)} does not divide {model.name}'s {E} routed experts; give a divisor of {E}, or no "
+                         "ep to search one")
+    if "dp" in given and "tp" in given and (int(given["tp"]) * int(given["dp"]) * int(cp)) % int(e):
+        n_r = int(given["tp"]) * int(given["dp"]) * int(cp)
+        raise InputError(f"ep: {int(e)} expert-parallel ranks must divide the {n_r} ranks of a pipeline stage (tp x dp "
+                         "x cp); give a divisor of them, or no ep to search one")
+
+
+def expand_expert_parallel(model, cfg: dict, cols, vals, known, full, parts: list, parent: list) -> np.ndarray:
+    """The candidate rows of the configurations that give every layout column but ``ep`` (an MoE sweep's rows, `time`
+    with the rest given): each once per degree :func:`with_expert_parallel` allows, in one array pass, appended to
+    ``parts``/``parent``; returns ``full`` with those rows marked done."""
+    e_col = cols.index("ep")
+    only_ep = ~full & np.delete(known, e_col, axis=1).all(axis=1)
+    if not only_ep.any():
+        return full
+    rows = np.nonzero(only_ep)[0]
+    sub = {k: np.asarray(v, dtype=float)[rows] for k, v in cfg.items() if k not in cols}
+    sub.update({c: vals[rows, j] for j, c in enumerate(cols) if c != "ep"}, _row=rows.astype(float))
+    ex = with_expert_parallel(sub, num_experts(model))
+    parent.append(ex.pop("_row").astype(np.int64))
+    parts.append(ex)
+    return full | only_ep
