@@ -311,9 +311,14 @@ def test_a_sweep_spans_the_expert_parallel_degrees_it_is_given(catalog, tmp_path
             assert row["step_s"] == pytest.approx(t.step_s, rel=1e-9)
         else:
             assert math.isnan(row["step_s"])
-    for model, phase, says in (("llama-3-8b", "train", "no routed experts"), ("qwen3-30b-a3b", "train", "divisors of 128"),
-                               ("qwen3-30b-a3b", "decode", "phase train only")):
-        bad = dict(spec, models=[model], phase=phase, layouts=dict(expert_parallel=[2, 3] if model != "llama-3-8b" else [2]))
+    # several models: each takes the degrees it can (a dense model 1), the rest said
+    mixed = S.plan_sweep(S.parse_sweep(dict(spec, models=["qwen3-30b-a3b", "llama-3-8b", "mixtral-8x7b"],
+                                            layouts=dict(spec["layouts"], expert_parallel=[1, 8, 16]))), catalog)
+    assert any("llama-3-8b" in n.lower() or "Llama-3-8B" in n for n in mixed.skipped if "dense" in n)
+    assert any("16: not for Mixtral-8x7B" in n for n in mixed.skipped)
+    for model, phase, says in (("qwen3-30b-a3b", "train", "divisors of 128"), ("qwen3-30b-a3b", "decode",
+                                                                            "phase train only")):
+        bad = dict(spec, models=[model], phase=phase, layouts=dict(expert_parallel=[3]))
         with pytest.raises(InputError, match=says):
             S.plan_sweep(S.parse_sweep(bad), catalog)
 

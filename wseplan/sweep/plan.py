@@ -155,24 +155,27 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
 
 
 def _with_expert_parallel(out: dict, degrees: list[int], model, target) -> dict:
-    """Training rows once per expert-parallel degree of ``layouts.expert_parallel`` that divides the row's tp x dp
-    GPUs of a stage (a sweep row has no context parallelism); a degree that divides no row is said in the note, one
-    that does not divide the model's routed experts (or above 1 for a dense model) is refused."""
+    """Training rows once per expert-parallel degree of ``layouts.expert_parallel`` that divides the model's routed
+    experts (a dense model's rows take 1) and the row's tp x dp GPUs of a stage (a sweep row has no context
+    parallelism); the degrees a model or a row cannot take are said in the note (a sweep may list several models)."""
     E = int(getattr(model, "num_experts", 1) or 1)
-    bad = [e for e in degrees if E % e]
-    if bad:
-        what = "has no routed experts (a dense model): give [1]" if E <= 1 else \
-            f"has {E} routed experts: give divisors of {E}"
-        raise InputError(f"layouts.expert_parallel: {', '.join(map(str, bad))} for {model.name}, which {what}")
-    j, e_ = (a.ravel() for a in np.meshgrid(np.arange(len(out["tp"])), np.asarray(degrees, float), indexing="ij"))
+    usable = [e for e in degrees if E % e == 0] if E > 1 else [1]
+    notes = [out["_note"]] if "_note" in out else []
+    dropped = [e for e in degrees if e not in usable]
+    if dropped:
+        why = "a dense model's rows take 1" if E <= 1 else f"they do not divide its {E} routed experts"
+        notes.append(f"layouts.expert_parallel {', '.join(map(str, dropped))}: not for {model.name} ({why})")
+    if not usable:
+        raise InputError(f"layouts.expert_parallel: none of {degrees} divides {model.name}'s {E} routed experts; add "
+                         f"divisors of {E}")
+    j, e_ = (a.ravel() for a in np.meshgrid(np.arange(len(out["tp"])), np.asarray(usable, float), indexing="ij"))
     keep = np.mod(out["tp"][j] * out["dp"][j], e_) == 0
     if not keep.any():
-        raise InputError(f"layouts.expert_parallel: no row of {target.text} has tp x dp divisible by {degrees}; "
+        raise InputError(f"layouts.expert_parallel: no row of {target.text} has tp x dp divisible by {usable}; "
                          "add 1 or degrees that divide the GPUs of a pipeline stage")
-    lost = sorted(set(degrees) - set(int(v) for v in e_[keep]))
+    lost = sorted(set(usable) - set(int(v) for v in e_[keep]))
     res = {k: v[j[keep]] for k, v in out.items() if k != "_note"}
     res["ep"] = e_[keep]
-    notes = [out["_note"]] if "_note" in out else []
     if lost:
         notes.append(f"layouts.expert_parallel {', '.join(map(str, lost))}: no layout of the sweep has tp x dp divisible "
                      "by it: no such rows")
