@@ -40,7 +40,7 @@ TOWER = (
                "wseplan.calibration_data", "wseplan.model_error")),
     ("analytic", ("wseplan.analytic",)),
     ("devices", ("wseplan.devices",)),
-    ("plan", ("wseplan.plan", "wseplan.plan_notes")),
+    ("plan", ("wseplan.plan", "wseplan.plan_notes", "wseplan.plan_sizes")),
     ("views", ("wseplan.pricing", "wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving",
                "wseplan.serve_refine", "wseplan.scale",
                "wseplan.compare", "wseplan.admission", "wseplan.operating")),
