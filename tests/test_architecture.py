@@ -42,7 +42,7 @@ TOWER = (
     ("devices", ("wseplan.devices",)),
     ("plan", ("wseplan.plan", "wseplan.plan_notes", "wseplan.plan_sizes")),
     ("views", ("wseplan.pricing", "wseplan.costing", "wseplan.fit", "wseplan.timing", "wseplan.serving",
-               "wseplan.serve_refine", "wseplan.scale",
+               "wseplan.serve_refine", "wseplan.serve_choice", "wseplan.scale",
                "wseplan.compare", "wseplan.admission", "wseplan.operating")),
     ("studies", ("wseplan.optimize", "wseplan.sim", "wseplan.validate", "wseplan.validate_stream", "wseplan.claims",
                  "wseplan.sweep",
