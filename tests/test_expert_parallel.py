@@ -27,6 +27,20 @@ def _moe_block(m):
     return next(b for b in block_types(m) if b.moe)
 
 
+def _h100_links(catalog):
+    """The H100's calibration, its links and their NVLink and network bandwidths per GPU [bytes/s]."""
+    cal = gpu_calibration()
+    gpu = catalog.gpus["h100-sxm"]
+    return (cal, Links(gpu, cal), gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac,
+            gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac, gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac)
+
+
+def _dispatch(m, links, ep, **kw):
+    """Qwen3-30B-A3B's dispatch of 4,096 bf16 tokens at tp 1 (:func:`expert_dispatch_s`)."""
+    return expert_dispatch_s(_moe_block(m), m.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=float(ep), ab=2.0, links=links,
+                             **kw)
+
+
 def test_routed_rows_without_expert_parallelism_is_the_expected_experts_picked():
     # E (1 - (1 - k/E)^T) experts of the T x k rows, by hand for E 8, k 2, T 3
     experts, rows = routed_rows(3.0, 8, 2, 1.0)
@@ -48,32 +62,21 @@ def test_all_to_all_inside_a_node_by_hand(catalog, qwen):
     """Qwen3-30B-A3B (d 2,048, top-8) on H100, 4,096 tokens, tp 1, ep 8 (one node): each GPU sends 7/8 of its
     4,096 x 8 rows of 2,048 bf16 elements, dispatch and combine, over NVLink; the permutation moves (2 + 2k) d elements
     per token through HBM."""
-    cal = gpu_calibration()
-    gpu = catalog.gpus["h100-sxm"]
-    links = Links(gpu, cal)
-    blk = _moe_block(qwen)
-    permute, a2a = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0, links=links)
+    cal, links, nvl, _, hbm = _h100_links(catalog)
+    permute, a2a = _dispatch(qwen, links, 8)
     sent = 4096 * 8 * 2048 * 2 * 7 / 8
-    nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
     assert a2a == pytest.approx(2 * (sent / nvl + cal.nvlink_latency_s))
-    hbm = gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac
     assert permute == pytest.approx((2 + 2 * 8) * 4096 * 2048 * 2 / hbm)
 
 
 def test_all_to_all_across_nodes_is_bound_by_the_network_share(catalog, qwen):
     """ep 16 on 8-GPU nodes: 7 of the 15 peers on NVLink, 8 across the network; the slower share binds."""
-    cal = gpu_calibration()
-    gpu = catalog.gpus["h100-sxm"]
-    links = Links(gpu, cal)
-    blk = _moe_block(qwen)
-    _, a2a = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links)
+    cal, links, nvl, net, _ = _h100_links(catalog)
+    _, a2a = _dispatch(qwen, links, 16)
     sent = 4096 * 8 * 2048 * 2 * 15 / 16
-    nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
-    net = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
     want = 2 * (max(sent * 7 / 15 / nvl, sent * 8 / 15 / net) + cal.network_latency_s)
     assert a2a == pytest.approx(want)
-    assert a2a > 3 * expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0,
-                                        links=links)[1]
+    assert a2a > 3 * _dispatch(qwen, links, 8)[1]
 
 
 def test_a_dense_block_has_no_dispatch(catalog):
@@ -188,21 +191,15 @@ def test_hierarchical_dispatch_crosses_the_network_once_per_remote_domain(catalo
     there, 1 - (1/2)^8 of the time, and every row but a GPU's own through NVLink."""
     from wseplan.analytic.moe_train import remote_domains_per_token
 
-    cal = gpu_calibration()
-    gpu = catalog.gpus["h100-sxm"]
-    links = Links(gpu, cal)
+    cal, links, nvl, net, _ = _h100_links(catalog)
     blk = _moe_block(qwen)
     assert float(remote_domains_per_token(2.0, 8)) == pytest.approx(1 - 0.5 ** 8)
     assert float(remote_domains_per_token(1.0, 8)) == 0.0
-    _, a2a = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links,
-                               dispatch="hierarchical")
-    nvl = gpu.scale_up_bandwidth_bytes_per_s.si * cal.nvlink_frac
-    net = gpu.scale_out_bandwidth_bytes_per_s.si * cal.network_frac
+    _, a2a = _dispatch(qwen, links, 16, dispatch="hierarchical")
     sent = 4096 * 8 * 2048 * 2 * 15 / 16
     want = 2 * (max(sent / nvl, 4096 * 2048 * 2 * (1 - 0.5 ** 8) / net) + cal.network_latency_s)
     assert a2a == pytest.approx(want)
-    flat = expert_dispatch_s(blk, qwen.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=16.0, ab=2.0, links=links)[1]
-    assert a2a < flat
+    assert a2a < _dispatch(qwen, links, 16)[1]
     with pytest.raises(ValueError):
         expert_dispatch_s(blk, qwen.d_model, tokens=1.0, tp=1.0, cp=1.0, ep=2.0, ab=2.0, links=links, dispatch="nccl")
 
