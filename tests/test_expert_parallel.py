@@ -373,3 +373,26 @@ def test_zero_sharded_expert_shards_ring_over_the_gpus_holding_the_same_experts(
     frozen = (float(G._stage_params(qwen, 1.0, "full")) - routed) * 2.0
     assert float(lo["dp_comm_s"]) == pytest.approx(2 * nmb * reduce_scatter_time_s(message_bytes=frozen, num_ranks=16,
                                                                                    **ring), rel=1e-9)
+
+
+def test_dualpipe_overlaps_on_any_pipeline_and_rows_state_their_dispatch(catalog, qwen):
+    """DeepSeek's DualPipe (DeepSeek-V3 report sec. 3.2.1) overlaps the all-to-alls on a plain pipeline, where
+    Megatron-Core's overlap needs an interleaved one; a validation row states its dispatch in its notes."""
+    from wseplan.validate import read_cases
+    from wseplan.validate.common import moe_dispatch_of
+
+    kw = dict(precision="bf16", seq_len=4096, global_batch=64, tp=1, dp=8, micro_batch=1, recompute="selective",
+              zero_stage=1, ep=8, cal=gpu_calibration(), pp=2, vpp=1)
+    g = catalog.gpus["h100-sxm"]
+    plain = G.train_step(qwen, g, **kw)
+    mcore = G.train_step(qwen, g, expert_comm_overlap=True, **kw)
+    dual = G.train_step(qwen, g, expert_comm_overlap="dualpipe", **kw)
+    assert float(mcore["step_s"]) == float(plain["step_s"])
+    assert float(dual["expert_a2a_s"]) < float(plain["expert_a2a_s"])
+    with pytest.raises(InputError, match="expert_comm_overlap"):
+        predict_time("qwen3-30b-a3b", "h100x16", phase="train", batch=64, context=4096, catalog=catalog,
+                     expert_comm_overlap="always")
+    path = catalog_dir() / "validation" / "validation-moe-train.csv"
+    rows = {c.id: c for c in read_cases(path)}
+    assert moe_dispatch_of(rows["R766"]) == {"expert_dispatch": "hierarchical", "expert_comm_overlap": "dualpipe"}
+    assert moe_dispatch_of(rows["R741"]) == {}

@@ -316,7 +316,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
     pipeline stage (its token
     dispatch and all-to-all: :mod:`.moe_train`); 1 for a dense model. ``expert_dispatch``: how its all-to-all crosses
     scale-up domains (:data:`.moe_train.DISPATCHES`); ``expert_comm_overlap``: one micro-batch's all-to-alls run under
-    another's compute where the schedule allows it (a single stage or an interleaved pipeline).
+    another's compute where the schedule allows it (True: a single stage or an interleaved pipeline, Megatron-Core;
+    ``"dualpipe"``: any pipeline, DeepSeek's bidirectional DualPipe schedule).
     """
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, not {attention_kernel!r}")
@@ -343,7 +344,8 @@ def train_step(m, gpu, *, precision: str, seq_len, global_batch, tp, pp, dp, cp=
                                ab=ab, links=links, attn_peak=attn_peak, sequence_parallel=sequence_parallel,
                                trainable=trainable, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
                                cal=cal, ep=ep, dispatch=expert_dispatch,
-                               overlap=((pp <= 1.0) | (vpp > 1.0)) & bool(expert_comm_overlap)) for b in types]
+                               overlap=X.where(expert_comm_overlap == "dualpipe", True,
+                                               ((pp <= 1.0) | (vpp > 1.0)) & bool(expert_comm_overlap))) for b in types]
     if len(types) == 1:
         t_layer, t_layer_compute, t_tp, t_a2a = per_type[0]
         layers_stage = X.ceil(L / pp)

@@ -189,8 +189,10 @@ class GpuContext:
         for k, what, default in (("tp_comm_overlap", "overlap tensor-parallel collectives with GEMMs, 2023 on", True),
                                  ("dp_comm_overlap", "overlap the gradient reduction with the backward", True),
                                  ("expert_comm_overlap", "run one micro-batch's expert all-to-all under another's "
-                                  "compute: Megatron-Core's --overlap-moe-expert-parallel-comm", False)):
-            if not isinstance(q.options.get(k, default), bool):
+                                  "compute: Megatron-Core's --overlap-moe-expert-parallel-comm; 'dualpipe' on any "
+                                  "pipeline, as DeepSeek's DualPipe", False)):
+            if not isinstance(q.options.get(k, default), bool) and not (k == "expert_comm_overlap" and
+                                                                         q.options.get(k) == "dualpipe"):
                 raise InputError(f"{k}: {q.options[k]!r} is not true or false; give true (frameworks that {what}) or false")
             setattr(self, k, q.options.get(k, default))
         self.expert_dispatch = q.options.get("expert_dispatch", "flat")
@@ -322,7 +324,7 @@ class GpuFamily(InferenceMixin, Family):
                          f"replica size than any that divides the count)")
         if ctx.q.phase == "train" and int(getattr(ctx.m, "num_experts", 1) or 1) > 1 and bool(r.get("layout_searched", True)):
             notes.append("MoE training layout searched: such layouts are validated only where they match a published "
-                         "recipe (catalogs/validation/validation-moe-train.csv: 18.8% median error at the published "
+                         "recipe (catalogs/validation/validation-moe-train.csv: 18.5% median error at the published "
                          "layouts, +31% searched); give the recipe's --tp/--pp/--dp/--ep to compare")
         if ctx.q.phase != "train" and dp > 1:  # the batch is each replica's (audit28d H2)
             b = int(r["batch"]) if "batch" in r else None

@@ -186,7 +186,7 @@ _YEAR = re.compile(r"\b(19[89]\d|20[0-3]\d)\b")
 LAST_MATERIALIZED_YEAR = 2022
 
 
-def _framework_choice(case, key: str, values: tuple[str, str]) -> str | None:
+def _framework_choice(case, key: str, values: tuple[str, ...]) -> str | None:
     """``key=value`` stated in a training row's notes (one of ``values``), else None."""
     m = re.search(rf"\b{key}=({'|'.join(values)})\b", case.notes or "")
     return m.group(1) if m else None
@@ -237,6 +237,20 @@ def dp_comm_overlap_of(case) -> bool:
     if stated:
         return stated == "yes"
     return not (_before_current_frameworks(case) and any(m in case.source.lower() for m in MEGATRON_MARKERS))
+
+
+def moe_dispatch_of(case) -> dict:
+    """An MoE training row's dispatch, as its notes state it (``expert_dispatch=flat|hierarchical``,
+    ``expert_comm_overlap=yes|no|dualpipe``): the GPU family options, empty where the notes say nothing (the planner's
+    defaults: Megatron-Core's flat, exposed all-to-all)."""
+    out = {}
+    d = _framework_choice(case, "expert_dispatch", ("flat", "hierarchical"))
+    if d:
+        out["expert_dispatch"] = d
+    o = _framework_choice(case, "expert_comm_overlap", ("yes", "no", "dualpipe"))
+    if o:
+        out["expert_comm_overlap"] = {"yes": True, "no": False}.get(o, o)
+    return out
 
 
 def pipeline_split_of(case) -> str:

@@ -19,7 +19,7 @@ from ..serving import serve
 from ..timing import predict_time
 from .cases import SkipRow, case_model, note_hint
 from .common import (GPU_INFER_PROFILE, GPU_PROFILE, _is_lora, _need_fit, _recompute, _target, _train_metric,
-                     attention_kernel_of, dp_comm_overlap_of, file_constants, gemv_shape, pipeline_split_of,
+                     attention_kernel_of, dp_comm_overlap_of, file_constants, gemv_shape, moe_dispatch_of, pipeline_split_of,
                      sequence_parallel_of, speculation_of,
                      tp_comm_overlap_of, trial_of, wafer_profile_for)
 
@@ -95,8 +95,9 @@ def _predict_gpu_train(case, catalog, cal):
               tp_comm_overlap=tp_comm_overlap_of(case), dp_comm_overlap=dp_comm_overlap_of(case),
               sequence_parallel=sequence_parallel_of(case),
               pipeline_split=pipeline_split_of(case), software=_software(cal))
-    if getattr(cal, "ideal", False):  # the bound: the fastest MoE dispatch a run may have used
-        kw.update(expert_dispatch="hierarchical", expert_comm_overlap=True)
+    kw.update(moe_dispatch_of(case))
+    if getattr(cal, "ideal", False):  # the bound: the fastest MoE dispatch a run may have used, on any schedule
+        kw.update(expert_dispatch="hierarchical", expert_comm_overlap="dualpipe")
     res = predict_time(model, target, require_fit=False, layout={k: v for k, v in layout.items() if v is not None}, **kw)
     if not res.fits and not f.get("recompute") and not single:
         # the default recompute does not fit the stated layout: the run used what fits (the planner's fastest
