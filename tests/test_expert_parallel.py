@@ -396,3 +396,28 @@ def test_dualpipe_overlaps_on_any_pipeline_and_rows_state_their_dispatch(catalog
     rows = {c.id: c for c in read_cases(path)}
     assert moe_dispatch_of(rows["R766"]) == {"expert_dispatch": "hierarchical", "expert_comm_overlap": "dualpipe"}
     assert moe_dispatch_of(rows["R741"]) == {}
+
+
+def test_cli_moe_options_reach_the_model_and_bad_ones_exit_2(capsys):
+    """`time --ep --expert-dispatch --expert-overlap` give the step the Python API gives; a bad value, or an MoE option
+    outside training, is one line and exit 2 (no traceback)."""
+    import json
+
+    from wseplan.cli import main
+
+    args = ["time", "deepseek-v3", "--target", "h800x2048", "--phase", "train", "--batch", "15360", "--context", "4096",
+            "-p", "fp8", "--tp", "1", "--pp", "16", "--dp", "128", "--ep", "64"]
+    assert main([*args, "--expert-dispatch", "hierarchical", "--expert-overlap", "dualpipe", "-f", "json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = predict_time("deepseek-v3", "h800x2048", phase="train", batch=15360, context=4096, precision="fp8",
+                       layout={"tp": 1, "pp": 16, "dp": 128, "ep": 64}, expert_dispatch="hierarchical",
+                       expert_comm_overlap="dualpipe")
+    assert cli["step_s"] == pytest.approx(api.step_s, rel=1e-12)
+    assert main([*args, "--expert-overlap", "off", "-f", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_s"] > api.step_s  # exposed all-to-alls, flat
+    for bad in (["--expert-overlap", "yes"], ["--expert-dispatch", "nccl"]):
+        assert main([*args, *bad]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.count("\n") == 1
+    assert main(["time", "deepseek-v3", "--target", "h800x8", "--phase", "decode", "--ep", "8"]) == 2
+    assert "--ep: expert parallelism is modelled for GPU training" in capsys.readouterr().err

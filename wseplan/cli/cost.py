@@ -35,7 +35,7 @@ def cost_cmd(
     vpp: Optional[int] = typer.Option(None, "--vpp", help="GPU train: virtual pipeline stages per rank."),
     ep: Optional[int] = O.ep_opt("GPU train, MoE models: expert-parallel degree, as `time --ep`."),
     expert_dispatch: Optional[str] = O.expert_dispatch_opt(),
-    expert_overlap: Optional[bool] = O.expert_overlap_opt(),
+    expert_overlap: Optional[str] = O.expert_overlap_opt(),
     wafers: Optional[int] = typer.Option(None, "--wafers", help="Wafer serving: wafers per replica (a count splits "
                                          "into replicas of that many, as the operating point's layout num_wafers)."),
     memoryx: Optional[str] = O.memoryx_opt(),

@@ -271,11 +271,11 @@ def expert_dispatch_opt() -> typer.models.OptionInfo:
 
 
 def expert_overlap_opt() -> typer.models.OptionInfo:
-    """``--expert-overlap/--no-expert-overlap``."""
-    return typer.Option(None, "--expert-overlap/--no-expert-overlap", help="GPU train, MoE models: run one "
-                        "micro-batch's expert all-to-all under another's compute (Megatron-Core's "
-                        "--overlap-moe-expert-parallel-comm; needs one pipeline stage or an interleaved pipeline; "
-                        "default off).")
+    """``--expert-overlap off|on|dualpipe``."""
+    return typer.Option(None, "--expert-overlap", help="GPU train, MoE models: off (default: the all-to-alls exposed) "
+                        "| on (one micro-batch's all-to-alls under another's compute, Megatron-Core's "
+                        "--overlap-moe-expert-parallel-comm: one pipeline stage or an interleaved pipeline) | dualpipe "
+                        "(the same on any pipeline, DeepSeek's DualPipe schedule).")
 
 
 def with_moe(opts: dict, phase: str, ep, dispatch, overlap) -> dict:
@@ -284,4 +284,7 @@ def with_moe(opts: dict, phase: str, ep, dispatch, overlap) -> dict:
     if given and phase != "train":
         raise InputError(f"{given[0]}: expert parallelism is modelled for GPU training (--phase train); inference "
                          "splits the experts over tensor parallelism (--tp)")
+    if overlap is not None and overlap not in ("off", "on", "dualpipe"):
+        raise InputError(f"--expert-overlap: {overlap!r} is not an overlap; give off, on or dualpipe")
+    overlap = {"off": False, "on": True}.get(overlap, overlap)
     return {**opts, **{k: v for k, v in (("expert_dispatch", dispatch), ("expert_comm_overlap", overlap)) if v is not None}}

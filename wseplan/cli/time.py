@@ -34,7 +34,7 @@ def time_cmd(
     vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
     ep: Optional[int] = O.ep_opt(),
     expert_dispatch: Optional[str] = O.expert_dispatch_opt(),
-    expert_overlap: Optional[bool] = O.expert_overlap_opt(),
+    expert_overlap: Optional[str] = O.expert_overlap_opt(),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train); "
                                               "wafer train: sequences per pass per system, as `stream --micro-batch`."),
     memoryx: Optional[str] = O.memoryx_opt(),
