@@ -324,8 +324,9 @@ class GpuFamily(InferenceMixin, Family):
                          f"replica size than any that divides the count)")
         if ctx.q.phase == "train" and int(getattr(ctx.m, "num_experts", 1) or 1) > 1 and bool(r.get("layout_searched", True)):
             notes.append("MoE training layout searched: such layouts are validated only where they match a published "
-                         "recipe (catalogs/validation/validation-moe-train.csv: 18.5% median error at the published "
-                         "layouts, +31% searched); give the recipe's --tp/--pp/--dp/--ep to compare")
+                         "recipe (`wseplan validate catalogs/validation/validation-moe-train.csv`; searched layouts "
+                         "run faster than the published ones, the README's MoE section says by how much); give the "
+                         "recipe's --tp/--pp/--dp/--ep to compare")
         if ctx.q.phase != "train" and dp > 1:  # the batch is each replica's (audit28d H2)
             b = int(r["batch"]) if "batch" in r else None
             what = "request slots" if ctx.q.phase == "serve" else "requests in flight together"  # serve: slots
