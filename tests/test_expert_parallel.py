@@ -151,6 +151,9 @@ def test_moe_training_search_picks_a_layout_with_its_expert_parallel_degree(cata
                                                   "vpp": r.layout["virtual_pipeline"]},
                          recompute=r.layout["recompute"], zero_stage=r.layout["zero_stage"])
     assert given.step_s == pytest.approx(r.step_s, rel=1e-12)
+    # a searched MoE training layout says it is validated only where it matches a published recipe; a given one not
+    assert any("MoE training layout searched" in n for n in r.notes)
+    assert not any("MoE training layout searched" in n for n in given.notes)
 
 
 @pytest.mark.parametrize("ep, model, says", [(3, "qwen3-30b-a3b", "does not divide Qwen3-30B-A3B's 128 routed experts"),
