@@ -37,7 +37,7 @@ def _h100_links(catalog):
 
 def _dispatch(m, links, ep, **kw):
     """Qwen3-30B-A3B's dispatch of 4,096 bf16 tokens at tp 1 (:func:`expert_dispatch_s`)."""
-    return expert_dispatch_s(_moe_block(m), m.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=float(ep), ab=2.0, links=links,
+    return expert_dispatch_s(_moe_block(m), m.d_model, tokens=4096.0, tp=1.0, ep=float(ep), ab=2.0, links=links,
                              **kw)
 
 
@@ -82,7 +82,7 @@ def test_all_to_all_across_nodes_is_bound_by_the_network_share(catalog, qwen):
 def test_a_dense_block_has_no_dispatch(catalog):
     m = resolve_model("llama-3-8b", catalog)
     links = Links(catalog.gpus["h100-sxm"], gpu_calibration())
-    assert expert_dispatch_s(block_types(m)[0], m.d_model, tokens=4096.0, tp=1.0, cp=1.0, ep=8.0, ab=2.0,
+    assert expert_dispatch_s(block_types(m)[0], m.d_model, tokens=4096.0, tp=1.0, ep=8.0, ab=2.0,
                              links=links) == (0.0, 0.0)
     assert float(stage_routed_params(m, 1.0)) == 0.0
 
@@ -204,7 +204,7 @@ def test_hierarchical_dispatch_crosses_the_network_once_per_remote_domain(catalo
     assert a2a == pytest.approx(want)
     assert a2a < _dispatch(qwen, links, 16)[1]
     with pytest.raises(ValueError):
-        expert_dispatch_s(blk, qwen.d_model, tokens=1.0, tp=1.0, cp=1.0, ep=2.0, ab=2.0, links=links, dispatch="nccl")
+        expert_dispatch_s(blk, qwen.d_model, tokens=1.0, tp=1.0, ep=2.0, ab=2.0, links=links, dispatch="nccl")
 
 
 def test_overlapped_all_to_all_hides_behind_the_layer_compute_where_the_schedule_allows(catalog, qwen):

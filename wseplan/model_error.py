@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from .catalog.load import default_catalog_dir, read_yaml
 from .catalog.schema import Frozen, Quantity
 from .errors import CatalogError, validation_detail
+from .workload import num_experts
 
 #: decimals the file stores each residual with (:func:`wseplan.validate.intervals.model_error_doc`); a span over stored
 #: residuals keeps a margin of one unit in the last place
@@ -59,7 +60,7 @@ def architecture_class(model) -> str | None:
     or a layer list)."""
     if model is None or not hasattr(model, "num_layers"):
         return None
-    return "moe" if int(getattr(model, "num_experts", 1) or 1) > 1 else "dense"
+    return "moe" if num_experts(model) > 1 else "dense"
 
 
 def precision_class(precision: str | None) -> str | None:

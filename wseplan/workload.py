@@ -58,6 +58,11 @@ def routed_params(bt) -> float:
     return float(sum(g.n * g.k * g.num_experts for g in bt.gemms if g.num_experts > 1))
 
 
+def num_experts(m) -> int:
+    """Routed experts per MoE layer of model ``m`` (1: a dense model, or a layer list)."""
+    return int(getattr(m, "num_experts", 1) or 1)
+
+
 def kv_bytes_per_element(precision: str) -> float:
     """KV-cache element size [bytes]: fp8 serving keeps an fp8 cache; int8/int4/fp4 keep 16-bit. NVIDIA's NVFP4
     checkpoints carry an fp8 cache (Model Optimizer's default ``--kv_cache_qformat fp8``), but with it the calibrated

@@ -502,7 +502,7 @@ def _train_layer_s(m, block, gpu, *, mix, tokens, s, attended, tp, cp, rc, full_
     t_cp = 3.0 * X.maximum(cp_bytes / cp_bw - parts["attention"], 0.0)
     # a routed-expert layer's token dispatch, once per pass (forward, backward, recomputed forward): exposed
     # (overlapped: under another micro-batch's compute of the layer, so the longer of the two)
-    permute, a2a = expert_dispatch_s(block, m.d_model, tokens=tokens, tp=tp, cp=cp, ep=ep, ab=ab, links=links,
+    permute, a2a = expert_dispatch_s(block, m.d_model, tokens=tokens, tp=tp, ep=ep, ab=ab, links=links,
                                      dispatch=dispatch)
     passes = 2.0 + full_frac
     t_layer_compute = t_layer_compute + passes * permute

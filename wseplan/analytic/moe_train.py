@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..workload import block_types, routed_params
+from ..workload import block_types, num_experts, routed_params
 from . import elementwise as X
 from .collectives import hierarchical_allreduce_time_s
 
@@ -77,11 +77,6 @@ def experts_per_token(block) -> float:
     return float(max((g.active for g in block.gemms if g.num_experts > 1), default=1))
 
 
-def num_experts(m) -> int:
-    """Routed experts per MoE layer of model ``m`` (1: a dense model)."""
-    return int(getattr(m, "num_experts", 1) or 1)
-
-
 #: how the all-to-all crosses scale-up domains (:func:`expert_dispatch_s`)
 DISPATCHES = ("hierarchical", "flat")
 
@@ -93,7 +88,7 @@ def remote_domains_per_token(domains, experts_per_token: float):
     return (D - 1.0) * (1.0 - X.power(1.0 - 1.0 / D, experts_per_token))
 
 
-def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, links, dispatch: str = "flat"):
+def expert_dispatch_s(block, d_model: float, *, tokens, tp, ep, ab: float, links, dispatch: str = "flat"):
     """Per-GPU time of one pass's token dispatch of a routed-expert ``block`` [s]: (permutation through HBM,
     all-to-all), arrays broadcast; zeros for a dense block.
 
@@ -105,7 +100,7 @@ def expert_dispatch_s(block, d_model: float, *, tokens, tp, cp, ep, ab: float, l
     if not is_routed(block):
         return 0.0, 0.0
     k = experts_per_token(block)
-    tp, cp, ep = X.asfloat(tp), X.asfloat(cp), X.asfloat(ep)
+    tp, ep = X.asfloat(tp), X.asfloat(ep)
     row_bytes = ab * d_model
     local = X.asfloat(tokens) / tp  # sequence parallel: each TP rank permutes and sends its share
     permute = (2.0 + 2.0 * k) * local * row_bytes / links.hbm_bw

@@ -24,7 +24,7 @@ from ..calibration_data import GpuCalibration, gpu_calibration, profile_constant
 from ..catalog.precision import datapath_format
 from ..catalog.schema import Model
 from ..errors import InputError
-from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, weight_bytes_per_param
+from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, num_experts, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
 from .gpu_train import (CP_VALUES, EP_VALUES, VPP_VALUES, check_expert_parallel, expand_expert_parallel,  # noqa: F401
                         layout_grid, partial_frac, train_memory)
@@ -285,7 +285,7 @@ class GpuFamily(InferenceMixin, Family):
             out.setdefault("zero_stage", 1)
             # an MoE model's experts over the most GPUs of a stage that divide them (the fewest per GPU: a completion
             # that fits where any does); a dense model's 1
-            E, gpus = int(getattr(ctx.m, "num_experts", 1) or 1), int(out["tp"]) * int(out["dp"]) * cp
+            E, gpus = num_experts(ctx.m), int(out["tp"]) * int(out["dp"]) * cp
             out.setdefault("ep", max(e for e in EP_VALUES if E % e == 0 and gpus % e == 0))
         self.check_layout(ctx, out)  # the completed layout too: its product, and a vpp given without a pp (now pp 1)
         return out
@@ -322,7 +322,7 @@ class GpuFamily(InferenceMixin, Family):
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle ({dp} replica{'s' if dp != 1 else ''} "
                          f"of {tp * pp}: a faster "
                          f"replica size than any that divides the count)")
-        if ctx.q.phase == "train" and int(getattr(ctx.m, "num_experts", 1) or 1) > 1 and bool(r.get("layout_searched", True)):
+        if ctx.q.phase == "train" and num_experts(ctx.m) > 1 and bool(r.get("layout_searched", True)):
             notes.append("MoE training layout searched: such layouts are validated only where they match a published "
                          "recipe (`wseplan validate catalogs/validation/validation-moe-train.csv`; searched layouts "
                          "run faster than the published ones, the README's MoE section says by how much); give the "
@@ -344,7 +344,7 @@ class GpuFamily(InferenceMixin, Family):
         n = len(cfg["batch"])
         if ctx.q.phase == "train" and ctx.cp_given is not None and "cp" not in cfg:  # the option fixes the column
             cfg = dict(cfg, cp=np.full(n, ctx.cp_given))
-        if ctx.q.phase == "train" and int(getattr(ctx.m, "num_experts", 1) or 1) <= 1:
+        if ctx.q.phase == "train" and num_experts(ctx.m) <= 1:
             # a dense model has no experts to split: a layout given without ep is whole
             cfg = dict(cfg, ep=np.where(np.isnan(np.asarray(cfg.get("ep", np.nan), dtype=float)), 1.0,
                                         np.asarray(cfg.get("ep", np.nan), dtype=float)) * np.ones(n))

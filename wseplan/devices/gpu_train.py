@@ -8,8 +8,9 @@ import dataclasses
 import numpy as np
 
 from ..analytic.memory import PARTIAL, RECOMPUTE, gpu_layout_memory
-from ..analytic.moe_train import num_experts, routed_param_rows
+from ..analytic.moe_train import routed_param_rows
 from ..errors import InputError
+from ..workload import num_experts
 
 #: context-parallel degrees the training search tries (each rank keeps >= ``defaults.gpu_cp_min_tokens_per_rank`` tokens)
 CP_VALUES = (1, 2, 4, 8, 16, 32)

@@ -15,7 +15,7 @@ from ..devices.gpu import tp_divides_heads
 from ..errors import InputError
 from ..plan import setup
 from ..targets import parse_target
-from ..workload import BYTES_PER_ELEMENT, beside, resolve_model
+from ..workload import BYTES_PER_ELEMENT, beside, num_experts, resolve_model
 from .schema import DEFAULT_CHUNK, MAX_CONFIGURATIONS, RECOMPUTE, WAFER_CHUNK, Sweep
 
 # =============================================================================================
@@ -158,7 +158,7 @@ def _with_expert_parallel(out: dict, degrees: list[int], model, target) -> dict:
     """Training rows once per expert-parallel degree of ``layouts.expert_parallel`` that divides the model's routed
     experts (a dense model's rows take 1) and the row's tp x dp GPUs of a stage (a sweep row has no context
     parallelism); the degrees a model or a row cannot take are said in the note (a sweep may list several models)."""
-    E = int(getattr(model, "num_experts", 1) or 1)
+    E = num_experts(model)
     usable = [e for e in degrees if E % e == 0] if E > 1 else [1]
     notes = [out["_note"]] if "_note" in out else []
     dropped = [e for e in degrees if e not in usable]
