@@ -367,9 +367,9 @@ def test_routed_expert_flops_are_those_of_the_routed_rows(catalog, name, tokens)
     if not hasattr(m, "num_experts") or m.num_experts <= 1:
         pytest.skip(f"{name} is not a routed-expert model here")
     cal = GpuCalibration().replace(gemm_half_intensity=1e-12)
-    peak, emax = 1e15, G._gemm_max(cal, "bf16")
+    peak, emax = 1e15, G.gemm_max(cal, "bf16")
     for block in block_types(m):
-        t, _ = G._block_gemms_s(block, np.asarray(float(tokens)), np.asarray(1.0), peak, math.inf, "bf16", cal)
+        t, _ = G.block_gemms_s(block, np.asarray(float(tokens)), np.asarray(1.0), peak, math.inf, "bf16", cal)
         flop = sum(2.0 * g.n * g.k * tokens * g.active for g in block.gemms)
         assert float(t) == pytest.approx(flop / (peak * emax), rel=1e-9)
 

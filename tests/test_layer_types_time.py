@@ -50,7 +50,8 @@ def test_deepseek_v3_fp8_decode_reads_its_mla_latent_and_the_experts_it_routes_t
     weights = (58 * (read + 1) * expert + 3 * 3 * d * 18432) / tp \
         + 61 * ((1536 * d + 576 * d) + (128 * 192 * 1536 + 128 * (128 + 128) * 512 + d * 128 * 128) / tp)
     kv = 61 * (512 + 64) * 1.0 * B * (C + 1)
-    # activations in and out of every GEMM (16-bit), once per GEMM: MoE layers 9 GEMMs, dense 7
+    # activations in and out of every GEMM (16-bit), once per row: MoE layers 9 GEMMs (the routed ones k rows a token),
+    # dense 7
     acts = 2.0 * B * (58 * _io(d, tp, moe=True) + 3 * _io(d, tp, moe=False))
     elem = 61 * cal.elementwise_vectors_per_token * 2.0 * d * B / tp
     t, parts = _decode_parts("deepseek-v3", "b200", precision="fp8", batch=B, context=C, tp=tp, cal=cal)
@@ -73,10 +74,11 @@ def test_deepseek_v3_fp8_decode_reads_its_mla_latent_and_the_experts_it_routes_t
 
 
 def _io(d, tp, *, moe):
-    """Activation elements in and out of one DeepSeek-V3 layer's GEMMs per token on one GPU."""
+    """Activation elements in and out of one DeepSeek-V3 layer's GEMMs per token on one GPU: a routed expert GEMM's
+    for each of the token's 8 routed rows, the shared expert's once."""
     att = (d + 1536) + (1536 + 128 * 192 / tp) + (d + 576) + (512 + 128 * 256 / tp) + (d + 128 * 128 / tp)
     if moe:
-        return att + 2 * ((d + 2 * 2048 / tp) + (d + 2048 / tp))
+        return att + (8 + 1) * ((d + 2 * 2048 / tp) + (d + 2048 / tp))
     return att + (d + 2 * 18432 / tp) + (d + 18432 / tp)
 
 

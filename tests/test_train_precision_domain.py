@@ -5,7 +5,7 @@ import pytest
 from wseplan.analytic import gpu_time as G
 from wseplan.calibration_data import gpu_calibration
 from wseplan.catalog.load import load_catalog
-from wseplan.workload import resolve_model
+from wseplan.workload import block_types, resolve_model
 
 
 def test_fp4_training_mix_is_the_nvfp4_recipe():
@@ -52,8 +52,8 @@ def test_fp4_training_layer_by_hand():
     t16 = float(_layer("bf16", cal)["compute_s"])
     m = resolve_model("llama-3-70b", cat)
     tokens = 16 * 4096
-    gemm16, _ = G._block_gemms_s(m, tokens, 1.0, g.peak_flop_per_s("bf16") * g.gemm_library_rel("bf16"),
-                                 g.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac, "bf16", cal)
+    gemm16, _ = G.block_gemms_s(block_types(m)[0], tokens, 1.0, g.peak_flop_per_s("bf16") * g.gemm_library_rel("bf16"),
+                                g.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac, "bf16", cal)
     speed = (g.peak_flop_per_s("fp4") * g.gemm_library_rel("fp4")) / (g.peak_flop_per_s("bf16") * g.gemm_library_rel("bf16"))
     # forward + 2x backward, no recompute: the 85% of blocks at fp4 save (1 - 1/speed) of their GEMM time; the attention
     # and the element-wise operators are those of the bf16 run

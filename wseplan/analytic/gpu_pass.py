@@ -24,8 +24,9 @@ from ..workload import (BYTES_PER_ELEMENT, KV_FORMATS, activation_bytes_per_elem
                         kv_bytes_per_element, weight_bytes_split)
 from . import elementwise as X
 from .collectives import send_recv_time_s
+from .gpu_gemm import block_gemms_s
 from .gpu_links import Links as _Links
-from .gpu_time import (_attention_s, _block_gemms_s, _elementwise_s, _head_forward_time_s, _layer_sum,
+from .gpu_time import (_attention_s, _elementwise_s, _head_forward_time_s, _layer_sum,
                        ATTENTION_PRECISION, attention_peak_flop_per_s)
 from .layers import attended_per_token, cached_tokens, slowest_run
 from .rows import pair_groups
@@ -167,7 +168,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     # a published checkpoint that quantizes its routed experts alone reads its other weights in bf16 (gpt-oss)
     split = weight_bytes_split(m, precision, "decode")
     split = None if split[0] == split[1] == BYTES_PER_ELEMENT[precision] else split
-    gemms = [_block_gemms_s(b, tk, tq, peak, hbm, precision, cal, split) for b in types]
+    gemms = [block_gemms_s(b, tk, tq, peak, hbm, precision, cal, split, expert_layout="best") for b in types]
     elem = _elementwise_s(m, tk, tq, hbm, cal)
     msg = activation_bytes_per_element(precision) * tk * m.d_model
     t_tp = 2.0 * links.tp_allreduce(msg, tq)

@@ -12,6 +12,8 @@ of its layers (:mod:`.layers`); a uniform model has one type. The inference pass
   than reading their operands from HBM: the compute time ``t_c`` and the memory time ``t_m`` combine on a soft
   roofline ``(t_c^p + t_m^p)^(1/p)`` (:func:`ridge_combine_s`, ``gemm_ridge_exponent``: loads overlap the math only
   partly near the ridge point). Small per-GPU matrices (high TP, small batch) are slower.
+  The GEMMs of a block type, their tensor- and expert-parallel splits and the two ways an inference pass runs routed
+  experts over its tensor-parallel group are in :mod:`.gpu_gemm`.
 * **Attention** (flash) runs at ``attention_frac`` of peak (of the fp8 peak for 4-bit models:
   :data:`ATTENTION_PRECISION`); causal masks halve its work. A training run of a framework
   without fused attention (``attention_kernel="materialized"``: the 2021-2022 Megatron-LM runs) computes the whole
@@ -59,7 +61,8 @@ from ..workload import (BYTES_PER_ELEMENT, activation_bytes_per_element, block_p
 from . import elementwise as X
 from .collectives import hierarchical_allreduce_time_s, reduce_scatter_time_s, send_recv_time_s
 from .gpu_links import Links as _Links
-from .moe_train import expert_dispatch_s, expert_grad_allreduce_s, routed_rows, stage_routed_params
+from .gpu_gemm import block_gemms_s, gemm_efficiency_frac, gemm_max, ridge_combine_s, roofline_time_s  # noqa: F401
+from .moe_train import expert_dispatch_s, expert_grad_allreduce_s, stage_routed_params
 from .layers import attended_per_token, cached_tokens, slowest_run
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial": 3}
@@ -68,46 +71,6 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial": 3}
 # ---------------------------------------------------------------------------------------------
 # Building blocks (pure numpy)
 # ---------------------------------------------------------------------------------------------
-def gemm_efficiency_frac(*, m, n, k, max_frac, half_intensity):
-    """Achievable fraction of peak of an ``M x K`` by ``K x N`` GEMM [fraction].
-
-    Notes
-    -----
-    ``eff = max_frac * I / (I + half_intensity)`` with ``I = 1 / (1/M + 1/N + 1/K)``, the GEMM's arithmetic
-    intensity up to a constant (``2MNK`` FLOP over ``MK + KN + MN`` elements). It saturates for large
-    matrices and falls for thin ones (small batch, high tensor parallelism): wave quantization and tile
-    under-utilisation, the effect documented for cuBLAS in NVIDIA's "Matrix Multiplication Background
-    User's Guide" (2023).
-    """
-    m, n, k = X.maximum(X.asfloat(m), 1e-9), X.maximum(X.asfloat(n), 1e-9), X.maximum(X.asfloat(k), 1e-9)
-    inten = 1.0 / (1.0 / m + 1.0 / n + 1.0 / k)
-    return X.clip(max_frac * inten / (inten + half_intensity), 0.0, 1.0)
-
-
-def ridge_combine_s(t_compute, t_memory, exponent):
-    """A kernel's time from its compute and memory times [s]: ``(t_c^p + t_m^p)^(1/p)`` with ``p = exponent``.
-
-    The roofline's ``max(t_c, t_m)`` is the limit ``p -> inf`` (operand loads fully overlapped with the math); ``p = 1``
-    adds the two (no overlap). Near the ridge point a GEMM's loads overlap its tensor-core math only partly (a few
-    prefetch stages, the first and last tiles exposed), so measured GEMM throughput turns from the memory roof to the
-    compute roof gradually (Williams, Waterman and Patterson, "Roofline", CACM 2009, for the limit; NVIDIA's Matrix
-    Multiplication Background guide for the gradual turn). ``exponent <= 0`` selects the plain ``max``. Far from the
-    ridge the result is the larger time (a batch-1 GEMV stays at its memory time).
-    """
-    t_c, t_m = X.asfloat(t_compute), X.asfloat(t_memory)
-    if exponent <= 0:
-        return X.maximum(t_c, t_m)
-    hi = X.maximum(X.maximum(t_c, t_m), 1e-300)
-    return hi * X.power(X.power(t_c / hi, exponent) + X.power(t_m / hi, exponent), 1.0 / exponent)
-
-
-def roofline_time_s(*, flop, bytes_moved, peak_flop_per_s, efficiency_frac, bandwidth_bytes_per_s, exponent=0.0):
-    """``max(flop / (peak * eff), bytes / bandwidth)`` [s] (``exponent > 0``: the soft form of
-    :func:`ridge_combine_s`)."""
-    return ridge_combine_s(X.asfloat(flop) / (peak_flop_per_s * efficiency_frac),
-                           X.asfloat(bytes_moved) / bandwidth_bytes_per_s, exponent)
-
-
 def pipeline_bubble_frac(*, num_stages, num_microbatches, virtual_stages=1):
     """Share of pipeline time that is idle [fraction]: ``(p-1)/(v m + p - 1)``.
 
@@ -118,65 +81,6 @@ def pipeline_bubble_frac(*, num_stages, num_microbatches, virtual_stages=1):
     m = np.asarray(num_microbatches, dtype=float)
     v = np.asarray(virtual_stages, dtype=float)
     return (p - 1.0) / (v * m + p - 1.0)
-
-
-def _gemm_max(cal: GpuCalibration, precision: str) -> float:
-    b = BYTES_PER_ELEMENT[precision]
-    if b <= 0.5:
-        return cal.gemm_max_frac_4bit
-    if b <= 1.0:
-        return cal.gemm_max_frac_8bit
-    return cal.gemm_max_frac_16bit
-
-
-def _block_gemms(block, tp):
-    """Per-GPU (N, K, weight copies, copies a token uses) of a block type's GEMMs (:class:`~wseplan.workload.Gemm`:
-    QKV or MLA's projections, attention output, the MLP or the routed experts and the shared experts) after the TP
-    split: column-parallel matrices split N, row-parallel ones K, MLA's latent down-projections are replicated."""
-    tp = X.asfloat(tp)
-    out = []
-    for g in block.gemms:
-        split = g.tp_split
-        out.append((g.n / tp if split == "n" else g.n, g.k / tp if split == "k" else g.k, g.num_experts, g.active))
-    return out
-
-
-def _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration, weight_bytes=None,
-                   ep=1.0, expert_tp=True):
-    """The GEMMs of one block type (:class:`~wseplan.workload.BlockType`; a model whose layers are all alike: the
-    model) on one GPU [s]: (time, its memory-bound part), by the pass's tokens and TP degree (arrays broadcast);
-    ``weight_bytes``: (routed, other) bytes per weight (:func:`~wseplan.workload.weight_bytes_split`);
-    ``expert_tp``: the routed experts split over TP like the other weights (inference engines), else whole and split
-    over ``ep`` GPUs (training: expert tensor parallelism 1, :mod:`.moe_train`)."""
-    if not hasattr(block, "gemms"):
-        block = _only_block(block)
-    wb_routed, wb_other = weight_bytes or (max(BYTES_PER_ELEMENT[precision], 0.5),) * 2
-    ab = activation_bytes_per_element(precision)
-    emax = _gemm_max(cal, precision)
-    gemm = gemm_mem = 0.0
-    for g, (n_, k_, E, k) in zip(block.gemms, _block_gemms(block, tp)):
-        if E == 1:
-            M = tokens
-            count, experts_read = 1.0, 1.0
-        elif expert_tp:  # routed experts: the pass runs (and reads) the experts some token picked,
-            # E (1 - (1 - k/E)^tokens) of them in expectation, each on its share of the tokens x k routed rows (>= 1
-            # row): the FLOPs are those of the tokens x k rows whatever the batch (inference: split like the rest)
-            experts_read, M = routed_rows(tokens, E, k, 1.0)
-            count = experts_read
-        else:  # training: whole experts (no tensor-parallel split), E / ep of them per GPU, on this GPU's 1 / tp of
-            # the tokens routed to them from the ep GPUs of its expert group (:func:`.moe_train.routed_rows`)
-            n_, k_ = float(g.n), float(g.k)
-            experts_read, M = routed_rows(tokens / X.asfloat(tp), E, k, ep)
-            count = experts_read
-        flop = 2.0 * M * n_ * k_ * count
-        eff = gemm_efficiency_frac(m=M, n=n_, k=k_, max_frac=emax, half_intensity=cal.gemm_half_intensity)
-        byt = n_ * k_ * (wb_routed if E > 1 else wb_other) * experts_read + ab * tokens * (n_ + k_)
-        t_c = flop / (peak_flop_per_s * eff)
-        t_m = byt / hbm_bytes_per_s
-        t_g = ridge_combine_s(t_c, t_m, cal.gemm_ridge_exponent)
-        gemm = gemm + t_g
-        gemm_mem = gemm_mem + X.where(t_m > t_c, t_g, 0.0)
-    return gemm, gemm_mem
 
 
 #: the math precision of the attention kernels for a model precision: 4-bit models run their attention in fp8 at the
@@ -268,8 +172,8 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
     block = _only_block(m) if block is None else block
     tokens = X.asfloat(tokens)
     tp = X.asfloat(tp)
-    gemm, gemm_mem = _block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal, ep=ep,
-                                    expert_tp=ep is None)
+    gemm, gemm_mem = block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal, ep=ep,
+                                   expert_layout="tp" if ep is None else "train")
     attn_peak = peak_flop_per_s if attention_peak_flop_per_s is None else attention_peak_flop_per_s
     attn = _attention_s(block.attention.flop_per_pair, context_attended, tokens, tp, attn_peak, cal)
     elem = _elementwise_s(m, tokens, tp, hbm_bytes_per_s, cal, sequence_parallel)
@@ -279,7 +183,7 @@ def block_forward_time_s(m, *, tokens, context_attended, tp, peak_flop_per_s, hb
 def _head_forward_time_s(m, *, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision, cal, weight_bytes=None):
     tokens = X.asfloat(tokens)
     n_ = m.vocab_size / X.asfloat(tp)
-    eff = gemm_efficiency_frac(m=tokens, n=n_, k=m.d_model, max_frac=_gemm_max(cal, precision),
+    eff = gemm_efficiency_frac(m=tokens, n=n_, k=m.d_model, max_frac=gemm_max(cal, precision),
                                half_intensity=cal.gemm_half_intensity)
     byt = n_ * m.d_model * (max(BYTES_PER_ELEMENT[precision], 0.5) if weight_bytes is None else weight_bytes)
     return roofline_time_s(flop=2.0 * tokens * n_ * m.d_model, bytes_moved=byt, peak_flop_per_s=peak_flop_per_s,
@@ -586,7 +490,7 @@ def gemv_time_s(gpu, *, m, k, n, tp, precision: str, cal: GpuCalibration):
     wb = max(BYTES_PER_ELEMENT[precision], 0.5)
     ab = activation_bytes_per_element(precision)
     flop = 2.0 * m * k * n / tp
-    eff = gemm_efficiency_frac(m=m, n=n, k=k / tp, max_frac=_gemm_max(cal, precision), half_intensity=cal.gemm_half_intensity)
+    eff = gemm_efficiency_frac(m=m, n=n, k=k / tp, max_frac=gemm_max(cal, precision), half_intensity=cal.gemm_half_intensity)
     t = roofline_time_s(flop=flop, bytes_moved=k * n / tp * wb + ab * m * (k / tp + n), peak_flop_per_s=gpu.peak_flop_per_s(precision) * gpu.gemm_library_rel(precision),
                         efficiency_frac=eff, bandwidth_bytes_per_s=links.hbm_bw, exponent=cal.gemm_ridge_exponent)
     return t + links.tp_allreduce(ab * m * n, tp) + cal.layer_overhead_s

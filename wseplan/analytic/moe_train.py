@@ -47,6 +47,9 @@ DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437 (2024), sec. 3.2.
 """
 from __future__ import annotations
 
+import functools
+import statistics
+
 import numpy as np
 
 from ..workload import block_types, num_experts, routed_params
@@ -65,6 +68,47 @@ def routed_rows(tokens, num_experts: float, experts_per_token: float, ep=1.0):
     ep = X.asfloat(ep)
     experts = X.maximum(E / ep * (1.0 - X.power(1.0 - k / E, X.asfloat(tokens) * ep)), 1e-30)
     return experts, X.asfloat(tokens) * k / experts
+
+
+def normal_max_factor(n):
+    """Expected largest of ``n`` independent standard normal draws, by Blom's approximation
+    ``Phi^-1((n - 0.375) / (n + 0.25))`` (Blom, "Statistical Estimates and Transformed Beta-Variables", 1958; within
+    0.03 of the exact 0.564, 1.029, 1.424 for 2, 4, 8 draws); 0 for one (arrays broadcast)."""
+    table = _blom_table()
+    n = X.asfloat(n)
+    if isinstance(n, np.ndarray):
+        return table[np.clip(np.rint(n), 1, len(table) - 1).astype(np.int64)]
+    return float(table[int(min(max(round(n), 1), len(table) - 1))])
+
+
+@functools.cache
+def _blom_table(largest: int = 4096) -> np.ndarray:
+    """:func:`normal_max_factor` of 0..``largest`` draws (whole GPU counts; index 0 unused)."""
+    inv = statistics.NormalDist().inv_cdf
+    return np.array([0.0, 0.0] + [inv((n - 0.375) / (n + 0.25)) for n in range(2, largest + 1)])
+
+
+def routed_rows_slowest(tokens, num_experts: float, experts_per_token: float, gpus):
+    """(experts, routed rows) of the slowest of ``gpus`` GPUs each holding ``E / gpus`` whole experts, when all of
+    them see the same ``tokens`` tokens (an inference pass whose tokens the tensor-parallel group shares).
+
+    A GPU's experts are each picked by some token with probability ``p = 1 - (1 - k/E)^tokens`` (as
+    :func:`routed_rows`): ``E / g`` Bernoulli draws, mean ``E p / g``, variance ``E p (1 - p) / g``. A token's ``k``
+    distinct experts put a hypergeometric number on a GPU: mean ``k / g``, variance ``k (1/g)(1 - 1/g)(E - k)/(E - 1)``
+    per token, summed over the tokens. The slowest GPU is taken as each mean plus :func:`normal_max_factor` of the
+    ``g`` GPUs times its standard deviation, capped at the GPU's experts and at all the rows (the two maxima are
+    taken apart: a slight overestimate where different GPUs hold them); at least one row per expert run. One GPU:
+    :func:`routed_rows`'s expectation."""
+    E, k = float(num_experts), float(experts_per_token)
+    T, g = X.asfloat(tokens), X.maximum(X.asfloat(gpus), 1.0)
+    c = normal_max_factor(g)
+    p = 1.0 - X.power(1.0 - k / E, T)
+    e = E / g
+    experts = X.minimum(e * p + c * X.power(e * p * (1.0 - p), 0.5), e)
+    per_token = k / g * (1.0 - 1.0 / g) * (E - k) / max(E - 1.0, 1.0)
+    rows = X.minimum(T * k / g + c * X.power(T * per_token, 0.5), T * k)
+    experts = X.maximum(experts, 1e-30)
+    return experts, X.maximum(rows, experts)
 
 
 def is_routed(block) -> bool:

@@ -91,7 +91,7 @@ def _memo(key: tuple, inputs: tuple, make):
 
 
 def _gemm_ceiling_field(precision: str) -> str:
-    """The calibration field of a format's GEMM ceiling (by its width, as :func:`~wseplan.analytic.gpu_time._gemm_max`)."""
+    """The calibration field of a format's GEMM ceiling (by its width, as :func:`~wseplan.analytic.gpu_gemm.gemm_max`)."""
     b = BYTES_PER_ELEMENT[precision]
     return "gemm_max_frac_4bit" if b <= 0.5 else "gemm_max_frac_8bit" if b <= 1.0 else "gemm_max_frac_16bit"
 
