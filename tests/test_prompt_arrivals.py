@@ -68,3 +68,53 @@ def test_wafer_serving_carries_more_with_more_clients():
     assert all(b >= a for a, b in zip(tps, tps[1:])), tps
     assert recs[1].tokens_per_s > 1.6 * recs[0].tokens_per_s
     assert recs[1].tpot_s < 1.6e-3
+
+
+def test_riding_chunks_attend_to_the_earlier_prompt_by_hand():
+    """A pass of 3 decoding sequences carrying 240 tokens of 120,000-token prompts under an 8,192-token budget: a
+    prompt puts chunks of c = 8,192 - 3 tokens on a pass, at offsets spread over the prompt, (120,000 - c) / 2 earlier
+    tokens on average; the 240 tokens are 240 / c of a chunk (audit35b H1: they were timed as a prompt's first tokens)."""
+    kw = _round_pass(3.0, 120500.0, 80.0, 8192.0, 1.0, 120000.0)
+    c = 8192.0 - 3.0
+    assert kw["prefill_tokens"] == 240.0 and kw["prefill_span"] == c
+    assert kw["prefill_kv"] == pytest.approx((120000.0 - c) / 2.0, rel=1e-15)
+    assert kw["prefill_seqs"] == pytest.approx(240.0 / c, rel=1e-15)
+    # a query attends to (prompt + 1) / 2 keys on average, whatever the budget (causal over the whole prompt)
+    for budget in (512.0, 2048.0, 8192.0, 1e6):
+        k = _round_pass(3.0, 120500.0, 80.0, budget, 1.0, 120000.0)
+        assert k["prefill_kv"] + (k["prefill_span"] + 1.0) / 2.0 == pytest.approx(120001.0 / 2.0, rel=1e-12)
+    # prompts shorter than the spare budget arrive whole: 630 tokens of 100-token prompts are 6.3 prompts from their start
+    short = _round_pass(63.0, 500.0, 10.0, 8192.0, 1.0, 100.0)
+    assert (short["prefill_span"], short["prefill_kv"]) == (100.0, 0.0) and short["prefill_seqs"] == pytest.approx(6.3)
+    # no prompt length given: the old convention (one chunk at its prompt's start), kept for rounds that carry none
+    assert _round_pass(3.0, 100.0, 80.0, 8192.0, 1.0)["prefill_kv"] == 0.0
+
+
+def test_long_prompts_riding_on_decode_steps_cost_their_attention():
+    """Llama-3.1-8B on one H100: a pass of 3 decoding sequences over 120,500 cached tokens carrying 240 tokens of
+    120,000-token prompts. By hand per layer: the decode queries attend to 3 x 120,501 keys, the riding ones to
+    240 x 60,000.5 (16,384 FLOP a pair: 4 x 32 heads x 128); the pass reads the 3 caches and 240 / c of a chunk's
+    (c + (120,000 - c) / 2 tokens, 131,072 B a token: 32 layers' share); the layer's attention is the larger of its
+    compute and its cache read. With the riding tokens timed as a prompt's first tokens (the old convention) the
+    attention was the decode rows' cache read alone."""
+    from wseplan.analytic import gpu_pass as P
+    from wseplan.calibration_data import gpu_calibration
+    from wseplan.catalog.load import load_catalog
+    from wseplan.workload import resolve_model
+
+    cat = load_catalog()
+    m, gpu, cal = resolve_model("llama-3.1-8b", cat), cat.gpus["h100-sxm"], gpu_calibration()
+    kw = _round_pass(3.0, 120500.0, 80.0, 8192.0, 1.0, 120000.0)
+    seqs = (P.Sequences(seqs=3.0, tokens=3.0, new=1.0, prior=120500.0),
+            P.Sequences(seqs=kw["prefill_seqs"], tokens=240.0, new=kw["prefill_span"], prior=kw["prefill_kv"],
+                        decode=False))
+    _, _, parts = P.pass_time_s(m, gpu, precision="bf16", sequences=seqs, logits_rows=3.0, tp=1.0, cal=cal)
+    pairs = 3.0 * 120501.0 + 240.0 * (120001.0 / 2.0)
+    compute = pairs * 16384.0 / (P.attention_peak_flop_per_s(gpu, "bf16") * cal.attention_frac)
+    c = 8192.0 - 3.0
+    cached = 3.0 * 120501.0 + 240.0 / c * ((120000.0 - c) / 2.0 + c)
+    read = cached * 8 * 128 * 2 * 2.0 / (gpu.hbm_bandwidth_bytes_per_s.si * cal.hbm_frac)
+    assert float(parts["attention"]) == pytest.approx(32 * max(compute, read), rel=1e-9)
+    # the riding prompt tokens' attention binds; timed from their prompt's start it stayed under the cache read
+    assert compute > 1.4 * read
+    assert (3.0 * 120501.0 + 240.0 * 241.0 / 2.0) * 16384.0 / (P.attention_peak_flop_per_s(gpu, "bf16") * cal.attention_frac) < read

@@ -51,7 +51,7 @@ class InferenceMixin:
         return self.pass_time(ctx, cfg, rows, **kw)
 
     def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None,
-                chunk=None):
+                chunk=None, prompt=None):
         """Decode round over rows: (tpot, parts, micro_batches). ``prefill_per_seq`` prompt tokens ride along per
         decoding sequence (in-flight batching), at most ``budget - seqs x new_per_seq`` per pass;
         ``new_per_seq`` > 1 is a speculative verification step (k + 1 positions per sequence); ``counts`` fixes the
@@ -59,12 +59,13 @@ class InferenceMixin:
         whole, so a pass carrying fewer prompt tokens on average than one arrival (a prompt, or the pass's spare
         budget of a longer one) is the mixture of passes with that chunk and passes with none (:func:`_mixed_pass`), or on a
         family whose passes run through a pipeline of stages (``arrivals_whole``) rides in slots of its own
-        (:func:`_slot_pass`)."""
+        (:func:`_slot_pass`). ``prompt``: the length of the prompts the riding tokens are chunks of (:func:`_round_pass`;
+        None: each pass's prompt tokens one chunk at its prompt's start)."""
         stages = _at(self.pipeline_stages(ctx, cfg), rows)
 
-        def pass_fn(idx, mb, kv_, pre_, bud_, chunk_=None):
+        def pass_fn(idx, mb, kv_, pre_, bud_, chunk_=None, prompt_=None):
             at = rows if idx is None else rows[idx]
-            kw = _round_pass(mb, kv_, pre_, bud_, new_per_seq)
+            kw = _round_pass(mb, kv_, pre_, bud_, new_per_seq, prompt_)
             if chunk_ is None:
                 return self._pass(ctx, cfg, at, **kw)
             form = _slot_pass if self.arrivals_whole else _mixed_pass
@@ -72,6 +73,9 @@ class InferenceMixin:
 
         pre, bud = _round_prompts(batch, prefill_per_seq, budget)
         extra = {} if chunk is None or prefill_per_seq is None else {"chunk_": chunk}
+        if prompt is not None and prefill_per_seq is not None:
+            extra["prompt_"] = prompt
+        at_prompt = extra.get("prompt_")
         announce = getattr(self, "announce_row", None)
         if type(rows) is int and announce is not None:
             # one configuration: the round's candidates announced, with the verification round's under speculative
@@ -83,9 +87,10 @@ class InferenceMixin:
                 for t in _per_seq(ctx, new_per_seq):
                     for n in cand:
                         mb = X.ceil(batch / n)
-                        out.append(_round_pass(mb, kv, pre if t == new_per_seq else _spec_prompts(ctx, pre, t), bud, t))
-                        if extra and pre > 0:  # the arrival form's two passes
-                            out += [_round_pass(mb, kv, c / mb, bud, t) for c in (0.0, chunk)]
+                        out.append(_round_pass(mb, kv, pre if t == new_per_seq else _spec_prompts(ctx, pre, t), bud, t,
+                                               at_prompt))
+                        if "chunk_" in extra and pre > 0:  # the arrival form's two passes
+                            out += [_round_pass(mb, kv, c / mb, bud, t, at_prompt) for c in (0.0, chunk)]
                 return out
             with announce(ctx, cfg, rows, passes):
                 return E.decode_round(pass_fn, batch=batch, stages=stages, counts=counts, kv_=kv, pre_=pre, bud_=bud,
@@ -102,7 +107,7 @@ class InferenceMixin:
         return True
 
     def _decode_tpot(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, counts=None, chunk=None,
-                     use=None):
+                     use=None, prompt=None):
         """Time per output token of a decode round, with speculative decoding where the software profile (or the
         ``speculative`` options) turns it on and it is faster: ``(verify + k x draft) / E[accepted]``, the draft passes
         without the step's host work (:meth:`step_host_s`, paid once with the verification). ``counts`` fixes the
@@ -112,7 +117,8 @@ class InferenceMixin:
 
         Returns (tpot, parts, micro_batches, accepted tokens per step [1 without speculation], whether the draft fits
         beside the target [1/0; None without speculation])."""
-        tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, counts=counts, chunk=chunk)
+        tpot, parts, nmb = self._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, counts=counts, chunk=chunk,
+                                        prompt=prompt)
         spec = getattr(ctx, "spec", None)
         if spec is None:
             return tpot, parts, nmb, X.ones_like(tpot), None
@@ -120,7 +126,7 @@ class InferenceMixin:
         # a speculative step finishes requests E[accepted] times faster, so it carries that many more prompt tokens
         vpre = None if prefill_per_seq is None else _spec_prompts(ctx, prefill_per_seq, k + 1.0)
         verify, vparts, vnmb = self._decode(ctx, cfg, rows, batch, kv, vpre, budget, new_per_seq=k + 1.0, counts=counts,
-                                            chunk=chunk)
+                                            chunk=chunk, prompt=prompt)
         dctx, dcfg = self.draft_setup(ctx, cfg)
         draft, _, _ = self._decode(dctx, dcfg, rows, batch, kv)
         # the engine's per-step host work (scheduling, input preparation, sampling) is done once per speculative step,
@@ -253,10 +259,10 @@ class InferenceMixin:
         eng = ctx.engine
         budget = float(eng.token_budget.si)
         pre = E.riding_prompt_tokens(batch=B, input_tokens=C, output_tokens=O)
-        out = [_round_pass(X.ceil(B / n), C + O / 2.0, _spec_prompts(ctx, p, t), b, t) for p, b in
-               ((pre, budget), _round_prompts(B, None, None)) for t in _per_seq(ctx, 1.0) for n in counts]
+        out = [_round_pass(X.ceil(B / n), C + O / 2.0, _spec_prompts(ctx, p, t), b, t, q) for p, b, q in
+               ((pre, budget, C), (*_round_prompts(B, None, None), None)) for t in _per_seq(ctx, 1.0) for n in counts]
         if _routed(ctx) or self.arrivals_whole:  # the arrival form's passes (with a chunk, none; arrays ask for them at B = 1)
-            out += [_round_pass(X.ceil(B / n), C + O / 2.0, c / X.ceil(B / n), budget, t)
+            out += [_round_pass(X.ceil(B / n), C + O / 2.0, c / X.ceil(B / n), budget, t, C)
                     for c in (0.0, C) for t in _per_seq(ctx, 1.0) for n in counts]
         chunks = E.prefill_chunk_budgets(eng.token_budget.si, eng.prefill_pass, _si(eng.min_chunk_tokens))
         return out + [kw for t in _per_seq(ctx, 1.0) for n in counts for kw in _prompt_passes(B, C, O, budget, n, nps=t)[3:]] + [
@@ -356,7 +362,7 @@ class InferenceMixin:
                     """The in-flight answer whose decode round speculates as ``use`` says (None: where it is faster)
                     at the round's fastest micro-batch count, or with every stage filled where that lowers request x
                     TPOT, and whether the draft fits."""
-                    kw = dict(prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals)
+                    kw = dict(prefill_per_seq=pre_per_seq, budget=budget, chunk=arrivals, prompt=C)
                     rnd = self._decode_tpot(ctx, cfg, rows, B, C + O / 2.0, use=use, **kw)
                     ans = self._inflight(ctx, cfg, rows, B, C, O, R, budget, pre_per_seq, chunks, *rnd[:4])
                     # the round's fastest count may leave stages idle while prompts wait: the engine's prefill server
@@ -442,12 +448,23 @@ def _si(q):
     return None if q is None else q.si
 
 
-def _round_pass(mb, kv_, pre_, bud_, nps) -> dict:
+def _round_pass(mb, kv_, pre_, bud_, nps, prompt=None) -> dict:
     """The pass keywords of a decode round's micro-batch of ``mb`` sequences adding ``nps`` tokens each over ``kv_``
-    cached tokens, with ``pre_`` prompt tokens per sequence riding along, at most ``bud_ - mb x nps`` per pass."""
+    cached tokens, with ``pre_`` prompt tokens per sequence riding along, at most ``bud_ - mb x nps`` per pass.
+
+    The riding tokens are chunks of prompts of ``prompt`` tokens: a chunk is what one prompt puts on a pass
+    (``c = min(prompt, spare budget)``, :func:`_arrival_chunk`), at a uniformly spread offset in its prompt, so on
+    average it follows ``(prompt - c) / 2`` earlier tokens of it (as :func:`_prompt_passes`' own chunks): its queries
+    attend to ``(prompt + 1) / 2`` keys on average whatever the chunking, and the pass reads ``pre / c`` chunks'
+    caches. Without ``prompt`` the pass's prompt tokens are one chunk at the start of its prompt."""
     pre = X.minimum(pre_ * mb, X.maximum(bud_ - mb * nps, 0.0))
-    return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
-                prefill_seqs=X.minimum(pre, 1.0), new_per_seq=nps)
+    if prompt is None:
+        return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
+                    prefill_seqs=X.minimum(pre, 1.0), new_per_seq=nps)
+    c = _arrival_chunk(prompt, bud_, mb, nps)
+    c = X.where(c > 0.0, c, 1.0)
+    return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=c, prefill_kv=(prompt - c) / 2.0,
+                prefill_seqs=pre / c, new_per_seq=nps)
 
 
 def _arrival_chunk(prompt, bud_, mb, nps):
@@ -467,8 +484,8 @@ def _mixed_pass(run, kw, mb, kv_, bud_, nps, prompt):
     w = X.where(c > tok, tok / X.where(c > 0, c, 1.0), 1.0)
     if bool(np.all(np.asarray(w) >= 1.0)):
         return run(kw)
-    lat1, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps))
-    lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps))
+    lat1, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps, prompt))
+    lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps, prompt))
     latn, stn, pn = run(kw)
     full = w >= 1.0
     mix = lambda a1, a0, an: X.where(full, an, w * a1 + (1.0 - w) * a0)  # noqa: E731
@@ -489,8 +506,8 @@ def _slot_pass(run, kw, mb, kv_, bud_, nps, prompt):
         return run(kw)
     c = X.maximum(_arrival_chunk(prompt, bud_, mb, nps), 1e-12)
     w = tok / c
-    lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps))
-    _, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps))
+    lat0, st0, p0 = run(_round_pass(mb, kv_, X.zeros_like(c), bud_, nps, prompt))
+    _, st1, p1 = run(_round_pass(mb, kv_, c / mb, bud_, nps, prompt))
     parts = {k: _arr(p0.get(k, 0.0)) + w * X.maximum(_arr(p1.get(k, 0.0)) - _arr(p0.get(k, 0.0)), 0.0)
              for k in dict.fromkeys([*p0, *p1])}
     return lat0, st0 + w * X.maximum(st1 - st0, 0.0), parts

@@ -383,12 +383,12 @@ class WaferFamily(InferenceMixin, Family):
         return c_, (k, ctx.spec["accepted_per_step"], draft * ctx.clock, fits)
 
     def _decode(self, ctx, cfg, rows, batch, kv, prefill_per_seq=None, budget=None, new_per_seq=1.0, counts=None,
-                chunk=None):
+                chunk=None, prompt=None):
         """:meth:`InferenceMixin._decode`; a plain round (no prompt tokens) of the same rows as the context's previous
         one is that round again: a serving evaluation asks for the draft model's round twice (with and without the
         prompt chunks on the target's passes), on the same rows, batch and KV lengths (compared bit for bit)."""
         if prefill_per_seq is not None or budget is not None:
-            return super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq, counts, chunk)
+            return super()._decode(ctx, cfg, rows, batch, kv, prefill_per_seq, budget, new_per_seq, counts, chunk, prompt)
         key = (type(rows) is int, np.asarray(rows).tobytes(), np.asarray(batch, dtype=float).tobytes(),
                np.asarray(kv, dtype=float).tobytes(),
                float(new_per_seq), None if counts is None else np.asarray(counts, dtype=float).tobytes())
