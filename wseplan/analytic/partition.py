@@ -190,13 +190,13 @@ def bottleneck_partition(item_cost, num_stages: int, *, item_bytes=None, capacit
     if big.any():
         i = int(np.argmax(big))
         return BottleneckResult(False, False, None, None, None, 0,
-                                f"memory: item {i} alone needs {b[i] + cb:.4g} B, more than the capacity {capacity_bytes:.4g} B")
+                                f"memory: item {i} alone needs {b[i] + cb:,.0f} B, more than the capacity {capacity_bytes:,.0f} B")
     starts, _, _ = _probe(cpre, bpre, np.inf, cap_limit, cc, cb, k, 0.0)
     probes = 1
     if starts is None:
         need = len(_probe(cpre, bpre, np.inf, cap_limit, cc, cb, n, 0.0)[0])
         return BottleneckResult(False, False, None, None, None, 2,
-                                f"memory: {k} contiguous stages of {capacity_bytes:.4g} B each cannot hold the items; "
+                                f"memory: {k} contiguous stages of {capacity_bytes:,.0f} B each cannot hold the items; "
                                 f"at least {need} are needed")
 
     def max_cost(st: list[int]) -> float:
