@@ -59,6 +59,20 @@ def test_default_context_is_cut_to_the_positions():
     assert plan("llama-3.1-70b", "h100x8", phase="decode", catalog=CAT).context == int(CAT.defaults.default_context_tokens.si)
 
 
+def test_serve_cuts_its_default_prompt_as_time_does(capsys):
+    """`serve` with the default request answers GPT-3 175B for the prompt `time --phase serve` takes (2,048 positions
+    less the 256-token answer), and says so; it refused before while time, cost and compare answered (audit35a L2)."""
+    from wseplan.serving import serve
+
+    res = serve("gpt-3-175b", "h100x8", concurrency=4, catalog=CAT)
+    p = plan("gpt-3-175b", "h100x8", phase="serve", batch=4, catalog=CAT)
+    assert res.input_tokens == p.context == 2048 - 256 and res.points
+    assert any(n.startswith("input_tokens: the default prompt of 2,048 tokens is cut to 1,792") for n in res.notes)
+    # a given prompt is never cut: too long, it is refused
+    with pytest.raises(InputError, match="learned positions"):
+        serve("gpt-3-175b", "h100x8", input_tokens=2048, concurrency=4, catalog=CAT)
+
+
 def test_rotary_model_past_its_stated_context_is_planned_with_a_note():
     past = plan("llama-3-70b", "h100x8", phase="decode", batch=1, context=16384, catalog=CAT)
     assert past.fits and past.tpot_s is not None

@@ -38,13 +38,14 @@ from .pricing import cost_columns, params_for, pins_capex, unpriced
 from .errors import InputError
 from .records import (ServePoint, ServeResult, _Frozen, _worst_ratio, all_in_usd_per_mtok, point_interval,  # noqa: F401 (the API)
                       occupancy, pareto_frontier, tpot_for_limit)
-from .plan import bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, record, setup, target_with_count
+from .plan import (bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, positions_of, record,
+                   setup, target_with_count)
 from .serve_choice import DEFAULT_UTILIZATION, SHORT_ANSWER_TOKENS  # noqa: F401 (the API)
 from .serve_choice import cost_key as _cost_key, near_tie_frac as _near_tie, result_record as _result  # noqa: F401
 from .serve_refine import refine
 from .targets import parse_target
 from .timing import require_time_model
-from .workload import check_positive_int
+from .workload import check_positive_int, resolve_model
 
 #: squared coefficient of variation of the answer length when none is given (chat answers spread about +-70%)
 DEFAULT_OUTPUT_SCV = 0.5
@@ -230,10 +231,17 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     """
 
     cat = catalog or load_catalog()
-    if input_tokens is None:  # the catalog's serving request, as time, cost and compare take it
-        input_tokens = int(cat.defaults.default_prompt_tokens.si)
+    cut = None
     if output_tokens is None:
         output_tokens = int(cat.defaults.default_output_tokens.si)
+    if input_tokens is None:  # the catalog's serving request, as time, cost and compare take it: cut, as they cut it,
+        # to what the model's positions hold with the answer (audit35a L2: GPT-3's 2,048 less 256)
+        input_tokens = int(cat.defaults.default_prompt_tokens.si)
+        limit = positions_of(resolve_model(model, cat) if isinstance(model, str) else model)[0]
+        if limit and isinstance(output_tokens, int) and 0 < limit - output_tokens < input_tokens:
+            cut = (f"input_tokens: the default prompt of {input_tokens:,} tokens is cut to {limit - output_tokens:,}, "
+                   f"what the model's {limit:,} positions hold with the {output_tokens:,}-token answer")
+            input_tokens = int(limit - output_tokens)
     check_positive_int(input_tokens, "input_tokens")
     check_positive_int(output_tokens, "output_tokens")
     if concurrency is not None:
@@ -389,6 +397,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
                 f"{max(p.capacity_requests_per_s for p in free.points):.4g} requests/s; {rate:g} requests/s needs "
                 f"at least {reps} replicas of {top.devices_per_replica} {dev} at batch {top.batch}, each carrying "
                 f"{per_replica:.4g} requests/s at 100% load (wseplan fleet sizes a fleet for a demand)"]})
+    if cut is not None:
+        res = res.model_copy(update={"notes": [cut] + res.notes})
     return with_priced_notes(res, prices, overrides, unpriced_note)
 
 
