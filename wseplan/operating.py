@@ -121,7 +121,7 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
     """One dict per (replica size, concurrency) that fits ``hardware`` (a key without a count), at the default load:
     ``num_devices``, ``batch``, ``tokens_per_s`` (one replica's output tokens/s at that load), ``requests_per_s``,
     ``capacity_requests_per_s`` / ``capacity_tokens_per_s`` (at full load, the plan's throughput),
-    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (at ``percentile``), ``tpot_s`` (the
+    ``utilization_frac``, ``ttft_own_s`` (prefill without queueing), ``ttft_s`` (the mean at the load), ``ttft_at_percentile_s`` (at ``percentile``), ``tpot_s`` (the
     running batch's, ``running_batch`` requests held at that load), ``tpot_at_percentile_s`` (what a TPOT limit
     applies to), ``tokens_per_s_per_user``, ``layout``, ``meets_sla``. ``fleet`` builds its configurations from these.
 
@@ -146,7 +146,8 @@ def replica_options(model, hardware: str, *, precision: str, input_tokens: int, 
         out.append(dict(num_devices=p.num_devices, batch=p.batch, tokens_per_s=p.tokens_per_s,
                         requests_per_s=p.requests_per_s, capacity_requests_per_s=p.capacity_requests_per_s,
                         capacity_tokens_per_s=p.capacity_requests_per_s * output_tokens,
-                        utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
+                        utilization_frac=p.utilization_frac, ttft_own_s=p.ttft_own_s, ttft_s=p.ttft_s,
+                        ttft_at_percentile_s=p.ttft_at_percentile_s, tpot_s=p.tpot_s,
                         tpot_at_percentile_s=tpot_for_limit(p), running_batch=p.running_batch,
                         tokens_per_s_per_user=p.tokens_per_s_per_user, layout=p.layout, meets_sla=p.meets_sla,
                         load_frac=occupancy(p)))

@@ -188,7 +188,8 @@ def solve_fleet(pb: FleetProblem, *, solver: str = "highs", time_limit_s: float 
         d = dem[c.workload]
         allocs.append(AllocationRow(workload=c.workload, system=c.system, replicas=r, devices_per_replica=c.num_devices,
                                     batch=c.batch, supply_per_replica=c.supply, supply=c.supply * r, demand=d.amount,
-                                    unit=d.unit, ttft_s=c.ttft_s, tpot_s=c.tpot_s, run_s=c.run_s, load_frac=c.load_frac))
+                                    unit=d.unit, ttft_s=c.mean_ttft_s, tpot_s=c.mean_tpot_s, ttft_at_percentile_s=c.ttft_s,
+                                    tpot_at_percentile_s=c.tpot_s, run_s=c.run_s, load_frac=c.load_frac))
     obj = base.objective
 
     t1 = time.perf_counter()
@@ -302,8 +303,8 @@ def _serve_configs(m, hardware: str, wl: WorkloadSpec, system: str, prec: str, h
 
     def config(r):
         return Config(workload=wl.name, system=system, num_devices=r["num_devices"], batch=r["batch"],
-                      supply=r["tokens_per_s"], ttft_s=r["ttft_s"], tpot_s=r["tpot_at_percentile_s"],
-                      load_frac=r["load_frac"])
+                      supply=r["tokens_per_s"], ttft_s=r["ttft_at_percentile_s"], tpot_s=r["tpot_at_percentile_s"],
+                      mean_ttft_s=r["ttft_s"], mean_tpot_s=r["tpot_s"], load_frac=r["load_frac"])
 
     out = [config(r) for r in options(hit)]
     if wl.sla.ttft_s is not None or wl.sla.tpot_s is not None:  # queueing and the running batch fall with the load

@@ -319,6 +319,8 @@ class Config(Frozen):
     supply: float  # tokens/s (serve) or runs by the deadline (train)
     ttft_s: float | None = None  # serve: TTFT at the workload's SLA percentile
     tpot_s: float | None = None  # serve: TPOT at that percentile (what the limit applies to)
+    mean_ttft_s: float | None = None  # serve: the mean TTFT and TPOT at the load (what ttft_s and tpot_s mean elsewhere)
+    mean_tpot_s: float | None = None
     run_s: float | None = None
     load_frac: float | None = None  # serve: share of the replica's slots held on average (supply, TTFT, TPOT at it)
     extra_capex_usd: float = 0.0  # per replica (MemoryX for wafer training)
@@ -382,8 +384,10 @@ class AllocationRow(Frozen):
     supply: float
     demand: float
     unit: str
-    ttft_s: float | None = None
+    ttft_s: float | None = None  # serve: the mean at the load, as in every record
     tpot_s: float | None = None
+    ttft_at_percentile_s: float | None = None  # serve: at the workload's SLA percentile (what its limits apply to)
+    tpot_at_percentile_s: float | None = None
     run_s: float | None = None
     load_frac: float | None = None  # serve: share of each replica's slots held on average
 
