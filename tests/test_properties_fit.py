@@ -318,18 +318,25 @@ def test_params_independent_of_precision_and_phase(m, batch, context):
 @PROPS
 @given(m=models(), phase=phases, precision=precisions, other=precisions, batch=batches, context=contexts)
 def test_weight_bytes_scale_with_bytes_per_element(m, phase, precision, other, batch, context):
-    """Inference stores each weight in its format; training keeps >= 16-bit working weights."""
+    """Inference stores each block weight in its format, block scales included (NVFP4 4.5 bits, int4 4 + 20/128), and
+    the embedding and LM head of a sub-16-bit checkpoint in 16 bits; training keeps >= 16-bit working weights."""
+    bits = {"fp4": 4.5, "int4": 4.0 + 20.0 / 128.0}
+
     def stored(p):
         b = BYTES_PER_ELEMENT[p]
-        return max(b, 2.0) if phase == "train" else b
+        return max(b, 2.0) if phase == "train" else bits.get(p, 8.0 * b) / 8.0
+
+    def edge(p):
+        return stored(p) if phase == "train" or BYTES_PER_ELEMENT[p] >= 2 else 2.0
 
     # (a published checkpoint with its own layout, gpt-oss at fp4: tests/test_architectures.py checks it by hand)
     own = getattr(m, "native_bits_per_weight", None) or getattr(m, "native_quantized", "all") != "all"
     assume(not (own and phase != "train" and m.native_precision in (precision, other)))
     w1 = transformer_workload(m, precision=precision, phase=phase, batch=batch, context=context)
     w2 = transformer_workload(m, precision=other, phase=phase, batch=batch, context=context)
-    assert np.array_equal(w1.weight_bytes, w1.params * stored(precision))
-    assert np.array_equal(w2.weight_bytes * stored(precision), w1.weight_bytes * stored(other))
+    for w, p in ((w1, precision), (w2, other)):
+        assert np.array_equal(w.weight_bytes[1:-1], w.params[1:-1] * stored(p))
+        assert np.array_equal(w.weight_bytes[[0, -1]], w.params[[0, -1]] * edge(p))
 
 
 # ---------------------------------------------------------------------------------------------

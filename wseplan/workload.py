@@ -33,10 +33,32 @@ PHASES = ("train", "prefill", "decode")
 BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 
 
+#: bits per stored weight of an inference checkpoint in a sub-16-bit format, its block scales included: NVFP4 (the fp4
+#: checkpoints NVIDIA publishes and TensorRT-LLM runs) an FP8 E4M3 scale per 16 values (4.5 bits; NVIDIA, "Introducing
+#: NVFP4 for Efficient and Accurate Low-Precision Inference", 2025; an MXFP4 checkpoint's 8-bit scale per 32 is 4.25,
+#: a model's ``native_bits_per_weight``); int4 weight-only checkpoints (AWQ, GPTQ) an FP16 scale and a 4-bit zero point
+#: per group of 128 (4 + 20/128 bits; Lin et al., "AWQ", MLSys 2024, sec. 5); fp8 and int8 per-tensor or per-channel
+#: scales (8 bits: a scale per row of thousands is negligible)
+STORED_BITS = {"fp8": 8.0, "int8": 8.0, "fp4": 4.5, "int4": 4.0 + 20.0 / 128.0}
+
+
 def weight_bytes_per_param(precision: str, phase: str) -> float:
-    """Bytes per stored weight [bytes]. Training keeps 16-bit working weights even for fp8/int/fp4 compute."""
+    """Bytes per stored weight [bytes]: the format's, its block scales included in inference (:data:`STORED_BITS`).
+    Training keeps 16-bit working weights even for fp8/int/fp4 compute."""
     b = BYTES_PER_ELEMENT[precision]
-    return max(b, 2.0) if phase == "train" and b < 2 else b
+    if b < 2 and phase == "train":
+        return 2.0
+    return STORED_BITS[precision] / 8.0 if precision in STORED_BITS else b
+
+
+def edge_weight_bytes(m, precision: str, phase: str) -> float:
+    """Bytes per weight of the embedding and the LM head [bytes]: 16 bits in an inference checkpoint of a sub-16-bit
+    format, whose quantizers convert the linear layers of the transformer blocks alone (NVIDIA's FP8 and FP4 model
+    cards: "only the weights and activations of the linear operators within transformer blocks are quantized"; TensorRT
+    Model Optimizer leaves ``*lm_head*`` unquantized by default; DeepSeek-V3's and gpt-oss' checkpoints keep both in
+    bf16), else the other weights' (:func:`weight_bytes_split`)."""
+    other = weight_bytes_split(m, precision, phase)[1]
+    return max(other, BYTES_PER_ELEMENT["bf16"]) if phase != "train" and BYTES_PER_ELEMENT[precision] < 2 else other
 
 
 def weight_bytes_split(m, precision: str, phase: str) -> tuple[float, float]:
@@ -399,6 +421,8 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
             window[rows] = att.window
     we, wo = weight_bytes_split(m, precision, phase)
     weight_bytes = params * wo
+    edge = edge_weight_bytes(m, precision, phase)
+    weight_bytes[0], weight_bytes[-1] = emb * edge, head * edge  # 16-bit in a quantized checkpoint
     if we != wo:  # a checkpoint that quantizes the routed experts alone
         for bt in block_types(m):
             weight_bytes[np.asarray(bt.layers) + 1] += routed_params(bt) * (we - wo)
@@ -409,7 +433,7 @@ def transformer_workload(m: Model, *, precision: str, phase: str, batch: int, co
     ckpt = np.zeros(n)
     ckpt[1:-1] = ab * m.d_model
     ws = ab * (working_set_factor * m.d_model + 2.0 * _mlp_width_used(m, None))
-    tied_bytes = m.vocab_size * m.d_model * wo if m.tied_embeddings else 0.0
+    tied_bytes = m.vocab_size * m.d_model * edge if m.tied_embeddings else 0.0
     return Workload(model_name=model_name or m.name, precision=precision, phase=phase, batch=batch, context=context,
                     kind=kind, params=params, active_params=active, weight_bytes=weight_bytes,
                     matmul_flop_per_token=mm, attention_flop_per_token=attn, activation_bytes_per_token=act,

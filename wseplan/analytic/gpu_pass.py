@@ -21,7 +21,7 @@ import numpy as np
 from ..calibration_data import GpuCalibration
 from ..errors import InputError
 from ..workload import (BYTES_PER_ELEMENT, KV_FORMATS, activation_bytes_per_element, block_types, kv_bytes,
-                        kv_bytes_per_element, weight_bytes_split)
+                        kv_bytes_per_element, weight_bytes_split, edge_weight_bytes)
 from . import elementwise as X
 from .collectives import send_recv_time_s
 from .gpu_gemm import block_gemms_s
@@ -168,6 +168,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     # a published checkpoint that quantizes its routed experts alone reads its other weights in bf16 (gpt-oss)
     split = weight_bytes_split(m, precision, "decode")
     split = None if split[0] == split[1] == BYTES_PER_ELEMENT[precision] else split
+    edge = edge_weight_bytes(m, precision, "decode")  # the LM head's (16-bit in a quantized checkpoint)
     gemms = [block_gemms_s(b, tk, tq, peak, hbm, precision, cal, split, expert_layout="best") for b in types]
     elem = _elementwise_s(m, tk, tq, hbm, cal)
     msg = activation_bytes_per_element(precision) * tk * m.d_model
@@ -197,10 +198,10 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     if groups is not None and logits.shape == tokens.shape and np.array_equal(logits[groups[0]][groups[1]], logits):
         # one logits count per (tokens, TP) pair, as in every decode round: the LM head once per pair too
         t_head = _head_forward_time_s(m, tokens=logits[groups[0]], tp=tq, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                      precision=precision, cal=cal, weight_bytes=split and split[1])[groups[1]]
+                                      precision=precision, cal=cal, weight_bytes=edge)[groups[1]]
     else:
         t_head = _head_forward_time_s(m, tokens=logits, tp=tp, peak_flop_per_s=peak, hbm_bytes_per_s=hbm,
-                                      precision=precision, cal=cal, weight_bytes=split and split[1])
+                                      precision=precision, cal=cal, weight_bytes=edge)
     pp = X.asfloat(pp)
     p2p = (pp - 1.0) * hop
     L = m.num_layers

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..architecture import Attention
 from ..errors import InputError
-from ..workload import (block_params, block_types, kv_bytes_per_element, routed_params,
+from ..workload import (block_params, block_types, edge_weight_bytes, kv_bytes_per_element, routed_params,
                         weight_bytes_split)
 from . import fabric as fab
 from . import fabric_kernels as fkern
@@ -480,14 +480,15 @@ def largest_layer_bytes_array(arch, *, precision, batch, context):
     weights where larger [bytes] (broadcasting arrays); per block type (:func:`~wseplan.workload.block_types`), a
     window caps the cached tokens."""
     we, wb = weight_bytes_split(arch, precision, "decode")  # a checkpoint's own layout (gpt-oss: bf16 but experts)
+    head = edge_weight_bytes(arch, precision, "decode")  # 16-bit in a quantized checkpoint
     kvb = kv_bytes_per_element(precision)
     b, c = np.asarray(batch, dtype=float), np.asarray(context, dtype=float)
     types = block_types(arch)
     if len(types) == 1 and types[0].attention.plain and we == wb:
         kv = 2.0 * arch.num_kv_heads * arch.head_dim_ * kvb * b * c
-        return np.maximum(block_params(arch)[0] * wb + kv, arch.vocab_size * arch.d_model * wb)
+        return np.maximum(block_params(arch)[0] * wb + kv, arch.vocab_size * arch.d_model * head)
     layer = 0.0
     for t in types:
         w = t.params * wb + routed_params(t) * (we - wb)
         layer = np.maximum(layer, w + t.attention.kv_elems_per_token * kvb * b * cached_tokens(t.attention, c))
-    return np.maximum(layer, arch.vocab_size * arch.d_model * wb)
+    return np.maximum(layer, arch.vocab_size * arch.d_model * head)
