@@ -304,6 +304,15 @@ def test_out_inside_the_package_is_refused(capsys):
     assert "inside the installed wseplan package" in capsys.readouterr().err
 
 
+def test_out_under_a_missing_folder_is_refused(tmp_path, capsys):
+    """A typo in --out's parent is refused in one line, as `report --out` refuses it, and nothing is made
+    (audit35a L5: the whole missing tree was created)."""
+    target = tmp_path / "no-such" / "cal"
+    assert main(["calibrate", "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err and not (tmp_path / "no-such").exists()
+
+
 def test_check_json_reports_problems(tmp_path, capsys):
     import json
 

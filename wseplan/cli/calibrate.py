@@ -114,12 +114,20 @@ def default_out_dir() -> Path:
 CAL_FILES = ("fabric_sim_fit.yaml", "stream_sim_fit.yaml")
 
 
+def real_parent_exists(out: str) -> bool:
+    """Whether the folder ``out`` would be made in exists."""
+    return Path(os.path.dirname(os.path.normpath(out)) or ".").is_dir()
+
+
 def _out_dir(out: Optional[str]) -> Path:
     """The folder to write into, checked before the calibration runs: not empty, not a file, not a dangling
     symlink or a loop, no output name taken by a folder, never inside the installed package."""
     from ..report.fsops import _real_destination
 
     O.check_out(out)
+    if out is not None and not real_parent_exists(out):  # a typo in a given folder's parent is not a new tree,
+        # as for `report --out` (audit35a L5); the default user data folder is made
+        raise InputError(f"--out: the folder {Path(out).parent} does not exist; create it first or give another --out")
     d = Path(out) if out else default_out_dir()
     real = _real_destination(d, what="folder")  # a symlink is written through; dangling links and loops refused
     if real.exists() and not real.is_dir():
