@@ -732,3 +732,17 @@ def test_the_cost_model_error_and_the_interval_judge_one_envelope(cat, target, k
 
     assert widened(mt.note) == widened(note)
     assert "devices outside" not in mt.note and "devices outside" not in note
+
+
+def test_decode_with_the_operating_points_batch_says_which_context_it_prices(cat):
+    """The operating point is searched at the serving request's prompt (2,048); the batch it reports, given back with
+    --batch, is priced at the decode default (8,192 cached tokens): the record says so and how to price the same point
+    (audit35a L3: +64% for the copied batch). The note names the context the record used."""
+    op = costing.cost("llama-3.1-70b", "h100x8", phase="decode", catalog=cat)
+    again = costing.cost("llama-3.1-70b", "h100x8", phase="decode", batch=op.operating_point["batch"], catalog=cat)
+    prompt = int(cat.defaults.default_prompt_tokens.si)
+    note = next(n for n in again.notes if n.startswith("context: the decode default"))
+    assert f"{int(cat.defaults.default_context_tokens.si):,} cached tokens" in note and f"--context {prompt}" in note
+    same = costing.cost("llama-3.1-70b", "h100x8", phase="decode", batch=op.operating_point["batch"], context=prompt,
+                        catalog=cat)
+    assert not any(n.startswith("context: the decode default") for n in same.notes + op.notes)

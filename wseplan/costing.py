@@ -145,6 +145,12 @@ def cost(model, target, *, phase: str = "serve", precision: str = "bf16", batch:
     if op is not None:
         res = res.model_copy(update={"operating_point": op.to_record(),
                                      "notes": [f"operating point: {op.label}", *res.notes]})
+    elif phase == "decode" and context is None and src.get("context") == "default":
+        prompt = int(cat.defaults.default_prompt_tokens.si)
+        if c != prompt:  # the batch copied from the operating point's answer is priced at another context (audit35a L3)
+            res = res.model_copy(update={"notes": [
+                f"context: the decode default, {c:,} cached tokens; without --batch the operating point is searched "
+                f"at the serving request's {prompt:,}-token prompt: give --context {prompt} to price that point", *res.notes]})
     return res
 
 
