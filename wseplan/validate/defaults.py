@@ -43,7 +43,7 @@ import yaml
 
 from ..catalog.load import default_catalog_dir
 from ..errors import CatalogError
-from ..workload import total_params, weight_bytes_per_param
+from ..workload import build_workload
 from .cases import Case, SkipRow, case_model
 from .common import _target
 
@@ -202,7 +202,8 @@ def _smallest_fitting_tp(case: Case, catalog, node: int) -> int:
     gpu = _gpu(case, catalog)
     model = case_model(case, catalog)
     precision = case.get("precision") or "bf16"
-    weights = total_params(model) * weight_bytes_per_param(precision, "decode")
+    weights = float(build_workload(model, catalog, precision=precision, phase="decode", batch=1,
+                                   context=1).total_weight_bytes)  # the checkpoint's bytes (16-bit head, block scales)
     usable = gpu.hbm_bytes.si * (1.0 - catalog.defaults.gpu_hbm_reserve_frac.si)
     tp = 1
     while tp < node and weights > tp * usable:
