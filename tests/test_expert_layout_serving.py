@@ -116,3 +116,23 @@ def test_serving_throughput_gains_from_whole_experts_at_large_batch(catalog, mon
     slow = {b: predict_time("qwen3-235b-a22b", "h200x8", batch=b, **kw).tpot_s for b in (1, 256)}
     assert fast[1] == pytest.approx(slow[1], rel=1e-12)
     assert fast[256] < slow[256]
+
+
+@pytest.mark.parametrize("model,target,precision,batch", [("deepseek-v3", "h200x8", "fp8", 64),
+                                                          ("qwen3-235b-a22b", "h200x8", "fp8", 8)])
+def test_an_engine_runs_one_expert_layout_for_all_its_passes(catalog, monkeypatch, model, target, precision, batch):
+    """A serving answer's prefill and decode passes share the engine's one expert layout: the answer is one of the two
+    single-layout answers (the one whose plain decode step is shorter), never a mix faster than both (review35 M1: a
+    layout per pass was 1.4-3.5% faster than the better single one); a prefill of the same configuration takes the
+    same layout (its time to first token is the serving request's at one request)."""
+    from wseplan.devices.gpu import GpuFamily
+
+    kw = dict(phase="serve", batch=batch, context=4096, output_tokens=512, precision=precision, catalog=catalog)
+    both = predict_time(model, target, **kw)
+    alone = {}
+    for lay in ("tp", "ep"):
+        monkeypatch.setattr(GpuFamily, "engine_variants", lambda self, ctx, cfg, lay=lay: ("expert_layout", (lay,)))
+        alone[lay] = predict_time(model, target, **kw)
+    assert any(both.step_s == r.step_s and both.tpot_s == r.tpot_s and both.ttft_s == r.ttft_s for r in alone.values())
+    assert both.step_s >= min(r.step_s for r in alone.values())
+    assert alone["tp"].step_s != alone["ep"].step_s  # the two layouts differ here

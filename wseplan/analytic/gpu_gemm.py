@@ -12,11 +12,11 @@ offer (TensorRT-LLM ``--ep``/``moe_expert_parallel_size``, vLLM ``--enable-exper
   the same all-reduce as a split MLP's). Fewer activation bytes and taller GEMMs, but the slowest GPU decides: the
   experts a pass touches and the rows routed to a GPU vary from GPU to GPU (:func:`.moe_train.routed_rows_slowest`).
 
-``"best"`` (the inference default) takes the faster of the two for each pass: the engine configured for the workload
-(the expert-parallel layout wins at large batches, the split one at small batches, where the slowest GPU of an
-expert-parallel group holds several of the few experts a pass touches). An engine is configured one way, so a serving
-answer whose prefill and decode passes pick differently is optimistic by the mix: 1.4-3.5% against the better single
-layout in the cases reviewed (review35 M1; a searched layout column would choose once per configuration).
+An engine fixes one layout when it starts: the GPU family evaluates every inference configuration under each and keeps
+the one whose step (the request, the decode step, the prompt) is shorter, for all its passes
+(:meth:`wseplan.devices.gpu.GpuFamily.engine_variants`): the expert-parallel layout wins at large batches, the split one
+at small batches, where the slowest GPU of an expert-parallel group holds several of the few experts a pass touches.
+``"best"`` (the faster for each pass alone) is for a pass asked outside such an evaluation.
 """
 from __future__ import annotations
 

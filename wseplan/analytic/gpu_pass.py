@@ -129,7 +129,7 @@ def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm,
 
 
 def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration,
-                grouped_kv: bool = True, kv_precision: str | None = None):
+                grouped_kv: bool = True, kv_precision: str | None = None, expert_layout: str = "best"):
     """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
 
     Parameters (arrays broadcast)
@@ -143,6 +143,8 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         the engine's ``decode_attention: per_query_head``; its repeated KV reads hit L2, as the blocks of a group
         run side by side)
     kv_precision : the KV cache's own format (``workload.KV_FORMATS``), else the weights' rule
+    expert_layout : how the routed experts run over the TP group (:data:`.gpu_gemm.EXPERT_LAYOUTS`; an engine fixes one,
+        :meth:`wseplan.devices.gpu.GpuFamily.engine_variants`; ``best``: the faster for this pass)
 
     Every block type (:func:`~wseplan.workload.block_types`) is timed as what it is, its GEMMs reading the weights it
     uses (routed experts: those some token picked; shared experts; a dense layer's MLP) and its attention reading its
@@ -169,7 +171,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     split = weight_bytes_split(m, precision, "decode")
     split = None if split[0] == split[1] == BYTES_PER_ELEMENT[precision] else split
     edge = edge_weight_bytes(m, precision, "decode")  # the LM head's (16-bit in a quantized checkpoint)
-    gemms = [block_gemms_s(b, tk, tq, peak, hbm, precision, cal, split, expert_layout="best") for b in types]
+    gemms = [block_gemms_s(b, tk, tq, peak, hbm, precision, cal, split, expert_layout=expert_layout) for b in types]
     elem = _elementwise_s(m, tk, tq, hbm, cal)
     msg = activation_bytes_per_element(precision) * tk * m.d_model
     t_tp = 2.0 * links.tp_allreduce(msg, tq)

@@ -175,3 +175,18 @@ def distinct(a) -> np.ndarray:
     if s.dtype.kind in "fc":
         keep[1:] &= ~(np.isnan(s[1:]) & np.isnan(s[:-1]))
     return s[keep]
+
+
+def pick_rows(pick, a: dict, b: dict) -> dict:
+    """``a``'s per-row values where ``pick``, else ``b``'s, key by key (nested dictionaries alike; values that are not
+    per row kept from ``b``)."""
+    out = {}
+    for k, v in b.items():
+        w = a.get(k)
+        if isinstance(v, dict):
+            out[k] = pick_rows(pick, w, v)
+        elif isinstance(v, np.ndarray) and v.shape == pick.shape and isinstance(w, np.ndarray) and w.shape == v.shape:
+            out[k] = np.where(pick, w, v)
+        else:
+            out[k] = v
+    return out

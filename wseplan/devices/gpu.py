@@ -208,6 +208,7 @@ class GpuContext:
         limit = domain if domain > 8 else min(domain, int(d.gpu_max_tensor_parallel.si))
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
         self.spec = speculation(q) if q.phase != "train" and self.transformer else None
+        self.moe_tp, self.expert_layout = q.phase != "train" and self.transformer and num_experts(self.m) > 1, None
         self.spec_off = default_draft_refused(q) if self.spec is None and q.phase != "train" and self.transformer else None
 
 
@@ -478,6 +479,9 @@ class GpuFamily(InferenceMixin, Family):
             return self._train_time(ctx, cfg, np.zeros(len(cfg["batch"])) if rf is None else np.asarray(rf, dtype=float))
         return self.infer_time(ctx, cfg)
 
+    def engine_variants(self, ctx: GpuContext, cfg: dict):  # routed experts split over TP or whole (.analytic.gpu_gemm)
+        return ("expert_layout", ("tp", "ep")) if ctx.moe_tp and np.any(np.asarray(cfg["tp"]) > 1) else None
+
     def draft_fits(self, ctx: GpuContext, cfg: dict, rows, dctx: GpuContext, dcfg: dict):
         """The draft's weights and KV cache (same TP/PP) must fit in the memory the target leaves free on each GPU
         (the two alternate, so they share the activation workspace); else the engine does not speculate."""
@@ -571,7 +575,7 @@ def _pass(ctx: GpuContext, *, tp, pp, decode_seqs, decode_kv, prefill_tokens, pr
     seqs = (P.Sequences(seqs=decode_seqs, tokens=decode_seqs * new_per_seq, new=new_per_seq, prior=decode_kv),
             P.Sequences(seqs=prefill_seqs, tokens=prefill_tokens, new=prefill_span, prior=prefill_kv, decode=False))
     lat, stage, parts = P.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, kv_precision=ctx.kv_precision,
-                                      sequences=seqs, tp=tp, pp=pp, cal=ctx.cal,
+                                      sequences=seqs, tp=tp, pp=pp, cal=ctx.cal, expert_layout=ctx.expert_layout or "best",
                                       logits_rows=decode_seqs * new_per_seq + prefill_seqs, grouped_kv=ctx.grouped_kv)
     return lat, stage, _infer_breakdown(parts)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..analytic import elementwise as X
 from ..analytic import engine as E
-from ..analytic.rows import unique_rows
+from ..analytic.rows import pick_rows, unique_rows
 from .base import argmax_code
 
 
@@ -227,7 +227,37 @@ class InferenceMixin:
                           for k in dict.fromkeys([*best_parts, *parts])}
         return best, best_parts
 
+    def engine_variants(self, ctx, cfg: dict):
+        """``(context attribute, values)`` of an engine setting fixed when the engine starts that the family tries for
+        every row, keeping the one whose step is shorter (the engine configured for the workload), or None."""
+        return None
+
     def infer_time(self, ctx, cfg: dict, arrays: bool = False) -> dict:
+        """The phase's times of every row of ``cfg`` (:meth:`_infer_time`) under the :meth:`engine_variants` setting whose
+        plain decode step is shorter (the first on a tie): one choice for a configuration's prefill (its prompt then
+        decoding the default answer), decode and serving questions."""
+        variants = self.engine_variants(ctx, cfg)
+        if variants is None:
+            return self._infer_time(ctx, cfg, arrays)
+        name, values = variants
+        B, C = np.asarray(cfg["batch"], dtype=float), np.asarray(cfg["context"], dtype=float)
+        O = (np.full_like(B, ctx.q.catalog.defaults.default_output_tokens.si) if ctx.q.phase == "prefill" else
+             np.asarray(cfg["output_tokens"], dtype=float))
+        best = step = None
+        try:
+            for v in values:
+                setattr(ctx, name, v)
+                out = self._infer_time(ctx, cfg, arrays)
+                tpot = np.asarray(self._decode_tpot(ctx, cfg, np.arange(len(B)), B, C + O / 2.0)[0], dtype=float)
+                if best is None:
+                    best, step = out, tpot
+                else:
+                    best, step = pick_rows(tpot < step, out, best), np.minimum(tpot, step)
+        finally:
+            setattr(ctx, name, None)
+        return best
+
+    def _infer_time(self, ctx, cfg: dict, arrays: bool = False) -> dict:
         """The phase's times of every row of ``cfg``: a few rows (one configuration) in Python floats where the family
         can, unless ``arrays`` (many candidates of a few rows: one array pass is cheaper than a float pass each)."""
         B = np.asarray(cfg["batch"], dtype=float)
