@@ -136,3 +136,16 @@ def test_an_engine_runs_one_expert_layout_for_all_its_passes(catalog, monkeypatc
     assert any(both.step_s == r.step_s and both.tpot_s == r.tpot_s and both.ttft_s == r.ttft_s for r in alone.values())
     assert both.step_s >= min(r.step_s for r in alone.values())
     assert alone["tp"].step_s != alone["ep"].step_s  # the two layouts differ here
+
+
+def test_the_record_names_the_expert_layout(catalog):
+    """A configuration that runs whole experts over its TP group says so in its layout (expert_parallel = the TP
+    degree); one that splits them shows no expert_parallel."""
+    from wseplan.plan import plan
+
+    kw = dict(phase="decode", context=2048, precision="fp8", catalog=catalog)
+    big = plan("qwen3-235b-a22b", "h200x8", batch=256, layout={"tp": 8, "pp": 1, "dp": 1}, **kw)
+    one = plan("qwen3-235b-a22b", "h200x8", batch=1, layout={"tp": 8, "pp": 1, "dp": 1}, **kw)
+    assert big.layout["expert_parallel"] == 8 and "expert_parallel" not in one.layout
+    dense = plan("llama-3.1-70b", "h200x8", batch=256, **kw)
+    assert "expert_parallel" not in dense.layout

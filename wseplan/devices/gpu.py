@@ -305,6 +305,8 @@ class GpuFamily(InferenceMixin, Family):
                 lay["num_microbatches"] = int(round(r["time.num_microbatches"]))
         elif r.get("time.micro_batches") is not None:
             lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
+        if r.get("time.expert_layout_choice") == 1.0:  # whole experts over the TP group (engine_variants' "ep")
+            lay["expert_parallel"] = tp
         L = ctx.num_layers
         step = L / pp  # np.linspace(0, L, pp + 1) rounded, in Python floats: i * step, the last edge L itself
         edges = [round(i * step) for i in range(pp)] + [L]
@@ -480,7 +482,7 @@ class GpuFamily(InferenceMixin, Family):
         return self.infer_time(ctx, cfg)
 
     def engine_variants(self, ctx: GpuContext, cfg: dict):  # routed experts split over TP or whole (.analytic.gpu_gemm)
-        return ("expert_layout", ("tp", "ep")) if ctx.moe_tp and np.any(np.asarray(cfg["tp"]) > 1) else None
+        return ("expert_layout", ("tp", "ep") if np.any(np.asarray(cfg["tp"]) > 1) else ("tp",)) if ctx.moe_tp else None
 
     def draft_fits(self, ctx: GpuContext, cfg: dict, rows, dctx: GpuContext, dcfg: dict):
         """The draft's weights and KV cache (same TP/PP) must fit in the memory the target leaves free on each GPU

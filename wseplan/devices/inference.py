@@ -228,8 +228,7 @@ class InferenceMixin:
         return best, best_parts
 
     def engine_variants(self, ctx, cfg: dict):
-        """``(context attribute, values)`` of an engine setting fixed when the engine starts that the family tries for
-        every row, keeping the one whose step is shorter (the engine configured for the workload), or None."""
+        """``(context attribute, values)`` of an engine setting fixed at its start that :meth:`infer_time` tries, or None."""
         return None
 
     def infer_time(self, ctx, cfg: dict, arrays: bool = False) -> dict:
@@ -245,9 +244,9 @@ class InferenceMixin:
              np.asarray(cfg["output_tokens"], dtype=float))
         best = step = None
         try:
-            for v in values:
+            for i, v in enumerate(values):
                 setattr(ctx, name, v)
-                out = self._infer_time(ctx, cfg, arrays)
+                out = dict(self._infer_time(ctx, cfg, arrays), **{f"{name}_choice": np.full(len(B), float(i))})
                 tpot = np.asarray(self._decode_tpot(ctx, cfg, np.arange(len(B)), B, C + O / 2.0)[0], dtype=float)
                 if best is None:
                     best, step = out, tpot
