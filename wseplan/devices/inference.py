@@ -491,9 +491,9 @@ def _round_pass(mb, kv_, pre_, bud_, nps, prompt=None) -> dict:
         return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=pre, prefill_kv=X.zeros_like(pre),
                     prefill_seqs=X.minimum(pre, 1.0), new_per_seq=nps)
     c = _arrival_chunk(prompt, bud_, mb, nps)
-    c = X.where(c > 0.0, c, 1.0)
-    return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=c, prefill_kv=(prompt - c) / 2.0,
-                prefill_seqs=pre / c, new_per_seq=nps)
+    c, some = X.where(c > 0.0, c, 1.0), pre > 0.0  # a pass without prompt tokens keys as the plain round's (its memos)
+    return dict(decode_seqs=mb, decode_kv=kv_, prefill_tokens=pre, prefill_span=X.where(some, c, 0.0),
+                prefill_kv=X.where(some, (prompt - c) / 2.0, 0.0), prefill_seqs=pre / c, new_per_seq=nps)
 
 
 def _arrival_chunk(prompt, bud_, mb, nps):
