@@ -38,7 +38,7 @@ from .pricing import cost_columns, params_for, pins_capex, unpriced
 from .errors import InputError
 from .records import (ServePoint, ServeResult, _Frozen, _worst_ratio, all_in_usd_per_mtok, point_interval,  # noqa: F401 (the API)
                       occupancy, pareto_frontier, tpot_for_limit)
-from .plan import (bottleneck_name, check_given_layout, evaluate, layout_columns, positions_note, positions_of, record,
+from .plan import (bottleneck_name, check_given_layout, default_sizes, evaluate, layout_columns, positions_note, record,
                    setup, target_with_count)
 from .serve_choice import DEFAULT_UTILIZATION, SHORT_ANSWER_TOKENS  # noqa: F401 (the API)
 from .serve_choice import cost_key as _cost_key, near_tie_frac as _near_tie, result_record as _result  # noqa: F401
@@ -232,16 +232,15 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
 
     cat = catalog or load_catalog()
     cut = None
-    if output_tokens is None:
-        output_tokens = int(cat.defaults.default_output_tokens.si)
-    if input_tokens is None:  # the catalog's serving request, as time, cost and compare take it: cut, as they cut it,
-        # to what the model's positions hold with the answer (audit35a L2: GPT-3's 2,048 less 256)
-        input_tokens = int(cat.defaults.default_prompt_tokens.si)
-        limit = positions_of(resolve_model(model, cat) if isinstance(model, str) else model)[0]
-        if limit and isinstance(output_tokens, int) and 0 < limit - output_tokens < input_tokens:
-            cut = (f"input_tokens: the default prompt of {input_tokens:,} tokens is cut to {limit - output_tokens:,}, "
-                   f"what the model's {limit:,} positions hold with the {output_tokens:,}-token answer")
-            input_tokens = int(limit - output_tokens)
+    if input_tokens is None or output_tokens is None:  # the catalog's serving request, cut to the model's positions
+        # with the answer, as time, cost and compare take it (the chain's default_sizes; audit35a L2)
+        m = resolve_model(model, cat) if isinstance(model, str) else model
+        given = input_tokens
+        _, input_tokens, output_tokens, src = default_sizes(cat, "serve", 1, input_tokens, output_tokens, model=m)
+        if given is None and src["context"] == "default (the model's positions)":
+            cut = (f"input_tokens: the default prompt of {int(cat.defaults.default_prompt_tokens.si):,} tokens is cut "
+                   f"to {input_tokens:,}, what the model's {input_tokens + output_tokens:,} positions hold with the "
+                   f"{output_tokens:,}-token answer")
     check_positive_int(input_tokens, "input_tokens")
     check_positive_int(output_tokens, "output_tokens")
     if concurrency is not None:
