@@ -379,6 +379,9 @@ def _random_rows(s, rng, n):
         cfg["context"] = np.minimum(cfg["context"], q.model.learned_pos_embeddings - cfg["output_tokens"])
     for j, k in enumerate(("tp", "pp", "dp")):
         cfg[k] = np.array([float(lays[i][j]) for i in pick])
+    if q.phase != "train":  # an MoE model's attention data-parallel in some rows (adp = tp), split in the others
+        moe = getattr(q.model, "num_experts", 1) > 1
+        cfg["adp"] = np.where(moe & (rng.random(n) < 0.5), cfg["tp"], 1.0)
     if q.phase == "train":
         cfg["dp"] = np.array([float(N // (t * p)) for t, p, _ in (lays[i] for i in pick)])
         cfg["micro_batch"] = rng.choice([1.0, 2.0], n)

@@ -61,7 +61,8 @@ def test_deepseek_v3_fp8_decode_reads_its_mla_latent_and_the_experts_it_routes_t
     assert weights / 1e9 == pytest.approx(73.8, abs=0.1) and kv / 1e9 == pytest.approx(18.42, abs=0.01)
     # the whole step with the profile's own calibration: the hand's HBM time plus the plan's NVLink and fixed costs,
     # and the soft roofline's share of compute near the ridge (< 15%); the MHA stand-in read 196.5 GB of KV (43.7 ms)
-    r = plan("deepseek-v3", "b200x8", phase="decode", batch=B, context=C, precision="fp8", catalog=CAT)
+    r = plan("deepseek-v3", "b200x8", phase="decode", batch=B, context=C, precision="fp8", catalog=CAT,
+             layout={"tp": tp, "pp": 1, "dp": 1, "adp": 1})  # the attention split over TP, as the hand has it
     cal0 = _cal("deepseek-v3", "b200x8", "fp8")
     # the engine's fixed costs by hand: each block's kernel gaps (58 MoE blocks of 22 kernels, 3 dense MLA blocks of
     # 15, against the 10 of a dense block the per-block launch constant stands for) and the step's host time

@@ -322,7 +322,8 @@ def target_with_count(t: Target, count: int) -> Target:
 # The scalar chain: one configuration, one record
 # =============================================================================================
 #: where the operating point's layout goes in the chain's configuration columns (record name -> column)
-_LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers"}
+_LAYOUT_COLUMNS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "num_wafers": "num_wafers",
+                   "attention_data_parallel": "adp"}
 
 
 def layout_columns(s, layout: dict) -> dict[str, int]:

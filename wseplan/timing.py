@@ -16,7 +16,8 @@ from .targets import parse_target
 #: family options accepted by :func:`predict_time` as keyword arguments; layout keys go to ``layout``
 LAYOUT_KEYS = {"tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "micro_batch": "micro_batch",
                "virtual_pipeline": "vpp", "recompute": "recompute", "zero_stage": "zero_stage",
-               "context_parallel": "cp", "expert_parallel": "ep", "num_wafers": "num_wafers", "num_systems": "num_systems"}
+               "context_parallel": "cp", "expert_parallel": "ep", "attention_data_parallel": "adp", "num_wafers": "num_wafers",
+               "num_systems": "num_systems"}
 
 
 def require_time_model(s) -> None:

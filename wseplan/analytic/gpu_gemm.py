@@ -23,6 +23,7 @@ from __future__ import annotations
 from ..calibration_data import GpuCalibration
 from ..workload import BYTES_PER_ELEMENT, activation_bytes_per_element
 from . import elementwise as X
+from .attention_dp import ATTENTION_GEMMS
 from .moe_train import routed_rows, routed_rows_slowest
 
 #: how an inference pass runs its routed experts over a tensor-parallel group (module docstring)
@@ -104,20 +105,28 @@ def _gemm_s(M, count, experts_read, n_, k_, wb, *, ab, emax, peak_flop_per_s, hb
 
 
 def block_gemms_s(block, tokens, tp, peak_flop_per_s, hbm_bytes_per_s, precision: str, cal: GpuCalibration,
-                  weight_bytes=None, ep=1.0, expert_layout: str = "tp"):
+                  weight_bytes=None, ep=1.0, expert_layout: str = "tp", attention=None):
     """The GEMMs of one block type (:class:`~wseplan.workload.BlockType`) on one GPU [s]: (time, its memory-bound
     part), by the pass's tokens and TP degree (arrays broadcast); ``weight_bytes``: (routed, other) bytes per weight
     (:func:`~wseplan.workload.weight_bytes_split`).
 
     ``expert_layout``: how the routed experts run, :data:`EXPERT_LAYOUTS` for inference (module docstring), or
     ``"train"``: whole experts split over ``ep`` GPUs, each GPU running its ``1 / tp`` of the tokens routed to them from
-    the ``ep`` GPUs of its expert group (expert tensor parallelism 1, :mod:`.moe_train`)."""
+    the ``ep`` GPUs of its expert group (expert tensor parallelism 1, :mod:`.moe_train`).
+
+    ``attention``: ``(tokens, tp)`` of the block's attention GEMMs where they differ from the MLP's (data-parallel
+    attention, :mod:`.attention_dp`: the busiest rank's tokens on the whole weights), else None."""
     wb_routed, wb_other = weight_bytes or (max(BYTES_PER_ELEMENT[precision], 0.5),) * 2
     kw = dict(ab=activation_bytes_per_element(precision), emax=gemm_max(cal, precision), peak_flop_per_s=peak_flop_per_s,
               hbm_bytes_per_s=hbm_bytes_per_s, cal=cal)
     gemm = gemm_mem = 0.0
     split = whole = (0.0, 0.0)  # the routed GEMMs split over TP, and run as whole experts over the TP group
-    for g, (n_, k_, E, k) in zip(block.gemms, block_gemm_shapes(block, tp)):
+    att = None if attention is None else block_gemm_shapes(block, attention[1])
+    for i, (g, (n_, k_, E, k)) in enumerate(zip(block.gemms, block_gemm_shapes(block, tp))):
+        if att is not None and g.name in ATTENTION_GEMMS:
+            t, tm = _gemm_s(attention[0], 1.0, 1.0, att[i][0], att[i][1], wb_other, **kw)
+            gemm, gemm_mem = gemm + t, gemm_mem + tm
+            continue
         if E == 1:
             t, tm = _gemm_s(tokens, 1.0, 1.0, n_, k_, wb_other, **kw)
             gemm, gemm_mem = gemm + t, gemm_mem + tm

@@ -23,6 +23,7 @@ from ..errors import InputError
 from ..workload import (BYTES_PER_ELEMENT, KV_FORMATS, activation_bytes_per_element, block_types, kv_bytes,
                         kv_bytes_per_element, weight_bytes_split, edge_weight_bytes)
 from . import elementwise as X
+from .attention_dp import rank_share
 from .collectives import send_recv_time_s
 from .gpu_gemm import block_gemms_s
 from .gpu_links import Links as _Links
@@ -129,7 +130,7 @@ def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm,
 
 
 def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration,
-                grouped_kv: bool = True, kv_precision: str | None = None, expert_layout: str = "best"):
+                grouped_kv: bool = True, kv_precision: str | None = None, expert_layout: str = "best", adp=1.0):
     """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
 
     Parameters (arrays broadcast)
@@ -145,6 +146,10 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     kv_precision : the KV cache's own format (``workload.KV_FORMATS``), else the weights' rule
     expert_layout : how the routed experts run over the TP group (:data:`.gpu_gemm.EXPERT_LAYOUTS`; an engine fixes one,
         :meth:`wseplan.devices.gpu.GpuFamily.engine_variants`; ``best``: the faster for this pass)
+    adp : data-parallel attention ranks in the TP group (:mod:`.attention_dp`; 1: attention split over TP like the
+        other weights; ``tp``: every GPU runs the attention of its own requests, the busiest holding
+        ``ceil(s / adp)`` of a kind's ``s``, with the whole attention weights; one all-reduce's bytes a layer, an
+        all-gather before the MLP and a reduce-scatter after it, in place of two all-reduces)
 
     Every block type (:func:`~wseplan.workload.block_types`) is timed as what it is, its GEMMs reading the weights it
     uses (routed experts: those some token picked; shared experts; a dense layer's MLP) and its attention reading its
@@ -165,16 +170,27 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     types = block_types(m)
     # the terms that depend only on the pass's tokens and the TP degree (GEMMs, element-wise, TP all-reduce, the
     # stage-to-stage hop) once per distinct pair: a decode round's passes repeat a few micro-batch sizes
-    groups = pair_groups(tokens, tp) if isinstance(tokens, np.ndarray) else None
+    dp_att = np.any(X.asfloat(adp) > 1)
+    groups = pair_groups(tokens, tp) if isinstance(tokens, np.ndarray) and not dp_att else None
+    att_seqs, att_tokens, tp_att = sequences, tokens, tp
+    if dp_att:  # the busiest attention rank's requests, on whole attention weights (1 / (tp / adp) of them)
+        adp = X.asfloat(adp)
+        att_seqs = tuple(g._replace(seqs=g.seqs * sh, tokens=g.tokens * sh)
+                         for g, sh in ((g, rank_share(g.seqs, adp)) for g in sequences))
+        att_tokens = att_seqs[0].tokens
+        for g in att_seqs[1:]:
+            att_tokens = att_tokens + g.tokens
+        att_tokens, tp_att = X.maximum(X.asfloat(att_tokens), 1e-12), tp / adp
     tk, tq = (tokens, tp) if groups is None else (tokens[groups[0]], tp[groups[0]])
     # a published checkpoint that quantizes its routed experts alone reads its other weights in bf16 (gpt-oss)
     split = weight_bytes_split(m, precision, "decode")
     split = None if split[0] == split[1] == BYTES_PER_ELEMENT[precision] else split
     edge = edge_weight_bytes(m, precision, "decode")  # the LM head's (16-bit in a quantized checkpoint)
-    gemms = [block_gemms_s(b, tk, tq, peak, hbm, precision, cal, split, expert_layout=expert_layout) for b in types]
+    gemms = [block_gemms_s(b, tk, tq, peak, hbm, precision, cal, split, expert_layout=expert_layout,
+                           attention=(att_tokens, tp_att) if dp_att else None) for b in types]
     elem = _elementwise_s(m, tk, tq, hbm, cal)
     msg = activation_bytes_per_element(precision) * tk * m.d_model
-    t_tp = 2.0 * links.tp_allreduce(msg, tq)
+    t_tp = (X.where(adp > 1, 1.0, 2.0) if dp_att else 2.0) * links.tp_allreduce(msg, tq)
     hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
     if groups is not None:
         inv = groups[1]
@@ -189,7 +205,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
         # the engine's kernel gaps scale with the block's kernels (a DeepSeek MoE block runs ~2.2x a dense one's)
         launch = cal.layer_overhead_s + cal.layer_launch_s * block_kernels(b) / DENSE_BLOCK_KERNELS
         launches.append(launch)
-        attn, t_kv = _layer_attention(b.attention, sequences, tokens, tp, attn_peak, kvb, hbm, cal, vec_peak)
+        attn, t_kv = _layer_attention(b.attention, att_seqs, att_tokens, tp_att, attn_peak, kvb, hbm, cal, vec_peak)
         t_attn = X.maximum(attn, t_kv)  # attention is compute- or KV-read-bound
         t_blk = gemm + attn + elem
         t_blk = t_blk - attn + t_attn

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..workload import KIND_BLOCK, kv_bytes_rows
+from ..workload import KIND_BLOCK, kv_bytes_rows, weight_bytes_split
+from .attention_dp import attention_params_per_block, rank_share
 from .rows import run_starts
 
 #: activation recomputation of a GPU training layout (codes 0-3). ``partial``: Megatron-LM's ``--recompute-method
@@ -87,7 +88,7 @@ def micro_batches_in_flight(*, num_stages, virtual_stages, micro_batches, rank):
 def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virtual_stages, batch, context,
                       gradient_bytes_per_param: float, adam_state_bytes_per_param: float,
                       prefill_chunk_tokens: float, working_tokens=None, frozen_mlp: bool = False,
-                      recompute_frac=0.0, logits_bytes_per_token: float = 0.0) -> dict[str, np.ndarray]:
+                      recompute_frac=0.0, logits_bytes_per_token: float = 0.0, adp=1.0) -> dict[str, np.ndarray]:
     """Per-GPU memory of the fullest pipeline stage for arrays of layouts [bytes], by part.
 
     ``w`` is the :class:`~wseplan.workload.Workload` (its phase decides training vs inference accounting; its
@@ -109,6 +110,10 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     ``logits_bytes_per_token / tp`` per token (vocabulary x bytes per element; Korthikanti et al. 2022 sec. 4.1: the
     cross entropy's 4sbv bytes), beside the one micro-batch of activations 1F1B leaves it (audit31a M2: a 201k-token
     vocabulary's logits are 13-26 GB a micro-batch, beyond the headroom the layout search left).
+
+    Inference with data-parallel attention (``adp`` ranks in the TP group, :mod:`.attention_dp`): each GPU holds its
+    stage's attention weights over ``tp / adp`` GPUs (whole at ``adp = tp``) and the KV cache of the busiest rank's
+    ``ceil(batch / adp)`` requests, split over ``min(tp / adp, kv_heads)``.
 
     Returns a dict of arrays: ``weights``, ``optimizer`` (gradients + Adam state), ``kv_cache``,
     ``activations``, ``total``.
@@ -140,6 +145,8 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
                         prefill_chunk_tokens=prefill_chunk_tokens, working_tokens=working_tokens)
     take_mid = (pp >= 3) & (mid["total"] > edge["total"])
     out = {key: np.where(take_mid, mid[key], edge[key]) for key in edge}
+    if w.phase != "train" and np.any(np.asarray(adp) > 1):
+        out = _attention_dp_memory(w, out, np.where(take_mid, n, n - k), tp, np.asarray(adp, dtype=float), B)
     if w.phase != "train" or not logits_bytes_per_token:
         return out
     # the loss's logits: on the one stage at pp = 1, else on the last stage (its own blocks and edge layer, the
@@ -156,6 +163,21 @@ def gpu_layout_memory(w, *, tp, pp, dp, zero_stage, recompute, micro_batch, virt
     res = {key: np.where(take_last, np.where(single, out[key], head[key]), out[key]) for key in out}
     res["activations"] = np.where(take_last & single, out["activations"] + logits, res["activations"])
     res["total"] = np.where(take_last, last, out["total"])
+    return res
+
+
+def _attention_dp_memory(w, out: dict, nb, tp, adp, B) -> dict:
+    """``out`` (an inference stage's parts, attention split over TP) with ``adp`` data-parallel attention ranks: the
+    stage's ``nb`` blocks' attention weights over ``tp / adp`` GPUs, the busiest rank's share of the KV cache."""
+    m = w.arch
+    mla = getattr(m, "attention", "standard") == "mla"
+    kv_heads = 1 if mla else m.num_kv_heads
+    tp_att = tp / adp
+    attn = attention_params_per_block(m) * weight_bytes_split(m, w.precision, w.phase)[1] * nb
+    weights = out["weights"] + attn * (1.0 / tp_att - 1.0 / tp)
+    kv = out["kv_cache"] * rank_share(B, adp) * np.minimum(tp, kv_heads) / np.minimum(tp_att, kv_heads)
+    res = dict(out, weights=weights, kv_cache=kv)
+    res["total"] = out["total"] + (weights - out["weights"]) + (kv - out["kv_cache"])
     return res
 
 

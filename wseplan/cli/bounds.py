@@ -79,7 +79,7 @@ RULES: dict[str, Rule] = {
     "--train-tokens": Rule(0, MAX_SI, "tokens in the run", open_low=True),
     "--reserve": Rule(0, 1, "a fraction of memory kept back", open_high=True),
     "--zero": Rule(0, 3, "a ZeRO stage"),
-    "--tp": _DEGREE, "--pp": _DEGREE, "--dp": _DEGREE, "--cp": _DEGREE, "--vpp": _DEGREE, "--ep": _DEGREE,
+    "--tp": _DEGREE, "--pp": _DEGREE, "--dp": _DEGREE, "--cp": _DEGREE, "--vpp": _DEGREE, "--ep": _DEGREE, "--adp": _DEGREE,
     "--tensor-parallel": _DEGREE,
     "--micro-batch": _COUNT("sequences per micro-batch", MAX_BATCH),
     "--systems": _COUNT("systems", MAX_DEGREE),

@@ -263,6 +263,14 @@ def ep_opt(help: str = "GPU train, MoE models: expert-parallel degree (whole rou
     return typer.Option(None, "--ep", help=help)
 
 
+def adp_opt() -> typer.models.OptionInfo:
+    """``--adp``."""
+    return typer.Option(None, "--adp", help="GPU inference, MoE models: data-parallel attention ranks of a replica, 1 "
+                        "(attention split over --tp) or the tp degree (each GPU runs the attention of its own requests "
+                        "with the whole attention weights: SGLang --enable-dp-attention, TensorRT-LLM "
+                        "enable_attention_dp); searched when not given.")
+
+
 def expert_dispatch_opt() -> typer.models.OptionInfo:
     """``--expert-dispatch``."""
     return typer.Option(None, "--expert-dispatch", help="GPU train, MoE models: how the expert all-to-all crosses "

@@ -33,6 +33,7 @@ def time_cmd(
     cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree (GPU train)."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
     ep: Optional[int] = O.ep_opt(),
+    adp: Optional[int] = O.adp_opt(),
     expert_dispatch: Optional[str] = O.expert_dispatch_opt(),
     expert_overlap: Optional[str] = O.expert_overlap_opt(),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Sequences per micro-batch (GPU train); "
@@ -70,7 +71,8 @@ def time_cmd(
     check_format(fmt)
     cat = O.load_catalog(catalog)
     lay = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, virtual_pipeline=vpp,
-                                  micro_batch=micro_batch, expert_parallel=ep).items() if v is not None}
+                                  micro_batch=micro_batch, expert_parallel=ep, attention_data_parallel=adp).items()
+           if v is not None}
     opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
                                   pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
     opts.update(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision))

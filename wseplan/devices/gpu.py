@@ -26,8 +26,9 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, num_experts, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .gpu_train import (CP_VALUES, EP_VALUES, VPP_VALUES, check_expert_parallel, expand_expert_parallel,  # noqa: F401
-                        layout_grid, partial_frac, train_memory)
+from .gpu_train import (CP_VALUES, EP_VALUES, VPP_VALUES, check_expert_parallel, expand_attention_dp,  # noqa: F401
+                        expand_expert_parallel, layout_grid, partial_frac, train_memory)
+from .gpu_pass_row import adp_of as _adp, infer_pass as _pass
 from .inference import InferenceMixin
 from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
 from .registry import register
@@ -42,7 +43,7 @@ TRAIN_COLUMNS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stag
 #: first and last of 16 stages, with an interleaved schedule; DeepSpeed's pipeline partitions by parameters). ``even``: the layers divide ``pp x vpp`` for interleaving, as Megatron-LM required in its 2021-2022
 #: releases (Narayanan et al. 2021). The stage time counts ``ceil(L / pp)`` layers either way (the fullest stage).
 PIPELINE_SPLITS = ("uneven", "even")
-INFER_COLUMNS = ("tp", "pp", "dp")
+INFER_COLUMNS = ("tp", "pp", "dp", "adp")  # adp: data-parallel attention ranks of a replica (gpu_train.with_attention_dp)
 
 
 #: what a training run updates: ``full`` every weight; ``lora`` adapters on the attention projections, the base frozen
@@ -209,6 +210,7 @@ class GpuContext:
         self.tp_values = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(limit, 64) and heads % t == 0]
         self.spec = speculation(q) if q.phase != "train" and self.transformer else None
         self.moe_tp, self.expert_layout = q.phase != "train" and self.transformer and num_experts(self.m) > 1, None
+        self.adp_offered = self.moe_tp  # engines run an MoE model's attention data-parallel (.analytic.attention_dp)
         self.spec_off = default_draft_refused(q) if self.spec is None and q.phase != "train" and self.transformer else None
 
 
@@ -249,6 +251,10 @@ class GpuFamily(InferenceMixin, Family):
                              f"needs more GPUs than the target's {n}; give a layout within the count, or a target without a count")
         if ctx.q.phase == "train":
             check_expert_parallel(ctx.m, given, cp)
+        a = given.get("adp")
+        if a is not None and int(a) > 1 and (not ctx.adp_offered or (tp is not None and int(a) != int(tp))):
+            raise InputError(f"adp: {int(a)} data-parallel attention ranks need an MoE model's inference (engines offer "
+                             "it for those) and adp equal to tp; give adp 1 or the tp degree, or no adp to search it")
         v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
         if v is None or int(v) <= 1 or ctx.q.phase != "train":
             return
@@ -271,6 +277,8 @@ class GpuFamily(InferenceMixin, Family):
             out.setdefault("cp", ctx.cp_given or 1)
         cp = int(out.get("cp", 1))
         out.setdefault("pp", 1)
+        if ctx.q.phase != "train":
+            out.setdefault("adp", 1)
         if "tp" not in out:
             out["tp"] = max(1, (n or 1) // (out["pp"] * out.get("dp", 1) * cp)) if n else 1
         if "dp" not in out:
@@ -307,6 +315,8 @@ class GpuFamily(InferenceMixin, Family):
             lay["micro_batches_in_flight"] = int(r["time.micro_batches"])
         if r.get("time.expert_layout_choice") == 1.0:  # whole experts over the TP group (engine_variants' "ep")
             lay["expert_parallel"] = tp
+        if ctx.adp_offered:
+            lay["attention_data_parallel"] = int(r.get("adp", 1))
         L = ctx.num_layers
         step = L / pp  # np.linspace(0, L, pp + 1) rounded, in Python floats: i * step, the last edge L itself
         edges = [round(i * step) for i in range(pp)] + [L]
@@ -362,6 +372,8 @@ class GpuFamily(InferenceMixin, Family):
             parent.append(np.nonzero(full)[0])
         if "ep" in cols:  # an MoE model's rows that give all but ep: each expands over its degrees, vectorized
             full = expand_expert_parallel(ctx.m, cfg, cols, vals, known, full, parts, parent)
+        if "adp" in cols:  # inference rows that give all but adp: the same
+            full = expand_attention_dp(ctx.adp_offered, cfg, cols, vals, known, full, parts, parent)
         grids: dict = {}
         for i in np.nonzero(~full)[0]:
             b, c_ = float(cfg["batch"][i]), float(cfg["context"][i])
@@ -426,7 +438,8 @@ class GpuFamily(InferenceMixin, Family):
             mem = gpu_layout_memory(ctx.w, tp=tp, pp=pp, dp=np.ones_like(tp), zero_stage=1, recompute=1,
                                     micro_batch=1, virtual_stages=1, batch=B, context=kv_len,
                                     gradient_bytes_per_param=ctx.grad_bytes, adam_state_bytes_per_param=ctx.adam_bytes,
-                                    prefill_chunk_tokens=ctx.chunk, working_tokens=work)
+                                    prefill_chunk_tokens=ctx.chunk, working_tokens=work,
+                                    adp=cfg.get("adp", 1.0) if ctx.adp_offered else 1.0)
             devices = tp * pp * dp
             replicas = dp
         total = mem["total"]
@@ -513,7 +526,7 @@ class GpuFamily(InferenceMixin, Family):
 
     def pass_time(self, ctx: GpuContext, cfg: dict, rows, *, decode_seqs, decode_kv, prefill_tokens, prefill_span,
                   prefill_kv, prefill_seqs, new_per_seq=1.0):
-        cols = dict(tp=cfg["tp"][rows], pp=cfg["pp"][rows], decode_seqs=decode_seqs, decode_kv=decode_kv,
+        cols = dict(tp=cfg["tp"][rows], pp=cfg["pp"][rows], adp=_adp(ctx, cfg, rows), decode_seqs=decode_seqs, decode_kv=decode_kv,
                     prefill_tokens=prefill_tokens, prefill_span=prefill_span, prefill_kv=prefill_kv,
                     prefill_seqs=prefill_seqs)
         pass_fn = partial(_pass, ctx, new_per_seq=new_per_seq)
@@ -523,7 +536,8 @@ class GpuFamily(InferenceMixin, Family):
     def pass_row(self, ctx: GpuContext, cfg: dict, i: int, *, new_per_seq=1.0, **kw):
         """:meth:`pass_time` of row ``i`` in Python floats (the same function; raises one of
         :data:`~wseplan.analytic.elementwise.SCALAR_ERRORS` where numpy would give inf or NaN)."""
-        return _pass(ctx, tp=float(cfg["tp"][i]), pp=float(cfg["pp"][i]), new_per_seq=new_per_seq, **kw)
+        return _pass(ctx, tp=float(cfg["tp"][i]), pp=float(cfg["pp"][i]), adp=float(_adp(ctx, cfg, i)),
+                     new_per_seq=new_per_seq, **kw)
 
     def flop_per_token(self, ctx: GpuContext, context) -> np.ndarray:
         return G.model_flop_per_token(ctx.m, seq_len=X.asfloat(context)) / 3.0
@@ -569,28 +583,6 @@ class GpuFamily(InferenceMixin, Family):
                     compute_floor_s=executed / (used * ctx.peak),
                     bottleneck=argmax_code(bd, n), breakdown={k: np.broadcast_to(v, (n,)) for k, v in bd.items()},
                     num_microbatches=r["num_microbatches"])
-
-
-def _pass(ctx: GpuContext, *, tp, pp, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
-          new_per_seq):
-    """One forward pass (see :meth:`GpuFamily.pass_time`) of arrays of rows, or of one row in Python floats."""
-    seqs = (P.Sequences(seqs=decode_seqs, tokens=decode_seqs * new_per_seq, new=new_per_seq, prior=decode_kv),
-            P.Sequences(seqs=prefill_seqs, tokens=prefill_tokens, new=prefill_span, prior=prefill_kv, decode=False))
-    lat, stage, parts = P.pass_time_s(ctx.m, ctx.gpu, precision=ctx.q.precision, kv_precision=ctx.kv_precision,
-                                      sequences=seqs, tp=tp, pp=pp, cal=ctx.cal, expert_layout=ctx.expert_layout or "best",
-                                      logits_rows=decode_seqs * new_per_seq + prefill_seqs, grouped_kv=ctx.grouped_kv)
-    return lat, stage, _infer_breakdown(parts)
-
-
-def _infer_breakdown(parts: dict) -> dict:
-    """Inference parts by bottleneck name: compute, hbm_bandwidth, nvlink, overhead [s]."""
-    gemm = parts["gemm"] + parts["lm_head"]
-    gemm_mem = parts["gemm_memory_bound"]
-    kv, att = parts["kv_read"], parts["attention"]
-    return {"compute": gemm - gemm_mem + X.maximum(att - kv, 0.0),
-            "hbm_bandwidth": gemm_mem + X.minimum(kv, att) + parts["elementwise"],
-            "nvlink": parts["tp_comm"] + parts["p2p"],
-            "overhead": parts["overhead"]}
 
 
 register(GpuFamily())

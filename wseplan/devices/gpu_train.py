@@ -164,7 +164,7 @@ def layout_grid(ctx, batch: float, context: float = 1.0, *, micro_batch: int | N
         raise InputError(f"target: no tensor x pipeline x data layout of {ctx.m.name} uses {N} GPUs; "
                          "choose a count that is a multiple of a power of two")
     if ctx.q.phase != "train":
-        return {"tp": T, "pp": P, "dp": D}
+        return with_attention_dp({"tp": T, "pp": P, "dp": D}, getattr(ctx, "adp_offered", False))
     fixed = N is None  # the fewest GPUs that fit: the plainest schedule
     mbs = [1] if fixed else [b for b in (1, 2, 4, 8, 16, 32) if b <= batch]
     vps = [1] if fixed else list(VPP_VALUES)
@@ -232,6 +232,35 @@ def check_expert_parallel(model, given: dict, cp) -> None:
         n_r = int(given["tp"]) * int(given["dp"]) * int(cp)
         raise InputError(f"ep: {int(e)} expert-parallel ranks must divide the {n_r} ranks of a pipeline stage (tp x dp "
                          "x cp); give a divisor of them, or no ep to search one")
+
+
+def with_attention_dp(grid: dict, offered: bool) -> dict:
+    """Inference layouts ``grid`` with their data-parallel attention degree ``adp`` (:mod:`wseplan.analytic.attention_dp`):
+    1 for every row and, where the model's engines offer it (``offered``: an MoE model), also the TP degree for each
+    row with ``tp > 1``, those rows repeated after the others (other columns the same)."""
+    tp = np.asarray(grid["tp"], dtype=float)
+    out = dict(grid, adp=np.ones_like(tp))
+    twin = np.nonzero(tp > 1)[0] if offered else np.zeros(0, dtype=np.int64)
+    if not len(twin):
+        return out
+    return {k: np.concatenate([v, (tp if k == "adp" else np.asarray(v))[twin]]) for k, v in out.items()}
+
+
+def expand_attention_dp(offered: bool, cfg: dict, cols, vals, known, full, parts: list, parent: list) -> np.ndarray:
+    """The candidate rows of the inference configurations that give every layout column but ``adp`` (a sweep's rows,
+    `time --tp --pp --dp`): each with the degrees :func:`with_attention_dp` allows, in one array pass, appended to
+    ``parts``/``parent``; returns ``full`` with those rows marked done."""
+    a_col = cols.index("adp")
+    only = ~full & np.delete(known, a_col, axis=1).all(axis=1)
+    if not only.any():
+        return full
+    rows = np.nonzero(only)[0]
+    sub = {k: np.asarray(v, dtype=float)[rows] for k, v in cfg.items() if k not in cols}
+    sub.update({c: vals[rows, j] for j, c in enumerate(cols) if c != "adp"}, _row=rows.astype(float))
+    ex = with_attention_dp(sub, offered)
+    parent.append(ex.pop("_row").astype(np.int64))
+    parts.append(ex)
+    return full | only
 
 
 def expand_expert_parallel(model, cfg: dict, cols, vals, known, full, parts: list, parent: list) -> np.ndarray:

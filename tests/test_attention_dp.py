@@ -1,0 +1,117 @@
+"""Data-parallel attention in an MoE model's inference replica (wseplan.analytic.attention_dp): the memory a GPU holds
+and the bytes a decode step reads, against hand calculations from DeepSeek-V3's published config.json, and the chain's
+layout search and refusals."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wseplan.analytic import gpu_pass as P
+from wseplan.analytic.attention_dp import attention_params_per_block, rank_share
+from wseplan.analytic.memory import gpu_layout_memory
+from wseplan.calibration_data import gpu_calibration
+from wseplan.errors import InputError
+from wseplan.plan import plan
+from wseplan.workload import build_workload, resolve_model
+
+#: DeepSeek-V3's config.json (huggingface.co/deepseek-ai/DeepSeek-V3): hidden 7168, 128 heads, q_lora_rank 1536,
+#: kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, 61 layers
+D, H, QL, KL, NOPE, ROPE, V, LAYERS = 7168, 128, 1536, 512, 128, 64, 128, 61
+#: one block's attention by hand: q_a, q_b, kv_a (latent + RoPE key), kv_b, the output projection, the two latent norms
+ATTN_PARAMS = D * QL + QL * H * (NOPE + ROPE) + D * (KL + ROPE) + KL * H * (NOPE + V) + H * V * D + QL + KL
+
+
+def test_attention_parameters_of_a_deepseek_v3_block(catalog):
+    assert ATTN_PARAMS == 187_107_328
+    assert attention_params_per_block(resolve_model("deepseek-v3", catalog)) == ATTN_PARAMS
+
+
+def test_rank_share_is_the_busiest_rank():
+    assert rank_share(256.0, 8.0) == pytest.approx(1 / 8)
+    assert rank_share(9.0, 8.0) == pytest.approx(2 / 9)  # one rank holds two of nine requests
+    assert rank_share(1.0, 8.0) == 1.0  # a lone request is all on one rank
+    assert rank_share(0.0, 8.0) == 1.0
+    assert rank_share(5.0, 1.0) == 1.0
+    assert np.allclose(rank_share(np.array([256.0, 9.0, 1.0]), 8.0), [1 / 8, 2 / 9, 1.0])
+
+
+def _memory(w, adp, B=256.0, C=32768.0):
+    return gpu_layout_memory(w, tp=8.0, pp=1.0, dp=1.0, zero_stage=1, recompute=1, micro_batch=1, virtual_stages=1,
+                             batch=B, context=C, gradient_bytes_per_param=0.0, adam_state_bytes_per_param=0.0,
+                             prefill_chunk_tokens=2048.0, working_tokens=B, adp=adp)
+
+
+def test_memory_moves_attention_weights_in_and_kv_cache_out(catalog):
+    """TP 8 at fp8: with 8 attention ranks each GPU holds the whole attention weights (7/8 of them more: 1 byte per
+    weight) and 1/8 of the latent cache, which a split attention holds whole on every GPU (one latent a token)."""
+    m = resolve_model("deepseek-v3", catalog)
+    w = build_workload(m, catalog, precision="fp8", phase="decode", batch=1, context=1)
+    split, dp8 = _memory(w, 1.0), _memory(w, 8.0)
+    assert float(dp8["weights"] - split["weights"]) == pytest.approx(ATTN_PARAMS * LAYERS * 1.0 * (1 - 1 / 8), rel=1e-9)
+    # the latent cache: (512 + 64) fp8 elements a token and layer, every request's on every GPU of a split attention
+    latent = (KL + ROPE) * 1.0 * LAYERS * 256 * 32768
+    assert float(split["kv_cache"]) == pytest.approx(latent, rel=1e-6)
+    assert float(dp8["kv_cache"]) == pytest.approx(latent / 8, rel=1e-6)
+    assert float(dp8["total"]) == pytest.approx(float(dp8["weights"] + dp8["kv_cache"] + dp8["activations"]), rel=1e-12)
+
+
+def test_decode_step_reads_one_eighth_of_the_cache_and_all_the_attention_weights(catalog):
+    m = resolve_model("deepseek-v3", catalog)
+    cal = gpu_calibration()
+    gpu = catalog.gpus["h200-sxm"]
+    seqs = (P.Sequences(seqs=256.0, tokens=256.0, new=1.0, prior=32768.0),)
+    kw = dict(precision="fp8", sequences=seqs, logits_rows=256.0, tp=8.0, cal=cal, expert_layout="ep")
+    _, _, split = P.pass_time_s(m, gpu, adp=1.0, **kw)
+    _, _, dp8 = P.pass_time_s(m, gpu, adp=8.0, **kw)
+    assert dp8["kv_read"] == pytest.approx(split["kv_read"] / 8, rel=1e-9)
+    # an all-gather before the MLP and a reduce-scatter after it: one all-reduce's bytes a layer, not two
+    assert dp8["tp_comm"] == pytest.approx(split["tp_comm"] / 2, rel=1e-9)
+    # one request alone: its rank does all its attention, so the cache read is the split one's
+    one = (P.Sequences(seqs=1.0, tokens=1.0, new=1.0, prior=32768.0),)
+    kw1 = dict(kw, sequences=one, logits_rows=1.0)
+    assert P.pass_time_s(m, gpu, adp=8.0, **kw1)[2]["kv_read"] == pytest.approx(
+        P.pass_time_s(m, gpu, adp=1.0, **kw1)[2]["kv_read"], rel=1e-9)
+    # ... and reads the whole attention weights (memory-bound at one token): more GEMM time than the split layout
+    assert P.pass_time_s(m, gpu, adp=8.0, **kw1)[2]["gemm"] > P.pass_time_s(m, gpu, adp=1.0, **kw1)[2]["gemm"]
+
+
+def test_arrays_and_floats_agree(catalog):
+    m = resolve_model("deepseek-v3", catalog)
+    cal, gpu = gpu_calibration(), catalog.gpus["h200-sxm"]
+    B = np.array([1.0, 9.0, 256.0])
+    seqs = (P.Sequences(seqs=B, tokens=B, new=1.0, prior=np.full(3, 4096.0)),)
+    arr = P.pass_time_s(m, gpu, precision="fp8", sequences=seqs, logits_rows=B, tp=np.full(3, 8.0), cal=cal,
+                        adp=np.array([8.0, 8.0, 1.0]))[0]
+    for i, a in enumerate((8.0, 8.0, 1.0)):
+        one = (P.Sequences(seqs=float(B[i]), tokens=float(B[i]), new=1.0, prior=4096.0),)
+        t = P.pass_time_s(m, gpu, precision="fp8", sequences=one, logits_rows=float(B[i]), tp=8.0, cal=cal, adp=a)[0]
+        assert float(arr[i]) == pytest.approx(t, rel=1e-12)
+
+
+def test_search_finds_the_layout_that_fits_and_a_given_split_is_refused(catalog):
+    """DeepSeek-V3 fp8, 256 requests of 32k tokens on 8 H200: the latent cache of all of them (295 GB) on every GPU
+    cannot fit; in 8 attention ranks it is 37 GB a GPU."""
+    kw = dict(phase="decode", precision="fp8", batch=256, context=32768, catalog=catalog)
+    r = plan("deepseek-v3", "h200x8", **kw)
+    assert r.fits and r.layout["attention_data_parallel"] == 8 and r.layout["tensor_parallel"] == 8
+    given = plan("deepseek-v3", "h200x8", layout={"tp": 8, "pp": 1, "dp": 1, "adp": 1}, **kw)
+    assert not given.fits and given.step_s is None
+    assert given.layout["attention_data_parallel"] == 1
+
+
+def test_dense_models_keep_their_records_and_refuse_adp(catalog):
+    r = plan("llama-3.1-8b", "h100x8", phase="decode", batch=64, context=4096, catalog=catalog)
+    assert "attention_data_parallel" not in r.layout
+    with pytest.raises(InputError, match="adp"):
+        plan("llama-3.1-8b", "h100x8", phase="decode", layout={"tp": 8, "adp": 8}, catalog=catalog)
+    with pytest.raises(InputError, match="adp"):  # an MoE model, adp other than tp
+        plan("deepseek-v3", "h200x8", precision="fp8", phase="decode", layout={"tp": 8, "adp": 4}, catalog=catalog)
+
+
+def test_small_batches_keep_the_split_attention(catalog):
+    """One request: 8 attention ranks would read the whole attention weights on every GPU for nothing."""
+    r = plan("deepseek-v3", "h200x8", phase="decode", precision="fp8", batch=1, context=4096, catalog=catalog)
+    assert r.layout["attention_data_parallel"] == 1
+    assert math.isfinite(r.step_s)
