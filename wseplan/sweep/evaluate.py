@@ -104,7 +104,7 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
         params_b=total_params(q.model) / 1e9, hardware=q.target.key, software=calibrated_name(q.software),
         mfu=arr.get("model_flop_utilization_frac"), precision=q.precision, architecture=architecture_class(q.model),
         floors=[arr[k] for k in ("time.compute_floor_s", "fit.stream_floor_s") if k in arr] if train else ())
-    for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage", "vpp", "ep"):
+    for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage", "vpp", "ep", "adp"):
         if k in arr:
             cfg[k] = arr[k]
     return _columns(g, cfg, res)
@@ -120,7 +120,7 @@ def _columns(g: Group, cfg: dict, res: dict) -> dict:
         "tensor_parallel": cfg.get("tp", nan), "pipeline_parallel": cfg.get("pp", nan), "data_parallel": cfg.get("dp", nan),
         "micro_batch": cfg.get("micro_batch", nan), "recompute": cfg.get("recompute", np.full(n, -1.0)),
         "zero_stage": cfg.get("zero_stage", nan), "virtual_pipeline": cfg.get("vpp", nan),
-        "expert_parallel": cfg.get("ep", nan),
+        "expert_parallel": cfg.get("ep", nan), "attention_data_parallel": cfg.get("adp", nan),
     }
     if not lay or g.phase != "train":
         out["recompute"] = np.full(n, -1.0)

@@ -31,16 +31,17 @@ PROGRESS_MIN_CONFIGURATIONS = 200_000
 # Output columns
 # =============================================================================================
 FLOAT_COLUMNS = ("batch", "context", "output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel",
-                 "micro_batch", "zero_stage", "virtual_pipeline", "expert_parallel")
+                 "micro_batch", "zero_stage", "virtual_pipeline", "expert_parallel", "attention_data_parallel")
 COLUMNS = ("model", "target", "hardware", "device_kind", "precision", "phase", "batch", "context", "output_tokens",
            "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "recompute", "zero_stage",
            "num_devices", "num_systems", "per_device_bytes", "capacity_bytes", "fits", "step_s", "ttft_s", "tpot_s",
            "tokens_per_s", "tokens_per_s_per_user", "bottleneck", "usd_per_hour", "usd_per_busy_hour", "usd_per_mtok",
            "input_usd_per_mtok", "output_usd_per_mtok", "usd_per_run", "energy_j_per_token", "interval_low",
-           "interval_high", "virtual_pipeline", "expert_parallel")  # (added columns go last: positional readers keep working)
+           "interval_high", "virtual_pipeline", "expert_parallel",
+           "attention_data_parallel")  # (added columns go last: positional readers keep working)
 INT_COLUMNS = ("batch", "context", "num_devices", "num_systems")
 NULLABLE_INT = ("output_tokens", "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "zero_stage",
-                "virtual_pipeline", "expert_parallel")
+                "virtual_pipeline", "expert_parallel", "attention_data_parallel")
 
 
 # =============================================================================================
