@@ -115,3 +115,23 @@ def test_small_batches_keep_the_split_attention(catalog):
     r = plan("deepseek-v3", "h200x8", phase="decode", precision="fp8", batch=1, context=4096, catalog=catalog)
     assert r.layout["attention_data_parallel"] == 1
     assert math.isfinite(r.step_s)
+
+
+def test_published_deepseek_serving_rows_are_predicted_with_their_attention_layout(catalog):
+    """catalogs/validation/validation-moe-serve.csv (never fitted): every row is predicted, and a row that states
+    ``dp_attention=yes`` (SGLang 0.4.3 with --enable-dp-attention on 8 H200, R811) runs 8 attention ranks: stating
+    ``no`` instead gives another prediction, and neither is the searched one's where the search picks the other."""
+    import dataclasses
+
+    from wseplan.catalog.load import default_catalog_dir
+    from wseplan.validate.cases import read_cases
+    from wseplan.validate.run import predict_case
+
+    cases = read_cases(default_catalog_dir() / "validation" / "validation-moe-serve.csv")
+    assert len(cases) == 11 and all(c.category == "gpu-infer" for c in cases)
+    r811 = next(c for c in cases if c.id == "R811")
+    assert "dp_attention=yes" in r811.notes
+    yes = predict_case(r811, catalog)
+    no = predict_case(dataclasses.replace(r811, notes=r811.notes.replace("dp_attention=yes", "dp_attention=no")),
+                      catalog)
+    assert yes > 0 and no > 0 and abs(yes / no - 1) > 0.01

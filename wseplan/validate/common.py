@@ -178,6 +178,17 @@ def speculation_of(case, catalog) -> tuple[bool | None, str | None]:
     return m.group(1).lower() == "yes", draft
 
 
+_DP_ATTENTION = re.compile(r"\bdp_attention=(yes|no)\b", re.I)
+
+
+def attention_dp_of(case) -> bool | None:
+    """Whether a serving row states data-parallel attention (``dp_attention=yes|no`` in its notes: SGLang
+    ``--enable-dp-attention``, TensorRT-LLM ``enable_attention_dp``); None where it does not say (the layout search
+    decides, as for a user who gives no ``--adp``)."""
+    m = _DP_ATTENTION.search(case.notes or "")
+    return None if not m else m.group(1).lower() == "yes"
+
+
 _YEAR = re.compile(r"\b(19[89]\d|20[0-3]\d)\b")
 #: the last year whose published training runs predate the current training frameworks' fused (flash) attention,
 #: tensor-parallel communication overlap and sequence parallelism (FlashAttention: Dao et al. 2022; sequence

@@ -19,7 +19,7 @@ from ..serving import serve
 from ..timing import predict_time
 from .cases import SkipRow, case_model, note_hint
 from .common import (GPU_INFER_PROFILE, GPU_PROFILE, _is_lora, _need_fit, _recompute, _target, _train_metric,
-                     attention_kernel_of, dp_comm_overlap_of, file_constants, gemv_shape, moe_dispatch_of, pipeline_split_of,
+                     attention_dp_of, attention_kernel_of, dp_comm_overlap_of, file_constants, gemv_shape, moe_dispatch_of, pipeline_split_of,
                      sequence_parallel_of, speculation_of,
                      tp_comm_overlap_of, trial_of, wafer_profile_for)
 
@@ -259,6 +259,9 @@ def _predict_gpu_infer(case, catalog, cal):
         raise SkipRow("input_len not given")
     sw = _gpu_engine(case, cal)
     layout = {"tp": tp, "pp": pp, "dp": dp}
+    adp = attention_dp_of(case)
+    if adp is not None and getattr(model, "num_experts", 1) > 1:  # stated; else searched (an MoE model's engines offer it)
+        layout["adp"] = tp if adp else 1
     if conc is None and case.phase == "e2e-infer" and case.metric in ("tokens_per_s", "tokens_per_s_per_gpu"):
         if not out:
             raise SkipRow("output_len not given")
