@@ -99,6 +99,13 @@ def test_search_finds_the_layout_that_fits_and_a_given_split_is_refused(catalog)
     given = plan("deepseek-v3", "h200x8", layout={"tp": 8, "pp": 1, "dp": 1, "adp": 1}, **kw)
     assert not given.fits and given.step_s is None
     assert given.layout["attention_data_parallel"] == 1
+    from wseplan.plan_notes import fit_fix
+
+    assert "--adp 8" in fit_fix(given)  # the refusal names the layout that holds it
+    from wseplan.records import layout_label
+
+    assert layout_label(r.layout).split()[:4] == ["TP8", "PP1", "DP1", "EP8"] and "ADP8" in layout_label(r.layout)
+    assert "ADP" not in layout_label(given.layout)
 
 
 def test_dense_models_keep_their_records_and_refuse_adp(catalog):

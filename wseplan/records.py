@@ -261,7 +261,8 @@ class StreamResult(Frozen):
 
 
 _SHORT = (("tensor_parallel", "TP{}"), ("pipeline_parallel", "PP{}"), ("data_parallel", "DP{}"),
-          ("context_parallel", "CP{}"), ("expert_parallel", "EP{}"), ("virtual_pipeline", "v{}"), ("micro_batch", "mb{}"), ("zero_stage", "ZeRO-{}"),
+          ("context_parallel", "CP{}"), ("expert_parallel", "EP{}"), ("attention_data_parallel", "ADP{}"),
+          ("virtual_pipeline", "v{}"), ("micro_batch", "mb{}"), ("zero_stage", "ZeRO-{}"),
           ("recompute", "recompute={}"), ("num_wafers", "{} wafers"), ("num_replicas", "x{} replicas"),
           ("num_systems", "{} systems"), ("activation_policy", "{}"))
 
@@ -273,7 +274,8 @@ def layout_label(layout: dict | None) -> str:
     parts = []
     for key, fmt in _SHORT:
         v = layout.get(key)
-        if v is None or (key in ("context_parallel", "expert_parallel", "virtual_pipeline", "num_replicas") and v == 1):
+        if v is None or (key in ("context_parallel", "expert_parallel", "attention_data_parallel", "virtual_pipeline",
+                                 "num_replicas") and v == 1):
             continue
         parts.append(fmt.format(v))
     return " ".join(parts)

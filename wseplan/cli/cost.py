@@ -34,6 +34,7 @@ def cost_cmd(
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="GPU train: virtual pipeline stages per rank."),
     ep: Optional[int] = O.ep_opt("GPU train, MoE models: expert-parallel degree, as `time --ep`."),
+    adp: Optional[int] = O.adp_opt(),
     expert_dispatch: Optional[str] = O.expert_dispatch_opt(),
     expert_overlap: Optional[str] = O.expert_overlap_opt(),
     wafers: Optional[int] = typer.Option(None, "--wafers", help="Wafer serving: wafers per replica (a count splits "
@@ -72,7 +73,8 @@ def cost_cmd(
                    prices_files=list(prices or []), uncertainty=uncertainty, seed=seed, memoryx_option=memoryx,
                    catalog=cat, min_tokens_per_s_per_user=min_speed, software=software, options=opts or None,
                    layout={k: v for k, v in dict(tp=tp, pp=pp, dp=dp, num_wafers=wafers, micro_batch=micro_batch,
-                                                 recompute=recompute, zero_stage=zero, vpp=vpp, ep=ep).items()
+                                                 recompute=recompute, zero_stage=zero, vpp=vpp, ep=ep,
+                                                 adp=adp).items()
                            if v is not None} or None)
     render_cost(res, fmt, cat.sources, list(prices or []))
 
