@@ -4,6 +4,7 @@ layout search and refusals."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from wseplan.calibration_data import gpu_calibration
 from wseplan.errors import InputError
 from wseplan.plan import plan
 from wseplan.workload import build_workload, resolve_model
+
+ROOT_HF = Path(__file__).resolve().parent / "reference" / "hf_config"
 
 #: DeepSeek-V3's config.json (huggingface.co/deepseek-ai/DeepSeek-V3): hidden 7168, 128 heads, q_lora_rank 1536,
 #: kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, 61 layers
@@ -142,3 +145,47 @@ def test_published_deepseek_serving_rows_are_predicted_with_their_attention_layo
     no = predict_case(dataclasses.replace(r811, notes=r811.notes.replace("dp_attention=yes", "dp_attention=no")),
                       catalog)
     assert yes > 0 and no > 0 and abs(yes / no - 1) > 0.01
+
+
+# ---------------------------------------------------------------------------------------------
+# --speculative mtp: a model's own multi-token-prediction module drafts
+# ---------------------------------------------------------------------------------------------
+def test_mtp_draft_is_one_moe_block_with_the_shared_embedding_and_head(catalog):
+    """DeepSeek-V3's MTP module: one MoE transformer block (its model card: 685B on Hugging Face = 671B main model +
+    14B MTP module, counted with the embedding and head it shares), here 13.4B without the 2d x d projection."""
+    from wseplan.devices.speculation import mtp_draft
+    from wseplan.workload import block_types, total_params
+
+    m = resolve_model("deepseek-v3", catalog)
+    assert m.mtp_layers == 1
+    d = mtp_draft(m)
+    (b,) = block_types(d)
+    assert d.num_layers == 1 and b.moe and b.count == 1 and d.tokenizer == m.tokenizer
+    block = ATTN_PARAMS + 257 * 3 * D * 2048 + D * 256 + 256 + 2 * D  # routed + shared experts, router, its bias, norms
+    emb = 129280 * D
+    assert total_params(d) == pytest.approx(block + 2 * emb + D, rel=1e-3)  # + the final norm
+    assert 0.93 < total_params(d) / 14e9 < 1.0
+    with pytest.raises(InputError, match="multi-token-prediction"):
+        mtp_draft(resolve_model("llama-3.1-8b", catalog))
+
+
+def test_mtp_speculation_and_its_config_json(catalog, tmp_path):
+    import json
+
+    from wseplan.model_files import model_from_hf_config
+    from wseplan.timing import predict_time
+
+    plain = predict_time("deepseek-r1", "h200x8", precision="fp8", batch=1, context=2048, speculative="none",
+                         catalog=catalog)
+    mtp = predict_time("deepseek-r1", "h200x8", precision="fp8", batch=1, context=2048, speculative="mtp",
+                       draft_tokens=3, catalog=catalog)
+    # 3 drafted tokens at the default acceptance 0.8: (1 - 0.8^4) / 0.2 = 2.952 tokens a verify pass
+    assert 1.5 < mtp.tokens_per_s_per_user / plain.tokens_per_s_per_user < 2.952
+    assert any("DeepSeek-V3 MTP drafts 3 tokens" in n for n in mtp.notes)
+    with pytest.raises(InputError, match="multi-token-prediction"):
+        predict_time("llama-3.1-8b", "h100x1", speculative="mtp", catalog=catalog)
+    cfg = json.loads((ROOT_HF / "deepseek-r1.json").read_text())
+    assert model_from_hf_config(ROOT_HF / "deepseek-r1.json").mtp_layers == cfg["num_nextn_predict_layers"] == 1
+    cfg["num_nextn_predict_layers"] = 0
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert model_from_hf_config(tmp_path / "c.json").mtp_layers == 0

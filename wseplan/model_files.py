@@ -178,6 +178,8 @@ def model_from_hf_config(path: str | Path) -> Model:
             extra.update(num_shared_experts=1)  # Llama 4: one shared expert as wide as a routed one
         if mtype == "gpt_oss" or cfg.get("topk_method") == "noaux_tc":
             extra["router_bias"] = True
+    if opt_int("num_nextn_predict_layers", 0, minimum=0):  # DeepSeek-V3's multi-token-prediction module
+        extra["mtp_layers"] = opt_int("num_nextn_predict_layers", 0, minimum=0)
     if cfg.get("kv_lora_rank") is not None:
         extra.update(attention="mla", q_lora_rank=opt_int("q_lora_rank", None), kv_lora_rank=opt_int("kv_lora_rank", 1),
                      qk_nope_head_dim=opt_int("qk_nope_head_dim", None), qk_rope_head_dim=opt_int("qk_rope_head_dim", None),

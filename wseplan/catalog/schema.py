@@ -392,8 +392,7 @@ def register_device_schema(kind: str, schema: type[DeviceEntry]) -> None:
 LayerType = Literal["full_attention", "sliding_attention", "chunked_attention"]
 
 
-def _dim():
-    """An optional positive width [elements]."""
+def _dim():  # an optional positive width [elements]
     return Field(default=None, gt=0, le=16_777_216)
 
 
@@ -476,8 +475,7 @@ class Model(Frozen):
     qk_nope_head_dim: int | None = _dim()
     qk_rope_head_dim: int | None = _dim()
     v_head_dim: int | None = _dim()
-    #: learned RMSNorm weights (head_dim each) on queries and keys (Qwen3, Gemma 3); parameter-free L2 norms
-    #: (Llama 4) are not counted
+    #: learned RMSNorm weights (head_dim each) on queries and keys (Qwen3, Gemma 3); Llama 4's parameter-free L2 norms not
     qk_norm: bool = False
     #: one learned softmax sink logit per head per layer (gpt-oss)
     attention_sinks: bool = False
@@ -487,8 +485,10 @@ class Model(Frozen):
     # -- optional: the rest ----------------------------------------------------------------------------
     #: norms per block (Gemma 2/3 add a norm after attention and after the MLP: 4)
     norms_per_block: int = Field(default=2, ge=0, le=16)
-    #: dropout masks kept for backward; unset: as ``linear_bias`` (GPT-style models trained with dropout)
-    dropout: bool | None = None
+    dropout: bool | None = None  # dropout masks kept for backward; unset: as ``linear_bias`` (GPT-style models)
+    #: multi-token-prediction blocks beside the model (config.json ``num_nextn_predict_layers``), not in its totals: the
+    #: draft of ``--speculative mtp`` (:func:`wseplan.devices.speculation.mtp_draft`)
+    mtp_layers: int = Field(default=0, ge=0, le=16)
     #: parameters of a non-text encoder and its projector held with the model (Llama 4's vision tower):
     #: stored with the embedding, counted in totals and weight bytes, not run per text token
     encoder_params: int = Field(default=0, ge=0, le=10**13)

@@ -125,6 +125,7 @@ SPEC_OFF = ("none", "off")
 def speculative_opt() -> typer.models.OptionInfo:
     """``--speculative DRAFT|none`` (``serve``, ``time``)."""
     return typer.Option(None, "--speculative", help="Draft model for speculative decoding (catalog name or config.json), "
+                        "'mtp' for the model's own multi-token-prediction module (DeepSeek-V3/R1), "
                         "or 'none' to turn off a profile's default (the wafer-production profile drafts with "
                         "Llama-3.2-1B). A prefill's time to first token includes the draft's prefill of the prompt, "
                         "as serve's does.")
@@ -157,7 +158,7 @@ def spec_options(speculative, draft_tokens, acceptance, cat) -> dict:
     check_spec_flags(draft_tokens, acceptance)
     opts = {}
     if speculative is not None:
-        if speculative.strip().lower() not in SPEC_OFF:
+        if speculative.strip().lower() not in SPEC_OFF + ("mtp",):  # mtp: the target's own module (no catalog name)
             try:
                 resolve_model(speculative, cat)
             except WseplanError as exc:

@@ -10,6 +10,8 @@ from ..errors import InputError
 from ..workload import resolve_model, total_params
 
 SPEC_OPTIONS = ("speculative", "draft_tokens", "acceptance")
+#: the draft name of a model's own multi-token-prediction module (``--speculative mtp``, :func:`mtp_draft`)
+MTP_DRAFT = "mtp"
 
 
 def speculation(q) -> dict | None:
@@ -32,7 +34,9 @@ def speculation(q) -> dict | None:
         raise InputError(f"draft_tokens: must be an integer from 1 to 16, got {k!r}")
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a < 1.0:
         raise InputError(f"acceptance: per-token acceptance must be in [0, 1), got {a!r}")
-    if isinstance(name, str):
+    if isinstance(name, str) and name.strip().lower() == MTP_DRAFT:
+        draft = mtp_draft(q.model)
+    elif isinstance(name, str):
         try:
             draft = resolve_model(name, q.catalog)
         except InputError as e:
@@ -47,6 +51,25 @@ def speculation(q) -> dict | None:
         raise InputError(f"speculative: {why}; name a smaller draft of the target's family, or --speculative none")
     return {"draft_model": draft, "draft_tokens": float(k), "acceptance_frac": float(a),
             "accepted_per_step": float(E.accepted_tokens_per_step(draft_tokens=float(k), acceptance_frac=float(a)))}
+
+
+def mtp_draft(target):
+    """The draft of ``--speculative mtp``: the target's own multi-token-prediction module (``mtp_layers`` blocks,
+    config.json ``num_nextn_predict_layers``; DeepSeek-AI, DeepSeek-V3 Technical Report, 2024, sec. 2.2: one
+    transformer block that predicts the next token from the main model's last hidden state and the current token),
+    run once per draft token as SGLang's EAGLE decoding with the MTP weights and TensorRT-LLM's autoregressive MTP do.
+    Timed as a model of those blocks, built like the target's MoE blocks, with the target's embedding and LM head,
+    which the module shares: its memory counts them a second time (1.9 B parameters for DeepSeek-V3, a margin) and
+    leaves out its 2d x d input projection (0.1 B). InputError where the model has none."""
+    k = int(getattr(target, "mtp_layers", 0) or 0)
+    if k <= 0:
+        raise InputError(f"speculative: {target.name} has no multi-token-prediction module (its mtp_layers, config.json "
+                         "num_nextn_predict_layers, is 0); name a draft model of its family, or --speculative none")
+    upd = dict(name=f"{target.name} MTP", aliases=[], num_layers=k, first_dense_layers=0, dense_layers=[],
+               moe_layer_step=1, moe_layer_offset=0, mtp_layers=0, encoder_params=0)
+    if target.layer_types:
+        upd["layer_types"] = list(target.layer_types[-k:])
+    return target.model_copy(update=upd)
 
 
 def _refuse_draft_settings(q, why: str) -> None:

@@ -162,14 +162,16 @@ _DRAFT = re.compile(r"\bdraft=([A-Za-z0-9][\w.\-]*)")
 
 def speculation_of(case, catalog) -> tuple[bool | None, str | None]:
     """Whether a serving row states speculative decoding (``speculative=yes|no`` in its notes; None: not stated),
-    and its draft model when the notes name one the catalog knows (``draft=llama-3.2-1b``), else None (the software
-    profile's default draft)."""
+    and its draft model when the notes name one the catalog knows (``draft=llama-3.2-1b``) or the model's own
+    multi-token-prediction module (``draft=mtp``), else None (the software profile's default draft)."""
     m = _SPECULATIVE.search(case.notes or "")
     if not m:
         return None, None
     d = _DRAFT.search(case.notes or "")
     draft = None
-    if d and m.group(1).lower() == "yes":
+    if d and m.group(1).lower() == "yes" and d.group(1).lower() == "mtp":  # the model's own MTP module
+        draft = "mtp"
+    elif d and m.group(1).lower() == "yes":
         try:
             catalog.resolve_model_name(d.group(1))
             draft = d.group(1)

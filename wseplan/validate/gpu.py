@@ -245,6 +245,10 @@ def _gpu_engine(case, cal):
     sp = resolve_software(GPU_SPECDEC_PROFILE, "gpu", load_catalog()).engine.speculative
     if draft:
         sp = sp.model_copy(update={"draft_model": draft})
+    k = note_hint(case.notes, "draft_tokens")  # the row's draft length (TensorRT-LLM's MTP3: 3)
+    if k:
+        sp = sp.model_copy(update={"draft_tokens": sp.draft_tokens.model_copy(update={"value": int(float(k)),
+                                                                                      "si": float(k)})})
     return sw.model_copy(update={"name": f"{sw.name}+speculative", "engine": sw.engine.model_copy(update={"speculative": sp})})
 
 
