@@ -69,8 +69,13 @@ def test_decode_step_reads_one_eighth_of_the_cache_and_all_the_attention_weights
     _, _, split = P.pass_time_s(m, gpu, adp=1.0, **kw)
     _, _, dp8 = P.pass_time_s(m, gpu, adp=8.0, **kw)
     assert dp8["kv_read"] == pytest.approx(split["kv_read"] / 8, rel=1e-9)
-    # an all-gather before the MLP and a reduce-scatter after it: one all-reduce's bytes a layer, not two
-    assert dp8["tp_comm"] == pytest.approx(split["tp_comm"] / 2, rel=1e-9)
+    # an all-gather before the MLP and a reduce-scatter after it: one all-reduce's bytes a layer, not two, and two
+    # collectives' latencies (an empty all-reduce's time each)
+    from wseplan.analytic.gpu_links import Links
+
+    latency = Links(gpu, cal).tp_allreduce(0.0, 8.0)
+    assert latency > 0
+    assert dp8["tp_comm"] == pytest.approx(split["tp_comm"] / 2 + LAYERS * latency, rel=1e-9)
     # one request alone: its rank does all its attention, so the cache read is the split one's
     one = (P.Sequences(seqs=1.0, tokens=1.0, new=1.0, prior=32768.0),)
     kw1 = dict(kw, sequences=one, logits_rows=1.0)
@@ -189,3 +194,56 @@ def test_mtp_speculation_and_its_config_json(catalog, tmp_path):
     cfg["num_nextn_predict_layers"] = 0
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     assert model_from_hf_config(tmp_path / "c.json").mtp_layers == 0
+
+
+def test_prompt_chunks_riding_on_decode_steps_spread_over_the_ranks(catalog):
+    """In-flight batching under data-parallel attention: a pass of 256 decode requests and a 7,936-token prompt chunk
+    runs the chunk's attention spread over the 8 ranks (each rank prefills its own requests), not on one GPU; a lone
+    prompt (a prefill pass, no decode rows) stays on its rank."""
+    m = resolve_model("deepseek-v3", catalog)
+    cal, gpu = gpu_calibration(), catalog.gpus["h200-sxm"]
+    chunk = P.Sequences(seqs=7936 / 32768, tokens=7936.0, new=7936.0, prior=12000.0, decode=False)
+    mixed = (P.Sequences(seqs=256.0, tokens=256.0, new=1.0, prior=33000.0), chunk)
+    kw = dict(precision="fp8", tp=8.0, cal=cal, expert_layout="ep")
+    t1 = P.pass_time_s(m, gpu, sequences=mixed, logits_rows=256.2, adp=1.0, **kw)[0]
+    t8 = P.pass_time_s(m, gpu, sequences=mixed, logits_rows=256.2, adp=8.0, **kw)[0]
+    assert t8 < t1  # the cache read falls 8x and the prompt's attention is still split 8 ways
+    lone = (chunk._replace(seqs=1.0),)
+    a1 = P.pass_time_s(m, gpu, sequences=lone, logits_rows=1.0, adp=1.0, **kw)[2]["attention"]
+    a8 = P.pass_time_s(m, gpu, sequences=lone, logits_rows=1.0, adp=8.0, **kw)[2]["attention"]
+    assert a8 == pytest.approx(8 * a1, rel=0.05)  # all 128 heads of the one prompt on one GPU
+
+
+def test_serving_fit_records_and_the_draft_under_data_parallel_attention(catalog):
+    kw = dict(precision="fp8", catalog=catalog)
+    lay = {"tp": 8, "pp": 1, "dp": 1, "adp": 8}
+    serve8 = plan("deepseek-v3", "h200x8", phase="serve", batch=256, context=2048, output_tokens=512, layout=lay, **kw)
+    serve1 = plan("deepseek-v3", "h200x8", phase="serve", batch=256, context=2048, output_tokens=512,
+                  layout=dict(lay, adp=1), **kw)
+    assert serve8.tokens_per_s > serve1.tokens_per_s and serve8.tpot_s < serve1.tpot_s  # 1/8 of the cache read
+    # the cache the replica holds, and the tokens it can hold, do not jump with the batch's split over the ranks
+    tokens, latent = [], (KL + ROPE) * 1.0 * LAYERS
+    for b in (1, 9, 17):
+        r = plan("deepseek-v3", "h200x8", phase="decode", batch=b, context=32768, layout=lay, **kw)
+        assert r.kv_cache_bytes == pytest.approx(latent * b * 32768, rel=1e-3)
+        tokens.append(r.max_tokens_in_flight)
+    assert max(tokens) / min(tokens) < 1.001
+    # the MTP draft's memory is judged beside the target's data-parallel cache (it fits: about 3 GB a GPU)
+    r = plan("deepseek-v3", "h200x8", phase="decode", batch=64, context=32768, layout=lay,
+             options={"speculative": "mtp"}, **kw)
+    assert any(n.startswith("speculative decoding on") for n in r.notes), r.notes
+
+
+def test_given_layouts_and_their_messages(catalog):
+    r = plan("llama-3.1-70b", "h200x8", phase="decode", layout={"tp": 8, "pp": 1, "dp": 1}, catalog=catalog)
+    assert r.sources["layout"] == "given"  # a dense model's tp x pp x dp is its whole layout
+    with pytest.raises(InputError, match="adp: data-parallel attention is a layout of GPU inference"):
+        plan("llama-3.1-70b", "h200x8", phase="train", layout={"adp": 8}, catalog=catalog)
+    with pytest.raises(InputError, match=r"must equal tp \(4"):
+        plan("deepseek-v3", "h200x8", precision="fp8", phase="decode", layout={"pp": 2, "adp": 8}, catalog=catalog)
+    from wseplan.plan_notes import fit_fix
+
+    # Mixtral's 8 KV heads already split over TP 8: no data-parallel hint for its misfit
+    mix = plan("mixtral-8x7b", "h100x8", precision="fp8", phase="decode", batch=4096, context=32768,
+               layout={"tp": 8, "pp": 1, "dp": 1, "adp": 1}, catalog=catalog)
+    assert not mix.fits and "--adp" not in fit_fix(mix)

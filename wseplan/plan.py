@@ -341,6 +341,9 @@ def check_given_layout(s: Setup, layout: dict | None) -> dict:
     given = {k: v for k, v in (layout or {}).items() if v is not None}
     cols = s.layout_columns
     bad = sorted(set(given) - set(cols))
+    if "adp" in bad and "tp" in cols:  # a GPU training layout
+        raise InputError("adp: data-parallel attention is a layout of GPU inference (prefill, decode, serve) for MoE "
+                         "models; drop --adp for training")
     if bad:
         hint = " (on the command line: the target's count, e.g. cs3x4)" if cols == ("num_wafers",) else ""
         raise InputError(f"layout: {', '.join(bad)} not a layout of the {s.family.name} family; use "
@@ -361,7 +364,8 @@ def check_given_layout(s: Setup, layout: dict | None) -> dict:
     check = getattr(s.family, "check_layout", None)  # a family's rules for a given layout (one-line InputError)
     if check is not None:
         check(s.ctx, given)
-    return given
+    implied = getattr(s.family, "implied_layout", None)  # columns a given layout holds by the model's nature
+    return implied(s.ctx, given) if implied is not None else given
 
 
 def plan(model, target, *, phase: str = "decode", precision: str = "bf16", batch: int | None = None,

@@ -113,11 +113,9 @@ def fit_fix(rec) -> str:
     if rec.binding in ("weights", "optimizer") and rec.per_device_bytes - per_batch > rec.capacity_bytes:
         return ("the weights and optimizer state alone overflow each device, at any batch or context: add devices "
                 "(the target without a count finds how many)")
-    lay = rec.layout or {}
-    if lay.get("attention_data_parallel") == 1 and (lay.get("tensor_parallel") or 1) > 1 and rec.binding == "kv_cache":
-        # an MoE model's attention split over TP: each GPU holds every request's KV heads it cannot split (MLA: all)
-        return (f"lower the batch or context, add devices, or run the attention data-parallel (--adp "
-                f"{lay['tensor_parallel']}: each GPU holds only its own requests' KV cache)")
+    adp = next((n for n in rec.notes if "data-parallel attention (--adp" in n), None)  # the GPU family's note
+    if adp is not None and rec.binding == "kv_cache":
+        return "lower the batch or context, add devices, or run the attention data-parallel: " + adp
     return "lower the batch or context, or add devices"
 
 

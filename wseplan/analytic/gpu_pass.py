@@ -129,6 +129,24 @@ def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm,
     return attn, kv_tok * X.asfloat(kv_read) / hbm
 
 
+def _rank_share(g: Sequences, sequences, adp):
+    """The share of a kind of rows that the busiest of ``adp`` attention ranks runs: decode rows, and the prompts of a
+    pass without decode rows, by request (:func:`~.attention_dp.rank_share`: a lone prompt is all on one rank); the
+    prompt tokens riding on decode steps (in-flight batching) spread over the ranks whose requests the pass carries,
+    ``min(adp, requests)`` of them: each rank's scheduler adds its own requests' prompt chunks (engines give every
+    attention rank its own token budget, TensorRT-LLM's ``max_num_tokens``; here the replica's budget is shared by its
+    ranks, which undercounts a DP-attention replica's prompt rate where prompts bind)."""
+    if g.decode:
+        return rank_share(g.seqs, adp)
+    reqs = riding = 0.0
+    for h in sequences:
+        reqs = reqs + X.ceil(X.asfloat(h.seqs) - 1e-9)
+        if h.decode:
+            riding = riding + X.asfloat(h.seqs)
+    spread = 1.0 / X.maximum(X.minimum(adp, reqs), 1.0)
+    return X.where(riding > 0, spread, rank_share(g.seqs, adp))
+
+
 def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration,
                 grouped_kv: bool = True, kv_precision: str | None = None, expert_layout: str = "best", adp=1.0):
     """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
@@ -176,7 +194,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     if dp_att:  # the busiest attention rank's requests, on whole attention weights (1 / (tp / adp) of them)
         adp = X.asfloat(adp)
         att_seqs = tuple(g._replace(seqs=g.seqs * sh, tokens=g.tokens * sh)
-                         for g, sh in ((g, rank_share(g.seqs, adp)) for g in sequences))
+                         for g, sh in ((g, _rank_share(g, sequences, adp)) for g in sequences))
         att_tokens = att_seqs[0].tokens
         for g in att_seqs[1:]:
             att_tokens = att_tokens + g.tokens
@@ -190,7 +208,9 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
                            attention=(att_tokens, tp_att) if dp_att else None) for b in types]
     elem = _elementwise_s(m, tk, tq, hbm, cal)
     msg = activation_bytes_per_element(precision) * tk * m.d_model
-    t_tp = (X.where(adp > 1, 1.0, 2.0) if dp_att else 2.0) * links.tp_allreduce(msg, tq)
+    t_tp = 2.0 * links.tp_allreduce(msg, tq)
+    if dp_att:  # an all-gather before the MLP and a reduce-scatter after it: two latencies, one all-reduce's bytes
+        t_tp = X.where(adp > 1, 0.5 * t_tp + links.tp_allreduce(0.0, tq), t_tp)
     hop = send_recv_time_s(message_bytes=msg, link_bandwidth_bytes_per_s=links.nvlink_bw, link_latency_s=links.nvlink_lat)
     if groups is not None:
         inv = groups[1]

@@ -18,6 +18,7 @@ import numpy as np
 from ..analytic import elementwise as X
 from ..analytic import gpu_pass as P
 from ..analytic import gpu_time as G
+from ..analytic.attention_dp import rank_share
 from ..analytic.memory import PARTIAL, RECOMPUTE, gpu_layout_memory
 from ..analytic.moe_train import DISPATCHES
 from ..calibration_data import GpuCalibration, gpu_calibration, profile_constants
@@ -26,8 +27,9 @@ from ..catalog.schema import Model
 from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, num_experts, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
-from .gpu_train import (CP_VALUES, EP_VALUES, VPP_VALUES, check_expert_parallel, expand_attention_dp,  # noqa: F401
-                        expand_expert_parallel, layout_grid, partial_frac, train_memory)
+from .gpu_train import (CP_VALUES, EP_VALUES, VPP_VALUES, attention_dp_notes, check_attention_dp,  # noqa: F401
+                        check_expert_parallel, expand_attention_dp, expand_expert_parallel, implied_attention_dp,
+                        layout_grid, partial_frac, train_memory)
 from .gpu_pass_row import adp_of as _adp, infer_pass as _pass
 from .inference import InferenceMixin
 from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
@@ -251,10 +253,7 @@ class GpuFamily(InferenceMixin, Family):
                              f"needs more GPUs than the target's {n}; give a layout within the count, or a target without a count")
         if ctx.q.phase == "train":
             check_expert_parallel(ctx.m, given, cp)
-        a = given.get("adp")
-        if a is not None and int(a) > 1 and (not ctx.adp_offered or (tp is not None and int(a) != int(tp))):
-            raise InputError(f"adp: {int(a)} data-parallel attention ranks need an MoE model's inference (engines offer "
-                             "it for those) and adp equal to tp; give adp 1 or the tp degree, or no adp to search it")
+        check_attention_dp(ctx, given)
         v, pp, L = given.get("vpp"), given.get("pp"), ctx.num_layers
         if v is None or int(v) <= 1 or ctx.q.phase != "train":
             return
@@ -266,6 +265,9 @@ class GpuFamily(InferenceMixin, Family):
             raise InputError(f"vpp: pp {int(pp)} x vpp {int(v)} = {int(pp) * int(v)} virtual stages for {ctx.m.name}'s "
                              f"{L} layers (they must {need} pp x vpp, one layer or more per virtual stage); give a "
                              "smaller vpp")
+
+    def implied_layout(self, ctx: GpuContext, given: dict) -> dict:
+        return implied_attention_dp(ctx, given)
 
     def default_layout(self, ctx: GpuContext, given: dict, batch: int) -> dict:
         """Complete a partly given layout outside the search grid: pp 1, dp the rest of the device count (1 without a
@@ -322,7 +324,7 @@ class GpuFamily(InferenceMixin, Family):
         edges = [round(i * step) for i in range(pp)] + [L]
         stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
-        notes = []
+        notes = attention_dp_notes(ctx, r, tp)  # a misfit data-parallel attention would hold (an MoE model)
         used = tp * pp * dp * int(r.get("cp", 1) if ctx.q.phase == "train" else 1)
         if ctx.count and used < ctx.count and not bool(r.get("layout_searched", True)):  # audit32a F6: not a choice
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle: the given layout uses {used:,} of "
@@ -455,13 +457,16 @@ class GpuFamily(InferenceMixin, Family):
         parts = {k: mem[k] for k in ("weights", "kv_cache", "activations", "optimizer")}
         kv_room = cap - total + mem["kv_cache"]
         kv_tok = np.where(B * C > 0, mem["kv_cache"] / np.maximum(B * C, 1.0), 0.0)
+        # data-parallel attention: the busiest GPU holds its rank's share of the requests, each rank its own
+        adp = np.asarray(cfg.get("adp", 1.0), dtype=float) * np.ones_like(B) if ctx.adp_offered else np.ones_like(B)
+        ranks_held = rank_share(B, adp) * adp  # the busiest GPU's requests x ranks / requests (1 without it)
         if ph != "train":
-            kv_tok = mem["kv_cache"] / np.maximum(B * (C + O), 1.0)
+            kv_tok = mem["kv_cache"] / np.maximum(B * (C + O), 1.0) / ranks_held
         max_tok = np.where(kv_tok > 0, np.maximum(kv_room, 0.0) / np.where(kv_tok > 0, kv_tok, 1.0), 0.0)
         # a layout may leave GPUs of a count idle (:meth:`_grid`); the target is still all of them
         held = np.maximum(devices, ctx.count) if ctx.count else devices
         out = dict(num_devices=held, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
-                   weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices,
+                   weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices / ranks_held,
                    activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,
                    total_bytes=total * devices, binding=binding_code(parts, total, cap, fits),
                    max_tokens_in_flight=np.floor(max_tok))
@@ -502,7 +507,8 @@ class GpuFamily(InferenceMixin, Family):
         (the two alternate, so they share the activation workspace); else the engine does not speculate."""
         one = np.ndim(rows) == 0
         idx = np.atleast_1d(rows)
-        sub = {k: np.asarray(cfg[k], dtype=float)[idx] for k in ("batch", "context", "output_tokens", "tp", "pp", "dp")}
+        sub = {k: np.asarray(cfg[k], dtype=float)[idx] for k in ("batch", "context", "output_tokens", "tp", "pp", "dp", "adp")
+               if k in cfg}
         t, d = self.fit(ctx, sub), self.fit(dctx, sub)
         need = (d["weights_bytes"] + d["kv_cache_bytes"]) / d["num_devices"]
         ok = need <= t["capacity_bytes"] - t["per_device_bytes"]

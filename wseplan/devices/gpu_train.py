@@ -246,6 +246,40 @@ def with_attention_dp(grid: dict, offered: bool) -> dict:
     return {k: np.concatenate([v, (tp if k == "adp" else np.asarray(v))[twin]]) for k, v in out.items()}
 
 
+def check_attention_dp(ctx, given: dict) -> None:
+    """Refuse a given data-parallel attention degree no engine runs: above 1 for a model without routed experts (the
+    engines offer it for MoE models), or other than 1 and the replica's tp (given or completed from the count)."""
+    a = given.get("adp")
+    if a is None or int(a) <= 1:
+        return
+    if not getattr(ctx, "adp_offered", False):
+        raise InputError(f"adp: {ctx.m.name} has no routed experts; engines run data-parallel attention for MoE models "
+                         "(SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp): give adp 1 or drop it")
+    tp = given.get("tp")
+    if tp is not None and int(a) != int(tp):
+        raise InputError(f"adp: {int(a)} attention ranks must equal tp ({int(tp)}; without --tp, the count over pp "
+                         f"and dp) or be 1; give adp {int(tp)} or 1, or no adp to search it")
+
+
+def attention_dp_notes(ctx, r: dict, tp: int) -> list[str]:
+    """Where an MoE model's inference layout does not fit with its attention split over ``tp`` GPUs that each keep
+    KV heads they cannot split (MLA's one latent; fewer KV heads than ``tp``), the layout that holds less of it."""
+    heads = 1 if getattr(ctx.m, "attention", "standard") == "mla" else ctx.m.num_kv_heads
+    if not getattr(ctx, "adp_offered", False) or int(r.get("adp", 1)) != 1 or tp <= heads or bool(r.get("fits", True)):
+        return []
+    what = f"every request's KV latent on all {tp}" if heads == 1 else f"each of its {heads} KV heads on {tp // heads}"
+    return [f"the attention split over TP {tp} keeps {what} GPUs: data-parallel attention (--adp {tp}) keeps a "
+            "request's KV cache on one GPU"]
+
+
+def implied_attention_dp(ctx, given: dict) -> dict:
+    """A given inference layout of a model whose engines run no data-parallel attention holds ``adp`` 1 (so that
+    ``--tp --pp --dp`` is the whole layout, as before the column existed)."""
+    if given and "adp" not in given and ctx.q.phase != "train" and not getattr(ctx, "adp_offered", False):
+        return dict(given, adp=1)
+    return given
+
+
 def expand_attention_dp(offered: bool, cfg: dict, cols, vals, known, full, parts: list, parent: list) -> np.ndarray:
     """The candidate rows of the inference configurations that give every layout column but ``adp`` (a sweep's rows,
     `time --tp --pp --dp`): each with the degrees :func:`with_attention_dp` allows, in one array pass, appended to
