@@ -12,7 +12,8 @@ all-reduce is a reduce-scatter then an all-gather: the same bytes as one all-red
 DeepSeek-V3/R1, Qwen3-MoE and similar models: SGLang ``--enable-dp-attention`` ("DP attention ... reduces the KV cache
 duplication of MLA", LMSYS blog "SGLang v0.4", 2024-12-04, and SGLang's DeepSeek usage guide), TensorRT-LLM
 ``enable_attention_dp`` (its DeepSeek-R1 throughput recipes), vLLM ``--data-parallel-size`` with
-``--enable-expert-parallel`` (vLLM docs, "Data Parallel Deployment").
+``--enable-expert-parallel`` (vLLM docs, "Data Parallel Deployment"; in wseplan that is ``tp = adp``, not ``dp``,
+which counts whole replicas).
 
 The layout column ``adp`` is 1 (attention split over the group, as the other weights) or the group's TP degree. The
 slowest rank decides a pass: it holds ``ceil(s / adp)`` of a pass's ``s`` requests (:func:`rank_share`).
