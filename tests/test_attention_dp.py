@@ -196,31 +196,38 @@ def test_mtp_speculation_and_its_config_json(catalog, tmp_path):
     assert model_from_hf_config(tmp_path / "c.json").mtp_layers == 0
 
 
-def test_prompt_chunks_riding_on_decode_steps_spread_over_the_ranks(catalog):
-    """In-flight batching under data-parallel attention: a pass of 256 decode requests and a 7,936-token prompt chunk
-    runs the chunk's attention spread over the 8 ranks (each rank prefills its own requests), not on one GPU; a lone
-    prompt (a prefill pass, no decode rows) stays on its rank."""
+def test_a_prompt_chunk_runs_on_its_requests_rank(catalog):
+    """Under data-parallel attention a prompt (or a chunk of one) is its request's, on that request's rank with all
+    128 heads: a lone prompt's attention takes 8x the split layout's on the busiest GPU, while eight whole prompts in
+    one pass run one per rank (the split layout's attention time)."""
     m = resolve_model("deepseek-v3", catalog)
     cal, gpu = gpu_calibration(), catalog.gpus["h200-sxm"]
-    chunk = P.Sequences(seqs=7936 / 32768, tokens=7936.0, new=7936.0, prior=12000.0, decode=False)
-    mixed = (P.Sequences(seqs=256.0, tokens=256.0, new=1.0, prior=33000.0), chunk)
     kw = dict(precision="fp8", tp=8.0, cal=cal, expert_layout="ep")
-    t1 = P.pass_time_s(m, gpu, sequences=mixed, logits_rows=256.2, adp=1.0, **kw)[0]
-    t8 = P.pass_time_s(m, gpu, sequences=mixed, logits_rows=256.2, adp=8.0, **kw)[0]
-    assert t8 < t1  # the cache read falls 8x and the prompt's attention is still split 8 ways
-    lone = (chunk._replace(seqs=1.0),)
-    a1 = P.pass_time_s(m, gpu, sequences=lone, logits_rows=1.0, adp=1.0, **kw)[2]["attention"]
-    a8 = P.pass_time_s(m, gpu, sequences=lone, logits_rows=1.0, adp=8.0, **kw)[2]["attention"]
-    assert a8 == pytest.approx(8 * a1, rel=0.05)  # all 128 heads of the one prompt on one GPU
+
+    def attention(seqs, adp):
+        g = (P.Sequences(seqs=seqs, tokens=2048.0 * seqs, new=2048.0, prior=0.0, decode=False),)
+        return P.pass_time_s(m, gpu, sequences=g, logits_rows=seqs, adp=adp, **kw)[2]["attention"]
+
+    assert attention(1.0, 8.0) == pytest.approx(8 * attention(1.0, 1.0), rel=1e-6)
+    assert attention(8.0, 8.0) == pytest.approx(attention(8.0, 1.0), rel=1e-6)
+    assert attention(9.0, 8.0) == pytest.approx(2 * attention(9.0, 1.0) * 8 / 9, rel=1e-6)  # the busiest has two
 
 
 def test_serving_fit_records_and_the_draft_under_data_parallel_attention(catalog):
     kw = dict(precision="fp8", catalog=catalog)
     lay = {"tp": 8, "pp": 1, "dp": 1, "adp": 8}
-    serve8 = plan("deepseek-v3", "h200x8", phase="serve", batch=256, context=2048, output_tokens=512, layout=lay, **kw)
-    serve1 = plan("deepseek-v3", "h200x8", phase="serve", batch=256, context=2048, output_tokens=512,
-                  layout=dict(lay, adp=1), **kw)
-    assert serve8.tokens_per_s > serve1.tokens_per_s and serve8.tpot_s < serve1.tpot_s  # 1/8 of the cache read
+    # serving: each decode step reads 1/8 of the latent cache, and the prompts riding on the steps (whole, on their
+    # rank) cost more: long answers after short prompts favour it; at 2k answers after 2k prompts the split layout
+    # is faster; at 256 requests of 2k + 8k tokens only the data-parallel layout holds the cache
+    long8, long1 = (plan("deepseek-v3", "h200x8", phase="serve", batch=128, context=1024, output_tokens=8192,
+                         layout=dict(lay, adp=a), **kw) for a in (8, 1))
+    assert long8.tokens_per_s > long1.tokens_per_s
+    short8, short1 = (plan("deepseek-v3", "h200x8", phase="serve", batch=128, context=2048, output_tokens=2048,
+                           layout=dict(lay, adp=a), **kw) for a in (8, 1))
+    assert short8.tokens_per_s < short1.tokens_per_s
+    big8, big1 = (plan("deepseek-v3", "h200x8", phase="serve", batch=256, context=2048, output_tokens=8192,
+                       layout=dict(lay, adp=a), **kw) for a in (8, 1))
+    assert big8.fits and not big1.fits
     # the cache the replica holds, and the tokens it can hold, do not jump with the batch's split over the ranks
     tokens, latent = [], (KL + ROPE) * 1.0 * LAYERS
     for b in (1, 9, 17):

@@ -129,24 +129,6 @@ def _layer_attention(att, sequences, tokens, tp, peak_flop_per_s, kv_bytes, hbm,
     return attn, kv_tok * X.asfloat(kv_read) / hbm
 
 
-def _rank_share(g: Sequences, sequences, adp):
-    """The share of a kind of rows that the busiest of ``adp`` attention ranks runs: decode rows, and the prompts of a
-    pass without decode rows, by request (:func:`~.attention_dp.rank_share`: a lone prompt is all on one rank); the
-    prompt tokens riding on decode steps (in-flight batching) spread over the ranks whose requests the pass carries,
-    ``min(adp, requests)`` of them: each rank's scheduler adds its own requests' prompt chunks (engines give every
-    attention rank its own token budget, TensorRT-LLM's ``max_num_tokens``; here the replica's budget is shared by its
-    ranks, which undercounts a DP-attention replica's prompt rate where prompts bind)."""
-    if g.decode:
-        return rank_share(g.seqs, adp)
-    reqs = riding = 0.0
-    for h in sequences:
-        reqs = reqs + X.ceil(X.asfloat(h.seqs) - 1e-9)
-        if h.decode:
-            riding = riding + X.asfloat(h.seqs)
-    spread = 1.0 / X.maximum(X.minimum(adp, reqs), 1.0)
-    return X.where(riding > 0, spread, rank_share(g.seqs, adp))
-
-
 def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal: GpuCalibration,
                 grouped_kv: bool = True, kv_precision: str | None = None, expert_layout: str = "best", adp=1.0):
     """One inference forward pass on one engine replica (``tp x pp`` GPUs) [s], its slowest stage and parts.
@@ -165,9 +147,12 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     expert_layout : how the routed experts run over the TP group (:data:`.gpu_gemm.EXPERT_LAYOUTS`; an engine fixes one,
         :meth:`wseplan.devices.gpu.GpuFamily.engine_variants`; ``best``: the faster for this pass)
     adp : data-parallel attention ranks in the TP group (:mod:`.attention_dp`; 1: attention split over TP like the
-        other weights; ``tp``: every GPU runs the attention of its own requests, the busiest holding
-        ``ceil(s / adp)`` of a kind's ``s``, with the whole attention weights; one all-reduce's bytes a layer, an
-        all-gather before the MLP and a reduce-scatter after it, in place of two all-reduces)
+        other weights; ``tp``: every GPU runs the attention of its own requests with the whole attention weights, the
+        busiest holding ``ceil(s / adp)`` of a kind's ``s`` decode requests or prompt chunks (a chunk is one
+        request's, on its rank: a pass's cost when the prompts are demand-driven; the engine's token budget is the
+        replica's here, where engines give each rank one, so prompt-bound serving undercounts a DP-attention replica's
+        prompt rate up to ``adp`` times); an all-gather before the MLP and a reduce-scatter after it: one all-reduce's
+        bytes, two latencies)
 
     Every block type (:func:`~wseplan.workload.block_types`) is timed as what it is, its GEMMs reading the weights it
     uses (routed experts: those some token picked; shared experts; a dense layer's MLP) and its attention reading its
@@ -194,7 +179,7 @@ def pass_time_s(m, gpu, *, precision: str, sequences, logits_rows, tp, pp=1, cal
     if dp_att:  # the busiest attention rank's requests, on whole attention weights (1 / (tp / adp) of them)
         adp = X.asfloat(adp)
         att_seqs = tuple(g._replace(seqs=g.seqs * sh, tokens=g.tokens * sh)
-                         for g, sh in ((g, _rank_share(g, sequences, adp)) for g in sequences))
+                         for g, sh in ((g, rank_share(g.seqs, adp)) for g in sequences))
         att_tokens = att_seqs[0].tokens
         for g in att_seqs[1:]:
             att_tokens = att_tokens + g.tokens
