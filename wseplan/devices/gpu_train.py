@@ -264,8 +264,10 @@ def check_attention_dp(ctx, given: dict) -> None:
 def attention_dp_notes(ctx, r: dict, tp: int) -> list[str]:
     """Where an MoE model's inference layout does not fit with its attention split over ``tp`` GPUs that each keep
     KV heads they cannot split (MLA's one latent; fewer KV heads than ``tp``), the layout that holds less of it."""
+    if not getattr(ctx, "adp_offered", False) or int(r.get("adp", 1)) != 1 or bool(r.get("fits", True)):
+        return []
     heads = 1 if getattr(ctx.m, "attention", "standard") == "mla" else ctx.m.num_kv_heads
-    if not getattr(ctx, "adp_offered", False) or int(r.get("adp", 1)) != 1 or tp <= heads or bool(r.get("fits", True)):
+    if tp <= heads:
         return []
     what = f"every request's KV latent on all {tp}" if heads == 1 else f"each of its {heads} KV heads on {tp // heads}"
     return [f"the attention split over TP {tp} keeps {what} GPUs: data-parallel attention (--adp {tp}) keeps a "
