@@ -136,6 +136,26 @@ def test_virtual_pipeline_axis_rows_equal_time(catalog):
                            contexts=[2048], layouts=dict(virtual_pipeline=[2])))
 
 
+def test_a_sweep_pins_the_attention_data_parallel_degree(catalog):
+    """layouts.attention_data_parallel: an MoE model's rows once per degree (1, or the row's tp), each the record
+    `wseplan time --adp` gives; a dense model keeps 1 and the sweep says so; training refuses the key."""
+    from wseplan.plan import plan
+
+    spec = dict(name="a", phase="decode", models=["qwen3-30b-a3b", "llama-3.1-8b"], targets=["h100-sxmx8"],
+                precisions=["fp8"], batches=[64], contexts=[4096],
+                layouts=dict(tensor_parallel=[2], pipeline_parallel=[1], attention_data_parallel=[1, 2]))
+    df = S.run_sweep(S.parse_sweep(spec), catalog=catalog)
+    moe = df[df["model"] == "qwen3-30b-a3b"]
+    assert sorted(moe["attention_data_parallel"].tolist()) == [1, 2]
+    assert df[df["model"] == "llama-3.1-8b"]["attention_data_parallel"].tolist() == [1]
+    for _, r in moe.iterrows():
+        p = plan("qwen3-30b-a3b", "h100-sxmx8", phase="decode", precision="fp8", batch=64, context=4096,
+                 layout=dict(tp=2, pp=1, dp=4, adp=int(r["attention_data_parallel"])), catalog=catalog)
+        assert _close(p.tokens_per_s, r["tokens_per_s"], 1e-9)
+    with pytest.raises(InputError, match="attention_data_parallel applies to inference"):
+        S.parse_sweep(dict(spec, phase="train", layouts=dict(attention_data_parallel=[1])))
+
+
 def test_bad_cli_options(tmp_path, capsys):
     f = tmp_path / "s.yaml"
     f.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x8]\nbatches: [1]\ncontexts: [8]\n")

@@ -130,6 +130,8 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
         raise InputError(f"layouts: no tensor x pipeline x data layout of {target.text} uses exactly {n} GPUs; "
                          "change layouts or the target's count")
     out = {"tp": T, "pp": P, "dp": D}
+    if sweep.phase != "train" and lo.attention_data_parallel is not None:
+        out = _with_attention_dp(out, lo.attention_data_parallel, model)
     if sweep.phase == "train":
         mbs = np.asarray(lo.micro_batch or [1], float)
         rcs = np.asarray([RECOMPUTE.index(r) for r in (lo.recompute or ["selective"])], float)
@@ -152,6 +154,30 @@ def _gpu_layouts(sweep: Sweep, model, target, catalog) -> dict:
         if lo.expert_parallel is not None:
             out = _with_expert_parallel(out, lo.expert_parallel, model, target)
     return out
+
+
+def _with_attention_dp(out: dict, degrees: list[int], model) -> dict:
+    """Inference rows once per degree of ``layouts.attention_data_parallel`` a row can take: 1 (attention split over
+    its tensor_parallel) or its tensor_parallel (an MoE model's data-parallel attention, as `time --adp` takes it);
+    the degrees no row of this model takes are said in the note (a sweep may list several models)."""
+    moe = num_experts(model) > 1
+    T = out["tp"]
+    parts, lost = [], []
+    for a in degrees:
+        keep = np.ones(len(T), dtype=bool) if a == 1 else (T == a) & moe
+        if keep.any():
+            parts.append(dict({k: v[keep] for k, v in out.items()}, adp=np.full(int(keep.sum()), float(a))))
+        else:
+            lost.append(a)
+    if not parts:
+        raise InputError(f"layouts.attention_data_parallel: none of {degrees} is a layout of {model.name} in this sweep "
+                         "(1, or a row's tensor_parallel for a model with routed experts); add 1")
+    res = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if lost:
+        why = "it has no routed experts" if not moe else "no row's tensor_parallel equals it"
+        res["_note"] = (f"layouts.attention_data_parallel {', '.join(map(str, lost))}: not for {model.name} ({why}): "
+                        "no such rows")
+    return res
 
 
 def _with_expert_parallel(out: dict, degrees: list[int], model, target) -> dict:

@@ -70,9 +70,12 @@ class Layouts(NoBoolNumbers):
     #: expert-parallel degrees of an MoE model's training rows (dividing its experts and the tp x dp GPUs of a stage);
     #: default: each row searches its own, as `wseplan time` does with the rest of a layout given
     expert_parallel: list[int] | None = Field(default=None, min_length=1)
+    #: data-parallel attention degrees of an MoE model's inference rows: 1 (attention split over the row's
+    #: tensor_parallel) or the row's tensor_parallel (each GPU its own requests); default: each row searches its own
+    attention_data_parallel: list[int] | None = Field(default=None, min_length=1)
 
     @field_validator("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch", "virtual_pipeline",
-                     "expert_parallel")
+                     "expert_parallel", "attention_data_parallel")
     @classmethod
     def _pos(cls, v):
         return None if v is None else _positive_unique(v, "layout value")
@@ -146,6 +149,9 @@ class Sweep(NoBoolNumbers):
                                       or lo.expert_parallel):
             raise ValueError("layouts: micro_batch, recompute, zero_stage, virtual_pipeline and expert_parallel apply to "
                              "phase train only")
+        if self.phase == "train" and lo.attention_data_parallel:
+            raise ValueError("layouts: attention_data_parallel applies to inference (prefill, decode, serve); remove it "
+                             "for phase train")
         return self
 
     @field_validator("output")
