@@ -28,8 +28,8 @@ from ..errors import InputError
 from ..workload import BYTES_PER_ELEMENT, build_workload, kv_bytes_per_element, num_experts, weight_bytes_per_param
 from .base import BINDING_CODE, Family, Hardware, Query, argmax_code, binding_code
 from .gpu_train import (CP_VALUES, EP_VALUES, VPP_VALUES, attention_dp_notes, check_attention_dp,  # noqa: F401
-                        check_expert_parallel, expand_attention_dp, expand_expert_parallel, implied_attention_dp,
-                        layout_grid, partial_frac, train_memory)
+                        check_expert_parallel, expand_missing_column, implied_attention_dp, layout_grid, partial_frac,
+                        train_memory, with_attention_dp, with_expert_parallel)
 from .gpu_pass_row import adp_of as _adp, infer_pass as _pass
 from .inference import InferenceMixin
 from .speculation import SPEC_OPTIONS, default_draft_refused, draft_query, speculation
@@ -373,9 +373,11 @@ class GpuFamily(InferenceMixin, Family):
             parts.append({k: np.asarray(v, dtype=float)[full] for k, v in cfg.items()} | {c: vals[full, j] for j, c in enumerate(cols)})
             parent.append(np.nonzero(full)[0])
         if "ep" in cols:  # an MoE model's rows that give all but ep: each expands over its degrees, vectorized
-            full = expand_expert_parallel(ctx.m, cfg, cols, vals, known, full, parts, parent)
+            full = expand_missing_column("ep", lambda sub: with_expert_parallel(sub, num_experts(ctx.m)), cfg, cols,
+                                         vals, known, full, parts, parent)
         if "adp" in cols:  # inference rows that give all but adp: the same
-            full = expand_attention_dp(ctx.adp_offered, cfg, cols, vals, known, full, parts, parent)
+            full = expand_missing_column("adp", lambda sub: with_attention_dp(sub, ctx.adp_offered), cfg, cols, vals,
+                                         known, full, parts, parent)
         grids: dict = {}
         for i in np.nonzero(~full)[0]:
             b, c_ = float(cfg["batch"][i]), float(cfg["context"][i])

@@ -282,35 +282,19 @@ def implied_attention_dp(ctx, given: dict) -> dict:
     return given
 
 
-def expand_attention_dp(offered: bool, cfg: dict, cols, vals, known, full, parts: list, parent: list) -> np.ndarray:
-    """The candidate rows of the inference configurations that give every layout column but ``adp`` (a sweep's rows,
-    `time --tp --pp --dp`): each with the degrees :func:`with_attention_dp` allows, in one array pass, appended to
-    ``parts``/``parent``; returns ``full`` with those rows marked done."""
-    a_col = cols.index("adp")
-    only = ~full & np.delete(known, a_col, axis=1).all(axis=1)
+def expand_missing_column(col: str, widen, cfg: dict, cols, vals, known, full, parts: list, parent: list) -> np.ndarray:
+    """The candidate rows of the configurations that give every layout column but ``col`` (a sweep's rows, `time` with
+    the rest given): each once per value ``widen(rows)`` gives it (:func:`with_expert_parallel` for ``ep``,
+    :func:`with_attention_dp` for ``adp``), in one array pass, appended to ``parts``/``parent``; returns ``full`` with
+    those rows marked done."""
+    c_col = cols.index(col)
+    only = ~full & np.delete(known, c_col, axis=1).all(axis=1)
     if not only.any():
         return full
     rows = np.nonzero(only)[0]
     sub = {k: np.asarray(v, dtype=float)[rows] for k, v in cfg.items() if k not in cols}
-    sub.update({c: vals[rows, j] for j, c in enumerate(cols) if c != "adp"}, _row=rows.astype(float))
-    ex = with_attention_dp(sub, offered)
+    sub.update({c: vals[rows, j] for j, c in enumerate(cols) if c != col}, _row=rows.astype(float))
+    ex = widen(sub)
     parent.append(ex.pop("_row").astype(np.int64))
     parts.append(ex)
     return full | only
-
-
-def expand_expert_parallel(model, cfg: dict, cols, vals, known, full, parts: list, parent: list) -> np.ndarray:
-    """The candidate rows of the configurations that give every layout column but ``ep`` (an MoE sweep's rows, `time`
-    with the rest given): each once per degree :func:`with_expert_parallel` allows, in one array pass, appended to
-    ``parts``/``parent``; returns ``full`` with those rows marked done."""
-    e_col = cols.index("ep")
-    only_ep = ~full & np.delete(known, e_col, axis=1).all(axis=1)
-    if not only_ep.any():
-        return full
-    rows = np.nonzero(only_ep)[0]
-    sub = {k: np.asarray(v, dtype=float)[rows] for k, v in cfg.items() if k not in cols}
-    sub.update({c: vals[rows, j] for j, c in enumerate(cols) if c != "ep"}, _row=rows.astype(float))
-    ex = with_expert_parallel(sub, num_experts(model))
-    parent.append(ex.pop("_row").astype(np.int64))
-    parts.append(ex)
-    return full | only_ep
