@@ -36,10 +36,19 @@ def rank_share(seqs, adp):
     return X.where(s > 0, X.minimum(X.ceil(safe / a - 1e-9) / safe, 1.0), 1.0)
 
 
+def kv_head_shards(m) -> int:
+    """Pieces a tensor-parallel group can split model ``m``'s KV cache into [count]: its KV heads; one for a
+    multi-head latent attention (its latent is one vector per token: DeepSeek-V3 report, sec. 2.1.1) and for a model
+    without heads (a layer list)."""
+    if m is None or getattr(m, "attention", "standard") == "mla":
+        return 1
+    return int(getattr(m, "num_kv_heads", 1) or 1)
+
+
 def attention_params_per_block(m) -> float:
     """Attention parameters of one transformer block of model ``m`` [count] (projections, their biases, the latent
     and QK norms; the same in every block)."""
     return float(_attention_parts(m)[1])
 
 
-__all__ = ["ATTENTION_GEMMS", "attention_params_per_block", "rank_share"]
+__all__ = ["ATTENTION_GEMMS", "attention_params_per_block", "kv_head_shards", "rank_share"]

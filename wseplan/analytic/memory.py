@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..workload import KIND_BLOCK, kv_bytes_rows, weight_bytes_split
-from .attention_dp import attention_params_per_block, rank_share
+from .attention_dp import attention_params_per_block, kv_head_shards, rank_share
 from .rows import run_starts
 
 #: activation recomputation of a GPU training layout (codes 0-3). ``partial``: Megatron-LM's ``--recompute-method
@@ -170,8 +170,7 @@ def _attention_dp_memory(w, out: dict, nb, tp, adp, B) -> dict:
     """``out`` (an inference stage's parts, attention split over TP) with ``adp`` data-parallel attention ranks: the
     stage's ``nb`` blocks' attention weights over ``tp / adp`` GPUs, the busiest rank's share of the KV cache."""
     m = w.arch
-    mla = getattr(m, "attention", "standard") == "mla"
-    kv_heads = 1 if mla else m.num_kv_heads
+    kv_heads = kv_head_shards(m)
     tp_att = tp / adp
     attn = attention_params_per_block(m) * weight_bytes_split(m, w.precision, w.phase)[1] * nb
     weights = out["weights"] + attn * (1.0 / tp_att - 1.0 / tp)
@@ -193,8 +192,7 @@ def _stage_parts(w, nb, ew, ep, run_w, run_p, act_l, ck_l, blocks, *, rank, tp, 
     weights = stage_w / tp
     # KV heads split over TP up to their number; a latent (MLA) cache is one vector per token, replicated on every
     # TP rank (DeepSeek-V3 report, sec. 2.1.1)
-    mla = w.arch is not None and getattr(w.arch, "attention", "standard") == "mla"
-    kv_heads = 1 if mla else (w.arch.num_kv_heads if w.arch is not None else 1)
+    kv_heads = kv_head_shards(w.arch)
     if w.phase == "train":
         weights = np.where(zs >= 3, weights / dp, weights)
         grads = stage_p * gradient_bytes_per_param / tp

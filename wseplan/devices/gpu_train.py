@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 
+from ..analytic.attention_dp import kv_head_shards
 from ..analytic.memory import PARTIAL, RECOMPUTE, gpu_layout_memory
 from ..analytic.moe_train import routed_param_rows
 from ..errors import InputError
@@ -266,7 +267,7 @@ def attention_dp_notes(ctx, r: dict, tp: int) -> list[str]:
     KV heads they cannot split (MLA's one latent; fewer KV heads than ``tp``), the layout that holds less of it."""
     if not getattr(ctx, "adp_offered", False) or int(r.get("adp", 1)) != 1 or bool(r.get("fits", True)):
         return []
-    heads = 1 if getattr(ctx.m, "attention", "standard") == "mla" else ctx.m.num_kv_heads
+    heads = kv_head_shards(ctx.m)
     if tp <= heads:
         return []
     what = f"every request's KV latent on all {tp}" if heads == 1 else f"each of its {heads} KV heads on {tp // heads}"
