@@ -135,7 +135,7 @@ def test_small_batches_keep_the_split_attention(catalog):
 def test_published_deepseek_serving_rows_are_predicted_with_their_attention_layout(catalog):
     """catalogs/validation/validation-moe-serve.csv (never fitted): every row is predicted, and a row that states
     ``dp_attention=yes`` (SGLang 0.4.3 with --enable-dp-attention on 8 H200, R811) runs 8 attention ranks: stating
-    ``no`` instead gives another prediction, and neither is the searched one's where the search picks the other."""
+    ``no`` instead gives another prediction."""
     import dataclasses
 
     from wseplan.catalog.load import default_catalog_dir
