@@ -64,7 +64,8 @@ def time_cmd(
     wseplan time llama-3-8b --target h100x1 --phase decode --batch 64 --context 2048 --output-tokens 512 ;
     wseplan time llama-2-70b --target h200x1 --precision fp8 --batch 64 --software gpu-trtllm-2023 ;
     wseplan time llama-3.1-8b --target cs3x1 --speculative none ;
-    wseplan time qwen3-30b-a3b --target h100x16 --phase train --batch 1024 --context 4096 -p fp8 --tp 1 --dp 16 --ep 16
+    wseplan time qwen3-30b-a3b --target h100x16 --phase train --batch 1024 --context 4096 -p fp8 --tp 1 --dp 16 --ep 16 ;
+    wseplan time deepseek-v3 --target h200x8 -p fp8 --batch 256 --context 32768 --adp 8 --speculative mtp
     """
     from ..timing import predict_time
 
