@@ -233,6 +233,8 @@ def test_serving_fit_records_and_the_draft_under_data_parallel_attention(catalog
     for b in (1, 9, 17):
         r = plan("deepseek-v3", "h200x8", phase="decode", batch=b, context=32768, layout=lay, **kw)
         assert r.kv_cache_bytes == pytest.approx(latent * b * 32768, rel=1e-3)
+        parts = r.weights_bytes + r.kv_cache_bytes + r.activation_bytes + r.optimizer_bytes
+        assert r.total_bytes == pytest.approx(parts, rel=1e-12)  # the record's total is its parts' sum
         tokens.append(r.max_tokens_in_flight)
     assert max(tokens) / min(tokens) < 1.001
     # the MTP draft's memory is judged beside the target's data-parallel cache (it fits: about 3 GB a GPU)
@@ -246,7 +248,7 @@ def test_given_layouts_and_their_messages(catalog):
     assert r.sources["layout"] == "given"  # a dense model's tp x pp x dp is its whole layout
     with pytest.raises(InputError, match="adp: data-parallel attention is a layout of GPU inference"):
         plan("llama-3.1-70b", "h200x8", phase="train", layout={"adp": 8}, catalog=catalog)
-    with pytest.raises(InputError, match=r"must equal tp \(4"):
+    with pytest.raises(InputError, match=r"must equal the replica's tp \(4"):
         plan("deepseek-v3", "h200x8", precision="fp8", phase="decode", layout={"pp": 2, "adp": 8}, catalog=catalog)
     from wseplan.plan_notes import fit_fix
 
@@ -254,3 +256,9 @@ def test_given_layouts_and_their_messages(catalog):
     mix = plan("mixtral-8x7b", "h100x8", precision="fp8", phase="decode", batch=4096, context=32768,
                layout={"tp": 8, "pp": 1, "dp": 1, "adp": 1}, catalog=catalog)
     assert not mix.fits and "--adp" not in fit_fix(mix)
+    # Qwen3-235B at 512 x 32k: too big for 8 H200 either way, so no --adp hint (it would not fit either)
+    qwen = plan("qwen3-235b-a22b", "h200x8", precision="fp8", phase="decode", batch=512, context=32768,
+                layout={"tp": 8, "pp": 1, "dp": 1, "adp": 1}, catalog=catalog)
+    assert not qwen.fits and "--adp" not in fit_fix(qwen)
+    assert not plan("qwen3-235b-a22b", "h200x8", precision="fp8", phase="decode", batch=512, context=32768,
+                    layout={"tp": 8, "pp": 1, "dp": 1, "adp": 8}, catalog=catalog).fits

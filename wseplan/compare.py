@@ -149,7 +149,8 @@ def layout_text(layout: dict) -> str:
         return f"{layout['num_systems']} systems"
     parts = [f"{k} {layout[n]}" for n, k in (("tensor_parallel", "TP"), ("pipeline_parallel", "PP"),
                                             ("data_parallel", "DP"), ("context_parallel", "CP"),
-                                            ("expert_parallel", "EP"), ("virtual_pipeline", "v"))
+                                            ("expert_parallel", "EP"), ("attention_data_parallel", "ADP"),
+                                            ("virtual_pipeline", "v"))
              if layout.get(n, 1) != 1 or n == "tensor_parallel"]
     return " x ".join(p.replace(" ", "") for p in parts)
 

@@ -324,7 +324,7 @@ class GpuFamily(InferenceMixin, Family):
         edges = [round(i * step) for i in range(pp)] + [L]
         stages = [dict(device=s, first_layer=int(edges[s]), last_layer=int(edges[s + 1] - 1), embedding=s == 0,
                        lm_head=s == pp - 1, bytes=float(r["per_device_bytes"])) for s in range(pp)]
-        notes = attention_dp_notes(ctx, r, tp)  # a misfit data-parallel attention would hold (an MoE model)
+        notes = attention_dp_notes(ctx, r, tp, self.fit)  # a misfit data-parallel attention holds (an MoE model)
         used = tp * pp * dp * int(r.get("cp", 1) if ctx.q.phase == "train" else 1)
         if ctx.count and used < ctx.count and not bool(r.get("layout_searched", True)):  # audit32a F6: not a choice
             notes.append(f"{ctx.count - used:,} of {ctx.count:,} GPUs left idle: the given layout uses {used:,} of "
@@ -470,7 +470,7 @@ class GpuFamily(InferenceMixin, Family):
         out = dict(num_devices=held, num_replicas=replicas, per_device_bytes=total, capacity_bytes=cap, fits=fits,
                    weights_bytes=mem["weights"] * devices, kv_cache_bytes=mem["kv_cache"] * devices / ranks_held,
                    activation_bytes=mem["activations"] * devices, optimizer_bytes=mem["optimizer"] * devices,
-                   total_bytes=total * devices, binding=binding_code(parts, total, cap, fits),
+                   total_bytes=(total - mem["kv_cache"] * (1.0 - 1.0 / ranks_held)) * devices, binding=binding_code(parts, total, cap, fits),
                    max_tokens_in_flight=np.floor(max_tok))
         if rf is not None:
             out["recompute_frac"] = rf

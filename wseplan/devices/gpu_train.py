@@ -258,17 +258,21 @@ def check_attention_dp(ctx, given: dict) -> None:
                          "(SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp): give adp 1 or drop it")
     tp = given.get("tp")
     if tp is not None and int(a) != int(tp):
-        raise InputError(f"adp: {int(a)} attention ranks must equal tp ({int(tp)}; without --tp, the count over pp "
-                         f"and dp) or be 1; give adp {int(tp)} or 1, or no adp to search it")
+        raise InputError(f"adp: {int(a)} attention ranks must equal the replica's tp ({int(tp)}: given, or the count over "
+                         f"pp and dp) or be 1; give --tp {int(a)} with it, adp 1, or no adp to search it")
 
 
-def attention_dp_notes(ctx, r: dict, tp: int) -> list[str]:
+def attention_dp_notes(ctx, r: dict, tp: int, fit) -> list[str]:
     """Where an MoE model's inference layout does not fit with its attention split over ``tp`` GPUs that each keep
-    KV heads they cannot split (MLA's one latent; fewer KV heads than ``tp``), the layout that holds less of it."""
+    KV heads they cannot split (MLA's one latent; fewer KV heads than ``tp``), and the same layout with data-parallel
+    attention fits (``fit``: the family's), that layout."""
     if not getattr(ctx, "adp_offered", False) or int(r.get("adp", 1)) != 1 or bool(r.get("fits", True)):
         return []
     heads = kv_head_shards(ctx.m)
     if tp <= heads:
+        return []
+    one = {k: np.array([float(r[k])]) for k in ("batch", "context", "output_tokens", "pp", "dp")}
+    if not bool(fit(ctx, dict(one, tp=np.array([float(tp)]), adp=np.array([float(tp)])))["fits"][0]):
         return []
     what = f"every request's KV latent on all {tp}" if heads == 1 else f"each of its {heads} KV heads on {tp // heads}"
     return [f"the attention split over TP {tp} keeps {what} GPUs: data-parallel attention (--adp {tp}) keeps a "

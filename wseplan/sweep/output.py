@@ -320,7 +320,7 @@ def _best_of(cols: dict, floor) -> dict | None:
         return None
     num = {k: float(np.asarray(cols[c], dtype=float)[i]) for k, c in (
         ("tp", "tensor_parallel"), ("pp", "pipeline_parallel"), ("dp", "data_parallel"), ("vpp", "virtual_pipeline"),
-        ("ep", "expert_parallel"), ("mb", "micro_batch"), ("tokens_per_s", "tokens_per_s"), ("output_tokens", "output_tokens"),
+        ("ep", "expert_parallel"), ("adp", "attention_data_parallel"), ("mb", "micro_batch"), ("tokens_per_s", "tokens_per_s"), ("output_tokens", "output_tokens"),
         ("tokens_per_s_per_user", "tokens_per_s_per_user"))}
     bn = cols["bottleneck"][i]
     return dict(num, usd_per_mtok=float(usd[i]), batch=int(cols["batch"][i]), context=int(cols["context"][i]),
@@ -345,7 +345,7 @@ def _best_fields(b: dict | None) -> dict:
                     best_meets_speed_floor=None)
     ot = _finite(b["output_tokens"])
     return dict(best_usd_per_mtok=b["usd_per_mtok"], best_batch=b["batch"], best_context=b["context"],
-                best_layout=_layout_text(b["tp"], b["pp"], b["dp"], b["vpp"], b["mb"], b["ep"]),
+                best_layout=_layout_text(b["tp"], b["pp"], b["dp"], b["vpp"], b["mb"], b["ep"], b.get("adp")),
                 best_tokens_per_s=b["tokens_per_s"], best_bottleneck=b["bottleneck"],
                 best_output_tokens=None if ot is None else int(ot), best_num_devices=b["num_devices"],
                 best_tokens_per_s_per_user=_finite(b["tokens_per_s_per_user"]), best_meets_speed_floor=b["meets_floor"])
@@ -356,14 +356,14 @@ def _finite(v):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def _layout_text(tp, pp, dp, vpp=None, mb=None, ep=None) -> str:
-    """A best row's GPU layout, ``TP2 PP2 DP4`` with ``v2`` (virtual pipeline stages), ``mb4`` (micro-batch) and
-    ``EP8`` (expert parallelism) where above 1 (review33 L2: the interleaving that made a training row best was left
-    out); empty for wafers (NaN)."""
+def _layout_text(tp, pp, dp, vpp=None, mb=None, ep=None, adp=None) -> str:
+    """A best row's GPU layout, ``TP2 PP2 DP4`` with ``v2`` (virtual pipeline stages), ``mb4`` (micro-batch), ``EP8``
+    (expert parallelism) and ``ADP8`` (data-parallel attention) where above 1 (review33 L2: the interleaving that made a
+    training row best was left out); empty for wafers (NaN)."""
     if tp is None or math.isnan(tp):
         return ""
     out = f"TP{int(tp)} PP{int(pp)} DP{int(dp)}"
-    for v, name in ((vpp, "v"), (mb, "mb"), (ep, "EP")):
+    for v, name in ((vpp, "v"), (mb, "mb"), (ep, "EP"), (adp, "ADP")):
         if v is not None and not math.isnan(v) and v > 1:
             out += f" {name}{int(v)}"
     return out
@@ -414,5 +414,6 @@ def summary_rows(df, catalog=None) -> list[dict]:
 
 #: the columns a summary's best row is read from
 _SUMMARY_COLUMNS = ("fits", "usd_per_mtok", "tokens_per_s_per_user", "tensor_parallel", "pipeline_parallel",
-                    "data_parallel", "virtual_pipeline", "expert_parallel", "micro_batch", "tokens_per_s", "output_tokens", "batch",
+                    "data_parallel", "virtual_pipeline", "expert_parallel", "attention_data_parallel", "micro_batch",
+                    "tokens_per_s", "output_tokens", "batch",
                     "context", "num_devices", "bottleneck")

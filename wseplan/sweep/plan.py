@@ -169,14 +169,16 @@ def _with_attention_dp(out: dict, degrees: list[int], model) -> dict:
             parts.append(dict({k: v[keep] for k, v in out.items()}, adp=np.full(int(keep.sum()), float(a))))
         else:
             lost.append(a)
+    if not parts and not moe:  # a dense model in a sweep of several: its rows split their attention, said in the note
+        parts, lost = [dict(out, adp=np.ones(len(T)))], [a for a in degrees if a != 1]
     if not parts:
         raise InputError(f"layouts.attention_data_parallel: none of {degrees} is a layout of {model.name} in this sweep "
-                         "(1, or a row's tensor_parallel for a model with routed experts); add 1")
+                         "(1, or a row's tensor_parallel); add 1 or a tensor_parallel degree equal to one of them")
     res = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     if lost:
-        why = "it has no routed experts" if not moe else "no row's tensor_parallel equals it"
-        res["_note"] = (f"layouts.attention_data_parallel {', '.join(map(str, lost))}: not for {model.name} ({why}): "
-                        "no such rows")
+        why = ("it has no routed experts: its rows run 1" if not moe else "no row's tensor_parallel equals it: no such "
+               "rows")
+        res["_note"] = f"layouts.attention_data_parallel {', '.join(map(str, lost))}: not for {model.name} ({why})"
     return res
 
 
