@@ -262,3 +262,16 @@ def test_given_layouts_and_their_messages(catalog):
     assert not qwen.fits and "--adp" not in fit_fix(qwen)
     assert not plan("qwen3-235b-a22b", "h200x8", precision="fp8", phase="decode", batch=512, context=32768,
                     layout={"tp": 8, "pp": 1, "dp": 1, "adp": 8}, catalog=catalog).fits
+
+
+def test_time_and_cost_name_the_data_parallel_layout_a_misfit_needs(capsys):
+    """`time` and `cost` refuse DeepSeek-V3 at 256 x 32k on 8 H200 with a split attention (exit 2, one line each), and
+    both say that --adp 8 keeps a request's latent cache on one GPU."""
+    from wseplan.cli import main
+
+    args = ["deepseek-v3", "--target", "h200x8", "-p", "fp8", "--batch", "256", "--context", "32768", "--tp", "8",
+            "--pp", "1", "--dp", "1", "--adp", "1"]
+    for cmd in ("time", "cost"):
+        assert main([cmd, *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--adp 8" in err, (cmd, err)

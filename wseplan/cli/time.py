@@ -92,7 +92,8 @@ def time_cmd(
                            output_tokens=output_tokens, catalog=cat, software=software, **lay, **opts)
     if not res.fits:  # an infeasible plan is an error, as cost's (audit30a M2): one line, exit 2, no record
         why = next((n for n in res.notes if n.startswith("does not fit")), "does not fit")
-        raise InputError(f"{res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}) {why}; "
+        adp = next((f"; {n}" for n in res.notes if "data-parallel attention (--adp" in n), "")  # as cost's fix says
+        raise InputError(f"{res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}) {why}{adp}; "
                          "`wseplan fit` shows its memory")
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
