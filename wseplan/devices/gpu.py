@@ -423,7 +423,7 @@ class GpuFamily(InferenceMixin, Family):
         ph = ctx.q.phase
         B, C, O = cfg["batch"], cfg["context"], cfg["output_tokens"]
         tp, pp, dp = cfg["tp"], cfg["pp"], cfg["dp"]
-        rf = None
+        rf, adp = None, _adp(ctx, cfg, np.arange(len(B)))  # data-parallel attention ranks (1 where not offered)
         if ph == "train":
             cp = np.asarray(cfg["cp"], dtype=float)
             rf = np.zeros(len(B))
@@ -443,7 +443,7 @@ class GpuFamily(InferenceMixin, Family):
                                     micro_batch=1, virtual_stages=1, batch=B, context=kv_len,
                                     gradient_bytes_per_param=ctx.grad_bytes, adam_state_bytes_per_param=ctx.adam_bytes,
                                     prefill_chunk_tokens=ctx.chunk, working_tokens=work,
-                                    adp=cfg.get("adp", 1.0) if ctx.adp_offered else 1.0)
+                                    adp=adp)
             devices = tp * pp * dp
             replicas = dp
         total = mem["total"]
@@ -460,7 +460,6 @@ class GpuFamily(InferenceMixin, Family):
         kv_room = cap - total + mem["kv_cache"]
         kv_tok = np.where(B * C > 0, mem["kv_cache"] / np.maximum(B * C, 1.0), 0.0)
         # data-parallel attention: the busiest GPU holds its rank's share of the requests, each rank its own
-        adp = np.asarray(cfg.get("adp", 1.0), dtype=float) * np.ones_like(B) if ctx.adp_offered else np.ones_like(B)
         ranks_held = rank_share(B, adp) * adp  # the busiest GPU's requests x ranks / requests (1 without it)
         if ph != "train":
             kv_tok = mem["kv_cache"] / np.maximum(B * (C + O), 1.0) / ranks_held
