@@ -15,7 +15,7 @@ from wseplan.devices import wafer_row as WR
 from wseplan.devices.wafer import WaferFamily
 from wseplan.plan import evaluate, setup
 
-_MEMOS = ("_kernel_memo", "_fit_memo", "_side_memo", "_serve_memo", "_last_round", "_draft_for")
+_MEMOS = ("_kernel_memo", "_fit_memo", "_side_memo", "_serve_memo", "_last_round", "_draft_for", "_pass_row_memo")
 
 
 def _cold(s) -> None:

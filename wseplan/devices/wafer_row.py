@@ -21,7 +21,6 @@ import struct
 
 import numpy as np
 
-from ..analytic import elementwise as X
 from ..analytic import wse_time as wt
 
 #: kernel results remembered per setup (a bound on memory: the memo starts again when it is full)
@@ -30,6 +29,8 @@ MEMO_MAX = 4096
 TABLES_MAX = 4
 #: the most entries of a kept table
 TABLE_ENTRIES_MAX = 512
+#: passes whose answers a setup remembers (:func:`pass_row`); emptied when full
+PASS_ROW_MEMO_MAX = 4096
 #: an array pass of at most this many entries takes its kernels from the setup's memo (:func:`kernels_rows`; a serving
 #: search of a question has up to about 70 admissible regions with layer_groups: fill)
 MEMO_ROWS = 128
@@ -215,6 +216,15 @@ def pass_row(fam, ctx, cfg, i: int, *, decode_seqs, decode_kv, prefill_tokens, p
     """:meth:`WaferFamily.pass_time` of row ``i`` in Python floats: ``(latency_s, slowest group's busy time, parts)``."""
     args = _kernel_args(fam, ctx, cfg, i, decode_seqs, decode_kv, prefill_tokens, prefill_span, prefill_kv, prefill_seqs,
                         new_per_seq)
+    nl, valid, sb = cfg["_nl"][i].tolist(), cfg["_valid"][i].tolist(), cfg["_sb"][i].tolist()
+    nw = float(cfg["_nw"][i])
+    # the answer depends on the kernel arguments, the row's layer groups and the setup alone: a question asked again
+    # (another evaluate of the same configuration on the same setup) reads it back (issue 14)
+    memo = ctx.__dict__.setdefault("_pass_row_memo", {})
+    mkey = (args, tuple(nl), tuple(valid), tuple(sb), nw)
+    hit = memo.get(mkey)
+    if hit is not None:
+        return hit[0], hit[1], dict(hit[2])
     r_, c_, dseq, ptok, _, _, _, _, nps = args
     blk, head = kernels_row(fam, ctx, args)
     fk, c = ctx.fk, ctx.c
@@ -225,39 +235,53 @@ def pass_row(fam, ctx, cfg, i: int, *, decode_seqs, decode_kv, prefill_tokens, p
     for v in head.values():
         head_total = head_total + v
     act_bytes = (dseq * nps + ptok) * float(ctx.m.d_model) * float(fk["dtype_bytes"])
-    side = X.minimum(r_, c_)
+    # every operand below is a finite Python float, so ``a if a >= b else b`` is X.maximum (and the mirror X.minimum)
+    # bit for bit, without its type checks: this loop runs a dozen times per question asked again (issue 14)
+    side = r_ if r_ <= c_ else c_
     wb = float(fk["wavelet_bytes"])
-    w = X.maximum(1.0, X.ceil(act_bytes / side / wb))
+    w = float(math.ceil(act_bytes / side / wb))
+    w = 1.0 if 1.0 >= w else w
     hop = (r_ + c_) * float(fk["hop_latency_cycles"]) + w * wb / float(fk["link_bytes_per_cycle"]) \
         + float(fk["per_kernel_overhead_cycles"])
     x = float(c.cross_system_latency_s.si) + act_bytes / float(ctx.system.io_bandwidth_bytes_per_s.si)
-    nl, valid, sb = cfg["_nl"][i].tolist(), cfg["_valid"][i].tolist(), cfg["_sb"][i].tolist()
-    nw = float(cfg["_nw"][i])
     capr = r_ * c_ * float(ctx.sram_pe) * (1.0 - float(ctx.reserve))
     # (fill: a group on every region the wafer tiles into, and the wafer's SRAM shared over them, as region_capacity)
-    tiles = float(math.floor(ctx.R / r_)) * float(math.floor(ctx.C / c_)) if ctx.engine.layer_groups == "fill" else 1.0
-    if ctx.engine.layer_groups == "fill":
-        capr = X.maximum(capr, float(ctx.cap) / tiles)
+    fill = ctx.engine.layer_groups == "fill"
+    tiles = float(math.floor(ctx.R / r_)) * float(math.floor(ctx.C / c_)) if fill else 1.0
+    if fill:
+        cap_t = float(ctx.cap) / tiles
+        capr = capr if capr >= cap_t else cap_t
     mx = -math.inf
     sumG = L = 0.0
+    last_j = nw - 1
     for j, (nl_j, ok, sb_j) in enumerate(zip(nl, valid, sb)):
-        g = X.minimum(X.maximum(X.maximum(1.0, X.ceil(sb_j / capr)), tiles), X.maximum(nl_j, 1.0)) if ok else 0.0
+        if ok:
+            g = float(math.ceil(sb_j / capr))
+            g = 1.0 if 1.0 >= g else g
+            g = g if g >= tiles else tiles
+            top = nl_j if nl_j >= 1.0 else 1.0
+            g = g if g <= top else top
+        else:
+            g = 0.0
         sumG += g
         L += nl_j
         if not ok:
             continue
-        gg = X.maximum(g, 1.0)
+        gg = g if g >= 1.0 else 1.0
         q = float(nl_j // gg)
         rem = nl_j - q * gg
-        last = j == nw - 1
+        last = j == last_j
         t_last = (q * blk_total + (head_total if last else 0.0)) / clock + (0.0 if last else x)
         t_first = ((q + (1.0 if rem > 0 else 0.0)) * blk_total) / clock + hop / clock
-        stage = X.maximum(t_first, t_last) if g > 1 else t_last
-        mx = X.maximum(mx, stage)
+        stage = (t_first if t_first >= t_last else t_last) if g > 1 else t_last
+        mx = mx if mx >= stage else stage
     lat = L * blk_total / clock + (sumG - nw) * hop / clock + head_total / clock + (nw - 1) * x
     parts: dict = {}
     for key in list(blk) + [k for k in head if k not in blk]:
         name = wt._PART_NAMES[key]
         parts[name] = parts.get(name, 0.0) + (L * blk.get(key, 0.0) + head.get(key, 0.0)) / clock
     parts["cross_region_link"] = (hop * (sumG - nw) + x * clock * (nw - 1)) / clock
+    if len(memo) >= PASS_ROW_MEMO_MAX:
+        memo.clear()
+    memo[mkey] = (lat, mx, dict(parts))
     return lat, mx, parts
