@@ -717,6 +717,7 @@ def test_wafer_questions_take_the_float_pass_with_and_without_the_kernel_memo(ca
                 for c in (s.ctx, getattr(s.ctx, "_draft", None), getattr(s.ctx, "_serving", None)):
                     if c is not None:
                         c.__dict__.pop("_kernel_memo", None)
+                        c.__dict__.pop("_pass_row_memo", None)  # a pass's answer, remembered beside its kernels
                         c.__dict__.pop("_serve_memo", None)  # a serving question's answer, remembered
             _same_rows(evaluate(s, {k: v[i:i + 1] for k, v in cfg.items()}), many, i)
     # a serving question, and an in-flight engine's prefill (laid out as its serving replica), search the decode
