@@ -818,3 +818,31 @@ def test_a_device_count_beyond_the_cluster_is_refused_wherever_it_stands(tmp_pat
                  f"    kind: train\n    train_tokens: 3.0e11\n    deadline_days: 30\n    device_counts: {{cs3: {counts}}}\n")
     with pytest.raises(InputError, match=r"^workloads\.run\.device_counts\.cs3: 5,000 is too many; at most 2,048 systems"):
         plan_fleet(f)
+
+
+def test_fleet_offers_the_batch_serve_refines_to_under_the_sla(tmp_path):
+    """audit37a F1: under TTFT/TPOT limits `serve` refines the batch to where a limit binds (Llama-3.1-8B on one H100:
+    batch 153, between the grid's 128 and 256); the fleet's configurations of the same workload used to keep only the
+    grid's batches and the points moved to lower loads, so its "optimal" plan bought more replicas than `serve` shows
+    are needed. The refined point is a configuration now, with serve's own supply, TTFT and TPOT."""
+    from wseplan.catalog import load_catalog
+    from wseplan.serving import serve, tpot_for_limit
+
+    f = tmp_path / "d.yaml"
+    f.write_text("name: t\nsystems:\n  - hardware: h100-sxm\nworkloads:\n  - name: chat\n    model: llama-3.1-8b\n"
+                 "    kind: serve\n    precision: bf16\n    output_tokens_per_s: 30000\n    prompt_tokens: 2048\n"
+                 "    output_tokens: 256\n    sla: {ttft_s: 2.0, tpot_s: 0.05}\n")
+    cat = load_catalog()
+    pb = build_problem(read_demand(f), catalog=cat)
+    (d,) = pb.demands
+    res = serve("llama-3.1-8b", "h100-sxm", precision="bf16", input_tokens=2048, output_tokens=256, ttft_limit_s=2.0,
+                tpot_limit_s=0.05, percentile=d.sla.percentile, prices=False, catalog=cat)
+    p = res.chosen
+    assert p.meets_sla and p.batch & (p.batch - 1)  # a refined batch, not one of the grid's powers of two
+    got = [c for c in pb.configs if (c.num_devices, c.batch) == (p.num_devices, p.batch) and meets_sla(c, d)]
+    assert got, sorted({c.batch for c in pb.configs})
+    assert got[0].supply == pytest.approx(p.tokens_per_s, rel=1e-9)
+    assert got[0].tpot_s == pytest.approx(tpot_for_limit(p), rel=1e-9)
+    # the plan needs no more replicas than that point's supply asks for
+    plan = solve_fleet(pb, analyze=False)
+    assert sum(a.replicas * a.devices_per_replica for a in plan.allocations) <= math.ceil(30000 / p.tokens_per_s) * p.num_devices
