@@ -196,6 +196,34 @@ def test_mtp_speculation_and_its_config_json(catalog, tmp_path):
     assert model_from_hf_config(tmp_path / "c.json").mtp_layers == 0
 
 
+def test_a_wafer_drafts_only_where_one_wafer_holds_the_drafts_largest_layer(catalog):
+    """audit37a F4: on wafers a layer is placed whole (an MoE layer's experts on one wafer), so the MTP block of
+    DeepSeek-V3 (one MoE block: 257 experts x 3 x 7168 x 2048 + MLA ~ 11.5B parameters, 23 GB in bf16) needs that
+    much free on one wafer. In bf16 the target's 58 wafers leave at most ~18 GB free on any (41.25 GB each): no
+    speculation, though their free bytes add up to far more; in fp8 (11.5 GB) a wafer holds it."""
+    from wseplan.plan import setup
+    from wseplan.timing import predict_time
+
+    bf = predict_time("deepseek-v3", "wse3", precision="bf16", speculative="mtp", catalog=catalog)
+    plain = predict_time("deepseek-v3", "wse3", precision="bf16", speculative="none", catalog=catalog)
+    assert bf.tokens_per_s_per_user == pytest.approx(plain.tokens_per_s_per_user, rel=1e-12)
+    assert any("does not fit beside the target" in n for n in bf.notes)
+    s = setup("deepseek-v3", "wse3", phase="decode", precision="bf16", catalog=catalog,
+              options={"speculative": "mtp"})
+    fam, ctx = s.family, s.ctx
+    n1 = np.ones(1)
+    cfg = fam._with_stages(ctx, *(lambda c: (c, fam.fit(ctx, c)))(
+        fam.candidates(ctx, {"batch": n1, "context": n1 * 8192, "output_tokens": 0 * n1, "num_wafers": n1 * np.nan})[0]))
+    dctx, dcfg = fam.draft_setup(ctx, cfg)
+    free_w = np.where(cfg["_valid"][0], ctx.cap - cfg["_sb"][0], 0.0)
+    block = 257 * 3 * 7168 * 2048 * 2  # the MTP block's experts alone, bf16 [bytes]
+    assert free_w.max() < block < free_w.sum()
+    assert fam.draft_fits(ctx, cfg, 0, dctx, dcfg) is False
+    f8 = predict_time("deepseek-v3", "wse3", precision="fp8", speculative="mtp", catalog=catalog)
+    assert f8.tokens_per_s_per_user > 1.5 * predict_time("deepseek-v3", "wse3", precision="fp8", speculative="none",
+                                                         catalog=catalog).tokens_per_s_per_user
+
+
 def test_a_prompt_chunk_runs_on_its_requests_rank(catalog):
     """Under data-parallel attention a prompt (or a chunk of one) is its request's, on that request's rank with all
     128 heads: a lone prompt's attention takes 8x the split layout's on the busiest GPU, while eight whole prompts in

@@ -41,7 +41,7 @@ from .wafer_row import pass_row as _pass_row
 from .wafer_row import announce_row as _announce_row
 from .wafer_row import MEMO_ROWS, kernels_rows, own_prefill_regions
 from .wafer_groups import slowest_group
-from .wafer_stages import fewest_stages
+from .wafer_stages import draft_fits, fewest_stages
 
 GRID_OPTIONS = ("core_grid", "core_grid_decode", "core_grid_prefill")
 
@@ -413,11 +413,9 @@ class WaferFamily(InferenceMixin, Family):
     def draft_fits(self, ctx: WaferContext, cfg: dict, rows, dctx: WaferContext, dcfg: dict):
         """The draft lives in the SRAM the target leaves free on the replica's wafers (it runs between the target's
         verification passes, on PEs the target is not using then): its weights and KV cache must fit in the free
-        bytes, else the engine does not speculate. No wafer is added for it."""
-        free = ctx.cap * cfg["_nw"][rows] - np.sum(cfg["_sb"][rows], axis=-1)
-        need = np.sum(dcfg["_sb"][rows], axis=-1)
-        ok = need <= free
-        return bool(ok) if np.ndim(ok) == 0 else ok
+        bytes, its largest layer on one wafer (:func:`.wafer_stages.draft_fits`), else the engine does not
+        speculate. No wafer is added for it."""
+        return draft_fits(self, ctx, cfg, rows, dctx, dcfg)
 
     def draft_setup(self, ctx: WaferContext, cfg: dict):
         """The draft model's regions and stages, laid out as on wafers of its own (the fewest that hold it); it is

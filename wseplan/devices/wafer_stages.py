@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analytic import wse_time as wt
 from ..analytic.partition_rows import greedy_stage_counts
 from ..workload import kv_bytes_rows
 
@@ -48,3 +49,19 @@ def fewest_stages(ctx, B, kv, a, search) -> np.ndarray:
         out[rows] = greedy_stage_counts(ctx.weights(m, np.ones(m, dtype=bool)) + kvr,
                                         ctx.weights(m, np.zeros(m, dtype=bool)) + kvr, a[rows], ctx.cap)
     return out
+
+
+def draft_fits(fam, ctx, cfg, rows, dctx, dcfg):
+    """Whether the draft model fits in the SRAM the target leaves free on the replica's wafers (``rows`` of ``cfg``,
+    the target's layout; ``dcfg`` the draft's, laid out on wafers of its own): its bytes within the free bytes of
+    all the wafers, and its largest layer (weights and KV cache; layers are placed whole, an MoE layer's experts on
+    one wafer) within the free bytes of one wafer. DeepSeek-V3's MTP block in bf16 (23 GB) fits no wafer of its
+    58-wafer layout (at most 18 GB free on one) though the wafers' free bytes add up to far more (audit37a F4)."""
+    valid = np.asarray(cfg["_valid"][rows], dtype=bool)
+    free_w = np.where(valid, ctx.cap - cfg["_sb"][rows], 0.0)
+    need = np.sum(dcfg["_sb"][rows], axis=-1)
+    B, C, O = (np.asarray(dcfg[k][rows], dtype=float) for k in ("batch", "context", "output_tokens"))
+    kv, _ = fam.kv_and_working_tokens(dctx, B, C, O)
+    unit = wt.largest_layer_bytes_array(dctx.m, precision=dctx.q.precision, batch=B, context=kv)
+    ok = (need <= np.sum(free_w, axis=-1)) & (unit <= np.max(free_w, axis=-1))
+    return bool(ok) if np.ndim(ok) == 0 else ok
