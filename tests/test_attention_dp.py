@@ -224,6 +224,23 @@ def test_a_wafer_drafts_only_where_one_wafer_holds_the_drafts_largest_layer(cata
                                                          catalog=catalog).tokens_per_s_per_user
 
 
+def test_prompt_bound_data_parallel_attention_says_its_budget_is_the_replicas(catalog):
+    """audit37a F5: 256 requests of 32,768 prompt tokens and 256 answer tokens bring 32,768 prompt tokens per decode
+    step (256 x 32,768 / 256) against the production engine's budget of 8,192 a pass: prompts bind, and the budget is
+    taken per replica where the engines give each attention rank one, so the record says its prompt rate may be up to
+    8x pessimistic. Not at 64 x 2,048 + 1,024 (128 a step)."""
+    from wseplan.timing import predict_time
+
+    kw = dict(precision="fp8", phase="serve", catalog=catalog, layout={"tp": 8, "pp": 1, "dp": 1})
+    long = predict_time("deepseek-v3", "h200x8", batch=256, context=32768, output_tokens=256,
+                        **dict(kw, layout=dict(kw["layout"], adp=8)))
+    (n,) = [n for n in long.notes if n.startswith("prompts bind this point")]
+    assert "32,768 prompt tokens per decode step" in n and "8,192" in n and "up to 8x" in n
+    short = predict_time("deepseek-v3", "h200x8", batch=64, context=2048, output_tokens=1024,
+                         **dict(kw, layout=dict(kw["layout"], adp=8)))
+    assert not any(n.startswith("prompts bind") for n in short.notes)
+
+
 def test_a_prompt_chunk_runs_on_its_requests_rank(catalog):
     """Under data-parallel attention a prompt (or a chunk of one) is its request's, on that request's rank with all
     128 heads: a lone prompt's attention takes 8x the split layout's on the busiest GPU, while eight whole prompts in

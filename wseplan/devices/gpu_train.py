@@ -266,6 +266,8 @@ def attention_dp_notes(ctx, r: dict, tp: int, fit) -> list[str]:
     """Where an MoE model's inference layout does not fit with its attention split over ``tp`` GPUs that each keep
     KV heads they cannot split (MLA's one latent; fewer KV heads than ``tp``), and the same layout with data-parallel
     attention fits (``fit``: the family's), that layout."""
+    if getattr(ctx, "adp_offered", False) and int(r.get("adp", 1)) > 1 and ctx.q.phase == "serve":
+        return _prompt_bound_note(ctx, r)
     if not getattr(ctx, "adp_offered", False) or int(r.get("adp", 1)) != 1 or bool(r.get("fits", True)):
         return []
     heads = kv_head_shards(ctx.m)
@@ -277,6 +279,21 @@ def attention_dp_notes(ctx, r: dict, tp: int, fit) -> list[str]:
     what = f"every request's KV latent on all {tp}" if heads == 1 else f"each of its {heads} KV heads on {tp // heads}"
     return [f"the attention split over TP {tp} keeps {what} GPUs: data-parallel attention (--adp {tp}) keeps a "
             "request's KV cache on one GPU"]
+
+
+def _prompt_bound_note(ctx, r: dict) -> list[str]:
+    """A serving point of data-parallel attention whose requests bring more prompt tokens per decode step than the
+    engine's token budget (``batch x context / output tokens``): prompts bind it, and the budget is taken per replica
+    here where SGLang and TensorRT-LLM give each attention rank its own, so its prompt rate may be underestimated up
+    to ``adp`` times (audit37a F5: DeepSeek-V3, 256 x 32k prompts at adp 8, an 18-minute TTFT with no caveat)."""
+    adp = int(r["adp"])
+    per_step = float(r["batch"]) * float(r["context"]) / max(float(r["output_tokens"]), 1.0)
+    if not per_step > float(ctx.engine.token_budget.si):
+        return []
+    return [f"prompts bind this point ({per_step:,.0f} prompt tokens per decode step against the engine's token budget "
+            f"of {ctx.engine.token_budget.si:,.0f}): the budget is the replica's here, where SGLang and TensorRT-LLM give "
+            f"each of the {adp} attention ranks its own, so TTFT and throughput may be up to {adp}x pessimistic; "
+            "compare --adp 1"]
 
 
 def implied_attention_dp(ctx, given: dict) -> dict:
