@@ -24,3 +24,15 @@ def test_a_study_error_names_the_study_field(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cost.set: unknown cost input") and "--set" not in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_one_target_under_two_spellings_is_refused(tmp_path, capsys):
+    """audit37b F2: ``[wse3, cs3]`` named one system twice (the report compared CS-3 with itself and printed a price
+    that would flip the ranking between them); refused as ``compare --targets`` refuses it, nothing written."""
+    f = tmp_path / "s.yaml"
+    f.write_text("name: cs\ntitle: t\nquestion: q\nkind: training\nmodel: llama-3.1-8b\ntargets: [wse3, cs3]\n"
+                 "training: {tokens: 1.0e+9, deadline_days: 30, seq_len: 2048, global_batch: 64, sizes: [1]}\n")
+    assert main(["report", str(f), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: targets: cs3 is wse3 again; name each target once"]
+    assert not (tmp_path / "out").exists()

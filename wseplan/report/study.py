@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 from ..catalog.load import load_catalog, read_yaml
 from ..catalog.schema import check_name, check_text
 from ..errors import CatalogError, InputError, validation_detail
+from ..targets import parse_target
 from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
 from .markdown import Document, Table, fmt_num
 from .plots import Plot, render
@@ -151,6 +152,7 @@ def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path |
         st, base = load_study(study)
     cat = catalog or load_catalog()
     try:
+        _distinct_targets(st, cat)
         if st.kind == "serving":
             body = serving_body(st, cat)
         elif st.kind == "server":
@@ -167,6 +169,18 @@ def run_study(study: str | Path | Study, *, catalog=None, base_dir: str | Path |
     md = _markdown(st, body, assumptions, sources, pv)
     return StudyResult(study=st, answer=body["answer"], tables=body["tables"], plots=body["plots"],
                        assumptions=assumptions, sources=sources, markdown=md, why=body.get("why", []), provenance=pv)
+
+
+def _distinct_targets(st: Study, cat) -> None:
+    """One target under two spellings (``wse3`` and ``cs3``; ``h100x8`` and ``h100-sxmx8``) is listed twice: refused as
+    ``compare --targets`` refuses it (audit37b F2: a report compared CS-3 with itself and named a price that would
+    flip the ranking between them)."""
+    seen: dict = {}
+    for t in st.target_names:
+        pt = parse_target(t, cat)
+        if (pt.key, pt.count) in seen:
+            raise InputError(f"targets: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
+        seen[(pt.key, pt.count)] = t
 
 
 def _provenance(st: Study, cat) -> dict:
