@@ -36,3 +36,25 @@ def test_one_target_under_two_spellings_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: targets: cs3 is wse3 again; name each target once"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_percentile_given_as_a_fraction_is_refused_with_the_fix(tmp_path, capsys):
+    """audit37b F4: ``percentile: 0.95`` was read as the 0.95th percentile (the limits judged at the fastest 1% of
+    requests; a serving fleet two B200 nodes short of the SLA meant). Refused with the value in percent, in a study, a
+    demand file and ``serve --percentile``; 95 and 99.9 are kept."""
+    from wseplan.errors import percentile_problem
+
+    assert percentile_problem(95) is None and percentile_problem(99.9) is None and percentile_problem(1) is None
+    assert "give 95 for p95" in percentile_problem(0.95) and "give 50 for p50" in percentile_problem(0.5)
+    for bad in (0, 100, -5, float("nan"), True):
+        assert "at least 1 and below 100" in percentile_problem(bad)
+    assert main(["serve", "llama-3.1-8b", "--target", "h100", "--percentile", "0.95", "--ttft-limit", "2"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --percentile: is in percent: 0.95 would be the 0.95th "
+                                               "percentile; give 95 for p95")
+    d = tmp_path / "d.yaml"
+    d.write_text("name: t\nsystems:\n  - hardware: h100-sxm\nworkloads:\n  - name: chat\n    model: llama-3.1-8b\n"
+                 "    kind: serve\n    output_tokens_per_s: 1000\n    prompt_tokens: 512\n    output_tokens: 128\n"
+                 "    sla: {ttft_s: 2.0, percentile: 0.99}\n")
+    assert main(["fleet", str(d)]) == 2
+    assert "workloads.0.sla.percentile: is in percent: 0.99 would be the 0.99th percentile; give 99 for p99" in \
+        capsys.readouterr().err

@@ -50,3 +50,14 @@ def validation_detail(exc) -> tuple[str, str]:
         msg = (f"{msg}; give a plain number" + (f" ({unit}: the unit is in the key's name)" if unit else "")
                + (", e.g. 2.0" if loc.rsplit(".", 1)[-1].isdigit() else f", e.g. {loc.rsplit('.', 1)[-1]}: 2.0"))
     return loc, msg
+
+
+def percentile_problem(v) -> str | None:
+    """What is wrong with a serving percentile (in percent, 1 to below 100), or None. A fraction such as 0.95 is the
+    common slip for p95 (numpy's quantiles take fractions): it would judge the limits at the fastest 1% of requests and
+    size the fleet for a looser SLA than meant (audit37b F4), so values below 1 are refused with the fix."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or not 0 < v < 100:
+        return f"must be in percent, at least 1 and below 100 (95 for p95), got {v!r}"
+    if v < 1:
+        return f"is in percent: {v!r} would be the {v!r}th percentile; give {v * 100:g} for p{v * 100:g}"
+    return None

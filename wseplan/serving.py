@@ -35,7 +35,7 @@ from .analytic import queueing as Q
 from .analytic.cost import load_prices, nominal
 from .catalog.load import load_catalog
 from .pricing import cost_columns, params_for, pins_capex, unpriced
-from .errors import InputError
+from .errors import InputError, percentile_problem
 from .records import (ServePoint, ServeResult, _Frozen, _worst_ratio, all_in_usd_per_mtok, point_interval,  # noqa: F401 (the API)
                       occupancy, pareto_frontier, tpot_for_limit)
 from .plan import (bottleneck_name, check_given_layout, default_sizes, evaluate, layout_columns, positions_note, record,
@@ -248,8 +248,8 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
     for name, v in (("rate", rate), ("ttft_limit_s", ttft_limit_s), ("tpot_limit_s", tpot_limit_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12):
             raise InputError(f"{name}: must be a positive number below 1e12, got {v!r}")
-    if not 0 < percentile < 100:
-        raise InputError(f"percentile: must be in (0, 100), got {percentile!r}")
+    if percentile_problem(percentile):
+        raise InputError(f"percentile: {percentile_problem(percentile)}")
     floor = None
     if rate is None and ttft_limit_s is None and tpot_limit_s is None and concurrency is None:
         floor = float(cat.defaults.default_min_tokens_per_s_per_user.si) if min_tokens_per_s_per_user is None else \

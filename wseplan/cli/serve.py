@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, percentile_problem
 from ..records import layout_label
 from ..report.formats import fmt_bool, fmt_field, fmt_num
 from . import options as O
@@ -48,7 +48,7 @@ def serve_cmd(
                                                  "catalog's default_min_tokens_per_s_per_user, 20, the floor of cost "
                                                  "and compare, which judge it with the slots full and so may take a "
                                                  "smaller batch)."),
-    percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT and TPOT limits, in (0, 100)."),
+    percentile: float = typer.Option(95.0, "--percentile", help="Percentile of the TTFT and TPOT limits, in percent (95 for p95; from 1 to below 100)."),
     speculative: Optional[str] = O.speculative_opt(),
     kv_precision: Optional[str] = O.kv_precision_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
@@ -103,8 +103,8 @@ def _check_inputs(input_len, output_len, concurrency, rate, ttft_limit, tpot_lim
     for flag, v in (("--rate", rate), ("--ttft-limit", ttft_limit), ("--tpot-limit", tpot_limit)):
         if v is not None and not (math.isfinite(v) and 0 < v < 1e12):
             raise InputError(f"{flag}: must be a positive number below 1e12, got {v!r}")
-    if not (math.isfinite(percentile) and 0 < percentile < 100):
-        raise InputError(f"--percentile: must be in (0, 100), e.g. 95, got {percentile!r}")
+    if percentile_problem(percentile):
+        raise InputError(f"--percentile: {percentile_problem(percentile)}")
     O.check_spec_flags(draft_tokens, acceptance)
     if utilization is not None:
         if rate is not None:
