@@ -746,3 +746,26 @@ def test_decode_with_the_operating_points_batch_says_which_context_it_prices(cat
     same = costing.cost("llama-3.1-70b", "h100x8", phase="decode", batch=op.operating_point["batch"], context=prompt,
                         catalog=cat)
     assert not any(n.startswith("context: the decode default") for n in same.notes + op.notes)
+
+
+def test_the_operating_point_names_the_options_that_price_it_again(capsys):
+    """audit37b F5: `cost` without --batch showed its operating point as "batch 60"; `--batch 60` alone searched the
+    layout again (one TP4 x PP2 replica, 67% dearer per million tokens). The note names the replica's layout and the
+    options that price the same point again, and they do (to the last digit)."""
+    import re
+
+    from wseplan.cli import main
+
+    base = ["cost", "llama-3-70b", "--target", "h200x8", "--phase", "serve", "-p", "fp8", "-f", "json"]
+    assert main(base) == 0
+    first = json.loads(capsys.readouterr().out)
+    (note,) = [n for n in first["notes"] if n.startswith("operating point:")]
+    m = re.search(r": (--batch \d+ --tp \d+(?: --pp \d+)?(?: --dp \d+)?(?: --adp \d+)?) prices it again", note)
+    assert m, note
+    flags = m.group(1).split()
+    assert main(base + flags) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["headline_value"] == first["headline_value"]
+    assert main(base + flags[:2]) == 0  # the batch alone: the layout searched again, another point here
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["headline_value"] != first["headline_value"]

@@ -37,6 +37,14 @@ class OperatingPoint(_Frozen):
         # out as one replica)
         split = (f"; {self.point.num_replicas} replicas of {k} wafers, --wafers {k}"
                  if k and self.point.num_replicas > 1 else "")
+        tp = self.layout.get("tp")
+        if tp:  # a GPU layout: the options that price the same point again (audit37b F5: `--batch` alone chose
+            # another layout, 67% dearer)
+            tp, pp, dp, adp = (int(self.layout.get(c) or 1) for c in ("tp", "pp", "dp", "adp"))
+            split += (f"; per replica, TP{tp}" + (f" x PP{pp}" if pp > 1 else "") + (f" x DP{dp}" if dp > 1 else "")
+                      + f": --batch {self.batch} --tp {tp}" + (f" --pp {pp}" if pp > 1 else "")
+                      + (f" --dp {dp}" if dp > 1 else "") + (f" --adp {adp}" if "adp" in self.layout else "")
+                      + " prices it again")
         if self.meets:
             return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched{split})"
         return (f"no point reaches {x} tok/s/user; the cheapest within the near-tie share of the fastest, batch "

@@ -18,8 +18,9 @@ def cost_cmd(
     target: str = O.target_opt("<hardware key>[x<N>]: cs3x4, h100-sxmx8 … (no count: the fewest that fit)."),
     phase: str = O.phase_opt("serve", "serve (whole requests) | prefill (input side) | decode (output side) | train."),
     precision: str = O.precision_opt(),
-    batch: Optional[int] = O.batch_opt("Serve: concurrent requests (without it: the operating point, the cheapest "
-                                       "that meets --min-speed); train: sequences per step."),
+    batch: Optional[int] = O.batch_opt("Serve: concurrent requests per replica (without it: the operating point, the "
+                                       "cheapest that meets --min-speed; with it and no --tp, the layout is searched "
+                                       "again); train: sequences per step."),
     min_speed: Optional[float] = O.min_speed_opt(),
     context: Optional[int] = O.context_opt("Serve: prompt tokens; train: sequence length."),
     output_tokens: Optional[int] = O.output_tokens_opt(),
