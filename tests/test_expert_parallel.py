@@ -423,4 +423,4 @@ def test_cli_moe_options_reach_the_model_and_bad_ones_exit_2(capsys):
         err = capsys.readouterr().err
         assert "Traceback" not in err and err.count("\n") == 1
     assert main(["time", "deepseek-v3", "--target", "h800x8", "--phase", "decode", "--ep", "8"]) == 2
-    assert "--ep: expert parallelism is modelled for GPU training" in capsys.readouterr().err
+    assert "--ep: applies to GPU training (--phase train); inference chooses for each point" in capsys.readouterr().err

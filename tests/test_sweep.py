@@ -152,6 +152,10 @@ def test_a_sweep_pins_the_attention_data_parallel_degree(catalog):
         p = plan("qwen3-30b-a3b", "h100-sxmx8", phase="decode", precision="fp8", batch=64, context=4096,
                  layout=dict(tp=2, pp=1, dp=4, adp=int(r["attention_data_parallel"])), catalog=catalog)
         assert _close(p.tokens_per_s, r["tokens_per_s"], 1e-9)
+        # the experts the row ran, as the record says (whole over the TP GPUs: expert_parallel = tp; split: 1;
+        # audit37a F2: the column was empty on inference rows)
+        assert r["expert_parallel"] == p.layout.get("expert_parallel", 1)
+    assert df[df["model"] == "llama-3.1-8b"]["expert_parallel"].isna().all()
     # a degree only the MoE model takes: the dense model's rows run 1, said in a note (the sweep goes on)
     only2 = S.plan_sweep(S.parse_sweep(dict(spec, layouts=dict(tensor_parallel=[2], pipeline_parallel=[1],
                                                                   attention_data_parallel=[2]))), catalog)

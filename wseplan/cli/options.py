@@ -291,8 +291,9 @@ def with_moe(opts: dict, phase: str, ep, dispatch, overlap) -> dict:
     """``opts`` with the MoE training options given; ``--ep`` and these refused outside training with one line."""
     given = [f for f, v in (("--ep", ep), ("--expert-dispatch", dispatch), ("--expert-overlap", overlap)) if v is not None]
     if given and phase != "train":
-        raise InputError(f"{given[0]}: expert parallelism is modelled for GPU training (--phase train); inference "
-                         "splits the experts over tensor parallelism (--tp)")
+        raise InputError(f"{given[0]}: applies to GPU training (--phase train); inference chooses for each point "
+                         "between the experts split over the --tp GPUs and whole experts over them (the faster; reported "
+                         "as layout expert_parallel) and cannot pin it")
     if overlap is not None and overlap not in ("off", "on", "dualpipe"):
         raise InputError(f"--expert-overlap: {overlap!r} is not an overlap; give off, on or dualpipe")
     overlap = {"off": False, "on": True}.get(overlap, overlap)

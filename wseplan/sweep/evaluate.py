@@ -11,7 +11,7 @@ from ..catalog.software import calibrated_name
 from ..model_error import architecture_class, engine_devices, interval_columns
 from ..pricing import cost_columns, num_systems
 from ..plan import evaluate, setup
-from ..workload import total_params
+from ..workload import num_experts, total_params
 from .plan import Group
 from .schema import BOTTLENECKS  # noqa: F401  (codes of the bottleneck column)
 
@@ -107,6 +107,10 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
     for k in ("tp", "pp", "dp", "micro_batch", "recompute", "zero_stage", "vpp", "ep", "adp"):
         if k in arr:
             cfg[k] = arr[k]
+    if not train and "time.expert_layout_choice" in arr and "tp" in arr and num_experts(q.model) > 1:
+        # the experts each row's engine ran: whole over its TP GPUs (expert parallel = tp) or split over them (1), as
+        # the row's `time` record reports layout.expert_parallel (audit37a F2: the column was empty on serving rows)
+        cfg["ep"] = np.where(np.asarray(arr["time.expert_layout_choice"]) == 1.0, np.asarray(arr["tp"], dtype=float), 1.0)
     return _columns(g, cfg, res)
 
 

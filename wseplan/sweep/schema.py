@@ -148,7 +148,7 @@ class Sweep(NoBoolNumbers):
         if self.phase != "train" and (lo.micro_batch or lo.recompute or lo.zero_stage or lo.virtual_pipeline
                                       or lo.expert_parallel):
             raise ValueError("layouts: micro_batch, recompute, zero_stage, virtual_pipeline and expert_parallel apply to "
-                             "phase train only")
+                             "phase train only (inference chooses split or whole experts for each row itself)")
         if self.phase == "train" and lo.attention_data_parallel:
             raise ValueError("layouts: attention_data_parallel applies to inference (prefill, decode, serve); remove it "
                              "for phase train")
