@@ -8,6 +8,7 @@ and must agree within a relative 1e-9.
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 
@@ -80,6 +81,23 @@ def test_malformed_sweep_is_one_line_exit_2(tmp_path, capsys, text, field):
     assert err.count("\n") == 1 and "Traceback" not in err
     assert field in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_gpu_target_without_a_count_that_fits_nothing_says_what_to_give(tmp_path, capsys):
+    """audit37a F6: a GPU target without a count takes one node's TP layouts (pp = dp = 1), so DeepSeek-V3 in fp8
+    (671 GB) fits no row on H100 (8 x 80 GB) while `fit` finds 10 GPUs: the summary's "0 fitting" now comes with a
+    note naming a count and `fit`; a model that fits gets none, nor does a counted target."""
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nphase: decode\nmodels: [deepseek-v3, llama-3.1-8b]\ntargets: [h100, h100x16]\n"
+                 "precisions: [fp8]\nbatches: [1]\ncontexts: [2048]\n")
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "-f", "json", "--force"]) == 0
+    out, err = capsys.readouterr()
+    groups = {(g["model"], g["target"]): g["fitting"] for g in json.loads(out)["groups"]}
+    assert groups[("deepseek-v3", "h100-sxm")] == 0 and groups[("llama-3.1-8b", "h100-sxm")] > 0
+    notes = [n for n in err.splitlines() if "no row fits" in n]
+    assert notes == ["note: deepseek-v3 x h100-sxm: no row fits; a GPU target without a count tries the tensor_parallel "
+                     "values with pp = dp = 1 on one node: give a count (e.g. h100-sxmx16) for multi-node layouts, or "
+                     "`wseplan fit deepseek-v3 --target h100-sxm` for the fewest GPUs that hold it"]
 
 
 def test_training_sweep_names_the_knobs_it_holds(tmp_path, capsys):

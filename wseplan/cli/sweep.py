@@ -94,6 +94,14 @@ def sweep_cmd(
                          "virtual_pipeline widen the grid): 'best' is over those rows; `wseplan time` also "
                          "searches these knobs and may find a faster layout\n")
     rows = res.groups
+    uncounted = {g.target.key for g in plan.groups if g.target.kind == "gpu" and not g.target.count}
+    for r in rows:  # a GPU target without a count takes one node's TP layouts alone (audit37a F6: "0 fitting" read as
+        # "cannot run", where `fit` finds a multi-node layout)
+        if r["fitting"] == 0 and r["target"] in uncounted:
+            sys.stderr.write(f"note: {r['model']} x {r['target']}: no row fits; a GPU target without a count tries the "
+                             f"tensor_parallel values with pp = dp = 1 on one node: give a count (e.g. "
+                             f"{r['target']}x16) for multi-node layouts, or `wseplan fit {r['model']} --target "
+                             f"{r['target']}` for the fewest GPUs that hold it\n")
     record = {"schema_version": S.SCHEMA_VERSION, "sweep": spec.name, "phase": spec.phase,
               "configurations": res.configurations, "fitting": res.fitting, "engine": engine,
               "output": str(res.path), "output_bytes": res.output_bytes, "tasks": res.tasks,
