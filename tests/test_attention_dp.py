@@ -320,3 +320,6 @@ def test_time_and_cost_name_the_data_parallel_layout_a_misfit_needs(capsys):
         assert main([cmd, *args]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "--adp 8" in err, (cmd, err)
+        if cmd == "time":  # `fit` takes no layout: the refusal of a given one does not send the user there to see it
+            # (audit37a F7)
+            assert err.endswith("without the layout options `wseplan time` and `wseplan fit` choose a layout that fits")

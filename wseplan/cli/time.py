@@ -93,8 +93,9 @@ def time_cmd(
     if not res.fits:  # an infeasible plan is an error, as cost's (audit30a M2): one line, exit 2, no record
         why = next((n for n in res.notes if n.startswith("does not fit")), "does not fit")
         adp = next((f"; {n}" for n in res.notes if "data-parallel attention (--adp" in n), "")  # as cost's fix says
-        raise InputError(f"{res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}) {why}{adp}; "
-                         "`wseplan fit` shows its memory")
+        raise InputError(f"{res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}) {why}{adp}"
+                         + ("; without the layout options `wseplan time` and `wseplan fit` choose a layout that fits"
+                            if lay else "; `wseplan fit` shows the memory"))
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         from ..analytic.cost import time_to_train
