@@ -200,6 +200,12 @@ def test_a_profile_applies_to_its_family_and_unlike_engines_are_named(catalog):
     kw = dict(phase="decode", batch=1, context=2048, catalog=catalog)
     mixed = compare("llama-3-70b", ["cs3x4", "h100x8"], **kw)
     assert any(n.startswith("speculative decoding differs across the rows (on: cs3x4; off: h100x8)") for n in mixed.notes)
+    assert any("as each family's default software profile runs" in n for n in mixed.notes)
+    # asked for on every row (audit37a F8): the rows differ where an engine judged a step no faster with the draft
+    asked = compare("deepseek-v3", ["cs3x20", "h200x8"], precision="fp8", phase="serve", batch=64, context=2048,
+                    output_tokens=256, catalog=catalog, options={"speculative": "mtp"})
+    (n,) = [n for n in asked.notes if n.startswith("speculative decoding differs")]
+    assert "asked for on every row" in n and "default software profile" not in n
     both = compare("llama-3-70b", ["cs3x4", "h100x8"], software="gpu-production-specdec", **kw)
     assert [r.software for r in both.rows] == ["wafer-production", "gpu-production-specdec"]
     assert not any("differs" in n for n in both.notes)
