@@ -49,3 +49,23 @@ def test_training_report_band_is_the_cost_records():
     band = _run_band(times, params, SimpleNamespace(cost=SimpleNamespace(uncertainty=400, seed=11)))
     assert band["usd_per_run_p10"] == pytest.approx(m.p10, rel=1e-12)
     assert band["usd_per_run_p90"] == pytest.approx(m.p90, rel=1e-12)
+
+
+def test_a_triangle_through_two_quantiles():
+    """The model error's triangle (mode 0 in the logarithm) through its P10 and P90: a symmetric pair by hand,
+    F(q) = (q - a)^2 / ((b - a)(-a)) = 0.1 with a = -b gives b = q / (1 - sqrt(0.2)); a lopsided pair (wafer training's
+    x0.738 to x5.96) solved and checked with scipy's own triangular quantiles."""
+    import math
+
+    from scipy import stats
+
+    from wseplan.analytic.cost import triangle_through
+
+    a, b = triangle_through(-0.3, 0.3)
+    assert b == pytest.approx(0.3 / (1 - math.sqrt(0.2)), rel=1e-9) and a == pytest.approx(-b, rel=1e-9)
+    lo, hi = math.log(0.738), math.log(5.96)
+    a, b = triangle_through(lo, hi)
+    assert stats.triang.ppf(0.1, -a / (b - a), loc=a, scale=b - a) == pytest.approx(lo, rel=1e-9)
+    assert stats.triang.ppf(0.9, -a / (b - a), loc=a, scale=b - a) == pytest.approx(hi, rel=1e-9)
+    with pytest.raises(ValueError):
+        triangle_through(0.1, 0.5)  # both above the mode: no such triangle

@@ -80,17 +80,24 @@ def test_plan_records_carry_an_interval_of_their_headline():
 
 
 def test_cost_monte_carlo_samples_the_model_error():
-    """The model-time factor is a cost input (nominal 1: nominal costs are unchanged) whose 5-95% range comes from the
-    model-error file; with it the Monte Carlo spread of $/M output tokens is wider than the prices' alone."""
+    """The model-time factor is a cost input (nominal 1: nominal costs are unchanged), triangular in its logarithm with
+    its 10th and 90th percentiles at the 80% interval of the model-error file (audit37b F1: a triangle over the 5-95%
+    range put the P90 at half the interval's top); with it the Monte Carlo spread of $/M output tokens is wider than
+    the prices' alone."""
+    from scipy import stats
+
     from wseplan.costing import cost
 
     cat = load_catalog()
     res = cost("llama-3-70b", "h100x8", phase="serve", batch=8, context=2048, output_tokens=256, uncertainty=400,
                seed=1, catalog=cat)
     p = {q.name: q for q in res.params}["model_time_factor"]
-    lo, hi, _ = ME.time_factor_range("gpu-infer", params_b=70.6, devices=8, hardware="h100-sxm",
+    lo, hi, _ = ME.time_factor_range("gpu-infer", params_b=70.6, devices=8, hardware="h100-sxm", level=None,
                                      software=res.plan["software"])  # the profile's own band (audit33d M1)
-    assert p.value == 1.0 and p.low == pytest.approx(min(lo, 1.0)) and p.high == pytest.approx(max(hi, 1.0))
+    assert lo < 1.0 < hi and p.value == 1.0 and p.low < lo and p.high > hi and p.log_scale
+    a, b = math.log(p.low), math.log(p.high)
+    q10, q90 = stats.triang.ppf([0.1, 0.9], -a / (b - a), loc=a, scale=b - a)
+    assert math.exp(q10) == pytest.approx(lo, rel=1e-6) and math.exp(q90) == pytest.approx(hi, rel=1e-6)
     m = next(m for m in res.metrics if m.metric == "output_usd_per_mtok")
     assert any(t.param == "model_time_factor" for t in res.tornado)
     fixed = cost("llama-3-70b", "h100x8", phase="serve", batch=8, context=2048, output_tokens=256, uncertainty=400,

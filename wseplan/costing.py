@@ -27,7 +27,8 @@ from .analytic.cost.params import price_key_of
 from .catalog.load import load_catalog
 from .catalog.software import calibrated_name
 from .errors import InputError
-from .model_error import architecture_class, category_for, engine_devices, roof_time_factor, time_factor_range
+from .model_error import (architecture_class, category_for, engine_devices, load_model_error, roof_time_factor,
+                          time_factor_range)
 from .timing import require_time_model
 from .plan import Setup, check_given_layout, default_sizes, evaluate, fit_fix, floor_s, floor_text, normalise_phase, record, setup
 from .targets import parse_target
@@ -163,20 +164,30 @@ def _split_note(res, prompt: int, output: int):
 
 
 def model_time_param(s: Setup, rec) -> C.Param | None:
-    """The model error of the time prediction as a cost input: true time / predicted time, triangular in its logarithm over
-    the 5th to 95th percentile of the held-out errors of its category (:mod:`wseplan.model_error`), nominal 1 (so nominal costs
-    are the predicted ones); the Monte Carlo samples it with the prices. None without a model-error file."""
+    """The model error of the time prediction as a cost input: true time / predicted time, triangular in its logarithm
+    with its mode at 1 (so nominal costs are the predicted ones) and its 10th and 90th percentiles at the ends of the
+    80% prediction interval ``time`` prints (:func:`~wseplan.analytic.cost.uncertainty.triangle_through`; the held-out
+    errors of its category, :mod:`wseplan.model_error`; an interval on one side of 1: a triangle over its 5th-95th
+    percentiles); the Monte Carlo samples it with the prices. None without a model-error file."""
     q = s.query
-    b = time_factor_range(category_for(q.target.kind, q.phase), params_b=total_params(q.model) / 1e9
-                          if hasattr(q.model, "num_layers") else None,
-                          devices=engine_devices(q.phase, rec.num_devices, rec.num_replicas, *(
-                              (rec.layout or {}).get(k) for k in ("tensor_parallel", "pipeline_parallel"))),
-                          hardware=q.target.key,
-                          software=calibrated_name(q.software), precision=q.precision,
-                          architecture=architecture_class(q.model))
+    env = dict(params_b=total_params(q.model) / 1e9 if hasattr(q.model, "num_layers") else None,
+               devices=engine_devices(q.phase, rec.num_devices, rec.num_replicas, *(
+                   (rec.layout or {}).get(k) for k in ("tensor_parallel", "pipeline_parallel"))),
+               hardware=q.target.key, software=calibrated_name(q.software), precision=q.precision,
+               architecture=architecture_class(q.model))
+    cat = category_for(q.target.kind, q.phase)
+    b = time_factor_range(cat, level=None, **env)
     if b is None:
         return None
     lo, hi, note = b
+    level = load_model_error().level
+    if lo < 1.0 < hi:
+        a, z = C.triangle_through(math.log(lo), math.log(hi), p=(1.0 - level) / 2.0)
+        note += (f"; sampled triangular in the logarithm with its P{50 - 50 * level:g}-P{50 + 50 * level:g} at the "
+                 f"{level:.0%} interval x{lo:.3g}-x{hi:.3g}")
+        lo, hi = math.exp(a), math.exp(z)
+    else:
+        lo, hi, note = time_factor_range(cat, level=0.9, **env)
     floor = floor_s(rec.details) if q.phase == "train" else None  # a training step's floors replace MFU's roof
     f = roof_time_factor(None if floor is not None else rec.model_flop_utilization_frac, floor_s=floor,
                          time_s=rec.step_s)

@@ -103,7 +103,7 @@ def training_body(st: Study, cat) -> dict:
                    columns=cols_run + [Column("note", "note")], rows=plan)
     sweep_t = Table(name="size_sweep", title="Time, cost and scaling versus cluster size",
                     columns=cols_run[:3] + [Column("scaling_efficiency_frac", "scaling efficiency [fraction]")]
-                    + cols_run[3:] + [Column("meets_deadline", "meets deadline"), Column("notes", "notes")],
+                    + cols_run[3:] + [Column("meets_deadline", "meets deadline (predicted)"), Column("notes", "notes")],
                     rows=sweep)
     plots = {}
     plots["scaling_efficiency"] = Plot(
@@ -260,8 +260,9 @@ def training_why(st: Study, cat, sweep: list[dict], plan: list[dict], cases: dic
         out.append(("Prediction interval", " ".join(interval_text(
             f"{b['target']}'s run cost", b["usd_per_run"], _run_cost_interval(b), device_kind="wafer"
             if _is_wafer(b["family"], cat) else "gpu", cat=cat, kind="train", inverse=False, prefix="$",
-            source="from the step time's 80% interval as `wseplan time` prints it, cost inputs held; the P10-P90 "
-                   "above also spans the cost inputs' ranges") for b in ok)))
+            source="from the step time's 80% interval as `wseplan time` prints it, cost inputs held; the Monte "
+                   "Carlo's P10-P90 samples the same time error (its P10 and P90 at that interval) with the cost "
+                   "inputs' ranges") for b in ok)))
     out.append(("List prices", "No vendor publishes a list price per training run for these systems; nothing to "
                                "compare."))
     return out
@@ -291,7 +292,9 @@ _TRAINING_CAPTIONS = {
     "scaling_efficiency": "Per-device throughput at each size divided by that at the smallest size, with the "
                           "global batch held fixed (strong scaling).",
     "time_to_train": "Wall-clock time for the whole token budget; the dashed line is the deadline.",
-    "cost_bands": "P10-P90 of the Monte Carlo over the cost inputs' ranges; the line is the median.",
+    "cost_bands": "P10-P90 of the Monte Carlo over the cost inputs' ranges and the model's time error (its P10 and "
+                  "P90 at the 80% interval `wseplan time` prints); the line is the median (the tables' run cost is "
+                  "the prediction, the error's most likely value).",
     "cost_vs_utilization": "Amortised run cost when the cluster is busy for this share of its life.",
     "weight_streaming": "One system: a pass's compute grows with the batch while its weight stream from MemoryX "
                         "does not; above the dotted line each layer's compute hides its load. The step adds the "
@@ -324,7 +327,9 @@ def _training_answer(st: Study, m, plan: list[dict]) -> str:
         return " ".join([head + ("no priced cluster" if free else "no swept cluster") + " meets the deadline."]
                         + unpriced + [f"{p['family']}: {p['note']}." for p in plan if not p["meets_deadline"]])
     b = ok[0]
-    band = (f" (P10-P90 ${fmt_num(b['usd_per_run_p10'] / 1e6)}M-${fmt_num(b['usd_per_run_p90'] / 1e6)}M)"
+    band = (f" (predicted; Monte Carlo P10 ${fmt_num(b['usd_per_run_p10'] / 1e6)}M, median "
+            f"${fmt_num(b['usd_per_run_p50'] / 1e6)}M, P90 ${fmt_num(b['usd_per_run_p90'] / 1e6)}M over the model's time "
+            "error and the cost inputs)"
             if b.get("usd_per_run_p10") is not None else "")  # no band with cost.uncertainty 0
     parts = [head + f"the cheapest option is {b['target']} ({b['num_devices']} devices): "
              f"{fmt_num(b['run_s'] / 86400)} days, ${fmt_num(b['usd_per_run'] / 1e6)}M{band}, "

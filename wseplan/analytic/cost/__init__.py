@@ -29,11 +29,11 @@ from .result import SCHEMA_VERSION, UNITS, CostResult, MetricRow, TimeInputs, co
 from .serving import rental_serving_cost, serving_cost
 from .tco import HOURS_PER_YEAR, S_PER_HOUR, deployment_cost, memoryx_capex_usd, tco_scope_note
 from .training import goodput_frac, time_to_train, training_cost
-from .uncertainty import MAX_UNCERTAINTY_SAMPLES, Percentiles, TornadoRow, monte_carlo, sample_params, tornado
+from .uncertainty import MAX_UNCERTAINTY_SAMPLES, Percentiles, TornadoRow, monte_carlo, sample_params, tornado, triangle_through
 
 __all__ = ["HOURS_PER_YEAR", "MAX_UNCERTAINTY_SAMPLES", "S_PER_HOUR", "SCHEMA_VERSION", "UNITS", "CostResult",
            "HardwarePrice", "MemoryXPrice", "MetricRow", "Param", "Percentiles", "Prices", "ServicePrice", "SitePrices",
            "TimeInputs", "TornadoRow", "apply_overrides", "cost_from_times", "cost_params", "default_prices_dir",
            "deployment_cost", "deployment_terms", "evaluate", "hardware_price_key", "load_prices", "memoryx_capex_usd", "monte_carlo",
            "nominal", "parse_overrides", "rental_serving_cost", "sample_params", "serving_cost", "tco_scope_note",
-           "tornado", "training_cost"]
+           "tornado", "training_cost", "triangle_through"]
