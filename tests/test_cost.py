@@ -769,3 +769,29 @@ def test_the_operating_point_names_the_options_that_price_it_again(capsys):
     assert main(base + flags[:2]) == 0  # the batch alone: the layout searched again, another point here
     alone = json.loads(capsys.readouterr().out)
     assert alone["headline_value"] != first["headline_value"]
+
+
+def test_cost_and_compare_price_what_time_times_in_training(capsys):
+    """audit37b F3: `time` took --trainable, --cp, --pipeline-split and the wafer --policy but `cost` and `compare` did
+    not, so a LoRA fine-tune of Llama-3-70B on one H100 node was timed (16.4 s a step) but could not be priced (full
+    training does not fit there). Each now prices the step `time` gives."""
+    from wseplan.cli import main
+
+    args = ["llama-3-70b", "--target", "h100x8", "--phase", "train", "--trainable", "lora", "--batch", "64",
+            "--context", "4096", "-f", "json"]
+    assert main(["time", *args]) == 0
+    t = json.loads(capsys.readouterr().out)
+    assert main(["cost", *args, "--train-tokens", "1e9"]) == 0
+    c = json.loads(capsys.readouterr().out)
+    assert c["times"]["step_s"] == pytest.approx(t["step_s"], rel=1e-12)
+    assert main(["compare", "llama-3-70b", "--targets", "h100x8", *args[3:], "--train-tokens", "1e9"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["step_s"] == pytest.approx(t["step_s"], rel=1e-12)
+    wafer = ["gpt3-175b", "--target", "cs3x16", "--phase", "train", "--batch", "1536", "--context", "2048", "--policy",
+             "checkpoint", "-f", "json"]
+    assert main(["time", *wafer]) == 0
+    tw = json.loads(capsys.readouterr().out)
+    assert main(["cost", *wafer]) == 0
+    assert json.loads(capsys.readouterr().out)["times"]["step_s"] == pytest.approx(tw["step_s"], rel=1e-12)
+    assert main(["compare", "llama-3-70b", "--targets", "h100x8", "--trainable", "lora"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --trainable: training options; give --phase train, or drop them"

@@ -32,10 +32,13 @@ def compare_cmd(
     memoryx: Optional[str] = O.memoryx_opt("Wafer train rows: MemoryX capacity option, as `stream --memoryx` (e.g. 55tb; "
                                            "default: the smallest that holds the weights and optimizer state)."),
     policy: Optional[str] = O.policy_opt(None, "Wafer train rows: "),
+    cp: Optional[int] = O.cp_opt(),
+    pipeline_split: Optional[str] = O.pipeline_split_opt(),
+    trainable: Optional[str] = O.trainable_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
     acceptance: Optional[float] = O.acceptance_opt(),
     set_: Optional[list[str]] = O.set_opt("Pin a cost input, NAME=VALUE (repeatable), as `wseplan cost --set`."),
-    uncertainty: int = O.uncertainty_opt("Monte Carlo samples of the cost inputs (adds P10/P50/P90 $/M tokens).", short=False),
+    uncertainty: int = O.uncertainty_opt("Monte Carlo samples of the cost inputs (adds P10/P50/P90 $/M tokens)."),
     seed: int = O.seed_opt(),
     fmt: str = O.format_opt(),
     catalog: Optional[list[str]] = O.catalog_opt(),
@@ -52,10 +55,14 @@ def compare_cmd(
         raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
     cat = O.load_catalog(catalog)
     opts = O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision)
-    if memoryx is not None or policy is not None:  # wafer training's options (audit32c F5), the wafer rows' alone
+    train_opts = O.training_options(cp, pipeline_split, trainable, memoryx, policy)
+    if train_opts:  # training's options (audit32c F5; audit37b F3: `time --trainable lora` could not be compared)
         if phase != "train":
-            raise InputError("--memoryx/--policy: wafer training options; give --phase train, or drop them")
-        opts.update({k: v for k, v in dict(memoryx_option=memoryx, policy=policy).items() if v is not None})
+            flags = {"context_parallel": "--cp", "pipeline_split": "--pipeline-split", "trainable": "--trainable",
+                     "memoryx_option": "--memoryx", "policy": "--policy"}
+            raise InputError(f"{', '.join(flags[k] for k in train_opts)}: training options; give --phase train, or "
+                             "drop them")
+        opts.update(train_opts)
     with O.spec_flag_errors():
         res = compare_fn(model, targets, phase=phase, precision=precision, batch=batch, context=context,
                          output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,

@@ -41,6 +41,10 @@ def cost_cmd(
     wafers: Optional[int] = typer.Option(None, "--wafers", help="Wafer serving: wafers per replica (a count splits "
                                          "into replicas of that many, as the operating point's layout num_wafers)."),
     memoryx: Optional[str] = O.memoryx_opt(),
+    policy: Optional[str] = O.policy_opt(None, "Wafer train: "),
+    cp: Optional[int] = O.cp_opt(),
+    pipeline_split: Optional[str] = O.pipeline_split_opt(),
+    trainable: Optional[str] = O.trainable_opt(),
     software: Optional[str] = O.software_opt(),
     speculative: Optional[str] = O.speculative_opt(),
     kv_precision: Optional[str] = O.kv_precision_opt(),
@@ -60,7 +64,8 @@ def cost_cmd(
     wseplan cost llama-3.1-70b --target cs3x4 --batch 8 --speculative none ;
     wseplan cost llama-3.1-70b --target h200x16 -p fp8 --batch 32 --tp 1 --dp 16 (a sweep row's layout) ;
     wseplan cost llama-3.1-8b --target h100x64 --phase train --batch 512 --tp 1 --pp 1 --dp 64 --micro-batch 1
-    --recompute selective --zero 1 --train-tokens 1e12 (a training sweep row)
+    --recompute selective --zero 1 --train-tokens 1e12 (a training sweep row) ;
+    wseplan cost llama-3-70b --target h100x8 --phase train --trainable lora --batch 64 --context 4096 --train-tokens 1e9
     """
     from ..costing import cost
 
@@ -68,6 +73,9 @@ def cost_cmd(
     cat = O.load_catalog(catalog)
     opts = O.with_moe(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision), phase, ep,
                       expert_dispatch, expert_overlap)
+    # the training options `time` takes, so that any `time` row can be priced (audit37b F3: a LoRA fine-tune was timed
+    # but could not be priced); --memoryx stays cost's own argument
+    opts.update(O.training_options(cp, pipeline_split, trainable, None, policy))
     with O.spec_flag_errors():
         res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                    output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),

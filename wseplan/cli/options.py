@@ -199,6 +199,31 @@ def policy_opt(default: str | None = "auto", where: str = "") -> typer.models.Op
                         f"{what[0].upper()}{what[1:]}.")
 
 
+def cp_opt() -> typer.models.OptionInfo:
+    """``--cp``: the context-parallel degree of GPU training."""
+    return typer.Option(None, "--cp", help="Context-parallel degree (GPU train).")
+
+
+def pipeline_split_opt() -> typer.models.OptionInfo:
+    """``--pipeline-split``: how GPU training spreads the layers over the pipeline stages."""
+    return typer.Option(None, "--pipeline-split", help="GPU train: uneven (default: any layers per stage, current "
+                        "frameworks) | even (layers divide pp x vpp, Megatron-LM 2021-2022).")
+
+
+def trainable_opt() -> typer.models.OptionInfo:
+    """``--trainable``: which weights GPU training updates (full training or LoRA adapters)."""
+    return typer.Option(None, "--trainable", help="GPU train: full (default: every weight) | lora (frozen base "
+                        "weights, low-rank adapters on the attention projections: no weight gradients or optimizer "
+                        "state for the base, and the frozen MLP keeps no inputs of its linear layers) | lora-all "
+                        "(adapters on every linear layer).")
+
+
+def training_options(cp, pipeline_split, trainable, memoryx, policy) -> dict:
+    """The training options ``time`` and ``cost`` share, as family options (those given)."""
+    return {k: v for k, v in dict(context_parallel=cp, pipeline_split=pipeline_split, trainable=trainable,
+                                  memoryx_option=memoryx, policy=policy).items() if v is not None}
+
+
 def solver_opt(default: str, help: str) -> typer.models.OptionInfo:
     """``--solver``."""
     return typer.Option(default, "--solver", help=help)

@@ -30,7 +30,7 @@ def time_cmd(
     tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree (GPU)."),
     pp: Optional[int] = typer.Option(None, "--pp", help="Pipeline-parallel degree (GPU)."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Data-parallel degree (GPU train: default count/(tp*pp*cp))."),
-    cp: Optional[int] = typer.Option(None, "--cp", help="Context-parallel degree (GPU train)."),
+    cp: Optional[int] = O.cp_opt(),
     vpp: Optional[int] = typer.Option(None, "--vpp", help="Virtual pipeline stages per rank (interleaved schedule)."),
     ep: Optional[int] = O.ep_opt(),
     adp: Optional[int] = O.adp_opt(),
@@ -42,13 +42,8 @@ def time_cmd(
     policy: Optional[str] = O.policy_opt(None, "Wafer train: "),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="GPU train: none | selective | full | partial (the fewest whole layers per stage that fit, Megatron-LM block recompute)."),
     zero: Optional[int] = typer.Option(None, "--zero", help="GPU train: ZeRO stage 0-3."),
-    pipeline_split: Optional[str] = typer.Option(
-        None, "--pipeline-split", help="GPU train: uneven (default: any layers per stage, current frameworks) | even "
-        "(layers divide pp x vpp, Megatron-LM 2021-2022)."),
-    trainable: Optional[str] = typer.Option(
-        None, "--trainable", help="GPU train: full (default: every weight) | lora (frozen base weights, low-rank "
-        "adapters on the attention projections: no weight gradients or optimizer state for the base, and the frozen "
-        "MLP keeps no inputs of its linear layers) | lora-all (adapters on every linear layer)."),
+    pipeline_split: Optional[str] = O.pipeline_split_opt(),
+    trainable: Optional[str] = O.trainable_opt(),
     speculative: Optional[str] = O.speculative_opt(),
     kv_precision: Optional[str] = O.kv_precision_opt(),
     draft_tokens: Optional[int] = O.draft_tokens_opt(),
@@ -74,12 +69,11 @@ def time_cmd(
     lay = {k: v for k, v in dict(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, virtual_pipeline=vpp,
                                   micro_batch=micro_batch, expert_parallel=ep, attention_data_parallel=adp).items()
            if v is not None}
-    opts = {k: v for k, v in dict(context_parallel=cp, recompute=recompute, zero_stage=zero,
-                                  pipeline_split=pipeline_split, trainable=trainable).items() if v is not None}
+    opts = {k: v for k, v in dict(recompute=recompute, zero_stage=zero).items() if v is not None}
+    opts.update(O.training_options(cp, pipeline_split, trainable, memoryx, policy))
     opts.update(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision))
     opts = O.with_moe(opts, phase, ep, expert_dispatch, expert_overlap)
-    # wafer training takes stream's options (audit32c F5: `time --micro-batch` said "use num_systems", no flag of time)
-    opts.update({k: v for k, v in dict(memoryx_option=memoryx, policy=policy).items() if v is not None})
+    # (wafer training takes stream's options, --memoryx and --policy: audit32c F5)
     if search and lay:
         raise InputError("--search: the layout is searched whenever none is given; drop --search or the layout options")
     if train_tokens is not None:
