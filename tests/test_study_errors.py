@@ -58,3 +58,21 @@ def test_a_percentile_given_as_a_fraction_is_refused_with_the_fix(tmp_path, caps
     assert main(["fleet", str(d)]) == 2
     assert "workloads.0.sla.percentile: is in percent: 0.99 would be the 0.99th percentile; give 99 for p99" in \
         capsys.readouterr().err
+
+
+def test_messages_name_what_the_user_gave(tmp_path, capsys):
+    """audit37b F8: `--out` under a file said the folder "does not exist"; `check` on a claims study said "claims: Input
+    should be a valid list"; `report -f md` headed the files' sizes "memory"."""
+    f = tmp_path / "afile.txt"
+    f.write_text("hi\n")
+    assert main(["report", "studies/claims-audit.yaml", "--out", str(f / "sub")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out: {f} is a file, not a folder; give another --out"
+    assert main(["check", "studies/claims-audit.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "a claims study" in err and "run `wseplan report studies/claims-audit.yaml`" in err
+    s = tmp_path / "s.yaml"
+    s.write_text("name: cs\ntitle: t\nquestion: q\nkind: training\nmodel: llama-3.1-8b\ntargets: [cs3]\n"
+                 "training: {tokens: 1.0e+9, deadline_days: 30, seq_len: 2048, global_batch: 64, sizes: [1]}\n")
+    assert main(["report", str(s), "--out", str(tmp_path / "out"), "-f", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "| file | size [" in out and "memory" not in out

@@ -148,6 +148,10 @@ def load_claims(path: str | Path) -> list[Claim]:
         raise InputError(f"claims file {exc}") from None
     if not isinstance(data, dict) or "claims" not in data:
         raise InputError(f"{path}: needs a top-level 'claims:' list")
+    if data.get("kind") == "claims" and isinstance(data["claims"], str):  # a claims study naming its claims file
+        # (audit37b F8: `check` on it said "claims: Input should be a valid list")
+        raise InputError(f"{path}: a claims study (kind: claims, claims: {data['claims']}): run `wseplan report {path}`, "
+                         f"or `wseplan check` on the claims file it names")
     try:
         parsed = ClaimsFile.model_validate(data)
     except ValidationError as exc:

@@ -31,6 +31,8 @@ def report_cmd(
     O.check_out(out)
     if out is not None:  # a typo in a given folder's parent is not a new tree (audit30a M7); the default makes reports/
         parent = os.path.dirname(os.path.normpath(out)) or "."
+        if os.path.exists(parent) and not os.path.isdir(parent):  # audit37b F8: "does not exist" for a file
+            raise InputError(f"--out: {parent} is a file, not a folder; give another --out")
         if not os.path.isdir(parent):
             raise InputError(f"--out: the folder {parent} does not exist; create it first or give another --out")
     cat = O.load_catalog(catalog)
@@ -41,8 +43,8 @@ def report_cmd(
         json_out({"study": result.study.name, "out": str(path), "answer": result.answer, "files": rows}, prices=[])
     elif fmt == "table":
         emit(f"{result.answer}\n\nwrote {len(rows)} files to {path}\n")
-    else:
-        table_out(rows, fmt)
+    else:  # a file's size, not a memory load (audit37b F8: the `bytes` key's label is "memory")
+        table_out([{"file": r["file"], "size_bytes": r["bytes"]} for r in rows], fmt)
 
 
 def register(app: typer.Typer) -> None:
