@@ -795,3 +795,15 @@ def test_cost_and_compare_price_what_time_times_in_training(capsys):
     assert json.loads(capsys.readouterr().out)["times"]["step_s"] == pytest.approx(tw["step_s"], rel=1e-12)
     assert main(["compare", "llama-3-70b", "--targets", "h100x8", "--trainable", "lora"]) == 2
     assert capsys.readouterr().err.strip() == "error: --trainable: training options; give --phase train, or drop them"
+
+
+def test_int8_gpu_training_says_no_recipe_is_validated():
+    """audit37b F9: int8 training on H100 ran at the fp8 rate with no note (int4 is refused; int8 on a wafer notes its
+    datapath); it now says so and names fp8 as the production 8-bit recipe. fp8 and bf16 get no such note."""
+    from wseplan.timing import predict_time
+
+    kw = dict(phase="train", batch=1536, context=2048)
+    i8 = predict_time("gpt3-175b", "h100x1024", precision="int8", **kw)
+    assert any(n.startswith("int8 training is timed at h100-sxm's int8 tensor-core rate") for n in i8.notes)
+    for p in ("fp8", "bf16"):
+        assert not any("int8 training" in n for n in predict_time("gpt3-175b", "h100x1024", precision=p, **kw).notes)

@@ -15,6 +15,11 @@ def _datapath_note(t, precision: str, phase: str) -> list[str]:
     (:func:`~wseplan.catalog.precision.datapath_format`): inference keeps the weights in ``precision`` in memory and
     widens them in the kernel (weight-only, as vLLM's FP8 Marlin runs fp8 on Ampere)."""
     rates = device_rates(getattr(t, "device", None))
+    if phase == "train" and precision == "int8" and getattr(t, "kind", None) == "gpu" and rates is not None \
+            and precision in rates:  # audit37b F9: priced as a mainstream run at the 8-bit rate, without a word
+        return [f"int8 training is timed at {t.key}'s int8 tensor-core rate with fp8 training's scaling costs: no "
+                "published large-scale int8 pre-training recipe is validated (fp8, Transformer Engine, is the "
+                "production 8-bit recipe: --precision fp8)"]
     if rates is not None and precision in rates:
         # a 16-bit format the device runs far below its other 16-bit format (audit32a F4: bf16 on a V100 runs at its
         # fp32 rate, 7.3x slower than fp16, and said nothing)
