@@ -76,3 +76,18 @@ def test_messages_name_what_the_user_gave(tmp_path, capsys):
     assert main(["report", str(s), "--out", str(tmp_path / "out"), "-f", "md"]) == 0
     out = capsys.readouterr().out
     assert "| file | size [" in out and "memory" not in out
+
+
+def test_study_sizes_have_the_command_lines_bounds(tmp_path, capsys):
+    """audit37b F6: a study's 1e300 training tokens ran a 13-file report of 1e289-day runs (the CLI refuses above 1e30),
+    and a 1e300-day deadline leaked a matplotlib overflow warning; both are refused in one line, the bound written as
+    a person writes it."""
+    base = ("name: cs\ntitle: t\nquestion: q\nkind: training\nmodel: llama-3.1-8b\ntargets: [cs3]\n"
+            "training: {{tokens: {t}, deadline_days: {d}, seq_len: 2048, global_batch: 64, sizes: [1]}}\n")
+    for t, d, msg in (("1.0e+300", "30", "training.tokens: Input should be less than or equal to 1e+30"),
+                      ("1.0e+9", "1.0e+300", "training.deadline_days: Input should be less than or equal to 1e+06")):
+        f = tmp_path / "s.yaml"
+        f.write_text(base.format(t=t, d=d))
+        assert main(["report", str(f), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(msg) and len(err.splitlines()) == 1, err

@@ -5,6 +5,7 @@ The CLI turns any :class:`WseplanError` into one red line and exit status 2.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -40,6 +41,8 @@ def validation_detail(exc) -> tuple[str, str]:
     err = next((e for e in errs if e.get("type") == "extra_forbidden"), errs[0])
     loc = ".".join(str(x) for x in err.get("loc", ()) if not str(x).startswith("function-"))
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    # pydantic writes a bound of 1e30 as thirty-one digits: the bound as a person writes it
+    msg = re.sub(r"(than(?: or equal to)? )(\d{7,})(\.0)?\b", lambda m: f"{m.group(1)}{float(m.group(2)):g}", msg)
     if err.get("type") == "extra_forbidden":
         msg = "unknown key; remove it or fix its spelling"
     elif err.get("type") == "missing":

@@ -111,8 +111,8 @@ class ServerSpec(_Frozen):
 class TrainingSpec(_Frozen):
     """Training run: token budget, deadline, sequence length, global batch and the cluster sizes to sweep."""
 
-    tokens: float = Field(gt=0)
-    deadline_days: float = Field(gt=0)
+    tokens: float = Field(gt=0, le=1e30, description="tokens of the run (at most 1e30, as --train-tokens)")
+    deadline_days: float = Field(gt=0, le=1e6, description="days (at most 1e6)")
     seq_len: int = Field(gt=0)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     sizes: list[int] = Field(min_length=1, description="systems (wafer targets) or nodes (GPU targets)")
