@@ -807,3 +807,25 @@ def test_int8_gpu_training_says_no_recipe_is_validated():
     assert any(n.startswith("int8 training is timed at h100-sxm's int8 tensor-core rate") for n in i8.notes)
     for p in ("fp8", "bf16"):
         assert not any("int8 training" in n for n in predict_time("gpt3-175b", "h100x1024", precision=p, **kw).notes)
+
+
+def test_a_per_hardware_input_without_its_prefix_is_refused_across_hardware(tmp_path, capsys):
+    """audit37b F7: `--set capex_usd=500000` in a compare of CS-3 and H100 (or a study's cost.set, a sweep's set) priced a
+    $2.5M wafer system and a $270k GPU node at one number; refused where several hardware are priced, with the prefix
+    to give. One hardware (two sizes of it) keeps the plain name, as `cost` does."""
+    from wseplan.cli import main
+
+    args = ["compare", "gpt3-175b", "--targets", "cs3x16,h100x1024", "--phase", "train", "--batch", "1536", "--context",
+            "2048", "--train-tokens", "3e11", "-f", "csv"]
+    assert main([*args, "--set", "capex_usd=500000"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --set: capex_usd is per hardware and these targets have 2 (cs3, "
+                                               "h100-sxm); prefix it, e.g. cs3.capex_usd=...")
+    assert main([*args, "--set", "cs3.capex_usd=500000"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "llama-3-70b", "--targets", "h100x8,h100x16", "--set", "capex_usd=300000", "-f", "csv"]) == 0
+    capsys.readouterr()
+    sw = tmp_path / "s.yaml"
+    sw.write_text("name: x\nphase: decode\nmodels: [llama-3.1-8b]\ntargets: [h100x8, cs3]\nbatches: [1]\n"
+                  "contexts: [1024]\nset: {network_frac: 0.2}\n")
+    assert main(["sweep", str(sw), "--out", str(tmp_path / "o")]) == 2
+    assert "set: network_frac is per hardware" in capsys.readouterr().err

@@ -286,6 +286,7 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
         if (pt.key, pt.count) in seen:
             raise InputError(f"--targets: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
         seen[(pt.key, pt.count)] = t
+    C.unscoped_hardware_inputs(overrides, [C.hardware_price_key(pt) for pt in parsed.values()])
     search = batch is None and phase in ("decode", "serve")
     m = resolve_model(model, cat) if isinstance(model, str) else model
     given_context, given_batch = context, batch

@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
+from ..analytic.cost import hardware_price_key, unscoped_hardware_inputs
 from ..catalog.load import load_catalog, read_yaml
 from ..catalog.schema import check_name, check_text
 from ..errors import CatalogError, InputError, validation_detail
@@ -181,6 +182,9 @@ def _distinct_targets(st: Study, cat) -> None:
         if (pt.key, pt.count) in seen:
             raise InputError(f"targets: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
         seen[(pt.key, pt.count)] = t
+    # a per-hardware input pinned for several hardware (audit37b F7)
+    unscoped_hardware_inputs(st.cost.set, [hardware_price_key(parse_target(t, cat)) for t in st.target_names],
+                             where="cost.set")
 
 
 def _provenance(st: Study, cat) -> dict:

@@ -197,3 +197,18 @@ def apply_overrides(params: dict[str, Param], overrides: dict[str, float], *, ha
 
 def nominal(params: dict[str, Param]) -> dict[str, float]:
     return {k: p.value for k, p in params.items()}
+
+
+#: cost inputs that each hardware's price entry has its own value of (``HardwarePrice``): without a ``<hardware>.``
+#: prefix ``--set`` pins every priced target's to one number
+HARDWARE_INPUTS = ("capex_usd", "network_frac", "cloud_usd_per_device_hour")
+
+
+def unscoped_hardware_inputs(overrides, price_keys, *, where: str = "--set") -> None:
+    """Refuse a per-hardware input without its hardware prefix where targets of several price entries are priced
+    together (audit37b F7: ``capex_usd=500000`` priced a $2.5M CS-3 and a $270k H100 node alike, without a word)."""
+    keys = sorted(set(price_keys))
+    bare = [k for k in overrides or {} if k in HARDWARE_INPUTS]
+    if len(keys) > 1 and bare:
+        raise InputError(f"{where}: {bare[0]} is per hardware and these targets have {len(keys)} ({', '.join(keys)}); "
+                         f"prefix it, e.g. {keys[0]}.{bare[0]}=...")
