@@ -760,7 +760,8 @@ def test_the_operating_point_names_the_options_that_price_it_again(capsys):
     assert main(base) == 0
     first = json.loads(capsys.readouterr().out)
     (note,) = [n for n in first["notes"] if n.startswith("operating point:")]
-    m = re.search(r": (--batch \d+ --tp \d+(?: --pp \d+)?(?: --dp \d+)?(?: --adp \d+)?) prices it again", note)
+    m = re.search(r"`wseplan cost` with (--batch \d+ --tp \d+(?: --pp \d+)?(?: --dp \d+)?(?: --adp \d+)?) prices it again",
+                  note)
     assert m, note
     flags = m.group(1).split()
     assert main(base + flags) == 0
@@ -795,6 +796,16 @@ def test_cost_and_compare_price_what_time_times_in_training(capsys):
     assert json.loads(capsys.readouterr().out)["times"]["step_s"] == pytest.approx(tw["step_s"], rel=1e-12)
     assert main(["compare", "llama-3-70b", "--targets", "h100x8", "--trainable", "lora"]) == 2
     assert capsys.readouterr().err.strip() == "error: --trainable: training options; give --phase train, or drop them"
+    for cmd in (["cost", "llama-3-70b", "--target", "h100x8"], ["time", "llama-3-70b", "--target", "h100x8"]):
+        assert main([*cmd, "--phase", "serve", "--trainable", "lora"]) == 2  # named by its flag (review37 M4)
+        assert capsys.readouterr().err.strip() == ("error: --trainable: training options; give --phase train, or drop "
+                                                   "them")
+    # a compare of GPUs and wafers applies the GPU training options to the GPU rows and says so (review37 M3: the wafer
+    # rows refused them and the whole compare failed)
+    assert main(["compare", "llama-3-70b", "--targets", "h100x8,cs3x4", *args[3:]]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [r["step_s"] for r in got["rows"]][0] == pytest.approx(t["step_s"], rel=1e-12)
+    assert any(n.startswith("--trainable lora applies to the GPU rows") for n in got["notes"])
 
 
 def test_int8_gpu_training_says_no_recipe_is_validated():
@@ -822,6 +833,14 @@ def test_a_per_hardware_input_without_its_prefix_is_refused_across_hardware(tmp_
                                                "h100-sxm); prefix it, e.g. cs3.capex_usd=...")
     assert main([*args, "--set", "cs3.capex_usd=500000"]) == 0
     capsys.readouterr()
+    # another per-hardware input under one target's prefix prices that target alone (review37 H1: a name clash
+    # refused every prefixed input but three)
+    assert main([*args, "--set", "cs3.peak_power_w=30000", "--set", "h100.rack_units=8"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--set", "peak_power_w=30000"]) == 2
+    assert "peak_power_w is per hardware" in capsys.readouterr().err
+    assert main(["fleet", "studies/demand-example.yaml", "--no-analysis", "--set", "capex_usd=500000"]) == 2
+    assert "--set: capex_usd is per hardware" in capsys.readouterr().err
     assert main(["compare", "llama-3-70b", "--targets", "h100x8,h100x16", "--set", "capex_usd=300000", "-f", "csv"]) == 0
     capsys.readouterr()
     sw = tmp_path / "s.yaml"

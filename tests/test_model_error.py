@@ -146,8 +146,13 @@ def test_no_interval_end_runs_the_model_above_the_compute_roof():
         assert long.interval_low > max(long.details["floors"].values())
     c = cost("gpt-3-175b", "cs3x64", phase="train", batch=1536, context=2048)
     f = next(p for p in c.params if p.name == "model_time_factor")
-    # the cost samples the 5th-95th percentile band (wider than the record's 80% interval), held at the same floors
-    assert max(fl.values()) / r.step_s * (1 - 1e-12) <= f.low <= r.interval_low / r.step_s * (1 + 1e-12)
+    # the cost's samples (a triangle whose P10 and P90 are the record's 80% interval) are held at the same floors:
+    # the least value a sample takes is the floor or the triangle's low end, never below the floor (review37 H2: the
+    # samples are clipped at it, the triangle kept)
+    assert max(fl.values()) / r.step_s * (1 - 1e-12) <= f.least <= r.interval_low / r.step_s * (1 + 1e-12)
+    from wseplan.analytic.cost import sample_params
+    s = sample_params({"model_time_factor": f}, 4000, 3)["model_time_factor"]
+    assert s.min() >= f.least and (s == f.least).any() == (f.clip_low is not None and f.clip_low > f.low)
     # the rule by hand: the larger of the compute roof (MFU) and floor / time; neither without an MFU or a floor
     assert ME.roof_time_factor(0.5) == 0.5
     assert ME.roof_time_factor(0.5, floor_s=7.0, time_s=10.0) == pytest.approx(0.7)
@@ -183,7 +188,7 @@ def test_no_interval_end_streams_the_weights_faster_than_the_links():
     assert "stream the weights" in r.interval_note
     c = cost("gpt-3-175b", "cs3x256", phase="train", batch=1536, context=2048)
     f = next(p for p in c.params if p.name == "model_time_factor")
-    assert f.low == pytest.approx(link / r.step_s, rel=1e-12)
+    assert f.least == pytest.approx(link / r.step_s, rel=1e-12)
 
 
 def test_a_category_without_validated_rows_spans_its_weak_rows(tmp_path):

@@ -44,10 +44,10 @@ def test_cost_without_batch_is_the_cheapest_point_that_meets_the_speed():
     assert op["min_tokens_per_s_per_user"] == 20 and op["min_source"] == "default" and op["meets"]
     assert res.plan["sources"]["batch"] == "searched" and res.batch == op["batch"]
     lay = op["layout"]
-    again = f"per replica, TP{lay['tp']}" + (f" x DP{lay['dp']}" if lay["dp"] > 1 else "")
+    again = f"{lay['dp']} replica{'s' if lay['dp'] > 1 else ''} of TP{lay['tp']}, batch {res.batch} each"
     flags = f"--batch {res.batch} --tp {lay['tp']}" + (f" --dp {lay['dp']}" if lay["dp"] > 1 else "")
     assert lay["pp"] == 1 and res.notes[0] == (f"operating point: cheapest meeting >= 20 tok/s/user, batch {res.batch} "
-                                               f"(searched; {again}: {flags} prices it again)")
+                                               f"(searched; {again}: `wseplan cost` with {flags} prices it again)")
     # the one search: serve with TPOT <= 1/20 s and the slots full (the load cost prices) chose this point, and no
     # qualifying point is cheaper
     sv = serve("llama-3-70b", "h200x8", precision="fp8", input_tokens=2048, output_tokens=256,

@@ -237,6 +237,11 @@ def compare_case(model, target: str, *, phase: str, precision: str, batch: int |
     return CompareRow(**row, notes=notes), cr.times, {p.name: p for p in cr.params}  # the inputs the cost used
 
 
+#: GPU training options a compare applies to its GPU rows alone, and their flags
+GPU_TRAINING = ("context_parallel", "pipeline_split", "trainable")
+_FLAG = {"context_parallel": "--cp", "pipeline_split": "--pipeline-split", "trainable": "--trainable"}
+
+
 def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", batch: int | None = None,
             context: int | None = None, output_tokens: int | None = None, train_tokens: float | None = None,
             catalog=None, prices=None, uncertainty: int = 0, seed: int = 0,
@@ -313,7 +318,7 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
         every row."""
         if not options:
             return options
-        drop = ("memoryx_option", "policy") if parsed[t].kind == "gpu" else ("kv_precision",)
+        drop = ("memoryx_option", "policy") if parsed[t].kind == "gpu" else ("kv_precision",) + GPU_TRAINING
         return {k: v for k, v in options.items() if k not in drop} or None
     notes = ["power is the busy IT power of the whole fleet; $/h is the amortised TCO per wall-clock hour; "
              "J/token includes the site PUE (see `wseplan cost`)"]
@@ -323,6 +328,13 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
                              "--kv-precision")
         notes.append(f"--kv-precision {options['kv_precision']} applies to the GPU rows; the wafer rows keep their own "
                      "KV cache")
+    gpu_train = [k for k in GPU_TRAINING if (options or {}).get(k) is not None]
+    if gpu_train and any(pt.kind != "gpu" for pt in parsed.values()):  # review37 M3: they refused the wafer rows
+        if not any(pt.kind == "gpu" for pt in parsed.values()):
+            raise InputError(f"{', '.join(_FLAG[k] for k in gpu_train)}: GPU training options and no target is a GPU; "
+                             "drop them")
+        notes.append(f"{', '.join(_FLAG[k] + ' ' + str(options[k]) for k in gpu_train)} applies to the GPU rows; the "
+                     "wafer rows train as wafer training does (every weight, their own layout)")
     if phase == "train":  # audit28a L4: run days x 24 x $/h did not give the run cost
         notes.append("a run is charged per busy hour: run cost = run hours x $/h / utilization_frac (the site's share "
                      "of hours doing paid work; `wseplan cost` shows usd_per_busy_hour)")

@@ -191,11 +191,13 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
     floor = floor_s(rec.details) if q.phase == "train" else None  # a training step's floors replace MFU's roof
     f = roof_time_factor(None if floor is not None else rec.model_flop_utilization_frac, floor_s=floor,
                          time_s=rec.step_s)
-    if f is not None and lo < f:  # no sample may run the model's FLOPs above the peak, or stream faster than the links
+    clip = None
+    if f is not None and lo < f:  # no sample may run the model's FLOPs above the peak, or stream faster than the links:
+        # the samples below are held at the bound, the triangle kept (review37 H2: raising its low end moved its mass)
         roof = floor_text(rec.details) if floor is not None else "the compute roof (MFU 1)"
-        lo, note = f, note + f"; the fast end held at {roof} (x{f:.3g})"
+        clip, note = min(f, 1.0), note + f"; the fast end held at {roof} (x{f:.3g})"
     return C.Param(name="model_time_factor", value=1.0, low=min(lo, 1.0), high=max(hi, 1.0), log_scale=True,
-                   source=["wseplan-model-error"], basis="estimate",
+                   clip_low=clip, source=["wseplan-model-error"], basis="estimate",
                    note=f"true time / predicted time of the {q.phase} times; {note}")
 
 

@@ -42,7 +42,9 @@ def validation_detail(exc) -> tuple[str, str]:
     loc = ".".join(str(x) for x in err.get("loc", ()) if not str(x).startswith("function-"))
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
     # pydantic writes a bound of 1e30 as thirty-one digits: the bound as a person writes it
-    msg = re.sub(r"(than(?: or equal to)? )(\d{7,})(\.0)?\b", lambda m: f"{m.group(1)}{float(m.group(2)):g}", msg)
+    msg = re.sub(r"(than(?: or equal to)? )(\d{7,})(\.0)?\b",
+                 lambda m: m.group(1) + (f"{float(m.group(2)):g}" if float(f"{float(m.group(2)):g}") == float(m.group(2))
+                                         else f"{int(m.group(2)):,}"), msg)  # 1e+30, but 16,777,216 kept whole
     if err.get("type") == "extra_forbidden":
         msg = "unknown key; remove it or fix its spelling"
     elif err.get("type") == "missing":
@@ -61,6 +63,8 @@ def percentile_problem(v) -> str | None:
     size the fleet for a looser SLA than meant (audit37b F4), so values below 1 are refused with the fix."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or not 0 < v < 100:
         return f"must be in percent, at least 1 and below 100 (95 for p95), got {v!r}"
-    if v < 1:
+    if v < 1 and v * 100 >= 1:
         return f"is in percent: {v!r} would be the {v!r}th percentile; give {v * 100:g} for p{v * 100:g}"
+    if v < 1:
+        return f"is in percent, at least 1 and below 100 (95 for p95), got {v!r}"
     return None

@@ -41,10 +41,11 @@ class OperatingPoint(_Frozen):
         if tp:  # a GPU layout: the options that price the same point again (audit37b F5: `--batch` alone chose
             # another layout, 67% dearer)
             tp, pp, dp, adp = (int(self.layout.get(c) or 1) for c in ("tp", "pp", "dp", "adp"))
-            split += (f"; per replica, TP{tp}" + (f" x PP{pp}" if pp > 1 else "") + (f" x DP{dp}" if dp > 1 else "")
-                      + f": --batch {self.batch} --tp {tp}" + (f" --pp {pp}" if pp > 1 else "")
-                      + (f" --dp {dp}" if dp > 1 else "") + (f" --adp {adp}" if "adp" in self.layout else "")
-                      + " prices it again")
+            # (review37 M6: "per replica, TP2 x DP4" read DP4 as part of a replica; the flags are `cost`'s)
+            split += (f"; {dp} replica{'s' if dp > 1 else ''} of TP{tp}" + (f" x PP{pp}" if pp > 1 else "")
+                      + f", batch {self.batch} each: `wseplan cost` with --batch {self.batch} --tp {tp}"
+                      + (f" --pp {pp}" if pp > 1 else "") + (f" --dp {dp}" if dp > 1 else "")
+                      + (f" --adp {adp}" if "adp" in self.layout else "") + " prices it again")
         if self.meets:
             return f"cheapest meeting >= {x} tok/s/user, batch {self.batch} (searched{split})"
         return (f"no point reaches {x} tok/s/user; the cheapest within the near-tie share of the fastest, batch "

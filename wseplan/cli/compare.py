@@ -55,14 +55,8 @@ def compare_cmd(
         raise InputError(f"--uncertainty: sample count must be 0 or an integer >= 2, got {uncertainty}")
     cat = O.load_catalog(catalog)
     opts = O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision)
-    train_opts = O.training_options(cp, pipeline_split, trainable, memoryx, policy)
-    if train_opts:  # training's options (audit32c F5; audit37b F3: `time --trainable lora` could not be compared)
-        if phase != "train":
-            flags = {"context_parallel": "--cp", "pipeline_split": "--pipeline-split", "trainable": "--trainable",
-                     "memoryx_option": "--memoryx", "policy": "--policy"}
-            raise InputError(f"{', '.join(flags[k] for k in train_opts)}: training options; give --phase train, or "
-                             "drop them")
-        opts.update(train_opts)
+    # training's options (audit32c F5; audit37b F3: `time --trainable lora` could not be compared)
+    opts.update(O.training_options(cp, pipeline_split, trainable, memoryx, policy, phase))
     with O.spec_flag_errors():
         res = compare_fn(model, targets, phase=phase, precision=precision, batch=batch, context=context,
                          output_tokens=output_tokens, train_tokens=train_tokens, catalog=cat,

@@ -75,7 +75,7 @@ def cost_cmd(
                       expert_dispatch, expert_overlap)
     # the training options `time` takes, so that any `time` row can be priced (audit37b F3: a LoRA fine-tune was timed
     # but could not be priced); --memoryx stays cost's own argument
-    opts.update(O.training_options(cp, pipeline_split, trainable, None, policy))
+    opts.update(O.training_options(cp, pipeline_split, trainable, None, policy, phase))
     with O.spec_flag_errors():
         res = cost(model, target, phase=phase, precision=precision, batch=batch, context=context,
                    output_tokens=output_tokens, train_tokens=train_tokens, overrides=O.cost_overrides(set_, cat),
@@ -96,7 +96,7 @@ def render_cost(res, fmt: str, sources: dict | None = None, prices: list[str] | 
     rows = [{"metric": field_unit(m.metric).label, "field": m.metric,
              **{k: fmt_field(m.metric, getattr(m, k)) for k in ("value", "p10", "p50", "p90") if getattr(m, k) is not None}}
             for m in res.metrics]
-    params = [{"input": p.name, "value": fmt_field(p.name, p.value), "low": fmt_field(p.name, p.low),
+    params = [{"input": p.name, "value": fmt_field(p.name, p.value), "low": fmt_field(p.name, p.least),
                "high": fmt_field(p.name, p.high), "basis": basis_label(p.basis, p.source, sources),
                "source": ", ".join(p.source)} for p in res.params]
     head = res.headline_metric

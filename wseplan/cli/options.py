@@ -218,10 +218,20 @@ def trainable_opt() -> typer.models.OptionInfo:
                         "(adapters on every linear layer).")
 
 
-def training_options(cp, pipeline_split, trainable, memoryx, policy) -> dict:
-    """The training options ``time`` and ``cost`` share, as family options (those given)."""
-    return {k: v for k, v in dict(context_parallel=cp, pipeline_split=pipeline_split, trainable=trainable,
-                                  memoryx_option=memoryx, policy=policy).items() if v is not None}
+#: the flag of each training option (:func:`training_options`)
+TRAINING_FLAGS = {"context_parallel": "--cp", "pipeline_split": "--pipeline-split", "trainable": "--trainable",
+                  "memoryx_option": "--memoryx", "policy": "--policy"}
+
+
+def training_options(cp, pipeline_split, trainable, memoryx, policy, phase: str) -> dict:
+    """The training options ``time``, ``cost`` and ``compare`` share, as family options (those given); refused with
+    their flags outside ``--phase train`` (review37 M4: the family's refusal named its internal option names)."""
+    out = {k: v for k, v in dict(context_parallel=cp, pipeline_split=pipeline_split, trainable=trainable,
+                                 memoryx_option=memoryx, policy=policy).items() if v is not None}
+    if out and phase != "train":
+        raise InputError(f"{', '.join(TRAINING_FLAGS[k] for k in out)}: training options; give --phase train, or drop "
+                         "them")
+    return out
 
 
 def solver_opt(default: str, help: str) -> typer.models.OptionInfo:

@@ -70,7 +70,7 @@ def time_cmd(
                                   micro_batch=micro_batch, expert_parallel=ep, attention_data_parallel=adp).items()
            if v is not None}
     opts = {k: v for k, v in dict(recompute=recompute, zero_stage=zero).items() if v is not None}
-    opts.update(O.training_options(cp, pipeline_split, trainable, memoryx, policy))
+    opts.update(O.training_options(cp, pipeline_split, trainable, memoryx, policy, phase))
     opts.update(O.with_kv(O.spec_options(speculative, draft_tokens, acceptance, cat), kv_precision))
     opts = O.with_moe(opts, phase, ep, expert_dispatch, expert_overlap)
     # (wafer training takes stream's options, --memoryx and --policy: audit32c F5)
@@ -87,9 +87,14 @@ def time_cmd(
     if not res.fits:  # an infeasible plan is an error, as cost's (audit30a M2): one line, exit 2, no record
         why = next((n for n in res.notes if n.startswith("does not fit")), "does not fit")
         adp = next((f"; {n}" for n in res.notes if "data-parallel attention (--adp" in n), "")  # as cost's fix says
+        other = None
+        if lay:  # does a searched layout fit? (review37 M2: the pointer was given where none does)
+            with O.spec_flag_errors():
+                other = predict_time(model, target, phase=phase, precision=precision, batch=batch, context=context,
+                                     output_tokens=output_tokens, catalog=cat, software=software, **opts)
         raise InputError(f"{res.model} on {res.target} ({res.phase}, batch {res.batch}, context {res.context}) {why}{adp}"
                          + ("; without the layout options `wseplan time` and `wseplan fit` choose a layout that fits"
-                            if lay else "; `wseplan fit` shows the memory"))
+                            if other is not None and other.fits else "; `wseplan fit` shows the memory"))
     extra = {}
     if train_tokens is not None and res.step_s and res.tokens_per_s:
         from ..analytic.cost import time_to_train

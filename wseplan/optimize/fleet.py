@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analytic.cost import (TimeInputs, apply_overrides, cost_params, deployment_terms, evaluate, hardware_price_key,
-                             load_prices, nominal, tco_scope_note)
+                             load_prices, nominal, tco_scope_note, unscoped_hardware_inputs)
 from ..catalog.load import load_catalog
 from ..catalog.software import resolve_software
 from ..catalog.schema import Frozen
@@ -341,12 +341,15 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
     notes: list[str] = []
     systems, ctx = [], {}
     known: set[str] = set()
+    keys: list[str] = []
     for i, s in enumerate(spec.systems):
         try:
             tt = parse_target(s.hardware, cat)
         except InputError as exc:  # name the demand file's field (audit28b L4)
             raise InputError(f"systems[{i}].hardware: {str(exc).split(': ', 1)[-1]}") from None
         known |= set(cost_params(prices, cat, tt, include_memoryx=tt.kind == "wafer"))
+        keys.append(hardware_price_key(tt))
+    unscoped_hardware_inputs(ov, keys)  # one number for several hardware's price (audit37b F7, review37 M5)
     for k in ov:
         if k.split(".", 1)[-1] not in known:
 

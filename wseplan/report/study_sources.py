@@ -112,7 +112,7 @@ def assumptions_and_sources(st: Study, cat, params: dict, extra: list[str], targ
             ids += list(p.source)
             label = name if site else f"{tgt}: {name}"
             rows.append({"input": label, "value": _param_value(name, p.value),
-                         "range": f"{_param_value(name, p.low)} to {_param_value(name, p.high)}"
+                         "range": f"{_param_value(name, p.least)} to {_param_value(name, p.high)}"
                          if p.high > p.low else "", "basis": basis_label(p.basis, p.source, cat.sources),
                          "source": ", ".join(_source_title(s, cat) for s in p.source)})
         shown_site = True

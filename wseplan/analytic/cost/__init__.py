@@ -22,7 +22,7 @@ Units: USD, W, J, s, h (hours only inside ``*_per_hour`` names), kWh only in ``e
 """
 from __future__ import annotations
 
-from .params import (HARDWARE_INPUTS, Param, apply_overrides, cost_params, hardware_price_key, nominal, parse_overrides,
+from .params import (PER_HARDWARE_PRICES, Param, apply_overrides, cost_params, hardware_price_key, nominal, parse_overrides,
                      unscoped_hardware_inputs)
 from .prices import (HardwarePrice, MemoryXPrice, Prices, ServicePrice, SitePrices, _iter_quantities,
                      default_prices_dir, load_prices)
@@ -37,4 +37,4 @@ __all__ = ["HOURS_PER_YEAR", "MAX_UNCERTAINTY_SAMPLES", "S_PER_HOUR", "SCHEMA_VE
            "TimeInputs", "TornadoRow", "apply_overrides", "cost_from_times", "cost_params", "default_prices_dir",
            "deployment_cost", "deployment_terms", "evaluate", "hardware_price_key", "load_prices", "memoryx_capex_usd", "monte_carlo",
            "nominal", "parse_overrides", "rental_serving_cost", "sample_params", "serving_cost", "tco_scope_note",
-           "tornado", "training_cost", "triangle_through", "HARDWARE_INPUTS", "unscoped_hardware_inputs"]
+           "tornado", "training_cost", "triangle_through", "PER_HARDWARE_PRICES", "unscoped_hardware_inputs"]

@@ -22,6 +22,14 @@ class Param(Frozen):
     #: sampled triangular in the logarithm (a ratio such as the model's time error: symmetric factors, median near
     #: the value), else triangular in the value
     log_scale: bool = False
+    #: samples below this are raised to it (a hard bound inside the triangle's support: the model's time error cannot
+    #: run the model faster than its compute roof or its weight stream allow); None: no bound
+    clip_low: float | None = None
+
+    @property
+    def least(self) -> float:
+        """The lowest value a sample takes: ``low``, or the hard bound above it."""
+        return self.low if self.clip_low is None else max(self.low, self.clip_low)
 
     @classmethod
     def from_quantity(cls, name: str, q: Quantity) -> "Param":
@@ -199,16 +207,16 @@ def nominal(params: dict[str, Param]) -> dict[str, float]:
     return {k: p.value for k, p in params.items()}
 
 
-#: cost inputs that each hardware's price entry has its own value of (``HardwarePrice``): without a ``<hardware>.``
-#: prefix ``--set`` pins every priced target's to one number
-HARDWARE_INPUTS = ("capex_usd", "network_frac", "cloud_usd_per_device_hour")
+#: cost inputs that each hardware has its own value of (its price entry, its catalog power and rack space): without a
+#: ``<hardware>.`` prefix ``--set`` pins every priced target's to one number
+PER_HARDWARE_PRICES = ("capex_usd", "network_frac", "peak_power_w", "rack_units", "cloud_usd_per_device_hour")
 
 
 def unscoped_hardware_inputs(overrides, price_keys, *, where: str = "--set") -> None:
     """Refuse a per-hardware input without its hardware prefix where targets of several price entries are priced
     together (audit37b F7: ``capex_usd=500000`` priced a $2.5M CS-3 and a $270k H100 node alike, without a word)."""
     keys = sorted(set(price_keys))
-    bare = [k for k in overrides or {} if k in HARDWARE_INPUTS]
+    bare = [k for k in overrides or {} if k in PER_HARDWARE_PRICES]
     if len(keys) > 1 and bare:
         raise InputError(f"{where}: {bare[0]} is per hardware and these targets have {len(keys)} ({', '.join(keys)}); "
                          f"prefix it, e.g. {keys[0]}.{bare[0]}=...")

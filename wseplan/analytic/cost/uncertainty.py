@@ -44,6 +44,8 @@ def sample_params(params: dict[str, Param], n: int, seed: int) -> dict[str, np.n
                        else (p.low, p.value, p.high))
         x = stats.triang.rvs((mid - lo) / (hi - lo), loc=lo, scale=hi - lo, size=n, random_state=rng)
         out[k] = np.exp(x) if p.log_scale and p.low > 0 else x
+        if p.clip_low is not None:  # a hard bound inside the support: the samples below it take it (review37 H2)
+            out[k] = np.maximum(out[k], p.clip_low)
     return out
 
 
@@ -95,10 +97,10 @@ def tornado(params: dict[str, Param], fn: Callable[[dict], dict], metric: str) -
     m = 2 * len(names)
     cols = {k: np.full(m, p.value) for k, p in params.items()}
     for i, k in enumerate(names):
-        cols[k][2 * i] = params[k].low
+        cols[k][2 * i] = params[k].least
         cols[k][2 * i + 1] = params[k].high
     v = np.broadcast_to(np.asarray(fn(cols)[metric], dtype=float), (m,))
-    rows = [TornadoRow(metric=metric, param=k, low=params[k].low, high=params[k].high, metric_at_low=float(v[2 * i]),
+    rows = [TornadoRow(metric=metric, param=k, low=params[k].least, high=params[k].high, metric_at_low=float(v[2 * i]),
                        metric_at_high=float(v[2 * i + 1]), swing=float(v[2 * i + 1] - v[2 * i]))
             for i, k in enumerate(names)]
     rows.sort(key=lambda r: (-abs(r.swing), r.param))
