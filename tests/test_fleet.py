@@ -248,7 +248,7 @@ def test_overrides_apply_per_system_type(fake_time):
     spec = read_demand(EXAMPLE)
     base = {s.name: s for s in build_problem(spec, catalog=cat).systems}
     pb = build_problem(spec, catalog=cat, overrides={"h100-sxm.capex_usd": 200000.0, "memoryx_dram_usd_per_tb": 1e5,
-                                                      "cloud_usd_per_device_hour": 2.0})
+                                                      "h200-sxm.cloud_usd_per_device_hour": 2.0})
     new = {s.name: s for s in pb.systems}
     assert new["h100-sxm"].cost_inputs["capex_usd"] == 200000.0
     assert new["h200-sxm"].capex_usd == base["h200-sxm"].capex_usd  # untouched
@@ -273,6 +273,8 @@ def test_overrides_apply_per_system_type(fake_time):
         assert c.extra_facility_power_w == pytest.approx((12 + 4 * c.num_devices) * 800.0 * p["pue"], rel=1e-9)
     with pytest.raises(InputError, match="unknown cost input"):
         build_problem(spec, catalog=cat, overrides={"electricity": 0.1})
+    with pytest.raises(InputError, match="cloud_usd_per_device_hour is per hardware"):  # one price for three (review37 M5)
+        build_problem(spec, catalog=cat, overrides={"cloud_usd_per_device_hour": 2.0})
 
 
 # --------------------------------------------------------------------------------------------- analysis, solver

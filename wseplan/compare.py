@@ -389,8 +389,9 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
     asked = (options or {}).get("speculative") not in (None, "none")
     if phase in ("decode", "serve", "prefill") and drafting and plain and asked:  # asked for: each row's engine judged
         notes.append(f"speculative decoding differs across the rows (on: {', '.join(drafting)}; off: {', '.join(plain)}): "
-                     "asked for on every row, each engine speculates only where a step is faster with it (each row's "
-                     "notes say why not); --speculative none compares every row plain")
+                     "asked for on every row, each engine speculates only where the draft fits beside the target and a "
+                     "step is faster with it (each row's notes say why not); --speculative none compares every row "
+                     "plain")
     elif phase in ("decode", "serve", "prefill") and drafting and plain:  # unlike engines: say so, and how to align them
         notes.append(f"speculative decoding differs across the rows (on: {', '.join(drafting)}; off: {', '.join(plain)}), "
                      "as each family's default software profile runs; for like for like give --speculative none (every "

@@ -181,11 +181,16 @@ def model_time_param(s: Setup, rec) -> C.Param | None:
         return None
     lo, hi, note = b
     level = load_model_error().level
+    tri = None
     if lo < 1.0 < hi:
-        a, z = C.triangle_through(math.log(lo), math.log(hi), p=(1.0 - level) / 2.0)
+        try:
+            tri = C.triangle_through(math.log(lo), math.log(hi), p=(1.0 - level) / 2.0)
+        except ValueError:  # an interval lopsided beyond any triangle with its mode at 1 (review37 L4): the 5-95% one
+            tri = None
+    if tri is not None:
         note += (f"; sampled triangular in the logarithm with its P{50 - 50 * level:g}-P{50 + 50 * level:g} at the "
                  f"{level:.0%} interval x{lo:.3g}-x{hi:.3g}")
-        lo, hi = math.exp(a), math.exp(z)
+        lo, hi = math.exp(tri[0]), math.exp(tri[1])
     else:
         lo, hi, note = time_factor_range(cat, level=0.9, **env)
     floor = floor_s(rec.details) if q.phase == "train" else None  # a training step's floors replace MFU's roof

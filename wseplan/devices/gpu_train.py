@@ -288,12 +288,12 @@ def _prompt_bound_note(ctx, r: dict) -> list[str]:
     to ``adp`` times (audit37a F5: DeepSeek-V3, 256 x 32k prompts at adp 8, an 18-minute TTFT with no caveat)."""
     adp = int(r["adp"])
     per_step = float(r["batch"]) * float(r["context"]) / max(float(r["output_tokens"]), 1.0)
-    if not per_step > float(ctx.engine.token_budget.si):
+    if not per_step + float(r["batch"]) > float(ctx.engine.token_budget.si):  # the step's decode tokens use it too
         return []
     return [f"prompts bind this point ({per_step:,.0f} prompt tokens per decode step against the engine's token budget "
             f"of {ctx.engine.token_budget.si:,.0f}): the budget is the replica's here, where SGLang and TensorRT-LLM give "
             f"each of the {adp} attention ranks its own, so TTFT and throughput may be up to {adp}x pessimistic; "
-            "compare --adp 1"]
+            "`--adp 1` prices the split attention"]
 
 
 def implied_attention_dp(ctx, given: dict) -> dict:

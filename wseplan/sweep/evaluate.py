@@ -110,7 +110,8 @@ def _evaluate_block(g: Group, start: int, stop: int) -> dict:
     if not train and "time.expert_layout_choice" in arr and "tp" in arr and num_experts(q.model) > 1:
         # the experts each row's engine ran: whole over its TP GPUs (expert parallel = tp) or split over them (1), as
         # the row's `time` record reports layout.expert_parallel (audit37a F2: the column was empty on serving rows)
-        cfg["ep"] = np.where(np.asarray(arr["time.expert_layout_choice"]) == 1.0, np.asarray(arr["tp"], dtype=float), 1.0)
+        ep = np.where(np.asarray(arr["time.expert_layout_choice"]) == 1.0, np.asarray(arr["tp"], dtype=float), 1.0)
+        cfg["ep"] = np.where(np.asarray(arr["fits"], dtype=bool), ep, np.nan)  # none ran where it does not fit
     return _columns(g, cfg, res)
 
 
