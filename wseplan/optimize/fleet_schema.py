@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from ..catalog.inputs import NoBoolNumbers
+from ..catalog.inputs import NoBoolNumbers, Percentile
 from ..catalog.load import read_yaml
 from ..catalog.schema import PRECISIONS, Frozen, check_name, check_text
-from ..errors import InputError, percentile_problem, validation_detail
+from ..errors import InputError, validation_detail
 from ..targets import MAX_GPUS
 from ..units import parse_quantity
 from ..workload import KV_FORMATS, beside
@@ -44,15 +44,8 @@ class Sla(NoBoolNumbers, Frozen):
 
     ttft_s: float | None = Field(default=None, gt=0)
     tpot_s: float | None = Field(default=None, gt=0)
-    percentile: float = Field(default=95, description="the TTFT percentile the ttft_s limit applies to, in percent")
+    percentile: Percentile = Field(default=95, description="the TTFT percentile the ttft_s limit applies to, in percent")
 
-    @field_validator("percentile")
-    @classmethod
-    def _percentile_in_percent(cls, v):
-        why = percentile_problem(v)
-        if why:
-            raise ValueError(why)
-        return v
 
     def limits(self) -> dict[str, float]:
         """The limits that are set, ``{"ttft_s": 2.0, ...}``."""

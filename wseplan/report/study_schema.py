@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from ..catalog.inputs import NoBoolNumbers
-from ..errors import percentile_problem
+from ..catalog.inputs import NoBoolNumbers, Percentile
 from ..workload import beside
 from .atomic import safe_filename
 
@@ -46,7 +45,7 @@ class ServingSpec(_Frozen):
                                       description="peak rate over the day's average (with users_per_day)")
     min_tokens_per_s_per_user: float = Field(gt=0, le=1e9, description="slowest acceptable output speed per request")
     ttft_limit_s: float | None = Field(default=None, gt=0, le=1e6, description="TTFT limit at `percentile`")
-    percentile: float = Field(default=95, description="in percent (95 for p95)")
+    percentile: Percentile = Field(default=95, description="in percent (95 for p95)")
     batches: list[int] = Field(min_length=1, description="concurrent requests per replica to sweep")
     replica_sizes: Literal["fewest", "search"] = Field(
         default="search", description="fleet replicas: every size of the replica search (the default, as `wseplan "
@@ -69,14 +68,6 @@ class ServingSpec(_Frozen):
             raise ValueError("peak_factor applies to users_per_day (a day's average)")
         return self
 
-    @field_validator("percentile")
-    @classmethod
-    def _percentile_in_percent(cls, v):
-        why = percentile_problem(v)
-        if why:
-            raise ValueError(why)
-        return v
-
 
 class ServerSpec(_Frozen):
     """An MLPerf-style server scenario: Poisson arrivals; the answer is the highest request rate whose TTFT (at
@@ -87,7 +78,7 @@ class ServerSpec(_Frozen):
     output_tokens: int = Field(gt=0, le=100_000_000)
     ttft_limit_s: float = Field(gt=0, le=1e6)
     tpot_limit_s: float = Field(gt=0, le=1e6)
-    percentile: float = Field(default=99, description="in percent (99 for p99)")
+    percentile: Percentile = Field(default=99, description="in percent (99 for p99)")
     batches: list[int] | None = Field(default=None, description="concurrencies to try (default: the engine's grid)")
     layout: dict[str, int] | None = Field(default=None, description="the layout the published run used, e.g. "
                                                                    "{tp: 1, pp: 1, dp: 8} (also searched)")
@@ -98,14 +89,6 @@ class ServerSpec(_Frozen):
     @classmethod
     def _positive(cls, v):
         return _positive_sorted(v)
-
-    @field_validator("percentile")
-    @classmethod
-    def _percentile_in_percent(cls, v):
-        why = percentile_problem(v)
-        if why:
-            raise ValueError(why)
-        return v
 
 
 class TrainingSpec(_Frozen):
