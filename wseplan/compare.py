@@ -21,7 +21,7 @@ from .plan import default_sizes, evaluate, normalise_phase, record, setup
 from .report.markdown import Column, Table
 from .operating import default_min_tokens_per_s_per_user, operating_point
 from .catalog.software import load_software
-from .targets import parse_target, split_targets
+from .targets import parse_distinct, split_targets
 from .workload import resolve_model
 
 SCHEMA_VERSION = 1
@@ -285,12 +285,7 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
     cat = catalog or load_catalog()
     train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
     costing.check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
-    parsed, seen = {}, {}
-    for t in targets:  # one target under two spellings (h100x8, h100-sxmx8; cs3, wse3) is listed twice
-        pt = parsed[t] = parse_target(t, cat)
-        if (pt.key, pt.count) in seen:
-            raise InputError(f"--targets: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
-        seen[(pt.key, pt.count)] = t
+    parsed = parse_distinct(targets, cat)  # one target under two spellings (h100x8, h100-sxmx8; cs3, wse3): refused
     C.unscoped_hardware_inputs(overrides, [C.hardware_price_key(pt) for pt in parsed.values()])
     search = batch is None and phase in ("decode", "serve")
     m = resolve_model(model, cat) if isinstance(model, str) else model

@@ -86,3 +86,16 @@ def split_targets(text: str, example: str = "h100x8,wse3") -> list[str]:
     if not out:
         raise InputError(f"--targets: give at least one target, e.g. {example}")
     return out
+
+
+def parse_distinct(names, catalog: Catalog, field: str = "--targets") -> dict[str, Target]:
+    """Each of ``names`` parsed (:func:`parse_target`), in order; one target under two spellings (``h100x8`` and
+    ``h100-sxmx8``; ``cs3`` and ``wse3``) is refused, naming ``field``: it would be compared with itself."""
+    parsed: dict[str, Target] = {}
+    seen: dict = {}
+    for t in names:
+        pt = parsed[t] = parse_target(t, catalog)
+        if (pt.key, pt.count) in seen:
+            raise InputError(f"{field}: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
+        seen[(pt.key, pt.count)] = t
+    return parsed

@@ -34,7 +34,7 @@ from ..analytic.cost import hardware_price_key, unscoped_hardware_inputs
 from ..catalog.load import load_catalog, read_yaml
 from ..catalog.schema import check_name, check_text
 from ..errors import CatalogError, InputError, validation_detail
-from ..targets import parse_target
+from ..targets import parse_distinct
 from .atomic import LOCK_TIMEOUT_S, safe_filename, write_files_atomically
 from .markdown import Document, Table, fmt_num
 from .plots import Plot, render
@@ -176,15 +176,9 @@ def _distinct_targets(st: Study, cat) -> None:
     """One target under two spellings (``wse3`` and ``cs3``; ``h100x8`` and ``h100-sxmx8``) is listed twice: refused as
     ``compare --targets`` refuses it (audit37b F2: a report compared CS-3 with itself and named a price that would
     flip the ranking between them)."""
-    seen: dict = {}
-    for t in st.target_names:
-        pt = parse_target(t, cat)
-        if (pt.key, pt.count) in seen:
-            raise InputError(f"targets: {t} is {seen[(pt.key, pt.count)]} again; name each target once")
-        seen[(pt.key, pt.count)] = t
+    parsed = parse_distinct(st.target_names, cat, field="targets")
     # a per-hardware input pinned for several hardware (audit37b F7)
-    unscoped_hardware_inputs(st.cost.set, [hardware_price_key(parse_target(t, cat)) for t in st.target_names],
-                             where="cost.set")
+    unscoped_hardware_inputs(st.cost.set, [hardware_price_key(t) for t in parsed.values()], where="cost.set")
 
 
 def _provenance(st: Study, cat) -> dict:
