@@ -848,3 +848,19 @@ def test_a_per_hardware_input_without_its_prefix_is_refused_across_hardware(tmp_
                   "contexts: [1024]\nset: {network_frac: 0.2}\n")
     assert main(["sweep", str(sw), "--out", str(tmp_path / "o")]) == 2
     assert "set: network_frac is per hardware" in capsys.readouterr().err
+
+
+def test_absurd_pins_are_refused_and_a_run_takes_at_least_one_step(capsys):
+    """audit37b F6: `--set pue=1e9` and `amortization_years=1e9` were priced; 1,000 training tokens "trained" in 1.9 ms
+    where one GPT-3 step on 1,024 H100 takes 6.0 s. PUE is at most 5 (typical 1.1-1.6) and a write-off at most 100
+    years; a run shorter than one step takes one step (by hand: 6.005 s / goodput), a longer one is pro-rated."""
+    from wseplan.analytic.cost import time_to_train
+    from wseplan.cli import main
+
+    for pin, msg in (("pue=1e9", "pue must be at most 5"), ("amortization_years=1e9", "at most 100 years")):
+        assert main(["cost", "llama-3-70b", "--target", "h100x8", "--set", pin]) == 2
+        assert msg in capsys.readouterr().err
+    secs, _ = time_to_train(step_s=6.0, tokens_per_step=3_145_728.0, train_tokens=1000.0, num_gpus=1024, goodput=0.5)
+    assert float(secs) == pytest.approx(12.0)  # one step, over the goodput
+    secs, _ = time_to_train(step_s=6.0, tokens_per_step=3_145_728.0, train_tokens=3_145_728.0 * 2.5, num_gpus=1)
+    assert float(secs) == pytest.approx(15.0)  # 2.5 steps

@@ -101,8 +101,8 @@ def time_cmd(
         from ..pricing import job_devices, run_goodput
 
         good = float(run_goodput(res.device_kind, cat, job_devices(res.layout or {}, res.num_devices)))
-        secs, hours = time_to_train(step_s=1.0, tokens_per_step=res.tokens_per_s, train_tokens=train_tokens,
-                                    num_gpus=res.num_devices, goodput=good)
+        secs, hours = time_to_train(step_s=res.step_s, tokens_per_step=res.tokens_per_s * res.step_s,
+                                    train_tokens=train_tokens, num_gpus=res.num_devices, goodput=good)
         secs, hours = float(secs), float(hours)
         # device-hours in every record; gpu_hours only where the devices are GPUs (on wafers they are system-hours)
         extra = {"train_tokens": train_tokens, "time_to_train_s": secs, "device_hours": hours, "goodput_frac": good,

@@ -163,6 +163,12 @@ def _check_value(name: str, val: float, where: str = "--set", label: str | None 
                          + ("; hardware without a price is left unpriced, not free" if name == "capex_usd" else ""))
     if name == "pue" and val < 1.0:
         raise InputError(f"{where}: {what} must be >= 1 (facility power / IT power), got {val}")
+    # physical upper ends (audit37b F6: pue 1e9 and 1e9 years were priced): the worst data centres report a PUE near
+    # 2.5 (Uptime Institute surveys: industry average 1.5-1.6), and no hardware is written off over a century
+    if name == "pue" and val > 5.0:
+        raise InputError(f"{where}: {what} must be at most 5 (facility power / IT power; typical 1.1-1.6), got {val:g}")
+    if name == "amortization_years" and val > 100.0:
+        raise InputError(f"{where}: {what} must be at most 100 years (typical 3-6), got {val:g}")
     if val < 0:
         raise InputError(f"{where}: {what} must not be negative, got {val}")
     if name in ("memoryx_node_dram_bytes", "memoryx_node_flash_bytes") and val < 1e9:

@@ -18,8 +18,10 @@ def goodput_frac(num_devices, *, interruptions_per_device_hour, loss_per_interru
 
 def time_to_train(*, step_s, tokens_per_step, train_tokens, num_gpus, goodput=1.0):
     """Wall time [s] and device-hours [h] to train ``train_tokens`` at ``tokens_per_step`` per ``step_s``, of which
-    ``goodput`` (:func:`goodput_frac`) is spent training."""
-    secs = np.asarray(train_tokens, dtype=float) / np.asarray(tokens_per_step, dtype=float) * np.asarray(step_s, dtype=float)
+    ``goodput`` (:func:`goodput_frac`) is spent training. A run of fewer tokens than one step still takes one whole step
+    (audit37b F6: 1,000 tokens "trained" in 1.9 ms where a step takes 6 s); a longer one is pro-rated."""
+    steps = np.maximum(np.asarray(train_tokens, dtype=float) / np.asarray(tokens_per_step, dtype=float), 1.0)
+    secs = steps * np.asarray(step_s, dtype=float)
     secs = secs / goodput
     return secs, secs * num_gpus / S_PER_HOUR
 
