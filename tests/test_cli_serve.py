@@ -123,6 +123,10 @@ def test_without_concurrency_or_rate_the_highest_throughput_point_is_chosen(caps
                key=lambda p: p["tokens_per_s"] / p["num_devices"])
     assert (high["batch"], high["num_devices"]) == (near["batch"], near["num_devices"]) != (top["batch"], top["num_devices"])
     assert any("no point gives every user" in n for n in high["notes"])
+    # the note names the search's fastest point and that a given layout can be faster (audit37a F3)
+    fastest = max(high["points"], key=lambda p: p["tokens_per_s_per_user"])
+    assert any(f"the search's fastest is {fastest['tokens_per_s_per_user']:.4g} tokens/s per user (batch "
+               f"{fastest['batch']})" in n for n in high["notes"])
     assert main(["cost", "llama-3-8b", "--target", "h200x1", "--min-speed", "1e8", "--format", "json"]) == 0
     priced = json.loads(capsys.readouterr().out)
     assert priced["batch"] == high["batch"]
