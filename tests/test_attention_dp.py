@@ -235,17 +235,23 @@ def test_prompt_bound_data_parallel_attention_says_its_budget_is_the_replicas(ca
     """audit37a F5: 256 requests of 32,768 prompt tokens and 256 answer tokens bring 32,768 prompt tokens per decode
     step (256 x 32,768 / 256) against the production engine's budget of 8,192 a pass: prompts bind, and the budget is
     taken per replica where the engines give each attention rank one, so the record says its prompt rate may be up to
-    8x pessimistic. Not at 64 x 2,048 + 1,024 (128 a step)."""
+    8x pessimistic. Not at 64 x 2,048 + 1,024 (128 prompt tokens and 64 decode rows a step). With MTP (review37b M2)
+    a request takes fewer steps: 32 x 30,000 over 256 / 3.36 accepted tokens a step, plus 32 x 5 verified rows."""
     from wseplan.timing import predict_time
 
     kw = dict(precision="fp8", phase="serve", catalog=catalog, layout={"tp": 8, "pp": 1, "dp": 1})
     long = predict_time("deepseek-v3", "h200x8", batch=256, context=32768, output_tokens=256,
                         **dict(kw, layout=dict(kw["layout"], adp=8)))
     (n,) = [n for n in long.notes if n.startswith("prompts bind this point")]
-    assert "32,768 prompt tokens per decode step" in n and "8,192" in n and "up to 8x" in n
+    assert "33,024 tokens per decode step" in n and "8,192" in n and "up to 8x" in n  # 32,768 prompt + 256 decode
     short = predict_time("deepseek-v3", "h200x8", batch=64, context=2048, output_tokens=1024,
                          **dict(kw, layout=dict(kw["layout"], adp=8)))
     assert not any(n.startswith("prompts bind") for n in short.notes)
+    mtp = predict_time("deepseek-v3", "h200x8", batch=32, context=30000, output_tokens=256, speculative="mtp",
+                       **dict(kw, layout=dict(kw["layout"], adp=8)))
+    (n,) = [n for n in mtp.notes if n.startswith("prompts bind this point")]
+    acc = (1 - 0.8 ** 5) / (1 - 0.8)  # 4 drafted tokens at the default acceptance 0.8: 3.3616 a verify pass
+    assert f"{32 * 30000 / (256 / acc) + 32 * 5:,.0f} tokens per decode step" in n  # + 32 x (4 + 1) verified rows
 
 
 def test_a_prompt_chunk_runs_on_its_requests_rank(catalog):

@@ -829,8 +829,11 @@ def test_a_per_hardware_input_without_its_prefix_is_refused_across_hardware(tmp_
     args = ["compare", "gpt3-175b", "--targets", "cs3x16,h100x1024", "--phase", "train", "--batch", "1536", "--context",
             "2048", "--train-tokens", "3e11", "-f", "csv"]
     assert main([*args, "--set", "capex_usd=500000"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: --set: capex_usd is per hardware and these targets have 2 (cs3, "
-                                               "h100-sxm); prefix it, e.g. cs3.capex_usd=...")
+    assert capsys.readouterr().err.strip() == ("error: --set: capex_usd is per hardware and 2 of these targets' hardware "
+                                               "have it (cs3, h100-sxm); prefix it, e.g. cs3.capex_usd=...")
+    # a cloud rate only some hardware have: counted and suggested among those (review37b M1)
+    assert main(["compare", "llama-3-70b", "--targets", "h100x8,h200x8", "--set", "cloud_usd_per_device_hour=2"]) == 2
+    assert "(h100-sxm, h200-sxm); prefix it, e.g. h100-sxm.cloud_usd_per_device_hour" in capsys.readouterr().err
     assert main([*args, "--set", "cs3.capex_usd=500000"]) == 0
     capsys.readouterr()
     # another per-hardware input under one target's prefix prices that target alone (review37 H1: a name clash

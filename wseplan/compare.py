@@ -286,12 +286,12 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
     train_tokens = costing.check_train_tokens(train_tokens)  # inf/NaN/negative: one line, as in cost()
     costing.check_applies(phase, batch, train_tokens, min_tokens_per_s_per_user)
     parsed = parse_distinct(targets, cat)  # one target under two spellings (h100x8, h100-sxmx8; cs3, wse3): refused
-    C.unscoped_hardware_inputs(overrides, [C.hardware_price_key(pt) for pt in parsed.values()])
     search = batch is None and phase in ("decode", "serve")
     m = resolve_model(model, cat) if isinstance(model, str) else model
     given_context, given_batch = context, batch
     batch, context, output_tokens, _ = default_sizes(cat, phase, batch, context, output_tokens, model=m)
     prices = prices or C.load_prices(catalog=cat)
+    C.unscoped_hardware_inputs(overrides, [C.hardware_price_key(pt) for pt in parsed.values()], prices=prices)
     kw = dict(phase=phase, precision=precision, context=context, output_tokens=output_tokens, train_tokens=train_tokens,
               catalog=cat, prices=prices, uncertainty=uncertainty, seed=seed, overrides=overrides, options=options)
     # a software profile belongs to one hardware family: the targets of that family run it, the others their default
@@ -328,7 +328,8 @@ def compare(model, targets, *, phase: str = "serve", precision: str = "bf16", ba
         if not any(pt.kind == "gpu" for pt in parsed.values()):
             raise InputError(f"{', '.join(_FLAG[k] for k in gpu_train)}: GPU training options and no target is a GPU; "
                              "drop them")
-        notes.append(f"{', '.join(_FLAG[k] + ' ' + str(options[k]) for k in gpu_train)} applies to the GPU rows; the "
+        notes.append(f"{', '.join(_FLAG[k] + ' ' + str(options[k]) for k in gpu_train)} "
+                     f"appl{'ies' if len(gpu_train) == 1 else 'y'} to the GPU rows; the "
                      "wafer rows train as wafer training does (every weight, their own layout)")
     if phase == "train":  # audit28a L4: run days x 24 x $/h did not give the run cost
         notes.append("a run is charged per busy hour: run cost = run hours x $/h / utilization_frac (the site's share "

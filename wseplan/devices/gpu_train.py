@@ -287,12 +287,17 @@ def _prompt_bound_note(ctx, r: dict) -> list[str]:
     here where SGLang and TensorRT-LLM give each attention rank its own, so its prompt rate may be underestimated up
     to ``adp`` times (audit37a F5: DeepSeek-V3, 256 x 32k prompts at adp 8, an 18-minute TTFT with no caveat)."""
     adp = int(r["adp"])
-    per_step = float(r["batch"]) * float(r["context"]) / max(float(r["output_tokens"]), 1.0)
-    if not per_step + float(r["batch"]) > float(ctx.engine.token_budget.si):  # the step's decode tokens use it too
+    b = float(r["batch"])
+    acc = float(r.get("time.accepted_tokens_per_step") or 1.0)  # speculative decoding: fewer steps a request
+    spec = getattr(ctx, "spec", None) if acc > 1.0 else None
+    steps = max(float(r["output_tokens"]) / acc, 1.0)
+    per_step = b * float(r["context"]) / steps + b * (1.0 + (spec["draft_tokens"] if spec else 0.0))  # + the decode rows
+    budget = float(ctx.engine.token_budget.si)
+    if not per_step > budget:
         return []
-    return [f"prompts bind this point ({per_step:,.0f} prompt tokens per decode step against the engine's token budget "
-            f"of {ctx.engine.token_budget.si:,.0f}): the budget is the replica's here, where SGLang and TensorRT-LLM give "
-            f"each of the {adp} attention ranks its own, so TTFT and throughput may be up to {adp}x pessimistic; "
+    return [f"prompts bind this point ({per_step:,.0f} tokens per decode step, prompts and decode rows, against the "
+            f"engine's token budget of {budget:,.0f}): the budget is the replica's here, where SGLang and TensorRT-LLM "
+            f"give each of the {adp} attention ranks its own, so TTFT and throughput may be up to {adp}x pessimistic; "
             "`--adp 1` prices the split attention"]
 
 

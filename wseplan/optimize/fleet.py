@@ -349,7 +349,7 @@ def build_problem(spec: DemandSpec, *, catalog=None, prices=None, overrides: dic
             raise InputError(f"systems[{i}].hardware: {str(exc).split(': ', 1)[-1]}") from None
         known |= set(cost_params(prices, cat, tt, include_memoryx=tt.kind == "wafer"))
         keys.append(hardware_price_key(tt))
-    unscoped_hardware_inputs(ov, keys)  # one number for several hardware's price (audit37b F7, review37 M5)
+    unscoped_hardware_inputs(ov, keys, prices=prices)  # one number for several hardware's (audit37b F7, review37 M5)
     for k in ov:
         if k.split(".", 1)[-1] not in known:
 

@@ -178,7 +178,8 @@ def _distinct_targets(st: Study, cat) -> None:
     flip the ranking between them)."""
     parsed = parse_distinct(st.target_names, cat, field="targets")
     # a per-hardware input pinned for several hardware (audit37b F7)
-    unscoped_hardware_inputs(st.cost.set, [hardware_price_key(t) for t in parsed.values()], where="cost.set")
+    unscoped_hardware_inputs(st.cost.set, [hardware_price_key(t) for t in parsed.values()], prices=prices_of(cat),
+                             where="cost.set")
 
 
 def _provenance(st: Study, cat) -> dict:

@@ -241,7 +241,7 @@ def plan_sweep(sweep: Sweep, catalog=None, *, prices=None) -> Plan:
     for t in targets:
         if t.kind == "gpu" and sweep.phase == "train" and t.count is None:
             raise InputError(f"targets: GPU training needs a GPU count, e.g. {t.key}x64 (got {t.text!r})")
-    unscoped_hardware_inputs(sweep.set, [hardware_price_key(t) for t in targets], where="set")  # (audit37b F7)
+    unscoped_hardware_inputs(sweep.set, [hardware_price_key(t) for t in targets], prices=prices, where="set")  # (F7)
     groups: list[Group] = []
     skipped: list[str] = []
     outputs = np.asarray(sweep.output_tokens or [0], dtype=float)

@@ -212,11 +212,22 @@ def nominal(params: dict[str, Param]) -> dict[str, float]:
 PER_HARDWARE_PRICES = ("capex_usd", "network_frac", "peak_power_w", "rack_units", "cloud_usd_per_device_hour")
 
 
-def unscoped_hardware_inputs(overrides, price_keys, *, where: str = "--set") -> None:
-    """Refuse a per-hardware input without its hardware prefix where targets of several price entries are priced
-    together (audit37b F7: ``capex_usd=500000`` priced a $2.5M CS-3 and a $270k H100 node alike, without a word)."""
+def unscoped_hardware_inputs(overrides, price_keys, *, prices=None, where: str = "--set") -> None:
+    """Refuse a per-hardware input without its hardware prefix where several of the priced hardware have it (audit37b
+    F7: ``capex_usd=500000`` priced a $2.5M CS-3 and a $270k H100 node alike, without a word). A hardware has an input
+    of its price entry where ``prices`` lists one (a cloud rate only some have: review37b M1), power and rack space
+    always; the fix names one that has it."""
     keys = sorted(set(price_keys))
-    bare = [k for k in overrides or {} if k in PER_HARDWARE_PRICES]
-    if len(keys) > 1 and bare:
-        raise InputError(f"{where}: {bare[0]} is per hardware and these targets have {len(keys)} ({', '.join(keys)}); "
-                         f"prefix it, e.g. {keys[0]}.{bare[0]}=...")
+    for name in (k for k in overrides or {} if k in PER_HARDWARE_PRICES):
+        holders = [k for k in keys if prices is None or _has_input(prices, k, name)]
+        if len(holders) > 1:
+            raise InputError(f"{where}: {name} is per hardware and {len(holders)} of these targets' hardware have it "
+                             f"({', '.join(holders)}); prefix it, e.g. {holders[0]}.{name}=...")
+
+
+def _has_input(prices, key: str, name: str) -> bool:
+    """Whether hardware ``key`` has the per-hardware cost input ``name`` in ``prices`` (power and rack space: always)."""
+    if name in ("peak_power_w", "rack_units"):
+        return True
+    hp = prices.hardware.get(key)
+    return hp is not None and getattr(hp, name, None) is not None
