@@ -800,6 +800,8 @@ def test_cost_and_compare_price_what_time_times_in_training(capsys):
         assert main([*cmd, "--phase", "serve", "--trainable", "lora"]) == 2  # named by its flag (review37 M4)
         assert capsys.readouterr().err.strip() == ("error: --trainable: training options; give --phase train, or drop "
                                                    "them")
+    assert main(["cost", "llama-3-70b", "--target", "h100x8", "--phase", "trian", "--trainable", "lora"]) == 2
+    assert capsys.readouterr().err.startswith("error: phase: unknown 'trian'")  # the typo named first (review37b L5)
     # a compare of GPUs and wafers applies the GPU training options to the GPU rows and says so (review37 M3: the wafer
     # rows refused them and the whole compare failed)
     assert main(["compare", "llama-3-70b", "--targets", "h100x8,cs3x4", *args[3:]]) == 0
