@@ -87,7 +87,7 @@ GPU_TRAIN_PROFILE = "gpu-fitted-2026-11"
 
 
 def setup(model, target, *, phase: str, precision: str = "bf16", software: str | None = None,
-          options: dict | None = None, catalog: Catalog | None = None) -> Setup:
+          options: dict | None = None, catalog: Catalog | None = None, speed_floor: float | None = None) -> Setup:
     """Resolve model, target, family, software profile and options (one-line InputError on anything bad)."""
     cat = catalog or load_catalog()
     check_precision(precision)
@@ -121,7 +121,8 @@ def setup(model, target, *, phase: str, precision: str = "bf16", software: str |
                          f"allowed: {', '.join(allowed) or 'none'}")
     sw = software if not hasattr(software, "engine") else software
     prof = sw if hasattr(sw, "engine") else resolve_software(sw, getattr(fam, "software_family", t.kind), cat)
-    q = Query(model=m, target=t, phase=phase, precision=precision, catalog=cat, software=prof, options=opts)
+    q = Query(model=m, target=t, phase=phase, precision=precision, catalog=cat, software=prof, options=opts,
+              speed_floor=speed_floor)
     return Setup(query=q, family=fam, ctx=fam.prepare(q))
 
 
@@ -190,6 +191,12 @@ def evaluate(s: Setup, cfg: dict[str, np.ndarray], *, require_fit: bool = True) 
             best_obj = np.full(n, np.inf)
             np.minimum.at(best_obj, parent, obj)
             near = np.isfinite(obj) & (obj <= best_obj[parent] * (1.0 + q.catalog.defaults.layout_near_tie_frac.si))
+            if q.speed_floor is not None and served is None:  # no layout reaches the floor: the fastest (audit37a F3)
+                spd = np.zeros(len(parent))
+                spd[idx] = np.nan_to_num(np.asarray(t.get("tokens_per_s_per_user", np.zeros(len(idx))), dtype=float))
+                reach = np.zeros(n, dtype=bool)
+                np.logical_or.at(reach, parent, spd >= q.speed_floor)
+                near &= reach[parent] | (obj <= best_obj[parent])
             tps = np.full(len(parent), np.nan)
             tps[idx] = np.asarray((t if served is None else served).get("tokens_per_s", np.full(len(idx), np.nan)),
                                   dtype=float)

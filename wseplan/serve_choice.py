@@ -72,12 +72,11 @@ def result_record(base: dict, points: list[ServePoint], *, concurrency=None, uti
                             "lower --min-speed states what they wait for" if o_len <= SHORT_ANSWER_TOKENS else ""))
         elif floor is not None and not fast:
             top = max(ok, key=lambda p: p.tokens_per_s_per_user)
-            # (audit37a F3: the per-batch layout rule can hide a faster layout than the search's fastest point)
+            # (audit37a F3: each batch runs its fastest layout where none reaches a floor the user gives)
             notes.append(f"no point gives every user {floor:g} tokens/s (--min-speed); the most throughput per device "
                          f"within {near_tie:.0%} of the fastest per user is shown (the point cost and compare price); "
-                         f"the search's fastest is {top.tokens_per_s_per_user:.4g} tokens/s per user (batch {top.batch}), "
-                         f"and each batch runs the layout with the most throughput within {near_tie:.0%} of its "
-                         "fastest, so a layout given to `wseplan time` (e.g. --tp at batch 1) can be faster still")
+                         f"the fastest is {top.tokens_per_s_per_user:.4g} tokens/s per user (batch {top.batch}), each "
+                         "batch on its fastest layout where none reaches the floor")
     if rate is None and occupancy(chosen) < 1.0:  # else users queue for the slots (closed loop, its note)
         occ = occupancy(chosen)
         at = (f"points at {utilization:.0%} of each replica's slots" if abs(occ - utilization) < 0.005 else

@@ -276,10 +276,15 @@ def serve(model, target, *, precision: str = "bf16", software: str | None = None
         prices = None
     setups = {} if setups is None else setups
 
+    # a floor the user states picks the fastest layout of a batch where none reaches it (audit37a F3); the default
+    # floor (cost's operating point) keeps the near-tie's choice
+    speed_floor = floor if min_tokens_per_s_per_user is not None else None
+
     def _setup(m, t):  # one setup per target of the search, kept for the same question at another load
-        key = t if isinstance(t, str) else t.label
+        key = (t if isinstance(t, str) else t.label, speed_floor)
         if key not in setups:
-            setups[key] = setup(m, t, phase="serve", precision=precision, software=software, options=options, catalog=cat)
+            setups[key] = setup(m, t, phase="serve", precision=precision, software=software, options=options, catalog=cat,
+                                speed_floor=speed_floor)
         return setups[key]
     s0 = _setup(model, target)
     require_time_model(s0)
@@ -432,8 +437,9 @@ def _refine(res: ServeResult, *, concurrency=None, utilization=DEFAULT_UTILIZATI
     def ask(p: ServePoint, batch: int) -> list[ServePoint]:  # p's layout at batch: the search's own question
         t_c = target if t0.count is not None else target_with_count(t0, p.num_devices)
         name = t_c if isinstance(t_c, str) else t_c.label
-        s_c = kw["setups"].get(name) or setup(model, t_c, phase="serve", precision=kw["precision"],
-                                              software=kw["software"], options=kw["options"], catalog=cat)
+        s_c = next((v for k, v in kw["setups"].items() if k[0] == name), None) or setup(  # (keyed with the floor)
+            model, t_c, phase="serve", precision=kw["precision"], software=kw["software"], options=kw["options"],
+            catalog=cat)
         lay = layout_columns(s_c, p.layout)
         if ladder:  # the lower loads a limit needs depend on the limit
             return serve(model, t_c, **dict(kw, layout=lay, batches=[batch])).points

@@ -148,6 +148,9 @@ class Query:
     catalog: Any
     software: Any
     options: dict = field(default_factory=dict)
+    #: a per-user speed floor [tokens/s] the question states (``serve --min-speed``): where no layout of a
+    #: configuration reaches it, the fastest layout is chosen instead of the near-tie's most throughput (audit37a F3)
+    speed_floor: float | None = None
 
 
 @dataclass(frozen=True)
